@@ -1,0 +1,232 @@
+"""Where the graph is: a configured Neo4j, or the embedded ArcadeDB Bolt server.
+
+The embedded server runs inside this Python process (JPype + the JRE bundled by
+`arcadedb-embedded`), so it cannot outlive it: no orphan process after exit or Ctrl-C.
+Its data lives under `<project-dir>/.saga/graph` and persists between runs.
+
+ArcadeDB locks its database directory, so a second process on the same project must not
+open it again: the owner writes `server.json` (pid, ports) and other processes connect
+to that running server over Bolt instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.errors import EmbeddedServiceError
+from core.settings import Settings
+
+log = logging.getLogger("skald.graph")
+
+EMBEDDED_DATABASE = "skald"
+EMBEDDED_USER = "root"
+_JVM_HEAP = os.environ.get("SKALD_ARCADEDB_HEAP", "1g")
+
+
+@dataclass(frozen=True)
+class GraphEndpoint:
+    uri: str
+    username: str
+    password: str
+    database: str
+    embedded: bool
+
+    @property
+    def label(self) -> str:
+        return f"{'ArcadeDB (embedded) ' if self.embedded else ''}{self.uri}/{self.database}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_open(port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class EmbeddedArcadeDB:
+    """One ArcadeDB server per graph directory per process; shared with other processes."""
+
+    _instances: dict[Path, EmbeddedArcadeDB] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._server: Any = None
+        self._endpoint: GraphEndpoint | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_dir(cls, root: Path) -> EmbeddedArcadeDB:
+        root = root.resolve()
+        with cls._registry_lock:
+            if root not in cls._instances:
+                cls._instances[root] = cls(root)
+            return cls._instances[root]
+
+    @property
+    def owned(self) -> bool:
+        return self._server is not None
+
+    def endpoint(self) -> GraphEndpoint:
+        with self._lock:
+            if self._endpoint is not None and (self.owned or self._discovered_alive()):
+                return self._endpoint
+            self._endpoint = None
+            self.root.mkdir(parents=True, exist_ok=True)
+            # An exclusive file lock serializes start-up between processes on one project.
+            with (self.root / "server.lock").open("a+") as lock_file:
+                fcntl.flock(lock_file, fcntl.LOCK_EX)
+                try:
+                    found = self._discover()
+                    self._endpoint = found if found is not None else self._start()
+                finally:
+                    fcntl.flock(lock_file, fcntl.LOCK_UN)
+            return self._endpoint
+
+    # -- discovery of a server owned by another process
+    @property
+    def _discovery_file(self) -> Path:
+        return self.root / "server.json"
+
+    def _credentials(self) -> str:
+        path = self.root / "credentials.json"
+        if path.exists():
+            return str(json.loads(path.read_text())["password"])
+        password = "skald-" + secrets.token_hex(12)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"user": EMBEDDED_USER, "password": password}))
+        os.chmod(tmp, 0o600)
+        tmp.replace(path)
+        return password
+
+    def _discover(self) -> GraphEndpoint | None:
+        try:
+            info = json.loads(self._discovery_file.read_text())
+        except (OSError, ValueError):
+            return None
+        pid, port = int(info.get("pid", -1)), int(info.get("bolt_port", -1))
+        if pid == os.getpid() or not _pid_alive(pid) or not _port_open(port):
+            return None
+        log.info("graph: using the embedded ArcadeDB already running in process %s (bolt port %s)", pid, port)
+        return GraphEndpoint(f"bolt://127.0.0.1:{port}", EMBEDDED_USER, self._credentials(), EMBEDDED_DATABASE, True)
+
+    def _discovered_alive(self) -> bool:
+        return self._endpoint is not None and _port_open(int(self._endpoint.uri.rsplit(":", 1)[1]))
+
+    # -- starting our own
+    def _start(self) -> GraphEndpoint:
+        started = time.monotonic()
+        password = self._credentials()
+        log_dir = self.root / "log"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        props = self.root / "logging.properties"
+        # Send ArcadeDB's java.util.logging to a file instead of our terminal.
+        props.write_text(
+            "handlers = java.util.logging.FileHandler\n"
+            ".level = WARNING\n"
+            f"java.util.logging.FileHandler.pattern = {log_dir}/arcadedb.%g.log\n"
+            "java.util.logging.FileHandler.limit = 5000000\n"
+            "java.util.logging.FileHandler.count = 2\n"
+            "java.util.logging.FileHandler.formatter = java.util.logging.SimpleFormatter\n"
+        )
+        try:
+            from arcadedb_embedded import ArcadeDBServer
+            from arcadedb_embedded.jvm import start_jvm
+
+            try:
+                start_jvm(heap_size=_JVM_HEAP, jvm_args=[f"-Djava.util.logging.config.file={props}"])
+            except Exception as exc:  # already started in this process with another config
+                log.debug("JVM already running: %s", exc)
+            bolt_port, http_port = free_port(), free_port()
+            server = ArcadeDBServer(
+                root_path=str(self.root / "data"),
+                root_password=password,
+                config={
+                    "host": "127.0.0.1",
+                    "http_port": http_port,
+                    "server_plugins": "Bolt:com.arcadedb.bolt.BoltProtocolPlugin",
+                    "bolt_port": bolt_port,
+                },
+            )
+            server.start()
+            if not (self.root / "data" / "databases" / EMBEDDED_DATABASE).exists():
+                server.create_database(EMBEDDED_DATABASE)
+        except Exception as exc:
+            raise EmbeddedServiceError(
+                f"could not start the embedded ArcadeDB graph under {self.root}: {exc}",
+                hint="check Java/disk space, or set NEO4J_URI to use a Neo4j server",
+            ) from exc
+        self._server = server
+        tmp = self._discovery_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "bolt_port": bolt_port, "http_port": http_port}))
+        tmp.replace(self._discovery_file)
+        atexit.register(self.stop)
+        _exit_cleanly_on_sigterm()
+        log.info(
+            "graph: embedded ArcadeDB started in %.1fs (bolt://127.0.0.1:%s, studio http://127.0.0.1:%s, data %s)",
+            time.monotonic() - started, bolt_port, http_port, self.root / "data",
+        )
+        return GraphEndpoint(f"bolt://127.0.0.1:{bolt_port}", EMBEDDED_USER, password, EMBEDDED_DATABASE, True)
+
+    def stop(self) -> None:
+        with self._lock:
+            server, self._server, self._endpoint = self._server, None, None
+            if server is None:
+                return
+            try:
+                info = json.loads(self._discovery_file.read_text())
+                if int(info.get("pid", -1)) == os.getpid():
+                    self._discovery_file.unlink(missing_ok=True)
+            except (OSError, ValueError):
+                pass
+            try:
+                server.stop()
+            except Exception as exc:  # stopping is best effort at interpreter exit
+                log.debug("ArcadeDB stop failed: %s", exc)
+
+
+def _exit_cleanly_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit so atexit hooks close the database files cleanly."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(SystemExit(143)))
+
+
+def graph_endpoint(settings: Settings) -> GraphEndpoint:
+    """The configured Neo4j when NEO4J_URI is set, else the embedded ArcadeDB (started on demand)."""
+    if settings.neo4j_uri:
+        password = settings.neo4j_password.get_secret_value() if settings.neo4j_password else ""
+        return GraphEndpoint(
+            settings.neo4j_uri, settings.neo4j_username, password, settings.neo4j_database or "neo4j", False
+        )
+    return EmbeddedArcadeDB.for_dir(settings.saga_dir / "graph").endpoint()

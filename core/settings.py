@@ -1,0 +1,287 @@
+"""One settings model for the whole project.
+
+Sources, highest priority first: explicit overrides (CLI flags) > environment > `.env`
+(project dir, then the current dir) > TOML file (`--config`, `SKALD_CONFIG`, or
+`<project-dir>/skald.toml`) > defaults.
+
+Conventional variables are honoured as their own tools do: `OPENAI_BASE_URL`,
+`OPENAI_API_KEY` (openai client), `NEO4J_URI`, `NEO4J_USERNAME`, `NEO4J_PASSWORD`,
+`NEO4J_DATABASE` (Neo4j tools). Everything else is `SKALD_<FIELD>`, nested with `__`
+(e.g. `SKALD_LIMITS__MAX_ITERATIONS=2`, `SKALD_TIERS__LARGE__MODELS='["gpt-4o","gpt-4o-mini"]'`).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from core.errors import ConfigError
+
+TierName = Literal["large", "medium", "small", "narrative"]
+TIER_NAMES: tuple[TierName, ...] = ("large", "medium", "small", "narrative")
+SLOT_NAMES: tuple[str, ...] = ("retriever", "injector", "actor", "extractor", "judge", "historian")
+
+# Set by load_settings() so the TOML source knows which file to read.
+_toml_path: ContextVar[Path | None] = ContextVar("skald_toml_path", default=None)
+
+
+class Candidate(BaseModel):
+    """One model a tier may use. `base_url`/`api_key` default to the global endpoint."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(min_length=1)
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+
+
+class TierSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Candidate chain, tried in health-weighted order; a bare string means Candidate(model=...).
+    models: list[Candidate] = Field(default_factory=list)
+    context_window: int = Field(4096, ge=512)
+    max_tokens: int = Field(1024, ge=16)
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _strings_are_models(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, list):
+            return [{"model": v} if isinstance(v, str) else v for v in value]
+        return value
+
+
+def _default_tiers() -> dict[str, TierSettings]:
+    return {
+        "large": TierSettings(temperature=0.7, max_tokens=1536),
+        "medium": TierSettings(temperature=0.4, max_tokens=1024),
+        "small": TierSettings(temperature=0.2, max_tokens=1024),
+        "narrative": TierSettings(temperature=0.8, max_tokens=1536),
+    }
+
+
+class ContextBudget(BaseModel):
+    """Shares of a tier's context window per prompt section (spec 004)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    history: float = Field(0.30, ge=0, le=1)
+    summaries: float = Field(0.10, ge=0, le=1)
+    lore: float = Field(0.15, ge=0, le=1)
+    characters: float = Field(0.20, ge=0, le=1)
+    relationships: float = Field(0.10, ge=0, le=1)
+    guidance: float = Field(0.15, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _shares_sum_to_at_most_one(self) -> ContextBudget:
+        total = sum(self.model_dump().values())
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"section shares sum to {total:.2f}; they must sum to at most 1.0")
+        return self
+
+
+class RunLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_iterations: int = Field(3, ge=1, le=20, description="revision loops per chapter")
+    qa_every: int = Field(5, ge=1, description="run QA/healing every N chapters")
+    scene_token_target: int = Field(600, ge=50, le=8000)
+    scenes_per_chapter: int = Field(3, ge=1, le=20)
+    revision_threshold: float = Field(0.5, ge=0, le=1, description="min mean quality score")
+    extraction_concurrency: int = Field(4, ge=1, le=64)
+    llm_max_attempts: int = Field(4, ge=1, le=20)
+    llm_timeout_s: float = Field(120.0, gt=0)
+    context_budget: ContextBudget = Field(default_factory=ContextBudget)
+
+
+class HealingSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name_similarity: float = Field(0.85, ge=0, le=1)
+    embedding_similarity: float = Field(0.85, ge=0, le=1)
+    graduation_confidence: float = Field(0.6, ge=0, le=1)
+    enrichment_edge_threshold: int = Field(5, ge=1)
+    provisional_alert_ratio: float = Field(0.5, ge=0, le=1)
+    antonym_pairs: list[tuple[str, str]] = Field(
+        default_factory=lambda: [
+            ("brave", "cowardly"),
+            ("honest", "deceitful"),
+            ("kind", "cruel"),
+            ("calm", "volatile"),
+            ("generous", "greedy"),
+            ("loyal", "treacherous"),
+        ]
+    )
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="SKALD_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        populate_by_name=True,
+        validate_default=True,
+    )
+
+    # --- LLM endpoint: unset means the embedded llama.cpp server with SmolLM2.
+    openai_base_url: str | None = Field(
+        None, validation_alias=AliasChoices("OPENAI_BASE_URL", "SKALD_OPENAI_BASE_URL", "openai_base_url")
+    )
+    openai_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("OPENAI_API_KEY", "SKALD_OPENAI_API_KEY", "openai_api_key")
+    )
+    default_model: str = Field("gpt-4o-mini", min_length=1, description="used by tiers with no models")
+    tiers: dict[TierName, TierSettings] = Field(default_factory=_default_tiers)
+    # Dialogue sidecar slot -> model (request `config.models.<slot>` overrides these).
+    slot_models: dict[str, str] = Field(default_factory=dict)
+
+    # --- Embeddings: unset means a local llama-server in --embeddings mode.
+    embedding_base_url: str | None = None
+    embedding_api_key: SecretStr | None = None
+    embedding_model: str = "text-embedding-3-small"
+
+    # --- Graph: unset NEO4J_URI means embedded ArcadeDB under <project-dir>/.saga/graph.
+    neo4j_uri: str | None = Field(None, validation_alias=AliasChoices("NEO4J_URI", "SKALD_NEO4J_URI", "neo4j_uri"))
+    neo4j_username: str = Field(
+        "neo4j", validation_alias=AliasChoices("NEO4J_USERNAME", "NEO4J_USER", "SKALD_NEO4J_USERNAME", "neo4j_username")
+    )
+    neo4j_password: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("NEO4J_PASSWORD", "SKALD_NEO4J_PASSWORD", "neo4j_password")
+    )
+    neo4j_database: str | None = Field(
+        None, validation_alias=AliasChoices("NEO4J_DATABASE", "SKALD_NEO4J_DATABASE", "neo4j_database")
+    )
+    graph_connect_attempts: int = Field(5, ge=1, le=50)
+
+    # --- Where outputs live.
+    project_dir: Path = Path(".")
+
+    limits: RunLimits = Field(default_factory=RunLimits)
+    healing: HealingSettings = Field(default_factory=HealingSettings)
+
+    @field_validator("tiers", mode="before")
+    @classmethod
+    def _merge_tiers_over_defaults(cls, value: Any) -> Any:
+        # A partial tiers table (e.g. only `large`) keeps the defaults of the others.
+        if isinstance(value, dict):
+            merged: dict[str, Any] = {k: v.model_dump() for k, v in _default_tiers().items()}
+            for name, tier in value.items():
+                base = merged.get(name, {})
+                if isinstance(tier, dict):
+                    merged[name] = {**base, **tier}
+                else:
+                    merged[name] = tier
+            return merged
+        return value
+
+    @field_validator("openai_base_url", "embedding_base_url", "neo4j_uri", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("openai_base_url", "embedding_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+    @field_validator("neo4j_uri")
+    @classmethod
+    def _bolt_url(cls, value: str | None) -> str | None:
+        schemes = ("bolt://", "bolt+s://", "bolt+ssc://", "neo4j://", "neo4j+s://", "neo4j+ssc://")
+        if value is not None and not value.startswith(schemes):
+            raise ValueError("must be a bolt:// or neo4j:// URI")
+        return value
+
+    @property
+    def saga_dir(self) -> Path:
+        return self.project_dir / ".saga"
+
+    def tier(self, name: str) -> TierSettings:
+        if name not in self.tiers:
+            raise ConfigError(f"unknown LLM tier {name!r}", hint=f"use one of {', '.join(TIER_NAMES)}")
+        return self.tiers[name]  # type: ignore[index]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, dotenv_settings, _TomlSource(settings_cls))
+
+
+class _TomlSource(PydanticBaseSettingsSource):
+    """Reads the TOML file chosen by load_settings(); keys mirror the field names."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = _toml_path.get()
+        if path is None or not path.exists():
+            return {}
+        try:
+            with path.open("rb") as handle:
+                data = tomllib.load(handle)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}", hint="fix the TOML syntax") from exc
+        # Accept both a top-level table and a [skald] table.
+        return dict(data.get("skald", data))
+
+
+def _one_line(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "settings"
+    value = first.get("input")
+    shown = "" if isinstance(value, dict) else f" (got {str(value)[:60]!r})"
+    more = f"; and {len(exc.errors()) - 1} more" if len(exc.errors()) > 1 else ""
+    return f"invalid setting {loc}: {first['msg']}{shown}{more}"
+
+
+def load_settings(
+    project_dir: str | Path | None = None,
+    config_file: str | Path | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Build Settings from every source; raise ConfigError with one line on bad values."""
+    project = Path(project_dir) if project_dir is not None else Path(os.environ.get("SKALD_PROJECT_DIR", "."))
+    config = config_file or os.environ.get("SKALD_CONFIG")
+    toml_path = Path(config) if config else project / "skald.toml"
+    if config and not toml_path.exists():
+        raise ConfigError(f"config file {toml_path} does not exist", hint="check --config / SKALD_CONFIG")
+    env_files = [p for p in (Path(".env"), project / ".env") if p.exists()]
+    token = _toml_path.set(toml_path)
+    try:
+        settings = Settings(
+            _env_file=env_files or None,  # type: ignore[call-arg]
+            project_dir=project.resolve(),
+            **{k: v for k, v in overrides.items() if v is not None},
+        )
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc), hint="see README 'Configuration'") from None
+    finally:
+        _toml_path.reset(token)
+    return settings
