@@ -1,0 +1,67 @@
+"""Finalize and export stage: chapter markdown files and the manuscript.
+
+Files are written atomically and only when their content changed, so re-running a
+finished project leaves every file (and its mtime) as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from core.content import ContentRef
+from core.runtime import runtime
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Atomically write `text` to `path` unless it already holds exactly that; True if written."""
+    data = text.encode("utf-8")
+    if path.exists() and path.read_bytes() == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def chapter_path(project_dir: Path, number: int) -> Path:
+    return project_dir / "chapters" / f"chapter_{number:03d}.md"
+
+
+def chapter_markdown(number: int, title: str, text: str) -> str:
+    return f"# Chapter {number}: {title}\n\n{text.strip()}\n"
+
+
+@task(name="finalize_chapter", cache_policy=NO_CACHE, persist_result=False)
+def finalize_chapter(number: int, title: str, chapter_text: ContentRef) -> str:
+    """Write `chapters/chapter_NNN.md`; returns its path."""
+    rt = runtime()
+    path = chapter_path(rt.settings.project_dir, number)
+    write_if_changed(path, chapter_markdown(number, title, rt.content.get_text(chapter_text)))
+    return str(path)
+
+
+@task(name="export_manuscript", cache_policy=NO_CACHE, persist_result=False)
+def export_manuscript(title: str, chapter_count: int) -> str:
+    """Concatenate finished chapters into `exports/manuscript.md`."""
+    rt = runtime()
+    parts = [f"# {title}\n"]
+    for number in range(1, chapter_count + 1):
+        path = chapter_path(rt.settings.project_dir, number)
+        if path.exists():
+            parts.append(path.read_text(encoding="utf-8").replace("# Chapter", "## Chapter", 1))
+    out = rt.settings.project_dir / "exports" / "manuscript.md"
+    write_if_changed(out, "\n".join(parts))
+    return str(out)

@@ -1,0 +1,24 @@
+"""Extraction stage: entities, relationships and status changes from one scene."""
+
+from __future__ import annotations
+
+from core.content import ContentRef
+from core.runtime import runtime
+from prompts import render_messages
+from prompts.knowledge.models import SceneExtraction
+from tasks.policy import cached_task
+
+
+@cached_task("extract_scene")
+def extract_scene(scene: ContentRef, chapter_number: int, scene_number: int, known_names: tuple[str, ...],
+                  llm: str) -> ContentRef:
+    rt = runtime()
+    text = rt.content.get_text(scene)
+    extraction = rt.gateway.structured(
+        "small",
+        render_messages("knowledge/extraction", scene_text=text, chapter_number=chapter_number,
+                        scene_number=scene_number, known_names=known_names),
+        SceneExtraction, purpose="extract_scene",
+    )
+    name = f"chapter_{chapter_number:03d}/scene_{scene_number:02d}_{scene.sha256[:12]}"
+    return rt.content.put_json("extracted", name, extraction)

@@ -1,0 +1,131 @@
+"""Initialization stage: character sheets, global outline, act outlines, chapter outlines,
+outline relationships. Each LLM step is a cached task returning a ContentRef."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger
+
+from core.content import ContentRef
+from core.runtime import runtime
+from prompts import render_messages
+from prompts.initialization.models import (
+    ActOutline,
+    ChapterOutline,
+    ChapterOutlines,
+    CharacterSheets,
+    GlobalOutline,
+    OutlineRelationships,
+)
+from tasks.policy import cached_task
+
+MAX_OUTLINE_CALLS_PER_ACT = 4
+
+
+def act_ranges(chapters: int, acts: int) -> list[tuple[int, int, int]]:
+    """Split chapters 1..N into `acts` contiguous ranges: (act, first, last)."""
+    acts = max(1, min(acts, chapters))
+    base, extra = divmod(chapters, acts)
+    ranges, first = [], 1
+    for act in range(1, acts + 1):
+        size = base + (1 if act <= extra else 0)
+        ranges.append((act, first, first + size - 1))
+        first += size
+    return ranges
+
+
+@cached_task("generate_character_sheets")
+def generate_character_sheets(premise: str, genre: str, count: int, llm: str) -> ContentRef:
+    rt = runtime()
+    sheets = rt.gateway.structured(
+        "large", render_messages("initialization/character_sheets", premise=premise, genre=genre, count=count),
+        CharacterSheets, purpose="character_sheets",
+    )
+    # Names are identities in the graph: drop repeats the model sometimes produces.
+    seen: set[str] = set()
+    unique = [c for c in sheets.characters if not (c.name.strip().lower() in seen or seen.add(c.name.strip().lower()))]
+    sheets = CharacterSheets(characters=unique)
+    get_run_logger().info("init: %d character sheets: %s", len(unique), ", ".join(c.name for c in unique))
+    return rt.content.put_json("character_sheets", "characters", sheets)
+
+
+@cached_task("generate_global_outline")
+def generate_global_outline(premise: str, genre: str, chapters: int, acts: int, characters: ContentRef, llm: str) -> ContentRef:
+    rt = runtime()
+    sheets = rt.content.get_model(characters, CharacterSheets)
+    outline = rt.gateway.structured(
+        "large",
+        render_messages("initialization/global_outline", premise=premise, genre=genre, chapters=chapters,
+                        acts=acts, characters=sheets.characters),
+        GlobalOutline, purpose="global_outline",
+    )
+    # Keep exactly `acts` acts numbered 1..acts so later stages can rely on it.
+    summaries = [a.summary for a in outline.acts][:acts]
+    while len(summaries) < acts:
+        summaries.append(outline.logline)
+    outline = outline.model_copy(update={"acts": [{"number": i + 1, "summary": s} for i, s in enumerate(summaries)]})
+    outline = GlobalOutline.model_validate(outline.model_dump())
+    get_run_logger().info("init: global outline %r with %d acts", outline.title, len(outline.acts))
+    return rt.content.put_json("global_outline", "outline", outline)
+
+
+@cached_task("generate_act_outline")
+def generate_act_outline(global_outline: ContentRef, act: int, first: int, last: int, llm: str) -> ContentRef:
+    rt = runtime()
+    outline = rt.content.get_model(global_outline, GlobalOutline)
+    act_outline = rt.gateway.structured(
+        "large",
+        render_messages("initialization/act_outline", outline=outline, act=outline.acts[act - 1],
+                        first_chapter=first, last_chapter=last),
+        ActOutline, purpose="act_outline",
+    )
+    return rt.content.put_json("act_outlines", f"act_{act:02d}", act_outline)
+
+
+@cached_task("generate_chapter_outlines")
+def generate_chapter_outlines(
+    global_outline: ContentRef, act_outline: ContentRef, act: int, first: int, last: int,
+    character_names: tuple[str, ...], llm: str,
+) -> ContentRef:
+    """Outline chapters first..last of one act; re-ask for any chapters the model skipped."""
+    rt = runtime()
+    outline = rt.content.get_model(global_outline, GlobalOutline)
+    act_model = rt.content.get_model(act_outline, ActOutline)
+    got: dict[int, ChapterOutline] = {}
+    for _ in range(MAX_OUTLINE_CALLS_PER_ACT):
+        missing = [n for n in range(first, last + 1) if n not in got]
+        if not missing:
+            break
+        answer = rt.gateway.structured(
+            "large",
+            render_messages("initialization/chapter_outlines", outline=outline, act=act_model, act_number=act,
+                            first_chapter=missing[0], last_chapter=missing[-1], character_names=character_names),
+            ChapterOutlines, purpose="chapter_outlines",
+        )
+        # Models number chapters unreliably: take them in order for the missing slots.
+        for slot, chapter in zip(missing, answer.chapters, strict=False):
+            got[slot] = chapter.model_copy(update={"number": slot})
+    if len(got) < last - first + 1:
+        from core.errors import LLMBadOutputError
+
+        raise LLMBadOutputError(
+            f"the model outlined {len(got)} of chapters {first}-{last} after {MAX_OUTLINE_CALLS_PER_ACT} requests",
+            hint="use a stronger model for the large tier",
+        )
+    result = ChapterOutlines(chapters=[got[n] for n in range(first, last + 1)])
+    return rt.content.put_json("chapter_outlines", f"act_{act:02d}", result)
+
+
+@cached_task("extract_outline_relationships")
+def extract_outline_relationships(
+    global_outline: ContentRef, chapter_outlines: tuple[ContentRef, ...], character_names: tuple[str, ...], llm: str
+) -> ContentRef:
+    rt = runtime()
+    outline = rt.content.get_model(global_outline, GlobalOutline)
+    chapters = [c for ref in chapter_outlines for c in rt.content.get_model(ref, ChapterOutlines).chapters]
+    rels = rt.gateway.structured(
+        "small",
+        render_messages("initialization/relationships", outline=outline, chapters=chapters,
+                        character_names=character_names),
+        OutlineRelationships, purpose="outline_relationships",
+    )
+    return rt.content.put_json("outline_relationships", "relationships", rels)
