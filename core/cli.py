@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -22,17 +23,24 @@ def setup_logging(verbose: bool = False) -> None:
 
 
 def configure_prefect(project_dir: Path) -> None:
-    """Point Prefect's result storage at the project and forward our loggers to the UI.
-
-    Must run before `prefect` is imported: Prefect reads these settings at import.
-    """
-    results = (project_dir / ".saga" / "prefect-results").resolve()
-    results.mkdir(parents=True, exist_ok=True)
-    os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(results)
+    """Environment defaults for Prefect in processes that have not imported it yet."""
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "skald")
-    # Prefect's own console handler prints flow/task logs; keep its level at INFO.
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+
+
+@contextmanager
+def project_prefect_settings(project_dir: Path) -> Iterator[None]:
+    """Persist task results (the resume cache) under `<project>/.saga/prefect-results`.
+
+    A context manager, not an environment variable: Prefect reads the environment once at
+    import, and a served deployment runs many projects in one process.
+    """
+    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+
+    results = (project_dir / ".saga" / "prefect-results").resolve()
+    results.mkdir(parents=True, exist_ok=True)
+    with temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: str(results)}):
+        yield
 
 
 def one_line(exc: BaseException) -> str:

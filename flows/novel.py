@@ -1,0 +1,270 @@
+"""`python -m flows.novel`: write a novel. Initialization once, then the chapter loop.
+
+Every step is a Prefect task whose result is cached on disk under `<project>/.saga/`, so
+running the same command again repeats no finished LLM call, and running it with a
+larger `--chapters` continues from the last finished chapter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from pydantic import BaseModel, Field
+
+from core.cli import project_prefect_settings, run_main, setup_logging
+from core.errors import InvalidInputError
+from core.runtime import Runtime, runtime, set_runtime
+from core.settings import Settings, load_settings
+from flows.chapter import BookInfo, ChapterResult, chapter_flow
+from prompts.initialization.models import ChapterOutline, ChapterOutlines, CharacterSheets, GlobalOutline
+from tasks.commit import commit_initialization
+from tasks.export import export_manuscript
+from tasks.initialization import (
+    act_ranges,
+    extract_outline_relationships,
+    generate_act_outline,
+    generate_chapter_outlines,
+    generate_character_sheets,
+    generate_global_outline,
+)
+from tasks.persist import InitArtifacts, persist_initialization_files, run_initialization_parsers
+
+PROJECT_FILE = "project.json"
+
+
+class ProjectSpec(BaseModel):
+    """What a project was started with; fixed for its lifetime so caches stay valid."""
+
+    premise: str = Field(min_length=1, max_length=20_000)
+    genre: str = Field(min_length=1, max_length=200)
+    initial_chapters: int = Field(ge=1)
+    acts: int = Field(ge=1, le=10)
+    characters: int = Field(ge=1, le=20)
+
+
+class NovelReport(BaseModel):
+    title: str
+    chapters: list[ChapterResult]
+    manuscript: str
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    seconds_by_phase: dict[str, float]
+
+
+def resolve_project(project_dir: Path, premise: str | None, genre: str | None, chapters: int, acts: int,
+                    characters: int) -> ProjectSpec:
+    """Load the stored project spec, or create it on the first run; reject contradictions."""
+    path = project_dir / ".saga" / PROJECT_FILE
+    if path.exists():
+        try:
+            spec = ProjectSpec.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise InvalidInputError(f"{path} is corrupted: {exc}", hint="restore it or start a new --project-dir") from None
+        if premise is not None and premise.strip() != spec.premise:
+            raise InvalidInputError(f"{project_dir} was started with a different premise",
+                                    hint="omit --premise to continue it, or use a new --project-dir")
+        return spec
+    if premise is None or not premise.strip():
+        raise InvalidInputError("a new project needs a premise", hint="pass --premise TEXT or --premise-file FILE")
+    spec = ProjectSpec(premise=premise.strip(), genre=(genre or "literary fiction").strip(),
+                       initial_chapters=chapters, acts=min(acts, chapters), characters=characters)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(spec.model_dump_json(indent=2), encoding="utf-8")
+    tmp.replace(path)
+    return spec
+
+
+@flow(name="initialization", log_prints=True)
+def initialization_flow(spec: ProjectSpec) -> InitArtifacts:
+    """Character sheets -> global outline -> act outlines -> chapter outlines ->
+    outline relationships -> commit to graph -> persist files -> parse them back."""
+    rt = runtime()
+    large, small = rt.llm_fingerprint("large"), rt.llm_fingerprint("small")
+    characters = generate_character_sheets(spec.premise, spec.genre, spec.characters, large)
+    names = tuple(c.name for c in rt.content.get_model(characters, CharacterSheets).characters)
+    outline = generate_global_outline(spec.premise, spec.genre, spec.initial_chapters, spec.acts, characters, large)
+    acts, chapter_sets = [], []
+    for act, first, last in act_ranges(spec.initial_chapters, spec.acts):
+        act_ref = generate_act_outline(outline, act, first, last, large)
+        acts.append(act_ref)
+        chapter_sets.append(generate_chapter_outlines(outline, act_ref, act, first, last, names, large))
+    relationships = extract_outline_relationships(outline, tuple(chapter_sets), names, small)
+    artifacts = InitArtifacts(characters=characters, global_outline=outline, act_outlines=tuple(acts),
+                              chapter_outlines=tuple(chapter_sets), relationships=relationships)
+    commit_initialization(artifacts)
+    persist_initialization_files(artifacts)
+    run_initialization_parsers(spec.initial_chapters)
+    return artifacts
+
+
+def chapter_outlines_for(artifacts: InitArtifacts, spec: ProjectSpec, chapters: int) -> list[ChapterOutline]:
+    """The outlines of chapters 1..chapters; chapters past the initial plan extend the last act."""
+    rt = runtime()
+    outlines = [c for ref in artifacts.chapter_outlines for c in rt.content.get_model(ref, ChapterOutlines).chapters]
+    if chapters > len(outlines):
+        names = tuple(c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters)
+        extra = generate_chapter_outlines(artifacts.global_outline, artifacts.act_outlines[-1], len(artifacts.act_outlines),
+                                          len(outlines) + 1, chapters, names, rt.llm_fingerprint("large"))
+        outlines += rt.content.get_model(extra, ChapterOutlines).chapters
+    return outlines[:chapters]
+
+
+@flow(name="novel", log_prints=True)
+def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_chapter: int) -> NovelReport:
+    """The main job: initialization once, then chapters 1..`chapters` (finished ones replay from cache)."""
+    with project_prefect_settings(Path(project_dir)):
+        rt = _runtime_for(project_dir)
+        log = get_run_logger()
+        phases: dict[str, float] = {}
+        started = time.monotonic()
+        artifacts = initialization_flow(spec)
+        phases["initialization"] = time.monotonic() - started
+        outline = rt.content.get_model(artifacts.global_outline, GlobalOutline)
+        names = tuple(c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters)
+        book = BookInfo(title=outline.title, genre=spec.genre, character_names=names, scenes_per_chapter=scenes_per_chapter)
+        results: list[ChapterResult] = []
+        for chapter in chapter_outlines_for(artifacts, spec, chapters):
+            log.info("chapter %d/%d: %s", chapter.number, chapters, chapter.title)
+            chapter_started = time.monotonic()
+            results.append(chapter_flow(book, chapter))
+            phases[f"chapter {chapter.number}"] = time.monotonic() - chapter_started
+            if chapter.number % rt.settings.limits.qa_every == 0:
+                maintenance_started = time.monotonic()
+                _run_maintenance(project_dir, chapter.number)
+                phases[f"maintenance after {chapter.number}"] = time.monotonic() - maintenance_started
+        manuscript = export_manuscript(outline.title, chapters)
+        report = _report(rt, outline.title, results, manuscript, phases)
+        _publish_artifacts(report)
+        return report
+
+
+def _runtime_for(project_dir: str) -> Runtime:
+    """The CLI sets the runtime up front; a deployment run builds it from the project dir."""
+    try:
+        rt = runtime()
+        if rt.settings.project_dir == Path(project_dir).resolve():
+            return rt
+    except RuntimeError:
+        pass
+    return set_runtime(Runtime(load_settings(project_dir)))
+
+
+def _run_maintenance(project_dir: str, chapter: int) -> None:
+    """Healing and QA are best effort: a failure is logged, never fatal (spec 001 section 7)."""
+    log = get_run_logger()
+    try:
+        from flows.maintenance import heal_flow, qa_flow
+    except ImportError:
+        log.info("maintenance flows are not installed; skipping healing/QA after chapter %d", chapter)
+        return
+    for maintenance in (heal_flow, qa_flow):
+        try:
+            maintenance(project_dir)
+        except Exception as exc:  # graceful degradation: keep writing
+            log.warning("%s after chapter %d failed (continuing): %s", maintenance.name, chapter, exc)
+
+
+def _report(rt: Runtime, title: str, results: list[ChapterResult], manuscript: str,
+            phases: dict[str, float]) -> NovelReport:
+    records = rt.gateway.records
+    runs = rt.settings.saga_dir / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    if records:
+        rt.gateway.write_records(runs / f"llm_calls_{rt.run_id}.parquet")
+    return NovelReport(
+        title=title, chapters=results, manuscript=manuscript, llm_calls=len(records),
+        prompt_tokens=sum(r.prompt_tokens for r in records), completion_tokens=sum(r.completion_tokens for r in records),
+        seconds_by_phase={k: round(v, 2) for k, v in phases.items()},
+    )
+
+
+def _publish_artifacts(report: NovelReport) -> None:
+    """Chapter markdown, a quality table and a run summary in the Prefect UI."""
+    for chapter in report.chapters:
+        create_markdown_artifact(key=f"chapter-{chapter.number:03d}",
+                                 markdown=Path(chapter.path).read_text(encoding="utf-8"),
+                                 description=f"Chapter {chapter.number}: {chapter.title}")
+    create_table_artifact(
+        key="chapter-quality",
+        table=[{"chapter": c.number, "title": c.title, "iterations": c.iterations, **{
+            k: round(v, 2) for k, v in c.scores.model_dump(exclude={"feedback"}).items()}, "problems": len(c.problems)}
+            for c in report.chapters],
+        description="Quality scores per chapter (0-1) from the validation stage",
+    )
+    lines = [f"# Run summary: {report.title}", "", f"- chapters: {len(report.chapters)}",
+             f"- LLM calls this run: {report.llm_calls} (cached steps make none)",
+             f"- tokens: {report.prompt_tokens} prompt, {report.completion_tokens} completion",
+             f"- manuscript: `{report.manuscript}`", "", "| phase | seconds |", "|---|---|"]
+    lines += [f"| {phase} | {seconds:.1f} |" for phase, seconds in report.seconds_by_phase.items()]
+    create_markdown_artifact(key="run-summary", markdown="\n".join(lines), description="tokens, calls, time per phase")
+
+
+def preflight(rt: Runtime) -> None:
+    """Fail fast, with one line, when the graph or the LLM endpoint is unreachable."""
+    rt.graph.ensure_schema()
+    rt.gateway.check_endpoint("large")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.novel",
+        description="Write a novel with LLMs, keeping the story world in a knowledge graph. "
+        "Re-running resumes from cached steps; a larger --chapters continues the book.",
+    )
+    parser.add_argument("--project-dir", type=Path, required=True, help="where chapters/, outline/, .saga/ ... live")
+    premise = parser.add_mutually_exclusive_group()
+    premise.add_argument("--premise", help="the story premise (required for a new project)")
+    premise.add_argument("--premise-file", type=Path, help="read the premise from a text file")
+    parser.add_argument("--chapters", type=int, required=True, help="total chapters to have written (>= 1)")
+    parser.add_argument("--scenes-per-chapter", type=int, default=None,
+                        help="scenes per chapter (default: settings limits.scenes_per_chapter, 3)")
+    parser.add_argument("--genre", default=None, help="genre (new projects; default 'literary fiction')")
+    parser.add_argument("--acts", type=int, default=3, help="acts in the global outline (new projects)")
+    parser.add_argument("--characters", type=int, default=4, help="main characters to create (new projects)")
+    parser.add_argument("--config", type=Path, default=None, help="TOML settings file (default <project-dir>/skald.toml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.chapters < 1:
+        raise InvalidInputError(f"--chapters must be at least 1 (got {args.chapters})")
+    if args.scenes_per_chapter is not None and not 1 <= args.scenes_per_chapter <= 20:
+        raise InvalidInputError(f"--scenes-per-chapter must be between 1 and 20 (got {args.scenes_per_chapter})")
+    if args.premise_file is not None:
+        try:
+            args.premise = args.premise_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidInputError(f"cannot read --premise-file {args.premise_file}: {exc}") from None
+    setup_logging(args.verbose)
+    overrides = {}
+    settings = load_settings(args.project_dir, args.config)
+    if args.scenes_per_chapter is not None:
+        overrides["limits"] = settings.limits.model_copy(update={"scenes_per_chapter": args.scenes_per_chapter})
+        settings = settings.model_copy(update=overrides)
+    settings.project_dir.mkdir(parents=True, exist_ok=True)
+    spec = resolve_project(settings.project_dir, args.premise, args.genre, args.chapters, args.acts, args.characters)
+    rt = set_runtime(Runtime(settings))
+    try:
+        preflight(rt)
+        started = time.monotonic()
+        report = novel_flow(str(settings.project_dir), spec, args.chapters, settings.limits.scenes_per_chapter)
+        print(json.dumps({"title": report.title, "chapters": len(report.chapters), "manuscript": report.manuscript,
+                          "llm_calls": report.llm_calls, "seconds": round(time.monotonic() - started, 1)}))
+    finally:
+        rt.close()
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main, "novel", sys.argv[1:])

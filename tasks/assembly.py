@@ -1,0 +1,18 @@
+"""Assembly stage: scene drafts joined into the chapter text."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from core.content import ContentRef
+from core.runtime import runtime
+
+SCENE_BREAK = "\n\n* * *\n\n"
+
+
+@task(name="assemble_chapter", cache_policy=NO_CACHE, persist_result=False)
+def assemble_chapter(number: int, iteration: int, scenes: tuple[ContentRef, ...]) -> ContentRef:
+    rt = runtime()
+    text = SCENE_BREAK.join(rt.content.get_text(ref).strip() for ref in scenes)
+    return rt.content.put_text("drafts", f"chapter_{number:03d}/iter_{iteration}", text)
