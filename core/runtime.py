@@ -59,6 +59,9 @@ class Runtime:
         models = ",".join(c.model for c in tier_settings.models) or self.settings.default_model
         return f"{self.settings.openai_base_url or 'local'}|{tier}|{models}|{tier_settings.temperature}"
 
+    def embedding_fingerprint(self) -> str:
+        return f"{self.settings.embedding_base_url or 'local'}|{self.settings.embedding_model}"
+
     def close(self) -> None:
         with self._lock:
             if self._graph is not None:

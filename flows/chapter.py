@@ -17,7 +17,13 @@ from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import ScenePlan
 from prompts.validation.models import QualityScores
 from tasks.assembly import assemble_chapter
-from tasks.commit import chapter_commit_state, commit_chapter, rollback_chapter, store_chapter_summary
+from tasks.commit import (
+    chapter_commit_state,
+    commit_accepted_chapter,
+    commit_chapter,
+    rollback_chapter,
+    store_chapter_summary,
+)
 from tasks.consolidation import build_chapter_delta
 from tasks.drafting import draft_scene
 from tasks.embedding import embed_texts
@@ -28,7 +34,7 @@ from tasks.planning import plan_scenes
 from tasks.retrieval import retrieve_context
 from tasks.revision import revision_guidance
 from tasks.summarization import summarize_chapter
-from tasks.validation import validate_consistency
+from tasks.validation import revision_needed, validate_consistency
 
 PREVIOUS_SCENE_TAIL_CHARS = 600
 
@@ -83,24 +89,19 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline) -> ChapterResult:
         ]
         extractions = [future.result() for future in futures]
         texts = tuple(rt.content.get_text(d) for d in drafts)
-        embeddings = embed_texts(f"chapter_{number:03d}/iter_{iteration}/scenes", texts, rt.llm_fingerprint("embed"))
+        embeddings = embed_texts(f"chapter_{number:03d}/iter_{iteration}/scenes", texts, rt.embedding_fingerprint())
         chapter_text = assemble_chapter(number, iteration, tuple(drafts))
         delta = build_chapter_delta(number, outline.title, iteration, plan_ref, tuple(drafts), tuple(extractions),
                                     embeddings, chapter_text)
-        # A later iteration already committed means this one was rejected on an earlier run:
-        # its decisions are cached, so replay them without touching the graph.
-        replaying_rejected = committed is not None and committed.iteration > iteration
-        if not replaying_rejected:
-            commit_chapter(delta)
+        outcome = commit_chapter(delta, committed)
         problems = validate_consistency(delta)
         scores = evaluate_quality(book.title, book.genre, number, outline.summary, chapter_text,
                                   rt.llm_fingerprint("medium"))
-        blocking = [p.message for p in problems if p.severity == "error"]
-        needs_revision = scores.mean < limits.revision_threshold or bool(blocking)
+        needs_revision = revision_needed(scores, problems, limits.revision_threshold)
         if needs_revision and iteration < limits.max_iterations:
-            log.warning("chapter %d: revision needed (mean quality %.2f, %d blocking problems)", number,
-                        scores.mean, len(blocking))
-            if not replaying_rejected:
+            log.warning("chapter %d: revision needed (mean quality %.2f, %d problems)", number, scores.mean,
+                        len(problems))
+            if outcome != "deferred":
                 rollback_chapter(number)
             guidance = revision_guidance(number, outline.summary, scores, tuple(p.message for p in problems),
                                          rt.llm_fingerprint("medium")).guidance
@@ -108,6 +109,8 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline) -> ChapterResult:
         if needs_revision:
             log.warning("chapter %d: still below threshold after %d iterations; keeping the last draft",
                         number, iteration)
+        if outcome == "deferred":
+            commit_accepted_chapter(delta)
         break
     summary = summarize_chapter(number, outline.title, chapter_text, rt.llm_fingerprint("small"))
     store_chapter_summary(number, summary)

@@ -100,7 +100,7 @@ def initialization_flow(spec: ProjectSpec) -> InitArtifacts:
     relationships = extract_outline_relationships(outline, tuple(chapter_sets), names, small)
     artifacts = InitArtifacts(characters=characters, global_outline=outline, act_outlines=tuple(acts),
                               chapter_outlines=tuple(chapter_sets), relationships=relationships)
-    commit_initialization(artifacts)
+    commit_initialization(artifacts, spec.genre)
     persist_initialization_files(artifacts)
     run_initialization_parsers(spec.initial_chapters)
     return artifacts

@@ -1,0 +1,134 @@
+"""Consolidation stage: per-scene extractions -> one normalized chapter delta.
+
+Merges entities named in several scenes (keeping every scene as a provenance source),
+normalizes relationship types into the graph vocabulary (kg.models does the mapping;
+unknown types become RELATES_TO with the raw text kept), drops self-loops and repeats,
+and attaches scene and chapter embeddings.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from core.content import ContentRef
+from core.runtime import runtime
+from kg import vocabulary as vocab
+from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
+from prompts.initialization.models import CharacterSheets, GlobalOutline, OutlineRelationships
+from prompts.knowledge.models import SceneExtraction
+from prompts.narrative.models import ScenePlan
+
+# Extraction kinds that are not graph labels by the same name.
+KIND_TO_LABEL = {"Organization": "Faction"}
+EXTRACTION_CONFIDENCE = 0.6
+
+
+def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple[list[Entity], list[Relationship],
+                                                                               list[StatusChange]]:
+    """Pure merge of scene extractions (scene numbers start at 1)."""
+    entities: dict[str, Entity] = {}
+    for scene_number, extraction in enumerate(extractions, start=1):
+        for found in extraction.entities:
+            name = found.name.strip()
+            if not name:
+                continue
+            key = vocab.normalize_name(name)
+            source = EntitySource(type="extraction", chapter=chapter, scene=scene_number, original_name=found.name,
+                                  confidence=EXTRACTION_CONFIDENCE)
+            if key in entities:
+                known = entities[key]
+                traits = known.traits + [t for t in found.traits if t.lower() not in {x.lower() for x in known.traits}]
+                description = known.description if len(known.description) >= len(found.description) else found.description
+                entities[key] = known.model_copy(update={"traits": traits, "description": description,
+                                                         "sources": [*known.sources, source]})
+            else:
+                entities[key] = Entity(label=KIND_TO_LABEL.get(found.kind, found.kind), name=name,
+                                       description=found.description, traits=list(dict.fromkeys(found.traits)),
+                                       sources=[source])
+    relationships: dict[tuple[str, str, str], Relationship] = {}
+    for scene_number, extraction in enumerate(extractions, start=1):
+        for rel in extraction.relationships:
+            source, target = rel.source.strip(), rel.target.strip()
+            if not source or not target or vocab.normalize_name(source) == vocab.normalize_name(target):
+                continue
+            normalized = Relationship(source=source, target=target, type=rel.type, chapter=chapter,
+                                      scene=scene_number, description=rel.description)
+            key = (vocab.normalize_name(source), normalized.type, vocab.normalize_name(target))
+            relationships.setdefault(key, normalized)
+    statuses: dict[str, StatusChange] = {}
+    for extraction in extractions:
+        for change in extraction.status_changes:
+            if change.name.strip():
+                statuses[vocab.normalize_name(change.name)] = StatusChange(entity=change.name.strip(),
+                                                                           status=change.status, chapter=chapter)
+    return list(entities.values()), list(relationships.values()), list(statuses.values())
+
+
+@task(name="consolidate_extraction", cache_policy=NO_CACHE, persist_result=False)
+def build_chapter_delta(
+    number: int, title: str, iteration: int, plan: ContentRef, scenes: tuple[ContentRef, ...],
+    extractions: tuple[ContentRef, ...], embeddings: ContentRef, chapter_text: ContentRef,
+) -> ContentRef:
+    """Consolidate, normalize and embed: the chapter's graph delta, stored as content."""
+    rt = runtime()
+    store = rt.content
+    scene_plan = store.get_model(plan, ScenePlan)
+    entities, relationships, statuses = merge_extractions(
+        number, [store.get_model(ref, SceneExtraction) for ref in extractions]
+    )
+    vectors = store.get_array(embeddings).astype(np.float32)
+    chapter_vector = vectors.mean(axis=0)
+    chapter_vector /= max(float(np.linalg.norm(chapter_vector)), 1e-12)
+    scene_deltas = [
+        SceneDelta(index=index, title=detail.title, summary="; ".join(detail.beats), text_ref=ref.path,
+                   text_sha=ref.sha256, location=detail.setting or None, characters=list(detail.characters),
+                   embedding=[round(float(x), 6) for x in vector])
+        for index, (detail, ref, vector) in enumerate(zip(scene_plan.scenes, scenes, vectors, strict=True), start=1)
+    ]
+    delta = ChapterDelta(
+        chapter=number, title=title, text_ref=chapter_text.path, text_sha=chapter_text.sha256,
+        embedding=[round(float(x), 6) for x in chapter_vector], entities=entities, relationships=relationships,
+        status_changes=statuses, scenes=scene_deltas,
+        novel_info=None,
+    )
+    return store.put_json("deltas", f"chapter_{number:03d}/iter_{iteration}", delta)
+
+
+def initialization_delta(characters: CharacterSheets, outline: GlobalOutline, world: OutlineRelationships,
+                         genre: str) -> ChapterDelta:
+    """The initialization phase as chapter 0: canonical (non-provisional) outline entities."""
+    source = EntitySource(type="outline", chapter=0, confidence=1.0)
+    entities = [
+        Entity(label="Character", name=c.name, description=c.description, traits=list(dict.fromkeys(c.traits)),
+               attributes={"role": c.role, "motivation": c.motivation, "backstory": c.backstory},
+               sources=[source.model_copy(update={"original_name": c.name})], is_provisional=False, first_chapter=0,
+               status_intervals=[{"status": "alive", "from_chapter": 0}])
+        for c in characters.characters
+    ]
+    known = {vocab.normalize_name(e.name) for e in entities}
+    for location in world.locations:
+        if location.name.strip() and vocab.normalize_name(location.name) not in known:
+            known.add(vocab.normalize_name(location.name))
+            entities.append(Entity(label="Location", name=location.name.strip(), description=location.description,
+                                   sources=[source.model_copy(update={"original_name": location.name})],
+                                   is_provisional=False, first_chapter=0))
+    relationships = []
+    seen: set[tuple[str, str, str]] = set()
+    for rel in world.relationships:
+        ends = (vocab.normalize_name(rel.source), vocab.normalize_name(rel.target))
+        if ends[0] == ends[1] or not all(ends):
+            continue
+        normalized = Relationship(source=rel.source, target=rel.target, type=rel.type, chapter=0,
+                                  description=rel.description)
+        key = (ends[0], normalized.type, ends[1])
+        if key not in seen:
+            seen.add(key)
+            relationships.append(normalized)
+    return ChapterDelta(
+        chapter=0, title=outline.title, summary=outline.logline, source_type="outline", entities=entities,
+        relationships=relationships,
+        novel_info={"title": outline.title, "logline": outline.logline, "setting": outline.setting,
+                    "genre": genre, "themes": list(outline.themes)},
+    )
