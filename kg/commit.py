@@ -1,0 +1,678 @@
+"""Atomic chapter commits with a change-set, and exact rollback.
+
+Both run inside ONE managed write transaction (`commit_chapter_tx`, `rollback_tx` are
+transaction functions for `session.execute_write`), so a crash, a kill or a failed
+statement leaves the graph exactly as before, and the driver's retry of transient errors
+(ArcadeDB reports DeadlockDetected under concurrency) re-runs the whole function.
+
+A commit is planned in Python from the pre-state it reads in the same transaction:
+
+1. read every node the delta may touch (by explicit id, derived id, name and alias keys),
+2. resolve each reference (id, then name/alias match, then derived id; otherwise a new
+   provisional entity), merge the delta into full property maps,
+3. write with a handful of `UNWIND $rows` statements grouped by label / type,
+4. store a `ChangeSet` node holding what was created and the previous property maps of
+   everything updated.
+
+Rollback replays a change-set backwards: delete what it created, `SET n = $previous` on
+what it updated (which also removes properties that did not exist before). Statements go
+through `GraphOps`, whose per-row subclass in bench/graph_commit.py runs the same plan one
+statement per row for comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from neo4j import ManagedTransaction
+
+from kg import cypher
+from kg import vocabulary as vocab
+from kg.errors import ChapterConflictError, ChapterNotCommittedError, RollbackOrderError
+from kg.models import (
+    AttrValue,
+    ChapterDelta,
+    CommitResult,
+    Entity,
+    EntitySource,
+    RollbackResult,
+    StatusInterval,
+)
+from kg.records import (
+    CORE_FIELDS,
+    canonical_json,
+    decode_props,
+    encode_props,
+    entity_from_props,
+    entity_props,
+    name_rows,
+)
+
+NOVEL_INFO_ID = "novel"
+_LABEL_ORDER = {label: i for i, label in enumerate(vocab.ENTITY_LABELS)}
+_CONFIRMING_SOURCES = frozenset({"user", "outline"})
+
+
+def chapter_id(chapter: int) -> str:
+    return f"chapter:{chapter}"
+
+
+def scene_id(chapter: int, index: int) -> str:
+    return f"scene:{chapter}:{index}"
+
+
+def changeset_id(chapter: int) -> str:
+    return f"changeset:{chapter}"
+
+
+# --- Statement execution ------------------------------------------------------------------
+
+
+class GraphOps:
+    """The statements a commit or rollback needs, batched with UNWIND."""
+
+    #: rows per UNWIND statement: keeps Bolt messages moderate on very large chapters.
+    chunk = 5000
+
+    @staticmethod
+    def rows(tx: ManagedTransaction, query: str, **params: Any) -> list[dict[str, Any]]:
+        return [record.data() for record in tx.run(query, **params)]
+
+    @staticmethod
+    def run(tx: ManagedTransaction, query: str, **params: Any) -> None:
+        tx.run(query, **params).consume()
+
+    def _chunks(self, items: list[Any]) -> list[list[Any]]:
+        return [items[i : i + self.chunk] for i in range(0, len(items), self.chunk)]
+
+    # reads
+    def read_changesets(self, tx: ManagedTransaction) -> list[dict[str, Any]]:
+        return self.rows(tx, cypher.READ_CHANGESETS)
+
+    def read_changeset_props(self, tx: ManagedTransaction, chapters: list[int]) -> dict[int, dict[str, Any]]:
+        found = self.rows(tx, cypher.READ_CHANGESET_PROPS, chapters=chapters)
+        return {row["props"]["chapter"]: row["props"] for row in found}
+
+    def read_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        for part in self._chunks(ids):
+            for row in self.rows(tx, cypher.read_nodes(label), ids=part):
+                found[row["id"]] = row["props"]
+        return found
+
+    def read_names(self, tx: ManagedTransaction, keys: list[str]) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for part in self._chunks(keys):
+            found += self.rows(tx, cypher.READ_NAMES, keys=part)
+        return found
+
+    def read_rels(self, tx: ManagedTransaction, keys_by_type: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+        types = tuple(sorted(t for t, keys in keys_by_type.items() if keys))
+        if not types:
+            return {}
+        params = {f"k{i}": keys_by_type[t] for i, t in enumerate(types)}
+        return {row["key"]: row["props"] for row in self.rows(tx, cypher.read_rels_by_key(types), **params)}
+
+    # writes
+    def create_nodes(self, tx: ManagedTransaction, labels: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+        for part in self._chunks(rows):
+            self.run(tx, cypher.create_nodes(labels), rows=part)
+
+    def update_nodes(self, tx: ManagedTransaction, label: str, rows: list[dict[str, Any]]) -> None:
+        for part in self._chunks(rows):
+            self.run(tx, cypher.update_nodes(label), rows=part)
+
+    def delete_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> None:
+        for part in self._chunks(ids):
+            self.run(tx, cypher.delete_nodes(label), ids=part)
+
+    def create_rels(self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]) -> None:
+        for part in self._chunks(rows):
+            self.run(tx, cypher.create_rels(*group), rows=part)
+
+    def update_rels(self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]) -> None:
+        for part in self._chunks(rows):
+            self.run(tx, cypher.update_rels(*group), rows=part)
+
+    def delete_rels(self, tx: ManagedTransaction, rel_type: str, keys: list[str]) -> None:
+        for part in self._chunks(keys):
+            self.run(tx, cypher.delete_rels(rel_type), keys=part)
+
+    def create_names(self, tx: ManagedTransaction, rows: list[dict[str, Any]]) -> None:
+        for part in self._chunks(rows):
+            self.run(tx, cypher.CREATE_NAMES, rows=part)
+
+    def delete_names(self, tx: ManagedTransaction, rows: list[dict[str, Any]]) -> None:
+        for part in self._chunks(rows):
+            self.run(tx, cypher.DELETE_NAMES, rows=part)
+
+    def delete_names_of(self, tx: ManagedTransaction, entity_ids: list[str]) -> None:
+        for part in self._chunks(entity_ids):
+            self.run(tx, cypher.DELETE_NAMES_OF, ids=part)
+
+    def create_changeset(self, tx: ManagedTransaction, props: dict[str, Any]) -> None:
+        self.run(tx, cypher.CREATE_CHANGESET, props=props)
+
+    def delete_changeset(self, tx: ManagedTransaction, chapter: int) -> None:
+        self.run(tx, cypher.DELETE_CHANGESET, chapter=chapter)
+
+
+# --- Planning -----------------------------------------------------------------------------
+
+
+@dataclass
+class NodeWrite:
+    lookup: str  # label carrying the `id` uniqueness constraint
+    labels: tuple[str, ...]
+    id: str
+    props: dict[str, Any]
+    before: dict[str, Any] | None  # None: the node is created by this commit
+
+
+@dataclass
+class RelWrite:
+    type: str
+    src: tuple[str, str]  # (lookup label, id)
+    tgt: tuple[str, str]
+    key: str
+    props: dict[str, Any]
+    before: dict[str, Any] | None = None
+
+
+def _unique(items: list[Any]) -> list[Any]:
+    seen: dict[Any, None] = {}
+    for item in items:
+        seen.setdefault(item, None)
+    return list(seen)
+
+
+def _min(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def _max(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+class _Planner:
+    def __init__(self, tx: ManagedTransaction, delta: ChapterDelta, ops: GraphOps) -> None:
+        self.tx, self.delta, self.ops = tx, delta, ops
+        self.chapter = delta.chapter
+        self.existing: dict[str, dict[str, Any]] = {}  # entity id -> pre-commit properties
+        self.graph_names: dict[str, list[tuple[str, str, str]]] = defaultdict(list)  # key -> (id, kind, label)
+        self.local_names: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+        self.work: dict[str, Entity] = {}  # touched entity id -> its state after this commit
+        self.resolved: dict[str, str] = {}
+
+    # -- reading the pre-state
+    def prefetch(self) -> None:
+        ids: set[str] = set()
+        keys: set[str] = set()
+        for e in self.delta.entities:
+            if e.id:
+                ids.add(e.id)
+            ids.add(vocab.entity_id(e.label, e.name))
+            keys.update(vocab.name_key(n) for n in (e.name, *e.aliases))
+        refs: list[tuple[str, str | None, str]] = []
+        for r in self.delta.relationships:
+            hint_src, hint_tgt = vocab.endpoint_hint(r.type)
+            refs += [(r.source, r.source_label, hint_src), (r.target, r.target_label, hint_tgt)]
+        refs += [(u.entity, u.label, "Character") for u in self.delta.property_updates]
+        refs += [(s.entity, s.label, "Character") for s in self.delta.status_changes]
+        for ref, label, hint in refs:
+            ids.update((ref, vocab.entity_id(label or hint, ref)))
+            keys.add(vocab.name_key(ref))
+        self.existing = self.ops.read_nodes(self.tx, vocab.ENTITY, sorted(ids))
+        for row in self.ops.read_names(self.tx, sorted(keys)):
+            self.graph_names[row["key"]].append((row["entity_id"], row["kind"], row["label"]))
+        missing = {eid for rows in self.graph_names.values() for eid, _, _ in rows} - self.existing.keys()
+        if missing:
+            self.existing.update(self.ops.read_nodes(self.tx, vocab.ENTITY, sorted(missing)))
+
+    # -- resolution
+    def _provisional(self, eid: str) -> bool:
+        if eid in self.work:
+            return bool(self.work[eid].is_provisional)
+        return bool(self.existing.get(eid, {}).get("is_provisional", False))
+
+    def _match(self, keys: list[str], label: str | None) -> str | None:
+        """Best entity whose name or alias key is one of `keys` (the first is the name)."""
+        best: tuple[Any, ...] | None = None
+        for position, key in enumerate(keys):
+            for eid, kind, found_label in (*self.local_names.get(key, ()), *self.graph_names.get(key, ())):
+                if label is not None and found_label != label:
+                    continue
+                if eid not in self.work and eid not in self.existing:
+                    continue  # a stale lookup node: its entity is gone
+                exact = position == 0 and kind == "name"
+                rank = (
+                    0 if exact else 1,
+                    _LABEL_ORDER.get(found_label, 99),
+                    1 if self._provisional(eid) else 0,
+                    eid,
+                )
+                if best is None or rank < best:
+                    best = rank
+        return None if best is None else str(best[-1])
+
+    def _register(self, eid: str, entity: Entity) -> None:
+        self.work[eid] = entity
+        self.local_names[vocab.name_key(entity.name)].append((eid, "name", entity.label))
+        for alias in entity.aliases:
+            self.local_names[vocab.name_key(alias)].append((eid, "alias", entity.label))
+
+    def _state(self, eid: str) -> Entity | None:
+        if eid in self.work:
+            return self.work[eid]
+        if eid in self.existing:
+            return entity_from_props(self.existing[eid])
+        return None
+
+    def _default_source(self, name: str) -> EntitySource:
+        return EntitySource(type=self.delta.source_type, chapter=self.chapter, original_name=name)
+
+    def _seen_in_chapter(self, entity: Entity) -> Entity:
+        return entity.model_copy(
+            update={
+                "first_chapter": _min(entity.first_chapter, self.chapter),
+                "last_chapter": _max(entity.last_chapter, self.chapter),
+            }
+        )
+
+    def resolve_ref(self, ref: str, label: str | None, hint: str) -> str:
+        """Entity id for a reference by id or name; unresolved ones become provisional."""
+        if ref in self.work or ref in self.existing:
+            eid = ref
+        else:
+            key = vocab.name_key(ref)
+            eid = self._match([key], label) or vocab.entity_id(label or hint, ref)
+        state = self._state(eid)
+        if state is None:
+            state = Entity(
+                id=eid,
+                label=label or hint,
+                name=ref,
+                sources=[self._default_source(ref)],
+                is_provisional=True,
+            )
+        self._register(eid, self._seen_in_chapter(state))
+        self.resolved.setdefault(ref, eid)
+        return eid
+
+    def add_entity(self, e: Entity) -> str:
+        keys = [vocab.name_key(n) for n in (e.name, *e.aliases)]
+        eid = e.id or self._match(keys, e.label) or vocab.entity_id(e.label, e.name)
+        state = self._state(eid)
+        merged = self._new_entity(e, eid) if state is None else self._merge(state, e)
+        self._register(eid, self._seen_in_chapter(merged))
+        self.resolved.setdefault(e.name, eid)
+        if e.id:
+            self.resolved.setdefault(e.id, eid)
+        return eid
+
+    def _new_entity(self, e: Entity, eid: str) -> Entity:
+        sources = e.sources or [self._default_source(e.name)]
+        provisional = e.is_provisional
+        if provisional is None:
+            provisional = not any(s.type in _CONFIRMING_SOURCES for s in sources)
+        return e.model_copy(
+            update={
+                "id": eid,
+                "sources": sources,
+                "is_provisional": provisional,
+                "aliases": _unique([a for a in e.aliases if a != e.name]),
+            }
+        )
+
+    def _merge(self, state: Entity, e: Entity) -> Entity:
+        new_sources = e.sources or [self._default_source(e.name)]
+        sources = list(state.sources) + [s for s in new_sources if s not in state.sources]
+        # The first name wins (user/outline names are committed first); others become aliases.
+        aliases = _unique([a for a in (*state.aliases, e.name, *e.aliases) if a != state.name])
+        description = state.description
+        confirmed_by_user = any(s.type == "user" for s in state.sources)
+        if e.description and (not description or not confirmed_by_user or any(s.type == "user" for s in e.sources)):
+            description = e.description
+        provisional = bool(state.is_provisional)
+        if e.is_provisional is False or any(s.type in _CONFIRMING_SOURCES for s in e.sources):
+            provisional = False
+        intervals = list(state.status_intervals) + [i for i in e.status_intervals if i not in state.status_intervals]
+        return state.model_copy(
+            update={
+                "aliases": aliases,
+                "description": description,
+                "traits": _unique([*state.traits, *e.traits]),
+                "attributes": {**state.attributes, **e.attributes},
+                "sources": sources,
+                "is_provisional": provisional,
+                "raw_label": state.raw_label or e.raw_label,
+                "first_chapter": _min(state.first_chapter, e.first_chapter),
+                "last_chapter": _max(state.last_chapter, e.last_chapter),
+                "status_intervals": sorted(intervals, key=lambda i: i.from_chapter),
+            }
+        )
+
+    def apply_changes(self, eid: str, changes: dict[str, AttrValue | None]) -> None:
+        entity = self.work[eid]
+        update: dict[str, Any] = {}
+        attributes = dict(entity.attributes)
+        for key, value in changes.items():
+            if key in CORE_FIELDS:
+                update[key] = value
+            elif value is None:
+                attributes.pop(key, None)
+            else:
+                attributes[key] = value
+        if "name" in update and update["name"] != entity.name:
+            # Keep the old name as an alias so references to it still resolve.
+            update.setdefault("aliases", entity.aliases)
+            update["aliases"] = [entity.name, *(update["aliases"] or [])]
+        for key, empty in (("aliases", []), ("traits", []), ("description", ""), ("is_provisional", False)):
+            if key in update and update[key] is None:
+                update[key] = empty
+        if "aliases" in update:
+            name = update.get("name", entity.name)
+            update["aliases"] = _unique([a for a in update["aliases"] if a != name])
+        update["attributes"] = attributes
+        # Validate the result as a whole: a bad core value fails the commit with a clear message.
+        self._register(eid, Entity.model_validate({**entity.model_dump(), **update}))
+
+    def apply_status(self, eid: str, status: str, chapter: int) -> None:
+        entity = self.work[eid]
+        if entity.status_as_of(chapter) == status:
+            return
+        later = [i.from_chapter for i in entity.status_intervals if i.from_chapter > chapter]
+        intervals: list[StatusInterval] = []
+        for interval in entity.status_intervals:
+            if interval.from_chapter == chapter:
+                continue  # superseded by the new status for the same chapter
+            if interval.from_chapter < chapter and (interval.to_chapter is None or interval.to_chapter >= chapter):
+                interval = interval.model_copy(update={"to_chapter": chapter - 1})
+            intervals.append(interval)
+        intervals.append(StatusInterval(status=status, from_chapter=chapter, to_chapter=min(later) - 1 if later else None))
+        intervals.sort(key=lambda i: i.from_chapter)
+        self._register(eid, entity.model_copy(update={"status_intervals": intervals}))
+
+    # -- the whole plan
+    def plan(self) -> tuple[list[NodeWrite], list[RelWrite], list[dict[str, Any]], list[dict[str, Any]]]:
+        d, ch = self.delta, self.chapter
+        self.prefetch()
+        for e in d.entities:
+            self.add_entity(e)
+        rels: dict[str, RelWrite] = {}
+        for r in d.relationships:
+            hint_src, hint_tgt = vocab.endpoint_hint(r.type)
+            src = self.resolve_ref(r.source, r.source_label, hint_src)
+            tgt = self.resolve_ref(r.target, r.target_label, hint_tgt)
+            rel_chapter = ch if r.chapter is None else r.chapter
+            key = vocab.rel_key(src, r.type, tgt, rel_chapter, r.raw_type)
+            props: dict[str, Any] = {
+                "key": key,
+                "chapter": rel_chapter,
+                "weight": r.weight,
+                "description": r.description,
+            }
+            for name in ("raw_type", "scene", "confidence"):
+                if getattr(r, name) is not None:
+                    props[name] = getattr(r, name)
+            # A repeated relationship in one delta is one fact: the last mention wins.
+            rels[key] = RelWrite(r.type, (vocab.ENTITY, src), (vocab.ENTITY, tgt), key, props)
+        for u in d.property_updates:
+            self.apply_changes(self.resolve_ref(u.entity, u.label, "Character"), u.changes)
+        for s in d.status_changes:
+            self.apply_status(self.resolve_ref(s.entity, s.label, "Character"), s.status, ch if s.chapter is None else s.chapter)
+
+        nodes: list[NodeWrite] = []
+        names_delete: list[dict[str, Any]] = []
+        names_create: list[dict[str, Any]] = []
+        for eid, entity in self.work.items():
+            props = entity_props(entity.model_copy(update={"id": eid}))
+            before = self.existing.get(eid)
+            if before == props:
+                continue
+            nodes.append(NodeWrite(vocab.ENTITY, (vocab.ENTITY, entity.label), eid, props, before))
+            old = {(r["entity_id"], r["key"]): r for r in name_rows(before)} if before else {}
+            new = {(r["entity_id"], r["key"]): r for r in name_rows(props)}
+            names_delete += [{"entity_id": k[0], "key": k[1]} for k, row in old.items() if new.get(k) != row]
+            names_create += [row for k, row in new.items() if old.get(k) != row]
+
+        nodes += self._infra_nodes()
+        cid = chapter_id(ch)
+        chapter_node = (vocab.CHAPTER, cid)
+        for scene in d.scenes:
+            sid = scene_id(ch, scene.index)
+            key = vocab.rel_key(cid, vocab.HAS_SCENE, sid, ch)
+            rels[key] = RelWrite(vocab.HAS_SCENE, chapter_node, (vocab.SCENE, sid), key, {"key": key, "chapter": ch})
+        for eid, entity in self.work.items():
+            key = vocab.rel_key(cid, vocab.MENTIONS, eid, ch)
+            rels[key] = RelWrite(vocab.MENTIONS, chapter_node, (vocab.ENTITY, eid), key, {"key": key, "chapter": ch})
+            if entity.label == "Character":
+                key = vocab.rel_key(eid, vocab.APPEARS_IN, cid, ch)
+                rels[key] = RelWrite(vocab.APPEARS_IN, (vocab.ENTITY, eid), chapter_node, key, {"key": key, "chapter": ch})
+
+        keys_by_type: dict[str, list[str]] = defaultdict(list)
+        for rel in rels.values():
+            keys_by_type[rel.type].append(rel.key)
+        existing_rels = self.ops.read_rels(self.tx, keys_by_type)
+        rel_writes = []
+        for rel in rels.values():
+            rel.before = existing_rels.get(rel.key)
+            if rel.before != rel.props:
+                rel_writes.append(rel)
+        return nodes, rel_writes, names_delete, names_create
+
+    def _infra_nodes(self) -> list[NodeWrite]:
+        d, ch = self.delta, self.chapter
+        cid = chapter_id(ch)
+        wanted: list[tuple[str, str, dict[str, Any]]] = []
+        chapter_props: dict[str, Any] = {
+            "id": cid,
+            "number": ch,
+            "title": d.title,
+            "summary": d.summary,
+            "scene_count": len(d.scenes),
+        }
+        for name in ("text_ref", "text_sha", "embedding"):
+            if getattr(d, name) is not None:
+                chapter_props[name] = getattr(d, name)
+        wanted.append((vocab.CHAPTER, cid, chapter_props))
+        for scene in d.scenes:
+            props = {
+                "id": scene_id(ch, scene.index),
+                "chapter": ch,
+                "index": scene.index,
+                "title": scene.title,
+                "summary": scene.summary,
+                "characters": list(scene.characters),
+            }
+            for name in ("text_ref", "text_sha", "location", "embedding"):
+                if getattr(scene, name) is not None:
+                    props[name] = getattr(scene, name)
+            wanted.append((vocab.SCENE, props["id"], props))
+        if d.novel_info is not None:
+            wanted.append((vocab.NOVEL_INFO, NOVEL_INFO_ID, {**d.novel_info, "id": NOVEL_INFO_ID}))
+
+        by_label: dict[str, list[str]] = defaultdict(list)
+        for label, nid, _ in wanted:
+            by_label[label].append(nid)
+        before_all: dict[tuple[str, str], dict[str, Any]] = {}
+        for label, ids in by_label.items():
+            for nid, props in self.ops.read_nodes(self.tx, label, ids).items():
+                before_all[(label, nid)] = props
+        writes = []
+        for label, nid, props in wanted:
+            before = before_all.get((label, nid))
+            # Infrastructure nodes may pre-exist (e.g. planned chapters): keep their other properties.
+            merged = {**before, **props} if before else props
+            if before != merged:
+                writes.append(NodeWrite(label, (label,), nid, merged, before))
+        return writes
+
+
+# --- Transaction functions ------------------------------------------------------------------
+
+
+def _group(items: list[Any], key: Any) -> dict[Any, list[Any]]:
+    groups: dict[Any, list[Any]] = defaultdict(list)
+    for item in items:
+        groups[key(item)].append(item)
+    return dict(sorted(groups.items()))
+
+
+def commit_chapter_tx(
+    tx: ManagedTransaction, delta: ChapterDelta, *, replace: bool = False, ops: GraphOps | None = None
+) -> CommitResult:
+    """Write a chapter delta and its change-set; see the module docstring."""
+    ops = ops or GraphOps()
+    started = time.perf_counter()
+    delta_hash = delta.delta_hash()
+    changesets = ops.read_changesets(tx)
+    current = next((c for c in changesets if c["chapter"] == delta.chapter), None)
+    replaced = False
+    if current is not None:
+        if current["delta_hash"] == delta_hash:
+            props = ops.read_changeset_props(tx, [delta.chapter])[delta.chapter]
+            return CommitResult(
+                chapter=delta.chapter,
+                seq=current["seq"],
+                delta_hash=delta_hash,
+                noop=True,
+                resolved=json.loads(props.get("resolved_json", "{}")),
+                seconds=time.perf_counter() - started,
+            )
+        if not replace:
+            raise ChapterConflictError(
+                f"chapter {delta.chapter} is already committed with a different delta",
+                hint="roll it back first (python -m kg rollback --chapter N) or commit with replace=True",
+            )
+        rollback_tx(tx, delta.chapter, cascade=False, ops=ops)
+        replaced = True
+        changesets = [c for c in changesets if c["chapter"] != delta.chapter]
+    seq = max((c["seq"] for c in changesets), default=0) + 1
+
+    planner = _Planner(tx, delta, ops)
+    nodes, rels, names_delete, names_create = planner.plan()
+
+    created = [n for n in nodes if n.before is None]
+    updated = [n for n in nodes if n.before is not None]
+    for labels, group in _group(created, lambda n: n.labels).items():
+        ops.create_nodes(tx, labels, [{"props": n.props} for n in group])
+    for lookup, group in _group(updated, lambda n: n.lookup).items():
+        ops.update_nodes(tx, lookup, [{"id": n.id, "props": n.props} for n in group])
+    if names_delete:
+        ops.delete_names(tx, names_delete)
+    if names_create:
+        ops.create_names(tx, names_create)
+    new_rels = [r for r in rels if r.before is None]
+    changed_rels = [r for r in rels if r.before is not None]
+    for group_key, group in _group(new_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
+        ops.create_rels(tx, group_key, [{"src": r.src[1], "tgt": r.tgt[1], "props": r.props} for r in group])
+    for group_key, group in _group(changed_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
+        rows = [{"src": r.src[1], "tgt": r.tgt[1], "key": r.key, "props": r.props} for r in group]
+        ops.update_rels(tx, group_key, rows)
+
+    provisional = sorted(n.id for n in created if n.lookup == vocab.ENTITY and n.props.get("is_provisional"))
+    ops.create_changeset(
+        tx,
+        {
+            "id": changeset_id(delta.chapter),
+            "chapter": delta.chapter,
+            "seq": seq,
+            "delta_hash": delta_hash,
+            "created_nodes_json": canonical_json([[n.lookup, n.id] for n in created]),
+            "updated_nodes_json": canonical_json([[n.lookup, n.id, encode_props(n.before or {})] for n in updated]),
+            "created_rels_json": canonical_json([[r.type, r.key] for r in new_rels]),
+            "updated_rels_json": canonical_json(
+                [[r.type, r.src[0], r.src[1], r.tgt[0], r.tgt[1], r.key, encode_props(r.before or {})] for r in changed_rels]
+            ),
+            "resolved_json": canonical_json(planner.resolved),
+            "created_node_count": len(created),
+            "updated_node_count": len(updated),
+            "created_rel_count": len(new_rels),
+            "updated_rel_count": len(changed_rels),
+        },
+    )
+    return CommitResult(
+        chapter=delta.chapter,
+        seq=seq,
+        delta_hash=delta_hash,
+        replaced=replaced,
+        created_nodes=len(created),
+        updated_nodes=len(updated),
+        created_relationships=len(new_rels),
+        updated_relationships=len(changed_rels),
+        resolved=planner.resolved,
+        provisional_ids=provisional,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def rollback_tx(
+    tx: ManagedTransaction, chapter: int, *, cascade: bool = False, ops: GraphOps | None = None
+) -> RollbackResult:
+    """Undo the commit of `chapter` (and, with cascade, every commit made after it)."""
+    ops = ops or GraphOps()
+    started = time.perf_counter()
+    changesets = ops.read_changesets(tx)
+    target = next((c for c in changesets if c["chapter"] == chapter), None)
+    if target is None:
+        committed = ", ".join(str(c["chapter"]) for c in changesets) or "none"
+        raise ChapterNotCommittedError(
+            f"chapter {chapter} has no committed change-set to roll back (committed: {committed})"
+        )
+    later = [c for c in changesets if c["seq"] > target["seq"]]
+    if later and not cascade:
+        names = ", ".join(str(c["chapter"]) for c in sorted(later, key=lambda c: c["seq"]))
+        raise RollbackOrderError(
+            f"cannot roll back chapter {chapter}: chapter(s) {names} were committed after it",
+            hint="roll those back first (newest first) or pass cascade=True / --cascade",
+        )
+    order = [c["chapter"] for c in sorted([target, *later], key=lambda c: c["seq"], reverse=True)]
+    props_by_chapter = ops.read_changeset_props(tx, order)
+    result = RollbackResult(chapters=order)
+    for number in order:
+        _undo(tx, props_by_chapter[number], ops, result)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _undo(tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, result: RollbackResult) -> None:
+    created_nodes: list[list[str]] = json.loads(changeset["created_nodes_json"])
+    updated_nodes: list[list[Any]] = json.loads(changeset["updated_nodes_json"])
+    created_rels: list[list[str]] = json.loads(changeset["created_rels_json"])
+    updated_rels: list[list[Any]] = json.loads(changeset["updated_rels_json"])
+
+    for rel_type, group in _group(created_rels, lambda r: r[0]).items():
+        ops.delete_rels(tx, rel_type, [key for _, key in group])
+    for (rel_type, src_label, tgt_label), group in _group(updated_rels, lambda r: (r[0], r[1], r[3])).items():
+        rows = [{"src": r[2], "tgt": r[4], "key": r[5], "props": decode_props(r[6])} for r in group]
+        ops.update_rels(tx, (rel_type, src_label, tgt_label), rows)
+
+    # EntityName lookup nodes are derived from entity properties: drop them for every
+    # entity this commit touched and rebuild them from the restored properties.
+    touched = [nid for label, nid, *_ in (*created_nodes, *updated_nodes) if label == vocab.ENTITY]
+    if touched:
+        ops.delete_names_of(tx, touched)
+    for label, group in _group(created_nodes, lambda n: n[0]).items():
+        ops.delete_nodes(tx, label, [nid for _, nid in group])
+    restored: list[dict[str, Any]] = []
+    for label, group in _group(updated_nodes, lambda n: n[0]).items():
+        rows = [{"id": nid, "props": decode_props(props)} for _, nid, props in group]
+        ops.update_nodes(tx, label, rows)
+        if label == vocab.ENTITY:
+            restored += [row["props"] for row in rows]
+    names = [row for props in restored for row in name_rows(props)]
+    if names:
+        ops.create_names(tx, names)
+    ops.delete_changeset(tx, changeset["chapter"])
+
+    result.deleted_nodes += len(created_nodes)
+    result.restored_nodes += len(updated_nodes)
+    result.deleted_relationships += len(created_rels)
+    result.restored_relationships += len(updated_rels)

@@ -1,0 +1,216 @@
+"""Every Cypher statement of the project.
+
+Values are always parameters. Labels and relationship types cannot be, so the builders
+below take them only from the fixed vocabulary (`vocab.quote_label` refuses anything
+else) and cache the resulting text. Every construct here was checked against ArcadeDB
+26.10's Bolt server and is standard Neo4j 5 Cypher.
+
+ArcadeDB notes that shaped these statements: `UNWIND ... MATCH ()-[r:T {key: k}]->()`
+does not use the relationship index (seconds for a few hundred keys) while
+`MATCH ()-[r:T]->() WHERE r.key IN $keys` does, so relationship lookups by key are
+set-based or anchored on indexed endpoints.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from kg import vocabulary as vocab
+
+q = vocab.quote_label
+
+# --- Schema --------------------------------------------------------------------------------
+
+
+def unique_constraint(name: str, label: str, *props: str) -> str:
+    target = ", ".join(f"n.{p}" for p in props)
+    target = f"({target})" if len(props) > 1 else target
+    return f"CREATE CONSTRAINT {name} IF NOT EXISTS FOR (n:{q(label)}) REQUIRE {target} IS UNIQUE"
+
+
+def node_index(name: str, label: str, prop: str) -> str:
+    return f"CREATE INDEX {name} IF NOT EXISTS FOR (n:{q(label)}) ON (n.{prop})"
+
+
+def rel_index(name: str, rel_type: str, prop: str) -> str:
+    return f"CREATE INDEX {name} IF NOT EXISTS FOR ()-[r:{q(rel_type)}]-() ON (r.{prop})"
+
+
+SHOW_INDEXES = "SHOW INDEXES YIELD name, type RETURN name, type"
+SERVER_COMPONENTS = "CALL dbms.components() YIELD name, versions, edition RETURN name, versions, edition"
+
+READ_SCHEMA_META = "MATCH (m:SchemaMeta {id: $id}) RETURN m.version AS version, m.applied AS applied"
+WRITE_SCHEMA_META = "MERGE (m:SchemaMeta {id: $id}) SET m.version = $version, m.applied = $applied"
+
+# --- Reads used while planning a commit ------------------------------------------------------
+
+READ_CHANGESETS = (
+    "MATCH (c:ChangeSet) RETURN c.chapter AS chapter, c.seq AS seq, c.delta_hash AS delta_hash ORDER BY c.seq"
+)
+READ_CHANGESET_PROPS = "MATCH (c:ChangeSet) WHERE c.chapter IN $chapters RETURN properties(c) AS props"
+READ_NAMES = (
+    "MATCH (k:EntityName) WHERE k.key IN $keys "
+    "RETURN k.key AS key, k.entity_id AS entity_id, k.kind AS kind, k.label AS label"
+)
+
+
+@cache
+def read_nodes(label: str) -> str:
+    return f"MATCH (n:{q(label)}) WHERE n.id IN $ids RETURN n.id AS id, properties(n) AS props"
+
+
+@cache
+def read_rels_by_key(types: tuple[str, ...]) -> str:
+    """One statement for several types: per type `$k<i>` holds that type's keys."""
+    parts = [
+        f"MATCH ()-[r:{q(t)}]->() WHERE r.key IN $k{i} RETURN r.key AS key, properties(r) AS props"
+        for i, t in enumerate(types)
+    ]
+    return " UNION ALL ".join(parts)
+
+
+# --- Batched writes (UNWIND) --------------------------------------------------------------
+
+
+@cache
+def create_nodes(labels: tuple[str, ...]) -> str:
+    return f"UNWIND $rows AS row CREATE (n:{':'.join(q(x) for x in labels)}) SET n = row.props"
+
+
+@cache
+def update_nodes(label: str) -> str:
+    return f"UNWIND $rows AS row MATCH (n:{q(label)} {{id: row.id}}) SET n = row.props"
+
+
+@cache
+def delete_nodes(label: str) -> str:
+    return f"MATCH (n:{q(label)}) WHERE n.id IN $ids DETACH DELETE n"
+
+
+@cache
+def create_rels(rel_type: str, src_label: str, tgt_label: str) -> str:
+    return (
+        f"UNWIND $rows AS row MATCH (a:{q(src_label)} {{id: row.src}}) MATCH (b:{q(tgt_label)} {{id: row.tgt}}) "
+        f"CREATE (a)-[r:{q(rel_type)}]->(b) SET r = row.props"
+    )
+
+
+@cache
+def update_rels(rel_type: str, src_label: str, tgt_label: str) -> str:
+    return (
+        f"UNWIND $rows AS row MATCH (a:{q(src_label)} {{id: row.src}})-[r:{q(rel_type)}]->"
+        f"(b:{q(tgt_label)} {{id: row.tgt}}) WHERE r.key = row.key SET r = row.props"
+    )
+
+
+@cache
+def delete_rels(rel_type: str) -> str:
+    return f"MATCH ()-[r:{q(rel_type)}]->() WHERE r.key IN $keys DELETE r"
+
+
+# MERGE, not CREATE: lookup nodes are derived data, so a drifted graph must not fail a commit.
+CREATE_NAMES = "UNWIND $rows AS row MERGE (k:EntityName {entity_id: row.entity_id, key: row.key}) SET k = row"
+DELETE_NAMES = "UNWIND $rows AS row MATCH (k:EntityName {entity_id: row.entity_id, key: row.key}) DELETE k"
+DELETE_NAMES_OF = "MATCH (k:EntityName) WHERE k.entity_id IN $ids DELETE k"
+CREATE_CHANGESET = "CREATE (c:ChangeSet) SET c = $props"
+DELETE_CHANGESET = "MATCH (c:ChangeSet {chapter: $chapter}) DELETE c"
+
+# --- One statement per row: the naive path the benchmark compares against ------------------
+
+ROW_READ_NAME = (
+    "MATCH (k:EntityName {key: $key}) RETURN k.key AS key, k.entity_id AS entity_id, k.kind AS kind, k.label AS label"
+)
+
+
+@cache
+def row_read_node(label: str) -> str:
+    return f"MATCH (n:{q(label)} {{id: $id}}) RETURN n.id AS id, properties(n) AS props"
+
+
+@cache
+def row_read_rel(rel_type: str) -> str:
+    return f"MATCH ()-[r:{q(rel_type)}]->() WHERE r.key = $key RETURN r.key AS key, properties(r) AS props"
+
+
+@cache
+def row_create_node(labels: tuple[str, ...]) -> str:
+    return f"CREATE (n:{':'.join(q(x) for x in labels)}) SET n = $props"
+
+
+@cache
+def row_update_node(label: str) -> str:
+    return f"MATCH (n:{q(label)} {{id: $id}}) SET n = $props"
+
+
+@cache
+def row_create_rel(rel_type: str, src_label: str, tgt_label: str) -> str:
+    return (
+        f"MATCH (a:{q(src_label)} {{id: $src}}) MATCH (b:{q(tgt_label)} {{id: $tgt}}) "
+        f"CREATE (a)-[r:{q(rel_type)}]->(b) SET r = $props"
+    )
+
+
+@cache
+def row_update_rel(rel_type: str, src_label: str, tgt_label: str) -> str:
+    return (
+        f"MATCH (a:{q(src_label)} {{id: $src}})-[r:{q(rel_type)}]->(b:{q(tgt_label)} {{id: $tgt}}) "
+        f"WHERE r.key = $key SET r = $props"
+    )
+
+
+ROW_CREATE_NAME = "MERGE (k:EntityName {entity_id: $props.entity_id, key: $props.key}) SET k = $props"
+ROW_DELETE_NAME = "MATCH (k:EntityName {entity_id: $entity_id, key: $key}) DELETE k"
+
+# --- Whole-graph operations (stats, export, import, wipe) ---------------------------------
+
+COUNT_LABELS = "MATCH (n) UNWIND labels(n) AS label RETURN label, count(*) AS count"
+COUNT_NODES = "MATCH (n) RETURN count(n) AS count"
+COUNT_REL_TYPES = "MATCH ()-[r]->() RETURN type(r) AS type, count(*) AS count"
+EXPORT_NODES = "MATCH (n) RETURN elementId(n) AS eid, labels(n) AS labels, properties(n) AS props"
+EXPORT_RELS = (
+    "MATCH (a)-[r]->(b) RETURN elementId(a) AS src, elementId(b) AS tgt, type(r) AS type, properties(r) AS props"
+)
+COUNT_NON_META_NODES = "MATCH (n) WHERE NOT n:SchemaMeta RETURN count(n) AS count"
+WIPE_BATCH = "MATCH (n) WHERE NOT n:SchemaMeta WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS deleted"
+
+
+@cache
+def import_nodes(labels: tuple[str, ...]) -> str:
+    return (
+        f"UNWIND $rows AS row CREATE (n:{':'.join(q(x) for x in labels)}) SET n = row.props "
+        "RETURN row.ref AS ref, elementId(n) AS eid"
+    )
+
+
+@cache
+def import_rels(rel_type: str) -> str:
+    return (
+        "UNWIND $rows AS row MATCH (a) WHERE elementId(a) = row.src MATCH (b) WHERE elementId(b) = row.tgt "
+        f"CREATE (a)-[r:{q(rel_type)}]->(b) SET r = row.props"
+    )
+
+
+@cache
+def import_merge_rels(rel_type: str) -> str:
+    return (
+        "UNWIND $rows AS row MATCH (a) WHERE elementId(a) = row.src MATCH (b) WHERE elementId(b) = row.tgt "
+        f"MERGE (a)-[r:{q(rel_type)} {{key: row.props.key}}]->(b) SET r = row.props"
+    )
+
+READ_CHANGESET_PROPS_ALL = "MATCH (c:ChangeSet) RETURN properties(c) AS props"
+FIND_ENTITIES_BY_KEY = (
+    "MATCH (k:EntityName) WHERE k.key IN $keys MATCH (n:Entity {id: k.entity_id}) "
+    "RETURN k.kind AS kind, properties(n) AS props"
+)
+
+
+@cache
+def import_merge_keyed(labels: tuple[str, ...], keys: tuple[str, ...]) -> str:
+    """MERGE on the first label's unique key properties, then set everything."""
+    first, rest = labels[0], labels[1:]
+    pattern = ", ".join(f"{k}: row.props.{k}" for k in keys)
+    extra = f" SET n:{':'.join(q(x) for x in rest)}" if rest else ""
+    return (
+        f"UNWIND $rows AS row MERGE (n:{q(first)} {{{pattern}}}) SET n = row.props{extra} "
+        "RETURN row.ref AS ref, elementId(n) AS eid"
+    )

@@ -1,0 +1,152 @@
+"""Conversions between domain models, graph property maps and JSON.
+
+Node properties must be storable types (strings, numbers, booleans, homogeneous lists),
+so nested data (sources, attributes) is kept as canonical JSON text and status intervals
+as parallel lists that Cypher can still read. The value codec round-trips every property
+value exactly (int vs float, temporal types), which the change-set and export rely on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import neo4j.time as ntime
+
+from kg import vocabulary as vocab
+from kg.models import Entity, EntitySource, StatusInterval
+
+_TEMPORAL: dict[str, type] = {
+    "datetime": ntime.DateTime,
+    "date": ntime.Date,
+    "time": ntime.Time,
+    "duration": ntime.Duration,
+}
+_TAG = "$kg"
+
+
+def encode_value(value: Any) -> Any:
+    """A property value as plain JSON data; non-JSON types become tagged objects."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return {_TAG: "float", "v": repr(value)}
+    if isinstance(value, list | tuple):
+        return [encode_value(v) for v in value]
+    for tag, cls in _TEMPORAL.items():
+        if isinstance(value, cls):
+            return {_TAG: tag, "v": value.iso_format()}  # type: ignore[attr-defined]
+    raise TypeError(f"cannot encode a graph property of type {type(value).__name__}")
+
+
+def decode_value(data: Any) -> Any:
+    if isinstance(data, list):
+        return [decode_value(v) for v in data]
+    if isinstance(data, dict):
+        tag, text = data.get(_TAG), data.get("v")
+        if tag == "float" and isinstance(text, str):
+            return float(text)
+        if tag in _TEMPORAL and isinstance(text, str):
+            return _TEMPORAL[tag].from_iso_format(text)  # type: ignore[attr-defined]
+        raise ValueError(f"not a property value: {str(data)[:80]}")
+    return data
+
+
+def encode_props(props: dict[str, Any]) -> dict[str, Any]:
+    return {k: encode_value(v) for k, v in sorted(props.items())}
+
+
+def decode_props(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: decode_value(v) for k, v in data.items()}
+
+
+def canonical_json(data: Any) -> str:
+    """Deterministic JSON text: sorted keys, no ASCII escaping, no insignificant spaces."""
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+# --- Entity <-> node properties ----------------------------------------------------------
+
+OPEN_END = -1  # status_to value of an interval that is still open
+CORE_FIELDS = frozenset({"name", "description", "aliases", "traits", "is_provisional"})
+
+
+def _unique(items: list[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for item in items:
+        seen.setdefault(item, None)
+    return list(seen)
+
+
+def entity_props(entity: Entity) -> dict[str, Any]:
+    """The full property map of an entity node (the store writes it with `SET n = $props`)."""
+    if entity.id is None:
+        raise ValueError("entity has no id yet")
+    key = vocab.name_key(entity.name)
+    aliases = _unique([a for a in entity.aliases if a != entity.name])
+    props: dict[str, Any] = {
+        "id": entity.id,
+        "label": entity.label,
+        "name": entity.name,
+        "name_key": key,
+        "aliases": aliases,
+        "alias_keys": sorted({vocab.name_key(a) for a in aliases} - {key}),
+        "description": entity.description,
+        "traits": _unique(entity.traits),
+        "attributes_json": canonical_json(entity.attributes),
+        "sources_json": canonical_json([s.model_dump(mode="json", exclude_none=True) for s in entity.sources]),
+        "is_provisional": bool(entity.is_provisional),
+        "status_values": [i.status for i in entity.status_intervals],
+        "status_from": [i.from_chapter for i in entity.status_intervals],
+        "status_to": [OPEN_END if i.to_chapter is None else i.to_chapter for i in entity.status_intervals],
+    }
+    if entity.raw_label is not None:
+        props["raw_label"] = entity.raw_label
+    if entity.first_chapter is not None:
+        props["first_chapter"] = entity.first_chapter
+    if entity.last_chapter is not None:
+        props["last_chapter"] = entity.last_chapter
+    return props
+
+
+def entity_from_props(props: dict[str, Any]) -> Entity:
+    intervals = [
+        StatusInterval(status=s, from_chapter=f, to_chapter=None if t == OPEN_END else t)
+        for s, f, t in zip(
+            props.get("status_values") or [], props.get("status_from") or [], props.get("status_to") or [], strict=False
+        )
+    ]
+    label = props.get("label")
+    if label not in vocab.ENTITY_LABELS:
+        label = vocab.FALLBACK_LABEL
+    return Entity(
+        id=props["id"],
+        label=label,
+        raw_label=props.get("raw_label"),
+        name=props.get("name") or props["id"],
+        aliases=list(props.get("aliases") or []),
+        description=props.get("description") or "",
+        traits=list(props.get("traits") or []),
+        attributes=json.loads(props.get("attributes_json") or "{}"),
+        sources=[EntitySource.model_validate(s) for s in json.loads(props.get("sources_json") or "[]")],
+        is_provisional=bool(props.get("is_provisional", False)),
+        first_chapter=props.get("first_chapter"),
+        last_chapter=props.get("last_chapter"),
+        status_intervals=intervals,
+    )
+
+
+def name_rows(props: dict[str, Any]) -> list[dict[str, Any]]:
+    """The EntityName lookup nodes an entity node implies (one per name/alias key)."""
+    label, entity_id = props.get("label", vocab.FALLBACK_LABEL), props["id"]
+    key = props.get("name_key") or vocab.name_key(str(props.get("name") or entity_id))
+    rows = [{"entity_id": entity_id, "key": key, "kind": "name", "label": label}]
+    rows += [
+        {"entity_id": entity_id, "key": k, "kind": "alias", "label": label}
+        for k in props.get("alias_keys") or []
+        if k != key
+    ]
+    return rows

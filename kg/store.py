@@ -1,0 +1,360 @@
+"""GraphStore: the one way the project talks to the graph (Neo4j or embedded ArcadeDB).
+
+Owns the driver lifecycle, connects with bounded retries, maps driver failures to the
+project's one-line errors, and exposes the chapter commit/rollback, migrations, stats,
+export/import. Every write goes through `session.execute_write` so the driver retries
+transient failures (ArcadeDB's DeadlockDetected) by re-running the whole transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import neo4j
+from neo4j import GraphDatabase, ManagedTransaction
+from neo4j import exceptions as nx
+
+from core.errors import GraphUnavailableError, GraphWriteError, SkaldError
+from core.graph_server import GraphEndpoint, graph_endpoint
+from core.settings import Settings
+from kg import cypher, schema, transfer
+from kg import vocabulary as vocab
+from kg.commit import GraphOps, commit_chapter_tx, rollback_tx
+from kg.errors import GraphQueryError
+from kg.models import ChangeSetInfo, ChapterDelta, CommitResult, Entity, GraphStats, RollbackResult
+from kg.records import entity_from_props
+
+log = logging.getLogger("skald.kg")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    if isinstance(exc, nx.Neo4jError):
+        text = f"{exc.code}: {exc.message}" if exc.code else str(exc.message or exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    agent: str
+    address: str
+
+    @property
+    def is_arcadedb(self) -> bool:
+        return "arcadedb" in self.agent.lower()
+
+    @property
+    def is_neo4j(self) -> bool:
+        return self.agent.startswith("Neo4j/") and not self.is_arcadedb
+
+    @property
+    def may_have_vector_index(self) -> bool:
+        # Neo4j 5.11+ (and every 202x calendar release) has vector indexes; ArcadeDB has not.
+        if not self.is_neo4j:
+            return False
+        try:
+            major, minor = (int(x) for x in self.agent.split("/", 1)[1].split(".")[:2])
+        except ValueError:
+            return False
+        return major > 5 or (major == 5 and minor >= 11)
+
+
+class GraphStore:
+    """A connected graph. Use `GraphStore.open(settings)` or `with GraphStore(endpoint) as g`."""
+
+    def __init__(
+        self,
+        endpoint: GraphEndpoint,
+        *,
+        connect_attempts: int = 5,
+        retry_delay: float = 0.5,
+        max_transaction_retry_time: float = 30.0,
+    ) -> None:
+        self.endpoint = endpoint
+        self.connect_attempts = max(1, connect_attempts)
+        self.retry_delay = retry_delay
+        self.max_transaction_retry_time = max_transaction_retry_time
+        self._driver: neo4j.Driver | None = None
+        self._server: ServerInfo | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, settings: Settings, *, migrate: bool = True) -> GraphStore:
+        """Connect to the configured graph (starting the embedded one if needed)."""
+        store = cls(graph_endpoint(settings), connect_attempts=settings.graph_connect_attempts)
+        store.connect()
+        if migrate:
+            try:
+                store.migrate()
+            except BaseException:
+                store.close()
+                raise
+        return store
+
+    def connect(self) -> GraphStore:
+        """Open the driver and check the server answers; bounded retries with backoff."""
+        if self._driver is not None:
+            return self
+        ep = self.endpoint
+        last: BaseException | None = None
+        delay = self.retry_delay
+        for attempt in range(1, self.connect_attempts + 1):
+            driver = GraphDatabase.driver(
+                ep.uri,
+                auth=(ep.username, ep.password),
+                max_transaction_retry_time=self.max_transaction_retry_time,
+                connection_timeout=10.0,
+                user_agent="skald-kg",
+            )
+            try:
+                driver.verify_connectivity()
+                info = driver.get_server_info()
+            except nx.AuthError as exc:
+                driver.close()
+                raise GraphUnavailableError(
+                    f"graph at {ep.uri} refused the credentials for user {ep.username!r}: {_one_line(exc)}",
+                    hint="check NEO4J_USERNAME / NEO4J_PASSWORD",
+                ) from exc
+            except (nx.DriverError, nx.Neo4jError, OSError) as exc:
+                driver.close()
+                last = exc
+                if attempt < self.connect_attempts:
+                    log.info("graph at %s not reachable (attempt %d): %s", ep.uri, attempt, _one_line(exc))
+                    time.sleep(delay)
+                    delay = min(delay * 2, 4.0)
+                continue
+            self._driver = driver
+            self._server = ServerInfo(agent=info.agent or "", address=str(info.address))
+            log.info("graph: connected to %s (%s)", ep.label, self._server.agent)
+            return self
+        raise GraphUnavailableError(
+            f"graph at {ep.uri} is unreachable after {self.connect_attempts} attempts ({_one_line(last or Exception())})",
+            hint="start the Neo4j server, fix NEO4J_URI, or unset NEO4J_URI to use the embedded ArcadeDB",
+        )
+
+    def close(self) -> None:
+        if self._driver is not None:
+            self._driver.close()
+            self._driver = None
+
+    def __enter__(self) -> GraphStore:
+        return self.connect()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def driver(self) -> neo4j.Driver:
+        if self._driver is None:
+            self.connect()
+        assert self._driver is not None
+        return self._driver
+
+    @property
+    def server(self) -> ServerInfo:
+        if self._server is None:
+            self.connect()
+        assert self._server is not None
+        return self._server
+
+    # --- transactions --------------------------------------------------------------------
+
+    def execute_write(
+        self, work: Callable[Concatenate[ManagedTransaction, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Run `work(tx, ...)` in one managed write transaction (retried on transient errors)."""
+        try:
+            with self.driver.session(database=self.endpoint.database) as session:
+                return session.execute_write(work, *args, **kwargs)
+        except SkaldError:
+            raise
+        except (nx.ServiceUnavailable, nx.SessionExpired) as exc:
+            raise GraphUnavailableError(
+                f"graph at {self.endpoint.uri} became unreachable; the transaction was not committed ({_one_line(exc)})",
+                hint="check the graph server and retry",
+            ) from exc
+        except (nx.Neo4jError, nx.DriverError) as exc:
+            raise GraphWriteError(f"graph write failed and was rolled back: {_one_line(exc)}") from exc
+
+    def execute_read(
+        self, work: Callable[Concatenate[ManagedTransaction, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        try:
+            with self.driver.session(database=self.endpoint.database) as session:
+                return session.execute_read(work, *args, **kwargs)
+        except SkaldError:
+            raise
+        except (nx.ServiceUnavailable, nx.SessionExpired) as exc:
+            raise GraphUnavailableError(
+                f"graph at {self.endpoint.uri} became unreachable ({_one_line(exc)})",
+                hint="check the graph server and retry",
+            ) from exc
+        except (nx.Neo4jError, nx.DriverError) as exc:
+            raise GraphQueryError(f"graph read failed: {_one_line(exc)}") from exc
+
+    def read(self, query: str, **params: Any) -> list[dict[str, Any]]:
+        """Rows of one read query (queries come from kg.cypher)."""
+        return self.execute_read(lambda tx: [r.data() for r in tx.run(query, **params)])
+
+    def write(self, query: str, **params: Any) -> list[dict[str, Any]]:
+        return self.execute_write(lambda tx: [r.data() for r in tx.run(query, **params)])
+
+    # --- schema --------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        rows = self.read(cypher.READ_SCHEMA_META, id=schema.SCHEMA_META_ID)
+        return int(rows[0]["version"]) if rows and rows[0]["version"] is not None else 0
+
+    def migrate(self) -> list[str]:
+        """Apply pending migrations; returns the tags applied (empty when up to date)."""
+        rows = self.read(cypher.READ_SCHEMA_META, id=schema.SCHEMA_META_ID)
+        version = int(rows[0]["version"]) if rows else 0
+        applied_tags: list[str] = list(rows[0]["applied"] or []) if rows else []
+        if version > schema.LATEST_VERSION:
+            raise GraphUnavailableError(
+                f"graph schema version {version} is newer than this code supports ({schema.LATEST_VERSION})",
+                hint="upgrade skald, or point NEO4J_URI / --project-dir at another graph",
+            )
+        done: list[str] = []
+        for migration in schema.MIGRATIONS:
+            if migration.version <= version:
+                continue
+            for statement in migration.statements:
+                # Schema statements get their own transactions (Neo4j forbids mixing them with data writes).
+                self.write(statement)
+            applied_tags.append(migration.tag)
+            self.write(
+                cypher.WRITE_SCHEMA_META, id=schema.SCHEMA_META_ID, version=migration.version, applied=applied_tags
+            )
+            done.append(migration.tag)
+            log.info("graph: applied migration %s", migration.tag)
+        return done
+
+    def index_names(self) -> dict[str, str]:
+        return {r["name"]: r["type"] for r in self.read(cypher.SHOW_INDEXES)}
+
+    # --- chapters ------------------------------------------------------------------------
+
+    def commit_chapter(
+        self, delta: ChapterDelta, *, replace: bool = False, ops: GraphOps | None = None
+    ) -> CommitResult:
+        """Write a chapter atomically with its change-set.
+
+        Idempotent: the same delta again is a no-op. A different delta for a committed
+        chapter raises ChapterConflictError unless `replace=True`, which rolls the old one
+        back in the same transaction first (allowed only for the newest commit).
+        `ops` swaps the statement strategy (the benchmark's per-row path); leave it None.
+        """
+        result = self.execute_write(commit_chapter_tx, delta, replace=replace, ops=ops)
+        log.info(
+            "graph: chapter %d %s (%d nodes created, %d updated, %d relationships) in %.2fs",
+            delta.chapter,
+            "unchanged" if result.noop else "committed",
+            result.created_nodes,
+            result.updated_nodes,
+            result.created_relationships,
+            result.seconds,
+        )
+        return result
+
+    def rollback_chapter(self, chapter: int, *, cascade: bool = False) -> RollbackResult:
+        """Restore the exact graph state from before `chapter` was committed (one transaction).
+
+        Refused (RollbackOrderError) when chapters were committed after it, unless
+        `cascade=True`, which rolls those back too, newest first.
+        """
+        result = self.execute_write(rollback_tx, chapter, cascade=cascade)
+        log.info("graph: rolled back chapter(s) %s in %.2fs", result.chapters, result.seconds)
+        return result
+
+    def committed_chapters(self) -> list[ChangeSetInfo]:
+        """Change-sets in the graph, in commit order."""
+        rows = self.read(cypher.READ_CHANGESET_PROPS_ALL)
+        infos = [
+            ChangeSetInfo(
+                chapter=p["chapter"],
+                seq=p["seq"],
+                delta_hash=p["delta_hash"],
+                created_nodes=p.get("created_node_count", 0),
+                created_relationships=p.get("created_rel_count", 0),
+                updated_nodes=p.get("updated_node_count", 0),
+                updated_relationships=p.get("updated_rel_count", 0),
+            )
+            for p in (r["props"] for r in rows)
+        ]
+        return sorted(infos, key=lambda i: i.seq)
+
+    # --- entities ------------------------------------------------------------------------
+
+    def get_entity(self, entity_id: str) -> Entity | None:
+        rows = self.read(cypher.read_nodes(vocab.ENTITY), ids=[entity_id])
+        return entity_from_props(rows[0]["props"]) if rows else None
+
+    def find_entities(self, name: str, label: str | None = None) -> list[Entity]:
+        """Entities whose name or alias normalises like `name` (best match first)."""
+        if label is not None:
+            label = vocab.normalize_label(label)[0]
+        rows = self.read(cypher.FIND_ENTITIES_BY_KEY, keys=[vocab.name_key(name)])
+        found = [
+            (0 if r["kind"] == "name" else 1, r["props"]["id"], entity_from_props(r["props"]))
+            for r in rows
+            if label is None or r["props"].get("label") == label
+        ]
+        return [e for _, _, e in sorted(found, key=lambda t: (t[0], t[1]))]
+
+    # --- whole graph ---------------------------------------------------------------------
+
+    def stats(self) -> GraphStats:
+        def work(tx: ManagedTransaction) -> GraphStats:
+            labels = {r["label"]: r["count"] for r in tx.run(cypher.COUNT_LABELS)}
+            types = {r["type"]: r["count"] for r in tx.run(cypher.COUNT_REL_TYPES)}
+            nodes = tx.run(cypher.COUNT_NODES).single()
+            meta = tx.run(cypher.READ_SCHEMA_META, id=schema.SCHEMA_META_ID).single()
+            chapters = [r["chapter"] for r in tx.run(cypher.READ_CHANGESETS)]
+            return GraphStats(
+                labels=dict(sorted(labels.items())),
+                relationship_types=dict(sorted(types.items())),
+                nodes=int(nodes["count"]) if nodes else 0,
+                relationships=sum(types.values()),
+                schema_version=int(meta["version"]) if meta and meta["version"] is not None else 0,
+                committed_chapters=chapters,
+            )
+
+        return self.execute_read(work)
+
+    def export_data(self) -> dict[str, Any]:
+        """All nodes and relationships with properties, deterministic order, no element ids."""
+        return self.execute_read(transfer.export_tx)
+
+    def export_json(self, path: str | Path) -> Path:
+        """Write `export_data()` as canonical JSON (byte-identical for the same graph)."""
+        return transfer.write_export(self.export_data(), Path(path))
+
+    def import_data(self, data: dict[str, Any], *, merge: bool = False) -> dict[str, int]:
+        """Load an export (into an empty graph, or with merge=True merging nodes by id)."""
+        transfer.validate_export(data)
+        return self.execute_write(transfer.import_tx, data, merge=merge)
+
+    def import_json(self, path: str | Path, *, merge: bool = False) -> dict[str, int]:
+        return self.import_data(transfer.read_export(Path(path)), merge=merge)
+
+    def wipe(self, *, batch: int = 10000) -> int:
+        """Delete every node and relationship except the schema meta node; returns nodes deleted."""
+        total = 0
+        while True:
+            rows = self.write(cypher.WIPE_BATCH, limit=batch)
+            deleted = int(rows[0]["deleted"]) if rows else 0
+            total += deleted
+            if deleted < batch:
+                return total
