@@ -18,7 +18,7 @@ from core.errors import SkaldError
 def setup_logging(verbose: bool = False) -> None:
     level = logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s | %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("httpx", "httpcore", "neo4j", "openai", "urllib3", "asyncio"):
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "neo4j", "openai", "urllib3", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -26,6 +26,8 @@ def configure_prefect(project_dir: Path) -> None:
     """Environment defaults for Prefect in processes that have not imported it yet."""
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "skald")
+    # Local-first: no usage telemetry (it also logs an error on offline machines).
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 @contextmanager

@@ -49,19 +49,17 @@ def _timed(component: str, endpoint: Callable[[], str], check: Callable[[], str]
 
 
 def check_graph(settings: Settings) -> CheckResult:
+    from core.graph_server import graph_endpoint
+    from kg.probe import probe_rollback
     from kg.store import GraphStore
 
-    store: GraphStore | None = None
-
     def endpoint() -> str:
-        nonlocal store
-        store = GraphStore.connect(settings)
-        return store.endpoint.label
+        return graph_endpoint(settings).label
 
     def check() -> str:
-        assert store is not None
+        store = GraphStore.open(settings, migrate=False)
         try:
-            return store.probe_rollback()
+            return probe_rollback(store)
         finally:
             store.close()
 

@@ -50,7 +50,7 @@ class Runtime:
             if self._graph is None:
                 from kg.store import GraphStore
 
-                self._graph = GraphStore.connect(self.settings)
+                self._graph = GraphStore.open(self.settings)
             return self._graph
 
     def llm_fingerprint(self, tier: str) -> str:

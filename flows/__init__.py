@@ -8,3 +8,4 @@ import os
 
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "skald")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

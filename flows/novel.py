@@ -210,7 +210,7 @@ def _publish_artifacts(report: NovelReport) -> None:
 
 def preflight(rt: Runtime) -> None:
     """Fail fast, with one line, when the graph or the LLM endpoint is unreachable."""
-    rt.graph.ensure_schema()
+    rt.graph.schema_version()  # connects (bounded retries) and migrates, or raises GraphUnavailableError
     rt.gateway.check_endpoint("large")
 
 

@@ -42,8 +42,10 @@ def commit_initialization(artifacts: InitArtifacts, genre: str) -> str:
 @graph_task("chapter_commit_state")
 def chapter_commit_state(number: int) -> str | None:
     """The delta hash committed for this chapter, or None."""
-    info = runtime().graph.chapter_commit_info(number)
-    return None if info is None else info.delta_hash
+    for info in runtime().graph.committed_chapters():
+        if info.chapter == number:
+            return info.delta_hash
+    return None
 
 
 @graph_task("commit_to_graph")

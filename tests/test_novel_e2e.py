@@ -228,7 +228,7 @@ def export(project: Path, env: dict[str, str], name: str) -> str:
 def wipe_graph(settings: Settings) -> None:
     from kg.store import GraphStore
 
-    store = GraphStore.connect(settings)
+    store = GraphStore.open(settings, migrate=False)
     try:
         store.wipe()
     finally:
