@@ -21,9 +21,14 @@ from pydantic import BaseModel, Field
 from core.cli import project_prefect_settings, run_main, setup_logging
 from core.errors import InvalidInputError
 from core.runtime import Runtime, runtime, set_runtime
-from core.settings import Settings, load_settings
+from core.settings import load_settings
 from flows.chapter import BookInfo, ChapterResult, chapter_flow
-from prompts.initialization.models import ChapterOutline, ChapterOutlines, CharacterSheets, GlobalOutline
+from prompts.initialization.models import (
+    ChapterOutline,
+    ChapterOutlines,
+    CharacterSheets,
+    GlobalOutline,
+)
 from tasks.commit import commit_initialization
 from tasks.export import export_manuscript
 from tasks.initialization import (

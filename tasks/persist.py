@@ -8,7 +8,6 @@ what a user would open is complete and well-formed.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import yaml
 from prefect import task

@@ -26,6 +26,7 @@ from core.content import ContentRef
 from core.runtime import runtime
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta
+from kg.retrieval import consistency_facts
 from prompts.validation.models import QualityScores
 from tasks.policy import graph_task
 
@@ -133,7 +134,7 @@ def validate_consistency(delta_ref: ContentRef) -> list[Problem]:
     delta = rt.content.get_model(delta_ref, ChapterDelta)
     as_of = delta.chapter - 1
     names = sorted({e.name for e in delta.entities} | {c for s in delta.scenes for c in s.characters})
-    facts = rt.graph.consistency_facts(names, as_of_chapter=as_of)
+    facts = consistency_facts(rt.graph, names, as_of_chapter=as_of)
     problems = [
         *dead_characters_acting(delta, facts.statuses),
         *contradictory_traits(delta, rt.settings.healing.antonym_pairs),

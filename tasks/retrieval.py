@@ -1,0 +1,84 @@
+"""Context retrieval stage: graph + vector context for drafting one scene.
+
+Reads the world "as of the previous chapter" (profiles, relationships, statuses, the
+location, recent summaries, similar earlier scenes) and fits it into the context
+envelope's per-section token budgets. The query embedding is a cached task, so a resumed
+run asks the embedding endpoint nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from prefect import get_run_logger
+
+from core.runtime import runtime
+from kg.models import EntityProfile, SceneContext
+from kg.retrieval import scene_context
+from prompts.narrative.models import SceneDetail
+from tasks.context import build_envelope
+from tasks.embedding import embed_texts
+from tasks.policy import graph_task
+
+# Room kept free for the fixed prompt text around the context.
+PROMPT_OVERHEAD_TOKENS = 400
+
+
+def scene_query(scene: SceneDetail) -> str:
+    return f"{scene.title}. {scene.setting}. " + " ".join(scene.beats)
+
+
+def _profile_line(profile: EntityProfile) -> str:
+    entity = profile.entity
+    parts = [f"{entity.name} ({entity.label.lower()}{', ' + profile.status if profile.status else ''})"]
+    if entity.description:
+        parts.append(entity.description)
+    if entity.traits:
+        parts.append("traits: " + ", ".join(entity.traits))
+    return ": ".join(parts[:2]) + ("; " + parts[2] if len(parts) > 2 else "")
+
+
+def sections_from(context: SceneContext) -> dict[str, list[str]]:
+    """Context sections in priority order within each section."""
+    characters = [_profile_line(p) for p in context.characters]
+    relationships = []
+    for profile in context.characters:
+        for rel in profile.relationships:
+            if rel.direction == "out":
+                label = (rel.raw_type or rel.type).replace("_", " ").lower()
+                relationships.append(f"{profile.entity.name} {label} {rel.other_name}"
+                                     + (f" (since chapter {rel.chapter})" if rel.chapter else ""))
+    lore = []
+    if context.location is not None:
+        place = context.location
+        lore.append(f"{place.location.name}: {place.location.description}".rstrip(": "))
+        lore += [f"{e.name} is here" for e in place.occupants]
+        lore += [f"event here: {e.name}: {e.description}".rstrip(": ") for e in place.events]
+        lore += [f"part of {e.name}" for e in place.parents]
+    summaries = [f"Chapter {s.chapter}{': ' + s.title if s.title else ''}: {s.summary}"
+                 for s in reversed(context.recent_summaries) if s.summary]
+    history = [f"Chapter {hit.chapter} scene {hit.scene}: {hit.title}: {hit.summary}".rstrip(": ")
+               for hit in context.similar_scenes]
+    return {"characters": characters, "relationships": list(dict.fromkeys(relationships)), "lore": lore,
+            "summaries": summaries, "history": history}
+
+
+@graph_task("retrieve_context")
+def retrieve_context(chapter_number: int, scene: SceneDetail) -> str:
+    rt = runtime()
+    text = scene_query(scene)
+    # A stable name (Python's hash() is salted per process) keeps the cache key stable.
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    query = embed_texts(f"queries/chapter_{chapter_number:03d}/{digest}", (text,), rt.embedding_fingerprint())
+    vector = rt.content.get_array(query)[0].tolist()
+    names = [scene.pov, *scene.characters] if scene.pov else list(scene.characters)
+    context = scene_context(rt.graph, chapter=chapter_number, characters=names, location=scene.setting or None,
+                            embedding=vector)
+    tier = rt.settings.tier("narrative")
+    envelope = build_envelope(sections_from(context), rt.settings.limits.context_budget, tier.context_window,
+                              reserved_tokens=PROMPT_OVERHEAD_TOKENS + tier.max_tokens)
+    get_run_logger().info(
+        "chapter %d: context for %r: %d/%d tokens (%s)", chapter_number, scene.title, envelope.used_tokens,
+        envelope.total_budget, ", ".join(f"{s.name} {s.items_kept}/{s.items_in}" for s in envelope.sections) or "empty",
+    )
+    return envelope.text
