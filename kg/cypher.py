@@ -166,7 +166,10 @@ ROW_DELETE_NAME = "MATCH (k:EntityName {entity_id: $entity_id, key: $key}) DELET
 COUNT_LABELS = "MATCH (n) UNWIND labels(n) AS label RETURN label, count(*) AS count"
 COUNT_NODES = "MATCH (n) RETURN count(n) AS count"
 COUNT_REL_TYPES = "MATCH ()-[r]->() RETURN type(r) AS type, count(*) AS count"
-EXPORT_NODES = "MATCH (n) RETURN elementId(n) AS eid, labels(n) AS labels, properties(n) AS props"
+# The schema meta node is migration state, not graph content: exports leave it out.
+EXPORT_NODES = (
+    "MATCH (n) WHERE NOT n:SchemaMeta RETURN elementId(n) AS eid, labels(n) AS labels, properties(n) AS props"
+)
 EXPORT_RELS = (
     "MATCH (a)-[r]->(b) RETURN elementId(a) AS src, elementId(b) AS tgt, type(r) AS type, properties(r) AS props"
 )
@@ -214,3 +217,56 @@ def import_merge_keyed(labels: tuple[str, ...], keys: tuple[str, ...]) -> str:
         f"UNWIND $rows AS row MERGE (n:{q(first)} {{{pattern}}}) SET n = row.props{extra} "
         "RETURN row.ref AS ref, elementId(n) AS eid"
     )
+
+# --- Retrieval -----------------------------------------------------------------------------
+
+#: Story relationship types only: structural edges (MENTIONS, APPEARS_IN) are not "relationships".
+_ENTITY_RELS = "|".join(q(t) for t in vocab.ENTITY_REL_TYPES)
+
+ENTITY_RELS_AS_OF = (
+    f"MATCH (e:Entity)-[r:{_ENTITY_RELS}]-(o:Entity) WHERE e.id IN $ids AND r.chapter <= $as_of "
+    "RETURN e.id AS id, type(r) AS type, startNode(r) = e AS outgoing, properties(r) AS props, "
+    "properties(o) AS other"
+)
+LATEST_LOCATIONS_AS_OF = (
+    "MATCH (o:Entity)-[r:LOCATED_IN]->(l:Entity) WHERE o.id IN $ids AND r.chapter <= $as_of "
+    "RETURN o.id AS id, l.id AS location, r.chapter AS chapter"
+)
+RECENT_SUMMARIES = (
+    "MATCH (c:Chapter) WHERE c.number <= $as_of AND c.number >= $min_chapter "
+    "RETURN c.number AS chapter, c.title AS title, c.summary AS summary, c.key_events AS key_events "
+    "ORDER BY c.number DESC LIMIT $k"
+)
+SCENE_EMBEDDINGS_AS_OF = (
+    "MATCH (s:Scene) WHERE s.chapter <= $as_of AND s.embedding IS NOT NULL "
+    "RETURN s.id AS id, s.chapter AS chapter, s.index AS scene, s.title AS title, s.summary AS summary, "
+    "s.embedding AS embedding"
+)
+CHAPTER_EMBEDDINGS_AS_OF = (
+    "MATCH (c:Chapter) WHERE c.number <= $as_of AND c.embedding IS NOT NULL "
+    "RETURN c.id AS id, c.number AS chapter, null AS scene, c.title AS title, c.summary AS summary, "
+    "c.embedding AS embedding"
+)
+SET_CHAPTER_SUMMARY = (
+    "MERGE (c:Chapter {id: $id}) ON CREATE SET c.number = $number "
+    "SET c.summary = $summary, c.key_events = $key_events"
+)
+
+# Neo4j only (detected, optional): a vector index over scene embeddings.
+VECTOR_INDEX_NAME = "kg_scene_embedding"
+
+
+def create_scene_vector_index(dimensions: int) -> str:
+    return (
+        f"CREATE VECTOR INDEX {VECTOR_INDEX_NAME} IF NOT EXISTS FOR (s:Scene) ON (s.embedding) "
+        f"OPTIONS {{indexConfig: {{`vector.dimensions`: {int(dimensions)}, "
+        "`vector.similarity_function`: 'cosine'}}"
+    )
+
+
+QUERY_SCENE_VECTOR_INDEX = (
+    f"CALL db.index.vector.queryNodes('{VECTOR_INDEX_NAME}', $candidates, $embedding) YIELD node, score "
+    "WHERE node.chapter <= $as_of "
+    "RETURN node.id AS id, node.chapter AS chapter, node.index AS scene, node.title AS title, "
+    "node.summary AS summary, score ORDER BY score DESC LIMIT $k"
+)

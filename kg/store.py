@@ -22,7 +22,7 @@ from neo4j import exceptions as nx
 from core.errors import GraphUnavailableError, GraphWriteError, SkaldError
 from core.graph_server import GraphEndpoint, graph_endpoint
 from core.settings import Settings
-from kg import cypher, schema, transfer
+from kg import cypher, retrieval, schema, transfer
 from kg import vocabulary as vocab
 from kg.commit import GraphOps, commit_chapter_tx, rollback_tx
 from kg.errors import GraphQueryError
@@ -294,6 +294,24 @@ class GraphStore:
             for p in (r["props"] for r in rows)
         ]
         return sorted(infos, key=lambda i: i.seq)
+
+    def set_chapter_summary(self, chapter: int, summary: str, key_events: list[str] | tuple[str, ...] = ()) -> None:
+        """Store the chapter summary written after the commit (creates the Chapter node if absent).
+
+        Rollback stays exact: the Chapter node is created or recorded by the chapter's
+        commit, so rolling the chapter back removes or restores it, summary included.
+        """
+        self.write(
+            cypher.SET_CHAPTER_SUMMARY,
+            id=f"chapter:{chapter}",
+            number=chapter,
+            summary=summary,
+            key_events=[str(e) for e in key_events],
+        )
+
+    def consistency_facts(self, names: list[str], *, as_of_chapter: int) -> retrieval.ConsistencyFacts:
+        """Statuses, scene embeddings and latest relationships for validation (see kg.retrieval)."""
+        return retrieval.consistency_facts(self, names, as_of_chapter=as_of_chapter)
 
     # --- entities ------------------------------------------------------------------------
 

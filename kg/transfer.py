@@ -2,7 +2,8 @@
 
 Nodes are identified by a `ref` built from their labels and `id` (or a content hash when
 they have no id), never by server element ids, so two exports of the same graph are
-byte-identical and an export can be loaded into another server. Values go through the
+byte-identical and an export can be loaded into another server. The schema meta node
+is left out: it is migration state, owned by the target graph's migrations. Values go through the
 exact value codec (int vs float, temporal types). An import file is untrusted: its
 labels and relationship types must belong to the vocabulary.
 """
@@ -67,13 +68,13 @@ def export_tx(tx: ManagedTransaction) -> dict[str, Any]:
             # Duplicate refs (same labels and id, or identical content) get a stable suffix.
             unique = ref if i == 0 else f"{ref}~{i + 1}"
             ref_of[eid] = unique
-            nodes.append({"ref": unique, "labels": labels, "props": props})
+            nodes.append({"ref": unique, "labels": labels, "properties": props})
     nodes.sort(key=lambda n: n["ref"])
     rels = [
-        {"type": r["type"], "start": ref_of[r["src"]], "end": ref_of[r["tgt"]], "props": encode_props(r["props"])}
+        {"type": r["type"], "start": ref_of[r["src"]], "end": ref_of[r["tgt"]], "properties": encode_props(r["props"])}
         for r in raw_rels
     ]
-    rels.sort(key=lambda r: (r["type"], r["start"], r["end"], canonical_json(r["props"])))
+    rels.sort(key=lambda r: (r["type"], r["start"], r["end"], canonical_json(r["properties"])))
     return {"format": FORMAT, "version": FORMAT_VERSION, "nodes": nodes, "relationships": rels}
 
 
@@ -111,7 +112,7 @@ def validate_export(data: dict[str, Any]) -> None:
         raise ImportRefusedError("import file must have 'nodes' and 'relationships' lists")
     refs: set[str] = set()
     for node in nodes:
-        if not isinstance(node, dict) or not isinstance(node.get("ref"), str) or not isinstance(node.get("props"), dict):
+        if not isinstance(node, dict) or not isinstance(node.get("ref"), str) or not isinstance(node.get("properties"), dict):
             raise ImportRefusedError(f"malformed node entry: {str(node)[:80]}")
         labels = node.get("labels")
         if not isinstance(labels, list) or not labels or any(label not in vocab.ALL_LABELS for label in labels):
@@ -120,7 +121,7 @@ def validate_export(data: dict[str, Any]) -> None:
             raise ImportRefusedError(f"duplicate node ref {node['ref'][:80]!r}")
         refs.add(node["ref"])
     for rel in rels:
-        if not isinstance(rel, dict) or not isinstance(rel.get("props"), dict):
+        if not isinstance(rel, dict) or not isinstance(rel.get("properties"), dict):
             raise ImportRefusedError(f"malformed relationship entry: {str(rel)[:80]}")
         if rel.get("type") not in vocab.ALL_REL_TYPES:
             raise ImportRefusedError(f"relationship type {str(rel.get('type'))[:60]!r} is outside the graph vocabulary")
@@ -142,7 +143,7 @@ def import_tx(tx: ManagedTransaction, data: dict[str, Any], *, merge: bool = Fal
         labels = node["labels"]
         if vocab.SCHEMA_META in labels:
             continue  # the schema meta node belongs to the migrations of the target graph
-        props = decode_props(node["props"])
+        props = decode_props(node["properties"])
         keyed = [label for label in labels if label in MERGE_KEYS and all(k in props for k in MERGE_KEYS[label])]
         if merge and keyed:
             first = keyed[0]
@@ -159,7 +160,7 @@ def import_tx(tx: ManagedTransaction, data: dict[str, Any], *, merge: bool = Fal
     for rel in data["relationships"]:
         if rel["start"] not in eid_of or rel["end"] not in eid_of:
             continue
-        props = decode_props(rel["props"])
+        props = decode_props(rel["properties"])
         by_type[(rel["type"], merge and "key" in props)].append(
             {"src": eid_of[rel["start"]], "tgt": eid_of[rel["end"]], "props": props}
         )

@@ -1,0 +1,119 @@
+"""`python -m kg`: maintain the story graph of a project.
+
+Every command reads the same settings as the flows (`--project-dir`, `--config`, env,
+`.env`, `skald.toml`): NEO4J_URI selects a Neo4j server, otherwise the project's embedded
+ArcadeDB is used (started on demand, or the one another process already runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from core.cli import run_main, setup_logging
+from core.errors import InvalidInputError
+from core.settings import load_settings
+from kg.store import GraphStore
+from kg.transfer import write_export
+
+
+def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    # Accepted before or after the command; SUPPRESS keeps a sub-command default from
+    # overwriting a value given before the command.
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "--project-dir", type=Path, default=Path(".") if top else argparse.SUPPRESS,
+        help="project directory (default: the current directory)",
+    )
+    parser.add_argument("--config", type=Path, default=default, help="TOML settings file (default <project-dir>/skald.toml)")
+    parser.add_argument("-v", "--verbose", action="store_true", default=False if top else argparse.SUPPRESS, help="debug logging")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m kg",
+        description="Maintain the project's knowledge graph: schema, statistics, export/import, chapter rollback.",
+    )
+    _common(parser, top=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub = commands.add_parser("migrate", help="apply pending schema migrations (idempotent)")
+    _common(sub, top=False)
+
+    sub = commands.add_parser("stats", help="node counts per label and relationship counts per type")
+    _common(sub, top=False)
+    sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    sub = commands.add_parser("export", help="write every node and relationship as deterministic JSON")
+    _common(sub, top=False)
+    sub.add_argument("--out", type=Path, required=True, help="output file")
+
+    sub = commands.add_parser("import", help="load an export file (into an empty graph unless --merge)")
+    _common(sub, top=False)
+    sub.add_argument("file", type=Path, help="a file written by `python -m kg export`")
+    sub.add_argument("--merge", action="store_true", help="merge nodes by id into a non-empty graph")
+
+    sub = commands.add_parser("rollback", help="restore the exact graph state from before a chapter's commit")
+    _common(sub, top=False)
+    sub.add_argument("--chapter", type=int, required=True, help="chapter number")
+    sub.add_argument("--cascade", action="store_true", help="also roll back chapters committed after it (newest first)")
+    return parser
+
+
+def _print_stats(store: GraphStore, as_json: bool) -> None:
+    stats = store.stats()
+    if as_json:
+        print(json.dumps(stats.model_dump(), indent=1, sort_keys=True))
+        return
+    print(f"graph: {store.endpoint.label} (schema version {stats.schema_version})")
+    print(f"nodes: {stats.nodes}")
+    for label, count in stats.labels.items():
+        print(f"  {label:<20} {count:>8}")
+    print(f"relationships: {stats.relationships}")
+    for rel_type, count in stats.relationship_types.items():
+        print(f"  {rel_type:<20} {count:>8}")
+    chapters = ", ".join(str(c) for c in stats.committed_chapters) or "none"
+    print(f"committed chapters: {chapters}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    if args.command == "rollback" and args.chapter < 0:
+        raise InvalidInputError(f"--chapter must be >= 0 (got {args.chapter})")
+    if args.command == "import" and not args.file.is_file():
+        raise InvalidInputError(f"import file {args.file} does not exist")
+    settings = load_settings(args.project_dir, args.config)
+    store = GraphStore.open(settings, migrate=args.command != "migrate")
+    try:
+        if args.command == "migrate":
+            applied = store.migrate()
+            version = store.schema_version()
+            print(f"applied {', '.join(applied)}; schema version {version}" if applied else f"schema up to date (version {version})")
+        elif args.command == "stats":
+            _print_stats(store, args.json)
+        elif args.command == "export":
+            data = store.export_data()
+            path = write_export(data, args.out)
+            print(f"exported {len(data['nodes'])} nodes and {len(data['relationships'])} relationships to {path}")
+        elif args.command == "import":
+            counts = store.import_json(args.file, merge=args.merge)
+            print(f"imported {counts['nodes']} nodes and {counts['relationships']} relationships from {args.file}")
+        elif args.command == "rollback":
+            result = store.rollback_chapter(args.chapter, cascade=args.cascade)
+            print(
+                f"rolled back chapter(s) {', '.join(str(c) for c in result.chapters)}: "
+                f"{result.deleted_nodes} nodes and {result.deleted_relationships} relationships removed, "
+                f"{result.restored_nodes} nodes and {result.restored_relationships} relationships restored "
+                f"({result.seconds:.2f}s)"
+            )
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main, "kg", sys.argv[1:])

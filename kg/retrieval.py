@@ -1,0 +1,381 @@
+"""Read queries for drafting and validation, all "as of chapter N".
+
+"As of chapter N" means: entities first seen in chapters <= N, relationships written for
+chapters <= N (the latest one per pair and type wins), the status interval covering N.
+Entity descriptions and attributes are their current values (they are not versioned).
+To draft chapter N, ask as of N - 1.
+
+Each public function runs in one read transaction with a handful of indexed queries.
+Vector similarity ranks candidates with numpy cosine; on Neo4j 5.11+ a vector index over
+scene embeddings is created and used when possible, and any failure falls back to numpy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from neo4j import ManagedTransaction
+
+from core.errors import SkaldError
+from kg import cypher
+from kg import vocabulary as vocab
+from kg.models import (
+    ChapterSummary,
+    Entity,
+    EntityProfile,
+    LocationContext,
+    RelationshipView,
+    SceneContext,
+    SimilarityHit,
+)
+from kg.records import entity_from_props
+
+if TYPE_CHECKING:
+    from kg.store import GraphStore
+
+log = logging.getLogger("skald.kg")
+_LABEL_ORDER = {label: i for i, label in enumerate(vocab.ENTITY_LABELS)}
+
+
+# --- building blocks (transaction functions) ------------------------------------------------
+
+
+def _resolve_names(tx: ManagedTransaction, names: Iterable[str], label: str | None) -> dict[str, str | None]:
+    """Name or alias -> best entity id (exact name before alias, then label order)."""
+    wanted = {name: vocab.name_key(name) for name in names}
+    rows = [r.data() for r in tx.run(cypher.READ_NAMES, keys=sorted(set(wanted.values())))]
+    best: dict[str, tuple[Any, ...]] = {}
+    for row in rows:
+        if label is not None and row["label"] != label:
+            continue
+        rank = (0 if row["kind"] == "name" else 1, _LABEL_ORDER.get(row["label"], 99), row["entity_id"])
+        if row["key"] not in best or rank < best[row["key"]]:
+            best[row["key"]] = rank
+    return {name: (str(best[key][-1]) if key in best else None) for name, key in wanted.items()}
+
+
+def _entities(tx: ManagedTransaction, ids: Iterable[str]) -> dict[str, Entity]:
+    rows = tx.run(cypher.read_nodes(vocab.ENTITY), ids=sorted(set(ids)))
+    return {r["id"]: entity_from_props(r["props"]) for r in rows}
+
+
+def _relationship_rows(tx: ManagedTransaction, ids: Iterable[str], as_of: int) -> list[dict[str, Any]]:
+    return [r.data() for r in tx.run(cypher.ENTITY_RELS_AS_OF, ids=sorted(set(ids)), as_of=as_of)]
+
+
+def _latest_views(rows: list[dict[str, Any]]) -> dict[str, list[RelationshipView]]:
+    """Per entity, the latest relationship per (direction, type, raw type, other entity)."""
+    latest: dict[str, dict[tuple[str, str, str, str], RelationshipView]] = {}
+    for row in rows:
+        props, other = row["props"], row["other"]
+        view = RelationshipView(
+            type=row["type"],
+            raw_type=props.get("raw_type"),
+            direction="out" if row["outgoing"] else "in",
+            other_id=other["id"],
+            other_name=other.get("name", other["id"]),
+            other_label=other.get("label", vocab.FALLBACK_LABEL),
+            chapter=props.get("chapter"),
+            scene=props.get("scene"),
+            weight=props.get("weight"),
+            description=props.get("description", ""),
+        )
+        slot = (view.direction, view.type, view.raw_type or "", view.other_id)
+        mine = latest.setdefault(row["id"], {})
+        if slot not in mine or (view.chapter or 0) >= (mine[slot].chapter or 0):
+            mine[slot] = view
+    return {
+        eid: sorted(views.values(), key=lambda v: (-(v.chapter or 0), v.type, v.other_name))
+        for eid, views in latest.items()
+    }
+
+
+def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int) -> list[EntityProfile]:
+    entities = {eid: e for eid, e in _entities(tx, ids).items() if e.exists_as_of(as_of)}
+    views = _latest_views(_relationship_rows(tx, entities, as_of)) if entities else {}
+    return [
+        EntityProfile(
+            entity=entities[eid],
+            as_of_chapter=as_of,
+            status=entities[eid].status_as_of(as_of),
+            relationships=views.get(eid, []),
+        )
+        for eid in ids
+        if eid in entities
+    ]
+
+
+def _location_tx(tx: ManagedTransaction, location: str, as_of: int) -> LocationContext | None:
+    entities = _entities(tx, [location])
+    if location not in entities:
+        resolved = _resolve_names(tx, [location], "Location")[location]
+        if resolved is None:
+            return None
+        location = resolved
+        entities = _entities(tx, [location])
+    place = entities.get(location)
+    if place is None or not place.exists_as_of(as_of):
+        return None
+    rows = _relationship_rows(tx, [location], as_of)
+    others = {row["other"]["id"]: entity_from_props(row["other"]) for row in rows}
+    context = LocationContext(location=place, as_of_chapter=as_of)
+    candidates: set[str] = set()
+    for view in _latest_views(rows).get(location, []):
+        other = others[view.other_id]
+        if not other.exists_as_of(as_of):
+            continue
+        if view.type == "PART_OF":
+            (context.parents if view.direction == "out" else context.children).append(other)
+        elif view.type == "LOCATED_IN" and view.direction == "in":
+            candidates.add(other.id or "")
+        elif view.type == "HAPPENS_IN" and view.direction == "in":
+            context.events.append(other)
+        elif view.type == "NEAR":
+            context.nearby.append(other)
+    if candidates:
+        # An occupant is someone whose latest LOCATED_IN (as of the chapter) points here.
+        latest: dict[str, tuple[int, str]] = {}
+        for row in tx.run(cypher.LATEST_LOCATIONS_AS_OF, ids=sorted(candidates), as_of=as_of):
+            chapter = row["chapter"] if row["chapter"] is not None else -1
+            if row["id"] not in latest or chapter >= latest[row["id"]][0]:
+                latest[row["id"]] = (chapter, row["location"])
+        context.occupants = [others[eid] for eid in sorted(candidates) if latest.get(eid, (0, ""))[1] == location]
+    for group in (context.parents, context.children, context.events, context.nearby):
+        group.sort(key=lambda e: e.name)
+    context.occupants.sort(key=lambda e: e.name)
+    return context
+
+
+def _summaries_tx(tx: ManagedTransaction, as_of: int, k: int, min_chapter: int) -> list[ChapterSummary]:
+    rows = tx.run(cypher.RECENT_SUMMARIES, as_of=as_of, k=k, min_chapter=min_chapter)
+    found = [ChapterSummary(chapter=r["chapter"], title=r["title"] or "", summary=r["summary"] or "") for r in rows]
+    return sorted(found, key=lambda s: s.chapter)
+
+
+def _rank(rows: list[dict[str, Any]], embedding: list[float], k: int) -> list[SimilarityHit]:
+    query = np.asarray(embedding, dtype=np.float64)
+    usable = [r for r in rows if len(r["embedding"]) == query.shape[0]]
+    if not usable or k <= 0:
+        return []
+    matrix = np.asarray([r["embedding"] for r in usable], dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
+    scores = matrix @ query / np.maximum(norms, 1e-12)
+    order = np.argsort(-scores, kind="stable")[:k]
+    return [
+        SimilarityHit(
+            id=usable[i]["id"],
+            chapter=usable[i]["chapter"],
+            scene=usable[i]["scene"],
+            score=float(scores[i]),
+            title=usable[i]["title"] or "",
+            summary=usable[i]["summary"] or "",
+        )
+        for i in order
+    ]
+
+
+def _similar_scenes_tx(tx: ManagedTransaction, embedding: list[float], k: int, as_of: int) -> list[SimilarityHit]:
+    return _rank([r.data() for r in tx.run(cypher.SCENE_EMBEDDINGS_AS_OF, as_of=as_of)], embedding, k)
+
+
+# --- vector index (Neo4j only, optional) ------------------------------------------------------
+
+
+@dataclass
+class _VectorState:
+    checked: set[int] = field(default_factory=set)  # id(store) values already probed
+    usable: set[int] = field(default_factory=set)
+
+
+_vector = _VectorState()
+
+
+def _vector_index_ready(store: GraphStore, dimensions: int) -> bool:
+    """Create/detect the Neo4j scene vector index once per store; False means use numpy."""
+    key = id(store)
+    if key not in _vector.checked:
+        _vector.checked.add(key)
+        if store.server.may_have_vector_index:
+            try:
+                store.write(cypher.create_scene_vector_index(dimensions))
+                if store.index_names().get(cypher.VECTOR_INDEX_NAME, "").upper() == "VECTOR":
+                    _vector.usable.add(key)
+            except Exception as exc:  # any failure: the numpy path is always correct
+                log.info("graph: no vector index (%s); ranking embeddings with numpy", exc)
+    return key in _vector.usable
+
+
+def similar_scenes(store: GraphStore, embedding: list[float], *, k: int = 5, as_of_chapter: int) -> list[SimilarityHit]:
+    """Scenes of chapters <= as_of_chapter most similar (cosine) to `embedding`."""
+    if _vector_index_ready(store, len(embedding)):
+        try:
+            rows = store.read(
+                cypher.QUERY_SCENE_VECTOR_INDEX, embedding=list(embedding), k=k, candidates=max(4 * k, 50), as_of=as_of_chapter
+            )
+            return [SimilarityHit(**{**r, "title": r["title"] or "", "summary": r["summary"] or ""}) for r in rows]
+        except SkaldError as exc:  # the numpy path below is always correct
+            log.info("graph: vector index query failed (%s); using numpy", exc)
+            _vector.usable.discard(id(store))
+    return store.execute_read(_similar_scenes_tx, list(embedding), k, as_of_chapter)
+
+
+def similar_chapters(store: GraphStore, embedding: list[float], *, k: int = 3, as_of_chapter: int) -> list[SimilarityHit]:
+    """Chapters <= as_of_chapter whose chapter embedding is most similar to `embedding`."""
+
+    def work(tx: ManagedTransaction) -> list[SimilarityHit]:
+        return _rank([r.data() for r in tx.run(cypher.CHAPTER_EMBEDDINGS_AS_OF, as_of=as_of_chapter)], embedding, k)
+
+    return store.execute_read(work)
+
+
+# --- public retrieval API ------------------------------------------------------------------
+
+
+def resolve_names(store: GraphStore, names: Iterable[str], *, label: str | None = None) -> dict[str, str | None]:
+    """Map each name (or alias) to the id of the entity it names, or None."""
+    names = list(names)
+    return store.execute_read(_resolve_names, names, label)
+
+
+def entities_by_name(
+    store: GraphStore, names: Iterable[str], *, as_of_chapter: int | None = None, label: str | None = None
+) -> dict[str, Entity | None]:
+    """The entities named in a scene plan (by name or alias); None for unknown names."""
+    names = list(names)
+
+    def work(tx: ManagedTransaction) -> dict[str, Entity | None]:
+        ids = _resolve_names(tx, names, label)
+        found = _entities(tx, [i for i in ids.values() if i])
+        out: dict[str, Entity | None] = {}
+        for name, eid in ids.items():
+            entity = found.get(eid) if eid else None
+            out[name] = entity if entity and (as_of_chapter is None or entity.exists_as_of(as_of_chapter)) else None
+        return out
+
+    return store.execute_read(work)
+
+
+def character_profiles(
+    store: GraphStore, *, as_of_chapter: int, names: Iterable[str] = (), ids: Iterable[str] = ()
+) -> list[EntityProfile]:
+    """Profiles (status and latest relationships as of the chapter) of named or given entities."""
+    names, wanted = list(names), list(ids)
+
+    def work(tx: ManagedTransaction) -> list[EntityProfile]:
+        resolved = _resolve_names(tx, names, None) if names else {}
+        all_ids = list(dict.fromkeys([*wanted, *(i for i in resolved.values() if i)]))
+        return _profiles_tx(tx, all_ids, as_of_chapter)
+
+    return store.execute_read(work)
+
+
+def relationships_as_of(store: GraphStore, entity_id: str, *, as_of_chapter: int) -> list[RelationshipView]:
+    def work(tx: ManagedTransaction) -> list[RelationshipView]:
+        return _latest_views(_relationship_rows(tx, [entity_id], as_of_chapter)).get(entity_id, [])
+
+    return store.execute_read(work)
+
+
+def recent_summaries(store: GraphStore, *, as_of_chapter: int, k: int = 3, min_chapter: int = 1) -> list[ChapterSummary]:
+    """The last k chapter summaries up to and including `as_of_chapter`, oldest first."""
+    return store.execute_read(_summaries_tx, as_of_chapter, k, min_chapter)
+
+
+def location_context(store: GraphStore, location: str, *, as_of_chapter: int) -> LocationContext | None:
+    """A location (by id, name or alias) with its parents, children, occupants, events and neighbours."""
+    return store.execute_read(_location_tx, location, as_of_chapter)
+
+
+def scene_context(
+    store: GraphStore,
+    *,
+    chapter: int,
+    characters: Iterable[str] = (),
+    location: str | None = None,
+    k_summaries: int = 3,
+    embedding: list[float] | None = None,
+    k_similar: int = 3,
+) -> SceneContext:
+    """Everything drafting a scene of `chapter` needs, as of chapter - 1, in one read transaction."""
+    names = list(dict.fromkeys(characters))
+    as_of = chapter - 1
+    use_numpy = embedding is not None and not _vector_index_ready(store, len(embedding))
+
+    def work(tx: ManagedTransaction) -> SceneContext:
+        resolved = _resolve_names(tx, names, None) if names else {}
+        ids = list(dict.fromkeys(i for i in resolved.values() if i))
+        context = SceneContext(
+            chapter=chapter,
+            as_of_chapter=as_of,
+            characters=_profiles_tx(tx, ids, as_of) if ids else [],
+            unresolved_names=[n for n, i in resolved.items() if i is None],
+            location=_location_tx(tx, location, as_of) if location else None,
+            recent_summaries=_summaries_tx(tx, as_of, k_summaries, 1),
+        )
+        if use_numpy and embedding is not None:
+            context.similar_scenes = _similar_scenes_tx(tx, embedding, k_similar, as_of)
+        return context
+
+    context = store.execute_read(work)
+    if embedding is not None and not use_numpy:
+        context.similar_scenes = similar_scenes(store, embedding, k=k_similar, as_of_chapter=as_of)
+    return context
+
+
+# --- validation support ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsistencyFacts:
+    """What the consistency checks need, keyed by `vocabulary.normalize_name` of the names asked.
+
+    statuses: name -> (status as of the chapter, chapter since which it holds)
+    scene_embeddings: (chapter, scene index, embedding) of every scene up to the chapter
+    relationships: (source name, target name) -> (type, chapter) of the latest relationship
+    """
+
+    statuses: dict[str, tuple[str, int]]
+    scene_embeddings: list[tuple[int, int, list[float]]]
+    relationships: dict[tuple[str, str], tuple[str, int]]
+
+
+def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter: int) -> ConsistencyFacts:
+    names = list(dict.fromkeys(names))
+
+    def work(tx: ManagedTransaction) -> ConsistencyFacts:
+        resolved = _resolve_names(tx, names, None)
+        ids = {i for i in resolved.values() if i}
+        entities = _entities(tx, ids)
+        statuses: dict[str, tuple[str, int]] = {}
+        keys_of: dict[str, list[str]] = {}
+        for name, eid in resolved.items():
+            if not eid or eid not in entities:
+                continue
+            key = vocab.normalize_name(name)
+            keys_of.setdefault(eid, []).append(key)
+            entity = entities[eid]
+            covering = [i for i in entity.status_intervals if i.covers(as_of_chapter)]
+            if covering:
+                statuses[key] = (covering[-1].status, covering[-1].from_chapter)
+        relationships: dict[tuple[str, str], tuple[str, int]] = {}
+        for row in _relationship_rows(tx, ids, as_of_chapter):
+            other = row["other"]["id"]
+            if not row["outgoing"] or other not in ids:
+                continue
+            chapter = row["props"].get("chapter", 0)
+            for a in keys_of.get(row["id"], []):
+                for b in keys_of.get(other, []):
+                    if (a, b) not in relationships or chapter >= relationships[(a, b)][1]:
+                        relationships[(a, b)] = (row["type"], chapter)
+        scenes = [
+            (r["chapter"], r["scene"], list(r["embedding"]))
+            for r in tx.run(cypher.SCENE_EMBEDDINGS_AS_OF, as_of=as_of_chapter)
+        ]
+        scenes.sort(key=lambda s: (s[0], s[1]))
+        return ConsistencyFacts(statuses=statuses, scene_embeddings=scenes, relationships=relationships)
+
+    return store.execute_read(work)
