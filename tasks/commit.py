@@ -60,6 +60,8 @@ def commit_chapter(delta_ref: ContentRef, committed_before: str | None) -> Commi
     delta = rt.content.get_model(delta_ref, ChapterDelta)
     digest = delta.delta_hash()
     if committed_before is not None and committed_before != digest:
+        get_run_logger().info("chapter %d: this draft was rejected on an earlier run; replaying its review from cache "
+                              "without touching the graph", delta.chapter)
         return "deferred"
     result = rt.graph.commit_chapter(delta)
     get_run_logger().info("chapter %d: graph %s in %.2fs (%d nodes, %d relationships created, %d nodes updated)",
