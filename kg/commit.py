@@ -104,6 +104,14 @@ class GraphOps:
                 found[row["id"]] = row["props"]
         return found
 
+    def lock_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Like read_nodes, but takes the nodes' write locks first (read for update)."""
+        found: dict[str, dict[str, Any]] = {}
+        for part in self._chunks(ids):
+            for row in self.rows(tx, cypher.lock_nodes(label), ids=part):
+                found[row["id"]] = row["props"]
+        return found
+
     def read_names(self, tx: ManagedTransaction, keys: list[str]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         for part in self._chunks(keys):
@@ -228,12 +236,12 @@ class _Planner:
         for ref, label, hint in refs:
             ids.update((ref, vocab.entity_id(label or hint, ref)))
             keys.add(vocab.name_key(ref))
-        self.existing = self.ops.read_nodes(self.tx, vocab.ENTITY, sorted(ids))
+        self.existing = self.ops.lock_nodes(self.tx, vocab.ENTITY, sorted(ids))
         for row in self.ops.read_names(self.tx, sorted(keys)):
             self.graph_names[row["key"]].append((row["entity_id"], row["kind"], row["label"]))
         missing = {eid for rows in self.graph_names.values() for eid, _, _ in rows} - self.existing.keys()
         if missing:
-            self.existing.update(self.ops.read_nodes(self.tx, vocab.ENTITY, sorted(missing)))
+            self.existing.update(self.ops.lock_nodes(self.tx, vocab.ENTITY, sorted(missing)))
 
     # -- resolution
     def _provisional(self, eid: str) -> bool:
@@ -503,7 +511,7 @@ class _Planner:
             by_label[label].append(nid)
         before_all: dict[tuple[str, str], dict[str, Any]] = {}
         for label, ids in by_label.items():
-            for nid, props in self.ops.read_nodes(self.tx, label, ids).items():
+            for nid, props in self.ops.lock_nodes(self.tx, label, ids).items():
                 before_all[(label, nid)] = props
         writes = []
         for label, nid, props in wanted:

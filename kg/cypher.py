@@ -60,6 +60,26 @@ def read_nodes(label: str) -> str:
 
 
 @cache
+def lock_nodes(label: str) -> str:
+    """Read nodes for update: the throw-away write takes each node's write lock first.
+
+    Neo4j reads are read-committed, so a plain read, then a write computed from it, could
+    lose a concurrent update; writing first makes the read current and holds the lock to
+    the end of the transaction (the idiom in Neo4j's "Concurrent data access" docs).
+    ArcadeDB's optimistic version check covers the same case on commit.
+    """
+    return (
+        f"MATCH (n:{q(label)}) WHERE n.id IN $ids SET n._kg_lock = true REMOVE n._kg_lock "
+        "RETURN n.id AS id, properties(n) AS props"
+    )
+
+
+@cache
+def row_lock_node(label: str) -> str:
+    return f"MATCH (n:{q(label)} {{id: $id}}) SET n._kg_lock = true REMOVE n._kg_lock RETURN n.id AS id, properties(n) AS props"
+
+
+@cache
 def read_rels_by_key(types: tuple[str, ...]) -> str:
     """One statement for several types: per type `$k<i>` holds that type's keys."""
     parts = [
@@ -209,14 +229,18 @@ FIND_ENTITIES_BY_KEY = (
 
 @cache
 def import_merge_keyed(labels: tuple[str, ...], keys: tuple[str, ...]) -> str:
-    """MERGE on the first label's unique key properties, then set everything."""
-    first, rest = labels[0], labels[1:]
+    """MERGE on the unique key properties with every label in the pattern, then set everything.
+
+    All labels go into the MERGE pattern: ArcadeDB cannot add a label to a node that has a
+    uniquely indexed property (`SET n:Label` fails with a duplicate key), so labels are
+    never changed after creation.
+    """
     pattern = ", ".join(f"{k}: row.props.{k}" for k in keys)
-    extra = f" SET n:{':'.join(q(x) for x in rest)}" if rest else ""
     return (
-        f"UNWIND $rows AS row MERGE (n:{q(first)} {{{pattern}}}) SET n = row.props{extra} "
+        f"UNWIND $rows AS row MERGE (n:{':'.join(q(x) for x in labels)} {{{pattern}}}) SET n = row.props "
         "RETURN row.ref AS ref, elementId(n) AS eid"
     )
+
 
 # --- Retrieval -----------------------------------------------------------------------------
 

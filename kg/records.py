@@ -34,11 +34,12 @@ def encode_value(value: Any) -> Any:
         if math.isfinite(value):
             return value
         return {_TAG: "float", "v": repr(value)}
-    if isinstance(value, list | tuple):
-        return [encode_value(v) for v in value]
+    # Temporal types first: neo4j.time.Duration is a tuple subclass.
     for tag, cls in _TEMPORAL.items():
         if isinstance(value, cls):
             return {_TAG: tag, "v": value.iso_format()}  # type: ignore[attr-defined]
+    if isinstance(value, list | tuple):
+        return [encode_value(v) for v in value]
     raise TypeError(f"cannot encode a graph property of type {type(value).__name__}")
 
 

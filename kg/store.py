@@ -9,6 +9,7 @@ transient failures (ArcadeDB's DeadlockDetected) by re-running the whole transac
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from kg.records import entity_from_props
 
 log = logging.getLogger("skald.kg")
 
+_RACE_ATTEMPTS = 4
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -256,7 +258,19 @@ class GraphStore:
         back in the same transaction first (allowed only for the newest commit).
         `ops` swaps the statement strategy (the benchmark's per-row path); leave it None.
         """
-        result = self.execute_write(commit_chapter_tx, delta, replace=replace, ops=ops)
+        for attempt in range(1, _RACE_ATTEMPTS + 1):
+            try:
+                result = self.execute_write(commit_chapter_tx, delta, replace=replace, ops=ops)
+                break
+            except GraphWriteError as exc:
+                # A uniqueness violation here means a concurrent commit created the same
+                # entity (or took the same change-set seq) first; the transaction was rolled
+                # back, so planning again from the new state is safe. The driver only
+                # retries errors the server calls transient, which this is not.
+                if attempt == _RACE_ATTEMPTS or not isinstance(exc.__cause__, nx.ConstraintError):
+                    raise
+                log.info("graph: chapter %d commit raced another writer (%s); retrying", delta.chapter, exc)
+                time.sleep(random.uniform(0.05, 0.2) * attempt)
         log.info(
             "graph: chapter %d %s (%d nodes created, %d updated, %d relationships) in %.2fs",
             delta.chapter,

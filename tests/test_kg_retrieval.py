@@ -1,0 +1,157 @@
+"""Retrieval "as of chapter N" against the session graph."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+
+from core.settings import Settings
+from kg import retrieval
+from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
+from kg.store import GraphStore
+
+OUTLINE = EntitySource(type="outline", chapter=0)
+
+
+def story() -> list[ChapterDelta]:
+    return [
+        ChapterDelta(
+            chapter=0,
+            source_type="outline",
+            entities=[
+                Entity(label="Character", name="Aragorn", aliases=["Strider"], sources=[OUTLINE],
+                       status_intervals=[{"status": "alive", "from_chapter": 0}]),
+                Entity(label="Character", name="Boromir", sources=[OUTLINE],
+                       status_intervals=[{"status": "alive", "from_chapter": 0}]),
+                Entity(label="Character", name="Frodo", sources=[OUTLINE]),
+                Entity(label="Location", name="Middle-earth", sources=[OUTLINE]),
+                Entity(label="Location", name="Rivendell", description="Elven refuge", sources=[OUTLINE]),
+                Entity(label="Location", name="Moria", sources=[OUTLINE]),
+            ],
+            relationships=[
+                Relationship(source="Rivendell", target="Middle-earth", type="part of"),
+                Relationship(source="Moria", target="Middle-earth", type="part of"),
+            ],
+        ),
+        ChapterDelta(
+            chapter=1,
+            title="The Council",
+            summary="The council meets in Rivendell.",
+            embedding=[1.0, 0.0, 0.0],
+            scenes=[
+                SceneDelta(index=1, title="Arrival", summary="Frodo arrives.", embedding=[1.0, 0.0, 0.0]),
+                SceneDelta(index=2, title="Debate", summary="They argue.", embedding=[0.0, 1.0, 0.0]),
+            ],
+            entities=[Entity(label="Event", name="Council of Elrond")],
+            relationships=[
+                Relationship(source="Frodo", target="Rivendell", type="located in"),
+                Relationship(source="Aragorn", target="Rivendell", type="located in"),
+                Relationship(source="Aragorn", target="Boromir", type="friend of"),
+                Relationship(source="Council of Elrond", target="Rivendell", type="took place in"),
+                Relationship(source="Frodo", target="Council of Elrond", type="attends"),
+            ],
+        ),
+        ChapterDelta(
+            chapter=2,
+            title="The Mines",
+            summary="Into Moria; Boromir falls.",
+            embedding=[0.0, 0.0, 1.0],
+            scenes=[
+                SceneDelta(index=1, title="Gate", summary="The gate opens.", embedding=[0.0, 0.0, 1.0]),
+                SceneDelta(index=2, title="Bridge", summary="The bridge.", embedding=[0.7, 0.7, 0.0]),
+            ],
+            relationships=[
+                Relationship(source="Strider", target="Moria", type="located in"),
+                Relationship(source="Aragorn", target="Boromir", type="distrusts"),
+            ],
+            status_changes=[StatusChange(entity="Boromir", status="dead")],
+        ),
+    ]
+
+
+@pytest.fixture(scope="module")
+def store(graph_settings: Settings) -> Iterator[GraphStore]:
+    graph = GraphStore.open(graph_settings)
+    graph.wipe()
+    for delta in story():
+        graph.commit_chapter(delta)
+    yield graph
+    graph.close()
+
+
+def test_profiles_as_of_a_chapter(store: GraphStore) -> None:
+    profiles = retrieval.character_profiles(store, as_of_chapter=1, names=["Strider", "Boromir", "Nobody"])
+    by_name = {p.entity.name: p for p in profiles}
+    assert set(by_name) == {"Aragorn", "Boromir"}
+    assert by_name["Boromir"].status == "alive"
+    aragorn = {(r.type, r.direction, r.other_name) for r in by_name["Aragorn"].relationships}
+    assert aragorn == {("FRIEND_OF", "out", "Boromir"), ("LOCATED_IN", "out", "Rivendell")}
+
+    later = {p.entity.name: p for p in retrieval.character_profiles(store, as_of_chapter=2, names=["Aragorn", "Boromir"])}
+    assert later["Boromir"].status == "dead"
+    assert [(r.type, r.chapter) for r in later["Aragorn"].relationships if r.other_name == "Boromir"] == [
+        ("DISTRUSTS", 2),
+        ("FRIEND_OF", 1),
+    ]
+    assert retrieval.character_profiles(store, as_of_chapter=0, ids=["event:council-of-elrond"]) == []
+
+
+def test_recent_summaries(store: GraphStore) -> None:
+    assert [s.chapter for s in retrieval.recent_summaries(store, as_of_chapter=2, k=1)] == [2]
+    summaries = retrieval.recent_summaries(store, as_of_chapter=2, k=5)
+    assert [(s.chapter, s.title) for s in summaries] == [(1, "The Council"), (2, "The Mines")]
+    store.set_chapter_summary(2, "Gandalf falls at the bridge.", ["bridge"])
+    assert retrieval.recent_summaries(store, as_of_chapter=2, k=1)[0].summary == "Gandalf falls at the bridge."
+
+
+def test_location_context_follows_moves(store: GraphStore) -> None:
+    before = retrieval.location_context(store, "rivendell", as_of_chapter=1)
+    assert before is not None
+    assert [e.name for e in before.occupants] == ["Aragorn", "Frodo"]
+    assert [e.name for e in before.events] == ["Council of Elrond"]
+    assert [e.name for e in before.parents] == ["Middle-earth"]
+    after = retrieval.location_context(store, "location:rivendell", as_of_chapter=2)
+    assert after is not None and [e.name for e in after.occupants] == ["Frodo"]
+    world = retrieval.location_context(store, "Middle-earth", as_of_chapter=2)
+    assert world is not None and [e.name for e in world.children] == ["Moria", "Rivendell"]
+    assert retrieval.location_context(store, "Atlantis", as_of_chapter=2) is None
+
+
+def test_entities_named_in_a_scene_plan(store: GraphStore) -> None:
+    found = retrieval.entities_by_name(store, ["strider", "Nobody", "Council of Elrond"], as_of_chapter=0)
+    assert found["strider"] is not None and found["strider"].name == "Aragorn"
+    assert found["Nobody"] is None and found["Council of Elrond"] is None  # first seen in chapter 1
+    assert retrieval.resolve_names(store, ["Rivendell"], label="Character") == {"Rivendell": None}
+
+
+def test_vector_similarity_over_scenes_and_chapters(store: GraphStore) -> None:
+    hits = retrieval.similar_scenes(store, [1.0, 0.0, 0.0], k=2, as_of_chapter=2)
+    assert [h.id for h in hits] == ["scene:1:1", "scene:2:2"]
+    assert math.isclose(hits[0].score, 1.0) and math.isclose(hits[1].score, 0.7 / math.hypot(0.7, 0.7))
+    assert {h.chapter for h in retrieval.similar_scenes(store, [0.0, 0.0, 1.0], k=5, as_of_chapter=1)} == {1}
+    assert [h.chapter for h in retrieval.similar_chapters(store, [0.0, 0.1, 1.0], k=1, as_of_chapter=2)] == [2]
+    assert retrieval.similar_scenes(store, [1.0, 0.0], k=3, as_of_chapter=2) == []  # other dimension
+
+
+def test_scene_context_gathers_everything_for_drafting(store: GraphStore) -> None:
+    context = retrieval.scene_context(
+        store, chapter=3, characters=["Strider", "Frodo", "Nobody"], location="Moria", embedding=[0.0, 0.0, 1.0]
+    )
+    assert context.as_of_chapter == 2
+    assert [p.entity.name for p in context.characters] == ["Aragorn", "Frodo"]
+    assert context.unresolved_names == ["Nobody"]
+    assert context.location is not None and [e.name for e in context.location.occupants] == ["Aragorn"]
+    assert [s.chapter for s in context.recent_summaries] == [1, 2]
+    assert context.similar_scenes[0].id == "scene:2:1"
+
+
+def test_consistency_facts_for_validation(store: GraphStore) -> None:
+    facts = store.consistency_facts(["Boromir", "Strider", "Frodo"], as_of_chapter=2)
+    assert facts.statuses == {"boromir": ("dead", 2), "strider": ("alive", 0)}
+    assert facts.relationships[("strider", "boromir")] == ("DISTRUSTS", 2)
+    assert [(c, i) for c, i, _ in facts.scene_embeddings] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    early = store.consistency_facts(["Boromir", "Strider"], as_of_chapter=1)
+    assert early.statuses["boromir"] == ("alive", 0)
+    assert early.relationships[("strider", "boromir")] == ("FRIEND_OF", 1)

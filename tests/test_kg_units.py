@@ -1,0 +1,163 @@
+"""Pure unit tests of the graph layer: vocabulary, keys and ids, models, value codec."""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+import neo4j.time as ntime
+import pytest
+from pydantic import ValidationError
+
+from kg import cypher
+from kg import vocabulary as vocab
+from kg.models import ChapterDelta, Entity, PropertyUpdate, Relationship, StatusChange
+from kg.records import decode_value, encode_value, entity_from_props, entity_props, name_rows
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("FRIEND_OF", ("FRIEND_OF", None)),
+        ("friend_of", ("FRIEND_OF", "friend_of")),
+        ("is friends with", ("FRIEND_OF", "is friends with")),
+        ("Loves", ("LOVES", "Loves")),
+        ("located at", ("LOCATED_IN", "located at")),
+        ("was betrayed", ("BETRAYED", "was betrayed")),
+        ("Took part in", ("PARTICIPATES_IN", "Took part in")),
+        ("owes a debt to", ("RELATES_TO", "owes a debt to")),
+        ("}) DETACH DELETE n //", ("RELATES_TO", "}) DETACH DELETE n //")),
+        ("", ("RELATES_TO", "")),
+    ],
+)
+def test_relationship_types_normalise_into_the_vocabulary(raw: str, expected: tuple[str, str | None]) -> None:
+    assert vocab.normalize_rel_type(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "label"),
+    [
+        ("Character", "Character"),
+        ("person", "Character"),
+        ("Place", "Location"),
+        ("city", "Location"),
+        ("Organization", "Faction"),
+        ("magic system", "Lore"),
+        ("Weapon", "Item"),
+        ("`Robert'); DROP", "Concept"),
+    ],
+)
+def test_labels_normalise_into_the_vocabulary(raw: str, label: str) -> None:
+    assert vocab.normalize_label(raw)[0] == label
+
+
+def test_name_keys_ignore_case_punctuation_and_leading_article() -> None:
+    assert vocab.normalize_name("  The  Ring ") == "ring"
+    assert vocab.normalize_name("O'Brien") == vocab.normalize_name("OBrien") == "obrien"
+    assert vocab.normalize_name("Ærø-Town!") == "ærø town"
+    assert vocab.normalize_name("😀🔥") == "😀🔥"  # symbols only: still a usable key
+    long = "x" * 10_000
+    assert len(vocab.name_key(long)) < 200 and vocab.name_key(long) == vocab.name_key(long.upper())
+
+
+def test_entity_ids_are_deterministic_readable_and_bounded() -> None:
+    assert vocab.entity_id("Character", "Aragorn son of Arathorn") == "character:aragorn-son-of-arathorn"
+    assert vocab.entity_id("Character", "ARAGORN son of arathorn") == "character:aragorn-son-of-arathorn"
+    # Punctuation is dropped from ids; what is left is plain text, never Cypher.
+    assert vocab.entity_id("Item", "}) DETACH DELETE n //") == "item:detach-delete-n"
+    assert "~" in vocab.entity_id("Item", "Ærø")  # non-ASCII: slug plus hash
+    assert vocab.entity_id("Item", "😀") != vocab.entity_id("Item", "🔥")
+    assert len(vocab.entity_id("Character", "y" * 10_000)) < 100
+
+
+def test_rel_keys_distinguish_raw_types_only_for_relates_to() -> None:
+    a = vocab.rel_key("x", "RELATES_TO", "y", 3, "owes")
+    b = vocab.rel_key("x", "RELATES_TO", "y", 3, "fears the dark of")
+    assert a != b
+    assert vocab.rel_key("x", "FRIEND_OF", "y", 3, "friends with") == vocab.rel_key("x", "FRIEND_OF", "y", 3, None)
+    assert vocab.rel_key("x", "FRIEND_OF", "y", 3) != vocab.rel_key("x", "FRIEND_OF", "y", 4)
+
+
+def test_cypher_builders_refuse_labels_outside_the_vocabulary() -> None:
+    with pytest.raises(ValueError):
+        cypher.create_nodes(("Entity", "Character`) DETACH DELETE n //"))
+    with pytest.raises(ValueError):
+        cypher.delete_rels("LOVES]->() DELETE r //")
+    assert "`Entity`:`Character`" in cypher.create_nodes(("Entity", "Character"))
+
+
+def test_models_normalise_and_keep_raw_values() -> None:
+    rel = Relationship(source="A", target="B", type="is friends with")
+    assert (rel.type, rel.raw_type) == ("FRIEND_OF", "is friends with")
+    assert Relationship.model_validate(rel.model_dump()) == rel  # stable when re-validated
+    entity = Entity(label="wizard school", name="Hogwarts")
+    assert (entity.label, entity.raw_label) == ("Concept", "wizard school")
+    with pytest.raises(ValidationError):
+        Entity(label="Character", name="   ")
+    with pytest.raises(ValidationError):
+        PropertyUpdate(entity="A", changes={"name": ""})
+    with pytest.raises(ValidationError):
+        ChapterDelta(chapter=1, novel_info={"bad key": 1})
+    with pytest.raises(ValidationError):
+        StatusChange(entity="A", status="")
+
+
+def test_delta_hash_ignores_dict_order() -> None:
+    a = ChapterDelta(chapter=1, entities=[Entity(label="Character", name="A", attributes={"x": 1, "y": 2})])
+    b = ChapterDelta(chapter=1, entities=[Entity(label="Character", name="A", attributes={"y": 2, "x": 1})])
+    assert a.delta_hash() == b.delta_hash()
+    assert a.delta_hash() != a.model_copy(update={"chapter": 2}).delta_hash()
+
+
+def test_status_as_of_chapter() -> None:
+    entity = Entity(
+        label="Character",
+        name="Boromir",
+        status_intervals=[
+            {"status": "alive", "from_chapter": 0, "to_chapter": 4},
+            {"status": "dead", "from_chapter": 5},
+        ],
+    )
+    assert [entity.status_as_of(c) for c in (0, 4, 5, 40)] == ["alive", "alive", "dead", "dead"]
+
+
+def test_entity_properties_round_trip() -> None:
+    entity = Entity(
+        id="character:a",
+        label="Character",
+        name="A",
+        aliases=["Ay", "A"],
+        attributes={"age": 3, "ratio": 1.0, "tags": ["x"]},
+        sources=[{"type": "user", "chapter": 0, "confidence": 1.0}],
+        is_provisional=False,
+        first_chapter=0,
+        last_chapter=2,
+        status_intervals=[{"status": "alive", "from_chapter": 0}],
+    )
+    props = entity_props(entity)
+    assert props["aliases"] == ["Ay"] and props["alias_keys"] == ["ay"]
+    assert all(not isinstance(v, dict) for v in props.values())  # storable property types only
+    back = entity_from_props(props)
+    assert back.model_dump() == entity.model_copy(update={"aliases": ["Ay"]}).model_dump()
+    assert {r["kind"] for r in name_rows(props)} == {"name", "alias"}
+
+
+def test_value_codec_is_exact() -> None:
+    values = [
+        1,
+        1.0,
+        0.1 + 0.2,
+        -0.0,
+        True,
+        "t",
+        [1, 2],
+        [0.5, 1e-300],
+        float("inf"),
+        ntime.DateTime(2024, 1, 2, 3, 4, 5, 123456789, tzinfo=datetime.UTC),
+        ntime.Date(2024, 2, 29),
+        ntime.Duration(months=1, days=2, seconds=3),
+    ]
+    for value in values:
+        back = decode_value(encode_value(value))
+        assert back == value and type(back) is type(value)
+    assert math.isnan(decode_value(encode_value(float("nan"))))
