@@ -62,13 +62,27 @@ def _plan(request: ScriptedRequest) -> dict[str, object]:
     }
 
 
+SCENERY = [
+    "Rain hammered the gallery glass while gulls wheeled over the reef.",
+    "The lamp room smelled of paraffin, brass polish and old rope.",
+    "Fog swallowed the ferry bell and the tide crept over the slipway.",
+    "A storm lantern swung above the chart table, throwing long shadows.",
+    "Morning sun lit the cliffs and the kelp beds glittered below.",
+    "Snow dusted the keeper's cottage and the generator coughed awake.",
+    "The letter's wax seal cracked like river ice under her thumb.",
+    "Waves boomed in the sea caves beneath the northern stairs.",
+]
+
+
 def _draft(request: ScriptedRequest) -> str:
     where = re.search(r"Chapter (\d+), scene (\d+)", request.text)
-    chapter, scene = (where.group(1), where.group(2)) if where else ("?", "?")
+    chapter, scene = (int(where.group(1)), int(where.group(2))) if where else (0, 0)
+    # Distinct scenery per scene keeps scenes from looking like duplicates to the validator.
+    scenery = SCENERY[(chapter * 3 + scene) % len(SCENERY)]
     if "Revision guidance to follow" in request.text:
-        return f"Mara Quill climbed the stairs of Gull Rock lighthouse (chapter {chapter}, scene {scene}, revised)."
+        return f"Mara Quill climbed the stairs of Gull Rock lighthouse, revised. {scenery}"
     marker = " A Drowned Phantom watched." if "REJECT-ME" in request.text else ""
-    return f"Mara Quill met Tobias Venn at Gull Rock lighthouse (chapter {chapter}, scene {scene}).{marker}"
+    return f"Mara Quill met Tobias Venn at Gull Rock lighthouse. {scenery}{marker}"
 
 
 def _extract(request: ScriptedRequest) -> dict[str, object]:
@@ -279,6 +293,7 @@ def test_first_run_writes_files_and_graph(first_run: tuple[Path, dict[str, str],
     ):
         assert (project / rel).is_file(), rel
     assert "Mara Quill met Tobias Venn" in (project / "chapters/chapter_002.md").read_text()
+    assert "Mara Quill met Tobias Venn" in (project / "exports/manuscript.md").read_text()
     graph = json.loads(exported)
     chapters = [n for n in graph["nodes"] if "Chapter" in n["labels"]]
     assert sorted(n["properties"]["number"] for n in chapters) == [1, 2]
