@@ -22,6 +22,7 @@ statement per row for comparison.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections import defaultdict
@@ -55,6 +56,12 @@ from kg.records import (
 NOVEL_INFO_ID = "novel"
 _LABEL_ORDER = {label: i for i, label in enumerate(vocab.ENTITY_LABELS)}
 _CONFIRMING_SOURCES = frozenset({"user", "outline"})
+
+
+def embedding_sha(vector: list[float]) -> str:
+    """Content hash of an embedding (exact float repr), stored next to it."""
+    text = ",".join(repr(float(x)) for x in vector)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
 
 
 def chapter_id(chapter: int) -> str:
@@ -131,8 +138,14 @@ class GraphOps:
             self.run(tx, cypher.create_nodes(labels), rows=part)
 
     def update_nodes(self, tx: ManagedTransaction, label: str, rows: list[dict[str, Any]]) -> None:
+        """rows: {"id", "changes"} where changes maps changed keys to values (None removes)."""
         for part in self._chunks(rows):
             self.run(tx, cypher.update_nodes(label), rows=part)
+
+    def restore_nodes(self, tx: ManagedTransaction, label: str, rows: list[dict[str, Any]]) -> None:
+        """rows: {"id", "props"}: the complete property map to put back."""
+        for part in self._chunks(rows):
+            self.run(tx, cypher.restore_nodes(label), rows=part)
 
     def delete_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> None:
         for part in self._chunks(ids):
@@ -209,8 +222,9 @@ def _max(*values: int | None) -> int | None:
 
 
 class _Planner:
-    def __init__(self, tx: ManagedTransaction, delta: ChapterDelta, ops: GraphOps) -> None:
+    def __init__(self, tx: ManagedTransaction, delta: ChapterDelta, ops: GraphOps, *, lock_reads: bool = True) -> None:
         self.tx, self.delta, self.ops = tx, delta, ops
+        self.read_for_update = ops.lock_nodes if lock_reads else ops.read_nodes
         self.chapter = delta.chapter
         self.existing: dict[str, dict[str, Any]] = {}  # entity id -> pre-commit properties
         self.graph_names: dict[str, list[tuple[str, str, str]]] = defaultdict(list)  # key -> (id, kind, label)
@@ -220,28 +234,34 @@ class _Planner:
 
     # -- reading the pre-state
     def prefetch(self) -> None:
-        ids: set[str] = set()
+        """Read (for update) every entity the delta may resolve to, in three statements."""
         keys: set[str] = set()
         for e in self.delta.entities:
-            if e.id:
-                ids.add(e.id)
-            ids.add(vocab.entity_id(e.label, e.name))
             keys.update(vocab.name_key(n) for n in (e.name, *e.aliases))
+        delta_keys = set(keys)
         refs: list[tuple[str, str | None, str]] = []
         for r in self.delta.relationships:
             hint_src, hint_tgt = vocab.endpoint_hint(r.type)
             refs += [(r.source, r.source_label, hint_src), (r.target, r.target_label, hint_tgt)]
         refs += [(u.entity, u.label, "Character") for u in self.delta.property_updates]
         refs += [(s.entity, s.label, "Character") for s in self.delta.status_changes]
-        for ref, label, hint in refs:
-            ids.update((ref, vocab.entity_id(label or hint, ref)))
-            keys.add(vocab.name_key(ref))
-        self.existing = self.ops.lock_nodes(self.tx, vocab.ENTITY, sorted(ids))
+        keys.update(vocab.name_key(ref) for ref, _, _ in refs)
         for row in self.ops.read_names(self.tx, sorted(keys)):
             self.graph_names[row["key"]].append((row["entity_id"], row["kind"], row["label"]))
-        missing = {eid for rows in self.graph_names.values() for eid, _, _ in rows} - self.existing.keys()
-        if missing:
-            self.existing.update(self.ops.lock_nodes(self.tx, vocab.ENTITY, sorted(missing)))
+
+        ids = {eid for rows in self.graph_names.values() for eid, _, _ in rows}
+        for e in self.delta.entities:
+            if e.id:
+                ids.add(e.id)
+            ids.add(vocab.entity_id(e.label, e.name))
+        for ref, label, hint in refs:
+            # A reference is looked up as an id (and by its derived id) unless its name already
+            # matched in the graph or names an entity of this delta; store-made ids always
+            # contain ':', so those are always checked.
+            key = vocab.name_key(ref)
+            if ":" in ref or (key not in self.graph_names and key not in delta_keys):
+                ids.update((ref, vocab.entity_id(label or hint, ref)))
+        self.existing = self.read_for_update(self.tx, vocab.ENTITY, sorted(ids))
 
     # -- resolution
     def _provisional(self, eid: str) -> bool:
@@ -270,7 +290,10 @@ class _Planner:
         return None if best is None else str(best[-1])
 
     def _register(self, eid: str, entity: Entity) -> None:
+        previous = self.work.get(eid)
         self.work[eid] = entity
+        if previous is not None and previous.name == entity.name and previous.aliases == entity.aliases:
+            return  # same names: already indexed
         self.local_names[vocab.name_key(entity.name)].append((eid, "name", entity.label))
         for alias in entity.aliases:
             self.local_names[vocab.name_key(alias)].append((eid, "alias", entity.label))
@@ -286,6 +309,9 @@ class _Planner:
         return EntitySource(type=self.delta.source_type, chapter=self.chapter, original_name=name)
 
     def _seen_in_chapter(self, entity: Entity) -> Entity:
+        first, last = entity.first_chapter, entity.last_chapter
+        if first is not None and last is not None and first <= self.chapter <= last:
+            return entity
         return entity.model_copy(
             update={
                 "first_chapter": _min(entity.first_chapter, self.chapter),
@@ -442,7 +468,7 @@ class _Planner:
         for eid, entity in self.work.items():
             props = entity_props(entity.model_copy(update={"id": eid}))
             before = self.existing.get(eid)
-            if before == props:
+            if before is not None and _same(before, props):
                 continue
             nodes.append(NodeWrite(vocab.ENTITY, (vocab.ENTITY, entity.label), eid, props, before))
             old = {(r["entity_id"], r["key"]): r for r in name_rows(before)} if before else {}
@@ -450,32 +476,40 @@ class _Planner:
             names_delete += [{"entity_id": k[0], "key": k[1]} for k, row in old.items() if new.get(k) != row]
             names_create += [row for k, row in new.items() if old.get(k) != row]
 
-        nodes += self._infra_nodes()
+        infra, pre_existing = self._infra_nodes()
+        nodes += infra
+        pre_existing |= {(vocab.ENTITY, eid) for eid in self.existing}
         cid = chapter_id(ch)
         chapter_node = (vocab.CHAPTER, cid)
         for scene in d.scenes:
             sid = scene_id(ch, scene.index)
             key = vocab.rel_key(cid, vocab.HAS_SCENE, sid, ch)
             rels[key] = RelWrite(vocab.HAS_SCENE, chapter_node, (vocab.SCENE, sid), key, {"key": key, "chapter": ch})
+        # One structural edge per entity the chapter involves (spec 001 section 16):
+        # Character -[:APPEARS_IN]-> Chapter, Chapter -[:MENTIONS]-> any other entity.
         for eid, entity in self.work.items():
-            key = vocab.rel_key(cid, vocab.MENTIONS, eid, ch)
-            rels[key] = RelWrite(vocab.MENTIONS, chapter_node, (vocab.ENTITY, eid), key, {"key": key, "chapter": ch})
             if entity.label == "Character":
                 key = vocab.rel_key(eid, vocab.APPEARS_IN, cid, ch)
                 rels[key] = RelWrite(vocab.APPEARS_IN, (vocab.ENTITY, eid), chapter_node, key, {"key": key, "chapter": ch})
+            else:
+                key = vocab.rel_key(cid, vocab.MENTIONS, eid, ch)
+                rels[key] = RelWrite(vocab.MENTIONS, chapter_node, (vocab.ENTITY, eid), key, {"key": key, "chapter": ch})
 
         keys_by_type: dict[str, list[str]] = defaultdict(list)
         for rel in rels.values():
-            keys_by_type[rel.type].append(rel.key)
+            # Only a relationship between two nodes that already exist can already exist.
+            if rel.src in pre_existing and rel.tgt in pre_existing:
+                keys_by_type[rel.type].append(rel.key)
         existing_rels = self.ops.read_rels(self.tx, keys_by_type)
         rel_writes = []
         for rel in rels.values():
             rel.before = existing_rels.get(rel.key)
-            if rel.before != rel.props:
+            if rel.before is None or not _same(rel.before, rel.props):
                 rel_writes.append(rel)
         return nodes, rel_writes, names_delete, names_create
 
-    def _infra_nodes(self) -> list[NodeWrite]:
+    def _infra_nodes(self) -> tuple[list[NodeWrite], set[tuple[str, str]]]:
+        """Chapter, scene and novel-info writes, and which of those nodes existed before."""
         d, ch = self.delta, self.chapter
         cid = chapter_id(ch)
         wanted: list[tuple[str, str, dict[str, Any]]] = []
@@ -489,6 +523,8 @@ class _Planner:
         for name in ("text_ref", "text_sha", "embedding"):
             if getattr(d, name) is not None:
                 chapter_props[name] = getattr(d, name)
+        if d.embedding is not None:
+            chapter_props["embedding_sha"] = embedding_sha(d.embedding)
         wanted.append((vocab.CHAPTER, cid, chapter_props))
         for scene in d.scenes:
             props = {
@@ -502,6 +538,9 @@ class _Planner:
             for name in ("text_ref", "text_sha", "location", "embedding"):
                 if getattr(scene, name) is not None:
                     props[name] = getattr(scene, name)
+            if scene.embedding is not None:
+                # Content hash of the vector: retrieval caches vectors by it (see kg.retrieval).
+                props["embedding_sha"] = embedding_sha(scene.embedding)
             wanted.append((vocab.SCENE, props["id"], props))
         if d.novel_info is not None:
             wanted.append((vocab.NOVEL_INFO, NOVEL_INFO_ID, {**d.novel_info, "id": NOVEL_INFO_ID}))
@@ -511,19 +550,37 @@ class _Planner:
             by_label[label].append(nid)
         before_all: dict[tuple[str, str], dict[str, Any]] = {}
         for label, ids in by_label.items():
-            for nid, props in self.ops.lock_nodes(self.tx, label, ids).items():
+            for nid, props in self.read_for_update(self.tx, label, ids).items():
                 before_all[(label, nid)] = props
         writes = []
         for label, nid, props in wanted:
             before = before_all.get((label, nid))
             # Infrastructure nodes may pre-exist (e.g. planned chapters): keep their other properties.
             merged = {**before, **props} if before else props
-            if before != merged:
+            if before is None or not _same(before, merged):
                 writes.append(NodeWrite(label, (label,), nid, merged, before))
-        return writes
+        return writes, set(before_all)
 
 
 # --- Transaction functions ------------------------------------------------------------------
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equality that also tells 1 from 1.0 and True from 1 (graph values keep their type)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    return bool(a == b)
+
+
+def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Changed and added keys with their new values; removed keys map to None."""
+    changes = {k: v for k, v in after.items() if k not in before or not _same(before[k], v)}
+    changes.update({k: None for k in before if k not in after})
+    return changes
 
 
 def _group(items: list[Any], key: Any) -> dict[Any, list[Any]]:
@@ -534,9 +591,19 @@ def _group(items: list[Any], key: Any) -> dict[Any, list[Any]]:
 
 
 def commit_chapter_tx(
-    tx: ManagedTransaction, delta: ChapterDelta, *, replace: bool = False, ops: GraphOps | None = None
+    tx: ManagedTransaction,
+    delta: ChapterDelta,
+    *,
+    replace: bool = False,
+    ops: GraphOps | None = None,
+    lock_reads: bool = True,
 ) -> CommitResult:
-    """Write a chapter delta and its change-set; see the module docstring."""
+    """Write a chapter delta and its change-set; see the module docstring.
+
+    `lock_reads` takes write locks on the nodes read as pre-state (needed on Neo4j, whose
+    reads are read-committed); ArcadeDB's optimistic commit-time version check already
+    rejects a transaction whose read nodes changed meanwhile, so the store turns it off there.
+    """
     ops = ops or GraphOps()
     started = time.perf_counter()
     delta_hash = delta.delta_hash()
@@ -564,7 +631,7 @@ def commit_chapter_tx(
         changesets = [c for c in changesets if c["chapter"] != delta.chapter]
     seq = max((c["seq"] for c in changesets), default=0) + 1
 
-    planner = _Planner(tx, delta, ops)
+    planner = _Planner(tx, delta, ops, lock_reads=lock_reads)
     nodes, rels, names_delete, names_create = planner.plan()
 
     created = [n for n in nodes if n.before is None]
@@ -572,7 +639,8 @@ def commit_chapter_tx(
     for labels, group in _group(created, lambda n: n.labels).items():
         ops.create_nodes(tx, labels, [{"props": n.props} for n in group])
     for lookup, group in _group(updated, lambda n: n.lookup).items():
-        ops.update_nodes(tx, lookup, [{"id": n.id, "props": n.props} for n in group])
+        # Only the difference travels: most touched nodes just get a new last_chapter.
+        ops.update_nodes(tx, lookup, [{"id": n.id, "changes": _diff(n.before or {}, n.props)} for n in group])
     if names_delete:
         ops.delete_names(tx, names_delete)
     if names_create:
@@ -672,7 +740,7 @@ def _undo(tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, resu
     restored: list[dict[str, Any]] = []
     for label, group in _group(updated_nodes, lambda n: n[0]).items():
         rows = [{"id": nid, "props": decode_props(props)} for _, nid, props in group]
-        ops.update_nodes(tx, label, rows)
+        ops.restore_nodes(tx, label, rows)
         if label == vocab.ENTITY:
             restored += [row["props"] for row in rows]
     names = [row for props in restored for row in name_rows(props)]

@@ -99,6 +99,13 @@ def create_nodes(labels: tuple[str, ...]) -> str:
 
 @cache
 def update_nodes(label: str) -> str:
+    """Apply a property diff: `row.changes` holds changed values, null for removed keys."""
+    return f"UNWIND $rows AS row MATCH (n:{q(label)} {{id: row.id}}) SET n += row.changes"
+
+
+@cache
+def restore_nodes(label: str) -> str:
+    """Replace all properties (rollback): keys absent from `row.props` are removed."""
     return f"UNWIND $rows AS row MATCH (n:{q(label)} {{id: row.id}}) SET n = row.props"
 
 
@@ -159,7 +166,7 @@ def row_create_node(labels: tuple[str, ...]) -> str:
 
 @cache
 def row_update_node(label: str) -> str:
-    return f"MATCH (n:{q(label)} {{id: $id}}) SET n = $props"
+    return f"MATCH (n:{q(label)} {{id: $id}}) SET n += $changes"
 
 
 @cache
@@ -261,16 +268,21 @@ RECENT_SUMMARIES = (
     "RETURN c.number AS chapter, c.title AS title, c.summary AS summary, c.key_events AS key_events "
     "ORDER BY c.number DESC LIMIT $k"
 )
-SCENE_EMBEDDINGS_AS_OF = (
-    "MATCH (s:Scene) WHERE s.chapter <= $as_of AND s.embedding IS NOT NULL "
+# Vectors are listed with their content hash only (every commit stores `embedding_sha` next to
+# `embedding`); the bodies are fetched by id when the process-wide cache (kg.retrieval) does
+# not hold that hash yet.
+SCENE_VECTORS_AS_OF = (
+    "MATCH (s:Scene) WHERE s.chapter <= $as_of AND s.embedding_sha IS NOT NULL "
     "RETURN s.id AS id, s.chapter AS chapter, s.index AS scene, s.title AS title, s.summary AS summary, "
-    "s.embedding AS embedding"
+    "s.embedding_sha AS sha"
 )
-CHAPTER_EMBEDDINGS_AS_OF = (
-    "MATCH (c:Chapter) WHERE c.number <= $as_of AND c.embedding IS NOT NULL "
+CHAPTER_VECTORS_AS_OF = (
+    "MATCH (c:Chapter) WHERE c.number <= $as_of AND c.embedding_sha IS NOT NULL "
     "RETURN c.id AS id, c.number AS chapter, null AS scene, c.title AS title, c.summary AS summary, "
-    "c.embedding AS embedding"
+    "c.embedding_sha AS sha"
 )
+SCENE_EMBEDDINGS_BY_ID = "MATCH (s:Scene) WHERE s.id IN $ids RETURN s.id AS id, s.embedding AS embedding"
+CHAPTER_EMBEDDINGS_BY_ID = "MATCH (c:Chapter) WHERE c.id IN $ids RETURN c.id AS id, c.embedding AS embedding"
 SET_CHAPTER_SUMMARY = (
     "MERGE (c:Chapter {id: $id}) ON CREATE SET c.number = $number "
     "SET c.summary = $summary, c.key_events = $key_events"

@@ -13,6 +13,8 @@ scene embeddings is created and used when possible, and any failure falls back t
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -156,30 +158,84 @@ def _summaries_tx(tx: ManagedTransaction, as_of: int, k: int, min_chapter: int) 
     return sorted(found, key=lambda s: s.chapter)
 
 
-def _rank(rows: list[dict[str, Any]], embedding: list[float], k: int) -> list[SimilarityHit]:
+class _VectorCache:
+    """Embeddings by content hash, shared by every store in the process.
+
+    A hash names exactly one vector, so entries never go stale; the graph is still asked
+    which scenes exist (and their hashes) on every query, so results always follow it.
+    """
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        self._data: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_entries = max_entries
+
+    def get(self, sha: str | None) -> np.ndarray | None:
+        if sha is None:
+            return None
+        with self._lock:
+            return self._data.get(sha)
+
+    def put(self, sha: str, vector: np.ndarray) -> None:
+        with self._lock:
+            self._data[sha] = vector
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+
+
+_vectors = _VectorCache()
+
+
+def _vector_rows(tx: ManagedTransaction, kind: str, as_of: int) -> list[tuple[dict[str, Any], np.ndarray]]:
+    """(row, vector) for every Scene (kind "scene") or Chapter with an embedding, as of a chapter."""
+    listing, by_id = (
+        (cypher.SCENE_VECTORS_AS_OF, cypher.SCENE_EMBEDDINGS_BY_ID)
+        if kind == "scene"
+        else (cypher.CHAPTER_VECTORS_AS_OF, cypher.CHAPTER_EMBEDDINGS_BY_ID)
+    )
+    rows = [r.data() for r in tx.run(listing, as_of=as_of)]
+    missing = [r["id"] for r in rows if _vectors.get(r["sha"]) is None]
+    fetched: dict[str, np.ndarray] = {}
+    if missing:
+        for record in tx.run(by_id, ids=missing):
+            fetched[record["id"]] = np.asarray(record["embedding"], dtype=np.float64)
+    out = []
+    for row in rows:
+        vector = _vectors.get(row["sha"])
+        if vector is None:
+            vector = fetched.get(row["id"])
+            if vector is None:
+                continue
+            if row["sha"] is not None:
+                _vectors.put(row["sha"], vector)
+        out.append((row, vector))
+    return out
+
+
+def _rank(rows: list[tuple[dict[str, Any], np.ndarray]], embedding: list[float], k: int) -> list[SimilarityHit]:
     query = np.asarray(embedding, dtype=np.float64)
-    usable = [r for r in rows if len(r["embedding"]) == query.shape[0]]
+    usable = [(row, vec) for row, vec in rows if vec.shape == query.shape]
     if not usable or k <= 0:
         return []
-    matrix = np.asarray([r["embedding"] for r in usable], dtype=np.float64)
+    matrix = np.stack([vec for _, vec in usable])
     norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
     scores = matrix @ query / np.maximum(norms, 1e-12)
     order = np.argsort(-scores, kind="stable")[:k]
     return [
         SimilarityHit(
-            id=usable[i]["id"],
-            chapter=usable[i]["chapter"],
-            scene=usable[i]["scene"],
+            id=usable[i][0]["id"],
+            chapter=usable[i][0]["chapter"],
+            scene=usable[i][0]["scene"],
             score=float(scores[i]),
-            title=usable[i]["title"] or "",
-            summary=usable[i]["summary"] or "",
+            title=usable[i][0]["title"] or "",
+            summary=usable[i][0]["summary"] or "",
         )
         for i in order
     ]
 
 
 def _similar_scenes_tx(tx: ManagedTransaction, embedding: list[float], k: int, as_of: int) -> list[SimilarityHit]:
-    return _rank([r.data() for r in tx.run(cypher.SCENE_EMBEDDINGS_AS_OF, as_of=as_of)], embedding, k)
+    return _rank(_vector_rows(tx, "scene", as_of), embedding, k)
 
 
 # --- vector index (Neo4j only, optional) ------------------------------------------------------
@@ -227,7 +283,7 @@ def similar_chapters(store: GraphStore, embedding: list[float], *, k: int = 3, a
     """Chapters <= as_of_chapter whose chapter embedding is most similar to `embedding`."""
 
     def work(tx: ManagedTransaction) -> list[SimilarityHit]:
-        return _rank([r.data() for r in tx.run(cypher.CHAPTER_EMBEDDINGS_AS_OF, as_of=as_of_chapter)], embedding, k)
+        return _rank(_vector_rows(tx, "chapter", as_of_chapter), embedding, k)
 
     return store.execute_read(work)
 
@@ -371,10 +427,7 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
                 for b in keys_of.get(other, []):
                     if (a, b) not in relationships or chapter >= relationships[(a, b)][1]:
                         relationships[(a, b)] = (row["type"], chapter)
-        scenes = [
-            (r["chapter"], r["scene"], list(r["embedding"]))
-            for r in tx.run(cypher.SCENE_EMBEDDINGS_AS_OF, as_of=as_of_chapter)
-        ]
+        scenes = [(row["chapter"], row["scene"], vector.tolist()) for row, vector in _vector_rows(tx, "scene", as_of_chapter)]
         scenes.sort(key=lambda s: (s[0], s[1]))
         return ConsistencyFacts(statuses=statuses, scene_embeddings=scenes, relationships=relationships)
 

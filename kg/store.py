@@ -260,7 +260,9 @@ class GraphStore:
         """
         for attempt in range(1, _RACE_ATTEMPTS + 1):
             try:
-                result = self.execute_write(commit_chapter_tx, delta, replace=replace, ops=ops)
+                result = self.execute_write(
+                    commit_chapter_tx, delta, replace=replace, ops=ops, lock_reads=not self.server.is_arcadedb
+                )
                 break
             except GraphWriteError as exc:
                 # A uniqueness violation here means a concurrent commit created the same

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from functools import lru_cache
 
 # --- Node labels -------------------------------------------------------------------------
 
@@ -109,7 +110,7 @@ ENTITY_REL_TYPES: tuple[str, ...] = (
 )
 # Structural edges written by the store itself.
 APPEARS_IN = "APPEARS_IN"  # Character -> Chapter
-MENTIONS = "MENTIONS"  # Chapter -> Entity
+MENTIONS = "MENTIONS"  # Chapter -> non-character Entity
 HAS_SCENE = "HAS_SCENE"  # Chapter -> Scene
 STRUCTURAL_REL_TYPES: tuple[str, ...] = (APPEARS_IN, MENTIONS, HAS_SCENE)
 KG_REL = "KG_REL"  # dialogue memory: KGEntity -> KGEntity
@@ -257,6 +258,7 @@ _LEADING_ARTICLE = re.compile(r"^the\s+")
 MAX_KEY_CHARS = 200
 
 
+@lru_cache(maxsize=65536)
 def normalize_name(name: str) -> str:
     """Case-, accent-width- and punctuation-insensitive form of a name, for matching."""
     text = unicodedata.normalize("NFKC", name).casefold().strip()
