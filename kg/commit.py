@@ -487,7 +487,8 @@ class _Planner:
             rels[key] = RelWrite(vocab.HAS_SCENE, chapter_node, (vocab.SCENE, sid), key, {"key": key, "chapter": ch})
         # One structural edge per entity the chapter involves (spec 001 section 16):
         # Character -[:APPEARS_IN]-> Chapter, Chapter -[:MENTIONS]-> any other entity.
-        for eid, entity in self.work.items():
+        # Chapter 0 (initialization) has no Chapter node, so no structural edges either.
+        for eid, entity in self.work.items() if ch > 0 else ():
             if entity.label == "Character":
                 key = vocab.rel_key(eid, vocab.APPEARS_IN, cid, ch)
                 rels[key] = RelWrite(vocab.APPEARS_IN, (vocab.ENTITY, eid), chapter_node, key, {"key": key, "chapter": ch})
@@ -525,7 +526,8 @@ class _Planner:
                 chapter_props[name] = getattr(d, name)
         if d.embedding is not None:
             chapter_props["embedding_sha"] = embedding_sha(d.embedding)
-        wanted.append((vocab.CHAPTER, cid, chapter_props))
+        if ch > 0:
+            wanted.append((vocab.CHAPTER, cid, chapter_props))
         for scene in d.scenes:
             props = {
                 "id": scene_id(ch, scene.index),
@@ -542,8 +544,14 @@ class _Planner:
                 # Content hash of the vector: retrieval caches vectors by it (see kg.retrieval).
                 props["embedding_sha"] = embedding_sha(scene.embedding)
             wanted.append((vocab.SCENE, props["id"], props))
-        if d.novel_info is not None:
-            wanted.append((vocab.NOVEL_INFO, NOVEL_INFO_ID, {**d.novel_info, "id": NOVEL_INFO_ID}))
+        info = dict(d.novel_info or {})
+        if ch == 0:
+            # The initialization phase is not a chapter: its title and summary describe the novel.
+            for key in ("title", "summary"):
+                if getattr(d, key) and key not in info:
+                    info[key] = getattr(d, key)
+        if d.novel_info is not None or info:
+            wanted.append((vocab.NOVEL_INFO, NOVEL_INFO_ID, {**info, "id": NOVEL_INFO_ID}))
 
         by_label: dict[str, list[str]] = defaultdict(list)
         for label, nid, _ in wanted:

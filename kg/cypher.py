@@ -283,9 +283,9 @@ CHAPTER_VECTORS_AS_OF = (
 )
 SCENE_EMBEDDINGS_BY_ID = "MATCH (s:Scene) WHERE s.id IN $ids RETURN s.id AS id, s.embedding AS embedding"
 CHAPTER_EMBEDDINGS_BY_ID = "MATCH (c:Chapter) WHERE c.id IN $ids RETURN c.id AS id, c.embedding AS embedding"
+READ_NOVEL_INFO = "MATCH (n:NovelInfo {id: $id}) RETURN properties(n) AS props"
 SET_CHAPTER_SUMMARY = (
-    "MERGE (c:Chapter {id: $id}) ON CREATE SET c.number = $number "
-    "SET c.summary = $summary, c.key_events = $key_events"
+    "MATCH (c:Chapter {id: $id}) SET c.summary = $summary, c.key_events = $key_events RETURN c.number AS number"
 )
 
 # Neo4j only (detected, optional): a vector index over scene embeddings.

@@ -221,6 +221,8 @@ class SceneDelta(_Model):
 class ChapterDelta(_Model):
     """Everything one chapter adds to or changes in the graph; committed atomically."""
 
+    # 0 is the initialization phase (outline entities): it writes no Chapter node; its title
+    # and summary go to the NovelInfo node unless novel_info sets them.
     chapter: int = Field(ge=0, description="0 is the initialization phase")
     title: str = ""
     summary: str = ""
@@ -242,6 +244,14 @@ class ChapterDelta(_Model):
         if len(set(indexes)) != len(indexes):
             raise ValueError("scene indexes must be unique")
         return scenes
+
+    @model_validator(mode="after")
+    def _initialization_has_no_chapter_content(self) -> ChapterDelta:
+        if self.chapter == 0 and (self.scenes or self.embedding is not None or self.text_ref or self.text_sha):
+            raise ValueError(
+                "chapter 0 is the initialization phase: it has no Chapter node, scenes, text or embedding"
+            )
+        return self
 
     @field_validator("novel_info")
     @classmethod

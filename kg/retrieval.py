@@ -25,6 +25,7 @@ from neo4j import ManagedTransaction
 from core.errors import SkaldError
 from kg import cypher
 from kg import vocabulary as vocab
+from kg.commit import NOVEL_INFO_ID
 from kg.models import (
     ChapterSummary,
     Entity,
@@ -334,6 +335,12 @@ def relationships_as_of(store: GraphStore, entity_id: str, *, as_of_chapter: int
         return _latest_views(_relationship_rows(tx, [entity_id], as_of_chapter)).get(entity_id, [])
 
     return store.execute_read(work)
+
+
+def novel_info(store: GraphStore) -> dict[str, Any]:
+    """The NovelInfo properties (title, genre, themes, ... from the initialization phase)."""
+    rows = store.read(cypher.READ_NOVEL_INFO, id=NOVEL_INFO_ID)
+    return {k: v for k, v in rows[0]["props"].items() if k != "id"} if rows else {}
 
 
 def recent_summaries(store: GraphStore, *, as_of_chapter: int, k: int = 3, min_chapter: int = 1) -> list[ChapterSummary]:

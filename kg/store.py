@@ -26,7 +26,7 @@ from core.settings import Settings
 from kg import cypher, retrieval, schema, transfer
 from kg import vocabulary as vocab
 from kg.commit import GraphOps, commit_chapter_tx, rollback_tx
-from kg.errors import GraphQueryError
+from kg.errors import ChapterNotCommittedError, GraphQueryError
 from kg.models import ChangeSetInfo, ChapterDelta, CommitResult, Entity, GraphStats, RollbackResult
 from kg.records import entity_from_props
 
@@ -312,18 +312,19 @@ class GraphStore:
         return sorted(infos, key=lambda i: i.seq)
 
     def set_chapter_summary(self, chapter: int, summary: str, key_events: list[str] | tuple[str, ...] = ()) -> None:
-        """Store the chapter summary written after the commit (creates the Chapter node if absent).
+        """Store the summary written after a chapter's commit on its Chapter node.
 
-        Rollback stays exact: the Chapter node is created or recorded by the chapter's
-        commit, so rolling the chapter back removes or restores it, summary included.
+        Only a committed chapter has a Chapter node (created by its commit), so rolling the
+        chapter back removes the summary with it and rollback stays exact.
         """
-        self.write(
-            cypher.SET_CHAPTER_SUMMARY,
-            id=f"chapter:{chapter}",
-            number=chapter,
-            summary=summary,
-            key_events=[str(e) for e in key_events],
+        rows = self.write(
+            cypher.SET_CHAPTER_SUMMARY, id=f"chapter:{chapter}", summary=summary, key_events=[str(e) for e in key_events]
         )
+        if not rows:
+            raise ChapterNotCommittedError(
+                f"chapter {chapter} has no Chapter node to hold its summary",
+                hint="commit the chapter first (chapter 0, the initialization phase, has none)",
+            )
 
     def consistency_facts(self, names: list[str], *, as_of_chapter: int) -> retrieval.ConsistencyFacts:
         """Statuses, scene embeddings and latest relationships for validation (see kg.retrieval)."""

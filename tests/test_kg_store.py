@@ -12,7 +12,7 @@ from neo4j import ManagedTransaction
 from core.errors import GraphUnavailableError, GraphWriteError
 from core.graph_server import GraphEndpoint, free_port, graph_endpoint
 from core.settings import Settings
-from kg import schema
+from kg import retrieval, schema
 from kg.commit import GraphOps
 from kg.errors import (
     ChapterConflictError,
@@ -153,9 +153,13 @@ def test_commit_resolves_entities_and_creates_provisional_ones(store: GraphStore
     frodo = store.get_entity("character:frodo-baggins")
     assert frodo is not None and frodo.status_as_of(0) is None and frodo.status_as_of(1) == "wounded"
 
+    # Chapter 0 is the initialization phase: no Chapter node; its title/summary describe the novel.
+    info = retrieval.novel_info(store)
+    assert info == {"title": "The Ring", "genre": "fantasy", "themes": ["friendship", "power"],
+                    "summary": "A ring must be destroyed."}
     stats = store.stats()
     assert stats.committed_chapters == [0, 1]
-    assert stats.labels["Chapter"] == 2 and stats.labels["Scene"] == 2 and stats.labels["NovelInfo"] == 1
+    assert stats.labels["Chapter"] == 1 and stats.labels["Scene"] == 2 and stats.labels["NovelInfo"] == 1
     assert stats.relationship_types["RELATES_TO"] == 1  # "hunts relentlessly" is not in the vocabulary
     assert {"FRIEND_OF", "LOVES", "TRAVELS_TO", "OWNS", "MENTIONS", "APPEARS_IN", "HAS_SCENE"} <= set(
         stats.relationship_types
@@ -179,7 +183,8 @@ def test_same_delta_twice_gives_the_same_graph(store: GraphStore) -> None:
 
 def test_rollback_restores_the_exact_previous_graph(store: GraphStore) -> None:
     store.commit_chapter(outline())
-    store.set_chapter_summary(0, "Summary of the outline.", ["a ring"])
+    with pytest.raises(ChapterNotCommittedError):
+        store.set_chapter_summary(0, "The initialization phase has no Chapter node.")
     before = snapshot(store)
     result = store.commit_chapter(chapter_one())
     assert result.created_nodes and result.updated_nodes and result.created_relationships

@@ -100,6 +100,8 @@ def test_models_normalise_and_keep_raw_values() -> None:
         ChapterDelta(chapter=1, novel_info={"bad key": 1})
     with pytest.raises(ValidationError):
         StatusChange(entity="A", status="")
+    with pytest.raises(ValidationError, match="initialization phase"):
+        ChapterDelta(chapter=0, scenes=[{"index": 1}])
 
 
 def test_delta_hash_ignores_dict_order() -> None:
