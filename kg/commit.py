@@ -45,17 +45,24 @@ from kg.models import (
 )
 from kg.records import (
     CORE_FIELDS,
+    add_revision,
     canonical_json,
     decode_props,
     encode_props,
     entity_from_props,
     entity_props,
     name_rows,
+    same_value,
 )
 
 NOVEL_INFO_ID = "novel"
 _LABEL_ORDER = {label: i for i, label in enumerate(vocab.ENTITY_LABELS)}
 _CONFIRMING_SOURCES = frozenset({"user", "outline"})
+_SOURCE_RANK = {"extraction": 1, "merge": 2, "enrichment": 2, "outline": 3, "user": 4}
+
+
+def _source_rank(sources: list[EntitySource]) -> int:
+    return max((_SOURCE_RANK[s.type] for s in sources), default=0)
 
 
 def embedding_sha(vector: list[float]) -> str:
@@ -370,8 +377,9 @@ class _Planner:
         # The first name wins (user/outline names are committed first); others become aliases.
         aliases = _unique([a for a in (*state.aliases, e.name, *e.aliases) if a != state.name])
         description = state.description
-        confirmed_by_user = any(s.type == "user" for s in state.sources)
-        if e.description and (not description or not confirmed_by_user or any(s.type == "user" for s in e.sources)):
+        # A description is replaced only by a source at least as authoritative as the best
+        # one behind the entity: extraction never overwrites what the user or outline said.
+        if e.description and (not description or _source_rank(new_sources) >= _source_rank(state.sources)):
             description = e.description
         provisional = bool(state.is_provisional)
         if e.is_provisional is False or any(s.type in _CONFIRMING_SOURCES for s in e.sources):
@@ -468,7 +476,9 @@ class _Planner:
         for eid, entity in self.work.items():
             props = entity_props(entity.model_copy(update={"id": eid}))
             before = self.existing.get(eid)
-            if before is not None and _same(before, props):
+            if before is not None:
+                props = add_revision(before, props, self.chapter)
+            if before is not None and same_value(before, props):
                 continue
             nodes.append(NodeWrite(vocab.ENTITY, (vocab.ENTITY, entity.label), eid, props, before))
             old = {(r["entity_id"], r["key"]): r for r in name_rows(before)} if before else {}
@@ -505,7 +515,7 @@ class _Planner:
         rel_writes = []
         for rel in rels.values():
             rel.before = existing_rels.get(rel.key)
-            if rel.before is None or not _same(rel.before, rel.props):
+            if rel.before is None or not same_value(rel.before, rel.props):
                 rel_writes.append(rel)
         return nodes, rel_writes, names_delete, names_create
 
@@ -565,7 +575,7 @@ class _Planner:
             before = before_all.get((label, nid))
             # Infrastructure nodes may pre-exist (e.g. planned chapters): keep their other properties.
             merged = {**before, **props} if before else props
-            if before is None or not _same(before, merged):
+            if before is None or not same_value(before, merged):
                 writes.append(NodeWrite(label, (label,), nid, merged, before))
         return writes, set(before_all)
 
@@ -573,20 +583,9 @@ class _Planner:
 # --- Transaction functions ------------------------------------------------------------------
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Equality that also tells 1 from 1.0 and True from 1 (graph values keep their type)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
-    return bool(a == b)
-
-
 def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Changed and added keys with their new values; removed keys map to None."""
-    changes = {k: v for k, v in after.items() if k not in before or not _same(before[k], v)}
+    changes = {k: v for k, v in after.items() if k not in before or not same_value(before[k], v)}
     changes.update({k: None for k in before if k not in after})
     return changes
 

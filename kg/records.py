@@ -151,3 +151,68 @@ def name_rows(props: dict[str, Any]) -> list[dict[str, Any]]:
         if k != key
     ]
     return rows
+
+
+# --- Per-entity revision history ("as of chapter N") ----------------------------------------
+
+#: Node property holding the history: a JSON list of [chapter, {property: previous value}]
+#: appended by each commit that changed the entity (absent properties are tagged). Reading
+#: "as of chapter N" undoes the entries of later chapters, newest first.
+REVISIONS = "revisions_json"
+_ABSENT = {_TAG: "absent"}
+# Not versioned: identity, the history itself, and provenance (filtered by its chapter instead).
+_UNVERSIONED = frozenset({"id", REVISIONS, "sources_json"})
+
+
+def add_revision(before: dict[str, Any], after: dict[str, Any], chapter: int) -> dict[str, Any]:
+    """`after` plus the history carried over from `before`, extended by what this chapter changed."""
+    history = json.loads(before.get(REVISIONS) or "[]")
+    changed = {
+        key: encode_value(before[key]) if key in before else _ABSENT
+        for key in sorted((before.keys() | after.keys()) - _UNVERSIONED)
+        if key not in before or key not in after or not same_value(before[key], after[key])
+    }
+    result = dict(after)
+    if changed:
+        history.append([chapter, changed])
+    if history:
+        result[REVISIONS] = canonical_json(history)
+    return result
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equality that also tells 1 from 1.0 and True from 1 (graph values keep their type)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(v, b[k]) for k, v in a.items())
+    return bool(a == b)
+
+
+def props_as_of(props: dict[str, Any], chapter: int) -> dict[str, Any] | None:
+    """The entity's properties as they were after `chapter` (None: it did not exist yet)."""
+    first = props.get("first_chapter")
+    if first is not None and first > chapter:
+        return None
+    state = dict(props)
+    for rev_chapter, previous in reversed(json.loads(props.get(REVISIONS) or "[]")):
+        if rev_chapter <= chapter:
+            break
+        for key, value in previous.items():
+            if value == _ABSENT:
+                state.pop(key, None)
+            else:
+                state[key] = decode_value(value)
+    sources = [s for s in json.loads(state.get("sources_json") or "[]") if s.get("chapter") is None or s["chapter"] <= chapter]
+    state["sources_json"] = canonical_json(sources)
+    return state
+
+
+def entity_as_of(props: dict[str, Any], chapter: int | None) -> Entity | None:
+    """Entity view as of a chapter (None = current state)."""
+    if chapter is None:
+        return entity_from_props(props)
+    state = props_as_of(props, chapter)
+    return None if state is None else entity_from_props(state)

@@ -35,7 +35,7 @@ from kg.models import (
     SceneContext,
     SimilarityHit,
 )
-from kg.records import entity_from_props
+from kg.records import entity_as_of, props_as_of
 
 if TYPE_CHECKING:
     from kg.store import GraphStore
@@ -61,20 +61,26 @@ def _resolve_names(tx: ManagedTransaction, names: Iterable[str], label: str | No
     return {name: (str(best[key][-1]) if key in best else None) for name, key in wanted.items()}
 
 
-def _entities(tx: ManagedTransaction, ids: Iterable[str]) -> dict[str, Entity]:
+def _entities(tx: ManagedTransaction, ids: Iterable[str], as_of: int | None) -> dict[str, Entity]:
+    """Entities by id as they were after chapter `as_of` (current state when None); entities
+    first seen later are left out."""
     rows = tx.run(cypher.read_nodes(vocab.ENTITY), ids=sorted(set(ids)))
-    return {r["id"]: entity_from_props(r["props"]) for r in rows}
+    found = {r["id"]: entity_as_of(r["props"], as_of) for r in rows}
+    return {eid: e for eid, e in found.items() if e is not None}
 
 
 def _relationship_rows(tx: ManagedTransaction, ids: Iterable[str], as_of: int) -> list[dict[str, Any]]:
     return [r.data() for r in tx.run(cypher.ENTITY_RELS_AS_OF, ids=sorted(set(ids)), as_of=as_of)]
 
 
-def _latest_views(rows: list[dict[str, Any]]) -> dict[str, list[RelationshipView]]:
+def _latest_views(rows: list[dict[str, Any]], as_of: int) -> dict[str, list[RelationshipView]]:
     """Per entity, the latest relationship per (direction, type, raw type, other entity)."""
     latest: dict[str, dict[tuple[str, str, str, str], RelationshipView]] = {}
     for row in rows:
-        props, other = row["props"], row["other"]
+        props = row["props"]
+        other = props_as_of(row["other"], as_of)
+        if other is None:
+            continue  # the other end was first seen after the chapter
         view = RelationshipView(
             type=row["type"],
             raw_type=props.get("raw_type"),
@@ -98,8 +104,8 @@ def _latest_views(rows: list[dict[str, Any]]) -> dict[str, list[RelationshipView
 
 
 def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int) -> list[EntityProfile]:
-    entities = {eid: e for eid, e in _entities(tx, ids).items() if e.exists_as_of(as_of)}
-    views = _latest_views(_relationship_rows(tx, entities, as_of)) if entities else {}
+    entities = _entities(tx, ids, as_of)
+    views = _latest_views(_relationship_rows(tx, entities, as_of), as_of) if entities else {}
     return [
         EntityProfile(
             entity=entities[eid],
@@ -113,24 +119,26 @@ def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int) -> list[Ent
 
 
 def _location_tx(tx: ManagedTransaction, location: str, as_of: int) -> LocationContext | None:
-    entities = _entities(tx, [location])
+    entities = _entities(tx, [location], as_of)
     if location not in entities:
         resolved = _resolve_names(tx, [location], "Location")[location]
         if resolved is None:
             return None
         location = resolved
-        entities = _entities(tx, [location])
+        entities = _entities(tx, [location], as_of)
     place = entities.get(location)
-    if place is None or not place.exists_as_of(as_of):
+    if place is None:
         return None
     rows = _relationship_rows(tx, [location], as_of)
-    others = {row["other"]["id"]: entity_from_props(row["other"]) for row in rows}
+    others = {
+        row["other"]["id"]: entity
+        for row in rows
+        if (entity := entity_as_of(row["other"], as_of)) is not None
+    }
     context = LocationContext(location=place, as_of_chapter=as_of)
     candidates: set[str] = set()
-    for view in _latest_views(rows).get(location, []):
+    for view in _latest_views(rows, as_of).get(location, []):
         other = others[view.other_id]
-        if not other.exists_as_of(as_of):
-            continue
         if view.type == "PART_OF":
             (context.parents if view.direction == "out" else context.children).append(other)
         elif view.type == "LOCATED_IN" and view.direction == "in":
@@ -306,12 +314,8 @@ def entities_by_name(
 
     def work(tx: ManagedTransaction) -> dict[str, Entity | None]:
         ids = _resolve_names(tx, names, label)
-        found = _entities(tx, [i for i in ids.values() if i])
-        out: dict[str, Entity | None] = {}
-        for name, eid in ids.items():
-            entity = found.get(eid) if eid else None
-            out[name] = entity if entity and (as_of_chapter is None or entity.exists_as_of(as_of_chapter)) else None
-        return out
+        found = _entities(tx, [i for i in ids.values() if i], as_of_chapter)
+        return {name: found.get(eid) if eid else None for name, eid in ids.items()}
 
     return store.execute_read(work)
 
@@ -332,7 +336,7 @@ def character_profiles(
 
 def relationships_as_of(store: GraphStore, entity_id: str, *, as_of_chapter: int) -> list[RelationshipView]:
     def work(tx: ManagedTransaction) -> list[RelationshipView]:
-        return _latest_views(_relationship_rows(tx, [entity_id], as_of_chapter)).get(entity_id, [])
+        return _latest_views(_relationship_rows(tx, [entity_id], as_of_chapter), as_of_chapter).get(entity_id, [])
 
     return store.execute_read(work)
 
@@ -412,7 +416,7 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
     def work(tx: ManagedTransaction) -> ConsistencyFacts:
         resolved = _resolve_names(tx, names, None)
         ids = {i for i in resolved.values() if i}
-        entities = _entities(tx, ids)
+        entities = _entities(tx, ids, as_of_chapter)
         statuses: dict[str, tuple[str, int]] = {}
         keys_of: dict[str, list[str]] = {}
         for name, eid in resolved.items():

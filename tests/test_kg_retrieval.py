@@ -9,7 +9,15 @@ import pytest
 
 from core.settings import Settings
 from kg import retrieval
-from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
+from kg.models import (
+    ChapterDelta,
+    Entity,
+    EntitySource,
+    PropertyUpdate,
+    Relationship,
+    SceneDelta,
+    StatusChange,
+)
 from kg.store import GraphStore
 
 OUTLINE = EntitySource(type="outline", chapter=0)
@@ -67,6 +75,8 @@ def story() -> list[ChapterDelta]:
                 Relationship(source="Aragorn", target="Boromir", type="distrusts"),
             ],
             status_changes=[StatusChange(entity="Boromir", status="dead")],
+            property_updates=[PropertyUpdate(entity="Frodo", changes={"description": "Wounded by a blade.", "scar": True})],
+            entities=[Entity(label="Character", name="Frodo", aliases=["Mr. Underhill"], traits=["stubborn"])],
         ),
     ]
 
@@ -96,6 +106,21 @@ def test_profiles_as_of_a_chapter(store: GraphStore) -> None:
         ("FRIEND_OF", 1),
     ]
     assert retrieval.character_profiles(store, as_of_chapter=0, ids=["event:council-of-elrond"]) == []
+
+
+def test_entity_content_is_read_as_of_the_chapter(store: GraphStore) -> None:
+    # Chapter 2 changed Frodo; drafting chapter 2 (as of 1) must still see the old Frodo,
+    # so a re-run after later chapters were committed builds the very same context.
+    (before,) = retrieval.character_profiles(store, as_of_chapter=1, names=["Frodo"])
+    (after,) = retrieval.character_profiles(store, as_of_chapter=2, names=["Frodo"])
+    assert (before.entity.description, before.entity.attributes, before.entity.traits) == ("", {}, [])
+    assert before.entity.aliases == [] and before.entity.last_chapter == 1
+    assert [s.chapter for s in before.entity.sources] == [0]
+    assert (after.entity.description, after.entity.attributes) == ("Wounded by a blade.", {"scar": True})
+    assert after.entity.traits == ["stubborn"] and after.entity.aliases == ["Mr. Underhill"]
+    assert [s.chapter for s in after.entity.sources] == [0, 2]
+    current = store.get_entity("character:frodo")
+    assert current is not None and current.model_dump() == after.entity.model_dump()
 
 
 def test_recent_summaries(store: GraphStore) -> None:

@@ -146,7 +146,8 @@ def test_commit_resolves_entities_and_creates_provisional_ones(store: GraphStore
     aragorn = store.get_entity("character:aragorn")
     assert aragorn is not None
     assert aragorn.name == "Aragorn" and aragorn.aliases == ["Strider", "strider"]
-    assert aragorn.description == "Heir of Isildur." and aragorn.traits == ["brave", "wary"]
+    # extraction never overwrites the outline's description; traits and aliases accumulate
+    assert aragorn.description == "A ranger." and aragorn.traits == ["brave", "wary"]
     assert aragorn.attributes == {"rank": "captain"}  # age removed, rank added
     assert (aragorn.first_chapter, aragorn.last_chapter, aragorn.is_provisional) == (0, 1, False)
     assert [s.type for s in aragorn.sources] == ["outline", "extraction"]
