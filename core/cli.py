@@ -30,18 +30,24 @@ def configure_prefect(project_dir: Path) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
+def prefect_results_dir(project_dir: Path) -> Path:
+    """Where a project's task results (the resume cache) are persisted.
+
+    Flows pass it as `result_storage` to their sub-flows: Prefect fixes a flow's result
+    store when the flow starts, and tasks inherit it, so setting it from inside a running
+    flow (or via the environment after import) would not apply.
+    """
+    path = (project_dir / ".saga" / "prefect-results").resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @contextmanager
 def project_prefect_settings(project_dir: Path) -> Iterator[None]:
-    """Persist task results (the resume cache) under `<project>/.saga/prefect-results`.
-
-    A context manager, not an environment variable: Prefect reads the environment once at
-    import, and a served deployment runs many projects in one process.
-    """
+    """Default result storage for flows *started* inside this block (wrap the flow call)."""
     from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 
-    results = (project_dir / ".saga" / "prefect-results").resolve()
-    results.mkdir(parents=True, exist_ok=True)
-    with temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: str(results)}):
+    with temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: str(prefect_results_dir(project_dir))}):
         yield
 
 

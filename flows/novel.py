@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, Field
 
-from core.cli import project_prefect_settings, run_main, setup_logging
+from core.cli import prefect_results_dir, project_prefect_settings, run_main, setup_logging
 from core.errors import InvalidInputError
 from core.runtime import Runtime, runtime, set_runtime
 from core.settings import load_settings
@@ -111,13 +111,13 @@ def initialization_flow(spec: ProjectSpec) -> InitArtifacts:
     return artifacts
 
 
-def chapter_outlines_for(artifacts: InitArtifacts, spec: ProjectSpec, chapters: int) -> list[ChapterOutline]:
+def chapter_outlines_for(artifacts: InitArtifacts, chapters: int, results: Path) -> list[ChapterOutline]:
     """The outlines of chapters 1..chapters; chapters past the initial plan extend the last act."""
     rt = runtime()
     outlines = [c for ref in artifacts.chapter_outlines for c in rt.content.get_model(ref, ChapterOutlines).chapters]
     if chapters > len(outlines):
         names = tuple(c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters)
-        extra = generate_chapter_outlines(artifacts.global_outline, artifacts.act_outlines[-1], len(artifacts.act_outlines),
+        extra = generate_chapter_outlines.with_options(result_storage=results)(artifacts.global_outline, artifacts.act_outlines[-1], len(artifacts.act_outlines),
                                           len(outlines) + 1, chapters, names, rt.llm_fingerprint("large"))
         outlines += rt.content.get_model(extra, ChapterOutlines).chapters
     return outlines[:chapters]
@@ -126,30 +126,31 @@ def chapter_outlines_for(artifacts: InitArtifacts, spec: ProjectSpec, chapters: 
 @flow(name="novel", log_prints=True)
 def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_chapter: int) -> NovelReport:
     """The main job: initialization once, then chapters 1..`chapters` (finished ones replay from cache)."""
-    with project_prefect_settings(Path(project_dir)):
-        rt = _runtime_for(project_dir)
-        log = get_run_logger()
-        phases: dict[str, float] = {}
-        started = time.monotonic()
-        artifacts = initialization_flow(spec)
-        phases["initialization"] = time.monotonic() - started
-        outline = rt.content.get_model(artifacts.global_outline, GlobalOutline)
-        names = tuple(c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters)
-        book = BookInfo(title=outline.title, genre=spec.genre, character_names=names, scenes_per_chapter=scenes_per_chapter)
-        results: list[ChapterResult] = []
-        for chapter in chapter_outlines_for(artifacts, spec, chapters):
-            log.info("chapter %d/%d: %s", chapter.number, chapters, chapter.title)
-            chapter_started = time.monotonic()
-            results.append(chapter_flow(book, chapter))
-            phases[f"chapter {chapter.number}"] = time.monotonic() - chapter_started
-            if chapter.number % rt.settings.limits.qa_every == 0:
-                maintenance_started = time.monotonic()
-                _run_maintenance(project_dir, chapter.number)
-                phases[f"maintenance after {chapter.number}"] = time.monotonic() - maintenance_started
-        manuscript = export_manuscript(outline.title, chapters)
-        report = _report(rt, outline.title, results, manuscript, phases)
-        _publish_artifacts(report)
-        return report
+    rt = _runtime_for(project_dir)
+    log = get_run_logger()
+    # Sub-flows (and their tasks) persist results under the project: that is the resume cache.
+    results = prefect_results_dir(Path(project_dir))
+    phases: dict[str, float] = {}
+    started = time.monotonic()
+    artifacts = initialization_flow.with_options(result_storage=results)(spec)
+    phases["initialization"] = time.monotonic() - started
+    outline = rt.content.get_model(artifacts.global_outline, GlobalOutline)
+    names = tuple(c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters)
+    book = BookInfo(title=outline.title, genre=spec.genre, character_names=names, scenes_per_chapter=scenes_per_chapter)
+    results_list: list[ChapterResult] = []
+    for chapter in chapter_outlines_for(artifacts, chapters, results):
+        log.info("chapter %d/%d: %s", chapter.number, chapters, chapter.title)
+        chapter_started = time.monotonic()
+        results_list.append(chapter_flow.with_options(result_storage=results)(book, chapter))
+        phases[f"chapter {chapter.number}"] = time.monotonic() - chapter_started
+        if chapter.number % rt.settings.limits.qa_every == 0:
+            maintenance_started = time.monotonic()
+            _run_maintenance(project_dir, chapter.number)
+            phases[f"maintenance after {chapter.number}"] = time.monotonic() - maintenance_started
+    manuscript = export_manuscript(outline.title, chapters)
+    report = _report(rt, outline.title, results_list, manuscript, phases)
+    _publish_artifacts(report)
+    return report
 
 
 def _runtime_for(project_dir: str) -> Runtime:
@@ -214,9 +215,12 @@ def _publish_artifacts(report: NovelReport) -> None:
 
 
 def preflight(rt: Runtime) -> None:
-    """Fail fast, with one line, when the graph or the LLM endpoint is unreachable."""
+    """Fail fast, with one line, when the graph is unreachable.
+
+    The LLM endpoint is not probed: a finished project replays from cache without it, and
+    on a new project the first LLM call fails before anything is written to the graph.
+    """
     rt.graph.schema_version()  # connects (bounded retries) and migrates, or raises GraphUnavailableError
-    rt.gateway.check_endpoint("large")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -263,7 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         preflight(rt)
         started = time.monotonic()
-        report = novel_flow(str(settings.project_dir), spec, args.chapters, settings.limits.scenes_per_chapter)
+        with project_prefect_settings(settings.project_dir):
+            report = novel_flow(str(settings.project_dir), spec, args.chapters, settings.limits.scenes_per_chapter)
         print(json.dumps({"title": report.title, "chapters": len(report.chapters), "manuscript": report.manuscript,
                           "llm_calls": report.llm_calls, "seconds": round(time.monotonic() - started, 1)}))
     finally:
