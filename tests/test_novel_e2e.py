@@ -405,11 +405,12 @@ def test_unreachable_llm_fails_cleanly_and_writes_nothing(
         OPENAI_BASE_URL="http://127.0.0.1:9/v1",
         SKALD_EMBEDDING_BASE_URL="http://127.0.0.1:9/v1",
     )
+    before = export(tmp_path / "nollm", env, "before")
     result = novel(tmp_path / "nollm", env, *ARGS)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("novel: error:") and "127.0.0.1:9" in last, result.stderr[-2000:]
-    assert json.loads(export(tmp_path / "nollm", env, "nollm"))["nodes"] == []
+    assert export(tmp_path / "nollm", env, "after") == before
 
 
 def test_unreachable_graph_fails_cleanly(
