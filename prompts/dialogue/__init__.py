@@ -1,0 +1,1 @@
+"""Prompts of the dialogue memory sidecar (extractor, judge, historian, actor)."""

@@ -1,0 +1,155 @@
+"""Extractor slot: entities, relation actions (EVOLVE / REPLACE / DELETE), bio patches, facts.
+
+The model proposes (prompts/dialogue/extractor.j2 -> TurnExtraction); `plan_extraction`
+grounds the proposal before anything can reach the graph: names resolve to the
+conversation's known entities by normalised name or alias, relation types are normalised
+into the kg vocabulary (unknown ones become RELATES_TO with the raw text kept), self-loops
+and empty patches are dropped, and every action endpoint becomes an entity of the turn.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from core.llm import LLMGateway
+from kg import vocabulary as vocab
+from kg.dialogue import (
+    BioPatchWrite,
+    DialogueEntity,
+    EntityWrite,
+    RelationActionWrite,
+    dialogue_entity_id,
+)
+from prompts import render_messages
+from prompts.dialogue.models import TurnExtraction
+from tasks.dialogue_models import ChatMessage
+from tasks.dialogue_retriever import Retrieval
+from tasks.dialogue_routing import Route
+
+WINDOW_LINES = 6
+KNOWN_ENTITY_LINES = 40
+MAX_FACT_CHARS = 300
+
+
+class ExtractionPlan(BaseModel):
+    entities: list[EntityWrite] = Field(default_factory=list)
+    actions: list[RelationActionWrite] = Field(default_factory=list)
+    bio_patches: list[BioPatchWrite] = Field(default_factory=list)
+    facts: list[str] = Field(default_factory=list)
+    dropped: list[str] = Field(default_factory=list, description="proposals refused, with why")
+    #: name_key -> the extracted kind, for the judge's identity rules.
+    proposed_kinds: dict[str, str] = Field(default_factory=dict)
+
+
+class _Resolver:
+    """Maps names to entity ids: known entities by name/alias first, else a new id."""
+
+    def __init__(self, known: list[DialogueEntity]) -> None:
+        self.by_key: dict[str, DialogueEntity] = {}
+        for entity in known:
+            for name in (entity.name, *entity.aliases):
+                self.by_key.setdefault(vocab.name_key(name), entity)
+        self.entities: dict[str, EntityWrite] = {}
+
+    def resolve(self, name: str, kind: str | None = None, aliases: list[str] | None = None) -> str:
+        name = " ".join(name.split())
+        known = self.by_key.get(vocab.name_key(name))
+        entity_id = known.entity_id if known else dialogue_entity_id(name)
+        label = vocab.normalize_label(kind)[0] if kind else None
+        current = self.entities.get(entity_id)
+        if current is None:
+            current = EntityWrite(
+                entity_id=entity_id,
+                name=known.name if known else name,
+                kind=known.kind if known else (label or vocab.FALLBACK_LABEL),
+            )
+            self.entities[entity_id] = current
+        elif label and current.kind == vocab.FALLBACK_LABEL and not known:
+            current.kind = label
+        extra = [name, *(aliases or [])]
+        for alias in extra:
+            alias = " ".join(alias.split())
+            if alias and vocab.name_key(alias) != vocab.name_key(current.name) and alias not in current.aliases:
+                current.aliases.append(alias)
+        return entity_id
+
+
+def _clean_list(items: list[str], limit: int = 10) -> list[str]:
+    out: list[str] = []
+    for item in items:
+        text = " ".join(item.split())[:MAX_FACT_CHARS]
+        if text and text not in out:
+            out.append(text)
+    return out[:limit]
+
+
+def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity]) -> ExtractionPlan:
+    """Ground a model's proposal in the conversation's graph (pure: no I/O)."""
+    resolver = _Resolver(known)
+    plan = ExtractionPlan()
+    for entity in raw.entities:
+        if not entity.name.strip():
+            continue
+        resolver.resolve(entity.name, entity.kind, entity.aliases)
+        plan.proposed_kinds[vocab.name_key(entity.name)] = vocab.normalize_label(entity.kind)[0]
+    for action in raw.actions:
+        if not action.source.strip() or not action.target.strip():
+            plan.dropped.append(f"{action.action}: empty endpoint")
+            continue
+        rel_type, raw_type = vocab.normalize_rel_type(action.type)
+        source_hint, target_hint = vocab.endpoint_hint(rel_type)
+        source = resolver.resolve(action.source, source_hint)
+        target = resolver.resolve(action.target, target_hint)
+        if source == target:
+            plan.dropped.append(f"{action.action} {action.source} -{rel_type}-> itself")
+            continue
+        from_type = vocab.normalize_rel_type(action.from_type)[0] if action.from_type else None
+        plan.actions.append(
+            RelationActionWrite(
+                action=action.action,
+                source_id=source,
+                target_id=target,
+                type=rel_type,
+                raw_type=raw_type,
+                from_type=from_type if action.action == "REPLACE" else None,
+                weight_delta=action.weight_delta,
+                weight=action.weight,
+                reason=" ".join(action.reason.split())[:300],
+            )
+        )
+    for patch in raw.bio_patches:
+        summary = " ".join((patch.summary or "").split()) or None
+        remove = _clean_list(patch.traits_remove)
+        add = [t for t in _clean_list(patch.traits_add) if t not in remove]
+        if summary is None and not add and not remove:
+            continue
+        entity_id = resolver.resolve(patch.entity, "Character")
+        plan.bio_patches.append(
+            BioPatchWrite(entity_id=entity_id, summary=summary, traits_add=add, traits_remove=remove)
+        )
+    plan.facts = _clean_list(raw.facts)
+    plan.entities = list(resolver.entities.values())
+    return plan
+
+
+def extract(
+    gateway: LLMGateway,
+    route: Route,
+    messages: list[ChatMessage],
+    window: list[ChatMessage],
+    retrieval: Retrieval,
+    *,
+    purpose: str = "",
+) -> tuple[TurnExtraction, ExtractionPlan]:
+    known = retrieval.mentioned + [e for e in retrieval.known_entities if e not in retrieval.mentioned]
+    prompt = render_messages(
+        "dialogue/extractor",
+        known_entities=[f"{e.name} ({e.kind})" for e in known[:KNOWN_ENTITY_LINES]],
+        relations=[
+            f"{r.source_name} -{r.type} {r.weight:.2f}-> {r.target_name}" for r in retrieval.relations
+        ],
+        window_lines=[m.line() for m in window[-WINDOW_LINES:]],
+        turn_lines=[m.line() for m in messages],
+    )
+    raw = gateway.structured(route.tier, prompt, TurnExtraction, purpose=purpose, model=route.model)
+    return raw, plan_extraction(raw, retrieval.known_entities)

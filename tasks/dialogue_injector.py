@@ -1,0 +1,73 @@
+"""Injector slot: the `injection_packet` for the front end's next prompt, within a token budget.
+
+The retrieval is laid out in the context envelope's sections (tasks.context, spec 004):
+who is involved (bios), how they relate, the milestones so far, and recalled earlier turns;
+the envelope's proportional budgeting drops what does not fit, lowest priority last.
+"""
+
+from __future__ import annotations
+
+from core.settings import ContextBudget
+from tasks.context import build_envelope
+from tasks.dialogue_models import InjectionPacket, InjectionSection
+from tasks.dialogue_retriever import Retrieval
+
+# Dialogue memory has no lore or guidance: their shares go to the other sections.
+INJECTION_SHARES = ContextBudget(
+    characters=0.30, relationships=0.20, summaries=0.15, history=0.35, lore=0.0, guidance=0.0
+)
+
+
+def _entity_line(name: str, kind: str, bio: str, traits: list[str]) -> str:
+    line = f"{name} ({kind})"
+    if bio:
+        line += f": {bio}"
+    if traits:
+        line += "; traits: " + ", ".join(traits)
+    return line
+
+
+def build_packet(retrieval: Retrieval, token_budget: int) -> InjectionPacket:
+    # Entities named now first, then the ones the selected relations bring in.
+    focus = {e.entity_id: e for e in retrieval.mentioned}
+    by_id = {e.entity_id: e for e in retrieval.known_entities}
+    for rel in retrieval.relations:
+        for eid in (rel.source_id, rel.target_id):
+            if eid in by_id and eid not in focus:
+                focus[eid] = by_id[eid]
+    characters = [_entity_line(e.name, e.kind, e.bio_summary, e.bio_traits) for e in focus.values()]
+    relationships = [
+        f"{r.source_name} -{r.type}-> {r.target_name} (strength {r.weight:.2f})"
+        for r in retrieval.relations
+    ]
+    summaries = [f"turn {m.turn_id}: {m.text}" for m in sorted(retrieval.milestones, key=lambda m: m.seq)]
+    history = [f"[turn {t.turn_id}] {t.text}" for t in retrieval.recalled]
+    envelope = build_envelope(
+        {
+            "characters": characters,
+            "relationships": relationships,
+            "summaries": summaries,
+            "history": history,
+        },
+        INJECTION_SHARES,
+        context_window=token_budget,
+        reserved_tokens=0,
+    )
+    return InjectionPacket(
+        text=envelope.text,
+        token_budget=envelope.total_budget,
+        used_tokens=envelope.used_tokens,
+        sections=[
+            InjectionSection(
+                name=s.name,
+                budget_tokens=s.budget_tokens,
+                used_tokens=s.used_tokens,
+                items_in=s.items_in,
+                items_kept=s.items_kept,
+            )
+            for s in envelope.sections
+        ],
+        entity_ids=list(focus),
+        relation_ids=[r.rel_id for r in retrieval.relations],
+        recalled_turns=[t.turn_id for t in retrieval.recalled],
+    )

@@ -1,0 +1,370 @@
+"""The dialogue sidecar's boundary models: the turn-commit request, its result and trace.
+
+A request is untrusted input (HTTP body, CLI file): every field is typed and bounded, and
+anything else is rejected with one line (INVALID_REQUEST). Sizes are checked in UTF-8
+bytes, which is what is stored and sent on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StrictInt,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from core.settings import SLOT_NAMES
+from kg.dialogue import AppliedAction
+
+MAX_MESSAGE_BYTES = 64 * 1024
+MAX_REQUEST_BYTES = 256 * 1024
+MAX_MESSAGES = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class TurnState(StrEnum):
+    RECEIVED = "RECEIVED"
+    RETRIEVING = "RETRIEVING"
+    INJECTING = "INJECTING"
+    ACTING = "ACTING"
+    EXTRACTING = "EXTRACTING"
+    JUDGING = "JUDGING"
+    HISTORIANING = "HISTORIANING"
+    PREPARED = "PREPARED"
+    COMMITTING = "COMMITTING"
+    COMMITTED = "COMMITTED"
+    ROLLED_BACK = "ROLLED_BACK"
+
+
+ErrorCode = Literal["INVALID_REQUEST", "IN_PROGRESS", "ROLLED_BACK"]
+
+
+def _utf8_bytes(value: str, what: str) -> int:
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        # A JSON "\ud800" escape decodes to a lone surrogate: not text any store accepts.
+        raise ValueError(f"{what} is not valid UTF-8 text (lone surrogate)") from None
+
+
+def _check_id(value: str, what: str) -> str:
+    if not value.strip():
+        raise ValueError(f"{what} must not be blank")
+    if _CONTROL.search(value):
+        raise ValueError(f"{what} must not contain control characters")
+    _utf8_bytes(value, what)
+    return value
+
+
+ModelName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^\S+$")]
+
+
+class ChatMessage(BaseModel):
+    """One chat message; `name` is the speaker, `message_id` a front-end/source reference."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant", "system"]
+    content: str = Field(max_length=MAX_MESSAGE_BYTES)
+    name: str | None = Field(None, max_length=200)
+    message_id: str | None = Field(None, max_length=200)
+    time: str | None = Field(None, max_length=200, description="when it was said, free text")
+
+    @field_validator("content")
+    @classmethod
+    def _content_size(cls, value: str) -> str:
+        size = _utf8_bytes(value, "message content")
+        if size > MAX_MESSAGE_BYTES:
+            raise ValueError(f"message content is {size} bytes; the limit is {MAX_MESSAGE_BYTES}")
+        return value
+
+    @field_validator("name", "message_id", "time")
+    @classmethod
+    def _short_text(cls, value: str | None) -> str | None:
+        return None if value is None else _check_id(value, "message name/id/time")
+
+    @property
+    def speaker(self) -> str:
+        return self.name or self.role
+
+    def line(self) -> str:
+        return f"{self.speaker}: {self.content}"
+
+
+class DbConfig(BaseModel):
+    """`config.db`: the graph a front end asks for (honoured only when the server allows it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uri: str | None = Field(None, max_length=500)
+    username: str | None = Field(None, max_length=200)
+    password: SecretStr | None = Field(None, max_length=500)
+    database: str | None = Field(None, max_length=200)
+
+    @field_validator("uri")
+    @classmethod
+    def _bolt(cls, value: str | None) -> str | None:
+        schemes = ("bolt://", "bolt+s://", "bolt+ssc://", "neo4j://", "neo4j+s://", "neo4j+ssc://")
+        if value is not None and not value.startswith(schemes):
+            raise ValueError("must be a bolt:// or neo4j:// URI")
+        return value
+
+
+class SlotModels(BaseModel):
+    """`config.models.<slot>`: per-request model overrides (unknown slots are rejected)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retriever: ModelName | None = None
+    injector: ModelName | None = None
+    actor: ModelName | None = None
+    extractor: ModelName | None = None
+    judge: ModelName | None = None
+    historian: ModelName | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        return {slot: m for slot in SLOT_NAMES if (m := getattr(self, slot)) is not None}
+
+
+class ActorConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["recorded", "generate"] = Field(
+        "recorded",
+        description="recorded: the turn's messages are final; generate: the actor writes the reply",
+    )
+    speaker: str | None = Field(None, max_length=200, description="who the actor plays (generate)")
+    max_words: int = Field(80, ge=5, le=1000)
+
+
+class TurnConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    db: DbConfig | None = None
+    models: SlotModels = Field(default_factory=SlotModels)
+    actor: ActorConfig = Field(default_factory=ActorConfig)
+    token_budget: int = Field(1024, ge=64, le=32_768, description="tokens for the injection_packet")
+    recall_k: int = Field(5, ge=0, le=50, description="earlier turns recalled by vector search")
+    require_actions: bool = Field(True, description="commit gate: block turns with no relation action")
+
+
+class TurnCommitRequest(BaseModel):
+    """`POST /api/kg-sidecar/turn/commit`: one turn of a conversation.
+
+    `messages` are this turn's new messages (oldest first); `window` is the chat before them,
+    context only. The idempotency key is `conversation_id:turn_id`; the payload it guards is
+    `messages` plus `config.actor` (model choices and budgets may change between retries).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_id: str = Field(min_length=1, max_length=200)
+    turn_id: StrictInt | Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    window: list[ChatMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
+    config: TurnConfig = Field(default_factory=TurnConfig)
+
+    @field_validator("conversation_id")
+    @classmethod
+    def _conversation(cls, value: str) -> str:
+        return _check_id(value, "conversation_id")
+
+    @field_validator("turn_id")
+    @classmethod
+    def _turn(cls, value: int | str) -> int | str:
+        if isinstance(value, int):
+            if value < 0:
+                raise ValueError("turn_id must be >= 0")
+            return value
+        return _check_id(value, "turn_id")
+
+    @model_validator(mode="after")
+    def _total_size(self) -> TurnCommitRequest:
+        total = sum(len(m.content.encode("utf-8")) for m in (*self.window, *self.messages))
+        if total > MAX_REQUEST_BYTES:
+            raise ValueError(f"messages total {total} bytes; the limit is {MAX_REQUEST_BYTES} per request")
+        return self
+
+    @property
+    def turn(self) -> str:
+        return str(self.turn_id)
+
+    @property
+    def key(self) -> str:
+        return f"{self.conversation_id}:{self.turn}"
+
+    def payload_canonical(self) -> str:
+        """What the idempotency check compares (canonical JSON)."""
+        data = {
+            "conversation_id": self.conversation_id,
+            "turn_id": self.turn,
+            "messages": [m.model_dump(mode="json") for m in self.messages],
+            "actor": self.config.actor.model_dump(mode="json"),
+        }
+        return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+# --- Results and traces ----------------------------------------------------------------------
+
+
+class StateStamp(BaseModel):
+    state: TurnState
+    at: datetime
+    elapsed_ms: float
+
+
+class SlotTrace(BaseModel):
+    slot: str
+    tier: str
+    model: str | None = None
+    route: Literal["request", "settings", "tier", "none"] = "tier"
+    latency_ms: float = 0.0
+    llm_calls: int = 0
+    llm_ms: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class GateDecision(BaseModel):
+    passed: bool
+    reasons: list[str] = Field(default_factory=list)
+    actions: int = 0
+    identity_conflicts: int = 0
+
+
+class TurnTrace(BaseModel):
+    trace_id: str
+    key: str | None = None
+    attempt: Literal["commit", "retry"] = "commit"
+    states: list[StateStamp] = Field(default_factory=list)
+    slots: list[SlotTrace] = Field(default_factory=list)
+    total_ms: float = 0.0
+    llm_ms: float = 0.0
+    overhead_ms: float = 0.0
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    replay_of: str | None = Field(None, description="trace id of the original commit (idempotent hits)")
+
+
+class InjectionSection(BaseModel):
+    name: str
+    budget_tokens: int
+    used_tokens: int
+    items_in: int
+    items_kept: int
+
+
+class InjectionPacket(BaseModel):
+    """The memory block the front end puts into its next prompt."""
+
+    text: str
+    token_budget: int
+    used_tokens: int
+    sections: list[InjectionSection] = Field(default_factory=list)
+    entity_ids: list[str] = Field(default_factory=list)
+    relation_ids: list[str] = Field(default_factory=list)
+    recalled_turns: list[str] = Field(default_factory=list)
+
+
+class IdentityConflict(BaseModel):
+    entity: str
+    conflicts_with: str = ""
+    reason: str = ""
+    source: Literal["rule", "judge"] = "judge"
+
+
+class Contradiction(BaseModel):
+    statement: str
+    contradicts: str = ""
+    severity: Literal["low", "medium", "high"] = "low"
+
+
+class JudgeSummary(BaseModel):
+    identity_conflicts: list[IdentityConflict] = Field(default_factory=list)
+    contradictions: list[Contradiction] = Field(default_factory=list)
+
+
+class BioPatchResult(BaseModel):
+    entity_id: str
+    summary: str | None = None
+    traits_add: list[str] = Field(default_factory=list)
+    traits_remove: list[str] = Field(default_factory=list)
+
+
+class TurnResult(BaseModel):
+    """What every entry point returns for a turn (HTTP body, CLI output, regression rows)."""
+
+    ok: bool
+    state: TurnState
+    committed: bool = False
+    code: ErrorCode | None = None
+    reason: str | None = None
+    retryable: bool = False
+    timed_out: bool = False
+    idempotent_hit: bool = False
+    conversation_id: str | None = None
+    turn_id: str | None = None
+    key: str | None = None
+    seq: int | None = None
+    injection_packet: InjectionPacket | None = None
+    reply: str | None = None
+    entities: list[str] = Field(default_factory=list)
+    actions: list[AppliedAction] = Field(default_factory=list)
+    bio_patches: list[BioPatchResult] = Field(default_factory=list)
+    events: list[str] = Field(default_factory=list)
+    milestones: list[str] = Field(default_factory=list)
+    facts: list[str] = Field(default_factory=list)
+    judge: JudgeSummary | None = None
+    gate: GateDecision | None = None
+    trace: TurnTrace | None = None
+
+    @classmethod
+    def invalid(cls, reason: str, *, key: str | None = None) -> TurnResult:
+        return cls(ok=False, state=TurnState.RECEIVED, code="INVALID_REQUEST", reason=reason, key=key)
+
+
+def validation_reason(exc: ValidationError) -> str:
+    """One line naming the first bad field (and how many more there are)."""
+    errors = exc.errors()
+    first = errors[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "request"
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    value = first.get("input")
+    shown = ""
+    if isinstance(value, str | int | float | bool) and first["type"] not in ("missing",):
+        text = repr(value)
+        shown = f" (got {text[:60]}{'...' if len(text) > 60 else ''})"
+    more = f"; and {len(errors) - 1} more problem(s)" if len(errors) > 1 else ""
+    return f"invalid request field {loc}: {msg}{shown}{more}"
+
+
+def parse_request(raw: bytes | str | dict[str, Any]) -> TurnCommitRequest | TurnResult:
+    """A validated request, or an INVALID_REQUEST result with a one-line reason."""
+    if isinstance(raw, bytes | bytearray):
+        if len(raw) > MAX_REQUEST_BYTES + 64 * 1024:  # room for JSON structure around the text
+            return TurnResult.invalid(f"request body is {len(raw)} bytes; the limit is {MAX_REQUEST_BYTES}")
+        try:
+            raw = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return TurnResult.invalid(f"request body is not valid UTF-8 (byte {exc.start})")
+    try:
+        if isinstance(raw, str):
+            return TurnCommitRequest.model_validate_json(raw)
+        return TurnCommitRequest.model_validate(raw)
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            return TurnResult.invalid(f"request body is not valid JSON: {exc.errors()[0]['msg']}")
+        return TurnResult.invalid(validation_reason(exc))

@@ -1,0 +1,156 @@
+"""A deterministic scripted "model" for the dialogue sidecar, and tests of the script itself.
+
+`DialogueScript` answers the sidecar's three structured slots (extractor, judge, historian)
+from the prompt text alone, so any process (a test, a subprocess, the throughput
+benchmark) gets the same answers for the same turn: relation actions between the speaker
+and the other participant (EVOLVE always; REPLACE and DELETE on some turns), a bio patch,
+one fact, and a milestone on some turns. Weights therefore depend only on the sequence of
+turns, which is what the cross-process test compares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from prompts.dialogue.models import HistorianReport, JudgeVerdict, TurnExtraction
+from tests.scripted_llm import ScriptedLLM, ScriptedRequest
+
+DIALOGUES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "dialogues"
+_NEW = re.compile(r"NEW messages:\n(.*?)(?:\n\n|\Z)", re.DOTALL)
+_LINE = re.compile(r"^([^:\n]{1,80}): (.*)$")
+
+
+def _digest(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+
+
+def new_lines(request: ScriptedRequest) -> list[tuple[str, str]]:
+    """(speaker, content) of the NEW messages section of an extractor/historian prompt."""
+    match = _NEW.search(request.text)
+    if not match:
+        return []
+    out = []
+    for line in match.group(1).splitlines():
+        parsed = _LINE.match(line.strip())
+        if parsed:
+            out.append((parsed.group(1).strip(), parsed.group(2).strip()))
+    return out
+
+
+class DialogueScript:
+    """Responders for one set of participants; `install(server)` adds the rules."""
+
+    def __init__(self, participants: Sequence[str], *, actions: bool = True, milestone_every: int = 3) -> None:
+        self.participants = list(participants)
+        self.actions = actions
+        self.milestone_every = milestone_every
+
+    def _other(self, speaker: str) -> str | None:
+        others = [p for p in self.participants if p != speaker]
+        return others[0] if others else None
+
+    def extractor(self, request: ScriptedRequest) -> dict[str, Any]:
+        entities: list[dict[str, Any]] = []
+        actions: list[dict[str, Any]] = []
+        patches: list[dict[str, Any]] = []
+        facts: list[str] = []
+        for speaker, content in new_lines(request):
+            other = self._other(speaker)
+            entities.append({"name": speaker, "kind": "Character", "aliases": []})
+            facts.append(f"{speaker} said: {content[:120]}")
+            if other is None or not self.actions:
+                continue
+            h = _digest(content)
+            actions.append(
+                {"action": "EVOLVE", "source": speaker, "target": other, "type": "FRIEND_OF",
+                 "from_type": None, "weight_delta": 0.1 if "!" in content else 0.05, "weight": 0.5,
+                 "reason": "they keep talking"}
+            )
+            if h % 5 == 0:
+                actions.append(
+                    {"action": "REPLACE", "source": speaker, "target": other, "type": "TRUSTS",
+                     "from_type": "DISTRUSTS", "weight_delta": 0.0, "weight": 0.6, "reason": "opened up"}
+                )
+            elif h % 5 == 1:
+                actions.append(
+                    {"action": "DELETE", "source": speaker, "target": other, "type": "TRUSTS",
+                     "from_type": None, "weight_delta": 0.0, "weight": 0.5, "reason": "a doubt"}
+                )
+            patches.append(
+                {"entity": speaker, "summary": f"{speaker} recently said: {content[:80]}",
+                 "traits_add": ["enthusiastic"] if "!" in content else [], "traits_remove": []}
+            )
+        return TurnExtraction.model_validate(
+            {"entities": entities, "actions": actions, "bio_patches": patches, "facts": facts}
+        ).model_dump()
+
+    def judge(self, request: ScriptedRequest) -> dict[str, Any]:
+        return JudgeVerdict().model_dump()
+
+    def historian(self, request: ScriptedRequest) -> dict[str, Any]:
+        events, milestones = [], []
+        for speaker, content in new_lines(request):
+            events.append(f"{speaker}: {content[:100]}")
+            if self.milestone_every and _digest(content) % self.milestone_every == 0:
+                milestones.append({"text": f"{speaker} shared: {content[:100]}", "entities": [speaker],
+                                   "importance": 0.7})
+        return HistorianReport.model_validate({"events": events, "milestones": milestones}).model_dump()
+
+    def install(self, server: ScriptedLLM) -> ScriptedLLM:
+        server.on(schema="TurnExtraction", respond=self.extractor)
+        server.on(schema="JudgeVerdict", respond=self.judge)
+        server.on(schema="HistorianReport", respond=self.historian)
+        return server
+
+
+def dialogue_turns(dialogue_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+    path = DIALOGUES / f"{dialogue_id}.turns.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return rows[:limit] if limit else rows
+
+
+def participants(dialogue_id: str) -> list[str]:
+    return list(dict.fromkeys(row["speaker"] for row in dialogue_turns(dialogue_id, 50)))
+
+
+# --- tests of the script ----------------------------------------------------------------------
+
+
+def _request(text: str, schema: str) -> ScriptedRequest:
+    return ScriptedRequest(path="/v1/chat/completions", body={}, messages=[{"role": "user", "content": text}],
+                           schema_name=schema, response_format="json_schema")
+
+
+def test_script_extractor_proposes_actions_between_the_participants() -> None:
+    script = DialogueScript(["Caroline", "Melanie"])
+    out = TurnExtraction.model_validate(
+        script.extractor(_request("NEW messages:\nCaroline: Hey Mel! Good to see you!\n\nRelation actions: ...",
+                                  "TurnExtraction"))
+    )
+    assert [e.name for e in out.entities] == ["Caroline"]
+    assert out.actions[0].action == "EVOLVE" and out.actions[0].target == "Melanie"
+    assert out.actions[0].weight_delta == 0.1
+    assert out.facts == ["Caroline said: Hey Mel! Good to see you!"]
+
+
+def test_script_without_actions_proposes_none() -> None:
+    script = DialogueScript(["Caroline", "Melanie"], actions=False)
+    out = TurnExtraction.model_validate(
+        script.extractor(_request("NEW messages:\nCaroline: hi\n", "TurnExtraction"))
+    )
+    assert out.actions == [] and out.entities
+
+
+def test_script_milestones_appear_in_the_first_twenty_turns_of_each_dialogue() -> None:
+    for dialogue in ("locomo-26", "locomo-30"):
+        script = DialogueScript(participants(dialogue))
+        found = 0
+        for row in dialogue_turns(dialogue, 20):
+            report = script.historian(_request(f"NEW messages:\n{row['speaker']}: {row['text']}\n", "HistorianReport"))
+            found += len(report["milestones"])
+        assert found >= 2, dialogue
