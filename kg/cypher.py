@@ -228,6 +228,10 @@ def import_merge_rels(rel_type: str) -> str:
     )
 
 READ_CHANGESET_PROPS_ALL = "MATCH (c:ChangeSet) RETURN properties(c) AS props"
+RESOLVE_NAMES = (
+    "MATCH (k:EntityName) WHERE k.key IN $keys MATCH (n:Entity {id: k.entity_id}) "
+    "RETURN k.key AS key, k.kind AS kind, k.label AS label, properties(n) AS props"
+)
 FIND_ENTITIES_BY_KEY = (
     "MATCH (k:EntityName) WHERE k.key IN $keys MATCH (n:Entity {id: k.entity_id}) "
     "RETURN k.kind AS kind, properties(n) AS props"

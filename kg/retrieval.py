@@ -47,17 +47,34 @@ _LABEL_ORDER = {label: i for i, label in enumerate(vocab.ENTITY_LABELS)}
 # --- building blocks (transaction functions) ------------------------------------------------
 
 
-def _resolve_names(tx: ManagedTransaction, names: Iterable[str], label: str | None) -> dict[str, str | None]:
-    """Name or alias -> best entity id (exact name before alias, then label order)."""
+def _resolve_names(
+    tx: ManagedTransaction, names: Iterable[str], label: str | None, as_of: int | None = None
+) -> dict[str, str | None]:
+    """Name or alias -> best entity id (exact name before alias, then label order).
+
+    With `as_of`, only names and aliases the entity had after that chapter count, so a name
+    learned later does not change what an earlier chapter's context resolves to.
+    """
     wanted = {name: vocab.name_key(name) for name in names}
-    rows = [r.data() for r in tx.run(cypher.READ_NAMES, keys=sorted(set(wanted.values())))]
     best: dict[str, tuple[Any, ...]] = {}
-    for row in rows:
-        if label is not None and row["label"] != label:
+    for row in tx.run(cypher.RESOLVE_NAMES, keys=sorted(set(wanted.values()))):
+        key, kind, found_label = row["key"], row["kind"], row["label"]
+        if as_of is not None:
+            state = props_as_of(row["props"], as_of)
+            if state is None:
+                continue
+            found_label = state.get("label", found_label)
+            if key == state.get("name_key"):
+                kind = "name"
+            elif key in (state.get("alias_keys") or []):
+                kind = "alias"
+            else:
+                continue
+        if label is not None and found_label != label:
             continue
-        rank = (0 if row["kind"] == "name" else 1, _LABEL_ORDER.get(row["label"], 99), row["entity_id"])
-        if row["key"] not in best or rank < best[row["key"]]:
-            best[row["key"]] = rank
+        rank = (0 if kind == "name" else 1, _LABEL_ORDER.get(found_label, 99), row["props"]["id"])
+        if key not in best or rank < best[key]:
+            best[key] = rank
     return {name: (str(best[key][-1]) if key in best else None) for name, key in wanted.items()}
 
 
@@ -121,7 +138,7 @@ def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int) -> list[Ent
 def _location_tx(tx: ManagedTransaction, location: str, as_of: int) -> LocationContext | None:
     entities = _entities(tx, [location], as_of)
     if location not in entities:
-        resolved = _resolve_names(tx, [location], "Location")[location]
+        resolved = _resolve_names(tx, [location], "Location", as_of)[location]
         if resolved is None:
             return None
         location = resolved
@@ -300,10 +317,12 @@ def similar_chapters(store: GraphStore, embedding: list[float], *, k: int = 3, a
 # --- public retrieval API ------------------------------------------------------------------
 
 
-def resolve_names(store: GraphStore, names: Iterable[str], *, label: str | None = None) -> dict[str, str | None]:
+def resolve_names(
+    store: GraphStore, names: Iterable[str], *, label: str | None = None, as_of_chapter: int | None = None
+) -> dict[str, str | None]:
     """Map each name (or alias) to the id of the entity it names, or None."""
     names = list(names)
-    return store.execute_read(_resolve_names, names, label)
+    return store.execute_read(_resolve_names, names, label, as_of_chapter)
 
 
 def entities_by_name(
@@ -313,7 +332,7 @@ def entities_by_name(
     names = list(names)
 
     def work(tx: ManagedTransaction) -> dict[str, Entity | None]:
-        ids = _resolve_names(tx, names, label)
+        ids = _resolve_names(tx, names, label, as_of_chapter)
         found = _entities(tx, [i for i in ids.values() if i], as_of_chapter)
         return {name: found.get(eid) if eid else None for name, eid in ids.items()}
 
@@ -327,7 +346,7 @@ def character_profiles(
     names, wanted = list(names), list(ids)
 
     def work(tx: ManagedTransaction) -> list[EntityProfile]:
-        resolved = _resolve_names(tx, names, None) if names else {}
+        resolved = _resolve_names(tx, names, None, as_of_chapter) if names else {}
         all_ids = list(dict.fromkeys([*wanted, *(i for i in resolved.values() if i)]))
         return _profiles_tx(tx, all_ids, as_of_chapter)
 
@@ -373,7 +392,7 @@ def scene_context(
     use_numpy = embedding is not None and not _vector_index_ready(store, len(embedding))
 
     def work(tx: ManagedTransaction) -> SceneContext:
-        resolved = _resolve_names(tx, names, None) if names else {}
+        resolved = _resolve_names(tx, names, None, as_of) if names else {}
         ids = list(dict.fromkeys(i for i in resolved.values() if i))
         context = SceneContext(
             chapter=chapter,
@@ -414,7 +433,7 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
     names = list(dict.fromkeys(names))
 
     def work(tx: ManagedTransaction) -> ConsistencyFacts:
-        resolved = _resolve_names(tx, names, None)
+        resolved = _resolve_names(tx, names, None, as_of_chapter)
         ids = {i for i in resolved.values() if i}
         entities = _entities(tx, ids, as_of_chapter)
         statuses: dict[str, tuple[str, int]] = {}

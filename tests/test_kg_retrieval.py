@@ -119,6 +119,8 @@ def test_entity_content_is_read_as_of_the_chapter(store: GraphStore) -> None:
     assert (after.entity.description, after.entity.attributes) == ("Wounded by a blade.", {"scar": True})
     assert after.entity.traits == ["stubborn"] and after.entity.aliases == ["Mr. Underhill"]
     assert [s.chapter for s in after.entity.sources] == [0, 2]
+    assert retrieval.resolve_names(store, ["Mr. Underhill"], as_of_chapter=1) == {"Mr. Underhill": None}
+    assert retrieval.resolve_names(store, ["Mr. Underhill"], as_of_chapter=2) == {"Mr. Underhill": "character:frodo"}
     current = store.get_entity("character:frodo")
     assert current is not None and current.model_dump() == after.entity.model_dump()
 
