@@ -49,6 +49,10 @@ class TurnState(StrEnum):
 
 
 ErrorCode = Literal["INVALID_REQUEST", "IN_PROGRESS", "ROLLED_BACK"]
+#: Why a turn did not commit, finer than the code (and what the HTTP status is chosen from).
+ErrorKind = Literal[
+    "malformed", "too_large", "conflict", "busy", "gate", "timeout", "llm", "graph", "internal"
+]
 
 
 def _utf8_bytes(value: str, what: str) -> int:
@@ -311,6 +315,7 @@ class TurnResult(BaseModel):
     state: TurnState
     committed: bool = False
     code: ErrorCode | None = None
+    error_kind: ErrorKind | None = None
     reason: str | None = None
     retryable: bool = False
     timed_out: bool = False
@@ -332,8 +337,16 @@ class TurnResult(BaseModel):
     trace: TurnTrace | None = None
 
     @classmethod
-    def invalid(cls, reason: str, *, key: str | None = None) -> TurnResult:
-        return cls(ok=False, state=TurnState.RECEIVED, code="INVALID_REQUEST", reason=reason, key=key)
+    def invalid(
+        cls,
+        reason: str,
+        *,
+        key: str | None = None,
+        kind: Literal["malformed", "too_large", "conflict"] = "malformed",
+    ) -> TurnResult:
+        return cls(
+            ok=False, state=TurnState.RECEIVED, code="INVALID_REQUEST", error_kind=kind, reason=reason, key=key
+        )
 
 
 def validation_reason(exc: ValidationError) -> str:
@@ -355,7 +368,10 @@ def parse_request(raw: bytes | str | dict[str, Any]) -> TurnCommitRequest | Turn
     """A validated request, or an INVALID_REQUEST result with a one-line reason."""
     if isinstance(raw, bytes | bytearray):
         if len(raw) > MAX_REQUEST_BYTES + 64 * 1024:  # room for JSON structure around the text
-            return TurnResult.invalid(f"request body is {len(raw)} bytes; the limit is {MAX_REQUEST_BYTES}")
+            return TurnResult.invalid(
+                f"request body is {len(raw)} bytes; the limit is {MAX_REQUEST_BYTES} bytes of messages",
+                kind="too_large",
+            )
         try:
             raw = bytes(raw).decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -66,6 +66,7 @@ from tasks.dialogue_injector import build_packet
 from tasks.dialogue_judge import judge, proposal_lines
 from tasks.dialogue_models import (
     BioPatchResult,
+    ErrorKind,
     TurnCommitRequest,
     TurnResult,
     TurnState,
@@ -217,13 +218,13 @@ class DialogueService:
         except InvalidInputError as exc:
             return TurnResult.invalid(str(exc), key=request.key)
         except GraphUnavailableError as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=True)
+            return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
         repo = DialogueRepository(store)
         payload_hash = payload_digest(request.payload_canonical())
         try:
             stored = repo.get_turn(request.key)
         except SkaldError as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=True)
+            return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
         if stored is not None:
             return self._replay(request, stored, payload_hash, trace)
 
@@ -242,7 +243,7 @@ class DialogueService:
                     turn_key=request.key,
                 )
             except SkaldError as exc:
-                return self._rolled_back(request, trace, str(exc), retryable=True)
+                return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
             if not claim.acquired:
                 return self._in_progress(
                     request,
@@ -260,7 +261,7 @@ class DialogueService:
                 result, lock_held = self._run(request, repo, store, trace, payload_hash, run_slot or _direct)
                 return result
             except SkaldError as exc:
-                return self._rolled_back(request, trace, str(exc), retryable=True)
+                return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
             finally:
                 if lock_held:
                     try:
@@ -358,7 +359,7 @@ class DialogueService:
             )
             if not gate.passed:
                 return self._finish_rolled_back(
-                    base, trace, f"commit gate: {'; '.join(gate.reasons)}", retryable=False
+                    base, trace, f"commit gate: {'; '.join(gate.reasons)}", retryable=False, kind="gate"
                 ), True
             if time.monotonic() > deadline:
                 raise TurnTimeoutError(
@@ -399,20 +400,22 @@ class DialogueService:
 
                 outcome = repo.commit_turn(write, self.owner, build_result)
         except TurnTimeoutError as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=True, timed_out=True), True
+            return self._rolled_back(request, trace, str(exc), retryable=True, kind="timeout"), True
         except LLMFatalError as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=False), True
+            return self._rolled_back(request, trace, str(exc), retryable=False, kind="llm"), True
         except LLMUnavailableError as exc:
-            timed_out = "timed out" in str(exc)
-            return self._rolled_back(request, trace, str(exc), retryable=True, timed_out=timed_out), True
-        except (LLMBadOutputError, GraphUnavailableError, GraphWriteError) as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=True), True
+            kind: ErrorKind = "timeout" if "timed out" in str(exc) else "llm"
+            return self._rolled_back(request, trace, str(exc), retryable=True, kind=kind), True
+        except LLMBadOutputError as exc:
+            return self._rolled_back(request, trace, str(exc), retryable=True, kind="llm"), True
+        except (GraphUnavailableError, GraphWriteError) as exc:
+            return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph"), True
         except SkaldError as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=False), True
+            return self._rolled_back(request, trace, str(exc), retryable=False, kind="internal"), True
         except Exception as exc:  # a bug must not leave a lease behind or kill the server
             log.exception("turn %s failed unexpectedly", request.key)
             reason = f"internal error: {type(exc).__name__}: {exc}"
-            return self._rolled_back(request, trace, reason, retryable=False), True
+            return self._rolled_back(request, trace, reason, retryable=False, kind="internal"), True
 
         # The transaction ran: it released the lease whatever it found.
         if outcome.status == "conflict":
@@ -451,6 +454,7 @@ class DialogueService:
         return TurnResult.invalid(
             f"idempotency conflict: turn {request.key} is already committed with a different payload",
             key=request.key,
+            kind="conflict",
         ).model_copy(update={"conversation_id": request.conversation_id, "turn_id": request.turn})
 
     def _in_progress(self, request: TurnCommitRequest, why: str) -> TurnResult:
@@ -458,6 +462,7 @@ class DialogueService:
             ok=False,
             state=TurnState.RECEIVED,
             code="IN_PROGRESS",
+            error_kind="busy",
             reason=f"turn {request.key} not started: {why}",
             retryable=True,
             conversation_id=request.conversation_id,
@@ -472,7 +477,7 @@ class DialogueService:
         reason: str,
         *,
         retryable: bool,
-        timed_out: bool = False,
+        kind: ErrorKind,
     ) -> TurnResult:
         base = TurnResult(
             ok=False,
@@ -481,10 +486,10 @@ class DialogueService:
             turn_id=request.turn,
             key=request.key,
         )
-        return self._finish_rolled_back(base, trace, reason, retryable=retryable, timed_out=timed_out)
+        return self._finish_rolled_back(base, trace, reason, retryable=retryable, kind=kind)
 
     def _finish_rolled_back(
-        self, base: TurnResult, trace: TraceRecorder, reason: str, *, retryable: bool, timed_out: bool = False
+        self, base: TurnResult, trace: TraceRecorder, reason: str, *, retryable: bool, kind: ErrorKind
     ) -> TurnResult:
         failed_in = trace.state.value
         trace.enter(TurnState.ROLLED_BACK)
@@ -495,9 +500,10 @@ class DialogueService:
                 "state": TurnState.ROLLED_BACK,
                 "committed": False,
                 "code": "ROLLED_BACK",
+                "error_kind": kind,
                 "reason": reason,
                 "retryable": retryable,
-                "timed_out": timed_out,
+                "timed_out": kind == "timeout",
                 "actions": [],
                 "trace": trace.finish(self._records()),
             }

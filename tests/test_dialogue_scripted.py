@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prompts.dialogue.models import HistorianReport, JudgeVerdict, TurnExtraction
 from tests.scripted_llm import ScriptedLLM, ScriptedRequest
@@ -45,9 +45,15 @@ def new_lines(request: ScriptedRequest) -> list[tuple[str, str]]:
 class DialogueScript:
     """Responders for one set of participants; `install(server)` adds the rules."""
 
-    def __init__(self, participants: Sequence[str], *, actions: bool = True, milestone_every: int = 3) -> None:
+    def __init__(
+        self,
+        participants: Sequence[str],
+        *,
+        mutations: Literal["mixed", "evolve", "none"] = "mixed",
+        milestone_every: int = 3,
+    ) -> None:
         self.participants = list(participants)
-        self.actions = actions
+        self.mutations = mutations
         self.milestone_every = milestone_every
 
     def _other(self, speaker: str) -> str | None:
@@ -63,7 +69,7 @@ class DialogueScript:
             other = self._other(speaker)
             entities.append({"name": speaker, "kind": "Character", "aliases": []})
             facts.append(f"{speaker} said: {content[:120]}")
-            if other is None or not self.actions:
+            if other is None or self.mutations == "none":
                 continue
             h = _digest(content)
             actions.append(
@@ -71,7 +77,9 @@ class DialogueScript:
                  "from_type": None, "weight_delta": 0.1 if "!" in content else 0.05, "weight": 0.5,
                  "reason": "they keep talking"}
             )
-            if h % 5 == 0:
+            if self.mutations == "evolve":
+                pass
+            elif h % 5 == 0:
                 actions.append(
                     {"action": "REPLACE", "source": speaker, "target": other, "type": "TRUSTS",
                      "from_type": "DISTRUSTS", "weight_delta": 0.0, "weight": 0.6, "reason": "opened up"}
@@ -139,7 +147,7 @@ def test_script_extractor_proposes_actions_between_the_participants() -> None:
 
 
 def test_script_without_actions_proposes_none() -> None:
-    script = DialogueScript(["Caroline", "Melanie"], actions=False)
+    script = DialogueScript(["Caroline", "Melanie"], mutations="none")
     out = TurnExtraction.model_validate(
         script.extractor(_request("NEW messages:\nCaroline: hi\n", "TurnExtraction"))
     )

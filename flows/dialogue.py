@@ -1,0 +1,316 @@
+"""`python -m flows.dialogue`: the dialogue memory sidecar (spec 000).
+
+    serve    HTTP adapter for chat front ends: POST /api/kg-sidecar/turn/commit (and /retry),
+             OpenAPI at /openapi.json
+    commit   one turn from a JSON file (`--prefect` runs it as the `dialogue-turn` flow)
+    openapi  write the OpenAPI document without starting a server
+
+The turn pipeline itself is plain Python (tasks.dialogue_pipeline): the HTTP server and the
+regression batch call it directly, because a Prefect flow run per turn costs far more than
+the turn's own non-LLM work (see README). `dialogue_turn_flow` wraps the same pipeline for
+single turns from the Prefect UI or a deployment, with each slot as a task run.
+
+HTTP status mapping (the body is always a TurnResult with `code` and a one-line `reason`):
+200 COMMITTED (also an idempotent replay), or ROLLED_BACK and not retryable (the commit gate
+blocked the turn; `committed: false`); 503 + Retry-After: ROLLED_BACK and retryable (LLM or
+graph unavailable, timeout); 409 + Retry-After: IN_PROGRESS (another turn of the conversation
+holds the lock past the wait); 400 INVALID_REQUEST (malformed, wrong types, non-UTF-8);
+413 INVALID_REQUEST (body over the size limit); 422 INVALID_REQUEST (idempotency conflict:
+the key is committed with a different payload).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from starlette.concurrency import run_in_threadpool
+
+from core.cli import run_main, setup_logging
+from core.errors import InvalidInputError
+from core.settings import Settings, load_settings
+from tasks.dialogue_models import (
+    MAX_REQUEST_BYTES,
+    TurnCommitRequest,
+    TurnResult,
+    parse_request,
+)
+from tasks.dialogue_pipeline import DialogueService, SidecarOptions
+
+log = logging.getLogger("skald.dialogue")
+
+T = TypeVar("T")
+API_PREFIX = "/api/kg-sidecar"
+COMMIT_PATH = f"{API_PREFIX}/turn/commit"
+RETRY_PATH = f"{API_PREFIX}/turn/retry"
+HEALTH_PATH = f"{API_PREFIX}/health"
+# JSON structure around the message text (keys, escapes) on top of the text limit.
+MAX_BODY_BYTES = MAX_REQUEST_BYTES + 64 * 1024
+API_DESCRIPTION = (
+    "Dialogue memory sidecar (spec 000). Each turn runs RECEIVED -> RETRIEVING -> INJECTING -> "
+    "ACTING -> EXTRACTING -> JUDGING -> HISTORIANING -> PREPARED -> COMMITTING -> COMMITTED, or "
+    "ends ROLLED_BACK with nothing written. The idempotency key is conversation_id:turn_id. "
+    "Statuses: 200 committed (or an idempotent replay, or rolled back by the commit gate with "
+    "committed=false); 503 rolled back and retryable; 409 IN_PROGRESS; 400/413/422 INVALID_REQUEST "
+    "(malformed / too large / idempotency conflict)."
+)
+EXIT_CODES = {"COMMITTED": 0, "ROLLED_BACK": 1, "INVALID_REQUEST": 2, "IN_PROGRESS": 3}
+
+
+# ----------------------------------------------------------------------------- Prefect
+@task(name="dialogue-slot", cache_policy=NO_CACHE, persist_result=False)
+def _slot_task(slot: str, work: Callable[[], Any]) -> Any:
+    return work()
+
+
+def prefect_slot_runner(slot: str, work: Callable[[], T]) -> T:
+    """Run one slot as a Prefect task run named after the slot."""
+    return _slot_task.with_options(name=slot)(slot, work)  # type: ignore[no-any-return]
+
+
+_services: dict[tuple[str, str], DialogueService] = {}
+_services_lock = threading.Lock()
+
+
+def service_for(settings: Settings, options: SidecarOptions | None = None) -> DialogueService:
+    """One DialogueService per project (and options) per process: connections are reused."""
+    options = options or SidecarOptions()
+    key = (str(settings.project_dir), options.model_dump_json())
+    with _services_lock:
+        if key not in _services:
+            _services[key] = DialogueService(settings, options=options)
+        return _services[key]
+
+
+@flow(name="dialogue-turn", log_prints=True)
+def dialogue_turn_flow(
+    request: TurnCommitRequest,
+    project_dir: str = ".",
+    attempt: Literal["commit", "retry"] = "commit",
+    options: SidecarOptions | None = None,
+) -> dict[str, Any]:
+    """One turn through the six slots, each slot a task run. Returns the TurnResult as JSON."""
+    service = service_for(load_settings(project_dir), options)
+    result = service.commit(request, attempt=attempt, run_slot=prefect_slot_runner)
+    log.info("turn %s: %s%s", result.key, result.state.value, f" ({result.reason})" if result.reason else "")
+    return result.model_dump(mode="json")
+
+
+# ----------------------------------------------------------------------------- HTTP
+def http_status(result: TurnResult) -> int:
+    if result.ok:
+        return 200
+    if result.code == "INVALID_REQUEST":
+        return {"conflict": 422, "too_large": 413}.get(result.error_kind or "", 400)
+    if result.code == "IN_PROGRESS":
+        return 409
+    return 503 if result.retryable else 200
+
+
+def _response(result: TurnResult) -> JSONResponse:
+    status = http_status(result)
+    headers = {"Retry-After": "1"} if status in (409, 503) else None
+    return JSONResponse(result.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+async def _read_body(request: Request) -> bytes | TurnResult:
+    """The body, read with a cap so an oversized upload is refused without buffering it all."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        return TurnResult.invalid(
+            f"request body is {int(declared)} bytes; the limit is {MAX_BODY_BYTES}", kind="too_large"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return TurnResult.invalid(f"request body is over the limit of {MAX_BODY_BYTES} bytes", kind="too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _openapi_schema(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    request_schema = TurnCommitRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components.update(request_schema.pop("$defs", {}))
+    components["TurnCommitRequest"] = request_schema
+    app.openapi_schema = schema
+    return schema
+
+
+def create_app(service: DialogueService) -> FastAPI:
+    """The sidecar's HTTP API over one DialogueService."""
+    app = FastAPI(
+        title="Skald KG sidecar",
+        version="1.0.0",
+        description=API_DESCRIPTION,
+    )
+    body_spec = {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TurnCommitRequest"}}},
+        }
+    }
+    responses: dict[int | str, dict[str, Any]] = {
+        code: {"model": TurnResult, "description": text}
+        for code, text in (
+            (400, "INVALID_REQUEST: malformed request"),
+            (409, "IN_PROGRESS: the conversation is busy; retry after Retry-After seconds"),
+            (413, "INVALID_REQUEST: request body too large"),
+            (422, "INVALID_REQUEST: idempotency conflict"),
+            (503, "ROLLED_BACK and retryable: nothing was written; retry"),
+        )
+    }
+
+    async def handle(request: Request, attempt: Literal["commit", "retry"]) -> JSONResponse:
+        body = await _read_body(request)
+        if isinstance(body, TurnResult):
+            return _response(body)
+        parsed = parse_request(body)
+        if isinstance(parsed, TurnResult):
+            return _response(parsed)
+        # The pipeline blocks (graph and LLM clients are synchronous): keep it off the loop.
+        result = await run_in_threadpool(service.commit, parsed, attempt=attempt)
+        return _response(result)
+
+    @app.post(COMMIT_PATH, response_model=TurnResult, responses=responses, openapi_extra=body_spec,
+              summary="Commit one conversation turn to the memory graph")
+    async def commit_turn(request: Request) -> JSONResponse:
+        return await handle(request, "commit")
+
+    @app.post(RETRY_PATH, response_model=TurnResult, responses=responses, openapi_extra=body_spec,
+              summary="Retry a rolled-back turn (same body; an already committed turn is returned as is)")
+    async def retry_turn(request: Request) -> JSONResponse:
+        return await handle(request, "retry")
+
+    @app.get(HEALTH_PATH, summary="Liveness and the graph this sidecar serves")
+    async def health() -> dict[str, str]:
+        store = await run_in_threadpool(lambda: service.store)
+        return {"status": "ok", "graph": store.endpoint.label}
+
+    app.openapi = lambda: _openapi_schema(app)  # type: ignore[method-assign]
+    return app
+
+
+# ----------------------------------------------------------------------------- CLI
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.dialogue",
+        description="Dialogue memory sidecar: commit conversation turns to the knowledge graph.",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--project-dir", type=Path, default=Path("."), help="project whose graph holds the memory (default .)")
+    common.add_argument("--config", type=Path, default=None, help="TOML settings file (default <project-dir>/skald.toml)")
+    common.add_argument("--lock-wait", type=float, default=None, help="seconds a turn waits for its conversation lock before IN_PROGRESS (default 30)")
+    common.add_argument("--turn-timeout", type=float, default=None, help="seconds a turn may take before it is rolled back (default 300)")
+    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,commit,openapi}")
+
+    serve = sub.add_parser("serve", parents=[common], help="run the HTTP adapter")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8787, help="port (default 8787)")
+    serve.add_argument("--allow-request-db", action="store_true",
+                       help="honour a request's config.db that names another graph (off: such requests are refused)")
+
+    commit = sub.add_parser("commit", parents=[common], help="commit one turn from a JSON file")
+    commit.add_argument("--request", required=True, help="turn-commit request JSON file ('-' for stdin)")
+    commit.add_argument("--retry", action="store_true", help="mark the attempt as a retry in the trace")
+    commit.add_argument("--prefect", action="store_true", help="run as the dialogue-turn Prefect flow (slots as task runs)")
+
+    openapi = sub.add_parser("openapi", parents=[common], help="write the OpenAPI document")
+    openapi.add_argument("--out", type=Path, default=None, help="file to write (default stdout)")
+    return parser
+
+
+def _options(args: argparse.Namespace) -> SidecarOptions:
+    values: dict[str, Any] = {}
+    if args.lock_wait is not None:
+        values["lock_wait_s"] = args.lock_wait
+    if args.turn_timeout is not None:
+        values["turn_timeout_s"] = args.turn_timeout
+    if getattr(args, "allow_request_db", False):
+        values["allow_request_db"] = True
+    return SidecarOptions(**values)
+
+
+def _read_request_file(spec: str) -> bytes:
+    if spec == "-":
+        return sys.stdin.buffer.read(MAX_BODY_BYTES + 1)
+    path = Path(spec)
+    try:
+        with path.open("rb") as handle:
+            return handle.read(MAX_BODY_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read request file {path}: {exc.strerror or exc}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    settings = load_settings(args.project_dir, args.config)
+    options = _options(args)
+
+    if args.command == "openapi":
+        service = DialogueService(settings, options=options)
+        text = json.dumps(create_app(service).openapi(), indent=2, sort_keys=True) + "\n"
+        if args.out is None:
+            sys.stdout.write(text)
+        else:
+            args.out.write_text(text, encoding="utf-8")
+        return 0
+
+    if args.command == "serve":
+        import uvicorn
+
+        service = DialogueService(settings, options=options)
+        try:
+            log.info("graph: %s", service.store.endpoint.label)  # connect (and migrate) before serving
+            uvicorn.run(create_app(service), host=args.host, port=args.port, log_level="info")
+        finally:
+            service.close()
+        return 0
+
+    raw = _read_request_file(args.request)
+    attempt: Literal["commit", "retry"] = "retry" if args.retry else "commit"
+    if args.prefect:
+        parsed = parse_request(raw)
+        if isinstance(parsed, TurnResult):
+            result = parsed
+        else:
+            from core.cli import project_prefect_settings
+
+            with project_prefect_settings(settings.project_dir):
+                data = dialogue_turn_flow(parsed, str(settings.project_dir), attempt, options)
+            result = TurnResult.model_validate(data)
+        for service in list(_services.values()):
+            service.close()
+    else:
+        service = DialogueService(settings, options=options)
+        try:
+            result = service.commit(raw, attempt=attempt)
+        finally:
+            service.close()
+    print(result.model_dump_json(indent=2))
+    if result.reason:
+        print(f"dialogue: {result.code}: {result.reason}", file=sys.stderr)
+    return EXIT_CODES.get(result.code or "COMMITTED", 1)
+
+
+if __name__ == "__main__":
+    run_main(main, "dialogue", sys.argv[1:])

@@ -1,0 +1,301 @@
+"""Replay of recorded long dialogues through the sidecar, turn by turn, plus the recall probe.
+
+Dialogue files use the JSONL turn format of ../shared/data/dialogues (one turn a line:
+conversation_id, turn_id, session, session_time, dia_id, speaker, text[, image_caption]).
+A sibling `<id>.qa.jsonl` (question, answer, evidence dia_ids, category) enables the recall
+probe: after the replay, each question whose evidence lies within the replayed turns is
+asked of the retriever, and recall@k is the share of its evidence turns in the top k.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core.errors import InvalidInputError
+from tasks.dialogue_models import ChatMessage, TurnCommitRequest, TurnConfig, TurnResult
+from tasks.dialogue_pipeline import DialogueService
+from tasks.dialogue_retriever import RecalledTurn
+
+SLOTS_TRACED = ("retriever", "injector", "actor", "extractor", "judge", "historian", "commit")
+
+
+class DialogueTurnRow(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    conversation_id: str
+    turn_id: int = Field(ge=0)
+    session: int | None = None
+    session_time: str | None = None
+    dia_id: str | None = None
+    speaker: str = Field(min_length=1)
+    text: str
+    image_caption: str | None = None
+
+
+class QAItem(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    question: str
+    answer: Any = None
+    evidence: list[str] = Field(default_factory=list)
+    category: int = 0
+
+
+class DialogueSpec(BaseModel):
+    dialogue_id: str
+    path: str
+    turns: list[DialogueTurnRow]
+    qa: list[QAItem] = Field(default_factory=list)
+    qa_path: str | None = None
+
+
+def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) -> list[Any]:
+    rows: list[Any] = []
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read dialogue file {path}: {exc.strerror or exc}") from None
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(model.model_validate_json(line))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "line"
+                raise InvalidInputError(
+                    f"{path}:{number}: {where}: {first['msg']}", hint="see ../shared/data/dialogues/README.md"
+                ) from None
+            if limit is not None and len(rows) >= limit:
+                break
+    return rows
+
+
+def load_dialogue(path: Path, max_turns: int | None = None) -> DialogueSpec:
+    turns: list[DialogueTurnRow] = _read_jsonl(path, DialogueTurnRow, max_turns)
+    if not turns:
+        raise InvalidInputError(f"dialogue file {path} holds no turns")
+    name = path.name
+    qa_path = path.with_name(name.removesuffix(".turns.jsonl") + ".qa.jsonl") if name.endswith(".turns.jsonl") else None
+    qa: list[QAItem] = _read_jsonl(qa_path, QAItem) if qa_path is not None and qa_path.exists() else []
+    return DialogueSpec(
+        dialogue_id=turns[0].conversation_id,
+        path=str(path),
+        turns=turns,
+        qa=qa,
+        qa_path=str(qa_path) if qa else None,
+    )
+
+
+def dialogue_files(paths: list[Path]) -> list[Path]:
+    """Files as given; a directory stands for its `*.turns.jsonl` files."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(path.glob("*.turns.jsonl"))
+            if not found:
+                raise InvalidInputError(f"directory {path} holds no *.turns.jsonl dialogue files")
+            files.extend(found)
+        elif path.exists():
+            files.append(path)
+        else:
+            raise InvalidInputError(f"dialogue file {path} does not exist", hint="pass --dialogues FILE.turns.jsonl ...")
+    return files
+
+
+def _message(row: DialogueTurnRow, roles: dict[str, str]) -> ChatMessage:
+    text = row.text
+    if row.image_caption:
+        text = f"{text} [shares a photo: {row.image_caption}]"
+    return ChatMessage(
+        role=roles.get(row.speaker, "assistant"),  # type: ignore[arg-type]
+        name=row.speaker,
+        content=text,
+        message_id=row.dia_id,
+        time=row.session_time,
+    )
+
+
+def turn_requests(
+    spec: DialogueSpec, conversation_id: str, *, window: int = 6, config: TurnConfig | None = None
+) -> list[TurnCommitRequest]:
+    """One request per recorded turn: the turn's message, the `window` turns before it as context."""
+    first = spec.turns[0].speaker
+    roles = {first: "user"}
+    messages = []
+    for row in spec.turns:
+        roles.setdefault(row.speaker, "assistant")
+        messages.append(_message(row, roles))
+    return [
+        TurnCommitRequest(
+            conversation_id=conversation_id,
+            turn_id=row.turn_id,
+            messages=[messages[i]],
+            window=messages[max(0, i - window) : i],
+            config=config or TurnConfig(),
+        )
+        for i, row in enumerate(spec.turns)
+    ]
+
+
+class TurnRow(BaseModel):
+    """One replayed turn: a row of turns.parquet."""
+
+    run_id: str
+    dialogue_id: str
+    conversation_id: str
+    turn_id: int
+    dia_id: str | None
+    speaker: str
+    session: int | None
+    started_at: datetime
+    state: str
+    committed: bool
+    idempotent_hit: bool
+    code: str | None
+    error_kind: str | None
+    reason: str | None
+    retryable: bool
+    timed_out: bool
+    wall_ms: float
+    total_ms: float
+    llm_ms: float
+    overhead_ms: float
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    retriever_ms: float = 0.0
+    injector_ms: float = 0.0
+    actor_ms: float = 0.0
+    extractor_ms: float = 0.0
+    judge_ms: float = 0.0
+    historian_ms: float = 0.0
+    commit_ms: float = 0.0
+    states: list[str]
+    state_elapsed_ms: list[float]
+    actions_evolve: int
+    actions_replace: int
+    actions_delete: int
+    actions_skipped: int
+    bio_patches: int
+    milestones: int
+    events: int
+    entities: int
+    identity_conflicts: int
+    contradictions: int
+    packet_tokens: int
+    recalled_turns: int
+    models: str
+
+
+def turn_row(run_id: str, spec: DialogueSpec, row: DialogueTurnRow, result: TurnResult,
+             started_at: datetime, wall_ms: float) -> TurnRow:
+    trace = result.trace
+    slots = {s.slot: s.latency_ms for s in trace.slots} if trace else {}
+    applied = [a for a in result.actions if a.applied]
+    packet = result.injection_packet
+    return TurnRow(
+        run_id=run_id,
+        dialogue_id=spec.dialogue_id,
+        conversation_id=result.conversation_id or "",
+        turn_id=row.turn_id,
+        dia_id=row.dia_id,
+        speaker=row.speaker,
+        session=row.session,
+        started_at=started_at,
+        state=result.state.value,
+        committed=result.committed,
+        idempotent_hit=result.idempotent_hit,
+        code=result.code,
+        error_kind=result.error_kind,
+        reason=result.reason,
+        retryable=result.retryable,
+        timed_out=result.timed_out,
+        wall_ms=round(wall_ms, 3),
+        total_ms=trace.total_ms if trace else wall_ms,
+        llm_ms=trace.llm_ms if trace else 0.0,
+        overhead_ms=trace.overhead_ms if trace else wall_ms,
+        llm_calls=trace.llm_calls if trace else 0,
+        prompt_tokens=trace.prompt_tokens if trace else 0,
+        completion_tokens=trace.completion_tokens if trace else 0,
+        **{f"{slot}_ms": slots.get(slot, 0.0) for slot in SLOTS_TRACED},
+        states=[s.state.value for s in trace.states] if trace else [result.state.value],
+        state_elapsed_ms=[s.elapsed_ms for s in trace.states] if trace else [0.0],
+        actions_evolve=sum(a.action == "EVOLVE" for a in applied),
+        actions_replace=sum(a.action == "REPLACE" for a in applied),
+        actions_delete=sum(a.action == "DELETE" for a in applied),
+        actions_skipped=sum(not a.applied for a in result.actions),
+        bio_patches=len(result.bio_patches),
+        milestones=len(result.milestones) if result.committed else 0,
+        events=len(result.events),
+        entities=len(result.entities),
+        identity_conflicts=len(result.judge.identity_conflicts) if result.judge else 0,
+        contradictions=len(result.judge.contradictions) if result.judge else 0,
+        packet_tokens=packet.used_tokens if packet else 0,
+        recalled_turns=len(packet.recalled_turns) if packet else 0,
+        models=json.dumps({s.slot: s.model for s in trace.slots} if trace else {}, sort_keys=True),
+    )
+
+
+def replay(service: DialogueService, spec: DialogueSpec, conversation_id: str, run_id: str,
+           *, window: int = 6, config: TurnConfig | None = None) -> list[TurnRow]:
+    """Commit the dialogue's turns in order; a rolled-back turn is recorded and the replay goes on."""
+    rows: list[TurnRow] = []
+    for row, request in zip(spec.turns, turn_requests(spec, conversation_id, window=window, config=config),
+                            strict=True):
+        started_at = datetime.now(UTC)
+        t0 = time.perf_counter()
+        result = service.commit(request)
+        rows.append(turn_row(run_id, spec, row, result, started_at, (time.perf_counter() - t0) * 1000.0))
+    return rows
+
+
+class RecallRow(BaseModel):
+    """One QA item of the recall probe: a row of recall.parquet."""
+
+    run_id: str
+    dialogue_id: str
+    category: int
+    question: str
+    evidence: list[str]
+    retrieved: list[str]
+    k: int
+    recall: float
+    hit: bool
+
+
+def recall_probe(service: DialogueService, spec: DialogueSpec, conversation_id: str, run_id: str,
+                 *, k: int, committed_refs: set[str]) -> list[RecallRow]:
+    """Ask each answerable question; recall@k = share of its evidence turns found in the top k.
+
+    A question is probed only when all its evidence turns were committed in this replay:
+    otherwise the memory could not hold them and the probe would measure the commit gate."""
+    rows: list[RecallRow] = []
+    for item in spec.qa:
+        evidence = [e for e in item.evidence if e]
+        if not evidence or not set(evidence) <= committed_refs:
+            continue
+        hits: list[RecalledTurn] = service.recall(conversation_id, item.question, k)
+        retrieved = [ref for hit in hits for ref in hit.source_refs]
+        found = len(set(evidence) & set(retrieved))
+        rows.append(
+            RecallRow(
+                run_id=run_id,
+                dialogue_id=spec.dialogue_id,
+                category=item.category,
+                question=item.question,
+                evidence=evidence,
+                retrieved=retrieved,
+                k=k,
+                recall=round(found / len(evidence), 6),
+                hit=found > 0,
+            )
+        )
+    return rows

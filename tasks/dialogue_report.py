@@ -1,0 +1,196 @@
+"""Release gates and the report of a long-dialogue regression run (spec 000 s7, spec 002 s8).
+
+Gates are evaluated per dialogue (a batch passes only when every dialogue passes): commit
+ratio, rollbacks, timeouts, relation mutation signals (applied EVOLVE/REPLACE/DELETE),
+milestones, and optionally recall@k from the recall probe. Outputs under
+`<project>/.saga/regression/<run_id>/`: turns.parquet (one row per turn: state timeline,
+per-slot latency, tokens, actions), recall.parquet, gates.parquet, report.md, summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from tasks.dialogue_replay import RecallRow, TurnRow
+
+QA_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+
+
+class GateConfig(BaseModel):
+    """Thresholds of the release gates (CLI flags of `flows.regression`)."""
+
+    min_commit_ratio: float = Field(0.9, ge=0.0, description="committed turns / replayed turns, per dialogue")
+    max_rollbacks: int | None = Field(None, ge=0, description="rolled-back turns per dialogue (None: no limit)")
+    max_timeouts: int = Field(0, ge=0, description="timed-out turns per dialogue")
+    require_relation_mutations: bool = Field(True, description="at least one applied EVOLVE/REPLACE/DELETE")
+    require_milestones: bool = Field(True, description="at least one milestone")
+    min_recall: float | None = Field(None, ge=0.0, le=1.0, description="mean recall@k of the probe (None: report only)")
+    recall_k: int = Field(5, ge=1, le=50)
+
+
+class GateResult(BaseModel):
+    dialogue_id: str
+    gate: str
+    value: float
+    threshold: str
+    passed: bool
+
+
+def evaluate_gates(turns: pl.DataFrame, recall: pl.DataFrame, config: GateConfig) -> list[GateResult]:
+    results: list[GateResult] = []
+    for dialogue_id in sorted(turns["dialogue_id"].unique().to_list()):
+        d = turns.filter(pl.col("dialogue_id") == dialogue_id)
+        n = d.height
+        committed = int(d["committed"].sum())
+        rollbacks = int((d["state"] == "ROLLED_BACK").sum())
+        timeouts = int(d["timed_out"].sum())
+        mutations = int(d["actions_evolve"].sum() + d["actions_replace"].sum() + d["actions_delete"].sum())
+        milestones = int(d["milestones"].sum())
+        ratio = committed / n if n else 0.0
+
+        def add(gate: str, value: float, threshold: str, passed: bool, dialogue: str = dialogue_id) -> None:
+            results.append(GateResult(dialogue_id=dialogue, gate=gate, value=round(value, 4),
+                                      threshold=threshold, passed=passed))
+
+        add("commit_ratio", ratio, f">= {config.min_commit_ratio}", ratio >= config.min_commit_ratio)
+        if config.max_rollbacks is not None:
+            add("rollbacks", rollbacks, f"<= {config.max_rollbacks}", rollbacks <= config.max_rollbacks)
+        add("timeouts", timeouts, f"<= {config.max_timeouts}", timeouts <= config.max_timeouts)
+        if config.require_relation_mutations:
+            add("relation_mutations", mutations, "> 0", mutations > 0)
+        if config.require_milestones:
+            add("milestones", milestones, "> 0", milestones > 0)
+        if config.min_recall is not None:
+            probe = recall.filter(pl.col("dialogue_id") == dialogue_id) if recall.height else recall
+            mean = float(probe["recall"].mean()) if probe.height else 0.0  # type: ignore[arg-type]
+            add(f"recall@{config.recall_k}", mean, f">= {config.min_recall}",
+                probe.height > 0 and mean >= config.min_recall)
+    return results
+
+
+def turns_frame(rows: Sequence[TurnRow]) -> pl.DataFrame:
+    return pl.DataFrame([r.model_dump() for r in rows]) if rows else pl.DataFrame(
+        schema={"dialogue_id": pl.String, "committed": pl.Boolean}
+    )
+
+
+def recall_frame(rows: Sequence[RecallRow]) -> pl.DataFrame:
+    if rows:
+        return pl.DataFrame([r.model_dump() for r in rows])
+    return pl.DataFrame(schema={"dialogue_id": pl.String, "category": pl.Int64, "recall": pl.Float64,
+                                "hit": pl.Boolean})
+
+
+def dialogue_summary(turns: pl.DataFrame) -> pl.DataFrame:
+    """One row per dialogue: what the Prefect table artifact and the report show."""
+    return (
+        turns.group_by("dialogue_id")
+        .agg(
+            pl.len().alias("turns"),
+            pl.col("committed").sum().alias("committed"),
+            (pl.col("state") == "ROLLED_BACK").sum().alias("rolled_back"),
+            pl.col("idempotent_hit").sum().alias("idempotent_hits"),
+            pl.col("timed_out").sum().alias("timeouts"),
+            pl.col("actions_evolve").sum().alias("evolve"),
+            pl.col("actions_replace").sum().alias("replace"),
+            pl.col("actions_delete").sum().alias("delete"),
+            pl.col("milestones").sum().alias("milestones"),
+            pl.col("total_ms").quantile(0.5, "linear").round(1).alias("p50_turn_ms"),
+            pl.col("total_ms").quantile(0.95, "linear").round(1).alias("p95_turn_ms"),
+            pl.col("overhead_ms").mean().round(1).alias("mean_overhead_ms"),
+            (pl.col("prompt_tokens") + pl.col("completion_tokens")).sum().alias("tokens"),
+        )
+        .sort("dialogue_id")
+    )
+
+
+def recall_summary(recall: pl.DataFrame) -> pl.DataFrame:
+    if not recall.height:
+        return pl.DataFrame()
+    return (
+        recall.group_by("dialogue_id", "category")
+        .agg(pl.len().alias("questions"), pl.col("recall").mean().round(3).alias("recall_at_k"),
+             pl.col("hit").mean().round(3).alias("hit_rate"))
+        .with_columns(pl.col("category").replace_strict(QA_CATEGORIES, default="other",
+                                                        return_dtype=pl.String).alias("category_name"))
+        .sort("dialogue_id", "category")
+    )
+
+
+def _md_table(frame: pl.DataFrame) -> str:
+    if not frame.height:
+        return "_none_\n"
+    header = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
+    body = "".join("| " + " | ".join("" if v is None else str(v) for v in row) + " |\n" for row in frame.iter_rows())
+    return header + body
+
+
+class RunInfo(BaseModel):
+    run_id: str
+    dialogues: list[str]
+    turns_per_dialogue: int
+    concurrency: int
+    replay_seconds: float
+    turns_total: int
+    turns_per_second: float
+    graph: str
+
+
+def render_report(info: RunInfo, summary: pl.DataFrame, gates: list[GateResult], recall: pl.DataFrame,
+                  turns: pl.DataFrame, config: GateConfig) -> str:
+    passed = all(g.passed for g in gates)
+    lines = [
+        f"# Long-dialogue regression `{info.run_id}`: {'PASSED' if passed else 'FAILED'}",
+        "",
+        f"- dialogues: {', '.join(info.dialogues)} ({info.turns_per_dialogue} turns each, concurrency {info.concurrency})",
+        f"- replayed {info.turns_total} turns in {info.replay_seconds:.1f} s ({info.turns_per_second:.2f} turns/s)",
+        f"- graph: {info.graph}",
+        "",
+        "## Gates",
+        "",
+        _md_table(pl.DataFrame([g.model_dump() for g in gates]) if gates else pl.DataFrame()),
+        "## Dialogues",
+        "",
+        _md_table(summary),
+        f"## Recall probe (recall@{config.recall_k} per QA category)",
+        "",
+        _md_table(recall_summary(recall)),
+    ]
+    failures = turns.filter(pl.col("state") == "ROLLED_BACK") if turns.height else turns
+    if failures.height:
+        reasons = (
+            failures.group_by("reason").agg(pl.len().alias("turns")).sort("turns", descending=True).head(10)
+        )
+        lines += ["## Rollback reasons", "", _md_table(reasons)]
+    lines += [
+        "## Files",
+        "",
+        "- `turns.parquet`: one row per turn (state timeline, per-slot latency, tokens, actions)",
+        "- `recall.parquet`: one row per probed question",
+        "- `gates.parquet`, `summary.json`, `llm-calls-*.parquet` (every model call)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_outputs(out_dir: Path, turns: pl.DataFrame, recall: pl.DataFrame, gates: list[GateResult],
+                  report: str, summary_json: dict[str, object]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # Temp file + rename: a crashed run never leaves a half-written Parquet behind.
+    for name, frame in (
+        ("turns.parquet", turns),
+        ("recall.parquet", recall),
+        ("gates.parquet", pl.DataFrame([g.model_dump() for g in gates]) if gates else pl.DataFrame()),
+    ):
+        tmp = out_dir / f".{name}.tmp"
+        frame.write_parquet(tmp)
+        tmp.replace(out_dir / name)
+    for name, text in (("report.md", report), ("summary.json", json.dumps(summary_json, indent=2, default=str) + "\n")):
+        tmp = out_dir / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out_dir / name)
