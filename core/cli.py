@@ -51,6 +51,29 @@ def project_prefect_settings(project_dir: Path) -> Iterator[None]:
         yield
 
 
+class _DropKnownTracebacks(logging.Filter):
+    """Our own errors already say what happened and what to do: log them without a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, SkaldError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_drop_known_tracebacks = _DropKnownTracebacks()
+
+
+def quiet_known_failures() -> None:
+    """Attach the traceback filter to every handler Prefect has configured."""
+    names = ["prefect", *(n for n in logging.root.manager.loggerDict if n.startswith("prefect"))]
+    for name in names:
+        for handler in logging.getLogger(name).handlers:
+            if _drop_known_tracebacks not in handler.filters:
+                handler.addFilter(_drop_known_tracebacks)
+
+
 def one_line(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
@@ -61,9 +84,12 @@ def one_line(exc: BaseException) -> str:
 
 def run_main(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[str] | None = None) -> NoReturn:
     """Run `main`, turning known failures into one line on stderr and a non-zero exit."""
+    quiet_known_failures()
     try:
         code = main(argv)
     except SkaldError as exc:
+        # Keep our line last: Prefect logs its temporary server's shutdown at exit.
+        logging.getLogger("prefect").setLevel(logging.WARNING)
         print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         code = exc.exit_code
     except ValidationError as exc:

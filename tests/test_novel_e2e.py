@@ -483,7 +483,7 @@ def test_sigkill_during_chapter_two_then_resume(
 
 
 def _key(request: ScriptedRequest) -> str:
-    return json.dumps([request.path, request.schema_name, request.messages], sort_keys=True)
+    return json.dumps([request.path, request.body], sort_keys=True)
 
 
 def _without_project_paths(exported: str) -> str:
