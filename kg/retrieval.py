@@ -86,25 +86,46 @@ def _entities(tx: ManagedTransaction, ids: Iterable[str], as_of: int | None) -> 
     return {eid: e for eid, e in found.items() if e is not None}
 
 
-def _relationship_rows(tx: ManagedTransaction, ids: Iterable[str], as_of: int) -> list[dict[str, Any]]:
-    return [r.data() for r in tx.run(cypher.ENTITY_RELS_AS_OF, ids=sorted(set(ids)), as_of=as_of)]
+def _relationship_rows(
+    tx: ManagedTransaction, ids: Iterable[str], as_of: int
+) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str] | None]]:
+    """Story relationships of the entities up to the chapter, and the name and label of each
+    other end as of the chapter (None: it did not exist yet)."""
+    rows = [r.data() for r in tx.run(cypher.ENTITY_RELS_AS_OF, ids=sorted(set(ids)), as_of=as_of)]
+    names: dict[str, tuple[str, str] | None] = {}
+    if not rows:
+        return rows, names
+    renamed: list[str] = []
+    for r in tx.run(cypher.READ_NAME_LABELS, ids=sorted({row["other"] for row in rows})):
+        first = r["first_chapter"]
+        if first is not None and first > as_of:
+            names[r["id"]] = None
+        elif r["renamed"]:
+            renamed.append(r["id"])
+        else:
+            names[r["id"]] = (r["name"] or r["id"], r["label"] or vocab.FALLBACK_LABEL)
+    for eid, entity in _entities(tx, renamed, as_of).items():
+        names[eid] = (entity.name, entity.label)
+    return rows, names
 
 
-def _latest_views(rows: list[dict[str, Any]], as_of: int) -> dict[str, list[RelationshipView]]:
+def _latest_views(
+    rows: list[dict[str, Any]], names: dict[str, tuple[str, str] | None]
+) -> dict[str, list[RelationshipView]]:
     """Per entity, the latest relationship per (direction, type, raw type, other entity)."""
     latest: dict[str, dict[tuple[str, str, str, str], RelationshipView]] = {}
     for row in rows:
         props = row["props"]
-        other = props_as_of(row["other"], as_of)
-        if other is None:
+        name_label = names.get(row["other"])
+        if name_label is None:
             continue  # the other end was first seen after the chapter
         view = RelationshipView(
             type=row["type"],
             raw_type=props.get("raw_type"),
             direction="out" if row["outgoing"] else "in",
-            other_id=other["id"],
-            other_name=other.get("name", other["id"]),
-            other_label=other.get("label", vocab.FALLBACK_LABEL),
+            other_id=row["other"],
+            other_name=name_label[0],
+            other_label=name_label[1],
             chapter=props.get("chapter"),
             scene=props.get("scene"),
             weight=props.get("weight"),
@@ -122,7 +143,7 @@ def _latest_views(rows: list[dict[str, Any]], as_of: int) -> dict[str, list[Rela
 
 def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int) -> list[EntityProfile]:
     entities = _entities(tx, ids, as_of)
-    views = _latest_views(_relationship_rows(tx, entities, as_of), as_of) if entities else {}
+    views = _latest_views(*_relationship_rows(tx, entities, as_of)) if entities else {}
     return [
         EntityProfile(
             entity=entities[eid],
@@ -146,15 +167,11 @@ def _location_tx(tx: ManagedTransaction, location: str, as_of: int) -> LocationC
     place = entities.get(location)
     if place is None:
         return None
-    rows = _relationship_rows(tx, [location], as_of)
-    others = {
-        row["other"]["id"]: entity
-        for row in rows
-        if (entity := entity_as_of(row["other"], as_of)) is not None
-    }
+    rows, names = _relationship_rows(tx, [location], as_of)
+    others = _entities(tx, [eid for eid, n in names.items() if n is not None], as_of)
     context = LocationContext(location=place, as_of_chapter=as_of)
     candidates: set[str] = set()
-    for view in _latest_views(rows, as_of).get(location, []):
+    for view in _latest_views(rows, names).get(location, []):
         other = others[view.other_id]
         if view.type == "PART_OF":
             (context.parents if view.direction == "out" else context.children).append(other)
@@ -355,7 +372,7 @@ def character_profiles(
 
 def relationships_as_of(store: GraphStore, entity_id: str, *, as_of_chapter: int) -> list[RelationshipView]:
     def work(tx: ManagedTransaction) -> list[RelationshipView]:
-        return _latest_views(_relationship_rows(tx, [entity_id], as_of_chapter), as_of_chapter).get(entity_id, [])
+        return _latest_views(*_relationship_rows(tx, [entity_id], as_of_chapter)).get(entity_id, [])
 
     return store.execute_read(work)
 
@@ -448,8 +465,8 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
             if covering:
                 statuses[key] = (covering[-1].status, covering[-1].from_chapter)
         relationships: dict[tuple[str, str], tuple[str, int]] = {}
-        for row in _relationship_rows(tx, ids, as_of_chapter):
-            other = row["other"]["id"]
+        for row in _relationship_rows(tx, ids, as_of_chapter)[0]:
+            other = row["other"]
             if not row["outgoing"] or other not in ids:
                 continue
             chapter = row["props"].get("chapter", 0)

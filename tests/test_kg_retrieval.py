@@ -78,6 +78,11 @@ def story() -> list[ChapterDelta]:
             property_updates=[PropertyUpdate(entity="Frodo", changes={"description": "Wounded by a blade.", "scar": True})],
             entities=[Entity(label="Character", name="Frodo", aliases=["Mr. Underhill"], traits=["stubborn"])],
         ),
+        ChapterDelta(
+            chapter=3,
+            title="Names",
+            property_updates=[PropertyUpdate(entity="Moria", changes={"name": "Khazad-dum"})],
+        ),
     ]
 
 
@@ -123,6 +128,17 @@ def test_entity_content_is_read_as_of_the_chapter(store: GraphStore) -> None:
     assert retrieval.resolve_names(store, ["Mr. Underhill"], as_of_chapter=2) == {"Mr. Underhill": "character:frodo"}
     current = store.get_entity("character:frodo")
     assert current is not None and current.model_dump() == after.entity.model_dump()
+
+
+def test_relationship_views_show_names_as_of_the_chapter(store: GraphStore) -> None:
+    def moria_name(as_of: int) -> set[str]:
+        views = retrieval.relationships_as_of(store, "character:aragorn", as_of_chapter=as_of)
+        return {v.other_name for v in views if v.other_id == "location:moria"}
+
+    assert moria_name(2) == {"Moria"} and moria_name(3) == {"Khazad-dum"}
+    # the old name still resolves (it became an alias), now and as of earlier chapters
+    assert retrieval.resolve_names(store, ["Moria"]) == {"Moria": "location:moria"}
+    assert retrieval.resolve_names(store, ["Khazad-dum"], as_of_chapter=2) == {"Khazad-dum": None}
 
 
 def test_recent_summaries(store: GraphStore) -> None:
