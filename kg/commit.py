@@ -9,7 +9,9 @@ A commit is planned in Python from the pre-state it reads in the same transactio
 
 1. read every node the delta may touch (by explicit id, derived id, name and alias keys),
 2. resolve each reference (id, then name/alias match, then derived id; otherwise a new
-   provisional entity), merge the delta into full property maps,
+   provisional entity), merge the delta into full property maps, and append to each
+   changed entity's `revisions_json` the previous values (so reads "as of chapter N"
+   can undo later chapters, see kg.records.props_as_of),
 3. write with a handful of `UNWIND $rows` statements grouped by label / type,
 4. store a `ChangeSet` node holding what was created and the previous property maps of
    everything updated.
@@ -241,7 +243,7 @@ class _Planner:
 
     # -- reading the pre-state
     def prefetch(self) -> None:
-        """Read (for update) every entity the delta may resolve to, in three statements."""
+        """Read (for update) every entity the delta may resolve to: lookup keys, then nodes."""
         keys: set[str] = set()
         for e in self.delta.entities:
             keys.update(vocab.name_key(n) for n in (e.name, *e.aliases))
