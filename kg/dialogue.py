@@ -65,9 +65,10 @@ _CLAIM_RACE_CODES = (
 READ_TURN = f"MATCH (t:{_T} {{key: $key}}) RETURN properties(t) AS props"
 
 LOCK_PROBE = (
-    # The SET takes the node's write lock before owner/expiry are read: a real compare-and-set
-    # on Neo4j's pessimistic locking; ArcadeDB's optimistic MVCC retries the loser instead.
-    f"MATCH (l:{_T} {{key: $key}}) SET l.lock_probe = $owner "
+    # SET + REMOVE takes the node's write lock before owner/expiry are read (a real
+    # compare-and-set under Neo4j's pessimistic locking; ArcadeDB's optimistic MVCC retries
+    # the loser instead) and leaves no trace: a refused claim changes nothing.
+    f"MATCH (l:{_T} {{key: $key}}) SET l.lock_probe = true REMOVE l.lock_probe "
     "RETURN l.owner AS owner, l.expires_at AS expires_at, timestamp() AS now"
 )
 LOCK_CREATE = (
@@ -76,8 +77,7 @@ LOCK_CREATE = (
     f"CREATE (l:{_T}) SET l = $props, l.acquired_at = timestamp(), l.expires_at = timestamp() + $lease_ms"
 )
 LOCK_TAKE = (
-    f"MATCH (l:{_T} {{key: $key}}) SET l.owner = $owner, l.acquired_at = $now, "
-    "l.expires_at = $expires_at, l.lock_probe = $owner"
+    f"MATCH (l:{_T} {{key: $key}}) SET l.owner = $owner, l.acquired_at = $now, l.expires_at = $expires_at"
 )
 LOCK_RELEASE = f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner DELETE l RETURN count(*) AS released"
 
@@ -432,7 +432,7 @@ def _create_lock_tx(
 def _take_lock_tx(
     tx: ManagedTransaction, key: str, owner: str, lease_ms: int, turn: str | None
 ) -> LockClaim:
-    row = tx.run(LOCK_PROBE, key=key, owner=owner).single()
+    row = tx.run(LOCK_PROBE, key=key).single()
     if row is None:
         # Released between our failed CREATE and this probe: the caller simply tries again.
         return LockClaim(acquired=False, owner=owner, holder="(just released)")

@@ -42,19 +42,21 @@ class ExtractionPlan(BaseModel):
 
 
 class _Resolver:
-    """Maps names to entity ids: known entities by name/alias first, else a new id."""
+    """Maps names to entity ids: known entities and this turn's entities by name or alias
+    first, else a new id."""
 
     def __init__(self, known: list[DialogueEntity]) -> None:
-        self.by_key: dict[str, DialogueEntity] = {}
+        self.known = {e.entity_id: e for e in known}
+        self.by_key: dict[str, str] = {}
         for entity in known:
             for name in (entity.name, *entity.aliases):
-                self.by_key.setdefault(vocab.name_key(name), entity)
+                self.by_key.setdefault(vocab.name_key(name), entity.entity_id)
         self.entities: dict[str, EntityWrite] = {}
 
     def resolve(self, name: str, kind: str | None = None, aliases: list[str] | None = None) -> str:
         name = " ".join(name.split())
-        known = self.by_key.get(vocab.name_key(name))
-        entity_id = known.entity_id if known else dialogue_entity_id(name)
+        entity_id = self.by_key.get(vocab.name_key(name)) or dialogue_entity_id(name)
+        known = self.known.get(entity_id)
         label = vocab.normalize_label(kind)[0] if kind else None
         current = self.entities.get(entity_id)
         if current is None:
@@ -66,10 +68,14 @@ class _Resolver:
             self.entities[entity_id] = current
         elif label and current.kind == vocab.FALLBACK_LABEL and not known:
             current.kind = label
-        extra = [name, *(aliases or [])]
-        for alias in extra:
+        for alias in (name, *(aliases or [])):
             alias = " ".join(alias.split())
-            if alias and vocab.name_key(alias) != vocab.name_key(current.name) and alias not in current.aliases:
+            key = vocab.name_key(alias)
+            if not alias:
+                continue
+            # Later mentions in the same turn find this entity by any of its names.
+            self.by_key.setdefault(key, entity_id)
+            if key != vocab.name_key(current.name) and alias not in current.aliases:
                 current.aliases.append(alias)
         return entity_id
 

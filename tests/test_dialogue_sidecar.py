@@ -1,0 +1,382 @@
+"""The dialogue sidecar end to end: the real graph server, the scripted model over real HTTP.
+
+Every test uses its own conversation id, so tests do not depend on each other; graph exports
+compare the whole graph, so nothing else writes to it while a test runs (tests run serially).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kg.dialogue as kg_dialogue
+from core.settings import Settings, load_settings
+from kg.dialogue import DialogueRepository, LostLockError, TurnWrite
+from tasks.dialogue_models import TurnCommitRequest, TurnResult, TurnState
+from tasks.dialogue_pipeline import DialogueService, SidecarOptions
+from tasks.dialogue_replay import load_dialogue, turn_requests
+from tests.conftest import REPO_ROOT
+from tests.scripted_llm import ScriptedLLM, ScriptedRequest
+from tests.test_dialogue_scripted import DIALOGUES, DialogueScript, participants
+
+FULL_TIMELINE = [
+    "RECEIVED", "RETRIEVING", "INJECTING", "ACTING", "EXTRACTING", "JUDGING", "HISTORIANING",
+    "PREPARED", "COMMITTING", "COMMITTED",
+]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM() as llm:
+        yield llm
+
+
+@pytest.fixture()
+def scripted(server: ScriptedLLM) -> ScriptedLLM:
+    server.reset()
+    DialogueScript(participants("locomo-26")).install(server)
+    return server
+
+
+@pytest.fixture()
+def settings(graph_settings: Settings, scripted: ScriptedLLM) -> Settings:
+    return load_settings(
+        graph_settings.project_dir,
+        openai_base_url=scripted.base_url,
+        embedding_base_url=scripted.base_url,
+        slot_models={"judge": "settings-judge"},
+    )
+
+
+@pytest.fixture()
+def service(settings: Settings) -> Iterator[DialogueService]:
+    svc = DialogueService(settings, options=SidecarOptions(lock_wait_s=2.0))
+    yield svc
+    svc.close()
+
+
+def _conv(name: str) -> str:
+    return f"test-{name}-{uuid.uuid4().hex[:8]}"
+
+
+def _requests(conversation_id: str, turns: int, dialogue: str = "locomo-26") -> list[TurnCommitRequest]:
+    return turn_requests(load_dialogue(DIALOGUES / f"{dialogue}.turns.jsonl", turns), conversation_id)
+
+
+def _export(service: DialogueService, path: Path) -> bytes:
+    service.store.export_json(path)
+    return path.read_bytes()
+
+
+def _cli_export(settings: Settings, path: Path) -> bytes:
+    """`python -m kg export`, as an operator would run it (finds the session's graph server)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kg", "export", "--out", str(path), "--project-dir", str(settings.project_dir)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return path.read_bytes()
+
+
+def test_first_20_turns_of_locomo26_commit_and_a_replay_writes_nothing(
+    service: DialogueService, settings: Settings, scripted: ScriptedLLM, tmp_path: Path
+) -> None:
+    conv = _conv("locomo26")
+    requests = _requests(conv, 20)
+    first = [service.commit(r) for r in requests]
+    assert [r.state for r in first] == [TurnState.COMMITTED] * 20, [r.reason for r in first if not r.committed]
+    assert not any(r.idempotent_hit for r in first)
+    assert [s.state.value for s in first[5].trace.states] == FULL_TIMELINE  # type: ignore[union-attr]
+    assert [r.seq for r in first] == list(range(1, 21))
+    assert first[-1].injection_packet and "Caroline" in first[-1].injection_packet.text
+
+    repo = DialogueRepository(service.store)
+    events = repo.events(conv)
+    applied = [a for r in first for a in r.actions if a.applied]
+    assert len(events) == len(applied) > 20
+    assert len({e["event_id"] for e in events}) == len(events)
+    assert {e["action"] for e in events} >= {"EVOLVE", "REPLACE"}
+    assert len(repo.milestones(conv)) == sum(len(r.milestones) for r in first) > 0
+    assert len(repo.turns(conv)) == 20
+
+    before = _export(service, tmp_path / "before.json")
+    calls = scripted.request_count
+    again = [service.commit(r) for r in requests]
+    assert all(r.idempotent_hit and r.committed for r in again)
+    assert [r.actions for r in again] == [r.actions for r in first]
+    assert scripted.request_count == calls  # a replay makes no model call
+    assert _export(service, tmp_path / "after.json") == before
+
+    # Persisted, not remembered: a new service (a restarted sidecar) sees the same records.
+    restarted = DialogueService(settings)
+    try:
+        hit = restarted.commit(requests[3])
+        assert hit.idempotent_hit and hit.seq == 4
+    finally:
+        restarted.close()
+    assert _export(service, tmp_path / "after-restart.json") == before
+
+
+def test_a_different_payload_under_a_committed_key_is_a_conflict(service: DialogueService) -> None:
+    conv = _conv("conflict")
+    request = _requests(conv, 1)[0]
+    assert service.commit(request).committed
+    changed = request.model_copy(update={"messages": [request.messages[0].model_copy(update={"content": "edited"})]})
+    result = service.commit(changed)
+    assert (result.code, result.error_kind, result.committed) == ("INVALID_REQUEST", "conflict", False)
+    assert "idempotency conflict" in (result.reason or "")
+    # Another model for a retry is the same payload: still the stored result.
+    rerouted = request.model_copy(update={"config": request.config.model_copy(update={"token_budget": 300})})
+    assert service.commit(rerouted).idempotent_hit
+
+
+def test_forced_extractor_failure_rolls_back_and_the_graph_is_byte_identical(
+    service: DialogueService, settings: Settings, scripted: ScriptedLLM, tmp_path: Path
+) -> None:
+    conv = _conv("extractor-fault")
+    requests = _requests(conv, 4)
+    for request in requests[:3]:
+        assert service.commit(request).committed
+    before = _cli_export(settings, tmp_path / "before.json")
+
+    scripted.on(schema="TurnExtraction", fault="http_401", times=1)
+    fatal = service.commit(requests[3])
+    assert (fatal.state, fatal.code, fatal.error_kind) == (TurnState.ROLLED_BACK, "ROLLED_BACK", "llm")
+    assert fatal.retryable is False and "401" in (fatal.reason or "")
+    assert [s.state.value for s in fatal.trace.states][-2:] == ["EXTRACTING", "ROLLED_BACK"]  # type: ignore[union-attr]
+
+    scripted.on(schema="TurnExtraction", fault="http_500", times=settings.limits.llm_max_attempts)
+    transient = service.commit(requests[3])
+    assert transient.state == TurnState.ROLLED_BACK and transient.retryable is True
+    assert _cli_export(settings, tmp_path / "after.json") == before
+
+    retried = service.commit(requests[3], attempt="retry")  # the faults are used up
+    assert retried.committed and retried.trace and retried.trace.attempt == "retry"
+
+
+def test_a_failure_inside_the_commit_transaction_writes_nothing_and_frees_the_lock(
+    service: DialogueService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conv = _conv("tx-fault")
+    requests = _requests(conv, 3)
+    assert service.commit(requests[0]).committed
+    before = _export(service, tmp_path / "before.json")
+    # The turn record is the transaction's last statement: everything before it must vanish.
+    monkeypatch.setattr(kg_dialogue, "CREATE_TURN", "CREATE (t:KGTurn) SET t = $props RETURN 1/0 AS boom")
+    failed = service.commit(requests[1])
+    assert (failed.state, failed.error_kind, failed.retryable) == (TurnState.ROLLED_BACK, "graph", True)
+    assert _export(service, tmp_path / "after.json") == before
+    monkeypatch.undo()
+    assert service.commit(requests[1]).committed  # the lease was released
+    assert service.commit(requests[2]).seq == 3
+
+
+def _action(action: str, source: str, target: str, rel: str, *, delta: float = 0.0, weight: float = 0.5,
+            from_type: str | None = None) -> dict[str, Any]:
+    return {"action": action, "source": source, "target": target, "type": rel, "from_type": from_type,
+            "weight_delta": delta, "weight": weight, "reason": f"{action} {rel}"}
+
+
+def test_relation_actions_log_events_and_patch_bios_and_milestones(
+    service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    conv = _conv("actions")
+    plans = {
+        "turn one": {"entities": [{"name": "Ann", "kind": "Character", "aliases": ["Annie"]},
+                                  {"name": "Bob", "kind": "Character", "aliases": []}],
+                     "actions": [_action("EVOLVE", "Ann", "Bob", "FRIEND_OF", delta=0.2)],
+                     "bio_patches": [{"entity": "Annie", "summary": "A painter.", "traits_add": ["kind", "shy"],
+                                      "traits_remove": []}],
+                     "facts": ["Ann paints."]},
+        "turn two": {"entities": [],
+                     "actions": [_action("EVOLVE", "Annie", "Bob", "friends with", delta=0.1),
+                                 _action("REPLACE", "Ann", "Bob", "LOVES", weight=0.9, from_type="FRIEND_OF")],
+                     "bio_patches": [{"entity": "Ann", "summary": None, "traits_add": ["bold"],
+                                      "traits_remove": ["shy"]}],
+                     "facts": []},
+        "turn three": {"entities": [], "actions": [_action("DELETE", "Ann", "Bob", "LOVES"),
+                                                    _action("DELETE", "Ann", "Bob", "ENEMY_OF")],
+                       "bio_patches": [], "facts": []},
+    }
+
+    def extractor(request: ScriptedRequest) -> dict[str, Any]:
+        return next(plan for marker, plan in plans.items() if marker in request.text)
+
+    scripted.on(schema="TurnExtraction", respond=extractor)
+    scripted.on(schema="HistorianReport", contains="turn two",
+                respond={"events": ["Ann fell for Bob."],
+                         "milestones": [{"text": "Ann and Bob became a couple", "entities": ["Annie", "Bob"],
+                                         "importance": 0.9}]})
+    results = []
+    for i, marker in enumerate(plans, start=1):
+        request = TurnCommitRequest(conversation_id=conv, turn_id=i,
+                                    messages=[{"role": "user", "name": "Ann", "content": f"This is {marker}."}])
+        results.append(service.commit(request))
+    assert all(r.committed for r in results), [r.reason for r in results]
+
+    first, second, third = (r.actions for r in results)
+    assert (first[0].weight_before, first[0].weight_after, first[0].note) == (None, 0.7, "created")
+    assert (second[0].weight_before, second[0].weight_after) == (0.7, 0.8)
+    assert (second[1].from_type, second[1].to_type, second[1].weight_before, second[1].weight_after) == (
+        "FRIEND_OF", "LOVES", 0.8, 0.9)
+    assert third[0].applied and third[0].weight_before == 0.9
+    assert not third[1].applied and third[1].event_id is None  # nothing to end: no event
+
+    repo = DialogueRepository(service.store)
+    relations = {r.type: r for r in repo.relations(conv)}
+    assert (relations["FRIEND_OF"].status, relations["FRIEND_OF"].weight) == ("ended", 0.8)
+    assert (relations["LOVES"].status, relations["LOVES"].ended_turn) == ("ended", "3")
+    events = repo.events(conv)
+    assert [(e["action"], e.get("from_type"), e.get("to_type")) for e in events] == [
+        ("EVOLVE", None, "FRIEND_OF"), ("EVOLVE", "FRIEND_OF", "FRIEND_OF"),
+        ("REPLACE", "FRIEND_OF", "LOVES"), ("DELETE", "LOVES", None),
+    ]
+    assert [e["turn_id"] for e in events] == ["1", "2", "2", "3"]
+    ann = next(e for e in repo.entities(conv) if e.name == "Ann")
+    assert ann.aliases == ["Annie"] and ann.bio_summary == "A painter."
+    assert ann.bio_traits == ["kind", "bold"]
+    milestones = repo.milestones(conv)
+    assert [(m.turn_id, m.text) for m in milestones] == [("2", "Ann and Bob became a couple")]
+    assert sorted(milestones[0].entity_ids) == ["entity:ann", "entity:bob"]
+
+
+def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
+    service: DialogueService, scripted: ScriptedLLM, tmp_path: Path
+) -> None:
+    conv = _conv("gate")
+    requests = _requests(conv, 4)
+    assert service.commit(requests[0]).committed
+    before = _export(service, tmp_path / "before.json")
+
+    speaker = requests[1].messages[0].speaker
+    scripted.on(schema="JudgeVerdict", times=1, respond={
+        "identity_conflicts": [{"entity": speaker, "conflicts_with": "someone else", "reason": "two people"}],
+        "contradictions": []})
+    blocked = service.commit(requests[1])
+    assert (blocked.state, blocked.error_kind, blocked.retryable) == (TurnState.ROLLED_BACK, "gate", False)
+    assert blocked.gate and blocked.gate.identity_conflicts == 1 and not blocked.gate.passed
+    assert [s.state.value for s in blocked.trace.states][-2:] == ["PREPARED", "ROLLED_BACK"]  # type: ignore[union-attr]
+    assert blocked.injection_packet is not None  # the front end still gets its memory block
+
+    scripted.on(schema="TurnExtraction", times=1, respond={"entities": [], "actions": [], "bio_patches": [],
+                                                           "facts": []})
+    empty = service.commit(requests[1])
+    assert empty.error_kind == "gate" and "no relation actions" in (empty.reason or "")
+    assert _export(service, tmp_path / "after.json") == before
+
+    # A conflict the model invents about something the turn does not touch is not grounded.
+    scripted.on(schema="JudgeVerdict", times=1, respond={
+        "identity_conflicts": [{"entity": "Gandalf", "conflicts_with": "Saruman", "reason": "?"}],
+        "contradictions": [{"statement": "x", "contradicts": "y", "severity": "low"}]})
+    passed = service.commit(requests[1])
+    assert passed.committed and passed.judge and passed.judge.contradictions
+
+
+def test_a_busy_conversation_gives_in_progress_and_an_expired_lease_is_taken_over(
+    settings: Settings, tmp_path: Path
+) -> None:
+    impatient = DialogueService(settings, options=SidecarOptions(lock_wait_s=0.3))
+    try:
+        repo = DialogueRepository(impatient.store)
+        conv = _conv("busy")
+        assert repo.claim_lock(conv, "another-process", lease_s=60).acquired
+        before = _export(impatient, tmp_path / "before.json")
+        started = time.monotonic()
+        busy = impatient.commit(_requests(conv, 1)[0])
+        assert (busy.code, busy.error_kind, busy.retryable) == ("IN_PROGRESS", "busy", True)
+        assert "another-process" in (busy.reason or "") and time.monotonic() - started >= 0.25
+        assert _export(impatient, tmp_path / "after.json") == before
+        repo.delete_conversation(conv)
+
+        crashed = _conv("crashed")
+        assert repo.claim_lock(crashed, "crashed-process", lease_s=0.5).acquired
+        time.sleep(0.7)
+        taken = impatient.commit(_requests(crashed, 1)[0])
+        assert taken.committed
+        assert repo.claim_lock(crashed, "someone", lease_s=1).acquired  # released after the commit
+    finally:
+        impatient.close()
+
+
+def test_a_holder_whose_lease_was_taken_over_cannot_commit(service: DialogueService) -> None:
+    repo = DialogueRepository(service.store)
+    conv = _conv("fence")
+    assert repo.claim_lock(conv, "slow", lease_s=0.3).acquired
+    time.sleep(0.5)
+    claim = repo.claim_lock(conv, "fast", lease_s=30)
+    assert claim.acquired and claim.stolen_from == "slow"
+    write = TurnWrite(key=f"{conv}:1", conversation_id=conv, turn_id="1", payload_hash="h", text="x",
+                      committed_at="2026-01-01T00:00:00Z")
+    with pytest.raises(LostLockError):
+        repo.commit_turn(write, "slow", lambda seq, applied: "{}")
+    assert repo.turns(conv) == []
+    assert repo.release_lock(conv, "fast")
+
+
+def test_model_routing_overrides_reach_the_model_server(service: DialogueService, scripted: ScriptedLLM) -> None:
+    request = _requests(_conv("routing"), 1)[0]
+    request = request.model_copy(update={"config": request.config.model_copy(
+        update={"models": request.config.models.model_copy(update={"extractor": "request-extractor"})})})
+    result = service.commit(request)
+    assert result.committed
+    models = {r.schema_name: r.model for r in scripted.requests if r.schema_name}
+    assert models["TurnExtraction"] == "request-extractor"
+    assert models["JudgeVerdict"] == "settings-judge"
+    assert models["HistorianReport"] == service.settings.default_model
+    routes = {s.slot: (s.route, s.model) for s in result.trace.slots}  # type: ignore[union-attr]
+    assert routes["extractor"] == ("request", "request-extractor")
+    assert routes["judge"] == ("settings", "settings-judge")
+    assert routes["historian"] == ("tier", service.settings.default_model)
+    extractor = next(s for s in result.trace.slots if s.slot == "extractor")  # type: ignore[union-attr]
+    assert extractor.llm_calls == 1 and extractor.prompt_tokens > 0
+
+
+def test_the_actor_generates_the_reply_in_generate_mode(service: DialogueService, scripted: ScriptedLLM) -> None:
+    scripted.on(contains="Write Melanie's next message", respond="Melanie: That sounds amazing, Caroline!")
+    conv = _conv("actor")
+    request = TurnCommitRequest.model_validate({
+        "conversation_id": conv, "turn_id": 1,
+        "messages": [{"role": "user", "name": "Caroline", "content": "I went to a support group yesterday."}],
+        "config": {"actor": {"mode": "generate", "speaker": "Melanie"}},
+    })
+    result = service.commit(request)
+    assert result.committed and result.reply == "That sounds amazing, Caroline!"
+    stored = DialogueRepository(service.store).snapshot(conv).new_turns[0]
+    assert stored.text.endswith("Melanie: That sounds amazing, Caroline!")
+    extractor_prompt = next(r for r in scripted.requests if r.schema_name == "TurnExtraction").text
+    assert "Melanie: That sounds amazing" in extractor_prompt
+
+
+def test_config_db_is_honoured_only_for_the_served_graph(service: DialogueService) -> None:
+    ep = service.store.endpoint
+    base = json.loads(_requests(_conv("db"), 1)[0].model_dump_json())
+    same = {**base, "config": {"db": {"uri": ep.uri, "username": ep.username, "database": ep.database}}}
+    assert service.commit(same).committed
+    other = {**base, "turn_id": 2, "config": {"db": {"uri": "bolt://10.0.0.1:7687", "password": "secret"}}}
+    refused = service.commit(other)
+    assert refused.code == "INVALID_REQUEST" and "allow-request-db" in (refused.reason or "")
+    assert "secret" not in refused.model_dump_json()
+
+
+def test_recall_surfaces_the_turn_that_holds_the_fact(service: DialogueService) -> None:
+    conv = _conv("recall")
+    results = [service.commit(r) for r in _requests(conv, 8)]
+    assert all(r.committed for r in results)
+    hits = service.recall(conv, "When did Caroline go to the LGBTQ support group?", 3)
+    assert "D1:3" in [ref for h in hits for ref in h.source_refs]
+    # The retriever feeds earlier turns into later injection packets.
+    assert results[-1].injection_packet and results[-1].injection_packet.recalled_turns
+
+
+def test_results_round_trip_as_json(service: DialogueService) -> None:
+    result = service.commit(_requests(_conv("json"), 1)[0])
+    again = TurnResult.model_validate_json(result.model_dump_json())
+    assert again == result

@@ -1,0 +1,292 @@
+"""Unit tests of the dialogue sidecar's pure parts: request validation, routing, grounding of
+extractions, judge rules, the commit gate, the injection budget, vector recall, HTTP mapping."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from core.settings import load_settings
+from flows.dialogue import http_status
+from kg.dialogue import ConversationSnapshot, DialogueEntity, DialogueRelation, TurnVector
+from prompts.dialogue.models import HistorianReport, TurnExtraction
+from tasks.dialogue_extractor import plan_extraction
+from tasks.dialogue_gate import commit_gate
+from tasks.dialogue_historian import chronicle_from
+from tasks.dialogue_injector import build_packet
+from tasks.dialogue_judge import rule_conflicts
+from tasks.dialogue_models import (
+    MAX_REQUEST_BYTES,
+    IdentityConflict,
+    JudgeSummary,
+    TurnCommitRequest,
+    TurnResult,
+    TurnState,
+    parse_request,
+)
+from tasks.dialogue_retriever import Retrieval, TurnVectorIndex, mentioned_entities, select_relations
+from tasks.dialogue_routing import resolve_routes
+
+
+def _req(**overrides: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "conversation_id": "c1",
+        "turn_id": 1,
+        "messages": [{"role": "user", "name": "Ann", "content": "Hello Bob!"}],
+    }
+    base.update(overrides)
+    return base
+
+
+def _invalid(raw: object) -> str:
+    result = parse_request(raw)  # type: ignore[arg-type]
+    assert isinstance(result, TurnResult), f"accepted: {raw!r}"[:200]
+    assert result.code == "INVALID_REQUEST" and result.state == TurnState.RECEIVED
+    assert result.reason and "\n" not in result.reason
+    return result.reason
+
+
+# --- request validation ----------------------------------------------------------------------
+
+
+def test_valid_request_parses_and_int_or_str_turn_ids_share_a_key() -> None:
+    a = parse_request(_req(turn_id=7))
+    b = parse_request(json.dumps(_req(turn_id="7")).encode())
+    assert isinstance(a, TurnCommitRequest) and isinstance(b, TurnCommitRequest)
+    assert a.key == b.key == "c1:7"
+    assert a.payload_canonical() == b.payload_canonical()
+
+
+@pytest.mark.parametrize("missing", ["conversation_id", "turn_id", "messages"])
+def test_missing_ids_and_messages_are_invalid(missing: str) -> None:
+    raw = _req()
+    del raw[missing]
+    assert missing in _invalid(raw)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("conversation_id", 123),
+        ("turn_id", [1]),
+        ("turn_id", 1.5),
+        ("turn_id", True),
+        ("turn_id", -1),
+        ("messages", "hello"),
+        ("messages", []),
+        ("conversation_id", "   "),
+        ("conversation_id", "a\nb"),
+    ],
+)
+def test_wrong_types_and_bad_ids_are_invalid(field: str, value: object) -> None:
+    assert field in _invalid(_req(**{field: value}))
+
+
+def test_bad_message_fields_are_invalid() -> None:
+    assert "role" in _invalid(_req(messages=[{"role": "narrator", "content": "x"}]))
+    assert "content" in _invalid(_req(messages=[{"role": "user", "content": 5}]))
+    assert "mood" in _invalid(_req(messages=[{"role": "user", "content": "x", "mood": "happy"}]))
+    assert "models.narrator" in _invalid(_req(config={"models": {"narrator": "gpt"}}))
+    assert "models.extractor" in _invalid(_req(config={"models": {"extractor": "has space"}}))
+
+
+def test_one_megabyte_message_is_invalid_as_object_and_as_body() -> None:
+    big = "x" * (1024 * 1024)
+    assert "content" in _invalid(_req(messages=[{"role": "user", "content": big}]))
+    reason = _invalid(json.dumps(_req(messages=[{"role": "user", "content": big}])).encode())
+    assert "limit" in reason
+    assert parse_request(json.dumps(_req(messages=[{"role": "user", "content": big}])).encode()).error_kind == "too_large"  # type: ignore[union-attr]
+
+
+def test_message_size_counts_utf8_bytes_and_the_whole_request_is_capped() -> None:
+    # 30,000 three-byte characters: under the character limit, over 64 KiB of UTF-8.
+    assert "bytes" in _invalid(_req(messages=[{"role": "user", "content": "\u20ac" * 30_000}]))
+    window = [{"role": "user", "content": "y" * 60_000} for _ in range(5)]
+    assert str(MAX_REQUEST_BYTES) in _invalid(_req(window=window))
+
+
+def test_non_utf8_and_lone_surrogates_are_invalid() -> None:
+    body = json.dumps(_req()).encode().replace(b"Hello", b"H\xff\xfello")
+    assert "UTF-8" in _invalid(body)
+    # A JSON "\ud800" escape is refused by the JSON parser; a decoded one by the validator.
+    assert "JSON" in _invalid('{"conversation_id": "c", "turn_id": 1, "messages": [{"role": "user", "content": "\\ud800"}]}')
+    assert "messages.0.content" in _invalid(_req(messages=[{"role": "user", "content": "bad \ud800"}]))
+    assert "not valid JSON" in _invalid(b"{not json")
+    assert _invalid(b"[1, 2]")
+
+
+def test_payload_hash_covers_messages_and_actor_but_not_model_choices() -> None:
+    base = parse_request(_req())
+    other_model = parse_request(_req(config={"models": {"extractor": "m2"}, "token_budget": 2048}))
+    other_text = parse_request(_req(messages=[{"role": "user", "content": "Bye"}]))
+    generate = parse_request(_req(config={"actor": {"mode": "generate"}}))
+    assert isinstance(base, TurnCommitRequest)
+    assert base.payload_canonical() == other_model.payload_canonical()  # type: ignore[union-attr]
+    assert base.payload_canonical() != other_text.payload_canonical()  # type: ignore[union-attr]
+    assert base.payload_canonical() != generate.payload_canonical()  # type: ignore[union-attr]
+
+
+# --- routing ---------------------------------------------------------------------------------
+
+
+def test_routing_precedence_request_then_settings_then_tier(tmp_path: object) -> None:
+    settings = load_settings(str(tmp_path), slot_models={"judge": "settings-judge", "extractor": "settings-ex"})
+    routes = resolve_routes(settings, {"extractor": "request-ex"})
+    assert (routes["extractor"].model, routes["extractor"].source) == ("request-ex", "request")
+    assert (routes["judge"].model, routes["judge"].source) == ("settings-judge", "settings")
+    assert (routes["historian"].model, routes["historian"].source, routes["historian"].tier) == (None, "tier", "small")
+    assert routes["actor"].tier == "narrative"
+    assert routes["retriever"].source == "none"
+
+
+# --- extraction grounding and judge rules ------------------------------------------------------------
+
+KNOWN = [
+    DialogueEntity(entity_id="entity:melanie", name="Melanie", kind="Character", aliases=["Mel"]),
+    DialogueEntity(entity_id="entity:paris", name="Paris", kind="Location"),
+]
+
+
+def test_plan_extraction_resolves_aliases_normalises_types_and_drops_self_loops() -> None:
+    raw = TurnExtraction.model_validate(
+        {
+            "entities": [{"name": "Caroline", "kind": "person", "aliases": []}],
+            "actions": [
+                {"action": "EVOLVE", "source": "Caroline", "target": "Mel", "type": "friends with",
+                 "from_type": None, "weight_delta": 0.2, "weight": 0.5, "reason": "r"},
+                {"action": "REPLACE", "source": "Caroline", "target": "Mel", "type": "trusts",
+                 "from_type": "distrusts", "weight_delta": 0, "weight": 0.7, "reason": ""},
+                {"action": "DELETE", "source": "Mel", "target": "Melanie", "type": "KNOWS",
+                 "from_type": None, "weight_delta": 0, "weight": 0.5, "reason": ""},
+                {"action": "EVOLVE", "source": "Caroline", "target": "the support group", "type": "attends weekly",
+                 "from_type": None, "weight_delta": 0.1, "weight": 0.5, "reason": ""},
+            ],
+            "bio_patches": [{"entity": "Mel", "summary": "  Paints  ", "traits_add": ["kind", "kind", "calm"],
+                             "traits_remove": ["calm"]}],
+            "facts": ["Caroline went to a group.", "Caroline went to a group.", " "],
+        }
+    )
+    plan = plan_extraction(raw, KNOWN)
+    ids = {e.entity_id: e for e in plan.entities}
+    assert ids["entity:caroline"].kind == "Character"
+    assert "entity:melanie" in ids and ids["entity:melanie"].name == "Melanie"  # alias resolved, name kept
+    evolve, replace, unknown = plan.actions
+    assert (evolve.source_id, evolve.target_id, evolve.type) == ("entity:caroline", "entity:melanie", "FRIEND_OF")
+    assert (replace.type, replace.from_type) == ("TRUSTS", "DISTRUSTS")
+    assert (unknown.type, unknown.raw_type) == ("RELATES_TO", "attends weekly")
+    assert "entity:support-group" in ids
+    assert any("itself" in d for d in plan.dropped)
+    assert plan.bio_patches[0].entity_id == "entity:melanie"
+    assert plan.bio_patches[0].summary == "Paints"
+    assert plan.bio_patches[0].traits_add == ["kind"] and plan.bio_patches[0].traits_remove == ["calm"]
+    assert plan.facts == ["Caroline went to a group."]
+
+
+def test_rule_conflicts_flag_kind_clashes_and_merging_aliases() -> None:
+    retrieval = Retrieval(known_entities=KNOWN)
+    raw = TurnExtraction.model_validate(
+        {"entities": [{"name": "Paris", "kind": "Character", "aliases": []},
+                      {"name": "Melanie", "kind": "Character", "aliases": ["Paris"]},
+                      {"name": "Mel", "kind": "Character", "aliases": []}],
+         "actions": [], "bio_patches": [], "facts": []}
+    )
+    conflicts = rule_conflicts(raw, retrieval)
+    reasons = sorted(c.reason for c in conflicts)
+    assert len(conflicts) == 2 and all(c.source == "rule" for c in conflicts)
+    assert "known as a Location, proposed as a Character" in reasons
+    assert any("alias 'Paris'" in r for r in reasons)
+
+
+def test_commit_gate_blocks_without_actions_or_with_identity_conflicts() -> None:
+    raw = TurnExtraction.model_validate(
+        {"entities": [], "actions": [{"action": "EVOLVE", "source": "A", "target": "B", "type": "KNOWS",
+                                      "from_type": None, "weight_delta": 0.1, "weight": 0.5, "reason": ""}],
+         "bio_patches": [], "facts": []}
+    )
+    with_action = plan_extraction(raw, [])
+    empty = plan_extraction(TurnExtraction(), [])
+    clean = JudgeSummary()
+    conflicted = JudgeSummary(identity_conflicts=[IdentityConflict(entity="A", reason="x")])
+    assert commit_gate(with_action, clean).passed
+    blocked = commit_gate(empty, clean)
+    assert not blocked.passed and blocked.reasons == ["no relation actions"]
+    assert commit_gate(empty, clean, require_actions=False).passed
+    both = commit_gate(empty, conflicted)
+    assert not both.passed and both.identity_conflicts == 1 and "identity conflicts (A)" in both.reasons
+
+
+def test_chronicle_dedupes_and_links_milestone_entities() -> None:
+    report = HistorianReport.model_validate(
+        {"events": ["Ann moved.", "Ann  moved.", ""],
+         "milestones": [{"text": "Ann adopted a dog", "entities": ["Mel", "Nobody"], "importance": 0.9},
+                        {"text": "Ann adopted a dog", "entities": [], "importance": 0.1}]}
+    )
+    chronicle = chronicle_from(report, Retrieval(known_entities=KNOWN), plan_extraction(TurnExtraction(), []))
+    assert chronicle.events == ["Ann moved."]
+    assert len(chronicle.milestones) == 1 and chronicle.milestones[0].entity_ids == ["entity:melanie"]
+
+
+# --- retrieval and injection ------------------------------------------------------------------
+
+
+def _rel(i: int, source: str, target: str, weight: float) -> DialogueRelation:
+    return DialogueRelation(rel_id=f"r{i}", source_id=source, source_name=source, target_id=target,
+                            target_name=target, type="KNOWS", weight=weight, status="active")
+
+
+def test_mentions_and_relation_selection_prefer_the_focus() -> None:
+    found = mentioned_entities(KNOWN, "Mel said she loves PARIS, but not Melbourne.")
+    assert [e.name for e in found] == ["Melanie", "Paris"]
+    assert mentioned_entities(KNOWN, "Melbourne is far") == []
+    rels = [_rel(1, "x", "y", 0.9), _rel(2, "a", "entity:paris", 0.2), _rel(3, "x", "z", 0.5)]
+    assert [r.rel_id for r in select_relations(rels, {"entity:paris"}, 2)] == ["r2", "r1"]
+
+
+def test_injection_packet_stays_within_its_token_budget() -> None:
+    retrieval = Retrieval(
+        known_entities=KNOWN,
+        mentioned=KNOWN,
+        relations=[_rel(i, "entity:melanie", "entity:paris", 0.5) for i in range(40)],
+    )
+    packet = build_packet(retrieval, token_budget=128)
+    assert packet.used_tokens <= 128 and packet.token_budget == 128
+    assert "## Characters" in packet.text and "Melanie (Character)" in packet.text
+    rel_section = next(s for s in packet.sections if s.name == "relationships")
+    assert rel_section.items_in == 40 and rel_section.items_kept < 40
+
+
+def test_vector_index_searches_by_cosine_and_resets_on_a_new_life() -> None:
+    index = TurnVectorIndex()
+
+    def snap(turns: list[TurnVector], *, reset: bool = False) -> ConversationSnapshot:
+        return ConversationSnapshot(entities=[], relations=[], milestones=[], new_turns=turns,
+                                    turn_count=len(turns), max_seq=max((t.seq for t in turns), default=0),
+                                    reset=reset)
+
+    index.sync(snap([TurnVector(key="c:1", turn_id="1", seq=1, embedding=[1.0, 0.0]),
+                     TurnVector(key="c:2", turn_id="2", seq=2, embedding=[0.6, 0.8])]))
+    assert index.cursor() == (2, "c:2")
+    assert [h.turn_id for h in index.search(np.array([0.0, 1.0]), 2)] == ["2", "1"]
+    index.sync(snap([TurnVector(key="c:2", turn_id="2", seq=2, embedding=[0.6, 0.8])]))  # already known
+    assert len(index.turns) == 2
+    index.sync(snap([TurnVector(key="c:1", turn_id="9", seq=1, embedding=[0.0, 1.0])], reset=True))
+    assert [t.turn_id for t in index.turns] == ["9"] and index.cursor() == (1, "c:1")
+    assert index.search(np.array([1.0, 0.0, 0.0]), 3) == []  # another embedding model: no match
+
+
+# --- HTTP status mapping ------------------------------------------------------------------------
+
+
+def test_http_status_mapping() -> None:
+    ok = TurnResult(ok=True, state=TurnState.COMMITTED, committed=True)
+    assert http_status(ok) == 200
+    assert http_status(TurnResult.invalid("x")) == 400
+    assert http_status(TurnResult.invalid("x", kind="too_large")) == 413
+    assert http_status(TurnResult.invalid("x", kind="conflict")) == 422
+    busy = TurnResult(ok=False, state=TurnState.RECEIVED, code="IN_PROGRESS", retryable=True)
+    assert http_status(busy) == 409
+    rolled = TurnResult(ok=False, state=TurnState.ROLLED_BACK, code="ROLLED_BACK", retryable=True)
+    assert http_status(rolled) == 503
+    assert http_status(rolled.model_copy(update={"retryable": False})) == 200
