@@ -315,6 +315,7 @@ def create_scene_vector_index(dimensions: int) -> str:
     )
 
 
+VECTOR_INDEX_STATE = "SHOW INDEXES YIELD name, type, state WHERE name = $name RETURN type, state"
 QUERY_SCENE_VECTOR_INDEX = (
     f"CALL db.index.vector.queryNodes('{VECTOR_INDEX_NAME}', $candidates, $embedding) YIELD node, score "
     "WHERE node.chapter <= $as_of "

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -284,28 +285,36 @@ def _similar_scenes_tx(tx: ManagedTransaction, embedding: list[float], k: int, a
 # --- vector index (Neo4j only, optional) ------------------------------------------------------
 
 
-@dataclass
-class _VectorState:
-    checked: set[int] = field(default_factory=set)  # id(store) values already probed
-    usable: set[int] = field(default_factory=set)
-
-
-_vector = _VectorState()
+_VECTOR_UNSUPPORTED, _VECTOR_PENDING, _VECTOR_READY = "unsupported", "pending", "ready"
+_vector_state: weakref.WeakKeyDictionary[GraphStore, str] = weakref.WeakKeyDictionary()
 
 
 def _vector_index_ready(store: GraphStore, dimensions: int) -> bool:
-    """Create/detect the Neo4j scene vector index once per store; False means use numpy."""
-    key = id(store)
-    if key not in _vector.checked:
-        _vector.checked.add(key)
-        if store.server.may_have_vector_index:
-            try:
-                store.write(cypher.create_scene_vector_index(dimensions))
-                if store.index_names().get(cypher.VECTOR_INDEX_NAME, "").upper() == "VECTOR":
-                    _vector.usable.add(key)
-            except Exception as exc:  # any failure: the numpy path is always correct
-                log.info("graph: no vector index (%s); ranking embeddings with numpy", exc)
-    return key in _vector.usable
+    """Create (once) and detect the Neo4j scene vector index; False means rank with numpy.
+
+    Only Neo4j 5.11+ is asked at all. A new index fills in the background, so until it is
+    ONLINE the numpy path answers; any failure turns the index off for this store.
+    """
+    state = _vector_state.get(store)
+    if state in (_VECTOR_READY, _VECTOR_UNSUPPORTED):
+        return state == _VECTOR_READY
+    if not store.server.may_have_vector_index:
+        _vector_state[store] = _VECTOR_UNSUPPORTED
+        return False
+    try:
+        if state is None:
+            store.write(cypher.create_scene_vector_index(dimensions))
+            _vector_state[store] = _VECTOR_PENDING
+        rows = store.read(cypher.VECTOR_INDEX_STATE, name=cypher.VECTOR_INDEX_NAME)
+    except SkaldError as exc:  # any failure: the numpy path is always correct
+        log.info("graph: no vector index (%s); ranking embeddings with numpy", exc)
+        _vector_state[store] = _VECTOR_UNSUPPORTED
+        return False
+    if not rows or str(rows[0]["type"]).upper() != "VECTOR":
+        _vector_state[store] = _VECTOR_UNSUPPORTED
+    elif str(rows[0]["state"]).upper() == "ONLINE":
+        _vector_state[store] = _VECTOR_READY
+    return _vector_state[store] == _VECTOR_READY
 
 
 def similar_scenes(store: GraphStore, embedding: list[float], *, k: int = 5, as_of_chapter: int) -> list[SimilarityHit]:
@@ -318,7 +327,7 @@ def similar_scenes(store: GraphStore, embedding: list[float], *, k: int = 5, as_
             return [SimilarityHit(**{**r, "title": r["title"] or "", "summary": r["summary"] or ""}) for r in rows]
         except SkaldError as exc:  # the numpy path below is always correct
             log.info("graph: vector index query failed (%s); using numpy", exc)
-            _vector.usable.discard(id(store))
+            _vector_state[store] = _VECTOR_UNSUPPORTED
     return store.execute_read(_similar_scenes_tx, list(embedding), k, as_of_chapter)
 
 

@@ -163,3 +163,44 @@ def test_value_codec_is_exact() -> None:
         back = decode_value(encode_value(value))
         assert back == value and type(back) is type(value)
     assert math.isnan(decode_value(encode_value(float("nan"))))
+
+
+class _FakeNeo4j:
+    """Just enough of GraphStore to drive the optional Neo4j vector-index branch."""
+
+    def __init__(self, *, online: bool) -> None:
+        from kg.store import ServerInfo
+
+        self.server = ServerInfo(agent="Neo4j/5.26.0", address="x")
+        self.online = online
+        self.statements: list[str] = []
+
+    def write(self, query: str, **params: object) -> list[dict[str, object]]:
+        self.statements.append(query)
+        return []
+
+    def read(self, query: str, **params: object) -> list[dict[str, object]]:
+        self.statements.append(query)
+        if query == cypher.VECTOR_INDEX_STATE:
+            return [{"type": "VECTOR", "state": "ONLINE" if self.online else "POPULATING"}]
+        return [{"id": "scene:1:1", "chapter": 1, "scene": 1, "title": None, "summary": "s", "score": 0.9}]
+
+    def execute_read(self, work: object, *args: object) -> list[object]:
+        return []  # the numpy path (exercised against the real graph in test_kg_retrieval)
+
+
+def test_neo4j_vector_index_is_created_once_and_used_when_online() -> None:
+    from kg import retrieval
+
+    store = _FakeNeo4j(online=False)
+    assert retrieval.similar_scenes(store, [1.0, 0.0], k=1, as_of_chapter=3) == []  # populating: numpy
+    store.online = True
+    hits = retrieval.similar_scenes(store, [1.0, 0.0], k=1, as_of_chapter=3)
+    assert [(h.id, h.score, h.title) for h in hits] == [("scene:1:1", 0.9, "")]
+    creates = [s for s in store.statements if s.startswith("CREATE VECTOR INDEX")]
+    assert len(creates) == 1 and "`vector.dimensions`: 2" in creates[0]
+    from kg.store import ServerInfo
+
+    assert not ServerInfo("Neo4j/5.26.0 compatible (ArcadeDB 26.10.2)", "x").may_have_vector_index
+    assert not ServerInfo("Neo4j/5.10.0", "x").may_have_vector_index
+    assert ServerInfo("Neo4j/2025.01.0", "x").may_have_vector_index
