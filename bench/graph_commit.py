@@ -282,8 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             nodes, rels, updated = commit["created"]
             print(
                 f"chapter delta: 300 entities, 1000 relationships, 200 property updates on a graph of "
-                f"{args.existing} entities -> {nodes} nodes and {rels} relationships created "
-                f"(incl. chapter, lookup and MENTIONS/APPEARS_IN edges), {updated} nodes updated"
+                f"{args.existing} entities -> {nodes} nodes created (entities + Chapter), {rels} relationships "
+                f"created (story + one APPEARS_IN/MENTIONS per entity involved), {updated} nodes updated "
+                f"(property updates + last_chapter of existing entities involved)"
             )
             print(f"commit, batched UNWIND (one transaction)      median {b * 1000:8.1f} ms  runs: "
                   + ", ".join(f"{x * 1000:.0f}" for x in commit["batched"]))
