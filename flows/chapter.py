@@ -26,7 +26,7 @@ from tasks.commit import (
 )
 from tasks.consolidation import build_chapter_delta
 from tasks.drafting import draft_scene
-from tasks.embedding import embed_texts
+from tasks.embedding import embed_scenes_or_none
 from tasks.evaluation import evaluate_quality
 from tasks.export import finalize_chapter
 from tasks.extraction import extract_scene
@@ -89,7 +89,8 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline) -> ChapterResult:
         ]
         extractions = [future.result() for future in futures]
         texts = tuple(rt.content.get_text(d) for d in drafts)
-        embeddings = embed_texts(f"chapter_{number:03d}/iter_{iteration}/scenes", texts, rt.embedding_fingerprint())
+        embeddings = embed_scenes_or_none(f"chapter_{number:03d}/iter_{iteration}/scenes", texts,
+                                          rt.embedding_fingerprint())
         chapter_text = assemble_chapter(number, iteration, tuple(drafts))
         delta = build_chapter_delta(number, outline.title, iteration, plan_ref, tuple(drafts), tuple(extractions),
                                     embeddings, chapter_text)

@@ -194,11 +194,7 @@ def _report(rt: Runtime, title: str, results: list[ChapterResult], manuscript: s
 
 
 def _publish_artifacts(report: NovelReport) -> None:
-    """Chapter markdown, a quality table and a run summary in the Prefect UI."""
-    for chapter in report.chapters:
-        create_markdown_artifact(key=f"chapter-{chapter.number:03d}",
-                                 markdown=Path(chapter.path).read_text(encoding="utf-8"),
-                                 description=f"Chapter {chapter.number}: {chapter.title}")
+    """A quality table and a run summary in the Prefect UI (chapters publish their own markdown)."""
     create_table_artifact(
         key="chapter-quality",
         table=[{"chapter": c.number, "title": c.title, "iterations": c.iterations, **{

@@ -69,7 +69,7 @@ def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple
 @task(name="consolidate_extraction", cache_policy=NO_CACHE, persist_result=False)
 def build_chapter_delta(
     number: int, title: str, iteration: int, plan: ContentRef, scenes: tuple[ContentRef, ...],
-    extractions: tuple[ContentRef, ...], embeddings: ContentRef, chapter_text: ContentRef,
+    extractions: tuple[ContentRef, ...], embeddings: ContentRef | None, chapter_text: ContentRef,
 ) -> ContentRef:
     """Consolidate, normalize and embed: the chapter's graph delta, stored as content."""
     rt = runtime()
@@ -78,18 +78,24 @@ def build_chapter_delta(
     entities, relationships, statuses = merge_extractions(
         number, [store.get_model(ref, SceneExtraction) for ref in extractions]
     )
-    vectors = store.get_array(embeddings).astype(np.float32)
-    chapter_vector = vectors.mean(axis=0)
-    chapter_vector /= max(float(np.linalg.norm(chapter_vector)), 1e-12)
+    # Without embeddings (they are optional) the chapter is committed without vectors.
+    vectors: list[list[float] | None] = [None] * len(scenes)
+    chapter_vector: list[float] | None = None
+    if embeddings is not None:
+        matrix = store.get_array(embeddings).astype(np.float32)
+        mean = matrix.mean(axis=0)
+        mean /= max(float(np.linalg.norm(mean)), 1e-12)
+        chapter_vector = [round(float(x), 6) for x in mean]
+        vectors = [[round(float(x), 6) for x in row] for row in matrix]
     scene_deltas = [
         SceneDelta(index=index, title=detail.title, summary="; ".join(detail.beats), text_ref=ref.path,
                    text_sha=ref.sha256, location=detail.setting or None, characters=list(detail.characters),
-                   embedding=[round(float(x), 6) for x in vector])
+                   embedding=vector)
         for index, (detail, ref, vector) in enumerate(zip(scene_plan.scenes, scenes, vectors, strict=True), start=1)
     ]
     delta = ChapterDelta(
         chapter=number, title=title, text_ref=chapter_text.path, text_sha=chapter_text.sha256,
-        embedding=[round(float(x), 6) for x in chapter_vector], entities=entities, relationships=relationships,
+        embedding=chapter_vector, entities=entities, relationships=relationships,
         status_changes=statuses, scenes=scene_deltas,
         novel_info=None,
     )

@@ -25,13 +25,13 @@ def clean_prose(text: str) -> str:
 @cached_task("draft_scene")
 def draft_scene(
     title: str, genre: str, chapter_number: int, scene_number: int, scene_count: int, scene: SceneDetail,
-    context: str, previous_scene_tail: str, guidance: str, iteration: int, llm: str,
+    context: ContentRef, previous_scene_tail: str, guidance: str, iteration: int, llm: str,
 ) -> ContentRef:
     rt = runtime()
     target_tokens = rt.settings.limits.scene_token_target
     messages = render_messages(
         "narrative/scene_draft", title=title, genre=genre, chapter_number=chapter_number,
-        scene_number=scene_number, scene_count=scene_count, scene=scene, context=context,
+        scene_number=scene_number, scene_count=scene_count, scene=scene, context=rt.content.get_text(context),
         previous_scene_tail=previous_scene_tail, guidance=guidance,
         target_words=int(target_tokens * WORDS_PER_TOKEN),
     )

@@ -1,15 +1,31 @@
-"""Embedding stage: vectors for scenes and queries, stored as .npy content."""
+"""Embedding stage: vectors for scenes and queries, stored as .npy content.
+
+Embeddings are optional (spec 001 section 7): `embed_scenes_or_none` turns a failure
+into a warning so the chapter goes on without vector search.
+"""
 
 from __future__ import annotations
 
+from prefect import get_run_logger
+
 from core.content import ContentRef
+from core.errors import LLMError
 from core.runtime import runtime
 from tasks.policy import cached_task
 
 
-@cached_task("embed_texts")
+# No task-level retries: the gateway has retried already, and embeddings are optional.
+@cached_task("embed_texts", retries=0)
 def embed_texts(name: str, texts: tuple[str, ...], model: str) -> ContentRef:
     """Embed texts; the result is an (n, d) float32 array in the content store."""
     rt = runtime()
     vectors = rt.gateway.embed(list(texts))
     return rt.content.put_array("embeddings", name, vectors)
+
+
+def embed_scenes_or_none(name: str, texts: tuple[str, ...], model: str) -> ContentRef | None:
+    try:
+        return embed_texts(name, texts, model)
+    except LLMError as exc:
+        get_run_logger().warning("embeddings failed, continuing without vectors for %s: %s", name, exc)
+        return None

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from prefect import task
+from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from core.content import ContentRef
@@ -46,10 +47,12 @@ def chapter_markdown(number: int, title: str, text: str) -> str:
 
 @task(name="finalize_chapter", cache_policy=NO_CACHE, persist_result=False)
 def finalize_chapter(number: int, title: str, chapter_text: ContentRef) -> str:
-    """Write `chapters/chapter_NNN.md`; returns its path."""
+    """Write `chapters/chapter_NNN.md` and show it in the Prefect UI; returns its path."""
     rt = runtime()
     path = chapter_path(rt.settings.project_dir, number)
-    write_if_changed(path, chapter_markdown(number, title, rt.content.get_text(chapter_text)))
+    markdown = chapter_markdown(number, title, rt.content.get_text(chapter_text))
+    write_if_changed(path, markdown)
+    create_markdown_artifact(key=f"chapter-{number:03d}", markdown=markdown, description=f"Chapter {number}: {title}")
     return str(path)
 
 

@@ -35,16 +35,15 @@ def retry_transient_only(task_obj: Any, task_run: Any, state: Any) -> bool:
 
 def cached_task(name: str, **options: Any) -> Callable[[F], F]:
     """A stage whose result is cached by inputs + source and persisted as JSON."""
-    return task(  # type: ignore[return-value]
-        name=name,
-        cache_policy=CACHE_BY_INPUTS_AND_SOURCE,
-        persist_result=True,
-        result_serializer="json",
-        retries=2,
-        retry_delay_seconds=[2, 10],
-        retry_condition_fn=retry_transient_only,
-        **options,
-    )
+    settings: dict[str, Any] = {
+        "cache_policy": CACHE_BY_INPUTS_AND_SOURCE,
+        "persist_result": True,
+        "result_serializer": "json",
+        "retries": 2,
+        "retry_delay_seconds": [2, 10],
+        "retry_condition_fn": retry_transient_only,
+    }
+    return task(name=name, **(settings | options))  # type: ignore[return-value]
 
 
 def graph_task(name: str, **options: Any) -> Callable[[F], F]:

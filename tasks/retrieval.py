@@ -12,6 +12,8 @@ import hashlib
 
 from prefect import get_run_logger
 
+from core.content import ContentRef
+from core.errors import LLMError
 from core.runtime import runtime
 from kg.models import EntityProfile, SceneContext
 from kg.retrieval import scene_context
@@ -64,13 +66,19 @@ def sections_from(context: SceneContext) -> dict[str, list[str]]:
 
 
 @graph_task("retrieve_context")
-def retrieve_context(chapter_number: int, scene: SceneDetail) -> str:
+def retrieve_context(chapter_number: int, scene: SceneDetail) -> ContentRef:
+    """The scene's context text, stored as content (drafting takes the reference)."""
     rt = runtime()
     text = scene_query(scene)
     # A stable name (Python's hash() is salted per process) keeps the cache key stable.
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-    query = embed_texts(f"queries/chapter_{chapter_number:03d}/{digest}", (text,), rt.embedding_fingerprint())
-    vector = rt.content.get_array(query)[0].tolist()
+    vector: list[float] | None = None
+    try:
+        query = embed_texts(f"queries/chapter_{chapter_number:03d}/{digest}", (text,), rt.embedding_fingerprint())
+        vector = rt.content.get_array(query)[0].tolist()
+    except LLMError as exc:  # embeddings are optional (spec 001 section 7): graph context still works
+        get_run_logger().warning("chapter %d: no query embedding, retrieving without vector search: %s",
+                                 chapter_number, exc)
     names = [scene.pov, *scene.characters] if scene.pov else list(scene.characters)
     context = scene_context(rt.graph, chapter=chapter_number, characters=names, location=scene.setting or None,
                             embedding=vector)
@@ -81,4 +89,4 @@ def retrieve_context(chapter_number: int, scene: SceneDetail) -> str:
         "chapter %d: context for %r: %d/%d tokens (%s)", chapter_number, scene.title, envelope.used_tokens,
         envelope.total_budget, ", ".join(f"{s.name} {s.items_kept}/{s.items_in}" for s in envelope.sections) or "empty",
     )
-    return envelope.text
+    return rt.content.put_text("context", f"chapter_{chapter_number:03d}/{digest}", envelope.text)

@@ -488,3 +488,18 @@ def _key(request: ScriptedRequest) -> str:
 
 def _without_project_paths(exported: str) -> str:
     return re.sub(r'"[^"]*/(killed|reference)/', '"<project>/', exported)
+
+
+def test_dead_embeddings_endpoint_degrades_gracefully(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    """Embeddings are optional (spec 001 section 7): the book is written without vectors."""
+    wipe_graph(graph_settings)
+    project = tmp_path / "novectors"
+    env = run_env(llm, graph_settings, prefect_home, SKALD_EMBEDDING_BASE_URL="http://127.0.0.1:9/v1")
+    result = novel(project, env, "--premise", PREMISE, "--chapters", "1", "--scenes-per-chapter", "2", "--acts", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "continuing without vectors" in result.stderr
+    assert (project / "chapters/chapter_001.md").is_file()
+    scenes = [n for n in json.loads(export(project, env, "novectors"))["nodes"] if "Scene" in n["labels"]]
+    assert len(scenes) == 2 and all("embedding" not in n["properties"] for n in scenes)
