@@ -112,24 +112,16 @@ class GraphStore:
         last: BaseException | None = None
         delay = self.retry_delay
         for attempt in range(1, self.connect_attempts + 1):
-            driver = GraphDatabase.driver(
-                ep.uri,
-                auth=(ep.username, ep.password),
-                max_transaction_retry_time=self.max_transaction_retry_time,
-                connection_timeout=10.0,
-                user_agent="skald-kg",
-            )
             try:
-                driver.verify_connectivity()
-                info = driver.get_server_info()
+                driver, info = self._open_driver()
             except nx.AuthError as exc:
-                driver.close()
                 raise GraphUnavailableError(
                     f"graph at {ep.uri} refused the credentials for user {ep.username!r}: {_one_line(exc)}",
                     hint="check NEO4J_USERNAME / NEO4J_PASSWORD",
                 ) from exc
+            except nx.ConfigurationError as exc:
+                raise GraphUnavailableError(f"graph driver configuration refused: {_one_line(exc)}") from exc
             except (nx.DriverError, nx.Neo4jError, OSError) as exc:
-                driver.close()
                 last = exc
                 if attempt < self.connect_attempts:
                     log.info("graph at %s not reachable (attempt %d): %s", ep.uri, attempt, _one_line(exc))
@@ -144,6 +136,31 @@ class GraphStore:
             f"graph at {ep.uri} is unreachable after {self.connect_attempts} attempts ({_one_line(last or Exception())})",
             hint="start the Neo4j server, fix NEO4J_URI, or unset NEO4J_URI to use the embedded ArcadeDB",
         )
+
+    def _open_driver(self) -> tuple[neo4j.Driver, Any]:
+        """A verified driver. Server notifications (e.g. "unknown label" on a fresh graph) are
+        noise here, so they are switched off, except on servers too old to filter them."""
+        ep = self.endpoint
+        for quiet in ({"notifications_min_severity": "OFF"}, {}):
+            driver = GraphDatabase.driver(
+                ep.uri,
+                auth=(ep.username, ep.password),
+                max_transaction_retry_time=self.max_transaction_retry_time,
+                connection_timeout=10.0,
+                user_agent="skald-kg",
+                **quiet,
+            )
+            try:
+                driver.verify_connectivity()
+                return driver, driver.get_server_info()
+            except nx.ConfigurationError as exc:
+                driver.close()
+                if not quiet or "otification" not in str(exc):
+                    raise
+            except BaseException:
+                driver.close()
+                raise
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         if self._driver is not None:
