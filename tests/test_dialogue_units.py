@@ -26,7 +26,12 @@ from tasks.dialogue_models import (
     TurnState,
     parse_request,
 )
-from tasks.dialogue_retriever import Retrieval, TurnVectorIndex, mentioned_entities, select_relations
+from tasks.dialogue_retriever import (
+    Retrieval,
+    TurnVectorIndex,
+    mentioned_entities,
+    select_relations,
+)
 from tasks.dialogue_routing import resolve_routes
 
 
