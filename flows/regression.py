@@ -15,10 +15,10 @@ Outputs: `<project>/.saga/regression/<run_id>/` (turns.parquet, recall.parquet,
 gates.parquet, report.md, summary.json, llm-calls-*.parquet), a Prefect table artifact and a
 Markdown artifact. Exit status 0 when every gate passes, 1 when one fails.
 
-A big batch spreads over machines with `--shard I/N` (each worker replays every N-th
-dialogue; give them one `--run-id` and they write side by side), or as flow runs of the
-`long-dialogue-regression` deployment (deployments/regression.py) picked up by several
-workers of one work pool.
+A big batch spreads over workers with `--shard I/N` (each replays every N-th dialogue;
+give them one `--run-id` and they write side by side under `<run_id>/shard-I-of-N/`), most
+simply as N flow runs of the deployment (`python -m deployments.regression submit --shards N`)
+that the workers of one work pool pick up in parallel.
 """
 
 from __future__ import annotations
@@ -177,6 +177,10 @@ def regression_flow(params: RegressionParams) -> RegressionSummary:
     prefix = params.conversation_prefix if params.conversation_prefix is not None else f"regression-{run_id}/"
     specs = plan_dialogues(params)
     out_dir = settings.saga_dir / "regression" / run_id
+    if params.shard:
+        # Shards of one run write side by side: read them together with turns.parquet globs.
+        index, count = params.shard.split("/")
+        out_dir = out_dir / f"shard-{index}-of-{count}"
     service = DialogueService(settings, options=params.sidecar)
     with _services_lock:
         _services[run_id] = service
