@@ -1,8 +1,11 @@
 """Read queries for drafting and validation, all "as of chapter N".
 
-"As of chapter N" means: entities first seen in chapters <= N, relationships written for
-chapters <= N (the latest one per pair and type wins), the status interval covering N.
-Entity descriptions and attributes are their current values (they are not versioned).
+"As of chapter N" means: entities first seen in chapters <= N, with the properties they had
+after chapter N (each commit records the previous values in the entity's revision history,
+see kg.records.props_as_of), the names and aliases they had then, sources up to N,
+relationships written for chapters <= N (the latest one per pair and type wins), the status
+interval covering N, summaries and scenes of chapters <= N. So the context for a chapter
+does not change when later chapters are committed: a re-run builds the same prompts.
 To draft chapter N, ask as of N - 1.
 
 Each public function runs in one read transaction with a handful of indexed queries.
