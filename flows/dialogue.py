@@ -93,6 +93,15 @@ def service_for(settings: Settings, options: SidecarOptions | None = None) -> Di
         return _services[key]
 
 
+def close_services() -> None:
+    """Close the cached services (end of a CLI run or a test)."""
+    with _services_lock:
+        services = list(_services.values())
+        _services.clear()
+    for service in services:
+        service.close()
+
+
 @flow(name="dialogue-turn", log_prints=True)
 def dialogue_turn_flow(
     request: TurnCommitRequest,
@@ -298,8 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with project_prefect_settings(settings.project_dir):
                 data = dialogue_turn_flow(parsed, str(settings.project_dir), attempt, options)
             result = TurnResult.model_validate(data)
-        for service in list(_services.values()):
-            service.close()
+        close_services()
     else:
         service = DialogueService(settings, options=options)
         try:

@@ -217,7 +217,7 @@ class DialogueService:
             store = self._store_for(request)
         except InvalidInputError as exc:
             return TurnResult.invalid(str(exc), key=request.key)
-        except GraphUnavailableError as exc:
+        except SkaldError as exc:  # the graph is unreachable or its schema cannot be migrated
             return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
         repo = DialogueRepository(store)
         payload_hash = payload_digest(request.payload_canonical())

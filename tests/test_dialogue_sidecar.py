@@ -380,3 +380,46 @@ def test_results_round_trip_as_json(service: DialogueService) -> None:
     result = service.commit(_requests(_conv("json"), 1)[0])
     again = TurnResult.model_validate_json(result.model_dump_json())
     assert again == result
+
+
+def test_a_turn_past_its_deadline_rolls_back_as_a_timeout(settings: Settings, tmp_path: Path) -> None:
+    hasty = DialogueService(settings, options=SidecarOptions(turn_timeout_s=0.001))
+    try:
+        conv = _conv("timeout")
+        before = _export(hasty, tmp_path / "before.json")
+        result = hasty.commit(_requests(conv, 1)[0])
+        assert (result.state, result.error_kind, result.timed_out, result.retryable) == (
+            TurnState.ROLLED_BACK, "timeout", True, True)
+        assert "deadline" in (result.reason or "")
+        assert _export(hasty, tmp_path / "after.json") == before
+        assert DialogueRepository(hasty.store).claim_lock(conv, "next", lease_s=1).acquired  # lock freed
+    finally:
+        hasty.close()
+
+
+def test_the_prefect_turn_flow_runs_each_slot_as_a_task(
+    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from core.graph_server import graph_endpoint
+    from flows.dialogue import close_services, dialogue_turn_flow
+
+    ep = graph_endpoint(graph_settings)
+    for name, value in {"NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
+                        "NEO4J_DATABASE": ep.database, "OPENAI_BASE_URL": scripted.base_url,
+                        "SKALD_EMBEDDING_BASE_URL": scripted.base_url}.items():
+        monkeypatch.setenv(name, value)
+    request = _requests(_conv("flow"), 1)[0]
+    try:
+        state = dialogue_turn_flow(request, str(tmp_path), return_state=True)
+    finally:
+        close_services()
+    result = TurnResult.model_validate(state.result())
+    assert result.committed and [s.state.value for s in result.trace.states] == FULL_TIMELINE  # type: ignore[union-attr]
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
+    names = sorted(r.name.rsplit("-", 1)[0] for r in runs)
+    assert names == sorted(["retriever", "injector", "actor", "extractor", "judge", "historian"])
