@@ -62,8 +62,9 @@ def generate_global_outline(premise: str, genre: str, chapters: int, acts: int, 
     summaries = [a.summary for a in outline.acts][:acts]
     while len(summaries) < acts:
         summaries.append(outline.logline)
-    outline = outline.model_copy(update={"acts": [{"number": i + 1, "summary": s} for i, s in enumerate(summaries)]})
-    outline = GlobalOutline.model_validate(outline.model_dump())
+    outline = GlobalOutline.model_validate(
+        {**outline.model_dump(), "acts": [{"number": i + 1, "summary": s} for i, s in enumerate(summaries)]}
+    )
     get_run_logger().info("init: global outline %r with %d acts", outline.title, len(outline.acts))
     return rt.content.put_json("global_outline", "outline", outline)
 
