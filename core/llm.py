@@ -42,6 +42,7 @@ from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import LLMBadOutputError, LLMError, LLMFatalError, LLMUnavailableError
+from core.llm_server import LOCAL_CHAT_MODEL
 from core.settings import Settings
 
 T = TypeVar("T", bound=BaseModel)
@@ -534,6 +535,9 @@ class LLMGateway:
             stats.endpoint = target.endpoint.base_url
             convo = base
             tokens = max_tokens or tier.max_tokens
+            if self.settings.openai_base_url is None and target.model == LOCAL_CHAT_MODEL:
+                # The embedded 135M model can loop until the cap: keep its answers short.
+                tokens = min(tokens, self.settings.local_max_tokens)
             transient_failures = 0
             for attempt in range(1, max_attempts + 1):
                 stats.attempts += 1

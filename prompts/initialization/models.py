@@ -13,7 +13,7 @@ class CharacterSheet(_Out):
     name: str = Field(min_length=1, max_length=200)
     role: str = Field(description="protagonist, antagonist, supporting, ...")
     description: str
-    traits: list[str] = Field(default_factory=list, description="single-word personality traits")
+    traits: list[str] = Field(default_factory=list, max_length=8, description="single-word personality traits")
     motivation: str = ""
     backstory: str = ""
 
@@ -21,7 +21,7 @@ class CharacterSheet(_Out):
 class CharacterSheets(_Out):
     """character_sheets.j2"""
 
-    characters: list[CharacterSheet] = Field(min_length=1)
+    characters: list[CharacterSheet] = Field(min_length=1, max_length=12)
 
 
 class ActSummary(_Out):
@@ -35,15 +35,15 @@ class GlobalOutline(_Out):
     title: str = Field(min_length=1)
     logline: str
     setting: str
-    themes: list[str] = Field(default_factory=list)
-    acts: list[ActSummary] = Field(min_length=1)
+    themes: list[str] = Field(default_factory=list, max_length=8)
+    acts: list[ActSummary] = Field(min_length=1, max_length=10)
 
 
 class ActOutline(_Out):
     """act_outline.j2"""
 
     summary: str
-    key_events: list[str] = Field(default_factory=list)
+    key_events: list[str] = Field(default_factory=list, max_length=12)
 
 
 class ChapterOutline(_Out):
@@ -52,13 +52,13 @@ class ChapterOutline(_Out):
     summary: str
     pov: str = ""
     setting: str = ""
-    key_beats: list[str] = Field(default_factory=list)
+    key_beats: list[str] = Field(default_factory=list, max_length=8)
 
 
 class ChapterOutlines(_Out):
     """chapter_outlines.j2"""
 
-    chapters: list[ChapterOutline] = Field(min_length=1)
+    chapters: list[ChapterOutline] = Field(min_length=1, max_length=60)
 
 
 class OutlineRelationship(_Out):
@@ -76,5 +76,5 @@ class OutlineLocation(_Out):
 class OutlineRelationships(_Out):
     """relationships.j2"""
 
-    relationships: list[OutlineRelationship] = Field(default_factory=list)
-    locations: list[OutlineLocation] = Field(default_factory=list)
+    relationships: list[OutlineRelationship] = Field(default_factory=list, max_length=40)
+    locations: list[OutlineLocation] = Field(default_factory=list, max_length=20)

@@ -17,7 +17,7 @@ class ExtractedEntity(_Out):
     name: str = Field(min_length=1)
     kind: EntityKind
     description: str = ""
-    traits: list[str] = Field(default_factory=list)
+    traits: list[str] = Field(default_factory=list, max_length=8)
 
 
 class ExtractedRelationship(_Out):
@@ -35,21 +35,21 @@ class StatusChange(_Out):
 class SceneExtraction(_Out):
     """extraction.j2"""
 
-    entities: list[ExtractedEntity] = Field(default_factory=list)
-    relationships: list[ExtractedRelationship] = Field(default_factory=list)
-    status_changes: list[StatusChange] = Field(default_factory=list)
+    entities: list[ExtractedEntity] = Field(default_factory=list, max_length=40)
+    relationships: list[ExtractedRelationship] = Field(default_factory=list, max_length=40)
+    status_changes: list[StatusChange] = Field(default_factory=list, max_length=12)
 
 
 class ChapterSummary(_Out):
     """summary.j2"""
 
     summary: str = Field(min_length=1)
-    key_events: list[str] = Field(default_factory=list)
+    key_events: list[str] = Field(default_factory=list, max_length=12)
 
 
 class EntityEnrichment(_Out):
     """enrichment.j2"""
 
     summary: str = Field(min_length=1)
-    facets: list[str] = Field(default_factory=list, description="short descriptive tags")
+    facets: list[str] = Field(default_factory=list, max_length=10, description="short descriptive tags")
     confidence: float = Field(0.5, ge=0.0, le=1.0)

@@ -27,5 +27,5 @@ class RevisionGuidance(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    problems: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list, max_length=12)
     guidance: str = Field(min_length=1)
