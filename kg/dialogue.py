@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
 from neo4j import ManagedTransaction
@@ -757,15 +758,19 @@ class DialogueRepository:
         lease_s: float,
         wait_s: float,
         turn_key: str | None = None,
+        guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> LockClaim:
-        """Claim the lease, polling with capped backoff for up to `wait_s` seconds."""
+        """Claim the lease, polling with capped backoff for up to `wait_s` seconds
+        (`guard` wraps each claim transaction, e.g. the caller's write serialisation)."""
         deadline = time.monotonic() + max(0.0, wait_s)
         delay = 0.02
         while True:
-            claim = self.claim_lock(conversation_id, owner, lease_s, turn_key=turn_key)
-            if claim.acquired or time.monotonic() + delay > deadline:
+            with guard():
+                claim = self.claim_lock(conversation_id, owner, lease_s, turn_key=turn_key)
+            left = deadline - time.monotonic()
+            if claim.acquired or left <= 0:
                 return claim
-            time.sleep(delay)
+            time.sleep(min(delay, left))  # the last attempt falls on the deadline
             delay = min(delay * 1.6, 0.25)
 
     def release_lock(self, conversation_id: str, owner: str) -> bool:

@@ -33,6 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
@@ -110,6 +111,11 @@ class SidecarOptions(BaseModel):
         False, description="honour a request's config.db naming another graph than the configured one"
     )
     relation_limit: int = Field(12, ge=0, le=200, description="relations the retriever hands on")
+    serialize_writes: bool | None = Field(
+        None,
+        description="one graph write transaction at a time in this process; None: only on ArcadeDB, where "
+        "concurrent inserts into one page conflict and each conflict costs a ~1 s driver retry",
+    )
 
 
 class TurnTimeoutError(SkaldError):
@@ -139,6 +145,7 @@ class DialogueService:
         self._other_stores: dict[tuple[str, str, str, str], GraphStore] = {}
         self._lock = threading.Lock()
         self._conversation_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._write_lock = threading.Lock()
         self.vectors = VectorIndexRegistry()
 
     # ------------------------------------------------------------------ resources
@@ -195,6 +202,12 @@ class DialogueService:
                 store = self._other_stores.setdefault(cache_key, store)
         return store
 
+    def _write_guard(self, store: GraphStore) -> Callable[[], AbstractContextManager[Any]]:
+        serialize = self.options.serialize_writes
+        if serialize is None:
+            serialize = store.server.is_arcadedb
+        return (lambda: self._write_lock) if serialize else nullcontext
+
     def _conversation_lock(self, graph: str, conversation_id: str) -> threading.Lock:
         with self._lock:
             return self._conversation_locks.setdefault((graph, conversation_id), threading.Lock())
@@ -241,6 +254,7 @@ class DialogueService:
                     lease_s=self.options.lock_lease_s,
                     wait_s=max(0.0, wait_s - (time.monotonic() - started)),
                     turn_key=request.key,
+                    guard=self._write_guard(store),
                 )
             except SkaldError as exc:
                 return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
@@ -265,7 +279,8 @@ class DialogueService:
             finally:
                 if lock_held:
                     try:
-                        repo.release_lock(request.conversation_id, self.owner)
+                        with self._write_guard(store)():
+                            repo.release_lock(request.conversation_id, self.owner)
                     except SkaldError as exc:  # the lease runs out on its own
                         log.warning("conversation %s: could not release the lock: %s", request.conversation_id, exc)
         finally:
@@ -398,7 +413,8 @@ class DialogueService:
                     )
                     return stored.model_dump_json()
 
-                outcome = repo.commit_turn(write, self.owner, build_result)
+                with self._write_guard(store)():
+                    outcome = repo.commit_turn(write, self.owner, build_result)
         except TurnTimeoutError as exc:
             return self._rolled_back(request, trace, str(exc), retryable=True, kind="timeout"), True
         except LLMFatalError as exc:
