@@ -8,9 +8,11 @@ transient failures (ArcadeDB's DeadlockDetected) by re-running the whole transac
 
 from __future__ import annotations
 
+import atexit
 import logging
 import random
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,12 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
         text = f"{type(exc).__name__}: {exc}"
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _close_at_exit(ref: weakref.ReferenceType[GraphStore]) -> None:
+    store = ref()
+    if store is not None:
+        store.close()
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,10 @@ class GraphStore:
                 continue
             self._driver = driver
             self._server = ServerInfo(agent=info.agent or "", address=str(info.address))
+            # Close before interpreter exit: an embedded server started earlier in this
+            # process stops in its own (earlier-registered, so later-run) atexit hook and
+            # waits for open Bolt connections, so a forgotten store would hang the exit.
+            atexit.register(_close_at_exit, weakref.ref(self))
             log.info("graph: connected to %s (%s)", ep.label, self._server.agent)
             return self
         raise GraphUnavailableError(
