@@ -5,21 +5,29 @@ name tokens (titles dropped, nicknames mapped to the formal name: Johnny -> john
 william) plus a phonetic key of the first token (catches "Jonh" / "John"), per label; only
 pairs sharing a block are scored. A pair is scored on
 
-- name similarity: 1.0 for the same canonical tokens, CONTAINMENT_SCORE when one name's
-  tokens are a subset of the other's ("John" in "John Smith"), else difflib's ratio of
-  the canonical strings (typos); the best over names and aliases;
-- shared story neighbours (the relationship overlap): distinct entities both relate to;
-- embedding cosine of "name. description" (optional: computed only for pairs that passed
-  the name test, through a caller-supplied embedder).
+- name similarity: 1.0 for the same canonical tokens ("same", or "nickname" when only the
+  nickname table makes them equal), CONTAINMENT_SCORE when one name's tokens are a subset
+  of the other's ("contained": "John" in "John Smith"), else difflib's ratio of the
+  canonical strings ("similar": typos); the best over names and aliases;
+- shared story neighbours: distinct entities both relate to (the relationship overlap);
+- description similarity: embedding cosine of the two descriptions (optional, through a
+  caller-supplied embedder, only for pairs that passed the name test; the name is not
+  embedded again, spec 003 merges on name + summary similarity).
 
-A pair is accepted when name >= settings.name_similarity AND (shared neighbours >=
-MIN_SHARED_NEIGHBOURS OR embedding >= settings.embedding_similarity), and it is vetoed,
-whatever its scores, when the two appear together in one scene (two people in a scene
-are two people), are related to each other directly, or both come from the user/outline
-(the author made two entities on purpose). Accepted pairs are joined into clusters
-greedily, best evidence first, and a join is refused when any cross pair is vetoed or
-carries two conflicting full names ("John Smith" vs "John Baker"), so a first-name-only
-"John" joins one John, never two.
+A pair needs name >= settings.name_similarity and one of:
+  (a) >= MIN_SHARED_NEIGHBOURS shared neighbours;
+  (b) description cosine >= settings.embedding_similarity, plus one shared neighbour when
+      the names are only "similar" ("Salt Hill" / "Salt Mill" is two places);
+  (c) the same full name or a one-edit typo of it (ratio >= NEAR_IDENTICAL), one shared
+      neighbour, and descriptions that do not disagree (cosine >= DESCRIPTION_FLOOR).
+It is vetoed, whatever its scores, when the two appear together in one scene (two people
+in a scene are two people), are related to each other directly, both come from the
+user/outline (the author made two entities on purpose) or carry different numbers
+("Deckhand 1" / "Deckhand 2"). An entity whose best match is no better supported than a
+match with someone who cannot be the same person is ambiguous: both are refused. Accepted
+pairs are joined into clusters greedily, best evidence first, and a join is refused when
+any cross pair is vetoed or carries two conflicting full names ("John Smith" vs "John
+Baker"), so a first-name-only "John" joins one John, never two.
 
 A cluster is merged in ONE write transaction (`merge_tx`): the survivor (user/outline
 entity first, then confirmed, then the most complete name) keeps its id; the others'
@@ -45,7 +53,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from itertools import combinations
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from neo4j import ManagedTransaction
@@ -61,6 +69,7 @@ from kg.store import GraphStore
 
 #: Embedder: texts -> float array of shape (len(texts), dim).
 Embedder = Callable[[Sequence[str]], np.ndarray]
+NameMatch = Literal["same", "nickname", "contained", "similar"]
 
 # --- Tunables not (yet) in HealingSettings -------------------------------------------------
 
@@ -69,6 +78,10 @@ Embedder = Callable[[Sequence[str]], np.ndarray]
 CONTAINMENT_SCORE = 0.9
 #: Shared story neighbours that corroborate a name match without embeddings.
 MIN_SHARED_NEIGHBOURS = 2
+#: A "similar" (difflib) name at least this close is one edit in a full name: a typo.
+NEAR_IDENTICAL = 0.9
+#: Below this description cosine, two descriptions contradict a weakly corroborated match.
+DESCRIPTION_FLOOR = 0.7
 #: Blocks larger than this carry too little evidence to pair everyone (a very common
 #: surname in a huge cast); their members still meet through their other keys.
 MAX_BLOCK_SIZE = 400
@@ -153,6 +166,7 @@ class PairEvidence(_Model):
     a_name: str
     b_name: str
     name_score: float
+    name_match: NameMatch = "similar"
     shared_neighbours: int = 0
     overlap: float = Field(0.0, description="Jaccard overlap of the story neighbours")
     embedding_score: float | None = None
@@ -237,24 +251,31 @@ class EnrichmentResult(_Model):
 # --- Names -----------------------------------------------------------------------------------
 
 
-def canonical_tokens(name: str, label: str) -> tuple[str, ...]:
+def canonical_tokens(name: str, label: str, *, nicknames: bool = True) -> tuple[str, ...]:
     """Normalised name tokens; for characters without titles and with nicknames mapped."""
     tokens = vocab.normalize_name(name).split()
     if label == "Character":
-        kept = [t for t in tokens if t not in TITLES]
-        tokens = [NICKNAMES.get(t, t) for t in (kept or tokens)]
+        tokens = [t for t in tokens if t not in TITLES] or tokens
+        if nicknames:
+            tokens = [NICKNAMES.get(t, t) for t in tokens]
     return tuple(tokens)
 
 
-def token_similarity(a: tuple[str, ...], b: tuple[str, ...]) -> float:
+def token_match(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[float, NameMatch]:
+    """(similarity, kind): the same canonical tokens, one name inside the other, or only
+    similar strings (difflib ratio: typos, but also "Salt Hill" / "Salt Mill")."""
     if not a or not b:
-        return 0.0
+        return 0.0, "similar"
     if a == b or sorted(a) == sorted(b):
-        return 1.0
+        return 1.0, "same"
     sa, sb = set(a), set(b)
     if sa < sb or sb < sa:
-        return CONTAINMENT_SCORE
-    return SequenceMatcher(None, " ".join(a), " ".join(b), autojunk=False).ratio()
+        return CONTAINMENT_SCORE, "contained"
+    return SequenceMatcher(None, " ".join(a), " ".join(b), autojunk=False).ratio(), "similar"
+
+
+def token_similarity(a: tuple[str, ...], b: tuple[str, ...]) -> float:
+    return token_match(a, b)[0]
 
 
 def soundex(token: str) -> str:
@@ -287,15 +308,25 @@ class HealingSnapshot:
     related: set[frozenset[str]] = field(default_factory=set)
     co_scene: dict[frozenset[str], str] = field(default_factory=dict)  # pair -> "chapter c scene s"
     chapters: list[int] = field(default_factory=list)
+    _variants: dict[str, list[tuple[str, ...]]] = field(default_factory=dict, repr=False)
 
     @property
     def latest_chapter(self) -> int | None:
         return max(self.chapters) if self.chapters else None
 
     def variants(self, eid: str) -> list[tuple[str, ...]]:
+        """Canonical token tuples of the entity's name and aliases (memoised: scoring asks often)."""
+        found = self._variants.get(eid)
+        if found is None:
+            e = self.entities[eid]
+            found = list(dict.fromkeys(t for t in (canonical_tokens(n, e.label) for n in (e.name, *e.aliases)) if t))
+            self._variants[eid] = found
+        return found
+
+    def plain_variants(self, eid: str) -> list[tuple[str, ...]]:
+        """Like `variants`, without the nickname table."""
         e = self.entities[eid]
-        found = [canonical_tokens(n, e.label) for n in (e.name, *e.aliases)]
-        return list(dict.fromkeys(t for t in found if t))
+        return [canonical_tokens(n, e.label, nicknames=False) for n in (e.name, *e.aliases)]
 
 
 def _key_index(entities: dict[str, Entity]) -> dict[str, set[str]]:
@@ -390,8 +421,22 @@ def naive_pairs(snap: HealingSnapshot) -> set[tuple[str, str]]:
     return {pair for ids in by_label.values() for pair in combinations(sorted(ids), 2)}
 
 
+def name_match(snap: HealingSnapshot, a: str, b: str) -> tuple[float, NameMatch]:
+    """Best match over both entities' names and aliases (an exact kind wins a tie). "same"
+    only when the names agree without the nickname table: "Nora Venn" and "Eleanor Venn"
+    may be one woman or two sisters, so a nickname match is weaker evidence."""
+    order = {"same": 3, "nickname": 2, "contained": 1, "similar": 0}
+    matches = [token_match(x, y) for x in snap.variants(a) for y in snap.variants(b)]
+    score, kind = max(matches, key=lambda m: (m[0], order[m[1]]), default=(0.0, "similar"))
+    if kind == "same":
+        plain_a, plain_b = snap.plain_variants(a), snap.plain_variants(b)
+        if not any(sorted(x) == sorted(y) for x in plain_a for y in plain_b):
+            kind = "nickname"
+    return score, kind
+
+
 def name_score(snap: HealingSnapshot, a: str, b: str) -> float:
-    return max((token_similarity(x, y) for x in snap.variants(a) for y in snap.variants(b)), default=0.0)
+    return name_match(snap, a, b)[0]
 
 
 def _canonical(e: Entity) -> bool:
@@ -431,8 +476,10 @@ def names_conflict(snap: HealingSnapshot, a: str, b: str, threshold: float) -> b
     return full_a and full_b and name_score(snap, a, b) < threshold
 
 
-def entity_text(e: Entity) -> str:
-    return f"{e.name}. {e.description}".strip()
+def entity_text(e: Entity) -> str | None:
+    """What is embedded: the description (spec 003 merges on name + summary similarity;
+    the name is scored on its own, so embedding it again would double-count it)."""
+    return f"{e.label}: {e.description.strip()}" if e.description.strip() else None
 
 
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:
@@ -449,7 +496,7 @@ def score_pairs(
     """Evidence for every pair passing the name test; returns (evidence, entities embedded)."""
     evidence: list[PairEvidence] = []
     for a, b in pairs:
-        score = name_score(snap, a, b)
+        score, kind = name_match(snap, a, b)
         if score < settings.name_similarity:
             continue
         na, nb = snap.neighbours.get(a, set()) - {b}, snap.neighbours.get(b, set()) - {a}
@@ -458,23 +505,35 @@ def score_pairs(
         evidence.append(
             PairEvidence(
                 a_id=a, b_id=b, a_name=snap.entities[a].name, b_name=snap.entities[b].name,
-                name_score=round(score, 4), shared_neighbours=shared, overlap=round(overlap, 4),
+                name_score=round(score, 4), name_match=kind, shared_neighbours=shared, overlap=round(overlap, 4),
                 veto=veto_reason(snap, a, b),
             )
         )
     embedded = 0
     if embed is not None:
-        ids = sorted({i for ev in evidence if ev.veto is None for i in (ev.a_id, ev.b_id)})
+        texts = {i: entity_text(snap.entities[i]) for ev in evidence if ev.veto is None for i in (ev.a_id, ev.b_id)}
+        ids = sorted(i for i, text in texts.items() if text)
         if ids:
-            vectors = _unit_rows(np.asarray(embed([entity_text(snap.entities[i]) for i in ids]), dtype=np.float32))
+            vectors = _unit_rows(np.asarray(embed([texts[i] for i in ids]), dtype=np.float32))
             row = {eid: n for n, eid in enumerate(ids)}
             embedded = len(ids)
             for ev in evidence:
-                if ev.veto is None:
+                if ev.veto is None and ev.a_id in row and ev.b_id in row:
                     ev.embedding_score = round(float(vectors[row[ev.a_id]] @ vectors[row[ev.b_id]]), 4)
     for ev in evidence:
-        corroborated = ev.shared_neighbours >= MIN_SHARED_NEIGHBOURS or (
-            ev.embedding_score is not None and ev.embedding_score >= settings.embedding_similarity
+        # An embedding (of name + description) corroborates an exact or contained name on its
+        # own; a merely similar name ("Salt Hill" / "Salt Mill") also needs a shared neighbour.
+        similar_text = ev.embedding_score is not None and ev.embedding_score >= settings.embedding_similarity
+        # The same full name ("Dr. Samuel Ashdown" / "Samuel Ashdown") or a one-letter typo of
+        # it ("Hwzel Marsh") is strong evidence: one shared neighbour corroborates it unless
+        # the descriptions say otherwise.
+        full = min(len(snap.variants(ev.a_id)[0]), len(snap.variants(ev.b_id)[0])) > 1
+        near_same = full and (ev.name_match == "same" or (ev.name_match == "similar" and ev.name_score >= NEAR_IDENTICAL))
+        described_alike = ev.embedding_score is None or ev.embedding_score >= DESCRIPTION_FLOOR
+        corroborated = (
+            ev.shared_neighbours >= MIN_SHARED_NEIGHBOURS
+            or (similar_text and (ev.name_match != "similar" or ev.shared_neighbours >= 1))
+            or (near_same and ev.shared_neighbours >= 1 and described_alike)
         )
         ev.accepted = ev.veto is None and corroborated
         ev.score = round(0.5 * ev.name_score + 0.3 * ev.overlap + 0.2 * max(ev.embedding_score or 0.0, 0.0), 4)
@@ -496,6 +555,35 @@ def _survivor_rank(snap: HealingSnapshot, eid: str) -> tuple[Any, ...]:
     )
 
 
+def _incompatible(snap: HealingSnapshot, x: str, y: str, settings: HealingSettings) -> bool:
+    return veto_reason(snap, x, y) is not None or names_conflict(snap, x, y, settings.name_similarity)
+
+
+def drop_ambiguous(snap: HealingSnapshot, accepted: list[PairEvidence], settings: HealingSettings) -> list[PairEvidence]:
+    """Refuse an entity's matches when its best one is not better supported than a match
+    with someone who cannot be the same (a "Maeve" whose friends are also those of two
+    namesake Maeve Garnets): guessing would merge the wrong person. The refused pairs get
+    a `veto` saying so and stay in the report."""
+    edges: dict[str, list[tuple[PairEvidence, str]]] = defaultdict(list)
+    for ev in accepted:
+        edges[ev.a_id].append((ev, ev.b_id))
+        edges[ev.b_id].append((ev, ev.a_id))
+    refused: dict[int, str] = {}
+    for node, mine in sorted(edges.items()):
+        if len(mine) < 2:
+            continue
+        mine.sort(key=lambda t: (-t[0].shared_neighbours, -t[0].score, t[1]))
+        best, partner = mine[0]
+        for ev, other in mine[1:]:
+            if ev.shared_neighbours >= best.shared_neighbours and _incompatible(snap, partner, other, settings):
+                name = snap.entities[node].name
+                refused[id(best)] = refused[id(ev)] = f"ambiguous: {name!r} matches two different entities"
+    for ev in accepted:
+        if id(ev) in refused:
+            ev.accepted, ev.veto = False, refused[id(ev)]
+    return [ev for ev in accepted if ev.accepted]
+
+
 def cluster_pairs(snap: HealingSnapshot, accepted: list[PairEvidence], settings: HealingSettings) -> list[list[str]]:
     """Greedy constrained clustering, best evidence first (see the module docstring)."""
     parent: dict[str, str] = {}
@@ -513,11 +601,7 @@ def cluster_pairs(snap: HealingSnapshot, accepted: list[PairEvidence], settings:
         ra, rb = find(ev.a_id), find(ev.b_id)
         if ra == rb:
             continue
-        if any(
-            veto_reason(snap, x, y) is not None or names_conflict(snap, x, y, settings.name_similarity)
-            for x in members[ra]
-            for y in members[rb]
-        ):
+        if any(_incompatible(snap, x, y, settings) for x in members[ra] for y in members[rb]):
             continue
         parent[rb] = ra
         members[ra] += members.pop(rb)
@@ -537,7 +621,7 @@ def detect_duplicates(
     if pairs is None:
         pairs, blocks = candidate_pairs(snap)
     evidence, embedded = score_pairs(snap, sorted(pairs), settings, embed)
-    accepted = [ev for ev in evidence if ev.accepted]
+    accepted = drop_ambiguous(snap, [ev for ev in evidence if ev.accepted], settings)
     plans: list[MergePlan] = []
     for group in cluster_pairs(snap, accepted, settings):
         survivor = max(group, key=lambda eid: _survivor_rank(snap, eid))
