@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -112,3 +113,21 @@ def test_errors_are_one_line_with_a_non_zero_exit(store: GraphStore, graph_setti
     assert broken.returncode == 1 and broken.stderr.strip().splitlines()[-1].startswith("kg: error: import file")
     usage = kg(project, "rollback")
     assert usage.returncode == 2 and "--chapter" in usage.stderr
+
+
+def test_a_process_that_forgets_to_close_its_store_still_exits(tmp_path: Path) -> None:
+    # The embedded server runs inside the process and waits for open Bolt connections when
+    # it stops at exit; GraphStore closes itself first, so the process does not hang.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEO4J_")}
+    script = (
+        "import sys\n"
+        "from core.settings import load_settings\n"
+        "from kg.store import GraphStore\n"
+        "store = GraphStore.open(load_settings(sys.argv[1]))\n"
+        "print(store.schema_version())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "3"
