@@ -301,6 +301,38 @@ def test_first_name_joins_the_better_supported_full_name_only() -> None:
     assert [(p.survivor_id, p.merged_ids) for p in result.plans] == [("c:js", ["c:j"])]
 
 
+def test_an_ambiguous_first_name_is_refused() -> None:
+    places = [Entity(id=f"l:{n}", label="Location", name=f"Place {n}") for n in range(4)]
+    people = [_c("c:js", "John Smith"), _c("c:jb", "John Baker"), _c("c:j", "John")]
+    edges = [("c:js", "l:0"), ("c:js", "l:1"), ("c:j", "l:0"), ("c:j", "l:1"),
+             ("c:jb", "l:2"), ("c:jb", "l:3"), ("c:j", "l:2"), ("c:j", "l:3")]
+    result = h.detect_duplicates(_snap([*people, *places], edges), HealingSettings())
+    assert result.plans == []
+    assert {(v.a_id, v.b_id, v.veto) for v in result.vetoed if "c:j" in (v.a_id, v.b_id)} == {
+        ("c:j", "c:jb", "ambiguous: 'John' matches two different entities"),
+        ("c:j", "c:js", "ambiguous: 'John' matches two different entities"),
+    }
+
+
+def test_similar_names_need_a_shared_relationship_besides_alike_descriptions() -> None:
+    hill = Entity(id="l:h", label="Location", name="Salt Hill", description="a windy hill by the sea")
+    mill = Entity(id="l:m", label="Location", name="Salt Mill", description="a windy hill by the sea")
+    alike = lambda texts: np.ones((len(texts), 4))  # noqa: E731
+    assert h.detect_duplicates(_snap([hill, mill]), HealingSettings(), alike).plans == []
+    ferry = Entity(id="c:f", label="Character", name="Ferryman")
+    both = _snap([hill, mill, ferry], [("c:f", "l:h"), ("c:f", "l:m")])
+    assert [p.merged_ids for p in h.detect_duplicates(both, HealingSettings(), alike).plans] == [["l:m"]]
+
+
+def test_a_nickname_match_is_weaker_than_the_same_name() -> None:
+    friend = _c("c:f", "Friend")
+    same = _snap([_c("c:a", "Dr. Eleanor Venn"), _c("c:b", "Eleanor Venn"), friend], [("c:a", "c:f"), ("c:b", "c:f")])
+    assert [p.merged_ids for p in h.detect_duplicates(same, HealingSettings()).plans] == [["c:b"]]
+    nick = _snap([_c("c:a", "Nora Venn"), _c("c:b", "Eleanor Venn"), friend], [("c:a", "c:f"), ("c:b", "c:f")])
+    assert h.name_match(nick, "c:a", "c:b") == (1.0, "nickname")
+    assert h.detect_duplicates(nick, HealingSettings()).plans == []  # one shared friend: maybe sisters
+
+
 def test_numbered_names_are_never_merged() -> None:
     snap = _snap([_c("c:d1", "Deckhand 1"), _c("c:d2", "Deckhand 2"), Entity(id="l:x", label="Location", name="X"),
                   Entity(id="l:y", label="Location", name="Y")],
