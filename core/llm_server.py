@@ -96,7 +96,9 @@ class LlamaServer:
         self.port = free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"llama-server-{self.role}.log"
-        threads = str(max(1, os.cpu_count() or 1))
+        # Half the cores: the model shares the machine with the embedded graph and Prefect, and
+        # llama.cpp's spinning threads slow to a crawl when they outnumber free cores.
+        threads = str(max(1, (os.cpu_count() or 1) // 2))
         cmd = [
             str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
             "-t", threads, "--alias", self.model_alias, *self.extra_args,
