@@ -7,8 +7,9 @@
 
 The turn pipeline itself is plain Python (tasks.dialogue_pipeline): the HTTP server and the
 regression batch call it directly, because a Prefect flow run per turn costs far more than
-the turn's own non-LLM work (see README). `dialogue_turn_flow` wraps the same pipeline for
-single turns from the Prefect UI or a deployment, with each slot as a task run.
+the turn's own non-LLM work (measured against the local API: ~1.05 s per turn as a flow
+with six task runs vs ~0.1 s for the same turn called directly). `dialogue_turn_flow` wraps
+the same pipeline for single turns from the Prefect UI or a deployment, each slot a task run.
 
 HTTP status mapping (the body is always a TurnResult with `code` and a one-line `reason`):
 200 COMMITTED (also an idempotent replay), or ROLLED_BACK and not retryable (the commit gate
