@@ -11,8 +11,10 @@ overhead: a turn's wall time minus the time its LLM calls took (gateway records)
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -43,7 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tests.test_dialogue_scripted import DialogueScript
 
     logging.basicConfig(level=logging.WARNING)
-    project = args.project_dir or Path(tempfile.mkdtemp(prefix="skald-bench-"))
+    project = args.project_dir
+    if project is None:
+        project = Path(tempfile.mkdtemp(prefix="skald-bench-regression-"))
+        # Registered before the embedded graph starts, so it runs after the graph's own
+        # shutdown hook (atexit is last-in, first-out).
+        atexit.register(shutil.rmtree, project, ignore_errors=True)
     files = [str(DIALOGUES / f"{d}.turns.jsonl") for d in ("locomo-26", "locomo-30", "locomo-26", "locomo-30")]
     with ScriptedLLM(latency_s=args.latency) as llm:
         DialogueScript(SPEAKERS).install(llm)
