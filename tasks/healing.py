@@ -14,7 +14,6 @@ import hashlib
 import os
 import tempfile
 import threading
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -291,6 +290,3 @@ def publish_heal_artifacts(report: HealReport) -> None:
     create_markdown_artifact(key="graph-healing-summary", markdown="\n".join(lines),
                              description="What the last healing run merged, enriched and graduated")
 
-
-def elapsed(started: float) -> float:
-    return round(time.monotonic() - started, 2)

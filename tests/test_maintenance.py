@@ -11,6 +11,7 @@ sailor with an explicit id from chapter 2) know the same people and meet in one 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ from kg.models import (
     StatusChange,
 )
 from kg.store import GraphStore
+from tasks.healing import EmbeddingCache
 from tests.conftest import REPO_ROOT
 from tests.scripted_llm import ScriptedLLM
 
@@ -545,3 +547,34 @@ def test_cli_help_and_one_line_errors(tmp_path: Path) -> None:
     assert missing.stderr.strip().splitlines()[-1].startswith("maintenance: error: --project-dir")
     bad_cron = _cli("serve", "--project-dir", str(tmp_path), "--heal-cron", "every night")
     assert bad_cron.returncode == 2 and "not a valid cron expression" in bad_cron.stderr
+
+
+def test_cli_qa_exits_1_on_errors_when_asked(store: GraphStore, graph_settings: Settings,
+                                             prefect_api: None) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    seed_story(store)
+    plant_qa_problems(store)
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    done = _cli("qa", "--project-dir", str(graph_settings.project_dir), "--fail-on", "error", env=env)
+    assert done.returncode == 1, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["findings"] == 8 and summary["errors"] == 3 and summary["dead_character_acting"] == 1
+    assert Path(summary["report"]).exists()
+
+
+def test_embedding_cache_persists_and_embeds_only_new_texts(tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+
+    def embed(texts: Any) -> np.ndarray:
+        calls.append(list(texts))
+        return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+
+    cache = EmbeddingCache(tmp_path, "model-a", embed)
+    first = cache(["a", "bb", "a"])
+    assert calls == [["a", "bb"]] and first.tolist() == [[1, 1], [2, 1], [1, 1]]
+    again = EmbeddingCache(tmp_path, "model-a", embed)  # a new run reads the file
+    assert again(["bb", "ccc"]).tolist() == [[2, 1], [3, 1]]
+    assert calls[-1] == ["ccc"]
+    EmbeddingCache(tmp_path, "model-b", embed)(["a"])  # another model: its own cache
+    assert calls[-1] == ["a"]
