@@ -53,7 +53,7 @@ def test_one_chapter_one_scene_on_the_local_model(tmp_path: Path) -> None:
         [sys.executable, "-m", "flows.novel", "--project-dir", str(project), "--premise",
          "A fisherman finds a talking fish.", "--chapters", "1", "--scenes-per-chapter", "1", "--acts", "1",
          "--characters", "2"],
-        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200,
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=2700,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     chapter = project / "chapters" / "chapter_001.md"
