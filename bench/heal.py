@@ -20,8 +20,10 @@ Goal: precision 1.0, recall >= 0.9.
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import random
+import shutil
 import string
 import sys
 import tempfile
@@ -277,8 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"graph: {len(world.entities)} entities ({len(world.truth)} planted duplicates, {world.namesakes} namesake "
           f"pairs who meet), {sum(len(e.rels) for e in world.entities.values())} relationships, "
           f"{sum(len(s) for s in world.scenes.values())} scenes over {CHAPTERS + 1} chapters")
-    with tempfile.TemporaryDirectory(prefix="skald-bench-heal-") as tmp, ScriptedLLM() as llm:
-        settings = load_settings(Path(tmp), openai_base_url=llm.base_url, embedding_base_url=llm.base_url)
+    tmp = Path(tempfile.mkdtemp(prefix="skald-bench-heal-"))
+    # Registered before the embedded graph starts, so it runs after the graph's own
+    # shutdown hook (atexit is last-in, first-out): the data goes once the server is down.
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    with ScriptedLLM() as llm:
+        settings = load_settings(tmp, openai_base_url=llm.base_url, embedding_base_url=llm.base_url)
         store = GraphStore.open(settings)
         gateway = LLMGateway(settings)
         try:
