@@ -16,7 +16,7 @@ q = vocab.quote_label
 
 #: Audit node written once per merge. Not in kg.vocabulary (owned elsewhere), so labels
 #: built here use this constant directly instead of `quote_label`.
-MERGE_AUDIT = "MergeAudit"
+MERGE_AUDIT = vocab.MERGE_AUDIT
 
 #: Story relationship types (structural MENTIONS/APPEARS_IN/HAS_SCENE excluded).
 STORY_RELS = "|".join(q(t) for t in vocab.ENTITY_REL_TYPES)

@@ -37,6 +37,7 @@ MERGE_KEYS: dict[str, tuple[str, ...]] = {
     vocab.VALUE_NODE: ("id",),
     vocab.CHANGE_SET: ("id",),
     vocab.ENTITY_NAME: ("entity_id", "key"),
+    vocab.MERGE_AUDIT: ("id",),
     vocab.KG_ENTITY: ("conversation_id", "entity_id"),
     vocab.KG_REL_EVENT: ("event_id",),
     vocab.KG_MILESTONE: ("milestone_id",),

@@ -45,6 +45,8 @@ SCHEMA_META = "SchemaMeta"
 #: Lookup node per (entity, normalised name or alias): list properties cannot be indexed
 #: portably, so alias resolution goes through these indexed nodes instead of a scan.
 ENTITY_NAME = "EntityName"
+#: Audit record of one healing merge (kg/healing.py).
+MERGE_AUDIT = "MergeAudit"
 
 # Dialogue memory (spec 000 section 4).
 KG_ENTITY = "KGEntity"
@@ -61,6 +63,7 @@ INFRA_LABELS: tuple[str, ...] = (
     CHANGE_SET,
     SCHEMA_META,
     ENTITY_NAME,
+    MERGE_AUDIT,
 )
 DIALOGUE_LABELS: tuple[str, ...] = (KG_ENTITY, KG_REL_EVENT, KG_MILESTONE, KG_TURN)
 ALL_LABELS: frozenset[str] = frozenset((ENTITY, *ENTITY_LABELS, *INFRA_LABELS, *DIALOGUE_LABELS))

@@ -29,7 +29,7 @@ def template(name: str) -> Template:
     return _environment().get_template(name if name.endswith(".j2") else f"{name}.j2")
 
 
-def render_messages(name: str, **context: Any) -> list[dict[str, str]]:
+def render_messages(name: str, /, **context: Any) -> list[dict[str, str]]:
     """Render `<agent>/<template>` into [system, user] chat messages."""
     tmpl = template(name)
     ctx = tmpl.new_context(context)
