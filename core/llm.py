@@ -535,9 +535,12 @@ class LLMGateway:
             stats.endpoint = target.endpoint.base_url
             convo = base
             tokens = max_tokens or tier.max_tokens
+            token_cap = tier.context_window
             if self.settings.openai_base_url is None and target.model == LOCAL_CHAT_MODEL:
-                # The embedded 135M model can loop until the cap: keep its answers short.
-                tokens = min(tokens, self.settings.local_max_tokens)
+                # The embedded 135M model can loop until any cap: keep its answers short and
+                # ask it again for a shorter answer rather than giving it more room.
+                token_cap = self.settings.local_max_tokens
+                tokens = min(tokens, token_cap)
             transient_failures = 0
             for attempt in range(1, max_attempts + 1):
                 stats.attempts += 1
@@ -604,7 +607,7 @@ class LLMGateway:
                 stats.retries_bad_output += 1
                 if finish == "length":
                     # Cut off: the same question with more room, within the context window.
-                    room = max(tier.context_window - _estimate_tokens(convo), tokens)
+                    room = max(min(token_cap, tier.context_window - _estimate_tokens(convo)), tokens)
                     grown = min(room, int(tokens * 1.5))
                     if grown > tokens:
                         tokens = grown
