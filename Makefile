@@ -8,7 +8,7 @@ PREMISE ?= A lighthouse keeper on a storm-bound island finds a letter addressed 
 # AVX2 build: a -march=native build emits AMX/AVX-512 code that some VMs forbid (SIGILL).
 LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: install run test doctor lint bench
+.PHONY: install run test smoke doctor lint
 
 install: $(VENV)/.skald-installed
 
@@ -25,6 +25,9 @@ run: install
 
 test: install
 	$(PY) -m pytest
+
+smoke: install
+	SKALD_SMOKE_CHAPTER=1 $(PY) -m pytest -m smoke -v
 
 doctor: install
 	$(PY) -m core.doctor --project-dir "$(PROJECT)"

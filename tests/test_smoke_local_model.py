@@ -43,6 +43,10 @@ def test_structured_call_on_the_local_model(tmp_path: Path) -> None:
     assert record.model == "smollm2-135m-instruct" and record.outcome == "ok" and record.completion_tokens > 0
 
 
+@pytest.mark.skipif(
+    bool(os.environ.get("CI")) and os.environ.get("SKALD_SMOKE_CHAPTER") != "1",
+    reason="a real-model chapter takes 10-30 min on 2 cores: in CI run it with SKALD_SMOKE_CHAPTER=1 (make smoke)",
+)
 def test_one_chapter_one_scene_on_the_local_model(tmp_path: Path) -> None:
     """The main job on the embedded defaults: local LLM, local embeddings, embedded ArcadeDB."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_"))}

@@ -76,5 +76,5 @@ class OutlineLocation(_Out):
 class OutlineRelationships(_Out):
     """relationships.j2"""
 
-    relationships: list[OutlineRelationship] = Field(default_factory=list, max_length=40)
-    locations: list[OutlineLocation] = Field(default_factory=list, max_length=20)
+    relationships: list[OutlineRelationship] = Field(default_factory=list, max_length=8)
+    locations: list[OutlineLocation] = Field(default_factory=list, max_length=6)
