@@ -170,7 +170,7 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     """Write `data` to `path` so readers see either the old file or the complete new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -186,6 +186,16 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Atomically write `text` unless the file already holds exactly that (a re-run then
+    leaves files and their mtimes alone); True if written."""
+    data = text.encode("utf-8")
+    if path.exists() and path.read_bytes() == data:
+        return False
+    atomic_write(path, data)
+    return True
 
 
 def _hash_file(path: Path) -> tuple[int, str]:
@@ -366,14 +376,14 @@ class ContentStore:
                         return self._make_ref(content_type, version, path, len(data), sha)
                     if on_disk[:SHORT_HASH] != parsed["short"]:
                         # The latest file is corrupt and we hold its true bytes: repair in place.
-                        _atomic_write(path, data)
+                        atomic_write(path, data)
                         return self._make_ref(content_type, version, path, len(data), sha)
                     # Otherwise a 48-bit prefix collision with different bytes: new version.
             # Dedupe only against the latest version, so after any put latest() holds exactly
             # what was just written (A, B, A gives v3 == A, not a stale v1).
             version = found[-1][0] + 1 if found else 1
             path = self.root / content_type / f"{name}.v{version}.{sha[:SHORT_HASH]}.{ext}"
-            _atomic_write(path, data)
+            atomic_write(path, data)
         return self._make_ref(content_type, version, path, len(data), sha)
 
     @contextlib.contextmanager

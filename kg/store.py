@@ -9,14 +9,15 @@ transient failures (ArcadeDB's DeadlockDetected) by re-running the whole transac
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import random
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import neo4j
 from neo4j import GraphDatabase, ManagedTransaction
@@ -205,33 +206,32 @@ class GraphStore:
         self, work: Callable[Concatenate[ManagedTransaction, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
         """Run `work(tx, ...)` in one managed write transaction (retried on transient errors)."""
-        try:
-            with self.driver.session(database=self.endpoint.database) as session:
-                return session.execute_write(work, *args, **kwargs)
-        except SkaldError:
-            raise
-        except (nx.ServiceUnavailable, nx.SessionExpired) as exc:
-            raise GraphUnavailableError(
-                f"graph at {self.endpoint.uri} became unreachable; the transaction was not committed ({_one_line(exc)})",
-                hint="check the graph server and retry",
-            ) from exc
-        except (nx.Neo4jError, nx.DriverError) as exc:
-            raise GraphWriteError(f"graph write failed and was rolled back: {_one_line(exc)}") from exc
+        with self._session("write") as session:
+            return session.execute_write(work, *args, **kwargs)
 
     def execute_read(
         self, work: Callable[Concatenate[ManagedTransaction, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
+        with self._session("read") as session:
+            return session.execute_read(work, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def _session(self, kind: Literal["read", "write"]) -> Iterator[neo4j.Session]:
+        """A session whose driver errors surface as the project's one-line errors."""
         try:
             with self.driver.session(database=self.endpoint.database) as session:
-                return session.execute_read(work, *args, **kwargs)
+                yield session
         except SkaldError:
             raise
         except (nx.ServiceUnavailable, nx.SessionExpired) as exc:
+            lost = "; the transaction was not committed" if kind == "write" else ""
             raise GraphUnavailableError(
-                f"graph at {self.endpoint.uri} became unreachable ({_one_line(exc)})",
+                f"graph at {self.endpoint.uri} became unreachable{lost} ({_one_line(exc)})",
                 hint="check the graph server and retry",
             ) from exc
         except (nx.Neo4jError, nx.DriverError) as exc:
+            if kind == "write":
+                raise GraphWriteError(f"graph write failed and was rolled back: {_one_line(exc)}") from exc
             raise GraphQueryError(f"graph read failed: {_one_line(exc)}") from exc
 
     def read(self, query: str, **params: Any) -> list[dict[str, Any]]:

@@ -6,35 +6,14 @@ finished project leaves every file (and its mtime) as it was.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from core.content import ContentRef
+from core.content import ContentRef, write_if_changed
 from core.runtime import runtime
-
-
-def write_if_changed(path: Path, text: str) -> bool:
-    """Atomically write `text` to `path` unless it already holds exactly that; True if written."""
-    data = text.encode("utf-8")
-    if path.exists() and path.read_bytes() == data:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return True
 
 
 def chapter_path(project_dir: Path, number: int) -> Path:

@@ -14,7 +14,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
-from core.content import ContentRef
+from core.content import ContentRef, write_if_changed
 from core.errors import ContentIntegrityError
 from core.runtime import runtime
 from prompts.initialization.models import (
@@ -27,7 +27,6 @@ from prompts.initialization.models import (
     OutlineRelationship,
     OutlineRelationships,
 )
-from tasks.export import write_if_changed
 
 
 def slug(name: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.settings import Settings, load_settings
+from kg.store import GraphStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DIALOGUES_DIR = REPO_ROOT.parent / "shared" / "data" / "dialogues"
@@ -34,6 +35,21 @@ def graph_settings(graph_project: Path) -> Iterator[Settings]:
     settings = load_settings(graph_project)
     graph_endpoint(settings)  # start once, up front
     yield settings
+
+
+@pytest.fixture(scope="module")
+def graph(graph_settings: Settings) -> Iterator[GraphStore]:
+    """One connection to the session graph per test module."""
+    store = GraphStore.open(graph_settings)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def store(graph: GraphStore) -> GraphStore:
+    """The session graph, wiped: every test using it starts from an empty (migrated) graph."""
+    graph.wipe()
+    return graph
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,19 +30,6 @@ from kg.models import (
 )
 from kg.store import GraphStore
 from kg.transfer import dumps_export
-
-
-@pytest.fixture(scope="module")
-def graph(graph_settings: Settings) -> Iterator[GraphStore]:
-    store = GraphStore.open(graph_settings)
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def store(graph: GraphStore) -> GraphStore:
-    graph.wipe()  # every test starts from an empty (migrated) graph
-    return graph
 
 
 def snapshot(store: GraphStore) -> str:

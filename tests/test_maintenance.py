@@ -184,19 +184,6 @@ def plant_qa_problems(store: GraphStore) -> None:
 # --- Fixtures ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def graph(graph_settings: Settings) -> Iterator[GraphStore]:
-    store = GraphStore.open(graph_settings)
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def store(graph: GraphStore) -> GraphStore:
-    graph.wipe()  # every test starts from an empty (migrated) graph
-    return graph
-
-
 @pytest.fixture
 def llm() -> Iterator[ScriptedLLM]:
     with ScriptedLLM() as server:
