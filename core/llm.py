@@ -19,6 +19,7 @@ The openai client's own retries are off (`max_retries=0`): one retry policy, our
 from __future__ import annotations
 
 import asyncio
+import copy
 import email.utils
 import random
 import re
@@ -55,6 +56,11 @@ EMBEDDING_TIER = "embedding"
 FEEDBACK = "Your previous answer was invalid: {error}. Reply with only JSON matching the schema."
 _UNAVAILABLE_HINT = "is the server running? set OPENAI_BASE_URL"
 _EMBEDDING_HINT = "is the server running? set SKALD_EMBEDDING_BASE_URL"
+# Grammar bounds for the embedded 135M model: llama-server compiles maxLength / maxItems into
+# its sampling grammar, so a string that would loop is closed instead of running into the
+# token cap (which leaves invalid JSON). Sized so a typical answer fits local_max_tokens.
+LOCAL_MAX_STRING_CHARS = 240
+LOCAL_MAX_ITEMS = 4
 
 
 class RetryPolicy(BaseModel):
@@ -521,7 +527,6 @@ class LLMGateway:
         tier = self.settings.tier(tier_name)
         targets = self._health.order(self._targets(tier_name, model))
         max_attempts = self.settings.limits.llm_max_attempts
-        response_format = response_format_for(output_model) if output_model is not None else None
         temp = tier.temperature if temperature is None else temperature
         base = messages if isinstance(messages, list) else list(messages)
         failure: Literal["unavailable", "bad_output"] = "unavailable"
@@ -536,11 +541,14 @@ class LLMGateway:
             convo = base
             tokens = max_tokens or tier.max_tokens
             token_cap = tier.context_window
+            response_format = response_format_for(output_model) if output_model is not None else None
             if self.settings.openai_base_url is None and target.model == LOCAL_CHAT_MODEL:
                 # The embedded 135M model can loop until any cap: keep its answers short and
                 # ask it again for a shorter answer rather than giving it more room.
                 token_cap = self.settings.local_max_tokens
                 tokens = min(tokens, token_cap)
+                if output_model is not None:
+                    response_format = bounded_response_format_for(output_model)
             transient_failures = 0
             for attempt in range(1, max_attempts + 1):
                 stats.attempts += 1
@@ -953,6 +961,36 @@ def response_format_for(model: type[BaseModel]) -> dict[str, Any]:
     _make_strict(schema, schema)
     name = re.sub(r"[^A-Za-z0-9_-]", "_", model.__name__)[:64]
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+
+
+@cache
+def bounded_response_format_for(model: type[BaseModel]) -> dict[str, Any]:
+    """response_format_for(model) with every string and array bounded (LOCAL_MAX_*): for
+    small local models whose grammar-constrained sampling enforces the bounds. Existing
+    tighter bounds are kept, and a bound never goes below a field's own minimum."""
+    schema = copy.deepcopy(response_format_for(model)["json_schema"]["schema"])
+    _bound(schema)
+    return {"type": "json_schema", "json_schema": {**response_format_for(model)["json_schema"], "schema": schema}}
+
+
+def _bound(node: Any) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _bound(item)
+        return
+    if not isinstance(node, dict):
+        return
+    kind = node.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "string" in kinds and "enum" not in node and "const" not in node and "pattern" not in node and "format" not in node:
+        cap = max(LOCAL_MAX_STRING_CHARS, node.get("minLength", 0))
+        node["maxLength"] = min(node.get("maxLength", cap), cap)
+    if "array" in kinds:
+        cap = max(LOCAL_MAX_ITEMS, node.get("minItems", 0))
+        node["maxItems"] = min(node.get("maxItems", cap), cap)
+    for value in node.values():
+        if isinstance(value, dict | list):
+            _bound(value)
 
 
 def _make_strict(node: Any, root: dict[str, Any]) -> Any:

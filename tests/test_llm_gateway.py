@@ -18,7 +18,17 @@ import pytest
 from pydantic import BaseModel, Field, SecretStr
 
 from core.errors import LLMBadOutputError, LLMFatalError, LLMUnavailableError
-from core.llm import CallRecord, LLMGateway, RetryPolicy, repair_json, summarize_records
+from core.llm import (
+    LOCAL_MAX_ITEMS,
+    LOCAL_MAX_STRING_CHARS,
+    CallRecord,
+    LLMGateway,
+    RetryPolicy,
+    bounded_response_format_for,
+    repair_json,
+    response_format_for,
+    summarize_records,
+)
 from core.settings import RunLimits, Settings
 from tests.scripted_llm import ScriptedLLM, hashed_embedding, instance_from_schema
 
@@ -203,6 +213,30 @@ def test_repair_json_handles_fences_prose_commas_and_smart_quotes() -> None:
     assert repair_json("\u201ca\u201d: 1") is None
     assert repair_json('{\u201ca\u201d: \u201csay "hi"\u201d}') == '{"a": "say \\"hi\\""}'
     assert repair_json("no json here") is None
+
+
+class Ledger(BaseModel):
+    code: str = Field(max_length=8)
+    essay: str = Field(min_length=LOCAL_MAX_STRING_CHARS + 50)
+    notes: list[str] = Field(min_length=LOCAL_MAX_ITEMS + 2)
+    tags: list[str] = Field(max_length=2)
+    tone: Tone
+
+
+def test_bounded_schema_closes_every_string_and_list_for_the_tiny_local_model() -> None:
+    bounded = bounded_response_format_for(Ledger)["json_schema"]["schema"]
+    props = bounded["properties"]
+    assert props["code"]["maxLength"] == 8  # a tighter bound is kept
+    assert props["essay"]["maxLength"] == LOCAL_MAX_STRING_CHARS + 50  # never below the minimum
+    assert props["notes"]["maxItems"] == LOCAL_MAX_ITEMS + 2
+    assert props["notes"]["items"]["maxLength"] == LOCAL_MAX_STRING_CHARS
+    assert props["tags"]["maxItems"] == 2
+    assert "maxLength" not in str(bounded["$defs"]["Tone"])  # enums are already bounded
+    card = bounded_response_format_for(SceneCard)["json_schema"]["schema"]
+    assert card["properties"]["title"]["maxLength"] == LOCAL_MAX_STRING_CHARS
+    assert card["properties"]["beats"]["maxItems"] == LOCAL_MAX_ITEMS
+    # the strict format sent to real endpoints is untouched
+    assert "maxLength" not in str(response_format_for(SceneCard)["json_schema"]["schema"]["properties"]["title"])
 
 
 def test_bad_output_is_retried_with_the_validation_error(server: ScriptedLLM) -> None:
