@@ -59,8 +59,8 @@ _EMBEDDING_HINT = "is the server running? set SKALD_EMBEDDING_BASE_URL"
 # Grammar bounds for the embedded 135M model: llama-server compiles maxLength / maxItems into
 # its sampling grammar, so a string that would loop is closed instead of running into the
 # token cap (which leaves invalid JSON). Sized so a typical answer fits local_max_tokens.
-LOCAL_MAX_STRING_CHARS = 240
-LOCAL_MAX_ITEMS = 4
+LOCAL_MAX_STRING_CHARS = 160
+LOCAL_MAX_ITEMS = 3
 
 
 class RetryPolicy(BaseModel):

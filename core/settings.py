@@ -150,7 +150,7 @@ class Settings(BaseSettings):
     )
     default_model: str = Field("gpt-4o-mini", min_length=1, description="used by tiers with no models")
     # Completion cap for the embedded SmolLM2 default (a tiny model can loop until any cap).
-    local_max_tokens: int = Field(512, ge=32, le=8192)
+    local_max_tokens: int = Field(1024, ge=32, le=8192)
     tiers: dict[TierName, TierSettings] = Field(default_factory=_default_tiers)
     # Dialogue sidecar slot -> model (request `config.models.<slot>` overrides these).
     slot_models: dict[str, str] = Field(default_factory=dict)
