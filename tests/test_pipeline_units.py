@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from kg.models import ChapterDelta, Entity, Relationship, SceneDelta
 from prompts.knowledge.models import SceneExtraction
 from prompts.validation.models import QualityScores
@@ -83,6 +86,15 @@ def test_revision_needed() -> None:
     assert revision_needed(good.model_copy(update={"coherence": 0.0, "pacing": 0.0, "prose_quality": 0.0}), [], 0.5)
     error = Problem(kind="duplicate_scene", severity="error", message="x")
     assert revision_needed(good, [error], 0.5)
+
+
+def test_quality_scores_on_a_ten_or_hundred_point_scale_are_rescaled() -> None:
+    scores = QualityScores(coherence=8, prose_quality=0.7, plot_advancement=85, pacing=1, tone_consistency=10)
+    assert (scores.coherence, scores.prose_quality, scores.plot_advancement, scores.pacing, scores.tone_consistency) == (
+        0.8, 0.7, 0.85, 1.0, 1.0)
+    for bad in (-0.1, 101):
+        with pytest.raises(ValidationError):
+            QualityScores(coherence=bad, prose_quality=0.5, plot_advancement=0.5, pacing=0.5, tone_consistency=0.5)
 
 
 def test_act_ranges_cover_every_chapter_once() -> None:
