@@ -178,7 +178,10 @@ def local_llm_endpoint(settings: Settings) -> tuple[str, str]:
 
 def local_embedding_endpoint(settings: Settings) -> tuple[str, str]:
     """Start (once per process) a local embeddings server; return (base_url, model name)."""
-    server = _ensure("embed", settings, LOCAL_EMBED_MODEL, ["--embeddings", "--pooling", "mean", "-c", "2048"])
+    # A pooled embedding needs the whole input in one physical batch (-ub): the default 512
+    # rejects a long scene with HTTP 500 "input is too large to process".
+    embed_args = ["--embeddings", "--pooling", "mean", "-c", "2048", "-b", "2048", "-ub", "2048"]
+    server = _ensure("embed", settings, LOCAL_EMBED_MODEL, embed_args)
     return server.base_url, LOCAL_EMBED_MODEL
 
 
