@@ -968,9 +968,10 @@ def bounded_response_format_for(model: type[BaseModel]) -> dict[str, Any]:
     """response_format_for(model) with every string and array bounded (LOCAL_MAX_*): for
     small local models whose grammar-constrained sampling enforces the bounds. Existing
     tighter bounds are kept, and a bound never goes below a field's own minimum."""
-    schema = copy.deepcopy(response_format_for(model)["json_schema"]["schema"])
+    strict = response_format_for(model)["json_schema"]
+    schema = copy.deepcopy(strict["schema"])
     _bound(schema)
-    return {"type": "json_schema", "json_schema": {**response_format_for(model)["json_schema"], "schema": schema}}
+    return {"type": "json_schema", "json_schema": {**strict, "schema": schema}}
 
 
 def _bound(node: Any) -> None:
