@@ -61,6 +61,9 @@ _EMBEDDING_HINT = "is the server running? set SKALD_EMBEDDING_BASE_URL"
 # token cap (which leaves invalid JSON). Sized so a typical answer fits local_max_tokens.
 LOCAL_MAX_STRING_CHARS = 160
 LOCAL_MAX_ITEMS = 3
+# llama-server's grammar bounds integers but not floats (a tiny model then answers -3 for a
+# 0-1 score); a bounded float becomes an enum of this many evenly spaced values instead.
+LOCAL_NUMBER_STEPS = 20
 
 
 class RetryPolicy(BaseModel):
@@ -965,9 +968,10 @@ def response_format_for(model: type[BaseModel]) -> dict[str, Any]:
 
 @cache
 def bounded_response_format_for(model: type[BaseModel]) -> dict[str, Any]:
-    """response_format_for(model) with every string and array bounded (LOCAL_MAX_*): for
-    small local models whose grammar-constrained sampling enforces the bounds. Existing
-    tighter bounds are kept, and a bound never goes below a field's own minimum."""
+    """response_format_for(model) with every string and array bounded (LOCAL_MAX_*) and every
+    float with a minimum and maximum turned into an enum of steps: for small local models
+    whose grammar-constrained sampling enforces the bounds. Existing tighter bounds are kept,
+    and a bound never goes below a field's own minimum."""
     strict = response_format_for(model)["json_schema"]
     schema = copy.deepcopy(strict["schema"])
     _bound(schema)
@@ -989,6 +993,9 @@ def _bound(node: Any) -> None:
     if "array" in kinds:
         cap = max(LOCAL_MAX_ITEMS, node.get("minItems", 0))
         node["maxItems"] = min(node.get("maxItems", cap), cap)
+    low, high = node.get("minimum"), node.get("maximum")
+    if kinds == ["number"] and "enum" not in node and "const" not in node and low is not None and high is not None:
+        node["enum"] = [round(low + (high - low) * i / LOCAL_NUMBER_STEPS, 6) for i in range(LOCAL_NUMBER_STEPS + 1)]
     for value in node.values():
         if isinstance(value, dict | list):
             _bound(value)

@@ -221,6 +221,10 @@ class Ledger(BaseModel):
     notes: list[str] = Field(min_length=LOCAL_MAX_ITEMS + 2)
     tags: list[str] = Field(max_length=2)
     tone: Tone
+    score: float = Field(ge=0.0, le=1.0)
+    delta: float = Field(ge=-1.0, le=1.0)
+    ratio: float = Field(ge=0.0)
+    count: int = Field(ge=0, le=9)
 
 
 def test_bounded_schema_closes_every_string_and_list_for_the_tiny_local_model() -> None:
@@ -232,6 +236,11 @@ def test_bounded_schema_closes_every_string_and_list_for_the_tiny_local_model() 
     assert props["notes"]["items"]["maxLength"] == LOCAL_MAX_STRING_CHARS
     assert props["tags"]["maxItems"] == 2
     assert "maxLength" not in str(bounded["$defs"]["Tone"])  # enums are already bounded
+    # floats with both bounds become grammar-enforceable steps; the rest is left alone
+    assert props["score"]["enum"][:3] == [0.0, 0.05, 0.1] and props["score"]["enum"][-1] == 1.0
+    assert len(props["score"]["enum"]) == 21 and all(0.0 <= v <= 1.0 for v in props["score"]["enum"])
+    assert props["delta"]["enum"][0] == -1.0 and props["delta"]["enum"][10] == 0.0 and props["delta"]["enum"][-1] == 1.0
+    assert "enum" not in props["ratio"] and "enum" not in props["count"]
     card = bounded_response_format_for(SceneCard)["json_schema"]["schema"]
     assert card["properties"]["title"]["maxLength"] == LOCAL_MAX_STRING_CHARS
     assert card["properties"]["beats"]["maxItems"] == LOCAL_MAX_ITEMS
