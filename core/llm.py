@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import email.utils
+import json
 import random
 import re
 import threading
@@ -30,7 +31,7 @@ from collections import deque
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -43,7 +44,7 @@ from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import LLMBadOutputError, LLMError, LLMFatalError, LLMUnavailableError
-from core.llm_server import LOCAL_CHAT_MODEL
+from core.llm_server import LOCAL_CHAT_MODEL, LOCAL_EMBED_MAX_CHARS, LOCAL_EMBED_MODEL
 from core.settings import Settings
 
 T = TypeVar("T", bound=BaseModel)
@@ -58,9 +59,16 @@ _UNAVAILABLE_HINT = "is the server running? set OPENAI_BASE_URL"
 _EMBEDDING_HINT = "is the server running? set SKALD_EMBEDDING_BASE_URL"
 # Grammar bounds for the embedded 135M model: llama-server compiles maxLength / maxItems into
 # its sampling grammar, so a string that would loop is closed instead of running into the
-# token cap (which leaves invalid JSON). Sized so a typical answer fits local_max_tokens.
+# token cap (which leaves invalid JSON); string caps shrink so the whole answer fits.
 LOCAL_MAX_STRING_CHARS = 160
+LOCAL_MIN_STRING_CHARS = 24
 LOCAL_MAX_ITEMS = 3
+# Characters per SmolLM2 token assumed when sizing string caps to the token cap: English runs
+# ~4, the model's repetitive junk less.
+LOCAL_CHARS_PER_TOKEN = 3
+# What the grammar lets the model spend around one field or item: quotes, colon, comma and
+# a newline with indentation.
+_JSON_SEPARATOR_CHARS = 12
 # llama-server's grammar bounds integers but not floats (a tiny model then answers -3 for a
 # 0-1 score); a bounded float becomes an enum of this many evenly spaced values instead.
 LOCAL_NUMBER_STEPS = 20
@@ -551,7 +559,7 @@ class LLMGateway:
                 token_cap = self.settings.local_max_tokens
                 tokens = min(tokens, token_cap)
                 if output_model is not None:
-                    response_format = bounded_response_format_for(output_model)
+                    response_format = bounded_response_format_for(output_model, tokens)
             transient_failures = 0
             for attempt in range(1, max_attempts + 1):
                 stats.attempts += 1
@@ -653,6 +661,10 @@ class LLMGateway:
         try:
             target = self._embedding_target()
             stats.model, stats.endpoint = target.model, target.endpoint.base_url
+            if self.settings.embedding_base_url is None and target.model == LOCAL_EMBED_MODEL:
+                # The local server rejects an input longer than its batch (HTTP 500) instead of
+                # truncating; a scene's opening is a fair vector for it, a failure is none.
+                texts = [text[:LOCAL_EMBED_MAX_CHARS] for text in texts]
             rows: list[np.ndarray] = []
             size = self.retry.embed_batch_size
             for start in range(0, len(texts), size):
@@ -851,10 +863,15 @@ class LLMGateway:
 
 
 # --------------------------------------------------------------------------- failures
+_TOO_LARGE = re.compile(r"too large to process|exceeds the available context size", re.IGNORECASE)
+
+
 def _classify(exc: openai.OpenAIError) -> _FailureKind:
     if isinstance(exc, openai.RateLimitError):
         # An exhausted quota is also a 429, but waiting will not refill it.
         return "fatal" if exc.code == "insufficient_quota" else "rate_limited"
+    if isinstance(exc, openai.APIStatusError) and _TOO_LARGE.search(_api_detail(exc)):
+        return "fatal"  # llama-server's HTTP 500 for an input over its batch: the same every time
     if isinstance(exc, openai.APIConnectionError | openai.InternalServerError):
         return "transient"  # APITimeoutError is an APIConnectionError
     if isinstance(exc, openai.APIStatusError):
@@ -966,29 +983,39 @@ def response_format_for(model: type[BaseModel]) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
 
 
-@cache
-def bounded_response_format_for(model: type[BaseModel]) -> dict[str, Any]:
-    """response_format_for(model) with every string and array bounded (LOCAL_MAX_*) and every
-    float with a minimum and maximum turned into an enum of steps: for small local models
-    whose grammar-constrained sampling enforces the bounds. Existing tighter bounds are kept,
+@lru_cache(maxsize=256)
+def bounded_response_format_for(model: type[BaseModel], max_tokens: int) -> dict[str, Any]:
+    """response_format_for(model) bounded for small local models whose grammar-constrained
+    sampling enforces the bounds: every array gets at most LOCAL_MAX_ITEMS items, every free
+    string a length cap sized so that the longest answer the schema then allows fits in
+    `max_tokens` (between LOCAL_MIN_STRING_CHARS and LOCAL_MAX_STRING_CHARS), and every float
+    with a minimum and maximum becomes an enum of steps. Existing tighter bounds are kept,
     and a bound never goes below a field's own minimum."""
     strict = response_format_for(model)["json_schema"]
     schema = copy.deepcopy(strict["schema"])
-    _bound(schema)
+    _bound(schema, LOCAL_MAX_STRING_CHARS)  # arrays first: the size estimate reads maxItems
+    strings, fixed = _longest_answer(schema, schema, 0)
+    room = max_tokens * LOCAL_CHARS_PER_TOKEN - fixed
+    cap = int(room / strings) if strings else LOCAL_MAX_STRING_CHARS
+    _bound(schema, min(LOCAL_MAX_STRING_CHARS, max(LOCAL_MIN_STRING_CHARS, cap)))
     return {"type": "json_schema", "json_schema": {**strict, "schema": schema}}
 
 
-def _bound(node: Any) -> None:
+def _free_string(node: dict[str, Any], kinds: list[Any]) -> bool:
+    return "string" in kinds and not any(k in node for k in ("enum", "const", "pattern", "format"))
+
+
+def _bound(node: Any, string_cap: int) -> None:
     if isinstance(node, list):
         for item in node:
-            _bound(item)
+            _bound(item, string_cap)
         return
     if not isinstance(node, dict):
         return
     kind = node.get("type")
     kinds = kind if isinstance(kind, list) else [kind]
-    if "string" in kinds and "enum" not in node and "const" not in node and "pattern" not in node and "format" not in node:
-        cap = max(LOCAL_MAX_STRING_CHARS, node.get("minLength", 0))
+    if _free_string(node, kinds):
+        cap = max(string_cap, node.get("minLength", 0))
         node["maxLength"] = min(node.get("maxLength", cap), cap)
     if "array" in kinds:
         cap = max(LOCAL_MAX_ITEMS, node.get("minItems", 0))
@@ -998,7 +1025,41 @@ def _bound(node: Any) -> None:
         node["enum"] = [round(low + (high - low) * i / LOCAL_NUMBER_STEPS, 6) for i in range(LOCAL_NUMBER_STEPS + 1)]
     for value in node.values():
         if isinstance(value, dict | list):
-            _bound(value)
+            _bound(value, string_cap)
+
+
+def _longest_answer(node: Any, root: dict[str, Any], depth: int) -> tuple[int, int]:
+    """(free strings, other characters) in the longest JSON the bounded schema allows, counting
+    the grammar's optional whitespace; a guess for unbounded parts (recursion, open arrays)."""
+    if not isinstance(node, dict) or depth > 12:
+        return 0, 8
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        return _longest_answer(target, root, depth + 1)
+    for key in ("anyOf", "oneOf"):
+        if isinstance(node.get(key), list) and node[key]:
+            return max((_longest_answer(b, root, depth + 1) for b in node[key]), key=lambda t: t[0] * 100 + t[1])
+    if "enum" in node or "const" in node:
+        values = node.get("enum", [node.get("const")])
+        return 0, max((len(json.dumps(v)) for v in values), default=4)
+    kind = node.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "object" in kinds and isinstance(node.get("properties"), dict):
+        strings, fixed = 0, 2
+        for key, sub in node["properties"].items():
+            s, f = _longest_answer(sub, root, depth + 1)
+            strings, fixed = strings + s, fixed + f + len(json.dumps(key)) + _JSON_SEPARATOR_CHARS
+        return strings, fixed
+    if "array" in kinds:
+        items = node.get("maxItems", LOCAL_MAX_ITEMS)
+        s, f = _longest_answer(node.get("items", {}), root, depth + 1)
+        return items * s, 2 + items * (f + _JSON_SEPARATOR_CHARS)
+    if _free_string(node, kinds):
+        return 1, 2
+    return 0, 24 if "string" in kinds else 8
 
 
 def _make_strict(node: Any, root: dict[str, Any]) -> Any:

@@ -13,7 +13,7 @@ Unscripted json_schema requests get a minimal valid instance generated from the 
 plain chat gets "Scripted reply.", and embeddings are a deterministic hashed bag of words,
 so end-to-end tests script only what they care about. Faults ("http_500", "http_429",
 "timeout", "malformed_json", "truncated_json", "schema_invalid", "near_json", "http_401",
-"http_404_model") are injected from a queue (`fail_next`) or at seeded random rates
+"http_404_model", "http_500_too_large") are injected from a queue (`fail_next`) or at seeded random rates
 (`fault_rates`). Run standalone with `python -m tests.scripted_llm --port 8089`.
 """
 
@@ -47,6 +47,7 @@ FaultKind = Literal[
     "near_json",
     "http_401",
     "http_404_model",
+    "http_500_too_large",
 ]
 FAULT_KINDS: tuple[str, ...] = (
     "http_500",
@@ -58,13 +59,14 @@ FAULT_KINDS: tuple[str, ...] = (
     "near_json",
     "http_401",
     "http_404_model",
+    "http_500_too_large",
 )
 # Faults that corrupt the message content: only meaningful for JSON-mode chat requests.
 JSON_FAULTS: frozenset[str] = frozenset(
     {"malformed_json", "truncated_json", "schema_invalid", "near_json"}
 )
 HTTP_FAULTS: frozenset[str] = frozenset(
-    {"http_500", "http_429", "timeout", "http_401", "http_404_model"}
+    {"http_500", "http_429", "timeout", "http_401", "http_404_model", "http_500_too_large"}
 )
 
 DEFAULT_REPLY = "Scripted reply."
@@ -338,6 +340,9 @@ class ScriptedLLM:
     def _http_fault(self, fault: str | None, request: ScriptedRequest) -> _Reply | None:
         if fault == "http_500":
             return _Reply(500, _error("scripted internal server error", "server_error"))
+        if fault == "http_500_too_large":  # llama-server's answer to an input over its batch
+            message = "input (900 tokens) is too large to process. increase the physical batch size (current batch size: 512)"
+            return _Reply(500, _error(message, "server_error"))
         if fault == "http_429":
             return _Reply(
                 429,

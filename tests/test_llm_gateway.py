@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pydantic import BaseModel, Field, SecretStr
 
 from core.errors import LLMBadOutputError, LLMFatalError, LLMUnavailableError
 from core.llm import (
+    LOCAL_CHARS_PER_TOKEN,
     LOCAL_MAX_ITEMS,
     LOCAL_MAX_STRING_CHARS,
     CallRecord,
@@ -228,7 +230,7 @@ class Ledger(BaseModel):
 
 
 def test_bounded_schema_closes_every_string_and_list_for_the_tiny_local_model() -> None:
-    bounded = bounded_response_format_for(Ledger)["json_schema"]["schema"]
+    bounded = bounded_response_format_for(Ledger, 1024)["json_schema"]["schema"]
     props = bounded["properties"]
     assert props["code"]["maxLength"] == 8  # a tighter bound is kept
     assert props["essay"]["maxLength"] == LOCAL_MAX_STRING_CHARS + 50  # never below the minimum
@@ -241,11 +243,42 @@ def test_bounded_schema_closes_every_string_and_list_for_the_tiny_local_model() 
     assert len(props["score"]["enum"]) == 21 and all(0.0 <= v <= 1.0 for v in props["score"]["enum"])
     assert props["delta"]["enum"][0] == -1.0 and props["delta"]["enum"][10] == 0.0 and props["delta"]["enum"][-1] == 1.0
     assert "enum" not in props["ratio"] and "enum" not in props["count"]
-    card = bounded_response_format_for(SceneCard)["json_schema"]["schema"]
+    card = bounded_response_format_for(SceneCard, 1024)["json_schema"]["schema"]
     assert card["properties"]["title"]["maxLength"] == LOCAL_MAX_STRING_CHARS
     assert card["properties"]["beats"]["maxItems"] == LOCAL_MAX_ITEMS
     # the strict format sent to real endpoints is untouched
     assert "maxLength" not in str(response_format_for(SceneCard)["json_schema"]["schema"]["properties"]["title"])
+
+
+def _longest_instance(node: Any, root: dict[str, Any]) -> Any:
+    """The longest JSON value a bounded schema admits (every string and list at its cap)."""
+    if "$ref" in node:
+        return _longest_instance(root["$defs"][node["$ref"].rsplit("/", 1)[1]], root)
+    if "anyOf" in node:
+        return max((_longest_instance(b, root) for b in node["anyOf"]), key=lambda v: len(json.dumps(v)))
+    if "enum" in node:
+        return max(node["enum"], key=lambda v: len(json.dumps(v)))
+    kind = node.get("type")
+    if kind == "object":
+        return {k: _longest_instance(v, root) for k, v in node["properties"].items()}
+    if kind == "array":
+        return [_longest_instance(node["items"], root)] * node["maxItems"]
+    if kind == "string":
+        return "x" * node["maxLength"]
+    return 123456
+
+
+def test_bounded_string_caps_shrink_so_the_longest_answer_fits_the_token_cap() -> None:
+    from prompts.knowledge.models import SceneExtraction
+
+    tight = bounded_response_format_for(SceneExtraction, 1024)["json_schema"]["schema"]
+    roomy = bounded_response_format_for(SceneExtraction, 8192)["json_schema"]["schema"]
+    longest = json.dumps(_longest_instance(tight, tight), indent=2)
+    assert len(longest) <= 1024 * LOCAL_CHARS_PER_TOKEN  # it fits, even indented
+    assert len(json.dumps(_longest_instance(roomy, roomy), indent=2)) > 1024 * LOCAL_CHARS_PER_TOKEN
+    caps = {n["maxLength"] for n in tight["$defs"]["ExtractedEntity"]["properties"].values() if "maxLength" in n}
+    assert caps and max(caps) < LOCAL_MAX_STRING_CHARS
+    assert roomy["$defs"]["ExtractedEntity"]["properties"]["name"]["maxLength"] == LOCAL_MAX_STRING_CHARS
 
 
 def test_bad_output_is_retried_with_the_validation_error(server: ScriptedLLM) -> None:
@@ -430,6 +463,15 @@ def test_embeddings_shape_dtype_and_similarity(server: ScriptedLLM) -> None:
     assert np.allclose(vectors[0], hashed_embedding(texts[0]), atol=1e-6)
     assert gateway.embed([]).shape[0] == 0
     assert gateway.records[-2].tier == "embedding" and gateway.records[-2].outcome == "ok"
+
+
+def test_an_input_the_server_cannot_fit_is_not_retried(server: ScriptedLLM) -> None:
+    server.fail_next("http_500_too_large", n=3)
+    gateway = LLMGateway(_settings(server), retry=FAST)
+    with pytest.raises(LLMFatalError, match="too large to process"):
+        gateway.embed(["a scene far longer than the server's batch"])
+    assert server.counts_by_path["/v1/embeddings"] == 1  # deterministic: asking again is waste
+    assert gateway.records[-1].outcome == "fatal"
 
 
 # --------------------------------------------------------------------------- scripted server

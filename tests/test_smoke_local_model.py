@@ -43,6 +43,17 @@ def test_structured_call_on_the_local_model(tmp_path: Path) -> None:
     assert record.model == "smollm2-135m-instruct" and record.outcome == "ok" and record.completion_tokens > 0
 
 
+def test_a_scene_longer_than_the_local_embedding_window_still_embeds(tmp_path: Path) -> None:
+    from core.llm import LLMGateway
+
+    scene = "The fisherman mends his net while the tide turns and the gulls argue overhead. " * 300
+    with LLMGateway(load_settings(tmp_path), run_id="smoke") as gateway:
+        vectors = gateway.embed([scene, "A short line."])
+        record = gateway.records[-1]
+    assert len(scene) > 20_000  # ~5,000 tokens: more than the server's 2,048-token batch
+    assert vectors.shape[0] == 2 and vectors.shape[1] > 0 and record.outcome == "ok"
+
+
 @pytest.mark.skipif(
     bool(os.environ.get("CI")) and os.environ.get("SKALD_SMOKE_CHAPTER") != "1",
     reason="a real-model chapter takes 10-30 min on 2 cores: in CI run it with SKALD_SMOKE_CHAPTER=1 (make smoke)",
