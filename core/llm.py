@@ -69,6 +69,8 @@ LOCAL_CHARS_PER_TOKEN = 3
 # What the grammar lets the model spend around one field or item: quotes, colon, comma and
 # a newline with indentation.
 _JSON_SEPARATOR_CHARS = 12
+# Printable ASCII but the quote and backslash: one token at most per character.
+_ASCII_TEXT = r"[\x20\x21\x23-\x5b\x5d-\x7e]"
 # llama-server's grammar bounds integers but not floats (a tiny model then answers -3 for a
 # 0-1 score); a bounded float becomes an enum of this many evenly spaced values instead.
 LOCAL_NUMBER_STEPS = 20
@@ -553,13 +555,15 @@ class LLMGateway:
             tokens = max_tokens or tier.max_tokens
             token_cap = tier.context_window
             response_format = response_format_for(output_model) if output_model is not None else None
-            if self.settings.openai_base_url is None and target.model == LOCAL_CHAT_MODEL:
+            tiny = self.settings.openai_base_url is None and target.model == LOCAL_CHAT_MODEL
+            if tiny:
                 # The embedded 135M model can loop until any cap: keep its answers short and
-                # ask it again for a shorter answer rather than giving it more room.
+                # bound them in the grammar rather than giving it more room.
                 token_cap = self.settings.local_max_tokens
                 tokens = min(tokens, token_cap)
                 if output_model is not None:
                     response_format = bounded_response_format_for(output_model, tokens)
+            size_budget = tokens
             transient_failures = 0
             for attempt in range(1, max_attempts + 1):
                 stats.attempts += 1
@@ -624,6 +628,11 @@ class LLMGateway:
                 if attempt == max_attempts:
                     break
                 stats.retries_bad_output += 1
+                if finish == "length" and tiny and output_model is not None and size_budget > 64:
+                    # Cut off anyway: the tiny model ignores "shorter", so tighten the grammar.
+                    size_budget //= 2
+                    response_format = bounded_response_format_for(output_model, size_budget)
+                    continue
                 if finish == "length":
                     # Cut off: the same question with more room, within the context window.
                     room = max(min(token_cap, tier.context_window - _estimate_tokens(convo)), tokens)
@@ -986,51 +995,65 @@ def response_format_for(model: type[BaseModel]) -> dict[str, Any]:
 @lru_cache(maxsize=256)
 def bounded_response_format_for(model: type[BaseModel], max_tokens: int) -> dict[str, Any]:
     """response_format_for(model) bounded for small local models whose grammar-constrained
-    sampling enforces the bounds: every array gets at most LOCAL_MAX_ITEMS items, every free
-    string a length cap sized so that the longest answer the schema then allows fits in
-    `max_tokens` (between LOCAL_MIN_STRING_CHARS and LOCAL_MAX_STRING_CHARS), and every float
-    with a minimum and maximum becomes an enum of steps. Existing tighter bounds are kept,
-    and a bound never goes below a field's own minimum."""
+    sampling enforces the bounds: every array gets at most LOCAL_MAX_ITEMS items (fewer when
+    the token budget is small); every free
+    string is printable ASCII (an escape or an emoji costs several tokens per character) with
+    a length cap sized so that the longest answer the schema allows fits in `max_tokens`
+    (between LOCAL_MIN_STRING_CHARS and LOCAL_MAX_STRING_CHARS); every float with a minimum
+    and maximum becomes an enum of steps. Tighter bounds of the model are kept, and a bound
+    never goes below a field's own minimum."""
     strict = response_format_for(model)["json_schema"]
     schema = copy.deepcopy(strict["schema"])
-    _bound(schema, LOCAL_MAX_STRING_CHARS)  # arrays first: the size estimate reads maxItems
-    strings, fixed = _longest_answer(schema, schema, 0)
-    room = max_tokens * LOCAL_CHARS_PER_TOKEN - fixed
-    cap = int(room / strings) if strings else LOCAL_MAX_STRING_CHARS
-    _bound(schema, min(LOCAL_MAX_STRING_CHARS, max(LOCAL_MIN_STRING_CHARS, cap)))
+    for items in range(LOCAL_MAX_ITEMS, 0, -1):
+        # Fewer items before strings shorter than LOCAL_MIN_STRING_CHARS: three garbled names
+        # are worth less than one whole one.
+        strings, fixed = _longest_answer(schema, schema, 0, items)
+        room = max_tokens * LOCAL_CHARS_PER_TOKEN - fixed
+        cap = int(room / strings) if strings else LOCAL_MAX_STRING_CHARS
+        if cap >= LOCAL_MIN_STRING_CHARS:
+            break
+    _bound(schema, min(LOCAL_MAX_STRING_CHARS, max(LOCAL_MIN_STRING_CHARS, cap)), items)
     return {"type": "json_schema", "json_schema": {**strict, "schema": schema}}
 
 
-def _free_string(node: dict[str, Any], kinds: list[Any]) -> bool:
-    return "string" in kinds and not any(k in node for k in ("enum", "const", "pattern", "format"))
+def _kinds(node: dict[str, Any]) -> list[Any]:
+    kind = node.get("type")
+    return kind if isinstance(kind, list) else [kind]
 
 
-def _bound(node: Any, string_cap: int) -> None:
+def _free_string(node: dict[str, Any]) -> bool:
+    return "string" in _kinds(node) and not any(k in node for k in ("enum", "const", "pattern", "format"))
+
+
+def _items_cap(node: dict[str, Any], items: int) -> int:
+    cap = max(items, node.get("minItems", 0))
+    return int(min(node.get("maxItems", cap), cap))
+
+
+def _bound(node: Any, string_cap: int, items: int) -> None:
     if isinstance(node, list):
         for item in node:
-            _bound(item, string_cap)
+            _bound(item, string_cap, items)
         return
     if not isinstance(node, dict):
         return
-    kind = node.get("type")
-    kinds = kind if isinstance(kind, list) else [kind]
-    if _free_string(node, kinds):
-        cap = max(string_cap, node.get("minLength", 0))
-        node["maxLength"] = min(node.get("maxLength", cap), cap)
-    if "array" in kinds:
-        cap = max(LOCAL_MAX_ITEMS, node.get("minItems", 0))
-        node["maxItems"] = min(node.get("maxItems", cap), cap)
+    if _free_string(node):
+        low = node.get("minLength", 0)
+        node["maxLength"] = min(node.get("maxLength", max(string_cap, low)), max(string_cap, low))
+        node["pattern"] = f"^{_ASCII_TEXT}{{{low},{node['maxLength']}}}$"
+    if "array" in _kinds(node):
+        node["maxItems"] = _items_cap(node, items)
     low, high = node.get("minimum"), node.get("maximum")
-    if kinds == ["number"] and "enum" not in node and "const" not in node and low is not None and high is not None:
+    if _kinds(node) == ["number"] and "enum" not in node and "const" not in node and low is not None and high is not None:
         node["enum"] = [round(low + (high - low) * i / LOCAL_NUMBER_STEPS, 6) for i in range(LOCAL_NUMBER_STEPS + 1)]
     for value in node.values():
         if isinstance(value, dict | list):
-            _bound(value, string_cap)
+            _bound(value, string_cap, items)
 
 
-def _longest_answer(node: Any, root: dict[str, Any], depth: int) -> tuple[int, int]:
-    """(free strings, other characters) in the longest JSON the bounded schema allows, counting
-    the grammar's optional whitespace; a guess for unbounded parts (recursion, open arrays)."""
+def _longest_answer(node: Any, root: dict[str, Any], depth: int, items: int) -> tuple[int, int]:
+    """(free strings, other characters) in the longest JSON the schema allows once bounded,
+    counting the grammar's optional whitespace; a guess for what cannot be bounded (recursion)."""
     if not isinstance(node, dict) or depth > 12:
         return 0, 8
     ref = node.get("$ref")
@@ -1038,28 +1061,31 @@ def _longest_answer(node: Any, root: dict[str, Any], depth: int) -> tuple[int, i
         target: Any = root
         for part in ref[2:].split("/"):
             target = target.get(part, {}) if isinstance(target, dict) else {}
-        return _longest_answer(target, root, depth + 1)
+        return _longest_answer(target, root, depth + 1, items)
     for key in ("anyOf", "oneOf"):
         if isinstance(node.get(key), list) and node[key]:
-            return max((_longest_answer(b, root, depth + 1) for b in node[key]), key=lambda t: t[0] * 100 + t[1])
+            return max((_longest_answer(b, root, depth + 1, items) for b in node[key]), key=lambda t: t[0] * 100 + t[1])
     if "enum" in node or "const" in node:
         values = node.get("enum", [node.get("const")])
         return 0, max((len(json.dumps(v)) for v in values), default=4)
-    kind = node.get("type")
-    kinds = kind if isinstance(kind, list) else [kind]
+    kinds = _kinds(node)
     if "object" in kinds and isinstance(node.get("properties"), dict):
         strings, fixed = 0, 2
         for key, sub in node["properties"].items():
-            s, f = _longest_answer(sub, root, depth + 1)
+            s, f = _longest_answer(sub, root, depth + 1, items)
             strings, fixed = strings + s, fixed + f + len(json.dumps(key)) + _JSON_SEPARATOR_CHARS
         return strings, fixed
     if "array" in kinds:
-        items = node.get("maxItems", LOCAL_MAX_ITEMS)
-        s, f = _longest_answer(node.get("items", {}), root, depth + 1)
-        return items * s, 2 + items * (f + _JSON_SEPARATOR_CHARS)
-    if _free_string(node, kinds):
+        count = _items_cap(node, items)
+        s, f = _longest_answer(node.get("items", {}), root, depth + 1, items)
+        return count * s, 2 + count * (f + _JSON_SEPARATOR_CHARS)
+    if _free_string(node):
         return 1, 2
-    return 0, 24 if "string" in kinds else 8
+    if "string" in kinds:
+        return 0, 2 + int(node.get("maxLength", 24))
+    if kinds == ["number"] and "minimum" in node and "maximum" in node:
+        return 0, 8  # becomes an enum of short steps
+    return 0, 18
 
 
 def _make_strict(node: Any, root: dict[str, Any]) -> Any:

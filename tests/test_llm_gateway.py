@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from core.llm import (
     LOCAL_CHARS_PER_TOKEN,
     LOCAL_MAX_ITEMS,
     LOCAL_MAX_STRING_CHARS,
+    LOCAL_MIN_STRING_CHARS,
     CallRecord,
     LLMGateway,
     RetryPolicy,
@@ -31,6 +33,7 @@ from core.llm import (
     response_format_for,
     summarize_records,
 )
+from core.llm_server import LOCAL_CHAT_MODEL
 from core.settings import RunLimits, Settings
 from tests.scripted_llm import ScriptedLLM, hashed_embedding, instance_from_schema
 
@@ -238,6 +241,11 @@ def test_bounded_schema_closes_every_string_and_list_for_the_tiny_local_model() 
     assert props["notes"]["items"]["maxLength"] == LOCAL_MAX_STRING_CHARS
     assert props["tags"]["maxItems"] == 2
     assert "maxLength" not in str(bounded["$defs"]["Tone"])  # enums are already bounded
+    # printable ASCII only: an escape or emoji would cost several tokens per character
+    assert props["code"]["pattern"] == r"^[\x20\x21\x23-\x5b\x5d-\x7e]{0,8}$"
+    assert re.fullmatch(props["essay"]["pattern"], "x" * (LOCAL_MAX_STRING_CHARS + 50))
+    assert not re.fullmatch(props["essay"]["pattern"], "x" * LOCAL_MAX_STRING_CHARS)  # below minLength
+    assert not re.fullmatch(props["code"]["pattern"], "caf\u00e9") and not re.fullmatch(props["code"]["pattern"], 'a"b')
     # floats with both bounds become grammar-enforceable steps; the rest is left alone
     assert props["score"]["enum"][:3] == [0.0, 0.05, 0.1] and props["score"]["enum"][-1] == 1.0
     assert len(props["score"]["enum"]) == 21 and all(0.0 <= v <= 1.0 for v in props["score"]["enum"])
@@ -279,6 +287,26 @@ def test_bounded_string_caps_shrink_so_the_longest_answer_fits_the_token_cap() -
     caps = {n["maxLength"] for n in tight["$defs"]["ExtractedEntity"]["properties"].values() if "maxLength" in n}
     assert caps and max(caps) < LOCAL_MAX_STRING_CHARS
     assert roomy["$defs"]["ExtractedEntity"]["properties"]["name"]["maxLength"] == LOCAL_MAX_STRING_CHARS
+
+
+def test_a_cut_off_answer_of_the_tiny_local_model_is_asked_again_under_a_tighter_grammar(
+    server: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import core.llm_server
+    from prompts.knowledge.models import SceneExtraction
+
+    # Only the process launcher is replaced: the HTTP calls go to the scripted server.
+    monkeypatch.setattr(core.llm_server, "local_llm_endpoint", lambda settings: (server.base_url, LOCAL_CHAT_MODEL))
+    settings = Settings(openai_base_url=None, limits=RunLimits(), local_max_tokens=1024)
+    server.fail_next("truncated_json", n=2)
+    LLMGateway(settings, retry=FAST).structured("small", PROMPT, SceneExtraction)
+    schemas = [r.body["response_format"]["json_schema"]["schema"] for r in server.requests]
+    longest = [len(json.dumps(_longest_instance(s, s))) for s in schemas]
+    assert len(longest) == 3 and longest[0] > longest[1] > longest[2]  # tighter after each cut-off
+    assert [r.body["max_tokens"] for r in server.requests] == [1024] * 3  # not more room
+    names = [s["$defs"]["ExtractedEntity"]["properties"]["name"] for s in schemas]
+    assert all(n["maxLength"] >= LOCAL_MIN_STRING_CHARS for n in names)  # fewer items, not garbled names
+    assert [s["properties"]["entities"]["maxItems"] for s in schemas][-1] < LOCAL_MAX_ITEMS
 
 
 def test_bad_output_is_retried_with_the_validation_error(server: ScriptedLLM) -> None:
