@@ -6,6 +6,7 @@ finished project leaves every file (and its mtime) as it was.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from prefect import task
@@ -20,8 +21,19 @@ def chapter_path(project_dir: Path, number: int) -> Path:
     return project_dir / "chapters" / f"chapter_{number:03d}.md"
 
 
+# Models often number the title themselves ("Chapter 3: The Ford"); the heading adds the number.
+_NUMBERED_TITLE = re.compile(r"^\s*chapter\s+(?:\d+|[ivxlc]+)\b\s*[:.\-\u2013\u2014]?\s*", re.IGNORECASE)
+
+
+def chapter_heading(number: int, title: str) -> str:
+    bare = title
+    while (stripped := _NUMBERED_TITLE.sub("", bare, count=1)) != bare:
+        bare = stripped
+    return f"Chapter {number}: {bare.strip()}" if bare.strip() else f"Chapter {number}"
+
+
 def chapter_markdown(number: int, title: str, text: str) -> str:
-    return f"# Chapter {number}: {title}\n\n{text.strip()}\n"
+    return f"# {chapter_heading(number, title)}\n\n{text.strip()}\n"
 
 
 @task(name="finalize_chapter", cache_policy=NO_CACHE, persist_result=False)
@@ -31,7 +43,7 @@ def finalize_chapter(number: int, title: str, chapter_text: ContentRef) -> str:
     path = chapter_path(rt.settings.project_dir, number)
     markdown = chapter_markdown(number, title, rt.content.get_text(chapter_text))
     write_if_changed(path, markdown)
-    create_markdown_artifact(key=f"chapter-{number:03d}", markdown=markdown, description=f"Chapter {number}: {title}")
+    create_markdown_artifact(key=f"chapter-{number:03d}", markdown=markdown, description=chapter_heading(number, title))
     return str(path)
 
 

@@ -100,3 +100,13 @@ def test_quality_scores_on_a_ten_or_hundred_point_scale_are_rescaled() -> None:
 def test_act_ranges_cover_every_chapter_once() -> None:
     assert act_ranges(7, 3) == [(1, 1, 3), (2, 4, 5), (3, 6, 7)]
     assert act_ranges(2, 3) == [(1, 1, 1), (2, 2, 2)]
+
+
+def test_chapter_heading_numbers_a_title_once() -> None:
+    from tasks.export import chapter_heading
+
+    assert chapter_heading(1, "Chapter 1: Chapter 1: The Rising Tide") == "Chapter 1: The Rising Tide"
+    assert chapter_heading(3, "chapter III - The Ford") == "Chapter 3: The Ford"
+    assert chapter_heading(2, "The Chapter 7 Problem") == "Chapter 2: The Chapter 7 Problem"
+    assert chapter_heading(4, "Chapter 4") == "Chapter 4"
+    assert chapter_heading(5, "Chapterhouse") == "Chapter 5: Chapterhouse"
