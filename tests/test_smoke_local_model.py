@@ -56,7 +56,7 @@ def test_a_scene_longer_than_the_local_embedding_window_still_embeds(tmp_path: P
 
 @pytest.mark.skipif(
     bool(os.environ.get("CI")) and os.environ.get("SKALD_SMOKE_CHAPTER") != "1",
-    reason="a real-model chapter takes 10-30 min on 2 cores: in CI run it with SKALD_SMOKE_CHAPTER=1 (make smoke)",
+    reason="a real-model chapter is stochastic and takes minutes: in CI run it with SKALD_SMOKE_CHAPTER=1 (make smoke)",
 )
 def test_one_chapter_one_scene_on_the_local_model(tmp_path: Path) -> None:
     """The main job on the embedded defaults: local LLM, local embeddings, embedded ArcadeDB."""
