@@ -21,10 +21,15 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+if TYPE_CHECKING:
+    from core.llm import CallRecord
 
 PREMISE = "A cartographer discovers that her maps change the land they describe."
 
@@ -50,12 +55,10 @@ def _run_novel(project: Path, chapters: int, scenes: int, **overrides: object) -
         rt.close()
 
 
-def _llm_busy_s(records: list[object]) -> float:
+def _llm_busy_s(records: Sequence[CallRecord]) -> float:
     """Seconds during which at least one LLM call was in flight: scenes are extracted in
     parallel, so summing call latencies would count overlapping waits twice."""
-    spans = sorted(
-        (r.ts.timestamp() - r.latency_ms / 1000, r.ts.timestamp()) for r in records  # type: ignore[attr-defined]
-    )
+    spans = sorted((r.ts.timestamp() - r.latency_ms / 1000, r.ts.timestamp()) for r in records)
     busy, end = 0.0, float("-inf")
     for start, stop in spans:
         if stop > end:

@@ -74,6 +74,8 @@ _ASCII_TEXT = r"[\x20\x21\x23-\x5b\x5d-\x7e]"
 # llama-server's grammar bounds integers but not floats (a tiny model then answers -3 for a
 # 0-1 score); a bounded float becomes an enum of this many evenly spaced values instead.
 LOCAL_NUMBER_STEPS = 20
+# Below this token budget a tighter grammar no longer helps: the answer is asked again as is.
+_MIN_SIZE_BUDGET = 64
 
 
 class RetryPolicy(BaseModel):
@@ -628,7 +630,7 @@ class LLMGateway:
                 if attempt == max_attempts:
                     break
                 stats.retries_bad_output += 1
-                if finish == "length" and tiny and output_model is not None and size_budget > 64:
+                if finish == "length" and tiny and output_model is not None and size_budget > _MIN_SIZE_BUDGET:
                     # Cut off anyway: the tiny model ignores "shorter", so tighten the grammar.
                     size_budget //= 2
                     response_format = bounded_response_format_for(output_model, size_budget)
@@ -1039,7 +1041,8 @@ def _bound(node: Any, string_cap: int, items: int) -> None:
         return
     if _free_string(node):
         low = node.get("minLength", 0)
-        node["maxLength"] = min(node.get("maxLength", max(string_cap, low)), max(string_cap, low))
+        cap = max(string_cap, low)
+        node["maxLength"] = min(node.get("maxLength", cap), cap)
         node["pattern"] = f"^{_ASCII_TEXT}{{{low},{node['maxLength']}}}$"
     if "array" in _kinds(node):
         node["maxItems"] = _items_cap(node, items)
