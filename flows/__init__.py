@@ -9,3 +9,9 @@ import os
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "skald")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+# Prefect's ephemeral API server (a uvicorn child it starts when no PREFECT_API_URL is set)
+# must not outlive us: see core.children.
+from core.children import make_prefect_children_die_with_parent  # noqa: E402
+
+make_prefect_children_die_with_parent()

@@ -15,7 +15,6 @@ import random
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
@@ -29,6 +28,7 @@ from core.settings import Settings
 from kg import cypher, retrieval, schema, transfer
 from kg import vocabulary as vocab
 from kg.commit import GraphOps, commit_chapter_tx, rollback_tx
+from kg.dialect import ServerInfo
 from kg.errors import ChapterNotCommittedError, GraphQueryError
 from kg.models import ChangeSetInfo, ChapterDelta, CommitResult, Entity, GraphStats, RollbackResult
 from kg.records import entity_from_props
@@ -53,31 +53,6 @@ def _close_at_exit(ref: weakref.ReferenceType[GraphStore]) -> None:
     store = ref()
     if store is not None:
         store.close()
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    agent: str
-    address: str
-
-    @property
-    def is_arcadedb(self) -> bool:
-        return "arcadedb" in self.agent.lower()
-
-    @property
-    def is_neo4j(self) -> bool:
-        return self.agent.startswith("Neo4j/") and not self.is_arcadedb
-
-    @property
-    def may_have_vector_index(self) -> bool:
-        # Neo4j 5.11+ (and every 202x calendar release) has vector indexes; ArcadeDB has not.
-        if not self.is_neo4j:
-            return False
-        try:
-            major, minor = (int(x) for x in self.agent.split("/", 1)[1].split(".")[:2])
-        except ValueError:
-            return False
-        return major > 5 or (major == 5 and minor >= 11)
 
 
 class GraphStore:
@@ -290,7 +265,7 @@ class GraphStore:
         for attempt in range(1, _RACE_ATTEMPTS + 1):
             try:
                 result = self.execute_write(
-                    commit_chapter_tx, delta, replace=replace, ops=ops, lock_reads=not self.server.is_arcadedb
+                    commit_chapter_tx, delta, replace=replace, ops=ops, lock_reads=self.server.locks_reads
                 )
                 break
             except GraphWriteError as exc:

@@ -1,8 +1,20 @@
-"""Shared fixtures: one embedded ArcadeDB (or NEO4J_URI) and one Prefect test API per session."""
+"""Shared fixtures: one embedded ArcadeDB (or NEO4J_URI) and one Prefect test API per session.
+
+Two session-wide checks run around every test run as well:
+
+- Every Cypher text sent through the neo4j driver, by the session or by any Python
+  subprocess it starts, is recorded with its parameter names (tests/record_hook); at the end
+  the distinct texts, plus every statement only a Neo4j server receives (rendered by
+  kg.dialect), go to build/cypher-statements.jsonl for tools/cypher-lint (run by .ci/run).
+- No process the session started may outlive it (tests/process_guard.py): the session fails
+  naming any that does.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,12 +25,100 @@ from kg.store import GraphStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DIALOGUES_DIR = REPO_ROOT.parent / "shared" / "data" / "dialogues"
+RECORD_HOOK_DIR = Path(__file__).resolve().parent / "record_hook"
+#: Where the session writes the statements for the linter (.ci/run lints this file).
+STATEMENTS_FILE = REPO_ROOT / "build" / "cypher-statements.jsonl"
+#: How long processes of the session get to exit after teardown before they count as left behind.
+PROCESS_EXIT_GRACE_S = 60.0
 
 # Tests never talk to a real provider by accident: each test that needs an LLM points
 # OPENAI_BASE_URL at the scripted server (or, for smoke tests, the local llama-server).
 for _var in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "SKALD_EMBEDDING_BASE_URL"):
     os.environ.pop(_var, None)
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+sys.path.insert(0, str(RECORD_HOOK_DIR))
+import skald_cypher_recorder  # noqa: E402 - lives in RECORD_HOOK_DIR, put on the path just above
+
+from tests import process_guard  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from core.children import make_prefect_children_die_with_parent
+
+    make_prefect_children_die_with_parent()  # the Prefect test API is a uvicorn child too
+    config.stash[_SUBREAPER] = process_guard.become_subreaper()
+    config.stash[_BEFORE] = {p.pid for p in process_guard.descendants(os.getpid())}
+    record_dir = STATEMENTS_FILE.parent / "cypher-record"
+    for old in record_dir.glob("*.jsonl"):
+        old.unlink()
+    # Subprocesses load tests/record_hook/sitecustomize.py and record into the same folder.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(RECORD_HOOK_DIR), os.environ.get("PYTHONPATH")) if p)
+    skald_cypher_recorder.install(record_dir)
+    config.stash[_RECORD_DIR] = record_dir
+
+
+def child_pythonpath() -> str:
+    """PYTHONPATH for a test's Python subprocess: this checkout first, then the session's
+    (which carries the Cypher recorder's start-up hook)."""
+    return os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+
+
+_SUBREAPER = pytest.StashKey[bool]()
+_BEFORE = pytest.StashKey[set[int]]()
+_RECORD_DIR = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(trylast=True)  # after the runner's own sessionfinish has torn every fixture down
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if _RECORD_DIR not in config.stash:
+        return
+    report = config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if report is not None:
+            report.write_line(line)
+        else:
+            print(line)
+
+    say(_write_statements(config.stash[_RECORD_DIR]))
+
+    from core.llm_server import stop_local_servers
+
+    stop_local_servers()  # what an atexit hook would stop later: the session's own servers
+    started = {p.pid for p in process_guard.descendants(os.getpid())} - config.stash[_BEFORE]
+    left = process_guard.wait_until_gone(started, PROCESS_EXIT_GRACE_S)
+    how = "orphans re-parented to this session included" if config.stash[_SUBREAPER] else "direct descendants only"
+    if left:
+        say(f"process guard: FAILED: {len(left)} process(es) started by the test session outlived it ({how}):")
+        for info in left:
+            say(f"  pid {info.pid} (parent {info.ppid}): {info.cmdline[:200]}")
+        process_guard.kill(left)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    else:
+        say(f"process guard: no process started by the test session is left ({how})")
+
+
+def _write_statements(record_dir: Path) -> str:
+    from kg import vocabulary as vocab
+    from kg.dialect import neo4j_only_statements
+
+    recorded = skald_cypher_recorder.merge(record_dir)
+    rendered = [r for r in neo4j_only_statements() if r.text not in recorded]
+    STATEMENTS_FILE.parent.mkdir(parents=True, exist_ok=True)
+    with STATEMENTS_FILE.open("w", encoding="utf-8") as out:
+        vocabulary = {"labels": sorted(vocab.ALL_LABELS), "relationship_types": sorted(vocab.ALL_REL_TYPES)}
+        out.write(json.dumps({"vocabulary": True, **vocabulary}) + "\n")
+        for text, param_sets in recorded.items():
+            out.write(json.dumps({"text": text, "param_sets": param_sets, "origin": "recorded"}) + "\n")
+        for r in rendered:
+            line = {"text": r.text, "param_sets": [list(r.parameters)], "origin": f"neo4j-only: {r.path}"}
+            out.write(json.dumps(line) + "\n")
+    return (
+        f"cypher record: {len(recorded)} distinct statements sent, {len(rendered)} Neo4j-only rendered "
+        f"-> {STATEMENTS_FILE} (lint: node tools/cypher-lint/lint.js {STATEMENTS_FILE})"
+    )
 
 
 @pytest.fixture(scope="session")

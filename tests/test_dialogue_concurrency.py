@@ -29,7 +29,7 @@ from core.settings import Settings, load_settings
 from kg.dialogue import DialogueRepository
 from tasks.dialogue_pipeline import DialogueService, SidecarOptions
 from tasks.dialogue_replay import load_dialogue, turn_requests
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, child_pythonpath
 from tests.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DIALOGUES, DialogueScript, participants
 
@@ -83,7 +83,7 @@ def _run_workers(graph_settings: Settings, tmp_path: Path, conv: str, mutations:
                  selections: list[str]) -> list[list[dict[str, Any]]]:
     ep = graph_endpoint(graph_settings)
     env = {**os.environ, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
-           "NEO4J_DATABASE": ep.database, "PYTHONPATH": str(REPO_ROOT)}
+           "NEO4J_DATABASE": ep.database, "PYTHONPATH": child_pythonpath()}
     go = tmp_path / "go"
     procs, outputs = [], []
     for i, selection in enumerate(selections):

@@ -22,7 +22,7 @@ import pytest
 
 from core.settings import Settings
 from kg.store import GraphStore
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, child_pythonpath
 from tests.test_maintenance import plant_qa_problems, seed_story
 
 POOL = "skald-process"
@@ -46,7 +46,7 @@ def _env(project_dir: Path) -> dict[str, str]:
 
     env = dict(os.environ)
     env.update(PREFECT_API_URL=str(PREFECT_API_URL.value()), SKALD_PROJECT_DIR=str(project_dir),
-               PYTHONPATH=str(REPO_ROOT))
+               PYTHONPATH=child_pythonpath())
     return env
 
 

@@ -22,7 +22,8 @@ import pytest
 
 from core.graph_server import graph_endpoint
 from core.settings import Settings
-from tests.conftest import REPO_ROOT
+from tests import process_guard
+from tests.conftest import REPO_ROOT, child_pythonpath
 from tests.scripted_llm import ScriptedLLM, ScriptedRequest
 
 PREMISE = "A lighthouse keeper finds a letter from a sister who drowned ten years ago."
@@ -211,7 +212,7 @@ def run_env(
             "NEO4J_DATABASE": endpoint.database,
             "PREFECT_HOME": str(prefect_home),
             "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "2",
-            "PYTHONPATH": str(REPO_ROOT),
+            "PYTHONPATH": child_pythonpath(),
         }
     )
     env.update(extra)
@@ -456,12 +457,17 @@ def test_sigkill_during_chapter_two_then_resume(
     try:
         assert reached.wait(timeout=300), "chapter 2 never started"
         time.sleep(0.5)
+        # Everything the run started: at least Prefect's temporary API server (uvicorn).
+        children = process_guard.descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         release.set()
         if proc.poll() is None:
             proc.kill()
+    assert any("uvicorn" in c.cmdline for c in children), [c.cmdline for c in children]
+    left = process_guard.wait_until_gone({c.pid for c in children}, deadline_s=60)
+    assert left == [], f"SIGKILL of flows.novel left processes behind: {[(p.pid, p.cmdline) for p in left]}"
     finished_before_kill = [
         _key(r) for r in llm.requests[start:] if "Chapter 2, scene 2 of 2" not in r.text
     ]

@@ -1,0 +1,121 @@
+"""Child processes that die with the process that started them, even when it is SIGKILLed.
+
+Every child Skald starts, itself (llama-server) or through Prefect (the temporary API server
+of Prefect's ephemeral mode, a `uvicorn` child), is spawned by `popen_dying_with_parent`: the
+child asks the kernel (prctl PR_SET_PDEATHSIG) to send it SIGTERM when its parent goes, so
+no `kill -9`, crash or forgotten atexit hook can leave an orphan behind.
+
+The kernel ties that signal to the *thread* that forked the child, not to the process. A
+child forked from a short-lived worker thread (a Prefect task thread, say) would be killed
+when that thread ends, so children are forked from the main thread, or from one spawner
+thread that lives as long as the process.
+
+Prefect 3.8.8 starts its ephemeral API with a plain `subprocess.Popen` in
+`prefect.server.api.server.SubprocessASGIServer._run_uvicorn_command`, with no way to pass
+a preexec hook. `make_prefect_children_die_with_parent` swaps the `subprocess` module that
+Prefect's server module sees for one whose `Popen` is ours, when Prefect imports that module;
+nothing else changes (the pin in pyproject.toml keeps that code as read).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import importlib.abc
+import importlib.machinery
+import os
+import signal
+import subprocess
+import sys
+import threading
+import types
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+_spawner: concurrent.futures.ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    # Runs in the child between fork and exec: ask the kernel to SIGTERM it when the parent
+    # (thread) dies. If the parent already died before the request, nobody would ever ask.
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _spawn(args: Any, kwargs: dict[str, Any]) -> subprocess.Popen[Any]:
+    preexec = kwargs.pop("preexec_fn", None)
+    parent = os.getpid()
+
+    def preexec_fn() -> None:
+        _die_with_parent(parent)
+        if preexec is not None:
+            preexec()
+
+    return subprocess.Popen(args, preexec_fn=preexec_fn, **kwargs)  # noqa: S603 - callers' argv
+
+
+def popen_dying_with_parent(args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+    """`subprocess.Popen(args, **kwargs)` whose child gets SIGTERM when this process dies."""
+    if threading.current_thread() is threading.main_thread():
+        return _spawn(args, kwargs)
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            # One worker that lives until interpreter shutdown: children forked from it die
+            # with the process, not with whichever worker thread happened to need them.
+            _spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="skald-spawner")
+        spawner = _spawner
+    return spawner.submit(_spawn, args, kwargs).result()
+
+
+class _SubprocessDyingWithParent(types.ModuleType):
+    """The `subprocess` module, except that `Popen` children die with their parent."""
+
+    def __init__(self) -> None:
+        super().__init__("subprocess")
+        self.Popen = popen_dying_with_parent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+
+_PREFECT_SERVER_MODULE = "prefect.server.api.server"
+
+
+def _patch_prefect_server(module: types.ModuleType) -> None:
+    if not isinstance(module.subprocess, _SubprocessDyingWithParent):
+        module.subprocess = _SubprocessDyingWithParent()
+
+
+class _PatchPrefectServerOnImport(importlib.abc.MetaPathFinder):
+    """Patches Prefect's server module when Prefect imports it (only a run that starts the
+    ephemeral API does), so a CLI that never needs it does not pay the import (~3 s)."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != _PREFECT_SERVER_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        loader = spec.loader
+        load = loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            load(module)
+            _patch_prefect_server(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def make_prefect_children_die_with_parent() -> None:
+    """Make Prefect's ephemeral API server (its `uvicorn` child) die with this process."""
+    module = sys.modules.get(_PREFECT_SERVER_MODULE)
+    if module is not None:
+        _patch_prefect_server(module)
+    elif not any(isinstance(f, _PatchPrefectServerOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchPrefectServerOnImport())
