@@ -105,7 +105,8 @@ def _write_statements(record_dir: Path) -> str:
     from kg.dialect import neo4j_only_statements
 
     recorded = skald_cypher_recorder.merge(record_dir)
-    rendered = [r for r in neo4j_only_statements() if r.text not in recorded]
+    every_rendered = neo4j_only_statements()
+    rendered = [r for r in every_rendered if r.text not in recorded]
     STATEMENTS_FILE.parent.mkdir(parents=True, exist_ok=True)
     with STATEMENTS_FILE.open("w", encoding="utf-8") as out:
         vocabulary = {"labels": sorted(vocab.ALL_LABELS), "relationship_types": sorted(vocab.ALL_REL_TYPES)}
@@ -116,8 +117,9 @@ def _write_statements(record_dir: Path) -> str:
             line = {"text": r.text, "param_sets": [list(r.parameters)], "origin": f"neo4j-only: {r.path}"}
             out.write(json.dumps(line) + "\n")
     return (
-        f"cypher record: {len(recorded)} distinct statements sent, {len(rendered)} Neo4j-only rendered "
-        f"-> {STATEMENTS_FILE} (lint: node tools/cypher-lint/lint.js {STATEMENTS_FILE})"
+        f"cypher record: {len(recorded)} distinct statements sent, {len(every_rendered)} Neo4j-only "
+        f"rendered ({len(every_rendered) - len(rendered)} of them also sent here) -> {STATEMENTS_FILE} "
+        f"(lint: node tools/cypher-lint/lint.js {STATEMENTS_FILE})"
     )
 
 

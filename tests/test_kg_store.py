@@ -168,6 +168,20 @@ def test_same_delta_twice_gives_the_same_graph(store: GraphStore) -> None:
     assert snapshot(store) == once
 
 
+def test_the_neo4j_commit_path_reads_for_update_and_writes_the_same_graph(store: GraphStore) -> None:
+    """On Neo4j (`ServerInfo.locks_reads`) a commit reads its pre-state through
+    `cypher.lock_nodes`; that path runs here too and must write byte-for-byte the same graph."""
+    from kg.commit import commit_chapter_tx
+
+    for delta in (outline(), chapter_one()):
+        store.commit_chapter(delta)
+    plain = snapshot(store)
+    store.wipe()
+    for delta in (outline(), chapter_one()):
+        store.execute_write(commit_chapter_tx, delta, lock_reads=True)
+    assert snapshot(store) == plain
+
+
 def test_rollback_restores_the_exact_previous_graph(store: GraphStore) -> None:
     store.commit_chapter(outline())
     with pytest.raises(ChapterNotCommittedError):

@@ -199,6 +199,12 @@ def test_neo4j_vector_index_is_created_once_and_used_when_online() -> None:
     assert [(h.id, h.score, h.title) for h in hits] == [("scene:1:1", 0.9, "")]
     creates = [s for s in store.statements if s.startswith("CREATE VECTOR INDEX")]
     assert len(creates) == 1 and "`vector.dimensions`: 2" in creates[0]
+    # What this Neo4j path sends is what kg.dialect renders for the linter.
+    from kg.dialect import neo4j_only_statements
+
+    rendered = {r.text for r in neo4j_only_statements()}
+    assert {s for s in store.statements if s not in creates} <= rendered
+    assert creates[0].replace("`vector.dimensions`: 2", "`vector.dimensions`: 384") in rendered
     from kg.store import ServerInfo
 
     assert not ServerInfo("Neo4j/5.26.0 compatible (ArcadeDB 26.10.2)", "x").may_have_vector_index
