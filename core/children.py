@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -36,10 +37,16 @@ _spawner: concurrent.futures.ThreadPoolExecutor | None = None
 _spawner_lock = threading.Lock()
 
 
-def _die_with_parent(parent_pid: int) -> None:
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    # Loaded in the parent: a dlopen between fork and exec can deadlock on a lock another
+    # thread of the parent held at fork time.
+    return ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def _die_with_parent(libc: ctypes.CDLL, parent_pid: int) -> None:
     # Runs in the child between fork and exec: ask the kernel to SIGTERM it when the parent
     # (thread) dies. If the parent already died before the request, nobody would ever ask.
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
     if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent_pid:
@@ -48,10 +55,10 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _spawn(args: Any, kwargs: dict[str, Any]) -> subprocess.Popen[Any]:
     preexec = kwargs.pop("preexec_fn", None)
-    parent = os.getpid()
+    libc, parent = _libc(), os.getpid()
 
     def preexec_fn() -> None:
-        _die_with_parent(parent)
+        _die_with_parent(libc, parent)
         if preexec is not None:
             preexec()
 
