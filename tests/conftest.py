@@ -75,6 +75,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _RECORD_DIR not in config.stash:
         return
     report = config.pluginmanager.get_plugin("terminalreporter")
+    if report is not None:
+        report.write("\n")  # the progress line may still be open
 
     def say(line: str) -> None:
         if report is not None:
