@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import LLMBadOutputError, LLMError, LLMFatalError, LLMUnavailableError
 from core.llm_server import LOCAL_CHAT_MODEL, LOCAL_EMBED_MAX_CHARS, LOCAL_EMBED_MODEL
-from core.settings import Settings
+from core.settings import LLAMA_CPP_ANTI_REPETITION, AntiRepetition, Settings
 
 T = TypeVar("T", bound=BaseModel)
 Message = dict[str, Any]
@@ -346,9 +346,13 @@ class LLMGateway:
         model: str | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        anti_repetition: bool = False,
     ) -> str:
-        """The assistant's reply text (never empty)."""
-        steps = self._chat_steps(tier, messages, None, purpose, model, max_tokens, temperature)
+        """The assistant's reply text (never empty). `anti_repetition` adds the tier's
+        anti-repetition sampling (settings `tiers.<tier>.anti_repetition`) to the request."""
+        steps = self._chat_steps(
+            tier, messages, None, purpose, model, max_tokens, temperature, anti_repetition
+        )
         return self._drive(steps)  # type: ignore[no-any-return]
 
     def embed(self, texts: Sequence[str], *, purpose: str = "") -> np.ndarray:
@@ -380,12 +384,22 @@ class LLMGateway:
         model: str | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        anti_repetition: bool = False,
     ) -> str:
-        steps = self._chat_steps(tier, messages, None, purpose, model, max_tokens, temperature)
+        steps = self._chat_steps(
+            tier, messages, None, purpose, model, max_tokens, temperature, anti_repetition
+        )
         return await self._adrive(steps)  # type: ignore[no-any-return]
 
     async def aembed(self, texts: Sequence[str], *, purpose: str = "") -> np.ndarray:
         return await self._adrive(self._embed_steps(texts, purpose))  # type: ignore[no-any-return]
+
+    def sends_anti_repetition_first(self, tier: str) -> bool:
+        """Whether prose of this tier gets anti-repetition sampling on the first try
+        (`tiers.<tier>.anti_repetition.first_draft`; unset: only on the embedded model)."""
+        settings = self.settings.tier(tier)
+        embedded = self.settings.openai_base_url is None and not any(c.base_url for c in settings.models)
+        return first_draft_anti_repetition(settings.anti_repetition, embedded=embedded)
 
     def endpoint_label(self, tier: str) -> str:
         """ "<base_url> (<model>)" of the tier's first candidate, for logs and `doctor`."""
@@ -512,6 +526,7 @@ class LLMGateway:
         model: str | None,
         max_tokens: int | None,
         temperature: float | None,
+        anti_repetition: bool = False,
     ) -> _Steps:
         schema_name = output_model.__name__ if output_model is not None else None
         stats = _Stats(tier=tier_name, purpose=purpose, schema_name=schema_name)
@@ -519,7 +534,8 @@ class LLMGateway:
         try:
             return (
                 yield from self._chat_attempts(
-                    stats, tier_name, messages, output_model, model, max_tokens, temperature
+                    stats, tier_name, messages, output_model, model, max_tokens, temperature,
+                    anti_repetition,
                 )
             )
         except BaseException as exc:
@@ -538,6 +554,7 @@ class LLMGateway:
         model: str | None,
         max_tokens: int | None,
         temperature: float | None,
+        anti_repetition: bool = False,
     ) -> _Steps:
         tier = self.settings.tier(tier_name)
         targets = self._health.order(self._targets(tier_name, model))
@@ -577,6 +594,8 @@ class LLMGateway:
                 }
                 if response_format is not None:
                     kwargs["response_format"] = response_format
+                if anti_repetition:
+                    kwargs.update(anti_repetition_kwargs(tier.anti_repetition, embedded=tiny))
                 t0 = time.perf_counter()
                 result = yield _Call(target, "chat", kwargs)
                 elapsed = time.perf_counter() - t0
@@ -871,6 +890,30 @@ class LLMGateway:
                 base_url, model = local_embedding_endpoint(settings)
                 self._embedding = _Target(model, self._endpoint(base_url, NO_API_KEY))
             return self._embedding
+
+
+# --------------------------------------------------------------------------- sampling
+def anti_repetition_kwargs(settings: AntiRepetition, *, embedded: bool) -> dict[str, Any]:
+    """The request fields for a tier's anti-repetition sampling: the OpenAI-standard
+    penalties as keyword arguments, server-specific fields in `extra_body` (the openai
+    client merges it into the JSON body). llama.cpp's own fields go only to the embedded
+    llama-server unless the settings name them: OpenAI-style endpoints reject unknown fields."""
+    kwargs: dict[str, Any] = {}
+    if settings.frequency_penalty is not None:
+        kwargs["frequency_penalty"] = settings.frequency_penalty
+    if settings.presence_penalty is not None:
+        kwargs["presence_penalty"] = settings.presence_penalty
+    extra = settings.server_fields
+    if extra is None and embedded:
+        extra = LLAMA_CPP_ANTI_REPETITION
+    if extra:
+        kwargs["extra_body"] = dict(extra)
+    return kwargs
+
+
+def first_draft_anti_repetition(settings: AntiRepetition, *, embedded: bool) -> bool:
+    """Whether a first draft already gets anti-repetition sampling (unset: on the embedded model)."""
+    return embedded if settings.first_draft is None else settings.first_draft
 
 
 # --------------------------------------------------------------------------- failures

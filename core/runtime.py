@@ -57,7 +57,8 @@ class Runtime:
         """What decides an LLM answer besides the prompt: part of every LLM task's cache key."""
         tier_settings = self.settings.tier(tier)
         models = ",".join(c.model for c in tier_settings.models) or self.settings.default_model
-        return f"{self.settings.openai_base_url or 'local'}|{tier}|{models}|{tier_settings.temperature}"
+        sampling = tier_settings.anti_repetition.model_dump_json()
+        return f"{self.settings.openai_base_url or 'local'}|{tier}|{models}|{tier_settings.temperature}|{sampling}"
 
     def embedding_fingerprint(self) -> str:
         return f"{self.settings.embedding_base_url or 'local'}|{self.settings.embedding_model}"

@@ -50,6 +50,33 @@ class Candidate(BaseModel):
     api_key: SecretStr | None = None
 
 
+# llama.cpp's own anti-repetition fields, sent on the embedded llama-server when a tier's
+# `anti_repetition.server_fields` is unset. Measured with SmolLM2-135M on a 700-word scene
+# prompt (INFRA.md): plain sampling loops (distinct word-trigram ratio 0.23-0.27, one sentence
+# 12-19 times); repeat_penalty 1.15 over the last 256 tokens gives 0.99-1.00.
+LLAMA_CPP_ANTI_REPETITION: dict[str, float | int] = {"repeat_penalty": 1.15, "repeat_last_n": 256}
+
+
+class AntiRepetition(BaseModel):
+    """Sampling that discourages loops, for prose calls of one tier (drafts and redrafts).
+
+    `frequency_penalty`/`presence_penalty` are OpenAI-standard and go to any endpoint.
+    `server_fields` are extra JSON fields for servers that have more (llama.cpp:
+    `repeat_penalty`, `repeat_last_n`, `dry_multiplier`, ...); unset means llama.cpp's
+    defaults above on the embedded llama-server and nothing elsewhere (OpenAI rejects
+    unknown fields). `first_draft`: send all this on the first draft too, not only on a
+    redraft after the degeneration guard failed it; unset means yes on the embedded model
+    (it loops without) and no elsewhere.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    first_draft: bool | None = None
+    frequency_penalty: float | None = Field(0.3, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(0.3, ge=-2.0, le=2.0)
+    server_fields: dict[str, float | int | bool | str] | None = None
+
+
 class TierSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -58,6 +85,7 @@ class TierSettings(BaseModel):
     context_window: int = Field(4096, ge=512)
     max_tokens: int = Field(1024, ge=16)
     temperature: float = Field(0.7, ge=0.0, le=2.0)
+    anti_repetition: AntiRepetition = Field(default_factory=AntiRepetition)
 
     @field_validator("models", mode="before")
     @classmethod
@@ -110,6 +138,45 @@ class RunLimits(BaseModel):
     llm_max_attempts: int = Field(4, ge=1, le=20)
     llm_timeout_s: float = Field(120.0, gt=0)
     context_budget: ContextBudget = Field(default_factory=ContextBudget)
+
+
+class ProseThresholds(BaseModel):
+    """The degeneration guard: deterministic limits a drafted scene must meet.
+
+    Human prose has a distinct word-trigram ratio above 0.9 and a zlib compression ratio
+    (compressed / raw bytes) of about 0.35-0.45; looping model output scores 0.1-0.3 on both.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_distinct_trigrams: float = Field(0.80, ge=0, le=1, description="distinct / total word trigrams")
+    min_distinct_bigrams: float = Field(0.60, ge=0, le=1, description="distinct / total word bigrams")
+    max_sentence_repeats: int = Field(3, ge=1, description="most times one sentence may occur")
+    min_compression_ratio: float = Field(0.25, ge=0, le=1, description="zlib bytes / raw bytes")
+    min_length_ratio: float = Field(0.15, ge=0, le=10, description="words / target words, lower bound")
+    max_length_ratio: float = Field(3.0, ge=0.1, le=100, description="words / target words, upper bound")
+    max_draft_attempts: int = Field(3, ge=1, le=10, description="drafts per scene before it is flagged")
+
+    @model_validator(mode="after")
+    def _length_bounds_ordered(self) -> ProseThresholds:
+        if self.min_length_ratio >= self.max_length_ratio:
+            raise ValueError("min_length_ratio must be below max_length_ratio")
+        return self
+
+
+class StyleGuide(BaseModel):
+    """How the prose is written; every scene prompt carries it."""
+
+    # `register` is the setting's name; the attribute is `tone_register` (BaseModel has a
+    # `register` method).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    person: Literal["first", "second", "third"] = "third"
+    tense: Literal["past", "present"] = "past"
+    tone_register: str = Field("literary, concrete and sensory; plain modern English", max_length=300,
+                               alias="register")
+    notes: str = Field("Show through action and dialogue; vary sentence length; never repeat a sentence.",
+                       max_length=2000)
 
 
 class HealingSettings(BaseModel):
@@ -177,6 +244,8 @@ class Settings(BaseSettings):
     project_dir: Path = Path(".")
 
     limits: RunLimits = Field(default_factory=RunLimits)
+    prose: ProseThresholds = Field(default_factory=ProseThresholds)
+    style: StyleGuide = Field(default_factory=StyleGuide)
     healing: HealingSettings = Field(default_factory=HealingSettings)
 
     @field_validator("tiers", mode="before")

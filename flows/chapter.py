@@ -10,9 +10,11 @@ import time
 
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from core.prose import ProseMetrics
 from core.runtime import runtime
+from core.settings import Settings
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import ScenePlan
 from prompts.validation.models import QualityScores
@@ -25,16 +27,22 @@ from tasks.commit import (
     store_chapter_summary,
 )
 from tasks.consolidation import build_chapter_delta
-from tasks.drafting import draft_scene
+from tasks.drafting import SceneBrief, SceneDraft, draft_scene, fixed_prompt_tokens, scene_target_words
 from tasks.embedding import embed_scenes_or_none
 from tasks.evaluation import evaluate_quality
-from tasks.export import finalize_chapter
+from tasks.export import finalize_chapter, publish_chapter_quality
 from tasks.extraction import extract_scene
 from tasks.planning import plan_scenes
 from tasks.retrieval import retrieve_context
 from tasks.revision import revision_guidance
 from tasks.summarization import summarize_chapter
-from tasks.validation import revision_needed, validate_consistency
+from tasks.validation import (
+    decide_revision,
+    degeneration_flags,
+    measure_chapter,
+    quality_rows,
+    validate_consistency,
+)
 
 PREVIOUS_SCENE_TAIL_CHARS = 600
 
@@ -46,6 +54,8 @@ class BookInfo(BaseModel):
     genre: str
     character_names: tuple[str, ...]
     scenes_per_chapter: int
+    logline: str = ""
+    themes: tuple[str, ...] = ()
 
 
 class ChapterResult(BaseModel):
@@ -56,16 +66,32 @@ class ChapterResult(BaseModel):
     problems: list[str]
     path: str
     seconds: float
+    prose: ProseMetrics = Field(description="the final chapter text against the degeneration guard")
+    scene_prose: list[ProseMetrics] = Field(default_factory=list)
+    draft_attempts: int = Field(0, description="scene drafts made for the final iteration")
+    flags: list[str] = Field(default_factory=list, description="why the chapter is flagged (empty: clean)")
+    ending: str = Field("", description="the last scene's ending, for the next chapter's first scene")
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.flags)
 
 
-@flow(name="chapter", flow_run_name="chapter-{outline.number}", task_runner=ThreadPoolTaskRunner(max_workers=4),
-      log_prints=True)
-def chapter_flow(book: BookInfo, outline: ChapterOutline) -> ChapterResult:
+def chapter_runner(settings: Settings) -> ThreadPoolTaskRunner:
+    """The chapter's task runner: its workers bound the per-scene extraction fan-out."""
+    return ThreadPoolTaskRunner(max_workers=settings.limits.extraction_concurrency)
+
+
+@flow(name="chapter", flow_run_name="chapter-{outline.number}", log_prints=True)
+def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str = "") -> ChapterResult:
+    """Run it with `.with_options(task_runner=chapter_runner(settings))` to honour
+    `limits.extraction_concurrency` (flows.novel does)."""
     rt = runtime()
     log = get_run_logger()
     started = time.monotonic()
     number = outline.number
     limits = rt.settings.limits
+    target_words = scene_target_words(limits.scene_token_target)
     committed = chapter_commit_state(number)
     guidance = ""
     iteration = 0
@@ -74,48 +100,61 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline) -> ChapterResult:
         plan_ref = plan_scenes(book.title, book.genre, outline, book.scenes_per_chapter, book.character_names,
                                guidance, iteration, rt.llm_fingerprint("large"))
         plan = rt.content.get_model(plan_ref, ScenePlan)
-        drafts = []
-        tail = ""
+        drafts: list[SceneDraft] = []
+        tail = previous_ending
         for index, scene in enumerate(plan.scenes, start=1):
-            context = retrieve_context(number, scene)
-            draft = draft_scene(book.title, book.genre, number, index, len(plan.scenes), scene, context, tail,
-                                guidance, iteration, rt.llm_fingerprint("narrative"))
+            brief = SceneBrief(title=book.title, genre=book.genre, logline=book.logline, themes=book.themes,
+                               chapter_number=number, chapter_title=outline.title, chapter_summary=outline.summary,
+                               plan=tuple(plan.scenes), scene_number=index, previous_text=tail,
+                               previous_is_chapter=index == 1 and bool(previous_ending), style=rt.settings.style,
+                               target_words=target_words)
+            context = retrieve_context(number, scene, (guidance,) if guidance else (), fixed_prompt_tokens(brief))
+            draft = draft_scene(brief, context, iteration, rt.settings.prose, rt.llm_fingerprint("narrative"))
             drafts.append(draft)
-            tail = rt.content.get_text(draft)[-PREVIOUS_SCENE_TAIL_CHARS:]
+            tail = rt.content.get_text(draft.ref)[-PREVIOUS_SCENE_TAIL_CHARS:]
+        refs = tuple(d.ref for d in drafts)
         # Scenes are independent for extraction: run them in parallel (bounded by the runner).
         futures = [
-            extract_scene.submit(draft, number, index, book.character_names, rt.llm_fingerprint("small"))
-            for index, draft in enumerate(drafts, start=1)
+            extract_scene.submit(ref, number, index, book.character_names, rt.llm_fingerprint("small"))
+            for index, ref in enumerate(refs, start=1)
         ]
-        extractions = [future.result() for future in futures]
-        texts = tuple(rt.content.get_text(d) for d in drafts)
+        extractions = tuple(future.result() for future in futures)
+        texts = tuple(rt.content.get_text(ref) for ref in refs)
+        prose = measure_chapter(texts, target_words, rt.settings.prose)
         embeddings = embed_scenes_or_none(f"chapter_{number:03d}/iter_{iteration}/scenes", texts,
                                           rt.embedding_fingerprint())
-        chapter_text = assemble_chapter(number, iteration, tuple(drafts))
-        delta = build_chapter_delta(number, outline.title, iteration, plan_ref, tuple(drafts), tuple(extractions),
+        chapter_text = assemble_chapter(number, iteration, refs)
+        delta = build_chapter_delta(number, outline.title, iteration, plan_ref, refs, extractions,
                                     embeddings, chapter_text)
         outcome = commit_chapter(delta, committed)
-        problems = validate_consistency(delta)
+        problems = validate_consistency(delta, extractions)
         scores = evaluate_quality(book.title, book.genre, number, outline.summary, chapter_text,
                                   rt.llm_fingerprint("medium"))
-        needs_revision = revision_needed(scores, problems, limits.revision_threshold)
-        if needs_revision and iteration < limits.max_iterations:
-            log.warning("chapter %d: revision needed (mean quality %.2f, %d problems)", number, scores.mean,
-                        len(problems))
+        decision = decide_revision(scores, problems, [d.metrics for d in drafts], prose, limits.revision_threshold)
+        if decision.revise and iteration < limits.max_iterations:
+            log.warning("chapter %d: revision needed: %s", number, "; ".join(decision.reasons))
             if outcome != "deferred":
                 rollback_chapter(number)
-            guidance = revision_guidance(number, outline.summary, scores, tuple(p.message for p in problems),
-                                         rt.llm_fingerprint("medium")).guidance
+            found = tuple(dict.fromkeys([*decision.reasons, *(p.message for p in problems)]))
+            guidance = revision_guidance(number, outline.summary, scores, found, rt.llm_fingerprint("medium")).guidance
             continue
-        if needs_revision:
-            log.warning("chapter %d: still below threshold after %d iterations; keeping the last draft",
-                        number, iteration)
+        if decision.revise:
+            log.warning("chapter %d: still needs revision after %d iterations; keeping the last draft: %s",
+                        number, iteration, "; ".join(decision.reasons))
         if outcome == "deferred":
             commit_accepted_chapter(delta)
         break
+    flags = degeneration_flags([d.metrics for d in drafts], prose)
+    for flag in flags:
+        log.error("chapter %d FLAGGED: %s", number, flag)
     summary = summarize_chapter(number, outline.title, chapter_text, rt.llm_fingerprint("small"))
     store_chapter_summary(number, summary)
     path = finalize_chapter(number, outline.title, chapter_text)
-    log.info("chapter %d: finished in %.1fs -> %s", number, time.monotonic() - started, path)
+    publish_chapter_quality(number, quality_rows([d.metrics for d in drafts], [d.attempts for d in drafts], prose,
+                                                 scores, flags))
+    log.info("chapter %d: finished in %.1fs -> %s (%s)", number, time.monotonic() - started, path, prose.brief())
     return ChapterResult(number=number, title=outline.title, iterations=iteration, scores=scores,
-                         problems=[p.message for p in problems], path=path, seconds=time.monotonic() - started)
+                         problems=[p.message for p in problems], path=path, seconds=time.monotonic() - started,
+                         prose=prose, scene_prose=[d.metrics for d in drafts],
+                         draft_attempts=sum(d.attempts for d in drafts), flags=flags,
+                         ending=texts[-1][-PREVIOUS_SCENE_TAIL_CHARS:])

@@ -22,7 +22,7 @@ from core.cli import prefect_results_dir, project_prefect_settings, run_main, se
 from core.errors import InvalidInputError
 from core.runtime import Runtime, runtime, set_runtime
 from core.settings import load_settings
-from flows.chapter import BookInfo, ChapterResult, chapter_flow
+from flows.chapter import BookInfo, ChapterResult, chapter_flow, chapter_runner
 from prompts.initialization.models import (
     ChapterOutline,
     ChapterOutlines,
@@ -136,12 +136,15 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
     phases["initialization"] = time.monotonic() - started
     outline = rt.content.get_model(artifacts.global_outline, GlobalOutline)
     names = tuple(c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters)
-    book = BookInfo(title=outline.title, genre=spec.genre, character_names=names, scenes_per_chapter=scenes_per_chapter)
+    book = BookInfo(title=outline.title, genre=spec.genre, character_names=names, scenes_per_chapter=scenes_per_chapter,
+                    logline=outline.logline, themes=tuple(outline.themes))
     results_list: list[ChapterResult] = []
+    one_chapter = chapter_flow.with_options(result_storage=results, task_runner=chapter_runner(rt.settings))
     for chapter in chapter_outlines_for(artifacts, chapters, results):
         log.info("chapter %d/%d: %s", chapter.number, chapters, chapter.title)
         chapter_started = time.monotonic()
-        results_list.append(chapter_flow.with_options(result_storage=results)(book, chapter))
+        ending = results_list[-1].ending if results_list else ""
+        results_list.append(one_chapter(book, chapter, ending))
         phases[f"chapter {chapter.number}"] = time.monotonic() - chapter_started
         if chapter.number % rt.settings.limits.qa_every == 0:
             maintenance_started = time.monotonic()
@@ -198,16 +201,39 @@ def _publish_artifacts(report: NovelReport) -> None:
     create_table_artifact(
         key="chapter-quality",
         table=[{"chapter": c.number, "title": c.title, "iterations": c.iterations, **{
-            k: round(v, 2) for k, v in c.scores.model_dump(exclude={"feedback"}).items()}, "problems": len(c.problems)}
+            k: round(v, 2) for k, v in c.scores.model_dump(exclude={"feedback"}).items()}, "problems": len(c.problems),
+            "distinct_trigrams": c.prose.distinct_trigrams, "max_sentence_repeats": c.prose.max_sentence_repeats,
+            "compression_ratio": c.prose.compression_ratio, "words": c.prose.words, "flagged": c.flagged}
             for c in report.chapters],
-        description="Quality scores per chapter (0-1) from the validation stage",
+        description="Quality per chapter: editor scores (0-1), prose metrics of the degeneration guard, flags",
     )
     lines = [f"# Run summary: {report.title}", "", f"- chapters: {len(report.chapters)}",
              f"- LLM calls this run: {report.llm_calls} (cached steps make none)",
              f"- tokens: {report.prompt_tokens} prompt, {report.completion_tokens} completion",
-             f"- manuscript: `{report.manuscript}`", "", "| phase | seconds |", "|---|---|"]
+             f"- manuscript: `{report.manuscript}`", "",
+             "| chapter | words | distinct trigrams | max sentence repeats | compression | flagged |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {c.number} | {c.prose.words} | {c.prose.distinct_trigrams:.2f} | {c.prose.max_sentence_repeats} | "
+              f"{c.prose.compression_ratio:.2f} | {'; '.join(c.flags) or 'no'} |" for c in report.chapters]
+    lines += ["", "| phase | seconds |", "|---|---|"]
     lines += [f"| {phase} | {seconds:.1f} |" for phase, seconds in report.seconds_by_phase.items()]
     create_markdown_artifact(key="run-summary", markdown="\n".join(lines), description="tokens, calls, time per phase")
+
+
+def run_summary(report: NovelReport, seconds: float) -> dict[str, object]:
+    """The exit summary printed as one JSON line: per chapter, the degeneration guard's
+    metrics (distinct word-trigram ratio, most repeats of one sentence) and any flags."""
+    return {
+        "title": report.title, "chapters": len(report.chapters), "manuscript": report.manuscript,
+        "llm_calls": report.llm_calls, "seconds": round(seconds, 1),
+        "chapter_quality": [
+            {"chapter": c.number, "words": c.prose.words, "distinct_trigrams": c.prose.distinct_trigrams,
+             "max_sentence_repeats": c.prose.max_sentence_repeats, "compression_ratio": c.prose.compression_ratio,
+             "editor_mean": round(c.scores.mean, 3), "iterations": c.iterations, "flags": c.flags}
+            for c in report.chapters
+        ],
+        "flagged_chapters": [c.number for c in report.chapters if c.flagged],
+    }
 
 
 def preflight(rt: Runtime) -> None:
@@ -265,8 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.monotonic()
         with project_prefect_settings(settings.project_dir):
             report = novel_flow(str(settings.project_dir), spec, args.chapters, settings.limits.scenes_per_chapter)
-        print(json.dumps({"title": report.title, "chapters": len(report.chapters), "manuscript": report.manuscript,
-                          "llm_calls": report.llm_calls, "seconds": round(time.monotonic() - started, 1)}))
+        print(json.dumps(run_summary(report, time.monotonic() - started)))
+        flagged = [c for c in report.chapters if c.flagged]
+        for chapter in flagged:
+            print(f"FLAGGED chapter {chapter.number}: " + " | ".join(chapter.flags), file=sys.stderr)
     finally:
         rt.close()
     return 0

@@ -20,7 +20,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -451,11 +451,17 @@ class ConsistencyFacts:
     statuses: name -> (status as of the chapter, chapter since which it holds)
     scene_embeddings: (chapter, scene index, embedding) of every scene up to the chapter
     relationships: (source name, target name) -> (type, chapter) of the latest relationship
+    relationship_types: (source name, target name) -> {type: latest chapter} of every type
+    traits: name -> the traits the entity has accumulated as of the chapter
+    containers: name -> normalized names of the places it is PART_OF (one hop)
     """
 
     statuses: dict[str, tuple[str, int]]
     scene_embeddings: list[tuple[int, int, list[float]]]
     relationships: dict[tuple[str, str], tuple[str, int]]
+    relationship_types: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    traits: dict[str, list[str]] = field(default_factory=dict)
+    containers: dict[str, set[str]] = field(default_factory=dict)
 
 
 def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter: int) -> ConsistencyFacts:
@@ -466,6 +472,7 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
         ids = {i for i in resolved.values() if i}
         entities = _entities(tx, ids, as_of_chapter)
         statuses: dict[str, tuple[str, int]] = {}
+        traits: dict[str, list[str]] = {}
         keys_of: dict[str, list[str]] = {}
         for name, eid in resolved.items():
             if not eid or eid not in entities:
@@ -476,18 +483,31 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
             covering = [i for i in entity.status_intervals if i.covers(as_of_chapter)]
             if covering:
                 statuses[key] = (covering[-1].status, covering[-1].from_chapter)
+            if entity.traits:
+                traits[key] = list(entity.traits)
         relationships: dict[tuple[str, str], tuple[str, int]] = {}
-        for row in _relationship_rows(tx, ids, as_of_chapter)[0]:
+        types: dict[tuple[str, str], dict[str, int]] = {}
+        containers: dict[str, set[str]] = {}
+        rows, other_names = _relationship_rows(tx, ids, as_of_chapter)
+        for row in rows:
             other = row["other"]
-            if not row["outgoing"] or other not in ids:
+            if not row["outgoing"]:
+                continue
+            if row["type"] == "PART_OF" and other_names.get(other) is not None:
+                for a in keys_of.get(row["id"], []):
+                    containers.setdefault(a, set()).add(vocab.normalize_name(other_names[other][0]))
+            if other not in ids:
                 continue
             chapter = row["props"].get("chapter", 0)
             for a in keys_of.get(row["id"], []):
                 for b in keys_of.get(other, []):
                     if (a, b) not in relationships or chapter >= relationships[(a, b)][1]:
                         relationships[(a, b)] = (row["type"], chapter)
+                    seen = types.setdefault((a, b), {})
+                    seen[row["type"]] = max(chapter, seen.get(row["type"], chapter))
         scenes = [(row["chapter"], row["scene"], vector.tolist()) for row, vector in _vector_rows(tx, "scene", as_of_chapter)]
         scenes.sort(key=lambda s: (s[0], s[1]))
-        return ConsistencyFacts(statuses=statuses, scene_embeddings=scenes, relationships=relationships)
+        return ConsistencyFacts(statuses=statuses, scene_embeddings=scenes, relationships=relationships,
+                                relationship_types=types, traits=traits, containers=containers)
 
     return store.execute_read(work)

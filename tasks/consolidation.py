@@ -108,7 +108,8 @@ def initialization_delta(characters: CharacterSheets, outline: GlobalOutline, wo
     source = EntitySource(type="outline", chapter=0, confidence=1.0)
     entities = [
         Entity(label="Character", name=c.name, description=c.description, traits=list(dict.fromkeys(c.traits)),
-               attributes={"role": c.role, "motivation": c.motivation, "backstory": c.backstory},
+               attributes={"role": c.role, "motivation": c.motivation, "backstory": c.backstory,
+                           "voice": c.voice},
                sources=[source.model_copy(update={"original_name": c.name})], is_provisional=False, first_chapter=0,
                status_intervals=[{"status": "alive", "from_chapter": 0}])
         for c in characters.characters

@@ -1,17 +1,84 @@
-"""Scene drafting stage: prose for one scene with the narrative model."""
+"""Scene drafting stage: prose for one scene with the narrative model, behind the
+degeneration guard.
+
+Every draft is measured (core.prose). A draft that breaks the thresholds (settings
+`prose`) is drafted again with the narrative tier's anti-repetition sampling
+(settings `tiers.narrative.anti_repetition`, sent through the gateway), up to
+`prose.max_draft_attempts` drafts; if none comes clean, the cleanest one is kept and the
+result says so, so the chapter is flagged instead of silently accepted.
+"""
 
 from __future__ import annotations
 
 from prefect import get_run_logger
+from pydantic import BaseModel, Field
 
 from core.content import ContentRef
 from core.errors import LLMBadOutputError
+from core.prose import ProseMetrics, measure
 from core.runtime import runtime
+from core.settings import ProseThresholds, StyleGuide
 from prompts import render_messages
 from prompts.narrative.models import SceneDetail
+from tasks.context import estimate_tokens
 from tasks.policy import cached_task
 
 WORDS_PER_TOKEN = 0.75
+# Chat formatting around each message (role markers, separators), in tokens.
+MESSAGE_OVERHEAD_TOKENS = 8
+
+
+class SceneBrief(BaseModel):
+    """Everything a scene prompt carries besides the retrieved world context."""
+
+    title: str
+    genre: str
+    logline: str = ""
+    themes: tuple[str, ...] = ()
+    chapter_number: int = Field(ge=1)
+    chapter_title: str = ""
+    chapter_summary: str = ""
+    plan: tuple[SceneDetail, ...] = Field(min_length=1)
+    scene_number: int = Field(ge=1)
+    previous_text: str = Field("", description="the previous scene's ending, or the previous chapter's for scene 1")
+    previous_is_chapter: bool = False
+    style: StyleGuide = Field(default_factory=StyleGuide)
+    target_words: int = Field(ge=1)
+
+    @property
+    def scene(self) -> SceneDetail:
+        return self.plan[self.scene_number - 1]
+
+
+class SceneDraft(BaseModel):
+    """One scene's kept draft and what the guard measured on it."""
+
+    ref: ContentRef
+    metrics: ProseMetrics
+    attempts: int = Field(ge=1)
+    anti_repetition: bool = Field(description="the kept draft was sampled with anti-repetition penalties")
+
+    @property
+    def clean(self) -> bool:
+        return self.metrics.clean
+
+
+def scene_target_words(scene_token_target: int) -> int:
+    return int(scene_token_target * WORDS_PER_TOKEN)
+
+
+def scene_messages(brief: SceneBrief, context: str) -> list[dict[str, str]]:
+    return render_messages("narrative/scene_draft", brief=brief, context=context)
+
+
+def prompt_tokens(messages: list[dict[str, str]]) -> int:
+    return sum(estimate_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+
+
+def fixed_prompt_tokens(brief: SceneBrief) -> int:
+    """Tokens of the scene prompt without the retrieved context: what the context envelope
+    must leave room for. The context block's own heading is counted too."""
+    return prompt_tokens(scene_messages(brief, "")) + estimate_tokens("What the story world knows so far:\n\n")
 
 
 def clean_prose(text: str) -> str:
@@ -22,24 +89,40 @@ def clean_prose(text: str) -> str:
     return "\n".join(lines).strip()
 
 
+def _cleanest(drafts: list[tuple[str, ProseMetrics, bool]]) -> tuple[str, ProseMetrics, bool]:
+    return min(drafts, key=lambda d: (len(d[1].failures), -d[1].distinct_trigrams, d[1].max_sentence_repeats))
+
+
 @cached_task("draft_scene")
-def draft_scene(
-    title: str, genre: str, chapter_number: int, scene_number: int, scene_count: int, scene: SceneDetail,
-    context: ContentRef, previous_scene_tail: str, guidance: str, iteration: int, llm: str,
-) -> ContentRef:
+def draft_scene(brief: SceneBrief, context: ContentRef, iteration: int, thresholds: ProseThresholds,
+                llm: str) -> SceneDraft:
     rt = runtime()
+    log = get_run_logger()
     target_tokens = rt.settings.limits.scene_token_target
-    messages = render_messages(
-        "narrative/scene_draft", title=title, genre=genre, chapter_number=chapter_number,
-        scene_number=scene_number, scene_count=scene_count, scene=scene, context=rt.content.get_text(context),
-        previous_scene_tail=previous_scene_tail, guidance=guidance,
-        target_words=int(target_tokens * WORDS_PER_TOKEN),
-    )
-    text = clean_prose(rt.gateway.text("narrative", messages, purpose="draft_scene",
-                                       max_tokens=int(target_tokens * 1.5)))
-    if not text:
-        raise LLMBadOutputError(f"the model returned an empty draft for chapter {chapter_number} scene {scene_number}",
-                                hint="check the narrative tier's model")
-    get_run_logger().info("chapter %d: drafted scene %d/%d (%d words)", chapter_number, scene_number, scene_count,
-                          len(text.split()))
-    return rt.content.put_text("scenes", f"chapter_{chapter_number:03d}/iter_{iteration}/scene_{scene_number:02d}", text)
+    messages = scene_messages(brief, rt.content.get_text(context))
+    chapter, scene = brief.chapter_number, brief.scene_number
+    penalize = rt.gateway.sends_anti_repetition_first("narrative")
+    drafts: list[tuple[str, ProseMetrics, bool]] = []
+    for attempt in range(1, thresholds.max_draft_attempts + 1):
+        text = clean_prose(rt.gateway.text("narrative", messages, purpose="draft_scene",
+                                           max_tokens=int(target_tokens * 1.5), anti_repetition=penalize))
+        if not text:
+            raise LLMBadOutputError(f"the model returned an empty draft for chapter {chapter} scene {scene}",
+                                    hint="check the narrative tier's model")
+        metrics = measure(text, brief.target_words, thresholds)
+        drafts.append((text, metrics, penalize))
+        if metrics.clean:
+            log.info("chapter %d: drafted scene %d/%d (attempt %d, %s)", chapter, scene, len(brief.plan), attempt,
+                     metrics.brief())
+            break
+        log.warning("chapter %d scene %d: draft %d fails the degeneration guard (%s); %s", chapter, scene, attempt,
+                    "; ".join(metrics.failures),
+                    "drafting again with anti-repetition sampling" if attempt < thresholds.max_draft_attempts
+                    else "no attempts left")
+        penalize = True
+    text, metrics, penalized = drafts[-1] if drafts[-1][1].clean else _cleanest(drafts)
+    if not metrics.clean:
+        log.error("chapter %d scene %d: DEGENERATE after %d drafts, keeping the cleanest (%s)", chapter, scene,
+                  len(drafts), "; ".join(metrics.failures))
+    ref = rt.content.put_text("scenes", f"chapter_{chapter:03d}/iter_{iteration}/scene_{scene:02d}", text)
+    return SceneDraft(ref=ref, metrics=metrics, attempts=len(drafts), anti_repetition=penalized)

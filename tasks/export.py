@@ -6,11 +6,12 @@ finished project leaves every file (and its mtime) as it was.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from prefect import task
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from core.content import ContentRef, write_if_changed
@@ -45,6 +46,17 @@ def finalize_chapter(number: int, title: str, chapter_text: ContentRef) -> str:
     write_if_changed(path, markdown)
     create_markdown_artifact(key=f"chapter-{number:03d}", markdown=markdown, description=chapter_heading(number, title))
     return str(path)
+
+
+@task(name="publish_chapter_quality", cache_policy=NO_CACHE, persist_result=False)
+def publish_chapter_quality(number: int, rows: list[dict[str, object]]) -> None:
+    """The chapter's quality table (scene and chapter prose metrics, editor scores, flags) in
+    the Prefect UI; the same rows go to `.saga/quality/chapter_NNN.json`."""
+    rt = runtime()
+    create_table_artifact(key=f"chapter-{number:03d}-quality", table=rows,
+                          description=f"Chapter {number}: degeneration guard metrics and editor scores")
+    path = rt.settings.saga_dir / "quality" / f"chapter_{number:03d}.json"
+    write_if_changed(path, json.dumps(rows, indent=2) + "\n")
 
 
 @task(name="export_manuscript", cache_policy=NO_CACHE, persist_result=False)

@@ -24,6 +24,8 @@ from tasks.policy import graph_task
 
 # Room kept free for the fixed prompt text around the context.
 PROMPT_OVERHEAD_TOKENS = 400
+# A character attribute (backstory, motivation) longer than this keeps its first sentences.
+BACKSTORY_CHARS = 240
 
 
 def scene_query(scene: SceneDetail) -> str:
@@ -31,13 +33,29 @@ def scene_query(scene: SceneDetail) -> str:
 
 
 def _profile_line(profile: EntityProfile) -> str:
+    """Who a character is for the novelist: description, traits, and what drives them
+    (motivation, backstory essentials, voice) from the character sheet's attributes."""
     entity = profile.entity
-    parts = [f"{entity.name} ({entity.label.lower()}{', ' + profile.status if profile.status else ''})"]
+    line = f"{entity.name} ({entity.label.lower()}{', ' + profile.status if profile.status else ''})"
     if entity.description:
-        parts.append(entity.description)
+        line += f": {entity.description}"
+    details = []
     if entity.traits:
-        parts.append("traits: " + ", ".join(entity.traits))
-    return ": ".join(parts[:2]) + ("; " + parts[2] if len(parts) > 2 else "")
+        details.append("traits: " + ", ".join(entity.traits))
+    for key in ("motivation", "backstory", "voice"):
+        value = str(entity.attributes.get(key) or "").strip()
+        if value:
+            details.append(f"{key}: {_essentials(value)}")
+    return line + ("; " + "; ".join(details) if details else "")
+
+
+def _essentials(text: str, limit: int = BACKSTORY_CHARS) -> str:
+    """The first sentences of a long attribute, up to `limit` characters."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
+    return cut[: end + 1] if end > limit // 3 else cut.rsplit(" ", 1)[0] + " …"
 
 
 def sections_from(context: SceneContext) -> dict[str, list[str]]:
@@ -66,12 +84,17 @@ def sections_from(context: SceneContext) -> dict[str, list[str]]:
 
 
 @graph_task("retrieve_context")
-def retrieve_context(chapter_number: int, scene: SceneDetail) -> ContentRef:
-    """The scene's context text, stored as content (drafting takes the reference)."""
+def retrieve_context(chapter_number: int, scene: SceneDetail, guidance: tuple[str, ...] = (),
+                     fixed_tokens: int = PROMPT_OVERHEAD_TOKENS) -> ContentRef:
+    """The scene's context text, stored as content (drafting takes the reference).
+
+    `guidance` (revision guidance) fills the envelope's guidance share, so it is counted in
+    the budget; `fixed_tokens` is the rest of the prompt, measured by the caller."""
     rt = runtime()
     text = scene_query(scene)
     # A stable name (Python's hash() is salted per process) keeps the cache key stable.
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    name = hashlib.sha256("\n".join((text, *guidance)).encode("utf-8")).hexdigest()[:16]
     vector: list[float] | None = None
     try:
         query = embed_texts(f"queries/chapter_{chapter_number:03d}/{digest}", (text,), rt.embedding_fingerprint())
@@ -83,10 +106,11 @@ def retrieve_context(chapter_number: int, scene: SceneDetail) -> ContentRef:
     context = scene_context(rt.graph, chapter=chapter_number, characters=names, location=scene.setting or None,
                             embedding=vector)
     tier = rt.settings.tier("narrative")
-    envelope = build_envelope(sections_from(context), rt.settings.limits.context_budget, tier.context_window,
-                              reserved_tokens=PROMPT_OVERHEAD_TOKENS + tier.max_tokens)
+    sections = sections_from(context) | {"guidance": list(guidance)}
+    envelope = build_envelope(sections, rt.settings.limits.context_budget, tier.context_window,
+                              reserved_tokens=fixed_tokens + tier.max_tokens)
     get_run_logger().info(
         "chapter %d: context for %r: %d/%d tokens (%s)", chapter_number, scene.title, envelope.used_tokens,
         envelope.total_budget, ", ".join(f"{s.name} {s.items_kept}/{s.items_in}" for s in envelope.sections) or "empty",
     )
-    return rt.content.put_text("context", f"chapter_{chapter_number:03d}/{digest}", envelope.text)
+    return rt.content.put_text("context", f"chapter_{chapter_number:03d}/{name}", envelope.text)

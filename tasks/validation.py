@@ -1,13 +1,19 @@
-"""Validation stage: consistency of a chapter delta against the story so far.
+"""Validation stage: consistency of a chapter delta against the story so far, and the
+revision decision.
 
-Checks (spec 001 section 5.3, plus what SAGA leaves as stubs):
-- dead characters acting: a character present in this chapter whose status, as of the
-  previous chapter, is dead (unless this chapter brings them back);
-- contradictory traits: a character given both traits of a configured antonym pair;
+Checks (spec 001 section 5.3, plus what SAGA leaves as stubs); each has a crafted true case
+and a look-alike that must not fire in tests/test_validation_checks.py:
+- dead characters acting: a character the extraction saw present and acting (not only
+  mentioned, mourned or remembered) whose status, as of the previous chapter, is dead,
+  unless this chapter brings them back to life;
+- contradictory traits: a character given both traits of a configured antonym pair, within
+  this chapter or against the traits the graph has accumulated for them;
 - duplicated scenes: two scenes of the chapter, or a scene and an earlier chapter's
   scene, that are near-identical (embedding cosine);
-- relationship evolution: a relationship that flips to its opposite (FRIEND_OF ->
-  ENEMY_OF, ...) with no intervening chapter.
+- relationship evolution: a relationship that turns into its opposite (FRIEND_OF ->
+  ENEMY_OF, ...) against the latest known state of the pair, from whatever chapter;
+- two places at once: a character located in two places within one scene that neither
+  contain each other nor are where the character travels.
 
 The checks read the graph only "as of chapter N-1", so their result does not depend on
 whether this chapter's delta is in the graph yet: a resumed run gets the same answer.
@@ -15,7 +21,7 @@ whether this chapter's delta is in the graph yet: a resumed run gets the same an
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -26,8 +32,12 @@ from core.content import ContentRef
 from core.runtime import runtime
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta
+from core.prose import ProseMetrics, measure
+from core.settings import ProseThresholds
 from kg.retrieval import consistency_facts
+from prompts.knowledge.models import SceneExtraction
 from prompts.validation.models import QualityScores
+from tasks.assembly import SCENE_BREAK
 from tasks.policy import graph_task
 
 DUPLICATE_SCENE_COSINE = 0.97
@@ -39,27 +49,41 @@ OPPOSITE_RELATIONS: tuple[tuple[str, str], ...] = (
 
 
 class Problem(BaseModel):
-    kind: Literal["dead_character_acting", "contradictory_traits", "duplicate_scene", "relationship_flip"]
+    kind: Literal["dead_character_acting", "contradictory_traits", "duplicate_scene", "relationship_flip",
+                  "two_places_at_once"]
     severity: Literal["error", "warning"]
     message: str
     entities: list[str] = []
     chapters: list[int] = []
 
 
-def revision_needed(scores: QualityScores, problems: Iterable[Problem], threshold: float) -> bool:
-    """Revise when the editor's mean score is below the threshold or a check found an error."""
-    return scores.mean < threshold or any(p.severity == "error" for p in problems)
+class RevisionDecision(BaseModel):
+    revise: bool
+    reasons: list[str] = []
 
 
-def contradictory_traits(delta: ChapterDelta, antonyms: list[tuple[str, str]]) -> list[Problem]:
+def contradictory_traits(delta: ChapterDelta, antonyms: list[tuple[str, str]],
+                         accumulated: dict[str, list[str]] | None = None) -> list[Problem]:
+    """A character given both traits of an antonym pair: within this chapter, or this
+    chapter against the traits the graph has accumulated for them (`accumulated`:
+    normalized name -> traits as of the previous chapter)."""
+    accumulated = accumulated or {}
     problems = []
     for entity in delta.entities:
         traits = {t.strip().lower() for t in entity.traits}
+        before = {t.strip().lower() for t in accumulated.get(vocab.normalize_name(entity.name), [])}
         for left, right in antonyms:
             if left in traits and right in traits:
                 problems.append(Problem(kind="contradictory_traits", severity="warning",
                                         message=f"{entity.name} is both {left} and {right} in chapter {delta.chapter}",
                                         entities=[entity.name], chapters=[delta.chapter]))
+                continue
+            for now, was in ((left, right), (right, left)):
+                if now in traits and was in before and now not in before:
+                    problems.append(Problem(kind="contradictory_traits", severity="warning",
+                                            message=f"{entity.name} is {now} in chapter {delta.chapter} but the story "
+                                            f"so far made them {was}",
+                                            entities=[entity.name], chapters=[delta.chapter]))
     return problems
 
 
@@ -93,53 +117,206 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
     return matrix / np.maximum(norms, 1e-12)
 
 
-def dead_characters_acting(delta: ChapterDelta, statuses: dict[str, tuple[str, int]]) -> list[Problem]:
-    """`statuses`: normalized name -> (status, since chapter) as of the previous chapter."""
-    revived = {vocab.normalize_name(s.entity) for s in delta.status_changes if s.status != "dead"}
-    present: dict[str, str] = {}
-    for entity in delta.entities:
-        if entity.label == "Character":
-            present[vocab.normalize_name(entity.name)] = entity.name
-    for scene in delta.scenes:
-        for name in scene.characters:
-            present.setdefault(vocab.normalize_name(name), name)
+def present_characters(extractions: Sequence[SceneExtraction]) -> dict[str, tuple[str, list[int]]]:
+    """Characters the extraction saw on the scene and acting (not only mentioned or
+    remembered): normalized name -> (name, scene numbers)."""
+    present: dict[str, tuple[str, list[int]]] = {}
+    for number, extraction in enumerate(extractions, start=1):
+        for entity in extraction.entities:
+            if entity.kind == "Character" and entity.presence == "present" and entity.name.strip():
+                name, scenes = present.setdefault(vocab.normalize_name(entity.name), (entity.name.strip(), []))
+                if number not in scenes:
+                    scenes.append(number)
+    return present
+
+
+def dead_characters_acting(delta: ChapterDelta, extractions: Sequence[SceneExtraction],
+                           statuses: dict[str, tuple[str, int]]) -> list[Problem]:
+    """A character present and acting in this chapter who was dead as of the previous one.
+
+    `statuses`: normalized name -> (status, since chapter) as of the previous chapter. A dead
+    character who is only mentioned, mourned or remembered is fine; only a status change back
+    to "alive" in this chapter (a resurrection the story tells) excuses one who acts.
+    """
+    revived = {vocab.normalize_name(s.entity) for s in delta.status_changes if s.status == "alive"}
     problems = []
-    for key, name in present.items():
+    for key, (name, scenes) in present_characters(extractions).items():
         status = statuses.get(key)
         if status and status[0] == "dead" and key not in revived:
+            where = ", ".join(str(n) for n in scenes)
             problems.append(Problem(kind="dead_character_acting", severity="error",
-                                    message=f"{name} appears in chapter {delta.chapter} but died in chapter {status[1]}",
+                                    message=f"{name} acts in chapter {delta.chapter} (scene {where}) "
+                                    f"but died in chapter {status[1]}",
                                     entities=[name], chapters=[status[1], delta.chapter]))
     return problems
 
 
-def relationship_flips(delta: ChapterDelta, previous: dict[tuple[str, str], tuple[str, int]]) -> list[Problem]:
-    """`previous`: (source key, target key) -> (type, chapter) of the latest earlier relationship."""
-    opposite = {a: b for a, b in OPPOSITE_RELATIONS} | {b: a for a, b in OPPOSITE_RELATIONS}
+def _opposites() -> dict[str, set[str]]:
+    opposite: dict[str, set[str]] = {}
+    for a, b in OPPOSITE_RELATIONS:
+        opposite.setdefault(a, set()).add(b)
+        opposite.setdefault(b, set()).add(a)
+    return opposite
+
+
+def relationship_flips(delta: ChapterDelta, history: dict[tuple[str, str], dict[str, int]]) -> list[Problem]:
+    """A relationship that turns into its opposite with no transition.
+
+    `history`: (source key, target key) -> {type: latest chapter} of the relationships known
+    before this chapter, from ANY earlier chapter. The latest known state of the pair among
+    the opposable types (friend/ally/enemy, love/hate) is what this chapter is compared with,
+    so a flip is found however many chapters lie between, and a change the story already
+    made earlier (FRIEND_OF, then ENEMY_OF) is not reported again.
+    """
+    opposite = _opposites()
     problems = []
     for rel in delta.relationships:
+        if rel.type not in opposite:
+            continue
         pair = (vocab.normalize_name(rel.source), vocab.normalize_name(rel.target))
-        before = previous.get(pair) or previous.get((pair[1], pair[0]))
-        if before and opposite.get(before[0]) == rel.type and before[1] == delta.chapter - 1:
+        known = {**history.get((pair[1], pair[0]), {})}
+        for kind, chapter in history.get(pair, {}).items():
+            known[kind] = max(chapter, known.get(kind, chapter))
+        states = [(chapter, kind) for kind, chapter in known.items() if kind in opposite]
+        if not states:
+            continue
+        latest_chapter = max(chapter for chapter, _ in states)
+        latest = {kind for chapter, kind in states if chapter == latest_chapter}
+        if rel.type in latest:
+            continue  # the pair already stands here (or the story recorded both at once)
+        flipped = sorted(kind for kind in latest if rel.type in opposite[kind])
+        if flipped:
             problems.append(Problem(kind="relationship_flip", severity="warning",
-                                    message=f"{rel.source} and {rel.target} go from {before[0]} in chapter {before[1]} "
-                                    f"to {rel.type} in chapter {delta.chapter} with no transition",
-                                    entities=[rel.source, rel.target], chapters=[before[1], delta.chapter]))
+                                    message=f"{rel.source} and {rel.target} go from {flipped[0]} (latest known, "
+                                    f"chapter {latest_chapter}) to {rel.type} in chapter {delta.chapter} "
+                                    f"with no transition",
+                                    entities=[rel.source, rel.target], chapters=[latest_chapter, delta.chapter]))
     return problems
 
 
+def _inside(place: str, other: str, containers: dict[str, set[str]]) -> bool:
+    """Whether `place` lies (transitively) inside `other`."""
+    seen, todo = set(), [place]
+    while todo:
+        current = todo.pop()
+        for parent in containers.get(current, ()):
+            if parent == other:
+                return True
+            if parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return False
+
+
+def two_places_at_once(chapter: int, extractions: Sequence[SceneExtraction],
+                       known_containers: dict[str, set[str]]) -> list[Problem]:
+    """A character LOCATED_IN two places within one scene that neither contain each other
+    (PART_OF, from the graph or this chapter's extraction) nor are a place the character
+    TRAVELS_TO during the scene."""
+    containers = {key: set(parents) for key, parents in known_containers.items()}
+    for extraction in extractions:
+        for rel in extraction.relationships:
+            if vocab.normalize_rel_type(rel.type)[0] == "PART_OF":
+                containers.setdefault(vocab.normalize_name(rel.source), set()).add(vocab.normalize_name(rel.target))
+    problems = []
+    for number, extraction in enumerate(extractions, start=1):
+        located: dict[str, dict[str, str]] = {}
+        travels: dict[str, set[str]] = {}
+        names: dict[str, str] = {}
+        for rel in extraction.relationships:
+            kind = vocab.normalize_rel_type(rel.type)[0]
+            who, where = vocab.normalize_name(rel.source), vocab.normalize_name(rel.target)
+            if not who or not where:
+                continue
+            names.setdefault(who, rel.source.strip())
+            if kind == "LOCATED_IN":
+                located.setdefault(who, {})[where] = rel.target.strip()
+            elif kind == "TRAVELS_TO":
+                travels.setdefault(who, set()).add(where)
+        for who, places in located.items():
+            fixed = [p for p in places if p not in travels.get(who, set())]
+            for i, a in enumerate(fixed):
+                clash = next((b for b in fixed[i + 1:]
+                              if not _inside(a, b, containers) and not _inside(b, a, containers)), None)
+                if clash is not None:
+                    problems.append(Problem(kind="two_places_at_once", severity="warning",
+                                            message=f"{names[who]} is in both {places[a]} and {places[clash]} in "
+                                            f"chapter {chapter} scene {number}",
+                                            entities=[names[who], places[a], places[clash]], chapters=[chapter]))
+                    break
+    return problems
+
+
+def measure_chapter(texts: Sequence[str], target_words: int, thresholds: ProseThresholds) -> ProseMetrics:
+    """The whole chapter against the guard (a sentence may loop across scenes)."""
+    return measure(SCENE_BREAK.join(texts), target_words * len(texts), thresholds)
+
+
+def decide_revision(scores: QualityScores, problems: Iterable[Problem], scene_metrics: Sequence[ProseMetrics],
+                    chapter_metrics: ProseMetrics, threshold: float) -> RevisionDecision:
+    """Revise when the editor's mean is below the threshold, a consistency check found an
+    error, or the deterministic prose metrics fail (a looping chapter is rewritten whatever
+    the editor said: a small model's editor scores loops as fine)."""
+    reasons = []
+    if scores.mean < threshold:
+        reasons.append(f"editor mean score {scores.mean:.2f} < {threshold:.2f}")
+    errors = [p for p in problems if p.severity == "error"]
+    reasons += [f"consistency: {p.message}" for p in errors]
+    for number, metrics in enumerate(scene_metrics, start=1):
+        if not metrics.clean:
+            reasons.append(f"scene {number} prose: " + "; ".join(metrics.failures))
+    if chapter_metrics.failures and all(m.clean for m in scene_metrics):
+        reasons.append("chapter prose: " + "; ".join(chapter_metrics.failures))
+    return RevisionDecision(revise=bool(reasons), reasons=reasons)
+
+
+def degeneration_flags(scene_metrics: Sequence[ProseMetrics], chapter_metrics: ProseMetrics) -> list[str]:
+    """Why a finished chapter is flagged: a scene that never came clean, or a chapter that
+    loops across its scenes. Empty when the chapter passes the guard."""
+    flags = [f"scene {number} never passed the degeneration guard: " + "; ".join(metrics.failures)
+             for number, metrics in enumerate(scene_metrics, start=1) if not metrics.clean]
+    # Length is judged per scene; the chapter adds what only shows across scenes.
+    looping = [f for f in chapter_metrics.failures if "target" not in f]
+    if looping:
+        flags.append("chapter text fails the degeneration guard: " + "; ".join(looping))
+    return flags
+
+
+def quality_rows(scene_metrics: Sequence[ProseMetrics], attempts: Sequence[int], chapter_metrics: ProseMetrics,
+                 scores: QualityScores, flags: Sequence[str]) -> list[dict[str, object]]:
+    """The chapter's quality table: one row per scene and one for the chapter."""
+
+    def row(name: str, metrics: ProseMetrics, drafts: int | str) -> dict[str, object]:
+        return {"part": name, "words": metrics.words, "target_words": metrics.target_words,
+                "distinct_bigrams": metrics.distinct_bigrams, "distinct_trigrams": metrics.distinct_trigrams,
+                "max_sentence_repeats": metrics.max_sentence_repeats, "compression_ratio": metrics.compression_ratio,
+                "drafts": drafts, "clean": metrics.clean, "failures": "; ".join(metrics.failures)}
+
+    rows = [row(f"scene {n}", m, a) for n, (m, a) in enumerate(zip(scene_metrics, attempts, strict=True), start=1)]
+    chapter = row("chapter", chapter_metrics, sum(attempts))
+    chapter.update({"clean": not flags, "failures": "; ".join(flags),
+                    "editor_mean": round(scores.mean, 3),
+                    **{k: round(v, 2) for k, v in scores.model_dump(exclude={"feedback"}).items()}})
+    table = [*rows, chapter]
+    columns = list(dict.fromkeys(key for r in table for key in r))
+    return [{key: r.get(key, "") for key in columns} for r in table]
+
+
 @graph_task("validate_consistency")
-def validate_consistency(delta_ref: ContentRef) -> list[Problem]:
+def validate_consistency(delta_ref: ContentRef, extraction_refs: tuple[ContentRef, ...] = ()) -> list[Problem]:
     rt = runtime()
     delta = rt.content.get_model(delta_ref, ChapterDelta)
+    extractions = [rt.content.get_model(ref, SceneExtraction) for ref in extraction_refs]
     as_of = delta.chapter - 1
-    names = sorted({e.name for e in delta.entities} | {c for s in delta.scenes for c in s.characters})
+    names = sorted({e.name for e in delta.entities} | {c for s in delta.scenes for c in s.characters}
+                   | {n for n, _ in present_characters(extractions).values()})
     facts = consistency_facts(rt.graph, names, as_of_chapter=as_of)
     problems = [
-        *dead_characters_acting(delta, facts.statuses),
-        *contradictory_traits(delta, rt.settings.healing.antonym_pairs),
+        *dead_characters_acting(delta, extractions, facts.statuses),
+        *contradictory_traits(delta, rt.settings.healing.antonym_pairs, facts.traits),
         *duplicate_scenes(delta, facts.scene_embeddings),
-        *relationship_flips(delta, facts.relationships),
+        *relationship_flips(delta, facts.relationship_types),
+        *two_places_at_once(delta.chapter, extractions, facts.containers),
     ]
     for problem in problems:
         get_run_logger().warning("chapter %d: %s", delta.chapter, problem.message)

@@ -24,7 +24,7 @@ from core.graph_server import graph_endpoint
 from core.settings import Settings
 from tests import process_guard
 from tests.conftest import REPO_ROOT, child_pythonpath
-from tests.scripted_llm import ScriptedLLM, ScriptedRequest
+from tests.scripted_llm import ScriptedLLM, ScriptedRequest, scripted_prose
 
 PREMISE = "A lighthouse keeper finds a letter from a sister who drowned ten years ago."
 CHARACTERS = [
@@ -35,6 +35,7 @@ CHARACTERS = [
         "traits": ["stubborn", "brave"],
         "motivation": "learn the truth",
         "backstory": "Lost her sister.",
+        "voice": "Clipped, salty sentences.",
     },
     {
         "name": "Tobias Venn",
@@ -43,6 +44,7 @@ CHARACTERS = [
         "traits": ["kind"],
         "motivation": "protect Mara",
         "backstory": "Grew up on the mainland.",
+        "voice": "Slow and gentle, full of tide lore.",
     },
 ]
 
@@ -78,12 +80,14 @@ SCENERY = [
 def _draft(request: ScriptedRequest) -> str:
     where = re.search(r"Chapter (\d+), scene (\d+)", request.text)
     chapter, scene = (int(where.group(1)), int(where.group(2))) if where else (0, 0)
-    # Distinct scenery per scene keeps scenes from looking like duplicates to the validator.
+    # Distinct scenery and prose per scene keep scenes from looking like duplicates to the
+    # validator; enough varied words pass the degeneration guard.
     scenery = SCENERY[(chapter * 3 + scene) % len(SCENERY)]
-    if "Revision guidance to follow" in request.text:
-        return f"Mara Quill climbed the stairs of Gull Rock lighthouse, revised. {scenery}"
+    body = scripted_prose(chapter * 3 + scene)
+    if "## Guidance" in request.text:  # revision guidance rides in the prompt's guidance section
+        return f"Mara Quill climbed the stairs of Gull Rock lighthouse, revised. {scenery} {body}"
     marker = " A Drowned Phantom watched." if "REJECT-ME" in request.text else ""
-    return f"Mara Quill met Tobias Venn at Gull Rock lighthouse. {scenery}{marker}"
+    return f"Mara Quill met Tobias Venn at Gull Rock lighthouse. {scenery}{marker} {body}"
 
 
 def _extract(request: ScriptedRequest) -> dict[str, object]:

@@ -1,23 +1,14 @@
-"""Pure pipeline logic: extraction merge/normalization, consistency checks, act ranges."""
+"""Pure pipeline logic: extraction merge/normalization, consistency checks, act ranges.
+
+The consistency checks' true cases and look-alikes live in tests/test_validation_checks.py."""
 
 from __future__ import annotations
 
-import pytest
-from pydantic import ValidationError
-
-from kg.models import ChapterDelta, Entity, Relationship, SceneDelta
+from kg.models import ChapterDelta, Entity, SceneDelta
 from prompts.knowledge.models import SceneExtraction
-from prompts.validation.models import QualityScores
 from tasks.consolidation import merge_extractions
 from tasks.initialization import act_ranges
-from tasks.validation import (
-    Problem,
-    contradictory_traits,
-    dead_characters_acting,
-    duplicate_scenes,
-    relationship_flips,
-    revision_needed,
-)
+from tasks.validation import contradictory_traits, duplicate_scenes
 
 
 def _extraction(entities: list[dict], relationships: list[dict] | None = None, statuses: list[dict] | None = None) -> SceneExtraction:
@@ -45,17 +36,6 @@ def test_merge_keeps_one_entity_per_name_with_every_scene_as_source() -> None:
     assert sorted((r.type, r.raw_type) for r in rels) == [("FRIEND_OF", "is friends with"), ("RELATES_TO", "owes money to")]
 
 
-def test_dead_character_acting_is_an_error_unless_revived() -> None:
-    delta = ChapterDelta(chapter=5, entities=[Entity(label="Character", name="Elsa")],
-                         scenes=[SceneDelta(index=1, characters=["Tobias"])])
-    statuses = {"elsa": ("dead", 3), "tobias": ("alive", 0)}
-    problems = dead_characters_acting(delta, statuses)
-    assert [(p.kind, p.entities, p.chapters) for p in problems] == [("dead_character_acting", ["Elsa"], [3, 5])]
-    revived = ChapterDelta.model_validate({**delta.model_dump(), "status_changes": [
-        {"entity": "Elsa", "status": "alive", "chapter": 5}]})
-    assert dead_characters_acting(revived, statuses) == []
-
-
 def test_contradictory_traits_and_clean_case() -> None:
     delta = ChapterDelta(chapter=2, entities=[Entity(label="Character", name="Tobias", traits=["Brave", "cowardly"]),
                                               Entity(label="Character", name="Mara", traits=["brave"])])
@@ -71,30 +51,6 @@ def test_duplicate_scenes_within_and_across_chapters() -> None:
     messages = sorted(p.message for p in problems)
     assert len(problems) == 2
     assert "scene 3 repeats chapter 2 scene 1" in messages[0] and "scenes 1 and 2" in messages[1]
-
-
-def test_relationship_flip_only_between_consecutive_chapters() -> None:
-    delta = ChapterDelta(chapter=6, relationships=[Relationship(source="Mara", target="Tobias", type="ENEMY_OF")])
-    assert relationship_flips(delta, {("mara", "tobias"): ("FRIEND_OF", 5)})[0].kind == "relationship_flip"
-    assert relationship_flips(delta, {("tobias", "mara"): ("FRIEND_OF", 5)})  # either direction
-    assert relationship_flips(delta, {("mara", "tobias"): ("FRIEND_OF", 2)}) == []
-
-
-def test_revision_needed() -> None:
-    good = QualityScores(coherence=0.8, prose_quality=0.8, plot_advancement=0.8, pacing=0.8, tone_consistency=0.8)
-    assert not revision_needed(good, [], 0.5)
-    assert revision_needed(good.model_copy(update={"coherence": 0.0, "pacing": 0.0, "prose_quality": 0.0}), [], 0.5)
-    error = Problem(kind="duplicate_scene", severity="error", message="x")
-    assert revision_needed(good, [error], 0.5)
-
-
-def test_quality_scores_on_a_ten_or_hundred_point_scale_are_rescaled() -> None:
-    scores = QualityScores(coherence=8, prose_quality=0.7, plot_advancement=85, pacing=1, tone_consistency=10)
-    assert (scores.coherence, scores.prose_quality, scores.plot_advancement, scores.pacing, scores.tone_consistency) == (
-        0.8, 0.7, 0.85, 1.0, 1.0)
-    for bad in (-0.1, 101):
-        with pytest.raises(ValidationError):
-            QualityScores(coherence=bad, prose_quality=0.5, plot_advancement=0.5, pacing=0.5, tone_consistency=0.5)
 
 
 def test_act_ranges_cover_every_chapter_once() -> None:

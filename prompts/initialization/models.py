@@ -16,6 +16,7 @@ class CharacterSheet(_Out):
     traits: list[str] = Field(default_factory=list, max_length=8, description="single-word personality traits")
     motivation: str = ""
     backstory: str = ""
+    voice: str = Field("", description="how they speak: diction, rhythm, verbal habits")
 
 
 class CharacterSheets(_Out):

@@ -18,6 +18,10 @@ class ExtractedEntity(_Out):
     kind: EntityKind
     description: str = ""
     traits: list[str] = Field(default_factory=list, max_length=8)
+    presence: Literal["present", "mentioned"] = Field(
+        "present",
+        description="present: on the scene and acting; mentioned: only remembered, mourned, talked or thought about",
+    )
 
 
 class ExtractedRelationship(_Out):
