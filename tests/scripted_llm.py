@@ -700,26 +700,21 @@ if __name__ == "__main__":
     main()
 
 
-# Word banks for `scripted_prose`: co-prime lengths, so sentence i combines a different
-# subject, verb, object and closing phrase for every i the tests use.
-_SUBJECTS = ("Mara", "Tobias", "The keeper", "Her sister's ghost", "The ferryman", "An old gull", "The storm")
-_VERBS = ("traced", "studied", "abandoned", "remembered", "carried", "watched", "mended", "counted", "feared",
-          "answered", "unwrapped")
-_OBJECTS = ("the brass lamp", "a folded letter", "the tide tables", "wet oilskins", "the logbook", "broken shutters",
-            "a tin of matches", "salt-stained boots", "the signal flags", "a cold kettle", "the last ferry ticket",
-            "her mother's compass", "the iron railing")
-_CLOSINGS = ("before dawn", "while rain hammered the glass", "as the reef groaned", "under a sour yellow moon",
-             "with trembling fingers", "without a word", "beside the dead generator", "near the north stairs",
-             "long after midnight", "until the fog lifted", "in the lee of the cottage", "as gulls screamed overhead",
-             "against every instinct", "for the first time in years", "because nobody else would", "at low water",
-             "while the bell tolled")
+_SYLLABLES = ("ka", "lo", "mir", "ven", "tas", "ru", "bel", "on", "dre", "si", "gul", "ha", "pen", "or", "vi", "struk",
+              "ma", "tel", "quo", "rin", "ad", "fen", "lu", "sar")
 
 
-def scripted_prose(seed: int, sentences: int = 12) -> str:
-    """Varied, human-looking prose (distinct trigram ratio well above 0.8, no repeated
-    sentence) for scripted drafts that must pass the degeneration guard."""
+def _pseudo_word(*key: int) -> str:
+    digest = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
+    return "".join(_SYLLABLES[b % len(_SYLLABLES)] for b in digest[: 2 + digest[7] % 2])
+
+
+def scripted_prose(seed: int, sentences: int = 12, words: int = 9) -> str:
+    """Prose-shaped text that passes the degeneration guard and the duplicate-scene check:
+    every word is drawn from (seed, sentence, position), so no sentence or trigram repeats
+    and two seeds share next to no vocabulary (their hashed embeddings are far apart)."""
     out = []
-    for i in range(seed * sentences, seed * sentences + sentences):
-        out.append(f"{_SUBJECTS[i % len(_SUBJECTS)]} {_VERBS[(i * 3) % len(_VERBS)]} "
-                   f"{_OBJECTS[(i * 5) % len(_OBJECTS)]} {_CLOSINGS[(i * 7) % len(_CLOSINGS)]}.")
+    for i in range(sentences):
+        tokens = [_pseudo_word(seed, i, k) for k in range(words)]
+        out.append(" ".join(tokens).capitalize() + ".")
     return " ".join(out)
