@@ -27,7 +27,13 @@ from tasks.commit import (
     store_chapter_summary,
 )
 from tasks.consolidation import build_chapter_delta
-from tasks.drafting import SceneBrief, SceneDraft, draft_scene, fixed_prompt_tokens, scene_target_words
+from tasks.drafting import (
+    SceneBrief,
+    SceneDraft,
+    draft_scene,
+    fixed_prompt_tokens,
+    scene_target_words,
+)
 from tasks.embedding import embed_scenes_or_none
 from tasks.evaluation import evaluate_quality
 from tasks.export import finalize_chapter, publish_chapter_quality

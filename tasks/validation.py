@@ -29,11 +29,11 @@ from prefect import get_run_logger
 from pydantic import BaseModel
 
 from core.content import ContentRef
+from core.prose import ProseMetrics, measure
 from core.runtime import runtime
+from core.settings import ProseThresholds
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta
-from core.prose import ProseMetrics, measure
-from core.settings import ProseThresholds
 from kg.retrieval import consistency_facts
 from prompts.knowledge.models import SceneExtraction
 from prompts.validation.models import QualityScores

@@ -9,7 +9,13 @@ import pytest
 
 from core.llm import LLMGateway, anti_repetition_kwargs
 from core.prose import compression_ratio, distinct_n, measure, most_repeated_sentence, words_of
-from core.settings import LLAMA_CPP_ANTI_REPETITION, AntiRepetition, ContextBudget, ProseThresholds, load_settings
+from core.settings import (
+    LLAMA_CPP_ANTI_REPETITION,
+    AntiRepetition,
+    ContextBudget,
+    ProseThresholds,
+    load_settings,
+)
 from kg.models import Entity, EntityProfile
 from prompts.narrative.models import SceneDetail
 from tasks.context import build_envelope, estimate_tokens

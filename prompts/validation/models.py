@@ -6,7 +6,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-
 _SCORE = "a decimal from 0.0 (poor) to 1.0 (excellent); 0.7 means 7 out of 10"
 
 
