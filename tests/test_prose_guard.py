@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from core.errors import ConfigError
 from core.llm import LLMGateway, anti_repetition_kwargs
 from core.prose import compression_ratio, distinct_n, measure, most_repeated_sentence, words_of
 from core.settings import (
@@ -147,3 +148,20 @@ def test_first_scene_shows_the_previous_chapters_ending() -> None:
     assert "The previous chapter ended:\nShe closed the door." in text and "The previous scene" not in text
     last = "\n".join(m["content"] for m in scene_messages(brief(scene_number=3), ""))
     assert "This scene ends the chapter." in last
+
+
+def test_guard_style_and_sampling_settings_from_toml_and_bad_values(tmp_path) -> None:
+    (tmp_path / "skald.toml").write_text(
+        '[tiers.narrative.anti_repetition]\nserver_fields = { dry_multiplier = 0.8 }\nfirst_draft = true\n'
+        '[prose]\nmax_draft_attempts = 2\n[style]\nperson = "first"\nregister = "terse"\n')
+    settings = load_settings(tmp_path)
+    narrative = settings.tier("narrative").anti_repetition
+    assert narrative.server_fields == {"dry_multiplier": 0.8} and narrative.first_draft is True
+    assert settings.tier("large").anti_repetition.server_fields is None  # other tiers keep their defaults
+    assert settings.prose.max_draft_attempts == 2
+    assert (settings.style.person, settings.style.tone_register) == ("first", "terse")
+    for bad, setting in (('[style]\nperson = "fourth"\n', "style.person"),
+                         ("[prose]\nmin_length_ratio = 2.0\nmax_length_ratio = 1.5\n", "prose")):
+        (tmp_path / "skald.toml").write_text(bad)
+        with pytest.raises(ConfigError, match=setting):
+            load_settings(tmp_path)
