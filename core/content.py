@@ -285,6 +285,21 @@ class ContentStore:
         except UnicodeDecodeError as exc:
             raise self._unreadable(ref, f"is not valid UTF-8 ({exc.reason})") from None
 
+    def get_text_at(self, path: str, sha256: str | None) -> str | None:
+        """The text stored at `path` (relative to the root) if it is there and, when `sha256`
+        is given, has that hash; None otherwise. For references kept as (path, hash) pairs,
+        e.g. on graph nodes."""
+        file = (self.root / path).resolve()
+        if not file.is_relative_to(self.root.resolve()):
+            return None
+        try:
+            data = file.read_bytes()
+        except OSError:
+            return None
+        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+            return None
+        return data.decode("utf-8", errors="replace")
+
     def get_json(self, ref: ContentRef) -> Any:
         """Parsed JSON of a `.json` artifact."""
         self._require_ext(ref, JSON_EXTS, "get_json")

@@ -296,6 +296,12 @@ CHAPTER_VECTORS_AS_OF = (
     "RETURN c.id AS id, c.number AS chapter, null AS scene, c.title AS title, c.summary AS summary, "
     "c.embedding_sha AS sha"
 )
+# Where each scene's text lives in the content store, and its hash (duplicate-scene checks
+# confirm an embedding match on the words).
+SCENE_TEXT_REFS_AS_OF = (
+    "MATCH (s:Scene) WHERE s.chapter <= $as_of AND s.text_ref IS NOT NULL "
+    "RETURN s.chapter AS chapter, s.index AS scene, s.text_ref AS text_ref, s.text_sha AS text_sha"
+)
 SCENE_EMBEDDINGS_BY_ID = "MATCH (s:Scene) WHERE s.id IN $ids RETURN s.id AS id, s.embedding AS embedding"
 CHAPTER_EMBEDDINGS_BY_ID = "MATCH (c:Chapter) WHERE c.id IN $ids RETURN c.id AS id, c.embedding AS embedding"
 READ_NOVEL_INFO = "MATCH (n:NovelInfo {id: $id}) RETURN properties(n) AS props"

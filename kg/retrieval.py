@@ -454,6 +454,7 @@ class ConsistencyFacts:
     relationship_types: (source name, target name) -> {type: latest chapter} of every type
     traits: name -> the traits the entity has accumulated as of the chapter
     containers: name -> normalized names of the places it is PART_OF (one hop)
+    scene_texts: (chapter, scene index) -> (content-store path, sha256) of each scene's text
     """
 
     statuses: dict[str, tuple[str, int]]
@@ -462,6 +463,7 @@ class ConsistencyFacts:
     relationship_types: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     traits: dict[str, list[str]] = field(default_factory=dict)
     containers: dict[str, set[str]] = field(default_factory=dict)
+    scene_texts: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)
 
 
 def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter: int) -> ConsistencyFacts:
@@ -507,7 +509,9 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
                     seen[row["type"]] = max(chapter, seen.get(row["type"], chapter))
         scenes = [(row["chapter"], row["scene"], vector.tolist()) for row, vector in _vector_rows(tx, "scene", as_of_chapter)]
         scenes.sort(key=lambda s: (s[0], s[1]))
+        texts = {(r["chapter"], r["scene"]): (r["text_ref"], r["text_sha"])
+                 for r in tx.run(cypher.SCENE_TEXT_REFS_AS_OF, as_of=as_of_chapter)}
         return ConsistencyFacts(statuses=statuses, scene_embeddings=scenes, relationships=relationships,
-                                relationship_types=types, traits=traits, containers=containers)
+                                relationship_types=types, traits=traits, containers=containers, scene_texts=texts)
 
     return store.execute_read(work)

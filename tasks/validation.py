@@ -21,15 +21,15 @@ whether this chapter's delta is in the graph yet: a resumed run gets the same an
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 import numpy as np
 from prefect import get_run_logger
 from pydantic import BaseModel
 
-from core.content import ContentRef
-from core.prose import ProseMetrics, measure
+from core.content import ContentRef, ContentStore
+from core.prose import ProseMetrics, measure, words_of
 from core.runtime import runtime
 from core.settings import ProseThresholds
 from kg import vocabulary as vocab
@@ -41,6 +41,7 @@ from tasks.assembly import SCENE_BREAK
 from tasks.policy import graph_task
 
 DUPLICATE_SCENE_COSINE = 0.97
+DUPLICATE_SCENE_TRIGRAM_OVERLAP = 0.5
 OPPOSITE_RELATIONS: tuple[tuple[str, str], ...] = (
     ("FRIEND_OF", "ENEMY_OF"),
     ("ALLY_OF", "ENEMY_OF"),
@@ -87,17 +88,32 @@ def contradictory_traits(delta: ChapterDelta, antonyms: list[tuple[str, str]],
     return problems
 
 
-def duplicate_scenes(delta: ChapterDelta, earlier: list[tuple[int, int, list[float]]]) -> list[Problem]:
-    """Near-identical scenes within the chapter or against earlier chapters' scenes."""
+def duplicate_scenes(delta: ChapterDelta, earlier: list[tuple[int, int, list[float]]],
+                     text_of: Callable[[int, int], str | None] | None = None) -> list[Problem]:
+    """Near-identical scenes within the chapter or against earlier chapters' scenes.
+
+    An embedding match is confirmed on the words when both texts are at hand (`text_of`:
+    (chapter, scene index) -> text or None): a model that is no embedding model (the embedded
+    default pools a 135M chat model) puts unrelated scenes above any cosine threshold, and
+    two scenes that really repeat share most of their word trigrams.
+    """
     scenes = [s for s in delta.scenes if s.embedding]
     if not scenes:
         return []
+
+    def same_words(a: tuple[int, int], b: tuple[int, int]) -> bool:
+        first, second = (text_of(*a), text_of(*b)) if text_of is not None else (None, None)
+        if first is None or second is None:
+            return True  # nothing to confirm with: the embedding decides
+        return trigram_overlap(first, second) >= DUPLICATE_SCENE_TRIGRAM_OVERLAP
+
     mine = _unit(np.array([s.embedding for s in scenes], dtype=np.float32))
     problems = []
     sims = mine @ mine.T
     for i in range(len(scenes)):
         for j in range(i + 1, len(scenes)):
-            if sims[i, j] >= DUPLICATE_SCENE_COSINE:
+            if sims[i, j] >= DUPLICATE_SCENE_COSINE and same_words((delta.chapter, scenes[i].index),
+                                                                   (delta.chapter, scenes[j].index)):
                 problems.append(Problem(kind="duplicate_scene", severity="error",
                                         message=f"chapter {delta.chapter} scenes {scenes[i].index} and {scenes[j].index} "
                                         f"are near-duplicates (cosine {sims[i, j]:.2f})", chapters=[delta.chapter]))
@@ -106,10 +122,19 @@ def duplicate_scenes(delta: ChapterDelta, earlier: list[tuple[int, int, list[flo
         cross = mine @ theirs.T
         for i, j in zip(*np.nonzero(cross >= DUPLICATE_SCENE_COSINE), strict=True):
             chapter, index = earlier[j][0], earlier[j][1]
+            if not same_words((delta.chapter, scenes[i].index), (chapter, index)):
+                continue
             problems.append(Problem(kind="duplicate_scene", severity="error",
                                     message=f"chapter {delta.chapter} scene {scenes[i].index} repeats chapter {chapter} "
                                     f"scene {index} (cosine {cross[i, j]:.2f})", chapters=[chapter, delta.chapter]))
     return problems
+
+
+def trigram_overlap(first: str, second: str) -> float:
+    """Shared word trigrams / the trigrams of the shorter text (containment, so a scene
+    repeated inside a longer one still counts)."""
+    a, b = (set(zip(w, w[1:], w[2:], strict=False)) for w in (words_of(first), words_of(second)))
+    return len(a & b) / min(len(a), len(b)) if a and b else 0.0
 
 
 def _unit(matrix: np.ndarray) -> np.ndarray:
@@ -302,6 +327,18 @@ def quality_rows(scene_metrics: Sequence[ProseMetrics], attempts: Sequence[int],
     return [{key: r.get(key, "") for key in columns} for r in table]
 
 
+def scene_text_reader(content: ContentStore, delta: ChapterDelta,
+                      earlier: dict[tuple[int, int], tuple[str, str | None]]) -> Callable[[int, int], str | None]:
+    """(chapter, scene) -> text, for this chapter's scenes and the graph's earlier ones."""
+    where = dict(earlier) | {(delta.chapter, s.index): (s.text_ref, s.text_sha) for s in delta.scenes if s.text_ref}
+
+    def text_of(chapter: int, scene: int) -> str | None:
+        found = where.get((chapter, scene))
+        return content.get_text_at(*found) if found else None
+
+    return text_of
+
+
 @graph_task("validate_consistency")
 def validate_consistency(delta_ref: ContentRef, extraction_refs: tuple[ContentRef, ...] = ()) -> list[Problem]:
     rt = runtime()
@@ -314,7 +351,7 @@ def validate_consistency(delta_ref: ContentRef, extraction_refs: tuple[ContentRe
     problems = [
         *dead_characters_acting(delta, extractions, facts.statuses),
         *contradictory_traits(delta, rt.settings.healing.antonym_pairs, facts.traits),
-        *duplicate_scenes(delta, facts.scene_embeddings),
+        *duplicate_scenes(delta, facts.scene_embeddings, scene_text_reader(rt.content, delta, facts.scene_texts)),
         *relationship_flips(delta, facts.relationship_types),
         *two_places_at_once(delta.chapter, extractions, facts.containers),
     ]

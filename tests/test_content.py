@@ -502,3 +502,16 @@ def test_concurrent_processes_allocate_distinct_versions(store: ContentStore) ->
     assert 4 <= len(versions) <= 6
     for ref in refs:
         store.verify(ref)
+
+
+def test_text_at_a_path_is_read_only_with_its_hash_and_inside_the_store(tmp_path: Path) -> None:
+    from core.content import ContentStore
+
+    store = ContentStore(tmp_path / "content")
+    ref = store.put_text("scenes", "chapter_001/scene_01", "The lamp went out.")
+    assert store.get_text_at(ref.path, ref.sha256) == "The lamp went out."
+    assert store.get_text_at(ref.path, None) == "The lamp went out."
+    assert store.get_text_at(ref.path, "0" * 64) is None  # changed since the graph recorded it
+    assert store.get_text_at("scenes/missing.txt", None) is None
+    (tmp_path / "secret.txt").write_text("outside")
+    assert store.get_text_at("../secret.txt", None) is None

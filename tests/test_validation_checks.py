@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from core.prose import measure
 from core.settings import ProseThresholds
 from kg import retrieval
-from kg.models import ChapterDelta, Entity, EntitySource, Relationship, StatusChange
+from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
 from kg.store import GraphStore
 from prompts.knowledge.models import SceneExtraction
 from prompts.validation.models import QualityScores
@@ -23,6 +23,7 @@ from tasks.validation import (
     dead_characters_acting,
     decide_revision,
     degeneration_flags,
+    duplicate_scenes,
     relationship_flips,
     two_places_at_once,
 )
@@ -213,15 +214,35 @@ def test_consistency_facts_carry_accumulated_traits_latest_states_and_containmen
         Entity(label="Location", name="the lamp room", sources=[outline]),
     ], relationships=[Relationship(source="the lamp room", target="Gull Rock lighthouse", type="PART_OF")]))
     store.commit_chapter(ChapterDelta(chapter=1, relationships=[
-        Relationship(source="Mara", target="Tobias", type="FRIEND_OF")]))
+        Relationship(source="Mara", target="Tobias", type="FRIEND_OF")],
+        scenes=[SceneDelta(index=1, text_ref="scenes/chapter_001/scene_01.txt", text_sha="ab" * 32)]))
     store.commit_chapter(ChapterDelta(chapter=2, entities=[Entity(label="Character", name="Mara", traits=["stubborn"])],
                                       relationships=[Relationship(source="Mara", target="Tobias", type="KNOWS")]))
     facts = retrieval.consistency_facts(store, ["Mara", "Tobias", "the lamp room"], as_of_chapter=3)
     assert set(facts.traits["mara"]) == {"brave", "stubborn"}
     assert facts.relationship_types[("mara", "tobias")]["FRIEND_OF"] == 1
     assert facts.containers["lamp room"] == {"gull rock lighthouse"}
+    assert facts.scene_texts == {(1, 1): ("scenes/chapter_001/scene_01.txt", "ab" * 32)}
     # Chapter 4 makes them enemies and calls Mara cowardly: both are found against the graph.
     delta = ChapterDelta(chapter=4, entities=[Entity(label="Character", name="Mara", traits=["cowardly"])],
                          relationships=[Relationship(source="Tobias", target="Mara", type="ENEMY_OF")])
     assert [p.kind for p in relationship_flips(delta, facts.relationship_types)] == ["relationship_flip"]
     assert [p.kind for p in contradictory_traits(delta, ANTONYMS, facts.traits)] == ["contradictory_traits"]
+
+
+# --- duplicate scenes: an embedding match confirmed on the words ------------------------------
+
+
+def test_duplicate_scene_needs_the_words_to_repeat_too() -> None:
+    # A chat model's pooled states put any two scenes above the cosine threshold.
+    delta = ChapterDelta(chapter=2, scenes=[SceneDelta(index=1, embedding=[1.0, 0.0]),
+                                            SceneDelta(index=2, embedding=[0.999, 0.02])])
+    earlier = [(1, 1, [1.0, 0.01])]
+    other = "Tobias rowed out past the reef at dawn, cursing the fog and the broken oarlock. " * 2
+    distinct = {(2, 1): CLEAN_PROSE, (2, 2): other, (1, 1): "The ferry bell rang across an empty harbour."}
+    assert duplicate_scenes(delta, earlier, lambda c, s: distinct.get((c, s))) == []
+    repeated = {(2, 1): CLEAN_PROSE, (2, 2): "Mara sighed. " + CLEAN_PROSE, (1, 1): CLEAN_PROSE[:300]}
+    found = duplicate_scenes(delta, earlier, lambda c, s: repeated.get((c, s)))
+    assert sorted(p.chapters for p in found) == [[1, 2], [1, 2], [2]]
+    # Without texts the embedding alone decides, as before.
+    assert len(duplicate_scenes(delta, earlier)) == 3
