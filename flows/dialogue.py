@@ -5,7 +5,7 @@
     commit   one turn from a JSON file (`--prefect` runs it as the `dialogue-turn` flow)
     openapi  write the OpenAPI document without starting a server
 
-The turn pipeline itself is plain Python (tasks.dialogue_pipeline): the HTTP server and the
+The turn pipeline itself is plain Python (tasks.dialogue.pipeline): the HTTP server and the
 regression batch call it directly, because a Prefect flow run per turn costs far more than
 the turn's own non-LLM work (measured against the local API: ~1.05 s per turn as a flow
 with six task runs vs ~0.1 s for the same turn called directly). `dialogue_turn_flow` wraps
@@ -41,13 +41,13 @@ from starlette.concurrency import run_in_threadpool
 from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
 from core.settings import Settings, load_settings
-from tasks.dialogue_models import (
+from tasks.dialogue.models import (
     MAX_REQUEST_BYTES,
     TurnCommitRequest,
     TurnResult,
     parse_request,
 )
-from tasks.dialogue_pipeline import DialogueService, SidecarOptions
+from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 
 log = logging.getLogger("skald.dialogue")
 

@@ -6,7 +6,7 @@ Each dialogue file (JSONL turn format, ../shared/data/dialogues) is replayed tur
 into its own fresh conversation (`regression-<run_id>/<dialogue id>` unless
 `--conversation-prefix` says otherwise); dialogues run in parallel, one Prefect task run per
 dialogue on a thread pool of `--concurrency` workers. Inside a dialogue the turns call the
-plain pipeline (tasks.dialogue_pipeline) directly: a Prefect flow run per turn would cost
+plain pipeline (tasks.dialogue.pipeline) directly: a Prefect flow run per turn would cost
 ~1 s of orchestration against ~0.1 s of the turn's own non-LLM work.
 
 After the replay, a recall probe asks each QA question (sibling `<id>.qa.jsonl`) whose
@@ -43,9 +43,9 @@ from pydantic import BaseModel, Field, field_validator
 from core.cli import project_prefect_settings, run_main, setup_logging
 from core.errors import InvalidInputError
 from core.settings import load_settings
-from tasks.dialogue_models import TurnConfig
-from tasks.dialogue_pipeline import DialogueService, SidecarOptions
-from tasks.dialogue_replay import (
+from tasks.dialogue.models import TurnConfig
+from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+from tasks.dialogue.replay import (
     DialogueSpec,
     RecallRow,
     TurnRow,
@@ -54,7 +54,7 @@ from tasks.dialogue_replay import (
     recall_probe,
     replay,
 )
-from tasks.dialogue_report import (
+from tasks.dialogue.report import (
     GateConfig,
     RunInfo,
     dialogue_summary,

@@ -27,8 +27,8 @@ import pytest
 from core.graph_server import graph_endpoint
 from core.settings import Settings, load_settings
 from kg.dialogue import DialogueRepository
-from tasks.dialogue_pipeline import DialogueService, SidecarOptions
-from tasks.dialogue_replay import load_dialogue, turn_requests
+from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+from tasks.dialogue.replay import load_dialogue, turn_requests
 from tests.conftest import REPO_ROOT, child_pythonpath
 from tests.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DIALOGUES, DialogueScript, participants

@@ -22,7 +22,7 @@ from core.graph_server import free_port, graph_endpoint
 from core.settings import Settings, load_settings
 from flows.dialogue import COMMIT_PATH, HEALTH_PATH, RETRY_PATH, create_app, main
 from kg.dialogue import DialogueRepository
-from tasks.dialogue_pipeline import DialogueService, SidecarOptions
+from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tests.conftest import REPO_ROOT
 from tests.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DialogueScript, participants

@@ -20,9 +20,9 @@ import pytest
 import kg.dialogue as kg_dialogue
 from core.settings import Settings, load_settings
 from kg.dialogue import DialogueRepository, LostLockError, TurnWrite
-from tasks.dialogue_models import TurnCommitRequest, TurnResult, TurnState
-from tasks.dialogue_pipeline import DialogueService, SidecarOptions
-from tasks.dialogue_replay import load_dialogue, turn_requests
+from tasks.dialogue.models import TurnCommitRequest, TurnResult, TurnState
+from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+from tasks.dialogue.replay import load_dialogue, turn_requests
 from tests.conftest import REPO_ROOT
 from tests.scripted_llm import ScriptedLLM, ScriptedRequest
 from tests.test_dialogue_scripted import DIALOGUES, DialogueScript, participants

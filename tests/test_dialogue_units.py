@@ -12,12 +12,12 @@ from core.settings import load_settings
 from flows.dialogue import http_status
 from kg.dialogue import ConversationSnapshot, DialogueEntity, DialogueRelation, TurnVector
 from prompts.dialogue.models import HistorianReport, TurnExtraction
-from tasks.dialogue_extractor import plan_extraction
-from tasks.dialogue_gate import commit_gate
-from tasks.dialogue_historian import chronicle_from
-from tasks.dialogue_injector import build_packet
-from tasks.dialogue_judge import rule_conflicts
-from tasks.dialogue_models import (
+from tasks.dialogue.extractor import plan_extraction
+from tasks.dialogue.gate import commit_gate
+from tasks.dialogue.historian import chronicle_from
+from tasks.dialogue.injector import build_packet
+from tasks.dialogue.judge import rule_conflicts
+from tasks.dialogue.models import (
     MAX_REQUEST_BYTES,
     IdentityConflict,
     JudgeSummary,
@@ -26,13 +26,13 @@ from tasks.dialogue_models import (
     TurnState,
     parse_request,
 )
-from tasks.dialogue_retriever import (
+from tasks.dialogue.retriever import (
     Retrieval,
     TurnVectorIndex,
     mentioned_entities,
     select_relations,
 )
-from tasks.dialogue_routing import resolve_routes
+from tasks.dialogue.routing import resolve_routes
 
 
 def _req(**overrides: object) -> dict[str, object]:

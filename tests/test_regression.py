@@ -19,7 +19,7 @@ from core.graph_server import graph_endpoint
 from core.settings import Settings
 from deployments.regression import shard_parameters
 from flows.regression import RegressionParams, main, plan_dialogues, regression_flow
-from tasks.dialogue_report import GateConfig, evaluate_gates
+from tasks.dialogue.report import GateConfig, evaluate_gates
 from tests.conftest import REPO_ROOT
 from tests.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DIALOGUES, DialogueScript

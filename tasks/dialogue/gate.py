@@ -3,8 +3,8 @@ least one relation action and the judge reports no identity conflict."""
 
 from __future__ import annotations
 
-from tasks.dialogue_extractor import ExtractionPlan
-from tasks.dialogue_models import GateDecision, JudgeSummary
+from tasks.dialogue.extractor import ExtractionPlan
+from tasks.dialogue.models import GateDecision, JudgeSummary
 
 
 def commit_gate(plan: ExtractionPlan, verdict: JudgeSummary, *, require_actions: bool = True) -> GateDecision:

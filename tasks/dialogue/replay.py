@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import InvalidInputError
-from tasks.dialogue_models import ChatMessage, TurnCommitRequest, TurnConfig, TurnResult
-from tasks.dialogue_pipeline import DialogueService
-from tasks.dialogue_retriever import RecalledTurn
+from tasks.dialogue.models import ChatMessage, TurnCommitRequest, TurnConfig, TurnResult
+from tasks.dialogue.pipeline import DialogueService
+from tasks.dialogue.retriever import RecalledTurn
 
 SLOTS_TRACED = ("retriever", "injector", "actor", "extractor", "judge", "historian", "commit")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 from pydantic import BaseModel, Field
 
-from tasks.dialogue_replay import RecallRow, TurnRow
+from tasks.dialogue.replay import RecallRow, TurnRow
 
 QA_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 

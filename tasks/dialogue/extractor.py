@@ -22,9 +22,9 @@ from kg.dialogue import (
 )
 from prompts import render_messages
 from prompts.dialogue.models import TurnExtraction
-from tasks.dialogue_models import ChatMessage
-from tasks.dialogue_retriever import Retrieval
-from tasks.dialogue_routing import Route
+from tasks.dialogue.models import ChatMessage
+from tasks.dialogue.retriever import Retrieval
+from tasks.dialogue.routing import Route
 
 WINDOW_LINES = 6
 KNOWN_ENTITY_LINES = 40

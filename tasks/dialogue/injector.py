@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from core.settings import ContextBudget
 from tasks.context import build_envelope
-from tasks.dialogue_models import InjectionPacket, InjectionSection
-from tasks.dialogue_retriever import Retrieval
+from tasks.dialogue.models import InjectionPacket, InjectionSection
+from tasks.dialogue.retriever import Retrieval
 
 # Dialogue memory has no lore or guidance: their shares go to the other sections.
 INJECTION_SHARES = ContextBudget(

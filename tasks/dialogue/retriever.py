@@ -29,7 +29,7 @@ from kg.dialogue import (
     DialogueRepository,
     TurnVector,
 )
-from tasks.dialogue_models import ChatMessage
+from tasks.dialogue.models import ChatMessage
 
 
 class RecalledTurn(BaseModel):

@@ -12,8 +12,8 @@ from pydantic import BaseModel
 
 from core.llm import LLMGateway
 from prompts import render_messages
-from tasks.dialogue_models import MAX_MESSAGE_BYTES, ChatMessage, InjectionPacket, TurnCommitRequest
-from tasks.dialogue_routing import Route
+from tasks.dialogue.models import MAX_MESSAGE_BYTES, ChatMessage, InjectionPacket, TurnCommitRequest
+from tasks.dialogue.routing import Route
 
 WINDOW_LINES = 20
 

@@ -14,10 +14,10 @@ from kg import vocabulary as vocab
 from kg.dialogue import MilestoneWrite
 from prompts import render_messages
 from prompts.dialogue.models import HistorianReport
-from tasks.dialogue_extractor import ExtractionPlan
-from tasks.dialogue_models import ChatMessage
-from tasks.dialogue_retriever import Retrieval
-from tasks.dialogue_routing import Route
+from tasks.dialogue.extractor import ExtractionPlan
+from tasks.dialogue.models import ChatMessage
+from tasks.dialogue.retriever import Retrieval
+from tasks.dialogue.routing import Route
 
 MAX_TEXT = 400
 

@@ -13,10 +13,10 @@ from core.llm import LLMGateway
 from kg import vocabulary as vocab
 from prompts import render_messages
 from prompts.dialogue.models import JudgeVerdict, TurnExtraction
-from tasks.dialogue_extractor import ExtractionPlan
-from tasks.dialogue_models import ChatMessage, Contradiction, IdentityConflict, JudgeSummary
-from tasks.dialogue_retriever import Retrieval
-from tasks.dialogue_routing import Route
+from tasks.dialogue.extractor import ExtractionPlan
+from tasks.dialogue.models import ChatMessage, Contradiction, IdentityConflict, JudgeSummary
+from tasks.dialogue.retriever import Retrieval
+from tasks.dialogue.routing import Route
 
 
 def rule_conflicts(raw: TurnExtraction, retrieval: Retrieval) -> list[IdentityConflict]:

@@ -59,13 +59,13 @@ from kg.dialogue import (
     payload_digest,
 )
 from kg.store import GraphStore
-from tasks.dialogue_actor import act
-from tasks.dialogue_extractor import extract
-from tasks.dialogue_gate import commit_gate
-from tasks.dialogue_historian import historian
-from tasks.dialogue_injector import build_packet
-from tasks.dialogue_judge import judge, proposal_lines
-from tasks.dialogue_models import (
+from tasks.dialogue.actor import act
+from tasks.dialogue.extractor import extract
+from tasks.dialogue.gate import commit_gate
+from tasks.dialogue.historian import historian
+from tasks.dialogue.injector import build_packet
+from tasks.dialogue.judge import judge, proposal_lines
+from tasks.dialogue.models import (
     BioPatchResult,
     ErrorKind,
     TurnCommitRequest,
@@ -73,15 +73,15 @@ from tasks.dialogue_models import (
     TurnState,
     parse_request,
 )
-from tasks.dialogue_retriever import (
+from tasks.dialogue.retriever import (
     RecalledTurn,
     VectorIndexRegistry,
     recall,
     retrieve,
     turn_text,
 )
-from tasks.dialogue_routing import Route, resolve_routes
-from tasks.dialogue_trace import TraceRecorder
+from tasks.dialogue.routing import Route, resolve_routes
+from tasks.dialogue.trace import TraceRecorder
 
 log = logging.getLogger("skald.dialogue")
 

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from core.llm import CallRecord
-from tasks.dialogue_models import SlotTrace, StateStamp, TurnState, TurnTrace
-from tasks.dialogue_routing import Route
+from tasks.dialogue.models import SlotTrace, StateStamp, TurnState, TurnTrace
+from tasks.dialogue.routing import Route
 
 PURPOSE_PREFIX = "dialogue."
 
