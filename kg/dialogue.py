@@ -8,8 +8,15 @@ Per conversation the sidecar keeps:
 - `KGRelEvent {event_id, conversation_id, turn_id, action, from_type, to_type,
   weight_before, weight_after, ...}`: one per applied relation action (the mutation log)
 - `KGMilestone {milestone_id, conversation_id, turn_id, text, ...}`
-- `KGTurn {key: "conversation_id:turn_id", payload_hash, status, result_json, seq, text,
-  embedding, ...}`: the persisted idempotency record and the turn's recall document
+- `KGTurn {key: "conversation_id:turn_id", payload_hash, status, result_json, seq, text, ...}`:
+  the persisted idempotency record of a COMMITTED turn
+- `KGMemory {key, conversation_id, seq, position_key, speaker, text, extra, when, group,
+  source_refs, embedding, committed}`: every turn's text, the recall document, written whether
+  or not the turn's facts passed the commit gate (the gate governs graph facts only);
+  `seq` is the turn's position in the conversation's memory, `position_key` =
+  "conversation_id\\x1fseq" is unique and indexed so reads by position are index lookups
+- `KGConversation {conversation_id, memory_seq, turn_seq}`: the position counters, so no
+  write counts or scans a conversation's turns
 
 The per-conversation lock is a lease node `KGTurn {key: "lock\\x1f<conversation_id>",
 status: 'LOCK', owner, expires_at}` (the vocabulary has no lock label; the control
@@ -47,6 +54,8 @@ _R = _q(vocab.KG_REL)
 _EV = _q(vocab.KG_REL_EVENT)
 _M = _q(vocab.KG_MILESTONE)
 _T = _q(vocab.KG_TURN)
+_MEM = _q(vocab.KG_MEMORY)
+_CONV = _q(vocab.KG_CONVERSATION)
 
 TURN_COMMITTED = "COMMITTED"
 LOCK_STATUS = "LOCK"
@@ -86,15 +95,29 @@ TURN_STATS = (
     f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id "
     "RETURN count(t) AS turns, max(t.seq) AS max_seq"
 )
-TURN_STATS_AT = (
-    f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id RETURN count(t) AS turns, max(t.seq) AS max_seq, "
-    "head(collect(CASE WHEN t.seq = $seq THEN t.key END)) AS anchor_key"
+TURN_SEQ_NEXT = (
+    f"MERGE (c:{_CONV} {{conversation_id: $conversation_id}}) "
+    "SET c.turn_seq = coalesce(c.turn_seq, $floor) + 1 RETURN c.turn_seq AS seq"
 )
-TURN_VECTORS_SINCE = (
-    f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id AND t.seq > $after_seq "
-    "RETURN t.key AS key, t.turn_id AS turn_id, t.seq AS seq, t.speaker AS speaker, t.text AS text, "
-    "t.facts AS facts, t.source_refs AS source_refs, t.embedding AS embedding ORDER BY t.seq"
+CONVERSATION_HEAD = (
+    f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) "
+    "RETURN c.memory_seq AS memory_seq, c.turn_seq AS turn_seq"
 )
+MEMORY_CLAIM = (
+    f"MERGE (c:{_CONV} {{conversation_id: $conversation_id}}) "
+    "SET c.memory_seq = coalesce(c.memory_seq, 0) + $count RETURN c.memory_seq AS last"
+)
+MEMORY_KEYS_PRESENT = f"UNWIND $keys AS key MATCH (m:{_MEM} {{key: key}}) RETURN m.key AS key"
+MEMORY_CREATE = f"UNWIND $rows AS row CREATE (m:{_MEM}) SET m = row"
+MEMORY_MARK_COMMITTED = (
+    f"MATCH (m:{_MEM} {{key: $key}}) SET m.committed = true, m.extra = $extra, m.facts = $facts"
+)
+MEMORY_AT = f"MATCH (m:{_MEM} {{position_key: $position_key}}) RETURN m.key AS key"
+MEMORY_ROWS = (
+    f"UNWIND $position_keys AS pk MATCH (m:{_MEM} {{position_key: pk}}) "
+    "RETURN properties(m) AS props ORDER BY m.seq"
+)
+MEMORY_COUNT = f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id RETURN count(m) AS n, count(DISTINCT m.key) AS keys"
 ENTITIES = (
     f"MATCH (e:{_E}) WHERE e.conversation_id = $conversation_id "
     "RETURN properties(e) AS props ORDER BY e.last_seq DESC, e.entity_id LIMIT $limit"
@@ -165,7 +188,7 @@ CREATE_TURN = f"CREATE (t:{_T}) SET t = $props"
 DELETE_CONVERSATION_RELS = f"MATCH ()-[r:{_R}]->() WHERE r.conversation_id = $conversation_id DELETE r"
 DELETE_CONVERSATION_NODES: tuple[str, ...] = tuple(
     f"MATCH (n:{label}) WHERE n.conversation_id = $conversation_id DETACH DELETE n"
-    for label in (_EV, _M, _T, _E)
+    for label in (_EV, _M, _T, _MEM, _CONV, _E)
 )
 DELETE_CONVERSATION_LOCK = f"MATCH (l:{_T} {{key: $key}}) DELETE l"
 
@@ -212,15 +235,22 @@ class DialogueMilestone(_Model):
     entity_ids: list[str] = Field(default_factory=list)
 
 
-class TurnVector(_Model):
+class MemoryRow(_Model):
+    """One remembered turn (a KGMemory node)."""
+
     key: str
+    conversation_id: str
     turn_id: str
-    seq: int
+    seq: int = 0
     speaker: str = ""
-    text: str = ""
-    facts: list[str] = Field(default_factory=list)
+    text: str
+    extra: str = ""
+    when: str = ""
+    group: str = ""
     source_refs: list[str] = Field(default_factory=list)
+    facts: list[str] = Field(default_factory=list)
     embedding: list[float] = Field(default_factory=list)
+    committed: bool = False
 
 
 class ConversationSnapshot(_Model):
@@ -229,8 +259,8 @@ class ConversationSnapshot(_Model):
     entities: list[DialogueEntity]
     relations: list[DialogueRelation]
     milestones: list[DialogueMilestone]
-    new_turns: list[TurnVector]
-    turn_count: int
+    new_turns: list[MemoryRow]
+    turn_count: int = Field(description="turns remembered in this conversation")
     max_seq: int
     reset: bool = Field(False, description="the caller's anchor turn is gone: new_turns holds every turn")
 
@@ -300,6 +330,7 @@ class TurnWrite(_Model):
     events: list[str] = Field(default_factory=list)
     embedding: list[float] = Field(default_factory=list)
     committed_at: str
+    memory: MemoryRow | None = Field(None, description="the turn's memory row, written in the same transaction")
     entities: list[EntityWrite] = Field(default_factory=list)
     actions: list[RelationActionWrite] = Field(default_factory=list)
     bio_patches: list[BioPatchWrite] = Field(default_factory=list)
@@ -445,6 +476,52 @@ def _take_lock_tx(
     return LockClaim(acquired=False, owner=owner, holder=holder, expires_in_ms=int(expires_at) - now)
 
 
+def position_key(conversation_id: str, seq: int) -> str:
+    return f"{conversation_id}\x1f{seq}"
+
+
+#: Memory rows read per statement when a reader catches up (one index lookup each).
+MEMORY_PAGE = 2000
+
+
+def _memory_row(props: dict[str, Any]) -> MemoryRow:
+    return MemoryRow(
+        key=props["key"],
+        conversation_id=props.get("conversation_id", ""),
+        turn_id=str(props.get("turn_id", "")),
+        seq=int(props.get("seq") or 0),
+        speaker=props.get("speaker") or "",
+        text=props.get("text") or "",
+        extra=props.get("extra") or "",
+        when=props.get("when") or "",
+        group=props.get("group") or "",
+        source_refs=list(props.get("source_refs") or []),
+        facts=list(props.get("facts") or []),
+        embedding=[float(x) for x in (props.get("embedding") or [])],
+        committed=bool(props.get("committed")),
+    )
+
+
+def _memory_since_tx(
+    tx: ManagedTransaction, conversation_id: str, after_seq: int, anchor_key: str | None, limit: int | None
+) -> tuple[int, bool, list[MemoryRow]]:
+    """(memory head, reset, rows after `after_seq`): index lookups by position only."""
+    head_row = tx.run(CONVERSATION_HEAD, conversation_id=conversation_id).single()
+    head = int(head_row["memory_seq"] or 0) if head_row else 0
+    reset = False
+    if after_seq > 0:
+        at = tx.run(MEMORY_AT, position_key=position_key(conversation_id, after_seq)).single()
+        if at is None or at["key"] != anchor_key or after_seq > head:
+            # The caller's cache is from another life of this conversation: resend everything.
+            after_seq, reset = 0, True
+    last = head if limit is None else min(head, after_seq + limit)
+    rows: list[MemoryRow] = []
+    for start in range(after_seq + 1, last + 1, MEMORY_PAGE):
+        keys = [position_key(conversation_id, s) for s in range(start, min(last, start + MEMORY_PAGE - 1) + 1)]
+        rows += [_memory_row(r["props"]) for r in tx.run(MEMORY_ROWS, position_keys=keys)]
+    return head, reset, rows
+
+
 def _snapshot_tx(
     tx: ManagedTransaction,
     conversation_id: str,
@@ -454,13 +531,7 @@ def _snapshot_tx(
     relation_limit: int,
     milestone_limit: int,
 ) -> ConversationSnapshot:
-    stats = tx.run(TURN_STATS_AT, conversation_id=conversation_id, seq=after_seq).single()
-    turn_count = int(stats["turns"]) if stats else 0
-    max_seq = int(stats["max_seq"]) if stats and stats["max_seq"] is not None else 0
-    reset = False
-    if after_seq > 0 and (stats is None or stats["anchor_key"] != anchor_key):
-        # The caller's cache is from another life of this conversation: resend everything.
-        after_seq, reset = 0, True
+    head, reset, new_turns = _memory_since_tx(tx, conversation_id, after_seq, anchor_key, None)
     entities = [
         _entity(r["props"])
         for r in tx.run(ENTITIES, conversation_id=conversation_id, limit=entity_limit)
@@ -475,28 +546,55 @@ def _snapshot_tx(
         _milestone(r["props"])
         for r in tx.run(RECENT_MILESTONES, conversation_id=conversation_id, limit=milestone_limit)
     ]
-    new_turns = [
-        TurnVector(
-            key=r["key"],
-            turn_id=str(r["turn_id"]),
-            seq=int(r["seq"]),
-            speaker=r["speaker"] or "",
-            text=r["text"] or "",
-            facts=list(r["facts"] or []),
-            source_refs=list(r["source_refs"] or []),
-            embedding=[float(x) for x in (r["embedding"] or [])],
-        )
-        for r in tx.run(TURN_VECTORS_SINCE, conversation_id=conversation_id, after_seq=after_seq)
-    ]
     return ConversationSnapshot(
         entities=entities,
         relations=relations,
         milestones=milestones,
         new_turns=new_turns,
-        turn_count=turn_count,
-        max_seq=max_seq,
+        turn_count=head,
+        max_seq=head,
         reset=reset,
     )
+
+
+def _memory_props(row: MemoryRow, seq: int) -> dict[str, Any]:
+    return _no_nulls(
+        {
+            "key": row.key,
+            "conversation_id": row.conversation_id,
+            "turn_id": row.turn_id,
+            "seq": seq,
+            "position_key": position_key(row.conversation_id, seq),
+            "speaker": row.speaker,
+            "text": row.text,
+            "extra": row.extra,
+            "when": row.when,
+            "group": row.group,
+            "source_refs": row.source_refs,
+            "facts": row.facts,
+            "embedding": row.embedding,
+            "committed": row.committed,
+        }
+    )
+
+
+def _remember_tx(tx: ManagedTransaction, conversation_id: str, rows: list[MemoryRow]) -> int:
+    """Append the rows whose key is not remembered yet (exactly once: a key is unique, and a
+    row and its position are written in one transaction); a committed row already
+    remembered is marked committed. Returns how many rows were appended."""
+    if not rows:
+        return 0
+    present = {r["key"] for r in tx.run(MEMORY_KEYS_PRESENT, keys=[row.key for row in rows])}
+    for row in rows:
+        if row.key in present and row.committed:
+            tx.run(MEMORY_MARK_COMMITTED, key=row.key, extra=row.extra, facts=row.facts).consume()
+    fresh = list({row.key: row for row in rows if row.key not in present}.values())
+    if not fresh:
+        return 0
+    claimed = tx.run(MEMORY_CLAIM, conversation_id=conversation_id, count=len(fresh)).single()
+    first = int(claimed["last"]) - len(fresh) + 1  # type: ignore[index]
+    tx.run(MEMORY_CREATE, rows=[_memory_props(row, first + i) for i, row in enumerate(fresh)]).consume()
+    return len(fresh)
 
 
 def _apply_action(
@@ -612,8 +710,7 @@ def _commit_tx(
             "duplicate" if stored.payload_hash == write.payload_hash else "conflict"
         )
         return CommitOutcome(status=status, seq=stored.seq, stored=stored)
-    stats = tx.run(TURN_STATS, conversation_id=write.conversation_id).single()
-    seq = (int(stats["max_seq"]) if stats and stats["max_seq"] is not None else 0) + 1
+    seq = _next_turn_seq(tx, write.conversation_id)
     # 3. Entities first: every action, patch and milestone refers to them.
     if write.entities:
         rows = [
@@ -709,7 +806,21 @@ def _commit_tx(
         }
     )
     tx.run(CREATE_TURN, props=props).consume()
+    if write.memory is not None:
+        _remember_tx(tx, write.conversation_id, [write.memory])
     return CommitOutcome(status="committed", seq=seq, applied=applied)
+
+
+def _next_turn_seq(tx: ManagedTransaction, conversation_id: str) -> int:
+    head = tx.run(CONVERSATION_HEAD, conversation_id=conversation_id).single()
+    floor = 0
+    if head is None or head["turn_seq"] is None:
+        # First commit since the counter exists: a graph from before it may hold turns
+        # already (one scan in the conversation's life, never again).
+        stats = tx.run(TURN_STATS, conversation_id=conversation_id).single()
+        floor = int(stats["max_seq"]) if stats and stats["max_seq"] is not None else 0
+    row = tx.run(TURN_SEQ_NEXT, conversation_id=conversation_id, floor=floor).single()
+    return int(row["seq"])  # type: ignore[index]
 
 
 # --- Repository ----------------------------------------------------------------------------
@@ -799,6 +910,25 @@ class DialogueRepository:
             relation_limit,
             milestone_limit,
         )
+
+    # -- turn memory (independent of the commit gate)
+    def remember(self, conversation_id: str, rows: list[MemoryRow]) -> int:
+        """Remember turns (new keys appended in order, known keys left alone): one transaction."""
+        return self.store.execute_write(_remember_tx, conversation_id, rows)
+
+    def remembered_keys(self, keys: list[str]) -> set[str]:
+        return {r["key"] for r in self.store.read(MEMORY_KEYS_PRESENT, keys=keys)}
+
+    def memory_since(
+        self, conversation_id: str, after_seq: int = 0, anchor_key: str | None = None, limit: int | None = None
+    ) -> tuple[int, bool, list[MemoryRow]]:
+        """(memory head, reset, the remembered turns after position `after_seq`)."""
+        return self.store.execute_read(_memory_since_tx, conversation_id, after_seq, anchor_key, limit)
+
+    def memory_count(self, conversation_id: str) -> tuple[int, int]:
+        """(rows, distinct keys) of a conversation's memory: an audit, scans the conversation."""
+        row = self.store.read(MEMORY_COUNT, conversation_id=conversation_id)[0]
+        return int(row["n"]), int(row["keys"])
 
     # -- the one commit transaction
     def commit_turn(self, write: TurnWrite, owner: str, build_result: ResultBuilder) -> CommitOutcome:

@@ -86,9 +86,23 @@ def _dialogue_schema() -> tuple[str, ...]:
     )
 
 
+def _turn_memory_schema() -> tuple[str, ...]:
+    # Every property a per-turn read filters on is indexed: memory rows are found by key or
+    # by (conversation, position) key, and counters live on one node per conversation.
+    c, i = cypher.unique_constraint, cypher.node_index
+    return (
+        c("kg_kgmemory_key", vocab.KG_MEMORY, "key"),
+        c("kg_kgmemory_position_key", vocab.KG_MEMORY, "position_key"),
+        i("kg_kgmemory_conversation", vocab.KG_MEMORY, "conversation_id"),
+        c("kg_kgconversation_id", vocab.KG_CONVERSATION, "conversation_id"),
+        i("kg_kgturn_seq", vocab.KG_TURN, "seq"),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "core-constraints", _core_constraints()),
     Migration(2, "core-indexes", _core_indexes()),
     Migration(3, "dialogue-memory", _dialogue_schema()),
+    Migration(4, "dialogue-turn-memory", _turn_memory_schema()),
 )
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -53,6 +53,10 @@ KG_ENTITY = "KGEntity"
 KG_REL_EVENT = "KGRelEvent"
 KG_MILESTONE = "KGMilestone"
 KG_TURN = "KGTurn"
+#: Every turn's text, remembered whether or not its facts passed the commit gate.
+KG_MEMORY = "KGMemory"
+#: One per conversation: position counters, so no write counts or scans the turns.
+KG_CONVERSATION = "KGConversation"
 
 INFRA_LABELS: tuple[str, ...] = (
     CHAPTER,
@@ -65,7 +69,7 @@ INFRA_LABELS: tuple[str, ...] = (
     ENTITY_NAME,
     MERGE_AUDIT,
 )
-DIALOGUE_LABELS: tuple[str, ...] = (KG_ENTITY, KG_REL_EVENT, KG_MILESTONE, KG_TURN)
+DIALOGUE_LABELS: tuple[str, ...] = (KG_ENTITY, KG_REL_EVENT, KG_MILESTONE, KG_TURN, KG_MEMORY, KG_CONVERSATION)
 ALL_LABELS: frozenset[str] = frozenset((ENTITY, *ENTITY_LABELS, *INFRA_LABELS, *DIALOGUE_LABELS))
 
 # --- Relationship types ------------------------------------------------------------------

@@ -19,6 +19,7 @@ import pytest
 
 import kg.dialogue as kg_dialogue
 from core.settings import Settings, load_settings
+from kg import vocabulary as vocab
 from kg.dialogue import DialogueRepository, LostLockError, TurnWrite
 from tasks.dialogue.models import TurnCommitRequest, TurnResult, TurnState
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
@@ -74,6 +75,13 @@ def _requests(conversation_id: str, turns: int, dialogue: str = "locomo-26") -> 
 def _export(service: DialogueService, path: Path) -> bytes:
     service.store.export_json(path)
     return path.read_bytes()
+
+
+def _facts_export(service: DialogueService, path: Path) -> list[dict]:
+    """The export without turn memory (KGMemory rows and their counters): the graph facts."""
+    service.store.export_json(path)
+    memory = {vocab.KG_MEMORY, vocab.KG_CONVERSATION}
+    return [n for n in json.loads(path.read_text())["nodes"] if not memory & set(n["labels"])]
 
 
 def _cli_export(settings: Settings, path: Path) -> bytes:
@@ -254,7 +262,7 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
     conv = _conv("gate")
     requests = _requests(conv, 4)
     assert service.commit(requests[0]).committed
-    before = _export(service, tmp_path / "before.json")
+    before = _facts_export(service, tmp_path / "before.json")
 
     speaker = requests[1].messages[0].speaker
     scripted.on(schema="JudgeVerdict", times=1, respond={
@@ -270,7 +278,16 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
                                                            "facts": []})
     empty = service.commit(requests[1])
     assert empty.error_kind == "gate" and "no relation actions" in (empty.reason or "")
-    assert _export(service, tmp_path / "after.json") == before
+    # The gate governs graph facts only: no fact was written, but the turn is remembered
+    # (once, however often it was blocked) and recall returns it.
+    assert _facts_export(service, tmp_path / "after.json") == before
+    repo = DialogueRepository(service.store)
+    assert repo.memory_count(conv) == (2, 2)
+    text = requests[1].messages[0].content
+    assert "swamped with the kids" in text
+    hits = service.recall(conv, "Who is swamped with kids and work?", 1)
+    assert hits and hits[0].key == requests[1].key and not hits[0].committed
+    assert hits[0].source_refs == [m.message_id for m in requests[1].messages if m.message_id]
 
     # A conflict the model invents about something the turn does not touch is not grounded.
     scripted.on(schema="JudgeVerdict", times=1, respond={
@@ -278,6 +295,8 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
         "contradictions": [{"statement": "x", "contradicts": "y", "severity": "low"}]})
     passed = service.commit(requests[1])
     assert passed.committed and passed.judge and passed.judge.contradictions
+    assert repo.memory_count(conv) == (2, 2)  # committed later: the same row, now marked committed
+    assert [r.committed for r in repo.memory_since(conv)[2]] == [True, True]
 
 
 def test_a_busy_conversation_gives_in_progress_and_an_expired_lease_is_taken_over(

@@ -10,7 +10,7 @@ import pytest
 
 from core.settings import load_settings
 from flows.dialogue import http_status
-from kg.dialogue import ConversationSnapshot, DialogueEntity, DialogueRelation, TurnVector
+from kg.dialogue import DialogueEntity, DialogueRelation, MemoryRow
 from prompts.dialogue.models import HistorianReport, TurnExtraction
 from tasks.dialogue.extractor import plan_extraction
 from tasks.dialogue.gate import commit_gate
@@ -28,7 +28,7 @@ from tasks.dialogue.models import (
 )
 from tasks.dialogue.retriever import (
     Retrieval,
-    TurnVectorIndex,
+    TurnMemoryIndex,
     mentioned_entities,
     select_relations,
 )
@@ -262,23 +262,23 @@ def test_injection_packet_stays_within_its_token_budget() -> None:
     assert rel_section.items_in == 40 and rel_section.items_kept < 40
 
 
-def test_vector_index_searches_by_cosine_and_resets_on_a_new_life() -> None:
-    index = TurnVectorIndex()
+def _row(seq: int, text: str, vector: list[float], *, key: str | None = None, speaker: str = "Ann") -> MemoryRow:
+    return MemoryRow(key=key or f"c:{seq}", conversation_id="c", turn_id=str(seq), seq=seq, speaker=speaker,
+                     text=f"{speaker}: {text}", group="1", embedding=vector)
 
-    def snap(turns: list[TurnVector], *, reset: bool = False) -> ConversationSnapshot:
-        return ConversationSnapshot(entities=[], relations=[], milestones=[], new_turns=turns,
-                                    turn_count=len(turns), max_seq=max((t.seq for t in turns), default=0),
-                                    reset=reset)
 
-    index.sync(snap([TurnVector(key="c:1", turn_id="1", seq=1, embedding=[1.0, 0.0]),
-                     TurnVector(key="c:2", turn_id="2", seq=2, embedding=[0.6, 0.8])]))
-    assert index.cursor() == (2, "c:2")
-    assert [h.turn_id for h in index.search(np.array([0.0, 1.0]), 2)] == ["2", "1"]
-    index.sync(snap([TurnVector(key="c:2", turn_id="2", seq=2, embedding=[0.6, 0.8])]))  # already known
-    assert len(index.turns) == 2
-    index.sync(snap([TurnVector(key="c:1", turn_id="9", seq=1, embedding=[0.0, 1.0])], reset=True))
-    assert [t.turn_id for t in index.turns] == ["9"] and index.cursor() == (1, "c:1")
-    assert index.search(np.array([1.0, 0.0, 0.0]), 3) == []  # another embedding model: no match
+def test_turn_memory_index_appends_by_position_and_resets_on_a_new_life() -> None:
+    index = TurnMemoryIndex()
+    index.sync([_row(1, "the lighthouse lamp", [1.0, 0.0]), _row(2, "a boat in the harbour", [0.6, 0.8])],
+               reset=False)
+    assert index.cursor() == (2, "c:2") and len(index) == 2
+    assert [h.turn_id for h in index.search("boat", np.array([0.6, 0.8]), 1, [])] == ["2"]
+    index.sync([_row(2, "a boat in the harbour", [0.6, 0.8])], reset=False)  # already known
+    assert len(index) == 2
+    index.sync([_row(1, "orchard apples", [0.0, 1.0], key="c:9")], reset=True)
+    assert len(index) == 1 and index.cursor() == (1, "c:9")
+    # Another embedding model (3 dimensions): the lexical side still answers.
+    assert [h.key for h in index.search("apples", np.array([1.0, 0.0, 0.0]), 3, [])] == ["c:9"]
 
 
 # --- HTTP status mapping ------------------------------------------------------------------------

@@ -43,15 +43,18 @@ def test_structured_call_on_the_local_model(tmp_path: Path) -> None:
     assert record.model == "smollm2-135m-instruct" and record.outcome == "ok" and record.completion_tokens > 0
 
 
-def test_a_scene_longer_than_the_local_embedding_window_still_embeds(tmp_path: Path) -> None:
+def test_the_embedded_embedding_model_runs_in_process_on_a_long_scene(tmp_path: Path) -> None:
     from core.llm import LLMGateway
 
     scene = "The fisherman mends his net while the tide turns and the gulls argue overhead. " * 300
     with LLMGateway(load_settings(tmp_path), run_id="smoke") as gateway:
-        vectors = gateway.embed([scene, "A short line."])
+        vectors = gateway.embed([scene, "A fisherman repairs his net.", "Quarterly tax rates rose."])
         record = gateway.records[-1]
-    assert len(scene) > 20_000  # ~5,000 tokens: more than the server's 2,048-token batch
-    assert vectors.shape[0] == 2 and vectors.shape[1] > 0 and record.outcome == "ok"
+    # No server and no chat model: the sentence-embedding model answers, 384 unit vectors,
+    # and a paraphrase is nearer than an unrelated sentence.
+    assert record.model == "all-MiniLM-L6-v2-int8" and record.outcome == "ok"
+    assert vectors.shape == (3, 384)
+    assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2])
 
 
 @pytest.mark.skipif(

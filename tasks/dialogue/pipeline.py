@@ -76,6 +76,7 @@ from tasks.dialogue.models import (
 from tasks.dialogue.retriever import (
     RecalledTurn,
     VectorIndexRegistry,
+    memory_row,
     recall,
     retrieve,
     turn_text,
@@ -287,7 +288,7 @@ class DialogueService:
             local.release()
 
     def recall(self, conversation_id: str, query: str, k: int, *, graph: GraphStore | None = None) -> list[RecalledTurn]:
-        """Vector recall of earlier turns for a question (the regression recall probe)."""
+        """Hybrid recall of earlier turns for a question (the regression recall probe)."""
         store = graph or self.store
         index = self.vectors.get(store.endpoint.label, conversation_id)
         return recall(DialogueRepository(store), self.gateway, index, conversation_id, query, k)
@@ -373,6 +374,8 @@ class DialogueService:
                 gate=gate,
             )
             if not gate.passed:
+                # The gate governs graph facts only: the turn's text is still remembered.
+                self._remember_blocked(request, repo, store, acted.messages, trace)
                 return self._finish_rolled_back(
                     base, trace, f"commit gate: {'; '.join(gate.reasons)}", retryable=False, kind="gate"
                 ), True
@@ -384,8 +387,7 @@ class DialogueService:
             trace.enter(TurnState.COMMITTING)
             with trace.slot(_COMMIT_ROUTE):
                 text = turn_text(acted.messages)
-                document = "\n".join([text, *plan.facts])
-                embedding = gateway.embed([document], purpose=trace.purpose("commit"))[0]
+                embedding = gateway.embed([text], purpose=trace.purpose("commit"))[0]
                 write = TurnWrite(
                     key=request.key,
                     conversation_id=request.conversation_id,
@@ -396,8 +398,11 @@ class DialogueService:
                     source_refs=[m.message_id for m in acted.messages if m.message_id],
                     facts=plan.facts,
                     events=chronicle.events,
-                    embedding=[round(float(x), 7) for x in embedding],
                     committed_at=datetime.now(UTC).isoformat(),
+                    memory=memory_row(
+                        request.conversation_id, request.key, request.turn, acted.messages,
+                        embedding=list(embedding), facts=plan.facts, committed=True,
+                    ),
                     entities=plan.entities,
                     actions=plan.actions,
                     bio_patches=plan.bio_patches,
@@ -447,6 +452,24 @@ class DialogueService:
         )
         log.debug("turn %s committed (%d actions) in %.0f ms", request.key, len(outcome.applied), result.trace.total_ms)  # type: ignore[union-attr]
         return result, False
+
+    def _remember_blocked(
+        self,
+        request: TurnCommitRequest,
+        repo: DialogueRepository,
+        store: GraphStore,
+        messages: list[Any],
+        trace: TraceRecorder,
+    ) -> None:
+        """Remember a gate-blocked turn's text (its own small transaction, idempotent by key).
+        A failure here is logged, not raised: the turn's outcome is the gate's."""
+        try:
+            vector = self.gateway.embed([turn_text(messages)], purpose=trace.purpose("remember"))[0]
+            row = memory_row(request.conversation_id, request.key, request.turn, messages, embedding=list(vector))
+            with self._write_guard(store)():
+                repo.remember(request.conversation_id, [row])
+        except SkaldError as exc:
+            log.warning("turn %s: blocked by the gate and could not be remembered: %s", request.key, exc)
 
     # ------------------------------------------------------------------ outcomes
     def _records(self) -> list[Any]:

@@ -1,33 +1,33 @@
-"""Retriever slot: graph recall + vector recall for one conversation.
+"""Retriever slot: graph recall + hybrid turn recall for one conversation.
 
 Graph recall: the conversation's entities named in the latest messages (by normalised name
 or alias), the active relations touching them, then the strongest relations overall, and
-the latest milestones. Vector recall: cosine similarity (numpy) between the latest messages
-and every committed turn's stored embedding (turn text + extracted facts).
+the latest milestones. Turn recall: core.recall's hybrid retrieval (BM25 + sentence
+embeddings + speaker and date signals, fused) over EVERY remembered turn of the
+conversation, committed or blocked by the gate (KGMemory rows, see kg.dialogue).
 
-Embeddings live on the KGTurn nodes (ArcadeDB has no vector index; Neo4j's is optional), and
-each process keeps them in an in-memory matrix per conversation that is topped up from the
-graph incrementally by turn sequence number, so a turn reads only what it has not seen,
-including turns other processes committed.
+Each process keeps one HybridIndex per conversation (a bounded LRU), topped up from the
+graph by memory position: a turn reads only the rows it has not seen, by indexed position
+keys, including turns other processes remembered.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.llm import LLMGateway
+from core.recall import Hit, HybridIndex, IndexRegistry, MemoryDoc
 from kg import vocabulary as vocab
 from kg.dialogue import (
-    ConversationSnapshot,
     DialogueEntity,
     DialogueMilestone,
     DialogueRelation,
     DialogueRepository,
-    TurnVector,
+    MemoryRow,
 )
 from tasks.dialogue.models import ChatMessage
 
@@ -38,9 +38,12 @@ class RecalledTurn(BaseModel):
     seq: int
     speaker: str
     text: str
+    when: str = ""
     facts: list[str] = Field(default_factory=list)
     source_refs: list[str] = Field(default_factory=list)
+    committed: bool = False
     score: float
+    signals: dict[str, float] = Field(default_factory=dict)
 
 
 class Retrieval(BaseModel):
@@ -54,73 +57,126 @@ class Retrieval(BaseModel):
     stored_turns: int = 0
 
 
-@dataclass
-class TurnVectorIndex:
-    """The committed turns of one conversation with their embeddings (unit-normalised)."""
+def memory_doc(row: MemoryRow) -> MemoryDoc:
+    extra = " ".join([row.extra, *row.facts]).strip()
+    return MemoryDoc(
+        key=row.key,
+        text=row.text,
+        extra=extra,
+        speaker=row.speaker,
+        group=row.group,
+        when=row.when,
+        meta={
+            "turn_id": row.turn_id, "seq": row.seq, "source_refs": row.source_refs,
+            "facts": row.facts, "committed": row.committed,
+        },
+    )
 
-    turns: list[TurnVector] = field(default_factory=list)
-    matrix: np.ndarray | None = None
-    max_seq: int = 0
-    anchor_key: str | None = None  # key of turn `max_seq`: proves the cache is still current
-    lock: threading.Lock = field(default_factory=threading.Lock)
+
+class TurnMemoryIndex:
+    """The remembered turns of one conversation in a HybridIndex, with the read cursor."""
+
+    def __init__(self) -> None:
+        self.index: HybridIndex | None = None
+        self.max_seq = 0
+        self.anchor_key: str | None = None  # key of turn `max_seq`: proves the cache is still current
+        self.speakers: set[str] = set()
+        self.lock = threading.Lock()
 
     def cursor(self) -> tuple[int, str | None]:
         with self.lock:
             return self.max_seq, self.anchor_key
 
-    def sync(self, snapshot: ConversationSnapshot) -> None:
+    def __len__(self) -> int:
+        return len(self.index) if self.index is not None else 0
+
+    def sync(self, rows: list[MemoryRow], *, reset: bool) -> None:
         with self.lock:
-            if snapshot.reset:
-                self.turns, self.matrix, self.max_seq, self.anchor_key = [], None, 0, None
-            fresh = [t for t in snapshot.new_turns if t.seq > self.max_seq]
+            if reset:
+                self.index, self.max_seq, self.anchor_key, self.speakers = None, 0, None, set()
+            fresh = [r for r in rows if r.seq > self.max_seq]
             if not fresh:
                 return
-            last = max(fresh, key=lambda t: t.seq)
-            self.max_seq, self.anchor_key = last.seq, last.key
-            embedded = [t for t in fresh if t.embedding]
-            if not embedded:
-                return
-            rows = np.asarray([t.embedding for t in embedded], dtype=np.float32)
-            if self.matrix is not None and rows.shape[1] != self.matrix.shape[1]:
-                # The embedding model changed: older vectors are not comparable any more.
-                self.turns, self.matrix = [], None
-            rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-            self.turns.extend(embedded)
-            self.matrix = rows if self.matrix is None else np.vstack([self.matrix, rows])
+            dims = next((len(r.embedding) for r in fresh if r.embedding), 0)
+            if self.index is None:
+                self.index = HybridIndex(dims or 384)
+            # Rows are added in position order; a run of rows without a usable vector is
+            # indexed lexically only (an embedding model change makes old vectors unusable).
+            start = 0
+            while start < len(fresh):
+                usable = len(fresh[start].embedding) == self.index.dimensions
+                end = start
+                while end < len(fresh) and (len(fresh[end].embedding) == self.index.dimensions) == usable:
+                    end += 1
+                chunk = fresh[start:end]
+                vectors = np.asarray([r.embedding for r in chunk], dtype=np.float32) if usable else None
+                self.index.add([memory_doc(r) for r in chunk], vectors)
+                start = end
+            self.speakers.update(s.strip() for r in fresh for s in r.speaker.split(",") if s.strip())
+            self.max_seq, self.anchor_key = fresh[-1].seq, fresh[-1].key
 
-    def search(self, query: np.ndarray, k: int) -> list[RecalledTurn]:
-        with self.lock:
-            if self.matrix is None or k <= 0 or query.shape[-1] != self.matrix.shape[1]:
-                return []
-            q = query.astype(np.float32).reshape(-1)
-            q = q / max(float(np.linalg.norm(q)), 1e-12)
-            scores = self.matrix @ q
-            top = np.argsort(-scores, kind="stable")[:k]
-            return [
-                RecalledTurn(
-                    key=self.turns[i].key,
-                    turn_id=self.turns[i].turn_id,
-                    seq=self.turns[i].seq,
-                    speaker=self.turns[i].speaker,
-                    text=self.turns[i].text,
-                    facts=self.turns[i].facts,
-                    source_refs=self.turns[i].source_refs,
-                    score=round(float(scores[i]), 6),
-                )
-                for i in top
-            ]
+    def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str]) -> list[RecalledTurn]:
+        index = self.index
+        if index is None or k <= 0:
+            return []
+        return [recalled(hit) for hit in index.search(query, vector, k, names=names)]
+
+
+def recalled(hit: Hit) -> RecalledTurn:
+    meta = hit.meta
+    return RecalledTurn(
+        key=hit.key,
+        turn_id=str(meta.get("turn_id", "")),
+        seq=int(meta.get("seq", 0)),
+        speaker=hit.speaker,
+        text=hit.text,
+        when=hit.when,
+        facts=list(meta.get("facts", [])),
+        source_refs=list(meta.get("source_refs", [])),
+        committed=bool(meta.get("committed", False)),
+        score=hit.score,
+        signals=hit.signals,
+    )
 
 
 class VectorIndexRegistry:
-    """One TurnVectorIndex per (graph, conversation) in this process."""
+    """One TurnMemoryIndex per (graph, conversation) in this process, at most `max_indexes`."""
 
-    def __init__(self) -> None:
-        self._indexes: dict[tuple[str, str], TurnVectorIndex] = {}
-        self._lock = threading.Lock()
+    def __init__(self, max_indexes: int = 32) -> None:
+        self._registry = IndexRegistry(max_indexes)
 
-    def get(self, graph: str, conversation_id: str) -> TurnVectorIndex:
-        with self._lock:
-            return self._indexes.setdefault((graph, conversation_id), TurnVectorIndex())
+    def get(self, graph: str, conversation_id: str) -> TurnMemoryIndex:
+        index: TurnMemoryIndex = self._registry.get(graph, conversation_id, TurnMemoryIndex)
+        return index
+
+
+def memory_row(
+    conversation_id: str,
+    key: str,
+    turn_id: str,
+    messages: list[ChatMessage],
+    *,
+    embedding: list[float] | None = None,
+    facts: list[str] | None = None,
+    committed: bool = False,
+) -> MemoryRow:
+    """A turn's memory row from its messages (speaker lines, message ids, the turn's time)."""
+    when = next((m.time for m in reversed(messages) if m.time), None) or datetime.now(UTC).strftime(
+        "%-I:%M %p on %-d %B, %Y"
+    )
+    return MemoryRow(
+        key=key,
+        conversation_id=conversation_id,
+        turn_id=turn_id,
+        speaker=", ".join(dict.fromkeys(m.speaker for m in messages)),
+        text=turn_text(messages),
+        when=when,
+        group=when.split(" on ")[-1],
+        source_refs=[m.message_id for m in messages if m.message_id],
+        facts=list(facts or []),
+        embedding=[round(float(x), 7) for x in (embedding if embedding is not None else [])],
+        committed=committed,
+    )
 
 
 def mentioned_entities(entities: list[DialogueEntity], text: str) -> list[DialogueEntity]:
@@ -148,10 +204,18 @@ def turn_text(messages: list[ChatMessage]) -> str:
     return "\n".join(m.line() for m in messages)
 
 
+def _names(index: TurnMemoryIndex, entities: list[DialogueEntity]) -> list[str]:
+    names = set(index.speakers)
+    for entity in entities:
+        names.add(entity.name)
+        names.update(entity.aliases)
+    return sorted(n for n in names if n)
+
+
 def retrieve(
     repo: DialogueRepository,
     gateway: LLMGateway,
-    index: TurnVectorIndex,
+    index: TurnMemoryIndex,
     conversation_id: str,
     messages: list[ChatMessage],
     *,
@@ -161,42 +225,45 @@ def retrieve(
 ) -> Retrieval:
     after_seq, anchor = index.cursor()
     snapshot = repo.snapshot(conversation_id, after_seq=after_seq, anchor_key=anchor)
-    index.sync(snapshot)
+    index.sync(snapshot.new_turns, reset=snapshot.reset)
     query = turn_text(messages)
     mentioned = mentioned_entities(snapshot.entities, query)
     relations = select_relations(snapshot.relations, {e.entity_id for e in mentioned}, relation_limit)
-    recalled: list[RecalledTurn] = []
-    if recall_k > 0 and index.turns:
-        # Nothing stored yet means nothing to search: the first turn makes no embedding call.
+    recalled_turns: list[RecalledTurn] = []
+    if recall_k > 0 and len(index):
+        # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
         vector = gateway.embed([query], purpose=purpose)[0]
-        recalled = index.search(vector, recall_k)
+        recalled_turns = index.search(query, vector, recall_k, _names(index, snapshot.entities))
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,
         relations=relations,
         milestones=snapshot.milestones,
-        recalled=recalled,
+        recalled=recalled_turns,
         stored_turns=snapshot.turn_count,
     )
+
+
+def sync_memory(repo: DialogueRepository, index: TurnMemoryIndex, conversation_id: str) -> None:
+    """Top the index up with the turns remembered since its cursor (index lookups only)."""
+    after_seq, anchor = index.cursor()
+    _, reset, rows = repo.memory_since(conversation_id, after_seq, anchor)
+    index.sync(rows, reset=reset)
 
 
 def recall(
     repo: DialogueRepository,
     gateway: LLMGateway,
-    index: TurnVectorIndex,
+    index: TurnMemoryIndex,
     conversation_id: str,
     query: str,
     k: int,
     *,
     purpose: str = "dialogue.recall",
 ) -> list[RecalledTurn]:
-    """Vector recall for an arbitrary question (the regression batch's recall probe)."""
-    after_seq, anchor = index.cursor()
-    index.sync(
-        repo.snapshot(
-            conversation_id, after_seq=after_seq, anchor_key=anchor, entity_limit=1, relation_limit=1
-        )
-    )
-    if not index.turns:
+    """Hybrid recall for an arbitrary question (the regression recall probe)."""
+    sync_memory(repo, index, conversation_id)
+    if not len(index):
         return []
-    return index.search(gateway.embed([query], purpose=purpose)[0], k)
+    vector = gateway.embed([query], purpose=purpose)[0]
+    return index.search(query, vector, k, sorted(index.speakers))

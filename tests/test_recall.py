@@ -1,0 +1,69 @@
+"""core.recall's hybrid index: each signal, its look-alike that must not fire, and `k`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.recall import HybridIndex, MemoryDoc, dates_in
+
+
+def _doc(i: int, speaker: str, text: str, *, group: str = "1", when: str = "") -> MemoryDoc:
+    return MemoryDoc(key=f"t{i}", text=f"{speaker}: {text}", speaker=speaker, group=group, when=when,
+                     meta={"turn_id": str(i)})
+
+
+def _unit(v: list[float]) -> np.ndarray:
+    a = np.asarray(v, dtype=np.float32)
+    return a / np.linalg.norm(a)
+
+
+def test_lexical_finds_a_stemmed_word_and_dense_finds_a_paraphrase() -> None:
+    index = HybridIndex(3)
+    docs = [_doc(1, "Ann", "We went camping by the lake"), _doc(2, "Bob", "The tax office was closed", group="2"),
+            _doc(3, "Ann", "My cat sleeps all day", group="3")]
+    index.add(docs, np.stack([_unit([1, 0, 0]), _unit([0, 1, 0]), _unit([0, 0, 1])]))
+    assert index.search("camps", None, 1)[0].key == "t1"  # stemmed: camp
+    assert index.search("Where does the kitten nap?", _unit([0, 0.1, 1]), 1)[0].key == "t3"
+    hit = index.search("camping", _unit([1, 0, 0]), 1)[0]
+    assert hit.meta == {"turn_id": "1"} and {"lexical", "dense"} <= set(hit.signals)
+    assert index.search("", None, 3) == [] and index.search("camping", None, 0) == []
+
+
+def test_k_counts_documents_and_keys_are_added_once() -> None:
+    index = HybridIndex(2)
+    docs = [_doc(i, "Ann", f"harbour story number {i}") for i in range(8)]
+    assert index.add(docs, np.tile(_unit([1, 1]), (8, 1))) == 8
+    assert index.add(docs[:3], np.tile(_unit([1, 1]), (3, 1))) == 0
+    hits = index.search("harbour story", _unit([1, 1]), 5)
+    assert len(hits) == 5 and len({h.key for h in hits}) == 5 and len(index) == 8
+
+
+def test_the_one_named_speaker_is_boosted_and_two_names_boost_nobody() -> None:
+    index = HybridIndex(2)
+    docs = [_doc(1, "Bob", "I painted a sunset over the lake"), _doc(2, "Ann", "I painted a sunset over the lake")]
+    index.add(docs, np.tile(_unit([1, 0]), (2, 1)))
+    names = ["Ann", "Bob"]
+    assert index.search("What did Ann paint?", None, 1, names=names)[0].key == "t2"
+    assert "graph" in index.search("What did Ann paint?", None, 1, names=names)[0].signals
+    both = index.search("What did Ann and Bob paint?", None, 2, names=names)
+    assert all("graph" not in h.signals for h in both)
+
+
+def test_a_date_in_the_query_boosts_turns_of_that_month_only() -> None:
+    index = HybridIndex(2)
+    docs = [_doc(1, "Ann", "we had a picnic", when="1:56 pm on 8 May, 2023", group="a"),
+            _doc(2, "Ann", "we had a picnic", when="2:10 pm on 3 June, 2023", group="b")]
+    index.add(docs, None)
+    assert index.search("picnic in June 2023", None, 1)[0].key == "t2"
+    assert index.search("picnic in May 2023", None, 1)[0].key == "t1"
+    assert dates_in("no date here, maybe") == set()  # "may" the verb is not a month
+    assert "time" not in index.search("picnic", None, 2)[0].signals
+
+
+def test_the_turn_after_a_strong_hit_gains_a_share_within_its_group_only() -> None:
+    index = HybridIndex(2)
+    docs = [_doc(1, "Ann", "How was the marathon?", group="a"), _doc(2, "Bob", "Exhausting but great", group="a"),
+            _doc(3, "Bob", "Exhausting but great", group="b")]
+    index.add(docs, None)
+    hits = {h.key: h for h in index.search("marathon", None, 3)}
+    assert "neighbour" in hits["t2"].signals and "t3" not in hits
