@@ -3,6 +3,10 @@
     serve    HTTP adapter for chat front ends: POST /api/kg-sidecar/turn/commit (and /retry),
              OpenAPI at /openapi.json
     commit   one turn from a JSON file (`--prefect` runs it as the `dialogue-turn` flow)
+    ingest   import whole transcripts (shared JSONL turn format) into turn memory, as the
+             `dialogue-ingest` flow: batched embeddings, a progress bar (terminal and Prefect
+             UI), resumable after a kill with every turn exactly once; `--extract` also runs
+             the LLM slots and the commit gate on every turn
     openapi  write the OpenAPI document without starting a server
 
 The turn pipeline itself is plain Python (tasks.dialogue.pipeline): the HTTP server and the
@@ -117,6 +121,79 @@ def dialogue_turn_flow(
     return result.model_dump(mode="json")
 
 
+class IngestProgress:
+    """A rich progress bar in the terminal and a Prefect progress artifact, per batch."""
+
+    def __init__(self, total: int, description: str) -> None:
+        from prefect.artifacts import create_progress_artifact
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.total, self.done = max(total, 1), 0
+        self._lock = threading.Lock()
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TimeRemainingColumn(), transient=False)
+        self._task = self._bar.add_task(description, total=total)
+        self._artifact = create_progress_artifact(progress=0.0, key="dialogue-ingest",
+                                                  description=f"{description}: turns handled, percent")
+        self._reported = 0.0
+
+    def __enter__(self) -> IngestProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+    def __call__(self, conversation_id: str, turns: int) -> None:
+        from prefect.artifacts import update_progress_artifact
+
+        with self._lock:
+            self.done += turns
+            self._bar.advance(self._task, turns)
+            percent = 100.0 * self.done / self.total
+            if self._artifact is not None and (percent - self._reported >= 5 or self.done >= self.total):
+                update_progress_artifact(self._artifact, progress=round(percent, 1))
+                self._reported = percent
+                log.info("ingest: %d/%d turns (%s)", self.done, self.total, conversation_id)
+
+
+@flow(name="dialogue-ingest", log_prints=True)
+def dialogue_ingest_flow(
+    dialogues: list[str],
+    project_dir: str = ".",
+    conversation_id: str | None = None,
+    extract: bool = False,
+    batch_size: int = 64,
+    concurrency: int = 2,
+) -> list[dict[str, Any]]:
+    """Import whole transcripts into turn memory (tasks.dialogue.ingest). Returns one report
+    per dialogue."""
+    from tasks.dialogue.ingest import ingest
+    from tasks.dialogue.replay import dialogue_files, load_dialogue
+
+    specs = [load_dialogue(path) for path in dialogue_files([Path(d) for d in dialogues])]
+    if conversation_id is not None and len(specs) > 1:
+        raise InvalidInputError("--conversation-id names one conversation, but several dialogues were given",
+                                hint="ingest one dialogue per --conversation-id, or leave it out")
+    items = [(spec, conversation_id or spec.dialogue_id) for spec in specs]
+    service = service_for(load_settings(project_dir))
+    total = sum(len(spec.turns) for spec in specs)
+    with IngestProgress(total, "extracting turns" if extract else "remembering turns") as progress:
+        reports = ingest(service, items, extract=extract, batch_size=batch_size, concurrency=concurrency,
+                         progress=progress)
+    for report in reports:
+        log.info("ingest %s -> %s: %d turns, %d added, %d already there, %.1f turns/s%s",
+                 report.dialogue_id, report.conversation_id, report.turns, report.added, report.already,
+                 report.turns_per_s, f", {report.extract_outcomes}" if report.extract_outcomes else "")
+    return [r.model_dump(mode="json") for r in reports]
+
+
 # ----------------------------------------------------------------------------- HTTP
 def http_status(result: TurnResult) -> int:
     if result.ok:
@@ -229,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--lock-wait", type=float, default=None, help="seconds a turn waits for its conversation lock before IN_PROGRESS (default 30)")
     common.add_argument("--turn-timeout", type=float, default=None, help="seconds a turn may take before it is rolled back (default 300)")
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,commit,openapi}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,commit,ingest,openapi}")
 
     serve = sub.add_parser("serve", parents=[common], help="run the HTTP adapter")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -241,6 +318,18 @@ def build_parser() -> argparse.ArgumentParser:
     commit.add_argument("--request", required=True, help="turn-commit request JSON file ('-' for stdin)")
     commit.add_argument("--retry", action="store_true", help="mark the attempt as a retry in the trace")
     commit.add_argument("--prefect", action="store_true", help="run as the dialogue-turn Prefect flow (slots as task runs)")
+
+    ingest = sub.add_parser("ingest", parents=[common],
+                            help="import whole transcripts into turn memory (resumable, exactly once)")
+    ingest.add_argument("--dialogue", dest="dialogues", type=Path, nargs="+", required=True, metavar="FILE.jsonl",
+                        help="transcripts in the shared JSONL turn format (a directory: its *.turns.jsonl)")
+    ingest.add_argument("--conversation-id", default=None,
+                        help="conversation to import into (default: each file's conversation_id)")
+    ingest.add_argument("--extract", action="store_true",
+                        help="also run the LLM slots and the commit gate on every turn (graph facts)")
+    ingest.add_argument("--batch-size", type=int, default=64, help="turns per embedding call and transaction (default 64)")
+    ingest.add_argument("--concurrency", type=int, default=2,
+                        help="with --extract: conversations processed at once (default 2)")
 
     openapi = sub.add_parser("openapi", parents=[common], help="write the OpenAPI document")
     openapi.add_argument("--out", type=Path, default=None, help="file to write (default stdout)")
@@ -294,6 +383,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             uvicorn.run(create_app(service), host=args.host, port=args.port, log_level="info")
         finally:
             service.close()
+        return 0
+
+    if args.command == "ingest":
+        if args.batch_size < 1 or args.concurrency < 1:
+            raise InvalidInputError("--batch-size and --concurrency must be at least 1")
+        from core.cli import project_prefect_settings
+
+        try:
+            with project_prefect_settings(settings.project_dir):
+                reports = dialogue_ingest_flow(
+                    [str(p) for p in args.dialogues], str(settings.project_dir), args.conversation_id,
+                    args.extract, args.batch_size, args.concurrency,
+                )
+        finally:
+            close_services()
+        print(json.dumps(reports, indent=2))
         return 0
 
     raw = _read_request_file(args.request)

@@ -1,6 +1,16 @@
 """`python -m flows.regression`: replay long dialogues through the sidecar and gate a release.
 
     python -m flows.regression --project-dir DIR --dialogues PATH... [--turns 20] [--concurrency 4]
+    python -m flows.regression --project-dir DIR --dialogues PATH... --mode ingest [--extract]
+
+`--mode ingest` measures memory on whole dialogues: every turn is ingested (bulk, no LLM
+unless `--extract`, tasks.dialogue.ingest), then EVERY QA item with evidence is asked of the
+hybrid retriever: recall@5 and recall@10 per category 1-4 and over 1-4, category 5
+(adversarial) apart, skipped questions counted by reason. Outputs ingest.parquet,
+recall.parquet, gates.parquet, report.md and summary.json (with
+`"recall_at_k": {"5": {"all": r, "1": r, ...}, "10": {...}}`), plus a Prefect table
+artifact. Its gates are on by default: every turn remembered exactly once, and recall@10
+over categories 1-4 >= 0.8 per dialogue (`--min-recall`, `--recall-k`, `--no-recall-gate`).
 
 Each dialogue file (JSONL turn format, ../shared/data/dialogues) is replayed turn by turn
 into its own fresh conversation (`regression-<run_id>/<dialogue id>` unless
@@ -24,6 +34,7 @@ that the workers of one work pool pick up in parallel.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
 import sys
@@ -33,7 +44,9 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Literal
 
+import polars as pl
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
@@ -43,23 +56,33 @@ from pydantic import BaseModel, Field, field_validator
 from core.cli import project_prefect_settings, run_main, setup_logging
 from core.errors import InvalidInputError
 from core.settings import load_settings
+from kg.dialogue import DialogueRepository
+from tasks.dialogue.ingest import ingest
 from tasks.dialogue.models import TurnConfig
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tasks.dialogue.replay import (
     DialogueSpec,
+    ProbeRow,
     RecallRow,
     TurnRow,
     dialogue_files,
     load_dialogue,
     recall_probe,
     replay,
+    whole_dialogue_probe,
 )
 from tasks.dialogue.report import (
     GateConfig,
     RunInfo,
+    adversarial_recall,
     dialogue_summary,
     evaluate_gates,
+    evaluate_recall_gates,
+    probe_frame,
+    recall_at_k,
     recall_frame,
+    recall_table,
+    render_ingest_report,
     render_report,
     turns_frame,
     write_outputs,
@@ -75,7 +98,10 @@ class RegressionParams(BaseModel):
     project_dir: str = "."
     config_file: str | None = None
     dialogues: list[str] = Field(min_length=1, description="*.turns.jsonl files or directories of them")
-    turns: int = Field(20, ge=1, description="turns replayed per dialogue (from the start)")
+    mode: Literal["replay", "ingest"] = Field(
+        "replay", description="replay: each turn through the sidecar; ingest: bulk-ingest whole dialogues, probe recall")
+    extract: bool = Field(False, description="ingest mode: also run the LLM slots on every turn")
+    turns: int | None = Field(None, ge=1, description="turns per dialogue from the start (default: 20 replayed; all ingested)")
     concurrency: int = Field(4, ge=1, le=MAX_CONCURRENCY, description="dialogues replayed at once")
     window: int = Field(6, ge=0, le=50, description="earlier turns sent with each turn as chat window")
     run_id: str | None = None
@@ -151,8 +177,14 @@ def recall_probe_task(run_id: str, spec: DialogueSpec, conversation_id: str, k: 
     return recall_probe(_service(run_id), spec, conversation_id, run_id, k=k, committed_refs=set(committed_refs))
 
 
+def turns_per_dialogue(params: RegressionParams) -> int | None:
+    if params.turns is not None:
+        return params.turns
+    return None if params.mode == "ingest" else 20
+
+
 def plan_dialogues(params: RegressionParams) -> list[DialogueSpec]:
-    specs = [load_dialogue(path, params.turns) for path in dialogue_files([Path(p) for p in params.dialogues])]
+    specs = [load_dialogue(path, turns_per_dialogue(params)) for path in dialogue_files([Path(p) for p in params.dialogues])]
     if params.shard:
         index, count = (int(x) for x in params.shard.split("/"))
         specs = specs[index::count]
@@ -187,8 +219,10 @@ def regression_flow(params: RegressionParams) -> RegressionSummary:
     try:
         graph = service.store.endpoint.label  # connect (and migrate) once, before the clock starts
         conversations = {spec.dialogue_id: f"{prefix}{spec.dialogue_id}" for spec in specs}
+        if params.mode == "ingest":
+            return _ingest_mode(params, run_id, specs, conversations, out_dir, service, graph)
         logger.info("run %s: %d dialogue(s) x %d turns, concurrency %d, graph %s",
-                    run_id, len(specs), params.turns, params.concurrency, graph)
+                    run_id, len(specs), turns_per_dialogue(params), params.concurrency, graph)
         started = time.perf_counter()
         # A runner of our own, so `concurrency` holds in deployments too (not only via with_options).
         with ThreadPoolTaskRunner(max_workers=params.concurrency) as runner:
@@ -220,7 +254,7 @@ def regression_flow(params: RegressionParams) -> RegressionSummary:
         gates = evaluate_gates(turns, recall, params.gates)
         summary_frame = dialogue_summary(turns)
         info = RunInfo(
-            run_id=run_id, dialogues=[s.dialogue_id for s in specs], turns_per_dialogue=params.turns,
+            run_id=run_id, dialogues=[s.dialogue_id for s in specs], turns_per_dialogue=turns_per_dialogue(params) or 0,
             concurrency=params.concurrency, replay_seconds=round(replay_seconds, 3), turns_total=len(rows),
             turns_per_second=round(len(rows) / replay_seconds, 3) if replay_seconds > 0 else 0.0, graph=graph,
         )
@@ -260,6 +294,81 @@ def regression_flow(params: RegressionParams) -> RegressionSummary:
         service.close()
 
 
+@task(name="ingest-dialogue", task_run_name="ingest-{conversation_id}", cache_policy=NO_CACHE,
+      persist_result=False)
+def ingest_dialogue_task(run_id: str, spec: DialogueSpec, conversation_id: str, extract: bool) -> dict[str, Any]:
+    report = ingest(_service(run_id), [(spec, conversation_id)], extract=extract)[0]
+    get_run_logger().info("%s: %d turns (%d added, %d already there), %.1f turns/s", conversation_id, report.turns,
+                          report.added, report.already, report.turns_per_s)
+    return report.model_dump(mode="json")
+
+
+@task(name="whole-dialogue-recall", task_run_name="recall-{conversation_id}", cache_policy=NO_CACHE,
+      persist_result=False)
+def whole_dialogue_probe_task(run_id: str, spec: DialogueSpec, conversation_id: str,
+                              ) -> tuple[list[ProbeRow], dict[str, int]]:
+    return whole_dialogue_probe(_service(run_id), spec, conversation_id, run_id)
+
+
+def _ingest_mode(params: RegressionParams, run_id: str, specs: list[DialogueSpec], conversations: dict[str, str],
+                 out_dir: Path, service: DialogueService, graph: str) -> RegressionSummary:
+    """Ingest whole dialogues, probe every QA item, gate on recall (see the module docstring)."""
+    logger = get_run_logger()
+    logger.info("run %s: ingest mode, %d dialogue(s), %s, graph %s", run_id, len(specs),
+                "with extraction" if params.extract else "no LLM", graph)
+    started = time.perf_counter()
+    with ThreadPoolTaskRunner(max_workers=params.concurrency) as runner:
+        reports = [f.result() for f in [
+            runner.submit(ingest_dialogue_task, {"run_id": run_id, "spec": spec,
+                                                 "conversation_id": conversations[spec.dialogue_id],
+                                                 "extract": params.extract})
+            for spec in specs]]
+        ingest_seconds = time.perf_counter() - started
+        probes = [f.result() for f in [
+            runner.submit(whole_dialogue_probe_task, {"run_id": run_id, "spec": spec,
+                                                      "conversation_id": conversations[spec.dialogue_id]})
+            for spec in specs if spec.qa]]
+    repo = DialogueRepository(service.store)
+    memory = {spec.dialogue_id: (len(spec.turns), repo.memory_count(conversations[spec.dialogue_id])[1])
+              for spec in specs}
+    probe = probe_frame([row for rows, _ in probes for row in rows])
+    skipped = {spec.dialogue_id: reasons for spec, (_, reasons) in zip([s for s in specs if s.qa], probes, strict=True)}
+    gates = evaluate_recall_gates(probe, memory, params.gates)
+    ingest_table = pl.DataFrame(reports).drop("extract_outcomes") if reports else pl.DataFrame()
+    report = render_ingest_report(run_id, graph, ingest_table, gates, probe, skipped, params.extract)
+    failed = [f"{g.dialogue_id}:{g.gate}={g.value} (needs {g.threshold})" for g in gates if not g.passed]
+    turns = sum(len(s.turns) for s in specs)
+    summary = RegressionSummary(
+        run_id=run_id, out_dir=str(out_dir), passed=not failed, failed_gates=failed, dialogues=len(specs),
+        turns=turns, committed=sum(sum(v for k, v in r["extract_outcomes"].items() if k == "COMMITTED") for r in reports),
+        rolled_back=sum(sum(v for k, v in r["extract_outcomes"].items() if k.startswith("ROLLED_BACK")) for r in reports),
+        timeouts=sum(r["extract_outcomes"].get("ROLLED_BACK:timeout", 0) for r in reports),
+        replay_seconds=round(ingest_seconds, 3),
+        turns_per_second=round(turns / ingest_seconds, 3) if ingest_seconds > 0 else 0.0,
+        mean_turn_ms=round(1000.0 * ingest_seconds / turns, 3) if turns else 0.0, mean_llm_ms=0.0, mean_overhead_ms=0.0,
+    )
+    at_k = recall_at_k(probe)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / ".ingest.parquet.tmp"
+    ingest_table.write_parquet(tmp)
+    tmp.replace(out_dir / "ingest.parquet")
+    write_outputs(out_dir, pl.DataFrame(), probe, gates, report, {
+        "params": params.model_dump(mode="json"), "summary": summary.model_dump(mode="json"),
+        "recall_at_k": at_k, "adversarial": adversarial_recall(probe),
+        "questions": {"probed": probe.height, "skipped": skipped},
+    })
+    (out_dir / "turns.parquet").unlink(missing_ok=True)  # no per-turn replay rows in this mode
+    service.gateway.write_records(out_dir)
+    table = recall_table(probe)
+    create_table_artifact(table=table.to_dicts() if table.height else [], key="whole-dialogue-recall",
+                          description=f"Recall {run_id}: recall@10 (1-4) {at_k['10']['all']}, "
+                                      f"{'passed' if summary.passed else 'FAILED: ' + '; '.join(failed)}")
+    create_markdown_artifact(markdown=report, key="whole-dialogue-recall-report", description=f"Recall report {run_id}")
+    logger.info("run %s %s: recall@10 (categories 1-4) %s, recall@5 %s; report %s", run_id,
+                "passed" if summary.passed else "FAILED", at_k["10"]["all"], at_k["5"]["all"], out_dir / "report.md")
+    return summary
+
+
 def run_regression(params: RegressionParams) -> RegressionSummary:
     """Run the flow with the project's Prefect result storage."""
     with project_prefect_settings(Path(params.project_dir)):
@@ -275,7 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--project-dir", type=Path, required=True, help="project whose graph and .saga/ are used")
     parser.add_argument("--dialogues", nargs="+", required=True, metavar="PATH",
                         help="*.turns.jsonl files (or directories of them); a sibling *.qa.jsonl enables the recall probe")
-    parser.add_argument("--turns", type=int, default=20, help="turns replayed per dialogue (default 20)")
+    parser.add_argument("--mode", choices=("replay", "ingest"), default="replay",
+                        help="replay: each turn through the sidecar's LLM slots (default); "
+                             "ingest: bulk-ingest whole dialogues and measure recall on every QA item")
+    parser.add_argument("--extract", action="store_true", help="ingest mode: also run the LLM slots on every turn")
+    parser.add_argument("--turns", type=int, default=None,
+                        help="turns per dialogue from the start (default: 20 replayed, all ingested)")
     parser.add_argument("--concurrency", type=int, default=4, help="dialogues replayed at once (default 4)")
     parser.add_argument("--window", type=int, default=6, help="earlier turns sent as chat window (default 6)")
     parser.add_argument("--run-id", default=None, help="name of the run (default: timestamp + random suffix)")
@@ -289,8 +403,10 @@ def build_parser() -> argparse.ArgumentParser:
     gates.add_argument("--max-timeouts", type=int, default=0, help="per dialogue (default 0)")
     gates.add_argument("--no-require-mutations", action="store_true", help="do not require EVOLVE/REPLACE/DELETE signals")
     gates.add_argument("--no-require-milestones", action="store_true", help="do not require milestones")
-    gates.add_argument("--min-recall", type=float, default=None, help="mean recall@k of the probe (default: report only)")
-    gates.add_argument("--recall-k", type=int, default=5, help="k of the recall probe (default 5)")
+    gates.add_argument("--min-recall", type=float, default=None,
+                       help="mean recall@k of the probe (default: 0.8 in ingest mode, report only in replay mode)")
+    gates.add_argument("--recall-k", type=int, default=None, help="k of the recall gate (default: 10 ingest, 5 replay)")
+    gates.add_argument("--no-recall-gate", action="store_true", help="ingest mode: report recall without gating on it")
     turn = parser.add_argument_group("turns")
     turn.add_argument("--turn-timeout", type=float, default=None, help="seconds per turn before rollback (default 300)")
     turn.add_argument("--no-require-actions", action="store_true",
@@ -305,6 +421,8 @@ def params_from_args(args: argparse.Namespace) -> RegressionParams:
         project_dir=str(args.project_dir),
         config_file=str(args.config) if args.config else None,
         dialogues=list(args.dialogues),
+        mode=args.mode,
+        extract=args.extract,
         turns=args.turns,
         concurrency=args.concurrency,
         window=args.window,
@@ -317,8 +435,9 @@ def params_from_args(args: argparse.Namespace) -> RegressionParams:
             max_timeouts=args.max_timeouts,
             require_relation_mutations=not args.no_require_mutations,
             require_milestones=not args.no_require_milestones,
-            min_recall=args.min_recall,
-            recall_k=args.recall_k,
+            min_recall=None if args.no_recall_gate else (
+                args.min_recall if args.min_recall is not None else (0.8 if args.mode == "ingest" else None)),
+            recall_k=args.recall_k if args.recall_k is not None else (10 if args.mode == "ingest" else 5),
         ),
         sidecar=sidecar,
         turn_config=TurnConfig(require_actions=not args.no_require_actions),
@@ -332,6 +451,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     params = params_from_args(args)
     plan_dialogues(params)  # fail fast on bad files, before Prefect starts
     summary = run_regression(params)
+    if params.mode == "ingest":
+        data = json.loads((Path(summary.out_dir) / "summary.json").read_text())
+        at_k = data["recall_at_k"]
+        print(f"regression {summary.run_id}: {'PASSED' if summary.passed else 'FAILED'}: {summary.dialogues} "
+              f"dialogue(s), {summary.turns} turns ingested ({summary.turns_per_second:.1f} turns/s), "
+              f"{data['questions']['probed']} questions probed")
+        for k in ("10", "5"):
+            cats = ", ".join(f"cat {c} {at_k[k][c]}" for c in ("1", "2", "3", "4"))
+            print(f"recall@{k} categories 1-4: {at_k[k]['all']} ({cats})")
+        adv = data["adversarial"]
+        print(f"category 5 (adversarial, apart): {adv['questions']} questions, recall@10 {adv['recall_at_10']}")
+        skipped = {r: n for reasons in data["questions"]["skipped"].values() for r, n in reasons.items()}
+        print(f"skipped: {sum(skipped.values())} ({skipped or 'none'})")
+        print(f"report: {Path(summary.out_dir) / 'report.md'}")
+        for gate in summary.failed_gates:
+            print(f"regression: gate failed: {gate}", file=sys.stderr)
+        return 0 if summary.passed else 1
     print(
         f"regression {summary.run_id}: {'PASSED' if summary.passed else 'FAILED'}: {summary.dialogues} dialogue(s), "
         f"{summary.committed}/{summary.turns} turns committed, {summary.rolled_back} rolled back, "

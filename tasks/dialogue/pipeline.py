@@ -209,6 +209,10 @@ class DialogueService:
             serialize = store.server.is_arcadedb
         return (lambda: self._write_lock) if serialize else nullcontext
 
+    def write_guard(self) -> AbstractContextManager[Any]:
+        """The write serialisation this process uses for the default graph (see SidecarOptions)."""
+        return self._write_guard(self.store)()
+
     def _conversation_lock(self, graph: str, conversation_id: str) -> threading.Lock:
         with self._lock:
             return self._conversation_locks.setdefault((graph, conversation_id), threading.Lock())

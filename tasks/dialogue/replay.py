@@ -10,6 +10,7 @@ asked of the retriever, and recall@k is the share of its evidence turns in the t
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -299,3 +300,49 @@ def recall_probe(service: DialogueService, spec: DialogueSpec, conversation_id: 
             )
         )
     return rows
+
+
+class ProbeRow(BaseModel):
+    """One QA item of the whole-dialogue recall probe: a row of recall.parquet (ingest mode)."""
+
+    run_id: str
+    dialogue_id: str
+    category: int
+    question: str
+    evidence: list[str]
+    retrieved: list[str] = Field(description="source refs of the top-k turns, best first")
+    recall_at_5: float
+    recall_at_10: float
+
+
+def _recall(evidence: list[str], retrieved: list[str]) -> float:
+    return round(len(set(evidence) & set(retrieved)) / len(set(evidence)), 6)
+
+
+def whole_dialogue_probe(service: DialogueService, spec: DialogueSpec, conversation_id: str, run_id: str,
+                         ) -> tuple[list[ProbeRow], dict[str, int]]:
+    """Ask every QA item that has evidence; recall@k = share of its evidence turns among the
+    first k turns retrieved (each hit is one turn, so k counts turns). Returns the rows and
+    the skipped questions counted by reason (nothing is skipped silently)."""
+    refs = {row.dia_id for row in spec.turns if row.dia_id}
+    skipped: dict[str, int] = {}
+    rows: list[ProbeRow] = []
+    for item in spec.qa:
+        # Some items list two turns in one string ("D8:6; D9:17"): split them.
+        evidence = list(dict.fromkeys(p for e in item.evidence for p in re.split(r"[;,\s]+", e) if p))
+        reason = None
+        if not evidence:
+            reason = "no evidence listed"
+        elif not set(evidence) <= refs:
+            reason = "evidence names turns not in the dialogue file"
+        if reason is not None:
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        hits: list[RecalledTurn] = service.recall(conversation_id, item.question, 10)
+        retrieved = [hit.source_refs[0] if hit.source_refs else hit.key for hit in hits]
+        rows.append(ProbeRow(
+            run_id=run_id, dialogue_id=spec.dialogue_id, category=item.category, question=item.question,
+            evidence=evidence, retrieved=retrieved, recall_at_5=_recall(evidence, retrieved[:5]),
+            recall_at_10=_recall(evidence, retrieved[:10]),
+        ))
+    return rows, skipped

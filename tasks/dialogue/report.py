@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 from pydantic import BaseModel, Field
 
-from tasks.dialogue.replay import RecallRow, TurnRow
+from tasks.dialogue.replay import ProbeRow, RecallRow, TurnRow
 
 QA_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
@@ -194,3 +194,110 @@ def write_outputs(out_dir: Path, turns: pl.DataFrame, recall: pl.DataFrame, gate
         tmp = out_dir / f".{name}.tmp"
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out_dir / name)
+
+
+# --- ingest mode: recall measured on whole dialogues ------------------------------------------
+
+#: Categories averaged into "all": 5 is adversarial (the answer is not in the dialogue).
+RECALL_CATEGORIES = (1, 2, 3, 4)
+RECALL_KS = (5, 10)
+
+
+def probe_frame(rows: Sequence[ProbeRow]) -> pl.DataFrame:
+    if rows:
+        return pl.DataFrame([r.model_dump() for r in rows])
+    return pl.DataFrame(schema={"dialogue_id": pl.String, "category": pl.Int64, "recall_at_5": pl.Float64,
+                                "recall_at_10": pl.Float64})
+
+
+def recall_at_k(probe: pl.DataFrame) -> dict[str, dict[str, float | None]]:
+    """{"5": {"all": r, "1": r, ..., "4": r}, "10": {...}}: "all" averages categories 1-4 only."""
+    out: dict[str, dict[str, float | None]] = {}
+    main = probe.filter(pl.col("category").is_in(RECALL_CATEGORIES)) if probe.height else probe
+    for k in RECALL_KS:
+        column = f"recall_at_{k}"
+        values: dict[str, float | None] = {"all": round(float(main[column].mean()), 4) if main.height else None}  # type: ignore[arg-type]
+        for category in RECALL_CATEGORIES:
+            part = main.filter(pl.col("category") == category) if main.height else main
+            values[str(category)] = round(float(part[column].mean()), 4) if part.height else None  # type: ignore[arg-type]
+        out[str(k)] = values
+    return out
+
+
+def adversarial_recall(probe: pl.DataFrame) -> dict[str, float | int | None]:
+    """Category 5 apart: how often the retriever still returns the turns the question leans on."""
+    part = probe.filter(pl.col("category") == 5) if probe.height else probe
+    return {"questions": part.height,
+            **{f"recall_at_{k}": round(float(part[f"recall_at_{k}"].mean()), 4) if part.height else None  # type: ignore[arg-type]
+               for k in RECALL_KS}}
+
+
+def recall_table(probe: pl.DataFrame) -> pl.DataFrame:
+    """Per dialogue and category (1-4, then 5 apart) plus each dialogue's and the run's 1-4 average."""
+    if not probe.height:
+        return pl.DataFrame()
+    named = probe.with_columns(
+        pl.col("category").replace_strict(QA_CATEGORIES, default="other", return_dtype=pl.String).alias("name"))
+    aggs = [pl.len().alias("questions"), pl.col("recall_at_5").mean().round(3).alias("recall@5"),
+            pl.col("recall_at_10").mean().round(3).alias("recall@10")]
+    per = (named.group_by("dialogue_id", "category", "name").agg(*aggs)
+           .with_columns(pl.col("category").cast(pl.String)))
+    main = named.filter(pl.col("category").is_in(RECALL_CATEGORIES))
+    totals = (main.group_by("dialogue_id").agg(*aggs)
+              .with_columns(pl.lit("1-4").alias("category"), pl.lit("all but adversarial").alias("name")))
+    overall = main.select(*aggs).with_columns(pl.lit("(all)").alias("dialogue_id"), pl.lit("1-4").alias("category"),
+                                              pl.lit("all but adversarial").alias("name"))
+    columns = ["dialogue_id", "category", "name", "questions", "recall@5", "recall@10"]
+    return pl.concat([per.select(columns).sort("dialogue_id", "category"), totals.select(columns).sort("dialogue_id"),
+                      overall.select(columns)])
+
+
+def evaluate_recall_gates(probe: pl.DataFrame, memory: dict[str, tuple[int, int]], config: GateConfig,
+                          ) -> list[GateResult]:
+    """Per dialogue: every turn remembered exactly once, and recall@k over categories 1-4."""
+    results: list[GateResult] = []
+    for dialogue_id, (turns, remembered) in sorted(memory.items()):
+        results.append(GateResult(dialogue_id=dialogue_id, gate="turns_remembered", value=remembered,
+                                  threshold=f"== {turns}", passed=remembered == turns))
+        if config.min_recall is not None:
+            part = probe.filter((pl.col("dialogue_id") == dialogue_id) & pl.col("category").is_in(RECALL_CATEGORIES))
+            column = f"recall_at_{config.recall_k}" if config.recall_k in RECALL_KS else "recall_at_10"
+            mean = float(part[column].mean()) if part.height else 0.0  # type: ignore[arg-type]
+            results.append(GateResult(dialogue_id=dialogue_id, gate=f"recall@{config.recall_k} (categories 1-4)",
+                                      value=round(mean, 4), threshold=f">= {config.min_recall}",
+                                      passed=part.height > 0 and mean >= config.min_recall))
+    return results
+
+
+def render_ingest_report(run_id: str, graph: str, ingest: pl.DataFrame, gates: list[GateResult],
+                         probe: pl.DataFrame, skipped: dict[str, dict[str, int]], extract: bool) -> str:
+    passed = all(g.passed for g in gates)
+    at_k = recall_at_k(probe)
+    lines = [
+        f"# Whole-dialogue recall `{run_id}`: {'PASSED' if passed else 'FAILED'}",
+        "",
+        f"- mode: ingest{' with extraction (LLM slots)' if extract else ' (no LLM)'}; every turn of every dialogue",
+        f"- graph: {graph}",
+        f"- recall@10 over categories 1-4: {at_k['10']['all']}; recall@5: {at_k['5']['all']}",
+        "",
+        "## Gates",
+        "",
+        _md_table(pl.DataFrame([g.model_dump() for g in gates]) if gates else pl.DataFrame()),
+        "## Ingest",
+        "",
+        _md_table(ingest),
+        "## Recall per category (k counts turns; category 5, adversarial, is never averaged in)",
+        "",
+        _md_table(recall_table(probe)),
+        "## Skipped questions",
+        "",
+        _md_table(pl.DataFrame([{"dialogue_id": d, "reason": r, "questions": n}
+                                for d, reasons in sorted(skipped.items()) for r, n in sorted(reasons.items())])
+                  if any(skipped.values()) else pl.DataFrame()),
+        "## Files",
+        "",
+        "- `recall.parquet`: one row per probed question (evidence, the 10 turns retrieved, recall@5/@10)",
+        "- `ingest.parquet`, `gates.parquet`, `summary.json` (`recall_at_k`), `llm-calls-*.parquet`",
+        "",
+    ]
+    return "\n".join(lines)
