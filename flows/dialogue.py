@@ -126,6 +126,7 @@ class IngestProgress:
 
     def __init__(self, total: int, description: str) -> None:
         from prefect.artifacts import create_progress_artifact
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -137,7 +138,7 @@ class IngestProgress:
         self.total, self.done = max(total, 1), 0
         self._lock = threading.Lock()
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TimeRemainingColumn(), transient=False)
+                             TimeRemainingColumn(), transient=False, console=Console(stderr=True))
         self._task = self._bar.add_task(description, total=total)
         self._artifact = create_progress_artifact(progress=0.0, key="dialogue-ingest",
                                                   description=f"{description}: turns handled, percent")

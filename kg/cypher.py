@@ -302,6 +302,11 @@ SCENE_TEXT_REFS_AS_OF = (
     "MATCH (s:Scene) WHERE s.chapter <= $as_of AND s.text_ref IS NOT NULL "
     "RETURN s.chapter AS chapter, s.index AS scene, s.text_ref AS text_ref, s.text_sha AS text_sha"
 )
+SCENES_AS_OF = (
+    "MATCH (s:Scene) WHERE s.chapter <= $as_of "
+    "RETURN s.id AS id, s.chapter AS chapter, s.index AS scene, s.title AS title, s.summary AS summary, "
+    "s.embedding_sha AS sha"
+)
 SCENE_EMBEDDINGS_BY_ID = "MATCH (s:Scene) WHERE s.id IN $ids RETURN s.id AS id, s.embedding AS embedding"
 CHAPTER_EMBEDDINGS_BY_ID = "MATCH (c:Chapter) WHERE c.id IN $ids RETURN c.id AS id, c.embedding AS embedding"
 READ_NOVEL_INFO = "MATCH (n:NovelInfo {id: $id}) RETURN properties(n) AS props"

@@ -281,6 +281,48 @@ def _rank(rows: list[tuple[dict[str, Any], np.ndarray]], embedding: list[float],
     ]
 
 
+def _hybrid_scenes_tx(
+    tx: ManagedTransaction, query: str, embedding: list[float] | None, k: int, as_of: int
+) -> list[SimilarityHit]:
+    """Earlier scenes for a scene query through core.recall's hybrid retrieval (BM25 over
+    title + summary, the scene vectors, fused); a scene without a vector is found lexically."""
+    from core.recall import HybridIndex, MemoryDoc
+
+    rows = sorted((r.data() for r in tx.run(cypher.SCENES_AS_OF, as_of=as_of)),
+                  key=lambda r: (r["chapter"], r["scene"] if r["scene"] is not None else -1, r["id"]))
+    if not rows or k <= 0:
+        return []
+    missing = [r["id"] for r in rows if r["sha"] is not None and _vectors.get(r["sha"]) is None]
+    if missing:
+        for record in tx.run(cypher.SCENE_EMBEDDINGS_BY_ID, ids=missing):
+            sha = next(r["sha"] for r in rows if r["id"] == record["id"])
+            if record["embedding"]:
+                _vectors.put(sha, np.asarray(record["embedding"], dtype=np.float64))
+    dims = len(embedding) if embedding else 0
+    index = HybridIndex(max(dims, 1))
+    docs = [
+        MemoryDoc(key=r["id"], text=f"{r['title'] or ''}. {r['summary'] or ''}".strip(". "), group=str(r["chapter"]),
+                  meta={"chapter": r["chapter"], "scene": r["scene"], "title": r["title"] or "",
+                        "summary": r["summary"] or ""})
+        for r in rows
+    ]
+    vectors = [_vectors.get(r["sha"]) for r in rows]
+    with_vectors = [i for i, v in enumerate(vectors) if v is not None and v.shape == (dims,)]
+    has_vector = set(with_vectors)
+    without = [i for i in range(len(rows)) if i not in has_vector]
+    # Order matters for neighbours only within a chapter; vectors and lexical-only docs apart.
+    if with_vectors:
+        index.add([docs[i] for i in with_vectors], np.stack([vectors[i] for i in with_vectors]))  # type: ignore[misc]
+    if without:
+        index.add([docs[i] for i in without], None)
+    query_vector = np.asarray(embedding, dtype=np.float32) if embedding else None
+    return [
+        SimilarityHit(id=hit.key, chapter=hit.meta["chapter"], scene=hit.meta["scene"], score=hit.score,
+                      title=hit.meta["title"], summary=hit.meta["summary"])
+        for hit in index.search(query, query_vector, k)
+    ]
+
+
 def _similar_scenes_tx(tx: ManagedTransaction, embedding: list[float], k: int, as_of: int) -> list[SimilarityHit]:
     return _rank(_vector_rows(tx, "scene", as_of), embedding, k)
 
@@ -414,11 +456,15 @@ def scene_context(
     k_summaries: int = 3,
     embedding: list[float] | None = None,
     k_similar: int = 3,
+    query: str | None = None,
 ) -> SceneContext:
-    """Everything drafting a scene of `chapter` needs, as of chapter - 1, in one read transaction."""
+    """Everything drafting a scene of `chapter` needs, as of chapter - 1, in one read transaction.
+
+    With `query` (the scene's text), earlier scenes come from the hybrid retrieval shared
+    with the dialogue memory (core.recall); without it, from vector similarity alone."""
     names = list(dict.fromkeys(characters))
     as_of = chapter - 1
-    use_numpy = embedding is not None and not _vector_index_ready(store, len(embedding))
+    use_numpy = query is None and embedding is not None and not _vector_index_ready(store, len(embedding))
 
     def work(tx: ManagedTransaction) -> SceneContext:
         resolved = _resolve_names(tx, names, None, as_of) if names else {}
@@ -431,12 +477,14 @@ def scene_context(
             location=_location_tx(tx, location, as_of) if location else None,
             recent_summaries=_summaries_tx(tx, as_of, k_summaries, 1),
         )
-        if use_numpy and embedding is not None:
+        if query is not None:
+            context.similar_scenes = _hybrid_scenes_tx(tx, query, embedding, k_similar, as_of)
+        elif use_numpy and embedding is not None:
             context.similar_scenes = _similar_scenes_tx(tx, embedding, k_similar, as_of)
         return context
 
     context = store.execute_read(work)
-    if embedding is not None and not use_numpy:
+    if query is None and embedding is not None and not use_numpy:
         context.similar_scenes = similar_scenes(store, embedding, k=k_similar, as_of_chapter=as_of)
     return context
 

@@ -1,4 +1,4 @@
-"""Context retrieval stage: graph + vector context for drafting one scene.
+"""Context retrieval stage: graph + hybrid (lexical + vector) context for drafting one scene.
 
 Reads the world "as of the previous chapter" (profiles, relationships, statuses, the
 location, recent summaries, similar earlier scenes) and fits it into the context
@@ -103,8 +103,9 @@ def retrieve_context(chapter_number: int, scene: SceneDetail, guidance: tuple[st
         get_run_logger().warning("chapter %d: no query embedding, retrieving without vector search: %s",
                                  chapter_number, exc)
     names = [scene.pov, *scene.characters] if scene.pov else list(scene.characters)
+    # Earlier scenes through the hybrid retrieval shared with the dialogue memory (core.recall).
     context = scene_context(rt.graph, chapter=chapter_number, characters=names, location=scene.setting or None,
-                            embedding=vector)
+                            embedding=vector, query=text)
     tier = rt.settings.tier("narrative")
     sections = sections_from(context) | {"guidance": list(guidance)}
     envelope = build_envelope(sections, rt.settings.limits.context_budget, tier.context_window,

@@ -198,3 +198,17 @@ def test_consistency_facts_for_validation(store: GraphStore) -> None:
     early = store.consistency_facts(["Boromir", "Strider"], as_of_chapter=1)
     assert early.statuses["boromir"] == ("alive", 0)
     assert early.relationships[("strider", "boromir")] == ("FRIEND_OF", 1)
+
+
+def test_scene_context_with_the_scene_text_uses_the_hybrid_retrieval(store: GraphStore) -> None:
+    # By vector alone the Arrival scene is nearest; the scene text names the bridge, and the
+    # lexical side of the shared hybrid retrieval (core.recall) brings the Bridge scene first.
+    vector_only = retrieval.scene_context(store, chapter=3, embedding=[1.0, 0.0, 0.0], k_similar=1)
+    assert [s.id for s in vector_only.similar_scenes] == ["scene:1:1"]
+    hybrid = retrieval.scene_context(store, chapter=3, embedding=[1.0, 0.0, 0.0], query="On the bridge", k_similar=1)
+    assert [(s.id, s.chapter, s.scene, s.title) for s in hybrid.similar_scenes] == [("scene:2:2", 2, 2, "Bridge")]
+    # Without a vector (embeddings failed) the words alone still find the scene, as of the chapter.
+    lexical = retrieval.scene_context(store, chapter=3, query="the gate opens", k_similar=1)
+    assert [s.id for s in lexical.similar_scenes] == ["scene:2:1"]
+    # Drafting chapter 2 sees chapter 1 only, where no scene mentions a gate.
+    assert retrieval.scene_context(store, chapter=2, query="the gate opens", k_similar=3).similar_scenes == []

@@ -3,8 +3,8 @@
 Without extraction every turn becomes a KGMemory row: batches of `batch_size` turns, one
 embedding call and one write transaction per batch. Resumable and exactly-once: a batch
 first asks which of its keys are remembered already (indexed lookups) and embeds only the
-others, and the write transaction checks again under its own lock-free MERGE-free rule (a
-key is unique; position and row are written together), so a kill at any point followed by
+others, and the write transaction checks again before it appends (a key is unique, and a
+row and its position are written in one transaction), so a kill at any point followed by
 the same command leaves every turn exactly once.
 
 With extraction (`extract=True`) each turn runs the sidecar's full turn pipeline (the LLM
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from pydantic import BaseModel, Field
 
@@ -69,24 +69,36 @@ def remember_rows(
     service: DialogueService, conversation_id: str, rows: list[MemoryRow], *, batch_size: int = BATCH_SIZE,
     progress: Progress | None = None,
 ) -> tuple[int, int]:
-    """(added, already) after remembering `rows` in batches, embedding only what is missing."""
+    """(added, already) after remembering `rows` in batches, embedding only what is missing.
+    The write of one batch overlaps the embedding of the next (one writer thread, batches in
+    order, so positions follow the transcript)."""
     repo = DialogueRepository(service.store)
     added = already = 0
-    for start in range(0, len(rows), batch_size):
-        batch = rows[start : start + batch_size]
-        present = repo.remembered_keys([r.key for r in batch])
-        todo = [r for r in batch if r.key not in present]
-        if todo:
-            vectors = service.gateway.embed([r.text for r in todo], purpose="dialogue.ingest")
-            todo = [
-                r.model_copy(update={"embedding": [round(float(x), 7) for x in v]})
-                for r, v in zip(todo, vectors, strict=True)
-            ]
-            with service.write_guard():
-                added += repo.remember(conversation_id, todo)
-        already += len(batch) - len(todo)
-        if progress is not None:
-            progress(conversation_id, len(batch))
+    pending: Future[int] | None = None
+
+    def write(batch: list[MemoryRow]) -> int:
+        with service.write_guard():
+            return repo.remember(conversation_id, batch)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="remember") as writer:
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            present = repo.remembered_keys([r.key for r in batch])
+            todo = [r for r in batch if r.key not in present]
+            if todo:
+                vectors = service.gateway.embed([r.text for r in todo], purpose="dialogue.ingest")
+                todo = [
+                    r.model_copy(update={"embedding": [round(float(x), 7) for x in v]})
+                    for r, v in zip(todo, vectors, strict=True)
+                ]
+                if pending is not None:
+                    added += pending.result()
+                pending = writer.submit(write, todo)
+            already += len(batch) - len(todo)
+            if progress is not None:
+                progress(conversation_id, len(batch))
+        if pending is not None:
+            added += pending.result()
     return added, already
 
 

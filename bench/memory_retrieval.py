@@ -1,0 +1,142 @@
+"""Turn-memory cost against conversation size: recall latency at 1k, 10k and 100k turns, and
+bulk-ingest throughput.
+
+    python -m bench.memory_retrieval [--queries 200] [--ingest-turns 1000]
+
+Retrieval: one TurnMemoryIndex (the sidecar's per-conversation structure: tantivy BM25 +
+usearch HNSW + fusion) holding N synthetic turns: the two shared LoCoMo dialogues' turns,
+repeated with a numbered suffix, their real MiniLM vectors plus a little noise (embedding
+100k turns for real would take the model ~20 minutes and measure the model, not the
+memory). Each query is a LoCoMo question, embedded by the real model inside the timed call,
+as the sidecar does. Prints p50/p95 per size and the 100k/1k ratio of p95.
+
+Ingest: `remember_rows` (what `flows.dialogue ingest` runs) into a fresh embedded graph,
+real embeddings, batches of 64: turns/s, end to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from core.embedder import local_embedder
+from kg.dialogue import MemoryRow
+from tasks.dialogue.retriever import TurnMemoryIndex
+
+DIALOGUES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "dialogues"
+SIZES = (1_000, 10_000, 100_000)
+
+
+def _turns() -> list[dict[str, object]]:
+    turns: list[dict[str, object]] = []
+    for name in ("locomo-26", "locomo-30"):
+        with (DIALOGUES / f"{name}.turns.jsonl").open(encoding="utf-8") as handle:
+            turns += [json.loads(line) for line in handle if line.strip()]
+    return turns
+
+
+def _questions(limit: int) -> list[str]:
+    questions: list[str] = []
+    for name in ("locomo-26", "locomo-30"):
+        with (DIALOGUES / f"{name}.qa.jsonl").open(encoding="utf-8") as handle:
+            questions += [json.loads(line)["question"] for line in handle if line.strip()]
+    return questions[:limit]
+
+
+def _rows(turns: list[dict[str, object]], vectors: np.ndarray, n: int, rng: np.random.Generator) -> list[MemoryRow]:
+    rows = []
+    for i in range(n):
+        t = turns[i % len(turns)]
+        copy = i // len(turns)
+        v = vectors[i % len(turns)] + rng.normal(0, 0.02, vectors.shape[1]).astype(np.float32)
+        v /= np.linalg.norm(v)
+        rows.append(MemoryRow(
+            key=f"bench:{i + 1}", conversation_id="bench", turn_id=str(i + 1), seq=i + 1, speaker=str(t["speaker"]),
+            text=f"{t['speaker']}: {t['text']}" + (f" (retold {copy})" if copy else ""),
+            when=str(t["session_time"]), group=f"{copy}-{t['session']}", source_refs=[str(t["dia_id"])],
+            embedding=v.tolist(),
+        ))
+    return rows
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def bench_retrieval(queries: int) -> dict[int, tuple[float, float, float]]:
+    embedder = local_embedder()
+    turns = _turns()
+    vectors = embedder.encode([f"{t['speaker']}: {t['text']}" for t in turns])
+    questions = _questions(queries)
+    rng = np.random.default_rng(7)
+    speakers = sorted({str(t["speaker"]) for t in turns})
+    embedder.encode(questions[:8])  # warm the model
+    results: dict[int, tuple[float, float, float]] = {}
+    for size in SIZES:
+        rows = _rows(turns, vectors, size, rng)
+        index = TurnMemoryIndex()
+        started = time.perf_counter()
+        for start in range(0, size, 1000):  # incremental, as a growing conversation adds turns
+            index.sync(rows[start : start + 1000], reset=False)
+        build_s = time.perf_counter() - started
+        latencies = []
+        for question in questions:
+            t0 = time.perf_counter()
+            vector = embedder.encode([question])[0]
+            hits = index.search(question, vector, 10, speakers)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            assert len(hits) == 10
+        results[size] = (_percentile(latencies, 50), _percentile(latencies, 95), size / build_s)
+        print(f"{size:>7} turns: recall p50 {results[size][0]:6.1f} ms, p95 {results[size][1]:6.1f} ms "
+              f"(index built at {results[size][2]:,.0f} turns/s)", flush=True)
+    return results
+
+
+def bench_ingest(turn_count: int) -> float:
+    from core.settings import load_settings
+    from tasks.dialogue.ingest import remember_rows
+    from tasks.dialogue.pipeline import DialogueService
+
+    turns = _turns()
+    rows = [
+        MemoryRow(key=f"ingest:{i + 1}", conversation_id="ingest", turn_id=str(i + 1),
+                  speaker=str(turns[i % len(turns)]["speaker"]),
+                  text=f"{turns[i % len(turns)]['speaker']}: {turns[i % len(turns)]['text']}",
+                  when=str(turns[i % len(turns)]["session_time"]), source_refs=[str(turns[i % len(turns)]["dia_id"])])
+        for i in range(turn_count)
+    ]
+    with tempfile.TemporaryDirectory() as project:
+        service = DialogueService(load_settings(Path(project)))
+        try:
+            service.store.endpoint  # start and migrate the graph before the clock starts
+            service.gateway.embed(["warm up"])
+            started = time.perf_counter()
+            added, _ = remember_rows(service, "ingest", rows)
+            seconds = time.perf_counter() - started
+        finally:
+            service.close()
+    assert added == turn_count
+    return turn_count / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.memory_retrieval", description=__doc__.split("\n")[0])
+    parser.add_argument("--queries", type=int, default=200, help="queries timed per size (default 200)")
+    parser.add_argument("--ingest-turns", type=int, default=1000, help="turns ingested for throughput (default 1000)")
+    args = parser.parse_args()
+    results = bench_retrieval(args.queries)
+    small, large = results[SIZES[0]][1], results[SIZES[-1]][1]
+    print(f"p95 100k/1k ratio: {large / small:.2f} (p95 at 100k {large:.1f} ms)")
+    rate = bench_ingest(args.ingest_turns)
+    print(f"ingest without LLM: {rate:.0f} turns/s ({args.ingest_turns} turns, embeddings + graph writes)")
+    print(f"median of p50s: {statistics.median(r[0] for r in results.values()):.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
