@@ -114,7 +114,7 @@ def bench_ingest(turn_count: int) -> float:
     with tempfile.TemporaryDirectory() as project:
         service = DialogueService(load_settings(Path(project)))
         try:
-            service.store.endpoint  # start and migrate the graph before the clock starts
+            _ = service.store.endpoint  # start and migrate the graph before the clock starts
             service.gateway.embed(["warm up"])
             started = time.perf_counter()
             added, _ = remember_rows(service, "ingest", rows)
