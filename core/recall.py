@@ -4,8 +4,9 @@ One `HybridIndex` holds the documents of one memory (a conversation's turns, a n
 scenes) in order, and answers a query with the top-k documents by fusing:
 
 - lexical: BM25 from tantivy (a maintained Rust search library with incremental indexing:
-  adding a turn does not rebuild anything) over each document prefixed with its date and the
-  document before it in the same group (session or chapter), stemmed, English stop words out;
+  adding turns re-indexes at most the turn before them) over each document with its date and
+  the documents before and after it in the same group (session or chapter), stemmed, English
+  function words out, and near-universal terms left out of queries;
 - dense: cosine over sentence embeddings (core.embedder by default), in a usearch HNSW index
   (incremental, search cost ~log n: the 100k-turn p95 stays near the 1k one);
 - graph: documents spoken by the one entity the query names get a boost;
@@ -14,10 +15,11 @@ scenes) in order, and answers a query with the top-k documents by fusing:
   document next to a strong hit in the same group gains a share of its score: answers
   often sit in the turn after the one that names the topic).
 
-Weights were measured on the two shared LoCoMo dialogues (recall@10 over the 230 questions
-of categories 1-4 with evidence): BM25 over `speaker: text` alone 0.57, with date + previous
-turn 0.69, MiniLM alone 0.48, RRF lexical 1.0 / dense 0.5 plus smoothing 0.2 and the
-speaker boost ~0.75. A cross-encoder reranker would add more, but no registry package
+Weights were measured on the two shared LoCoMo dialogues (recall@10 over the categories
+1-4 questions with evidence): BM25 over `speaker: text` alone 0.57, with date + previous
+turn 0.69, MiniLM alone 0.48; RRF lexical 1.0 / dense 0.5 with smoothing 0.2 and the
+speaker boost 0.75; with the longer stop-word list and common terms out of queries 0.78;
+with the next turn in the lexical document too 0.80. A cross-encoder reranker would add more, but no registry package
 ships one offline, so there is none (`rerank` is a hook for one).
 
 `k` counts documents: each hit is one document. Derived structures only: the graph is the
@@ -43,6 +45,23 @@ CANDIDATES = 100
 NEIGHBOUR_SHARE = 0.2
 ENTITY_BOOST = 0.2
 TIME_BOOST = 0.1
+
+#: Terms found in more than this share of the documents are left out of a query: their BM25
+#: weight is near zero, yet their postings are the longest (a speaker's name is in half the
+#: turns), and they would make the cost of a query grow with the conversation.
+MAX_TERM_SHARE = 0.2
+#: ... but a term in at most this many documents is always kept.
+ALWAYS_KEPT_DOC_FREQ = 200
+#: English function words (NLTK's list, plus question words): tantivy's own English list is
+#: Lucene's 33 words and keeps "what", "did", "when" in every query.
+STOP_WORDS = sorted(set("""
+a about above after again against all am an and any are as at be because been before being below between
+both but by can could did do does doing down during each few for from further had has have having he her
+here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
+now of off on once only or other our ours ourselves out over own same she should so some such than that the
+their theirs them themselves then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours yourself yourselves
+""".split()))
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _MONTHS = (
@@ -73,11 +92,6 @@ class Hit(BaseModel):
     when: str = ""
     signals: dict[str, float] = Field(default_factory=dict, description="rank-fusion share per signal")
     meta: dict[str, Any] = Field(default_factory=dict)
-
-
-def query_tokens(text: str) -> str:
-    # Lower-cased words only: tantivy's query grammar (AND, OR, quotes, field:) never applies.
-    return " ".join(w.lower() for w in _WORD.findall(text))
 
 
 def dates_in(text: str) -> set[str]:
@@ -111,15 +125,16 @@ class HybridIndex:
         builder = tantivy.SchemaBuilder()
         builder.add_integer_field("position", stored=True, indexed=True, fast=True)
         builder.add_text_field("body", stored=False, tokenizer_name="skald_en")
-        self._lexical = tantivy.Index(builder.build())  # in RAM: rebuilt from the graph
-        self._lexical.register_tokenizer(
-            "skald_en",
+        self._schema = builder.build()
+        self._lexical = tantivy.Index(self._schema)  # in RAM: rebuilt from the graph
+        self._analyzer = (
             tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
             .filter(tantivy.Filter.lowercase())
-            .filter(tantivy.Filter.stopword("english"))
+            .filter(tantivy.Filter.custom_stopword(STOP_WORDS))
             .filter(tantivy.Filter.stemmer("english"))
-            .build(),
+            .build()
         )
+        self._lexical.register_tokenizer("skald_en", self._analyzer)
         self._writer = self._lexical.writer(heap_size=15_000_000, num_threads=1)
         self._dense = Index(ndim=dimensions, metric="cos", dtype="f32")
         self.docs: list[MemoryDoc] = []
@@ -142,20 +157,23 @@ class HybridIndex:
                 return 0
             keys: list[int] = []
             rows: list[int] = []
+            first = len(self.docs)
             for i, doc in fresh:
                 position = len(self.docs)
-                previous = self.docs[-1] if self.docs and self.docs[-1].group == doc.group else None
-                body = "\n".join(
-                    part
-                    for part in (doc.when, previous.text if previous else "", doc.text, doc.extra)
-                    if part
-                )
-                self._writer.add_document(tantivy.Document(position=position, body=body))
                 self.docs.append(doc)
                 self.positions[doc.key] = position
                 if vectors is not None and len(vectors) > i and vectors.shape[-1] == self.dimensions:
                     keys.append(position)
                     rows.append(i)
+            # Bodies once the batch is in place, so each sees the document after it. The one
+            # document before the batch gains a next one: re-index it (a delete applies only
+            # to what was added before it). Deleted documents still count in BM25 statistics
+            # until tantivy merges segments, so this happens once per batch, not per document.
+            if first > 0 and self.docs[first - 1].group == self.docs[first].group:
+                self._writer.delete_documents_by_term("position", first - 1)
+                self._writer.add_document(tantivy.Document(position=first - 1, body=self._body(first - 1)))
+            for position in range(first, len(self.docs)):
+                self._writer.add_document(tantivy.Document(position=position, body=self._body(position)))
             self._writer.commit()
             self._lexical.reload()
             if keys:
@@ -163,12 +181,37 @@ class HybridIndex:
                 self._dense.add(np.asarray(keys, dtype=np.uint64), matrix)
             return len(fresh)
 
+    def _body(self, position: int) -> str:
+        """What BM25 indexes for a document: its date, the document before it and the one
+        after it in the same group (a reply names what it answers only through them), its
+        text and its lexical-only extras."""
+        doc = self.docs[position]
+        before = self.docs[position - 1] if position > 0 and self.docs[position - 1].group == doc.group else None
+        after = (self.docs[position + 1]
+                 if position + 1 < len(self.docs) and self.docs[position + 1].group == doc.group else None)
+        parts = (doc.when, before.text if before else "", doc.text, doc.extra, after.text if after else "")
+        return "\n".join(part for part in parts if part)
+
     def _lexical_ranking(self, query: str, limit: int) -> list[int]:
-        words = query_tokens(query)
-        if not words:
+        import tantivy
+
+        terms = list(dict.fromkeys(self._analyzer.analyze(query)))
+        if not terms:
             return []
         searcher = self._lexical.searcher()
-        parsed = self._lexical.parse_query(words, ["body"])
+        total = max(searcher.num_docs, 1)
+        frequency = {t: searcher.doc_freq("body", t) for t in terms}
+        # Small memories keep every term (cheap anyway); large ones drop the near-universal.
+        ceiling = max(MAX_TERM_SHARE * total, ALWAYS_KEPT_DOC_FREQ)
+        kept = [t for t in terms if 0 < frequency[t] <= ceiling]
+        if not kept:  # only common words: the rarest of them still orders the documents
+            present = [t for t in terms if frequency[t] > 0]
+            kept = [min(present, key=lambda t: frequency[t])] if present else []
+        if not kept:
+            return []
+        parsed = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "body", t)) for t in kept]
+        )
         return [int(searcher.doc(address)["position"][0]) for _, address in searcher.search(parsed, limit).hits]
 
     def _dense_ranking(self, vector: np.ndarray | None, limit: int) -> list[int]:

@@ -235,8 +235,10 @@ def regression_flow(params: RegressionParams) -> RegressionSummary:
             ]
             rows = [row for future in futures for row in future.result().rows]
             replay_seconds = time.perf_counter() - started
+            # Every replayed turn is remembered (committed or blocked by the gate), so every
+            # question whose evidence was replayed is asked.
             committed_refs = {
-                spec.dialogue_id: [r.dia_id for r in rows if r.dialogue_id == spec.dialogue_id and r.committed and r.dia_id]
+                spec.dialogue_id: [r.dia_id for r in rows if r.dialogue_id == spec.dialogue_id and r.dia_id]
                 for spec in specs
             }
             probes = [

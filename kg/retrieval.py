@@ -294,10 +294,10 @@ def _hybrid_scenes_tx(
         return []
     missing = [r["id"] for r in rows if r["sha"] is not None and _vectors.get(r["sha"]) is None]
     if missing:
+        sha_of = {r["id"]: r["sha"] for r in rows}
         for record in tx.run(cypher.SCENE_EMBEDDINGS_BY_ID, ids=missing):
-            sha = next(r["sha"] for r in rows if r["id"] == record["id"])
             if record["embedding"]:
-                _vectors.put(sha, np.asarray(record["embedding"], dtype=np.float64))
+                _vectors.put(sha_of[record["id"]], np.asarray(record["embedding"], dtype=np.float64))
     dims = len(embedding) if embedding else 0
     index = HybridIndex(max(dims, 1))
     docs = [

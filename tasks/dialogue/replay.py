@@ -276,8 +276,8 @@ def recall_probe(service: DialogueService, spec: DialogueSpec, conversation_id: 
                  *, k: int, committed_refs: set[str]) -> list[RecallRow]:
     """Ask each answerable question; recall@k = share of its evidence turns found in the top k.
 
-    A question is probed only when all its evidence turns were committed in this replay:
-    otherwise the memory could not hold them and the probe would measure the commit gate."""
+    A question is probed only when all its evidence turns were replayed (`committed_refs`:
+    the replayed turns' ids; memory holds them whether or not the gate let their facts in)."""
     rows: list[RecallRow] = []
     for item in spec.qa:
         evidence = [e for e in item.evidence if e]

@@ -66,7 +66,9 @@ def evaluate_gates(turns: pl.DataFrame, recall: pl.DataFrame, config: GateConfig
         if config.require_milestones:
             add("milestones", milestones, "> 0", milestones > 0)
         if config.min_recall is not None:
-            probe = recall.filter(pl.col("dialogue_id") == dialogue_id) if recall.height else recall
+            # Category 5 (adversarial: the answer is not in the dialogue) is never averaged in.
+            probe = (recall.filter((pl.col("dialogue_id") == dialogue_id) & (pl.col("category") != 5))
+                     if recall.height else recall)
             mean = float(probe["recall"].mean()) if probe.height else 0.0  # type: ignore[arg-type]
             add(f"recall@{config.recall_k}", mean, f">= {config.min_recall}",
                 probe.height > 0 and mean >= config.min_recall)

@@ -142,7 +142,7 @@ def recalled(hit: Hit) -> RecalledTurn:
 class VectorIndexRegistry:
     """One TurnMemoryIndex per (graph, conversation) in this process, at most `max_indexes`."""
 
-    def __init__(self, max_indexes: int = 32) -> None:
+    def __init__(self, max_indexes: int = 16) -> None:
         self._registry = IndexRegistry(max_indexes)
 
     def get(self, graph: str, conversation_id: str) -> TurnMemoryIndex:
