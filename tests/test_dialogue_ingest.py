@@ -21,7 +21,7 @@ from core.settings import Settings
 from flows.regression import main as regression_main
 from kg.dialogue import DialogueRepository
 from kg.store import GraphStore
-from tests.conftest import DIALOGUES_DIR, REPO_ROOT
+from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath
 from tests.scripted_llm import ScriptedLLM
 
 DIALOGUE = DIALOGUES_DIR / "locomo-30.turns.jsonl"
@@ -38,7 +38,8 @@ def _env(graph_settings: Settings, scripted: ScriptedLLM) -> dict[str, str]:
     ep = graph_endpoint(graph_settings)
     # Embeddings from the scripted server: this test is about exactly-once, not recall.
     return {**os.environ, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
-            "NEO4J_DATABASE": ep.database, "SKALD_EMBEDDING_BASE_URL": scripted.base_url}
+            "NEO4J_DATABASE": ep.database, "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
+            "PYTHONPATH": child_pythonpath()}
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
