@@ -264,7 +264,7 @@ def test_injection_packet_stays_within_its_token_budget() -> None:
 
 def _row(seq: int, text: str, vector: list[float], *, key: str | None = None, speaker: str = "Ann") -> MemoryRow:
     return MemoryRow(key=key or f"c:{seq}", conversation_id="c", turn_id=str(seq), seq=seq, speaker=speaker,
-                     text=f"{speaker}: {text}", group="1", embedding=vector)
+                     text=f"{speaker}: {text}", group=f"session {seq}", embedding=vector)
 
 
 def test_turn_memory_index_appends_by_position_and_resets_on_a_new_life() -> None:
