@@ -13,6 +13,7 @@ import pytest
 
 from core.settings import Settings
 from kg.models import ChapterDelta, Entity, PropertyUpdate, Relationship
+from kg.schema import LATEST_VERSION
 from kg.store import GraphStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -130,4 +131,4 @@ def test_a_process_that_forgets_to_close_its_store_still_exits(tmp_path: Path) -
         [sys.executable, "-c", script, str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "3"
+    assert result.stdout.strip().splitlines()[-1] == str(LATEST_VERSION)
