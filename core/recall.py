@@ -119,11 +119,15 @@ def _date_match(query_dates: set[str], when: str) -> bool:
 class HybridIndex:
     """Documents of one memory with a lexical and a dense index, appended in order."""
 
-    def __init__(self, dimensions: int) -> None:
+    def __init__(self, dimensions: int, *, neighbours: bool = True) -> None:
+        """`neighbours`: index each document with the ones around it in its group and smooth
+        scores over them (chat turns lean on each other); off for self-contained documents
+        such as scene summaries."""
         import tantivy
         from usearch.index import Index
 
         self.dimensions = dimensions
+        self.neighbours = neighbours
         builder = tantivy.SchemaBuilder()
         builder.add_integer_field("position", stored=True, indexed=True, fast=True)
         builder.add_text_field("body", stored=False, tokenizer_name="skald_en")
@@ -171,7 +175,7 @@ class HybridIndex:
             # document before the batch gains a next one: re-index it (a delete applies only
             # to what was added before it). Deleted documents still count in BM25 statistics
             # until tantivy merges segments, so this happens once per batch, not per document.
-            if first > 0 and self.docs[first - 1].group == self.docs[first].group:
+            if self.neighbours and first > 0 and self.docs[first - 1].group == self.docs[first].group:
                 self._writer.delete_documents_by_term("position", first - 1)
                 self._writer.add_document(tantivy.Document(position=first - 1, body=self._body(first - 1)))
             for position in range(first, len(self.docs)):
@@ -188,6 +192,8 @@ class HybridIndex:
         after it in the same group (a reply names what it answers only through them), its
         text and its lexical-only extras."""
         doc = self.docs[position]
+        if not self.neighbours:
+            return "\n".join(part for part in (doc.when, doc.text, doc.extra) if part)
         before = self.docs[position - 1] if position > 0 and self.docs[position - 1].group == doc.group else None
         after = (self.docs[position + 1]
                  if position + 1 < len(self.docs) and self.docs[position + 1].group == doc.group else None)
@@ -249,7 +255,7 @@ class HybridIndex:
             fused = {p: sum(s.values()) for p, s in signals.items()}
             # Neighbour smoothing over the candidates only (no scan of the memory).
             smoothed = dict(fused)
-            for position, score in fused.items():
+            for position, score in fused.items() if self.neighbours else ():
                 group = self.docs[position].group
                 for other in (position - 1, position + 1):
                     if 0 <= other < len(self.docs) and self.docs[other].group == group:

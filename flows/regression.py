@@ -425,7 +425,7 @@ def params_from_args(args: argparse.Namespace) -> RegressionParams:
         dialogues=list(args.dialogues),
         mode=args.mode,
         extract=args.extract,
-        turns=args.turns,
+        turns=args.turns if args.turns is not None else (None if args.mode == "ingest" else 20),
         concurrency=args.concurrency,
         window=args.window,
         run_id=args.run_id,

@@ -299,7 +299,7 @@ def _hybrid_scenes_tx(
             if record["embedding"]:
                 _vectors.put(sha_of[record["id"]], np.asarray(record["embedding"], dtype=np.float64))
     dims = len(embedding) if embedding else 0
-    index = HybridIndex(max(dims, 1))
+    index = HybridIndex(max(dims, 1), neighbours=False)  # a scene summary stands on its own
     docs = [
         MemoryDoc(key=r["id"], text=f"{r['title'] or ''}. {r['summary'] or ''}".strip(". "), group=str(r["chapter"]),
                   meta={"chapter": r["chapter"], "scene": r["scene"], "title": r["title"] or "",
