@@ -51,7 +51,7 @@ TIME_BOOST = 0.1
 #: Terms found in more than this share of the documents are left out of a query: their BM25
 #: weight is near zero, yet their postings are the longest (a speaker's name is in half the
 #: turns), and they would make the cost of a query grow with the conversation.
-MAX_TERM_SHARE = 0.2
+MAX_TERM_SHARE = 0.05
 #: ... but a term in at most this many documents is always kept.
 ALWAYS_KEPT_DOC_FREQ = 200
 #: English function words (NLTK's list, plus question words): tantivy's own English list is
