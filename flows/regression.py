@@ -10,7 +10,7 @@ hybrid retriever: recall@5 and recall@10 per category 1-4 and over 1-4, category
 recall.parquet, gates.parquet, report.md and summary.json (with
 `"recall_at_k": {"5": {"all": r, "1": r, ...}, "10": {...}}`), plus a Prefect table
 artifact. Its gates are on by default: every turn remembered exactly once, and recall@10
-over categories 1-4 >= 0.8 per dialogue (`--min-recall`, `--recall-k`, `--no-recall-gate`).
+over categories 1-4 >= 0.8 over all the run's questions (`--min-recall`, `--recall-k`, `--no-recall-gate`).
 
 Each dialogue file (JSONL turn format, ../shared/data/dialogues) is replayed turn by turn
 into its own fresh conversation (`regression-<run_id>/<dialogue id>` unless

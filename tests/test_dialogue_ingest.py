@@ -102,7 +102,7 @@ def test_regression_ingest_mode_reports_recall_per_category_and_gates_on_it(
         run_main(regression_main, "regression", [*args, "--min-recall", "0.99", "--run-id", "strict"])
     assert exited.value.code == 1
     captured = capsys.readouterr()
-    assert "gate failed: locomo-30:recall@10 (categories 1-4)" in captured.err
+    assert "gate failed: (all):recall@10 (categories 1-4)" in captured.err
     assert "recall@10 categories 1-4:" in captured.out and "category 5 (adversarial, apart)" in captured.out
 
     with pytest.raises(SystemExit) as exited:
