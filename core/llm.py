@@ -22,12 +22,13 @@ import asyncio
 import copy
 import email.utils
 import json
+import logging
 import random
 import re
 import threading
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,6 +47,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from core.errors import LLMBadOutputError, LLMError, LLMFatalError, LLMUnavailableError
 from core.llm_server import LOCAL_CHAT_MODEL
 from core.settings import LLAMA_CPP_ANTI_REPETITION, AntiRepetition, Settings
+
+log = logging.getLogger("skald.llm")
+#: Call-record tags (turn trace ids) indexed at once; older untaken ones age out.
+_MAX_OPEN_TAGS = 4096
 
 T = TypeVar("T", bound=BaseModel)
 Message = dict[str, Any]
@@ -303,7 +308,12 @@ class LLMGateway:
         *,
         run_id: str | None = None,
         retry: RetryPolicy | None = None,
+        max_records: int | None = None,
+        flush_dir: str | Path | None = None,
     ) -> None:
+        """`max_records`: keep at most this many call records in memory (a long-running
+        server); older ones are appended to `flush_dir/llm-calls-<run_id>-<day>-<n>.parquet`
+        (dropped when no directory is given). None keeps every record (batch runs)."""
         self.settings = settings
         self.run_id = run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
         self.retry = retry or RetryPolicy()
@@ -317,6 +327,13 @@ class LLMGateway:
         self._health = _Health(self.retry.health_window)
         self._records: list[CallRecord] = []
         self._records_lock = threading.Lock()
+        self._max_records = max_records
+        self._flush_dir = Path(flush_dir) if flush_dir is not None else None
+        self._flushed_files = 0
+        self.flushed_records = 0
+        # Records by the tag after "|" in their purpose (a turn's trace id): a turn finds its
+        # own calls without scanning every record. Bounded: tags nobody takes age out.
+        self._by_tag: OrderedDict[str, list[CallRecord]] = OrderedDict()
         self._rng = random.Random()
 
     # ------------------------------------------------------------------ public API
@@ -443,6 +460,38 @@ class LLMGateway:
     def records(self) -> list[CallRecord]:
         with self._records_lock:
             return list(self._records)
+
+    def records_for(self, tag: str) -> list[CallRecord]:
+        """The records whose purpose ends in `|tag` (kept for a later take)."""
+        with self._records_lock:
+            return list(self._by_tag.get(tag, ()))
+
+    def take_records(self, tag: str) -> list[CallRecord]:
+        """The records whose purpose ends in `|tag`, removed from the tag index (the records
+        list itself is unchanged: write_records still sees them)."""
+        with self._records_lock:
+            return self._by_tag.pop(tag, [])
+
+    def _flush_oldest(self) -> None:
+        """Over `max_records`: move the oldest half out of memory (to Parquet when a flush
+        directory is set). Called with _records_lock held."""
+        assert self._max_records is not None
+        cut = len(self._records) - self._max_records // 2
+        old, self._records = self._records[:cut], self._records[cut:]
+        self.flushed_records += len(old)
+        if self._flush_dir is None:
+            return
+        try:
+            self._flush_dir.mkdir(parents=True, exist_ok=True)
+            self._flushed_files += 1
+            day = datetime.now(UTC).strftime("%Y%m%d")
+            target = self._flush_dir / f"llm-calls-{self.run_id}-{day}-{self._flushed_files:05d}.parquet"
+            table = pa.Table.from_pylist([r.model_dump() for r in old], schema=CALL_RECORD_SCHEMA)
+            partial = target.with_name(target.name + ".partial")
+            pq.write_table(table, partial)
+            partial.replace(target)
+        except OSError as exc:
+            log.warning("could not flush %d LLM call records to %s: %s", len(old), self._flush_dir, exc)
 
     def health(self) -> dict[tuple[str, str], tuple[float, int]]:
         """{(base_url, model): (success rate, samples)} over the rolling window."""
@@ -809,6 +858,14 @@ class LLMGateway:
         )
         with self._records_lock:
             self._records.append(record)
+            _, bar, tag = record.purpose.rpartition("|")
+            if bar and tag:
+                self._by_tag.setdefault(tag, []).append(record)
+                self._by_tag.move_to_end(tag)
+                while len(self._by_tag) > _MAX_OPEN_TAGS:
+                    self._by_tag.popitem(last=False)
+            if self._max_records is not None and len(self._records) > self._max_records:
+                self._flush_oldest()
 
     def _endpoint(self, base_url: str, api_key: str) -> _Endpoint:
         key = (base_url, api_key)

@@ -221,6 +221,9 @@ class Settings(BaseSettings):
     tiers: dict[TierName, TierSettings] = Field(default_factory=_default_tiers)
     # Dialogue sidecar slot -> model (request `config.models.<slot>` overrides these).
     slot_models: dict[str, str] = Field(default_factory=dict)
+    # Dialogue sidecar slot -> seconds it may run before its turn is rolled back (timed_out);
+    # the turn deadline applies as well. Slots not named here are bounded by the deadline only.
+    slot_timeouts_s: dict[str, float] = Field(default_factory=dict)
 
     # --- Embeddings: unset means a local llama-server in --embeddings mode.
     embedding_base_url: str | None = None
@@ -261,6 +264,16 @@ class Settings(BaseSettings):
                 else:
                     merged[name] = tier
             return merged
+        return value
+
+    @field_validator("slot_timeouts_s")
+    @classmethod
+    def _known_slots_positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for slot, seconds in value.items():
+            if slot not in (*SLOT_NAMES, "commit"):
+                raise ValueError(f"unknown slot {slot!r}; slots: {', '.join(SLOT_NAMES)}, commit")
+            if not seconds > 0:
+                raise ValueError(f"slot_timeouts_s.{slot} must be > 0 seconds (got {seconds})")
         return value
 
     @field_validator("openai_base_url", "embedding_base_url", "neo4j_uri", mode="before")

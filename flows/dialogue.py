@@ -1,7 +1,13 @@
 """`python -m flows.dialogue`: the dialogue memory sidecar (spec 000).
 
-    serve    HTTP adapter for chat front ends: POST /api/kg-sidecar/turn/commit (and /retry),
-             OpenAPI at /openapi.json
+    serve    HTTP adapter for chat front ends, OpenAPI at /openapi.json:
+               POST /api/kg-sidecar/memory/query        memory for PENDING messages (no writes)
+               POST /api/kg-sidecar/turn/commit, /retry commit a finished turn
+               POST /api/kg-sidecar/turn/replace        an edit or swipe: rewind the turn, commit the new text
+               POST /api/kg-sidecar/conversation/rewind rewind to before turn N (exact)
+               GET  /api/kg-sidecar/conversations/{id}/entities|relations|milestones|turns (paged), /search
+             Security: a bearer token (SKALD_SIDECAR_TOKEN or --token-file; required to bind a
+             non-loopback address), CORS for the origins given with --cors-origin.
     commit   one turn from a JSON file (`--prefect` runs it as the `dialogue-turn` flow)
     ingest   import whole transcripts (shared JSONL turn format) into turn memory, as the
              `dialogue-ingest` flow: batched embeddings, a progress bar (terminal and Prefect
@@ -27,15 +33,19 @@ the key is committed with a different payload).
 from __future__ import annotations
 
 import argparse
+import hmac
+import ipaddress
 import json
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from prefect import flow, task
@@ -43,13 +53,32 @@ from prefect.cache_policies import NO_CACHE
 from starlette.concurrency import run_in_threadpool
 
 from core.cli import run_main, setup_logging
-from core.errors import InvalidInputError
+from core.errors import InvalidInputError, SkaldError
 from core.settings import Settings, load_settings
+from kg import vocabulary as vocab
+from kg.dialogue import DialogueRepository
 from tasks.dialogue.models import (
     MAX_REQUEST_BYTES,
+    EntityOut,
+    EntityPage,
+    MemoryQueryRequest,
+    MemoryQueryResult,
+    MilestoneOut,
+    MilestonePage,
+    PageInfo,
+    RecalledTurnOut,
+    RelationEventOut,
+    RelationOut,
+    RelationPage,
+    RewindRequest,
+    RewindResult,
+    SearchResult,
     TurnCommitRequest,
+    TurnOut,
+    TurnPage,
     TurnResult,
     parse_request,
+    parse_rewind,
 )
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 
@@ -60,6 +89,12 @@ API_PREFIX = "/api/kg-sidecar"
 COMMIT_PATH = f"{API_PREFIX}/turn/commit"
 RETRY_PATH = f"{API_PREFIX}/turn/retry"
 HEALTH_PATH = f"{API_PREFIX}/health"
+REPLACE_PATH = f"{API_PREFIX}/turn/replace"
+REWIND_PATH = f"{API_PREFIX}/conversation/rewind"
+MEMORY_QUERY_PATH = f"{API_PREFIX}/memory/query"
+CONVERSATIONS_PATH = f"{API_PREFIX}/conversations"
+TOKEN_ENV = "SKALD_SIDECAR_TOKEN"
+CORS_ENV = "SKALD_SIDECAR_CORS_ORIGINS"
 # JSON structure around the message text (keys, escapes) on top of the text limit.
 MAX_BODY_BYTES = MAX_REQUEST_BYTES + 64 * 1024
 API_DESCRIPTION = (
@@ -237,15 +272,55 @@ def _openapi_schema(app: FastAPI) -> dict[str, Any]:
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components.update(request_schema.pop("$defs", {}))
     components["TurnCommitRequest"] = request_schema
+    for model in (MemoryQueryRequest, RewindRequest):
+        extra = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(extra.pop("$defs", {}))
+        components[model.__name__] = extra
     app.openapi_schema = schema
     return schema
 
 
-def create_app(service: DialogueService) -> FastAPI:
+class SidecarSecurity:
+    """Who may call the sidecar: a bearer token (None: no check, loopback only) and the browser
+    origins CORS lets in."""
+
+    def __init__(self, token: str | None = None, cors_origins: Sequence[str] = ()) -> None:
+        if token is not None and len(token) < 16:
+            raise InvalidInputError("the sidecar token is shorter than 16 characters",
+                                    hint=f"set {TOKEN_ENV} to a long random string (e.g. `openssl rand -hex 24`)")
+        self.token = token
+        self.cors_origins = list(cors_origins)
+
+    def authorized(self, header: str | None) -> bool:
+        if self.token is None:
+            return True
+        scheme, _, value = (header or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), self.token.encode())
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def _paged(offset: int, limit: int, total: int) -> PageInfo:
+    return PageInfo(offset=offset, limit=limit, total=total)
+
+
+def _entity_out(e: Any) -> EntityOut:
+    return EntityOut(**e.model_dump(exclude={"aliases"}), aliases=list(e.aliases))
+
+
+def create_app(service: DialogueService, security: SidecarSecurity | None = None) -> FastAPI:
     """The sidecar's HTTP API over one DialogueService."""
+    security = security or SidecarSecurity()
     app = FastAPI(
         title="Skald KG sidecar",
-        version="1.0.0",
+        version="1.1.0",
         description=API_DESCRIPTION,
     )
     body_spec = {
@@ -258,6 +333,7 @@ def create_app(service: DialogueService) -> FastAPI:
         code: {"model": TurnResult, "description": text}
         for code, text in (
             (400, "INVALID_REQUEST: malformed request"),
+            (401, "no or wrong bearer token"),
             (409, "IN_PROGRESS: the conversation is busy; retry after Retry-After seconds"),
             (413, "INVALID_REQUEST: request body too large"),
             (422, "INVALID_REQUEST: idempotency conflict"),
@@ -265,15 +341,34 @@ def create_app(service: DialogueService) -> FastAPI:
         )
     }
 
-    async def handle(request: Request, attempt: Literal["commit", "retry"]) -> JSONResponse:
-        body = await _read_body(request)
+    @app.middleware("http")
+    async def bearer_token(request: Request, call_next: Callable[[Request], Any]) -> Any:
+        if not security.authorized(request.headers.get("authorization")):
+            return JSONResponse({"code": "UNAUTHORIZED", "reason": "missing or wrong bearer token"},
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        return await call_next(request)
+
+    # Added last, so outermost: a preflight (which carries no token) is answered here.
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=security.cors_origins,
+        allow_methods=["GET", "POST", "OPTIONS"],
+        allow_headers=["Authorization", "Content-Type"],
+        max_age=600,
+    )
+
+    async def read_json(request: Request) -> bytes | TurnResult:
+        return await _read_body(request)
+
+    async def handle(request: Request, attempt: Literal["commit", "retry"], replace: bool = False) -> JSONResponse:
+        body = await read_json(request)
         if isinstance(body, TurnResult):
             return _response(body)
         parsed = parse_request(body)
         if isinstance(parsed, TurnResult):
             return _response(parsed)
         # The pipeline blocks (graph and LLM clients are synchronous): keep it off the loop.
-        result = await run_in_threadpool(service.commit, parsed, attempt=attempt)
+        result = await run_in_threadpool(service.commit, parsed, attempt=attempt, replace=replace)
         return _response(result)
 
     @app.post(COMMIT_PATH, response_model=TurnResult, responses=responses, openapi_extra=body_spec,
@@ -286,10 +381,128 @@ def create_app(service: DialogueService) -> FastAPI:
     async def retry_turn(request: Request) -> JSONResponse:
         return await handle(request, "retry")
 
-    @app.get(HEALTH_PATH, summary="Liveness and the graph this sidecar serves")
-    async def health() -> dict[str, str]:
+    @app.post(REPLACE_PATH, response_model=TurnResult, responses=responses, openapi_extra=body_spec,
+              summary="Replace a turn (an edit or a swipe): the old turn and every later one are rewound "
+              "exactly, then the new text is committed; the same text again is an idempotent replay")
+    async def replace_turn(request: Request) -> JSONResponse:
+        return await handle(request, "commit", replace=True)
+
+    @app.post(REWIND_PATH, response_model=RewindResult,
+              responses={400: {"model": RewindResult}, 409: {"model": RewindResult}, 503: {"model": RewindResult}},
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"$ref": "#/components/schemas/RewindRequest"}}}}},
+              summary="Rewind a conversation to before turn N: that turn and every later one are removed "
+              "exactly (facts, relation events, milestones, memory), like a chapter rollback")
+    async def rewind(request: Request) -> JSONResponse:
+        body = await read_json(request)
+        if isinstance(body, TurnResult):
+            return _response(body)
+        parsed = parse_rewind(body)
+        if isinstance(parsed, str):
+            result = RewindResult(ok=False, conversation_id="", before_turn="", code="INVALID_REQUEST", reason=parsed)
+            return JSONResponse(result.model_dump(mode="json"), status_code=400)
+        outcome = await run_in_threadpool(service.rewind, parsed.conversation_id, str(parsed.before_turn))
+        status = 200 if outcome.ok else {"INVALID_REQUEST": 400, "IN_PROGRESS": 409}.get(outcome.code or "", 503)
+        headers = {"Retry-After": "1"} if status in (409, 503) else None
+        return JSONResponse(outcome.model_dump(mode="json"), status_code=status, headers=headers)
+
+    @app.post(MEMORY_QUERY_PATH, response_model=MemoryQueryResult,
+              responses={400: {"model": MemoryQueryResult}, 413: {"model": MemoryQueryResult},
+                         503: {"model": MemoryQueryResult}},
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"$ref": "#/components/schemas/MemoryQueryRequest"}}}}},
+              summary="Memory for PENDING messages before the model replies: the injection_packet a turn "
+              "would get (the same retrieval and injector), nothing written")
+    async def memory_query(request: Request) -> JSONResponse:
+        body = await read_json(request)
+        if isinstance(body, TurnResult):
+            result = MemoryQueryResult.invalid(body.reason or "request body too large")
+            return JSONResponse(result.model_dump(mode="json"), status_code=413)
+        answer = await run_in_threadpool(service.memory_query, body)
+        status = 200 if answer.ok else 400 if answer.code == "INVALID_REQUEST" else 503
+        return JSONResponse(answer.model_dump(mode="json"), status_code=status,
+                            headers={"Retry-After": "1"} if status == 503 else None)
+
+    def repo() -> DialogueRepository:
+        return DialogueRepository(service.store)
+
+    page_offset = Query(0, ge=0, le=10_000_000, description="items to skip")
+    page_limit = Query(50, ge=1, le=500, description="items per page")
+
+    @app.get(f"{CONVERSATIONS_PATH}/{{conversation_id}}/entities", response_model=EntityPage,
+             summary="A conversation's entities (bio, traits, aliases), oldest first")
+    async def list_entities(conversation_id: str, offset: int = page_offset, limit: int = page_limit) -> EntityPage:
+        total, items = await run_in_threadpool(repo().entity_page, conversation_id, offset, limit)
+        return EntityPage(conversation_id=conversation_id, page=_paged(offset, limit, total),
+                          items=[_entity_out(e) for e in items])
+
+    @app.get(f"{CONVERSATIONS_PATH}/{{conversation_id}}/relations", response_model=RelationPage,
+             summary="A conversation's relations, active and ended, each with its event history")
+    async def list_relations(conversation_id: str, offset: int = page_offset, limit: int = page_limit) -> RelationPage:
+        total, items = await run_in_threadpool(repo().relation_page, conversation_id, offset, limit)
+        out = [
+            RelationOut(**rel.model_dump(exclude={"raw_type"}),
+                        events=[RelationEventOut(**{k: v for k, v in ev.items() if k in RelationEventOut.model_fields})
+                                for ev in events])
+            for rel, events in items
+        ]
+        return RelationPage(conversation_id=conversation_id, page=_paged(offset, limit, total), items=out)
+
+    @app.get(f"{CONVERSATIONS_PATH}/{{conversation_id}}/milestones", response_model=MilestonePage,
+             summary="A conversation's milestones in turn order")
+    async def list_milestones(conversation_id: str, offset: int = page_offset, limit: int = page_limit) -> MilestonePage:
+        total, items = await run_in_threadpool(repo().milestone_page, conversation_id, offset, limit)
+        return MilestonePage(conversation_id=conversation_id, page=_paged(offset, limit, total),
+                             items=[MilestoneOut(**m.model_dump()) for m in items])
+
+    @app.get(f"{CONVERSATIONS_PATH}/{{conversation_id}}/turns", response_model=TurnPage,
+             summary="A conversation's remembered turns in order (committed, or blocked by the commit gate)")
+    async def list_turns(conversation_id: str, offset: int = page_offset, limit: int = page_limit) -> TurnPage:
+        total, rows = await run_in_threadpool(repo().memory_page, conversation_id, offset, limit)
+        items = [TurnOut(key=r["key"], turn_id=str(r["turn_id"]), seq=int(r["seq"]), speaker=r["speaker"] or "",
+                         text=r["text"] or "", when=r["when"] or "", committed=bool(r["committed"]),
+                         facts=list(r["facts"] or [])) for r in rows]
+        return TurnPage(conversation_id=conversation_id, page=_paged(offset, limit, total), items=items)
+
+    @app.get(f"{CONVERSATIONS_PATH}/{{conversation_id}}/search", response_model=SearchResult,
+             summary="Search a conversation: turns by the turn pipeline's hybrid recall, entities by name or "
+             "alias, milestones by words")
+    async def search(conversation_id: str, q: str = Query(..., min_length=1, max_length=2000),
+                     k: int = Query(10, ge=1, le=50)) -> SearchResult:
+        def work() -> SearchResult:
+            turns = service.recall(conversation_id, q, k)
+            words = {w for w in vocab.normalize_name(q).split() if w}
+            wanted = f" {vocab.normalize_name(q)} "
+            _, entities = repo().entity_page(conversation_id, 0, 10_000)
+            hits = [e for e in entities
+                    if any(f" {vocab.normalize_name(n)} " in wanted or wanted.strip() in vocab.normalize_name(n)
+                           for n in (e.name, *e.aliases))]
+            _, milestones = repo().milestone_page(conversation_id, 0, 10_000)
+            found = [m for m in milestones if words and words <= set(vocab.normalize_name(m.text).split())]
+            return SearchResult(
+                conversation_id=conversation_id, query=q,
+                turns=[RecalledTurnOut(**t.model_dump(exclude={"signals"})) for t in turns],
+                entities=[_entity_out(e) for e in hits], milestones=[MilestoneOut(**m.model_dump()) for m in found],
+            )
+
+        return await run_in_threadpool(work)
+
+    @app.get(HEALTH_PATH, summary="Liveness, the graph served, and (deep=true) whether the LLM answers")
+    async def health(deep: bool = Query(False, description="also ask the LLM endpoint (GET /models)")) -> JSONResponse:
         store = await run_in_threadpool(lambda: service.store)
-        return {"status": "ok", "graph": store.endpoint.label}
+        body: dict[str, Any] = {
+            "status": "ok", "graph": store.endpoint.label,
+            "rolled_back_turns": service.rolled_back_count,
+            "conversation_locks": service.conversation_lock_count(),
+        }
+        status = 200
+        if deep:
+            try:
+                body["llm"] = await run_in_threadpool(service.gateway.check_endpoint, "small")
+            except SkaldError as exc:
+                body.update(status="degraded", llm_error=str(exc))
+                status = 503
+        return JSONResponse(body, status_code=status)
 
     app.openapi = lambda: _openapi_schema(app)  # type: ignore[method-assign]
     return app
@@ -313,7 +526,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8787, help="port (default 8787)")
     serve.add_argument("--allow-request-db", action="store_true",
-                       help="honour a request's config.db that names another graph (off: such requests are refused)")
+                       help="honour a request's config.db that names another graph or carries a password "
+                       "(off: such requests are refused); credentials are never logged")
+    serve.add_argument("--cors-origin", dest="cors_origins", action="append", default=None, metavar="ORIGIN",
+                       help=f"browser origin allowed to call the API, e.g. http://127.0.0.1:8000 (repeatable; "
+                       f"default: {CORS_ENV}, comma-separated; none: browsers are refused)")
+    serve.add_argument("--token-file", type=Path, default=None,
+                       help=f"file holding the bearer token callers must send (default: {TOKEN_ENV}); "
+                       "required when --host is not a loopback address")
+    serve.add_argument("--max-call-records", type=int, default=20_000,
+                       help="LLM call records kept in memory; older ones go to Parquet under "
+                       "<project>/.saga/runs/sidecar (default 20000)")
 
     commit = sub.add_parser("commit", parents=[common], help="commit one turn from a JSON file")
     commit.add_argument("--request", required=True, help="turn-commit request JSON file ('-' for stdin)")
@@ -345,7 +568,31 @@ def _options(args: argparse.Namespace) -> SidecarOptions:
         values["turn_timeout_s"] = args.turn_timeout
     if getattr(args, "allow_request_db", False):
         values["allow_request_db"] = True
+    if getattr(args, "max_call_records", None) is not None:
+        values["max_call_records"] = args.max_call_records
     return SidecarOptions(**values)
+
+
+def serve_security(args: argparse.Namespace) -> SidecarSecurity:
+    """The token and CORS origins of `serve`; refuses a non-loopback bind without a token."""
+    token: str | None
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text(encoding="utf-8").strip() or None
+        except OSError as exc:
+            raise InvalidInputError(f"cannot read --token-file {args.token_file}: {exc.strerror or exc}") from None
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip() or None
+    if token is None and not is_loopback(args.host):
+        raise InvalidInputError(
+            f"refusing to serve on {args.host} without a bearer token (anyone on the network could read and "
+            f"rewrite memory)",
+            hint=f"set {TOKEN_ENV} or pass --token-file, or bind 127.0.0.1",
+        )
+    origins = args.cors_origins
+    if origins is None:
+        origins = [o.strip() for o in os.environ.get(CORS_ENV, "").split(",") if o.strip()]
+    return SidecarSecurity(token, origins)
 
 
 def _read_request_file(spec: str) -> bytes:
@@ -378,10 +625,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         import uvicorn
 
+        security = serve_security(args)  # before anything starts: a refused bind costs nothing
         service = DialogueService(settings, options=options)
         try:
             log.info("graph: %s", service.store.endpoint.label)  # connect (and migrate) before serving
-            uvicorn.run(create_app(service), host=args.host, port=args.port, log_level="info")
+            log.info("auth: %s; CORS origins: %s", "bearer token" if security.token else "none (loopback only)",
+                     ", ".join(security.cors_origins) or "none")
+            uvicorn.run(create_app(service, security), host=args.host, port=args.port, log_level="info")
         finally:
             service.close()
         return 0

@@ -192,6 +192,60 @@ DELETE_CONVERSATION_NODES: tuple[str, ...] = tuple(
 )
 DELETE_CONVERSATION_LOCK = f"MATCH (l:{_T} {{key: $key}}) DELETE l"
 
+# Rewind (edits, swipes): remove a turn and every later one exactly, by rebuilding the
+# conversation's facts from the stored writes of the turns that stay.
+LOCK_HELD = f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner RETURN count(l) AS held"
+MEMORY_SEQ_OF = f"MATCH (m:{_MEM} {{key: $key}}) RETURN m.seq AS seq, m.conversation_id AS conversation_id"
+MEMORY_KEYS_FROM = (
+    f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.seq >= $seq RETURN m.key AS key"
+)
+DELETE_MEMORY_FROM = (
+    f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.seq >= $seq DELETE m"
+)
+COMMITTED_TURN_WRITES = (
+    f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id AND t.status = $committed "
+    "RETURN t.key AS key, t.turn_id AS turn_id, t.seq AS seq, t.write_json AS write_json ORDER BY t.seq"
+)
+DELETE_TURNS = f"UNWIND $keys AS key MATCH (t:{_T} {{key: key}}) DELETE t"
+DELETE_CONVERSATION_FACTS: tuple[str, ...] = tuple(
+    f"MATCH (n:{label}) WHERE n.conversation_id = $conversation_id DETACH DELETE n"
+    for label in (_EV, _M, _E)
+)
+SET_HEADS = (
+    f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) SET c.memory_seq = $memory_seq, c.turn_seq = $turn_seq"
+)
+SET_MEMORY_HEAD_ONLY = (
+    f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) SET c.memory_seq = $memory_seq REMOVE c.turn_seq"
+)
+DELETE_CONVERSATION_HEAD = f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) DELETE c"
+
+# Read-back (paged, stable order).
+ENTITY_PAGE = (
+    f"MATCH (e:{_E}) WHERE e.conversation_id = $conversation_id "
+    "RETURN properties(e) AS props ORDER BY e.first_seq, e.entity_id SKIP $offset LIMIT $limit"
+)
+ENTITY_TOTAL = f"MATCH (e:{_E}) WHERE e.conversation_id = $conversation_id RETURN count(e) AS n"
+RELATION_PAGE = (
+    f"MATCH (a:{_E})-[r:{_R}]->(b:{_E}) WHERE r.conversation_id = $conversation_id "
+    "RETURN a.entity_id AS source_id, a.name AS source_name, b.entity_id AS target_id, b.name AS target_name, "
+    "properties(r) AS props ORDER BY r.since_seq, r.rel_id SKIP $offset LIMIT $limit"
+)
+RELATION_TOTAL = f"MATCH ()-[r:{_R}]->() WHERE r.conversation_id = $conversation_id RETURN count(r) AS n"
+RELATION_EVENTS = (
+    f"MATCH (e:{_EV}) WHERE e.conversation_id = $conversation_id AND e.rel_id IN $rel_ids "
+    "RETURN properties(e) AS props ORDER BY e.seq, e.index"
+)
+MILESTONE_PAGE = (
+    f"MATCH (m:{_M}) WHERE m.conversation_id = $conversation_id "
+    "RETURN properties(m) AS props ORDER BY m.seq, m.milestone_id SKIP $offset LIMIT $limit"
+)
+MILESTONE_TOTAL = f"MATCH (m:{_M}) WHERE m.conversation_id = $conversation_id RETURN count(m) AS n"
+MEMORY_PAGE_ROWS = (
+    f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.seq > $offset AND m.seq <= $until "
+    "RETURN m.key AS key, m.turn_id AS turn_id, m.seq AS seq, m.speaker AS speaker, m.text AS text, "
+    "m.when AS when, m.committed AS committed, m.facts AS facts ORDER BY m.seq"
+)
+
 
 # --- Models ------------------------------------------------------------------------------
 
@@ -356,6 +410,17 @@ class CommitOutcome(_Model):
     seq: int = 0
     applied: list[AppliedAction] = Field(default_factory=list)
     stored: StoredTurn | None = None
+
+
+class RewindOutcome(_Model):
+    status: Literal["rewound", "absent"]
+    removed_turns: list[str] = Field(default_factory=list)
+    removed_memory: int = 0
+    replayed: int = 0
+
+
+class RewindRefusedError(GraphWriteError):
+    """A rewind would need a turn's stored write, which turns committed before rewinds existed lack."""
 
 
 class LostLockError(GraphWriteError):
@@ -711,6 +776,38 @@ def _commit_tx(
         )
         return CommitOutcome(status=status, seq=stored.seq, stored=stored)
     seq = _next_turn_seq(tx, write.conversation_id)
+    applied = _apply_facts(tx, write, seq)
+    # 7. The turn record last: it carries the result the caller gets on a replay.
+    props = _no_nulls(
+        {
+            "key": write.key,
+            "conversation_id": write.conversation_id,
+            "turn_id": write.turn_id,
+            "seq": seq,
+            "status": TURN_COMMITTED,
+            "payload_hash": write.payload_hash,
+            "speaker": write.speaker,
+            "text": write.text,
+            "source_refs": write.source_refs,
+            "facts": write.facts,
+            "events": write.events,
+            "embedding": write.embedding,
+            "committed_at": write.committed_at,
+            "committed_by": owner,
+            "result_json": build_result(seq, applied),
+            # What a rewind re-applies (the memory row and vectors stay on KGMemory).
+            "write_json": write.model_dump_json(exclude={"memory", "embedding"}),
+        }
+    )
+    tx.run(CREATE_TURN, props=props).consume()
+    if write.memory is not None:
+        _remember_tx(tx, write.conversation_id, [write.memory])
+    return CommitOutcome(status="committed", seq=seq, applied=applied)
+
+
+def _apply_facts(tx: ManagedTransaction, write: TurnWrite, seq: int) -> list[AppliedAction]:
+    """Steps 3-6 of a commit: entities, relation actions with their events, bio patches,
+    milestones. Deterministic given the graph state, so a rewind can re-apply kept turns."""
     # 3. Entities first: every action, patch and milestone refers to them.
     if write.entities:
         rows = [
@@ -785,30 +882,64 @@ def _commit_tx(
             for i, m in enumerate(write.milestones)
         ]
         tx.run(CREATE_MILESTONES, rows=rows).consume()
-    # 7. The turn record last: it carries the result the caller gets on a replay.
-    props = _no_nulls(
-        {
-            "key": write.key,
-            "conversation_id": write.conversation_id,
-            "turn_id": write.turn_id,
-            "seq": seq,
-            "status": TURN_COMMITTED,
-            "payload_hash": write.payload_hash,
-            "speaker": write.speaker,
-            "text": write.text,
-            "source_refs": write.source_refs,
-            "facts": write.facts,
-            "events": write.events,
-            "embedding": write.embedding,
-            "committed_at": write.committed_at,
-            "committed_by": owner,
-            "result_json": build_result(seq, applied),
-        }
+    return applied
+
+
+def _rewind_tx(tx: ManagedTransaction, conversation_id: str, key: str, owner: str) -> RewindOutcome:
+    """Remove remembered turn `key` and every later turn of the conversation, exactly.
+
+    Later turns may have changed what earlier ones wrote (weights, ended relations, bios,
+    mention counts), and those changes are not all invertible from the event log; so the
+    conversation's facts are deleted and the kept committed turns' stored writes re-applied
+    in order, which reproduces the state they left (`_apply_facts` is deterministic). The
+    position counters go back to where the kept turns left them. Cost: one pass over the
+    kept turns' facts."""
+    held = tx.run(LOCK_HELD, key=lock_key(conversation_id), owner=owner).single()
+    if not held or not int(held["held"]):
+        raise LostLockError(
+            f"conversation {conversation_id!r}: the lock lease expired and was taken over before the rewind",
+            hint="retry the rewind",
+        )
+    at = tx.run(MEMORY_SEQ_OF, key=key).single()
+    mseq = int(at["seq"]) if at is not None and at["conversation_id"] == conversation_id else None
+    turns = [r.data() for r in tx.run(COMMITTED_TURN_WRITES, conversation_id=conversation_id, committed=TURN_COMMITTED)]
+    memory_keys: set[str] = set()
+    if mseq is not None:
+        memory_keys = {r["key"] for r in tx.run(MEMORY_KEYS_FROM, conversation_id=conversation_id, seq=mseq)}
+    removed_keys = {key, *memory_keys}
+    first_removed = min((int(t["seq"]) for t in turns if t["key"] in removed_keys), default=None)
+    if mseq is None and first_removed is None:
+        return RewindOutcome(status="absent")
+    removed = [t for t in turns if first_removed is not None and int(t["seq"]) >= first_removed]
+    kept = [t for t in turns if t not in removed]
+    if removed:
+        missing = [t["turn_id"] for t in kept if not t["write_json"]]
+        if missing:
+            raise RewindRefusedError(
+                f"conversation {conversation_id!r}: turn {missing[0]} was committed before rewinds were "
+                "possible (no stored write); this conversation cannot be rewound",
+                hint="start a new conversation, or delete this one",
+            )
+        for statement in (DELETE_CONVERSATION_RELS, *DELETE_CONVERSATION_FACTS):
+            tx.run(statement, conversation_id=conversation_id).consume()
+        tx.run(DELETE_TURNS, keys=[t["key"] for t in removed]).consume()
+        for turn in kept:
+            _apply_facts(tx, TurnWrite.model_validate_json(turn["write_json"]), int(turn["seq"]))
+    if mseq is not None:
+        tx.run(DELETE_MEMORY_FROM, conversation_id=conversation_id, seq=mseq).consume()
+    head = tx.run(CONVERSATION_HEAD, conversation_id=conversation_id).single()
+    memory_seq = mseq - 1 if mseq is not None else int(head["memory_seq"] or 0) if head else 0
+    turn_seq = max((int(t["seq"]) for t in kept), default=None)
+    if memory_seq == 0 and turn_seq is None:
+        tx.run(DELETE_CONVERSATION_HEAD, conversation_id=conversation_id).consume()
+    elif turn_seq is None:
+        tx.run(SET_MEMORY_HEAD_ONLY, conversation_id=conversation_id, memory_seq=memory_seq).consume()
+    else:
+        tx.run(SET_HEADS, conversation_id=conversation_id, memory_seq=memory_seq, turn_seq=turn_seq).consume()
+    return RewindOutcome(
+        status="rewound", removed_turns=[str(t["turn_id"]) for t in removed],
+        removed_memory=len(memory_keys), replayed=len(kept) if removed else 0,
     )
-    tx.run(CREATE_TURN, props=props).consume()
-    if write.memory is not None:
-        _remember_tx(tx, write.conversation_id, [write.memory])
-    return CommitOutcome(status="committed", seq=seq, applied=applied)
 
 
 def _next_turn_seq(tx: ManagedTransaction, conversation_id: str) -> int:
@@ -951,6 +1082,47 @@ class DialogueRepository:
     def milestones(self, conversation_id: str, limit: int = 10_000) -> list[DialogueMilestone]:
         rows = self.store.read(RECENT_MILESTONES, conversation_id=conversation_id, limit=limit)
         return sorted((_milestone(r["props"]) for r in rows), key=lambda m: (m.seq, m.milestone_id))
+
+    # -- edits, swipes, rewinds
+    def rewind(
+        self, conversation_id: str, key: str, owner: str,
+        *, guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> RewindOutcome:
+        """Remove remembered turn `key` and every later one (the caller holds the lease)."""
+        with guard():
+            return self.store.execute_write(_rewind_tx, conversation_id, key, owner)
+
+    # -- read-back (paged)
+    def entity_page(self, conversation_id: str, offset: int, limit: int) -> tuple[int, list[DialogueEntity]]:
+        rows = self.store.read(ENTITY_PAGE, conversation_id=conversation_id, offset=offset, limit=limit)
+        total = self.store.read(ENTITY_TOTAL, conversation_id=conversation_id)[0]["n"]
+        return int(total), [_entity(r["props"]) for r in rows]
+
+    def relation_page(
+        self, conversation_id: str, offset: int, limit: int
+    ) -> tuple[int, list[tuple[DialogueRelation, list[dict[str, Any]]]]]:
+        """Relations (active and ended) with their event history, oldest first."""
+        rels = [_relation(r) for r in self.store.read(RELATION_PAGE, conversation_id=conversation_id,
+                                                      offset=offset, limit=limit)]
+        total = self.store.read(RELATION_TOTAL, conversation_id=conversation_id)[0]["n"]
+        events: dict[str, list[dict[str, Any]]] = {r.rel_id: [] for r in rels}
+        if rels:
+            for row in self.store.read(RELATION_EVENTS, conversation_id=conversation_id, rel_ids=list(events)):
+                events[row["props"]["rel_id"]].append(row["props"])
+        return int(total), [(r, events[r.rel_id]) for r in rels]
+
+    def milestone_page(self, conversation_id: str, offset: int, limit: int) -> tuple[int, list[DialogueMilestone]]:
+        rows = self.store.read(MILESTONE_PAGE, conversation_id=conversation_id, offset=offset, limit=limit)
+        total = self.store.read(MILESTONE_TOTAL, conversation_id=conversation_id)[0]["n"]
+        return int(total), [_milestone(r["props"]) for r in rows]
+
+    def memory_page(self, conversation_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """Remembered turns by position (committed or blocked by the gate): index range reads."""
+        head = self.store.read(CONVERSATION_HEAD, conversation_id=conversation_id)
+        total = int(head[0]["memory_seq"] or 0) if head else 0
+        rows = self.store.read(MEMORY_PAGE_ROWS, conversation_id=conversation_id, offset=offset,
+                               until=offset + limit)
+        return total, rows
 
     def delete_conversation(self, conversation_id: str) -> None:
         """Forget a conversation entirely (one transaction), including a stale lease."""

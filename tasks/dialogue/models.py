@@ -384,3 +384,212 @@ def parse_request(raw: bytes | str | dict[str, Any]) -> TurnCommitRequest | Turn
         if any(e["type"] == "json_invalid" for e in exc.errors()):
             return TurnResult.invalid(f"request body is not valid JSON: {exc.errors()[0]['msg']}")
         return TurnResult.invalid(validation_reason(exc))
+
+
+# --- Memory before the reply, rewinds ----------------------------------------------------------
+
+
+class MemoryQueryRequest(BaseModel):
+    """`POST /api/kg-sidecar/memory/query`: a turn commit's body without `turn_id`: the PENDING
+    messages (the user's message the model has not answered yet). Nothing is written."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_id: str = Field(min_length=1, max_length=200)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    window: list[ChatMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
+    config: TurnConfig = Field(default_factory=TurnConfig)
+
+    @field_validator("conversation_id")
+    @classmethod
+    def _conversation(cls, value: str) -> str:
+        return _check_id(value, "conversation_id")
+
+    @model_validator(mode="after")
+    def _total_size(self) -> MemoryQueryRequest:
+        total = sum(len(m.content.encode("utf-8")) for m in (*self.window, *self.messages))
+        if total > MAX_REQUEST_BYTES:
+            raise ValueError(f"messages total {total} bytes; the limit is {MAX_REQUEST_BYTES} per request")
+        return self
+
+    @classmethod
+    def parse(cls, raw: bytes | str | dict[str, Any]) -> MemoryQueryRequest | MemoryQueryResult:
+        parsed = _parse_model(cls, raw)
+        return MemoryQueryResult.invalid(parsed) if isinstance(parsed, str) else parsed
+
+
+class RecalledTurnOut(BaseModel):
+    key: str
+    turn_id: str
+    seq: int
+    speaker: str
+    text: str
+    when: str = ""
+    facts: list[str] = Field(default_factory=list)
+    source_refs: list[str] = Field(default_factory=list)
+    committed: bool = False
+    score: float
+
+
+class MemoryQueryResult(BaseModel):
+    ok: bool
+    code: Literal["INVALID_REQUEST", "UNAVAILABLE"] | None = None
+    reason: str | None = None
+    retryable: bool = False
+    conversation_id: str | None = None
+    injection_packet: InjectionPacket | None = None
+    recalled: list[RecalledTurnOut] = Field(default_factory=list)
+    stored_turns: int = 0
+    elapsed_ms: float = 0.0
+
+    @classmethod
+    def invalid(cls, reason: str) -> MemoryQueryResult:
+        return cls(ok=False, code="INVALID_REQUEST", reason=reason)
+
+
+class RewindResult(BaseModel):
+    """`POST /api/kg-sidecar/conversation/rewind`: what a rewind removed."""
+
+    ok: bool
+    code: ErrorCode | None = None
+    reason: str | None = None
+    retryable: bool = False
+    conversation_id: str
+    before_turn: str
+    found: bool = Field(False, description="the turn was remembered (False: nothing to rewind)")
+    removed_turns: list[str] = Field(default_factory=list, description="turn ids whose facts were removed")
+    removed_memory: int = Field(0, description="remembered turns removed (committed or gate-blocked)")
+    replayed_turns: int = Field(0, description="earlier committed turns re-applied to rebuild the facts")
+
+
+class RewindRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_id: str = Field(min_length=1, max_length=200)
+    before_turn: StrictInt | Annotated[str, StringConstraints(min_length=1, max_length=100)]
+
+    @field_validator("conversation_id")
+    @classmethod
+    def _conversation(cls, value: str) -> str:
+        return _check_id(value, "conversation_id")
+
+
+def _parse_model(model: type[Any], raw: bytes | str | dict[str, Any]) -> Any:
+    """A validated `model`, or a one-line reason why not."""
+    if isinstance(raw, bytes | bytearray):
+        try:
+            raw = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"request body is not valid UTF-8 (byte {exc.start})"
+    try:
+        if isinstance(raw, str):
+            return model.model_validate_json(raw)
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            return f"request body is not valid JSON: {exc.errors()[0]['msg']}"
+        return validation_reason(exc)
+
+
+def parse_rewind(raw: bytes | str | dict[str, Any]) -> RewindRequest | str:
+    parsed: RewindRequest | str = _parse_model(RewindRequest, raw)
+    return parsed
+
+
+# --- Read-back (paged) ---------------------------------------------------------------------------
+
+
+class PageInfo(BaseModel):
+    offset: int
+    limit: int
+    total: int
+
+
+class EntityOut(BaseModel):
+    entity_id: str
+    name: str
+    kind: str
+    aliases: list[str] = Field(default_factory=list)
+    bio_summary: str = ""
+    bio_traits: list[str] = Field(default_factory=list)
+    first_turn: str | None = None
+    last_turn: str | None = None
+    mentions: int = 0
+
+
+class RelationEventOut(BaseModel):
+    event_id: str
+    turn_id: str
+    seq: int
+    action: str
+    from_type: str | None = None
+    to_type: str | None = None
+    weight_before: float | None = None
+    weight_after: float | None = None
+    reason: str = ""
+
+
+class RelationOut(BaseModel):
+    rel_id: str
+    source_id: str
+    source_name: str
+    target_id: str
+    target_name: str
+    type: str
+    weight: float
+    status: str
+    since_turn: str | None = None
+    ended_turn: str | None = None
+    events: list[RelationEventOut] = Field(default_factory=list, description="the relation's mutation log, oldest first")
+
+
+class MilestoneOut(BaseModel):
+    milestone_id: str
+    turn_id: str
+    seq: int
+    text: str
+    importance: float = 0.5
+    entity_ids: list[str] = Field(default_factory=list)
+
+
+class TurnOut(BaseModel):
+    key: str
+    turn_id: str
+    seq: int = Field(description="position in the conversation's memory")
+    speaker: str = ""
+    text: str
+    when: str = ""
+    committed: bool = Field(False, description="the turn's facts passed the commit gate")
+    facts: list[str] = Field(default_factory=list)
+
+
+class EntityPage(BaseModel):
+    conversation_id: str
+    page: PageInfo
+    items: list[EntityOut]
+
+
+class RelationPage(BaseModel):
+    conversation_id: str
+    page: PageInfo
+    items: list[RelationOut]
+
+
+class MilestonePage(BaseModel):
+    conversation_id: str
+    page: PageInfo
+    items: list[MilestoneOut]
+
+
+class TurnPage(BaseModel):
+    conversation_id: str
+    page: PageInfo
+    items: list[TurnOut]
+
+
+class SearchResult(BaseModel):
+    conversation_id: str
+    query: str
+    turns: list[RecalledTurnOut] = Field(default_factory=list, description="hybrid recall, best first")
+    entities: list[EntityOut] = Field(default_factory=list, description="entities whose name or alias matches")
+    milestones: list[MilestoneOut] = Field(default_factory=list, description="milestones containing the query words")

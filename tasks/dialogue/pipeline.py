@@ -21,18 +21,32 @@ Guarantees, and where they come from:
 
 The pipeline is plain Python so the HTTP server and the regression batch pay no
 orchestration cost per turn; `run_slot` lets the Prefect flow run each slot as a task.
+
+Slot scheduling: every slot runs on the service's worker pool and the turn waits for it
+with the turn deadline (and the slot's own timeout from `settings.slot_timeouts_s`), so a
+slot still running when either passes ends the turn ROLLED_BACK (timed_out) at once; the
+abandoned call finishes in the background and its result is dropped (nothing it computed
+can reach the commit transaction). Judge and historian depend only on the extractor and
+run concurrently; the commit embedding reuses the retriever's query vector (the same text
+in recorded mode) or is computed while the extractor runs. Round trips per recorded turn:
+query embedding, extractor, max(judge, historian).
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
+import json
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -54,6 +68,7 @@ from core.settings import Settings
 from kg.dialogue import (
     AppliedAction,
     DialogueRepository,
+    RewindOutcome,
     StoredTurn,
     TurnWrite,
     payload_digest,
@@ -68,6 +83,9 @@ from tasks.dialogue.judge import judge, proposal_lines
 from tasks.dialogue.models import (
     BioPatchResult,
     ErrorKind,
+    MemoryQueryRequest,
+    MemoryQueryResult,
+    RewindResult,
     TurnCommitRequest,
     TurnResult,
     TurnState,
@@ -81,7 +99,7 @@ from tasks.dialogue.retriever import (
     retrieve,
     turn_text,
 )
-from tasks.dialogue.routing import Route, resolve_routes
+from tasks.dialogue.routing import Route, override_problem, resolve_routes
 from tasks.dialogue.trace import TraceRecorder
 
 log = logging.getLogger("skald.dialogue")
@@ -112,6 +130,15 @@ class SidecarOptions(BaseModel):
         False, description="honour a request's config.db naming another graph than the configured one"
     )
     relation_limit: int = Field(12, ge=0, le=200, description="relations the retriever hands on")
+    max_conversation_locks: int = Field(
+        4096, ge=16, description="per-conversation in-process locks kept (least recently used idle ones go)"
+    )
+    max_call_records: int | None = Field(
+        None, ge=100,
+        description="LLM call records kept in memory; older ones are flushed to Parquet under "
+        "<project>/.saga/runs/sidecar (None: keep all, for batch runs that write them at the end)",
+    )
+    slot_workers: int = Field(32, ge=2, le=512, description="threads running slots (abandoned slots hold one until done)")
     serialize_writes: bool | None = Field(
         None,
         description="one graph write transaction at a time in this process; None: only on ArcadeDB, where "
@@ -145,16 +172,22 @@ class DialogueService:
         self._owns_store = store is None
         self._other_stores: dict[tuple[str, str, str, str], GraphStore] = {}
         self._lock = threading.Lock()
-        self._conversation_locks: dict[tuple[str, str], threading.Lock] = {}
+        # LRU: a server that sees many conversations keeps only the recently used locks.
+        self._conversation_locks: OrderedDict[tuple[str, str], threading.Lock] = OrderedDict()
         self._write_lock = threading.Lock()
         self.vectors = VectorIndexRegistry()
+        self._pool = ThreadPoolExecutor(max_workers=self.options.slot_workers, thread_name_prefix="dialogue-slot")
+        self.rolled_back_count = 0
+        self._trace_lock = threading.Lock()
 
     # ------------------------------------------------------------------ resources
     @property
     def gateway(self) -> LLMGateway:
         with self._lock:
             if self._gateway is None:
-                self._gateway = LLMGateway(self.settings)
+                flush_dir = self.settings.saga_dir / "runs" / "sidecar"
+                self._gateway = LLMGateway(self.settings, max_records=self.options.max_call_records,
+                                           flush_dir=flush_dir if self.options.max_call_records else None)
             return self._gateway
 
     @property
@@ -176,12 +209,19 @@ class DialogueService:
             store.close()
         if gateway is not None:
             gateway.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _store_for(self, request: TurnCommitRequest) -> GraphStore:
         default = self.store
         db = request.config.db
-        if db is None or (db.uri is None and db.database is None and db.username is None):
+        if db is None or (db.uri is None and db.database is None and db.username is None and db.password is None):
             return default
+        if db.password is not None and not self.options.allow_request_db:
+            # Credentials in request bodies are off unless the operator enables them.
+            raise InvalidInputError(
+                "config.db.password is refused: this sidecar does not take database credentials from requests",
+                hint="drop config.db, or start the sidecar with --allow-request-db",
+            )
         ep = default.endpoint
         wanted = (db.uri or ep.uri, db.username or ep.username, db.database or ep.database)
         if wanted == (ep.uri, ep.username, ep.database):
@@ -215,7 +255,27 @@ class DialogueService:
 
     def _conversation_lock(self, graph: str, conversation_id: str) -> threading.Lock:
         with self._lock:
-            return self._conversation_locks.setdefault((graph, conversation_id), threading.Lock())
+            key = (graph, conversation_id)
+            lock = self._conversation_locks.get(key)
+            if lock is None:
+                lock = self._conversation_locks[key] = threading.Lock()
+            self._conversation_locks.move_to_end(key)
+            excess = len(self._conversation_locks) - self.options.max_conversation_locks
+            if excess > 0:
+                # Only idle locks go: a held one (or one a waiter is about to take) stays.
+                for old_key in list(self._conversation_locks)[:-1]:
+                    if excess <= 0:
+                        break
+                    old = self._conversation_locks[old_key]
+                    if old.acquire(blocking=False):
+                        old.release()
+                        del self._conversation_locks[old_key]
+                        excess -= 1
+            return lock
+
+    def conversation_lock_count(self) -> int:
+        with self._lock:
+            return len(self._conversation_locks)
 
     # ------------------------------------------------------------------ public API
     def commit(
@@ -224,12 +284,20 @@ class DialogueService:
         *,
         attempt: Literal["commit", "retry"] = "commit",
         run_slot: SlotRunner[Any] | None = None,
+        replace: bool = False,
     ) -> TurnResult:
-        """Run one turn. Never raises for a turn's own failures: they are in the result."""
+        """Run one turn. Never raises for a turn's own failures: they are in the result.
+
+        `replace=True` (an edit or a swipe): a turn already remembered under this key with a
+        different payload is rewound first (it and every later turn of the conversation,
+        exactly; see kg.dialogue rewind), then the new text is committed."""
         parsed = raw if isinstance(raw, TurnCommitRequest) else parse_request(raw)
         if isinstance(parsed, TurnResult):
             return parsed
         request = parsed
+        problem = override_problem(request.config)
+        if problem is not None:
+            return TurnResult.invalid(problem, key=request.key)
         trace = TraceRecorder(request.key, attempt)
         try:
             store = self._store_for(request)
@@ -243,22 +311,116 @@ class DialogueService:
             stored = repo.get_turn(request.key)
         except SkaldError as exc:
             return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
-        if stored is not None:
+        if stored is not None and (not replace or stored.payload_hash == payload_hash):
             return self._replay(request, stored, payload_hash, trace)
 
+        def body(claim_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
+            if claim_stored is not None and (not replace or claim_stored.payload_hash == payload_hash):
+                return self._replay(request, claim_stored, payload_hash, trace), True
+            if replace:
+                outcome = repo.rewind(request.conversation_id, request.key, self.owner, guard=self._write_guard(store))
+                if outcome.status != "absent":
+                    self.vectors.forget(store.endpoint.label, request.conversation_id)
+                    log.info("conversation %s: turn %s replaced (%d turns rewound)",
+                             request.conversation_id, request.turn, len(outcome.removed_turns))
+            return self._run(request, repo, store, trace, payload_hash, run_slot or _direct)
+
+        return self._locked(store, repo, request.conversation_id, request.key, trace, request, body)
+
+    def rewind(self, conversation_id: str, before_turn: str, *, db: Any = None) -> RewindResult:
+        """Rewind a conversation to before turn `before_turn`: that turn and every later one
+        are removed exactly (their facts, events, milestones, memory), as if never committed."""
+        request = TurnCommitRequest(conversation_id=conversation_id, turn_id=before_turn,
+                                    messages=[{"role": "user", "content": "(rewind)"}])  # type: ignore[list-item]
+        if db is not None:
+            request.config.db = db
+        trace = TraceRecorder(request.key, "commit")
+        try:
+            store = self._store_for(request)
+        except InvalidInputError as exc:
+            return RewindResult(ok=False, conversation_id=conversation_id, before_turn=str(before_turn),
+                                code="INVALID_REQUEST", reason=str(exc))
+        repo = DialogueRepository(store)
+        holder: dict[str, RewindOutcome] = {}
+
+        def body(_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
+            holder["outcome"] = repo.rewind(conversation_id, request.key, self.owner, guard=self._write_guard(store))
+            self.vectors.forget(store.endpoint.label, conversation_id)
+            return TurnResult(ok=True, state=TurnState.COMMITTED, key=request.key), True
+
+        result = self._locked(store, repo, conversation_id, None, trace, request, body)
+        outcome = holder.get("outcome")
+        if outcome is None:
+            return RewindResult(ok=False, conversation_id=conversation_id, before_turn=request.turn,
+                                code=result.code, reason=result.reason, retryable=result.retryable)
+        return RewindResult(ok=True, conversation_id=conversation_id, before_turn=request.turn,
+                            found=outcome.status != "absent", removed_turns=outcome.removed_turns,
+                            removed_memory=outcome.removed_memory, replayed_turns=outcome.replayed)
+
+    def memory_query(self, raw: MemoryQueryRequest | bytes | str | dict[str, Any]) -> MemoryQueryResult:
+        """The injection_packet for pending messages: the turn's own retrieval and injector,
+        no lock, no writes (the in-process recall index is topped up from the graph)."""
+        parsed = raw if isinstance(raw, MemoryQueryRequest) else MemoryQueryRequest.parse(raw)
+        if isinstance(parsed, MemoryQueryResult):
+            return parsed
+        request = parsed
+        problem = override_problem(request.config)
+        if problem is not None:
+            return MemoryQueryResult.invalid(problem)
+        started = time.perf_counter()
+        probe = TurnCommitRequest(conversation_id=request.conversation_id, turn_id="query",
+                                  messages=request.messages, config=request.config)
+        trace = TraceRecorder(None, "commit")
+        try:
+            store = self._store_for(probe)
+            index = self.vectors.get(store.endpoint.label, request.conversation_id)
+            retrieval = retrieve(
+                DialogueRepository(store), self.gateway, index, request.conversation_id, request.messages,
+                recall_k=request.config.recall_k, relation_limit=self.options.relation_limit,
+                purpose=trace.purpose("retriever"),
+            )
+            packet = build_packet(retrieval, request.config.token_budget)
+        except InvalidInputError as exc:
+            return MemoryQueryResult.invalid(str(exc))
+        except (LLMUnavailableError, LLMBadOutputError, LLMFatalError, GraphUnavailableError, GraphWriteError) as exc:
+            return MemoryQueryResult(ok=False, conversation_id=request.conversation_id, code="UNAVAILABLE",
+                                     reason=str(exc), retryable=not isinstance(exc, LLMFatalError))
+        except SkaldError as exc:
+            return MemoryQueryResult(ok=False, conversation_id=request.conversation_id, code="UNAVAILABLE",
+                                     reason=str(exc), retryable=True)
+        self._take_records(trace)
+        return MemoryQueryResult(
+            ok=True, conversation_id=request.conversation_id, injection_packet=packet,
+            recalled=[t.model_dump(mode="json", exclude={"signals"}) for t in retrieval.recalled],
+            stored_turns=retrieval.stored_turns,
+            elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
+        )
+
+    def _locked(
+        self,
+        store: GraphStore,
+        repo: DialogueRepository,
+        conversation_id: str,
+        turn_key: str | None,
+        trace: TraceRecorder,
+        request: TurnCommitRequest,
+        body: Callable[[StoredTurn | None], tuple[TurnResult, bool]],
+    ) -> TurnResult:
+        """Run `body` holding the conversation's in-process lock and its lease in the graph.
+        `body` returns (result, whether the lease is still held)."""
         wait_s = self.options.lock_wait_s
         started = time.monotonic()
-        local = self._conversation_lock(store.endpoint.label, request.conversation_id)
+        local = self._conversation_lock(store.endpoint.label, conversation_id)
         if not local.acquire(timeout=wait_s):
             return self._in_progress(request, "another turn of this conversation is running in this process")
         try:
             try:
                 claim = repo.acquire_lock(
-                    request.conversation_id,
+                    conversation_id,
                     self.owner,
                     lease_s=self.options.lock_lease_s,
                     wait_s=max(0.0, wait_s - (time.monotonic() - started)),
-                    turn_key=request.key,
+                    turn_key=turn_key,
                     guard=self._write_guard(store),
                 )
             except SkaldError as exc:
@@ -270,14 +432,10 @@ class DialogueService:
                     f"(lease ends in {max(0, claim.expires_in_ms) / 1000:.1f}s)",
                 )
             if claim.stolen_from:
-                log.warning(
-                    "conversation %s: took over the expired lock of %s", request.conversation_id, claim.stolen_from
-                )
+                log.warning("conversation %s: took over the expired lock of %s", conversation_id, claim.stolen_from)
             lock_held = True
             try:
-                if claim.stored is not None:  # committed while we waited for the lock
-                    return self._replay(request, claim.stored, payload_hash, trace)
-                result, lock_held = self._run(request, repo, store, trace, payload_hash, run_slot or _direct)
+                result, lock_held = body(claim.stored)
                 return result
             except SkaldError as exc:
                 return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
@@ -285,9 +443,9 @@ class DialogueService:
                 if lock_held:
                     try:
                         with self._write_guard(store)():
-                            repo.release_lock(request.conversation_id, self.owner)
+                            repo.release_lock(conversation_id, self.owner)
                     except SkaldError as exc:  # the lease runs out on its own
-                        log.warning("conversation %s: could not release the lock: %s", request.conversation_id, exc)
+                        log.warning("conversation %s: could not release the lock: %s", conversation_id, exc)
         finally:
             local.release()
 
@@ -314,14 +472,38 @@ class DialogueService:
         routes = resolve_routes(self.settings, config.models.as_dict())
         index = self.vectors.get(store.endpoint.label, request.conversation_id)
 
-        def step(state: TurnState, slot: str, work: Callable[[], T]) -> T:
+        slot_timeouts = self.settings.slot_timeouts_s
+
+        def start(state: TurnState, slot: str, work: Callable[[], T]) -> Future[T]:
             if time.monotonic() > deadline:
                 raise TurnTimeoutError(
                     f"turn {request.key} passed its {self.options.turn_timeout_s:.0f}s deadline before {state.value}"
                 )
             trace.enter(state)
-            with trace.slot(routes[slot]):
-                return run_slot(slot, work)
+
+            def traced() -> T:
+                with trace.slot(routes[slot]):
+                    return run_slot(slot, work)
+
+            # A copy of the caller's context: a Prefect task run still finds its flow run.
+            return self._pool.submit(contextvars.copy_context().run, traced)
+
+        def wait(slot: str, future: Future[T], started: float) -> T:
+            limit = slot_timeouts.get(slot)
+            until = deadline if limit is None else min(deadline, started + limit)
+            try:
+                return future.result(timeout=max(0.0, until - time.monotonic()))
+            except FutureTimeoutError:
+                future.cancel()
+                what = (f"its {self.options.turn_timeout_s:g}s deadline" if until == deadline
+                        else f"the {slot} slot's {limit:g}s timeout")
+                raise TurnTimeoutError(
+                    f"turn {request.key} passed {what} while the {slot} slot was running"
+                ) from None
+
+        def step(state: TurnState, slot: str, work: Callable[[], T]) -> T:
+            started = time.monotonic()
+            return wait(slot, start(state, slot, work), started)
 
         try:
             retrieval = step(
@@ -338,6 +520,11 @@ class DialogueService:
                 TurnState.ACTING, "actor",
                 lambda: act(gateway, routes["actor"], request, packet, purpose=trace.purpose("actor")),
             )
+            text = turn_text(acted.messages)
+            embedding_future: Future[Any] | None = None
+            if retrieval.query_vector is None or text != turn_text(request.messages):
+                # Not embedded yet (first turn, or the actor added a reply): while the extractor runs.
+                embedding_future = self._pool.submit(gateway.embed, [text], purpose=trace.purpose("commit"))
             raw, plan = step(
                 TurnState.EXTRACTING, "extractor",
                 lambda: extract(
@@ -345,20 +532,27 @@ class DialogueService:
                     purpose=trace.purpose("extractor"),
                 ),
             )
-            verdict = step(
+            proposals = proposal_lines(raw, plan)
+            concurrent_started = time.monotonic()
+            judging = start(
                 TurnState.JUDGING, "judge",
                 lambda: judge(
                     gateway, routes["judge"], acted.messages, retrieval, raw, plan, purpose=trace.purpose("judge")
                 ),
             )
-            proposals = proposal_lines(raw, plan)
-            chronicle = step(
+            historianing = start(
                 TurnState.HISTORIANING, "historian",
                 lambda: historian(
                     gateway, routes["historian"], acted.messages, retrieval, plan, proposals,
                     purpose=trace.purpose("historian"),
                 ),
             )
+            try:
+                verdict = wait("judge", judging, concurrent_started)
+                chronicle = wait("historian", historianing, concurrent_started)
+            except BaseException:
+                historianing.cancel()
+                raise
             trace.enter(TurnState.PREPARED)
             gate = commit_gate(plan, verdict, require_actions=config.require_actions)
             base = TurnResult(
@@ -390,8 +584,11 @@ class DialogueService:
 
             trace.enter(TurnState.COMMITTING)
             with trace.slot(_COMMIT_ROUTE):
-                text = turn_text(acted.messages)
-                embedding = gateway.embed([text], purpose=trace.purpose("commit"))[0]
+                if embedding_future is None:
+                    embedding = retrieval.query_vector
+                else:
+                    vectors = wait("commit", embedding_future, time.monotonic())
+                    embedding = vectors[0]
                 write = TurnWrite(
                     key=request.key,
                     conversation_id=request.conversation_id,
@@ -417,7 +614,7 @@ class DialogueService:
                     stored = base.model_copy(
                         update={
                             "ok": True, "state": TurnState.COMMITTED, "committed": True, "seq": seq,
-                            "actions": applied, "trace": trace.finish(gateway.records),
+                            "actions": applied, "trace": self._finish_trace(trace, keep=True),
                         }
                     )
                     return stored.model_dump_json()
@@ -451,7 +648,7 @@ class DialogueService:
         result = base.model_copy(
             update={
                 "ok": True, "state": TurnState.COMMITTED, "committed": True, "seq": outcome.seq,
-                "actions": outcome.applied, "trace": trace.finish(gateway.records),
+                "actions": outcome.applied, "trace": self._finish_trace(trace),
             }
         )
         log.debug("turn %s committed (%d actions) in %.0f ms", request.key, len(outcome.applied), result.trace.total_ms)  # type: ignore[union-attr]
@@ -476,8 +673,31 @@ class DialogueService:
             log.warning("turn %s: blocked by the gate and could not be remembered: %s", request.key, exc)
 
     # ------------------------------------------------------------------ outcomes
-    def _records(self) -> list[Any]:
-        return self._gateway.records if self._gateway is not None else []
+    def _finish_trace(self, trace: TraceRecorder, *, keep: bool = False) -> Any:
+        """The turn's trace from its own call records only (taken out of the gateway by the
+        turn's tag: no scan of every record since start). `keep` leaves them for a later finish."""
+        if self._gateway is None:
+            return trace.finish([])
+        records = self._gateway.records_for(trace.tag) if keep else self._gateway.take_records(trace.tag)
+        return trace.finish(records)
+
+    def _take_records(self, trace: TraceRecorder) -> None:
+        if self._gateway is not None:
+            self._gateway.take_records(trace.tag)
+
+    def _persist_rolled_back(self, result: TurnResult) -> None:
+        """Append a rolled-back turn's result and trace to <project>/.saga/runs/sidecar/
+        rolled-back-<day>.jsonl (the graph keeps nothing of such a turn by design)."""
+        with self._trace_lock:
+            self.rolled_back_count += 1
+            try:
+                folder = self.settings.saga_dir / "runs" / "sidecar"
+                folder.mkdir(parents=True, exist_ok=True)
+                day = datetime.now(UTC).strftime("%Y-%m-%d")
+                with (folder / f"rolled-back-{day}.jsonl").open("a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) + "\n")
+            except OSError as exc:
+                log.warning("could not persist the trace of rolled-back turn %s: %s", result.key, exc)
 
     def _replay(
         self, request: TurnCommitRequest, stored: StoredTurn, payload_hash: str, trace: TraceRecorder
@@ -537,7 +757,7 @@ class DialogueService:
         failed_in = trace.state.value
         trace.enter(TurnState.ROLLED_BACK)
         log.info("turn %s rolled back in %s: %s", base.key, failed_in, reason)
-        return base.model_copy(
+        result = base.model_copy(
             update={
                 "ok": False,
                 "state": TurnState.ROLLED_BACK,
@@ -548,6 +768,8 @@ class DialogueService:
                 "retryable": retryable,
                 "timed_out": kind == "timeout",
                 "actions": [],
-                "trace": trace.finish(self._records()),
+                "trace": self._finish_trace(trace),
             }
         )
+        self._persist_rolled_back(result)
+        return result

@@ -55,6 +55,9 @@ class Retrieval(BaseModel):
     milestones: list[DialogueMilestone] = Field(default_factory=list)
     recalled: list[RecalledTurn] = Field(default_factory=list)
     stored_turns: int = 0
+    query_vector: list[float] | None = Field(
+        None, description="the messages' embedding when recall computed one (the commit reuses it)"
+    )
 
 
 def memory_doc(row: MemoryRow) -> MemoryDoc:
@@ -149,6 +152,10 @@ class VectorIndexRegistry:
         index: TurnMemoryIndex = self._registry.get(graph, conversation_id, TurnMemoryIndex)
         return index
 
+    def forget(self, graph: str, conversation_id: str) -> None:
+        """Drop a conversation's cached index (after a rewind: positions are reused)."""
+        self.get(graph, conversation_id).sync([], reset=True)
+
 
 def memory_row(
     conversation_id: str,
@@ -230,6 +237,7 @@ def retrieve(
     mentioned = mentioned_entities(snapshot.entities, query)
     relations = select_relations(snapshot.relations, {e.entity_id for e in mentioned}, relation_limit)
     recalled_turns: list[RecalledTurn] = []
+    vector = None
     if recall_k > 0 and len(index):
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
         vector = gateway.embed([query], purpose=purpose)[0]
@@ -241,6 +249,7 @@ def retrieve(
         milestones=snapshot.milestones,
         recalled=recalled_turns,
         stored_turns=snapshot.turn_count,
+        query_vector=[float(x) for x in vector] if vector is not None else None,
     )
 
 

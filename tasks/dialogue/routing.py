@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from core.settings import SLOT_NAMES, Settings
+from tasks.dialogue.models import TurnConfig
 
 #: The tier each slot runs on when nothing names a model.
 SLOT_TIERS: dict[str, str] = {
@@ -50,3 +51,21 @@ def resolve_routes(settings: Settings, overrides: dict[str, str] | None = None) 
         else:
             routes[slot] = Route(slot=slot, tier=tier, source="none")
     return routes
+
+
+def override_problem(config: TurnConfig) -> str | None:
+    """Why a request's model overrides cannot apply (one line), or None. An override that would
+    be traced but change nothing is refused rather than silently ignored."""
+    models = config.models
+    for slot in ("retriever", "injector"):
+        if getattr(models, slot) is not None:
+            return (
+                f"config.models.{slot} cannot apply: the {slot} makes no chat call (graph and hybrid "
+                "recall with the server's embedding model); remove it"
+            )
+    if models.actor is not None and config.actor.mode == "recorded":
+        return (
+            "config.models.actor cannot apply: config.actor.mode is 'recorded' (the turn's messages are "
+            "final, no model is called); remove it or set config.actor.mode to 'generate'"
+        )
+    return None

@@ -39,6 +39,11 @@ class TraceRecorder:
     def elapsed_ms(self) -> float:
         return round((time.perf_counter() - self._t0) * 1000.0, 3)
 
+    @property
+    def tag(self) -> str:
+        """What the gateway indexes this turn's call records by (after "|" in the purpose)."""
+        return self.trace_id
+
     def purpose(self, slot: str) -> str:
         return f"{PURPOSE_PREFIX}{slot}|{self.trace_id}"
 
