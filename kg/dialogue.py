@@ -36,6 +36,7 @@ and keeps no side effects outside the transaction.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -796,7 +797,7 @@ def _commit_tx(
             "committed_by": owner,
             "result_json": build_result(seq, applied),
             # What a rewind re-applies (the memory row and vectors stay on KGMemory).
-            "write_json": write.model_dump_json(exclude={"memory", "embedding"}),
+            "write_json": write.model_dump_json(exclude={"memory", "embedding", "committed_at"}),
         }
     )
     tx.run(CREATE_TURN, props=props).consume()
@@ -924,7 +925,8 @@ def _rewind_tx(tx: ManagedTransaction, conversation_id: str, key: str, owner: st
             tx.run(statement, conversation_id=conversation_id).consume()
         tx.run(DELETE_TURNS, keys=[t["key"] for t in removed]).consume()
         for turn in kept:
-            _apply_facts(tx, TurnWrite.model_validate_json(turn["write_json"]), int(turn["seq"]))
+            stored_write = {"committed_at": "", **json.loads(turn["write_json"])}
+            _apply_facts(tx, TurnWrite.model_validate(stored_write), int(turn["seq"]))
     if mseq is not None:
         tx.run(DELETE_MEMORY_FROM, conversation_id=conversation_id, seq=mseq).consume()
     head = tx.run(CONVERSATION_HEAD, conversation_id=conversation_id).single()
