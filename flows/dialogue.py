@@ -460,7 +460,7 @@ def create_app(service: DialogueService, security: SidecarSecurity | None = None
     async def list_turns(conversation_id: str, offset: int = page_offset, limit: int = page_limit) -> TurnPage:
         total, rows = await run_in_threadpool(repo().memory_page, conversation_id, offset, limit)
         items = [TurnOut(key=r["key"], turn_id=str(r["turn_id"]), seq=int(r["seq"]), speaker=r["speaker"] or "",
-                         text=r["text"] or "", when=r["when"] or "", committed=bool(r["committed"]),
+                         text=r["text"] or "", when=r["said_when"] or "", committed=bool(r["committed"]),
                          facts=list(r["facts"] or [])) for r in rows]
         return TurnPage(conversation_id=conversation_id, page=_paged(offset, limit, total), items=items)
 

@@ -244,7 +244,7 @@ MILESTONE_TOTAL = f"MATCH (m:{_M}) WHERE m.conversation_id = $conversation_id RE
 MEMORY_PAGE_ROWS = (
     f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.seq > $offset AND m.seq <= $until "
     "RETURN m.key AS key, m.turn_id AS turn_id, m.seq AS seq, m.speaker AS speaker, m.text AS text, "
-    "m.when AS when, m.committed AS committed, m.facts AS facts ORDER BY m.seq"
+    "m.`when` AS said_when, m.committed AS committed, m.facts AS facts ORDER BY m.seq"
 )
 
 

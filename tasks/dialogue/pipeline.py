@@ -506,6 +506,11 @@ class DialogueService:
             return wait(slot, start(state, slot, work), started)
 
         try:
+            query_future: Future[Any] | None = None
+            if config.recall_k > 0 and len(index):
+                # The query embedding overlaps the retriever's graph read (it needs only the text).
+                query_future = self._pool.submit(
+                    gateway.embed, [turn_text(request.messages)], purpose=trace.purpose("retriever"))
             retrieval = step(
                 TurnState.RETRIEVING,
                 "retriever",
@@ -513,6 +518,7 @@ class DialogueService:
                     repo, gateway, index, request.conversation_id, request.messages,
                     recall_k=config.recall_k, relation_limit=self.options.relation_limit,
                     purpose=trace.purpose("retriever"),
+                    query_vector=None if query_future is None else (lambda: query_future.result()[0]),
                 ),
             )
             packet = step(TurnState.INJECTING, "injector", lambda: build_packet(retrieval, config.token_budget))

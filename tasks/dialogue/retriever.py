@@ -14,7 +14,9 @@ keys, including turns other processes remembered.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -229,7 +231,10 @@ def retrieve(
     recall_k: int,
     relation_limit: int = 12,
     purpose: str = "",
+    query_vector: Callable[[], Any] | None = None,
 ) -> Retrieval:
+    """`query_vector`: returns the messages' embedding computed elsewhere (the pipeline starts
+    it before the graph read, so the two overlap); None embeds here when there is memory."""
     after_seq, anchor = index.cursor()
     snapshot = repo.snapshot(conversation_id, after_seq=after_seq, anchor_key=anchor)
     index.sync(snapshot.new_turns, reset=snapshot.reset)
@@ -240,7 +245,7 @@ def retrieve(
     vector = None
     if recall_k > 0 and len(index):
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
-        vector = gateway.embed([query], purpose=purpose)[0]
+        vector = query_vector() if query_vector is not None else gateway.embed([query], purpose=purpose)[0]
         recalled_turns = index.search(query, vector, recall_k, _names(index, snapshot.entities))
     return Retrieval(
         known_entities=snapshot.entities,

@@ -1,0 +1,26 @@
+"""The SillyTavern extension (integrations/sillytavern/) under node's own test runner, against
+the real sidecar its helper serves on loopback, on this session's graph."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from core.graph_server import graph_endpoint
+from core.settings import Settings
+from tests.conftest import REPO_ROOT
+
+
+def test_node_test_runner_passes_the_extension_tests(graph_settings: Settings) -> None:
+    node = shutil.which("node")
+    assert node, "node (>= 20) is needed to test integrations/sillytavern (apt-get install nodejs)"
+    ep = graph_endpoint(graph_settings)
+    env = {**os.environ, "SKALD_PYTHON": sys.executable, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username,
+           "NEO4J_PASSWORD": ep.password, "NEO4J_DATABASE": ep.database}
+    env.pop("OPENAI_API_KEY", None)
+    done = subprocess.run([node, "--test", "integrations/sillytavern/"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "# fail 0" in done.stdout and "# pass 5" in done.stdout, done.stdout[-2000:]
