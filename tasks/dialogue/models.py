@@ -255,8 +255,8 @@ class TurnTrace(BaseModel):
     states: list[StateStamp] = Field(default_factory=list)
     slots: list[SlotTrace] = Field(default_factory=list)
     total_ms: float = 0.0
-    llm_ms: float = 0.0
-    overhead_ms: float = 0.0
+    llm_ms: float = Field(0.0, description="wall time with at least one LLM call of the turn in flight")
+    overhead_ms: float = Field(0.0, description="total_ms - llm_ms: the turn's own (non-LLM) time")
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0

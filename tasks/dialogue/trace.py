@@ -65,13 +65,14 @@ class TraceRecorder:
         suffix = f"|{self.trace_id}"
         # Copies: a trace may be finished more than once (stored result, then the reply).
         slots = {name: trace.model_copy() for name, trace in self._slots.items()}
-        llm_ms = 0.0
         calls = prompt = completion = 0
+        spans: list[tuple[float, float]] = []
         for record in records:
             if not record.purpose.endswith(suffix):
                 continue
             slot = record.purpose[len(PURPOSE_PREFIX) : -len(suffix)]
-            llm_ms += record.latency_ms
+            end = record.ts.timestamp() * 1000.0
+            spans.append((end - record.latency_ms, end))
             calls += 1
             prompt += record.prompt_tokens
             completion += record.completion_tokens
@@ -83,6 +84,14 @@ class TraceRecorder:
                 trace.completion_tokens += record.completion_tokens
                 if trace.model is None and record.model:
                     trace.model = record.model
+        # Slots run concurrently (judge and historian, the commit embedding during the
+        # extractor): the turn's LLM time is the wall time with at least one call in flight.
+        llm_ms = 0.0
+        covered_to = float("-inf")
+        for start, end in sorted(spans):
+            if end > covered_to:
+                llm_ms += end - max(start, covered_to)
+                covered_to = end
         total = self.elapsed_ms()
         return TurnTrace(
             trace_id=self.trace_id,
