@@ -1,0 +1,163 @@
+"""`python -m bench.sidecar_soak`: does a long-running sidecar stay flat? (issue 15)
+
+Starts a real `python -m flows.dialogue serve` on loopback (its own embedded graph in a temp
+project, the scripted OpenAI-compatible server with no added latency, call records capped
+with `--max-call-records`), then sends N turns (default 2,000) over C conversations (default
+20) through HTTP from a few client threads, each conversation's turns in order. It compares
+the first window of turns (default 200) with the last:
+
+- resident memory of the server process (VmRSS from /proc) after turn `window` and after the
+  last turn (goal: ratio <= 1.2);
+- p95 of the turns' non-LLM time (`trace.overhead_ms` of each response: the turn's wall time
+  minus the time an LLM call was in flight) over the first and last window (goal: <= 1.2).
+
+Bounded in count and time (`--max-seconds`); loopback only. Linux (reads /proc). It is a
+benchmark, not part of the suite: minutes of load on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DIALOGUES = REPO_ROOT.parent / "shared" / "data" / "dialogues"
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def lines() -> list[tuple[str, str]]:
+    rows = []
+    for name in ("locomo-26", "locomo-30"):
+        for raw in (DIALOGUES / f"{name}.turns.jsonl").read_text(encoding="utf-8").splitlines():
+            if raw.strip():
+                row = json.loads(raw)
+                rows.append((row["speaker"], row["text"]))
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sidecar_soak", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=2000, help="turns in all (default 2000)")
+    parser.add_argument("--conversations", type=int, default=20, help="conversations (default 20)")
+    parser.add_argument("--window", type=int, default=200, help="turns compared at start and end (default 200)")
+    parser.add_argument("--clients", type=int, default=4, help="client threads (default 4)")
+    parser.add_argument("--max-call-records", type=int, default=2000, help="the server's in-memory cap (default 2000)")
+    parser.add_argument("--max-seconds", type=float, default=1800, help="give up after this long (default 1800)")
+    args = parser.parse_args(argv)
+    if args.turns < 2 * args.window:
+        parser.error("--turns must be at least twice --window")
+
+    sys.path.insert(0, str(REPO_ROOT))
+    from core.graph_server import free_port
+    from tests.scripted_llm import ScriptedLLM
+    from tests.test_dialogue_scripted import DialogueScript
+
+    corpus = lines()
+    speakers = sorted({s for s, _ in corpus})
+    project = Path(tempfile.mkdtemp(prefix="skald-soak-"))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    started_at = time.monotonic()
+    with ScriptedLLM() as llm:
+        DialogueScript(speakers).install(llm)
+        env = {**os.environ, "OPENAI_BASE_URL": llm.base_url, "SKALD_EMBEDDING_BASE_URL": llm.base_url}
+        for name in ("OPENAI_API_KEY", "NEO4J_URI", "SKALD_SIDECAR_TOKEN"):
+            env.pop(name, None)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "flows.dialogue", "serve", "--host", "127.0.0.1", "--port", str(port),
+             "--project-dir", str(project), "--max-call-records", str(args.max_call_records)],
+            cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            with httpx.Client(timeout=120) as client:
+                while True:
+                    if server.poll() is not None:
+                        raise SystemExit(f"soak: the server exited: {server.stderr.read()[-2000:] if server.stderr else ''}")
+                    try:
+                        if client.get(f"{base}/api/kg-sidecar/health").status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        time.sleep(0.3)
+
+                per_conversation = args.turns // args.conversations
+                done = 0
+                overheads: list[tuple[int, float]] = []
+                rss_at_window: list[float] = []
+                failures: list[str] = []
+                lock = threading.Lock()
+
+                def run_conversations(ids: list[int]) -> None:
+                    nonlocal done
+                    with httpx.Client(timeout=120) as session:
+                        for turn in range(1, per_conversation + 1):
+                            for conv in ids:
+                                if time.monotonic() - started_at > args.max_seconds:
+                                    return
+                                speaker, text = corpus[(conv * 97 + turn) % len(corpus)]
+                                body = {"conversation_id": f"soak-{conv}", "turn_id": turn,
+                                        "messages": [{"role": "user", "name": speaker, "content": text}],
+                                        "config": {"require_actions": False}}
+                                response = session.post(f"{base}/api/kg-sidecar/turn/commit", json=body)
+                                data = response.json()
+                                with lock:
+                                    done += 1
+                                    n = done
+                                    if response.status_code != 200 or not data.get("trace"):
+                                        failures.append(f"{response.status_code} {data.get('reason')}")
+                                    else:
+                                        overheads.append((n, float(data["trace"]["overhead_ms"])))
+                                    if n == args.window:
+                                        rss_at_window.append(rss_mb(server.pid))
+                                    if n % 200 == 0:
+                                        print(f"  {n} turns, {time.monotonic() - started_at:.0f} s, "
+                                              f"server RSS {rss_mb(server.pid):.0f} MB", flush=True)
+
+                groups = [list(range(i, args.conversations, args.clients)) for i in range(args.clients)]
+                threads = [threading.Thread(target=run_conversations, args=(g,)) for g in groups]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                rss_end = rss_mb(server.pid)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+            shutil.rmtree(project, ignore_errors=True)
+
+    if done < args.turns - args.turns % args.conversations:
+        print(f"soak: stopped after {done} turns (--max-seconds {args.max_seconds:g})", file=sys.stderr)
+        return 1
+    overheads.sort()
+    first = np.array([o for n, o in overheads if n <= args.window])
+    last = np.array([o for n, o in overheads if n > done - args.window])
+    p95_first, p95_last = float(np.percentile(first, 95)), float(np.percentile(last, 95))
+    print(f"sidecar soak: {done} turns over {args.conversations} conversations through HTTP in "
+          f"{time.monotonic() - started_at:.0f} s, {len(failures)} failed requests")
+    print(f"  server RSS after turn {args.window}: {rss_at_window[0]:.0f} MB; after turn {done}: {rss_end:.0f} MB; "
+          f"ratio {rss_end / rss_at_window[0]:.2f} (goal <= 1.2)")
+    print(f"  p95 non-LLM time per turn: first {args.window} {p95_first:.0f} ms, last {args.window} "
+          f"{p95_last:.0f} ms; ratio {p95_last / p95_first:.2f} (goal <= 1.2)")
+    return 0 if not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
