@@ -47,6 +47,36 @@ const host = {
 const memory = new SkaldMemory(host, settings());
 host.onStatus('idle', '');
 
+// Settings panel in SillyTavern's Extensions drawer: sidecar URL and token.
+function settingsPanel() {
+    const container = document.getElementById('extensions_settings');
+    if (!container || document.getElementById('skald_memory_settings')) return;
+    const panel = document.createElement('div');
+    panel.id = 'skald_memory_settings';
+    panel.innerHTML = `
+        <h4>Skald memory</h4>
+        <label>Sidecar URL <input id="skald_memory_url" class="text_pole" type="text"></label>
+        <label>Token <input id="skald_memory_token" class="text_pole" type="password"></label>
+        <label><input id="skald_memory_enabled" type="checkbox"> enabled</label>`;
+    container.appendChild(panel);
+    const current = settings();
+    const url = panel.querySelector('#skald_memory_url');
+    const token = panel.querySelector('#skald_memory_token');
+    const enabled = panel.querySelector('#skald_memory_enabled');
+    url.value = current.baseUrl;
+    token.value = current.token;
+    enabled.checked = current.enabled;
+    const save = () => {
+        Object.assign(settings(), { baseUrl: url.value.trim(), token: token.value.trim(), enabled: enabled.checked });
+        memory.settings = { ...memory.settings, ...settings() };
+        memory.client.baseUrl = memory.settings.baseUrl.replace(/\/+$/, '');
+        memory.client.token = memory.settings.token;
+        context().saveSettingsDebounced();
+    };
+    for (const input of [url, token, enabled]) input.addEventListener('change', save);
+}
+settingsPanel();
+
 // Called by SillyTavern (manifest.generate_interceptor; runGenerationInterceptors passes
 // chat, contextSize, abort and skips dry runs and quiet generations) with the prompt's chat.
 globalThis.skaldMemoryInterceptor = async function skaldMemoryInterceptor(chat) {

@@ -69,6 +69,7 @@ from kg.dialogue import (
     AppliedAction,
     DialogueRepository,
     RewindOutcome,
+    RewindRefusedError,
     StoredTurn,
     TurnWrite,
     payload_digest,
@@ -318,7 +319,11 @@ class DialogueService:
             if claim_stored is not None and (not replace or claim_stored.payload_hash == payload_hash):
                 return self._replay(request, claim_stored, payload_hash, trace), True
             if replace:
-                outcome = repo.rewind(request.conversation_id, request.key, self.owner, guard=self._write_guard(store))
+                try:
+                    outcome = repo.rewind(request.conversation_id, request.key, self.owner,
+                                          guard=self._write_guard(store))
+                except RewindRefusedError as exc:
+                    return TurnResult.invalid(str(exc), key=request.key), True
                 if outcome.status != "absent":
                     self.vectors.forget(store.endpoint.label, request.conversation_id)
                     log.info("conversation %s: turn %s replaced (%d turns rewound)",
@@ -344,7 +349,11 @@ class DialogueService:
         holder: dict[str, RewindOutcome] = {}
 
         def body(_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
-            holder["outcome"] = repo.rewind(conversation_id, request.key, self.owner, guard=self._write_guard(store))
+            try:
+                holder["outcome"] = repo.rewind(conversation_id, request.key, self.owner,
+                                                guard=self._write_guard(store))
+            except RewindRefusedError as exc:
+                return TurnResult.invalid(str(exc), key=request.key), True
             self.vectors.forget(store.endpoint.label, conversation_id)
             return TurnResult(ok=True, state=TurnState.COMMITTED, key=request.key), True
 
@@ -579,7 +588,8 @@ class DialogueService:
             )
             if not gate.passed:
                 # The gate governs graph facts only: the turn's text is still remembered.
-                self._remember_blocked(request, repo, store, acted.messages, trace)
+                known = retrieval.query_vector if embedding_future is None else None
+                self._remember_blocked(request, repo, store, acted.messages, trace, known)
                 return self._finish_rolled_back(
                     base, trace, f"commit gate: {'; '.join(gate.reasons)}", retryable=False, kind="gate"
                 ), True
@@ -667,11 +677,13 @@ class DialogueService:
         store: GraphStore,
         messages: list[Any],
         trace: TraceRecorder,
+        vector: list[float] | None = None,
     ) -> None:
         """Remember a gate-blocked turn's text (its own small transaction, idempotent by key).
         A failure here is logged, not raised: the turn's outcome is the gate's."""
         try:
-            vector = self.gateway.embed([turn_text(messages)], purpose=trace.purpose("remember"))[0]
+            if vector is None:  # the retriever's query vector is this text's when it had one
+                vector = list(self.gateway.embed([turn_text(messages)], purpose=trace.purpose("remember"))[0])
             row = memory_row(request.conversation_id, request.key, request.turn, messages, embedding=list(vector))
             with self._write_guard(store)():
                 repo.remember(request.conversation_id, [row])
