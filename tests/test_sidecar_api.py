@@ -438,3 +438,21 @@ def test_conversation_locks_are_evicted_and_rolled_back_traces_persisted(
         assert len(mine) == 1 and mine[0]["error_kind"] == "gate" and mine[0]["trace"]["states"]
     finally:
         svc.close()
+
+
+def test_deep_health_asks_the_llm(client: TestClient, settings: Settings) -> None:
+    from core.graph_server import free_port
+
+    healthy = client.get(HEALTH_PATH, params={"deep": "true"})
+    assert healthy.status_code == 200 and healthy.json()["llm"] and healthy.json()["status"] == "ok"
+    # The look-alike: the graph answers but nothing listens at the LLM URL.
+    dead = settings.model_copy(update={"openai_base_url": f"http://127.0.0.1:{free_port()}/v1"})
+    svc = DialogueService(dead)
+    try:
+        with TestClient(create_app(svc)) as broken:
+            assert broken.get(HEALTH_PATH).status_code == 200  # liveness alone does not ask the LLM
+            degraded = broken.get(HEALTH_PATH, params={"deep": "true"})
+            assert degraded.status_code == 503 and degraded.json()["status"] == "degraded"
+            assert "unreachable" in degraded.json()["llm_error"]
+    finally:
+        svc.close()
