@@ -231,7 +231,8 @@ def test_read_back_pages_and_search(client: TestClient) -> None:
     milestones = client.get(f"{base}/milestones").json()
     assert milestones["page"]["total"] == len(milestones["items"])
     found = client.get(f"{base}/search", params={"q": "adoption agency interview", "k": 3}).json()
-    assert found["turns"][0]["turn_id"] == "5"
+    # Turn 5 holds these words (a turn's lexical document also holds its neighbour, so 4 may rank too).
+    assert "5" in [t["turn_id"] for t in found["turns"][:2]]
     assert [e["name"] for e in client.get(f"{base}/search", params={"q": "Melanie"}).json()["entities"]] == ["Melanie"]
     assert client.get(f"{base}/turns", params={"limit": 0}).status_code == 422
     spec = client.get("/openapi.json").json()
