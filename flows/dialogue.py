@@ -264,10 +264,15 @@ async def _read_body(request: Request) -> bytes | TurnResult:
     return b"".join(chunks)
 
 
-def _openapi_schema(app: FastAPI) -> dict[str, Any]:
+def _openapi_schema(app: FastAPI, token_required: bool = False) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    schema.setdefault("components", {})["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer",
+                   "description": f"the server's token ({TOKEN_ENV} or --token-file); required when one is set"}}
+    if token_required:
+        schema["security"] = [{"bearer": []}]
     request_schema = TurnCommitRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components.update(request_schema.pop("$defs", {}))
@@ -504,7 +509,7 @@ def create_app(service: DialogueService, security: SidecarSecurity | None = None
                 status = 503
         return JSONResponse(body, status_code=status)
 
-    app.openapi = lambda: _openapi_schema(app)  # type: ignore[method-assign]
+    app.openapi = lambda: _openapi_schema(app, security.token is not None)  # type: ignore[method-assign]
     return app
 
 

@@ -33,10 +33,14 @@ before(async () => {
     });
 }, { timeout: 300_000 });
 
-after(() => {
-    if (server) {
-        server.stdin.end(); // the helper shuts down when its stdin closes
-    }
+after(async () => {
+    if (!server || server.exitCode !== null) return;
+    // The helper shuts down when its stdin closes; wait for it, so no process outlives the test.
+    const exited = new Promise((resolve) => server.once('exit', resolve));
+    server.stdin.end();
+    const timer = setTimeout(() => server.kill('SIGKILL'), 60_000);
+    await exited;
+    clearTimeout(timer);
 });
 
 /** A SillyTavern-like host: a chat array, a chat id, the prompt and badge it was given. */
