@@ -13,6 +13,7 @@
              `dialogue-ingest` flow: batched embeddings, a progress bar (terminal and Prefect
              UI), resumable after a kill with every turn exactly once; `--extract` also runs
              the LLM slots and the commit gate on every turn
+    rewind   rewind a conversation to before turn N (exact), as POST .../conversation/rewind does
     openapi  write the OpenAPI document without starting a server
 
 The turn pipeline itself is plain Python (tasks.dialogue.pipeline): the HTTP server and the
@@ -525,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--lock-wait", type=float, default=None, help="seconds a turn waits for its conversation lock before IN_PROGRESS (default 30)")
     common.add_argument("--turn-timeout", type=float, default=None, help="seconds a turn may take before it is rolled back (default 300)")
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,commit,ingest,openapi}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,commit,ingest,rewind,openapi}")
 
     serve = sub.add_parser("serve", parents=[common], help="run the HTTP adapter")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -559,6 +560,11 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--batch-size", type=int, default=64, help="turns per embedding call and transaction (default 64)")
     ingest.add_argument("--concurrency", type=int, default=2,
                         help="with --extract: conversations processed at once (default 2)")
+
+    rewind = sub.add_parser("rewind", parents=[common],
+                            help="rewind a conversation to before a turn (that turn and later ones removed exactly)")
+    rewind.add_argument("--conversation-id", required=True, help="the conversation")
+    rewind.add_argument("--before-turn", required=True, help="the first turn id to remove")
 
     openapi = sub.add_parser("openapi", parents=[common], help="write the OpenAPI document")
     openapi.add_argument("--out", type=Path, default=None, help="file to write (default stdout)")
@@ -639,6 +645,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             uvicorn.run(create_app(service, security), host=args.host, port=args.port, log_level="info")
         finally:
             service.close()
+        return 0
+
+    if args.command == "rewind":
+        parsed_rewind = parse_rewind({"conversation_id": args.conversation_id, "before_turn": args.before_turn})
+        if isinstance(parsed_rewind, str):
+            raise InvalidInputError(parsed_rewind)
+        service = DialogueService(settings, options=options)
+        try:
+            outcome = service.rewind(parsed_rewind.conversation_id, str(parsed_rewind.before_turn))
+        finally:
+            service.close()
+        print(outcome.model_dump_json(indent=2))
+        if not outcome.ok:
+            print(f"dialogue: {outcome.code}: {outcome.reason}", file=sys.stderr)
+            return EXIT_CODES.get(outcome.code or "ROLLED_BACK", 1)
         return 0
 
     if args.command == "ingest":

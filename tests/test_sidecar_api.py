@@ -134,13 +134,28 @@ def test_memory_query_bad_input_gets_one_line(client: TestClient) -> None:
 # --- 3. replace and rewind --------------------------------------------------------------------
 
 
+def _kg_export_cli(graph_settings: Settings, out: Path, monkeypatch: pytest.MonkeyPatch) -> bytes:
+    """`python -m kg export` (its main, in-process) against the session graph: the file's bytes."""
+    from core.graph_server import graph_endpoint
+    from kg.__main__ import main as kg_main
+
+    ep = graph_endpoint(graph_settings)
+    for name, value in (("NEO4J_URI", ep.uri), ("NEO4J_USERNAME", ep.username),
+                        ("NEO4J_PASSWORD", ep.password), ("NEO4J_DATABASE", ep.database)):
+        monkeypatch.setenv(name, value)
+    assert kg_main(["export", "--out", str(out), "--project-dir", str(out.parent)]) == 0
+    return out.read_bytes()
+
+
 def test_rewind_leaves_the_export_byte_identical_to_never_having_the_turns(
-    client: TestClient, service: DialogueService, scripted: ScriptedLLM
+    client: TestClient, service: DialogueService, scripted: ScriptedLLM, graph_settings: Settings,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     conv = _conv()
     for n in (1, 2):
         assert client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n - 1])).json()["committed"]
     never_had = _export(service)
+    never_had_file = _kg_export_cli(graph_settings, tmp_path / "before.json", monkeypatch)
     assert client.post(COMMIT_PATH, json=_turn(conv, 3, LINES[2])).json()["committed"]
     # Turn 4 blocked by the commit gate (remembered, no facts); turn 5 committed after it.
     scripted.on(schema="TurnExtraction", times=1, respond={"entities": [], "actions": [], "bio_patches": [], "facts": []})
@@ -154,6 +169,7 @@ def test_rewind_leaves_the_export_byte_identical_to_never_having_the_turns(
     assert data["found"] and data["removed_turns"] == ["3", "5"] and data["removed_memory"] == 3
     assert data["replayed_turns"] == 2
     assert _export(service) == never_had
+    assert _kg_export_cli(graph_settings, tmp_path / "after.json", monkeypatch) == never_had_file
     # The conversation goes on from there as if the turns never happened.
     again = client.post(COMMIT_PATH, json=_turn(conv, 3, LINES[2])).json()
     assert again["committed"] and again["seq"] == 3 and not again["idempotent_hit"]
@@ -457,3 +473,30 @@ def test_deep_health_asks_the_llm(client: TestClient, settings: Settings) -> Non
             assert "unreachable" in degraded.json()["llm_error"]
     finally:
         svc.close()
+
+
+def test_cli_rewind(client: TestClient, graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path,
+                    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from core.graph_server import graph_endpoint
+
+    conv = _conv()
+    for n in (1, 2):
+        assert client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n - 1])).json()["committed"]
+    ep = graph_endpoint(graph_settings)
+    for name, value in (("NEO4J_URI", ep.uri), ("NEO4J_USERNAME", ep.username), ("NEO4J_PASSWORD", ep.password),
+                        ("NEO4J_DATABASE", ep.database), ("OPENAI_BASE_URL", scripted.base_url)):
+        monkeypatch.setenv(name, value)
+
+    def run(*args: str) -> int:
+        with pytest.raises(SystemExit) as exited:
+            run_main(main, "dialogue", list(args))
+        return int(exited.value.code or 0)
+
+    assert run("rewind", "--conversation-id", conv, "--before-turn", "2", "--project-dir", str(tmp_path)) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["found"] and out["removed_turns"] == ["2"]
+    assert [t["turn_id"] for t in client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["items"]] == ["1"]
+    assert run("rewind", "--conversation-id", " ", "--before-turn", "2", "--project-dir", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "conversation_id" in err
+    assert run("rewind", "--help") == 0
