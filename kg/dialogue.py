@@ -197,6 +197,7 @@ DELETE_CONVERSATION_LOCK = f"MATCH (l:{_T} {{key: $key}}) DELETE l"
 # conversation's facts from the stored writes of the turns that stay.
 LOCK_HELD = f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner RETURN count(l) AS held"
 MEMORY_SEQ_OF = f"MATCH (m:{_MEM} {{key: $key}}) RETURN m.seq AS seq, m.conversation_id AS conversation_id"
+MEMORY_TEXT_OF = f"MATCH (m:{_MEM} {{key: $key}}) RETURN m.text AS text"
 MEMORY_KEYS_FROM = (
     f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.seq >= $seq RETURN m.key AS key"
 )
@@ -1093,6 +1094,11 @@ class DialogueRepository:
         """Remove remembered turn `key` and every later one (the caller holds the lease)."""
         with guard():
             return self.store.execute_write(_rewind_tx, conversation_id, key, owner)
+
+    def remembered_text(self, key: str) -> str | None:
+        """The remembered text of turn `key` (None: not remembered)."""
+        rows = self.store.read(MEMORY_TEXT_OF, key=key)
+        return str(rows[0]["text"]) if rows else None
 
     # -- read-back (paged)
     def entity_page(self, conversation_id: str, offset: int, limit: int) -> tuple[int, list[DialogueEntity]]:

@@ -500,3 +500,22 @@ def test_cli_rewind(client: TestClient, graph_settings: Settings, scripted: Scri
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "conversation_id" in err
     assert run("rewind", "--help") == 0
+
+
+def test_replace_with_the_same_text_of_a_blocked_turn_keeps_later_turns(
+    client: TestClient, scripted: ScriptedLLM
+) -> None:
+    conv = _conv()
+    assert client.post(COMMIT_PATH, json=_turn(conv, 1, LINES[0])).json()["committed"]
+    scripted.on(schema="TurnExtraction", times=1, respond={"entities": [], "actions": [], "bio_patches": [], "facts": []})
+    assert client.post(COMMIT_PATH, json=_turn(conv, 2, LINES[1])).json()["state"] == "ROLLED_BACK"
+    assert client.post(COMMIT_PATH, json=_turn(conv, 3, LINES[2])).json()["committed"]
+    # Sent again unchanged through /turn/replace: retried in place (and committed this time).
+    again = client.post(REPLACE_PATH, json=_turn(conv, 2, LINES[1])).json()
+    assert again["committed"]
+    turns = client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["items"]
+    assert [(t["turn_id"], t["committed"]) for t in turns] == [("1", True), ("2", True), ("3", True)]
+    # The look-alike: changed text does rewind turn 2 and the later turn 3.
+    changed = client.post(REPLACE_PATH, json=_turn(conv, 2, LINES[4])).json()
+    assert changed["committed"]
+    assert [t["turn_id"] for t in client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["items"]] == ["1", "2"]

@@ -318,7 +318,11 @@ class DialogueService:
         def body(claim_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
             if claim_stored is not None and (not replace or claim_stored.payload_hash == payload_hash):
                 return self._replay(request, claim_stored, payload_hash, trace), True
-            if replace:
+            if replace and repo.remembered_text(request.key) == turn_text(request.messages):
+                # The same text as remembered (a turn the commit gate blocked, sent again): a
+                # plain retry; rewinding would throw away every later turn for nothing.
+                pass
+            elif replace:
                 try:
                     outcome = repo.rewind(request.conversation_id, request.key, self.owner,
                                           guard=self._write_guard(store))
