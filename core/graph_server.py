@@ -21,7 +21,7 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ _JVM_HEAP = os.environ.get("SKALD_ARCADEDB_HEAP", "1g")
 class GraphEndpoint:
     uri: str
     username: str
-    password: str
+    password: str = field(repr=False)  # never in a log line or a traceback's repr
     database: str
     embedded: bool
 

@@ -519,3 +519,26 @@ def test_replace_with_the_same_text_of_a_blocked_turn_keeps_later_turns(
     changed = client.post(REPLACE_PATH, json=_turn(conv, 2, LINES[4])).json()
     assert changed["committed"]
     assert [t["turn_id"] for t in client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["items"]] == ["1", "2"]
+
+
+def test_allowed_request_db_password_is_used_but_never_logged(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    from core.graph_server import free_port
+
+    secret = "s3cret-request-password"
+    svc = DialogueService(settings.model_copy(update={"graph_connect_attempts": 1}),
+                          options=SidecarOptions(allow_request_db=True))
+    body = {**_turn(_conv(), 1, LINES[0]),
+            "config": {"db": {"uri": f"bolt://127.0.0.1:{free_port()}", "username": "neo4j", "password": secret}}}
+    try:
+        with caplog.at_level("DEBUG"):
+            result = svc.commit(body)
+        # Honoured (it tried that graph, which is down): retryable, and the secret nowhere.
+        assert result.state == "ROLLED_BACK" and result.retryable and result.error_kind == "graph"
+        assert secret not in result.model_dump_json() and secret not in caplog.text
+        from core.graph_server import GraphEndpoint
+
+        assert secret not in repr(GraphEndpoint("bolt://127.0.0.1:1", "neo4j", secret, "neo4j", embedded=False))
+    finally:
+        svc.close()
