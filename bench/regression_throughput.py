@@ -5,7 +5,8 @@ against the scripted OpenAI-compatible server with a fixed latency per call (200
 default), over 4 dialogues x N turns (the two shared LoCoMo dialogues, each twice, into
 separate fresh conversations), once with concurrency 1 and once with concurrency 4. Prints
 turns/s of the replay phase for each, their ratio (goal: >= 3x), and the per-turn non-LLM
-overhead: a turn's wall time minus the time its LLM calls took (gateway records).
+overhead: a turn's wall time minus the time at least one of its LLM calls was in flight
+(gateway records; judge and historian overlap).
 """
 
 from __future__ import annotations
