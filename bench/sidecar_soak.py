@@ -82,16 +82,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = {**os.environ, "OPENAI_BASE_URL": llm.base_url, "SKALD_EMBEDDING_BASE_URL": llm.base_url}
         for name in ("OPENAI_API_KEY", "NEO4J_URI", "SKALD_SIDECAR_TOKEN"):
             env.pop(name, None)
+        server_log = (project / "serve.log").open("w")  # a file: an unread pipe would fill and block the server
         server = subprocess.Popen(
             [sys.executable, "-m", "flows.dialogue", "serve", "--host", "127.0.0.1", "--port", str(port),
              "--project-dir", str(project), "--max-call-records", str(args.max_call_records)],
-            cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            cwd=REPO_ROOT, env=env, stdout=server_log, stderr=subprocess.STDOUT, text=True,
         )
         try:
             with httpx.Client(timeout=120) as client:
                 while True:
                     if server.poll() is not None:
-                        raise SystemExit(f"soak: the server exited: {server.stderr.read()[-2000:] if server.stderr else ''}")
+                        raise SystemExit(f"soak: the server exited: {(project / 'serve.log').read_text()[-2000:]}")
                     try:
                         if client.get(f"{base}/api/kg-sidecar/health").status_code == 200:
                             break
@@ -141,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             server.terminate()
             server.wait(timeout=60)
+            server_log.close()
             shutil.rmtree(project, ignore_errors=True)
 
     if done < args.turns - args.turns % args.conversations:
