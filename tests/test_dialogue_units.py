@@ -27,6 +27,7 @@ from tasks.dialogue.models import (
     parse_request,
 )
 from tasks.dialogue.retriever import (
+    RecalledTurn,
     Retrieval,
     TurnMemoryIndex,
     mentioned_entities,
@@ -260,6 +261,15 @@ def test_injection_packet_stays_within_its_token_budget() -> None:
     assert "## Characters" in packet.text and "Melanie (Character)" in packet.text
     rel_section = next(s for s in packet.sections if s.name == "relationships")
     assert rel_section.items_in == 40 and rel_section.items_kept < 40
+
+
+def test_recalled_passages_carry_the_time_they_were_said() -> None:
+    said = RecalledTurn(key="c:3", turn_id="3", seq=3, speaker="Caroline", score=1.0,
+                        text="Caroline: I went to a LGBTQ support group yesterday.", when="1:56 pm on 8 May, 2023")
+    undated = RecalledTurn(key="c:4", turn_id="4", seq=4, speaker="Melanie", score=0.5, text="Melanie: Wow!")
+    packet = build_packet(Retrieval(recalled=[said, undated]), token_budget=256)
+    assert "[turn 3, 1:56 pm on 8 May, 2023] Caroline: I went to a LGBTQ support group" in packet.text
+    assert "[turn 4] Melanie: Wow!" in packet.text
 
 
 def _row(seq: int, text: str, vector: list[float], *, key: str | None = None, speaker: str = "Ann") -> MemoryRow:

@@ -41,7 +41,9 @@ def build_packet(retrieval: Retrieval, token_budget: int) -> InjectionPacket:
         for r in retrieval.relations
     ]
     summaries = [f"turn {m.turn_id}: {m.text}" for m in sorted(retrieval.milestones, key=lambda m: m.seq)]
-    history = [f"[turn {t.turn_id}] {t.text}" for t in retrieval.recalled]
+    # The session time goes with the passage: "yesterday" in a turn only means something
+    # next to the date it was said (temporal questions are a third of long-chat recall).
+    history = [f"[turn {t.turn_id}{f', {t.when}' if t.when else ''}] {t.text}" for t in retrieval.recalled]
     envelope = build_envelope(
         {
             "characters": characters,
