@@ -77,6 +77,7 @@ class ChapterResult(BaseModel):
     draft_attempts: int = Field(0, description="scene drafts made for the final iteration")
     flags: list[str] = Field(default_factory=list, description="why the chapter is flagged (empty: clean)")
     ending: str = Field("", description="the last scene's ending, for the next chapter's first scene")
+    summary: str = Field("", description="the chapter summary, for the outlines of later chapters")
 
     @property
     def flagged(self) -> bool:
@@ -89,9 +90,14 @@ def chapter_runner(settings: Settings) -> ThreadPoolTaskRunner:
 
 
 @flow(name="chapter", flow_run_name="chapter-{outline.number}", log_prints=True)
-def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str = "") -> ChapterResult:
+def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str = "",
+                 writer_guidance: str = "") -> ChapterResult:
     """Run it with `.with_options(task_runner=chapter_runner(settings))` to honour
-    `limits.extraction_concurrency` (flows.novel does)."""
+    `limits.extraction_concurrency` (flows.novel does).
+
+    `writer_guidance` (the writer's guidance file for the chapter, redo notes) steers the
+    plan and every draft: it rides in the drafting prompt's guidance section, counted in
+    the context budget, ahead of any revision guidance."""
     rt = runtime()
     log = get_run_logger()
     started = time.monotonic()
@@ -104,7 +110,7 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
     for iteration in range(1, limits.max_iterations + 1):
         log.info("chapter %d: iteration %d of at most %d", number, iteration, limits.max_iterations)
         plan_ref = plan_scenes(book.title, book.genre, outline, book.scenes_per_chapter, book.character_names,
-                               guidance, iteration, rt.llm_fingerprint("large"))
+                               guidance, iteration, rt.llm_fingerprint("large"), writer_guidance=writer_guidance)
         plan = rt.content.get_model(plan_ref, ScenePlan)
         drafts: list[SceneDraft] = []
         tail = previous_ending
@@ -114,7 +120,8 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
                                plan=tuple(plan.scenes), scene_number=index, previous_text=tail,
                                previous_is_chapter=index == 1 and bool(previous_ending), style=rt.settings.style,
                                target_words=target_words)
-            context = retrieve_context(number, scene, (guidance,) if guidance else (), fixed_prompt_tokens(brief))
+            steering = tuple(g for g in (writer_guidance, guidance) if g)
+            context = retrieve_context(number, scene, steering, fixed_prompt_tokens(brief))
             draft = draft_scene(brief, context, iteration, rt.settings.prose, rt.llm_fingerprint("narrative"))
             drafts.append(draft)
             tail = rt.content.get_text(draft.ref)[-PREVIOUS_SCENE_TAIL_CHARS:]
@@ -163,4 +170,4 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
                          problems=[p.message for p in problems], path=path, seconds=time.monotonic() - started,
                          prose=prose, scene_prose=[d.metrics for d in drafts],
                          draft_attempts=sum(d.attempts for d in drafts), flags=flags,
-                         ending=texts[-1][-PREVIOUS_SCENE_TAIL_CHARS:])
+                         ending=texts[-1][-PREVIOUS_SCENE_TAIL_CHARS:], summary=summary.summary)

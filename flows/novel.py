@@ -24,11 +24,12 @@ from core.runtime import Runtime, runtime, set_runtime
 from core.settings import load_settings
 from flows.chapter import BookInfo, ChapterResult, chapter_flow, chapter_runner
 from prompts.initialization.models import (
+    ActOutline,
     ChapterOutline,
-    ChapterOutlines,
     CharacterSheets,
     GlobalOutline,
 )
+from tasks.bible import load_story_bible, sync_story_bible
 from tasks.commit import commit_initialization
 from tasks.export import export_manuscript
 from tasks.initialization import (
@@ -39,7 +40,22 @@ from tasks.initialization import (
     generate_character_sheets,
     generate_global_outline,
 )
-from tasks.persist import InitArtifacts, persist_initialization_files, run_initialization_parsers
+from tasks.outlining import generate_chapter_outline
+from tasks.persist import (
+    InitArtifacts,
+    initial_bible,
+    persist_initialization_files,
+    run_initialization_parsers,
+)
+from tasks.steering import (
+    chapter_guidance,
+    first_stale_chapter,
+    load_steering,
+    record_written,
+    request_redo,
+    roll_back_chapters_from,
+    written_chapters,
+)
 
 PROJECT_FILE = "project.json"
 
@@ -111,21 +127,36 @@ def initialization_flow(spec: ProjectSpec) -> InitArtifacts:
     return artifacts
 
 
-def chapter_outlines_for(artifacts: InitArtifacts, chapters: int, results: Path) -> list[ChapterOutline]:
-    """The outlines of chapters 1..chapters; chapters past the initial plan extend the last act."""
+def act_for(artifacts: InitArtifacts, spec: ProjectSpec, number: int) -> tuple[int, str]:
+    """(act number, act summary) of a chapter; chapters past the initial plan belong to the last act."""
     rt = runtime()
-    outlines = [c for ref in artifacts.chapter_outlines for c in rt.content.get_model(ref, ChapterOutlines).chapters]
-    if chapters > len(outlines):
-        names = tuple(c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters)
-        extra = generate_chapter_outlines.with_options(result_storage=results)(artifacts.global_outline, artifacts.act_outlines[-1], len(artifacts.act_outlines),
-                                          len(outlines) + 1, chapters, names, rt.llm_fingerprint("large"))
-        outlines += rt.content.get_model(extra, ChapterOutlines).chapters
-    return outlines[:chapters]
+    ranges = act_ranges(spec.initial_chapters, spec.acts)
+    act = next((a for a, first, last in ranges if first <= number <= last), ranges[-1][0])
+    return act, rt.content.get_model(artifacts.act_outlines[act - 1], ActOutline).summary
+
+
+def bring_steering_up_to_date(chapters: int, redo_from: int | None) -> None:
+    """Apply a redo request, then roll back every written chapter whose guidance or take
+    changed (from the first such chapter on), so it is written again."""
+    rt = runtime()
+    log = get_run_logger()
+    written = written_chapters()
+    if redo_from is not None:
+        if not any(n >= redo_from for n in written):
+            log.info("redo: no chapter from %d on is written; nothing to redo", redo_from)
+        else:
+            request_redo(rt.settings.saga_dir, redo_from, max(written))
+    steering = load_steering(rt.settings.saga_dir)
+    stale = first_stale_chapter(steering, rt.settings.project_dir, [n for n in written if n <= chapters])
+    if stale is not None:
+        roll_back_chapters_from(stale, f"chapters {stale}.. must be written again (guidance or redo)")
 
 
 @flow(name="novel", log_prints=True)
-def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_chapter: int) -> NovelReport:
-    """The main job: initialization once, then chapters 1..`chapters` (finished ones replay from cache)."""
+def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_chapter: int,
+               redo_from: int | None = None) -> NovelReport:
+    """The main job: initialization once, the writer's steering and story bible, then chapters
+    1..`chapters` (finished ones replay from cache)."""
     rt = _runtime_for(project_dir)
     log = get_run_logger()
     # Sub-flows (and their tasks) persist results under the project: that is the resume cache.
@@ -134,22 +165,44 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
     started = time.monotonic()
     artifacts = initialization_flow.with_options(result_storage=results)(spec)
     phases["initialization"] = time.monotonic() - started
+    bring_steering_up_to_date(chapters, redo_from)
+    sync_story_bible(initial_bible(artifacts))
+    bible = load_story_bible(rt.settings.project_dir)
+    planned = {c.number: ChapterOutline.model_validate(c.model_dump()) for c in bible.chapters}
     outline = rt.content.get_model(artifacts.global_outline, GlobalOutline)
-    names = tuple(c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters)
+    names = tuple(c.name for c in bible.characters)
     book = BookInfo(title=outline.title, genre=spec.genre, character_names=names, scenes_per_chapter=scenes_per_chapter,
                     logline=outline.logline, themes=tuple(outline.themes))
     results_list: list[ChapterResult] = []
+    summaries: list[str] = []
     one_chapter = chapter_flow.with_options(result_storage=results, task_runner=chapter_runner(rt.settings))
-    for chapter in chapter_outlines_for(artifacts, chapters, results):
-        log.info("chapter %d/%d: %s", chapter.number, chapters, chapter.title)
+    refresh = generate_chapter_outline.with_options(result_storage=results)
+    for number in range(1, chapters + 1):
+        steering = load_steering(rt.settings.saga_dir)
+        guidance = chapter_guidance(rt.settings.project_dir, number, steering.takes.get(number, 1))
+        written_with = steering.inputs.get(number)
+        if written_with is not None:
+            # A written chapter replays with the inputs it was written with (cache hits, no call),
+            # whatever the bible says now: edits steer the chapters still to be written.
+            chapter, cast = written_with.outline, written_with.character_names
+        else:
+            act, act_summary = act_for(artifacts, spec, number)
+            chapter = refresh(outline.title, spec.genre, number, bible.global_outline, act, act_summary,
+                              bible.character_lines(), tuple(summaries), planned.get(number), guidance,
+                              rt.llm_fingerprint("large"))
+            cast = names
+        log.info("chapter %d/%d: %s", number, chapters, chapter.title)
         chapter_started = time.monotonic()
         ending = results_list[-1].ending if results_list else ""
-        results_list.append(one_chapter(book, chapter, ending))
-        phases[f"chapter {chapter.number}"] = time.monotonic() - chapter_started
-        if chapter.number % rt.settings.limits.qa_every == 0:
+        result = one_chapter(book.model_copy(update={"character_names": cast}), chapter, ending, guidance)
+        results_list.append(result)
+        record_written(rt.settings.saga_dir, number, guidance, chapter, cast)
+        summaries.append(f"Chapter {number}: {result.title}: {result.summary}".rstrip(": "))
+        phases[f"chapter {number}"] = time.monotonic() - chapter_started
+        if number % rt.settings.limits.qa_every == 0:
             maintenance_started = time.monotonic()
-            _run_maintenance(project_dir, chapter.number)
-            phases[f"maintenance after {chapter.number}"] = time.monotonic() - maintenance_started
+            _run_maintenance(project_dir, number)
+            phases[f"maintenance after {number}"] = time.monotonic() - maintenance_started
     manuscript = export_manuscript(outline.title, chapters)
     report = _report(rt, outline.title, results_list, manuscript, phases)
     _publish_artifacts(report)
@@ -261,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--genre", default=None, help="genre (new projects; default 'literary fiction')")
     parser.add_argument("--acts", type=int, default=3, help="acts in the global outline (new projects)")
     parser.add_argument("--characters", type=int, default=4, help="main characters to create (new projects)")
+    parser.add_argument("--redo-from", type=int, default=None, metavar="N",
+                        help="write chapters N.. again: roll them back in the graph (newest first), move their "
+                        "files to chapters/replaced/, and redraft them with the current story bible and guidance")
     parser.add_argument("--config", type=Path, default=None, help="TOML settings file (default <project-dir>/skald.toml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
@@ -270,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.chapters < 1:
         raise InvalidInputError(f"--chapters must be at least 1 (got {args.chapters})")
+    if args.redo_from is not None and not 1 <= args.redo_from <= args.chapters:
+        raise InvalidInputError(f"--redo-from must be between 1 and --chapters {args.chapters} (got {args.redo_from})")
     if args.scenes_per_chapter is not None and not 1 <= args.scenes_per_chapter <= 20:
         raise InvalidInputError(f"--scenes-per-chapter must be between 1 and 20 (got {args.scenes_per_chapter})")
     if args.premise_file is not None:
@@ -284,13 +342,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["limits"] = settings.limits.model_copy(update={"scenes_per_chapter": args.scenes_per_chapter})
         settings = settings.model_copy(update=overrides)
     settings.project_dir.mkdir(parents=True, exist_ok=True)
+    if (settings.saga_dir / PROJECT_FILE).exists():
+        # The writer's story bible is validated before anything is written or asked.
+        load_story_bible(settings.project_dir)
     spec = resolve_project(settings.project_dir, args.premise, args.genre, args.chapters, args.acts, args.characters)
     rt = set_runtime(Runtime(settings))
     try:
         preflight(rt)
         started = time.monotonic()
         with project_prefect_settings(settings.project_dir):
-            report = novel_flow(str(settings.project_dir), spec, args.chapters, settings.limits.scenes_per_chapter)
+            report = novel_flow(str(settings.project_dir), spec, args.chapters, settings.limits.scenes_per_chapter,
+                                args.redo_from)
         print(json.dumps(run_summary(report, time.monotonic() - started)))
         flagged = [c for c in report.chapters if c.flagged]
         for chapter in flagged:

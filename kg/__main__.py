@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = commands.add_parser("rollback", help="restore the exact graph state from before a chapter's commit")
     _common(sub, top=False)
-    sub.add_argument("--chapter", type=int, required=True, help="chapter number")
+    sub.add_argument("--chapter", type=int, required=True,
+                     help="chapter number; story-bible syncs are -1, -2, ... (see `stats`)")
     sub.add_argument("--cascade", action="store_true", help="also roll back chapters committed after it (newest first)")
     return parser
 
@@ -82,8 +83,6 @@ def _print_stats(store: GraphStore, as_json: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
-    if args.command == "rollback" and args.chapter < 0:
-        raise InvalidInputError(f"--chapter must be >= 0 (got {args.chapter})")
     if args.command == "import" and not args.file.is_file():
         raise InvalidInputError(f"import file {args.file} does not exist")
     settings = load_settings(args.project_dir, args.config)

@@ -538,7 +538,7 @@ class _Planner:
                 chapter_props[name] = getattr(d, name)
         if d.embedding is not None:
             chapter_props["embedding_sha"] = embedding_sha(d.embedding)
-        if ch > 0:
+        if ch > 0 and d.changeset is None:  # a story-bible sync is not a chapter
             wanted.append((vocab.CHAPTER, cid, chapter_props))
         for scene in d.scenes:
             props = {
@@ -617,11 +617,12 @@ def commit_chapter_tx(
     started = time.perf_counter()
     delta_hash = delta.delta_hash()
     changesets = ops.read_changesets(tx)
-    current = next((c for c in changesets if c["chapter"] == delta.chapter), None)
+    key = delta.changeset_key
+    current = next((c for c in changesets if c["chapter"] == key), None)
     replaced = False
     if current is not None:
         if current["delta_hash"] == delta_hash:
-            props = ops.read_changeset_props(tx, [delta.chapter])[delta.chapter]
+            props = ops.read_changeset_props(tx, [key])[key]
             return CommitResult(
                 chapter=delta.chapter,
                 seq=current["seq"],
@@ -632,12 +633,12 @@ def commit_chapter_tx(
             )
         if not replace:
             raise ChapterConflictError(
-                f"chapter {delta.chapter} is already committed with a different delta",
+                f"chapter {key} is already committed with a different delta",
                 hint="roll it back first (python -m kg rollback --chapter N) or commit with replace=True",
             )
-        rollback_tx(tx, delta.chapter, cascade=False, ops=ops)
+        rollback_tx(tx, key, cascade=False, ops=ops)
         replaced = True
-        changesets = [c for c in changesets if c["chapter"] != delta.chapter]
+        changesets = [c for c in changesets if c["chapter"] != key]
     seq = max((c["seq"] for c in changesets), default=0) + 1
 
     planner = _Planner(tx, delta, ops, lock_reads=lock_reads)
@@ -666,8 +667,8 @@ def commit_chapter_tx(
     ops.create_changeset(
         tx,
         {
-            "id": changeset_id(delta.chapter),
-            "chapter": delta.chapter,
+            "id": changeset_id(key),
+            "chapter": key,
             "seq": seq,
             "delta_hash": delta_hash,
             "created_nodes_json": canonical_json([[n.lookup, n.id] for n in created]),

@@ -236,6 +236,14 @@ class ChapterDelta(_Model):
     status_changes: list[StatusChange] = Field(default_factory=list)
     scenes: list[SceneDelta] = Field(default_factory=list)
     novel_info: dict[str, Scalar | list[str]] | None = None
+    # A story-bible sync is its own change-set, keyed by a negative number (-1, -2, ...) so
+    # it never collides with a chapter; `chapter` is then the chapter its facts hold from.
+    changeset: int | None = Field(None, lt=0, description="change-set key of a story-bible sync (negative)")
+
+    @property
+    def changeset_key(self) -> int:
+        """The key its change-set is stored, found and rolled back by."""
+        return self.chapter if self.changeset is None else self.changeset
 
     @field_validator("scenes")
     @classmethod
@@ -251,6 +259,8 @@ class ChapterDelta(_Model):
             raise ValueError(
                 "chapter 0 is the initialization phase: it has no Chapter node, scenes, text or embedding"
             )
+        if self.changeset is not None and (self.scenes or self.embedding is not None or self.text_ref or self.text_sha):
+            raise ValueError("a story-bible sync has no scenes, text or embedding")
         return self
 
     @field_validator("novel_info")
@@ -263,7 +273,9 @@ class ChapterDelta(_Model):
 
     def delta_hash(self) -> str:
         """Content hash: the same delta (whatever its dict ordering) hashes the same."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
+        # A chapter's hash leaves out the (unset) bible key, so hashes stored before it existed still match.
+        dumped = self.model_dump(mode="json", exclude={"changeset"} if self.changeset is None else None)
+        canonical = json.dumps(dumped, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -46,5 +46,10 @@ def render_messages(name: str, /, **context: Any) -> list[dict[str, str]]:
     return messages
 
 
+def render_text(name: str, /, **context: Any) -> str:
+    """Render a template's `user` block as plain text (a piece of a larger prompt)."""
+    return render_messages(name, **context)[-1]["content"]
+
+
 def template_names() -> list[str]:
     return sorted(n for n in _environment().list_templates() if n.endswith(".j2"))

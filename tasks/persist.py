@@ -1,8 +1,8 @@
-"""Persist the initialization artifacts as human-editable files, and parse them back.
+"""Persist the initialization artifacts as the editable story bible, and parse it back.
 
 `characters/<name>.yaml`, `outline/global_outline.md`, `outline/chapters.yaml`,
-`world/locations.yaml`, `world/relationships.yaml`. Parsing them back validates that
-what a user would open is complete and well-formed.
+`world/locations.yaml`, `world/relationships.yaml`. A file the writer changed is never
+overwritten (tasks.bible.write_owned); parsing the files back validates them strictly.
 """
 
 from __future__ import annotations
@@ -10,23 +10,21 @@ from __future__ import annotations
 import re
 
 import yaml
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
-from core.content import ContentRef, write_if_changed
+from core.content import ContentRef
 from core.errors import ContentIntegrityError
 from core.runtime import runtime
 from prompts.initialization.models import (
     ActOutline,
     ChapterOutlines,
-    CharacterSheet,
     CharacterSheets,
     GlobalOutline,
-    OutlineLocation,
-    OutlineRelationship,
     OutlineRelationships,
 )
+from tasks.bible import StoryBible, load_story_bible, write_owned
 
 
 def slug(name: str) -> str:
@@ -45,17 +43,22 @@ class InitArtifacts(BaseModel):
     relationships: ContentRef
 
 
-@task(name="persist_initialization_files", cache_policy=NO_CACHE, persist_result=False)
-def persist_initialization_files(artifacts: InitArtifacts) -> list[str]:
-    rt = runtime()
-    root = rt.settings.project_dir
-    store = rt.content
-    written: list[str] = []
-    sheets = store.get_model(artifacts.characters, CharacterSheets)
-    for character in sheets.characters:
-        path = root / "characters" / f"{slug(character.name)}.yaml"
-        write_if_changed(path, _yaml(character.model_dump()))
-        written.append(str(path))
+def initial_bible(artifacts: InitArtifacts) -> StoryBible:
+    """The story bible as initialization writes it: the baseline of the writer's edits."""
+    store = runtime().content
+    rels = store.get_model(artifacts.relationships, OutlineRelationships)
+    chapters = [c for ref in artifacts.chapter_outlines for c in store.get_model(ref, ChapterOutlines).chapters]
+    return StoryBible.model_validate({
+        "characters": [c.model_dump() for c in store.get_model(artifacts.characters, CharacterSheets).characters],
+        "locations": [loc.model_dump() for loc in rels.locations],
+        "relationships": [r.model_dump() for r in rels.relationships],
+        "chapters": [c.model_dump() for c in chapters],
+        "global_outline": global_outline_markdown(artifacts),
+    })
+
+
+def global_outline_markdown(artifacts: InitArtifacts) -> str:
+    store = runtime().content
     outline = store.get_model(artifacts.global_outline, GlobalOutline)
     acts = [store.get_model(ref, ActOutline) for ref in artifacts.act_outlines]
     md = [f"# {outline.title}\n", f"*{outline.logline}*\n", f"**Setting:** {outline.setting}\n",
@@ -64,35 +67,32 @@ def persist_initialization_files(artifacts: InitArtifacts) -> list[str]:
         md.append(f"## Act {act.number}\n\n{detail.summary}\n")
         md.extend(f"- {event}" for event in detail.key_events)
         md.append("")
-    write_if_changed(root / "outline" / "global_outline.md", "\n".join(md))
-    chapters = [c.model_dump() for ref in artifacts.chapter_outlines for c in store.get_model(ref, ChapterOutlines).chapters]
-    write_if_changed(root / "outline" / "chapters.yaml", _yaml(chapters))
-    rels = store.get_model(artifacts.relationships, OutlineRelationships)
-    write_if_changed(root / "world" / "locations.yaml", _yaml([loc.model_dump() for loc in rels.locations]))
-    write_if_changed(root / "world" / "relationships.yaml", _yaml([r.model_dump() for r in rels.relationships]))
-    written += [str(root / p) for p in ("outline/global_outline.md", "outline/chapters.yaml",
-                                        "world/locations.yaml", "world/relationships.yaml")]
-    return written
+    return "\n".join(md)
+
+
+@task(name="persist_initialization_files", cache_policy=NO_CACHE, persist_result=False)
+def persist_initialization_files(artifacts: InitArtifacts) -> list[str]:
+    """Write the bible files Skald still owns; returns the files left to the writer's edits."""
+    rt = runtime()
+    root, saga = rt.settings.project_dir, rt.settings.saga_dir
+    bible = initial_bible(artifacts)
+    files: dict[str, str] = {f"characters/{slug(c.name)}.yaml": _yaml(c.model_dump()) for c in bible.characters}
+    files["outline/global_outline.md"] = bible.global_outline
+    files["outline/chapters.yaml"] = _yaml([c.model_dump() for c in bible.chapters])
+    files["world/locations.yaml"] = _yaml([loc.model_dump() for loc in bible.locations])
+    files["world/relationships.yaml"] = _yaml([r.model_dump() for r in bible.relationships])
+    kept = [rel for rel, text in files.items() if not write_owned(root, saga, rel, text)]
+    if kept:
+        get_run_logger().info("story bible: left the writer's edits in %s untouched", ", ".join(kept))
+    return kept
 
 
 @task(name="run_initialization_parsers", cache_policy=NO_CACHE, persist_result=False)
 def run_initialization_parsers(expected_chapters: int) -> int:
-    """Parse the persisted files back; raise if anything a later stage needs is missing."""
+    """Parse the bible back (strictly: a bad edit stops the run with one line)."""
     root = runtime().settings.project_dir
-    try:
-        for path in sorted((root / "characters").glob("*.yaml")):
-            CharacterSheet.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
-        chapters = ChapterOutlines.model_validate(
-            {"chapters": yaml.safe_load((root / "outline" / "chapters.yaml").read_text(encoding="utf-8"))}
-        )
-        for item in yaml.safe_load((root / "world" / "locations.yaml").read_text(encoding="utf-8")) or []:
-            OutlineLocation.model_validate(item)
-        for item in yaml.safe_load((root / "world" / "relationships.yaml").read_text(encoding="utf-8")) or []:
-            OutlineRelationship.model_validate(item)
-    except (OSError, yaml.YAMLError, ValueError) as exc:
-        raise ContentIntegrityError(f"initialization files under {root} are invalid: {exc}",
-                                    hint="delete the outline/ and characters/ folders and run again") from exc
-    numbers = [c.number for c in chapters.chapters]
+    bible = load_story_bible(root)
+    numbers = [c.number for c in bible.chapters]
     if numbers[:expected_chapters] != list(range(1, expected_chapters + 1)):
         raise ContentIntegrityError(f"outline/chapters.yaml numbers chapters {numbers}, expected 1..{expected_chapters}",
                                     hint="fix the file or delete it and run again")

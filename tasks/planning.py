@@ -18,9 +18,12 @@ MAX_PLAN_CALLS = 3
 @cached_task("plan_scenes")
 def plan_scenes(
     title: str, genre: str, chapter: ChapterOutline, scene_count: int,
-    character_names: tuple[str, ...], guidance: str, iteration: int, llm: str,
+    character_names: tuple[str, ...], guidance: str, iteration: int, llm: str, writer_guidance: str = "",
 ) -> ContentRef:
-    """Plan exactly `scene_count` scenes, asking again for any the model left out."""
+    """Plan exactly `scene_count` scenes, asking again for any the model left out.
+
+    `guidance` is revision guidance after a rejected draft; `writer_guidance` is the writer's
+    own steering for the chapter (guidance/chapter_NNN.md and redo notes)."""
     rt = runtime()
     scenes: list[SceneDetail] = []
     for _ in range(MAX_PLAN_CALLS):
@@ -34,6 +37,7 @@ def plan_scenes(
             "large",
             render_messages("narrative/scene_plan", title=title, genre=genre, chapter=chapter,
                             character_names=character_names, guidance=(guidance + extra).strip(),
+                            writer_guidance=writer_guidance,
                             scene_count=remaining),
             ScenePlan, purpose="plan_scenes",
         )

@@ -21,3 +21,15 @@ class ScenePlan(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     scenes: list[SceneDetail] = Field(min_length=1, max_length=20)
+
+
+class ChapterOutlineRefresh(BaseModel):
+    """chapter_outline.j2: one chapter's outline, refreshed from what the book has become."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    title: str = ""
+    summary: str = ""
+    pov: str = Field("", description="point-of-view character")
+    setting: str = ""
+    key_beats: list[str] = Field(default_factory=list, max_length=8)

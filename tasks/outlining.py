@@ -1,0 +1,45 @@
+"""Chapter outline stage (spec 001 `generate_chapter_outline`): before a chapter is planned,
+its outline is refreshed from the global/act outline, the summaries of the chapters written
+so far, the story bible and the writer's guidance. Chapters past the initial plan are
+outlined the same way (with no planned outline to start from).
+
+Cached by its inputs: the outline of chapter N is asked again only when an earlier
+chapter's summary, the bible's characters, the outline or the guidance changed.
+"""
+
+from __future__ import annotations
+
+from prefect import get_run_logger
+
+from core.runtime import runtime
+from prompts import render_messages
+from prompts.initialization.models import ChapterOutline
+from prompts.narrative.models import ChapterOutlineRefresh
+from tasks.policy import cached_task
+
+
+@cached_task("generate_chapter_outline")
+def generate_chapter_outline(
+    title: str, genre: str, number: int, global_outline: str, act_number: int, act: str,
+    characters: tuple[str, ...], summaries: tuple[str, ...], planned: ChapterOutline | None, guidance: str, llm: str,
+) -> ChapterOutline:
+    """The chapter's outline for planning; fields the model leaves blank keep the planned ones."""
+    rt = runtime()
+    answer = rt.gateway.structured(
+        "large",
+        render_messages("narrative/chapter_outline", title=title, genre=genre, number=number,
+                        global_outline=global_outline, act_number=act_number, act=act, characters=characters,
+                        summaries=summaries, planned=planned, guidance=guidance),
+        ChapterOutlineRefresh, purpose="chapter_outline",
+    )
+    base = planned or ChapterOutline(number=number, title=f"Chapter {number}", summary=act or title)
+    refreshed = ChapterOutline(
+        number=number,
+        title=answer.title.strip() or base.title,
+        summary=answer.summary.strip() or base.summary,
+        pov=answer.pov.strip() or base.pov,
+        setting=answer.setting.strip() or base.setting,
+        key_beats=[b for b in answer.key_beats if b.strip()] or base.key_beats,
+    )
+    get_run_logger().info("chapter %d: outline %s: %s", number, "refreshed" if planned else "written", refreshed.title)
+    return refreshed

@@ -1,0 +1,163 @@
+"""The writer's steering of single chapters: guidance files, redo, and what must be redone.
+
+- `guidance/chapter_NNN.md` (free text) steers chapter N's outline refresh, scene plan and
+  drafts. It is an input of those cached tasks, so changing it changes their cache keys.
+- A redo (`--redo-from N`) raises the "take" of chapters N.. by one; a take above 1 adds a
+  note to the chapter's guidance, so the chapter is written afresh rather than replayed.
+- `.saga/steering.json` records, per written chapter, the fingerprint of the guidance and
+  take it was written with. When a written chapter's fingerprint no longer matches (its
+  guidance file changed, or a redo asked for it), chapters from the first such one on are
+  rolled back in the graph (exactly, newest first) and their files moved aside under
+  `chapters/replaced/<UTC time>/`; they are then written again. Earlier chapters replay
+  from the cache with no LLM call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+from prefect import get_run_logger
+from pydantic import BaseModel, Field
+
+from core.content import atomic_write
+from core.errors import InvalidInputError
+from core.runtime import runtime
+from prompts import render_text
+from prompts.initialization.models import ChapterOutline
+from tasks.policy import graph_task
+
+STEERING_FILE = "steering.json"
+
+
+class WrittenWith(BaseModel):
+    """The inputs a written chapter was made with: replaying them hits the cache exactly."""
+
+    outline: ChapterOutline
+    character_names: tuple[str, ...]
+
+
+class Steering(BaseModel):
+    """What `.saga/steering.json` holds."""
+
+    takes: dict[int, int] = Field(default_factory=dict, description="chapter -> take (1 when absent)")
+    written: dict[int, str] = Field(default_factory=dict, description="chapter -> fingerprint it was written with")
+    inputs: dict[int, WrittenWith] = Field(default_factory=dict, description="chapter -> its outline and cast")
+
+
+def guidance_path(project_dir: Path, number: int) -> Path:
+    return project_dir / "guidance" / f"chapter_{number:03d}.md"
+
+
+def read_guidance(project_dir: Path, number: int) -> str:
+    path = guidance_path(project_dir, number)
+    if not path.is_file():
+        return ""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{path.relative_to(project_dir)}: cannot be read: {exc}",
+                                hint="save it as UTF-8 text") from None
+
+
+def load_steering(saga_dir: Path) -> Steering:
+    path = saga_dir / STEERING_FILE
+    if not path.is_file():
+        return Steering()
+    try:
+        return Steering.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InvalidInputError(f"{path} is corrupted: {str(exc).splitlines()[0]}",
+                                hint="delete it (chapters are then taken as written with their current guidance)") from None
+
+
+def save_steering(saga_dir: Path, steering: Steering) -> None:
+    atomic_write(saga_dir / STEERING_FILE, (steering.model_dump_json(indent=2) + "\n").encode("utf-8"))
+
+
+def chapter_guidance(project_dir: Path, number: int, take: int) -> str:
+    """The writer's steering text for a chapter: its guidance file, plus a redo note after a redo."""
+    parts = [read_guidance(project_dir, number)]
+    if take > 1:
+        parts.append(render_text("narrative/redo_note", take=take))
+    text = "\n\n".join(p for p in parts if p)
+    return render_text("narrative/writer_guidance", guidance=text) if text else ""
+
+
+def fingerprint(guidance: str) -> str:
+    return hashlib.sha256(guidance.encode("utf-8")).hexdigest()[:16]
+
+
+def first_stale_chapter(steering: Steering, project_dir: Path, written: list[int]) -> int | None:
+    """The first written chapter whose guidance or take changed since it was written.
+
+    A chapter without a record was written before guidance existed: with no guidance file
+    and no redo, it is up to date.
+    """
+    for number in sorted(written):
+        current = fingerprint(chapter_guidance(project_dir, number, steering.takes.get(number, 1)))
+        if steering.written.get(number, fingerprint("")) != current:
+            return number
+    return None
+
+
+@graph_task("roll_back_chapters_from")
+def roll_back_chapters_from(first: int, reason: str) -> list[int]:
+    """Roll back chapters `first`.. in the graph (newest first, with any story-bible syncs made
+    after them) and move their files aside; returns the chapters rolled back."""
+    rt = runtime()
+    log = get_run_logger()
+    committed = [c for c in rt.graph.committed_chapters() if c.chapter >= first]
+    rolled: list[int] = []
+    if committed:
+        result = rt.graph.rollback_chapter(min(committed, key=lambda c: c.seq).chapter, cascade=True)
+        rolled = result.chapters
+        log.info("%s: rolled back change-sets %s (newest first): %d nodes and %d relationships removed, "
+                 "%d nodes restored", reason, rolled, result.deleted_nodes, result.deleted_relationships,
+                 result.restored_nodes)
+    root = rt.settings.project_dir
+    files = sorted(p for p in (root / "chapters").glob("chapter_*.md")
+                   if p.stem.removeprefix("chapter_").isdigit() and int(p.stem.removeprefix("chapter_")) >= first)
+    if files:
+        aside = root / "chapters" / "replaced" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        aside.mkdir(parents=True, exist_ok=True)
+        for path in files:
+            shutil.move(str(path), aside / path.name)
+        log.info("%s: previous chapter files kept in %s", reason, aside)
+    steering = load_steering(rt.settings.saga_dir)
+    steering.written = {n: f for n, f in steering.written.items() if n < first}
+    steering.inputs = {n: w for n, w in steering.inputs.items() if n < first}
+    save_steering(rt.settings.saga_dir, steering)
+    return rolled
+
+
+def request_redo(saga_dir: Path, first: int, last_known: int) -> Steering:
+    """Raise the take of chapters first..last_known by one (the redo's new versions)."""
+    steering = load_steering(saga_dir)
+    for number in range(first, max(first, last_known) + 1):
+        steering.takes[number] = steering.takes.get(number, 1) + 1
+    save_steering(saga_dir, steering)
+    return steering
+
+
+def record_written(saga_dir: Path, number: int, guidance: str, outline: ChapterOutline,
+                   character_names: tuple[str, ...]) -> None:
+    steering = load_steering(saga_dir)
+    written = WrittenWith(outline=outline, character_names=character_names)
+    if steering.written.get(number) != fingerprint(guidance) or steering.inputs.get(number) != written:
+        steering.written[number] = fingerprint(guidance)
+        steering.inputs[number] = written
+        save_steering(saga_dir, steering)
+
+
+def written_chapters() -> list[int]:
+    """Chapters with a committed change-set or a chapter file."""
+    rt = runtime()
+    numbers = {c.chapter for c in rt.graph.committed_chapters() if c.chapter > 0}
+    for path in (rt.settings.project_dir / "chapters").glob("chapter_*.md"):
+        digits = path.stem.removeprefix("chapter_")
+        if digits.isdigit():
+            numbers.add(int(digits))
+    return sorted(numbers)
