@@ -68,6 +68,7 @@ class ProjectSpec(BaseModel):
     initial_chapters: int = Field(ge=1)
     acts: int = Field(ge=1, le=10)
     characters: int = Field(ge=1, le=20)
+    imported_from: str = Field("", description="the manuscript an imported project started from")
 
 
 class NovelReport(BaseModel):
@@ -97,11 +98,16 @@ def resolve_project(project_dir: Path, premise: str | None, genre: str | None, c
         raise InvalidInputError("a new project needs a premise", hint="pass --premise TEXT or --premise-file FILE")
     spec = ProjectSpec(premise=premise.strip(), genre=(genre or "literary fiction").strip(),
                        initial_chapters=chapters, acts=min(acts, chapters), characters=characters)
+    save_project(project_dir, spec)
+    return spec
+
+
+def save_project(project_dir: Path, spec: ProjectSpec) -> None:
+    path = project_dir / ".saga" / PROJECT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(spec.model_dump_json(indent=2), encoding="utf-8")
     tmp.replace(path)
-    return spec
 
 
 @flow(name="initialization", log_prints=True)
@@ -163,7 +169,13 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
     results = prefect_results_dir(Path(project_dir))
     phases: dict[str, float] = {}
     started = time.monotonic()
-    artifacts = initialization_flow.with_options(result_storage=results)(spec)
+    if spec.imported_from:
+        from flows.importing import load_imported_artifacts
+
+        artifacts = load_imported_artifacts(rt.settings.saga_dir)
+        persist_initialization_files(artifacts)
+    else:
+        artifacts = initialization_flow.with_options(result_storage=results)(spec)
     phases["initialization"] = time.monotonic() - started
     bring_steering_up_to_date(chapters, redo_from)
     sync_story_bible(initial_bible(artifacts))
@@ -175,10 +187,16 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
                     logline=outline.logline, themes=tuple(outline.themes))
     results_list: list[ChapterResult] = []
     summaries: list[str] = []
+    ending = ""
     one_chapter = chapter_flow.with_options(result_storage=results, task_runner=chapter_runner(rt.settings))
     refresh = generate_chapter_outline.with_options(result_storage=results)
     for number in range(1, chapters + 1):
         steering = load_steering(rt.settings.saga_dir)
+        imported = steering.imported.get(number)
+        if imported is not None:  # the writer's own chapter, brought in by `import`
+            summaries.append(f"Chapter {number}: {imported.title}: {imported.summary}")
+            ending = imported.ending
+            continue
         guidance = chapter_guidance(rt.settings.project_dir, number, steering.takes.get(number, 1))
         written_with = steering.inputs.get(number)
         if written_with is not None:
@@ -193,9 +211,9 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
             cast = names
         log.info("chapter %d/%d: %s", number, chapters, chapter.title)
         chapter_started = time.monotonic()
-        ending = results_list[-1].ending if results_list else ""
         result = one_chapter(book.model_copy(update={"character_names": cast}), chapter, ending, guidance)
         results_list.append(result)
+        ending = result.ending
         record_written(rt.settings.saga_dir, number, guidance, chapter, cast)
         summaries.append(f"Chapter {number}: {result.title}: {result.summary}".rstrip(": "))
         phases[f"chapter {number}"] = time.monotonic() - chapter_started
@@ -302,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m flows.novel",
         description="Write a novel with LLMs, keeping the story world in a knowledge graph. "
-        "Re-running resumes from cached steps; a larger --chapters continues the book.",
+        "Re-running resumes from cached steps; a larger --chapters continues the book. "
+        "`python -m flows.novel import --help`: start a project from an existing manuscript.",
     )
     parser.add_argument("--project-dir", type=Path, required=True, help="where chapters/, outline/, .saga/ ... live")
     premise = parser.add_mutually_exclusive_group()
@@ -322,7 +341,55 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_import_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.novel import",
+        description="Import an existing markdown manuscript into a new project: split it into chapters "
+        "(headings) and scenes (*** lines), extract the story world, commit each chapter as its change-set "
+        "and write the story bible files. Continue it afterwards with `python -m flows.novel --chapters N`.",
+    )
+    parser.add_argument("--project-dir", type=Path, required=True, help="the new project's directory")
+    parser.add_argument("--manuscript", type=Path, required=True, help="the manuscript (markdown, UTF-8)")
+    parser.add_argument("--genre", default="literary fiction", help="the book's genre")
+    parser.add_argument("--config", type=Path, default=None, help="TOML settings file (default <project-dir>/skald.toml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def import_main(argv: Sequence[str]) -> int:
+    from flows.importing import import_flow
+    from tasks.manuscript import split_manuscript
+
+    args = build_import_parser().parse_args(argv)
+    try:
+        text = args.manuscript.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"cannot read --manuscript {args.manuscript}: {exc}") from None
+    manuscript = split_manuscript(text, args.manuscript.stem.replace("_", " ").strip() or "Untitled")
+    setup_logging(args.verbose)
+    settings = load_settings(args.project_dir, args.config)
+    if (settings.saga_dir / PROJECT_FILE).exists():
+        raise InvalidInputError(f"{args.project_dir} already holds a book", hint="import into a new --project-dir")
+    settings.project_dir.mkdir(parents=True, exist_ok=True)
+    rt = set_runtime(Runtime(settings))
+    try:
+        preflight(rt)
+        with project_prefect_settings(settings.project_dir):
+            report = import_flow(manuscript, args.genre.strip() or "literary fiction")
+        spec = ProjectSpec(premise=f"{manuscript.title} (imported from {args.manuscript.name})", genre=args.genre,
+                           initial_chapters=report.chapters, acts=1, characters=max(1, min(20, len(report.characters))),
+                           imported_from=str(args.manuscript))
+        save_project(settings.project_dir, spec)
+        print(json.dumps(report.model_dump()))
+    finally:
+        rt.close()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["import"]:
+        return import_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.chapters < 1:
         raise InvalidInputError(f"--chapters must be at least 1 (got {args.chapters})")

@@ -39,12 +39,21 @@ class WrittenWith(BaseModel):
     character_names: tuple[str, ...]
 
 
+class ImportedChapter(BaseModel):
+    """A chapter of an imported manuscript: not written by Skald, so never replayed."""
+
+    title: str
+    summary: str
+    ending: str
+
+
 class Steering(BaseModel):
     """What `.saga/steering.json` holds."""
 
     takes: dict[int, int] = Field(default_factory=dict, description="chapter -> take (1 when absent)")
     written: dict[int, str] = Field(default_factory=dict, description="chapter -> fingerprint it was written with")
     inputs: dict[int, WrittenWith] = Field(default_factory=dict, description="chapter -> its outline and cast")
+    imported: dict[int, ImportedChapter] = Field(default_factory=dict, description="chapters of an imported manuscript")
 
 
 def guidance_path(project_dir: Path, number: int) -> Path:
@@ -129,6 +138,7 @@ def roll_back_chapters_from(first: int, reason: str) -> list[int]:
     steering = load_steering(rt.settings.saga_dir)
     steering.written = {n: f for n, f in steering.written.items() if n < first}
     steering.inputs = {n: w for n, w in steering.inputs.items() if n < first}
+    steering.imported = {n: c for n, c in steering.imported.items() if n < first}
     save_steering(rt.settings.saga_dir, steering)
     return rolled
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 import yaml
 
 from core.settings import Settings
+from tests.conftest import REPO_ROOT
 from tests.scripted_llm import ScriptedLLM, ScriptedRequest
 from tests.test_novel_e2e import PREMISE, export, kg, novel, run_env, script_novel, wipe_graph
 
@@ -237,3 +240,79 @@ def test_bad_redo_from_fails_with_one_line(llm: ScriptedLLM, graph_settings: Set
     assert result.returncode == 2
     assert "--redo-from must be between 1 and --chapters 2" in one_error_line(result.stderr)
     assert len(llm.requests) == start
+
+
+# --- import -------------------------------------------------------------------------------------
+
+MANUSCRIPT = """# The Salt Road
+
+## Chapter 1: Harbor
+
+Ilse Marrow counted the crates on the quay of Saltmere harbor while the gulls screamed overhead.
+
+* * *
+
+Captain Oren Hale came down the gangway and asked her for the ledger she had hidden.
+
+## Chapter 2: The Ledger
+
+Ilse Marrow read the ledger by candlelight in the customs house of Saltmere and found her father's name.
+
+## Chapter 3: Night Tide
+
+Captain Oren Hale sailed out of Saltmere harbor on the night tide with Ilse Marrow aboard.
+"""
+
+
+def _imported_extraction(request: ScriptedRequest) -> dict[str, object]:
+    entities = [{"name": "Saltmere harbor", "kind": "Location", "description": "A grey port.", "traits": []}]
+    if "Ilse Marrow" in request.last_user:
+        entities.append({"name": "Ilse Marrow", "kind": "Character", "description": "A customs clerk.",
+                         "traits": ["watchful"]})
+    if "Oren Hale" in request.last_user:
+        entities.append({"name": "Captain Oren Hale", "kind": "Character", "description": "A smuggler captain.",
+                         "traits": ["bold"]})
+    rels = [{"source": "Ilse Marrow", "target": "Captain Oren Hale", "type": "DISTRUSTS", "description": ""}]
+    return {"entities": entities, "relationships": rels if len(entities) == 3 else [], "status_changes": []}
+
+
+def test_import_manuscript_then_continue_it(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    wipe_graph(graph_settings)
+    project = tmp_path / "imported"
+    env = run_env(llm, graph_settings, prefect_home)
+    source = tmp_path / "salt_road.md"
+    source.write_text(MANUSCRIPT)
+    llm.on(schema="SceneExtraction", contains="Saltmere", respond=_imported_extraction)
+    cmd = [sys.executable, "-m", "flows.novel", "import", "--project-dir", str(project), "--manuscript", str(source)]
+    result = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["title"] == "The Salt Road" and report["chapters"] == 3
+    assert sorted(report["characters"]) == ["Captain Oren Hale", "Ilse Marrow"]
+    assert (project / "characters" / "ilse_marrow.yaml").is_file()
+    assert "Night Tide" in (project / "chapters" / "chapter_003.md").read_text()
+    graph = json.loads(export(project, env, "imported"))
+    chapters = sorted(n["properties"]["number"] for n in graph["nodes"] if "Chapter" in n["labels"])
+    assert chapters == [1, 2, 3]
+    changesets = sorted(n["properties"]["chapter"] for n in graph["nodes"] if "ChangeSet" in n["labels"])
+    assert changesets == [0, 1, 2, 3]
+    scenes = [n for n in graph["nodes"] if "Scene" in n["labels"] and n["properties"].get("chapter") == 1]
+    assert len(scenes) == 2
+
+    start = len(llm.requests)
+    result = novel(project, env, "--chapters", "4", "--scenes-per-chapter", "1")
+    assert result.returncode == 0, result.stderr[-4000:]
+    made = requests_since(llm, start)
+    assert not any(chapter_of(r) in (1, 2, 3) for r in made), "imported chapters are not rewritten"
+    outline = [r for r in made if "Outline chapter 4:" in r.last_user]
+    plan = [r for r in made if "Plan exactly" in r.last_user]
+    assert outline and plan
+    for request in (*outline, *plan):
+        assert "Ilse Marrow" in request.last_user and "Captain Oren Hale" in request.last_user
+    assert all(f"SUMMARY-OF-CHAPTER-{n}" in outline[0].last_user for n in (1, 2, 3))
+    assert (project / "chapters" / "chapter_004.md").is_file()
+    assert "Night Tide" in (project / "chapters" / "chapter_003.md").read_text()
+    names = {n["properties"].get("name") for n in json.loads(export(project, env, "continued"))["nodes"]}
+    assert {"Ilse Marrow", "Captain Oren Hale", "Saltmere harbor"} <= names
