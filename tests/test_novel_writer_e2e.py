@@ -252,7 +252,7 @@ Ilse Marrow counted the crates on the quay of Saltmere harbor while the gulls sc
 
 * * *
 
-Captain Oren Hale came down the gangway and asked her for the ledger she had hidden.
+Captain Oren Hale came down the Saltmere gangway and asked her for the ledger she had hidden.
 
 ## Chapter 2: The Ledger
 
