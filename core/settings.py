@@ -32,8 +32,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from core.errors import ConfigError
 
-TierName = Literal["large", "medium", "small", "narrative"]
-TIER_NAMES: tuple[TierName, ...] = ("large", "medium", "small", "narrative")
+TierName = Literal["large", "medium", "small", "narrative", "enrichment"]
+TIER_NAMES: tuple[TierName, ...] = ("large", "medium", "small", "narrative", "enrichment")
 SLOT_NAMES: tuple[str, ...] = ("retriever", "injector", "actor", "extractor", "judge", "historian")
 
 # Set by load_settings() so the TOML source knows which file to read.
@@ -103,6 +103,8 @@ def _default_tiers() -> dict[str, TierSettings]:
         "medium": TierSettings(temperature=0.4, max_tokens=1024),
         "small": TierSettings(temperature=0.2, max_tokens=1024),
         "narrative": TierSettings(temperature=0.8, max_tokens=1536),
+        # The optional narrative enrichment pass (limits.enrich_narrative).
+        "enrichment": TierSettings(temperature=0.6, max_tokens=1536),
     }
 
 
@@ -135,6 +137,8 @@ class RunLimits(BaseModel):
     scenes_per_chapter: int = Field(3, ge=1, le=20)
     revision_threshold: float = Field(0.5, ge=0, le=1, description="min mean quality score")
     extraction_concurrency: int = Field(4, ge=1, le=64)
+    enrich_narrative: bool = Field(False, description="rewrite each drafted scene with sensory detail and emotional "
+                                   "depth (tier `enrichment`) before it is extracted, validated and committed")
     llm_max_attempts: int = Field(4, ge=1, le=20)
     llm_timeout_s: float = Field(120.0, gt=0)
     context_budget: ContextBudget = Field(default_factory=ContextBudget)

@@ -12,6 +12,7 @@ from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
+from core.content import ContentRef
 from core.prose import ProseMetrics
 from core.runtime import runtime
 from core.settings import Settings
@@ -35,6 +36,7 @@ from tasks.drafting import (
     scene_target_words,
 )
 from tasks.embedding import embed_scenes_or_none
+from tasks.enrichment import enrich_scene
 from tasks.evaluation import evaluate_quality
 from tasks.export import finalize_chapter, publish_chapter_quality
 from tasks.extraction import extract_scene
@@ -113,6 +115,7 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
                                guidance, iteration, rt.llm_fingerprint("large"), writer_guidance=writer_guidance)
         plan = rt.content.get_model(plan_ref, ScenePlan)
         drafts: list[SceneDraft] = []
+        final_refs: list[ContentRef] = []
         tail = previous_ending
         for index, scene in enumerate(plan.scenes, start=1):
             brief = SceneBrief(title=book.title, genre=book.genre, logline=book.logline, themes=book.themes,
@@ -124,8 +127,13 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
             context = retrieve_context(number, scene, steering, fixed_prompt_tokens(brief))
             draft = draft_scene(brief, context, iteration, rt.settings.prose, rt.llm_fingerprint("narrative"))
             drafts.append(draft)
-            tail = rt.content.get_text(draft.ref)[-PREVIOUS_SCENE_TAIL_CHARS:]
-        refs = tuple(d.ref for d in drafts)
+            scene_ref = draft.ref
+            if limits.enrich_narrative:  # the enriched scene is what everything downstream sees
+                scene_ref = enrich_scene(draft.ref, book.genre, number, index, outline.summary, target_words,
+                                         rt.settings.prose, rt.llm_fingerprint("enrichment"))
+            final_refs.append(scene_ref)
+            tail = rt.content.get_text(scene_ref)[-PREVIOUS_SCENE_TAIL_CHARS:]
+        refs = tuple(final_refs)
         # Scenes are independent for extraction: run them in parallel (bounded by the runner).
         futures = [
             extract_scene.submit(ref, number, index, book.character_names, rt.llm_fingerprint("small"))

@@ -316,3 +316,31 @@ def test_import_manuscript_then_continue_it(
     assert "Night Tide" in (project / "chapters" / "chapter_003.md").read_text()
     names = {n["properties"].get("name") for n in json.loads(export(project, env, "continued"))["nodes"]}
     assert {"Ilse Marrow", "Captain Oren Hale", "Saltmere harbor"} <= names
+
+
+# --- narrative enrichment -------------------------------------------------------------------------
+
+
+def _enrich(request: ScriptedRequest) -> str:
+    draft = request.last_user.split('"""')[1].strip()
+    return draft + " Brine stung her lips, and somewhere below ENRICHED-MARK-3 the bell buoy tolled for the drowned."
+
+
+def test_enrichment_is_off_by_default_and_when_on_is_what_is_committed(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    assert not any("Enrich this scene" in r.text for r in llm.requests), "enrichment must be off by default"
+    wipe_graph(graph_settings)
+    project = tmp_path / "enriched"
+    env = run_env(llm, graph_settings, prefect_home, SKALD_LIMITS__ENRICH_NARRATIVE="true")
+    llm.on(schema=None, contains="Enrich this scene", respond=_enrich)
+    start = len(llm.requests)
+    result = novel(project, env, "--premise", PREMISE + " (enriched)", "--chapters", "1", *SMALL)
+    assert result.returncode == 0, result.stderr[-4000:]
+    made = requests_since(llm, start)
+    assert len([r for r in made if "Enrich this scene" in r.last_user]) == 1
+    extraction = [r for r in made if "Scene 1 of chapter 1:" in r.last_user]
+    editor = [r for r in made if "Chapter 1 was planned as" in r.last_user]
+    assert extraction and all("ENRICHED-MARK-3" in r.last_user for r in extraction)
+    assert editor and all("ENRICHED-MARK-3" in r.last_user for r in editor)
+    assert "ENRICHED-MARK-3" in (project / "chapters" / "chapter_001.md").read_text()

@@ -24,7 +24,7 @@ def test_defaults_mean_embedded_services(tmp_path: Path) -> None:
     settings = load_settings(tmp_path)
     assert settings.openai_base_url is None and settings.neo4j_uri is None
     assert settings.limits.max_iterations == 3 and settings.limits.qa_every == 5
-    assert set(settings.tiers) == {"large", "medium", "small", "narrative"}
+    assert set(settings.tiers) == {"large", "medium", "small", "narrative", "enrichment"}
 
 
 def test_precedence_flags_over_env_over_dotenv_over_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
