@@ -29,7 +29,7 @@ from prompts.initialization.models import (
     CharacterSheets,
     GlobalOutline,
 )
-from tasks.bible import load_story_bible, sync_story_bible
+from tasks.bible import load_story_bible, sync_story_bible, write_learned_characters
 from tasks.commit import commit_initialization
 from tasks.export import export_manuscript
 from tasks.initialization import (
@@ -221,6 +221,7 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
             maintenance_started = time.monotonic()
             _run_maintenance(project_dir, number)
             phases[f"maintenance after {number}"] = time.monotonic() - maintenance_started
+    write_learned_characters()
     manuscript = export_manuscript(outline.title, chapters)
     report = _report(rt, outline.title, results_list, manuscript, phases)
     _publish_artifacts(report)

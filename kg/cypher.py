@@ -235,6 +235,8 @@ RESOLVE_NAMES = (
     "MATCH (k:EntityName) WHERE k.key IN $keys WITH k, k.entity_id AS eid MATCH (n:Entity) WHERE n.id = eid "
     "RETURN k.key AS key, k.kind AS kind, k.label AS label, properties(n) AS props"
 )
+READ_ENTITIES_WITH_LABEL = "MATCH (n:Entity) WHERE n.label = $label RETURN properties(n) AS props ORDER BY n.id"
+
 FIND_ENTITIES_BY_KEY = (
     "MATCH (k:EntityName) WHERE k.key IN $keys WITH k, k.entity_id AS eid MATCH (n:Entity) WHERE n.id = eid "
     "RETURN k.kind AS kind, properties(n) AS props"

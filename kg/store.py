@@ -340,6 +340,11 @@ class GraphStore:
         rows = self.read(cypher.read_nodes(vocab.ENTITY), ids=[entity_id])
         return entity_from_props(rows[0]["props"]) if rows else None
 
+    def entities_with_label(self, label: str) -> list[Entity]:
+        """Every entity of one label (e.g. all characters), in id order."""
+        label = vocab.normalize_label(label)[0]
+        return [entity_from_props(r["props"]) for r in self.read(cypher.READ_ENTITIES_WITH_LABEL, label=label)]
+
     def find_entities(self, name: str, label: str | None = None) -> list[Entity]:
         """Entities whose name or alias normalises like `name` (best match first)."""
         if label is not None:

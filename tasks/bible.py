@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,40 @@ def bible_delta(baseline: StoryBible, current: StoryBible, as_of: int, key: int)
         return None
     return ChapterDelta(chapter=as_of, changeset=key, source_type="user", entities=entities,
                         relationships=relationships, property_updates=updates)
+
+
+LEARNED_DIR = "characters/learned"
+
+
+@graph_task("write_learned_characters")
+def write_learned_characters() -> list[str]:
+    """Characters the chapters introduced that the bible does not have, as generated files
+    under `characters/learned/` (never read as bible; move one into `characters/` to adopt
+    it). Like every bible file, one the writer edited is left alone."""
+    rt = runtime()
+    root = rt.settings.project_dir
+    bible = load_story_bible(root)
+    known = {vocab.normalize_name(n) for c in bible.characters for n in (c.name,)}
+    written = []
+    for entity in rt.graph.entities_with_label("Character"):
+        if {vocab.normalize_name(n) for n in (entity.name, *entity.aliases)} & known:
+            continue
+        sheet = {"name": entity.name, "role": str(entity.attributes.get("role") or ""),
+                 "description": entity.description, "traits": list(entity.traits)[:8],
+                 "motivation": str(entity.attributes.get("motivation") or ""),
+                 "backstory": str(entity.attributes.get("backstory") or ""),
+                 "voice": str(entity.attributes.get("voice") or "")}
+        rel = f"{LEARNED_DIR}/{_slug(entity.name)}.yaml"
+        if write_owned(root, rt.settings.saga_dir, rel,
+                       yaml.safe_dump(sheet, sort_keys=False, allow_unicode=True, width=100)):
+            written.append(rel)
+    if written:
+        get_run_logger().info("story bible: %d characters learned from the chapters in %s", len(written), LEARNED_DIR)
+    return written
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")[:60] or "unnamed"
 
 
 @graph_task("sync_story_bible")

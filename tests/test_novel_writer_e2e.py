@@ -313,6 +313,9 @@ def test_import_manuscript_then_continue_it(
         assert "Ilse Marrow" in request.last_user and "Captain Oren Hale" in request.last_user
     assert all(f"SUMMARY-OF-CHAPTER-{n}" in outline[0].last_user for n in (1, 2, 3))
     assert (project / "chapters" / "chapter_004.md").is_file()
+    # Chapter 4 brought new people in (the scripted drafts name them): learned, next to the bible.
+    learned = yaml.safe_load((project / "characters" / "learned" / "mara_quill.yaml").read_text())
+    assert learned["name"] == "Mara Quill" and not (project / "characters" / "mara_quill.yaml").exists()
     assert "Night Tide" in (project / "chapters" / "chapter_003.md").read_text()
     names = {n["properties"].get("name") for n in json.loads(export(project, env, "continued"))["nodes"]}
     assert {"Ilse Marrow", "Captain Oren Hale", "Saltmere harbor"} <= names
