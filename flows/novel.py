@@ -51,6 +51,7 @@ from tasks.steering import (
     chapter_guidance,
     first_stale_chapter,
     load_steering,
+    read_guidance,
     record_written,
     request_redo,
     roll_back_chapters_from,
@@ -411,8 +412,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings.model_copy(update=overrides)
     settings.project_dir.mkdir(parents=True, exist_ok=True)
     if (settings.saga_dir / PROJECT_FILE).exists():
-        # The writer's story bible is validated before anything is written or asked.
+        # The writer's story bible and guidance are validated before anything is written or asked.
         load_story_bible(settings.project_dir)
+        for path in sorted((settings.project_dir / "guidance").glob("chapter_*.md")):
+            digits = path.stem.removeprefix("chapter_")
+            if digits.isdigit():
+                read_guidance(settings.project_dir, int(digits))
     spec = resolve_project(settings.project_dir, args.premise, args.genre, args.chapters, args.acts, args.characters)
     rt = set_runtime(Runtime(settings))
     try:

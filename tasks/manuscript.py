@@ -30,7 +30,6 @@ from prompts.initialization.models import (
     OutlineRelationships,
 )
 from prompts.knowledge.models import ChapterSummary, SceneExtraction
-from tasks.export import chapter_heading
 from tasks.persist import InitArtifacts
 
 _HEADING = re.compile(r"^(#{1,2})\s+(.+?)\s*#*\s*$", re.MULTILINE)
@@ -128,7 +127,3 @@ def scene_refs(chapter: ManuscriptChapter) -> tuple[ContentRef, ...]:
     store = runtime().content
     return tuple(store.put_text("imported", f"chapter_{chapter.number:03d}/scene_{i:02d}", text)
                  for i, text in enumerate(chapter.scenes, start=1))
-
-
-def chapter_markdown_title(chapter: ManuscriptChapter) -> str:
-    return chapter_heading(chapter.number, chapter.title)
