@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from core.content import ContentRef
-from core.errors import InvalidInputError
+from core.errors import InvalidInputError, LLMBadOutputError
 from core.runtime import runtime
 from kg import vocabulary as vocab
 from prompts.initialization.models import (
@@ -102,7 +102,10 @@ def imported_artifacts(title: str, genre: str, chapters: Sequence[ManuscriptChap
                                                           description=rel.description))
     characters = list(people.values())[:MAX_CHARACTERS]
     if not characters:
-        raise InvalidInputError("no character was found in the manuscript", hint="check the file is the story's text")
+        found = sum(len(scene.entities) for chapter in extractions for scene in chapter)
+        raise LLMBadOutputError(f"extraction found no character in the manuscript ({found} entities, none of kind "
+                                "Character)", hint="the model is too weak for an import: set OPENAI_BASE_URL to a "
+                                "stronger endpoint (or tiers.small.models)")
     logline = summaries[0].summary if summaries else title
     outline = GlobalOutline(title=title, logline=logline, setting=", ".join(p.name for p in places.values()),
                             themes=[], acts=[{"number": 1, "summary": " ".join(s.summary for s in summaries)}])
