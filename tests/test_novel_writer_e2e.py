@@ -110,12 +110,14 @@ def test_guidance_steers_its_chapter_and_redrafts_only_from_it(
     for kind, marker in kinds.items():
         steered = [r for r in second if marker in r.last_user]
         assert steered and all("GUIDE-MARK-7" in r.text for r in steered), kind
-    third_drafts = [r for r in by_chapter[3] if "Chapter 3, scene 1 of" in r.last_user]
-    assert third_drafts and not any("GUIDE-MARK-7" in r.text for r in third_drafts)
+    # Chapter 3 depends on chapter 2, so it is written again too (its draft is asked again only
+    # if its prompt changed: the scripted drafts of chapter 2 end as before), never with the guidance.
+    assert not any("GUIDE-MARK-7" in r.text for r in by_chapter.get(3, []))
     assert ((chapters / "chapter_001.md").stat().st_mtime_ns, (chapters / "chapter_001.md").read_text()) == first
     assert (chapters / "chapter_002.md").read_text() != old_second
-    kept = list((chapters / "replaced").glob("*/chapter_002.md"))
-    assert len(kept) == 1 and kept[0].read_text() == old_second
+    kept = {p.name: p.read_text() for p in (chapters / "replaced").glob("*/chapter_*.md")}
+    assert set(kept) == {"chapter_002.md", "chapter_003.md"} and kept["chapter_002.md"] == old_second
+    assert (chapters / "chapter_003.md").is_file()
     # Nothing changed since: the same command asks nothing.
     start = len(llm.requests)
     assert novel(project, env, "--chapters", "3", *SMALL).returncode == 0
