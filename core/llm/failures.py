@@ -1,0 +1,132 @@
+"""Failure classification for the gateway's retry loop, and the one-line errors users see.
+
+transient (timeouts, connection errors, 5xx, 408/409) -> back off and retry; rate_limited
+(429) -> honour Retry-After; fatal (401/403/404/400, an exhausted quota, an input over
+llama-server's batch) -> raise at once with a hint saying what to fix (core.errors).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import re
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Literal
+
+import openai
+
+from core.errors import LLMFatalError
+
+if TYPE_CHECKING:
+    from core.llm.routing import Target
+
+FailureKind = Literal["transient", "rate_limited", "fatal"]
+
+_TOO_LARGE = re.compile(r"too large to process|exceeds the available context size", re.IGNORECASE)
+
+
+def classify(exc: openai.OpenAIError) -> FailureKind:
+    if isinstance(exc, openai.RateLimitError):
+        # An exhausted quota is also a 429, but waiting will not refill it.
+        return "fatal" if exc.code == "insufficient_quota" else "rate_limited"
+    if isinstance(exc, openai.APIStatusError) and _TOO_LARGE.search(_api_detail(exc)):
+        return "fatal"  # llama-server's HTTP 500 for an input over its batch: the same every time
+    if isinstance(exc, openai.APIConnectionError | openai.InternalServerError):
+        return "transient"  # APITimeoutError is an APIConnectionError
+    if isinstance(exc, openai.APIStatusError):
+        return "transient" if exc.status_code >= 500 or exc.status_code in (408, 409) else "fatal"
+    if isinstance(exc, openai.APIResponseValidationError):
+        return "transient"
+    return "fatal"
+
+
+def clip_line(text: str, limit: int = 240) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _api_detail(exc: openai.OpenAIError) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return clip_line(body["message"])
+    return clip_line(getattr(exc, "message", None) or str(exc))
+
+
+def describe_failure(exc: openai.OpenAIError) -> str:
+    if isinstance(exc, openai.APITimeoutError):
+        return "request timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__
+        return clip_line(f"connection failed: {cause or exc.message}", 160)
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {_api_detail(exc)}"
+    return clip_line(f"{type(exc).__name__}: {exc}", 160)
+
+
+def fatal_error(
+    exc: openai.OpenAIError, target: Target, tier: str, purpose: str
+) -> LLMFatalError:
+    url, model = target.endpoint.base_url, target.model
+    status = getattr(exc, "status_code", None)
+    detail = _api_detail(exc)
+    if status == 401:
+        return LLMFatalError(
+            f"LLM endpoint {url} rejected the API key (HTTP 401)", hint="set OPENAI_API_KEY"
+        )
+    if status == 403:
+        return LLMFatalError(
+            f"LLM endpoint {url} refused access to model {model!r} (HTTP 403): {detail}",
+            hint="check the API key's permissions for this model",
+        )
+    if status == 404:
+        return LLMFatalError(
+            f"LLM endpoint {url} has no model {model!r} (HTTP 404): {detail}",
+            hint=f"fix tiers.{tier}.models or SKALD_DEFAULT_MODEL; OPENAI_BASE_URL usually ends in /v1",
+        )
+    if status == 429:
+        return LLMFatalError(
+            f"LLM endpoint {url} reports the quota is exhausted (HTTP 429): {detail}",
+            hint="check the account's billing",
+        )
+    if status == 400 and re.search(r"context|maximum.*tokens|too long", detail, re.IGNORECASE):
+        return LLMFatalError(
+            f"prompt for tier {tier} ({purpose or '-'}) exceeds model {model!r}'s context (HTTP 400): {detail}",
+            hint=f"lower limits.context_budget or tiers.{tier}.context_window",
+        )
+    if status is not None:
+        return LLMFatalError(
+            f"LLM endpoint {url} rejected the request for model {model!r} (HTTP {status}): {detail}",
+            hint="the server does not accept this request; retrying will not help",
+        )
+    return LLMFatalError(
+        clip_line(f"LLM client error for {url} ({model!r}): {type(exc).__name__}: {exc}")
+    )
+
+
+def retry_after_s(exc: openai.OpenAIError, cap: float) -> float | None:
+    """Seconds from Retry-After-Ms / Retry-After (seconds or HTTP date), capped; None if absent."""
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    headers = response.headers
+    value: float | None = None
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            value = float(ms) / 1000.0
+        except ValueError:
+            value = None
+    if value is None and (raw := headers.get("retry-after")) is not None:
+        try:
+            value = float(raw)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(raw)
+            except (TypeError, ValueError):
+                when = None
+            if when is not None:
+                if when.tzinfo is None:
+                    when = when.replace(tzinfo=UTC)
+                value = (when - datetime.now(UTC)).total_seconds()
+    if value is None:
+        return None
+    return min(max(value, 0.0), cap)
+

@@ -1,0 +1,555 @@
+"""`LLMGateway`: tiered, health-ordered, validated access to OpenAI-compatible endpoints.
+
+The public calls (`structured`, `text`, `embed` and their async twins) build one step
+generator per logical call (the retry/fallback engine below) and hand it to the sync or
+async driver (core.llm.steps). The engine asks the router for the tier's candidates
+(core.llm.routing), classifies failures (core.llm.failures), validates and repairs answers
+(core.llm.repair) against strict schemas (core.llm.schemas), and leaves one call record
+per logical call (core.llm.records).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import openai
+from pydantic import BaseModel
+
+from core.errors import LLMBadOutputError, LLMError, LLMFatalError, LLMUnavailableError
+from core.llm.failures import (
+    FailureKind,
+    classify,
+    clip_line,
+    describe_failure,
+    fatal_error,
+    retry_after_s,
+)
+from core.llm.records import CallRecord, CallStats, write_parquet
+from core.llm.repair import parse_answer
+from core.llm.routing import Health, Router, Target
+from core.llm.sampling import anti_repetition_kwargs, first_draft_anti_repetition
+from core.llm.schemas import bounded_response_format_for, response_format_for
+from core.llm.steps import Call, RetryPolicy, Sleep, Steps, adrive, drive
+from core.llm_server import LOCAL_CHAT_MODEL
+from core.settings import Settings
+
+log = logging.getLogger("skald.llm")
+#: Call-record tags (turn trace ids) indexed at once; older untaken ones age out.
+_MAX_OPEN_TAGS = 4096
+
+T = TypeVar("T", bound=BaseModel)
+Message = dict[str, Any]
+
+EMBEDDING_TIER = "embedding"
+FEEDBACK = "Your previous answer was invalid: {error}. Reply with only JSON matching the schema."
+_UNAVAILABLE_HINT = "is the server running? set OPENAI_BASE_URL"
+_EMBEDDING_HINT = "is the server running? set SKALD_EMBEDDING_BASE_URL"
+# Below this token budget a tighter grammar no longer helps: the answer is asked again as is.
+_MIN_SIZE_BUDGET = 64
+
+
+class LLMGateway:
+    """Tiered, health-ordered, validated access to OpenAI-compatible endpoints."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        run_id: str | None = None,
+        retry: RetryPolicy | None = None,
+        max_records: int | None = None,
+        flush_dir: str | Path | None = None,
+    ) -> None:
+        """`max_records`: keep at most this many call records in memory (a long-running
+        server); older ones are appended to `flush_dir/llm-calls-<run_id>-<day>-<n>.parquet`
+        (dropped when no directory is given). None keeps every record (batch runs)."""
+        self.settings = settings
+        self.run_id = run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+        self.retry = retry or RetryPolicy()
+        self._router = Router(settings)
+        self._health = Health(self.retry.health_window)
+        self._records: list[CallRecord] = []
+        self._records_lock = threading.Lock()
+        self._max_records = max_records
+        self._flush_dir = Path(flush_dir) if flush_dir is not None else None
+        self._flushed_files = 0
+        self.flushed_records = 0
+        # Records by the tag after "|" in their purpose (a turn's trace id): a turn finds its
+        # own calls without scanning every record. Bounded: tags nobody takes age out.
+        self._by_tag: OrderedDict[str, list[CallRecord]] = OrderedDict()
+        self._rng = random.Random()
+
+    # ------------------------------------------------------------------ public API
+    def structured(
+        self,
+        tier: str,
+        messages: Sequence[Message],
+        output_model: type[T],
+        *,
+        purpose: str = "",
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> T:
+        """One validated `output_model` instance, or LLMBadOutputError/LLMFatalError/LLMUnavailableError."""
+        steps = self._chat_steps(
+            tier, messages, output_model, purpose, model, max_tokens, temperature
+        )
+        return drive(steps)  # type: ignore[no-any-return]
+
+    def text(
+        self,
+        tier: str,
+        messages: Sequence[Message],
+        *,
+        purpose: str = "",
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        anti_repetition: bool = False,
+    ) -> str:
+        """The assistant's reply text (never empty). `anti_repetition` adds the tier's
+        anti-repetition sampling (settings `tiers.<tier>.anti_repetition`) to the request."""
+        steps = self._chat_steps(
+            tier, messages, None, purpose, model, max_tokens, temperature, anti_repetition
+        )
+        return drive(steps)  # type: ignore[no-any-return]
+
+    def embed(self, texts: Sequence[str], *, purpose: str = "") -> np.ndarray:
+        """float32 array of shape (len(texts), dim)."""
+        return drive(self._embed_steps(texts, purpose))  # type: ignore[no-any-return]
+
+    async def astructured(
+        self,
+        tier: str,
+        messages: Sequence[Message],
+        output_model: type[T],
+        *,
+        purpose: str = "",
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> T:
+        steps = self._chat_steps(
+            tier, messages, output_model, purpose, model, max_tokens, temperature
+        )
+        return await adrive(steps)  # type: ignore[no-any-return]
+
+    async def atext(
+        self,
+        tier: str,
+        messages: Sequence[Message],
+        *,
+        purpose: str = "",
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        anti_repetition: bool = False,
+    ) -> str:
+        steps = self._chat_steps(
+            tier, messages, None, purpose, model, max_tokens, temperature, anti_repetition
+        )
+        return await adrive(steps)  # type: ignore[no-any-return]
+
+    async def aembed(self, texts: Sequence[str], *, purpose: str = "") -> np.ndarray:
+        return await adrive(self._embed_steps(texts, purpose))  # type: ignore[no-any-return]
+
+    def sends_anti_repetition_first(self, tier: str) -> bool:
+        """Whether prose of this tier gets anti-repetition sampling on the first try
+        (`tiers.<tier>.anti_repetition.first_draft`; unset: only on the embedded model)."""
+        settings = self.settings.tier(tier)
+        embedded = self.settings.openai_base_url is None and not any(c.base_url for c in settings.models)
+        return first_draft_anti_repetition(settings.anti_repetition, embedded=embedded)
+
+    def endpoint_label(self, tier: str) -> str:
+        """ "<base_url> (<model>)" of the tier's first candidate, for logs and `doctor`."""
+        targets = self._router.targets(tier, None)
+        more = f" +{len(targets) - 1} fallback(s)" if len(targets) > 1 else ""
+        return f"{targets[0].endpoint.base_url} ({targets[0].model}){more}"
+
+    def embedding_endpoint_label(self) -> str:
+        if self.settings.embedding_base_url is None:
+            from core.embedder import MODEL_NAME
+
+            return f"in-process ({MODEL_NAME}, onnxruntime)"
+        target = self._router.embedding_target()
+        return f"{target.endpoint.base_url} ({target.model})"
+
+    def check_endpoint(self, tier: str = "large") -> str:
+        """Fail fast before a long run: one `GET /models` per distinct endpoint of the tier.
+
+        Returns the endpoint label when any candidate's server answers; raises
+        LLMFatalError (e.g. a rejected key) or LLMUnavailableError (nothing reachable)."""
+        targets = self._router.targets(tier, None)
+        timeout = min(self.settings.limits.llm_timeout_s, 10.0)
+        last_error = ""
+        for endpoint in dict.fromkeys(t.endpoint for t in targets):
+            try:
+                endpoint.sync().models.list(timeout=timeout)
+                return self.endpoint_label(tier)
+            except (openai.NotFoundError, openai.RateLimitError):
+                return self.endpoint_label(tier)  # it answered: /models is optional, 429 is load
+            except openai.OpenAIError as exc:
+                if classify(exc) == "fatal":
+                    model = next(t.model for t in targets if t.endpoint is endpoint)
+                    raise fatal_error(exc, Target(model, endpoint), tier, "preflight") from None
+                last_error = describe_failure(exc)
+        urls = ", ".join(dict.fromkeys(t.endpoint.base_url for t in targets))
+        raise LLMUnavailableError(
+            f"LLM endpoint {urls} unreachable (tier {tier}): {last_error}", hint=_UNAVAILABLE_HINT
+        )
+
+    @property
+    def records(self) -> list[CallRecord]:
+        with self._records_lock:
+            return list(self._records)
+
+    def records_for(self, tag: str) -> list[CallRecord]:
+        """The records whose purpose ends in `|tag` (kept for a later take)."""
+        with self._records_lock:
+            return list(self._by_tag.get(tag, ()))
+
+    def take_records(self, tag: str) -> list[CallRecord]:
+        """The records whose purpose ends in `|tag`, removed from the tag index (the records
+        list itself is unchanged: write_records still sees them)."""
+        with self._records_lock:
+            return self._by_tag.pop(tag, [])
+
+    def _flush_oldest(self) -> None:
+        """Over `max_records`: move the oldest half out of memory (to Parquet when a flush
+        directory is set). Called with _records_lock held."""
+        assert self._max_records is not None
+        cut = len(self._records) - self._max_records // 2
+        old, self._records = self._records[:cut], self._records[cut:]
+        self.flushed_records += len(old)
+        if self._flush_dir is None:
+            return
+        try:
+            self._flush_dir.mkdir(parents=True, exist_ok=True)
+            self._flushed_files += 1
+            day = datetime.now(UTC).strftime("%Y%m%d")
+            name = f"llm-calls-{self.run_id}-{day}-{self._flushed_files:05d}.parquet"
+            write_parquet(old, self._flush_dir / name)
+        except OSError as exc:
+            log.warning("could not flush %d LLM call records to %s: %s", len(old), self._flush_dir, exc)
+
+    def health(self) -> dict[tuple[str, str], tuple[float, int]]:
+        """{(base_url, model): (success rate, samples)} over the rolling window."""
+        return self._health.snapshot()
+
+    def write_records(self, path: str | Path) -> Path:
+        """Write this run's records to `<path>/llm-calls-<run_id>.parquet` (or to `path`
+        itself when it ends in .parquet). One file per run, rewritten atomically."""
+        path = Path(path)
+        target = path if path.suffix == ".parquet" else path / f"llm-calls-{self.run_id}.parquet"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_parquet(self.records, target)
+        return target
+
+    def close(self) -> None:
+        """Close the sync clients (async ones: `await aclose()` inside their loop)."""
+        for endpoint in self._router.all_endpoints():
+            endpoint.close()
+
+    async def aclose(self) -> None:
+        for endpoint in self._router.all_endpoints():
+            await endpoint.aclose()
+
+    def __enter__(self) -> LLMGateway:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ chat engine
+    def _chat_steps(
+        self,
+        tier_name: str,
+        messages: Sequence[Message],
+        output_model: type[BaseModel] | None,
+        purpose: str,
+        model: str | None,
+        max_tokens: int | None,
+        temperature: float | None,
+        anti_repetition: bool = False,
+    ) -> Steps:
+        schema_name = output_model.__name__ if output_model is not None else None
+        stats = CallStats(tier=tier_name, purpose=purpose, schema_name=schema_name)
+        started = time.perf_counter()
+        try:
+            return (
+                yield from self._chat_attempts(
+                    stats, tier_name, messages, output_model, model, max_tokens, temperature,
+                    anti_repetition,
+                )
+            )
+        except BaseException as exc:
+            if stats.outcome is None:  # not one of ours: keep why (cancelled, server start failed)
+                stats.error = clip_line(f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self._record(stats, started)
+
+    def _chat_attempts(
+        self,
+        stats: CallStats,
+        tier_name: str,
+        messages: Sequence[Message],
+        output_model: type[BaseModel] | None,
+        model: str | None,
+        max_tokens: int | None,
+        temperature: float | None,
+        anti_repetition: bool = False,
+    ) -> Steps:
+        tier = self.settings.tier(tier_name)
+        targets = self._health.order(self._router.targets(tier_name, model))
+        max_attempts = self.settings.limits.llm_max_attempts
+        temp = tier.temperature if temperature is None else temperature
+        base = messages if isinstance(messages, list) else list(messages)
+        failure: Literal["unavailable", "bad_output"] = "unavailable"
+        last_error = ""
+
+        for index, target in enumerate(targets):
+            if index:
+                stats.fallbacks += 1
+                stats.fallback_reasons.append(f"{targets[index - 1].model}: {last_error}"[:300])
+            stats.model = target.model
+            stats.endpoint = target.endpoint.base_url
+            convo = base
+            tokens = max_tokens or tier.max_tokens
+            token_cap = tier.context_window
+            response_format = response_format_for(output_model) if output_model is not None else None
+            tiny = self.settings.openai_base_url is None and target.model == LOCAL_CHAT_MODEL
+            if tiny:
+                # The embedded 135M model can loop until any cap: keep its answers short and
+                # bound them in the grammar rather than giving it more room.
+                token_cap = self.settings.local_max_tokens
+                tokens = min(tokens, token_cap)
+                if output_model is not None:
+                    response_format = bounded_response_format_for(output_model, tokens)
+            size_budget = tokens
+            transient_failures = 0
+            for attempt in range(1, max_attempts + 1):
+                stats.attempts += 1
+                kwargs: dict[str, Any] = {
+                    "model": target.model,
+                    "messages": convo,
+                    "max_tokens": tokens,
+                    "temperature": temp,
+                }
+                if response_format is not None:
+                    kwargs["response_format"] = response_format
+                if anti_repetition:
+                    kwargs.update(anti_repetition_kwargs(tier.anti_repetition, embedded=tiny))
+                t0 = time.perf_counter()
+                result = yield Call(target, "chat", kwargs)
+                elapsed = time.perf_counter() - t0
+
+                if isinstance(result, openai.OpenAIError):
+                    kind = self._raise_if_fatal(result, stats, target, tier_name)
+                    self._health.record(target.key, False, elapsed)
+                    failure, last_error = "unavailable", describe_failure(result)
+                    if attempt == max_attempts:
+                        break  # next candidate, if any
+                    delay = self._retry_delay_s(result, kind, stats, transient_failures)
+                    transient_failures += 1
+                    if delay > 0:
+                        yield Sleep(delay)
+                    continue
+
+                usage = result.usage
+                if usage is not None:
+                    stats.prompt_tokens += usage.prompt_tokens or 0
+                    stats.completion_tokens += usage.completion_tokens or 0
+                choice = result.choices[0] if result.choices else None
+                content = (choice.message.content if choice is not None else None) or ""
+                finish = choice.finish_reason if choice is not None else None
+
+                if output_model is None:
+                    if content.strip():
+                        self._health.record(target.key, True, elapsed)
+                        stats.outcome = "ok"
+                        return content
+                    problem = "the reply was empty"
+                else:
+                    value, problem = parse_answer(content, output_model)
+                    if value is not None:
+                        self._health.record(target.key, True, elapsed)
+                        stats.outcome = "ok"
+                        return value
+
+                self._health.record(target.key, False, elapsed)
+                failure, last_error = "bad_output", problem
+                if attempt == max_attempts:
+                    break
+                stats.retries_bad_output += 1
+                if finish == "length" and tiny and output_model is not None and size_budget > _MIN_SIZE_BUDGET:
+                    # Cut off anyway: the tiny model ignores "shorter", so tighten the grammar.
+                    size_budget //= 2
+                    response_format = bounded_response_format_for(output_model, size_budget)
+                    continue
+                if finish == "length":
+                    # Cut off: the same question with more room, within the context window.
+                    room = max(min(token_cap, tier.context_window - _estimate_tokens(convo)), tokens)
+                    grown = min(room, int(tokens * 1.5))
+                    if grown > tokens:
+                        tokens = grown
+                        continue
+                    problem += "; the answer was cut off, so keep it shorter"
+                # Feedback replaces (not accumulates) earlier feedback: the prompt stays bounded.
+                convo = [
+                    *base,
+                    {"role": "assistant", "content": content[: self.retry.feedback_echo_chars]},
+                    {"role": "user", "content": FEEDBACK.format(error=problem)},
+                ]
+
+        names = ", ".join(dict.fromkeys(t.model for t in targets))
+        what = f"tier {tier_name}, model {names}, purpose {stats.purpose or '-'}"
+        if failure == "bad_output":
+            error: LLMError = LLMBadOutputError(
+                f"LLM returned invalid output after {stats.attempts} attempts ({what}): {last_error}"
+            )
+        else:
+            urls = ", ".join(dict.fromkeys(t.endpoint.base_url for t in targets))
+            error = LLMUnavailableError(
+                f"LLM endpoint {urls} unavailable after {stats.attempts} attempts ({what}): {last_error}",
+                hint=_UNAVAILABLE_HINT,
+            )
+        stats.outcome, stats.error = failure, str(error)
+        raise error
+
+    # ------------------------------------------------------------------ embeddings engine
+    def _embed_steps(self, texts: Sequence[str], purpose: str) -> Steps:
+        stats = CallStats(tier=EMBEDDING_TIER, purpose=purpose, schema_name=None)
+        started = time.perf_counter()
+        try:
+            if self.settings.embedding_base_url is None:
+                # The embedded default: a real sentence-embedding model in this process
+                # (core.embedder); the chat model is never used for embeddings.
+                from core.embedder import EmbedderUnavailableError, local_embedder
+
+                try:
+                    embedder = local_embedder()
+                except EmbedderUnavailableError as exc:
+                    stats.outcome, stats.error = "fatal", str(exc)
+                    raise LLMFatalError(str(exc), hint=_EMBEDDING_HINT) from exc
+                stats.model, stats.endpoint = embedder.name, "in-process"
+                stats.attempts = 1
+                matrix = embedder.encode(list(texts))
+                stats.outcome = "ok"
+                return matrix
+            target = self._router.embedding_target()
+            stats.model, stats.endpoint = target.model, target.endpoint.base_url
+            rows: list[np.ndarray] = []
+            size = self.retry.embed_batch_size
+            for start in range(0, len(texts), size):
+                batch = list(texts[start : start + size])
+                rows.append((yield from self._embed_batch(stats, target, batch)))
+            stats.outcome = "ok"
+            if not rows:
+                return np.zeros((0, 0), dtype=np.float32)
+            return np.concatenate(rows) if len(rows) > 1 else rows[0]
+        except BaseException as exc:
+            if stats.outcome is None:  # not one of ours: keep why (cancelled, server start failed)
+                stats.error = clip_line(f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self._record(stats, started)
+
+    def _embed_batch(self, stats: CallStats, target: Target, batch: list[str]) -> Steps:
+        max_attempts = self.settings.limits.llm_max_attempts
+        kwargs = {"model": target.model, "input": batch, "encoding_format": "float"}
+        failure: Literal["unavailable", "bad_output"] = "unavailable"
+        last_error = ""
+        for attempt in range(1, max_attempts + 1):
+            stats.attempts += 1
+            result = yield Call(target, "embed", kwargs)
+            if isinstance(result, openai.OpenAIError):
+                kind = self._raise_if_fatal(result, stats, target, EMBEDDING_TIER)
+                failure, last_error = "unavailable", describe_failure(result)
+                if attempt == max_attempts:
+                    break
+                yield Sleep(self._retry_delay_s(result, kind, stats, attempt - 1))
+                continue
+            if result.usage is not None:
+                stats.prompt_tokens += result.usage.prompt_tokens or 0
+            data = sorted(result.data, key=lambda d: d.index)
+            matrix = np.asarray([d.embedding for d in data], dtype=np.float32)
+            if matrix.ndim == 2 and matrix.shape[0] == len(batch):
+                return matrix
+            failure = "bad_output"
+            last_error = f"expected {len(batch)} vectors, got array of shape {matrix.shape}"
+            if attempt < max_attempts:
+                stats.retries_bad_output += 1
+        stats.outcome = failure
+        if failure == "bad_output":
+            error: LLMError = LLMBadOutputError(
+                f"embedding endpoint {target.endpoint.base_url} (model {target.model}) returned "
+                f"malformed vectors after {stats.attempts} attempts: {last_error}"
+            )
+        else:
+            error = LLMUnavailableError(
+                f"embedding endpoint {target.endpoint.base_url} unavailable after {stats.attempts} "
+                f"attempts (model {target.model}): {last_error}",
+                hint=_EMBEDDING_HINT,
+            )
+        stats.error = str(error)
+        raise error
+
+    # ------------------------------------------------------------------ helpers
+    def _raise_if_fatal(
+        self, error: openai.OpenAIError, stats: CallStats, target: Target, tier: str
+    ) -> FailureKind:
+        """The failure's kind; a fatal one is recorded and raised as its one-line error."""
+        kind = classify(error)
+        if kind == "fatal":
+            fatal = fatal_error(error, target, tier, stats.purpose)
+            stats.outcome, stats.error = "fatal", str(fatal)
+            raise fatal
+        return kind
+
+    def _retry_delay_s(
+        self, error: openai.OpenAIError, kind: FailureKind, stats: CallStats, failures: int
+    ) -> float:
+        """Counts the retry; waits what a 429's Retry-After asks, else the jittered backoff."""
+        if kind == "rate_limited":
+            stats.retries_rate_limited += 1
+            delay = retry_after_s(error, self.retry.retry_after_max_s)
+            if delay is not None:
+                return delay
+        else:
+            stats.retries_transient += 1
+        return self.retry.backoff_s(failures, self._rng)
+
+    def _record(self, stats: CallStats, started: float) -> None:
+        record = stats.to_record(
+            self.run_id, datetime.now(UTC), (time.perf_counter() - started) * 1000.0
+        )
+        with self._records_lock:
+            self._records.append(record)
+            _, bar, tag = record.purpose.rpartition("|")
+            if bar and tag:
+                self._by_tag.setdefault(tag, []).append(record)
+                self._by_tag.move_to_end(tag)
+                while len(self._by_tag) > _MAX_OPEN_TAGS:
+                    self._by_tag.popitem(last=False)
+            if self._max_records is not None and len(self._records) > self._max_records:
+                self._flush_oldest()
+
+
+def _estimate_tokens(messages: Sequence[Message]) -> int:
+    chars = 0
+    for message in messages:
+        content = message.get("content")
+        chars += len(content) if isinstance(content, str) else 0
+    return chars // 4 + 4 * len(messages)

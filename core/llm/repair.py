@@ -1,0 +1,100 @@
+"""Reading a structured answer: near-JSON repair, validation, one-line reasons for a re-ask.
+
+`repair_json` is hand-written on purpose rather than `json-repair` (PyPI): it fixes only what
+models do to otherwise complete JSON (code fences, prose around the value, trailing commas,
+smart quotes). json-repair also completes truncated JSON, which would turn an answer cut off
+at the token cap into a valid but truncated value, where the gateway instead asks again with
+more room (core.llm.gateway).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from core.llm.failures import clip_line
+
+T = TypeVar("T", bound=BaseModel)
+
+
+def parse_answer(content: str, output_model: type[T]) -> tuple[T | None, str]:
+    """(instance, "") or (None, one-line reason). Repairs near-JSON before giving up."""
+    try:
+        return output_model.model_validate_json(content), ""
+    except ValidationError as exc:
+        error = exc
+    if any(e["type"] == "json_invalid" for e in error.errors()):
+        repaired = repair_json(content)
+        if repaired is not None and repaired != content:
+            try:
+                return output_model.model_validate_json(repaired), ""
+            except ValidationError as exc:
+                error = exc
+    return None, _summarize_validation(error)
+
+
+def _summarize_validation(error: ValidationError) -> str:
+    problems = error.errors()
+    parts = []
+    for problem in problems[:3]:
+        loc = ".".join(str(p) for p in problem["loc"]) or "answer"
+        parts.append(f"{loc}: {problem['msg']}")
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return clip_line("; ".join(parts) + more, 400)
+
+
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
+_OPENERS = {"{": "}", "[": "]"}
+
+
+def repair_json(text: str) -> str | None:
+    """Best-effort fix of near-JSON: code fences, prose around the value, trailing commas,
+    smart double quotes. Returns None when there is no JSON value to salvage."""
+    candidate = text.strip()
+    fenced = _FENCE.search(candidate)
+    if fenced:
+        candidate = fenced.group(1).strip()
+    starts = [i for i in (candidate.find("{"), candidate.find("[")) if i >= 0]
+    if not starts:
+        return None
+    start = min(starts)
+    end = candidate.rfind(_OPENERS[candidate[start]])
+    if end < start:
+        return None
+    return _fix_commas_and_quotes(candidate[start : end + 1])
+
+
+def _fix_commas_and_quotes(text: str) -> str:
+    out: list[str] = []
+    in_string = False
+    closer = '"'
+    escaped = False
+    length = len(text)
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == closer:
+                in_string = False
+                ch = '"'
+            elif ch == '"':
+                ch = '\\"'  # a plain quote inside a smart-quoted string
+            out.append(ch)
+            continue
+        if ch == '"' or ch == "\u201c":
+            in_string, closer = True, ('"' if ch == '"' else "\u201d")
+            out.append('"')
+            continue
+        if ch == ",":
+            j = i + 1
+            while j < length and text[j] in " \t\r\n":
+                j += 1
+            if j < length and text[j] in "}]":
+                continue  # trailing comma
+        out.append(ch)
+    return "".join(out)
+

@@ -1,0 +1,240 @@
+"""Endpoints and health-ordered routing: which (base URL, model) a tier's call goes to.
+
+A tier's candidates (settings `tiers.<tier>.models`, else OPENAI_BASE_URL's default model,
+else the embedded llama-server) are tried in health order: rolling success rate first,
+then latency; untried candidates keep their configured order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+from openai import AsyncOpenAI, OpenAI
+
+from core.errors import LLMFatalError
+from core.settings import Settings
+
+NO_API_KEY = "not-needed"  # local servers ignore the key, but the openai client wants one
+
+
+class Endpoint:
+    """One base URL + key: a lazily built sync client and one async client per event loop."""
+
+    __slots__ = ("base_url", "_api_key", "_timeout", "_sync", "_async", "_lock")
+
+    def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
+        self.base_url = base_url
+        self._api_key = api_key
+        self._timeout = timeout
+        self._sync: OpenAI | None = None
+        # httpx async pools are bound to the loop that created them (tests and flows
+        # may run several loops), so async clients are kept per loop.
+        self._async: dict[asyncio.AbstractEventLoop, AsyncOpenAI] = {}
+        self._lock = threading.Lock()
+
+    def sync(self) -> OpenAI:
+        client = self._sync
+        if client is None:
+            with self._lock:
+                if self._sync is None:
+                    self._sync = OpenAI(
+                        base_url=self.base_url,
+                        api_key=self._api_key,
+                        max_retries=0,
+                        timeout=self._timeout,
+                    )
+                client = self._sync
+        return client
+
+    def async_(self) -> AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        client = self._async.get(loop)
+        if client is None:
+            with self._lock:
+                for old in [lp for lp in self._async if lp.is_closed()]:
+                    del self._async[old]
+                client = self._async.get(loop)
+                if client is None:
+                    client = AsyncOpenAI(
+                        base_url=self.base_url,
+                        api_key=self._api_key,
+                        max_retries=0,
+                        timeout=self._timeout,
+                    )
+                    self._async[loop] = client
+        return client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sync is not None:
+                self._sync.close()
+                self._sync = None
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._async.pop(loop, None)
+        if client is not None:
+            await client.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    model: str
+    endpoint: Endpoint
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.endpoint.base_url, self.model)
+
+
+class Health:
+    """Rolling per-candidate outcomes: ordering is success rate first, latency second."""
+
+    def __init__(self, window: int) -> None:
+        self._window = window
+        self._history: dict[tuple[str, str], deque[tuple[bool, float]]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, key: tuple[str, str], ok: bool, latency_s: float) -> None:
+        with self._lock:
+            history = self._history.get(key)
+            if history is None:
+                history = self._history[key] = deque(maxlen=self._window)
+            history.append((ok, latency_s))
+
+    def order(self, targets: tuple[Target, ...]) -> tuple[Target, ...] | list[Target]:
+        if len(targets) < 2:
+            return targets  # the common case: nothing to weigh
+        with self._lock:
+            scores = [self._score(t.key) for t in targets]
+        # sorted() is stable: equal scores (e.g. all untried) keep the configured order.
+        ranked = sorted(range(len(targets)), key=scores.__getitem__)
+        return [targets[i] for i in ranked]
+
+    def _score(self, key: tuple[str, str]) -> tuple[float, float]:
+        history = self._history.get(key)
+        if not history:
+            # Untried: as good as a perfect candidate, but behind any measured latency.
+            return (-1.0, float("inf"))
+        oks = [latency for ok, latency in history if ok]
+        latency = sum(oks) / len(oks) if oks else float("inf")
+        return (-len(oks) / len(history), latency)
+
+    def snapshot(self) -> dict[tuple[str, str], tuple[float, int]]:
+        """(success rate, samples) per candidate: for logs and tests."""
+        with self._lock:
+            return {
+                k: (sum(ok for ok, _ in h) / len(h), len(h)) for k, h in self._history.items() if h
+            }
+
+
+
+class Router:
+    """The gateway's endpoints (one client pair per base URL and key) and each tier's
+    candidate chain, resolved once (resolving may start the embedded server)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        # Separate from _lock (which endpoint() takes): resolving may start a local server.
+        self._resolve_lock = threading.Lock()
+        self._endpoints: dict[tuple[str, str], Endpoint] = {}
+        self._default: tuple[Endpoint, str] | None = None
+        self._embedding: Target | None = None
+        self._chains: dict[tuple[str, str | None], tuple[Target, ...]] = {}
+
+    def endpoint(self, base_url: str, api_key: str) -> Endpoint:
+        key = (base_url, api_key)
+        with self._lock:
+            endpoint = self._endpoints.get(key)
+            if endpoint is None:
+                endpoint = Endpoint(base_url, api_key, self.settings.limits.llm_timeout_s)
+                self._endpoints[key] = endpoint
+            return endpoint
+
+    def all_endpoints(self) -> list[Endpoint]:
+        with self._lock:
+            return list(self._endpoints.values())
+
+    def default_endpoint(self) -> tuple[Endpoint, str]:
+        """(endpoint, default model): OPENAI_BASE_URL, else the embedded llama-server."""
+        if self._default is not None:
+            return self._default
+        with self._resolve_lock:
+            if self._default is not None:
+                return self._default
+            settings = self.settings
+            if settings.openai_base_url is not None:
+                key = (
+                    settings.openai_api_key.get_secret_value()
+                    if settings.openai_api_key
+                    else NO_API_KEY
+                )
+                self._default = (
+                    self.endpoint(settings.openai_base_url, key),
+                    settings.default_model,
+                )
+            else:
+                from core.llm_server import local_llm_endpoint  # starts a process: only when needed
+
+                base_url, model = local_llm_endpoint(settings)
+                self._default = (self.endpoint(base_url, NO_API_KEY), model)
+            return self._default
+
+    def targets(self, tier_name: str, model: str | None) -> tuple[Target, ...]:
+        cached = self._chains.get((tier_name, model))
+        if cached is not None:
+            return cached
+        if model is not None:
+            # Per-slot routing: that one model, on the endpoint the tier would use for it.
+            chain = self.targets(tier_name, None)
+            match = next((t for t in chain if t.model == model), None)
+            targets: tuple[Target, ...] = (match or Target(model, chain[0].endpoint),)
+        else:
+            settings = self.settings
+            candidates = settings.tier(tier_name).models
+            if not candidates:
+                endpoint, default_model = self.default_endpoint()
+                targets = (Target(default_model, endpoint),)
+            else:
+                built = []
+                for candidate in candidates:
+                    if candidate.base_url is None:
+                        endpoint = self.default_endpoint()[0]
+                    else:
+                        key = candidate.api_key.get_secret_value() if candidate.api_key else None
+                        if (
+                            key is None
+                            and candidate.base_url == settings.openai_base_url
+                            and settings.openai_api_key
+                        ):
+                            key = settings.openai_api_key.get_secret_value()
+                        endpoint = self.endpoint(candidate.base_url, key or NO_API_KEY)
+                    built.append(Target(candidate.model, endpoint))
+                targets = tuple(built)
+        self._chains[(tier_name, model)] = targets
+        return targets
+
+    def embedding_target(self) -> Target:
+        if self._embedding is not None:
+            return self._embedding
+        with self._resolve_lock:
+            if self._embedding is not None:
+                return self._embedding
+            settings = self.settings
+            if settings.embedding_base_url is not None:
+                secret = settings.embedding_api_key
+                if secret is None and settings.embedding_base_url == settings.openai_base_url:
+                    secret = settings.openai_api_key  # same server: same key; never sent elsewhere
+                key = secret.get_secret_value() if secret else NO_API_KEY
+                self._embedding = Target(
+                    settings.embedding_model, self.endpoint(settings.embedding_base_url, key)
+                )
+            else:
+                raise LLMFatalError("no embedding endpoint configured: the embedded model runs in process")
+            return self._embedding
+
