@@ -36,9 +36,9 @@ PREMISE = "A cartographer discovers that her maps change the land they describe.
 
 def _run_novel(project: Path, chapters: int, scenes: int, **overrides: object) -> tuple[float, float, int, object]:
     """Run the novel flow; return (wall s, LLM wait s, LLM calls, report)."""
-    from core.runtime import Runtime, set_runtime
     from core.settings import load_settings
     from flows.novel import novel_flow, resolve_project
+    from tasks.runtime import Runtime, set_runtime
 
     settings = load_settings(project, **overrides)  # type: ignore[arg-type]
     settings.project_dir.mkdir(parents=True, exist_ok=True)

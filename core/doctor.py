@@ -4,6 +4,16 @@ graph: a write inside a transaction that is then rolled back (and checked to be 
 LLM: one structured call validated against a pydantic model; embeddings: one vector of
 the expected dimension; Prefect: a no-op flow run. Prints a table and exits non-zero
 when any component is down, with the reason in one line.
+
+Why the graph check talks to the server itself (the neo4j driver on core's
+`graph_endpoint`) instead of through kg's GraphStore: core is the bottom layer and must
+not import kg, and `python -m core.doctor` is the documented command, so the check cannot
+be handed in from above without an import by name. What it checks is the server (reachable,
+credentials, transactions roll back), not the story graph, so it needs nothing of kg but
+one node type the schema already has: two statements, the only Cypher outside kg/.
+
+The table is formatted here rather than with rich/tabulate: its plain columns are what
+users and tests read (`doctor` output is unchanged), and a dozen lines do it.
 """
 
 from __future__ import annotations
@@ -11,13 +21,24 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import neo4j
+from neo4j import exceptions as nx
 from pydantic import BaseModel, Field
 
 from core.cli import configure_prefect, one_line, run_main, setup_logging
+from core.errors import GraphUnavailableError, GraphWriteError
+from core.graph_server import GraphEndpoint, graph_endpoint
 from core.settings import Settings, load_settings
+
+# A node type every Skald graph declares (kg.vocabulary.VALUE_NODE; a test pins the two
+# together), so the probe does not make ArcadeDB create a type of its own.
+PROBE_LABEL = "ValueNode"
+_PROBE_CREATE = f"CREATE (p:{PROBE_LABEL} {{probe: $marker}}) RETURN count(p) AS n"
+_PROBE_COUNT = f"MATCH (p:{PROBE_LABEL} {{probe: $marker}}) RETURN count(p) AS n"
 
 
 class CheckResult(BaseModel):
@@ -48,26 +69,56 @@ def _timed(component: str, endpoint: Callable[[], str], check: Callable[[], str]
                            latency_ms=(time.perf_counter() - started) * 1000, detail=one_line(exc))
 
 
-def check_graph(settings: Settings) -> CheckResult:
-    from core.graph_server import graph_endpoint
-    from kg.probe import probe_rollback
-    from kg.store import GraphStore
-
-    def endpoint() -> str:
-        return graph_endpoint(settings).label
-
-    def check() -> str:
-        store = GraphStore.open(settings, migrate=False)
+def _connect(endpoint: GraphEndpoint, attempts: int) -> neo4j.Driver:
+    """A verified driver; `attempts` tries with backoff, like a run's own connection."""
+    delay, last = 0.5, ""
+    for attempt in range(1, attempts + 1):
+        driver = neo4j.GraphDatabase.driver(endpoint.uri, auth=(endpoint.username, endpoint.password),
+                                            connection_timeout=10.0, user_agent="skald-doctor")
         try:
-            return probe_rollback(store)
-        finally:
-            store.close()
+            driver.verify_connectivity()
+            return driver
+        except nx.AuthError as exc:
+            driver.close()
+            raise GraphUnavailableError(
+                f"graph at {endpoint.uri} refused the credentials for user {endpoint.username!r}: {one_line(exc)}",
+                hint="check NEO4J_USERNAME / NEO4J_PASSWORD") from exc
+        except (nx.DriverError, nx.Neo4jError, OSError) as exc:
+            driver.close()
+            last = one_line(exc)
+            if attempt < attempts:
+                time.sleep(delay)
+                delay = min(delay * 2, 4.0)
+    raise GraphUnavailableError(
+        f"graph at {endpoint.uri} is unreachable after {attempts} attempts ({last})",
+        hint="start the Neo4j server, fix NEO4J_URI, or unset NEO4J_URI to use the embedded ArcadeDB")
 
-    return _timed("graph", endpoint, check)
+
+def probe_rollback(endpoint: GraphEndpoint, attempts: int) -> str:
+    """Create a marker node in an explicit transaction, roll it back, and check it is gone."""
+    marker = f"doctor-{uuid.uuid4().hex}"
+    with _connect(endpoint, attempts) as driver, driver.session(database=endpoint.database) as session:
+        agent = driver.get_server_info().agent
+        tx = session.begin_transaction()
+        try:
+            tx.run(_PROBE_CREATE, marker=marker).consume()
+            seen = tx.run(_PROBE_COUNT, marker=marker).single(strict=True)["n"]
+        finally:
+            tx.rollback()
+        after = session.execute_read(lambda t: t.run(_PROBE_COUNT, marker=marker).single(strict=True)["n"])
+    if seen != 1 or after != 0:
+        raise GraphWriteError(f"transaction probe saw {seen} node(s) inside and {after} after rollback",
+                              hint="the graph server does not roll back transactions correctly")
+    return f"write visible in its transaction, gone after rollback ({agent})"
+
+
+def check_graph(settings: Settings) -> CheckResult:
+    return _timed("graph", lambda: graph_endpoint(settings).label,
+                  lambda: probe_rollback(graph_endpoint(settings), settings.graph_connect_attempts))
 
 
 def check_llm(settings: Settings) -> tuple[CheckResult, CheckResult]:
-    from core.llm import LLMGateway
+    from core.llm import LLMGateway  # openai, polars, pyarrow: only when the LLM is checked
 
     gateway = LLMGateway(settings, run_id="doctor")
 

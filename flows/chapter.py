@@ -14,7 +14,6 @@ from pydantic import BaseModel, Field
 
 from core.content import ContentRef
 from core.prose import ProseMetrics
-from core.runtime import runtime
 from core.settings import Settings
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import ScenePlan
@@ -43,6 +42,7 @@ from tasks.extraction import extract_scene
 from tasks.planning import plan_scenes
 from tasks.retrieval import retrieve_context
 from tasks.revision import revision_guidance
+from tasks.runtime import runtime
 from tasks.summarization import summarize_chapter
 from tasks.validation import (
     decide_revision,

@@ -15,7 +15,6 @@ from prefect import flow, get_run_logger
 from pydantic import BaseModel
 
 from core.content import atomic_write
-from core.runtime import runtime
 from prompts.initialization.models import CharacterSheets
 from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import SceneDetail, ScenePlan
@@ -32,6 +31,7 @@ from tasks.export import export_manuscript, finalize_chapter
 from tasks.extraction import extract_scene
 from tasks.manuscript import Manuscript, imported_artifacts, scene_refs
 from tasks.persist import InitArtifacts, persist_initialization_files
+from tasks.runtime import runtime
 from tasks.steering import ImportedChapter, load_steering, save_steering
 from tasks.summarization import summarize_chapter
 

@@ -26,7 +26,6 @@ from prefect import flow, get_run_logger
 
 from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
-from core.runtime import Runtime, runtime, set_runtime
 from core.settings import load_settings
 from tasks.healing import (
     HealReport,
@@ -39,6 +38,7 @@ from tasks.healing import (
     write_heal_history,
 )
 from tasks.qa import QAReport, publish_qa_artifacts, run_qa_checks, write_qa_report
+from tasks.runtime import Runtime, runtime, set_runtime
 
 HEAL_DEPLOYMENT = "heal-graph"
 QA_DEPLOYMENT = "qa-nightly"

@@ -20,7 +20,6 @@ from pydantic import BaseModel, Field
 
 from core.cli import prefect_results_dir, project_prefect_settings, run_main, setup_logging
 from core.errors import InvalidInputError
-from core.runtime import Runtime, runtime, set_runtime
 from core.settings import load_settings
 from flows.chapter import BookInfo, ChapterResult, chapter_flow, chapter_runner
 from prompts.initialization.models import (
@@ -47,6 +46,7 @@ from tasks.persist import (
     persist_initialization_files,
     run_initialization_parsers,
 )
+from tasks.runtime import Runtime, runtime, set_runtime
 from tasks.steering import (
     chapter_guidance,
     first_stale_chapter,

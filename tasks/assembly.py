@@ -6,7 +6,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from core.content import ContentRef
-from core.runtime import runtime
+from tasks.runtime import runtime
 
 SCENE_BREAK = "\n\n* * *\n\n"
 

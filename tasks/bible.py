@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.content import atomic_write
 from core.errors import InvalidInputError
-from core.runtime import runtime
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta, Entity, EntitySource, PropertyUpdate, Relationship
 from prompts.initialization.models import (
@@ -42,6 +41,7 @@ from prompts.initialization.models import (
     OutlineRelationship,
 )
 from tasks.policy import graph_task
+from tasks.runtime import runtime
 
 CHARACTERS_DIR = "characters"
 LOCATIONS_FILE = "world/locations.yaml"

@@ -12,13 +12,13 @@ from typing import Literal
 from prefect import get_run_logger
 
 from core.content import ContentRef
-from core.runtime import runtime
 from kg.models import ChapterDelta
 from prompts.initialization.models import CharacterSheets, GlobalOutline, OutlineRelationships
 from prompts.knowledge.models import ChapterSummary
 from tasks.consolidation import initialization_delta
 from tasks.persist import InitArtifacts
 from tasks.policy import graph_task
+from tasks.runtime import runtime
 
 CommitOutcome = Literal["committed", "unchanged", "deferred"]
 

@@ -13,12 +13,12 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from core.content import ContentRef
-from core.runtime import runtime
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
 from prompts.initialization.models import CharacterSheets, GlobalOutline, OutlineRelationships
 from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import ScenePlan
+from tasks.runtime import runtime
 
 # Extraction kinds that are not graph labels by the same name.
 KIND_TO_LABEL = {"Organization": "Faction"}

@@ -16,12 +16,12 @@ from pydantic import BaseModel, Field
 from core.content import ContentRef
 from core.errors import LLMBadOutputError
 from core.prose import ProseMetrics, measure
-from core.runtime import runtime
 from core.settings import ProseThresholds, StyleGuide
 from prompts import render_messages
 from prompts.narrative.models import SceneDetail
 from tasks.context import estimate_tokens
 from tasks.policy import cached_task
+from tasks.runtime import runtime
 
 WORDS_PER_TOKEN = 0.75
 # Chat formatting around each message (role markers, separators), in tokens.

@@ -10,8 +10,8 @@ from prefect import get_run_logger
 
 from core.content import ContentRef
 from core.errors import LLMError
-from core.runtime import runtime
 from tasks.policy import cached_task
+from tasks.runtime import runtime
 
 
 # No task-level retries: the gateway has retried already, and embeddings are optional.

@@ -13,11 +13,11 @@ from prefect import get_run_logger
 
 from core.content import ContentRef
 from core.prose import measure
-from core.runtime import runtime
 from core.settings import ProseThresholds
 from prompts import render_messages
 from tasks.drafting import clean_prose
 from tasks.policy import cached_task
+from tasks.runtime import runtime
 
 
 @cached_task("enrich_narrative")

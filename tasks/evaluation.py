@@ -5,10 +5,10 @@ from __future__ import annotations
 from prefect import get_run_logger
 
 from core.content import ContentRef
-from core.runtime import runtime
 from prompts import render_messages
 from prompts.validation.models import QualityScores
 from tasks.policy import cached_task
+from tasks.runtime import runtime
 
 # The editor reads at most this much of a chapter: small models have small windows.
 MAX_CHAPTER_CHARS = 12_000

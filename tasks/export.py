@@ -15,7 +15,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from core.content import ContentRef, write_if_changed
-from core.runtime import runtime
+from tasks.runtime import runtime
 
 
 def chapter_path(project_dir: Path, number: int) -> Path:

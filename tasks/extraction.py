@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from core.content import ContentRef
-from core.runtime import runtime
 from prompts import render_messages
 from prompts.knowledge.models import SceneExtraction
 from tasks.policy import cached_task
+from tasks.runtime import runtime
 
 
 @cached_task("extract_scene")

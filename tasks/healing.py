@@ -24,7 +24,6 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import EmbeddedServiceError, LLMBadOutputError, LLMError
-from core.runtime import Runtime, runtime
 from kg.healing import (
     DetectionResult,
     DetectionStats,
@@ -47,6 +46,7 @@ from kg.healing import (
 from prompts import template
 from prompts.knowledge.models import EntityEnrichment
 from tasks.policy import graph_task
+from tasks.runtime import Runtime, runtime
 
 ENRICHMENT_TIER = "medium"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from prefect import get_run_logger
 
 from core.content import ContentRef
-from core.runtime import runtime
 from prompts import render_messages
 from prompts.initialization.models import (
     ActOutline,
@@ -17,6 +16,7 @@ from prompts.initialization.models import (
     OutlineRelationships,
 )
 from tasks.policy import cached_task
+from tasks.runtime import runtime
 
 MAX_OUTLINE_CALLS_PER_ACT = 4
 

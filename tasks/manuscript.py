@@ -16,7 +16,6 @@ from pydantic import BaseModel, Field
 
 from core.content import ContentRef
 from core.errors import InvalidInputError, LLMBadOutputError
-from core.runtime import runtime
 from kg import vocabulary as vocab
 from prompts.initialization.models import (
     ActOutline,
@@ -31,6 +30,7 @@ from prompts.initialization.models import (
 )
 from prompts.knowledge.models import ChapterSummary, SceneExtraction
 from tasks.persist import InitArtifacts
+from tasks.runtime import runtime
 
 _HEADING = re.compile(r"^(#{1,2})\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _SCENE_BREAK = re.compile(r"^\s*(?:\*\s*\*\s*\*|-{3,}|_{3,})\s*$", re.MULTILINE)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from prefect import get_run_logger
 
-from core.runtime import runtime
 from prompts import render_messages
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import ChapterOutlineRefresh
 from tasks.policy import cached_task
+from tasks.runtime import runtime
 
 
 @cached_task("generate_chapter_outline")

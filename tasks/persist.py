@@ -16,7 +16,6 @@ from pydantic import BaseModel
 
 from core.content import ContentRef
 from core.errors import ContentIntegrityError
-from core.runtime import runtime
 from prompts.initialization.models import (
     ActOutline,
     ChapterOutlines,
@@ -25,6 +24,7 @@ from prompts.initialization.models import (
     OutlineRelationships,
 )
 from tasks.bible import StoryBible, load_story_bible, write_owned
+from tasks.runtime import runtime
 
 
 def slug(name: str) -> str:

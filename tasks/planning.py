@@ -6,11 +6,11 @@ from prefect import get_run_logger
 
 from core.content import ContentRef
 from core.errors import LLMBadOutputError
-from core.runtime import runtime
 from prompts import render_messages
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import SceneDetail, ScenePlan
 from tasks.policy import cached_task
+from tasks.runtime import runtime
 
 MAX_PLAN_CALLS = 3
 

@@ -17,9 +17,9 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.runtime import runtime
 from kg.qa import CHECKS, Finding, run_checks
 from tasks.policy import graph_task
+from tasks.runtime import runtime
 
 REPORT_SCHEMA = pa.schema(
     [

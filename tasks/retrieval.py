@@ -14,13 +14,13 @@ from prefect import get_run_logger
 
 from core.content import ContentRef
 from core.errors import LLMError
-from core.runtime import runtime
 from kg.models import EntityProfile, SceneContext
 from kg.retrieval import scene_context
 from prompts.narrative.models import SceneDetail
 from tasks.context import build_envelope
 from tasks.embedding import embed_texts
 from tasks.policy import graph_task
+from tasks.runtime import runtime
 
 # Room kept free for the fixed prompt text around the context.
 PROMPT_OVERHEAD_TOKENS = 400

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from core.runtime import runtime
 from prompts import render_messages
 from prompts.validation.models import QualityScores, RevisionGuidance
 from tasks.policy import cached_task
+from tasks.runtime import runtime
 
 
 @cached_task("revision_guidance")

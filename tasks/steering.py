@@ -24,10 +24,10 @@ from pydantic import BaseModel, Field
 
 from core.content import atomic_write
 from core.errors import InvalidInputError
-from core.runtime import runtime
 from prompts import render_text
 from prompts.initialization.models import ChapterOutline
 from tasks.policy import graph_task
+from tasks.runtime import runtime
 
 STEERING_FILE = "steering.json"
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from core.content import ContentRef
-from core.runtime import runtime
 from prompts import render_messages
 from prompts.knowledge.models import ChapterSummary
 from tasks.evaluation import MAX_CHAPTER_CHARS
 from tasks.policy import cached_task
+from tasks.runtime import runtime
 
 
 @cached_task("summarize_chapter")

@@ -30,7 +30,6 @@ from pydantic import BaseModel
 
 from core.content import ContentRef, ContentStore
 from core.prose import ProseMetrics, measure, words_of
-from core.runtime import runtime
 from core.settings import ProseThresholds
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta
@@ -39,6 +38,7 @@ from prompts.knowledge.models import SceneExtraction
 from prompts.validation.models import QualityScores
 from tasks.assembly import SCENE_BREAK
 from tasks.policy import graph_task
+from tasks.runtime import runtime
 
 DUPLICATE_SCENE_COSINE = 0.97
 DUPLICATE_SCENE_TRIGRAM_OVERLAP = 0.5

@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from core.doctor import PROBE_LABEL
 from core.graph_server import graph_endpoint
 from core.settings import Settings
+from kg import vocabulary as vocab
 from tests.conftest import REPO_ROOT
 from tests.scripted_llm import ScriptedLLM
 
@@ -48,3 +50,9 @@ def test_doctor_exits_non_zero_with_one_line_reason(graph_settings: Settings, tm
     assert [r.split()[1] for r in reasons] == ["llm", "embeddings"]
     assert all("127.0.0.1:9" in r for r in reasons)
     assert " up " in next(line for line in result.stdout.splitlines() if line.startswith("graph"))
+
+
+def test_doctor_probes_a_node_type_the_graph_schema_declares() -> None:
+    # The probe lives in core (which must not import kg): it must still write a declared type,
+    # or ArcadeDB would create a stray one in every project the doctor checks.
+    assert PROBE_LABEL == vocab.VALUE_NODE

@@ -22,7 +22,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from core.runtime import Runtime, set_runtime
 from core.settings import HealingSettings, Settings
 from kg import cypher, qa
 from kg import healing as h
@@ -39,6 +38,7 @@ from kg.models import (
 )
 from kg.store import GraphStore
 from tasks.healing import EmbeddingCache
+from tasks.runtime import Runtime, set_runtime
 from tests.conftest import REPO_ROOT
 from tests.scripted_llm import ScriptedLLM
 

@@ -2,6 +2,10 @@
 
 Prefect tasks take only plain, hashable inputs so their cache keys are stable; the
 services they use come from here instead of from their parameters.
+
+This is the composition root of a run: the one place that wires core's services (LLM
+gateway, content store) to kg's graph store, so it sits above both, in the tasks layer
+that uses it; the flows (the entry points) build it with `set_runtime(Runtime(settings))`.
 """
 
 from __future__ import annotations
@@ -9,14 +13,11 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from core.content import ContentStore
+from core.llm import LLMGateway
 from core.settings import Settings
-
-if TYPE_CHECKING:
-    from core.llm import LLMGateway
-    from kg.store import GraphStore
+from kg.store import GraphStore
 
 
 @dataclass
@@ -39,8 +40,6 @@ class Runtime:
     def gateway(self) -> LLMGateway:
         with self._lock:
             if self._gateway is None:
-                from core.llm import LLMGateway
-
                 self._gateway = LLMGateway(self.settings, run_id=self.run_id)
             return self._gateway
 
@@ -48,8 +47,6 @@ class Runtime:
     def graph(self) -> GraphStore:
         with self._lock:
             if self._graph is None:
-                from kg.store import GraphStore
-
                 self._graph = GraphStore.open(self.settings)
             return self._graph
 
@@ -83,5 +80,5 @@ def set_runtime(runtime: Runtime) -> Runtime:
 
 def runtime() -> Runtime:
     if _current is None:
-        raise RuntimeError("no Runtime set: flows call core.runtime.set_runtime() before running tasks")
+        raise RuntimeError("no Runtime set: flows call tasks.runtime.set_runtime() before running tasks")
     return _current
