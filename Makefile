@@ -8,7 +8,7 @@ PREMISE ?= A lighthouse keeper on a storm-bound island finds a letter addressed 
 # AVX2 build: a -march=native build emits AMX/AVX-512 code that some VMs forbid (SIGILL).
 LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: install run test smoke doctor lint cypher-lint
+.PHONY: install run test smoke doctor lint lint-imports cypher-lint
 
 install: $(VENV)/.skald-installed
 
@@ -36,6 +36,11 @@ doctor: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+
+# The layer contract in pyproject.toml ([tool.importlinter]): flows > tasks > kg | prompts > core,
+# and no import circle inside a package. CI runs it before the suite.
+lint-imports: install
+	$(VENV)/bin/lint-imports --no-cache
 
 # Neo4j's own linter over the statements the last `make test` recorded (see README).
 cypher-lint:
