@@ -22,6 +22,7 @@ from core.cli import prefect_results_dir, project_prefect_settings, run_main, se
 from core.errors import InvalidInputError
 from core.settings import load_settings
 from flows.chapter import BookInfo, ChapterResult, chapter_flow, chapter_runner
+from flows.maintenance import heal_flow, qa_flow
 from prompts.initialization.models import (
     ActOutline,
     ChapterOutline,
@@ -243,11 +244,6 @@ def _runtime_for(project_dir: str) -> Runtime:
 def _run_maintenance(project_dir: str, chapter: int) -> None:
     """Healing and QA are best effort: a failure is logged, never fatal (spec 001 section 7)."""
     log = get_run_logger()
-    try:
-        from flows.maintenance import heal_flow, qa_flow
-    except ImportError:
-        log.info("maintenance flows are not installed; skipping healing/QA after chapter %d", chapter)
-        return
     for maintenance in (heal_flow, qa_flow):
         try:
             maintenance(project_dir)
