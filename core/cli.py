@@ -1,7 +1,9 @@
-"""What every entry point shares: logging, Prefect set-up, and one-line errors."""
+"""What every entry point shares: logging, Prefect set-up, the settings options, and one-line
+errors. Command lines are parsed with the standard library's argparse (no extra dependency)."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -13,6 +15,12 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from core.errors import SkaldError
+
+
+def add_settings_options(parser: argparse.ArgumentParser) -> None:
+    """The options every project command takes after its own: --config and -v."""
+    parser.add_argument("--config", type=Path, default=None, help="TOML settings file (default <project-dir>/skald.toml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -97,6 +97,16 @@ class TierSettings(BaseModel):
         return value
 
 
+BOLT_SCHEMES = ("bolt://", "bolt+s://", "bolt+ssc://", "neo4j://", "neo4j+s://", "neo4j+ssc://")
+
+
+def bolt_uri(value: str | None) -> str | None:
+    """`value` unchanged when it is a Bolt URI (or None); a field validator's ValueError if not."""
+    if value is not None and not value.startswith(BOLT_SCHEMES):
+        raise ValueError("must be a bolt:// or neo4j:// URI")
+    return value
+
+
 def _default_tiers() -> dict[str, TierSettings]:
     return {
         "large": TierSettings(temperature=0.7, max_tokens=1536),
@@ -295,10 +305,7 @@ class Settings(BaseSettings):
     @field_validator("neo4j_uri")
     @classmethod
     def _bolt_url(cls, value: str | None) -> str | None:
-        schemes = ("bolt://", "bolt+s://", "bolt+ssc://", "neo4j://", "neo4j+s://", "neo4j+ssc://")
-        if value is not None and not value.startswith(schemes):
-            raise ValueError("must be a bolt:// or neo4j:// URI")
-        return value
+        return bolt_uri(value)
 
     @property
     def saga_dir(self) -> Path:

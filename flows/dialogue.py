@@ -321,6 +321,13 @@ def _entity_out(e: Any) -> EntityOut:
     return EntityOut(**e.model_dump(exclude={"aliases"}), aliases=list(e.aliases))
 
 
+def _json_body(schema: str) -> dict[str, Any]:
+    """OpenAPI for a required JSON request body of the named component schema (the handlers
+    read the raw body themselves, so FastAPI cannot infer it)."""
+    ref = {"$ref": f"#/components/schemas/{schema}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
 def create_app(service: DialogueService, security: SidecarSecurity | None = None) -> FastAPI:
     """The sidecar's HTTP API over one DialogueService."""
     security = security or SidecarSecurity()
@@ -329,12 +336,7 @@ def create_app(service: DialogueService, security: SidecarSecurity | None = None
         version="1.1.0",
         description=API_DESCRIPTION,
     )
-    body_spec = {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TurnCommitRequest"}}},
-        }
-    }
+    body_spec = _json_body("TurnCommitRequest")
     responses: dict[int | str, dict[str, Any]] = {
         code: {"model": TurnResult, "description": text}
         for code, text in (
@@ -395,8 +397,7 @@ def create_app(service: DialogueService, security: SidecarSecurity | None = None
 
     @app.post(REWIND_PATH, response_model=RewindResult,
               responses={400: {"model": RewindResult}, 409: {"model": RewindResult}, 503: {"model": RewindResult}},
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": {"$ref": "#/components/schemas/RewindRequest"}}}}},
+              openapi_extra=_json_body("RewindRequest"),
               summary="Rewind a conversation to before turn N: that turn and every later one are removed "
               "exactly (facts, relation events, milestones, memory), like a chapter rollback")
     async def rewind(request: Request) -> JSONResponse:
@@ -415,8 +416,7 @@ def create_app(service: DialogueService, security: SidecarSecurity | None = None
     @app.post(MEMORY_QUERY_PATH, response_model=MemoryQueryResult,
               responses={400: {"model": MemoryQueryResult}, 413: {"model": MemoryQueryResult},
                          503: {"model": MemoryQueryResult}},
-              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": {"$ref": "#/components/schemas/MemoryQueryRequest"}}}}},
+              openapi_extra=_json_body("MemoryQueryRequest"),
               summary="Memory for PENDING messages before the model replies: the injection_packet a turn "
               "would get (the same retrieval and injector), nothing written")
     async def memory_query(request: Request) -> JSONResponse:

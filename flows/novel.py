@@ -18,7 +18,13 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, Field
 
-from core.cli import prefect_results_dir, project_prefect_settings, run_main, setup_logging
+from core.cli import (
+    add_settings_options,
+    prefect_results_dir,
+    project_prefect_settings,
+    run_main,
+    setup_logging,
+)
 from core.errors import InvalidInputError
 from core.settings import load_settings
 from flows.chapter import BookInfo, ChapterResult, chapter_flow, chapter_runner
@@ -334,8 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--redo-from", type=int, default=None, metavar="N",
                         help="write chapters N.. again: roll them back in the graph (newest first), move their "
                         "files to chapters/replaced/, and redraft them with the current story bible and guidance")
-    parser.add_argument("--config", type=Path, default=None, help="TOML settings file (default <project-dir>/skald.toml)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_settings_options(parser)
     return parser
 
 
@@ -349,8 +354,7 @@ def build_import_parser() -> argparse.ArgumentParser:
     parser.add_argument("--project-dir", type=Path, required=True, help="the new project's directory")
     parser.add_argument("--manuscript", type=Path, required=True, help="the manuscript (markdown, UTF-8)")
     parser.add_argument("--genre", default="literary fiction", help="the book's genre")
-    parser.add_argument("--config", type=Path, default=None, help="TOML settings file (default <project-dir>/skald.toml)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_settings_options(parser)
     return parser
 
 

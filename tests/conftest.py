@@ -156,6 +156,12 @@ def store(graph: GraphStore) -> GraphStore:
     return graph
 
 
+@pytest.fixture(scope="module")
+def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Prefect home per test module, for the flows its tests run in subprocesses."""
+    return tmp_path_factory.mktemp("prefect-home")
+
+
 @pytest.fixture(scope="session")
 def prefect_api() -> Iterator[None]:
     """One temporary Prefect API for every test that runs real flows in-process."""

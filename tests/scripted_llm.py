@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 FaultKind = Literal[
     "http_500",
@@ -49,18 +49,7 @@ FaultKind = Literal[
     "http_404_model",
     "http_500_too_large",
 ]
-FAULT_KINDS: tuple[str, ...] = (
-    "http_500",
-    "http_429",
-    "timeout",
-    "malformed_json",
-    "truncated_json",
-    "schema_invalid",
-    "near_json",
-    "http_401",
-    "http_404_model",
-    "http_500_too_large",
-)
+FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 # Faults that corrupt the message content: only meaningful for JSON-mode chat requests.
 JSON_FAULTS: frozenset[str] = frozenset(
     {"malformed_json", "truncated_json", "schema_invalid", "near_json"}

@@ -282,19 +282,18 @@ def test_missing_file_raises(store: ContentStore) -> None:
     assert not store.exists(ref)
 
 
+def _draft_ref(stem: str, ext: str, sha: str, size: int) -> ContentRef:
+    """A ref to version 1 of drafts/`stem`, named as the store names its files."""
+    return ContentRef(path=f"drafts/{stem}.v1.{sha[:12]}.{ext}", content_type="drafts", version=1,
+                      size_bytes=size, sha256=sha)
+
+
 @pytest.mark.parametrize("ext", ["pkl", "pickle", "PKL"])
 def test_pickle_ref_refused(store: ContentStore, ext: str) -> None:
-    sha = "ab" * 32
-    path = store.root / "drafts" / f"evil.v1.{sha[:12]}.{ext}"
+    ref = _draft_ref("evil", ext, "ab" * 32, 5)
+    path = store.root / ref.path
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\x80\x04K\x01.")  # pickle of the int 1
-    ref = ContentRef(
-        path=f"drafts/evil.v1.{sha[:12]}.{ext}",
-        content_type="drafts",
-        version=1,
-        size_bytes=5,
-        sha256=sha,
-    )
 
     for read in (store.get_bytes, store.get_text, store.get_json, store.get_array, store.verify):
         with pytest.raises(ContentIntegrityError, match="refusing to load pickle"):
@@ -304,14 +303,7 @@ def test_pickle_ref_refused(store: ContentStore, ext: str) -> None:
 
 @pytest.mark.parametrize("ext", ["exe", "npz", "py", "yaml"])
 def test_other_extensions_refused(store: ContentStore, ext: str) -> None:
-    sha = "cd" * 32
-    ref = ContentRef(
-        path=f"drafts/x.v1.{sha[:12]}.{ext}",
-        content_type="drafts",
-        version=1,
-        size_bytes=1,
-        sha256=sha,
-    )
+    ref = _draft_ref("x", ext, "cd" * 32, 1)
     with pytest.raises(ContentIntegrityError, match="refusing to load"):
         store.get_bytes(ref)
 

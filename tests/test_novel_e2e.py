@@ -195,11 +195,6 @@ def llm() -> Iterator[ScriptedLLM]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("prefect-home")
-
-
 def run_env(
     llm: ScriptedLLM, settings: Settings, prefect_home: Path, **extra: str
 ) -> dict[str, str]:
@@ -244,6 +239,18 @@ def export(project: Path, env: dict[str, str], name: str) -> str:
     return out.read_text(encoding="utf-8")
 
 
+def write_book(
+    llm: ScriptedLLM, settings: Settings, prefect_home: Path, project: Path, *args: str, **extra: str
+) -> dict[str, str]:
+    """On an empty graph, `python -m flows.novel` for `project` with `args`, which must succeed;
+    returns the run's environment for the next commands."""
+    wipe_graph(settings)
+    env = run_env(llm, settings, prefect_home, **extra)
+    result = novel(project, env, *args)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return env
+
+
 def wipe_graph(settings: Settings) -> None:
     from kg.store import GraphStore
 
@@ -276,11 +283,8 @@ def first_run(
     prefect_home: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Path, dict[str, str], str]:
-    wipe_graph(graph_settings)
     project = tmp_path_factory.mktemp("novel") / "book"
-    env = run_env(llm, graph_settings, prefect_home)
-    result = novel(project, env, *ARGS)
-    assert result.returncode == 0, result.stderr[-4000:]
+    env = write_book(llm, graph_settings, prefect_home, project, *ARGS)
     return project, env, export(project, env, "first")
 
 

@@ -21,7 +21,16 @@ import yaml
 from core.settings import Settings
 from tests.conftest import REPO_ROOT
 from tests.scripted_llm import ScriptedLLM, ScriptedRequest
-from tests.test_novel_e2e import PREMISE, export, kg, novel, run_env, script_novel, wipe_graph
+from tests.test_novel_e2e import (
+    PREMISE,
+    export,
+    kg,
+    novel,
+    run_env,
+    script_novel,
+    wipe_graph,
+    write_book,
+)
 
 SMALL = ("--scenes-per-chapter", "1", "--acts", "1")
 
@@ -38,11 +47,6 @@ def llm() -> Iterator[ScriptedLLM]:
         script_novel(server)
         server.on(schema="ChapterSummary", respond=_summary)
         yield server
-
-
-@pytest.fixture(scope="module")
-def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("prefect-home")
 
 
 _CHAPTER_OF = (
@@ -79,11 +83,9 @@ def one_error_line(stderr: str) -> str:
 @pytest.fixture(scope="module")
 def three_chapters(llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path,
                    tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    wipe_graph(graph_settings)
     project = tmp_path_factory.mktemp("steer") / "book"
-    env = run_env(llm, graph_settings, prefect_home)
-    result = novel(project, env, "--premise", PREMISE + " (guidance)", "--chapters", "3", *SMALL)
-    assert result.returncode == 0, result.stderr[-4000:]
+    env = write_book(llm, graph_settings, prefect_home, project, "--premise", PREMISE + " (guidance)",
+                     "--chapters", "3", *SMALL)
     return project, env
 
 
@@ -148,11 +150,9 @@ def test_chapters_past_the_plan_are_outlined_from_the_summaries(
 def test_bible_edit_reaches_graph_and_prompts_and_is_never_overwritten(
     llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
 ) -> None:
-    wipe_graph(graph_settings)
     project = tmp_path / "bible"
-    env = run_env(llm, graph_settings, prefect_home)
-    args = ("--premise", PREMISE + " (bible)", *SMALL)
-    assert novel(project, env, *args, "--chapters", "1").returncode == 0
+    env = write_book(llm, graph_settings, prefect_home, project, "--premise", PREMISE + " (bible)", *SMALL,
+                     "--chapters", "1")
     before = export(project, env, "before")
     sheet_path = project / "characters" / "mara_quill.yaml"
     sheet = yaml.safe_load(sheet_path.read_text())
@@ -202,11 +202,9 @@ def test_bible_edit_reaches_graph_and_prompts_and_is_never_overwritten(
 def test_redo_from_two_rewrites_chapters_two_and_three_exactly(
     llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
 ) -> None:
-    wipe_graph(graph_settings)
     project = tmp_path / "redo"
-    env = run_env(llm, graph_settings, prefect_home)
     args = ("--premise", PREMISE + " (redo)", *SMALL)
-    assert novel(project, env, *args, "--chapters", "3").returncode == 0
+    env = write_book(llm, graph_settings, prefect_home, project, *args, "--chapters", "3")
     chapters = project / "chapters"
     old = {n: (chapters / f"chapter_00{n}.md").read_text() for n in (1, 2, 3)}
     first_mtime = (chapters / "chapter_001.md").stat().st_mtime_ns

@@ -76,11 +76,6 @@ def llm() -> Iterator[ScriptedLLM]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("prefect-home")
-
-
 def test_looping_draft_is_redrafted_with_penalties_and_the_prompt_has_what_a_novelist_needs(
     llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
 ) -> None:

@@ -4,7 +4,7 @@ with polars (`summarize_records`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -88,30 +88,10 @@ class CallStats:
     error: str | None = None
 
     def to_record(self, run_id: str, ts: datetime, latency_ms: float) -> CallRecord:
-        outcome = self.outcome
-        error = self.error
-        if outcome is None:  # cancelled, or failed before any request: still leave a trace
-            outcome, error = "unavailable", error or "interrupted"
-        return CallRecord(
-            run_id=run_id,
-            ts=ts,
-            tier=self.tier,
-            model=self.model,
-            endpoint=self.endpoint,
-            purpose=self.purpose,
-            schema_name=self.schema_name,
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.completion_tokens,
-            latency_ms=latency_ms,
-            attempts=self.attempts,
-            retries_transient=self.retries_transient,
-            retries_rate_limited=self.retries_rate_limited,
-            retries_bad_output=self.retries_bad_output,
-            fallbacks=self.fallbacks,
-            fallback_reasons=self.fallback_reasons,
-            outcome=outcome,
-            error=error,
-        )
+        fields = asdict(self)
+        if self.outcome is None:  # cancelled, or failed before any request: still leave a trace
+            fields.update(outcome="unavailable", error=self.error or "interrupted")
+        return CallRecord(run_id=run_id, ts=ts, latency_ms=latency_ms, **fields)
 
 
 def write_parquet(records: Iterable[CallRecord], target: Path) -> None:

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from core.settings import SLOT_NAMES
+from core.settings import SLOT_NAMES, bolt_uri
 from kg.dialogue import AppliedAction
 
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -120,10 +120,7 @@ class DbConfig(BaseModel):
     @field_validator("uri")
     @classmethod
     def _bolt(cls, value: str | None) -> str | None:
-        schemes = ("bolt://", "bolt+s://", "bolt+ssc://", "neo4j://", "neo4j+s://", "neo4j+ssc://")
-        if value is not None and not value.startswith(schemes):
-            raise ValueError("must be a bolt:// or neo4j:// URI")
-        return value
+        return bolt_uri(value)
 
 
 class SlotModels(BaseModel):
