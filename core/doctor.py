@@ -13,7 +13,9 @@ credentials, transactions roll back), not the story graph, so it needs nothing o
 one node type the schema already has: two statements, the only Cypher outside kg/.
 
 The table is formatted here rather than with rich/tabulate: its plain columns are what
-users and tests read (`doctor` output is unchanged), and a dozen lines do it.
+users and tests read (`doctor` output is unchanged), and a dozen lines do it. The graph
+connection is tried as often as a run tries (settings `graph_connect_attempts`, doubling
+delay) in a six-line loop; tenacity would be a new dependency for that one loop.
 """
 
 from __future__ import annotations

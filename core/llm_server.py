@@ -8,6 +8,9 @@ Servers are child processes started on demand on 127.0.0.1 with a free port, reu
 within this process, and stopped at exit. They are spawned by core.children, whose
 PR_SET_PDEATHSIG makes the kernel stop them even if this process is SIGKILLed, so no orphan
 is ever left behind.
+
+Waiting for a started server is a poll of its /health with a deadline that also watches the
+child exit; that is not a retry of a failing call, so no retry library is used for it.
 """
 
 from __future__ import annotations
