@@ -9,7 +9,9 @@ Per conversation the sidecar keeps:
   weight_before, weight_after, ...}`: one per applied relation action (the mutation log)
 - `KGMilestone {milestone_id, conversation_id, turn_id, text, ...}`
 - `KGTurn {key: "conversation_id:turn_id", payload_hash, status, result_json, seq, text, ...}`:
-  the persisted idempotency record of a COMMITTED turn
+  the persisted idempotency record of a COMMITTED turn; its operational fields (`committed_at`,
+  `committed_by`, `trace_json`: when, by which process, the slot timings) are left out of
+  exports (kg.vocabulary.OPERATIONAL_PROPERTIES)
 - `KGMemory {key, conversation_id, seq, position_key, speaker, text, extra, when, group,
   source_refs, embedding, committed}`: every turn's text, the recall document, written whether
   or not the turn's facts passed the commit gate (the gate governs graph facts only);
@@ -329,6 +331,7 @@ class StoredTurn(_Model):
     payload_hash: str
     status: str
     result_json: str
+    trace_json: str = Field("", description="the original commit's trace (operational: not exported)")
 
 
 class LockClaim(_Model):
@@ -463,6 +466,7 @@ def _stored(props: dict[str, Any]) -> StoredTurn:
         payload_hash=props.get("payload_hash", ""),
         status=props.get("status", ""),
         result_json=props.get("result_json", ""),
+        trace_json=props.get("trace_json", ""),
     )
 
 
@@ -755,7 +759,8 @@ def _apply_action(
     )
 
 
-ResultBuilder = Callable[[int, list[AppliedAction]], str]
+#: (seq, applied actions) -> (the result a replay returns, the commit's trace), both JSON.
+ResultBuilder = Callable[[int, list[AppliedAction]], tuple[str, str]]
 
 
 def _commit_tx(
@@ -779,6 +784,7 @@ def _commit_tx(
         return CommitOutcome(status=status, seq=stored.seq, stored=stored)
     seq = _next_turn_seq(tx, write.conversation_id)
     applied = _apply_facts(tx, write, seq)
+    result_json, trace_json = build_result(seq, applied)
     # 7. The turn record last: it carries the result the caller gets on a replay.
     props = _no_nulls(
         {
@@ -796,7 +802,8 @@ def _commit_tx(
             "embedding": write.embedding,
             "committed_at": write.committed_at,
             "committed_by": owner,
-            "result_json": build_result(seq, applied),
+            "result_json": result_json,
+            "trace_json": trace_json,
             # What a rewind re-applies (the memory row and vectors stay on KGMemory).
             "write_json": write.model_dump_json(exclude={"memory", "embedding", "committed_at"}),
         }

@@ -3,7 +3,9 @@
 Nodes are identified by a `ref` built from their labels and `id` (or a content hash when
 they have no id), never by server element ids, so two exports of the same graph are
 byte-identical and an export can be loaded into another server. The schema meta node
-is left out: it is migration state, owned by the target graph's migrations. Values go through the
+is left out: it is migration state, owned by the target graph's migrations. So are the
+operational properties (kg.vocabulary.OPERATIONAL_PROPERTIES: commit wall-clock times,
+the committing process, slot timings): an export holds the world, not when it was written. Values go through the
 exact value codec (int vs float, temporal types). An import file is untrusted: its
 labels and relationship types must belong to the vocabulary.
 """
@@ -61,7 +63,8 @@ def export_tx(tx: ManagedTransaction) -> dict[str, Any]:
     by_ref: dict[str, list[tuple[str, list[str], dict[str, Any], str]]] = defaultdict(list)
     for row in raw_nodes:
         labels = sorted(row["labels"])
-        props = encode_props(row["props"])
+        operational = frozenset().union(*(vocab.OPERATIONAL_PROPERTIES.get(label, frozenset()) for label in labels))
+        props = encode_props({k: v for k, v in row["props"].items() if k not in operational})
         by_ref[_node_ref(labels, props)].append((canonical_json(props), labels, props, row["eid"]))
     for ref, group in by_ref.items():
         group.sort(key=lambda g: g[0])

@@ -72,6 +72,16 @@ INFRA_LABELS: tuple[str, ...] = (
 DIALOGUE_LABELS: tuple[str, ...] = (KG_ENTITY, KG_REL_EVENT, KG_MILESTONE, KG_TURN, KG_MEMORY, KG_CONVERSATION)
 ALL_LABELS: frozenset[str] = frozenset((ENTITY, *ENTITY_LABELS, *INFRA_LABELS, *DIALOGUE_LABELS))
 
+#: Operational properties: when, by which process and how long an operation ran. The graph
+#: keeps them for operators (a replayed turn names its original trace), but they are not the
+#: world's content, so exports leave them out (kg.transfer). One rule for chapters and
+#: dialogue: the chapter side's ChangeSet records what changed, never when, so it has none;
+#: a dialogue turn's commit time, committing process and slot timings are listed here. An
+#: export is then byte-identical for the same story however and whenever it was written.
+OPERATIONAL_PROPERTIES: dict[str, frozenset[str]] = {
+    KG_TURN: frozenset({"committed_at", "committed_by", "trace_json"}),
+}
+
 # --- Relationship types ------------------------------------------------------------------
 
 RELATES_TO = "RELATES_TO"

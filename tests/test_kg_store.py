@@ -311,6 +311,28 @@ def test_export_import_round_trip(store: GraphStore) -> None:
     assert snapshot(store) == text
 
 
+def test_export_leaves_out_operational_properties_only(store: GraphStore) -> None:
+    """A turn's commit time, committing process and trace stay in the graph but not in the
+    export; the same-looking clock field of a label without operational properties (a merge
+    audit's created_at: its id is derived from it) and the turn's content are exported."""
+    turn = {"key": "c:1", "conversation_id": "c", "turn_id": "1", "seq": 1, "status": "COMMITTED",
+            "result_json": "{}", "committed_at": "2026-11-23T21:00:00+00:00", "committed_by": "host:1:ab",
+            "trace_json": "{\"total_ms\": 5.0}"}
+    audit = {"id": "merge-audit:1", "created_at": "2026-11-23T21:00:00+00:00"}
+    store.import_data({"format": "skald-kg-export", "version": 1, "relationships": [], "nodes": [
+        {"ref": "KGTurn/c:1", "labels": ["KGTurn"], "properties": turn},
+        {"ref": "MergeAudit/merge-audit:1", "labels": ["MergeAudit"], "properties": audit},
+    ]})
+    exported = {n["labels"][0]: n["properties"] for n in store.export_data()["nodes"]}
+    assert exported["KGTurn"] == {k: v for k, v in turn.items() if k not in ("committed_at", "committed_by", "trace_json")}
+    assert exported["MergeAudit"] == audit
+    # Kept in the graph: a replay reads the trace back.
+    from kg.dialogue import DialogueRepository
+
+    stored = DialogueRepository(store).get_turn("c:1")
+    assert stored is not None and stored.trace_json == turn["trace_json"]
+
+
 def test_import_refuses_labels_outside_the_vocabulary(store: GraphStore) -> None:
     bad = {
         "format": "skald-kg-export",

@@ -90,6 +90,7 @@ from tasks.dialogue.models import (
     TurnCommitRequest,
     TurnResult,
     TurnState,
+    TurnTrace,
     parse_request,
 )
 from tasks.dialogue.retriever import (
@@ -630,14 +631,14 @@ class DialogueService:
                     milestones=chronicle.milestones,
                 )
 
-                def build_result(seq: int, applied: list[AppliedAction]) -> str:
+                def build_result(seq: int, applied: list[AppliedAction]) -> tuple[str, str]:
+                    # The trace is kept apart from the result: timings are operational, and
+                    # the export leaves them out (kg.vocabulary.OPERATIONAL_PROPERTIES).
                     stored = base.model_copy(
-                        update={
-                            "ok": True, "state": TurnState.COMMITTED, "committed": True, "seq": seq,
-                            "actions": applied, "trace": self._finish_trace(trace, keep=True),
-                        }
+                        update={"ok": True, "state": TurnState.COMMITTED, "committed": True, "seq": seq,
+                                "actions": applied}
                     )
-                    return stored.model_dump_json()
+                    return stored.model_dump_json(), self._finish_trace(trace, keep=True).model_dump_json()
 
                 with self._write_guard(store)():
                     outcome = repo.commit_turn(write, self.owner, build_result)
@@ -727,11 +728,13 @@ class DialogueService:
         if stored.payload_hash != payload_hash:
             return self._conflict(request)
         original = TurnResult.model_validate_json(stored.result_json)
+        # Turns committed before the trace had its own property carry it inside the result.
+        original_trace = TurnTrace.model_validate_json(stored.trace_json) if stored.trace_json else original.trace
         trace.enter(TurnState.COMMITTED)
         return original.model_copy(
             update={
                 "idempotent_hit": True,
-                "trace": trace.finish([], replay_of=original.trace.trace_id if original.trace else None),
+                "trace": trace.finish([], replay_of=original_trace.trace_id if original_trace else None),
             }
         )
 
