@@ -17,11 +17,18 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from core.settings import Settings, load_settings
 from kg.store import GraphStore
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+    from tasks.dialogue.pipeline import DialogueService
+    from tests.scripted_llm import ScriptedLLM
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DIALOGUES_DIR = REPO_ROOT.parent / "shared" / "data" / "dialogues"
@@ -160,6 +167,55 @@ def store(graph: GraphStore) -> GraphStore:
 def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Prefect home per test module, for the flows its tests run in subprocesses."""
     return tmp_path_factory.mktemp("prefect-home")
+
+
+# --- The sidecar over HTTP, in-process (tests/test_dialogue_http.py, tests/test_sidecar_api.py):
+# a module names its speakers (`sidecar_speakers`) and uses `scripted`, `settings`, `service`
+# and `client`; a module defining fixtures of those names uses its own instead.
+
+
+@pytest.fixture(scope="module")
+def sidecar_speakers() -> list[str]:
+    """Who speaks in the module's dialogues (the scripted model recognises them)."""
+    return ["Caroline", "Melanie"]
+
+
+@pytest.fixture(scope="module")
+def scripted(sidecar_speakers: list[str]) -> Iterator[ScriptedLLM]:
+    """The scripted OpenAI-compatible server, playing the dialogue script for those speakers."""
+    from tests.scripted_llm import ScriptedLLM
+    from tests.test_dialogue_scripted import DialogueScript
+
+    with ScriptedLLM() as llm:
+        DialogueScript(sidecar_speakers).install(llm)
+        yield llm
+
+
+@pytest.fixture(scope="module")
+def settings(graph_settings: Settings, scripted: ScriptedLLM) -> Settings:
+    """The session graph, with chat and embeddings on the scripted server."""
+    return load_settings(graph_settings.project_dir, openai_base_url=scripted.base_url,
+                         embedding_base_url=scripted.base_url)
+
+
+@pytest.fixture(scope="module")
+def service(settings: Settings) -> Iterator[DialogueService]:
+    from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+
+    svc = DialogueService(settings, options=SidecarOptions(lock_wait_s=0.3))
+    yield svc
+    svc.close()
+
+
+@pytest.fixture(scope="module")
+def client(service: DialogueService) -> Iterator[TestClient]:
+    """The sidecar's FastAPI app around `service`, through Starlette's test client."""
+    from fastapi.testclient import TestClient
+
+    from flows.dialogue import create_app
+
+    with TestClient(create_app(service)) as test_client:
+        yield test_client
 
 
 @pytest.fixture(scope="session")

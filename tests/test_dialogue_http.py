@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,39 +18,18 @@ from fastapi.testclient import TestClient
 
 from core.cli import run_main
 from core.graph_server import free_port, graph_endpoint
-from core.settings import Settings, load_settings
-from flows.dialogue import COMMIT_PATH, HEALTH_PATH, RETRY_PATH, create_app, main
+from core.settings import Settings
+from flows.dialogue import COMMIT_PATH, HEALTH_PATH, RETRY_PATH, main
 from kg.dialogue import DialogueRepository
-from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+from tasks.dialogue.pipeline import DialogueService
 from tests.conftest import REPO_ROOT
 from tests.scripted_llm import ScriptedLLM
-from tests.test_dialogue_scripted import DialogueScript, participants
+from tests.test_dialogue_scripted import participants
 
 
 @pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedLLM]:
-    with ScriptedLLM() as llm:
-        DialogueScript(participants("locomo-26")).install(llm)
-        yield llm
-
-
-@pytest.fixture(scope="module")
-def settings(graph_settings: Settings, scripted: ScriptedLLM) -> Settings:
-    return load_settings(graph_settings.project_dir, openai_base_url=scripted.base_url,
-                         embedding_base_url=scripted.base_url)
-
-
-@pytest.fixture(scope="module")
-def service(settings: Settings) -> Iterator[DialogueService]:
-    svc = DialogueService(settings, options=SidecarOptions(lock_wait_s=0.3))
-    yield svc
-    svc.close()
-
-
-@pytest.fixture(scope="module")
-def client(service: DialogueService) -> Iterator[TestClient]:
-    with TestClient(create_app(service)) as test_client:
-        yield test_client
+def sidecar_speakers() -> list[str]:
+    return participants("locomo-26")
 
 
 def _body(conv: str, turn: int = 1, content: str = "Hey Mel! I went to a support group yesterday.") -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,29 +41,8 @@ SPEAKERS = ["Caroline", "Melanie"]
 
 
 @pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedLLM]:
-    with ScriptedLLM() as llm:
-        DialogueScript(SPEAKERS).install(llm)
-        yield llm
-
-
-@pytest.fixture(scope="module")
-def settings(graph_settings: Settings, scripted: ScriptedLLM) -> Settings:
-    return load_settings(graph_settings.project_dir, openai_base_url=scripted.base_url,
-                         embedding_base_url=scripted.base_url)
-
-
-@pytest.fixture(scope="module")
-def service(settings: Settings) -> Iterator[DialogueService]:
-    svc = DialogueService(settings, options=SidecarOptions(lock_wait_s=0.3))
-    yield svc
-    svc.close()
-
-
-@pytest.fixture(scope="module")
-def client(service: DialogueService) -> Iterator[TestClient]:
-    with TestClient(create_app(service)) as test_client:
-        yield test_client
+def sidecar_speakers() -> list[str]:
+    return SPEAKERS
 
 
 def _conv() -> str:
