@@ -33,6 +33,25 @@ log = logging.getLogger("skald.graph")
 EMBEDDED_DATABASE = "skald"
 EMBEDDED_USER = "root"
 _JVM_HEAP = os.environ.get("SKALD_ARCADEDB_HEAP", "1g")
+#: The heap the JVM starts with. G1 otherwise starts small and grows the heap step by step as
+#: the graph is used, so a long-running sidecar's footprint drifts up for its first hours
+#: (measured: the committed heap 147 -> 164 MB and rising over a 2,000-turn soak); from
+#: 256 MB it does not need to grow for a sidecar's working set.
+_JVM_INITIAL_HEAP = os.environ.get("SKALD_ARCADEDB_INITIAL_HEAP", "256m")
+
+
+def _heap_bytes(size: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    size = size.strip().lower()
+    return int(size[:-1]) * units[size[-1]] if size[-1:] in units else int(size)
+
+
+def _initial_heap() -> str:
+    """The initial heap, never above the maximum (the JVM refuses to start otherwise)."""
+    try:
+        return _JVM_INITIAL_HEAP if _heap_bytes(_JVM_INITIAL_HEAP) <= _heap_bytes(_JVM_HEAP) else _JVM_HEAP
+    except ValueError:
+        return _JVM_HEAP
 
 
 @dataclass(frozen=True)
@@ -163,7 +182,7 @@ class EmbeddedArcadeDB:
             from arcadedb_embedded.jvm import start_jvm
 
             try:
-                start_jvm(heap_size=_JVM_HEAP, jvm_args=[f"-Djava.util.logging.config.file={props}"])
+                start_jvm(heap_size=_JVM_HEAP, jvm_args=[f"-Xms{_initial_heap()}", f"-Djava.util.logging.config.file={props}"])
             except Exception as exc:  # already started in this process with another config
                 log.debug("JVM already running: %s", exc)
             bolt_port, http_port = free_port(), free_port()

@@ -238,6 +238,10 @@ class Settings(BaseSettings):
     # Dialogue sidecar slot -> seconds it may run before its turn is rolled back (timed_out);
     # the turn deadline applies as well. Slots not named here are bounded by the deadline only.
     slot_timeouts_s: dict[str, float] = Field(default_factory=dict)
+    # Dialogue sidecar: remembered turns a process keeps in its in-memory recall indexes, over
+    # all conversations (a few KB each); the least recently used conversations' indexes are
+    # dropped past it and rebuilt from the graph when next asked for.
+    recall_cache_turns: int = Field(100_000, ge=100)
 
     # --- Embeddings: unset means a local llama-server in --embeddings mode.
     embedding_base_url: str | None = None

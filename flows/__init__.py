@@ -15,3 +15,9 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 from core.children import make_prefect_children_die_with_parent  # noqa: E402
 
 make_prefect_children_die_with_parent()
+
+# At most two malloc arenas (core.heap): glibc fixes the arena limit when the first thread
+# other than the main one allocates, so it is set here, before any import starts a thread.
+from core.heap import limit_arenas  # noqa: E402
+
+limit_arenas()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.recall import HybridIndex, MemoryDoc, dates_in
+from core.recall import HybridIndex, IndexRegistry, MemoryDoc, dates_in
 
 
 def _doc(i: int, speaker: str, text: str, *, group: str = "1", when: str = "") -> MemoryDoc:
@@ -67,3 +67,30 @@ def test_the_turn_after_a_strong_hit_gains_a_share_within_its_group_only() -> No
     index.add(docs, None)
     hits = {h.key: h for h in index.search("marathon", None, 3)}
     assert "neighbour" in hits["t2"].signals and "t3" not in hits
+
+
+class _Sized:
+    def __init__(self) -> None:
+        self.docs: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+
+def test_index_registry_evicts_least_recently_used_past_the_document_budget() -> None:
+    registry = IndexRegistry(max_indexes=100, max_documents=10)
+    a = registry.get("g", "a", _Sized)
+    a.docs.extend(["x"] * 6)
+    b = registry.get("g", "b", _Sized)
+    b.docs.extend(["x"] * 4)
+    # 10 documents: at the budget, nothing goes (the look-alike of the case below).
+    assert registry.get("g", "a", _Sized) is a and registry.get("g", "b", _Sized) is b
+    assert registry.evictions == 0 and registry.documents() == 10
+    b.docs.append("x")  # 11 > 10: the least recently used (a) goes at the next look-up
+    assert registry.get("g", "b", _Sized) is b
+    assert registry.evictions == 1 and len(registry) == 1
+    assert registry.get("g", "a", _Sized) is not a  # rebuilt empty
+    # The index asked for stays even when it alone is over the budget.
+    b.docs.extend(["x"] * 20)
+    assert registry.get("g", "b", _Sized) is b and len(registry) == 1
+

@@ -63,6 +63,7 @@ from core.errors import (
     SkaldError,
 )
 from core.graph_server import GraphEndpoint
+from core.heap import HeapTrimmer
 from core.llm import LLMGateway
 from core.settings import Settings
 from kg.dialogue import (
@@ -140,6 +141,9 @@ class SidecarOptions(BaseModel):
         description="LLM call records kept in memory; older ones are flushed to Parquet under "
         "<project>/.saga/runs/sidecar (None: keep all, for batch runs that write them at the end)",
     )
+    heap_trim_turns: int = Field(
+        50, ge=1, description="every this many turns, give the malloc arenas' free pages back to the OS (core.heap)"
+    )
     slot_workers: int = Field(32, ge=2, le=512, description="threads running slots (abandoned slots hold one until done)")
     serialize_writes: bool | None = Field(
         None,
@@ -177,7 +181,9 @@ class DialogueService:
         # LRU: a server that sees many conversations keeps only the recently used locks.
         self._conversation_locks: OrderedDict[tuple[str, str], threading.Lock] = OrderedDict()
         self._write_lock = threading.Lock()
-        self.vectors = VectorIndexRegistry()
+        self.vectors = VectorIndexRegistry(max_turns=settings.recall_cache_turns)
+        # Native memory freed by turns goes back to the OS now and then (see core.heap).
+        self.heap = HeapTrimmer(every=self.options.heap_trim_turns)
         self._pool = ThreadPoolExecutor(max_workers=self.options.slot_workers, thread_name_prefix="dialogue-slot")
         self.rolled_back_count = 0
         self._trace_lock = threading.Lock()
@@ -297,6 +303,7 @@ class DialogueService:
         if isinstance(parsed, TurnResult):
             return parsed
         request = parsed
+        self.heap.tick()
         problem = override_problem(request.config)
         if problem is not None:
             return TurnResult.invalid(problem, key=request.key)

@@ -6,7 +6,7 @@ the latest milestones. Turn recall: core.recall's hybrid retrieval (BM25 + sente
 embeddings + speaker and date signals, fused) over EVERY remembered turn of the
 conversation, committed or blocked by the gate (KGMemory rows, see kg.dialogue).
 
-Each process keeps one HybridIndex per conversation (a bounded LRU), topped up from the
+Each process keeps one HybridIndex per conversation (an LRU bounded in turns), topped up from the
 graph by memory position: a turn reads only the rows it has not seen, by indexed position
 keys, including turns other processes remembered.
 """
@@ -145,10 +145,21 @@ def recalled(hit: Hit) -> RecalledTurn:
 
 
 class VectorIndexRegistry:
-    """One TurnMemoryIndex per (graph, conversation) in this process, at most `max_indexes`."""
+    """One TurnMemoryIndex per (graph, conversation) in this process, least recently used
+    dropped past `max_indexes` conversations or `max_turns` turns in all (settings
+    `recall_cache_turns`). The budget is in turns because an index's memory grows with them;
+    a count alone either thrashes (more active conversations than slots: every turn rebuilds
+    its index from the graph) or is unbounded in size."""
 
-    def __init__(self, max_indexes: int = 16) -> None:
-        self._registry = IndexRegistry(max_indexes)
+    def __init__(self, max_indexes: int = 1024, max_turns: int | None = 100_000) -> None:
+        self._registry = IndexRegistry(max_indexes, max_documents=max_turns)
+
+    @property
+    def evictions(self) -> int:
+        return self._registry.evictions
+
+    def turns(self) -> int:
+        return self._registry.documents()
 
     def get(self, graph: str, conversation_id: str) -> TurnMemoryIndex:
         index: TurnMemoryIndex = self._registry.get(graph, conversation_id, TurnMemoryIndex)
