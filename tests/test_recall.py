@@ -94,3 +94,15 @@ def test_index_registry_evicts_least_recently_used_past_the_document_budget() ->
     b.docs.extend(["x"] * 20)
     assert registry.get("g", "b", _Sized) is b and len(registry) == 1
 
+
+
+def test_heap_trimmer_trims_every_n_ticks_only() -> None:
+    from core.heap import HeapTrimmer
+
+    trimmer = HeapTrimmer(every=3)
+    for _ in range(2):
+        trimmer.tick()
+    assert trimmer.trims == 0
+    for _ in range(4):
+        trimmer.tick()
+    assert trimmer.trims == 2
