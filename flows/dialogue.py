@@ -58,6 +58,7 @@ from core.errors import InvalidInputError, SkaldError
 from core.settings import Settings, load_settings
 from kg import vocabulary as vocab
 from kg.dialogue import DialogueRepository
+from tasks.dialogue.ingest import BATCH_SIZE as INGEST_BATCH_SIZE
 from tasks.dialogue.models import (
     MAX_REQUEST_BYTES,
     EntityOut,
@@ -206,7 +207,7 @@ def dialogue_ingest_flow(
     project_dir: str = ".",
     conversation_id: str | None = None,
     extract: bool = False,
-    batch_size: int = 64,
+    batch_size: int = INGEST_BATCH_SIZE,
     concurrency: int = 2,
 ) -> list[dict[str, Any]]:
     """Import whole transcripts into turn memory (tasks.dialogue.ingest). Returns one report
@@ -557,7 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="conversation to import into (default: each file's conversation_id)")
     ingest.add_argument("--extract", action="store_true",
                         help="also run the LLM slots and the commit gate on every turn (graph facts)")
-    ingest.add_argument("--batch-size", type=int, default=64, help="turns per embedding call and transaction (default 64)")
+    ingest.add_argument("--batch-size", type=int, default=INGEST_BATCH_SIZE,
+                        help=f"turns per embedding call and transaction (default {INGEST_BATCH_SIZE})")
     ingest.add_argument("--concurrency", type=int, default=2,
                         help="with --extract: conversations processed at once (default 2)")
 

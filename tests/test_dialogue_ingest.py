@@ -17,10 +17,13 @@ import pytest
 
 from core.cli import run_main
 from core.graph_server import graph_endpoint
-from core.settings import Settings
+from core.settings import Settings, load_settings
 from flows.regression import main as regression_main
 from kg.dialogue import DialogueRepository
 from kg.store import GraphStore
+from tasks.dialogue.ingest import memory_rows, remember_rows
+from tasks.dialogue.pipeline import DialogueService
+from tasks.dialogue.replay import load_dialogue
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath
 from tests.scripted_llm import ScriptedLLM
 
@@ -87,6 +90,32 @@ def test_a_killed_ingest_run_again_leaves_every_turn_exactly_once(
         assert all(len(r.embedding) > 0 and r.source_refs for r in rows)
     finally:
         store.close()
+
+
+def test_remembering_a_partly_remembered_transcript_embeds_only_the_missing_turns_in_order(
+    graph_settings: Settings, scripted: ScriptedLLM
+) -> None:
+    settings = load_settings(graph_settings.project_dir, embedding_base_url=scripted.base_url)
+    conv = f"ingest-resume-{uuid.uuid4().hex[:8]}"
+    rows = memory_rows(load_dialogue(DIALOGUE), conv)
+    service = DialogueService(settings)
+    try:
+        # A first run that stopped after 100 turns (cut inside a batch of the second run).
+        assert remember_rows(service, conv, rows[:100], batch_size=64) == (100, 0)
+        assert service.store_connected
+        scripted.reset()
+        assert remember_rows(service, conv, rows, batch_size=64) == (TURNS - 100, 100)
+        embedded = [text for r in scripted.requests if r.path.endswith("/embeddings") for text in r.body["input"]]
+        assert sorted(embedded) == sorted(r.text for r in rows[100:])  # each missing turn once, no other
+
+        assert remember_rows(service, conv, rows, batch_size=64) == (0, TURNS)  # a third run: nothing to do
+        repo = DialogueRepository(service.store)
+        assert repo.memory_count(conv) == (TURNS, TURNS)
+        head, _, stored = repo.memory_since(conv)
+        assert head == TURNS and [r.turn_id for r in stored] == [r.turn_id for r in rows]  # transcript order
+        assert all(len(r.embedding) == len(stored[0].embedding) > 0 for r in stored)
+    finally:
+        service.close()
 
 
 def test_regression_ingest_mode_reports_recall_per_category_and_gates_on_it(

@@ -1,11 +1,12 @@
 """Bulk ingest of a recorded chat history (the shared JSONL turn format) into turn memory.
 
 Without extraction every turn becomes a KGMemory row: batches of `batch_size` turns, one
-embedding call and one write transaction per batch. Resumable and exactly-once: a batch
-first asks which of its keys are remembered already (indexed lookups) and embeds only the
-others, and the write transaction checks again before it appends (a key is unique, and a
-row and its position are written in one transaction), so a kill at any point followed by
-the same command leaves every turn exactly once.
+embedding call and one write transaction per batch, the writes overlapping the embedding.
+Resumable and exactly-once: a run first asks which of its keys are remembered already
+(indexed lookups) and embeds only the others, and each write transaction checks again
+before it appends (a key is unique, and a row and its position are written in one
+transaction), so a kill at any point followed by the same command leaves every turn
+exactly once.
 
 With extraction (`extract=True`) each turn runs the sidecar's full turn pipeline (the LLM
 slots, the commit gate, the graph facts) in order, which remembers the turn as well; turns
@@ -16,19 +17,30 @@ a time; the turns of one conversation stay in order.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import numpy as np
 from pydantic import BaseModel, Field
 
+from core.embedder import EmbedderUnavailableError, local_embedder
 from kg.dialogue import DialogueRepository, MemoryRow, turn_key
 from tasks.dialogue.models import ChatMessage, TurnCommitRequest
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow, turn_requests
 from tasks.dialogue.retriever import memory_row
 
-BATCH_SIZE = 64
+#: Turns per embedding call and write transaction. The embedder sorts one call's texts by
+#: length so that texts of similar length share an ONNX batch (less padding): over 256 turns
+#: that encodes ~15% faster than over 64 (measured on the shared dialogues, 2 cores).
+BATCH_SIZE = 256
+#: Keys per lookup when a run starts (one indexed lookup each).
+KEY_PAGE = 2000
+#: Embedded batches allowed to wait for the writer (while the graph starts, say): bounds memory.
+MAX_QUEUED_WRITES = 4
 
 #: Called with (conversation_id, turns just handled).
 Progress = Callable[[str, int], None]
@@ -65,41 +77,80 @@ def memory_rows(spec: DialogueSpec, conversation_id: str) -> list[MemoryRow]:
     return rows
 
 
+def _remembered_keys(service: DialogueService, keys: list[str]) -> set[str]:
+    """Which of `keys` the graph remembers already (starting the graph if it is not up)."""
+    repo = DialogueRepository(service.store)
+    present: set[str] = set()
+    for start in range(0, len(keys), KEY_PAGE):
+        present |= repo.remembered_keys(keys[start : start + KEY_PAGE])
+    return present
+
+
+def _load_local_model() -> None:
+    """Load the embedded model now (while the graph starts); if it cannot load, the first
+    embedding call says why, as it does everywhere."""
+    try:
+        local_embedder()
+    except EmbedderUnavailableError:
+        pass
+
+
 def remember_rows(
     service: DialogueService, conversation_id: str, rows: list[MemoryRow], *, batch_size: int = BATCH_SIZE,
     progress: Progress | None = None,
 ) -> tuple[int, int]:
     """(added, already) after remembering `rows` in batches, embedding only what is missing.
-    The write of one batch overlaps the embedding of the next (one writer thread, batches in
-    order, so positions follow the transcript)."""
-    repo = DialogueRepository(service.store)
-    added = already = 0
-    pending: Future[int] | None = None
+
+    One writer thread does all graph work, in order: it looks up which keys are remembered
+    already, then writes the batches as they come. On a connected graph the lookup is
+    awaited (milliseconds). When the graph still has to be connected or started (a cold JVM
+    takes seconds), this thread loads the model and embeds meanwhile: batches embedded before
+    the lookup answers are embedded whole (on a resumed run a few turns are embedded for
+    nothing, instead of every run waiting for the graph), later ones only their missing
+    turns. Each write transaction checks the keys again, so the result is exactly once
+    either way, and batches are written in order, so positions follow the transcript."""
+    gateway = service.gateway  # before `service.store`, which holds the service's lock while the graph starts
+    added = 0
+    failed = threading.Event()
 
     def write(batch: list[MemoryRow]) -> int:
-        with service.write_guard():
-            return repo.remember(conversation_id, batch)
+        if failed.is_set():  # an earlier batch failed: writing later ones would leave a gap
+            return 0
+        try:
+            with service.write_guard():
+                return DialogueRepository(service.store).remember(conversation_id, batch)
+        except BaseException:
+            failed.set()
+            raise
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="remember") as writer:
-        for start in range(0, len(rows), batch_size):
-            batch = rows[start : start + batch_size]
-            present = repo.remembered_keys([r.key for r in batch])
-            todo = [r for r in batch if r.key not in present]
-            if todo:
-                vectors = service.gateway.embed([r.text for r in todo], purpose="dialogue.ingest")
-                todo = [
-                    r.model_copy(update={"embedding": [round(float(x), 7) for x in v]})
-                    for r, v in zip(todo, vectors, strict=True)
-                ]
-                if pending is not None:
-                    added += pending.result()
-                pending = writer.submit(write, todo)
-            already += len(batch) - len(todo)
-            if progress is not None:
-                progress(conversation_id, len(batch))
-        if pending is not None:
-            added += pending.result()
-    return added, already
+        connected = service.store_connected
+        lookup = writer.submit(_remembered_keys, service, [r.key for r in rows])
+        queued: deque[Future[int]] = deque()
+        try:
+            if connected:
+                lookup.result()  # indexed lookups on a connected graph: milliseconds
+            elif service.settings.embedding_base_url is None:
+                _load_local_model()
+            for start in range(0, len(rows), batch_size):
+                batch = rows[start : start + batch_size]
+                todo = batch if not lookup.done() else [r for r in batch if r.key not in lookup.result()]
+                if todo:
+                    vectors = gateway.embed([r.text for r in todo], purpose="dialogue.ingest")
+                    values = np.round(np.asarray(vectors, dtype=np.float64), 7).tolist()
+                    todo = [r.model_copy(update={"embedding": v}) for r, v in zip(todo, values, strict=True)]
+                    queued.append(writer.submit(write, todo))
+                while queued and (queued[0].done() or len(queued) > MAX_QUEUED_WRITES):
+                    added += queued.popleft().result()
+                if progress is not None:
+                    progress(conversation_id, len(batch))
+            lookup.result()  # a graph that never came up is the error to report
+            while queued:
+                added += queued.popleft().result()
+        except BaseException:
+            failed.set()
+            raise
+    return added, len(rows) - added
 
 
 def _extract_conversation(

@@ -205,6 +205,12 @@ class DialogueService:
                 self._store = GraphStore.open(self.settings)
             return self._store
 
+    @property
+    def store_connected(self) -> bool:
+        """Whether `store` is connected already (reading it would neither start nor connect a graph)."""
+        with self._lock:
+            return self._store is not None
+
     def close(self) -> None:
         with self._lock:
             stores = list(self._other_stores.values())
