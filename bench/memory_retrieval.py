@@ -1,7 +1,8 @@
 """Turn-memory cost against conversation size: recall latency at 1k, 10k and 100k turns, and
 bulk-ingest throughput.
 
-    python -m bench.memory_retrieval [--queries 200] [--ingest-turns 1000]
+    python -m bench.memory_retrieval [--only {retrieval,ingest}] [--queries 200]
+        [--ingest-turns 1000] [--ingest-runs 1]
 
 Retrieval: one TurnMemoryIndex (the sidecar's per-conversation structure: tantivy BM25 +
 usearch HNSW + fusion) holding N synthetic turns: the two shared LoCoMo dialogues' turns,
@@ -11,7 +12,10 @@ memory). Each query is a LoCoMo question, embedded by the real model inside the 
 as the sidecar does. Prints p50/p95 per size and the 100k/1k ratio of p95.
 
 Ingest: `remember_rows` (what `flows.dialogue ingest` runs) into a fresh embedded graph,
-real embeddings, batches of 64: turns/s, end to end.
+real embeddings, its default batches: turns/s, end to end, two ways: cold (a fresh project:
+the graph's start and the model's load inside the clock, as a user's first `ingest` sees
+it) and steady (graph up, model and JVM warmed on a throwaway conversation first).
+`--only ingest` runs just this part (about a minute on 2 cores).
 """
 
 from __future__ import annotations
@@ -98,27 +102,32 @@ def bench_retrieval(queries: int) -> dict[int, tuple[float, float, float]]:
     return results
 
 
-def bench_ingest(turn_count: int) -> float:
-    from core.settings import load_settings
-    from tasks.dialogue.ingest import remember_rows
-    from tasks.dialogue.pipeline import DialogueService
-
+def _ingest_rows(turn_count: int, conversation_id: str) -> list[MemoryRow]:
     turns = _turns()
-    rows = [
-        MemoryRow(key=f"ingest:{i + 1}", conversation_id="ingest", turn_id=str(i + 1),
+    return [
+        MemoryRow(key=f"{conversation_id}:{i + 1}", conversation_id=conversation_id, turn_id=str(i + 1),
                   speaker=str(turns[i % len(turns)]["speaker"]),
                   text=f"{turns[i % len(turns)]['speaker']}: {turns[i % len(turns)]['text']}",
                   when=str(turns[i % len(turns)]["session_time"]), source_refs=[str(turns[i % len(turns)]["dia_id"])])
         for i in range(turn_count)
     ]
+
+
+def bench_ingest(turn_count: int, *, cold: bool = False) -> float:
+    """turns/s of `remember_rows` into a fresh project; `cold`: the graph starts inside the clock."""
+    from core.settings import load_settings
+    from tasks.dialogue.ingest import remember_rows
+    from tasks.dialogue.pipeline import DialogueService
+
+    rows = _ingest_rows(turn_count, "ingest")
     with tempfile.TemporaryDirectory() as project:
         service = DialogueService(load_settings(Path(project)))
         try:
-            _ = service.store.endpoint  # start and migrate the graph before the clock starts
-            # Warm the model and the embedded graph's JIT on a throwaway conversation: the
-            # figure is steady-state ingest, not JVM start-up.
-            warm = [r.model_copy(update={"key": f"warm:{r.turn_id}", "conversation_id": "warm"}) for r in rows[:128]]
-            remember_rows(service, "warm", warm)
+            if not cold:
+                _ = service.store.endpoint  # start and migrate the graph before the clock starts
+                # Warm the model and the embedded graph's JIT on a throwaway conversation: the
+                # figure is steady-state ingest, not JVM start-up.
+                remember_rows(service, "warm", _ingest_rows(256, "warm"))
             started = time.perf_counter()
             added, _ = remember_rows(service, "ingest", rows)
             seconds = time.perf_counter() - started
@@ -128,17 +137,39 @@ def bench_ingest(turn_count: int) -> float:
     return turn_count / seconds
 
 
+def run_ingest(turn_count: int, runs: int) -> None:
+    cold = bench_ingest(turn_count, cold=True)
+    print(f"ingest without LLM, cold (graph start + model load in the clock): {cold:.0f} turns/s "
+          f"({turn_count} turns)", flush=True)
+    rates = []
+    for _ in range(runs):
+        rates.append(bench_ingest(turn_count))
+        print(f"ingest without LLM: {rates[-1]:.0f} turns/s ({turn_count} turns, embeddings + graph writes, "
+              "steady state)", flush=True)
+    if runs > 1:
+        print(f"ingest without LLM, median of {runs}: {statistics.median(rates):.0f} turns/s")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.memory_retrieval", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.memory_retrieval", description=" ".join(__doc__.split("\n\n")[0].split()),
+        epilog="Figures vary with load: run on a quiet machine (`uptime`) and compare runs of one session.",
+    )
+    parser.add_argument("--only", choices=("retrieval", "ingest"), default=None,
+                        help="run one part: `ingest` for the throughput figures alone (fast), `retrieval` for "
+                             "the latency per size (default: both)")
     parser.add_argument("--queries", type=int, default=200, help="queries timed per size (default 200)")
     parser.add_argument("--ingest-turns", type=int, default=1000, help="turns ingested for throughput (default 1000)")
+    parser.add_argument("--ingest-runs", type=int, default=1,
+                        help="steady-state ingest runs (each on a fresh graph); several print their median (default 1)")
     args = parser.parse_args()
-    results = bench_retrieval(args.queries)
-    small, large = results[SIZES[0]][1], results[SIZES[-1]][1]
-    print(f"p95 100k/1k ratio: {large / small:.2f} (p95 at 100k {large:.1f} ms)")
-    rate = bench_ingest(args.ingest_turns)
-    print(f"ingest without LLM: {rate:.0f} turns/s ({args.ingest_turns} turns, embeddings + graph writes)")
-    print(f"median of p50s: {statistics.median(r[0] for r in results.values()):.1f} ms")
+    if args.only in (None, "ingest"):
+        run_ingest(args.ingest_turns, max(args.ingest_runs, 1))
+    if args.only in (None, "retrieval"):
+        results = bench_retrieval(args.queries)
+        small, large = results[SIZES[0]][1], results[SIZES[-1]][1]
+        print(f"p95 100k/1k ratio: {large / small:.2f} (p95 at 100k {large:.1f} ms)")
+        print(f"median of p50s: {statistics.median(r[0] for r in results.values()):.1f} ms")
 
 
 if __name__ == "__main__":
