@@ -81,6 +81,11 @@ class LocalEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # Idle ONNX threads sleep instead of spinning: on 2 cores shared with the graph's JVM
+        # (and the ingest writer) a spinning thread takes the core the others wait for.
+        # Measured on a busy 2-core machine: ingest 62-72 turns/s instead of 30-44, and one
+        # query's encode p95 11-13 ms instead of 35-55 ms, at half the CPU.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         self._lock = threading.Lock()
 
