@@ -17,7 +17,6 @@ a time; the turns of one conversation stay in order.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -26,7 +25,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 from pydantic import BaseModel, Field
 
-from core.embedder import EmbedderUnavailableError, local_embedder
 from kg.dialogue import DialogueRepository, MemoryRow, turn_key
 from tasks.dialogue.models import ChatMessage, TurnCommitRequest
 from tasks.dialogue.pipeline import DialogueService
@@ -39,8 +37,9 @@ from tasks.dialogue.retriever import memory_row
 BATCH_SIZE = 256
 #: Keys per lookup when a run starts (one indexed lookup each).
 KEY_PAGE = 2000
-#: Embedded batches allowed to wait for the writer (while the graph starts, say): bounds memory.
-MAX_QUEUED_WRITES = 4
+#: Batches queued for embedding ahead of the one being written (bounds memory; while a cold
+#: graph starts, these are what gets embedded meanwhile).
+EMBED_AHEAD = 3
 
 #: Called with (conversation_id, turns just handled).
 Progress = Callable[[str, int], None]
@@ -86,70 +85,60 @@ def _remembered_keys(service: DialogueService, keys: list[str]) -> set[str]:
     return present
 
 
-def _load_local_model() -> None:
-    """Load the embedded model now (while the graph starts); if it cannot load, the first
-    embedding call says why, as it does everywhere."""
-    try:
-        local_embedder()
-    except EmbedderUnavailableError:
-        pass
-
-
 def remember_rows(
     service: DialogueService, conversation_id: str, rows: list[MemoryRow], *, batch_size: int = BATCH_SIZE,
     progress: Progress | None = None,
 ) -> tuple[int, int]:
     """(added, already) after remembering `rows` in batches, embedding only what is missing.
 
-    One writer thread does all graph work, in order: it looks up which keys are remembered
-    already, then writes the batches as they come. On a connected graph the lookup is
-    awaited (milliseconds). When the graph still has to be connected or started (a cold JVM
-    takes seconds), this thread loads the model and embeds meanwhile: batches embedded before
-    the lookup answers are embedded whole (on a resumed run a few turns are embedded for
-    nothing, instead of every run waiting for the graph), later ones only their missing
-    turns. Each write transaction checks the keys again, so the result is exactly once
-    either way, and batches are written in order, so positions follow the transcript."""
-    gateway = service.gateway  # before `service.store`, which holds the service's lock while the graph starts
+    The calling thread does all graph work, in order (the embedded graph's JVM starts in it:
+    one started from a worker thread kept the CLI from exiting, observed): it looks up which
+    keys are remembered already, then writes the batches, while one worker thread embeds the
+    next ones. When the graph still has to be connected or started (a cold JVM takes
+    seconds), the first batches are queued for embedding before the lookup, whole: those
+    that have started when the lookup answers are embedded whole (on a resumed run a few
+    turns are embedded for nothing, instead of every run waiting for the graph), the others
+    only their missing turns. Each write transaction checks the keys again, so the result
+    is exactly once either way, and batches are written in order, so positions follow the
+    transcript."""
+    gateway = service.gateway
+    batches = [rows[start : start + batch_size] for start in range(0, len(rows), batch_size)]
+    present: set[str] | None = None
+
+    def embed(batch: list[MemoryRow]) -> list[MemoryRow]:
+        if not batch:
+            return batch
+        vectors = gateway.embed([r.text for r in batch], purpose="dialogue.ingest")
+        values = np.round(np.asarray(vectors, dtype=np.float64), 7).tolist()
+        return [r.model_copy(update={"embedding": v}) for r, v in zip(batch, values, strict=True)]
+
+    def missing(batch: list[MemoryRow]) -> list[MemoryRow]:
+        return batch if present is None else [r for r in batch if r.key not in present]
+
+    if service.store_connected:
+        present = _remembered_keys(service, [r.key for r in rows])  # milliseconds on a connected graph
     added = 0
-    failed = threading.Event()
-
-    def write(batch: list[MemoryRow]) -> int:
-        if failed.is_set():  # an earlier batch failed: writing later ones would leave a gap
-            return 0
-        try:
-            with service.write_guard():
-                return DialogueRepository(service.store).remember(conversation_id, batch)
-        except BaseException:
-            failed.set()
-            raise
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="remember") as writer:
-        connected = service.store_connected
-        lookup = writer.submit(_remembered_keys, service, [r.key for r in rows])
-        queued: deque[Future[int]] = deque()
-        try:
-            if connected:
-                lookup.result()  # indexed lookups on a connected graph: milliseconds
-            elif service.settings.embedding_base_url is None:
-                _load_local_model()
-            for start in range(0, len(rows), batch_size):
-                batch = rows[start : start + batch_size]
-                todo = batch if not lookup.done() else [r for r in batch if r.key not in lookup.result()]
-                if todo:
-                    vectors = gateway.embed([r.text for r in todo], purpose="dialogue.ingest")
-                    values = np.round(np.asarray(vectors, dtype=np.float64), 7).tolist()
-                    todo = [r.model_copy(update={"embedding": v}) for r, v in zip(todo, values, strict=True)]
-                    queued.append(writer.submit(write, todo))
-                while queued and (queued[0].done() or len(queued) > MAX_QUEUED_WRITES):
-                    added += queued.popleft().result()
-                if progress is not None:
-                    progress(conversation_id, len(batch))
-            lookup.result()  # a graph that never came up is the error to report
-            while queued:
-                added += queued.popleft().result()
-        except BaseException:
-            failed.set()
-            raise
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+    try:
+        ahead: deque[Future[list[MemoryRow]]] = deque(
+            worker.submit(embed, missing(b)) for b in batches[: EMBED_AHEAD]
+        )
+        if present is None:
+            present = _remembered_keys(service, [r.key for r in rows])  # starts the graph meanwhile
+            for i in range(len(ahead)):
+                if ahead[i].cancel():  # not started yet: embed only what is missing
+                    ahead[i] = worker.submit(embed, missing(batches[i]))
+        for index, batch in enumerate(batches):
+            done = ahead.popleft().result()
+            if index + EMBED_AHEAD < len(batches):
+                ahead.append(worker.submit(embed, missing(batches[index + EMBED_AHEAD])))
+            if done:
+                with service.write_guard():
+                    added += DialogueRepository(service.store).remember(conversation_id, done)
+            if progress is not None:
+                progress(conversation_id, len(batch))
+    finally:
+        worker.shutdown(wait=True, cancel_futures=True)
     return added, len(rows) - added
 
 
