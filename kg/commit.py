@@ -53,8 +53,11 @@ from kg.records import (
     encode_props,
     entity_from_props,
     entity_props,
+    max_present,
+    min_present,
     name_rows,
     same_value,
+    unique,
 )
 
 NOVEL_INFO_ID = "novel"
@@ -213,23 +216,6 @@ class RelWrite:
     before: dict[str, Any] | None = None
 
 
-def _unique(items: list[Any]) -> list[Any]:
-    seen: dict[Any, None] = {}
-    for item in items:
-        seen.setdefault(item, None)
-    return list(seen)
-
-
-def _min(*values: int | None) -> int | None:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None
-
-
-def _max(*values: int | None) -> int | None:
-    present = [v for v in values if v is not None]
-    return max(present) if present else None
-
-
 class _Planner:
     def __init__(self, tx: ManagedTransaction, delta: ChapterDelta, ops: GraphOps, *, lock_reads: bool = True) -> None:
         self.tx, self.delta, self.ops = tx, delta, ops
@@ -323,8 +309,8 @@ class _Planner:
             return entity
         return entity.model_copy(
             update={
-                "first_chapter": _min(entity.first_chapter, self.chapter),
-                "last_chapter": _max(entity.last_chapter, self.chapter),
+                "first_chapter": min_present(entity.first_chapter, self.chapter),
+                "last_chapter": max_present(entity.last_chapter, self.chapter),
             }
         )
 
@@ -369,7 +355,7 @@ class _Planner:
                 "id": eid,
                 "sources": sources,
                 "is_provisional": provisional,
-                "aliases": _unique([a for a in e.aliases if a != e.name]),
+                "aliases": unique([a for a in e.aliases if a != e.name]),
             }
         )
 
@@ -377,7 +363,7 @@ class _Planner:
         new_sources = e.sources or [self._default_source(e.name)]
         sources = list(state.sources) + [s for s in new_sources if s not in state.sources]
         # The first name wins (user/outline names are committed first); others become aliases.
-        aliases = _unique([a for a in (*state.aliases, e.name, *e.aliases) if a != state.name])
+        aliases = unique([a for a in (*state.aliases, e.name, *e.aliases) if a != state.name])
         description = state.description
         # A description is replaced only by a source at least as authoritative as the best
         # one behind the entity: extraction never overwrites what the user or outline said.
@@ -391,13 +377,13 @@ class _Planner:
             update={
                 "aliases": aliases,
                 "description": description,
-                "traits": _unique([*state.traits, *e.traits]),
+                "traits": unique([*state.traits, *e.traits]),
                 "attributes": {**state.attributes, **e.attributes},
                 "sources": sources,
                 "is_provisional": provisional,
                 "raw_label": state.raw_label or e.raw_label,
-                "first_chapter": _min(state.first_chapter, e.first_chapter),
-                "last_chapter": _max(state.last_chapter, e.last_chapter),
+                "first_chapter": min_present(state.first_chapter, e.first_chapter),
+                "last_chapter": max_present(state.last_chapter, e.last_chapter),
                 "status_intervals": sorted(intervals, key=lambda i: i.from_chapter),
             }
         )
@@ -422,7 +408,7 @@ class _Planner:
                 update[key] = empty
         if "aliases" in update:
             name = update.get("name", entity.name)
-            update["aliases"] = _unique([a for a in update["aliases"] if a != name])
+            update["aliases"] = unique([a for a in update["aliases"] if a != name])
         update["attributes"] = attributes
         # Validate the result as a whole: a bad core value fails the commit with a clear message.
         self._register(eid, Entity.model_validate({**entity.model_dump(), **update}))

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 import neo4j.time as ntime
 
@@ -24,6 +25,7 @@ _TEMPORAL: dict[str, type] = {
     "duration": ntime.Duration,
 }
 _TAG = "$kg"
+T = TypeVar("T")
 
 
 def encode_value(value: Any) -> Any:
@@ -75,11 +77,21 @@ OPEN_END = -1  # status_to value of an interval that is still open
 CORE_FIELDS = frozenset({"name", "description", "aliases", "traits", "is_provisional"})
 
 
-def _unique(items: list[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for item in items:
-        seen.setdefault(item, None)
-    return list(seen)
+def unique(items: Iterable[T]) -> list[T]:
+    """The items in first-seen order, each once."""
+    return list(dict.fromkeys(items))
+
+
+def min_present(*values: int | None) -> int | None:
+    """The smallest of the values that are set (first chapters), None when none is."""
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def max_present(*values: int | None) -> int | None:
+    """The largest of the values that are set (last chapters), None when none is."""
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
 
 
 def entity_props(entity: Entity) -> dict[str, Any]:
@@ -87,7 +99,7 @@ def entity_props(entity: Entity) -> dict[str, Any]:
     if entity.id is None:
         raise ValueError("entity has no id yet")
     key = vocab.name_key(entity.name)
-    aliases = _unique([a for a in entity.aliases if a != entity.name])
+    aliases = unique([a for a in entity.aliases if a != entity.name])
     props: dict[str, Any] = {
         "id": entity.id,
         "label": entity.label,
@@ -96,7 +108,7 @@ def entity_props(entity: Entity) -> dict[str, Any]:
         "aliases": aliases,
         "alias_keys": sorted({vocab.name_key(a) for a in aliases} - {key}),
         "description": entity.description,
-        "traits": _unique(entity.traits),
+        "traits": unique(entity.traits),
         "attributes_json": canonical_json(entity.attributes),
         "sources_json": canonical_json([s.model_dump(mode="json", exclude_none=True) for s in entity.sources]),
         "is_provisional": bool(entity.is_provisional),

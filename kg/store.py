@@ -25,7 +25,7 @@ from neo4j import exceptions as nx
 from core.errors import GraphUnavailableError, GraphWriteError, SkaldError
 from core.graph_server import GraphEndpoint, graph_endpoint
 from core.settings import Settings
-from kg import cypher, retrieval, schema, transfer
+from kg import cypher, schema, transfer
 from kg import vocabulary as vocab
 from kg.commit import GraphOps, commit_chapter_tx, rollback_tx
 from kg.dialect import ServerInfo
@@ -329,10 +329,6 @@ class GraphStore:
                 f"chapter {chapter} has no Chapter node to hold its summary",
                 hint="commit the chapter first (chapter 0, the initialization phase, has none)",
             )
-
-    def consistency_facts(self, names: list[str], *, as_of_chapter: int) -> retrieval.ConsistencyFacts:
-        """Statuses, scene embeddings and latest relationships for validation (see kg.retrieval)."""
-        return retrieval.consistency_facts(self, names, as_of_chapter=as_of_chapter)
 
     # --- entities ------------------------------------------------------------------------
 

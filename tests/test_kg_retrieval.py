@@ -191,11 +191,11 @@ def test_scene_context_gathers_everything_for_drafting(store: GraphStore) -> Non
 
 
 def test_consistency_facts_for_validation(store: GraphStore) -> None:
-    facts = store.consistency_facts(["Boromir", "Strider", "Frodo"], as_of_chapter=2)
+    facts = retrieval.consistency_facts(store, ["Boromir", "Strider", "Frodo"], as_of_chapter=2)
     assert facts.statuses == {"boromir": ("dead", 2), "strider": ("alive", 0)}
     assert facts.relationships[("strider", "boromir")] == ("DISTRUSTS", 2)
     assert [(c, i) for c, i, _ in facts.scene_embeddings] == [(1, 1), (1, 2), (2, 1), (2, 2)]
-    early = store.consistency_facts(["Boromir", "Strider"], as_of_chapter=1)
+    early = retrieval.consistency_facts(store, ["Boromir", "Strider"], as_of_chapter=1)
     assert early.statuses["boromir"] == ("alive", 0)
     assert early.relationships[("strider", "boromir")] == ("FRIEND_OF", 1)
 

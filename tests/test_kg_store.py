@@ -358,7 +358,7 @@ def test_embeddings_and_numbers_round_trip_exactly(store: GraphStore) -> None:
         entities=[Entity(label="Item", name="Stone", attributes={"weight": 1.0, "count": 1, "big": 2**62})],
     )
     store.commit_chapter(delta)
-    assert store.consistency_facts([], as_of_chapter=1).scene_embeddings == [(1, 1, vector)]
+    assert retrieval.consistency_facts(store, [], as_of_chapter=1).scene_embeddings == [(1, 1, vector)]
     stone = store.get_entity("item:stone")
     assert stone is not None and stone.attributes == {"weight": 1.0, "count": 1, "big": 2**62}
     assert isinstance(stone.attributes["weight"], float) and isinstance(stone.attributes["count"], int)

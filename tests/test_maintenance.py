@@ -254,7 +254,7 @@ def _snap(entities: list[Entity], edges: list[tuple[str, str]] = (), scenes: lis
         snap.rel_counts[a] = snap.rel_counts.get(a, 0) + 1
         snap.rel_counts[b] = snap.rel_counts.get(b, 0) + 1
         snap.related.add(frozenset((a, b)))
-    keys = h._key_index(by_id)
+    keys = h.key_index(by_id)
     for n, refs in enumerate(scenes):
         resolved = h.resolve_scene_refs(refs, by_id, keys)
         for i, left in enumerate(resolved):

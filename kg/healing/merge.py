@@ -1,0 +1,212 @@
+"""The merge transaction: a cluster is merged in ONE write transaction (`merge_tx`).
+
+The survivor keeps its id; the others' names become aliases, their sources are all kept plus
+one `merge` source each, differing descriptions and attribute values go to
+`description_history` / `attribute_history` attributes (`merged_entity`, a pure function),
+every relationship is re-created on the survivor with its type, properties and key (a fact
+already on the survivor for the same chapter is not duplicated), the EntityName lookups are
+rebuilt, the merged nodes are deleted and a MergeAudit node records who, what, why and when.
+
+Note: rolling back (with cascade) a chapter committed *before* a merge restores the
+survivor's pre-chapter properties from that change-set, while the merged nodes stay
+deleted; re-run healing after such a rollback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from neo4j import ManagedTransaction
+
+from kg import cypher
+from kg import maintenance_cypher as mq
+from kg import vocabulary as vocab
+from kg.healing.models import MergePlan, MergeResult, PairEvidence
+from kg.healing.node_writes import HEALER, node_props
+from kg.models import Entity, EntitySource
+from kg.records import (
+    canonical_json,
+    entity_from_props,
+    max_present,
+    min_present,
+    name_rows,
+    unique,
+)
+from kg.store import GraphStore
+
+
+def merged_entity(survivor: Entity, others: Sequence[Entity], *, created_at: str, confidence: float | None = None,
+                  chapter: int | None = None) -> Entity:
+    """The survivor after absorbing `others`: nothing they knew is dropped (pure function)."""
+    aliases = list(survivor.aliases)
+    description = survivor.description
+    description_history = [str(x) for x in _as_list(survivor.attributes.get("description_history"))]
+    attribute_history = [str(x) for x in _as_list(survivor.attributes.get("attribute_history"))]
+    attributes = {k: v for k, v in survivor.attributes.items() if k not in ("description_history", "attribute_history")}
+    traits = list(survivor.traits)
+    sources = list(survivor.sources)
+    intervals = list(survivor.status_intervals)
+    first, last = survivor.first_chapter, survivor.last_chapter
+    provisional = bool(survivor.is_provisional)
+    raw_label = survivor.raw_label
+    for other in others:
+        aliases += [other.name, *other.aliases]
+        if other.description and other.description != description:
+            if not description:
+                description = other.description
+            elif other.description not in description_history:
+                description_history.append(other.description)
+        for key, value in other.attributes.items():
+            if key in ("description_history", "attribute_history"):
+                target = description_history if key == "description_history" else attribute_history
+                target += [str(x) for x in _as_list(value) if str(x) not in target]
+            elif key not in attributes:
+                attributes[key] = value
+            elif attributes[key] != value:
+                attribute_history.append(canonical_json({"key": key, "value": value, "from": other.id}))
+        traits += other.traits
+        sources += [s for s in other.sources if s not in sources]
+        sources.append(
+            EntitySource(type="merge", chapter=chapter, original_name=other.name, created_by=HEALER,
+                         created_at=created_at, confidence=None if confidence is None else max(0.0, min(1.0, confidence)))
+        )
+        for interval in other.status_intervals:
+            clash = next((i for i in intervals if i.from_chapter == interval.from_chapter), None)
+            if clash is None:
+                intervals.append(interval)
+            elif clash != interval:
+                attribute_history.append(
+                    canonical_json({"key": "status", "value": interval.model_dump(mode="json"), "from": other.id})
+                )
+        first, last = min_present(first, other.first_chapter), max_present(last, other.last_chapter)
+        provisional = provisional and bool(other.is_provisional)
+        raw_label = raw_label or other.raw_label
+    if description_history:
+        attributes["description_history"] = description_history
+    if attribute_history:
+        attributes["attribute_history"] = attribute_history
+    return survivor.model_copy(
+        update={
+            "aliases": unique(a for a in aliases if a != survivor.name),
+            "description": description,
+            "traits": unique(traits),
+            "attributes": attributes,
+            "sources": sources,
+            "is_provisional": provisional,
+            "raw_label": raw_label,
+            "first_chapter": first,
+            "last_chapter": last,
+            "status_intervals": sorted(intervals, key=lambda i: (i.from_chapter, i.status)),
+        }
+    )
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _lookup_label(labels: list[str]) -> str | None:
+    for label in (vocab.ENTITY, vocab.CHAPTER, vocab.SCENE):
+        if label in labels:
+            return label
+    return None
+
+
+def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: int = 0) -> MergeResult:
+    """Merge `plan.merged_ids` into the survivor; one transaction (see the module docstring)."""
+    ids = [plan.survivor_id, *plan.merged_ids]
+    result = MergeResult(survivor_id=plan.survivor_id, name=plan.survivor_name, merged_ids=plan.merged_ids,
+                         merged_names=plan.merged_names)
+    nodes = {r["id"]: r["props"] for r in tx.run(mq.LOCK_ENTITIES, ids=ids)}
+    missing = [i for i in ids if i not in nodes]
+    if missing:
+        # The graph moved on since detection (another merge, a rollback): do nothing.
+        result.skipped = f"entities no longer exist: {', '.join(missing)}"
+        return result
+    entities = {i: entity_from_props(nodes[i]) for i in ids}
+    if len({e.label for e in entities.values()}) != 1:
+        result.skipped = "entities no longer share a label"
+        return result
+    survivor = entities[plan.survivor_id]
+    others = [entities[i] for i in plan.merged_ids]
+    merged = merged_entity(survivor, others, created_at=created_at, confidence=plan.score, chapter=chapter)
+    props = node_props(nodes[plan.survivor_id], merged, chapter)
+    tx.run(mq.REPLACE_ENTITIES, rows=[{"id": plan.survivor_id, "props": props}]).consume()
+
+    rels = [r.data() for r in tx.run(mq.RELS_OF, ids=ids)]
+    inside = set(ids)
+    # A fact is (type, direction, other end, chapter): the survivor keeps one copy of each.
+    have = {(r["type"], r["outgoing"], r["other"], r["props"].get("chapter")) for r in rels if r["id"] == plan.survivor_id}
+    creates: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rels:
+        if r["id"] == plan.survivor_id:
+            continue
+        if r["other"] in inside:
+            result.relationships_dropped += 1
+            continue
+        other_label = _lookup_label(r["other_labels"])
+        if other_label is None or r["other"] is None:
+            result.relationships_dropped += 1
+            continue
+        fact = (r["type"], r["outgoing"], r["other"], r["props"].get("chapter"))
+        if fact in have:
+            result.relationships_deduplicated += 1
+            continue
+        have.add(fact)
+        if r["outgoing"]:
+            group, row = (r["type"], vocab.ENTITY, other_label), {"src": plan.survivor_id, "tgt": r["other"]}
+        else:
+            group, row = (r["type"], other_label, vocab.ENTITY), {"src": r["other"], "tgt": plan.survivor_id}
+        # Same properties, key included: rolling back the chapter that made the fact removes it.
+        creates[group].append({**row, "props": r["props"]})
+        result.relationships_moved += 1
+    for (rel_type, src_label, tgt_label), rows in sorted(creates.items()):
+        tx.run(cypher.create_rels(rel_type, src_label, tgt_label), rows=rows).consume()
+
+    tx.run(cypher.DELETE_NAMES_OF, ids=ids).consume()
+    tx.run(cypher.CREATE_NAMES, rows=name_rows(props)).consume()
+    tx.run(cypher.delete_nodes(vocab.ENTITY), ids=plan.merged_ids).consume()
+
+    digest = hashlib.sha256(canonical_json([created_at, ids]).encode()).hexdigest()[:16]
+    audit_id = f"merge:{digest}"
+    tx.run(
+        mq.CREATE_MERGE_AUDIT,
+        props={
+            "id": audit_id,
+            "survivor_id": plan.survivor_id,
+            "survivor_name": merged.name,
+            "merged_ids": plan.merged_ids,
+            "merged_names": [entities[i].name for i in plan.merged_ids],
+            "label": plan.label,
+            "reason": "; ".join(_reason(ev) for ev in plan.evidence),
+            "evidence_json": canonical_json([ev.model_dump(mode="json") for ev in plan.evidence]),
+            "created_at": created_at,
+            "created_by": HEALER,
+            "relationships_moved": result.relationships_moved,
+            "relationships_deduplicated": result.relationships_deduplicated,
+        },
+    ).consume()
+    result.audit_id = audit_id
+    result.name = merged.name
+    result.aliases = merged.aliases
+    result.sources = len(merged.sources)
+    return result
+
+
+def _reason(ev: PairEvidence) -> str:
+    emb = "" if ev.embedding_score is None else f", embedding {ev.embedding_score:.2f}"
+    return f"{ev.a_name!r}~{ev.b_name!r}: name {ev.name_score:.2f}, {ev.shared_neighbours} shared neighbours{emb}"
+
+
+def merge_audits(store: GraphStore) -> list[dict[str, Any]]:
+    rows = store.read(mq.MERGE_AUDITS)
+    audits = [r["props"] for r in rows]
+    for audit in audits:
+        audit["evidence"] = json.loads(audit.pop("evidence_json", "[]"))
+    return audits
