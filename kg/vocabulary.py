@@ -45,7 +45,7 @@ SCHEMA_META = "SchemaMeta"
 #: Lookup node per (entity, normalised name or alias): list properties cannot be indexed
 #: portably, so alias resolution goes through these indexed nodes instead of a scan.
 ENTITY_NAME = "EntityName"
-#: Audit record of one healing merge (kg/healing.py).
+#: Audit record of one healing merge (kg/healing/merge.py).
 MERGE_AUDIT = "MergeAudit"
 
 # Dialogue memory (spec 000 section 4).

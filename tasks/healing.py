@@ -1,7 +1,7 @@
 """Healing stages: detect duplicates, merge them, enrich busy entities, graduate provisional ones.
 
 Graph tasks (never cached: each looks at the graph as it is now; retried only on
-transient errors). The logic lives in kg/healing.py; these stages add the runtime's
+transient errors). The logic lives in kg/healing/; these stages add the runtime's
 services: the LLM gateway for enrichment and for name+description embeddings, which are
 cached on disk under `<project>/.saga/healing/` so a nightly run embeds only new texts.
 Healing is best effort (spec 001 section 15.6): when embeddings or the LLM are

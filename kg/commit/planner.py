@@ -1,56 +1,23 @@
-"""Atomic chapter commits with a change-set, and exact rollback.
-
-Both run inside ONE managed write transaction (`commit_chapter_tx`, `rollback_tx` are
-transaction functions for `session.execute_write`), so a crash, a kill or a failed
-statement leaves the graph exactly as before, and the driver's retry of transient errors
-(ArcadeDB reports DeadlockDetected under concurrency) re-runs the whole function.
-
-A commit is planned in Python from the pre-state it reads in the same transaction:
-
-1. read every node the delta may touch (by explicit id, derived id, name and alias keys),
-2. resolve each reference (id, then name/alias match, then derived id; otherwise a new
-   provisional entity), merge the delta into full property maps, and append to each
-   changed entity's `revisions_json` the previous values (so reads "as of chapter N"
-   can undo later chapters, see kg.records.props_as_of),
-3. write with a handful of `UNWIND $rows` statements grouped by label / type,
-4. store a `ChangeSet` node holding what was created and the previous property maps of
-   everything updated.
-
-Rollback replays a change-set backwards: delete what it created, `SET n = $previous` on
-what it updated (which also removes properties that did not exist before). Statements go
-through `GraphOps`, whose per-row subclass in bench/graph_commit.py runs the same plan one
-statement per row for comparison.
-"""
+"""Commit planning: read every node a chapter delta may touch, resolve each reference (id,
+then name/alias match, then derived id; otherwise a new provisional entity), merge the
+delta into full property maps with revision entries, and list the node, relationship and
+name writes (see kg/commit/__init__.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from neo4j import ManagedTransaction
 
-from kg import cypher
 from kg import vocabulary as vocab
-from kg.errors import ChapterConflictError, ChapterNotCommittedError, RollbackOrderError
-from kg.models import (
-    AttrValue,
-    ChapterDelta,
-    CommitResult,
-    Entity,
-    EntitySource,
-    RollbackResult,
-    StatusInterval,
-)
+from kg.commit.ids import NOVEL_INFO_ID, chapter_id, embedding_sha, scene_id
+from kg.commit.ops import GraphOps
+from kg.models import AttrValue, ChapterDelta, Entity, EntitySource, StatusInterval
 from kg.records import (
     CORE_FIELDS,
     add_revision,
-    canonical_json,
-    decode_props,
-    encode_props,
     entity_from_props,
     entity_props,
     max_present,
@@ -60,7 +27,6 @@ from kg.records import (
     unique,
 )
 
-NOVEL_INFO_ID = "novel"
 _LABEL_ORDER = {label: i for i, label in enumerate(vocab.ENTITY_LABELS)}
 _CONFIRMING_SOURCES = frozenset({"user", "outline"})
 _SOURCE_RANK = {"extraction": 1, "merge": 2, "enrichment": 2, "outline": 3, "user": 4}
@@ -68,133 +34,6 @@ _SOURCE_RANK = {"extraction": 1, "merge": 2, "enrichment": 2, "outline": 3, "use
 
 def _source_rank(sources: list[EntitySource]) -> int:
     return max((_SOURCE_RANK[s.type] for s in sources), default=0)
-
-
-def embedding_sha(vector: list[float]) -> str:
-    """Content hash of an embedding (exact float repr), stored next to it."""
-    text = ",".join(repr(float(x)) for x in vector)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
-
-
-def chapter_id(chapter: int) -> str:
-    return f"chapter:{chapter}"
-
-
-def scene_id(chapter: int, index: int) -> str:
-    return f"scene:{chapter}:{index}"
-
-
-def changeset_id(chapter: int) -> str:
-    return f"changeset:{chapter}"
-
-
-# --- Statement execution ------------------------------------------------------------------
-
-
-class GraphOps:
-    """The statements a commit or rollback needs, batched with UNWIND."""
-
-    #: rows per UNWIND statement: keeps Bolt messages moderate on very large chapters.
-    chunk = 5000
-
-    @staticmethod
-    def rows(tx: ManagedTransaction, query: str, **params: Any) -> list[dict[str, Any]]:
-        return [record.data() for record in tx.run(query, **params)]
-
-    @staticmethod
-    def run(tx: ManagedTransaction, query: str, **params: Any) -> None:
-        tx.run(query, **params).consume()
-
-    def _chunks(self, items: list[Any]) -> list[list[Any]]:
-        return [items[i : i + self.chunk] for i in range(0, len(items), self.chunk)]
-
-    # reads
-    def read_changesets(self, tx: ManagedTransaction) -> list[dict[str, Any]]:
-        return self.rows(tx, cypher.READ_CHANGESETS)
-
-    def read_changeset_props(self, tx: ManagedTransaction, chapters: list[int]) -> dict[int, dict[str, Any]]:
-        found = self.rows(tx, cypher.READ_CHANGESET_PROPS, chapters=chapters)
-        return {row["props"]["chapter"]: row["props"] for row in found}
-
-    def read_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
-        for part in self._chunks(ids):
-            for row in self.rows(tx, cypher.read_nodes(label), ids=part):
-                found[row["id"]] = row["props"]
-        return found
-
-    def lock_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-        """Like read_nodes, but takes the nodes' write locks first (read for update)."""
-        found: dict[str, dict[str, Any]] = {}
-        for part in self._chunks(ids):
-            for row in self.rows(tx, cypher.lock_nodes(label), ids=part):
-                found[row["id"]] = row["props"]
-        return found
-
-    def read_names(self, tx: ManagedTransaction, keys: list[str]) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        for part in self._chunks(keys):
-            found += self.rows(tx, cypher.READ_NAMES, keys=part)
-        return found
-
-    def read_rels(self, tx: ManagedTransaction, keys_by_type: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
-        types = tuple(sorted(t for t, keys in keys_by_type.items() if keys))
-        if not types:
-            return {}
-        params = {f"k{i}": keys_by_type[t] for i, t in enumerate(types)}
-        return {row["key"]: row["props"] for row in self.rows(tx, cypher.read_rels_by_key(types), **params)}
-
-    # writes
-    def create_nodes(self, tx: ManagedTransaction, labels: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
-        for part in self._chunks(rows):
-            self.run(tx, cypher.create_nodes(labels), rows=part)
-
-    def update_nodes(self, tx: ManagedTransaction, label: str, rows: list[dict[str, Any]]) -> None:
-        """rows: {"id", "changes"} where changes maps changed keys to values (None removes)."""
-        for part in self._chunks(rows):
-            self.run(tx, cypher.update_nodes(label), rows=part)
-
-    def restore_nodes(self, tx: ManagedTransaction, label: str, rows: list[dict[str, Any]]) -> None:
-        """rows: {"id", "props"}: the complete property map to put back."""
-        for part in self._chunks(rows):
-            self.run(tx, cypher.restore_nodes(label), rows=part)
-
-    def delete_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> None:
-        for part in self._chunks(ids):
-            self.run(tx, cypher.delete_nodes(label), ids=part)
-
-    def create_rels(self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]) -> None:
-        for part in self._chunks(rows):
-            self.run(tx, cypher.create_rels(*group), rows=part)
-
-    def update_rels(self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]) -> None:
-        for part in self._chunks(rows):
-            self.run(tx, cypher.update_rels(*group), rows=part)
-
-    def delete_rels(self, tx: ManagedTransaction, rel_type: str, keys: list[str]) -> None:
-        for part in self._chunks(keys):
-            self.run(tx, cypher.delete_rels(rel_type), keys=part)
-
-    def create_names(self, tx: ManagedTransaction, rows: list[dict[str, Any]]) -> None:
-        for part in self._chunks(rows):
-            self.run(tx, cypher.CREATE_NAMES, rows=part)
-
-    def delete_names(self, tx: ManagedTransaction, rows: list[dict[str, Any]]) -> None:
-        for part in self._chunks(rows):
-            self.run(tx, cypher.DELETE_NAMES, rows=part)
-
-    def delete_names_of(self, tx: ManagedTransaction, entity_ids: list[str]) -> None:
-        for part in self._chunks(entity_ids):
-            self.run(tx, cypher.DELETE_NAMES_OF, ids=part)
-
-    def create_changeset(self, tx: ManagedTransaction, props: dict[str, Any]) -> None:
-        self.run(tx, cypher.CREATE_CHANGESET, props=props)
-
-    def delete_changeset(self, tx: ManagedTransaction, chapter: int) -> None:
-        self.run(tx, cypher.DELETE_CHANGESET, chapter=chapter)
-
-
-# --- Planning -----------------------------------------------------------------------------
 
 
 @dataclass
@@ -216,7 +55,7 @@ class RelWrite:
     before: dict[str, Any] | None = None
 
 
-class _Planner:
+class ChapterPlanner:
     def __init__(self, tx: ManagedTransaction, delta: ChapterDelta, ops: GraphOps, *, lock_reads: bool = True) -> None:
         self.tx, self.delta, self.ops = tx, delta, ops
         self.read_for_update = ops.lock_nodes if lock_reads else ops.read_nodes
@@ -566,185 +405,3 @@ class _Planner:
             if before is None or not same_value(before, merged):
                 writes.append(NodeWrite(label, (label,), nid, merged, before))
         return writes, set(before_all)
-
-
-# --- Transaction functions ------------------------------------------------------------------
-
-
-def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Changed and added keys with their new values; removed keys map to None."""
-    changes = {k: v for k, v in after.items() if k not in before or not same_value(before[k], v)}
-    changes.update({k: None for k in before if k not in after})
-    return changes
-
-
-def _group(items: list[Any], key: Any) -> dict[Any, list[Any]]:
-    groups: dict[Any, list[Any]] = defaultdict(list)
-    for item in items:
-        groups[key(item)].append(item)
-    return dict(sorted(groups.items()))
-
-
-def commit_chapter_tx(
-    tx: ManagedTransaction,
-    delta: ChapterDelta,
-    *,
-    replace: bool = False,
-    ops: GraphOps | None = None,
-    lock_reads: bool = True,
-) -> CommitResult:
-    """Write a chapter delta and its change-set; see the module docstring.
-
-    `lock_reads` takes write locks on the nodes read as pre-state (needed on Neo4j, whose
-    reads are read-committed); ArcadeDB's optimistic commit-time version check already
-    rejects a transaction whose read nodes changed meanwhile, so the store turns it off there.
-    """
-    ops = ops or GraphOps()
-    started = time.perf_counter()
-    delta_hash = delta.delta_hash()
-    changesets = ops.read_changesets(tx)
-    key = delta.changeset_key
-    current = next((c for c in changesets if c["chapter"] == key), None)
-    replaced = False
-    if current is not None:
-        if current["delta_hash"] == delta_hash:
-            props = ops.read_changeset_props(tx, [key])[key]
-            return CommitResult(
-                chapter=delta.chapter,
-                seq=current["seq"],
-                delta_hash=delta_hash,
-                noop=True,
-                resolved=json.loads(props.get("resolved_json", "{}")),
-                seconds=time.perf_counter() - started,
-            )
-        if not replace:
-            raise ChapterConflictError(
-                f"chapter {key} is already committed with a different delta",
-                hint="roll it back first (python -m kg rollback --chapter N) or commit with replace=True",
-            )
-        rollback_tx(tx, key, cascade=False, ops=ops)
-        replaced = True
-        changesets = [c for c in changesets if c["chapter"] != key]
-    seq = max((c["seq"] for c in changesets), default=0) + 1
-
-    planner = _Planner(tx, delta, ops, lock_reads=lock_reads)
-    nodes, rels, names_delete, names_create = planner.plan()
-
-    created = [n for n in nodes if n.before is None]
-    updated = [n for n in nodes if n.before is not None]
-    for labels, group in _group(created, lambda n: n.labels).items():
-        ops.create_nodes(tx, labels, [{"props": n.props} for n in group])
-    for lookup, group in _group(updated, lambda n: n.lookup).items():
-        # Only the difference travels: most touched nodes just get a new last_chapter.
-        ops.update_nodes(tx, lookup, [{"id": n.id, "changes": _diff(n.before or {}, n.props)} for n in group])
-    if names_delete:
-        ops.delete_names(tx, names_delete)
-    if names_create:
-        ops.create_names(tx, names_create)
-    new_rels = [r for r in rels if r.before is None]
-    changed_rels = [r for r in rels if r.before is not None]
-    for group_key, group in _group(new_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
-        ops.create_rels(tx, group_key, [{"src": r.src[1], "tgt": r.tgt[1], "props": r.props} for r in group])
-    for group_key, group in _group(changed_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
-        rows = [{"src": r.src[1], "tgt": r.tgt[1], "key": r.key, "props": r.props} for r in group]
-        ops.update_rels(tx, group_key, rows)
-
-    provisional = sorted(n.id for n in created if n.lookup == vocab.ENTITY and n.props.get("is_provisional"))
-    ops.create_changeset(
-        tx,
-        {
-            "id": changeset_id(key),
-            "chapter": key,
-            "seq": seq,
-            "delta_hash": delta_hash,
-            "created_nodes_json": canonical_json([[n.lookup, n.id] for n in created]),
-            "updated_nodes_json": canonical_json([[n.lookup, n.id, encode_props(n.before or {})] for n in updated]),
-            "created_rels_json": canonical_json([[r.type, r.key] for r in new_rels]),
-            "updated_rels_json": canonical_json(
-                [[r.type, r.src[0], r.src[1], r.tgt[0], r.tgt[1], r.key, encode_props(r.before or {})] for r in changed_rels]
-            ),
-            "resolved_json": canonical_json(planner.resolved),
-            "created_node_count": len(created),
-            "updated_node_count": len(updated),
-            "created_rel_count": len(new_rels),
-            "updated_rel_count": len(changed_rels),
-        },
-    )
-    return CommitResult(
-        chapter=delta.chapter,
-        seq=seq,
-        delta_hash=delta_hash,
-        replaced=replaced,
-        created_nodes=len(created),
-        updated_nodes=len(updated),
-        created_relationships=len(new_rels),
-        updated_relationships=len(changed_rels),
-        resolved=planner.resolved,
-        provisional_ids=provisional,
-        seconds=time.perf_counter() - started,
-    )
-
-
-def rollback_tx(
-    tx: ManagedTransaction, chapter: int, *, cascade: bool = False, ops: GraphOps | None = None
-) -> RollbackResult:
-    """Undo the commit of `chapter` (and, with cascade, every commit made after it)."""
-    ops = ops or GraphOps()
-    started = time.perf_counter()
-    changesets = ops.read_changesets(tx)
-    target = next((c for c in changesets if c["chapter"] == chapter), None)
-    if target is None:
-        committed = ", ".join(str(c["chapter"]) for c in changesets) or "none"
-        raise ChapterNotCommittedError(
-            f"chapter {chapter} has no committed change-set to roll back (committed: {committed})"
-        )
-    later = [c for c in changesets if c["seq"] > target["seq"]]
-    if later and not cascade:
-        names = ", ".join(str(c["chapter"]) for c in sorted(later, key=lambda c: c["seq"]))
-        raise RollbackOrderError(
-            f"cannot roll back chapter {chapter}: chapter(s) {names} were committed after it",
-            hint="roll those back first (newest first) or pass cascade=True / --cascade",
-        )
-    order = [c["chapter"] for c in sorted([target, *later], key=lambda c: c["seq"], reverse=True)]
-    props_by_chapter = ops.read_changeset_props(tx, order)
-    result = RollbackResult(chapters=order)
-    for number in order:
-        _undo(tx, props_by_chapter[number], ops, result)
-    result.seconds = time.perf_counter() - started
-    return result
-
-
-def _undo(tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, result: RollbackResult) -> None:
-    created_nodes: list[list[str]] = json.loads(changeset["created_nodes_json"])
-    updated_nodes: list[list[Any]] = json.loads(changeset["updated_nodes_json"])
-    created_rels: list[list[str]] = json.loads(changeset["created_rels_json"])
-    updated_rels: list[list[Any]] = json.loads(changeset["updated_rels_json"])
-
-    for rel_type, group in _group(created_rels, lambda r: r[0]).items():
-        ops.delete_rels(tx, rel_type, [key for _, key in group])
-    for (rel_type, src_label, tgt_label), group in _group(updated_rels, lambda r: (r[0], r[1], r[3])).items():
-        rows = [{"src": r[2], "tgt": r[4], "key": r[5], "props": decode_props(r[6])} for r in group]
-        ops.update_rels(tx, (rel_type, src_label, tgt_label), rows)
-
-    # EntityName lookup nodes are derived from entity properties: drop them for every
-    # entity this commit touched and rebuild them from the restored properties.
-    touched = [nid for label, nid, *_ in (*created_nodes, *updated_nodes) if label == vocab.ENTITY]
-    if touched:
-        ops.delete_names_of(tx, touched)
-    for label, group in _group(created_nodes, lambda n: n[0]).items():
-        ops.delete_nodes(tx, label, [nid for _, nid in group])
-    restored: list[dict[str, Any]] = []
-    for label, group in _group(updated_nodes, lambda n: n[0]).items():
-        rows = [{"id": nid, "props": decode_props(props)} for _, nid, props in group]
-        ops.restore_nodes(tx, label, rows)
-        if label == vocab.ENTITY:
-            restored += [row["props"] for row in rows]
-    names = [row for props in restored for row in name_rows(props)]
-    if names:
-        ops.create_names(tx, names)
-    ops.delete_changeset(tx, changeset["chapter"])
-
-    result.deleted_nodes += len(created_nodes)
-    result.restored_nodes += len(updated_nodes)
-    result.deleted_relationships += len(created_rels)
-    result.restored_relationships += len(updated_rels)
