@@ -3,6 +3,10 @@
 Every command reads the same settings as the flows (`--project-dir`, `--config`, env,
 `.env`, `skald.toml`): NEO4J_URI selects a Neo4j server, otherwise the project's embedded
 ArcadeDB is used (started on demand, or the one another process already runs).
+
+Kept by hand on purpose: the command line is argparse (the standard library's parser, which
+every Skald CLI uses, with core.cli's one-line errors), and `stats` prints its two aligned
+columns with format specs: a table library would change the output the README shows.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Owns the driver lifecycle, connects with bounded retries, maps driver failures to the
 project's one-line errors, and exposes the chapter commit/rollback, migrations, stats,
 export/import. Every write goes through `session.execute_write` so the driver retries
-transient failures (ArcadeDB's DeadlockDetected) by re-running the whole transaction.
+transient failures (ArcadeDB's DeadlockDetected) by re-running the whole transaction;
+the two retries of our own (connecting, a chapter commit that lost a uniqueness race) use
+tenacity.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ import atexit
 import contextlib
 import logging
 import random
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import neo4j
+import tenacity
 from neo4j import GraphDatabase, ManagedTransaction
 from neo4j import exceptions as nx
 
@@ -36,8 +38,14 @@ from kg.records import entity_from_props
 log = logging.getLogger("skald.kg")
 
 _RACE_ATTEMPTS = 4
+#: Failures that may pass while a server starts: worth another connection attempt.
+_UNREACHABLE = (nx.DriverError, nx.Neo4jError, OSError)
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+def _lost_a_commit_race(exc: BaseException) -> bool:
+    return isinstance(exc, GraphWriteError) and isinstance(exc.__cause__, nx.ConstraintError)
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
@@ -93,37 +101,44 @@ class GraphStore:
         if self._driver is not None:
             return self
         ep = self.endpoint
-        last: BaseException | None = None
-        delay = self.retry_delay
-        for attempt in range(1, self.connect_attempts + 1):
-            try:
-                driver, info = self._open_driver()
-            except nx.AuthError as exc:
-                raise GraphUnavailableError(
-                    f"graph at {ep.uri} refused the credentials for user {ep.username!r}: {_one_line(exc)}",
-                    hint="check NEO4J_USERNAME / NEO4J_PASSWORD",
-                ) from exc
-            except nx.ConfigurationError as exc:
-                raise GraphUnavailableError(f"graph driver configuration refused: {_one_line(exc)}") from exc
-            except (nx.DriverError, nx.Neo4jError, OSError) as exc:
-                last = exc
-                if attempt < self.connect_attempts:
-                    log.info("graph at %s not reachable (attempt %d): %s", ep.uri, attempt, _one_line(exc))
-                    time.sleep(delay)
-                    delay = min(delay * 2, 4.0)
-                continue
-            self._driver = driver
-            self._server = ServerInfo(agent=info.agent or "", address=str(info.address))
-            # Close before interpreter exit: an embedded server started earlier in this
-            # process stops in its own (earlier-registered, so later-run) atexit hook and
-            # waits for open Bolt connections, so a forgotten store would hang the exit.
-            atexit.register(_close_at_exit, weakref.ref(self))
-            log.info("graph: connected to %s (%s)", ep.label, self._server.agent)
-            return self
-        raise GraphUnavailableError(
-            f"graph at {ep.uri} is unreachable after {self.connect_attempts} attempts ({_one_line(last or Exception())})",
-            hint="start the Neo4j server, fix NEO4J_URI, or unset NEO4J_URI to use the embedded ArcadeDB",
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.connect_attempts),
+            wait=tenacity.wait_exponential(multiplier=self.retry_delay, max=4.0),
+            retry=tenacity.retry_if_exception_type(_UNREACHABLE),
+            before_sleep=lambda state: log.info(
+                "graph at %s not reachable (attempt %d): %s",
+                ep.uri, state.attempt_number, _one_line(state.outcome.exception() if state.outcome else Exception()),
+            ),
+            reraise=True,
         )
+        try:
+            driver, info = retrying(self._open_checked_driver)
+        except _UNREACHABLE as exc:
+            raise GraphUnavailableError(
+                f"graph at {ep.uri} is unreachable after {self.connect_attempts} attempts ({_one_line(exc)})",
+                hint="start the Neo4j server, fix NEO4J_URI, or unset NEO4J_URI to use the embedded ArcadeDB",
+            ) from exc
+        self._driver = driver
+        self._server = ServerInfo(agent=info.agent or "", address=str(info.address))
+        # Close before interpreter exit: an embedded server started earlier in this
+        # process stops in its own (earlier-registered, so later-run) atexit hook and
+        # waits for open Bolt connections, so a forgotten store would hang the exit.
+        atexit.register(_close_at_exit, weakref.ref(self))
+        log.info("graph: connected to %s (%s)", ep.label, self._server.agent)
+        return self
+
+    def _open_checked_driver(self) -> tuple[neo4j.Driver, Any]:
+        """`_open_driver`, with the failures no retry can fix turned into one clear line."""
+        ep = self.endpoint
+        try:
+            return self._open_driver()
+        except nx.AuthError as exc:
+            raise GraphUnavailableError(
+                f"graph at {ep.uri} refused the credentials for user {ep.username!r}: {_one_line(exc)}",
+                hint="check NEO4J_USERNAME / NEO4J_PASSWORD",
+            ) from exc
+        except nx.ConfigurationError as exc:
+            raise GraphUnavailableError(f"graph driver configuration refused: {_one_line(exc)}") from exc
 
     def _open_driver(self) -> tuple[neo4j.Driver, Any]:
         """A verified driver. Server notifications (e.g. "unknown label" on a fresh graph) are
@@ -262,21 +277,23 @@ class GraphStore:
         back in the same transaction first (allowed only for the newest commit).
         `ops` swaps the statement strategy (the benchmark's per-row path); leave it None.
         """
-        for attempt in range(1, _RACE_ATTEMPTS + 1):
-            try:
-                result = self.execute_write(
-                    commit_chapter_tx, delta, replace=replace, ops=ops, lock_reads=self.server.locks_reads
-                )
-                break
-            except GraphWriteError as exc:
-                # A uniqueness violation here means a concurrent commit created the same
-                # entity (or took the same change-set seq) first; the transaction was rolled
-                # back, so planning again from the new state is safe. The driver only
-                # retries errors the server calls transient, which this is not.
-                if attempt == _RACE_ATTEMPTS or not isinstance(exc.__cause__, nx.ConstraintError):
-                    raise
-                log.info("graph: chapter %d commit raced another writer (%s); retrying", delta.chapter, exc)
-                time.sleep(random.uniform(0.05, 0.2) * attempt)
+        # A uniqueness violation here means a concurrent commit created the same entity (or
+        # took the same change-set seq) first; the transaction was rolled back, so planning
+        # again from the new state is safe. The driver only retries errors the server calls
+        # transient, which this is not.
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(_RACE_ATTEMPTS),
+            wait=lambda state: random.uniform(0.05, 0.2) * state.attempt_number,
+            retry=tenacity.retry_if_exception(_lost_a_commit_race),
+            before_sleep=lambda state: log.info(
+                "graph: chapter %d commit raced another writer (%s); retrying",
+                delta.chapter, state.outcome.exception() if state.outcome else None,
+            ),
+            reraise=True,
+        )
+        result = retrying(
+            self.execute_write, commit_chapter_tx, delta, replace=replace, ops=ops, lock_reads=self.server.locks_reads
+        )
         log.info(
             "graph: chapter %d %s (%d nodes created, %d updated, %d relationships) in %.2fs",
             delta.chapter,
