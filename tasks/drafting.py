@@ -6,6 +6,10 @@ Every draft is measured (core.prose). A draft that breaks the thresholds (settin
 (settings `tiers.narrative.anti_repetition`, sent through the gateway), up to
 `prose.max_draft_attempts` drafts; if none comes clean, the cleanest one is kept and the
 result says so, so the chapter is flagged instead of silently accepted.
+
+The redraft loop is not a retry loop (no library's): the gateway already retries failed
+calls; here every call succeeded, each new draft changes the sampling, and the cleanest of
+all drafts is kept, which is not "call again until it succeeds".
 """
 
 from __future__ import annotations

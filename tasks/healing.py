@@ -6,6 +6,10 @@ services: the LLM gateway for enrichment and for name+description embeddings, wh
 cached on disk under `<project>/.saga/healing/` so a nightly run embeds only new texts.
 Healing is best effort (spec 001 section 15.6): when embeddings or the LLM are
 unavailable it logs a warning and heals with what it has.
+
+The summary's vetoed look-alikes table is f-string Markdown on purpose: the merges
+themselves go through Prefect's table artifact, and a table library (tabulate) would pad
+the columns and so change the Markdown artifact operators already read.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Findings go to a Parquet report under `<project>/.saga/qa/qa-<time>.parquet` (one row per
 finding; an empty report still has the columns, so "nothing found" is a file too), a
 Prefect table artifact and a Markdown summary artifact.
+
+The summary's two-column count table is two f-string lines on purpose: the rows themselves
+go through Prefect's table artifact, and a table library (tabulate) would pad the columns
+and so change the Markdown artifact operators already read.
 """
 
 from __future__ import annotations
