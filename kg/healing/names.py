@@ -1,5 +1,9 @@
 """Names as healing compares them: canonical tokens (titles dropped, nicknames mapped to the
-formal first name), the token match kinds, and a phonetic key for blocking."""
+formal first name), the token match kinds, and a phonetic key for blocking.
+
+`soundex` is written out (15 lines) rather than taken from jellyfish: it is only a blocking
+key, letters a-z only, and a compiled dependency for it would weigh more than the code.
+String similarity is the standard library's difflib."""
 
 from __future__ import annotations
 
