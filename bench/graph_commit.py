@@ -51,18 +51,11 @@ EMBEDDING_DIM = 384
 class PerRowOps(GraphOps):
     """The same commit plan, but every row is its own statement (the naive approach)."""
 
+    read_query = staticmethod(cypher.row_read_node)
+    lock_query = staticmethod(cypher.row_lock_node)
+
     def _props_by_id(self, tx: ManagedTransaction, query: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
-        for node_id in ids:
-            for row in self.rows(tx, query, id=node_id):
-                found[row["id"]] = row["props"]
-        return found
-
-    def lock_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-        return self._props_by_id(tx, cypher.row_lock_node(label), ids)
-
-    def read_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-        return self._props_by_id(tx, cypher.row_read_node(label), ids)
+        return {row["id"]: row["props"] for node_id in ids for row in self.rows(tx, query, id=node_id)}
 
     def read_names(self, tx: ManagedTransaction, keys: list[str]) -> list[dict[str, Any]]:
         return [row for key in keys for row in self.rows(tx, cypher.ROW_READ_NAME, key=key)]

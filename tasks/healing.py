@@ -28,7 +28,10 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import EmbeddedServiceError, LLMBadOutputError, LLMError
-from kg.healing import (
+from kg.healing.enrichment import enrich_tx, enrichment_targets
+from kg.healing.graduation import graduate_tx, graduation_candidates
+from kg.healing.merge import merge_tx
+from kg.healing.models import (
     DetectionResult,
     DetectionStats,
     Embedder,
@@ -38,15 +41,9 @@ from kg.healing import (
     MergePlan,
     MergeResult,
     PairEvidence,
-    detect_duplicates,
-    enrich_tx,
-    enrichment_targets,
-    ensure_schema,
-    graduate_tx,
-    graduation_candidates,
-    load_snapshot,
-    merge_tx,
 )
+from kg.healing.planning import detect_duplicates
+from kg.healing.snapshot import ensure_schema, load_snapshot
 from prompts import template
 from prompts.knowledge.models import EntityEnrichment
 from tasks.policy import graph_task

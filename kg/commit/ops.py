@@ -35,19 +35,19 @@ class GraphOps:
         found = self.rows(tx, cypher.READ_CHANGESET_PROPS, chapters=chapters)
         return {row["props"]["chapter"]: row["props"] for row in found}
 
+    #: Node reads by id, plain and for update (the benchmark's per-row subclass swaps them).
+    read_query = staticmethod(cypher.read_nodes)
+    lock_query = staticmethod(cypher.lock_nodes)
+
     def _props_by_id(self, tx: ManagedTransaction, query: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
-        for part in self._chunks(ids):
-            for row in self.rows(tx, query, ids=part):
-                found[row["id"]] = row["props"]
-        return found
+        return {row["id"]: row["props"] for part in self._chunks(ids) for row in self.rows(tx, query, ids=part)}
 
     def read_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-        return self._props_by_id(tx, cypher.read_nodes(label), ids)
+        return self._props_by_id(tx, self.read_query(label), ids)
 
     def lock_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         """Like read_nodes, but takes the nodes' write locks first (read for update)."""
-        return self._props_by_id(tx, cypher.lock_nodes(label), ids)
+        return self._props_by_id(tx, self.lock_query(label), ids)
 
     def read_names(self, tx: ManagedTransaction, keys: list[str]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
