@@ -11,9 +11,10 @@ import json
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -73,6 +74,10 @@ def _check_id(value: str, what: str) -> str:
 
 
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^\S+$")]
+#: The conversation id every request carries: bounded, not blank, no control characters.
+ConversationId = Annotated[
+    str, StringConstraints(min_length=1, max_length=200), AfterValidator(lambda v: _check_id(v, "conversation_id"))
+]
 
 
 class ChatMessage(BaseModel):
@@ -161,7 +166,22 @@ class TurnConfig(BaseModel):
     require_actions: bool = Field(True, description="commit gate: block turns with no relation action")
 
 
-class TurnCommitRequest(BaseModel):
+class _ChatPayload(BaseModel):
+    """What the requests carrying a conversation's messages share: their total size check."""
+
+    if TYPE_CHECKING:  # fields of the subclasses, declared there (field order is the API's)
+        messages: list[ChatMessage]
+        window: list[ChatMessage]
+
+    @model_validator(mode="after")
+    def _total_size(self) -> Self:
+        total = sum(len(m.content.encode("utf-8")) for m in (*self.window, *self.messages))
+        if total > MAX_REQUEST_BYTES:
+            raise ValueError(f"messages total {total} bytes; the limit is {MAX_REQUEST_BYTES} per request")
+        return self
+
+
+class TurnCommitRequest(_ChatPayload):
     """`POST /api/kg-sidecar/turn/commit`: one turn of a conversation.
 
     `messages` are this turn's new messages (oldest first); `window` is the chat before them,
@@ -171,16 +191,11 @@ class TurnCommitRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    conversation_id: str = Field(min_length=1, max_length=200)
+    conversation_id: ConversationId
     turn_id: StrictInt | Annotated[str, StringConstraints(min_length=1, max_length=100)]
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     window: list[ChatMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
     config: TurnConfig = Field(default_factory=TurnConfig)
-
-    @field_validator("conversation_id")
-    @classmethod
-    def _conversation(cls, value: str) -> str:
-        return _check_id(value, "conversation_id")
 
     @field_validator("turn_id")
     @classmethod
@@ -190,13 +205,6 @@ class TurnCommitRequest(BaseModel):
                 raise ValueError("turn_id must be >= 0")
             return value
         return _check_id(value, "turn_id")
-
-    @model_validator(mode="after")
-    def _total_size(self) -> TurnCommitRequest:
-        total = sum(len(m.content.encode("utf-8")) for m in (*self.window, *self.messages))
-        if total > MAX_REQUEST_BYTES:
-            raise ValueError(f"messages total {total} bytes; the limit is {MAX_REQUEST_BYTES} per request")
-        return self
 
     @property
     def turn(self) -> str:
@@ -386,28 +394,16 @@ def parse_request(raw: bytes | str | dict[str, Any]) -> TurnCommitRequest | Turn
 # --- Memory before the reply, rewinds ----------------------------------------------------------
 
 
-class MemoryQueryRequest(BaseModel):
+class MemoryQueryRequest(_ChatPayload):
     """`POST /api/kg-sidecar/memory/query`: a turn commit's body without `turn_id`: the PENDING
     messages (the user's message the model has not answered yet). Nothing is written."""
 
     model_config = ConfigDict(extra="forbid")
 
-    conversation_id: str = Field(min_length=1, max_length=200)
+    conversation_id: ConversationId
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     window: list[ChatMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
     config: TurnConfig = Field(default_factory=TurnConfig)
-
-    @field_validator("conversation_id")
-    @classmethod
-    def _conversation(cls, value: str) -> str:
-        return _check_id(value, "conversation_id")
-
-    @model_validator(mode="after")
-    def _total_size(self) -> MemoryQueryRequest:
-        total = sum(len(m.content.encode("utf-8")) for m in (*self.window, *self.messages))
-        if total > MAX_REQUEST_BYTES:
-            raise ValueError(f"messages total {total} bytes; the limit is {MAX_REQUEST_BYTES} per request")
-        return self
 
     @classmethod
     def parse(cls, raw: bytes | str | dict[str, Any]) -> MemoryQueryRequest | MemoryQueryResult:
@@ -462,13 +458,8 @@ class RewindResult(BaseModel):
 class RewindRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    conversation_id: str = Field(min_length=1, max_length=200)
+    conversation_id: ConversationId
     before_turn: StrictInt | Annotated[str, StringConstraints(min_length=1, max_length=100)]
-
-    @field_validator("conversation_id")
-    @classmethod
-    def _conversation(cls, value: str) -> str:
-        return _check_id(value, "conversation_id")
 
 
 def _parse_model(model: type[Any], raw: bytes | str | dict[str, Any]) -> Any:
