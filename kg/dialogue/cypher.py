@@ -1,0 +1,190 @@
+"""Every Cypher statement of the dialogue memory (values are always parameters; labels and
+the relationship type come from kg.vocabulary)."""
+
+from __future__ import annotations
+
+from kg import vocabulary as vocab
+
+_q = vocab.quote_label
+_E = _q(vocab.KG_ENTITY)
+_R = _q(vocab.KG_REL)
+_EV = _q(vocab.KG_REL_EVENT)
+_M = _q(vocab.KG_MILESTONE)
+_T = _q(vocab.KG_TURN)
+_MEM = _q(vocab.KG_MEMORY)
+_CONV = _q(vocab.KG_CONVERSATION)
+
+READ_TURN = f"MATCH (t:{_T} {{key: $key}}) RETURN properties(t) AS props"
+
+LOCK_PROBE = (
+    # SET + REMOVE takes the node's write lock before owner/expiry are read (a real
+    # compare-and-set under Neo4j's pessimistic locking; ArcadeDB's optimistic MVCC retries
+    # the loser instead) and leaves no trace: a refused claim changes nothing.
+    f"MATCH (l:{_T} {{key: $key}}) SET l.lock_probe = true REMOVE l.lock_probe "
+    "RETURN l.owner AS owner, l.expires_at AS expires_at, timestamp() AS now"
+)
+LOCK_CREATE = (
+    # The uncontended path: one statement. The uniqueness constraint on KGTurn.key makes a
+    # concurrent second CREATE fail cleanly, and the loser falls back to the compare-and-set.
+    f"CREATE (l:{_T}) SET l = $props, l.acquired_at = timestamp(), l.expires_at = timestamp() + $lease_ms"
+)
+LOCK_TAKE = (
+    f"MATCH (l:{_T} {{key: $key}}) SET l.owner = $owner, l.acquired_at = $now, l.expires_at = $expires_at"
+)
+LOCK_RELEASE = f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner DELETE l RETURN count(*) AS released"
+
+TURN_STATS = (
+    f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id "
+    "RETURN count(t) AS turns, max(t.seq) AS max_seq"
+)
+TURN_SEQ_NEXT = (
+    f"MERGE (c:{_CONV} {{conversation_id: $conversation_id}}) "
+    "SET c.turn_seq = coalesce(c.turn_seq, $floor) + 1 RETURN c.turn_seq AS seq"
+)
+CONVERSATION_HEAD = (
+    f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) "
+    "RETURN c.memory_seq AS memory_seq, c.turn_seq AS turn_seq"
+)
+MEMORY_CLAIM = (
+    f"MERGE (c:{_CONV} {{conversation_id: $conversation_id}}) "
+    "SET c.memory_seq = coalesce(c.memory_seq, 0) + $count RETURN c.memory_seq AS last"
+)
+MEMORY_KEYS_PRESENT = f"UNWIND $keys AS key MATCH (m:{_MEM} {{key: key}}) RETURN m.key AS key"
+MEMORY_CREATE = f"UNWIND $rows AS row CREATE (m:{_MEM}) SET m = row"
+MEMORY_MARK_COMMITTED = (
+    f"MATCH (m:{_MEM} {{key: $key}}) SET m.committed = true, m.extra = $extra, m.facts = $facts"
+)
+MEMORY_AT = f"MATCH (m:{_MEM} {{position_key: $position_key}}) RETURN m.key AS key"
+MEMORY_ROWS = (
+    f"UNWIND $position_keys AS pk MATCH (m:{_MEM} {{position_key: pk}}) "
+    "RETURN properties(m) AS props ORDER BY m.seq"
+)
+MEMORY_COUNT = f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id RETURN count(m) AS n, count(DISTINCT m.key) AS keys"
+ENTITIES = (
+    f"MATCH (e:{_E}) WHERE e.conversation_id = $conversation_id "
+    "RETURN properties(e) AS props ORDER BY e.last_seq DESC, e.entity_id LIMIT $limit"
+)
+ACTIVE_RELATIONS = (
+    f"MATCH (a:{_E})-[r:{_R}]->(b:{_E}) WHERE r.conversation_id = $conversation_id AND r.status = $active "
+    "RETURN a.entity_id AS source_id, a.name AS source_name, b.entity_id AS target_id, b.name AS target_name, "
+    "properties(r) AS props ORDER BY r.weight DESC, r.rel_id LIMIT $limit"
+)
+ALL_RELATIONS = (
+    f"MATCH (a:{_E})-[r:{_R}]->(b:{_E}) WHERE r.conversation_id = $conversation_id "
+    "RETURN a.entity_id AS source_id, a.name AS source_name, b.entity_id AS target_id, b.name AS target_name, "
+    "properties(r) AS props ORDER BY r.rel_id"
+)
+RECENT_MILESTONES = (
+    f"MATCH (m:{_M}) WHERE m.conversation_id = $conversation_id "
+    "RETURN properties(m) AS props ORDER BY m.seq DESC, m.milestone_id DESC LIMIT $limit"
+)
+ALL_EVENTS = (
+    f"MATCH (e:{_EV}) WHERE e.conversation_id = $conversation_id "
+    "RETURN properties(e) AS props ORDER BY e.seq, e.event_id"
+)
+ALL_TURNS = (
+    f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id "
+    "RETURN t.key AS key, t.turn_id AS turn_id, t.seq AS seq, t.payload_hash AS payload_hash ORDER BY t.seq"
+)
+
+UPSERT_ENTITIES = (
+    f"UNWIND $rows AS row MERGE (e:{_E} {{conversation_id: row.conversation_id, entity_id: row.entity_id}}) "
+    "ON CREATE SET e.name = row.name, e.name_key = row.name_key, e.kind = row.kind, e.aliases = [], "
+    "e.first_turn = row.turn_id, e.first_seq = row.seq, e.mentions = 0, e.bio_summary = '', e.bio_traits = [] "
+    "SET e.last_turn = row.turn_id, e.last_seq = row.seq, e.mentions = e.mentions + 1, "
+    "e.aliases = e.aliases + [a IN row.aliases WHERE NOT a IN e.aliases]"
+)
+FIND_ACTIVE_RELATIONS = (
+    f"MATCH (a:{_E} {{conversation_id: $conversation_id, entity_id: $source_id}})-[r:{_R}]->"
+    f"(b:{_E} {{conversation_id: $conversation_id, entity_id: $target_id}}) "
+    "WHERE r.status = $active AND ($type IS NULL OR r.type = $type) "
+    "RETURN r.rel_id AS rel_id, r.type AS type, r.weight AS weight ORDER BY r.rel_id"
+)
+SET_RELATION_WEIGHT = (
+    f"MATCH (a:{_E} {{conversation_id: $conversation_id, entity_id: $source_id}})-[r:{_R}]->"
+    f"(b:{_E} {{conversation_id: $conversation_id, entity_id: $target_id}}) WHERE r.rel_id = $rel_id "
+    "SET r.weight = $weight, r.updated_turn = $turn_id, r.updated_seq = $seq"
+)
+END_RELATION = (
+    f"MATCH (a:{_E} {{conversation_id: $conversation_id, entity_id: $source_id}})-[r:{_R}]->"
+    f"(b:{_E} {{conversation_id: $conversation_id, entity_id: $target_id}}) WHERE r.rel_id = $rel_id "
+    "SET r.status = $ended, r.ended_turn = $turn_id, r.ended_seq = $seq, r.updated_turn = $turn_id, "
+    "r.updated_seq = $seq"
+)
+CREATE_RELATION = (
+    f"MATCH (a:{_E} {{conversation_id: $conversation_id, entity_id: $source_id}}) "
+    f"MATCH (b:{_E} {{conversation_id: $conversation_id, entity_id: $target_id}}) "
+    f"CREATE (a)-[r:{_R}]->(b) SET r = $props"
+)
+CREATE_EVENTS = f"UNWIND $rows AS row CREATE (e:{_EV}) SET e = row"
+PATCH_BIO = (
+    f"MATCH (e:{_E} {{conversation_id: $conversation_id, entity_id: $entity_id}}) "
+    "SET e.bio_summary = CASE WHEN $summary IS NULL THEN e.bio_summary ELSE $summary END, "
+    "e.bio_traits = [t IN coalesce(e.bio_traits, []) WHERE NOT t IN $remove] "
+    "+ [t IN $add WHERE NOT t IN coalesce(e.bio_traits, [])], "
+    "e.bio_updated_turn = $turn_id RETURN count(e) AS patched"
+)
+CREATE_MILESTONES = f"UNWIND $rows AS row CREATE (m:{_M}) SET m = row"
+CREATE_TURN = f"CREATE (t:{_T}) SET t = $props"
+
+DELETE_CONVERSATION_RELS = f"MATCH ()-[r:{_R}]->() WHERE r.conversation_id = $conversation_id DELETE r"
+DELETE_CONVERSATION_NODES: tuple[str, ...] = tuple(
+    f"MATCH (n:{label}) WHERE n.conversation_id = $conversation_id DETACH DELETE n"
+    for label in (_EV, _M, _T, _MEM, _CONV, _E)
+)
+DELETE_CONVERSATION_LOCK = f"MATCH (l:{_T} {{key: $key}}) DELETE l"
+
+# Rewind (edits, swipes): remove a turn and every later one exactly, by rebuilding the
+# conversation's facts from the stored writes of the turns that stay.
+LOCK_HELD = f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner RETURN count(l) AS held"
+MEMORY_SEQ_OF = f"MATCH (m:{_MEM} {{key: $key}}) RETURN m.seq AS seq, m.conversation_id AS conversation_id"
+MEMORY_TEXT_OF = f"MATCH (m:{_MEM} {{key: $key}}) RETURN m.text AS text"
+MEMORY_KEYS_FROM = (
+    f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.seq >= $seq RETURN m.key AS key"
+)
+DELETE_MEMORY_FROM = (
+    f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.seq >= $seq DELETE m"
+)
+COMMITTED_TURN_WRITES = (
+    f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id AND t.status = $committed "
+    "RETURN t.key AS key, t.turn_id AS turn_id, t.seq AS seq, t.write_json AS write_json ORDER BY t.seq"
+)
+DELETE_TURNS = f"UNWIND $keys AS key MATCH (t:{_T} {{key: key}}) DELETE t"
+DELETE_CONVERSATION_FACTS: tuple[str, ...] = tuple(
+    f"MATCH (n:{label}) WHERE n.conversation_id = $conversation_id DETACH DELETE n"
+    for label in (_EV, _M, _E)
+)
+SET_HEADS = (
+    f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) SET c.memory_seq = $memory_seq, c.turn_seq = $turn_seq"
+)
+SET_MEMORY_HEAD_ONLY = (
+    f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) SET c.memory_seq = $memory_seq REMOVE c.turn_seq"
+)
+DELETE_CONVERSATION_HEAD = f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) DELETE c"
+
+# Read-back (paged, stable order).
+ENTITY_PAGE = (
+    f"MATCH (e:{_E}) WHERE e.conversation_id = $conversation_id "
+    "RETURN properties(e) AS props ORDER BY e.first_seq, e.entity_id SKIP $offset LIMIT $limit"
+)
+ENTITY_TOTAL = f"MATCH (e:{_E}) WHERE e.conversation_id = $conversation_id RETURN count(e) AS n"
+RELATION_PAGE = (
+    f"MATCH (a:{_E})-[r:{_R}]->(b:{_E}) WHERE r.conversation_id = $conversation_id "
+    "RETURN a.entity_id AS source_id, a.name AS source_name, b.entity_id AS target_id, b.name AS target_name, "
+    "properties(r) AS props ORDER BY r.since_seq, r.rel_id SKIP $offset LIMIT $limit"
+)
+RELATION_TOTAL = f"MATCH ()-[r:{_R}]->() WHERE r.conversation_id = $conversation_id RETURN count(r) AS n"
+RELATION_EVENTS = (
+    f"MATCH (e:{_EV}) WHERE e.conversation_id = $conversation_id AND e.rel_id IN $rel_ids "
+    "RETURN properties(e) AS props ORDER BY e.seq, e.index"
+)
+MILESTONE_PAGE = (
+    f"MATCH (m:{_M}) WHERE m.conversation_id = $conversation_id "
+    "RETURN properties(m) AS props ORDER BY m.seq, m.milestone_id SKIP $offset LIMIT $limit"
+)
+MILESTONE_TOTAL = f"MATCH (m:{_M}) WHERE m.conversation_id = $conversation_id RETURN count(m) AS n"
+MEMORY_PAGE_ROWS = (
+    f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.seq > $offset AND m.seq <= $until "
+    "RETURN m.key AS key, m.turn_id AS turn_id, m.seq AS seq, m.speaker AS speaker, m.text AS text, "
+    "m.`when` AS said_when, m.committed AS committed, m.facts AS facts ORDER BY m.seq"
+)

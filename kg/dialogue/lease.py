@@ -1,0 +1,119 @@
+"""The per-conversation lock: a lease node claimed with a compare-and-set, stealable once
+expired, deleted on release (see kg/dialogue/__init__.py); waiting for it polls with capped
+backoff through tenacity."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import tenacity
+from neo4j import ManagedTransaction
+
+from core.errors import GraphWriteError
+from kg.dialogue import cypher as dq
+from kg.dialogue.keys import lock_key
+from kg.dialogue.models import LOCK_STATUS, TURN_COMMITTED, LockClaim, StoredTurn
+from kg.dialogue.records import stored_turn
+from kg.store import GraphStore
+
+# Errors that mean "someone else got there first" while claiming a lease: retry the claim.
+CLAIM_RACE_CODES = (
+    "Neo.ClientError.Schema.ConstraintValidationFailed",
+    "Neo.ClientError.Statement.EntityNotFound",
+)
+
+
+def _read_stored(tx: ManagedTransaction, key: str | None) -> StoredTurn | None:
+    if key is None:
+        return None
+    row = tx.run(dq.READ_TURN, key=key).single()
+    if row is None or row["props"].get("status") != TURN_COMMITTED:
+        return None
+    return stored_turn(row["props"])
+
+
+def create_lock_tx(
+    tx: ManagedTransaction, key: str, conversation_id: str, owner: str, lease_ms: int, turn: str | None
+) -> LockClaim:
+    props = {"key": key, "status": LOCK_STATUS, "lock_of": conversation_id, "owner": owner}
+    tx.run(dq.LOCK_CREATE, props=props, lease_ms=lease_ms).consume()
+    return LockClaim(acquired=True, owner=owner, stored=_read_stored(tx, turn))
+
+
+def take_lock_tx(
+    tx: ManagedTransaction, key: str, owner: str, lease_ms: int, turn: str | None
+) -> LockClaim:
+    row = tx.run(dq.LOCK_PROBE, key=key).single()
+    if row is None:
+        # Released between our failed CREATE and this probe: the caller simply tries again.
+        return LockClaim(acquired=False, owner=owner, holder="(just released)")
+    holder, expires_at, now = row["owner"], row["expires_at"], int(row["now"])
+    if holder == owner or expires_at is None or int(expires_at) <= now:
+        tx.run(dq.LOCK_TAKE, key=key, owner=owner, now=now, expires_at=now + lease_ms).consume()
+        stolen = holder if holder not in (None, owner) else None
+        return LockClaim(acquired=True, owner=owner, stolen_from=stolen, stored=_read_stored(tx, turn))
+    return LockClaim(acquired=False, owner=owner, holder=holder, expires_in_ms=int(expires_at) - now)
+
+
+class ConversationLease:
+    """The lease operations of DialogueRepository (its base): claim once, wait, release."""
+
+    store: GraphStore
+
+    def claim_lock(
+        self, conversation_id: str, owner: str, lease_s: float, *, turn_key: str | None = None
+    ) -> LockClaim:
+        """One attempt to take the lease; `acquired=False` names the current holder.
+
+        With `turn_key`, the turn's committed record is read in the same transaction, under
+        the lock (`LockClaim.stored`), so a turn committed while we waited is not redone."""
+        key, lease_ms = lock_key(conversation_id), int(lease_s * 1000)
+        try:
+            return self.store.execute_write(create_lock_tx, key, conversation_id, owner, lease_ms, turn_key)
+        except GraphWriteError as exc:
+            if getattr(exc.__cause__, "code", None) not in CLAIM_RACE_CODES:
+                raise
+        try:
+            return self.store.execute_write(take_lock_tx, key, owner, lease_ms, turn_key)
+        except GraphWriteError as exc:
+            if getattr(exc.__cause__, "code", None) in CLAIM_RACE_CODES:
+                return LockClaim(acquired=False, owner=owner, holder="(racing claimant)")
+            raise
+
+    def acquire_lock(
+        self,
+        conversation_id: str,
+        owner: str,
+        *,
+        lease_s: float,
+        wait_s: float,
+        turn_key: str | None = None,
+        guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> LockClaim:
+        """Claim the lease, polling with capped backoff (20 ms growing 1.6x to 250 ms) for up
+        to `wait_s` seconds; the last attempt falls on the deadline. `guard` wraps each claim
+        transaction (e.g. the caller's write serialisation). Returns the last claim."""
+        deadline = time.monotonic() + max(0.0, wait_s)
+
+        def claim() -> LockClaim:
+            with guard():
+                return self.claim_lock(conversation_id, owner, lease_s, turn_key=turn_key)
+
+        def pause(state: tenacity.RetryCallState) -> float:
+            backoff = min(0.02 * 1.6 ** (state.attempt_number - 1), 0.25)
+            return max(0.0, min(backoff, deadline - time.monotonic()))
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_result(lambda c: not c.acquired),
+            stop=lambda state: time.monotonic() >= deadline,
+            wait=pause,
+            retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+        )
+        return retrying(claim)
+
+    def release_lock(self, conversation_id: str, owner: str) -> bool:
+        rows = self.store.write(dq.LOCK_RELEASE, key=lock_key(conversation_id), owner=owner)
+        return bool(rows and int(rows[0]["released"]))

@@ -1,0 +1,91 @@
+"""Episodic memory: every turn's text as a KGMemory row at a position in its conversation,
+appended exactly once and read back by position (index lookups only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from neo4j import ManagedTransaction
+
+from kg.dialogue import cypher as dq
+from kg.dialogue.keys import position_key
+from kg.dialogue.models import MemoryRow
+from kg.dialogue.records import no_nulls, turn_identity
+
+#: Memory rows read per statement when a reader catches up (one index lookup each).
+MEMORY_PAGE = 2000
+
+
+def memory_row(props: dict[str, Any]) -> MemoryRow:
+    return MemoryRow(
+        **turn_identity(props),
+        speaker=props.get("speaker") or "",
+        text=props.get("text") or "",
+        extra=props.get("extra") or "",
+        when=props.get("when") or "",
+        group=props.get("group") or "",
+        source_refs=list(props.get("source_refs") or []),
+        facts=list(props.get("facts") or []),
+        embedding=[float(x) for x in (props.get("embedding") or [])],
+        committed=bool(props.get("committed")),
+    )
+
+
+def memory_since_tx(
+    tx: ManagedTransaction, conversation_id: str, after_seq: int, anchor_key: str | None, limit: int | None
+) -> tuple[int, bool, list[MemoryRow]]:
+    """(memory head, reset, rows after `after_seq`): index lookups by position only."""
+    head_row = tx.run(dq.CONVERSATION_HEAD, conversation_id=conversation_id).single()
+    head = int(head_row["memory_seq"] or 0) if head_row else 0
+    reset = False
+    if after_seq > 0:
+        at = tx.run(dq.MEMORY_AT, position_key=position_key(conversation_id, after_seq)).single()
+        if at is None or at["key"] != anchor_key or after_seq > head:
+            # The caller's cache is from another life of this conversation: resend everything.
+            after_seq, reset = 0, True
+    last = head if limit is None else min(head, after_seq + limit)
+    rows: list[MemoryRow] = []
+    for start in range(after_seq + 1, last + 1, MEMORY_PAGE):
+        keys = [position_key(conversation_id, s) for s in range(start, min(last, start + MEMORY_PAGE - 1) + 1)]
+        rows += [memory_row(r["props"]) for r in tx.run(dq.MEMORY_ROWS, position_keys=keys)]
+    return head, reset, rows
+
+
+def memory_props(row: MemoryRow, seq: int) -> dict[str, Any]:
+    return no_nulls(
+        {
+            "key": row.key,
+            "conversation_id": row.conversation_id,
+            "turn_id": row.turn_id,
+            "seq": seq,
+            "position_key": position_key(row.conversation_id, seq),
+            "speaker": row.speaker,
+            "text": row.text,
+            "extra": row.extra,
+            "when": row.when,
+            "group": row.group,
+            "source_refs": row.source_refs,
+            "facts": row.facts,
+            "embedding": row.embedding,
+            "committed": row.committed,
+        }
+    )
+
+
+def remember_tx(tx: ManagedTransaction, conversation_id: str, rows: list[MemoryRow]) -> int:
+    """Append the rows whose key is not remembered yet (exactly once: a key is unique, and a
+    row and its position are written in one transaction); a committed row already
+    remembered is marked committed. Returns how many rows were appended."""
+    if not rows:
+        return 0
+    present = {r["key"] for r in tx.run(dq.MEMORY_KEYS_PRESENT, keys=[row.key for row in rows])}
+    for row in rows:
+        if row.key in present and row.committed:
+            tx.run(dq.MEMORY_MARK_COMMITTED, key=row.key, extra=row.extra, facts=row.facts).consume()
+    fresh = list({row.key: row for row in rows if row.key not in present}.values())
+    if not fresh:
+        return 0
+    claimed = tx.run(dq.MEMORY_CLAIM, conversation_id=conversation_id, count=len(fresh)).single()
+    first = int(claimed["last"]) - len(fresh) + 1  # type: ignore[index]
+    tx.run(dq.MEMORY_CREATE, rows=[memory_props(row, first + i) for i, row in enumerate(fresh)]).consume()
+    return len(fresh)

@@ -1,0 +1,168 @@
+"""DialogueRepository: the dialogue memory's one entry point over a connected GraphStore."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from neo4j import ManagedTransaction
+
+from kg.dialogue import cypher as dq
+from kg.dialogue.keys import lock_key
+from kg.dialogue.lease import ConversationLease
+from kg.dialogue.memory import memory_since_tx, remember_tx
+from kg.dialogue.models import (
+    TURN_COMMITTED,
+    CommitOutcome,
+    ConversationSnapshot,
+    DialogueEntity,
+    DialogueMilestone,
+    DialogueRelation,
+    MemoryRow,
+    RewindOutcome,
+    StoredTurn,
+    TurnWrite,
+)
+from kg.dialogue.records import dialogue_entity, dialogue_milestone, dialogue_relation, stored_turn
+from kg.dialogue.rewind import rewind_tx
+from kg.dialogue.snapshot import snapshot_tx
+from kg.dialogue.turn_commit import ResultBuilder, commit_tx
+from kg.store import GraphStore
+
+
+class DialogueRepository(ConversationLease):
+    """Dialogue-memory reads and writes over a connected GraphStore (the lease methods come
+    from kg.dialogue.lease)."""
+
+    def __init__(self, store: GraphStore) -> None:
+        self.store = store
+
+    # -- idempotency record
+    def get_turn(self, key: str) -> StoredTurn | None:
+        rows = self.store.read(dq.READ_TURN, key=key)
+        props = rows[0]["props"] if rows else None
+        if props is None or props.get("status") != TURN_COMMITTED:
+            return None
+        return stored_turn(props)
+
+    # -- reads for the retriever
+    def snapshot(
+        self,
+        conversation_id: str,
+        *,
+        after_seq: int = 0,
+        anchor_key: str | None = None,
+        entity_limit: int = 500,
+        relation_limit: int = 500,
+        milestone_limit: int = 8,
+    ) -> ConversationSnapshot:
+        """Entities, active relations, recent milestones, and the turns after `after_seq`
+        (`anchor_key` is the key the caller holds for turn `after_seq`, checked for staleness)."""
+        return self.store.execute_read(
+            snapshot_tx,
+            conversation_id,
+            after_seq,
+            anchor_key,
+            entity_limit,
+            relation_limit,
+            milestone_limit,
+        )
+
+    # -- turn memory (independent of the commit gate)
+    def remember(self, conversation_id: str, rows: list[MemoryRow]) -> int:
+        """Remember turns (new keys appended in order, known keys left alone): one transaction."""
+        return self.store.execute_write(remember_tx, conversation_id, rows)
+
+    def remembered_keys(self, keys: list[str]) -> set[str]:
+        return {r["key"] for r in self.store.read(dq.MEMORY_KEYS_PRESENT, keys=keys)}
+
+    def memory_since(
+        self, conversation_id: str, after_seq: int = 0, anchor_key: str | None = None, limit: int | None = None
+    ) -> tuple[int, bool, list[MemoryRow]]:
+        """(memory head, reset, the remembered turns after position `after_seq`)."""
+        return self.store.execute_read(memory_since_tx, conversation_id, after_seq, anchor_key, limit)
+
+    def memory_count(self, conversation_id: str) -> tuple[int, int]:
+        """(rows, distinct keys) of a conversation's memory: an audit, scans the conversation."""
+        row = self.store.read(dq.MEMORY_COUNT, conversation_id=conversation_id)[0]
+        return int(row["n"]), int(row["keys"])
+
+    # -- the one commit transaction
+    def commit_turn(self, write: TurnWrite, owner: str, build_result: ResultBuilder) -> CommitOutcome:
+        return self.store.execute_write(commit_tx, write, owner, build_result)
+
+    # -- inspection (tests, reports, operators)
+    def relations(self, conversation_id: str) -> list[DialogueRelation]:
+        return [dialogue_relation(r) for r in self.store.read(dq.ALL_RELATIONS, conversation_id=conversation_id)]
+
+    def events(self, conversation_id: str) -> list[dict[str, Any]]:
+        return [r["props"] for r in self.store.read(dq.ALL_EVENTS, conversation_id=conversation_id)]
+
+    def turns(self, conversation_id: str) -> list[dict[str, Any]]:
+        return self.store.read(dq.ALL_TURNS, conversation_id=conversation_id)
+
+    def entities(self, conversation_id: str, limit: int = 10_000) -> list[DialogueEntity]:
+        rows = self.store.read(dq.ENTITIES, conversation_id=conversation_id, limit=limit)
+        return [dialogue_entity(r["props"]) for r in rows]
+
+    def milestones(self, conversation_id: str, limit: int = 10_000) -> list[DialogueMilestone]:
+        rows = self.store.read(dq.RECENT_MILESTONES, conversation_id=conversation_id, limit=limit)
+        return sorted((dialogue_milestone(r["props"]) for r in rows), key=lambda m: (m.seq, m.milestone_id))
+
+    # -- edits, swipes, rewinds
+    def rewind(
+        self, conversation_id: str, key: str, owner: str,
+        *, guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> RewindOutcome:
+        """Remove remembered turn `key` and every later one (the caller holds the lease)."""
+        with guard():
+            return self.store.execute_write(rewind_tx, conversation_id, key, owner)
+
+    def remembered_text(self, key: str) -> str | None:
+        """The remembered text of turn `key` (None: not remembered)."""
+        rows = self.store.read(dq.MEMORY_TEXT_OF, key=key)
+        return str(rows[0]["text"]) if rows else None
+
+    # -- read-back (paged)
+    def entity_page(self, conversation_id: str, offset: int, limit: int) -> tuple[int, list[DialogueEntity]]:
+        rows = self.store.read(dq.ENTITY_PAGE, conversation_id=conversation_id, offset=offset, limit=limit)
+        total = self.store.read(dq.ENTITY_TOTAL, conversation_id=conversation_id)[0]["n"]
+        return int(total), [dialogue_entity(r["props"]) for r in rows]
+
+    def relation_page(
+        self, conversation_id: str, offset: int, limit: int
+    ) -> tuple[int, list[tuple[DialogueRelation, list[dict[str, Any]]]]]:
+        """Relations (active and ended) with their event history, oldest first."""
+        rels = [dialogue_relation(r) for r in self.store.read(dq.RELATION_PAGE, conversation_id=conversation_id,
+                                                      offset=offset, limit=limit)]
+        total = self.store.read(dq.RELATION_TOTAL, conversation_id=conversation_id)[0]["n"]
+        events: dict[str, list[dict[str, Any]]] = {r.rel_id: [] for r in rels}
+        if rels:
+            for row in self.store.read(dq.RELATION_EVENTS, conversation_id=conversation_id, rel_ids=list(events)):
+                events[row["props"]["rel_id"]].append(row["props"])
+        return int(total), [(r, events[r.rel_id]) for r in rels]
+
+    def milestone_page(self, conversation_id: str, offset: int, limit: int) -> tuple[int, list[DialogueMilestone]]:
+        rows = self.store.read(dq.MILESTONE_PAGE, conversation_id=conversation_id, offset=offset, limit=limit)
+        total = self.store.read(dq.MILESTONE_TOTAL, conversation_id=conversation_id)[0]["n"]
+        return int(total), [dialogue_milestone(r["props"]) for r in rows]
+
+    def memory_page(self, conversation_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """Remembered turns by position (committed or blocked by the gate): index range reads."""
+        head = self.store.read(dq.CONVERSATION_HEAD, conversation_id=conversation_id)
+        total = int(head[0]["memory_seq"] or 0) if head else 0
+        rows = self.store.read(dq.MEMORY_PAGE_ROWS, conversation_id=conversation_id, offset=offset,
+                               until=offset + limit)
+        return total, rows
+
+    def delete_conversation(self, conversation_id: str) -> None:
+        """Forget a conversation entirely (one transaction), including a stale lease."""
+
+        def work(tx: ManagedTransaction) -> None:
+            tx.run(dq.DELETE_CONVERSATION_RELS, conversation_id=conversation_id).consume()
+            for statement in dq.DELETE_CONVERSATION_NODES:
+                tx.run(statement, conversation_id=conversation_id).consume()
+            tx.run(dq.DELETE_CONVERSATION_LOCK, key=lock_key(conversation_id)).consume()
+
+        self.store.execute_write(work)

@@ -1,0 +1,268 @@
+"""The one commit transaction of a turn: fence on the lease, idempotency, then entities,
+relation actions with their events, bio patches, milestones, and the turn record last."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from neo4j import ManagedTransaction
+
+from kg import vocabulary as vocab
+from kg.dialogue import cypher as dq
+from kg.dialogue.keys import lock_key
+from kg.dialogue.memory import remember_tx
+from kg.dialogue.models import (
+    EVOLVE_BASE_WEIGHT,
+    REL_ACTIVE,
+    REL_ENDED,
+    TURN_COMMITTED,
+    AppliedAction,
+    CommitOutcome,
+    LostLockError,
+    RelationActionWrite,
+    TurnWrite,
+)
+from kg.dialogue.records import no_nulls, stored_turn
+
+
+def _clamp(value: float) -> float:
+    return round(min(1.0, max(0.0, value)), 6)
+
+
+def _apply_action(
+    tx: ManagedTransaction,
+    write: TurnWrite,
+    seq: int,
+    index: int,
+    action: RelationActionWrite,
+) -> AppliedAction:
+    conv = write.conversation_id
+    pair = {"conversation_id": conv, "source_id": action.source_id, "target_id": action.target_id}
+    stamp = {"turn_id": write.turn_id, "seq": seq}
+
+    def active(rel_type: str | None) -> list[dict[str, Any]]:
+        return [
+            r.data()
+            for r in tx.run(dq.FIND_ACTIVE_RELATIONS, **pair, type=rel_type, active=REL_ACTIVE)
+        ]
+
+    def create(rel_type: str, weight: float, suffix: str) -> str:
+        rel_id = f"{write.key}#r{index}{suffix}"
+        props = no_nulls(
+            {
+                "rel_id": rel_id,
+                "conversation_id": conv,
+                "type": rel_type,
+                "raw_type": action.raw_type,
+                "weight": weight,
+                "status": REL_ACTIVE,
+                "since_turn": write.turn_id,
+                "since_seq": seq,
+                "updated_turn": write.turn_id,
+                "updated_seq": seq,
+            }
+        )
+        tx.run(dq.CREATE_RELATION, **pair, props=props).consume()
+        return rel_id
+
+    if action.action == "EVOLVE":
+        found = active(action.type)
+        if found:
+            before = float(found[0]["weight"] or 0.0)
+            after = _clamp(before + action.weight_delta)
+            tx.run(dq.SET_RELATION_WEIGHT, **pair, **stamp, rel_id=found[0]["rel_id"], weight=after).consume()
+            return AppliedAction(
+                action="EVOLVE", source_id=action.source_id, target_id=action.target_id,
+                from_type=action.type, to_type=action.type, rel_id=found[0]["rel_id"],
+                weight_before=before, weight_after=after,
+            )
+        after = _clamp(EVOLVE_BASE_WEIGHT + action.weight_delta)
+        rel_id = create(action.type, after, "")
+        return AppliedAction(
+            action="EVOLVE", source_id=action.source_id, target_id=action.target_id,
+            to_type=action.type, rel_id=rel_id, weight_after=after, note="created",
+        )
+
+    if action.action == "REPLACE":
+        ended = [
+            r for r in active(action.from_type) if r["type"] != action.type
+        ]
+        for rel in ended:
+            tx.run(dq.END_RELATION, **pair, **stamp, rel_id=rel["rel_id"], ended=REL_ENDED).consume()
+        already = active(action.type)
+        weight = _clamp(action.weight)
+        if already:
+            rel_id = already[0]["rel_id"]
+            tx.run(dq.SET_RELATION_WEIGHT, **pair, **stamp, rel_id=rel_id, weight=weight).consume()
+        else:
+            rel_id = create(action.type, weight, "")
+        return AppliedAction(
+            action="REPLACE", source_id=action.source_id, target_id=action.target_id,
+            from_type=ended[0]["type"] if ended else action.from_type, to_type=action.type,
+            rel_id=rel_id,
+            weight_before=float(ended[0]["weight"] or 0.0) if ended else None,
+            weight_after=weight,
+            note="" if ended else "nothing to replace; new relation started",
+        )
+
+    found = active(action.type)
+    if not found:
+        return AppliedAction(
+            action="DELETE", source_id=action.source_id, target_id=action.target_id,
+            from_type=action.type, applied=False, note="no active relation of this type",
+        )
+    for rel in found:
+        tx.run(dq.END_RELATION, **pair, **stamp, rel_id=rel["rel_id"], ended=REL_ENDED).consume()
+    return AppliedAction(
+        action="DELETE", source_id=action.source_id, target_id=action.target_id,
+        from_type=action.type, rel_id=found[0]["rel_id"],
+        weight_before=float(found[0]["weight"] or 0.0), weight_after=0.0,
+    )
+
+
+#: (seq, applied actions) -> (the result a replay returns, the commit's trace), both JSON.
+ResultBuilder = Callable[[int, list[AppliedAction]], tuple[str, str]]
+
+
+def commit_tx(
+    tx: ManagedTransaction, write: TurnWrite, owner: str, build_result: ResultBuilder
+) -> CommitOutcome:
+    # 1. Fence: our lease must still exist; deleting it here also releases it atomically.
+    released = tx.run(dq.LOCK_RELEASE, key=lock_key(write.conversation_id), owner=owner).single()
+    if not released or not int(released["released"]):
+        raise LostLockError(
+            f"conversation {write.conversation_id!r}: the lock lease expired and was taken over "
+            "before the turn could commit",
+            hint="retry the turn; raise the lease if turns take this long",
+        )
+    # 2. Idempotency: the key may have been committed by an earlier holder.
+    existing = tx.run(dq.READ_TURN, key=write.key).single()
+    if existing is not None:
+        stored = stored_turn(existing["props"])
+        status: Literal["duplicate", "conflict"] = (
+            "duplicate" if stored.payload_hash == write.payload_hash else "conflict"
+        )
+        return CommitOutcome(status=status, seq=stored.seq, stored=stored)
+    seq = next_turn_seq(tx, write.conversation_id)
+    applied = apply_facts(tx, write, seq)
+    result_json, trace_json = build_result(seq, applied)
+    # 7. The turn record last: it carries the result the caller gets on a replay.
+    props = no_nulls(
+        {
+            "key": write.key,
+            "conversation_id": write.conversation_id,
+            "turn_id": write.turn_id,
+            "seq": seq,
+            "status": TURN_COMMITTED,
+            "payload_hash": write.payload_hash,
+            "speaker": write.speaker,
+            "text": write.text,
+            "source_refs": write.source_refs,
+            "facts": write.facts,
+            "events": write.events,
+            "embedding": write.embedding,
+            "committed_at": write.committed_at,
+            "committed_by": owner,
+            "result_json": result_json,
+            "trace_json": trace_json,
+            # What a rewind re-applies (the memory row and vectors stay on KGMemory).
+            "write_json": write.model_dump_json(exclude={"memory", "embedding", "committed_at"}),
+        }
+    )
+    tx.run(dq.CREATE_TURN, props=props).consume()
+    if write.memory is not None:
+        remember_tx(tx, write.conversation_id, [write.memory])
+    return CommitOutcome(status="committed", seq=seq, applied=applied)
+
+
+def apply_facts(tx: ManagedTransaction, write: TurnWrite, seq: int) -> list[AppliedAction]:
+    """Steps 3-6 of a commit: entities, relation actions with their events, bio patches,
+    milestones. Deterministic given the graph state, so a rewind can re-apply kept turns."""
+    # 3. Entities first: every action, patch and milestone refers to them.
+    if write.entities:
+        rows = [
+            {
+                "conversation_id": write.conversation_id,
+                "entity_id": e.entity_id,
+                "name": e.name,
+                "name_key": vocab.name_key(e.name),
+                "kind": e.kind,
+                "aliases": e.aliases,
+                "turn_id": write.turn_id,
+                "seq": seq,
+            }
+            for e in write.entities
+        ]
+        tx.run(dq.UPSERT_ENTITIES, rows=rows).consume()
+    # 4. Relation actions in order (a later action may build on an earlier one), each logged.
+    applied: list[AppliedAction] = []
+    events: list[dict[str, Any]] = []
+    for index, action in enumerate(write.actions):
+        result = _apply_action(tx, write, seq, index, action)
+        if result.applied:
+            result.event_id = f"{write.key}#e{index}"
+            events.append(
+                no_nulls(
+                    {
+                        "event_id": result.event_id,
+                        "conversation_id": write.conversation_id,
+                        "turn_id": write.turn_id,
+                        "turn_key": write.key,
+                        "seq": seq,
+                        "index": index,
+                        "rel_id": result.rel_id,
+                        "action": result.action,
+                        "source_id": result.source_id,
+                        "target_id": result.target_id,
+                        "from_type": result.from_type,
+                        "to_type": result.to_type,
+                        "weight_before": result.weight_before,
+                        "weight_after": result.weight_after,
+                        "reason": action.reason,
+                    }
+                )
+            )
+        applied.append(result)
+    if events:
+        tx.run(dq.CREATE_EVENTS, rows=events).consume()
+    # 5. Bio patches.
+    for patch in write.bio_patches:
+        tx.run(
+            dq.PATCH_BIO,
+            conversation_id=write.conversation_id,
+            entity_id=patch.entity_id,
+            summary=patch.summary,
+            add=patch.traits_add,
+            remove=patch.traits_remove,
+            turn_id=write.turn_id,
+        ).consume()
+    # 6. Milestones.
+    if write.milestones:
+        rows = [
+            {
+                "milestone_id": f"{write.key}#m{i}",
+                "conversation_id": write.conversation_id,
+                "turn_id": write.turn_id,
+                "turn_key": write.key,
+                "seq": seq,
+                "text": m.text,
+                "importance": m.importance,
+                "entity_ids": m.entity_ids,
+            }
+            for i, m in enumerate(write.milestones)
+        ]
+        tx.run(dq.CREATE_MILESTONES, rows=rows).consume()
+    return applied
+
+
+def next_turn_seq(tx: ManagedTransaction, conversation_id: str) -> int:
+    head = tx.run(dq.CONVERSATION_HEAD, conversation_id=conversation_id).single()
+    floor = 0
+    if head is None or head["turn_seq"] is None:
+        # First commit since the counter exists: a graph from before it may hold turns
+        # already (one scan in the conversation's life, never again).
+        stats = tx.run(dq.TURN_STATS, conversation_id=conversation_id).single()
+        floor = int(stats["max_seq"]) if stats and stats["max_seq"] is not None else 0
+    row = tx.run(dq.TURN_SEQ_NEXT, conversation_id=conversation_id, floor=floor).single()
+    return int(row["seq"])  # type: ignore[index]
