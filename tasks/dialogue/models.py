@@ -214,6 +214,10 @@ class TurnCommitRequest(_ChatPayload):
     def key(self) -> str:
         return f"{self.conversation_id}:{self.turn}"
 
+    def ids(self) -> dict[str, str]:
+        """Key, conversation id and turn id, as TurnResult and the graph's TurnWrite name them."""
+        return {"key": self.key, "conversation_id": self.conversation_id, "turn_id": self.turn}
+
     def payload_canonical(self) -> str:
         """What the idempotency check compares (canonical JSON)."""
         data = {

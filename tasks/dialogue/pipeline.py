@@ -591,9 +591,7 @@ class DialogueService:
             base = TurnResult(
                 ok=False,
                 state=TurnState.PREPARED,
-                conversation_id=request.conversation_id,
-                turn_id=request.turn,
-                key=request.key,
+                **request.ids(),
                 injection_packet=packet,
                 reply=acted.reply,
                 entities=[e.name for e in plan.entities],
@@ -624,9 +622,7 @@ class DialogueService:
                     vectors = wait("commit", embedding_future, time.monotonic())
                     embedding = vectors[0]
                 write = TurnWrite(
-                    key=request.key,
-                    conversation_id=request.conversation_id,
-                    turn_id=request.turn,
+                    **request.ids(),
                     payload_hash=payload_hash,
                     speaker=", ".join(dict.fromkeys(m.speaker for m in acted.messages)),
                     text=text,
@@ -766,9 +762,7 @@ class DialogueService:
             error_kind="busy",
             reason=f"turn {request.key} not started: {why}",
             retryable=True,
-            conversation_id=request.conversation_id,
-            turn_id=request.turn,
-            key=request.key,
+            **request.ids(),
         )
 
     def _rolled_back(
@@ -783,9 +777,7 @@ class DialogueService:
         base = TurnResult(
             ok=False,
             state=TurnState.ROLLED_BACK,
-            conversation_id=request.conversation_id,
-            turn_id=request.turn,
-            key=request.key,
+            **request.ids(),
         )
         return self._finish_rolled_back(base, trace, reason, retryable=retryable, kind=kind)
 

@@ -5,6 +5,10 @@ ratio, rollbacks, timeouts, relation mutation signals (applied EVOLVE/REPLACE/DE
 milestones, and optionally recall@k from the recall probe. Outputs under
 `<project>/.saga/regression/<run_id>/`: turns.parquet (one row per turn: state timeline,
 per-slot latency, tokens, actions), recall.parquet, gates.parquet, report.md, summary.json.
+
+report.md's tables are written by `_md_table` (five lines) on purpose: polars' Markdown
+formatting (pl.Config tbl_formatting) and tabulate both pad columns and format numbers
+their own way, which would change the report the regression runs have written so far.
 """
 
 from __future__ import annotations

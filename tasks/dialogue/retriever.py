@@ -31,20 +31,12 @@ from kg.dialogue import (
     DialogueRepository,
     MemoryRow,
 )
-from tasks.dialogue.models import ChatMessage
+from tasks.dialogue.models import ChatMessage, RecalledTurnOut
 
 
-class RecalledTurn(BaseModel):
-    key: str
-    turn_id: str
-    seq: int
-    speaker: str
-    text: str
-    when: str = ""
-    facts: list[str] = Field(default_factory=list)
-    source_refs: list[str] = Field(default_factory=list)
-    committed: bool = False
-    score: float
+class RecalledTurn(RecalledTurnOut):
+    """A recalled turn as the API returns it, plus the fusion's per-signal scores."""
+
     signals: dict[str, float] = Field(default_factory=dict)
 
 
