@@ -118,6 +118,21 @@ def _date_match(query_dates: set[str], when: str) -> bool:
     return False
 
 
+def _import_onnxruntime_before_usearch() -> None:
+    """Load onnxruntime (the embedded embedder's runtime) before usearch, when it is installed.
+
+    Measured with usearch 2.26.6 and onnxruntime 1.32.0: `python -c "import usearch,
+    onnxruntime"` dies with SIGSEGV inside onnxruntime's module init (in libstdc++'s
+    `codecvt`), while `import onnxruntime, usearch` works. A sidecar builds a conversation's
+    index (usearch) before it embeds the first query (onnxruntime), so without this the
+    process crashes on its first recall unless something else happened to load first.
+    """
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:  # an embedding endpoint is configured and the runtime is not installed
+        pass
+
+
 #: tantivy's smallest per-thread indexing arena.
 WRITER_HEAP_BYTES = 15_000_000
 
@@ -130,6 +145,8 @@ class HybridIndex:
         scores over them (chat turns lean on each other); off for self-contained documents
         such as scene summaries."""
         import tantivy
+
+        _import_onnxruntime_before_usearch()
         from usearch.index import Index
 
         self.dimensions = dimensions

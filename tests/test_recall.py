@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 
 from core.recall import HybridIndex, IndexRegistry, MemoryDoc, dates_in
@@ -106,3 +111,24 @@ def test_heap_trimmer_trims_every_n_ticks_only() -> None:
     for _ in range(4):
         trimmer.tick()
     assert trimmer.trims == 2
+
+
+def test_an_index_built_before_the_embedder_loads_does_not_crash_the_process() -> None:
+    # A fresh interpreter (nothing else imported first), as a sidecar's first recall: the
+    # index (usearch) comes before the query's embedding (onnxruntime). Loaded in that order
+    # the two crash the process with SIGSEGV (see core.recall); HybridIndex orders them.
+    script = (
+        "from core.recall import HybridIndex, MemoryDoc\n"
+        "import numpy as np\n"
+        "index = HybridIndex(4)\n"
+        "index.add([MemoryDoc(key='a', text='the lighthouse')], np.ones((1, 4), dtype=np.float32))\n"
+        "import onnxruntime\n"
+        "print(len(index.search('lighthouse', np.ones(4, dtype=np.float32), 1)))\n"
+    )
+    # Without the suite's PYTHONPATH: its sitecustomize (the Cypher recorder) loads modules
+    # that happen to mask the crash.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parent.parent,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-400:]
+    assert result.stdout.strip() == "1"
