@@ -350,6 +350,11 @@ class IndexRegistry:
                 self.evictions += 1
             return index
 
+    def peek(self, graph: str, memory: str) -> Any | None:
+        """The cached index, if there is one (nothing built, recency unchanged)."""
+        with self._lock:
+            return self._indexes.get((graph, memory))
+
     def _over_budget(self) -> bool:
         return self._max_documents is not None and sum(len(i) for i in self._indexes.values()) > self._max_documents
 

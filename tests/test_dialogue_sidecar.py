@@ -297,6 +297,9 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
     assert passed.committed and passed.judge and passed.judge.contradictions
     assert repo.memory_count(conv) == (2, 2)  # committed later: the same row, now marked committed
     assert [r.committed for r in repo.memory_since(conv)[2]] == [True, True]
+    # ... and recall, whose cached index held the row as blocked, says so too.
+    hits = service.recall(conv, "Who is swamped with kids and work?", 1)
+    assert hits and hits[0].key == requests[1].key and hits[0].committed
 
 
 def test_a_busy_conversation_gives_in_progress_and_an_expired_lease_is_taken_over(

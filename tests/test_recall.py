@@ -132,3 +132,18 @@ def test_an_index_built_before_the_embedder_loads_does_not_crash_the_process() -
                             env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-400:]
     assert result.stdout.strip() == "1"
+
+
+def test_a_cached_conversation_index_is_dropped_only_when_it_holds_the_committed_turn() -> None:
+    from kg.dialogue import MemoryRow
+    from tasks.dialogue.retriever import VectorIndexRegistry
+
+    registry = VectorIndexRegistry()
+    assert not registry.forget_if_held("g", "c", "c:1")  # nothing cached: nothing built either
+    assert registry.turns() == 0
+    row = MemoryRow(key="c:1", conversation_id="c", turn_id="1", seq=1, text="Ann: the lighthouse")
+    registry.get("g", "c").sync([row], reset=False)
+    assert not registry.forget_if_held("g", "c", "c:2")  # a new turn: the cache stays
+    assert registry.turns() == 1
+    assert registry.forget_if_held("g", "c", "c:1")  # a remembered turn committed later
+    assert registry.turns() == 0

@@ -675,6 +675,10 @@ class DialogueService:
         if outcome.status == "duplicate" and outcome.stored is not None:
             return self._replay(request, outcome.stored, payload_hash, trace), False
         trace.enter(TurnState.COMMITTED)
+        # A turn remembered before this commit (blocked by the gate or rolled back, then sent
+        # again) was just marked committed with its facts; a cached index still has the old
+        # row: rebuild it from the graph when next asked (rare, and a rebuild is by position).
+        self.vectors.forget_if_held(store.endpoint.label, request.conversation_id, request.key)
         result = base.model_copy(
             update={
                 "ok": True, "state": TurnState.COMMITTED, "committed": True, "seq": outcome.seq,

@@ -112,6 +112,10 @@ class TurnMemoryIndex:
             self.speakers.update(s.strip() for r in fresh for s in r.speaker.split(",") if s.strip())
             self.max_seq, self.anchor_key = fresh[-1].seq, fresh[-1].key
 
+    def holds(self, key: str) -> bool:
+        with self.lock:
+            return self.index is not None and key in self.index.positions
+
     def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str]) -> list[RecalledTurn]:
         index = self.index
         if index is None or k <= 0:
@@ -160,6 +164,15 @@ class VectorIndexRegistry:
     def forget(self, graph: str, conversation_id: str) -> None:
         """Drop a conversation's cached index (after a rewind: positions are reused)."""
         self.get(graph, conversation_id).sync([], reset=True)
+
+    def forget_if_held(self, graph: str, conversation_id: str, key: str) -> bool:
+        """Drop a conversation's cached index if it holds turn `key` (a turn remembered
+        before it was committed: the cache has its old flag and facts). True if dropped."""
+        index: TurnMemoryIndex | None = self._registry.peek(graph, conversation_id)
+        if index is None or not index.holds(key):
+            return False
+        index.sync([], reset=True)
+        return True
 
 
 def memory_row(
