@@ -75,6 +75,11 @@ def sentences_of(text: str) -> list[str]:
     return out
 
 
+def sentence_lengths(text: str) -> list[int]:
+    """Words in each sentence, in order (the same splitter as `sentences_of`)."""
+    return [n for n in (len(words_of(raw)) for raw in _SENTENCE_END.split(text)) if n]
+
+
 def most_repeated_sentence(text: str) -> tuple[str, int]:
     counts = Counter(sentences_of(text))
     if not counts:

@@ -170,6 +170,10 @@ class ProseThresholds(BaseModel):
     min_length_ratio: float = Field(0.15, ge=0, le=10, description="words / target words, lower bound")
     max_length_ratio: float = Field(3.0, ge=0.1, le=100, description="words / target words, upper bound")
     max_draft_attempts: int = Field(3, ge=1, le=10, description="drafts per scene before it is flagged")
+    # Run-on sentences (see tasks/validation.py for the sources): published fiction averages
+    # 12-20 words a sentence; Flesch's "very difficult" band (scientific prose) starts at 29.
+    max_mean_sentence_words: float = Field(30.0, ge=5, description="mean words per sentence, upper bound")
+    max_sentence_words: int = Field(100, ge=10, description="words in the longest sentence, upper bound")
 
     @model_validator(mode="after")
     def _length_bounds_ordered(self) -> ProseThresholds:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from core.content import ContentRef
 from core.prose import ProseMetrics
+from core.sentences import tail_from_sentence
 from core.settings import Settings
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import ScenePlan
@@ -39,12 +40,14 @@ from tasks.enrichment import enrich_scene
 from tasks.evaluation import evaluate_quality
 from tasks.export import finalize_chapter, publish_chapter_quality
 from tasks.extraction import extract_scene
+from tasks.grounding import ground_scenes
 from tasks.planning import plan_scenes
 from tasks.retrieval import retrieve_context
 from tasks.revision import revision_guidance
 from tasks.runtime import runtime
 from tasks.summarization import summarize_chapter
 from tasks.validation import (
+    check_scenes,
     decide_revision,
     degeneration_flags,
     measure_chapter,
@@ -64,6 +67,7 @@ class BookInfo(BaseModel):
     scenes_per_chapter: int
     logline: str = ""
     themes: tuple[str, ...] = ()
+    chapter_titles: tuple[str, ...] = Field((), description="titles of the chapters before this one")
 
 
 class ChapterResult(BaseModel):
@@ -80,6 +84,9 @@ class ChapterResult(BaseModel):
     flags: list[str] = Field(default_factory=list, description="why the chapter is flagged (empty: clean)")
     ending: str = Field("", description="the last scene's ending, for the next chapter's first scene")
     summary: str = Field("", description="the chapter summary, for the outlines of later chapters")
+    facts_kept: int = Field(0, description="extracted facts the chapter's text supports (committed)")
+    facts_dropped: int = Field(0, description="extracted facts grounding refused (names or quotes not in the text)")
+    plan_problems: list[str] = Field(default_factory=list, description="where the kept take leaves its scene plan")
 
     @property
     def flagged(self) -> bool:
@@ -132,16 +139,21 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
                 scene_ref = enrich_scene(draft.ref, book.genre, number, index, outline.summary, target_words,
                                          rt.settings.prose, rt.llm_fingerprint("enrichment"))
             final_refs.append(scene_ref)
-            tail = rt.content.get_text(scene_ref)[-PREVIOUS_SCENE_TAIL_CHARS:]
+            tail = tail_from_sentence(rt.content.get_text(scene_ref), PREVIOUS_SCENE_TAIL_CHARS)
         refs = tuple(final_refs)
         # Scenes are independent for extraction: run them in parallel (bounded by the runner).
         futures = [
             extract_scene.submit(ref, number, index, book.character_names, rt.llm_fingerprint("small"))
             for index, ref in enumerate(refs, start=1)
         ]
-        extractions = tuple(future.result() for future in futures)
+        extracted = tuple(future.result() for future in futures)
+        # Only facts the scene's own words support reach the graph (and the checks below).
+        grounded = ground_scenes(number, refs, extracted, book.character_names,
+                                 (book.title, *book.chapter_titles, outline.title))
+        extractions = grounded.extractions
         texts = tuple(rt.content.get_text(ref) for ref in refs)
         prose = measure_chapter(texts, target_words, rt.settings.prose)
+        checks = check_scenes(texts, plan.scenes, book.character_names, rt.settings.prose)
         embeddings = embed_scenes_or_none(f"chapter_{number:03d}/iter_{iteration}/scenes", texts,
                                           rt.embedding_fingerprint())
         chapter_text = assemble_chapter(number, iteration, refs)
@@ -151,7 +163,8 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
         problems = validate_consistency(delta, extractions)
         scores = evaluate_quality(book.title, book.genre, number, outline.summary, chapter_text,
                                   rt.llm_fingerprint("medium"))
-        decision = decide_revision(scores, problems, [d.metrics for d in drafts], prose, limits.revision_threshold)
+        decision = decide_revision(scores, problems, [d.metrics for d in drafts], prose, limits.revision_threshold,
+                                   checks)
         if decision.revise and iteration < limits.max_iterations:
             log.warning("chapter %d: revision needed: %s", number, "; ".join(decision.reasons))
             if outcome != "deferred":
@@ -171,11 +184,14 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
     summary = summarize_chapter(number, outline.title, chapter_text, rt.llm_fingerprint("small"))
     store_chapter_summary(number, summary)
     path = finalize_chapter(number, outline.title, chapter_text)
+    facts = [(g.kept, len(g.dropped)) for g in grounded.report.scenes]
     publish_chapter_quality(number, quality_rows([d.metrics for d in drafts], [d.attempts for d in drafts], prose,
-                                                 scores, flags))
+                                                 scores, flags, checks, facts))
     log.info("chapter %d: finished in %.1fs -> %s (%s)", number, time.monotonic() - started, path, prose.brief())
     return ChapterResult(number=number, title=outline.title, iterations=iteration, scores=scores,
                          problems=[p.message for p in problems], path=path, seconds=time.monotonic() - started,
                          prose=prose, scene_prose=[d.metrics for d in drafts],
                          draft_attempts=sum(d.attempts for d in drafts), flags=flags,
-                         ending=texts[-1][-PREVIOUS_SCENE_TAIL_CHARS:], summary=summary.summary)
+                         ending=tail_from_sentence(texts[-1], PREVIOUS_SCENE_TAIL_CHARS), summary=summary.summary,
+                         facts_kept=grounded.report.kept, facts_dropped=grounded.report.dropped,
+                         plan_problems=[f"scene {c.scene} {p}" for c in checks for p in c.problems])

@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger
 from pydantic import BaseModel
 
 from core.content import atomic_write
+from core.sentences import tail_from_sentence
 from prompts.initialization.models import CharacterSheets
 from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import SceneDetail, ScenePlan
@@ -29,6 +30,7 @@ from tasks.consolidation import build_chapter_delta
 from tasks.embedding import embed_scenes_or_none
 from tasks.export import export_manuscript, finalize_chapter
 from tasks.extraction import extract_scene
+from tasks.grounding import ground_scenes
 from tasks.manuscript import Manuscript, imported_artifacts, scene_refs
 from tasks.persist import InitArtifacts, persist_initialization_files
 from tasks.runtime import runtime
@@ -60,10 +62,14 @@ def import_flow(manuscript: Manuscript, genre: str) -> ImportReport:
     log = get_run_logger()
     small = rt.llm_fingerprint("small")
     known: list[str] = []
+    titles = (manuscript.title, *(c.title for c in manuscript.chapters))
     refs_by_chapter, extraction_refs, extractions, texts, summaries = [], [], [], [], []
     for chapter in manuscript.chapters:
         refs = scene_refs(chapter)
-        found = [extract_scene(ref, chapter.number, index, tuple(known), small) for index, ref in enumerate(refs, 1)]
+        extracted = tuple(extract_scene(ref, chapter.number, index, tuple(known), small)
+                          for index, ref in enumerate(refs, 1))
+        # Only what the manuscript's own words support becomes the bible and the graph.
+        found = ground_scenes(chapter.number, refs, extracted, tuple(known), titles).extractions
         models = [rt.content.get_model(ref, SceneExtraction) for ref in found]
         for scene in models:
             known += [e.name for e in scene.entities if e.kind == "Character" and e.name not in known]
@@ -93,7 +99,7 @@ def import_flow(manuscript: Manuscript, genre: str) -> ImportReport:
         store_chapter_summary(chapter.number, summary)
         finalize_chapter(chapter.number, chapter.title, text)
         steering.imported[chapter.number] = ImportedChapter(title=chapter.title, summary=summary.summary,
-                                                            ending=chapter.scenes[-1][-ENDING_CHARS:])
+                                                            ending=tail_from_sentence(chapter.scenes[-1], ENDING_CHARS))
     save_steering(rt.settings.saga_dir, steering)
     persist_initialization_files(artifacts)
     atomic_write(imported_artifacts_path(rt.settings.saga_dir), artifacts.model_dump_json(indent=2).encode("utf-8"))

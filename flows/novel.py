@@ -195,6 +195,7 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
                     logline=outline.logline, themes=tuple(outline.themes))
     results_list: list[ChapterResult] = []
     summaries: list[str] = []
+    titles: list[str] = []  # the chapters' titles so far: grounding never takes one for a name
     ending = ""
     one_chapter = chapter_flow.with_options(result_storage=results, task_runner=chapter_runner(rt.settings))
     refresh = generate_chapter_outline.with_options(result_storage=results)
@@ -203,6 +204,7 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
         imported = steering.imported.get(number)
         if imported is not None:  # the writer's own chapter, brought in by `import`
             summaries.append(f"Chapter {number}: {imported.title}: {imported.summary}")
+            titles.append(imported.title)
             ending = imported.ending
             continue
         guidance = chapter_guidance(rt.settings.project_dir, number, steering.takes.get(number, 1))
@@ -219,8 +221,10 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
             cast = names
         log.info("chapter %d/%d: %s", number, chapters, chapter.title)
         chapter_started = time.monotonic()
-        result = one_chapter(book.model_copy(update={"character_names": cast}), chapter, ending, guidance)
+        result = one_chapter(book.model_copy(update={"character_names": cast, "chapter_titles": tuple(titles)}),
+                             chapter, ending, guidance)
         results_list.append(result)
+        titles.append(result.title)
         ending = result.ending
         record_written(rt.settings.saga_dir, number, guidance, chapter, cast)
         summaries.append(f"Chapter {number}: {result.title}: {result.summary}".rstrip(": "))
@@ -278,7 +282,8 @@ def _publish_artifacts(report: NovelReport) -> None:
         table=[{"chapter": c.number, "title": c.title, "iterations": c.iterations, **{
             k: round(v, 2) for k, v in c.scores.model_dump(exclude={"feedback"}).items()}, "problems": len(c.problems),
             "distinct_trigrams": c.prose.distinct_trigrams, "max_sentence_repeats": c.prose.max_sentence_repeats,
-            "compression_ratio": c.prose.compression_ratio, "words": c.prose.words, "flagged": c.flagged}
+            "compression_ratio": c.prose.compression_ratio, "words": c.prose.words, "flagged": c.flagged,
+            "facts_kept": c.facts_kept, "facts_dropped": c.facts_dropped, "plan_problems": len(c.plan_problems)}
             for c in report.chapters],
         description="Quality per chapter: editor scores (0-1), prose metrics of the degeneration guard, flags",
     )
@@ -304,7 +309,8 @@ def run_summary(report: NovelReport, seconds: float) -> dict[str, object]:
         "chapter_quality": [
             {"chapter": c.number, "words": c.prose.words, "distinct_trigrams": c.prose.distinct_trigrams,
              "max_sentence_repeats": c.prose.max_sentence_repeats, "compression_ratio": c.prose.compression_ratio,
-             "editor_mean": round(c.scores.mean, 3), "iterations": c.iterations, "flags": c.flags}
+             "editor_mean": round(c.scores.mean, 3), "iterations": c.iterations, "flags": c.flags,
+             "facts_kept": c.facts_kept, "facts_dropped": c.facts_dropped, "plan_problems": len(c.plan_problems)}
             for c in report.chapters
         ],
         "flagged_chapters": [c.number for c in report.chapters if c.flagged],

@@ -20,6 +20,7 @@ from pathlib import Path
 from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
 from core.settings import load_settings
+from kg.facts import entity_facts, format_facts
 from kg.store import GraphStore
 from kg.transfer import write_export
 
@@ -39,7 +40,8 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kg",
-        description="Maintain the project's knowledge graph: schema, statistics, export/import, chapter rollback.",
+        description="Maintain the project's knowledge graph: schema, statistics, export/import, the facts about an "
+        "entity with their evidence, chapter rollback.",
     )
     _common(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -59,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(sub, top=False)
     sub.add_argument("file", type=Path, help="a file written by `python -m kg export`")
     sub.add_argument("--merge", action="store_true", help="merge nodes by id into a non-empty graph")
+
+    sub = commands.add_parser("facts", help="every fact about an entity, with its chapter, scene and quote")
+    _common(sub, top=False)
+    sub.add_argument("--entity", required=True, help="the entity's name or one of its aliases")
+    sub.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     sub = commands.add_parser("rollback", help="restore the exact graph state from before a chapter's commit")
     _common(sub, top=False)
@@ -105,6 +112,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "import":
             counts = store.import_json(args.file, merge=args.merge)
             print(f"imported {counts['nodes']} nodes and {counts['relationships']} relationships from {args.file}")
+        elif args.command == "facts":
+            found = entity_facts(store, args.entity)
+            if not found:
+                raise InvalidInputError(f"no entity is named or aliased {args.entity!r} in the graph",
+                                        hint="names are matched whole, case and accents aside; see the bible files")
+            if args.json:
+                print(json.dumps([f.model_dump(mode="json") for f in found], indent=1, ensure_ascii=False))
+            else:
+                print(format_facts(found))
         elif args.command == "rollback":
             result = store.rollback_chapter(args.chapter, cascade=args.cascade)
             print(

@@ -45,6 +45,12 @@ class EntitySource(_Model):
     original_name: str | None = None
     confidence: float | None = Field(None, ge=0.0, le=1.0)
     created_by: str | None = None
+    #: The evidence: words of the source text (a scene, a turn) that state the fact.
+    quote: str | None = None
+    #: What the quote is evidence of: the entity itself (None or "mention"), one of its
+    #: traits, or a status change; `value` is then the trait or the status.
+    fact: Literal["mention", "trait", "status"] | None = None
+    value: str | None = None
     # ISO-8601 text chosen by the caller: the store adds no clock values of its own, so a
     # delta committed twice (or on two machines) produces byte-identical graphs.
     created_at: str | None = None
@@ -137,6 +143,7 @@ class Relationship(_Model):
     weight: float = 1.0
     description: str = ""
     confidence: float | None = Field(None, ge=0.0, le=1.0)
+    quote: str | None = Field(None, description="the words of the source text that state it")
 
     @model_validator(mode="before")
     @classmethod
@@ -200,6 +207,8 @@ class StatusChange(_Model):
     label: str | None = None
     status: str = Field(min_length=1, max_length=64)
     chapter: int | None = Field(None, ge=0, description="defaults to the delta's chapter")
+    scene: int | None = Field(None, ge=0)
+    quote: str | None = Field(None, description="the words of the source text that state it")
 
     @model_validator(mode="before")
     @classmethod
@@ -342,6 +351,7 @@ class RelationshipView(_Model):
     scene: int | None = None
     weight: float | None = None
     description: str = ""
+    quote: str | None = None
 
 
 class EntityProfile(_Model):

@@ -90,7 +90,7 @@ def _entities(tx: ManagedTransaction, ids: Iterable[str], as_of: int | None) -> 
     return {eid: e for eid, e in found.items() if e is not None}
 
 
-def _relationship_rows(
+def relationship_rows(
     tx: ManagedTransaction, ids: Iterable[str], as_of: int
 ) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str] | None]]:
     """Story relationships of the entities up to the chapter, and the name and label of each
@@ -134,6 +134,7 @@ def _latest_views(
             scene=props.get("scene"),
             weight=props.get("weight"),
             description=props.get("description", ""),
+            quote=props.get("quote"),
         )
         slot = (view.direction, view.type, view.raw_type or "", view.other_id)
         mine = latest.setdefault(row["id"], {})
@@ -147,7 +148,7 @@ def _latest_views(
 
 def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int) -> list[EntityProfile]:
     entities = _entities(tx, ids, as_of)
-    views = _latest_views(*_relationship_rows(tx, entities, as_of)) if entities else {}
+    views = _latest_views(*relationship_rows(tx, entities, as_of)) if entities else {}
     return [
         EntityProfile(
             entity=entities[eid],
@@ -171,7 +172,7 @@ def _location_tx(tx: ManagedTransaction, location: str, as_of: int) -> LocationC
     place = entities.get(location)
     if place is None:
         return None
-    rows, names = _relationship_rows(tx, [location], as_of)
+    rows, names = relationship_rows(tx, [location], as_of)
     others = _entities(tx, [eid for eid, n in names.items() if n is not None], as_of)
     context = LocationContext(location=place, as_of_chapter=as_of)
     candidates: set[str] = set()
@@ -426,7 +427,7 @@ def character_profiles(
 
 def relationships_as_of(store: GraphStore, entity_id: str, *, as_of_chapter: int) -> list[RelationshipView]:
     def work(tx: ManagedTransaction) -> list[RelationshipView]:
-        return _latest_views(*_relationship_rows(tx, [entity_id], as_of_chapter)).get(entity_id, [])
+        return _latest_views(*relationship_rows(tx, [entity_id], as_of_chapter)).get(entity_id, [])
 
     return store.execute_read(work)
 
@@ -538,7 +539,7 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
         relationships: dict[tuple[str, str], tuple[str, int]] = {}
         types: dict[tuple[str, str], dict[str, int]] = {}
         containers: dict[str, set[str]] = {}
-        rows, other_names = _relationship_rows(tx, ids, as_of_chapter)
+        rows, other_names = relationship_rows(tx, ids, as_of_chapter)
         for row in rows:
             other = row["other"]
             if not row["outgoing"]:

@@ -27,7 +27,9 @@ EXTRACTION_CONFIDENCE = 0.6
 
 def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple[list[Entity], list[Relationship],
                                                                                list[StatusChange]]:
-    """Pure merge of scene extractions (scene numbers start at 1)."""
+    """Pure merge of (grounded) scene extractions, scene numbers starting at 1. Every fact
+    keeps its evidence: the entity's sources hold the quote that shows it in each scene and
+    one per trait; relationships and status changes carry their scene and quote."""
     entities: dict[str, Entity] = {}
     for scene_number, extraction in enumerate(extractions, start=1):
         for found in extraction.entities:
@@ -35,18 +37,24 @@ def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple
             if not name:
                 continue
             key = vocab.normalize_name(name)
-            source = EntitySource(type="extraction", chapter=chapter, scene=scene_number, original_name=found.name,
-                                  confidence=EXTRACTION_CONFIDENCE)
+            mention = EntitySource(type="extraction", chapter=chapter, scene=scene_number, original_name=found.name,
+                                   confidence=EXTRACTION_CONFIDENCE, quote=found.quote or None)
+            sources = [mention] + [
+                EntitySource(type="extraction", chapter=chapter, scene=scene_number, confidence=EXTRACTION_CONFIDENCE,
+                             quote=trait.quote or None, fact="trait", value=trait.trait)
+                for trait in found.traits if trait.quote
+            ]
             if key in entities:
                 known = entities[key]
-                traits = known.traits + [t for t in found.traits if t.lower() not in {x.lower() for x in known.traits}]
+                seen = {x.lower() for x in known.traits}
+                traits = known.traits + [t for t in found.trait_names if t.lower() not in seen]
                 description = known.description if len(known.description) >= len(found.description) else found.description
                 entities[key] = known.model_copy(update={"traits": traits, "description": description,
-                                                         "sources": [*known.sources, source]})
+                                                         "sources": [*known.sources, *sources]})
             else:
                 entities[key] = Entity(label=KIND_TO_LABEL.get(found.kind, found.kind), name=name,
-                                       description=found.description, traits=list(dict.fromkeys(found.traits)),
-                                       sources=[source])
+                                       description=found.description, traits=list(dict.fromkeys(found.trait_names)),
+                                       sources=sources)
     relationships: dict[tuple[str, str, str], Relationship] = {}
     for scene_number, extraction in enumerate(extractions, start=1):
         for rel in extraction.relationships:
@@ -54,15 +62,16 @@ def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple
             if not source or not target or vocab.normalize_name(source) == vocab.normalize_name(target):
                 continue
             normalized = Relationship(source=source, target=target, type=rel.type, chapter=chapter,
-                                      scene=scene_number, description=rel.description)
+                                      scene=scene_number, description=rel.description, quote=rel.quote or None)
             key = (vocab.normalize_name(source), normalized.type, vocab.normalize_name(target))
             relationships.setdefault(key, normalized)
     statuses: dict[str, StatusChange] = {}
-    for extraction in extractions:
+    for scene_number, extraction in enumerate(extractions, start=1):
         for change in extraction.status_changes:
             if change.name.strip():
-                statuses[vocab.normalize_name(change.name)] = StatusChange(entity=change.name.strip(),
-                                                                           status=change.status, chapter=chapter)
+                statuses[vocab.normalize_name(change.name)] = StatusChange(
+                    entity=change.name.strip(), status=change.status, chapter=chapter, scene=scene_number,
+                    quote=change.quote or None)
     return list(entities.values()), list(relationships.values()), list(statuses.values())
 
 

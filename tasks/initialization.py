@@ -6,6 +6,9 @@ from __future__ import annotations
 from prefect import get_run_logger
 
 from core.content import ContentRef
+from core.errors import LLMBadOutputError
+from core.grounding import name_problem
+from kg import vocabulary as vocab
 from prompts import render_messages
 from prompts.initialization.models import (
     ActOutline,
@@ -40,11 +43,23 @@ def generate_character_sheets(premise: str, genre: str, count: int, llm: str) ->
         "large", render_messages("initialization/character_sheets", premise=premise, genre=genre, count=count),
         CharacterSheets, purpose="character_sheets",
     )
-    # Names are identities in the graph: drop repeats the model sometimes produces.
+    # Names are identities in the graph: drop repeats the model sometimes produces, and
+    # strings that cannot be names (loops, sentences, headings: core.grounding).
+    log = get_run_logger()
     seen: set[str] = set()
-    unique = [c for c in sheets.characters if not (c.name.strip().lower() in seen or seen.add(c.name.strip().lower()))]
+    unique = []
+    for sheet in sheets.characters:
+        key, problem = vocab.normalize_name(sheet.name), name_problem(sheet.name)
+        if problem is not None:
+            log.warning("init: character sheet %r refused: %s", sheet.name[:80], problem)
+        elif key not in seen:
+            seen.add(key)
+            unique.append(sheet)
+    if not unique:
+        raise LLMBadOutputError(f"the model wrote {len(sheets.characters)} character sheets and none has a usable name",
+                                hint="use a stronger model for the large tier (OPENAI_BASE_URL)")
     sheets = CharacterSheets(characters=unique)
-    get_run_logger().info("init: %d character sheets: %s", len(unique), ", ".join(c.name for c in unique))
+    log.info("init: %d character sheets: %s", len(unique), ", ".join(c.name for c in unique))
     return rt.content.put_json("character_sheets", "characters", sheets)
 
 
@@ -106,8 +121,6 @@ def generate_chapter_outlines(
         for slot, chapter in zip(missing, answer.chapters, strict=False):
             got[slot] = chapter.model_copy(update={"number": slot})
     if len(got) < last - first + 1:
-        from core.errors import LLMBadOutputError
-
         raise LLMBadOutputError(
             f"the model outlined {len(got)} of chapters {first}-{last} after {MAX_OUTLINE_CALLS_PER_ACT} requests",
             hint="use a stronger model for the large tier",
@@ -129,4 +142,31 @@ def extract_outline_relationships(
                         character_names=character_names),
         OutlineRelationships, purpose="outline_relationships",
     )
+    rels = world_with_names(rels, character_names, (outline.title, *(c.title for c in chapters)))
     return rt.content.put_json("outline_relationships", "relationships", rels)
+
+
+def world_with_names(world: OutlineRelationships, character_names: tuple[str, ...],
+                     titles: tuple[str, ...]) -> OutlineRelationships:
+    """The outline's places whose names can be names, and the relationships between the
+    cast and those places only: both ends of each must be someone or somewhere of the bible."""
+    log = get_run_logger()
+    places = []
+    known = {vocab.normalize_name(n) for n in character_names}
+    for place in world.locations:
+        key = vocab.normalize_name(place.name)
+        problem = name_problem(place.name, titles) if key not in known else "already a character's name"
+        if problem is None and key:
+            known.add(key)
+            places.append(place)
+        else:
+            log.warning("init: place %r refused: %s", place.name[:80], problem or "blank name")
+    relationships = []
+    for rel in world.relationships:
+        ends = (vocab.normalize_name(rel.source), vocab.normalize_name(rel.target))
+        if ends[0] in known and ends[1] in known and ends[0] != ends[1]:
+            relationships.append(rel)
+        else:
+            log.warning("init: relationship %r -%s-> %r refused: an end is not a character or place of the bible",
+                        rel.source[:60], rel.type[:40], rel.target[:60])
+    return OutlineRelationships(relationships=relationships, locations=places)

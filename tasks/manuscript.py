@@ -90,7 +90,7 @@ def imported_artifacts(title: str, genre: str, chapters: Sequence[ManuscriptChap
                 key = vocab.normalize_name(found.name)
                 if found.kind == "Character":
                     known = people.get(key)
-                    traits = list(dict.fromkeys([*(known.traits if known else []), *found.traits]))[:8]
+                    traits = list(dict.fromkeys([*(known.traits if known else []), *found.trait_names]))[:8]
                     description = max((known.description if known else ""), found.description, key=len)
                     people[key] = CharacterSheet(name=known.name if known else found.name.strip(),
                                                  role="", description=description, traits=traits)

@@ -15,6 +15,20 @@ and a look-alike that must not fire in tests/test_validation_checks.py:
 - two places at once: a character located in two places within one scene that neither
   contain each other nor are where the character travels.
 
+Checks of the text against its plan, with no model (a small model's editor scores word salad
+1.00 on every axis), in tests/test_validation_checks.py with their look-alikes too:
+- plan adherence: each scene names its planned characters (once is enough: a character
+  named and then called "she" follows the plan) and its planned setting (one of the
+  setting's distinctive words);
+- run-on sentences: mean and longest sentence in words. Published fiction averages 12-20
+  words a sentence; Flesch (The Art of Readable Writing, 1949) rates an average of 17 words
+  "standard", 25 "difficult" and 29 or more "very difficult" (scientific prose), so a mean
+  above 30 (`prose.max_mean_sentence_words`) is not fiction. The American Press Institute's
+  study (1993) found readers understood under 10% of 43-word sentences; literary fiction
+  still has longer ones (the opening sentence of A Tale of Two Cities has 119 words), so only
+  a sentence over 100 words (`prose.max_sentence_words`) is flagged, and one long
+  grammatical sentence among ordinary ones does not move the mean.
+
 The checks read the graph only "as of chapter N-1", so their result does not depend on
 whether this chapter's delta is in the graph yet: a resumed run gets the same answer.
 """
@@ -29,12 +43,14 @@ from prefect import get_run_logger
 from pydantic import BaseModel
 
 from core.content import ContentRef, ContentStore
-from core.prose import ProseMetrics, measure, words_of
+from core.grounding import KnownNames, SourceText, distinctive_tokens, mentions
+from core.prose import ProseMetrics, measure, sentence_lengths, words_of
 from core.settings import ProseThresholds
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta
 from kg.retrieval import consistency_facts
 from prompts.knowledge.models import SceneExtraction
+from prompts.narrative.models import SceneDetail
 from prompts.validation.models import QualityScores
 from tasks.assembly import SCENE_BREAK
 from tasks.policy import graph_task
@@ -56,6 +72,18 @@ class Problem(BaseModel):
     message: str
     entities: list[str] = []
     chapters: list[int] = []
+
+
+class SceneCheck(BaseModel):
+    """One scene's text against its plan and the run-on thresholds (no model involved)."""
+
+    scene: int
+    missing_characters: list[str] = []
+    setting: str = ""
+    setting_named: bool | None = None  # None: the plan names no setting
+    mean_sentence_words: float = 0.0
+    max_sentence_words: int = 0
+    problems: list[str] = []
 
 
 class RevisionDecision(BaseModel):
@@ -272,16 +300,50 @@ def two_places_at_once(chapter: int, extractions: Sequence[SceneExtraction],
     return problems
 
 
+def check_scene(number: int, text: str, plan: SceneDetail, cast: KnownNames, thresholds: ProseThresholds) -> SceneCheck:
+    """Does the scene name its planned characters and setting, and are its sentences sentences?"""
+    source = SourceText(text)
+    planned = list(dict.fromkeys(c.strip() for c in plan.characters if c.strip()))
+    missing = [name for name in planned if not mentions(source, name, cast)]
+    setting = plan.setting.strip()
+    setting_named = None
+    if distinctive_tokens(setting):
+        setting_named = mentions(source, setting, cast) or any(source.has_phrase(t) for t in distinctive_tokens(setting))
+    lengths = sentence_lengths(text)
+    mean = round(sum(lengths) / len(lengths), 1) if lengths else 0.0
+    longest = max(lengths, default=0)
+    problems = []
+    if missing:
+        problems.append(f"does not name its planned character{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    if setting_named is False:
+        problems.append(f"is not set where planned ({setting[:80]})")
+    if mean > thresholds.max_mean_sentence_words:
+        problems.append(f"run-on sentences: mean {mean:.0f} words (at most {thresholds.max_mean_sentence_words:.0f})")
+    if longest > thresholds.max_sentence_words:
+        problems.append(f"run-on sentence of {longest} words (at most {thresholds.max_sentence_words})")
+    return SceneCheck(scene=number, missing_characters=missing, setting=setting, setting_named=setting_named,
+                      mean_sentence_words=mean, max_sentence_words=longest, problems=problems)
+
+
+def check_scenes(texts: Sequence[str], plan: Sequence[SceneDetail], cast: Sequence[str],
+                 thresholds: ProseThresholds) -> list[SceneCheck]:
+    known = KnownNames([name] for name in cast)
+    return [check_scene(number, text, detail, known, thresholds)
+            for number, (text, detail) in enumerate(zip(texts, plan, strict=True), start=1)]
+
+
 def measure_chapter(texts: Sequence[str], target_words: int, thresholds: ProseThresholds) -> ProseMetrics:
     """The whole chapter against the guard (a sentence may loop across scenes)."""
     return measure(SCENE_BREAK.join(texts), target_words * len(texts), thresholds)
 
 
 def decide_revision(scores: QualityScores, problems: Iterable[Problem], scene_metrics: Sequence[ProseMetrics],
-                    chapter_metrics: ProseMetrics, threshold: float) -> RevisionDecision:
+                    chapter_metrics: ProseMetrics, threshold: float,
+                    scene_checks: Sequence[SceneCheck] = ()) -> RevisionDecision:
     """Revise when the editor's mean is below the threshold, a consistency check found an
-    error, or the deterministic prose metrics fail (a looping chapter is rewritten whatever
-    the editor said: a small model's editor scores loops as fine)."""
+    error, the deterministic prose metrics fail (a looping chapter is rewritten whatever
+    the editor said: a small model's editor scores loops as fine), or a scene leaves its
+    plan or runs its sentences on."""
     reasons = []
     if scores.mean < threshold:
         reasons.append(f"editor mean score {scores.mean:.2f} < {threshold:.2f}")
@@ -292,6 +354,7 @@ def decide_revision(scores: QualityScores, problems: Iterable[Problem], scene_me
             reasons.append(f"scene {number} prose: " + "; ".join(metrics.failures))
     if chapter_metrics.failures and all(m.clean for m in scene_metrics):
         reasons.append("chapter prose: " + "; ".join(chapter_metrics.failures))
+    reasons += [f"scene {c.scene} " + "; ".join(c.problems) for c in scene_checks if c.problems]
     return RevisionDecision(revise=bool(reasons), reasons=reasons)
 
 
@@ -308,8 +371,10 @@ def degeneration_flags(scene_metrics: Sequence[ProseMetrics], chapter_metrics: P
 
 
 def quality_rows(scene_metrics: Sequence[ProseMetrics], attempts: Sequence[int], chapter_metrics: ProseMetrics,
-                 scores: QualityScores, flags: Sequence[str]) -> list[dict[str, object]]:
-    """The chapter's quality table: one row per scene and one for the chapter."""
+                 scores: QualityScores, flags: Sequence[str], scene_checks: Sequence[SceneCheck] = (),
+                 facts: Sequence[tuple[int, int]] = ()) -> list[dict[str, object]]:
+    """The chapter's quality table: one row per scene and one for the chapter. `facts`: per
+    scene, (extracted facts kept, dropped) by grounding."""
 
     def row(name: str, metrics: ProseMetrics, drafts: int | str) -> dict[str, object]:
         return {"part": name, "words": metrics.words, "target_words": metrics.target_words,
@@ -318,9 +383,24 @@ def quality_rows(scene_metrics: Sequence[ProseMetrics], attempts: Sequence[int],
                 "drafts": drafts, "clean": metrics.clean, "failures": "; ".join(metrics.failures)}
 
     rows = [row(f"scene {n}", m, a) for n, (m, a) in enumerate(zip(scene_metrics, attempts, strict=True), start=1)]
+    for scene_row, check in zip(rows, scene_checks, strict=False):
+        scene_row.update({"mean_sentence_words": check.mean_sentence_words,
+                          "max_sentence_words": check.max_sentence_words,
+                          "missing_characters": ", ".join(check.missing_characters),
+                          "setting_named": "" if check.setting_named is None else check.setting_named,
+                          "plan_problems": "; ".join(check.problems)})
+    for scene_row, (kept, dropped) in zip(rows, facts, strict=False):
+        scene_row.update({"facts_kept": kept, "facts_dropped": dropped})
     chapter = row("chapter", chapter_metrics, sum(attempts))
-    chapter.update({"clean": not flags, "failures": "; ".join(flags),
-                    "editor_mean": round(scores.mean, 3),
+    chapter.update({"clean": not flags, "failures": "; ".join(flags)})
+    if scene_checks:
+        chapter.update({"mean_sentence_words": round(sum(c.mean_sentence_words for c in scene_checks)
+                                                     / len(scene_checks), 1),
+                        "max_sentence_words": max(c.max_sentence_words for c in scene_checks),
+                        "plan_problems": sum(len(c.problems) for c in scene_checks)})
+    if facts:
+        chapter.update({"facts_kept": sum(k for k, _ in facts), "facts_dropped": sum(d for _, d in facts)})
+    chapter.update({"editor_mean": round(scores.mean, 3),
                     **{k: round(v, 2) for k, v in scores.model_dump(exclude={"feedback"}).items()}})
     table = [*rows, chapter]
     columns = list(dict.fromkeys(key for r in table for key in r))

@@ -707,3 +707,48 @@ def scripted_prose(seed: int, sentences: int = 12, words: int = 9) -> str:
         tokens = [_pseudo_word(seed, i, k) for k in range(words)]
         out.append(" ".join(tokens).capitalize() + ".")
     return " ".join(out)
+
+
+# --------------------------------------------------------------------- quoting extractions
+_SCENE_QUOTED = re.compile(r'"""\n(.*?)\n"""', re.DOTALL)
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+
+
+def scene_text_of(request: ScriptedRequest) -> str:
+    """The scene an extraction prompt quotes (between its triple quotes), else its last user message."""
+    found = _SCENE_QUOTED.search(request.last_user)
+    return found.group(1) if found else request.last_user
+
+
+def sentence_naming(text: str, *names: str) -> str:
+    """The first sentence of `text` that names all of `names` (else any of them), or ""."""
+    from core.grounding import SourceText
+
+    sentences = [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+    for wanted in (all, any):
+        for sentence in sentences:
+            source = SourceText(sentence)
+            if wanted(source.names(name) for name in names):
+                return sentence
+    return ""
+
+
+def quoting_extraction(text: str, entities: list[dict[str, Any]], relationships: list[dict[str, Any]] = (),  # type: ignore[assignment]
+                       status_changes: list[dict[str, Any]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    """A SceneExtraction answer as a careful model gives it: only the entities `text` names,
+    each fact with the sentence of `text` that states it as its quote. Traits may be plain
+    words; a fact given with its own "quote" keeps it (tests of made-up evidence)."""
+    from core.grounding import SourceText
+
+    source = SourceText(text)
+    kept = []
+    for entity in entities:
+        if not source.names(entity["name"]) and "quote" not in entity:
+            continue
+        quote = entity.get("quote", sentence_naming(text, entity["name"]))
+        traits = [t if isinstance(t, dict) else {"trait": t, "quote": quote} for t in entity.get("traits", [])]
+        kept.append({"description": "", "presence": "present", **entity, "quote": quote, "traits": traits})
+    rels = [{"description": "", **r, "quote": r.get("quote", sentence_naming(text, r["source"], r["target"]))}
+            for r in relationships]
+    statuses = [{**s, "quote": s.get("quote", sentence_naming(text, s["name"]))} for s in status_changes]
+    return {"entities": kept, "relationships": rels, "status_changes": statuses}

@@ -155,39 +155,76 @@ KNOWN = [
 ]
 
 
+TURN = ("Caroline: Mel and I are friends now. I trust Mel again, I used to distrust her. Mel knows Melanie, ha. "
+        "I attend the support group weekly. Mel paints and is kind.")
+
+
+def _action(verb: str, source: str, target: str, rel: str, quote: str, **extra: object) -> dict[str, object]:
+    return {"action": verb, "source": source, "target": target, "type": rel, "from_type": None,
+            "weight_delta": 0.1, "weight": 0.5, "reason": "", "quote": quote, **extra}
+
+
 def test_plan_extraction_resolves_aliases_normalises_types_and_drops_self_loops() -> None:
     raw = TurnExtraction.model_validate(
         {
-            "entities": [{"name": "Caroline", "kind": "person", "aliases": []}],
+            "entities": [{"name": "Caroline", "kind": "person", "aliases": [], "quote": "Caroline: Mel and I are friends"}],
             "actions": [
-                {"action": "EVOLVE", "source": "Caroline", "target": "Mel", "type": "friends with",
-                 "from_type": None, "weight_delta": 0.2, "weight": 0.5, "reason": "r"},
-                {"action": "REPLACE", "source": "Caroline", "target": "Mel", "type": "trusts",
-                 "from_type": "distrusts", "weight_delta": 0, "weight": 0.7, "reason": ""},
-                {"action": "DELETE", "source": "Mel", "target": "Melanie", "type": "KNOWS",
-                 "from_type": None, "weight_delta": 0, "weight": 0.5, "reason": ""},
-                {"action": "EVOLVE", "source": "Caroline", "target": "the support group", "type": "attends weekly",
-                 "from_type": None, "weight_delta": 0.1, "weight": 0.5, "reason": ""},
+                _action("EVOLVE", "Caroline", "Mel", "friends with", "Mel and I are friends now", weight_delta=0.2),
+                _action("REPLACE", "Caroline", "Mel", "trusts", "I trust Mel again", from_type="distrusts", weight=0.7),
+                _action("DELETE", "Mel", "Melanie", "KNOWS", "Mel knows Melanie, ha"),
+                _action("EVOLVE", "Caroline", "the support group", "attends weekly", "I attend the support group weekly"),
             ],
             "bio_patches": [{"entity": "Mel", "summary": "  Paints  ", "traits_add": ["kind", "kind", "calm"],
-                             "traits_remove": ["calm"]}],
+                             "traits_remove": ["calm"], "quote": "Mel paints and is kind"}],
             "facts": ["Caroline went to a group.", "Caroline went to a group.", " "],
         }
     )
-    plan = plan_extraction(raw, KNOWN)
+    plan = plan_extraction(raw, KNOWN, TURN, ["Caroline"])
     ids = {e.entity_id: e for e in plan.entities}
     assert ids["entity:caroline"].kind == "Character"
     assert "entity:melanie" in ids and ids["entity:melanie"].name == "Melanie"  # alias resolved, name kept
     evolve, replace, unknown = plan.actions
     assert (evolve.source_id, evolve.target_id, evolve.type) == ("entity:caroline", "entity:melanie", "FRIEND_OF")
+    assert evolve.quote == "Mel and I are friends now"
     assert (replace.type, replace.from_type) == ("TRUSTS", "DISTRUSTS")
     assert (unknown.type, unknown.raw_type) == ("RELATES_TO", "attends weekly")
     assert "entity:support-group" in ids
-    assert any("itself" in d for d in plan.dropped)
+    assert plan.dropped == ["DELETE Mel -KNOWS-> Melanie itself"] or any("itself" in d for d in plan.dropped)
     assert plan.bio_patches[0].entity_id == "entity:melanie"
-    assert plan.bio_patches[0].summary == "Paints"
+    assert plan.bio_patches[0].summary == "Paints" and plan.bio_patches[0].quote == "Mel paints and is kind"
     assert plan.bio_patches[0].traits_add == ["kind"] and plan.bio_patches[0].traits_remove == ["calm"]
     assert plan.facts == ["Caroline went to a group."]
+
+
+def test_plan_extraction_refuses_facts_the_turn_does_not_state() -> None:
+    raw = TurnExtraction.model_validate(
+        {
+            "entities": [{"name": "Loca-Lina-Lina-Lina", "kind": "Character", "quote": "Mel and I are friends now"},
+                         {"name": "Ilse", "kind": "Character", "quote": "Ilse moved to Bergen"},
+                         {"name": "Mel", "kind": "Character", "quote": "Mel paints and is kind"}],
+            "actions": [
+                _action("EVOLVE", "Caroline", "Ilse", "FAMILY_OF", "My sister Ilse moved to Bergen"),
+                _action("EVOLVE", "Caroline", "Mel", "LOVES", "Caroline loves Mel more than anyone"),
+                _action("EVOLVE", "Caroline", "Mel", "KNOWS", ""),
+                _action("EVOLVE", "Melanie", "Caroline", "TRUSTS", "I trust Mel again"),
+            ],
+            "bio_patches": [{"entity": "Mel", "summary": "A sailor.", "traits_add": [], "traits_remove": [],
+                             "quote": "Mel sails every summer"}],
+        }
+    )
+    plan = plan_extraction(raw, KNOWN, TURN, ["Caroline"])
+    reasons = "\n".join(plan.dropped)
+    assert "'Loca-Lina-Lina-Lina': repeated fragment" in reasons
+    assert "entity 'Ilse': name not in the messages" in reasons
+    assert "FAMILY_OF-> Ilse: name not in the messages" in reasons
+    assert "LOVES-> Mel: quote not in the text" in reasons
+    assert "KNOWS-> Mel: no quote" in reasons
+    assert "bio of 'Mel': quote not in the text" in reasons
+    # Look-alikes kept: a known name by its alias, the speaker as "I" (named by the line), a
+    # known name the quote calls by its alias.
+    assert [e.name for e in plan.entities] == ["Melanie", "Caroline"]
+    assert [(a.type, a.source_id) for a in plan.actions] == [("TRUSTS", "entity:melanie")]
+    assert len(plan.dropped) == 6
 
 
 def test_rule_conflicts_flag_kind_clashes_and_merging_aliases() -> None:
@@ -207,12 +244,12 @@ def test_rule_conflicts_flag_kind_clashes_and_merging_aliases() -> None:
 
 def test_commit_gate_blocks_without_actions_or_with_identity_conflicts() -> None:
     raw = TurnExtraction.model_validate(
-        {"entities": [], "actions": [{"action": "EVOLVE", "source": "A", "target": "B", "type": "KNOWS",
-                                      "from_type": None, "weight_delta": 0.1, "weight": 0.5, "reason": ""}],
+        {"entities": [], "actions": [_action("EVOLVE", "Ann", "Ben", "KNOWS", "I have known Ben for years")],
          "bio_patches": [], "facts": []}
     )
-    with_action = plan_extraction(raw, [])
-    empty = plan_extraction(TurnExtraction(), [])
+    with_action = plan_extraction(raw, [], "Ann: I have known Ben for years.", ["Ann"])
+    assert len(with_action.actions) == 1, with_action.dropped
+    empty = plan_extraction(TurnExtraction(), [], "")
     clean = JudgeSummary()
     conflicted = JudgeSummary(identity_conflicts=[IdentityConflict(entity="A", reason="x")])
     assert commit_gate(with_action, clean).passed
@@ -226,12 +263,20 @@ def test_commit_gate_blocks_without_actions_or_with_identity_conflicts() -> None
 def test_chronicle_dedupes_and_links_milestone_entities() -> None:
     report = HistorianReport.model_validate(
         {"events": ["Ann moved.", "Ann  moved.", ""],
-         "milestones": [{"text": "Ann adopted a dog", "entities": ["Mel", "Nobody"], "importance": 0.9},
-                        {"text": "Ann adopted a dog", "entities": [], "importance": 0.1}]}
+         "milestones": [{"text": "Ann adopted a dog", "entities": ["Mel", "Nobody"], "importance": 0.9,
+                         "quote": "I adopted a dog with Mel"},
+                        {"text": "Ann adopted a dog", "entities": [], "importance": 0.1, "quote": "a dog"},
+                        {"text": "Ann won the lottery", "entities": [], "importance": 0.9,
+                         "quote": "I won the lottery yesterday"}]}
     )
-    chronicle = chronicle_from(report, Retrieval(known_entities=KNOWN), plan_extraction(TurnExtraction(), []))
+    text = "Ann: I moved last month, and I adopted a dog with Mel!"
+    chronicle = chronicle_from(report, Retrieval(known_entities=KNOWN), plan_extraction(TurnExtraction(), [], text),
+                               text)
     assert chronicle.events == ["Ann moved."]
     assert len(chronicle.milestones) == 1 and chronicle.milestones[0].entity_ids == ["entity:melanie"]
+    assert chronicle.milestones[0].quote == "I adopted a dog with Mel"
+    assert chronicle.dropped == ["milestone 'Ann won the lottery': quote not in the text (best match 58/100)"] \
+        or (len(chronicle.dropped) == 1 and "lottery" in chronicle.dropped[0])
 
 
 # --- retrieval and injection ------------------------------------------------------------------

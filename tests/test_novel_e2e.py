@@ -24,7 +24,7 @@ from core.graph_server import graph_endpoint
 from core.settings import Settings
 from tests import process_guard
 from tests.conftest import REPO_ROOT, child_pythonpath
-from tests.scripted_llm import ScriptedLLM, ScriptedRequest, scripted_prose
+from tests.scripted_llm import ScriptedLLM, ScriptedRequest, quoting_extraction, scene_text_of, scripted_prose
 
 PREMISE = "A lighthouse keeper finds a letter from a sister who drowned ten years ago."
 CHARACTERS = [
@@ -85,54 +85,23 @@ def _draft(request: ScriptedRequest) -> str:
     scenery = SCENERY[(chapter * 3 + scene) % len(SCENERY)]
     body = scripted_prose(chapter * 3 + scene)
     if "## Guidance" in request.text:  # revision guidance rides in the prompt's guidance section
-        return f"Mara Quill climbed the stairs of Gull Rock lighthouse, revised. {scenery} {body}"
+        return f"Mara Quill climbed the stairs of Gull Rock lighthouse with Tobias Venn, revised. {scenery} {body}"
     marker = " A Drowned Phantom watched." if "REJECT-ME" in request.text else ""
     return f"Mara Quill met Tobias Venn at Gull Rock lighthouse. {scenery}{marker} {body}"
 
 
 def _extract(request: ScriptedRequest) -> dict[str, object]:
     entities = [
-        {
-            "name": "Mara Quill",
-            "kind": "Character",
-            "description": "The keeper.",
-            "traits": ["brave"],
-        },
-        {"name": "Tobias Venn", "kind": "Character", "description": "The ferryman.", "traits": []},
-        {
-            "name": "Gull Rock lighthouse",
-            "kind": "Location",
-            "description": "A lighthouse.",
-            "traits": [],
-        },
+        {"name": "Mara Quill", "kind": "Character", "description": "The keeper.", "traits": ["brave"]},
+        {"name": "Tobias Venn", "kind": "Character", "description": "The ferryman."},
+        {"name": "Gull Rock lighthouse", "kind": "Location", "description": "A lighthouse."},
+        {"name": "Drowned Phantom", "kind": "Character", "description": "A ghost."},
     ]
-    if "Drowned Phantom" in request.text:
-        entities.append(
-            {
-                "name": "Drowned Phantom",
-                "kind": "Character",
-                "description": "A ghost.",
-                "traits": [],
-            }
-        )
-    return {
-        "entities": entities,
-        "relationships": [
-            {
-                "source": "Mara Quill",
-                "target": "Tobias Venn",
-                "type": "FRIEND_OF",
-                "description": "",
-            },
-            {
-                "source": "Mara Quill",
-                "target": "Gull Rock lighthouse",
-                "type": "LOCATED_IN",
-                "description": "",
-            },
-        ],
-        "status_changes": [],
-    }
+    relationships = [
+        {"source": "Mara Quill", "target": "Tobias Venn", "type": "FRIEND_OF"},
+        {"source": "Mara Quill", "target": "Gull Rock lighthouse", "type": "LOCATED_IN"},
+    ]
+    return quoting_extraction(scene_text_of(request), entities, relationships)
 
 
 def script_novel(server: ScriptedLLM) -> None:

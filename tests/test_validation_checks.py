@@ -16,9 +16,11 @@ from kg import retrieval
 from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
 from kg.store import GraphStore
 from prompts.knowledge.models import SceneExtraction
+from prompts.narrative.models import SceneDetail
 from prompts.validation.models import QualityScores
 from tasks.validation import (
     Problem,
+    check_scenes,
     contradictory_traits,
     dead_characters_acting,
     decide_revision,
@@ -186,6 +188,68 @@ def test_chapter_looping_across_clean_scenes_is_flagged() -> None:
     assert all(m.clean for m in scenes) and chapter.max_sentence_repeats == 6
     assert degeneration_flags(scenes, chapter) and decide_revision(GOOD, [], scenes, chapter, 0.5).revise
     assert degeneration_flags([measure(CLEAN_PROSE, 150, thresholds)], measure(CLEAN_PROSE, 150, thresholds)) == []
+
+
+# --- the text against its plan, and run-on sentences -----------------------------------------
+
+PLAN = SceneDetail(title="The letter", pov="Mara Quill", setting="the lamp room of Gull Rock lighthouse",
+                   characters=["Mara Quill", "Tobias Venn"], beats=["Mara reads the letter"])
+CAST = ("Mara Quill", "Tobias Venn")
+THRESHOLDS = ProseThresholds()
+# The tiny model's word salad: few full stops, sentences of 40-90 words, nobody from the plan.
+WORD_SALAD = (
+    "98 reads more options than they want or need while using any other web platform such as the browser "
+    "which would just render an empty page that would actually work so well and please note that any "
+    "changes you make may have unintended consequences upon website functionality across different "
+    "browsers and operating systems if not implemented properly because the character has been removed "
+    "but remains active again once anything else within your script starts running after setting up "
+    "scripts above them at speed without taking time off based code because of issues being encountered. "
+) * 3
+
+
+def test_scene_written_to_plan_passes() -> None:
+    # Tobias is named once and is "he" after that; Mara only by her first name: both follow the plan.
+    text = CLEAN_PROSE + " Tobias Venn knocked at the lamp-room door. He waited, then he left."
+    [check] = check_scenes([text], [PLAN], CAST, THRESHOLDS)
+    assert check.problems == [] and check.missing_characters == [] and check.setting_named is True
+    assert 12 <= check.mean_sentence_words <= 20
+
+
+def test_scene_that_leaves_its_plan_is_found() -> None:
+    elsewhere = SceneDetail(title="x", pov="Mara Quill", setting="the Kirkwall ferry terminal",
+                            characters=["Mara Quill", "Ilse Marrow"], beats=[])
+    [check] = check_scenes([CLEAN_PROSE], [elsewhere], CAST, THRESHOLDS)
+    assert check.missing_characters == ["Ilse Marrow"]
+    assert any("planned character Ilse Marrow" in p for p in check.problems)
+    assert check.setting_named is True  # "Kirkwall" is named (in passing), which is enough
+    [check] = check_scenes([CLEAN_PROSE], [elsewhere.model_copy(update={"setting": "the Bergen fish market"})],
+                           CAST, THRESHOLDS)
+    assert check.setting_named is False and any("not set where planned" in p for p in check.problems)
+
+
+def test_word_salad_runs_on_and_a_long_grammatical_sentence_does_not() -> None:
+    [salad] = check_scenes([WORD_SALAD], [PLAN], CAST, THRESHOLDS)
+    assert salad.mean_sentence_words > THRESHOLDS.max_mean_sentence_words
+    assert any("run-on sentences" in p for p in salad.problems)
+    assert salad.missing_characters == ["Mara Quill", "Tobias Venn"]
+    long_sentence = (
+        "When the storm finally broke over Gull Rock, Mara Quill stood in the lamp room with the letter in one "
+        "hand and the brass winding key in the other, listening to the shutters bang and the sea boom in the "
+        "caves below, and she understood, for the first time in ten years, that her sister had never meant to "
+        "leave the island at all."
+    )
+    assert 60 <= len(long_sentence.split()) <= THRESHOLDS.max_sentence_words
+    [check] = check_scenes([CLEAN_PROSE + " " + long_sentence + " Tobias Venn came at dawn."], [PLAN], CAST,
+                           THRESHOLDS)
+    assert check.problems == [] and check.max_sentence_words >= 60
+
+
+def test_a_scene_off_plan_is_revised_even_when_the_editor_loves_it() -> None:
+    [check] = check_scenes([WORD_SALAD], [PLAN], CAST, THRESHOLDS)
+    perfect = QualityScores(coherence=1.0, prose_quality=1.0, plot_advancement=1.0, pacing=1.0, tone_consistency=1.0)
+    metrics = measure(WORD_SALAD, 100, THRESHOLDS)
+    decision = decide_revision(perfect, [], [metrics], metrics, 0.5, [check])
+    assert decision.revise and any("scene 1 does not name its planned characters" in r for r in decision.reasons)
 
 
 def test_scores_use_one_scale_and_ambiguous_values_are_rejected() -> None:

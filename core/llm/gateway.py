@@ -38,7 +38,7 @@ from core.llm.records import CallRecord, CallStats, write_parquet
 from core.llm.repair import parse_answer
 from core.llm.routing import Health, Router, Target
 from core.llm.sampling import anti_repetition_kwargs, first_draft_anti_repetition
-from core.llm.schemas import bounded_response_format_for, response_format_for
+from core.llm.schemas import bounded_response_format_for, mend_cut_strings, response_format_for
 from core.llm.steps import Call, RetryPolicy, Sleep, Steps, adrive, drive
 from core.llm_server import LOCAL_CHAT_MODEL
 from core.settings import Settings
@@ -382,7 +382,11 @@ class LLMGateway:
                         return content
                     problem = "the reply was empty"
                 else:
-                    value, problem = parse_answer(content, output_model)
+                    mend = None
+                    if tiny and response_format is not None:
+                        bounded = response_format["json_schema"]["schema"]
+                        mend = lambda data, schema=bounded: mend_cut_strings(data, schema)  # noqa: E731
+                    value, problem = parse_answer(content, output_model, mend=mend)
                     if value is not None:
                         self._health.record(target.key, True, elapsed)
                         stats.outcome = "ok"

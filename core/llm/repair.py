@@ -9,8 +9,10 @@ more room (core.llm.gateway).
 
 from __future__ import annotations
 
+import json
 import re
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -19,20 +21,34 @@ from core.llm.failures import clip_line
 T = TypeVar("T", bound=BaseModel)
 
 
-def parse_answer(content: str, output_model: type[T]) -> tuple[T | None, str]:
-    """(instance, "") or (None, one-line reason). Repairs near-JSON before giving up."""
+def parse_answer(content: str, output_model: type[T], *,
+                 mend: Callable[[Any], Any] | None = None) -> tuple[T | None, str]:
+    """(instance, "") or (None, one-line reason). Repairs near-JSON before giving up.
+
+    `mend` rewrites the parsed JSON value before validation (the gateway ends strings that
+    the tiny model's grammar cut off at a sentence end, core.llm.schemas.mend_cut_strings)."""
     try:
-        return output_model.model_validate_json(content), ""
+        return _validate(content, output_model, mend), ""
     except ValidationError as exc:
         error = exc
     if any(e["type"] == "json_invalid" for e in error.errors()):
         repaired = repair_json(content)
         if repaired is not None and repaired != content:
             try:
-                return output_model.model_validate_json(repaired), ""
+                return _validate(repaired, output_model, mend), ""
             except ValidationError as exc:
                 error = exc
     return None, _summarize_validation(error)
+
+
+def _validate(content: str, output_model: type[T], mend: Callable[[Any], Any] | None) -> T:
+    if mend is None:
+        return output_model.model_validate_json(content)
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return output_model.model_validate_json(content)  # raises the json_invalid error
+    return output_model.model_validate(mend(data))
 
 
 def _summarize_validation(error: ValidationError) -> str:

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from core.sentences import finish_cut_text, whole_words
+
 # Grammar bounds for the embedded 135M model: llama-server compiles maxLength / maxItems into
 # its sampling grammar, so a string that would loop is closed instead of running into the
 # token cap (which leaves invalid JSON); string caps shrink so the whole answer fits.
@@ -66,6 +68,53 @@ def bounded_response_format_for(model: type[BaseModel], max_tokens: int) -> dict
             break
     _bound(schema, min(LOCAL_MAX_STRING_CHARS, max(LOCAL_MIN_STRING_CHARS, cap)), items)
     return {"type": "json_schema", "json_schema": {**strict, "schema": schema}}
+
+
+def mend_cut_strings(data: Any, schema: dict[str, Any]) -> Any:
+    """`data` (a parsed answer to the bounded `schema`) with every free string that reached
+    its grammar cap ended where a sentence or clause ends, never mid-word or mid-sentence.
+
+    A cut string with no sentence or clause end to fall back to is emptied when its field
+    may be empty, else (a required name, say) kept to its last whole word: name checks
+    downstream decide whether a short name is a name (core.grounding)."""
+    return _mend(data, schema, schema, 0)
+
+
+def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        return target if isinstance(target, dict) else {}
+    return node
+
+
+def _mend(data: Any, node: Any, root: dict[str, Any], depth: int) -> Any:
+    if not isinstance(node, dict) or depth > 32:
+        return data
+    node = _resolve(node, root)
+    for key in ("anyOf", "oneOf"):
+        if isinstance(node.get(key), list):
+            for branch in node[key]:
+                data = _mend(data, branch, root, depth + 1)
+            return data
+    if isinstance(data, dict) and isinstance(node.get("properties"), dict):
+        return {k: _mend(v, node["properties"].get(k), root, depth + 1) for k, v in data.items()}
+    if isinstance(data, list) and isinstance(node.get("items"), dict):
+        return [_mend(v, node["items"], root, depth + 1) for v in data]
+    cap = node.get("maxLength")
+    if isinstance(data, str) and _free_string_or_bounded(node) and isinstance(cap, int) and len(data) >= cap:
+        mended = finish_cut_text(data)
+        if len(mended) < node.get("minLength", 0) or not mended:
+            mended = whole_words(data) if node.get("minLength", 0) else ""
+        return mended if len(mended) >= node.get("minLength", 0) else data
+    return data
+
+
+def _free_string_or_bounded(node: dict[str, Any]) -> bool:
+    # Bounded free strings carry the ASCII pattern _bound adds; enums and formats are not text.
+    return "string" in _kinds(node) and not any(k in node for k in ("enum", "const", "format"))
 
 
 def _kinds(node: dict[str, Any]) -> list[Any]:

@@ -252,8 +252,11 @@ class ChapterPlanner:
         # Validate the result as a whole: a bad core value fails the commit with a clear message.
         self._register(eid, Entity.model_validate({**entity.model_dump(), **update}))
 
-    def apply_status(self, eid: str, status: str, chapter: int) -> None:
+    def apply_status(self, eid: str, status: str, chapter: int, evidence: EntitySource | None = None) -> None:
         entity = self.work[eid]
+        if evidence is not None and evidence not in entity.sources:
+            entity = entity.model_copy(update={"sources": [*entity.sources, evidence]})
+            self._register(eid, entity)
         if entity.status_as_of(chapter) == status:
             return
         later = [i.from_chapter for i in entity.status_intervals if i.from_chapter > chapter]
@@ -287,7 +290,7 @@ class ChapterPlanner:
                 "weight": r.weight,
                 "description": r.description,
             }
-            for name in ("raw_type", "scene", "confidence"):
+            for name in ("raw_type", "scene", "confidence", "quote"):
                 if getattr(r, name) is not None:
                     props[name] = getattr(r, name)
             # A repeated relationship in one delta is one fact: the last mention wins.
@@ -295,7 +298,12 @@ class ChapterPlanner:
         for u in d.property_updates:
             self.apply_changes(self.resolve_ref(u.entity, u.label, "Character"), u.changes)
         for s in d.status_changes:
-            self.apply_status(self.resolve_ref(s.entity, s.label, "Character"), s.status, ch if s.chapter is None else s.chapter)
+            status_chapter = ch if s.chapter is None else s.chapter
+            evidence = None
+            if s.quote:
+                evidence = EntitySource(type=d.source_type, chapter=status_chapter, scene=s.scene, quote=s.quote,
+                                        fact="status", value=s.status)
+            self.apply_status(self.resolve_ref(s.entity, s.label, "Character"), s.status, status_chapter, evidence)
 
         nodes: list[NodeWrite] = []
         names_delete: list[dict[str, Any]] = []

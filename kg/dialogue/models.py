@@ -46,6 +46,7 @@ class DialogueRelation(_Model):
     status: str
     since_turn: str | None = None
     ended_turn: str | None = None
+    quote: str = Field("", description="the words of the turn behind the relation's latest change")
 
 
 class DialogueMilestone(_Model):
@@ -55,6 +56,7 @@ class DialogueMilestone(_Model):
     text: str
     importance: float = 0.5
     entity_ids: list[str] = Field(default_factory=list)
+    quote: str = Field("", description="the words of the turn that state it")
 
 
 class MemoryRow(_Model):
@@ -124,6 +126,7 @@ class RelationActionWrite(_Model):
     weight_delta: float = 0.0
     weight: float = EVOLVE_BASE_WEIGHT
     reason: str = ""
+    quote: str = Field("", description="the evidence: words of the turn that state it")
 
 
 class BioPatchWrite(_Model):
@@ -131,12 +134,14 @@ class BioPatchWrite(_Model):
     summary: str | None = None
     traits_add: list[str] = Field(default_factory=list)
     traits_remove: list[str] = Field(default_factory=list)
+    quote: str = Field("", description="the evidence: words of the turn that state it")
 
 
 class MilestoneWrite(_Model):
     text: str
     importance: float = 0.5
     entity_ids: list[str] = Field(default_factory=list)
+    quote: str = Field("", description="the evidence: words of the turn that state it")
 
 
 class TurnWrite(_Model):

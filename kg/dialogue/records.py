@@ -78,4 +78,5 @@ def dialogue_milestone(props: dict[str, Any]) -> DialogueMilestone:
         text=props.get("text", ""),
         importance=float(props.get("importance") or 0.0),
         entity_ids=list(props.get("entity_ids") or []),
+        quote=str(props.get("quote") or ""),
     )

@@ -141,7 +141,10 @@ class DialogueRepository(ConversationLease):
         if rels:
             for row in self.store.read(dq.RELATION_EVENTS, conversation_id=conversation_id, rel_ids=list(events)):
                 events[row["props"]["rel_id"]].append(row["props"])
-        return int(total), [(r, events[r.rel_id]) for r in rels]
+        # A relation's evidence is the quote of its latest change that has one.
+        quoted = [r.model_copy(update={"quote": next((str(e["quote"]) for e in reversed(events[r.rel_id])
+                                                      if e.get("quote")), "")}) for r in rels]
+        return int(total), [(r, events[r.rel_id]) for r in quoted]
 
     def milestone_page(self, conversation_id: str, offset: int, limit: int) -> tuple[int, list[DialogueMilestone]]:
         rows = self.store.read(dq.MILESTONE_PAGE, conversation_id=conversation_id, offset=offset, limit=limit)

@@ -220,6 +220,7 @@ def apply_facts(tx: ManagedTransaction, write: TurnWrite, seq: int) -> list[Appl
                         "weight_before": result.weight_before,
                         "weight_after": result.weight_after,
                         "reason": action.reason,
+                        "quote": action.quote or None,
                     }
                 )
             )
@@ -249,6 +250,7 @@ def apply_facts(tx: ManagedTransaction, write: TurnWrite, seq: int) -> list[Appl
                 "text": m.text,
                 "importance": m.importance,
                 "entity_ids": m.entity_ids,
+                **({"quote": m.quote} if m.quote else {}),
             }
             for i, m in enumerate(write.milestones)
         ]

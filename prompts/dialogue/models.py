@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 RelationVerb = Literal["EVOLVE", "REPLACE", "DELETE"]
+QUOTE = "the words of the NEW messages that state this, copied exactly (one sentence or less)"
 
 
 class _Out(BaseModel):
@@ -24,6 +25,7 @@ class DialogueEntityOut(_Out):
         "Character", max_length=60, description="Character, Location, Item, Event, Faction, Concept"
     )
     aliases: list[str] = Field(default_factory=list, max_length=10)
+    quote: str = Field("", max_length=300, description=QUOTE)
 
 
 class RelationActionOut(_Out):
@@ -48,6 +50,7 @@ class RelationActionOut(_Out):
         0.5, ge=0.0, le=1.0, description="REPLACE: strength of the new relation"
     )
     reason: str = Field("", max_length=300)
+    quote: str = Field("", max_length=300, description=QUOTE)
 
 
 class BioPatchOut(_Out):
@@ -55,6 +58,7 @@ class BioPatchOut(_Out):
     summary: str | None = Field(None, max_length=600, description="new one-paragraph bio, or null")
     traits_add: list[str] = Field(default_factory=list, max_length=10)
     traits_remove: list[str] = Field(default_factory=list, max_length=10)
+    quote: str = Field("", max_length=300, description=QUOTE)
 
 
 class TurnExtraction(_Out):
@@ -91,6 +95,7 @@ class MilestoneOut(_Out):
     text: str = Field(min_length=1, max_length=400)
     entities: list[str] = Field(default_factory=list, max_length=10)
     importance: float = Field(0.5, ge=0.0, le=1.0)
+    quote: str = Field("", max_length=300, description=QUOTE)
 
 
 class HistorianReport(_Out):

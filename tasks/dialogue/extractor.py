@@ -1,17 +1,25 @@
 """Extractor slot: entities, relation actions (EVOLVE / REPLACE / DELETE), bio patches, facts.
 
 The model proposes (prompts/dialogue/extractor.j2 -> TurnExtraction); `plan_extraction`
-grounds the proposal before anything can reach the graph: names resolve to the
-conversation's known entities by normalised name or alias, relation types are normalised
-into the kg vocabulary (unknown ones become RELATES_TO with the raw text kept), self-loops
-and empty patches are dropped, and every action endpoint becomes an entity of the turn.
+grounds the proposal before anything can reach the graph:
+- evidence (core.grounding, as for a novel's scenes): every entity, action and bio patch
+  carries a quote that must be in the turn's messages; names must be names and be in the
+  messages, or be the conversation's known entities or speakers that the messages refer to;
+  an action's ends must be entities of the turn, known ones, or names its quote gives;
+- names resolve to the conversation's known entities by normalised name or alias, relation
+  types are normalised into the kg vocabulary (unknown ones become RELATES_TO with the raw
+  text kept), self-loops and empty patches are dropped, and every action endpoint becomes an
+  entity of the turn.
+Everything refused is listed in `ExtractionPlan.dropped` with why (the turn's trace counts it).
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from core.grounding import KnownNames, SourceText, mentions, name_problem
 from core.llm import LLMGateway
+from core.sentences import clip_to_sentence
 from kg import vocabulary as vocab
 from kg.dialogue import (
     BioPatchWrite,
@@ -83,24 +91,67 @@ class _Resolver:
 def _clean_list(items: list[str], limit: int = 10) -> list[str]:
     out: list[str] = []
     for item in items:
-        text = " ".join(item.split())[:MAX_FACT_CHARS]
+        text = clip_to_sentence(" ".join(item.split()), MAX_FACT_CHARS)
         if text and text not in out:
             out.append(text)
     return out[:limit]
 
 
-def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity]) -> ExtractionPlan:
-    """Ground a model's proposal in the conversation's graph (pure: no I/O)."""
+class TurnEvidence:
+    """The turn's messages as evidence: what a fact's quote and names are checked against."""
+
+    def __init__(self, text: str, known: list[DialogueEntity], speakers: list[str]) -> None:
+        self.source = SourceText(text)
+        self.known = KnownNames([[e.name, *e.aliases] for e in known] + [[s] for s in speakers if s.strip()])
+        self.names: set[str] = set()  # name keys of the turn's grounded entities
+
+    def name_problem(self, name: str) -> str | None:
+        if self.known.is_known(name):
+            return None if self.known.referred(name, self.source) else "a known name the messages do not mention"
+        return name_problem(name) or (None if self.source.names(name) else "name not in the messages")
+
+    def quote_problem(self, quote: str, *named: str) -> str | None:
+        problem = self.source.quote_problem(quote)
+        if problem is None and named and not any(mentions(SourceText(quote), n, self.known) for n in named):
+            problem = "the quote does not name it"
+        return problem
+
+    def endpoint_problem(self, name: str, quote: str) -> str | None:
+        if vocab.name_key(name) in self.names:
+            return None
+        problem = self.name_problem(name)
+        if problem is not None or self.known.is_known(name):
+            return problem
+        return None if mentions(SourceText(quote), name) else "not an entity of the turn"
+
+
+def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity], text: str,
+                    speakers: list[str] | tuple[str, ...] = ()) -> ExtractionPlan:
+    """Ground a model's proposal in the turn's messages (`text`, with their speakers) and the
+    conversation's graph (pure: no I/O)."""
     resolver = _Resolver(known)
+    evidence = TurnEvidence(text, known, list(speakers))
     plan = ExtractionPlan()
     for entity in raw.entities:
         if not entity.name.strip():
             continue
+        problem = evidence.name_problem(entity.name) or evidence.quote_problem(entity.quote, entity.name)
+        if problem is not None:
+            plan.dropped.append(f"entity {entity.name[:80]!r}: {problem}")
+            continue
+        evidence.names.add(vocab.name_key(entity.name))
         resolver.resolve(entity.name, entity.kind, entity.aliases)
         plan.proposed_kinds[vocab.name_key(entity.name)] = vocab.normalize_label(entity.kind)[0]
     for action in raw.actions:
         if not action.source.strip() or not action.target.strip():
             plan.dropped.append(f"{action.action}: empty endpoint")
+            continue
+        problem = (evidence.endpoint_problem(action.source, action.quote)
+                   or evidence.endpoint_problem(action.target, action.quote)
+                   or evidence.quote_problem(action.quote, action.source, action.target))
+        if problem is not None:
+            plan.dropped.append(f"{action.action} {action.source[:60]} -{action.type[:40]}-> {action.target[:60]}: "
+                                f"{problem}")
             continue
         rel_type, raw_type = vocab.normalize_rel_type(action.type)
         source_hint, target_hint = vocab.endpoint_hint(rel_type)
@@ -120,7 +171,8 @@ def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity]) -> Extract
                 from_type=from_type if action.action == "REPLACE" else None,
                 weight_delta=action.weight_delta,
                 weight=action.weight,
-                reason=" ".join(action.reason.split())[:300],
+                reason=clip_to_sentence(" ".join(action.reason.split()), 300),
+                quote=" ".join(action.quote.split()),
             )
         )
     for patch in raw.bio_patches:
@@ -129,9 +181,14 @@ def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity]) -> Extract
         add = [t for t in _clean_list(patch.traits_add) if t not in remove]
         if summary is None and not add and not remove:
             continue
+        problem = evidence.endpoint_problem(patch.entity, patch.quote) or evidence.quote_problem(patch.quote)
+        if problem is not None:
+            plan.dropped.append(f"bio of {patch.entity[:80]!r}: {problem}")
+            continue
         entity_id = resolver.resolve(patch.entity, "Character")
         plan.bio_patches.append(
-            BioPatchWrite(entity_id=entity_id, summary=summary, traits_add=add, traits_remove=remove)
+            BioPatchWrite(entity_id=entity_id, summary=summary, traits_add=add, traits_remove=remove,
+                          quote=" ".join(patch.quote.split()))
         )
     plan.facts = _clean_list(raw.facts)
     plan.entities = list(resolver.entities.values())
@@ -158,4 +215,10 @@ def extract(
         turn_lines=[m.line() for m in messages],
     )
     raw = gateway.structured(route.tier, prompt, TurnExtraction, purpose=purpose, model=route.model)
-    return raw, plan_extraction(raw, retrieval.known_entities)
+    speakers = list(dict.fromkeys(m.speaker for m in (*window, *messages)))
+    return raw, plan_extraction(raw, retrieval.known_entities, turn_text(messages), speakers)
+
+
+def turn_text(messages: list[ChatMessage]) -> str:
+    """The turn's messages as the evidence text: each line with its speaker's name."""
+    return "\n".join(m.line() for m in messages)

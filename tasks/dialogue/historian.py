@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from core.grounding import SourceText
 from core.llm import LLMGateway
+from core.sentences import clip_to_sentence
 from kg import vocabulary as vocab
 from kg.dialogue import MilestoneWrite
 from prompts import render_messages
 from prompts.dialogue.models import HistorianReport
-from tasks.dialogue.extractor import ExtractionPlan
+from tasks.dialogue.extractor import ExtractionPlan, turn_text
 from tasks.dialogue.models import ChatMessage
 from tasks.dialogue.retriever import Retrieval
 from tasks.dialogue.routing import Route
@@ -25,10 +27,13 @@ MAX_TEXT = 400
 class Chronicle(BaseModel):
     events: list[str] = Field(default_factory=list)
     milestones: list[MilestoneWrite] = Field(default_factory=list)
+    dropped: list[str] = Field(default_factory=list, description="milestones refused, with why")
 
 
-def chronicle_from(report: HistorianReport, retrieval: Retrieval, plan: ExtractionPlan) -> Chronicle:
-    """Normalise the model's report (pure: dedupe, trim, resolve milestone entities)."""
+def chronicle_from(report: HistorianReport, retrieval: Retrieval, plan: ExtractionPlan, text: str) -> Chronicle:
+    """Normalise the model's report (pure: dedupe, trim, resolve milestone entities); a
+    milestone whose quote is not in the turn's messages (`text`) is refused."""
+    source = SourceText(text)
     ids: dict[str, str] = {}
     for entity in retrieval.known_entities:
         for name in (entity.name, *entity.aliases):
@@ -38,21 +43,27 @@ def chronicle_from(report: HistorianReport, retrieval: Retrieval, plan: Extracti
             ids.setdefault(vocab.name_key(name), write.entity_id)
     events: list[str] = []
     for event in report.events:
-        text = " ".join(event.split())[:MAX_TEXT]
-        if text and text not in events:
-            events.append(text)
+        line = clip_to_sentence(" ".join(event.split()), MAX_TEXT)
+        if line and line not in events:
+            events.append(line)
     milestones: list[MilestoneWrite] = []
+    dropped: list[str] = []
     seen: set[str] = set()
     for item in report.milestones:
-        text = " ".join(item.text.split())[:MAX_TEXT]
-        if not text or text in seen:
+        line = clip_to_sentence(" ".join(item.text.split()), MAX_TEXT)
+        if not line or line in seen:
             continue
-        seen.add(text)
+        problem = source.quote_problem(item.quote)
+        if problem is not None:
+            dropped.append(f"milestone {line[:80]!r}: {problem}")
+            continue
+        seen.add(line)
         linked = [ids[k] for k in (vocab.name_key(n) for n in item.entities) if k in ids]
         milestones.append(
-            MilestoneWrite(text=text, importance=item.importance, entity_ids=list(dict.fromkeys(linked)))
+            MilestoneWrite(text=line, importance=item.importance, entity_ids=list(dict.fromkeys(linked)),
+                           quote=" ".join(item.quote.split()))
         )
-    return Chronicle(events=events, milestones=milestones)
+    return Chronicle(events=events, milestones=milestones, dropped=dropped)
 
 
 def historian(
@@ -74,5 +85,5 @@ def historian(
         changes=[line for line in proposal if line != "(none)"],
     )
     report = gateway.structured(route.tier, prompt, HistorianReport, purpose=purpose, model=route.model)
-    return chronicle_from(report, retrieval, raw_plan)
+    return chronicle_from(report, retrieval, raw_plan, turn_text(messages))
 

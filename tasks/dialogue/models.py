@@ -270,6 +270,8 @@ class TurnTrace(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     replay_of: str | None = Field(None, description="trace id of the original commit (idempotent hits)")
+    facts_dropped: int = Field(0, description="extracted facts refused by grounding (no evidence in the turn)")
+    dropped: list[str] = Field(default_factory=list, description="the first refused facts, each with why")
 
 
 class InjectionSection(BaseModel):
@@ -315,6 +317,7 @@ class BioPatchResult(BaseModel):
     summary: str | None = None
     traits_add: list[str] = Field(default_factory=list)
     traits_remove: list[str] = Field(default_factory=list)
+    quote: str = Field("", description="the words of the turn that state it (its evidence)")
 
 
 class TurnResult(BaseModel):
@@ -519,6 +522,7 @@ class RelationEventOut(BaseModel):
     weight_before: float | None = None
     weight_after: float | None = None
     reason: str = ""
+    quote: str = Field("", description="the words of the turn that state this change (its evidence)")
 
 
 class RelationOut(BaseModel):
@@ -532,6 +536,7 @@ class RelationOut(BaseModel):
     status: str
     since_turn: str | None = None
     ended_turn: str | None = None
+    quote: str = Field("", description="the evidence of the relation's latest change: words of that turn")
     events: list[RelationEventOut] = Field(default_factory=list, description="the relation's mutation log, oldest first")
 
 
@@ -542,6 +547,7 @@ class MilestoneOut(BaseModel):
     text: str
     importance: float = 0.5
     entity_ids: list[str] = Field(default_factory=list)
+    quote: str = Field("", description="the words of the turn that state it (its evidence)")
 
 
 class TurnOut(BaseModel):

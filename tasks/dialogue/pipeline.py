@@ -586,6 +586,7 @@ class DialogueService:
             except BaseException:
                 historianing.cancel()
                 raise
+            trace.dropped([*plan.dropped, *chronicle.dropped])
             trace.enter(TurnState.PREPARED)
             gate = commit_gate(plan, verdict, require_actions=config.require_actions)
             base = TurnResult(

@@ -17,6 +17,8 @@ from tasks.dialogue.models import SlotTrace, StateStamp, TurnState, TurnTrace
 from tasks.dialogue.routing import Route
 
 PURPOSE_PREFIX = "dialogue."
+#: Refused facts listed in a trace (all are counted).
+MAX_DROPPED_LISTED = 20
 
 
 class TraceRecorder:
@@ -27,6 +29,7 @@ class TraceRecorder:
         self._t0 = time.perf_counter()
         self._states: list[StateStamp] = []
         self._slots: dict[str, SlotTrace] = {}
+        self._dropped: list[str] = []
         self.state = TurnState.RECEIVED
         self.enter(TurnState.RECEIVED)
 
@@ -35,6 +38,10 @@ class TraceRecorder:
         self._states.append(
             StateStamp(state=state, at=datetime.now(UTC), elapsed_ms=self.elapsed_ms())
         )
+
+    def dropped(self, reasons: Iterable[str]) -> None:
+        """Facts grounding refused (the extractor's and the historian's), each with why."""
+        self._dropped.extend(reasons)
 
     def elapsed_ms(self) -> float:
         return round((time.perf_counter() - self._t0) * 1000.0, 3)
@@ -106,4 +113,6 @@ class TraceRecorder:
             prompt_tokens=prompt,
             completion_tokens=completion,
             replay_of=replay_of,
+            facts_dropped=len(self._dropped),
+            dropped=self._dropped[:MAX_DROPPED_LISTED],
         )

@@ -1,0 +1,180 @@
+"""Grounding: names that are names, quotes that are in the text, facts the text supports.
+
+Every rule has its true case and the look-alike that must pass (core/grounding.py,
+tasks/grounding.py), and the text-cutting helpers never leave half a word or sentence
+(core/sentences.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from core.grounding import KnownNames, SourceText, name_problem, normalise
+from core.llm.schemas import bounded_response_format_for, mend_cut_strings
+from core.sentences import clip_to_sentence, ends_sentence, finish_cut_text, tail_from_sentence
+from prompts.initialization.models import CharacterSheets
+from prompts.knowledge.models import SceneExtraction
+from tasks.grounding import ground_extraction
+
+TITLES = ("The Great Sinking: Lighthouse Keeper's Tale", "Chapter 1: Aria's Journey Begins", "The Drowned Letter")
+
+
+# --- names -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("Loca-Lina-Lina-Lina-Lina-Lina-Lina-Ll-", "cut short"),
+    ("Loca-Lina-Lina-Lina", "repeated fragment"),
+    ("LIGHTNIGHBELLE_LIGHTNIGHBELLE_LIGHTNIGH", "repeated fragment"),
+    ("The Great Sinking Lighthouse Keeper's Ta", "words"),
+    ("Aria's journey begins", "sentence"),
+    ("Mara finds the letter", "sentence"),
+    ("Aria, the keeper", "punctuation"),
+    ("She ran. He hid", "punctuation"),
+    ("Chapter 3", "heading"),
+    ("## Harbor", "heading"),
+    ("The Drowned Letter", "title"),
+    ("Aria's Journey Begins", "title"),
+    ("The Great Sinking Lighthouse", "title"),
+])
+def test_degenerate_names_are_refused(name: str, why: str) -> None:
+    problem = name_problem(name, TITLES)
+    assert problem is not None and why in problem, (name, problem)
+
+
+@pytest.mark.parametrize("name", [
+    "Mary-Jane", "Jean-Luc Picard", "The Hollow Library", "Ilse's father", "Zoë Brontë", "Baden-Baden",
+    "Dr. Venn", "J. R. Hale", "Church of Saint Mary of the Angels", "the old mill", "Gull Rock lighthouse",
+    "Aria",  # a character named in the title of chapter 1 is still a character
+])
+def test_look_alike_names_pass(name: str) -> None:
+    assert name_problem(name, TITLES) is None
+
+
+def test_names_match_whole_words_case_and_accents_aside() -> None:
+    source = SourceText("Zoë’s lamp flickered in the location. Captain Tobias Venn waited.")
+    assert source.names("Zoe") and source.names("ZOË")
+    assert not source.names("Locatio")  # a name cut short is no word of the text
+    assert source.names("Tobias Venn") and source.names("Captain Tobias Venn")
+    assert not source.names("Tobias Venner")
+
+
+def test_known_names_are_referred_to_by_a_distinctive_word_or_alias() -> None:
+    known = KnownNames([["Mara Quill", "the keeper"], ["Tobias Venn"]])
+    source = SourceText("Quill slammed the door, and the keeper swore.")
+    assert known.referred("Mara Quill", source) and known.referred("the keeper", source)
+    assert not known.referred("Tobias Venn", source)
+    assert not known.is_known("Mara")  # a part of a name is not the name
+
+
+# --- quotes ------------------------------------------------------------------------------
+
+
+TEXT = ("Mara Quill climbed the stairs of Gull Rock lighthouse. “It’s late,” Tobias said, and he "
+        "handed her the letter. The lamp room smelled of paraffin.")
+
+
+def test_quotes_match_normalised_and_forgive_small_copy_errors() -> None:
+    source = SourceText(TEXT)
+    assert source.quote_problem("Mara Quill climbed the stairs of Gull Rock lighthouse") is None
+    assert source.quote_problem('"It\'s late," Tobias said') is None  # straight for curly quotes
+    assert source.quote_problem("mara quill climbed the stair of gull rock lighthouse") is None  # a slip
+    assert source.quote_problem("Mara Quill's lamp room smelled of paraffin") is not None  # not what it says
+
+
+def test_invented_or_empty_quotes_are_refused() -> None:
+    source = SourceText(TEXT)
+    assert "not in the text" in (source.quote_problem("Mara ran to the harbour with Tobias at dawn") or "")
+    assert source.quote_problem("") == "no quote"
+    assert "shorter" in (source.quote_problem("Tobias said") or "")
+
+
+# --- a scene's extraction ----------------------------------------------------------------
+
+
+def _extraction(**parts: object) -> SceneExtraction:
+    return SceneExtraction.model_validate({"entities": [], "relationships": [], "status_changes": [], **parts})
+
+
+def test_grounding_drops_invented_names_made_up_quotes_and_titles() -> None:
+    extraction = _extraction(
+        entities=[
+            {"name": "Mara Quill", "kind": "Character", "quote": "Mara Quill climbed the stairs",
+             "traits": [{"trait": "tired", "quote": "It's late, Tobias said"},
+                        {"trait": "brave", "quote": "Mara faced the storm without fear"}]},
+            {"name": "Elise Marrow", "kind": "Character", "quote": "Elise Marrow waited below"},
+            {"name": "The Drowned Letter", "kind": "Character", "quote": "he handed her the letter"},
+            {"name": "Tobias", "kind": "Character", "quote": "Mara Quill climbed the stairs"},
+        ],
+        relationships=[
+            {"source": "Tobias", "target": "Mara Quill", "type": "FRIEND_OF",
+             "quote": "Tobias said, and he handed her the letter"},
+            {"source": "Mara Quill", "target": "The Drowned Letter", "type": "FAMILY_OF",
+             "quote": "he handed her the letter"},
+            {"source": "Mara Quill", "target": "Gull Rock lighthouse", "type": "LOCATED_IN",
+             "quote": "Mara Quill rested at Gull Rock lighthouse all night"},
+        ],
+        status_changes=[{"name": "Tobias", "status": "dead", "quote": "Tobias drowned in the bay"}],
+    )
+    grounded, report = ground_extraction(extraction, TEXT, 1, KnownNames([["Mara Quill"]]), TITLES)
+    assert [e.name for e in grounded.entities] == ["Mara Quill"]
+    assert [t.trait for t in grounded.entities[0].traits] == ["tired"]
+    # Tobias's own quote does not name him, yet the relationship's quote does: its end is grounded.
+    assert [(r.source, r.target) for r in grounded.relationships] == [("Tobias", "Mara Quill")]
+    assert grounded.status_changes == []
+    reasons = {d.fact: d.reason for d in report.dropped}
+    assert reasons["Character 'Elise Marrow'"] == "name not in the scene"
+    assert "title" in reasons["Character 'The Drowned Letter'"]
+    assert reasons["Character 'Tobias'"] == "the quote does not name it"
+    assert "title" in reasons["Mara Quill -FAMILY_OF-> The Drowned Letter"]
+    assert "not in the text" in reasons["Mara Quill -LOCATED_IN-> Gull Rock lighthouse"]
+    assert "not in the text" in reasons["Tobias: dead"]
+    assert "not in the text" in reasons["Mara Quill: brave"]
+    assert report.kept == 3 and len(report.dropped) == 7
+
+
+def test_grounding_keeps_look_alikes_and_known_aliases() -> None:
+    text = ("Mary-Jane and Jean-Luc Picard met Ilse's father at The Hollow Library. Zoë Brontë followed. "
+            "The ferryman rowed them home, and Quill watched from the tower.")
+    names = ["Mary-Jane", "Jean-Luc Picard", "Ilse's father", "The Hollow Library", "Zoë Brontë", "the ferryman"]
+    extraction = _extraction(
+        entities=[{"name": n, "kind": "Location" if "Library" in n else "Character",
+                   "quote": "Mary-Jane and Jean-Luc Picard met Ilse's father at The Hollow Library"
+                   if n not in ("Zoë Brontë", "the ferryman") else
+                   ("Zoe Bronte followed" if n == "Zoë Brontë" else "The ferryman rowed them home")} for n in names]
+        + [{"name": "Mara Quill", "kind": "Character", "quote": "Quill watched from the tower"}],
+        relationships=[{"source": "the ferryman", "target": "Zoë Brontë", "type": "KNOWS",
+                        "quote": "The ferryman rowed them home"}],
+    )
+    known = KnownNames([["Tobias Venn", "the ferryman"], ["Mara Quill"]])
+    grounded, report = ground_extraction(extraction, text, 2, known, TITLES)
+    assert [e.name for e in grounded.entities] == [*names, "Mara Quill"], report.dropped
+    assert len(grounded.relationships) == 1 and not report.dropped
+
+
+# --- cutting text ------------------------------------------------------------------------
+
+
+def test_cut_text_ends_at_a_sentence_or_clause() -> None:
+    cut = "Aria is a compassionate soul. She has dedicated her life to the light, and she never lets "
+    assert finish_cut_text(cut) == "Aria is a compassionate soul. She has dedicated her life to the light."
+    assert finish_cut_text("A keeper, the last one to remember, and the one most often referred to in a 1") \
+        == "A keeper, the last one to remember."
+    assert finish_cut_text("no punctuation here so nothing is left") == ""
+    assert finish_cut_text("Complete already.") == "Complete already."
+    assert clip_to_sentence("Dr. Venn came. He stayed long.", 20) == "Dr. Venn came."
+    assert tail_from_sentence("Alpha beta gamma. Delta epsilon zeta. Eta theta.", 30) == "Delta epsilon zeta. Eta theta."
+
+
+def test_grammar_cut_strings_of_a_bounded_answer_are_mended() -> None:
+    schema = bounded_response_format_for(CharacterSheets, 256)["json_schema"]["schema"]
+    sheet_schema = schema["$defs"]["CharacterSheet"]
+    cap = sheet_schema["properties"]["description"]["maxLength"]
+    cut = ("Aria keeps the light. She has dedicated a lifetime to the lamp and the storm " * 4)[:cap]
+    answer = {"characters": [{"name": "Aria", "role": "keeper", "description": cut, "traits": [],
+                              "motivation": "x" * cap, "backstory": "Short.", "voice": "Plain, low"}]}
+    mended = mend_cut_strings(answer, schema)["characters"][0]
+    assert mended["description"] == "Aria keeps the light." and ends_sentence(mended["description"])
+    assert mended["motivation"] == ""  # nothing to cut at: dropped, not left mid-word
+    assert mended["backstory"] == "Short." and mended["voice"] == "Plain, low"  # not cut: left alone
+    assert normalise(mended["name"]) == "aria"
