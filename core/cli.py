@@ -15,6 +15,7 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from core.errors import SkaldError
+from core.graph_server import exit_process
 
 
 def add_settings_options(parser: argparse.ArgumentParser) -> None:
@@ -106,4 +107,4 @@ def run_main(main: Callable[[Sequence[str] | None], int], prog: str, argv: Seque
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; finished steps are kept, run the same command again to resume", file=sys.stderr)
         code = 130
-    sys.exit(code)
+    exit_process(code)

@@ -92,6 +92,17 @@ def finish_cut_text(text: str) -> str:
     return text[:last].strip() if ends else ""
 
 
+def as_sentence(text: str) -> str:
+    """A model's free-text field as a finished sentence: one that ends without punctuation
+    gets its full stop, one that ends on a comma or dash ends there instead. (Text cut off by
+    a length bound is `finish_cut_text`'s: appending a full stop would not mend a cut word.)"""
+    text = " ".join(text.split())
+    if not text or ends_sentence(text):
+        return text
+    text = text.rstrip(" ,;:-–—")
+    return f"{text}." if text else ""
+
+
 def whole_words(text: str) -> str:
     """A text that was cut off, without its last (maybe partial) word."""
     text = text.rstrip()

@@ -13,6 +13,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from core.content import ContentRef
+from core.sentences import as_sentence
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
 from prompts.initialization.models import CharacterSheets, GlobalOutline, OutlineRelationships
@@ -36,6 +37,7 @@ def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple
             name = found.name.strip()
             if not name:
                 continue
+            found = found.model_copy(update={"description": as_sentence(found.description)})
             key = vocab.normalize_name(name)
             mention = EntitySource(type="extraction", chapter=chapter, scene=scene_number, original_name=found.name,
                                    confidence=EXTRACTION_CONFIDENCE, quote=found.quote or None)

@@ -8,6 +8,7 @@ from prefect import get_run_logger
 from core.content import ContentRef
 from core.errors import LLMBadOutputError
 from core.grounding import name_problem
+from core.sentences import as_sentence
 from kg import vocabulary as vocab
 from prompts import render_messages
 from prompts.initialization.models import (
@@ -22,6 +23,7 @@ from tasks.policy import cached_task
 from tasks.runtime import runtime
 
 MAX_OUTLINE_CALLS_PER_ACT = 4
+SHEET_PROSE_FIELDS = ("description", "motivation", "backstory", "voice")
 
 
 def act_ranges(chapters: int, acts: int) -> list[tuple[int, int, int]]:
@@ -54,7 +56,8 @@ def generate_character_sheets(premise: str, genre: str, count: int, llm: str) ->
             log.warning("init: character sheet %r refused: %s", sheet.name[:80], problem)
         elif key not in seen:
             seen.add(key)
-            unique.append(sheet)
+            # The bible's prose fields are sentences, never fragments cut at a comma.
+            unique.append(sheet.model_copy(update={f: as_sentence(getattr(sheet, f)) for f in SHEET_PROSE_FIELDS}))
     if not unique:
         raise LLMBadOutputError(f"the model wrote {len(sheets.characters)} character sheets and none has a usable name",
                                 hint="use a stronger model for the large tier (OPENAI_BASE_URL)")

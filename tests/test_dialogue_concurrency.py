@@ -28,17 +28,16 @@ from core.graph_server import graph_endpoint
 from core.settings import Settings, load_settings
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
-from tasks.dialogue.replay import load_dialogue, turn_requests
 from tests.conftest import REPO_ROOT, child_pythonpath
 from tests.scripted_llm import ScriptedLLM
-from tests.test_dialogue_scripted import DIALOGUES, DialogueScript, participants
+from tests.test_dialogue_scripted import DialogueScript, dialogue_requests, participants
 
 DIALOGUE = "locomo-26"
 TURNS = 10
 
 
 def _requests(conversation_id: str, turns: int = TURNS) -> list[Any]:
-    return turn_requests(load_dialogue(DIALOGUES / f"{DIALOGUE}.turns.jsonl", turns), conversation_id)
+    return dialogue_requests(DIALOGUE, conversation_id, turns)
 
 
 def _state(repo: DialogueRepository, conv: str) -> dict[str, Any]:

@@ -34,7 +34,8 @@ def sidecar_speakers() -> list[str]:
 
 def _body(conv: str, turn: int = 1, content: str = "Hey Mel! I went to a support group yesterday.") -> dict[str, Any]:
     return {"conversation_id": conv, "turn_id": turn,
-            "messages": [{"role": "user", "name": "Caroline", "content": content}]}
+            "messages": [{"role": "user", "name": "Caroline", "content": content}],
+            "window": [{"role": "assistant", "name": "Melanie", "content": "Hi Caroline, how have you been?"}]}
 
 
 def _conv() -> str:

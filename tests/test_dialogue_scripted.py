@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prompts.dialogue.models import HistorianReport, JudgeVerdict, TurnExtraction
+from tasks.dialogue.models import ChatMessage, TurnCommitRequest
+from tasks.dialogue.replay import load_dialogue, turn_requests
 from tests.scripted_llm import ScriptedLLM, ScriptedRequest
 
 DIALOGUES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "dialogues"
@@ -56,8 +58,10 @@ class DialogueScript:
         self.mutations = mutations
         self.milestone_every = milestone_every
 
-    def _other(self, speaker: str) -> str | None:
-        others = [p for p in self.participants if p != speaker]
+    def _other(self, speaker: str, request: ScriptedRequest) -> str | None:
+        """The participant the speaker is talking to: one the prompt shows (in the earlier
+        messages or the known entities). A careful model relates only people it can see."""
+        others = [p for p in self.participants if p != speaker and p in request.text]
         return others[0] if others else None
 
     def extractor(self, request: ScriptedRequest) -> dict[str, Any]:
@@ -66,8 +70,10 @@ class DialogueScript:
         patches: list[dict[str, Any]] = []
         facts: list[str] = []
         for speaker, content in new_lines(request):
-            other = self._other(speaker)
-            entities.append({"name": speaker, "kind": "Character", "aliases": []})
+            other = self._other(speaker, request)
+            # The evidence a careful model gives: the speaker's own words.
+            quote = content[:160]
+            entities.append({"name": speaker, "kind": "Character", "aliases": [], "quote": f"{speaker}: {quote}"})
             facts.append(f"{speaker} said: {content[:120]}")
             if other is None or self.mutations == "none":
                 continue
@@ -75,23 +81,25 @@ class DialogueScript:
             actions.append(
                 {"action": "EVOLVE", "source": speaker, "target": other, "type": "FRIEND_OF",
                  "from_type": None, "weight_delta": 0.1 if "!" in content else 0.05, "weight": 0.5,
-                 "reason": "they keep talking"}
+                 "reason": "they keep talking", "quote": quote}
             )
             if self.mutations == "evolve":
                 pass
             elif h % 5 == 0:
                 actions.append(
                     {"action": "REPLACE", "source": speaker, "target": other, "type": "TRUSTS",
-                     "from_type": "DISTRUSTS", "weight_delta": 0.0, "weight": 0.6, "reason": "opened up"}
+                     "from_type": "DISTRUSTS", "weight_delta": 0.0, "weight": 0.6, "reason": "opened up",
+                     "quote": quote}
                 )
             elif h % 5 == 1:
                 actions.append(
                     {"action": "DELETE", "source": speaker, "target": other, "type": "TRUSTS",
-                     "from_type": None, "weight_delta": 0.0, "weight": 0.5, "reason": "a doubt"}
+                     "from_type": None, "weight_delta": 0.0, "weight": 0.5, "reason": "a doubt",
+                     "quote": quote}
                 )
             patches.append(
                 {"entity": speaker, "summary": f"{speaker} recently said: {content[:80]}",
-                 "traits_add": ["enthusiastic"] if "!" in content else [], "traits_remove": []}
+                 "traits_add": ["enthusiastic"] if "!" in content else [], "traits_remove": [], "quote": quote}
             )
         return TurnExtraction.model_validate(
             {"entities": entities, "actions": actions, "bio_patches": patches, "facts": facts}
@@ -106,7 +114,7 @@ class DialogueScript:
             events.append(f"{speaker}: {content[:100]}")
             if self.milestone_every and _digest(content) % self.milestone_every == 0:
                 milestones.append({"text": f"{speaker} shared: {content[:100]}", "entities": [speaker],
-                                   "importance": 0.7})
+                                   "importance": 0.7, "quote": content[:160]})
         return HistorianReport.model_validate({"events": events, "milestones": milestones}).model_dump()
 
     def install(self, server: ScriptedLLM) -> ScriptedLLM:
@@ -126,6 +134,18 @@ def participants(dialogue_id: str) -> list[str]:
     return list(dict.fromkeys(row["speaker"] for row in dialogue_turns(dialogue_id, 50)))
 
 
+def dialogue_requests(dialogue_id: str, conversation_id: str, turns: int) -> list[TurnCommitRequest]:
+    """The dialogue's first turns as commit requests. The first one gets the context a chat
+    front end sends (the other participant's greeting in its window), so a relation between
+    the two participants is grounded from the first turn on, as in a real chat."""
+    requests = turn_requests(load_dialogue(DIALOGUES / f"{dialogue_id}.turns.jsonl", turns), conversation_id)
+    first, *others = participants(dialogue_id)
+    if others and not requests[0].window:
+        greeting = ChatMessage(role="assistant", name=others[0], content=f"Hi {first}!")
+        requests[0] = requests[0].model_copy(update={"window": [greeting]})
+    return requests
+
+
 # --- tests of the script ----------------------------------------------------------------------
 
 
@@ -136,14 +156,17 @@ def _request(text: str, schema: str) -> ScriptedRequest:
 
 def test_script_extractor_proposes_actions_between_the_participants() -> None:
     script = DialogueScript(["Caroline", "Melanie"])
-    out = TurnExtraction.model_validate(
-        script.extractor(_request("NEW messages:\nCaroline: Hey Mel! Good to see you!\n\nRelation actions: ...",
-                                  "TurnExtraction"))
-    )
+    prompt = ("Earlier messages, for context only:\nMelanie: Hi Caroline!\n\n"
+              "NEW messages:\nCaroline: Hey Mel! Good to see you!\n\nRelation actions: ...")
+    out = TurnExtraction.model_validate(script.extractor(_request(prompt, "TurnExtraction")))
     assert [e.name for e in out.entities] == ["Caroline"]
     assert out.actions[0].action == "EVOLVE" and out.actions[0].target == "Melanie"
-    assert out.actions[0].weight_delta == 0.1
+    assert out.actions[0].weight_delta == 0.1 and out.actions[0].quote == "Hey Mel! Good to see you!"
     assert out.facts == ["Caroline said: Hey Mel! Good to see you!"]
+    # With nobody else in sight, the script relates the speaker to no one.
+    alone = TurnExtraction.model_validate(script.extractor(_request(
+        "NEW messages:\nCaroline: Hey Mel! Good to see you!\n", "TurnExtraction")))
+    assert alone.actions == [] and [e.name for e in alone.entities] == ["Caroline"]
 
 
 def test_script_without_actions_proposes_none() -> None:

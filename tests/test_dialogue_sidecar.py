@@ -23,10 +23,9 @@ from kg.dialogue import DialogueRepository, LostLockError, TurnWrite
 from kg.dialogue import cypher as dialogue_cypher
 from tasks.dialogue.models import TurnCommitRequest, TurnResult, TurnState
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
-from tasks.dialogue.replay import load_dialogue, turn_requests
 from tests.conftest import REPO_ROOT
 from tests.scripted_llm import ScriptedLLM, ScriptedRequest
-from tests.test_dialogue_scripted import DIALOGUES, DialogueScript, participants
+from tests.test_dialogue_scripted import DialogueScript, dialogue_requests, participants
 
 FULL_TIMELINE = [
     "RECEIVED", "RETRIEVING", "INJECTING", "ACTING", "EXTRACTING", "JUDGING", "HISTORIANING",
@@ -69,7 +68,7 @@ def _conv(name: str) -> str:
 
 
 def _requests(conversation_id: str, turns: int, dialogue: str = "locomo-26") -> list[TurnCommitRequest]:
-    return turn_requests(load_dialogue(DIALOGUES / f"{dialogue}.turns.jsonl", turns), conversation_id)
+    return dialogue_requests(dialogue, conversation_id, turns)
 
 
 def _export(service: DialogueService, path: Path) -> bytes:
@@ -188,30 +187,41 @@ def test_a_failure_inside_the_commit_transaction_writes_nothing_and_frees_the_lo
 
 
 def _action(action: str, source: str, target: str, rel: str, *, delta: float = 0.0, weight: float = 0.5,
-            from_type: str | None = None) -> dict[str, Any]:
+            from_type: str | None = None, quote: str = "") -> dict[str, Any]:
     return {"action": action, "source": source, "target": target, "type": rel, "from_type": from_type,
-            "weight_delta": delta, "weight": weight, "reason": f"{action} {rel}"}
+            "weight_delta": delta, "weight": weight, "reason": f"{action} {rel}", "quote": quote}
 
 
 def test_relation_actions_log_events_and_patch_bios_and_milestones(
     service: DialogueService, scripted: ScriptedLLM
 ) -> None:
     conv = _conv("actions")
+    # What Ann says each turn, and what a careful model extracts from it, quoting her.
+    said = {
+        "turn one": "This is turn one: Bob is my friend now. People call me Annie; I paint and I am kind and shy.",
+        "turn two": "This is turn two. Annie and Bob are friends still, and I love Bob now. I am bold, not shy.",
+        "turn three": "This is turn three. I do not love Bob anymore, and I was never an enemy of Bob.",
+    }
     plans = {
-        "turn one": {"entities": [{"name": "Ann", "kind": "Character", "aliases": ["Annie"]},
-                                  {"name": "Bob", "kind": "Character", "aliases": []}],
-                     "actions": [_action("EVOLVE", "Ann", "Bob", "FRIEND_OF", delta=0.2)],
+        "turn one": {"entities": [{"name": "Ann", "kind": "Character", "aliases": ["Annie"],
+                                   "quote": "People call me Annie"},
+                                  {"name": "Bob", "kind": "Character", "aliases": [], "quote": "Bob is my friend now"}],
+                     "actions": [_action("EVOLVE", "Ann", "Bob", "FRIEND_OF", delta=0.2, quote="Bob is my friend now")],
                      "bio_patches": [{"entity": "Annie", "summary": "A painter.", "traits_add": ["kind", "shy"],
-                                      "traits_remove": []}],
+                                      "traits_remove": [], "quote": "I paint and I am kind and shy"}],
                      "facts": ["Ann paints."]},
         "turn two": {"entities": [],
-                     "actions": [_action("EVOLVE", "Annie", "Bob", "friends with", delta=0.1),
-                                 _action("REPLACE", "Ann", "Bob", "LOVES", weight=0.9, from_type="FRIEND_OF")],
+                     "actions": [_action("EVOLVE", "Annie", "Bob", "friends with", delta=0.1,
+                                         quote="Annie and Bob are friends still"),
+                                 _action("REPLACE", "Ann", "Bob", "LOVES", weight=0.9, from_type="FRIEND_OF",
+                                         quote="I love Bob now")],
                      "bio_patches": [{"entity": "Ann", "summary": None, "traits_add": ["bold"],
-                                      "traits_remove": ["shy"]}],
+                                      "traits_remove": ["shy"], "quote": "I am bold, not shy"}],
                      "facts": []},
-        "turn three": {"entities": [], "actions": [_action("DELETE", "Ann", "Bob", "LOVES"),
-                                                    _action("DELETE", "Ann", "Bob", "ENEMY_OF")],
+        "turn three": {"entities": [], "actions": [_action("DELETE", "Ann", "Bob", "LOVES",
+                                                           quote="I do not love Bob anymore"),
+                                                   _action("DELETE", "Ann", "Bob", "ENEMY_OF",
+                                                           quote="I was never an enemy of Bob")],
                        "bio_patches": [], "facts": []},
     }
 
@@ -219,14 +229,15 @@ def test_relation_actions_log_events_and_patch_bios_and_milestones(
         return next(plan for marker, plan in plans.items() if marker in request.text)
 
     scripted.on(schema="TurnExtraction", respond=extractor)
+    scripted.on(schema="HistorianReport", contains="This is turn", respond={"events": [], "milestones": []})
     scripted.on(schema="HistorianReport", contains="turn two",
                 respond={"events": ["Ann fell for Bob."],
                          "milestones": [{"text": "Ann and Bob became a couple", "entities": ["Annie", "Bob"],
-                                         "importance": 0.9}]})
+                                         "importance": 0.9, "quote": "I love Bob now"}]})
     results = []
     for i, marker in enumerate(plans, start=1):
         request = TurnCommitRequest(conversation_id=conv, turn_id=i,
-                                    messages=[{"role": "user", "name": "Ann", "content": f"This is {marker}."}])
+                                    messages=[{"role": "user", "name": "Ann", "content": said[marker]}])
         results.append(service.commit(request))
     assert all(r.committed for r in results), [r.reason for r in results]
 
@@ -252,7 +263,9 @@ def test_relation_actions_log_events_and_patch_bios_and_milestones(
     assert ann.aliases == ["Annie"] and ann.bio_summary == "A painter."
     assert ann.bio_traits == ["kind", "bold"]
     milestones = repo.milestones(conv)
-    assert [(m.turn_id, m.text) for m in milestones] == [("2", "Ann and Bob became a couple")]
+    assert [(m.turn_id, m.text, m.quote) for m in milestones] == [("2", "Ann and Bob became a couple", "I love Bob now")]
+    assert [e.get("quote") for e in events] == ["Bob is my friend now", "Annie and Bob are friends still",
+                                                "I love Bob now", "I do not love Bob anymore"]
     assert sorted(milestones[0].entity_ids) == ["entity:ann", "entity:bob"]
 
 

@@ -24,7 +24,13 @@ from core.graph_server import graph_endpoint
 from core.settings import Settings
 from tests import process_guard
 from tests.conftest import REPO_ROOT, child_pythonpath
-from tests.scripted_llm import ScriptedLLM, ScriptedRequest, quoting_extraction, scene_text_of, scripted_prose
+from tests.scripted_llm import (
+    ScriptedLLM,
+    ScriptedRequest,
+    quoting_extraction,
+    scene_text_of,
+    scripted_prose,
+)
 
 PREMISE = "A lighthouse keeper finds a letter from a sister who drowned ten years ago."
 CHARACTERS = [

@@ -20,7 +20,7 @@ import yaml
 
 from core.settings import Settings
 from tests.conftest import REPO_ROOT
-from tests.scripted_llm import ScriptedLLM, ScriptedRequest
+from tests.scripted_llm import ScriptedLLM, ScriptedRequest, quoting_extraction, scene_text_of
 from tests.test_novel_e2e import (
     PREMISE,
     export,
@@ -265,15 +265,16 @@ Captain Oren Hale sailed out of Saltmere harbor on the night tide with Ilse Marr
 
 
 def _imported_extraction(request: ScriptedRequest) -> dict[str, object]:
-    entities = [{"name": "Saltmere harbor", "kind": "Location", "description": "A grey port.", "traits": []}]
-    if "Ilse Marrow" in request.last_user:
-        entities.append({"name": "Ilse Marrow", "kind": "Character", "description": "A customs clerk.",
-                         "traits": ["watchful"]})
-    if "Oren Hale" in request.last_user:
-        entities.append({"name": "Captain Oren Hale", "kind": "Character", "description": "A smuggler captain.",
-                         "traits": ["bold"]})
-    rels = [{"source": "Ilse Marrow", "target": "Captain Oren Hale", "type": "DISTRUSTS", "description": ""}]
-    return {"entities": entities, "relationships": rels if len(entities) == 3 else [], "status_changes": []}
+    text = scene_text_of(request)
+    entities = [{"name": "Saltmere harbor", "kind": "Location", "description": "A grey port."},
+                {"name": "Ilse Marrow", "kind": "Character", "description": "A customs clerk.", "traits": ["watchful"]},
+                {"name": "Captain Oren Hale", "kind": "Character", "description": "A smuggler captain.",
+                 "traits": ["bold"]}]
+    rels = [{"source": "Ilse Marrow", "target": "Captain Oren Hale", "type": "DISTRUSTS"}]
+    extraction = quoting_extraction(text, entities, rels)
+    if len(extraction["entities"]) < 3:  # the relationship only where the scene has both
+        extraction["relationships"] = []
+    return extraction
 
 
 def test_import_manuscript_then_continue_it(

@@ -29,7 +29,7 @@ def test_merge_keeps_one_entity_per_name_with_every_scene_as_source() -> None:
     mara = next(e for e in entities if e.name == "Mara Quill")
     assert [s.scene for s in mara.sources] == [1, 2]
     assert mara.traits == ["brave", "stubborn"]
-    assert mara.description == "the lighthouse keeper"
+    assert mara.description == "the lighthouse keeper."  # a finished sentence
     assert next(e for e in entities if e.name == "The Guild").label == "Faction"
     # "is friends with" and FRIEND_OF are one relationship; the self-loop is dropped;
     # an unknown type is kept as RELATES_TO with its raw text.

@@ -52,7 +52,10 @@ def test_the_batch_over_both_dialogues_passes_and_writes_its_report(
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    assert "PASSED" in done.stdout and "40/40 turns committed" in done.stdout
+    # locomo-26 opens with "Hey Mel!": nobody the memory knows yet, so the relation its
+    # extractor proposes for turn 1 is not grounded and the gate blocks the turn (its text is
+    # remembered all the same). Every other turn commits.
+    assert "PASSED" in done.stdout and "39/40 turns committed" in done.stdout
     report_path = Path(re.search(r"report: (\S+)", done.stdout).group(1))  # type: ignore[union-attr]
     out = report_path.parent
     assert out.parent == tmp_path / ".saga" / "regression"
@@ -62,9 +65,12 @@ def test_the_batch_over_both_dialogues_passes_and_writes_its_report(
     assert "## Recall probe" in report and "temporal" in report
 
     turns = pl.read_parquet(out / "turns.parquet")
-    assert turns.height == 40 and turns["committed"].all()
-    assert sorted(turns["dialogue_id"].unique().to_list()) == ["locomo-26", "locomo-30"]
+    assert turns.height == 40 and turns["committed"].sum() == 39
+    opening = turns.filter((pl.col("dialogue_id") == "locomo-26") & (pl.col("turn_id") == 1)).row(0, named=True)
+    assert not opening["committed"] and opening["reason"] == "commit gate: no relation actions"
     assert turns.filter(pl.col("dialogue_id") == "locomo-26")["turn_id"].to_list() == list(range(1, 21))
+    turns = turns.filter(pl.col("committed"))
+    assert sorted(turns["dialogue_id"].unique().to_list()) == ["locomo-26", "locomo-30"]
     assert turns["states"][0].to_list()[-1] == "COMMITTED" and len(turns["state_elapsed_ms"][0]) == 10
     assert (turns["extractor_ms"] > 0).all() and (turns["prompt_tokens"] > 0).all()
     assert (turns["actions_evolve"] > 0).all() and turns["milestones"].sum() > 0

@@ -56,7 +56,11 @@ def _msg(speaker: str, content: str, n: int) -> dict[str, Any]:
 
 def _turn(conv: str, n: int, content: str, speaker: str | None = None) -> dict[str, Any]:
     speaker = speaker or SPEAKERS[n % 2]
-    return {"conversation_id": conv, "turn_id": n, "messages": [_msg(speaker, content, n)]}
+    # The chat before the turn, as front ends send it: the other participant is in it, so a
+    # relation between the two is grounded in the conversation.
+    other = next(s for s in SPEAKERS if s != speaker)
+    return {"conversation_id": conv, "turn_id": n, "messages": [_msg(speaker, content, n)],
+            "window": [_msg(other, f"Hi {speaker}, how are you?", 0)]}
 
 
 LINES = [
@@ -207,12 +211,16 @@ def test_read_back_pages_and_search(client: TestClient) -> None:
     friend = next(r for r in relations if r["type"] == "FRIEND_OF" and r["source_name"] == "Melanie")
     assert [e["turn_id"] for e in friend["events"]] == ["1", "3", "5"]
     assert friend["events"][0]["action"] == "EVOLVE" and friend["weight"] == friend["events"][-1]["weight_after"]
+    # Each change carries its evidence, the words of its turn; the relation, its latest one's.
+    assert [e["quote"] in " ".join(LINES[int(e["turn_id"]) - 1].split()) for e in friend["events"]] == [True] * 3
+    assert friend["quote"] == friend["events"][-1]["quote"] and len(friend["quote"].split()) >= 3
     first = client.get(f"{base}/turns", params={"offset": 0, "limit": 2}).json()
     rest = client.get(f"{base}/turns", params={"offset": 2, "limit": 10}).json()
     assert first["page"]["total"] == 5 and [t["turn_id"] for t in first["items"]] == ["1", "2"]
     assert [t["turn_id"] for t in rest["items"]] == ["3", "4", "5"] and all(t["committed"] for t in rest["items"])
     milestones = client.get(f"{base}/milestones").json()
     assert milestones["page"]["total"] == len(milestones["items"])
+    assert all(m["quote"] and m["quote"] in " ".join(LINES[int(m["turn_id"]) - 1].split()) for m in milestones["items"])
     found = client.get(f"{base}/search", params={"q": "adoption agency interview", "k": 3}).json()
     # Turn 5 holds these words (a turn's lexical document also holds its neighbour, so 4 may rank too).
     assert "5" in [t["turn_id"] for t in found["turns"][:2]]

@@ -103,21 +103,26 @@ class TurnEvidence:
     def __init__(self, text: str, known: list[DialogueEntity], speakers: list[str]) -> None:
         self.source = SourceText(text)
         self.known = KnownNames([[e.name, *e.aliases] for e in known] + [[s] for s in speakers if s.strip()])
+        # The chat's participants are in every turn: "I" and "you" name them.
+        self.participants = {vocab.name_key(s) for s in speakers if s.strip()}
         self.names: set[str] = set()  # name keys of the turn's grounded entities
 
     def name_problem(self, name: str) -> str | None:
+        if vocab.name_key(name) in self.participants:
+            return None
         if self.known.is_known(name):
             return None if self.known.referred(name, self.source) else "a known name the messages do not mention"
         return name_problem(name) or (None if self.source.names(name) else "name not in the messages")
 
     def quote_problem(self, quote: str, *named: str) -> str | None:
         problem = self.source.quote_problem(quote)
-        if problem is None and named and not any(mentions(SourceText(quote), n, self.known) for n in named):
+        if problem is None and named and not any(vocab.name_key(n) in self.participants
+                                                 or mentions(SourceText(quote), n, self.known) for n in named):
             problem = "the quote does not name it"
         return problem
 
     def endpoint_problem(self, name: str, quote: str) -> str | None:
-        if vocab.name_key(name) in self.names:
+        if vocab.name_key(name) in self.names | self.participants:
             return None
         problem = self.name_problem(name)
         if problem is not None or self.known.is_known(name):
@@ -139,7 +144,7 @@ def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity], text: str,
         if problem is not None:
             plan.dropped.append(f"entity {entity.name[:80]!r}: {problem}")
             continue
-        evidence.names.add(vocab.name_key(entity.name))
+        evidence.names.update(vocab.name_key(n) for n in (entity.name, *entity.aliases))
         resolver.resolve(entity.name, entity.kind, entity.aliases)
         plan.proposed_kinds[vocab.name_key(entity.name)] = vocab.normalize_label(entity.kind)[0]
     for action in raw.actions:
