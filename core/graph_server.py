@@ -16,10 +16,10 @@ import fcntl
 import json
 import logging
 import os
-import sys
 import secrets
 import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
