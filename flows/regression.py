@@ -485,4 +485,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main, "regression", sys.argv[1:], end_process=True)
+    run_main(main, "regression", sys.argv[1:])
