@@ -109,6 +109,10 @@ class TimeSpan:
     phrase: str = ""
     grain: str = "day"
 
+    @property
+    def days(self) -> int:
+        return (self.end - self.start).days + 1
+
     def overlaps(self, other: TimeSpan) -> bool:
         return self.start <= other.end and other.start <= self.end
 
@@ -129,6 +133,17 @@ class QueryDate:
 
     span: TimeSpan | None = None
     month: int | None = None
+
+    @property
+    def precise(self) -> bool:
+        """A day, a week or a month of a known year (not a year, not "May" of any year)."""
+        return self.span is not None and self.span.days <= 31
+
+    def contains(self, span: TimeSpan) -> bool:
+        """`span` lies within this date, and this date is at most a month of a known year:
+        "on May 3, 2023" holds "yesterday" said on May 4, not "last week"; "in 2022" or
+        "in May" (any year) would tie a question to too many turns to tell one from another."""
+        return self.precise and self.span is not None and self.span.start <= span.start and span.end <= self.span.end
 
     def matches(self, span: TimeSpan) -> bool:
         if self.span is not None:
