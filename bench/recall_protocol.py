@@ -263,6 +263,12 @@ def _changed(params: RecallParams) -> str:
     return ", ".join(f"{k}={v:g}" for k, v in diff.items()) or "(reference values)"
 
 
+def _consensus(knob: str, chosen: list[RecallParams]) -> float:
+    values = [getattr(p, knob) for p in chosen]
+    reference = getattr(REFERENCE, knob)
+    return max(set(values), key=lambda v: (values.count(v), -abs(v - reference)))
+
+
 def _short(name: str) -> str:
     return name.rsplit("-", 1)[-1]
 
@@ -328,6 +334,13 @@ def run(paths: list[Path], cache_dir: Path | None) -> dict[str, object]:
         print(f"  {knob} [{getattr(REFERENCE, knob):g}]: "
               + "; ".join(f"{v} by {len(f)} ({', '.join(f)})" for v, f in by_value.items()))
 
+    consensus = RecallParams(**{**DEFAULT_PARAMS.model_dump(), **{knob: _consensus(knob, [p for _, _, p in folds])
+                                                                    for knob in KNOBS}})
+    print(f"the folds' choice (per knob, the value most folds chose; a tie goes to the value nearer the "
+          f"reference): {_changed(consensus)}")
+    if consensus != DEFAULT_PARAMS:
+        print(f"  NOTE: core.recall.DEFAULT_PARAMS differs from it ({_changed(DEFAULT_PARAMS)})")
+
     reference = [r for d in dialogues for r in scores(d, REFERENCE)]
     defaults = [r for d in dialogues for r in scores(d, DEFAULT_PARAMS)]
     print(f"\nreference values (before the protocol) on all dialogues: recall@10 {pooled(reference):.3f}, "
@@ -348,6 +361,7 @@ def run(paths: list[Path], cache_dir: Path | None) -> dict[str, object]:
               + ", ".join(f"{n} {v:.3f}" for n, v in forced.items()))
     print(f"\n(done in {time.perf_counter() - started:.0f} s)")
     return {"folds": rows, "summary": summary, "choices": choices, "alternatives": alternatives,
+            "consensus": consensus.model_dump(),
             "reference_all": round(pooled(reference), 4), "defaults_all": round(pooled(defaults), 4)}
 
 
