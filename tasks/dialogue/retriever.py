@@ -233,13 +233,17 @@ def turn_text(messages: list[ChatMessage]) -> str:
 
 
 def linked_turns(conversation_id: str, mentioned: list[DialogueEntity], relations: list[DialogueRelation],
-                 ) -> list[str]:
+                 speakers: set[str] | None = None) -> list[str]:
     """Keys of the turns the graph's facts about the entities a query names were extracted
     from, strongest first: the turns that started or ended each relation touching them
     (strongest relation first), then the turns that first and last mentioned each entity.
+    The conversation's speakers are left out: facts about them come from every other turn
+    (the speaker boost covers them).
     Recall ranks them as a ranker of their own (core.recall `linked`): a turn that says
     "I finally brought him home" is tied to a question about Max through the relation the
     extractor drew from it, though it never names him."""
+    spoken = {vocab.normalize_name(s) for s in speakers or set()}
+    mentioned = [e for e in mentioned if vocab.normalize_name(e.name) not in spoken]
     focus = {e.entity_id for e in mentioned}
     turns: list[str | None] = []
     for relation in sorted((r for r in relations if r.source_id in focus or r.target_id in focus),
@@ -284,7 +288,7 @@ def retrieve(
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
         vector = query_vector() if query_vector is not None else gateway.embed([query], purpose=purpose)[0]
         recalled_turns = index.search(query, vector, recall_k, _names(index, snapshot.entities),
-                                      linked_turns(conversation_id, mentioned, snapshot.relations))
+                                      linked_turns(conversation_id, mentioned, snapshot.relations, index.speakers))
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,
@@ -324,4 +328,4 @@ def recall(
     vector = gateway.embed([query], purpose=purpose)[0]
     mentioned = mentioned_entities(snapshot.entities, query)
     return index.search(query, vector, k, _names(index, snapshot.entities),
-                        linked_turns(conversation_id, mentioned, snapshot.relations))
+                        linked_turns(conversation_id, mentioned, snapshot.relations, index.speakers))
