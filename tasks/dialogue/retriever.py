@@ -300,13 +300,6 @@ def retrieve(
     )
 
 
-def sync_memory(repo: DialogueRepository, index: TurnMemoryIndex, conversation_id: str) -> None:
-    """Top the index up with the turns remembered since its cursor (index lookups only)."""
-    after_seq, anchor = index.cursor()
-    _, reset, rows = repo.memory_since(conversation_id, after_seq, anchor)
-    index.sync(rows, reset=reset)
-
-
 def recall(
     repo: DialogueRepository,
     gateway: LLMGateway,
