@@ -197,7 +197,7 @@ def test_a_session_that_matches_raises_its_turns() -> None:
     assert hits["t2"].score > hits["t3"].score and "session" in hits["t2"].signals
     # Look-alike: without session relevance the two snack turns are judged on their own.
     hits = {h.key: h for h in index.search("pottery class snacks", None, 5,
-                                           params=RecallParams(neighbour_share=0.0))}
+                                           params=RecallParams(neighbour_share=0.0, session_share=0.0))}
     assert all("session" not in h.signals for h in hits.values())
 
 
