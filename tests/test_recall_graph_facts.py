@@ -1,10 +1,11 @@
 """Graph facts as a recall signal, end to end: the real graph, the scripted model over real HTTP.
 
 The tiny local model's facts cannot show this, so the scripted extractor draws the facts a
-capable one would: the turn where Nate shows his new dog names no dog ("Meet the newest member
-of the family!"), but the extractor ties the entity Max to it through a relation. A question
-about Max must then reach that turn through the graph (the `linked` signal), and a question
-that names no known entity must not get the signal.
+capable one would: the turn where Nate shows his new dog says "Meet Max, the newest member of
+the family!", and the extractor ties the entity Max (also "the puppy") to it through a
+relation, quoting it. A question about the puppy, a word that turn never uses, must then reach
+that turn through the graph (the `linked` signal), and a question that names no known entity
+must not get the signal.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tests.scripted_llm import ScriptedLLM, ScriptedRequest
 from tests.test_dialogue_scripted import DialogueScript, new_lines
 
 TURNS = [
-    ("Nate", "Meet the newest member of the family! He chewed my slippers already."),
+    ("Nate", "Meet Max, the newest member of the family! He chewed my slippers already."),
     ("Joanna", "Oh he is adorable, what a fluffy face!"),
     ("Nate", "I won a gaming tournament last week, so the timing was perfect."),
     ("Joanna", "I finished my screenplay draft and printed it yesterday."),
@@ -36,10 +37,12 @@ class _FactScript(DialogueScript):
     def extractor(self, request: ScriptedRequest) -> dict[str, Any]:
         proposal = super().extractor(request)
         if any("newest member of the family" in content for _, content in new_lines(request)):
-            proposal["entities"].append({"name": "Max", "kind": "Character", "aliases": ["the puppy"]})
+            quote = "Meet Max, the newest member of the family!"
+            proposal["entities"].append({"name": "Max", "kind": "Character", "aliases": ["the puppy"],
+                                         "quote": quote})
             proposal["actions"].append({"action": "EVOLVE", "source": "Nate", "target": "Max", "type": "OWNS",
                                         "from_type": None, "weight_delta": 0.3, "weight": 0.9,
-                                        "reason": "Nate got a dog"})
+                                        "reason": "Nate got a dog", "quote": quote})
             proposal["facts"].append("Nate adopted a dog named Max")
         return TurnExtraction.model_validate(proposal).model_dump()
 
@@ -71,7 +74,7 @@ def _commit_all(service: DialogueService, conversation_id: str) -> None:
 def test_a_question_about_an_entity_reaches_the_turn_its_facts_came_from(service: DialogueService) -> None:
     conversation_id = f"test-facts-{uuid.uuid4().hex[:8]}"
     _commit_all(service, conversation_id)
-    hits = service.recall(conversation_id, "When did Nate get Max?", 3)
+    hits = service.recall(conversation_id, "When did Nate get the puppy?", 3)
     linked = [h for h in hits if "linked" in h.signals]
     assert linked and linked[0].source_refs == ["D1:1"]
     assert hits[0].source_refs == ["D1:1"], [(h.source_refs, h.signals) for h in hits]

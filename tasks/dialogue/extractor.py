@@ -220,7 +220,8 @@ def extract(
         turn_lines=[m.line() for m in messages],
     )
     raw = gateway.structured(route.tier, prompt, TurnExtraction, purpose=purpose, model=route.model)
-    speakers = list(dict.fromkeys(m.speaker for m in (*window, *messages)))
+    # The chat's participants: whoever spoke before (remembered or in the window) or now.
+    speakers = list(dict.fromkeys([*retrieval.speakers, *(m.speaker for m in (*window, *messages))]))
     return raw, plan_extraction(raw, retrieval.known_entities, turn_text(messages), speakers)
 
 

@@ -50,6 +50,7 @@ class Retrieval(BaseModel):
     milestones: list[DialogueMilestone] = Field(default_factory=list)
     recalled: list[RecalledTurn] = Field(default_factory=list)
     stored_turns: int = 0
+    speakers: list[str] = Field(default_factory=list, description="who has spoken in the conversation so far")
     query_vector: list[float] | None = Field(
         None, description="the messages' embedding when recall computed one (the commit reuses it)"
     )
@@ -296,6 +297,7 @@ def retrieve(
         milestones=snapshot.milestones,
         recalled=recalled_turns,
         stored_turns=snapshot.turn_count,
+        speakers=sorted(index.speakers),
         query_vector=[float(x) for x in vector] if vector is not None else None,
     )
 
