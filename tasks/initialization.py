@@ -155,10 +155,16 @@ def world_with_names(world: OutlineRelationships, character_names: tuple[str, ..
     cast and those places only: both ends of each must be someone or somewhere of the bible."""
     log = get_run_logger()
     places = []
-    known = {vocab.normalize_name(n) for n in character_names}
+    cast = {vocab.normalize_name(n) for n in character_names}
+    known = set(cast)
     for place in world.locations:
         key = vocab.normalize_name(place.name)
-        problem = name_problem(place.name, titles) if key not in known else "already a character's name"
+        if key in cast:
+            problem: str | None = "already a character's name"
+        elif key in known:
+            problem = "already a place of the outline"
+        else:
+            problem = name_problem(place.name, titles)
         if problem is None and key:
             known.add(key)
             places.append(place)
