@@ -4,7 +4,8 @@ A request is untrusted input (HTTP body, CLI file). Every rule it must meet is a
 these models (a length, a pattern, a range, a strict type, one conditional), so the JSON schema
 pydantic derives from them, which the OpenAPI document publishes, states exactly what is
 enforced: a request the document allows is accepted, one it forbids is refused with one line
-(INVALID_REQUEST). Validation is strict: `true` is not `1`, `"5"` is not `5`.
+(INVALID_REQUEST). Validation is strict: `true` is not `1`, `"5"` is not `5` (but `5.0` is,
+as JSON Schema reads it).
 
 Lengths count characters (Unicode code points), as JSON Schema's `maxLength` does. What JSON
 Schema cannot state, the size of a whole body in bytes, is the transport's limit
@@ -71,6 +72,17 @@ ConversationId = Annotated[
     StringConstraints(min_length=1, max_length=200, pattern=NAME_PATTERN),
     Field(description="the conversation: 1-200 characters, not blank, no control characters"),
 ]
+def _integral(value: Any) -> Any:
+    """A JSON number with no fraction is an integer to JSON Schema (36.0 is 36): strictness
+    refuses strings and booleans, not that spelling."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: An integer field: a JSON integer (36, or 36.0), never a string or a boolean.
+JsonInt = Annotated[int, Strict(), BeforeValidator(_integral)]
+
 _TURN_ID_RULE = (f"must be an integer 0..{MAX_TURN_NUMBER}, or 1-100 characters with a visible one and no "
                  "control character")
 
@@ -85,7 +97,7 @@ def _one_turn_id_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any
 
 #: A turn id: an integer, or a name (not blank, no control characters). 7 and "7" are the same turn.
 TurnId = Annotated[
-    Annotated[int, Strict(), Field(ge=0, le=MAX_TURN_NUMBER)]
+    Annotated[int, Strict(), Field(ge=0, le=MAX_TURN_NUMBER), BeforeValidator(_integral)]
     | Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=NAME_PATTERN)],
     WrapValidator(_one_turn_id_error),
     Field(description=f"{_TURN_ID_RULE.removeprefix('must be ')}; 7 and \"7\" name the same turn"),
@@ -191,7 +203,7 @@ class ActorConfig(_Request):
         description="recorded: the turn's messages are final; generate: the actor writes the reply",
     )
     speaker: Name | None = Field(None, description="who the actor plays (generate)")
-    max_words: int = Field(80, ge=5, le=1000)
+    max_words: JsonInt = Field(80, ge=5, le=1000)
 
 
 #: JSON Schema for TurnConfig's one cross-field rule (the model validator below enforces it).
@@ -211,8 +223,8 @@ class TurnConfig(_Request):
     db: DbConfig | None = None
     models: SlotModels = Field(default_factory=SlotModels)
     actor: ActorConfig = Field(default_factory=ActorConfig)
-    token_budget: int = Field(1024, ge=64, le=32_768, description="tokens for the injection_packet")
-    recall_k: int = Field(5, ge=0, le=50, description="earlier turns recalled by hybrid search")
+    token_budget: JsonInt = Field(1024, ge=64, le=32_768, description="tokens for the injection_packet")
+    recall_k: JsonInt = Field(5, ge=0, le=50, description="earlier turns recalled by hybrid search")
     require_actions: bool = Field(True, description="commit gate: block turns with no relation action")
 
     @model_validator(mode="after")
