@@ -518,3 +518,83 @@ def test_allowed_request_db_password_is_used_but_never_logged(
         assert secret not in repr(GraphEndpoint("bolt://127.0.0.1:1", "neo4j", secret, "neo4j", embedded=False))
     finally:
         svc.close()
+
+
+# --- every answer documented: ids with "/", bugs, an unreachable graph (issue 24) ----------------
+
+
+def test_a_conversation_id_holding_a_slash_is_read_back_whole(client: TestClient) -> None:
+    conv = f"regression-{uuid.uuid4().hex[:6]}/locomo-26"
+    assert client.post(COMMIT_PATH, json=_turn(conv, 1, LINES[0])).json()["committed"]
+    turns = client.get(f"{CONVERSATIONS_PATH}/{conv.replace('/', '%2F')}/turns")
+    assert turns.status_code == 200 and turns.json()["conversation_id"] == conv
+    assert [t["turn_id"] for t in turns.json()["items"]] == ["1"]
+    # The look-alike: the part after the slash alone is another (empty) conversation.
+    other = client.get(f"{CONVERSATIONS_PATH}/locomo-26/turns").json()
+    assert other["items"] == [] and other["conversation_id"] == "locomo-26"
+    bad = client.get(f"{CONVERSATIONS_PATH}/%01/turns")
+    assert bad.status_code == 400 and "conversation_id" in bad.json()["reason"]
+
+
+def test_a_bug_is_a_documented_500_and_nothing_is_written(
+    client: TestClient, service: DialogueService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tasks.dialogue.turn
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a planted bug")
+
+    conv = _conv()
+    monkeypatch.setattr(tasks.dialogue.turn, "commit_gate", broken)
+    response = client.post(COMMIT_PATH, json=_turn(conv, 1, LINES[0]))
+    assert response.status_code == 500
+    data = response.json()
+    assert (data["state"], data["error_kind"], data["retryable"]) == ("ROLLED_BACK", "internal", False)
+    assert "a planted bug" in data["reason"] and "\n" not in data["reason"]
+    assert DialogueRepository(service.store).get_turn(f"{conv}:1") is None
+    monkeypatch.undo()
+    # The conversation's lock was released: the same turn commits now.
+    assert client.post(COMMIT_PATH, json=_turn(conv, 1, LINES[0])).json()["committed"]
+    # A read that raises answers 500 with an ApiError body.
+    monkeypatch.setattr(DialogueRepository, "memory_page", broken)
+    with TestClient(create_app(service), raise_server_exceptions=False) as tolerant:
+        failed = tolerant.get(f"{CONVERSATIONS_PATH}/{conv}/turns")
+    assert failed.status_code == 500 and failed.json()["code"] == "INTERNAL"
+    assert "a planted bug" in failed.json()["reason"]
+
+
+def test_an_unreachable_graph_gets_each_operations_documented_503(settings: Settings) -> None:
+    from core.graph_server import free_port
+
+    dead = settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{free_port()}", "graph_connect_attempts": 1})
+    svc = DialogueService(dead)
+    try:
+        with TestClient(create_app(svc)) as down:
+            spec = down.get("/openapi.json").json()
+            calls = [
+                ("post", COMMIT_PATH, {"json": _turn(_conv(), 1, LINES[0])}),
+                ("post", REWIND_PATH, {"json": {"conversation_id": _conv(), "before_turn": 1}}),
+                ("post", MEMORY_QUERY_PATH, {"json": {"conversation_id": _conv(), "messages": [_msg("A", "hi", 1)]}}),
+                ("get", f"{CONVERSATIONS_PATH}/{_conv()}/turns", {}),
+                ("get", HEALTH_PATH, {}),
+            ]
+            for method, path, kwargs in calls:
+                response = getattr(down, method)(path, **kwargs)
+                assert response.status_code == 503, (path, response.text)
+                assert response.headers["retry-after"] == "1", path
+                assert "unreachable" in response.json()["reason"], path
+                template = path if path in spec["paths"] else f"{CONVERSATIONS_PATH}/{{conversation_id}}/turns"
+                assert "503" in spec["paths"][template][method]["responses"], path
+    finally:
+        svc.close()
+
+
+def test_the_service_answers_bad_rewind_ids_without_raising(settings: Settings) -> None:
+    svc = DialogueService(settings)
+    try:
+        for before in ("\x01", "  ", "x" * 101, -1):
+            outcome = svc.rewind(_conv(), before)  # type: ignore[arg-type]
+            assert not outcome.ok and outcome.code == "INVALID_REQUEST" and "before_turn" in (outcome.reason or "")
+        assert svc.rewind(" ", "1").code == "INVALID_REQUEST"
+    finally:
+        svc.close()
