@@ -23,7 +23,13 @@ from api.openapi import build_openapi
 from api.schemas import ApiError
 from api.security import SidecarSecurity
 from api.statuses import RETRY_AFTER_S
-from core.errors import EmbeddedServiceError, GraphUnavailableError, GraphWriteError, LLMError, LLMFatalError
+from core.errors import (
+    EmbeddedServiceError,
+    GraphUnavailableError,
+    GraphWriteError,
+    LLMError,
+    LLMFatalError,
+)
 from tasks.dialogue.pipeline import DialogueService
 
 log = logging.getLogger("skald.dialogue")

@@ -16,10 +16,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from api import COMMIT_PATH, HEALTH_PATH, RETRY_PATH
 from core.cli import run_main
 from core.graph_server import free_port, graph_endpoint
 from core.settings import Settings
-from api import COMMIT_PATH, HEALTH_PATH, RETRY_PATH
 from flows.dialogue import main
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.pipeline import DialogueService

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from core.settings import load_settings
 from api import turn_status
+from core.settings import load_settings
 from kg.dialogue import DialogueEntity, DialogueRelation, MemoryRow
 from prompts.dialogue.models import HistorianReport, TurnExtraction
 from tasks.dialogue.extractor import plan_extraction

@@ -14,9 +14,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from core.cli import run_main
-from core.llm import LLMGateway
-from core.settings import Settings, load_settings
 from api import (
     COMMIT_PATH,
     CONVERSATIONS_PATH,
@@ -28,6 +25,9 @@ from api import (
     create_app,
     is_loopback,
 )
+from core.cli import run_main
+from core.llm import LLMGateway
+from core.settings import Settings, load_settings
 from flows.dialogue import main
 from kg.dialogue import DialogueRepository
 from kg.transfer import dumps_export

@@ -27,9 +27,9 @@ ORIGIN = "http://127.0.0.1:8000"
 def main() -> int:
     import uvicorn
 
+    from api import SidecarSecurity, create_app
     from core.graph_server import free_port
     from core.settings import load_settings
-    from api import SidecarSecurity, create_app
     from tasks.dialogue.pipeline import DialogueService, SidecarOptions
     from tests.scripted_llm import ScriptedLLM
     from tests.test_dialogue_scripted import DialogueScript
