@@ -26,6 +26,7 @@ hypothesis are what generate (this module only serves and counts).
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -65,6 +66,8 @@ class FuzzReport:
     statuses: Counter[str] = field(default_factory=Counter)
     #: Requests by how schemathesis generated them: positive (schema-valid) or negative.
     modes: Counter[str] = field(default_factory=Counter)
+    #: Schema-valid requests answered with something else than 2xx, by "status error_kind".
+    positive_refusals: Counter[str] = field(default_factory=Counter)
     #: Schema-valid requests refused with the documented 413 (the body over MAX_BODY_BYTES).
     documented_rejections: list[str] = field(default_factory=list)
 
@@ -81,6 +84,8 @@ class FuzzReport:
                      f"({dict(sorted(self.modes.items()))}); statuses: {dict(sorted(self.statuses.items()))}")
         lines.append(f"schema-valid requests refused with the documented 413 (body over the size limit): "
                      f"{len(self.documented_rejections)}")
+        lines.append("schema-valid requests not answered 2xx, by status and error_kind (each a documented "
+                     f"answer): {dict(sorted(self.positive_refusals.items()))}")
         return "\n".join(lines)
 
 
@@ -168,6 +173,19 @@ def _count(report: FuzzReport, ndjson: Path) -> None:
                 _count_recorder(report, body.get("recorder") or {})
 
 
+def _error_kind(response: dict[str, Any]) -> str:
+    """The `error_kind` (else `code`) of a response body schemathesis recorded."""
+    content = response.get("content") or {}
+    raw = content.get("$base64") if isinstance(content, dict) else None
+    try:
+        body = json.loads(base64.b64decode(raw)) if raw else json.loads(response.get("body") or "null")
+    except (ValueError, TypeError):
+        return "?"
+    if not isinstance(body, dict):
+        return "?"
+    return str(body.get("error_kind") or body.get("code") or "-")
+
+
 def _count_recorder(report: FuzzReport, recorder: dict[str, Any]) -> None:
     cases = recorder.get("cases") or {}
     report.generated += len(cases)
@@ -181,6 +199,9 @@ def _count_recorder(report: FuzzReport, recorder: dict[str, Any]) -> None:
         meta = ((cases.get(case_id) or {}).get("value") or {}).get("meta") or {}
         mode = str((meta.get("generation") or {}).get("mode", "?"))
         report.modes[mode] += 1
+        if mode == "positive" and not status.startswith("2"):
+            # Schema-valid, not accepted: which documented answer it got (status and error_kind).
+            report.positive_refusals[f"{status} {_error_kind(response)}"] += 1
         if mode == "positive" and status == "413":
             # The documented exception: schema-valid, over the body limit JSON Schema cannot state.
             report.documented_rejections.append(f"{interaction['request']['method']} {interaction['request']['uri']}")
