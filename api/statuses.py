@@ -106,19 +106,23 @@ def _either(description: str, *models: type[BaseModel], headers: bool = False) -
 _UNAUTHORIZED = {"model": ApiError, "description": "no or a wrong bearer token (the server has one)"}
 
 
-def call_responses(result: type[BaseModel], *, forbidden: bool, conflict: str) -> dict[int | str, dict[str, Any]]:
-    """The responses of an operation whose body is parsed into a service call."""
+def call_responses(
+    result: type[BaseModel], *, forbidden: bool, conflict: str | None
+) -> dict[int | str, dict[str, Any]]:
+    """The responses of an operation whose body is parsed into a service call (403 and 409 only
+    where the operation can answer them)."""
     responses: dict[int | str, dict[str, Any]] = {
         400: {"model": result, "description": "INVALID_REQUEST (malformed): the body breaks the schema, or is "
               "not JSON or not UTF-8; `reason` names the first bad field"},
         401: _UNAUTHORIZED,
-        409: {"model": result, "headers": _RETRY_AFTER, "description": conflict},
         413: {"model": result, "description": f"INVALID_REQUEST (too_large): the body is over {MAX_BODY_BYTES} bytes"},
         500: _either("internal error (a bug): nothing was written", result, ApiError),
         503: {"model": result, "headers": _RETRY_AFTER,
               "description": "rolled back or unavailable, retryable (LLM or graph unavailable, a timeout): "
               "nothing was written; retry after Retry-After seconds"},
     }
+    if conflict is not None:
+        responses[409] = {"model": result, "headers": _RETRY_AFTER, "description": conflict}
     if forbidden:
         responses[403] = {"model": result, "description": "INVALID_REQUEST (forbidden): config.db names another "
                           "graph than the served one, or carries a password, and the server runs without "
@@ -136,8 +140,7 @@ REWIND_CONFLICT = ("IN_PROGRESS (busy, retryable, Retry-After): another turn of 
 
 TURN_RESPONSES = call_responses(TurnResult, forbidden=True, conflict=TURN_CONFLICT)
 REWIND_RESPONSES = call_responses(RewindResult, forbidden=False, conflict=REWIND_CONFLICT)
-MEMORY_RESPONSES = {k: v for k, v in call_responses(MemoryQueryResult, forbidden=True, conflict="").items()
-                    if k != 409}
+MEMORY_RESPONSES = call_responses(MemoryQueryResult, forbidden=True, conflict=None)
 
 READ_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ApiError, "description": "INVALID_REQUEST: a path or query parameter breaks its rules"},
