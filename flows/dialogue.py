@@ -269,8 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = _options(args)
 
     if args.command == "openapi":
-        service = DialogueService(settings, options=options)
-        text = json.dumps(create_app(service).openapi(), indent=2, sort_keys=True) + "\n"
+        service = DialogueService(settings, options=options)  # never connects: the document needs no graph
+        try:
+            text = json.dumps(create_app(service).openapi(), indent=2, sort_keys=True) + "\n"
+        finally:
+            service.close()
         if args.out is None:
             sys.stdout.write(text)
         else:
