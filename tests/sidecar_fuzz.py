@@ -75,6 +75,14 @@ class FuzzReport:
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.failures
 
+    def summary(self) -> dict[str, Any]:
+        """What a caller asserts on (tests/test_sidecar_fuzz.py), as JSON."""
+        return {"exit_code": self.exit_code, "ok": self.ok, "generated": self.generated, "requests": self.requests,
+                "checks": {name: dict(counts) for name, counts in self.checks.items()},
+                "failures": self.failures, "statuses": dict(self.statuses), "modes": dict(self.modes),
+                "positive_refusals": dict(self.positive_refusals),
+                "documented_rejections": self.documented_rejections, "output": self.output}
+
     def table(self) -> str:
         lines = [f"{'check':32} {'passed':>8} {'failed':>8}"]
         for name in sorted(self.checks):
@@ -243,11 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"schemathesis' seed (default {DEFAULT_SEED})")
     parser.add_argument("--workers", type=int, default=2, help="concurrent schemathesis workers (default 2)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "fuzz", help="report folder")
+    parser.add_argument("--summary", type=Path, default=None, help="also write the counts as JSON to this file")
     args = parser.parse_args(argv)
     started = time.monotonic()
     with scripted_settings() as settings, served_sidecar(settings) as url:
         report = run_schemathesis(url, max_examples=args.max_examples, seed=args.seed, workers=args.workers,
                                   report_dir=args.out)
+    if args.summary is not None:
+        args.summary.write_text(json.dumps(report.summary(), indent=1), encoding="utf-8")
     print(report.output)
     print(report.table())
     for failure in report.failures[:50]:
