@@ -72,6 +72,7 @@ def child_pythonpath() -> str:
 
 
 _SUBREAPER = pytest.StashKey[bool]()
+_EXIT_STATUS = pytest.StashKey[int]()
 _BEFORE = pytest.StashKey[set[int]]()
 _RECORD_DIR = pytest.StashKey[Path]()
 
@@ -96,6 +97,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from core.llm_server import stop_local_servers
 
     stop_local_servers()  # what an atexit hook would stop later: the session's own servers
+    from core.graph_server import EmbeddedArcadeDB
+
+    # The session's embedded graph is stopped here, its files closed, rather than at exit: see
+    # pytest_unconfigure for why the process then leaves without the JVM's own shutdown.
+    for graph in list(EmbeddedArcadeDB._instances.values()):
+        graph.stop()
+    config.stash[_EXIT_STATUS] = int(session.exitstatus)
     started = {p.pid for p in process_guard.descendants(os.getpid())} - config.stash[_BEFORE]
     left = process_guard.wait_until_gone(started, PROCESS_EXIT_GRACE_S)
     how = "orphans re-parented to this session included" if config.stash[_SUBREAPER] else "direct descendants only"
@@ -225,3 +233,19 @@ def prefect_api() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Leave with the session's exit status once everything is reported, skipping the
+    interpreter's own teardown. After a sidecar served many requests in this process (the
+    uvicorn server of tests/sidecar_fuzz.py over the session graph, or only the suite's other
+    sidecar tests), JPype's JVM termination at exit died with SIGSEGV (`_JTerminate`; ArcadeDB's
+    `stop` before that when it ran at exit): every test passed and the run still exited 139.
+    The graph was stopped cleanly in pytest_sessionfinish; nothing is left to do at exit."""
+    status = config.stash.get(_EXIT_STATUS, None)
+    if status is None or not config.stash.get(_RECORD_DIR, None):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
