@@ -212,7 +212,7 @@ def client(service: DialogueService) -> Iterator[TestClient]:
     """The sidecar's FastAPI app around `service`, through Starlette's test client."""
     from fastapi.testclient import TestClient
 
-    from flows.dialogue import create_app
+    from api import create_app
 
     with TestClient(create_app(service)) as test_client:
         yield test_client
@@ -225,3 +225,4 @@ def prefect_api() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
