@@ -269,6 +269,13 @@ def test_relation_actions_log_events_and_patch_bios_and_milestones(
     assert sorted(milestones[0].entity_ids) == ["entity:ann", "entity:bob"]
 
 
+def _said(conversation_id: str, turn: int, speaker: str, text: str, window: list[tuple[str, str]]) -> TurnCommitRequest:
+    return TurnCommitRequest.model_validate({
+        "conversation_id": conversation_id, "turn_id": turn,
+        "messages": [{"role": "user", "name": speaker, "content": text}],
+        "window": [{"role": "user", "name": n, "content": c} for n, c in window]})
+
+
 def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
     service: DialogueService, scripted: ScriptedLLM, tmp_path: Path
 ) -> None:
@@ -277,20 +284,23 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
     assert service.commit(requests[0]).committed
     before = _facts_export(service, tmp_path / "before.json")
 
+    # The model reports the chat's own two speakers as an identity conflict: the graph shows no
+    # name bound twice, so it is dismissed (with why) and the turn commits.
     speaker = requests[1].messages[0].speaker
     scripted.on(schema="JudgeVerdict", times=1, respond={
-        "identity_conflicts": [{"entity": speaker, "conflicts_with": "someone else", "reason": "two people"}],
+        "identity_conflicts": [{"entity": speaker, "conflicts_with": "Caroline", "reason": "two people"}],
         "contradictions": []})
-    blocked = service.commit(requests[1])
-    assert (blocked.state, blocked.error_kind, blocked.retryable) == (TurnState.ROLLED_BACK, "gate", False)
-    assert blocked.gate and blocked.gate.identity_conflicts == 1 and not blocked.gate.passed
-    assert [s.state.value for s in blocked.trace.states][-2:] == ["PREPARED", "ROLLED_BACK"]  # type: ignore[union-attr]
-    assert blocked.injection_packet is not None  # the front end still gets its memory block
+    speakers = service.commit(requests[2])
+    assert speakers.committed and speakers.gate and speakers.gate.identity_conflicts == 0, speakers.reason
+    assert speakers.judge and speakers.judge.dismissed == [
+        f"{speaker} vs Caroline: a participant of the chat (the chat names its speakers)"]
+    assert service.rewind(conv, requests[2].turn).ok
 
     scripted.on(schema="TurnExtraction", times=1, respond={"entities": [], "actions": [], "bio_patches": [],
                                                            "facts": []})
     empty = service.commit(requests[1])
     assert empty.error_kind == "gate" and "no relation actions" in (empty.reason or "")
+    assert empty.nothing_new and empty.gate and empty.gate.nothing_new  # not a failure: nothing new
     # The gate governs graph facts only: no fact was written, but the turn is remembered
     # (once, however often it was blocked) and recall returns it.
     assert _facts_export(service, tmp_path / "after.json") == before
@@ -313,6 +323,27 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
     # ... and recall, whose cached index held the row as blocked, says so too.
     hits = service.recall(conv, "Who is swamped with kids and work?", 1)
     assert hits and hits[0].key == requests[1].key and hits[0].committed
+
+    # A name the graph binds to a place, bound to a person by this turn: blocked, with the facts
+    # of both sides; the turn's text is still remembered.
+    lisbon = {"name": "Lisbon", "kind": "Location", "aliases": [], "quote": "I finally visited Lisbon last week"}
+    scripted.on(schema="TurnExtraction", times=1, respond={"entities": [lisbon], "actions": [
+        {"action": "EVOLVE", "source": "Caroline", "target": "Lisbon", "type": "VISITED", "weight_delta": 0.2,
+         "weight": 0.5, "reason": "a trip", "quote": "I finally visited Lisbon last week"}], "bio_patches": [], "facts": []})
+    visited = service.commit(_said(conv, 10, "Caroline", "I finally visited Lisbon last week, what a city!", []))
+    assert visited.committed, visited.reason
+    scripted.on(schema="TurnExtraction", times=1, respond={"entities": [
+        {**lisbon, "kind": "Character", "quote": "Lisbon is the name of my new puppy"}], "actions": [
+        {"action": "EVOLVE", "source": "Melanie", "target": "Lisbon", "type": "OWNS", "weight_delta": 0.2,
+         "weight": 0.5, "reason": "a puppy", "quote": "Lisbon is the name of my new puppy"}], "bio_patches": [], "facts": []})
+    puppy = service.commit(_said(conv, 11, "Melanie", "Lisbon is the name of my new puppy, Caroline!",
+                                 [("Caroline", "I finally visited Lisbon last week, what a city!")]))
+    assert (puppy.state, puppy.error_kind, puppy.nothing_new) == (TurnState.ROLLED_BACK, "gate", False)
+    assert puppy.reason == "commit gate: identity conflicts (Lisbon)"
+    conflict = puppy.judge.identity_conflicts[0]  # type: ignore[union-attr]
+    assert conflict.reason == "known as a Location, proposed as a Character"
+    assert conflict.graph_evidence[0] == "'Lisbon' names Lisbon (Location) since turn 10"
+    assert conflict.turn_evidence == ["Lisbon is the name of my new puppy"]
 
 
 def test_a_busy_conversation_gives_in_progress_and_an_expired_lease_is_taken_over(

@@ -22,6 +22,7 @@ from pydantic import (
     StrictInt,
     StringConstraints,
     ValidationError,
+    computed_field,
     field_validator,
     model_validator,
 )
@@ -255,6 +256,10 @@ class GateDecision(BaseModel):
     reasons: list[str] = Field(default_factory=list)
     actions: int = 0
     identity_conflicts: int = 0
+    nothing_new: bool = Field(
+        False, description="blocked only because the turn holds no relation action: nothing new for the graph "
+        "(the turn's text is remembered); not a failure"
+    )
 
 
 class TurnTrace(BaseModel):
@@ -295,10 +300,21 @@ class InjectionPacket(BaseModel):
 
 
 class IdentityConflict(BaseModel):
+    """A name bound to two different entities: the graph binds it to one, this turn to another
+    (or to another kind of thing), each side with its facts. Only a conflict with evidence on
+    both sides blocks a commit."""
+
     entity: str
     conflicts_with: str = ""
     reason: str = ""
     source: Literal["rule", "judge"] = "judge"
+    name: str = Field("", description="the name bound twice")
+    graph_evidence: list[str] = Field(default_factory=list, description="what the graph holds for the name")
+    turn_evidence: list[str] = Field(default_factory=list, description="the words of this turn that bind it")
+
+    @property
+    def has_evidence(self) -> bool:
+        return bool(self.graph_evidence) and bool(self.turn_evidence)
 
 
 class Contradiction(BaseModel):
@@ -310,6 +326,9 @@ class Contradiction(BaseModel):
 class JudgeSummary(BaseModel):
     identity_conflicts: list[IdentityConflict] = Field(default_factory=list)
     contradictions: list[Contradiction] = Field(default_factory=list)
+    dismissed: list[str] = Field(
+        default_factory=list, description="identity conflicts the model reported that the graph cannot show, with why"
+    )
 
 
 class BioPatchResult(BaseModel):
@@ -347,6 +366,12 @@ class TurnResult(BaseModel):
     judge: JudgeSummary | None = None
     gate: GateDecision | None = None
     trace: TurnTrace | None = None
+
+    @computed_field(description="the commit gate held the turn back only because it holds no relation action: "
+                    "its text is remembered, nothing new reached the graph (state stays ROLLED_BACK, code "
+                    "ROLLED_BACK, as before); front ends show it as `nothing new`, not as a failure")
+    def nothing_new(self) -> bool:
+        return not self.committed and self.gate is not None and self.gate.nothing_new
 
     @classmethod
     def invalid(
