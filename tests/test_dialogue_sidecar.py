@@ -489,3 +489,57 @@ def test_the_prefect_turn_flow_runs_each_slot_as_a_task(
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
     names = sorted(r.name.rsplit("-", 1)[0] for r in runs)
     assert names == sorted(["retriever", "injector", "actor", "extractor", "judge", "historian"])
+
+
+def test_recall_follows_an_edit_of_the_last_turn_in_every_reader(
+    service: DialogueService, settings: Settings, scripted: ScriptedLLM
+) -> None:
+    """An edit of the last turn comes back at the same position under the same key: another
+    reader's cached index (another process) must not keep recalling the old text."""
+    conv = _conv("edit-last")
+    window = [("Seraphina", "Welcome back, Tester.")]
+    first = _said(conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window)
+    rainy = _said(conv, 3, "Tester", "The weather has been rainy all week, so I stayed in and read a novel.", window)
+    sunny = _said(conv, 3, "Tester", "The weather has been sunny all week, so I went hiking up to the old lighthouse.",
+                  window)
+    other = DialogueService(settings, store=service.store, gateway=service.gateway)  # its own recall cache
+    try:
+        for request in (first, rainy):
+            assert service.commit(request).state in (TurnState.COMMITTED, TurnState.ROLLED_BACK)
+        question = "What did I do this week when the weather was sunny?"
+        assert any("rainy" in t.text for t in other.recall(conv, question, 5))  # the other reader caches it
+        replaced = service.commit(sunny, replace=True)
+        assert replaced.state in (TurnState.COMMITTED, TurnState.ROLLED_BACK) and replaced.code != "INVALID_REQUEST"
+        for reader in (service, other):
+            texts = [t.text for t in reader.recall(conv, question, 5)]
+            assert any("hiking" in t for t in texts) and not any("rainy" in t for t in texts), texts
+    finally:
+        other.close()
+
+
+def test_a_memory_query_during_a_pending_edit_never_injects_the_old_text(
+    service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    conv = _conv("pending-edit")
+    window = [("Seraphina", "Welcome back, Tester.")]
+    for request in (_said(conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window),
+                    _said(conv, 3, "Tester", "The weather has been rainy all week, so I stayed in and read a novel.",
+                          window)):
+        service.commit(request)
+    query = {"conversation_id": conv, "messages": [
+        {"role": "user", "name": "Tester", "content": "What did I do this week when the weather was rainy?"}]}
+    # Look-alike first: with no pending write, the remembered text is recalled.
+    plain = service.memory_query(query)
+    assert plain.ok and "rainy all week" in plain.injection_packet.text  # type: ignore[union-attr]
+    edited = "Tester: The weather has been sunny all week, so I went hiking up to the old lighthouse."
+    during = service.memory_query({**query, "pending_turns": [{"turn_id": 3, "text": edited}]})
+    assert during.ok and during.held_back == ["3"]
+    assert "rainy all week" not in during.injection_packet.text  # type: ignore[union-attr]
+    assert "Ilse" in during.injection_packet.text  # type: ignore[union-attr]  # the rest of memory still comes
+    # A turn whose pending text is what memory holds already is recalled as usual.
+    same = service.memory_query({**query, "pending_turns": [
+        {"turn_id": 3, "text": "Tester: The weather has been rainy all week, so I stayed in and read a novel."}]})
+    assert same.held_back == [] and "rainy all week" in same.injection_packet.text  # type: ignore[union-attr]
+    # Bad input: one line, nothing lost.
+    bad = service.memory_query({**query, "pending_turns": [{"turn_id": 3, "text": 5}]})
+    assert bad.code == "INVALID_REQUEST" and "pending_turns" in (bad.reason or "") and "\n" not in (bad.reason or "")

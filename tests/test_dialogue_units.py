@@ -10,7 +10,7 @@ import pytest
 
 from core.settings import load_settings
 from flows.dialogue import http_status
-from kg.dialogue import DialogueEntity, DialogueRelation, MemoryRow
+from kg.dialogue import DialogueEntity, DialogueMilestone, DialogueRelation, MemoryRow
 from prompts.dialogue.models import HistorianReport, IdentityConflictOut, TurnExtraction
 from tasks.dialogue.extractor import plan_extraction
 from tasks.dialogue.gate import commit_gate
@@ -32,6 +32,7 @@ from tasks.dialogue.retriever import (
     TurnMemoryIndex,
     mentioned_entities,
     select_relations,
+    without_pending,
 )
 from tasks.dialogue.routing import resolve_routes
 
@@ -420,12 +421,12 @@ def test_turn_memory_index_appends_by_position_and_resets_on_a_new_life() -> Non
     index = TurnMemoryIndex()
     index.sync([_row(1, "the lighthouse lamp", [1.0, 0.0]), _row(2, "a boat in the harbour", [0.6, 0.8])],
                reset=False)
-    assert index.cursor() == (2, "c:2") and len(index) == 2
+    assert index.cursor()[0] == 2 and index.cursor()[1].startswith("c:2#") and len(index) == 2
     assert [h.turn_id for h in index.search("boat", np.array([0.6, 0.8]), 1, [])] == ["2"]
     index.sync([_row(2, "a boat in the harbour", [0.6, 0.8])], reset=False)  # already known
     assert len(index) == 2
     index.sync([_row(1, "orchard apples", [0.0, 1.0], key="c:9")], reset=True)
-    assert len(index) == 1 and index.cursor() == (1, "c:9")
+    assert len(index) == 1 and index.cursor()[0] == 1 and index.cursor()[1].startswith("c:9#")
     # Another embedding model (3 dimensions): the lexical side still answers.
     assert [h.key for h in index.search("apples", np.array([1.0, 0.0, 0.0]), 3, [])] == ["c:9"]
 
@@ -444,3 +445,39 @@ def test_http_status_mapping() -> None:
     rolled = TurnResult(ok=False, state=TurnState.ROLLED_BACK, code="ROLLED_BACK", retryable=True)
     assert http_status(rolled) == 503
     assert http_status(rolled.model_copy(update={"retryable": False})) == 200
+
+
+def test_a_reader_from_before_a_rewind_adds_nothing_to_the_index_built_after_it() -> None:
+    index = TurnMemoryIndex()
+    index.sync([_row(1, "sister Ilse moved to Bergen", [1.0, 0.0]), _row(2, "the weather has been rainy", [0.0, 1.0])],
+               reset=False)
+    _, _, generation = index.read_cursor()
+    index.sync([], reset=True)  # a rewind (VectorIndexRegistry.forget) while the reader was in the graph
+    assert not index.sync([_row(3, "rainy all week, stayed in", [0.0, 1.0])], reset=False, generation=generation)
+    assert len(index) == 0
+    # Look-alike: a reader that took its cursor after the reset adds its rows.
+    _, _, generation = index.read_cursor()
+    assert index.sync([_row(1, "sunny all week, went hiking", [0.0, 1.0])], reset=False, generation=generation)
+    assert [h.text for h in index.search("hiking", None, 5, [])] == ["Ann: sunny all week, went hiking"]
+
+
+def test_a_pending_write_holds_back_the_old_text_of_its_turn_only() -> None:
+    def turn(turn_id: str, text: str) -> RecalledTurn:
+        return RecalledTurn(key=f"c:{turn_id}", turn_id=turn_id, seq=int(turn_id), speaker="Tester", text=text, score=1.0)
+
+    retrieval = Retrieval(
+        recalled=[turn("3", "Tester: My sister Ilse moved to Bergen."), turn("7", "Tester: It was rainy all week."),
+                  turn("9", "Tester: I baked sourdough.")],
+        milestones=[DialogueMilestone(milestone_id="m1", turn_id="3", seq=3, text="Ilse moved"),
+                    DialogueMilestone(milestone_id="m2", turn_id="9", seq=9, text="sourdough")],
+        relations=[DialogueRelation(rel_id="r1", source_id="a", source_name="Tester", target_id="b", target_name="Ilse",
+                                    type="SIBLING_OF", weight=0.5, status="active", since_turn="3")],
+    )
+    pending = {"7": "Tester: It was sunny all week.",       # an edit not written yet: the old text goes
+               "3": "Tester: My sister Ilse moved to Bergen.",  # look-alike: same text, kept
+               "9": None}                                     # a delete: its milestone goes (its text is stale)
+    kept, held = without_pending(retrieval, pending, k=5)
+    assert held == ["7", "9"]
+    assert [t.turn_id for t in kept.recalled] == ["3"]
+    assert [m.turn_id for m in kept.milestones] == ["3"] and [r.rel_id for r in kept.relations] == ["r1"]
+    assert without_pending(retrieval, {}, k=2)[0].recalled == retrieval.recalled[:2]

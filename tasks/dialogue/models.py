@@ -426,9 +426,28 @@ def parse_request(raw: bytes | str | dict[str, Any]) -> TurnCommitRequest | Turn
 # --- Memory before the reply, rewinds ----------------------------------------------------------
 
 
+class PendingTurn(BaseModel):
+    """A turn the front end is still writing (a queued commit, replace or rewind): what its
+    memory will say once the write lands."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turn_id: StrictInt | Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    text: str | None = Field(
+        None, max_length=MAX_REQUEST_BYTES,
+        description="the turn's text as memory will hold it (`speaker: content` lines, the `text` of "
+        "GET .../turns); null: the turn is being removed (a delete, or a swipe being generated)",
+    )
+
+
 class MemoryQueryRequest(_ChatPayload):
     """`POST /api/kg-sidecar/memory/query`: a turn commit's body without `turn_id`: the PENDING
-    messages (the user's message the model has not answered yet). Nothing is written."""
+    messages (the user's message the model has not answered yet). Nothing is written.
+
+    `pending_turns`: turns with writes still queued at the front end. A remembered turn listed
+    there is recalled only if its remembered text is the `text` given (so a query during a
+    pending edit never injects the turn's old text), and the milestones and relations it
+    started are left out until its write lands."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -436,6 +455,19 @@ class MemoryQueryRequest(_ChatPayload):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     window: list[ChatMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
     config: TurnConfig = Field(default_factory=TurnConfig)
+    pending_turns: list[PendingTurn] = Field(default_factory=list, max_length=MAX_MESSAGES)
+
+    @model_validator(mode="after")
+    def _pending_size(self) -> Self:
+        total = sum(len((p.text or "").encode("utf-8")) for p in self.pending_turns)
+        total += sum(len(m.content.encode("utf-8")) for m in (*self.window, *self.messages))
+        if total > MAX_REQUEST_BYTES:
+            raise ValueError(f"messages and pending turns total {total} bytes; the limit is {MAX_REQUEST_BYTES}")
+        return self
+
+    def stale_turns(self) -> dict[str, str | None]:
+        """turn id -> the text memory will hold (None: removed)."""
+        return {str(p.turn_id): p.text for p in self.pending_turns}
 
     @classmethod
     def parse(cls, raw: bytes | str | dict[str, Any]) -> MemoryQueryRequest | MemoryQueryResult:
@@ -465,6 +497,10 @@ class MemoryQueryResult(BaseModel):
     injection_packet: InjectionPacket | None = None
     recalled: list[RecalledTurnOut] = Field(default_factory=list)
     stored_turns: int = 0
+    held_back: list[str] = Field(
+        default_factory=list, description="turn ids whose remembered text was not recalled: a pending write "
+        "changes it (see `pending_turns`)"
+    )
     elapsed_ms: float = 0.0
 
     @classmethod

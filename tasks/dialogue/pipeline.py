@@ -101,6 +101,7 @@ from tasks.dialogue.retriever import (
     recall,
     retrieve,
     turn_text,
+    without_pending,
 )
 from tasks.dialogue.routing import Route, override_problem, resolve_routes
 from tasks.dialogue.trace import TraceRecorder
@@ -401,11 +402,15 @@ class DialogueService:
         try:
             store = self._store_for(probe)
             index = self.vectors.get(store.endpoint.label, request.conversation_id)
+            pending = request.stale_turns()
+            # The turns a pending write holds back make room for as many others.
+            extra = min(len(pending), 50) if request.config.recall_k else 0
             retrieval = retrieve(
                 DialogueRepository(store), self.gateway, index, request.conversation_id, request.messages,
-                recall_k=request.config.recall_k, relation_limit=self.options.relation_limit,
+                recall_k=request.config.recall_k + extra, relation_limit=self.options.relation_limit,
                 purpose=trace.purpose("retriever"),
             )
+            retrieval, held_back = without_pending(retrieval, pending, request.config.recall_k)
             packet = build_packet(retrieval, request.config.token_budget)
         except InvalidInputError as exc:
             return MemoryQueryResult.invalid(str(exc))
@@ -419,7 +424,7 @@ class DialogueService:
         return MemoryQueryResult(
             ok=True, conversation_id=request.conversation_id, injection_packet=packet,
             recalled=[t.model_dump(mode="json", exclude={"signals"}) for t in retrieval.recalled],
-            stored_turns=retrieval.stored_turns,
+            stored_turns=retrieval.stored_turns, held_back=held_back,
             elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
         )
 
