@@ -472,6 +472,9 @@ def test_a_pending_write_holds_back_the_old_text_of_its_turn_only() -> None:
                     DialogueMilestone(milestone_id="m2", turn_id="9", seq=9, text="sourdough")],
         relations=[DialogueRelation(rel_id="r1", source_id="a", source_name="Tester", target_id="b", target_name="Ilse",
                                     type="SIBLING_OF", weight=0.5, status="active", since_turn="3")],
+        known_entities=[DialogueEntity(entity_id="a", name="Tester", bio_summary="Tester said it was rainy all week.",
+                                       last_turn="7"),
+                        DialogueEntity(entity_id="b", name="Ilse", bio_summary="Tester's sister.", last_turn="3")],
     )
     pending = {"7": "Tester: It was sunny all week.",       # an edit not written yet: the old text goes
                "3": "Tester: My sister Ilse moved to Bergen.",  # look-alike: same text, kept
@@ -480,4 +483,5 @@ def test_a_pending_write_holds_back_the_old_text_of_its_turn_only() -> None:
     assert held == ["7", "9"]
     assert [t.turn_id for t in kept.recalled] == ["3"]
     assert [m.turn_id for m in kept.milestones] == ["3"] and [r.rel_id for r in kept.relations] == ["r1"]
+    assert [e.bio_summary for e in kept.known_entities] == ["", "Tester's sister."]  # the old words of turn 7 go
     assert without_pending(retrieval, {}, k=2)[0].recalled == retrieval.recalled[:2]

@@ -352,14 +352,22 @@ def without_pending(
 ) -> tuple[Retrieval, list[str]]:
     """The retrieval with nothing a pending write is about to change (`pending`: turn id -> the
     text memory will hold, None: removed): a recalled turn whose remembered text is not that
-    text, and the milestones and relations those turns started, are left out. Returns the
+    text, and the milestones, relations and bios those turns wrote last, are left out. Returns the
     turn ids held back. `k`: recalled turns kept at most (the query asked for more to make room)."""
     if not pending:
         return retrieval.model_copy(update={"recalled": retrieval.recalled[:k]}), []
     stale = {t.turn_id for t in retrieval.recalled if t.turn_id in pending and pending[t.turn_id] != t.text}
     # A turn being removed or rewritten: what the graph holds of it is the old text's.
     changing = stale | {turn_id for turn_id, text in pending.items() if text is None}
+    def unchanged(entity: DialogueEntity) -> DialogueEntity:
+        # A bio last written by a changing turn may hold its old words: left out until it lands.
+        if entity.last_turn in changing and (entity.bio_summary or entity.bio_traits):
+            return entity.model_copy(update={"bio_summary": "", "bio_traits": []})
+        return entity
+
     kept = retrieval.model_copy(update={
+        "known_entities": [unchanged(e) for e in retrieval.known_entities],
+        "mentioned": [unchanged(e) for e in retrieval.mentioned],
         "recalled": [t for t in retrieval.recalled if t.turn_id not in stale][:k],
         "milestones": [m for m in retrieval.milestones if m.turn_id not in changing],
         "relations": [r for r in retrieval.relations if r.since_turn not in changing],
