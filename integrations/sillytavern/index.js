@@ -11,7 +11,7 @@
 // - settings: SillyTavern keeps `extension_settings` in its settings file
 //   (data/<user>/settings.json, key `extension_settings.skald_memory`); the panel in the
 //   Extensions drawer edits baseUrl, token and enabled, and saves with saveSettingsDebounced
-import { DEFAULT_SETTINGS, PROMPT_KEY, PROMPT_POSITION_IN_PROMPT, STATUS_LABELS, SkaldMemory } from './sidecar-core.js';
+import { DEFAULT_SETTINGS, PROMPT_KEY, PROMPT_POSITION_IN_PROMPT, STATUS_LABELS, SkaldMemory, turnsOf } from './sidecar-core.js';
 
 const MODULE = 'skald_memory';
 
@@ -59,7 +59,9 @@ const host = {
 };
 
 const memory = new SkaldMemory(host, settings());
+// For the console and the browser test: the extension's state, and the chat's turns as it sees them.
 globalThis.skaldMemory = memory;
+globalThis.skaldMemoryTurns = () => turnsOf(context().chat).map(({ turnId, text }) => ({ turnId, text }));
 host.onStatus('idle', '');
 
 function applySettings() {
