@@ -543,3 +543,29 @@ def test_a_memory_query_during_a_pending_edit_never_injects_the_old_text(
     # Bad input: one line, nothing lost.
     bad = service.memory_query({**query, "pending_turns": [{"turn_id": 3, "text": 5}]})
     assert bad.code == "INVALID_REQUEST" and "pending_turns" in (bad.reason or "") and "\n" not in (bad.reason or "")
+
+
+def test_an_edit_whose_slots_fail_still_leaves_the_new_text_in_memory(
+    service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    """A replace rewinds the old turn, then runs the slots: when the model is down the turn
+    rolls back (retryable), and memory must hold the new text, not neither."""
+    conv = _conv("edit-fails")
+    window = [("Seraphina", "Welcome back, Tester.")]
+    service.commit(_said(conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window))
+    service.commit(_said(conv, 3, "Tester", "The weather has been rainy all week, so I stayed in and read a novel.",
+                         window))
+    sunny = _said(conv, 3, "Tester", "The weather has been sunny all week, so I went hiking up to the old lighthouse.",
+                  window)
+    scripted.on(schema="TurnExtraction", fault="http_500")  # every extraction fails from now on
+    failed = service.commit(sunny, replace=True)
+    assert (failed.state, failed.retryable) == (TurnState.ROLLED_BACK, True), failed.reason
+    repo = DialogueRepository(service.store)
+    _, rows = repo.memory_page(conv, 0, 10)
+    assert [(r["turn_id"], "sunny" in r["text"]) for r in rows] == [("1", False), ("3", True)]
+    assert not rows[1]["committed"]  # remembered, its facts not committed: the retry does that
+    texts = [t.text for t in service.recall(conv, "What did I do when the weather was sunny?", 5)]
+    assert any("hiking" in t for t in texts) and not any("rainy" in t for t in texts), texts
+    # Look-alike: a plain commit that fails remembers nothing (its client retries it).
+    failed_plain = service.commit(_said(conv, 5, "Tester", "I met an old friend at the harbour today.", window))
+    assert failed_plain.retryable and [r["turn_id"] for r in repo.memory_page(conv, 0, 10)[1]] == ["1", "3"]

@@ -91,7 +91,8 @@ class ChatBackend:
         last = str(users[-1].get("content", "")) if users else ""
         with self._lock:
             n = len(self.replies) + 1
-            text = f"(reply {n}) I hear you. You said: {last[-80:]}"
+            # Never echoing the user's words: the prompts' assertions are about what memory adds.
+            text = f"(reply {n}) I hear you, Tester. {len(last.split())} words; tell me more."
             self.replies.append({"at_ms": time.time() * 1000.0, "prompt": request.messages, "text": text})
         return text
 
@@ -219,9 +220,14 @@ def _prompt_text(reply: dict[str, Any]) -> str:
 def _report(result: dict[str, Any], delays: list[float]) -> None:
     for generation, delay in zip(result["generations"], delays, strict=True):
         query = generation.get("query") or {}
-        print(f"  {generation['kind']:5} {str(generation['text'])[:60]!r:64} send button back {delay:6.0f} ms after "
-              f"the reply; query waited {query.get('waitedMs')} ms; pending_turns "
-              f"{[p['turn_id'] for p in query.get('pendingTurns', [])]}; held back {query.get('heldBack')}")
+        said = generation["text"] or "(swipe: a new alternative of the last reply)"
+        print(f"  {generation['kind']:5} {said[:60]!r:64} send button back {delay:4.0f} ms after the reply; "
+              f"query waited {query.get('waitedMs')} ms, pending_turns "
+              f"{[p['turn_id'] for p in query.get('pendingTurns', [])]}, held back {query.get('heldBack')}")
+        packet = generation.get("packet") or ""
+        passages = packet.split("## Related earlier passages")[-1].strip().splitlines() if "## Related" in packet else []
+        for line in passages[:4]:
+            print(f"        memory: {line[:110]}")
     print("  badge log:", [(b["status"], b["detail"][:70]) for b in result["badges"]])
     print("  screenshots:", *result["screenshots"], sep="\n    ")
 

@@ -137,7 +137,9 @@ export class SidecarClient {
     constructor({ baseUrl, token = '', fetchImpl = globalThis.fetch } = {}) {
         this.baseUrl = String(baseUrl || DEFAULT_SETTINGS.baseUrl).replace(/\/+$/, '');
         this.token = token;
-        this.fetch = fetchImpl;
+        // Called as a plain function: a browser's fetch called as a method of another object
+        // throws "Illegal invocation".
+        this.fetch = (url, init) => fetchImpl(url, init);
     }
 
     async call(method, path, body) {

@@ -347,7 +347,14 @@ class DialogueService:
                     self.vectors.forget(store.endpoint.label, request.conversation_id)
                     log.info("conversation %s: turn %s replaced (%d turns rewound)",
                              request.conversation_id, request.turn, len(outcome.removed_turns))
-            return self._run(request, repo, store, trace, payload_hash, run_slot or _direct)
+            result, held = self._run(request, repo, store, trace, payload_hash, run_slot or _direct)
+            if replace and result.retryable and result.state == TurnState.ROLLED_BACK:
+                # The rewind took the turn's old text out of memory; if the slots failed (model
+                # down, timeout), memory would hold neither text until the retry. It holds the
+                # new one (not committed; the retry commits its facts and marks it).
+                self._remember_blocked(request, repo, store, request.messages, trace)
+                self._take_records(trace)
+            return result, held
 
         return self._locked(store, repo, request.conversation_id, request.key, trace, request, body)
 

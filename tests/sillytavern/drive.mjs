@@ -180,8 +180,8 @@ try {
         await cut(length - 2, length - 1);
         await settled('after the delete');
         await shot('deleted');
-        await page.reload({ waitUntil: 'domcontentloaded' });
         out.badges.push(...(await badges()).map((b) => ({ ...b, before: 'reload' })));
+        await page.reload({ waitUntil: 'domcontentloaded' });
         await open();
         await settled('after the reload');
         await send('Thanks, Seraphina. Where does Ilse live now?');
