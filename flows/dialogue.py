@@ -1,7 +1,8 @@
 """`python -m flows.dialogue`: the dialogue memory sidecar (spec 000).
 
     serve    HTTP adapter for chat front ends, OpenAPI at /openapi.json:
-               POST /api/kg-sidecar/memory/query        memory for PENDING messages (no writes)
+               POST /api/kg-sidecar/memory/query        memory for PENDING messages (no writes; a turn in
+                                                        pending_turns is recalled only with its new text)
                POST /api/kg-sidecar/turn/commit, /retry commit a finished turn
                POST /api/kg-sidecar/turn/replace        an edit or swipe: rewind the turn, commit the new text
                POST /api/kg-sidecar/conversation/rewind rewind to before turn N (exact)
