@@ -15,7 +15,6 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from core.errors import SkaldError
-from core.graph_server import exit_process
 
 
 def add_settings_options(parser: argparse.ArgumentParser) -> None:
@@ -107,4 +106,4 @@ def run_main(main: Callable[[Sequence[str] | None], int], prog: str, argv: Seque
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; finished steps are kept, run the same command again to resume", file=sys.stderr)
         code = 130
-    exit_process(code)
+    sys.exit(code)

@@ -83,6 +83,9 @@ def book(graph_settings: Settings, prefect_home: Path,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], dict[str, object]]]:
     with ScriptedLLM() as llm:
         script_novel(llm)
+        llm.on(schema="ChapterOutlineRefresh", respond={
+            "title": "The Letter", "summary": "Mara meets friends at the library and rows home.",
+            "pov": "Mara Quill", "setting": "The Hollow Library", "key_beats": ["they meet", "the crossing"]})
         llm.on(schema="ScenePlan", respond=_plan)
         llm.on(schema="SceneExtraction", respond=_extract)
         llm.on(schema=None, contains="Write the scene", respond=_draft)

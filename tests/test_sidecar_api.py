@@ -361,9 +361,12 @@ def test_a_running_slot_is_cut_by_the_deadline_or_its_timeout(
         svc = DialogueService(settings.model_copy(update={"slot_timeouts_s": {"historian": 1.0}}))
         fragment = "the historian slot's 1s timeout"
     conv = _conv()
-    scripted.on(schema="HistorianReport", times=1, respond=stuck)
+    # The rule matches this variant's turn only: a call the other variant abandoned may still
+    # reach the server late (a busy machine), and must not take this rule's one answer.
+    marker = f"(variant {limit})"
+    scripted.on(schema="HistorianReport", times=1, contains=marker, respond=stuck)
     try:
-        result = svc.commit(_turn(conv, 1, LINES[0]))
+        result = svc.commit(_turn(conv, 1, f"{LINES[0]} {marker}"))
         still_running = not release.is_set()
     finally:
         release.set()

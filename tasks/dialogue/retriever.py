@@ -32,6 +32,7 @@ from kg.dialogue import (
     DialogueRepository,
     MemoryRow,
     anchor_token,
+    turn_key,
 )
 from tasks.dialogue.models import ChatMessage, RecalledTurnOut
 
@@ -136,11 +137,13 @@ class TurnMemoryIndex:
         with self.lock:
             return self.index is not None and key in self.index.positions
 
-    def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str]) -> list[RecalledTurn]:
+    def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
+               linked: list[str] | None = None) -> list[RecalledTurn]:
+        """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`)."""
         index = self.index
         if index is None or k <= 0:
             return []
-        return [recalled(hit) for hit in index.search(query, vector, k, names=names)]
+        return [recalled(hit) for hit in index.search(query, vector, k, names=names, linked=linked)]
 
 
 def recalled(hit: Hit) -> RecalledTurn:
@@ -249,6 +252,28 @@ def turn_text(messages: list[ChatMessage]) -> str:
     return "\n".join(m.line() for m in messages)
 
 
+def linked_turns(conversation_id: str, mentioned: list[DialogueEntity], relations: list[DialogueRelation],
+                 speakers: set[str] | None = None) -> list[str]:
+    """Keys of the turns the graph's facts about the entities a query names were extracted
+    from, strongest first: the turns that started or ended each relation touching them
+    (strongest relation first), then the turns that first and last mentioned each entity.
+    The conversation's speakers are left out: facts about them come from every other turn
+    (the speaker boost covers them).
+    Recall ranks them as a ranker of their own (core.recall `linked`): a turn that says
+    "I finally brought him home" is tied to a question about Max through the relation the
+    extractor drew from it, though it never names him."""
+    spoken = {vocab.normalize_name(s) for s in speakers or set()}
+    mentioned = [e for e in mentioned if vocab.normalize_name(e.name) not in spoken]
+    focus = {e.entity_id for e in mentioned}
+    turns: list[str | None] = []
+    for relation in sorted((r for r in relations if r.source_id in focus or r.target_id in focus),
+                           key=lambda r: -r.weight):
+        turns += [relation.since_turn, relation.ended_turn]
+    for entity in mentioned:
+        turns += [entity.first_turn, entity.last_turn]
+    return [turn_key(conversation_id, t) for t in dict.fromkeys(t for t in turns if t)]
+
+
 def _names(index: TurnMemoryIndex, entities: list[DialogueEntity]) -> list[str]:
     names = set(index.speakers)
     for entity in entities:
@@ -308,7 +333,8 @@ def retrieve(
     if recall_k > 0 and len(index):
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
         vector = query_vector() if query_vector is not None else gateway.embed([query], purpose=purpose)[0]
-        recalled_turns = index.search(query, vector, recall_k, _names(index, snapshot.entities))
+        recalled_turns = index.search(query, vector, recall_k, _names(index, snapshot.entities),
+                                      linked_turns(conversation_id, mentioned, snapshot.relations, index.speakers))
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,
@@ -318,15 +344,6 @@ def retrieve(
         stored_turns=snapshot.turn_count,
         query_vector=[float(x) for x in vector] if vector is not None else None,
     )
-
-
-def sync_memory(repo: DialogueRepository, index: TurnMemoryIndex, conversation_id: str) -> None:
-    """Top the index up with the turns remembered since its cursor (index lookups only)."""
-    def read(after_seq: int, anchor: str | None) -> tuple[bool, list[MemoryRow], None]:
-        _, reset, rows = repo.memory_since(conversation_id, after_seq, anchor)
-        return reset, rows, None
-
-    _read_into(index, read)
 
 
 def recall(
@@ -339,12 +356,16 @@ def recall(
     *,
     purpose: str = "dialogue.recall",
 ) -> list[RecalledTurn]:
-    """Hybrid recall for an arbitrary question (the regression recall probe)."""
-    sync_memory(repo, index, conversation_id)
+    """Hybrid recall for an arbitrary question (the regression recall probe), with the same
+    graph signals as a turn's retrieval (the speakers and entities it names, the turns the
+    facts about them were extracted from)."""
+    snapshot = _read_into(index, _snapshot_reader(repo, conversation_id))
     if not len(index):
         return []
     vector = gateway.embed([query], purpose=purpose)[0]
-    return index.search(query, vector, k, sorted(index.speakers))
+    mentioned = mentioned_entities(snapshot.entities, query)
+    return index.search(query, vector, k, _names(index, snapshot.entities),
+                        linked_turns(conversation_id, mentioned, snapshot.relations, index.speakers))
 
 
 def without_pending(
