@@ -485,3 +485,12 @@ def test_a_pending_write_holds_back_the_old_text_of_its_turn_only() -> None:
     assert [m.turn_id for m in kept.milestones] == ["3"] and [r.rel_id for r in kept.relations] == ["r1"]
     assert [e.bio_summary for e in kept.known_entities] == ["", "Tester's sister."]  # the old words of turn 7 go
     assert without_pending(retrieval, {}, k=2)[0].recalled == retrieval.recalled[:2]
+    # A pending turn that was not recalled still holds back the bio it wrote last, when memory
+    # holds another text for it; look-alike: memory already holds the new text.
+    not_recalled = retrieval.model_copy(update={"recalled": []})
+    kept, held = without_pending(not_recalled, {"7": "Tester: It was sunny all week."}, 5,
+                                 {"7": "Tester: It was rainy all week."})
+    assert held == [] and kept.known_entities[0].bio_summary == ""
+    kept, _ = without_pending(not_recalled, {"7": "Tester: It was sunny all week."}, 5,
+                              {"7": "Tester: It was sunny all week."})
+    assert kept.known_entities[0].bio_summary == "Tester said it was rainy all week."

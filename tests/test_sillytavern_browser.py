@@ -229,6 +229,7 @@ def _report(result: dict[str, Any], delays: list[float]) -> None:
         for line in passages[:4]:
             print(f"        memory: {line[:110]}")
     print("  badge log:", [(b["status"], b["detail"][:70]) for b in result["badges"]])
+    print("  writes (since the last page load):", [(o["step"], o["turnId"], o["status"]) for o in result.get("outcomes", [])])
     print("  screenshots:", *result["screenshots"], sep="\n    ")
 
 
@@ -293,9 +294,11 @@ def test_real_sillytavern_ordinary_chat_with_the_tiny_model_shows_no_participant
         turns = _get_json(f"{stack.sidecar_url}/api/kg-sidecar/conversations/"
                           f"{urllib.request.quote(result['chatId'], safe='')}/turns?limit=500")["items"]
         print("  memory:", [(t["turn_id"], t["committed"]) for t in turns])
-        conflicts = [b for b in result["badges"] if b["status"] == "rollback" and "identity conflicts" in b["detail"]
-                     and "Seraphina" in b["detail"] and "Tester" in b["detail"]]
-        assert conflicts == [], conflicts
+        shown = [b for b in result["badges"] if b["status"] == "rollback" and "identity conflicts" in b["detail"]
+                 and "Seraphina" in b["detail"] and "Tester" in b["detail"]]
+        written = [o for o in result["outcomes"] if o["status"] == "rollback" and "identity conflicts" in o["detail"]
+                   and "Seraphina" in o["detail"] and "Tester" in o["detail"]]
+        assert shown == [] and written == [], (shown, written)
         assert len(turns) == len(result["chatTurns"])
     finally:
         stack.close()

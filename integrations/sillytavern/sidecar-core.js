@@ -220,6 +220,7 @@ export class SkaldMemory {
         this.lastPacket = null;
         this.lastQuery = null;
         this.outcome = { status: 'idle', detail: '' };
+        this.outcomes = []; // every write's outcome, newest last (the last 200): {at, chatId, step, turnId, status, detail}
         this.chats = new Map();
     }
 
@@ -379,6 +380,12 @@ export class SkaldMemory {
         }
     }
 
+    record(state, step, status, detail) {
+        this.outcome = { status, detail };
+        this.outcomes.push({ at: Date.now(), chatId: state.id, step: step.kind, turnId: step.turnId, status, detail });
+        if (this.outcomes.length > 200) this.outcomes.shift();
+    }
+
     forgetFrom(state, turnId, inclusive = true) {
         for (const id of [...state.synced.keys()]) {
             if (Number(id) > Number(turnId) || (inclusive && Number(id) === Number(turnId))) state.synced.delete(id);
@@ -389,13 +396,13 @@ export class SkaldMemory {
         const { status, data } = await this.client.rewind(state.id, step.turnId);
         if (status === 200 && data?.ok) {
             this.forgetFrom(state, step.turnId);
-            this.outcome = { status: 'idle', detail: `rewound ${data.removed_turns.length} turn(s) from turn ${step.turnId}` };
+            this.record(state, step, 'idle', `rewound ${data.removed_turns.length} turn(s) from turn ${step.turnId}`);
             return true;
         }
         if (retryable(status)) throw new SidecarError(data?.reason ?? `rewind failed (HTTP ${status})`, status, data);
         // Refused (e.g. a conversation committed before rewinds existed): memory keeps those turns.
         this.forgetFrom(state, step.turnId);
-        this.outcome = { status: 'error', detail: data?.reason ?? `rewind refused (HTTP ${status})` };
+        this.record(state, step, 'error', data?.reason ?? `rewind refused (HTTP ${status})`);
         return true;
     }
 
@@ -410,17 +417,17 @@ export class SkaldMemory {
             state.synced.set(id, turn.text);
             state.refused.delete(id);
             if (data.committed) {
-                this.outcome = { status: 'committed', detail: `turn ${id}${data.idempotent_hit ? ' (already held)' : ''}` };
+                this.record(state, step, 'committed', `turn ${id}${data.idempotent_hit ? ' (already held)' : ''}`);
             } else if (data.nothing_new) {
-                this.outcome = { status: 'nothing_new', detail: `turn ${id}: remembered as text; no relation to record` };
+                this.record(state, step, 'nothing_new', `turn ${id}: remembered as text; no relation to record`);
             } else {
-                this.outcome = { status: 'rollback', detail: `turn ${id}: ${data.reason ?? 'held back by the commit gate'}` };
+                this.record(state, step, 'rollback', `turn ${id}: ${data.reason ?? 'held back by the commit gate'}`);
             }
             return true;
         }
         if (retryable(status)) throw new SidecarError(data?.reason ?? `commit failed (HTTP ${status})`, status, data);
         state.refused.set(id, turn.text);
-        this.outcome = { status: 'error', detail: `turn ${id} refused: ${data?.reason ?? `HTTP ${status}`}` };
+        this.record(state, step, 'error', `turn ${id} refused: ${data?.reason ?? `HTTP ${status}`}`);
         return true;
     }
 

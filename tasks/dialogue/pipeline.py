@@ -74,6 +74,7 @@ from kg.dialogue import (
     StoredTurn,
     TurnWrite,
     payload_digest,
+    turn_key,
 )
 from kg.store import GraphStore
 from tasks.dialogue.actor import act
@@ -417,7 +418,8 @@ class DialogueService:
                 recall_k=request.config.recall_k + extra, relation_limit=self.options.relation_limit,
                 purpose=trace.purpose("retriever"),
             )
-            retrieval, held_back = without_pending(retrieval, pending, request.config.recall_k)
+            remembered = {turn_id: index.text_of(turn_key(request.conversation_id, turn_id)) for turn_id in pending}
+            retrieval, held_back = without_pending(retrieval, pending, request.config.recall_k, remembered)
             packet = build_packet(retrieval, request.config.token_budget)
         except InvalidInputError as exc:
             return MemoryQueryResult.invalid(str(exc))

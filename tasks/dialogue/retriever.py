@@ -137,6 +137,13 @@ class TurnMemoryIndex:
         with self.lock:
             return self.index is not None and key in self.index.positions
 
+    def text_of(self, key: str) -> str | None:
+        """The remembered text of turn `key`, if the index holds it."""
+        with self.lock:
+            if self.index is None or key not in self.index.positions:
+                return None
+            return self.index.docs[self.index.positions[key]].text
+
     def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
                linked: list[str] | None = None) -> list[RecalledTurn]:
         """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`)."""
@@ -369,17 +376,21 @@ def recall(
 
 
 def without_pending(
-    retrieval: Retrieval, pending: dict[str, str | None], k: int | None = None
+    retrieval: Retrieval, pending: dict[str, str | None], k: int | None = None,
+    remembered: dict[str, str | None] | None = None,
 ) -> tuple[Retrieval, list[str]]:
     """The retrieval with nothing a pending write is about to change (`pending`: turn id -> the
     text memory will hold, None: removed): a recalled turn whose remembered text is not that
     text, and the milestones, relations and bios those turns wrote last, are left out. Returns the
-    turn ids held back. `k`: recalled turns kept at most (the query asked for more to make room)."""
+    turn ids held back. `k`: recalled turns kept at most (the query asked for more to make room).
+    `remembered`: turn id -> the text memory holds now, for pending turns that were not recalled
+    (their milestones, relations and bios are held back too when that text is not the new one)."""
     if not pending:
         return retrieval.model_copy(update={"recalled": retrieval.recalled[:k]}), []
     stale = {t.turn_id for t in retrieval.recalled if t.turn_id in pending and pending[t.turn_id] != t.text}
     # A turn being removed or rewritten: what the graph holds of it is the old text's.
-    changing = stale | {turn_id for turn_id, text in pending.items() if text is None}
+    changing = stale | {turn_id for turn_id, text in pending.items() if text is None} | {
+        turn_id for turn_id, held in (remembered or {}).items() if held is not None and held != pending.get(turn_id)}
     def unchanged(entity: DialogueEntity) -> DialogueEntity:
         # A bio last written by a changing turn may hold its old words: left out until it lands.
         if entity.last_turn in changing and (entity.bio_summary or entity.bio_traits):

@@ -195,6 +195,7 @@ try {
     out.badges.push(...await badges());
     Object.assign(out, await page.evaluate(() => ({
         chatId: SillyTavern.getContext().getCurrentChatId(), chatTurns: globalThis.skaldMemoryTurns(),
+        outcomes: globalThis.skaldMemory.outcomes,
     })));
     out.ok = true;
 } catch (error) {
