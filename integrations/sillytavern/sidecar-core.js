@@ -482,7 +482,9 @@ export class SkaldMemory {
         this.kick();
         const started = Date.now();
         // Wait for writes that change what this query would recall, up to the bound.
-        while (state.running && this.rewriting(state, null) && Date.now() - started < this.settings.waitBoundMs) {
+        // (Not while the writer is failing: the sidecar is down, waiting would only delay the reply.)
+        while (state.running && !state.failure && this.rewriting(state, null)
+            && Date.now() - started < this.settings.waitBoundMs) {
             await Promise.race([this.changed(state), sleep(this.settings.waitBoundMs - (Date.now() - started))]);
         }
         const waitedMs = Date.now() - started;
