@@ -226,7 +226,7 @@ def _report(result: dict[str, Any], delays: list[float]) -> None:
               f"{[p['turn_id'] for p in query.get('pendingTurns', [])]}, held back {query.get('heldBack')}")
         packet = generation.get("packet") or ""
         passages = packet.split("## Related earlier passages")[-1].strip().splitlines() if "## Related" in packet else []
-        for line in passages[:4]:
+        for line in [p for p in passages if p.startswith("- [turn")][:5]:
             print(f"        memory: {line[:110]}")
     print("  badge log:", [(b["status"], b["detail"][:70]) for b in result["badges"]])
     print("  writes (since the last page load):", [(o["step"], o["turnId"], o["status"]) for o in result.get("outcomes", [])])
