@@ -8,7 +8,7 @@ PREMISE ?= A lighthouse keeper on a storm-bound island finds a letter addressed 
 # AVX2 build: a -march=native build emits AMX/AVX-512 code that some VMs forbid (SIGILL).
 LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: install run test smoke doctor lint lint-imports cypher-lint fuzz
+.PHONY: install run test smoke doctor lint lint-imports cypher-lint fuzz sillytavern-test
 
 install: $(VENV)/.skald-installed
 
@@ -56,3 +56,11 @@ FUZZ_EXAMPLES ?= 1500
 FUZZ_SEED ?= 20261124
 fuzz: install
 	$(PY) -m tests.sidecar_fuzz --max-examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
+
+# The memory extension in real SillyTavern, driven in headless chromium (opt-in; see README):
+# SILLYTAVERN_DIR=/path/to/SillyTavern (its `npm ci` done), Debian's chromium installed.
+# SKALD_ST_TINY=1 also runs the ten-message chat on the tiny local model (minutes).
+sillytavern-test: install
+	@test -n "$(SILLYTAVERN_DIR)" || { echo "set SILLYTAVERN_DIR to a SillyTavern checkout (see README)" >&2; exit 2; }
+	npm ci --prefix tests/sillytavern --no-audit --no-fund --loglevel=error
+	SILLYTAVERN_DIR="$(SILLYTAVERN_DIR)" $(PY) -m pytest tests/test_sillytavern_browser.py -v -s -p no:cacheprovider

@@ -36,6 +36,7 @@ from pydantic import (
     ValidationError,
     ValidatorFunctionWrapHandler,
     WrapValidator,
+    computed_field,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -300,6 +301,10 @@ class GateDecision(BaseModel):
     reasons: list[str] = Field(default_factory=list)
     actions: int = 0
     identity_conflicts: int = 0
+    nothing_new: bool = Field(
+        False, description="blocked only because the turn holds no relation action: nothing new for the graph "
+        "(the turn's text is remembered); not a failure"
+    )
 
 
 class TurnTrace(BaseModel):
@@ -340,10 +345,21 @@ class InjectionPacket(BaseModel):
 
 
 class IdentityConflict(BaseModel):
+    """A name bound to two different entities: the graph binds it to one, this turn to another
+    (or to another kind of thing), each side with its facts. Only a conflict with evidence on
+    both sides blocks a commit."""
+
     entity: str
     conflicts_with: str = ""
     reason: str = ""
     source: Literal["rule", "judge"] = "judge"
+    name: str = Field("", description="the name bound twice")
+    graph_evidence: list[str] = Field(default_factory=list, description="what the graph holds for the name")
+    turn_evidence: list[str] = Field(default_factory=list, description="the words of this turn that bind it")
+
+    @property
+    def has_evidence(self) -> bool:
+        return bool(self.graph_evidence) and bool(self.turn_evidence)
 
 
 class Contradiction(BaseModel):
@@ -355,6 +371,9 @@ class Contradiction(BaseModel):
 class JudgeSummary(BaseModel):
     identity_conflicts: list[IdentityConflict] = Field(default_factory=list)
     contradictions: list[Contradiction] = Field(default_factory=list)
+    dismissed: list[str] = Field(
+        default_factory=list, description="identity conflicts the model reported that the graph cannot show, with why"
+    )
 
 
 class BioPatchResult(BaseModel):
@@ -392,6 +411,12 @@ class TurnResult(BaseModel):
     judge: JudgeSummary | None = None
     gate: GateDecision | None = None
     trace: TurnTrace | None = None
+
+    @computed_field(description="the commit gate held the turn back only because it holds no relation action: "
+                    "its text is remembered, nothing new reached the graph (state stays ROLLED_BACK, code "
+                    "ROLLED_BACK, as before); front ends show it as `nothing new`, not as a failure")
+    def nothing_new(self) -> bool:
+        return not self.committed and self.gate is not None and self.gate.nothing_new
 
     @classmethod
     def invalid(
@@ -463,14 +488,36 @@ def parse_request(raw: bytes | str | dict[str, Any]) -> TurnCommitRequest | Turn
 # --- Memory before the reply, rewinds ----------------------------------------------------------
 
 
+class PendingTurn(_Request):
+    """A turn the front end is still writing (a queued commit, replace or rewind): what its
+    memory will say once the write lands."""
+
+    turn_id: TurnId
+    text: str | None = Field(
+        None, max_length=MAX_MESSAGE_CHARS,
+        description="the turn's text as memory will hold it (`speaker: content` lines, the `text` of "
+        "GET .../turns); null: the turn is being removed (a delete, or a swipe being generated)",
+    )
+
+
 class MemoryQueryRequest(_Request):
     """`POST /api/kg-sidecar/memory/query`: a turn commit's body without `turn_id`: the PENDING
-    messages (the user's message the model has not answered yet). Nothing is written."""
+    messages (the user's message the model has not answered yet). Nothing is written.
+
+    `pending_turns`: turns with writes still queued at the front end. A remembered turn listed
+    there is recalled only if its remembered text is the `text` given (so a query during a
+    pending edit never injects the turn's old text), and the milestones and relations it
+    started are left out until its write lands."""
 
     conversation_id: ConversationId
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     window: list[ChatMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
     config: TurnConfig = Field(default_factory=TurnConfig)
+    pending_turns: list[PendingTurn] = Field(default_factory=list, max_length=MAX_MESSAGES)
+
+    def stale_turns(self) -> dict[str, str | None]:
+        """turn id -> the text memory will hold (None: removed)."""
+        return {str(p.turn_id): p.text for p in self.pending_turns}
 
     @classmethod
     def parse(cls, raw: bytes | str | dict[str, Any]) -> MemoryQueryRequest | MemoryQueryResult:
@@ -501,6 +548,10 @@ class MemoryQueryResult(BaseModel):
     injection_packet: InjectionPacket | None = None
     recalled: list[RecalledTurnOut] = Field(default_factory=list)
     stored_turns: int = 0
+    held_back: list[str] = Field(
+        default_factory=list, description="turn ids whose remembered text was not recalled: a pending write "
+        "changes it (see `pending_turns`)"
+    )
     elapsed_ms: float = 0.0
 
     @classmethod

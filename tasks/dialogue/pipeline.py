@@ -64,6 +64,7 @@ from kg.dialogue import (
     RewindRefusedError,
     StoredTurn,
     payload_digest,
+    turn_key,
 )
 from kg.store import GraphStore
 from tasks.dialogue.injector import build_packet
@@ -80,7 +81,14 @@ from tasks.dialogue.models import (
     parse_rewind,
 )
 from tasks.dialogue.outcomes import Ids, Outcomes
-from tasks.dialogue.retriever import RecalledTurn, VectorIndexRegistry, recall, retrieve, turn_text
+from tasks.dialogue.retriever import (
+    RecalledTurn,
+    VectorIndexRegistry,
+    recall,
+    retrieve,
+    turn_text,
+    without_pending,
+)
 from tasks.dialogue.routing import resolve_routes
 from tasks.dialogue.slots import SlotRunner, SlotScheduler, direct
 from tasks.dialogue.trace import TraceRecorder
@@ -322,7 +330,7 @@ class DialogueService:
                 if refused.status != "absent":
                     log.info("conversation %s: turn %s replaced (%d turns rewound)",
                              request.conversation_id, request.turn, len(refused.removed_turns))
-            return self._turn(request, repo, store, trace, payload_hash, run_slot or direct)
+            return self._turn(request, repo, store, trace, payload_hash, run_slot or direct, replace=replace)
 
         return self._locked(store, repo, ids, request.key, trace, body)
 
@@ -387,11 +395,16 @@ class DialogueService:
         try:
             store = self._store_for(request.config.db)
             index = self.vectors.get(store.endpoint.label, request.conversation_id)
+            pending = request.stale_turns()
+            # The turns a pending write holds back make room for as many others.
+            extra = min(len(pending), 50) if request.config.recall_k else 0
             retrieval = retrieve(
                 DialogueRepository(store), self.gateway, index, request.conversation_id, request.messages,
-                recall_k=request.config.recall_k, relation_limit=self.options.relation_limit,
+                recall_k=request.config.recall_k + extra, relation_limit=self.options.relation_limit,
                 purpose=trace.purpose("retriever"),
             )
+            remembered = {turn_id: index.text_of(turn_key(request.conversation_id, turn_id)) for turn_id in pending}
+            retrieval, held_back = without_pending(retrieval, pending, request.config.recall_k, remembered)
             packet = build_packet(retrieval, request.config.token_budget)
         except RequestRefusedError as exc:
             return MemoryQueryResult.invalid(str(exc), kind="forbidden")
@@ -405,7 +418,7 @@ class DialogueService:
         return MemoryQueryResult(
             ok=True, conversation_id=request.conversation_id, injection_packet=packet,
             recalled=[t.model_dump(mode="json", exclude={"signals"}) for t in retrieval.recalled],
-            stored_turns=retrieval.stored_turns,
+            stored_turns=retrieval.stored_turns, held_back=held_back,
             elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
         )
 
@@ -490,6 +503,8 @@ class DialogueService:
         trace: TraceRecorder,
         payload_hash: str,
         run_slot: SlotRunner[Any],
+        *,
+        replace: bool = False,
     ) -> tuple[TurnResult, bool]:
         """The turn itself (tasks.dialogue.turn); (result, whether the lease is still held)."""
         routes = resolve_routes(self.settings, request.config.models.as_dict())
@@ -503,4 +518,10 @@ class DialogueService:
         )
         run = TurnRun(request, repo=repo, store=store, trace=trace, payload_hash=payload_hash,
                       scheduler=scheduler, routes=routes, context=context)
-        return run.run()
+        result, held = run.run()
+        if replace and result.retryable and result.state == TurnState.ROLLED_BACK:
+            # The rewind took the turn's old text out of memory; if the slots failed (model
+            # down, timeout), memory would hold neither text until the retry. It holds the
+            # new one (not committed; the retry commits its facts and marks it).
+            run.remember_text()
+        return result, held

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,14 +25,18 @@ from core.llm import LLMGateway
 from core.recall import Hit, HybridIndex, IndexRegistry, MemoryDoc
 from kg import vocabulary as vocab
 from kg.dialogue import (
+    ConversationSnapshot,
     DialogueEntity,
     DialogueMilestone,
     DialogueRelation,
     DialogueRepository,
     MemoryRow,
+    anchor_token,
     turn_key,
 )
 from tasks.dialogue.models import ChatMessage, RecalledTurnOut
+
+T = TypeVar("T")
 
 
 class RecalledTurn(RecalledTurnOut):
@@ -73,29 +77,44 @@ def memory_doc(row: MemoryRow) -> MemoryDoc:
 
 
 class TurnMemoryIndex:
-    """The remembered turns of one conversation in a HybridIndex, with the read cursor."""
+    """The remembered turns of one conversation in a HybridIndex, with the read cursor.
+
+    `generation` counts resets (a rewind, a replace): a reader that took the cursor before a
+    reset must not add what it read then (rows of the turns the rewind removed) to the index
+    built after it, or the old text of a replaced turn would stay cached and be recalled."""
 
     def __init__(self) -> None:
         self.index: HybridIndex | None = None
         self.max_seq = 0
-        self.anchor_key: str | None = None  # key of turn `max_seq`: proves the cache is still current
+        self.anchor_key: str | None = None  # anchor_token of turn `max_seq`: proves the cache is still current
         self.speakers: set[str] = set()
+        self.generation = 0
         self.lock = threading.Lock()
 
     def cursor(self) -> tuple[int, str | None]:
         with self.lock:
             return self.max_seq, self.anchor_key
 
+    def read_cursor(self) -> tuple[int, str | None, int]:
+        """(position, anchor, generation): what a reader passes back to `sync`."""
+        with self.lock:
+            return self.max_seq, self.anchor_key, self.generation
+
     def __len__(self) -> int:
         return len(self.index) if self.index is not None else 0
 
-    def sync(self, rows: list[MemoryRow], *, reset: bool) -> None:
+    def sync(self, rows: list[MemoryRow], *, reset: bool, generation: int | None = None) -> bool:
+        """Add the rows read after the cursor (`reset`: they are every row). False, and nothing
+        changed, when the index was reset since the reader took its cursor (`generation`)."""
         with self.lock:
+            if generation is not None and generation != self.generation:
+                return False
             if reset:
                 self.index, self.max_seq, self.anchor_key, self.speakers = None, 0, None, set()
+                self.generation += 1
             fresh = [r for r in rows if r.seq > self.max_seq]
             if not fresh:
-                return
+                return True
             dims = next((len(r.embedding) for r in fresh if r.embedding), 0)
             if self.index is None:
                 self.index = HybridIndex(dims or 384)
@@ -112,11 +131,19 @@ class TurnMemoryIndex:
                 self.index.add([memory_doc(r) for r in chunk], vectors)
                 start = end
             self.speakers.update(s.strip() for r in fresh for s in r.speaker.split(",") if s.strip())
-            self.max_seq, self.anchor_key = fresh[-1].seq, fresh[-1].key
+            self.max_seq, self.anchor_key = fresh[-1].seq, anchor_token(fresh[-1].key, fresh[-1].text)
+            return True
 
     def holds(self, key: str) -> bool:
         with self.lock:
             return self.index is not None and key in self.index.positions
+
+    def text_of(self, key: str) -> str | None:
+        """The remembered text of turn `key`, if the index holds it."""
+        with self.lock:
+            if self.index is None or key not in self.index.positions:
+                return None
+            return self.index.docs[self.index.positions[key]].text
 
     def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
                linked: list[str] | None = None) -> list[RecalledTurn]:
@@ -263,6 +290,34 @@ def _names(index: TurnMemoryIndex, entities: list[DialogueEntity]) -> list[str]:
     return sorted(n for n in names if n)
 
 
+#: Reads a reader retries when a rewind reset the index under it (each retry is one more read).
+READ_ATTEMPTS = 3
+
+
+def _read_into(index: TurnMemoryIndex, read: Callable[[int, str | None], tuple[bool, list[MemoryRow], T]]) -> T:
+    """Read the graph after the index's cursor (`read` returns reset, the rows, and what else it
+    read) and add the new rows; read again when the index was reset meanwhile (a rewind between
+    the read and the add: what was read may be gone)."""
+    for _ in range(READ_ATTEMPTS - 1):
+        after_seq, anchor, generation = index.read_cursor()
+        reset, rows, result = read(after_seq, anchor)
+        if index.sync(rows, reset=reset, generation=generation):
+            return result
+    _, rows, result = read(0, None)  # from the start: whatever was cached goes
+    index.sync(rows, reset=True)
+    return result
+
+
+def _snapshot_reader(
+    repo: DialogueRepository, conversation_id: str
+) -> Callable[[int, str | None], tuple[bool, list[MemoryRow], ConversationSnapshot]]:
+    def read(after_seq: int, anchor: str | None) -> tuple[bool, list[MemoryRow], ConversationSnapshot]:
+        snapshot = repo.snapshot(conversation_id, after_seq=after_seq, anchor_key=anchor)
+        return snapshot.reset, snapshot.new_turns, snapshot
+
+    return read
+
+
 def retrieve(
     repo: DialogueRepository,
     gateway: LLMGateway,
@@ -277,9 +332,7 @@ def retrieve(
 ) -> Retrieval:
     """`query_vector`: returns the messages' embedding computed elsewhere (the pipeline starts
     it before the graph read, so the two overlap); None embeds here when there is memory."""
-    after_seq, anchor = index.cursor()
-    snapshot = repo.snapshot(conversation_id, after_seq=after_seq, anchor_key=anchor)
-    index.sync(snapshot.new_turns, reset=snapshot.reset)
+    snapshot = _read_into(index, _snapshot_reader(repo, conversation_id))
     query = turn_text(messages)
     mentioned = mentioned_entities(snapshot.entities, query)
     relations = select_relations(snapshot.relations, {e.entity_id for e in mentioned}, relation_limit)
@@ -315,12 +368,42 @@ def recall(
     """Hybrid recall for an arbitrary question (the regression recall probe), with the same
     graph signals as a turn's retrieval (the speakers and entities it names, the turns the
     facts about them were extracted from)."""
-    after_seq, anchor = index.cursor()
-    snapshot = repo.snapshot(conversation_id, after_seq=after_seq, anchor_key=anchor)
-    index.sync(snapshot.new_turns, reset=snapshot.reset)
+    snapshot = _read_into(index, _snapshot_reader(repo, conversation_id))
     if not len(index):
         return []
     vector = gateway.embed([query], purpose=purpose)[0]
     mentioned = mentioned_entities(snapshot.entities, query)
     return index.search(query, vector, k, _names(index, snapshot.entities),
                         linked_turns(conversation_id, mentioned, snapshot.relations, index.speakers))
+
+
+def without_pending(
+    retrieval: Retrieval, pending: dict[str, str | None], k: int | None = None,
+    remembered: dict[str, str | None] | None = None,
+) -> tuple[Retrieval, list[str]]:
+    """The retrieval with nothing a pending write is about to change (`pending`: turn id -> the
+    text memory will hold, None: removed): a recalled turn whose remembered text is not that
+    text, and the milestones, relations and bios those turns wrote last, are left out. Returns the
+    turn ids held back. `k`: recalled turns kept at most (the query asked for more to make room).
+    `remembered`: turn id -> the text memory holds now, for pending turns that were not recalled
+    (their milestones, relations and bios are held back too when that text is not the new one)."""
+    if not pending:
+        return retrieval.model_copy(update={"recalled": retrieval.recalled[:k]}), []
+    stale = {t.turn_id for t in retrieval.recalled if t.turn_id in pending and pending[t.turn_id] != t.text}
+    # A turn being removed or rewritten: what the graph holds of it is the old text's.
+    changing = stale | {turn_id for turn_id, text in pending.items() if text is None} | {
+        turn_id for turn_id, held in (remembered or {}).items() if held is not None and held != pending.get(turn_id)}
+    def unchanged(entity: DialogueEntity) -> DialogueEntity:
+        # A bio last written by a changing turn may hold its old words: left out until it lands.
+        if entity.last_turn in changing and (entity.bio_summary or entity.bio_traits):
+            return entity.model_copy(update={"bio_summary": "", "bio_traits": []})
+        return entity
+
+    kept = retrieval.model_copy(update={
+        "known_entities": [unchanged(e) for e in retrieval.known_entities],
+        "mentioned": [unchanged(e) for e in retrieval.mentioned],
+        "recalled": [t for t in retrieval.recalled if t.turn_id not in stale][:k],
+        "milestones": [m for m in retrieval.milestones if m.turn_id not in changing],
+        "relations": [r for r in retrieval.relations if r.since_turn not in changing],
+    })
+    return kept, sorted(stale)

@@ -306,6 +306,12 @@ class TurnRun:
                                        "seq": outcome.seq, "actions": outcome.applied, "trace": trace})
 
     # ------------------------------------------------------------------ helpers
+    def remember_text(self) -> None:
+        """Remember the turn's text without its facts (an edit whose slots failed), its
+        embedding call kept out of the gateway's records (the turn's trace is finished)."""
+        self._remember(self.request.messages, None)
+        self.ctx.outcomes.drop_records(self.trace)
+
     def _remember(self, messages: list[Any], vector: list[float] | None) -> None:
         """Remember a gate-blocked turn's text (its own small transaction, idempotent by key).
         A failure here is logged, not raised: the turn's outcome is the gate's."""
