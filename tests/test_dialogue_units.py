@@ -502,3 +502,10 @@ def test_a_pending_write_holds_back_the_old_text_of_its_turn_only() -> None:
     kept, _ = without_pending(not_recalled, {"7": "Tester: It was sunny all week."}, 5,
                               {"7": "Tester: It was sunny all week."})
     assert kept.known_entities[0].bio_summary == "Tester said it was rainy all week."
+    # Mid-replace: memory holds no text for turn 7 (rewound, not yet written again) while the bio
+    # was read before the rewind; look-alike: a turn never committed holds back nothing.
+    kept, held = without_pending(not_recalled, {"7": "Tester: It was sunny all week."}, 5, {"7": None})
+    assert held == [] and kept.known_entities[0].bio_summary == ""
+    kept, _ = without_pending(not_recalled, {"12": "Tester: Hello again."}, 5, {"12": None})
+    assert [e.bio_summary for e in kept.known_entities] == [e.bio_summary for e in retrieval.known_entities]
+    assert kept.milestones == retrieval.milestones and kept.relations == retrieval.relations

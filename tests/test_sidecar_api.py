@@ -545,6 +545,11 @@ def test_a_conversation_id_holding_a_slash_is_read_back_whole(client: TestClient
     assert other["items"] == [] and other["conversation_id"] == "locomo-26"
     bad = client.get(f"{CONVERSATIONS_PATH}/%01/turns")
     assert bad.status_code == 400 and "conversation_id" in bad.json()["reason"]
+    # A line break in the id is refused the same way on every read-back route (it matched no
+    # route once, and answered an undocumented 404).
+    for part in ("entities", "relations", "milestones", "turns"):
+        broken = client.get(f"{CONVERSATIONS_PATH}/a%0Ab/{part}")
+        assert broken.status_code == 400 and "conversation_id" in broken.json()["reason"], (part, broken.text)
 
 
 def test_a_bug_is_a_documented_500_and_nothing_is_written(

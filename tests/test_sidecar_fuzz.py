@@ -45,7 +45,7 @@ def test_generated_requests_hold_the_contract(tmp_path: Path) -> None:
     summary_file = tmp_path / "summary.json"
     done = subprocess.run(
         [sys.executable, "-m", "tests.sidecar_fuzz", "--max-examples", str(CI_EXAMPLES), "--seed", str(DEFAULT_SEED),
-         "--workers", "2", "--out", str(tmp_path / "fuzz"), "--summary", str(summary_file)],
+         "--workers", "1", "--out", str(tmp_path / "fuzz"), "--summary", str(summary_file)],
         cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": child_pythonpath()}, capture_output=True, text=True,
         timeout=900,
     )

@@ -398,12 +398,20 @@ class DialogueService:
             pending = request.stale_turns()
             # The turns a pending write holds back make room for as many others.
             extra = min(len(pending), 50) if request.config.recall_k else 0
+            # A replace may rewind and rewrite a pending turn while this query reads (it takes no
+            # lock), so memory's text for it is read before and after the retrieval: an old text
+            # seen either time, or none after, holds back what the turn wrote (see without_pending).
+            before = {turn_id: index.text_of(turn_key(request.conversation_id, turn_id)) for turn_id in pending}
             retrieval = retrieve(
                 DialogueRepository(store), self.gateway, index, request.conversation_id, request.messages,
                 recall_k=request.config.recall_k + extra, relation_limit=self.options.relation_limit,
                 purpose=trace.purpose("retriever"),
             )
-            remembered = {turn_id: index.text_of(turn_key(request.conversation_id, turn_id)) for turn_id in pending}
+            remembered = {
+                turn_id: held if held is not None and held != pending[turn_id]
+                else index.text_of(turn_key(request.conversation_id, turn_id))
+                for turn_id, held in before.items()
+            }
             retrieval, held_back = without_pending(retrieval, pending, request.config.recall_k, remembered)
             packet = build_packet(retrieval, request.config.token_budget)
         except RequestRefusedError as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -76,6 +77,26 @@ def memory_doc(row: MemoryRow) -> MemoryDoc:
     )
 
 
+@dataclass(frozen=True)
+class PinnedMemory:
+    """The index as one read left it. A reset (a rewind, a replace) swaps the index for a new
+    one and leaves this one as it was, so a reader searches what it read, never an index
+    emptied between its read and its search."""
+
+    hybrid: HybridIndex | None
+    speakers: frozenset[str]
+
+    def __len__(self) -> int:
+        return len(self.hybrid) if self.hybrid is not None else 0
+
+    def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
+               linked: list[str] | None = None) -> list[RecalledTurn]:
+        """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`)."""
+        if self.hybrid is None or k <= 0:
+            return []
+        return [recalled(hit) for hit in self.hybrid.search(query, vector, k, names=names, linked=linked)]
+
+
 class TurnMemoryIndex:
     """The remembered turns of one conversation in a HybridIndex, with the read cursor.
 
@@ -103,18 +124,19 @@ class TurnMemoryIndex:
     def __len__(self) -> int:
         return len(self.index) if self.index is not None else 0
 
-    def sync(self, rows: list[MemoryRow], *, reset: bool, generation: int | None = None) -> bool:
-        """Add the rows read after the cursor (`reset`: they are every row). False, and nothing
-        changed, when the index was reset since the reader took its cursor (`generation`)."""
+    def sync(self, rows: list[MemoryRow], *, reset: bool, generation: int | None = None) -> PinnedMemory | None:
+        """Add the rows read after the cursor (`reset`: they are every row) and return the index
+        as it then is. None, and nothing changed, when the index was reset since the reader took
+        its cursor (`generation`)."""
         with self.lock:
             if generation is not None and generation != self.generation:
-                return False
+                return None
             if reset:
                 self.index, self.max_seq, self.anchor_key, self.speakers = None, 0, None, set()
                 self.generation += 1
             fresh = [r for r in rows if r.seq > self.max_seq]
             if not fresh:
-                return True
+                return self._pinned()
             dims = next((len(r.embedding) for r in fresh if r.embedding), 0)
             if self.index is None:
                 self.index = HybridIndex(dims or 384)
@@ -132,7 +154,16 @@ class TurnMemoryIndex:
                 start = end
             self.speakers.update(s.strip() for r in fresh for s in r.speaker.split(",") if s.strip())
             self.max_seq, self.anchor_key = fresh[-1].seq, anchor_token(fresh[-1].key, fresh[-1].text)
-            return True
+            return self._pinned()
+
+    def _pinned(self) -> PinnedMemory:
+        # Under self.lock. Later rows are added to the same HybridIndex (a reader may see them);
+        # a reset replaces it, and the pinned one stays whole.
+        return PinnedMemory(self.index, frozenset(self.speakers))
+
+    def pinned(self) -> PinnedMemory:
+        with self.lock:
+            return self._pinned()
 
     def holds(self, key: str) -> bool:
         with self.lock:
@@ -147,11 +178,8 @@ class TurnMemoryIndex:
 
     def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
                linked: list[str] | None = None) -> list[RecalledTurn]:
-        """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`)."""
-        index = self.index
-        if index is None or k <= 0:
-            return []
-        return [recalled(hit) for hit in index.search(query, vector, k, names=names, linked=linked)]
+        """Search the index as it is now (see PinnedMemory.search)."""
+        return self.pinned().search(query, vector, k, names, linked)
 
 
 def recalled(hit: Hit) -> RecalledTurn:
@@ -282,7 +310,7 @@ def linked_turns(conversation_id: str, mentioned: list[DialogueEntity], relation
     return [turn_key(conversation_id, t) for t in dict.fromkeys(t for t in turns if t)]
 
 
-def _names(index: TurnMemoryIndex, entities: list[DialogueEntity]) -> list[str]:
+def _names(index: PinnedMemory, entities: list[DialogueEntity]) -> list[str]:
     names = set(index.speakers)
     for entity in entities:
         names.add(entity.name)
@@ -294,18 +322,23 @@ def _names(index: TurnMemoryIndex, entities: list[DialogueEntity]) -> list[str]:
 READ_ATTEMPTS = 3
 
 
-def _read_into(index: TurnMemoryIndex, read: Callable[[int, str | None], tuple[bool, list[MemoryRow], T]]) -> T:
+def _read_into(
+    index: TurnMemoryIndex, read: Callable[[int, str | None], tuple[bool, list[MemoryRow], T]],
+) -> tuple[T, PinnedMemory]:
     """Read the graph after the index's cursor (`read` returns reset, the rows, and what else it
     read) and add the new rows; read again when the index was reset meanwhile (a rewind between
-    the read and the add: what was read may be gone)."""
+    the read and the add: what was read may be gone). Returns what was read and the index as
+    that read left it, to search."""
     for _ in range(READ_ATTEMPTS - 1):
         after_seq, anchor, generation = index.read_cursor()
         reset, rows, result = read(after_seq, anchor)
-        if index.sync(rows, reset=reset, generation=generation):
-            return result
+        pinned = index.sync(rows, reset=reset, generation=generation)
+        if pinned is not None:
+            return result, pinned
     _, rows, result = read(0, None)  # from the start: whatever was cached goes
-    index.sync(rows, reset=True)
-    return result
+    pinned = index.sync(rows, reset=True)
+    assert pinned is not None  # a sync without a generation always applies
+    return result, pinned
 
 
 def _snapshot_reader(
@@ -332,17 +365,17 @@ def retrieve(
 ) -> Retrieval:
     """`query_vector`: returns the messages' embedding computed elsewhere (the pipeline starts
     it before the graph read, so the two overlap); None embeds here when there is memory."""
-    snapshot = _read_into(index, _snapshot_reader(repo, conversation_id))
+    snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
     query = turn_text(messages)
     mentioned = mentioned_entities(snapshot.entities, query)
     relations = select_relations(snapshot.relations, {e.entity_id for e in mentioned}, relation_limit)
     recalled_turns: list[RecalledTurn] = []
     vector = None
-    if recall_k > 0 and len(index):
+    if recall_k > 0 and len(memory):
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
         vector = query_vector() if query_vector is not None else gateway.embed([query], purpose=purpose)[0]
-        recalled_turns = index.search(query, vector, recall_k, _names(index, snapshot.entities),
-                                      linked_turns(conversation_id, mentioned, snapshot.relations, index.speakers))
+        recalled_turns = memory.search(query, vector, recall_k, _names(memory, snapshot.entities),
+                                       linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers))
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,
@@ -350,7 +383,7 @@ def retrieve(
         milestones=snapshot.milestones,
         recalled=recalled_turns,
         stored_turns=snapshot.turn_count,
-        speakers=sorted(index.speakers),
+        speakers=sorted(memory.speakers),
         query_vector=[float(x) for x in vector] if vector is not None else None,
     )
 
@@ -368,13 +401,13 @@ def recall(
     """Hybrid recall for an arbitrary question (the regression recall probe), with the same
     graph signals as a turn's retrieval (the speakers and entities it names, the turns the
     facts about them were extracted from)."""
-    snapshot = _read_into(index, _snapshot_reader(repo, conversation_id))
-    if not len(index):
+    snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
+    if not len(memory):
         return []
     vector = gateway.embed([query], purpose=purpose)[0]
     mentioned = mentioned_entities(snapshot.entities, query)
-    return index.search(query, vector, k, _names(index, snapshot.entities),
-                        linked_turns(conversation_id, mentioned, snapshot.relations, index.speakers))
+    return memory.search(query, vector, k, _names(memory, snapshot.entities),
+                         linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers))
 
 
 def without_pending(
@@ -385,14 +418,18 @@ def without_pending(
     text memory will hold, None: removed): a recalled turn whose remembered text is not that
     text, and the milestones, relations and bios those turns wrote last, are left out. Returns the
     turn ids held back. `k`: recalled turns kept at most (the query asked for more to make room).
-    `remembered`: turn id -> the text memory holds now, for pending turns that were not recalled
-    (their milestones, relations and bios are held back too when that text is not the new one)."""
+    `remembered`: turn id -> the text memory holds (None: none; see DialogueService.memory_query), for
+    pending turns that were not recalled (their milestones, relations and bios are held back too
+    when that text is not the new one)."""
     if not pending:
         return retrieval.model_copy(update={"recalled": retrieval.recalled[:k]}), []
     stale = {t.turn_id for t in retrieval.recalled if t.turn_id in pending and pending[t.turn_id] != t.text}
     # A turn being removed or rewritten: what the graph holds of it is the old text's.
+    # A pending turn memory holds no text for (None) may be mid-replace: rewound, not yet written
+    # again, while facts read a moment earlier still carry its old words. So it counts as changing
+    # too; for a turn that was never committed nothing carries its id, and nothing is held back.
     changing = stale | {turn_id for turn_id, text in pending.items() if text is None} | {
-        turn_id for turn_id, held in (remembered or {}).items() if held is not None and held != pending.get(turn_id)}
+        turn_id for turn_id, held in (remembered or {}).items() if held != pending.get(turn_id)}
     def unchanged(entity: DialogueEntity) -> DialogueEntity:
         # A bio last written by a changing turn may hold its old words: left out until it lands.
         if entity.last_turn in changing and (entity.bio_summary or entity.bio_traits):
