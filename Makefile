@@ -8,7 +8,7 @@ PREMISE ?= A lighthouse keeper on a storm-bound island finds a letter addressed 
 # AVX2 build: a -march=native build emits AMX/AVX-512 code that some VMs forbid (SIGILL).
 LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: install run test smoke doctor lint lint-imports cypher-lint
+.PHONY: install run test smoke doctor lint lint-imports cypher-lint vendor-codex
 
 install: $(VENV)/.skald-installed
 
@@ -46,3 +46,10 @@ lint-imports: install
 cypher-lint:
 	npm ci --prefix tools/cypher-lint --no-audit --no-fund --loglevel=error
 	node tools/cypher-lint/lint.js build/cypher-statements.jsonl
+
+# The codex's graph library, from the release pinned in tools/codex-assets/package-lock.json
+# (run after changing the pin; tests/test_codex.py checks the copy is that release).
+vendor-codex:
+	npm ci --prefix tools/codex-assets --no-audit --no-fund --loglevel=error
+	cp tools/codex-assets/node_modules/cytoscape/dist/cytoscape.min.js kg/codex/assets/cytoscape.min.js
+	cp tools/codex-assets/node_modules/cytoscape/LICENSE kg/codex/assets/cytoscape.LICENSE

@@ -21,7 +21,13 @@ import pytest
 from core.settings import Settings
 from tests.browser import open_page, require_chromium
 from tests.conftest import REPO_ROOT
-from tests.scripted_llm import ScriptedLLM, ScriptedRequest, quoting_extraction, scene_text_of, scripted_prose
+from tests.scripted_llm import (
+    ScriptedLLM,
+    ScriptedRequest,
+    quoting_extraction,
+    scene_text_of,
+    scripted_prose,
+)
 from tests.test_novel_e2e import kg, novel, run_env, script_novel, wipe_graph
 
 SCREENSHOTS = REPO_ROOT / "build"

@@ -19,7 +19,7 @@
 
   function when(n) {
     if (raw.kind === "novel") { return n === 0 ? "story bible" : "chapter " + n; }
-    return unit + " " + n;
+    return graph.labels[String(n)] || "committed " + unit + " #" + n;
   }
   function statusAt(node, k) {
     var found = null;

@@ -125,28 +125,22 @@ def build_dialogue_codex(store: GraphStore, conversation_id: str) -> CodexPage:
             timeline[seq] = TimelineEntry(at=seq, anchor=f"t-{seq}", heading=f"Turn {turn}")
         return timeline[seq]
 
+    # One drawn edge per (source, type, target): a relation ended and started again is one
+    # line with several spells, not a fan of parallel edges.
+    drawn: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for rel in relations:
         source, target = str(rel["source"]), str(rel["target"])
         label = f"{rel['type']} ({rel['raw_type']})" if rel["type"] == vocab.RELATES_TO and rel["raw_type"] else \
             str(rel["type"])
+        drawn[(source, label, target)].append(rel)
         since = int(rel["since_seq"] or 0)
         ended = int(rel["ended_seq"]) if rel["ended_seq"] is not None else None
         history = events_of.get(str(rel["rel_id"]), [])
         # What ended it: a DELETE logs the ended relation's id; a REPLACE logs the new one's.
         ender = None if ended is None else next(
             (e for e in enders.get((source, target, ended), []) if e.get("from_type") in (rel["type"], None)), None)
-        ended_by = None
-        if ended is not None:
-            ended_by = (_event_text(ender) if ender else "ended") + f" at {_turn(rel['ended_turn'])}"
-        edges.append(GraphEdge(
-            id=anchor("r", str(rel["rel_id"])), source=source, target=target, type=str(rel["type"]), label=label,
-            spans=[(since, ended)], ended_by=ended_by, weight=rel["weight"],
-            events=[EdgeEvent(at=e.get("seq"), where=_turn(e.get("turn_id")), what=_event_text(e), quote=e.get("quote"))
-                    for e in history]))
-        state = f"since {_turn(rel['since_turn'])}" + (f", ended {_turn(rel['ended_turn'])}" if ended else "") + \
-            (f", weight {rel['weight']:.2f}" if rel["weight"] is not None else "")
-        relation_lines[source].append(f"{label} \u2192 {names[target]} ({state})")
-        relation_lines[target].append(f"{label} \u2190 {names[source]} ({state})")
+        rel["ended_by"] = None if ended is None else \
+            (_event_text(ender) if ender else "ended") + f" at {_turn(rel['ended_turn'])}"
         first_quote = next((e.get("quote") for e in history if e.get("quote")), None)
         text = f"{names[source]} {label} {names[target]}"
         entry(since).new_relationships.append(TimelineItem(text=text, quote=first_quote, anchor=anchors[source]))
@@ -159,6 +153,25 @@ def build_dialogue_codex(store: GraphStore, conversation_id: str) -> CodexPage:
             facts[source].append(evidence)
             if target != source:
                 facts[target].append(evidence)
+    for (source, label, target), spells in drawn.items():
+        spells.sort(key=lambda r: (int(r["since_seq"] or 0), str(r["rel_id"])))
+        latest = spells[-1]
+        history = sorted((e for r in spells for e in events_of.get(str(r["rel_id"]), [])),
+                         key=lambda e: int(e.get("seq") or 0))
+        edges.append(GraphEdge(
+            id=anchor("r", "\x1f".join((source, label, target))), source=source, target=target,
+            type=str(latest["type"]), label=label, ended_by=latest["ended_by"], weight=latest["weight"],
+            spans=[(int(r["since_seq"] or 0), int(r["ended_seq"]) if r["ended_seq"] is not None else None)
+                   for r in spells],
+            events=[EdgeEvent(at=e.get("seq"), where=_turn(e.get("turn_id")), what=_event_text(e), quote=e.get("quote"))
+                    for e in history]))
+        state = f"since {_turn(latest['since_turn'])}" + \
+            (f", ended {_turn(latest['ended_turn'])}" if latest["ended_seq"] is not None else "") + \
+            (f", weight {latest['weight']:.2f}" if latest["weight"] is not None else "")
+        if len(spells) > 1:
+            state = f"{len(spells)} spells; the latest {state}"
+        relation_lines[source].append(f"{label} \u2192 {names[target]} ({state})")
+        relation_lines[target].append(f"{label} \u2190 {names[source]} ({state})")
 
     for m in read.milestones:
         seq = int(m["seq"] or 0)
@@ -189,6 +202,7 @@ def build_dialogue_codex(store: GraphStore, conversation_id: str) -> CodexPage:
                 if cards.get(key)]
     graph = CodexGraph(
         axis="turn", first=min([*turn_of, 1]), last=max(last, 1),
+        labels={str(seq): _turn(turn) for seq, turn in sorted(turn_of.items())},
         nodes=[GraphNode(id=eid, name=names[eid], kind=str(e["kind"] or vocab.FALLBACK_LABEL), anchor=anchors[eid],
                          first=int(e["first_seq"]) if e["first_seq"] is not None else None)
                for eid, e in entities.items()],

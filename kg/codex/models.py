@@ -94,6 +94,7 @@ class CodexGraph(_Model):
     last: int
     nodes: list[GraphNode] = Field(default_factory=list)
     edges: list[GraphEdge] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict, description="axis position -> its name ('turn 12')")
 
 
 class TimelineItem(_Model):
