@@ -27,7 +27,7 @@ from prefect import flow, get_run_logger
 from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
 from core.settings import load_settings
-from tasks.codex import write_project_codex
+from tasks.codex import write_codex_or_log
 from tasks.healing import (
     HealReport,
     enrich_entities,
@@ -103,10 +103,7 @@ def qa_flow(project_dir: str) -> QAReport:
         report = QAReport(project_dir=str(rt.settings.project_dir), run_at=run_at, findings=findings,
                           report_path=str(path), seconds=round(time.monotonic() - started, 2))
         publish_qa_artifacts(report)
-        try:  # the findings marked in the codex (a view: its failure does not fail the QA run)
-            write_project_codex()
-        except Exception as exc:
-            get_run_logger().error("codex with the QA findings could not be written: %s", exc)
+        write_codex_or_log("with the QA findings")  # the findings marked in exports/codex.html
         return report
 
 

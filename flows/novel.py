@@ -37,7 +37,7 @@ from prompts.initialization.models import (
     GlobalOutline,
 )
 from tasks.bible import load_story_bible, sync_story_bible, write_learned_characters
-from tasks.codex import write_project_codex
+from tasks.codex import write_codex_or_log
 from tasks.commit import commit_initialization
 from tasks.export import export_manuscript
 from tasks.initialization import (
@@ -232,14 +232,14 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
         summaries.append(f"Chapter {number}: {result.title}: {result.summary}".rstrip(": "))
         phases[f"chapter {number}"] = time.monotonic() - chapter_started
         codex_started = time.monotonic()
-        _write_codex(f"after chapter {number}")
+        write_codex_or_log(f"after chapter {number}")
         phases["codex"] = phases.get("codex", 0.0) + time.monotonic() - codex_started
         if number % rt.settings.limits.qa_every == 0:
             maintenance_started = time.monotonic()
             _run_maintenance(project_dir, number)
             phases[f"maintenance after {number}"] = time.monotonic() - maintenance_started
     if not results_list:  # every chapter was the writer's own (imported): the codex still shows them
-        _write_codex("of the imported chapters")
+        write_codex_or_log("of the imported chapters")
     write_learned_characters()
     manuscript = export_manuscript(outline.title, chapters)
     report = _report(rt, outline.title, results_list, manuscript, phases)
@@ -256,15 +256,6 @@ def _runtime_for(project_dir: str) -> Runtime:
     except RuntimeError:
         pass
     return set_runtime(Runtime(load_settings(project_dir)))
-
-
-def _write_codex(when: str) -> None:
-    """`exports/codex.html`, the world as of the latest chapter. The codex is a view of the
-    graph: a failure to write it is logged as an error, never fatal to the book."""
-    try:
-        write_project_codex()
-    except Exception as exc:  # the chapter is committed and written: keep going
-        get_run_logger().error("codex %s could not be written (continuing): %s", when, exc)
 
 
 def _run_maintenance(project_dir: str, chapter: int) -> None:

@@ -33,3 +33,13 @@ def write_project_codex() -> str:
                          description=f"The world as of {where}: characters, places, items, the relationship "
                          "graph, the timeline, chapter quality (open the file in a browser)")
     return str(path)
+
+
+def write_codex_or_log(when: str) -> str | None:
+    """Write the codex; the codex is a view of the graph, so a failure to write it is logged as
+    an error and never fails the run that asked (its chapters are committed and written)."""
+    try:
+        return write_project_codex()
+    except Exception as exc:
+        get_run_logger().error("codex %s could not be written (continuing): %s", when, exc)
+        return None
