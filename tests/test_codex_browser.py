@@ -88,6 +88,10 @@ def book(graph_settings: Settings, prefect_home: Path,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], str]]:
     with ScriptedLLM() as llm:
         script_novel(llm)
+        llm.on(schema="OutlineRelationships", respond={
+            "relationships": [{"source": "Tobias Venn", "target": "Mara Quill", "type": "PROTECTS",
+                               "description": "He rows her out in any weather."}],
+            "locations": [{"name": "Gull Rock lighthouse", "description": "The light on the reef."}]})
         llm.on(schema="ChapterOutlineRefresh", respond=_outline)
         llm.on(schema="ScenePlan", respond=_plan)
         llm.on(schema="SceneExtraction", respond=_extract)
