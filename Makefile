@@ -8,7 +8,7 @@ PREMISE ?= A lighthouse keeper on a storm-bound island finds a letter addressed 
 # AVX2 build: a -march=native build emits AMX/AVX-512 code that some VMs forbid (SIGILL).
 LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: install run test smoke doctor lint lint-imports cypher-lint fuzz sillytavern-test
+.PHONY: install run test smoke doctor lint lint-imports cypher-lint fuzz sillytavern-test vendor-codex
 
 install: $(VENV)/.skald-installed
 
@@ -64,3 +64,10 @@ sillytavern-test: install
 	@test -n "$(SILLYTAVERN_DIR)" || { echo "set SILLYTAVERN_DIR to a SillyTavern checkout (see README)" >&2; exit 2; }
 	npm ci --prefix tests/sillytavern --no-audit --no-fund --loglevel=error
 	SILLYTAVERN_DIR="$(SILLYTAVERN_DIR)" $(PY) -m pytest tests/test_sillytavern_browser.py -v -s -p no:cacheprovider
+
+# The codex's graph library, from the release pinned in tools/codex-assets/package-lock.json
+# (run after changing the pin; tests/test_codex.py checks the copy is that release).
+vendor-codex:
+	npm ci --prefix tools/codex-assets --no-audit --no-fund --loglevel=error
+	cp tools/codex-assets/node_modules/cytoscape/dist/cytoscape.min.js kg/codex/assets/cytoscape.min.js
+	cp tools/codex-assets/node_modules/cytoscape/LICENSE kg/codex/assets/cytoscape.LICENSE
