@@ -1,7 +1,10 @@
 """The sidecar as a chat front end uses it (issue 15): memory before the reply, replace and
 rewind (exact), read-back, bearer token and CORS, slot scheduling (judge and historian at
 once, the deadline and per-slot timeouts cutting a running slot), refused overrides, and the
-long-run bounds (call records, conversation locks, rolled-back traces)."""
+long-run bounds (call records, conversation locks, rolled-back traces).
+
+Over 600 lines on purpose: the tests share one served app, scripted LLM and graph (module
+fixtures), which a split would start again per file."""
 
 from __future__ import annotations
 
