@@ -79,7 +79,9 @@ def _is_title(name: str, title: str) -> bool:
     """Whether `name` is `title` (or `title` without "Chapter 3:"), or its start cut off: at
     least TITLE_PREFIX_SHARE of its words, the last maybe cut mid-word."""
     words = normalise(name).split()
-    for title_words in (normalise(title).split(), _title_words(title)):
+    # A title's parts count too: "A Tribute to a Heroine" of "Lysa the Keeper: A Tribute to a Heroine".
+    parts = [normalise(p).split() for p in title.split(":")[1:] if len(p.split()) >= 2]
+    for title_words in (normalise(title).split(), _title_words(title), *parts):
         if not title_words or not words:
             continue
         if words == title_words:

@@ -49,27 +49,36 @@ def plan_scenes(
         raise LLMBadOutputError(f"the model planned {len(scenes)} of {scene_count} scenes for chapter {chapter.number}",
                                 hint="use a stronger model for the large tier or fewer --scenes-per-chapter")
     log = get_run_logger()
-    scenes, dropped = tidy_plan(scenes, character_names)
+    scenes, dropped = tidy_plan(scenes, character_names, (title, chapter.title))
     if dropped:
         log.warning("chapter %d: the scene plan's %s not used", chapter.number, "; ".join(dropped[:6]))
     log.info("chapter %d: planned %d scenes (iteration %d)", chapter.number, len(scenes), iteration)
     return rt.content.put_json("chapter_plan", f"chapter_{chapter.number:03d}/iter_{iteration}", ScenePlan(scenes=scenes))
 
 
-def tidy_plan(scenes: list[SceneDetail], known: tuple[str, ...]) -> tuple[list[SceneDetail], list[str]]:
+def tidy_plan(
+    scenes: list[SceneDetail], known: tuple[str, ...], titles: tuple[str, ...] = (),
+) -> tuple[list[SceneDetail], list[str]]:
     """The plan without what cannot be a title, a character or a setting (a small model's loops,
-    "2016: 2016: 2016"), so neither the draft's prompt nor the plan checks (tasks/validation)
-    go by it; and what was left out, said. A bible name always stays."""
+    "2016: 2016: 2016", the book's title taken for a person, "fleets"), so neither the draft's
+    prompt nor the plan checks (tasks/validation) go by it; and what was left out, said. A
+    bible name always stays; any other character must read as a name (capitalised, see
+    core.grounding.name_problem). `titles`: the book's and the chapter's."""
     known_names = {normalise(n) for n in known}
+
+    def person(name: str) -> bool:
+        return normalise(name) in known_names or (
+            any(ch.isupper() for ch in name) and name_problem(name, titles) is None)
+
     tidy: list[SceneDetail] = []
     dropped: list[str] = []
     for number, scene in enumerate(scenes, 1):
         title, problem = usable_title(scene.title, f"Scene {number}")
         if problem:
             dropped.append(f"scene {number} title {scene.title[:40]!r} ({problem})")
-        people = [c for c in scene.characters if normalise(c) in known_names or name_problem(c) is None]
+        people = [c for c in scene.characters if person(c)]
         dropped += [f"scene {number} character {c[:40]!r}" for c in scene.characters if c not in people]
-        pov = scene.pov if normalise(scene.pov) in known_names or name_problem(scene.pov) is None else ""
+        pov = scene.pov if person(scene.pov) else ""
         if scene.pov and not pov:
             dropped.append(f"scene {number} point of view {scene.pov[:40]!r}")
         setting, problem = usable_title(scene.setting, "", SETTING_WORDS)

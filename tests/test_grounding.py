@@ -205,13 +205,14 @@ def test_look_alike_titles_pass(title: str) -> None:
 def test_a_plan_keeps_its_names_and_loses_its_loops() -> None:
     scenes = [
         SceneDetail(title="2016: 2016: 2016", pov="Lynx", setting="Lynx: 2016: 2016: 2016",
-                    characters=["Lynx", "2016: 2016: 2016", "Loca-Lina-Lina-Lina", "Old Tom"], beats=["x"]),
+                    characters=["Lynx", "2016: 2016: 2016", "Loca-Lina-Lina-Lina", "Old Tom", "fleets",
+                                "A Tribute to a Heroine"], beats=["x"]),
         SceneDetail(title="The Lamp Room", pov="Lynx Lynx Lynx", setting="the lamp room at dusk",
                     characters=["Eleanor"], beats=["y"]),
     ]
-    tidy, dropped = tidy_plan(scenes, ("Lynx", "Eleanor"))
+    tidy, dropped = tidy_plan(scenes, ("Lynx", "Eleanor"), ("Lysa the Keeper: A Tribute to a Heroine", "The Letter"))
     assert [s.title for s in tidy] == ["Scene 1", "The Lamp Room"]
     assert tidy[0].characters == ["Lynx", "Old Tom"] and tidy[0].setting == "" and tidy[0].pov == "Lynx"
     # The look-alike scene keeps its title, setting and bible name; only its looping point of view goes.
     assert tidy[1].characters == ["Eleanor"] and tidy[1].setting == "the lamp room at dusk" and tidy[1].pov == ""
-    assert len(dropped) == 5 and any("point of view" in d for d in dropped)
+    assert len(dropped) == 7 and any("point of view" in d for d in dropped)

@@ -153,6 +153,7 @@ def test_kg_facts_shows_where_a_fact_came_from(book: tuple[Path, dict[str, str],
     project, env, _ = book
     shown = kg(project, env, "facts", "--entity", "mary-jane")
     assert shown.returncode == 0, shown.stderr[-2000:]
+    print(shown.stdout)  # what a writer sees (pytest -s shows it)
     lines = shown.stdout.splitlines()
     assert lines[0].startswith("Mary-Jane [Character")
     assert any(re.match(r"\s+ch 1 sc 1\s+FRIEND_OF <- Mara Quill\s+\"Mara Quill met Mary-Jane", line) for line in lines)
