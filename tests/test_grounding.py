@@ -11,7 +11,7 @@ import pytest
 
 from core.grounding import KnownNames, SourceText, name_problem, normalise, title_problem
 from core.llm.schemas import bounded_response_format_for, mend_cut_strings
-from core.sentences import clip_to_sentence, ends_sentence, finish_cut_text, tail_from_sentence
+from core.sentences import as_sentence, clip_to_sentence, ends_sentence, finish_cut_text, tail_from_sentence
 from prompts.initialization.models import CharacterSheets
 from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import SceneDetail
@@ -216,3 +216,16 @@ def test_a_plan_keeps_its_names_and_loses_its_loops() -> None:
     # The look-alike scene keeps its title, setting and bible name; only its looping point of view goes.
     assert tidy[1].characters == ["Eleanor"] and tidy[1].setting == "the lamp room at dusk" and tidy[1].pov == ""
     assert len(dropped) == 7 and any("point of view" in d for d in dropped)
+
+
+def test_a_field_stopped_mid_sentence_loses_that_sentence_and_a_finished_one_gets_its_stop() -> None:
+    # Seen in a make run: the tiny model ended a description on "the", and a full stop made it look done.
+    assert as_sentence("Lysa keeps the lighthouse on a storm-bound island. She is the") == \
+        "Lysa keeps the lighthouse on a storm-bound island."
+    assert as_sentence("She realizes the importance of the fact that the") == ""
+    assert as_sentence("He loved her and") == ""
+    # Look-alikes: sentences that end on a preposition, an auxiliary or a pronoun are finished.
+    assert as_sentence("Dr. Venn is the one she works for") == "Dr. Venn is the one she works for."
+    assert as_sentence("She knew she could") == "She knew she could."
+    assert as_sentence("He loved her,") == "He loved her."
+    assert as_sentence("Deliberation") == "Deliberation."
