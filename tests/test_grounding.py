@@ -11,7 +11,13 @@ import pytest
 
 from core.grounding import KnownNames, SourceText, name_problem, normalise, title_problem
 from core.llm.schemas import bounded_response_format_for, mend_cut_strings
-from core.sentences import as_sentence, clip_to_sentence, ends_sentence, finish_cut_text, tail_from_sentence
+from core.sentences import (
+    as_sentence,
+    clip_to_sentence,
+    ends_sentence,
+    finish_cut_text,
+    tail_from_sentence,
+)
 from prompts.initialization.models import CharacterSheets
 from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import SceneDetail
