@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import PathConvertor, register_url_convertor
@@ -42,6 +43,7 @@ from kg import vocabulary as vocab
 from kg.dialogue import DialogueEntity, DialogueRepository
 from tasks.dialogue.models import RecalledTurnOut
 
+
 class ConversationConvertor(PathConvertor):
     """Starlette's `path` convertor, but matching line breaks too. With `path` (`.*`), an id
     holding a newline matched no route and answered an undocumented 404 (found by the
@@ -51,7 +53,20 @@ class ConversationConvertor(PathConvertor):
 
 
 register_url_convertor("conversation", ConversationConvertor())
-router = APIRouter()
+
+
+def one_value_each(request: Request) -> None:
+    """Refuse a query parameter given twice: the document gives each one value, and FastAPI
+    would silently take the last (`offset=M&offset=0` answered 200; found by the
+    generated-input tests)."""
+    seen: set[str] = set()
+    for name, _value in request.query_params.multi_items():
+        if name in seen:
+            raise RequestValidationError([{"loc": ("query", name), "msg": "given more than once", "type": "value_error"}])
+        seen.add(name)
+
+
+router = APIRouter(dependencies=[Depends(one_value_each)])
 _CONVERSATION = f"{CONVERSATIONS_PATH}/{{conversation_id:conversation}}"
 #: How many entities and milestones search looks through (a conversation's whole cast, in practice).
 SEARCH_SCAN = 10_000

@@ -553,6 +553,10 @@ def test_a_conversation_id_holding_a_slash_is_read_back_whole(client: TestClient
     for part in ("entities", "relations", "milestones", "turns"):
         broken = client.get(f"{CONVERSATIONS_PATH}/a%0Ab/{part}")
         assert broken.status_code == 400 and "conversation_id" in broken.json()["reason"], (part, broken.text)
+    # A query parameter given twice is refused, not read as its last value; look-alike: once each.
+    twice = client.get(f"{CONVERSATIONS_PATH}/locomo-26/relations?offset=M&offset=0&limit=1")
+    assert twice.status_code == 400 and twice.json()["reason"] == "invalid query parameter offset: given more than once"
+    assert client.get(f"{CONVERSATIONS_PATH}/locomo-26/relations?offset=0&limit=1").status_code == 200
 
 
 def test_a_bug_is_a_documented_500_and_nothing_is_written(
