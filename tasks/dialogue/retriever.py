@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.llm import LLMGateway
-from core.recall import Hit, HybridIndex, IndexRegistry, MemoryDoc
+from core.recall import Hit, HybridIndex, IndexRegistry, MemoryDoc, plain_query
 from kg import vocabulary as vocab
 from kg.dialogue import (
     ConversationSnapshot,
@@ -90,11 +90,13 @@ class PinnedMemory:
         return len(self.hybrid) if self.hybrid is not None else 0
 
     def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
-               linked: list[str] | None = None) -> list[RecalledTurn]:
-        """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`)."""
+               linked: list[str] | None = None, plain_vector: np.ndarray | None = None) -> list[RecalledTurn]:
+        """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`).
+        `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`)."""
         if self.hybrid is None or k <= 0:
             return []
-        return [recalled(hit) for hit in self.hybrid.search(query, vector, k, names=names, linked=linked)]
+        return [recalled(hit) for hit in self.hybrid.search(query, vector, k, names=names, linked=linked,
+                                                            plain_vector=plain_vector)]
 
 
 class TurnMemoryIndex:
@@ -177,9 +179,9 @@ class TurnMemoryIndex:
             return self.index.docs[self.index.positions[key]].text
 
     def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
-               linked: list[str] | None = None) -> list[RecalledTurn]:
+               linked: list[str] | None = None, plain_vector: np.ndarray | None = None) -> list[RecalledTurn]:
         """Search the index as it is now (see PinnedMemory.search)."""
-        return self.pinned().search(query, vector, k, names, linked)
+        return self.pinned().search(query, vector, k, names, linked, plain_vector)
 
 
 def recalled(hit: Hit) -> RecalledTurn:
@@ -351,6 +353,16 @@ def _snapshot_reader(
     return read
 
 
+def _plain_vector(gateway: LLMGateway, query: str, vector: Any, speakers: frozenset[str],
+                  purpose: str) -> np.ndarray | None:
+    """The embedding of the query without the speakers' names (core.recall.plain_query); None
+    (the query's own vector serves) when it names none of them."""
+    plain = plain_query(query, speakers)
+    if plain == query or not plain:
+        return None
+    return np.asarray(gateway.embed([plain], purpose=purpose)[0], dtype=np.float32)
+
+
 def retrieve(
     repo: DialogueRepository,
     gateway: LLMGateway,
@@ -375,7 +387,8 @@ def retrieve(
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
         vector = query_vector() if query_vector is not None else gateway.embed([query], purpose=purpose)[0]
         recalled_turns = memory.search(query, vector, recall_k, _names(memory, snapshot.entities),
-                                       linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers))
+                                       linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
+                                       _plain_vector(gateway, query, vector, memory.speakers, purpose))
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,
@@ -404,10 +417,13 @@ def recall(
     snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
     if not len(memory):
         return []
-    vector = gateway.embed([query], purpose=purpose)[0]
+    plain = plain_query(query, memory.speakers)
+    # One embedding call for both: the question as asked, and without the speakers' names.
+    vectors = gateway.embed([query, plain] if plain != query else [query], purpose=purpose)
     mentioned = mentioned_entities(snapshot.entities, query)
-    return memory.search(query, vector, k, _names(memory, snapshot.entities),
-                         linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers))
+    return memory.search(query, vectors[0], k, _names(memory, snapshot.entities),
+                         linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
+                         np.asarray(vectors[-1], dtype=np.float32))
 
 
 def without_pending(
