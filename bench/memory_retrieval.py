@@ -32,9 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from core.embedder import local_embedder
-from core.recall import plain_query
 from kg.dialogue import MemoryRow
-from tasks.dialogue.retriever import TurnMemoryIndex
+from tasks.dialogue.retriever import TurnMemoryIndex, query_texts
 
 DIALOGUES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "dialogues"
 SIZES = (1_000, 10_000, 100_000)
@@ -110,8 +109,7 @@ def bench_retrieval(queries: int) -> dict[int, tuple[float, float, float]]:
             t0 = time.perf_counter()
             # As tasks.dialogue.retriever.recall asks: the question and, when it names a
             # speaker, the question without the speakers' names, embedded in one call.
-            plain = plain_query(question, speakers)
-            encoded = embedder.encode([question, plain] if plain != question else [question])
+            encoded = embedder.encode(query_texts(question, speakers))
             hits = indexes[size].search(question, encoded[0], 10, speakers, plain_vector=encoded[-1])
             latencies[size].append((time.perf_counter() - t0) * 1000)
             assert len(hits) == 10

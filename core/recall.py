@@ -41,6 +41,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 import numpy as np
@@ -210,6 +211,54 @@ def _import_onnxruntime_before_usearch() -> None:
 WRITER_HEAP_BYTES = 15_000_000
 
 
+class _Column:
+    """A per-position numpy column that grows by appending (capacity doubles), so the
+    features of a query's candidates are read by fancy indexing, not a Python loop."""
+
+    __slots__ = ("_data", "_size")
+
+    def __init__(self, dtype: Any) -> None:
+        self._data = np.zeros(64, dtype=dtype)
+        self._size = 0
+
+    def append(self, value: Any) -> None:
+        if self._size == len(self._data):
+            grown = np.zeros(2 * len(self._data), dtype=self._data.dtype)
+            grown[: self._size] = self._data
+            self._data = grown
+        self._data[self._size] = value
+        self._size += 1
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._data[: self._size]
+
+
+#: Values (rows x dimensions) per matrix-vector product in `_cosines`. OpenBLAS (numpy's BLAS)
+#: runs a product of 460,800 values or more on every core: on 2 cores shared with other work
+#: its threads wait for each other (measured, 1,400 vectors of 384, the size a 100k-turn query
+#: reads: p99 8.1 ms threaded, 0.6 ms in blocks of 1,024 rows), and the threaded result differs
+#: from the single-threaded one in the last bit, so it depended on the machine's core count.
+#: Below that size it runs on the calling thread, and the products of row blocks equal the
+#: whole product's single-threaded result bit for bit (checked up to 4,000 rows).
+GEMV_VALUES = 393_216
+
+
+def _cosines(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """`matrix @ vector` in blocks of rows OpenBLAS computes on the calling thread: the
+    same values whatever the number of cores (see GEMV_VALUES)."""
+    rows = max(16, GEMV_VALUES // max(matrix.shape[1], 1) // 16 * 16)
+    if len(matrix) <= rows:
+        return matrix @ vector
+    return np.concatenate([matrix[start : start + rows] @ vector for start in range(0, len(matrix), rows)])
+
+
+def _first_occurrences(values: np.ndarray) -> np.ndarray:
+    """`values` without repeats, each kept where it first occurs (as `dict.fromkeys`)."""
+    _, first = np.unique(values, return_index=True)
+    return values[np.sort(first)]
+
+
 class HybridIndex:
     """Documents of one memory with a lexical and a dense index, appended in order."""
 
@@ -248,7 +297,19 @@ class HybridIndex:
         self._said: list[TimeSpan | None] = []
         self._events: list[tuple[TimeSpan, ...]] = []
         #: Per position: whether the dense index holds its vector (a lexical-only run has none).
-        self._has_vector: list[bool] = []
+        self._has_vector = _Column(np.bool_)
+        #: Per position, as numpy columns for `features`: the group (an id per distinct group),
+        #: the speaker (an id per distinct lowercased speaker), the day said (an ordinal, -1:
+        #: none), whether it speaks of a time, whether it has lexical extras (a caption), and
+        #: log1p of the text's length.
+        self._group_ids: dict[str, int] = {}
+        self._group = _Column(np.int64)
+        self._speaker_ids: dict[str, int] = {}
+        self._speaker = _Column(np.int64)
+        self._said_day = _Column(np.int64)
+        self._has_events = _Column(np.bool_)
+        self._has_extra = _Column(np.bool_)
+        self._length = _Column(np.float64)
         self.lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -277,6 +338,12 @@ class HybridIndex:
                 self._events.append(tuple(resolve(doc.text, said)))
                 usable = vectors is not None and len(vectors) > i and vectors.shape[-1] == self.dimensions
                 self._has_vector.append(bool(usable))
+                self._group.append(self._group_ids.setdefault(doc.group, len(self._group_ids)))
+                self._speaker.append(self._speaker_ids.setdefault(doc.speaker.lower(), len(self._speaker_ids)))
+                self._said_day.append(said.toordinal() if said is not None else -1)
+                self._has_events.append(bool(self._events[-1]))
+                self._has_extra.append(bool(doc.extra))
+                self._length.append(float(np.log1p(len(doc.text))))
                 if usable:
                     keys.append(position)
                     rows.append(i)
@@ -373,80 +440,110 @@ class HybridIndex:
     def features(self, prepared: Prepared, params: RecallParams = DEFAULT_PARAMS) -> tuple[np.ndarray, np.ndarray]:
         """(positions, matrix): the candidate documents (every ranker's, and their in-group
         neighbours) and their FEATURES, one row each. Only the candidates are read (their
-        vectors by key), so the cost does not grow with the memory."""
-        docs = self.docs
-        count = len(docs)
-        seeds = dict.fromkeys([*prepared.lexical, *prepared.dense, *prepared.plain, *prepared.linked])
-        candidates = dict(seeds)
-        for position in seeds:
-            for other in (position - 1, position + 1):
-                if 0 <= other < count and docs[other].group == docs[position].group:
-                    candidates[other] = None
-        positions = np.fromiter(candidates, dtype=np.int64, count=len(candidates))
-        index_of = {int(p): i for i, p in enumerate(positions)}
-        n = len(positions)
-        x = np.zeros((n, len(FEATURES)), dtype=np.float64)
+        vectors by key, the rest from per-position columns by index), so the cost does not
+        grow with the memory; numpy throughout, no loop over the candidates."""
+        count = len(self.docs)
         column = {name: i for i, name in enumerate(FEATURES)}
+        seeds_list = [*prepared.lexical, *prepared.dense, *prepared.plain, *prepared.linked]
+        if not seeds_list:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, len(FEATURES)), dtype=np.float64)
+        group = self._group.values[:count]
+        # The candidates in the order the rankers name them, then their in-group neighbours
+        # (before, then after, each seed's) not named already.
+        seeds = _first_occurrences(np.asarray(seeds_list, dtype=np.int64))
+        around_seeds = np.stack([seeds - 1, seeds + 1], axis=1).ravel()
+        source = np.repeat(seeds, 2)
+        inside = (around_seeds >= 0) & (around_seeds < count)
+        around_seeds, source = around_seeds[inside], source[inside]
+        around_seeds = around_seeds[group[around_seeds] == group[source]]
+        positions = _first_occurrences(np.concatenate([seeds, around_seeds]))
+        n = len(positions)
+        by_position = np.argsort(positions)
+        sorted_positions = positions[by_position]
 
-        def reciprocal(ranking: list[int], depth: int, name: str) -> None:
-            for rank, position in enumerate(ranking):
-                x[index_of[position], column[name]] = 1.0 / (depth + rank + 1)
+        def row_of(ranking: list[int]) -> np.ndarray:
+            return by_position[np.searchsorted(sorted_positions, np.asarray(ranking, dtype=np.int64))]
 
-        reciprocal(prepared.lexical, 10, "lexical_10")
-        reciprocal(prepared.lexical, 60, "lexical_60")
-        reciprocal(prepared.dense, 10, "dense_10")
-        reciprocal(prepared.dense, 60, "dense_60")
-        reciprocal(prepared.plain, 10, "plain_10")
-        reciprocal(prepared.plain, 60, "plain_60")
+        x = np.zeros((n, len(FEATURES)), dtype=np.float64)
+        rows: dict[str, np.ndarray] = {}
+        for name, ranking in (("lexical", prepared.lexical), ("dense", prepared.dense), ("plain", prepared.plain)):
+            rows[name] = row_of(ranking)
+            ranks = np.arange(len(ranking), dtype=np.int64)
+            for depth in (10, 60):
+                x[rows[name], column[f"{name}_{depth}"]] = 1.0 / (depth + ranks + 1)
         # Cosines of the candidates and of their neighbours (for the neighbour feature).
-        around = sorted({int(p) + d for p in positions for d in (-1, 0, 1) if 0 <= int(p) + d < count})
-        cosine: dict[int, float] = {}
-        plain_cosine: dict[int, float] = {}
-        held = [p for p in around if self._has_vector[p]]
-        if held and (prepared.vector is not None or prepared.plain_vector is not None):
-            matrix = np.asarray(self._dense.get(np.asarray(held, dtype=np.uint64)), dtype=np.float32)
+        around = np.unique(np.concatenate([positions - 1, positions, positions + 1]))
+        around = around[(around >= 0) & (around < count)]
+        held = self._has_vector.values[around]
+        cosine = np.zeros(len(around), dtype=np.float64)
+        plain_cosine = np.zeros(len(around), dtype=np.float64)
+        if held.any() and (prepared.vector is not None or prepared.plain_vector is not None):
+            matrix = np.asarray(self._dense.get(around[held].astype(np.uint64)), dtype=np.float32)
             norms = np.linalg.norm(matrix, axis=1)
             matrix = matrix / np.where(norms > 0, norms, 1.0)[:, None]
             if prepared.vector is not None:
-                cosine = dict(zip(held, (matrix @ prepared.vector).tolist(), strict=True))
+                cosine[held] = _cosines(matrix, prepared.vector)
             if prepared.plain_vector is not None:
-                plain_cosine = dict(zip(held, (matrix @ prepared.plain_vector).tolist(), strict=True))
+                plain_cosine[held] = _cosines(matrix, prepared.plain_vector)
+        x[:, column["cosine"]] = cosine[np.searchsorted(around, positions)]
+        x[:, column["plain_cosine"]] = plain_cosine[np.searchsorted(around, positions)]
         lexical_60 = x[:, column["lexical_60"]]
+        # Session relevance: each candidate's group's best match among the candidates.
+        own_group = group[positions]
+        groups, group_row = np.unique(own_group, return_inverse=True)
         session_match = lexical_60 + 0.5 * x[:, column["plain_60"]]
-        best: dict[str, float] = {}
-        for i, position in enumerate(positions):
-            group = docs[position].group
-            best[group] = max(best.get(group, 0.0), float(session_match[i]))
-        rrf = {p: 0.0 for p in index_of}
-        for ranking, weight in ((prepared.lexical, params.lexical_weight), (prepared.dense, params.dense_weight)):
-            for rank, position in enumerate(ranking):
-                rrf[position] += weight / (params.rrf_k + rank + 1)
-        for i, p in enumerate(positions.tolist()):
-            doc = docs[p]
-            row = x[i]
-            row[column["cosine"]] = cosine.get(p, 0.0)
-            row[column["plain_cosine"]] = plain_cosine.get(p, 0.0)
-            neighbours = [o for o in (p - 1, p + 1) if 0 <= o < count and docs[o].group == doc.group]
-            row[column["neighbour_lexical"]] = max(
-                (float(lexical_60[index_of[o]]) for o in neighbours if o in index_of), default=0.0)
-            row[column["neighbour_plain_cosine"]] = max((plain_cosine.get(o, 0.0) for o in neighbours), default=0.0)
-            row[column["session"]] = best.get(doc.group, 0.0)
-            if prepared.named is not None:
-                same = doc.speaker.lower() == prepared.named
-                row[column["speaker"]] = float(same)
-                row[column["other_speaker"]] = float(not same)
-            if prepared.dates:
-                said = self._said[p]
-                row[column["date"]] = float(said is not None and any(d.matches(said) for d in prepared.dates))
-                row[column["event_date"]] = float(any(d.contains(e) for d in prepared.dates for e in self._events[p]))
-            row[column["when"]] = float(prepared.asks_when and bool(self._events[p]))
-            row[column["caption"]] = float(bool(doc.extra))
-            row[column["length"]] = float(np.log1p(len(doc.text)))
-            row[column["rrf"]] = rrf[p]
+        best = np.zeros(len(groups), dtype=np.float64)
+        np.maximum.at(best, group_row, session_match)
+        x[:, column["session"]] = best[group_row]
+        # Neighbours (the document before and after, in the same group): the best lexical
+        # match among those that are candidates, and the best plain cosine (0: no neighbour).
+        neighbour_lexical = np.zeros(n, dtype=np.float64)
+        neighbour_cosine = np.full(n, -np.inf)
+        has_neighbour = np.zeros(n, dtype=bool)
+        for step in (-1, 1):
+            other = positions + step
+            valid = (other >= 0) & (other < count)
+            valid[valid] = group[other[valid]] == own_group[valid]
+            slot = np.minimum(np.searchsorted(sorted_positions, other), n - 1)
+            candidate = valid & (sorted_positions[slot] == other)
+            neighbour_lexical = np.maximum(neighbour_lexical,
+                                           np.where(candidate, lexical_60[by_position[slot]], 0.0))
+            where = np.searchsorted(around, other[valid])
+            neighbour_cosine[valid] = np.maximum(neighbour_cosine[valid], plain_cosine[where])
+            has_neighbour |= valid
+        x[:, column["neighbour_lexical"]] = neighbour_lexical
+        x[:, column["neighbour_plain_cosine"]] = np.where(has_neighbour, neighbour_cosine, 0.0)
+        if prepared.named is not None:
+            same = self._speaker.values[positions] == self._speaker_ids.get(prepared.named, -1)
+            x[:, column["speaker"]] = same
+            x[:, column["other_speaker"]] = ~same
+        has_events = self._has_events.values[positions]
+        if prepared.dates:
+            # The days said, each distinct one tested once; the days spoken of, per candidate
+            # that speaks of any.
+            days, day_row = np.unique(self._said_day.values[positions], return_inverse=True)
+            matched = np.asarray([
+                day >= 0 and any(d.matches(TimeSpan(date.fromordinal(day), date.fromordinal(day)))
+                                 for d in prepared.dates)
+                for day in days.tolist()], dtype=bool)
+            x[:, column["date"]] = matched[day_row]
+            events = self._events
+            for i in np.flatnonzero(has_events).tolist():
+                p = int(positions[i])
+                x[i, column["event_date"]] = float(any(d.contains(e) for d in prepared.dates for e in events[p]))
+        if prepared.asks_when:
+            x[:, column["when"]] = has_events
+        x[:, column["caption"]] = self._has_extra.values[positions]
+        x[:, column["length"]] = self._length.values[positions]
+        rrf = np.zeros(n, dtype=np.float64)
+        for name, weight in (("lexical", params.lexical_weight), ("dense", params.dense_weight)):
+            ranks = np.arange(len(rows[name]), dtype=np.int64)
+            rrf[rows[name]] += weight / (params.rrf_k + ranks + 1)
+        x[:, column["rrf"]] = rrf
         return positions, x
 
-    def _learned_rank(self, prepared: Prepared, params: RecallParams,
-                      fusion: LearnedFusion) -> list[tuple[int, float, dict[str, float]]]:
+    def _learned_rank(self, prepared: Prepared, params: RecallParams, fusion: LearnedFusion,
+                      limit: int | None = None) -> list[tuple[int, float, dict[str, float]]]:
         positions, x = self.features(prepared, params)
         if not len(positions):
             return []
@@ -465,21 +562,24 @@ class HybridIndex:
                 gain = scale * (w10 / (10 + rank + 1) + w60 / (60 + rank + 1))
                 linked[position] = gain
                 scores[at[position]] += gain
-        order = sorted(range(len(positions)), key=lambda i: (-scores[i], int(positions[i])))
+        # Best first, ties by position; the per-signal shares only for the ones handed back.
+        order = np.lexsort((positions, -scores))[:limit]
         out = []
-        for i in order:
+        for i in order.tolist():
             signals: dict[str, float] = {}
             for name, value in zip(FEATURES, contributions[i].tolist(), strict=True):
                 if value:
                     group = _SIGNAL_OF[name]
                     signals[group] = signals.get(group, 0.0) + value
-            if int(positions[i]) in linked:
-                signals["linked"] = linked[int(positions[i])]
-            out.append((int(positions[i]), float(scores[i]), signals))
+            position = int(positions[i])
+            if position in linked:
+                signals["linked"] = linked[position]
+            out.append((position, float(scores[i]), signals))
         return out
 
-    def rank(self, prepared: Prepared, params: RecallParams = DEFAULT_PARAMS) -> list[tuple[int, float, dict[str, float]]]:
-        """(position, score, per-signal shares) of every candidate, best first.
+    def rank(self, prepared: Prepared, params: RecallParams = DEFAULT_PARAMS,
+             limit: int | None = None) -> list[tuple[int, float, dict[str, float]]]:
+        """(position, score, per-signal shares) of every candidate (the first `limit`), best first.
 
         Reciprocal-rank fusion of the rankers (lexical, dense, and the documents the graph
         links to the query), then: neighbour smoothing (a document next to a strong hit in
@@ -492,7 +592,7 @@ class HybridIndex:
         With `params.fusion` (conversation turns only) the candidates are scored by the learned
         model instead (`features`); the per-signal shares are then its terms, grouped."""
         if params.fusion is not None and self.neighbours:
-            return self._learned_rank(prepared, params, params.fusion)
+            return self._learned_rank(prepared, params, params.fusion, limit)
         signals: dict[int, dict[str, float]] = {}
         for name, ranking, weight in (
             ("lexical", prepared.lexical, params.lexical_weight),
@@ -545,7 +645,7 @@ class HybridIndex:
                 factor += params.when_boost
                 entry["when"] = params.when_boost
             smoothed[position] *= factor
-        order = sorted(smoothed, key=lambda p: (-smoothed[p], p))
+        order = sorted(smoothed, key=lambda p: (-smoothed[p], p))[:limit]
         return [(p, smoothed[p], signals.get(p, {})) for p in order]
 
     def events(self, position: int) -> tuple[TimeSpan, ...]:
@@ -575,7 +675,7 @@ class HybridIndex:
         with self.lock:
             if not self.docs:
                 return []
-            ranked = self.rank(prepared, params)[: max(k, 0) * (3 if rerank else 1)]
+            ranked = self.rank(prepared, params, k * (3 if rerank else 1))
             hits = [
                 Hit(
                     key=self.docs[p].key,

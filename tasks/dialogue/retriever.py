@@ -353,14 +353,11 @@ def _snapshot_reader(
     return read
 
 
-def _plain_vector(gateway: LLMGateway, query: str, vector: Any, speakers: frozenset[str],
-                  purpose: str) -> np.ndarray | None:
-    """The embedding of the query without the speakers' names (core.recall.plain_query); None
-    (the query's own vector serves) when it names none of them."""
+def query_texts(query: str, speakers: list[str] | set[str] | frozenset[str]) -> list[str]:
+    """What recall embeds for `query`, in one call: the query and, when it names any of the
+    speakers, the query without their names (core.recall.plain_query, for the dense ranker)."""
     plain = plain_query(query, speakers)
-    if plain == query or not plain:
-        return None
-    return np.asarray(gateway.embed([plain], purpose=purpose)[0], dtype=np.float32)
+    return [query, plain] if plain and plain != query else [query]
 
 
 def retrieve(
@@ -373,10 +370,12 @@ def retrieve(
     recall_k: int,
     relation_limit: int = 12,
     purpose: str = "",
-    query_vector: Callable[[], Any] | None = None,
+    query_vectors: Callable[[], dict[str, Any]] | None = None,
 ) -> Retrieval:
-    """`query_vector`: returns the messages' embedding computed elsewhere (the pipeline starts
-    it before the graph read, so the two overlap); None embeds here when there is memory."""
+    """`query_vectors`: returns embeddings computed elsewhere, by text (the pipeline starts
+    them before the graph read, so the two overlap: `query_texts` of the messages with the
+    speakers the index knew then); what is missing from them (a speaker the read brought)
+    is embedded here, in one call, as everything is when there are none."""
     snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
     query = turn_text(messages)
     mentioned = mentioned_entities(snapshot.entities, query)
@@ -385,10 +384,16 @@ def retrieve(
     vector = None
     if recall_k > 0 and len(memory):
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
-        vector = query_vector() if query_vector is not None else gateway.embed([query], purpose=purpose)[0]
+        texts = query_texts(query, memory.speakers)
+        known = query_vectors() if query_vectors is not None else {}
+        missing = [text for text in texts if text not in known]
+        if missing:
+            known = {**known, **dict(zip(missing, gateway.embed(missing, purpose=purpose), strict=True))}
+        vector = known[query]
+        plain_vector = np.asarray(known[texts[-1]], dtype=np.float32) if len(texts) > 1 else None
         recalled_turns = memory.search(query, vector, recall_k, _names(memory, snapshot.entities),
                                        linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
-                                       _plain_vector(gateway, query, vector, memory.speakers, purpose))
+                                       plain_vector)
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,
@@ -417,9 +422,8 @@ def recall(
     snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
     if not len(memory):
         return []
-    plain = plain_query(query, memory.speakers)
     # One embedding call for both: the question as asked, and without the speakers' names.
-    vectors = gateway.embed([query, plain] if plain != query else [query], purpose=purpose)
+    vectors = gateway.embed(query_texts(query, memory.speakers), purpose=purpose)
     mentioned = mentioned_entities(snapshot.entities, query)
     return memory.search(query, vectors[0], k, _names(memory, snapshot.entities),
                          linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
