@@ -51,6 +51,7 @@ class Checkpoint:
     wall_s: float
     rss_mb: float
     stages: dict[str, StageTime] = field(default_factory=dict)
+    at: float = 0.0  # when it was taken (time.time())
 
 
 def _page_size() -> int:
@@ -125,7 +126,7 @@ class StageLedger:
             now = {name: StageTime(t.cpu_s, t.wall_s, t.calls) for name, t in self._totals.items()}
             stages = {name: t.minus(self._mark.get(name)) for name, t in now.items()}
             point = Checkpoint(label=label, cpu_s=self._cpu - self._mark_cpu, wall_s=self._wall - self._mark_wall,
-                               rss_mb=rss_mb(),
+                               rss_mb=rss_mb(), at=time.time(),
                                stages={n: t for n, t in stages.items() if t.calls or t.cpu_s > 0 or t.wall_s > 0})
             self._mark, self._mark_cpu, self._mark_wall = now, self._cpu, self._wall
             return point

@@ -16,6 +16,7 @@ from core.content import ContentRef
 from core.prose import ProseMetrics
 from core.sentences import tail_from_sentence
 from core.settings import Settings
+from core.stages import stage
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import ScenePlan
 from prompts.validation.models import QualityScores
@@ -152,8 +153,9 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
                                  (book.title, *book.chapter_titles, outline.title))
         extractions = grounded.extractions
         texts = tuple(rt.content.get_text(ref) for ref in refs)
-        prose = measure_chapter(texts, target_words, rt.settings.prose)
-        checks = check_scenes(texts, plan.scenes, book.character_names, rt.settings.prose)
+        with stage("prose and plan checks"):
+            prose = measure_chapter(texts, target_words, rt.settings.prose)
+            checks = check_scenes(texts, plan.scenes, book.character_names, rt.settings.prose)
         embeddings = embed_scenes_or_none(f"chapter_{number:03d}/iter_{iteration}/scenes", texts,
                                           rt.embedding_fingerprint())
         chapter_text = assemble_chapter(number, iteration, refs)

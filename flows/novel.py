@@ -27,6 +27,7 @@ from core.cli import (
 )
 from core.errors import InvalidInputError
 from core.settings import load_settings
+from core.stages import LEDGER, Checkpoint, stage
 from flows.chapter import BookInfo, ChapterResult, chapter_flow, chapter_runner
 from flows.maintenance import heal_flow, qa_flow
 from prompts.initialization.models import (
@@ -79,6 +80,35 @@ class ProjectSpec(BaseModel):
     imported_from: str = Field("", description="the manuscript an imported project started from")
 
 
+class StageCost(BaseModel):
+    cpu_s: float
+    wall_s: float
+    calls: int
+
+
+class ChapterCost(BaseModel):
+    """The pipeline's own cost of one chapter, the maintenance after it included (chapter 0:
+    initialization): process CPU and wall seconds by stage (core.stages), RSS at its end."""
+
+    chapter: int
+    cpu_s: float
+    wall_s: float
+    rss_mb: float
+    stages: dict[str, StageCost] = Field(default_factory=dict)
+    ended_at: float = Field(0.0, description="when the chapter ended (seconds since the epoch)")
+
+    @classmethod
+    def of(cls, chapter: int, point: Checkpoint) -> ChapterCost:
+        return cls(chapter=chapter, cpu_s=point.cpu_s, wall_s=point.wall_s, rss_mb=point.rss_mb, ended_at=point.at,
+                   stages={name: StageCost(cpu_s=t.cpu_s, wall_s=t.wall_s, calls=t.calls)
+                           for name, t in sorted(point.stages.items())})
+
+    def brief(self) -> str:
+        top = sorted(self.stages.items(), key=lambda item: -item[1].cpu_s)[:4]
+        return (f"{self.cpu_s:.2f}s CPU, {self.wall_s:.2f}s wall, RSS {self.rss_mb:.0f} MiB; most CPU: "
+                + ", ".join(f"{name} {cost.cpu_s:.2f}s" for name, cost in top))
+
+
 class NovelReport(BaseModel):
     title: str
     chapters: list[ChapterResult]
@@ -87,6 +117,7 @@ class NovelReport(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     seconds_by_phase: dict[str, float]
+    costs: list[ChapterCost] = Field(default_factory=list, description="the pipeline's own cost per chapter")
 
 
 def resolve_project(project_dir: Path, premise: str | None, genre: str | None, chapters: int, acts: int,
@@ -176,6 +207,8 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
     # Sub-flows (and their tasks) persist results under the project: that is the resume cache.
     results = prefect_results_dir(Path(project_dir))
     phases: dict[str, float] = {}
+    costs: list[ChapterCost] = []
+    LEDGER.checkpoint("start")
     started = time.monotonic()
     if spec.imported_from:
         from flows.importing import load_imported_artifacts
@@ -185,9 +218,10 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
     else:
         artifacts = initialization_flow.with_options(result_storage=results)(spec)
     phases["initialization"] = time.monotonic() - started
-    bring_steering_up_to_date(chapters, redo_from)
-    sync_story_bible(initial_bible(artifacts))
-    bible = load_story_bible(rt.settings.project_dir)
+    with stage("steering and story bible"):
+        bring_steering_up_to_date(chapters, redo_from)
+        sync_story_bible(initial_bible(artifacts))
+        bible = load_story_bible(rt.settings.project_dir)
     planned = {c.number: ChapterOutline.model_validate(c.model_dump()) for c in bible.chapters}
     outline = rt.content.get_model(artifacts.global_outline, GlobalOutline)
     names = tuple(c.name for c in bible.characters)
@@ -199,15 +233,18 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
     ending = ""
     one_chapter = chapter_flow.with_options(result_storage=results, task_runner=chapter_runner(rt.settings))
     refresh = generate_chapter_outline.with_options(result_storage=results)
+    costs.append(ChapterCost.of(0, LEDGER.checkpoint("initialization")))
     for number in range(1, chapters + 1):
-        steering = load_steering(rt.settings.saga_dir)
+        with stage("steering and story bible"):
+            steering = load_steering(rt.settings.saga_dir)
         imported = steering.imported.get(number)
         if imported is not None:  # the writer's own chapter, brought in by `import`
             summaries.append(f"Chapter {number}: {imported.title}: {imported.summary}")
             titles.append(imported.title)
             ending = imported.ending
             continue
-        guidance = chapter_guidance(rt.settings.project_dir, number, steering.takes.get(number, 1))
+        with stage("steering and story bible"):
+            guidance = chapter_guidance(rt.settings.project_dir, number, steering.takes.get(number, 1))
         written_with = steering.inputs.get(number)
         if written_with is not None:
             # A written chapter replays with the inputs it was written with (cache hits, no call),
@@ -226,16 +263,21 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
         results_list.append(result)
         titles.append(result.title)
         ending = result.ending
-        record_written(rt.settings.saga_dir, number, guidance, chapter, cast)
+        with stage("steering and story bible"):
+            record_written(rt.settings.saga_dir, number, guidance, chapter, cast)
         summaries.append(f"Chapter {number}: {result.title}: {result.summary}".rstrip(": "))
         phases[f"chapter {number}"] = time.monotonic() - chapter_started
         if number % rt.settings.limits.qa_every == 0:
             maintenance_started = time.monotonic()
-            _run_maintenance(project_dir, number)
+            with stage("maintenance"):
+                _run_maintenance(project_dir, number)
             phases[f"maintenance after {number}"] = time.monotonic() - maintenance_started
+        costs.append(ChapterCost.of(number, LEDGER.checkpoint(f"chapter {number}")))
+        log.info("chapter %d: the pipeline's own cost: %s", number, costs[-1].brief())
     write_learned_characters()
     manuscript = export_manuscript(outline.title, chapters)
     report = _report(rt, outline.title, results_list, manuscript, phases)
+    report.costs = costs
     _publish_artifacts(report)
     return report
 

@@ -114,4 +114,8 @@ def retrieve_context(chapter_number: int, scene: SceneDetail, guidance: tuple[st
         "chapter %d: context for %r: %d/%d tokens (%s)", chapter_number, scene.title, envelope.used_tokens,
         envelope.total_budget, ", ".join(f"{s.name} {s.items_kept}/{s.items_in}" for s in envelope.sections) or "empty",
     )
+    # What went into the prompt, section by section, and what was cut (for audits and bench/long_book.py).
+    rt.content.put_json("context_budget", f"chapter_{chapter_number:03d}/{name}",
+                        {"chapter": chapter_number, "scene": scene.title, "fixed_tokens": fixed_tokens,
+                         **envelope.model_dump(exclude={"text"})})
     return rt.content.put_text("context", f"chapter_{chapter_number:03d}/{name}", envelope.text)
