@@ -46,7 +46,22 @@ WRITE_SCHEMA_META = "MERGE (m:SchemaMeta {id: $id}) SET m.version = $version, m.
 # --- Reads used while planning a commit ------------------------------------------------------
 
 READ_CHANGESETS = (
-    "MATCH (c:ChangeSet) RETURN c.chapter AS chapter, c.seq AS seq, c.delta_hash AS delta_hash ORDER BY c.seq"
+    "MATCH (c:ChangeSet) RETURN c.chapter AS chapter, c.seq AS seq, c.delta_hash AS delta_hash, "
+    "c.amendments_sha AS amendments_sha ORDER BY c.seq"
+)
+#: What `kg.store.committed_chapters` lists: the scalars, not the change-sets' undo records.
+READ_CHANGESET_INFOS = (
+    "MATCH (c:ChangeSet) RETURN c.chapter AS chapter, c.seq AS seq, c.delta_hash AS delta_hash, "
+    "c.created_node_count AS created_nodes, c.created_rel_count AS created_relationships, "
+    "c.updated_node_count AS updated_nodes, c.updated_rel_count AS updated_relationships ORDER BY c.seq"
+)
+# Amendments (kg.commit.amendments): later writes recorded on the newest change-set.
+READ_NEWEST_CHANGESET = (
+    "MATCH (c:ChangeSet) RETURN c.chapter AS chapter, c.amendments_json AS amendments_json, "
+    "c.amendments_sha AS amendments_sha ORDER BY c.seq DESC LIMIT 1"
+)
+AMEND_CHANGESET = (
+    "MATCH (c:ChangeSet {chapter: $chapter}) SET c.amendments_json = $amendments, c.amendments_sha = $sha"
 )
 READ_CHANGESET_PROPS = "MATCH (c:ChangeSet) WHERE c.chapter IN $chapters RETURN properties(c) AS props"
 READ_NAMES = (
@@ -228,7 +243,6 @@ def import_merge_rels(rel_type: str) -> str:
         f"MERGE (a)-[r:{q(rel_type)} {{key: row.props.key}}]->(b) SET r = row.props"
     )
 
-READ_CHANGESET_PROPS_ALL = "MATCH (c:ChangeSet) RETURN properties(c) AS props"
 # `WITH k.entity_id AS eid MATCH (n:Entity) WHERE n.id = eid`, not `MATCH (n:Entity {id:
 # k.entity_id})`: ArcadeDB scans all entities for the latter (20 ms vs 1.5 ms on 1,300).
 RESOLVE_NAMES = (

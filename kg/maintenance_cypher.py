@@ -48,7 +48,7 @@ CHAPTER_NUMBERS = "MATCH (c:Chapter) RETURN c.number AS number"
 #: ArcadeDB's optimistic version check covers the same case at commit.
 LOCK_ENTITIES = (
     "MATCH (n:Entity) WHERE n.id IN $ids SET n._kg_heal_lock = true REMOVE n._kg_heal_lock "
-    "RETURN n.id AS id, properties(n) AS props"
+    "RETURN n.id AS id, properties(n) AS props, labels(n) AS labels"
 )
 #: Replace entities' whole property maps (computed in Python from the locked read).
 REPLACE_ENTITIES = "UNWIND $rows AS row MATCH (n:Entity {id: row.id}) SET n = row.props"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import logging
 import random
 import weakref
@@ -33,7 +34,7 @@ from kg.commit import GraphOps, commit_chapter_tx, rollback_tx
 from kg.dialect import ServerInfo
 from kg.errors import ChapterNotCommittedError, GraphQueryError
 from kg.models import ChangeSetInfo, ChapterDelta, CommitResult, Entity, GraphStats, RollbackResult
-from kg.records import entity_from_props
+from kg.records import canonical_json, entity_from_props
 
 log = logging.getLogger("skald.kg")
 
@@ -317,20 +318,20 @@ class GraphStore:
 
     def committed_chapters(self) -> list[ChangeSetInfo]:
         """Change-sets in the graph, in commit order."""
-        rows = self.read(cypher.READ_CHANGESET_PROPS_ALL)
-        infos = [
-            ChangeSetInfo(
-                chapter=p["chapter"],
-                seq=p["seq"],
-                delta_hash=p["delta_hash"],
-                created_nodes=p.get("created_node_count", 0),
-                created_relationships=p.get("created_rel_count", 0),
-                updated_nodes=p.get("updated_node_count", 0),
-                updated_relationships=p.get("updated_rel_count", 0),
-            )
-            for p in (r["props"] for r in rows)
-        ]
+        rows = self.read(cypher.READ_CHANGESET_INFOS)
+        infos = [ChangeSetInfo(**{k: (0 if v is None else v) for k, v in row.items()}) for row in rows]
         return sorted(infos, key=lambda i: i.seq)
+
+    def history_fingerprint(self, chapter: int) -> str:
+        """What the graph holds before `chapter`, as a digest: every change-set committed before
+        it (before its own change-set when it is committed, else all of them), with the
+        amendments healing recorded on them. Equal fingerprints mean reads "as of chapter - 1"
+        see the same graph, so a stage reading it may be cached under the fingerprint."""
+        rows = self.read(cypher.READ_CHANGESETS)
+        cutoff = next((r["seq"] for r in rows if r["chapter"] == chapter), None)
+        chain = [[r["chapter"], r["delta_hash"], r["amendments_sha"] or ""] for r in rows
+                 if cutoff is None or r["seq"] < cutoff]
+        return hashlib.sha256(canonical_json(chain).encode("utf-8")).hexdigest()[:24]
 
     def set_chapter_summary(self, chapter: int, summary: str, key_events: list[str] | tuple[str, ...] = ()) -> None:
         """Store the summary written after a chapter's commit on its Chapter node.

@@ -11,6 +11,7 @@ from typing import Any
 from neo4j import ManagedTransaction
 
 from kg import vocabulary as vocab
+from kg.commit.amendments import undo_amendments
 from kg.commit.ids import changeset_id
 from kg.commit.ops import GraphOps
 from kg.commit.planner import ChapterPlanner
@@ -163,6 +164,7 @@ def rollback_tx(
 
 
 def _undo(tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, result: RollbackResult) -> None:
+    undo_amendments(tx, changeset, ops, result)  # what healing did after the commit goes first
     created_nodes: list[list[str]] = json.loads(changeset["created_nodes_json"])
     updated_nodes: list[list[Any]] = json.loads(changeset["updated_nodes_json"])
     created_rels: list[list[str]] = json.loads(changeset["created_rels_json"])

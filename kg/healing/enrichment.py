@@ -7,6 +7,8 @@ from neo4j import ManagedTransaction
 
 from core.settings import HealingSettings
 from kg import maintenance_cypher as mq
+from kg import vocabulary as vocab
+from kg.commit.amendments import Amendment, amend_newest
 from kg.healing.models import EnrichmentResult, EnrichmentTarget
 from kg.healing.node_writes import HEALER, node_props
 from kg.healing.snapshot import HealingSnapshot
@@ -68,4 +70,7 @@ def enrich_tx(tx: ManagedTransaction, result: EnrichmentResult, created_at: str,
         }
     )
     tx.run(mq.REPLACE_ENTITIES, rows=[{"id": result.id, "props": node_props(before, entity, chapter)}]).consume()
+    undo = Amendment()
+    undo.updated(vocab.ENTITY, result.id, before)
+    amend_newest(tx, undo)
     return True

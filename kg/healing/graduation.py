@@ -7,6 +7,8 @@ from neo4j import ManagedTransaction
 
 from core.settings import HealingSettings
 from kg import maintenance_cypher as mq
+from kg import vocabulary as vocab
+from kg.commit.amendments import Amendment, amend_newest
 from kg.healing.models import Graduation
 from kg.healing.node_writes import node_props
 from kg.healing.snapshot import HealingSnapshot
@@ -46,6 +48,7 @@ def graduate_tx(tx: ManagedTransaction, graduations: list[Graduation], chapter: 
     """Confirm the entities (still provisional ones only); returns those changed."""
     by_id = {g.id: g for g in graduations}
     rows, done = [], []
+    undo = Amendment()
     for row in tx.run(mq.LOCK_ENTITIES, ids=sorted(by_id)):
         before = row["props"]
         if not before.get("is_provisional"):
@@ -56,7 +59,9 @@ def graduate_tx(tx: ManagedTransaction, graduations: list[Graduation], chapter: 
             update={"is_provisional": False, "attributes": {**entity.attributes, "graduation_confidence": grad.confidence}}
         )
         rows.append({"id": row["id"], "props": node_props(before, entity, chapter)})
+        undo.updated(vocab.ENTITY, row["id"], before)
         done.append(grad)
     if rows:
         tx.run(mq.REPLACE_ENTITIES, rows=rows).consume()
+        amend_newest(tx, undo)
     return done
