@@ -23,6 +23,7 @@ from prompts.validation.models import QualityScores
 from tasks.assembly import assemble_chapter
 from tasks.commit import (
     chapter_commit_state,
+    chapter_history,
     commit_accepted_chapter,
     commit_chapter,
     rollback_chapter,
@@ -115,6 +116,7 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
     limits = rt.settings.limits
     target_words = scene_target_words(limits.scene_token_target)
     committed = chapter_commit_state(number)
+    history = chapter_history(number)  # what the chapter is written on: the graph-reading stages cache under it
     guidance = ""
     iteration = 0
     for iteration in range(1, limits.max_iterations + 1):
@@ -132,7 +134,7 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
                                previous_is_chapter=index == 1 and bool(previous_ending), style=rt.settings.style,
                                target_words=target_words)
             steering = tuple(g for g in (writer_guidance, guidance) if g)
-            context = retrieve_context(number, scene, steering, fixed_prompt_tokens(brief))
+            context = retrieve_context(number, scene, steering, fixed_prompt_tokens(brief), history=history)
             draft = draft_scene(brief, context, iteration, rt.settings.prose, rt.llm_fingerprint("narrative"))
             drafts.append(draft)
             scene_ref = draft.ref
@@ -162,7 +164,7 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
         delta = build_chapter_delta(number, outline.title, iteration, plan_ref, refs, extractions,
                                     embeddings, chapter_text)
         outcome = commit_chapter(delta, committed)
-        problems = validate_consistency(delta, extractions)
+        problems = validate_consistency(delta, extractions, history=history)
         scores = evaluate_quality(book.title, book.genre, number, outline.summary, chapter_text,
                                   rt.llm_fingerprint("medium"))
         decision = decide_revision(scores, problems, [d.metrics for d in drafts], prose, limits.revision_threshold,

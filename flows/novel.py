@@ -37,7 +37,7 @@ from prompts.initialization.models import (
     GlobalOutline,
 )
 from tasks.bible import load_story_bible, sync_story_bible, write_learned_characters
-from tasks.commit import commit_initialization
+from tasks.commit import commit_initialization, maintenance_due, record_maintenance
 from tasks.export import export_manuscript
 from tasks.initialization import (
     act_ranges,
@@ -268,10 +268,14 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
         summaries.append(f"Chapter {number}: {result.title}: {result.summary}".rstrip(": "))
         phases[f"chapter {number}"] = time.monotonic() - chapter_started
         if number % rt.settings.limits.qa_every == 0:
-            maintenance_started = time.monotonic()
-            with stage("maintenance"):
-                _run_maintenance(project_dir, number)
-            phases[f"maintenance after {number}"] = time.monotonic() - maintenance_started
+            if maintenance_due(number):
+                maintenance_started = time.monotonic()
+                with stage("maintenance"):
+                    if _run_maintenance(project_dir, number):
+                        record_maintenance(number)
+                phases[f"maintenance after {number}"] = time.monotonic() - maintenance_started
+            else:
+                log.info("chapter %d: healing and QA already ran after this chapter", number)
         costs.append(ChapterCost.of(number, LEDGER.checkpoint(f"chapter {number}")))
         log.info("chapter %d: the pipeline's own cost: %s", number, costs[-1].brief())
     write_learned_characters()
@@ -293,14 +297,18 @@ def _runtime_for(project_dir: str) -> Runtime:
     return set_runtime(Runtime(load_settings(project_dir)))
 
 
-def _run_maintenance(project_dir: str, chapter: int) -> None:
-    """Healing and QA are best effort: a failure is logged, never fatal (spec 001 section 7)."""
+def _run_maintenance(project_dir: str, chapter: int) -> bool:
+    """Healing and QA are best effort: a failure is logged, never fatal (spec 001 section 7).
+    True when both ran."""
     log = get_run_logger()
+    done = True
     for maintenance in (heal_flow, qa_flow):
         try:
             maintenance(project_dir)
         except Exception as exc:  # graceful degradation: keep writing
+            done = False
             log.warning("%s after chapter %d failed (continuing): %s", maintenance.name, chapter, exc)
+    return done
 
 
 def _report(rt: Runtime, title: str, results: list[ChapterResult], manuscript: str,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import logging
 import random
 import weakref
@@ -30,11 +29,11 @@ from core.graph_server import GraphEndpoint, graph_endpoint
 from core.settings import Settings
 from kg import cypher, schema, transfer
 from kg import vocabulary as vocab
-from kg.commit import GraphOps, commit_chapter_tx, rollback_tx
+from kg.commit import GraphOps, commit_chapter_tx, history, rollback_tx
 from kg.dialect import ServerInfo
 from kg.errors import ChapterNotCommittedError, GraphQueryError
 from kg.models import ChangeSetInfo, ChapterDelta, CommitResult, Entity, GraphStats, RollbackResult
-from kg.records import canonical_json, entity_from_props
+from kg.records import entity_from_props
 
 log = logging.getLogger("skald.kg")
 
@@ -322,16 +321,33 @@ class GraphStore:
         infos = [ChangeSetInfo(**{k: (0 if v is None else v) for k, v in row.items()}) for row in rows]
         return sorted(infos, key=lambda i: i.seq)
 
+    def committed_hash(self, chapter: int) -> str | None:
+        """The delta hash committed for a chapter (change-set key), or None (one indexed read)."""
+        rows = self.read(cypher.CHANGESET_BY_CHAPTER, chapter=chapter)
+        return str(rows[0]["delta_hash"]) if rows else None
+
+    def mark_maintained(self, chapter: int) -> bool:
+        """Note on the chapter's change-set that healing and QA ran after it (False: none)."""
+        return bool(self.write(cypher.MARK_MAINTAINED, chapter=chapter))
+
+    def maintained(self, chapter: int) -> bool:
+        """Whether healing and QA ran after the chapter's change-set as it is now committed
+        (a rollback deletes the change-set, and its mark with it)."""
+        rows = self.read(cypher.READ_MAINTAINED, chapter=chapter)
+        return bool(rows and rows[0]["maintained"])
+
     def history_fingerprint(self, chapter: int) -> str:
-        """What the graph holds before `chapter`, as a digest: every change-set committed before
-        it (before its own change-set when it is committed, else all of them), with the
-        amendments healing recorded on them. Equal fingerprints mean reads "as of chapter - 1"
-        see the same graph, so a stage reading it may be cached under the fingerprint."""
-        rows = self.read(cypher.READ_CHANGESETS)
-        cutoff = next((r["seq"] for r in rows if r["chapter"] == chapter), None)
-        chain = [[r["chapter"], r["delta_hash"], r["amendments_sha"] or ""] for r in rows
-                 if cutoff is None or r["seq"] < cutoff]
-        return hashlib.sha256(canonical_json(chain).encode("utf-8")).hexdigest()[:24]
+        """What the graph holds before `chapter`, as a digest (kg.commit.history): every
+        change-set committed before it (before its own change-set when it is committed, else
+        all of them), with the amendments healing recorded on them. Equal fingerprints mean
+        reads "as of chapter - 1" see the same graph, so a stage reading it may be cached under
+        the fingerprint. A few indexed reads, whatever the length of the book."""
+
+        def work(tx: ManagedTransaction) -> str:
+            own = history.by_chapter(tx, chapter)
+            return history.fingerprint_before(tx, own["seq"] if own else None)
+
+        return self.execute_read(work)
 
     def set_chapter_summary(self, chapter: int, summary: str, key_events: list[str] | tuple[str, ...] = ()) -> None:
         """Store the summary written after a chapter's commit on its Chapter node.

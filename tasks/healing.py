@@ -46,7 +46,7 @@ from kg.healing.planning import detect_duplicates
 from kg.healing.snapshot import ensure_schema, load_snapshot
 from prompts import template
 from prompts.knowledge.models import EntityEnrichment
-from tasks.policy import graph_task
+from tasks.policy import cached_task, graph_task
 from tasks.runtime import Runtime, runtime
 
 ENRICHMENT_TIER = "medium"
@@ -200,6 +200,14 @@ def enrichment_messages(target: EnrichmentTarget) -> list[dict[str, str]]:
     return messages
 
 
+@cached_task("enrichment_summary", retries=0)
+def enrichment_summary(target: EnrichmentTarget, llm: str) -> EntityEnrichment:
+    """The LLM's summary of one entity, cached by what it is shown: healing again on the same
+    graph (after a rollback, say) asks nothing."""
+    return runtime().gateway.structured(ENRICHMENT_TIER, enrichment_messages(target), EntityEnrichment,
+                                        purpose="enrichment")
+
+
 @graph_task("enrich_entities")
 def enrich_entities(max_entities: int = 20) -> tuple[list[EnrichmentResult], list[str]]:
     """LLM summaries for entities whose relationship count crossed the threshold.
@@ -213,9 +221,8 @@ def enrich_entities(max_entities: int = 20) -> tuple[list[EnrichmentResult], lis
     enriched: list[EnrichmentResult] = []
     failures: list[str] = []
     for target in targets:
-        messages = enrichment_messages(target)
         try:
-            answer = rt.gateway.structured(ENRICHMENT_TIER, messages, EntityEnrichment, purpose="enrichment")
+            answer = enrichment_summary(target, rt.llm_fingerprint(ENRICHMENT_TIER))
         except LLMBadOutputError as exc:
             failures.append(f"{target.id}: {exc}")
             log.warning("healing: no valid enrichment for %s: %s", target.name, exc)

@@ -11,6 +11,7 @@ from typing import Any
 from neo4j import ManagedTransaction
 
 from kg import vocabulary as vocab
+from kg.commit import history
 from kg.commit.amendments import undo_amendments
 from kg.commit.ids import changeset_id
 from kg.commit.ops import GraphOps
@@ -51,9 +52,8 @@ def commit_chapter_tx(
     ops = ops or GraphOps()
     started = time.perf_counter()
     delta_hash = delta.delta_hash()
-    changesets = ops.read_changesets(tx)
     key = delta.changeset_key
-    current = next((c for c in changesets if c["chapter"] == key), None)
+    current = history.by_chapter(tx, key)
     replaced = False
     if current is not None:
         if current["delta_hash"] == delta_hash:
@@ -73,8 +73,9 @@ def commit_chapter_tx(
             )
         rollback_tx(tx, key, cascade=False, ops=ops)
         replaced = True
-        changesets = [c for c in changesets if c["chapter"] != key]
-    seq = max((c["seq"] for c in changesets), default=0) + 1
+    newest = history.newest(tx)
+    seq = (newest["seq"] if newest else 0) + 1
+    chain = history.chain_sha(history.fingerprint_before(tx, None), key, delta_hash)
 
     planner = ChapterPlanner(tx, delta, ops, lock_reads=lock_reads)
     nodes, rels, names_delete, names_create = planner.plan()
@@ -106,6 +107,7 @@ def commit_chapter_tx(
             "chapter": key,
             "seq": seq,
             "delta_hash": delta_hash,
+            "chain_sha": chain,
             "created_nodes_json": canonical_json([[n.lookup, n.id] for n in created]),
             "updated_nodes_json": canonical_json([[n.lookup, n.id, encode_props(n.before or {})] for n in updated]),
             "created_rels_json": canonical_json([[r.type, r.key] for r in new_rels]),
