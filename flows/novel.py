@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -302,9 +303,10 @@ def _run_maintenance(project_dir: str, chapter: int) -> bool:
     True when both ran."""
     log = get_run_logger()
     done = True
-    for maintenance in (heal_flow, qa_flow):
+    runs: tuple[tuple[Any, dict[str, Any]], ...] = ((heal_flow, {}), (qa_flow, {"incremental": True}))
+    for maintenance, options in runs:
         try:
-            maintenance(project_dir)
+            maintenance(project_dir, **options)
         except Exception as exc:  # graceful degradation: keep writing
             done = False
             log.warning("%s after chapter %d failed (continuing): %s", maintenance.name, chapter, exc)

@@ -323,6 +323,7 @@ LATEST_LOCATIONS_AS_OF = (
     "MATCH (o:Entity)-[r:LOCATED_IN]->(l:Entity) WHERE o.id IN $ids AND r.chapter <= $as_of "
     "RETURN o.id AS id, l.id AS location, r.chapter AS chapter"
 )
+LATEST_CHAPTER = "MATCH (c:Chapter) RETURN max(c.number) AS latest"
 SUMMARIES_OF = (
     "MATCH (c:Chapter) WHERE c.number IN $numbers "
     "RETURN c.number AS chapter, c.title AS title, c.summary AS summary, c.key_events AS key_events"

@@ -25,18 +25,18 @@ import logging
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from neo4j import ManagedTransaction
 
+from core.graph_server import GraphEndpoint
 from kg import cypher
 from kg import vocabulary as vocab
 from kg.commit import history
 
 if TYPE_CHECKING:
     from core.recall import HybridIndex
-    from kg.store import GraphStore
 
 log = logging.getLogger("skald.kg")
 _STORY_TYPES = frozenset(vocab.ENTITY_REL_TYPES)
@@ -66,6 +66,8 @@ class SceneRow:
     text_ref: str | None
     text_sha: str | None
     vector: np.ndarray | None
+    characters: tuple[str, ...] = ()
+    location: str | None = None
 
     @classmethod
     def of(cls, props: dict[str, Any]) -> SceneRow:
@@ -74,7 +76,8 @@ class SceneRow:
                    scene=int(props["index"]) if props.get("index") is not None else -1,
                    title=str(props.get("title") or ""), summary=str(props.get("summary") or ""),
                    text_ref=props.get("text_ref"), text_sha=props.get("text_sha"),
-                   vector=np.asarray(vector, dtype=np.float64) if vector else None)
+                   vector=np.asarray(vector, dtype=np.float64) if vector else None,
+                   characters=tuple(str(c) for c in props.get("characters") or ()), location=props.get("location"))
 
 
 @dataclass
@@ -231,6 +234,10 @@ class StoryMirror:
                                          "props": edge.props, "other": other})
             return rows
 
+    def all_edges(self) -> list[Edge]:
+        with self.lock:
+            return list(self.edges.values())
+
     def scenes_as_of(self, as_of: int) -> list[SceneRow]:
         with self.lock:
             found = [s for s in self.scenes.values() if s.chapter <= as_of]
@@ -281,11 +288,17 @@ def _append_scenes(index: HybridIndex, scenes: list[SceneRow], dimensions: int) 
     flush()
 
 
+class _Graph(Protocol):
+    """What names a graph: a store (kg.store.GraphStore, which imports this module) has it."""
+
+    endpoint: GraphEndpoint
+
+
 _mirrors: dict[tuple[str, str], StoryMirror] = {}
 _mirrors_lock = threading.Lock()
 
 
-def mirror_of(store: GraphStore) -> StoryMirror:
+def mirror_of(store: _Graph) -> StoryMirror:
     """The process's mirror of the graph `store` talks to."""
     key = (store.endpoint.uri, store.endpoint.database)
     with _mirrors_lock:
@@ -293,3 +306,10 @@ def mirror_of(store: GraphStore) -> StoryMirror:
         if found is None:
             found = _mirrors[key] = StoryMirror()
         return found
+
+
+def forget(store: _Graph) -> None:
+    """Drop the process's mirror of this graph (after writes no change-set records: an import,
+    a wipe); the next read scans again."""
+    with _mirrors_lock:
+        _mirrors.pop((store.endpoint.uri, store.endpoint.database), None)

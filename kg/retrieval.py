@@ -482,6 +482,24 @@ def relationships_as_of(store: GraphStore, entity_id: str, *, as_of_chapter: int
     return store.execute_read(work)
 
 
+#: "As of" the newest chapter, whatever its number.
+NOW = 10**9
+
+
+def recent_relationships(store: GraphStore, ids: Iterable[str], limit: int = 40) -> dict[str, list[RelationshipView]]:
+    """Each entity's relationships now (the latest of each kind with each other entity), the
+    `limit` most recent, oldest first (from the story mirror)."""
+    wanted = set(ids)
+    mirror = mirror_of(store)
+
+    def work(tx: ManagedTransaction) -> dict[str, list[RelationshipView]]:
+        mirror.refresh(tx)
+        views = _recent_views(tx, mirror.rows_of(wanted, NOW), NOW, limit)
+        return {eid: sorted(found, key=lambda v: (v.chapter or 0, v.type, v.other_name)) for eid, found in views.items()}
+
+    return store.execute_read(work)
+
+
 def novel_info(store: GraphStore) -> dict[str, Any]:
     """The NovelInfo properties (title, genre, themes, ... from the initialization phase)."""
     rows = store.read(cypher.READ_NOVEL_INFO, id=NOVEL_INFO_ID)

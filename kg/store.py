@@ -27,7 +27,7 @@ from neo4j import exceptions as nx
 from core.errors import GraphUnavailableError, GraphWriteError, SkaldError
 from core.graph_server import GraphEndpoint, graph_endpoint
 from core.settings import Settings
-from kg import cypher, schema, transfer
+from kg import cypher, mirror, schema, transfer
 from kg import vocabulary as vocab
 from kg.commit import GraphOps, commit_chapter_tx, history, rollback_tx
 from kg.dialect import ServerInfo
@@ -321,6 +321,28 @@ class GraphStore:
         infos = [ChangeSetInfo(**{k: (0 if v is None else v) for k, v in row.items()}) for row in rows]
         return sorted(infos, key=lambda i: i.seq)
 
+    def history_head(self) -> tuple[int, str]:
+        """(number, fingerprint) of the newest change-set (kg.commit.history); (0, "") when none."""
+
+        def work(tx: ManagedTransaction) -> tuple[int, str]:
+            newest = history.newest(tx)
+            return (0, "") if newest is None else (int(newest["seq"]), history.fingerprint_before(tx, newest["seq"] + 1))
+
+        return self.execute_read(work)
+
+    def history_at(self, seq: int) -> str | None:
+        """The fingerprint of the history through change-set number `seq` (None: there is no such one)."""
+
+        def work(tx: ManagedTransaction) -> str | None:
+            return history.fingerprint_before(tx, seq + 1) if history.by_seq(tx, seq) else None
+
+        return self.execute_read(work)
+
+    def latest_chapter(self) -> int:
+        """The highest chapter with a Chapter node (0: none yet)."""
+        rows = self.read(cypher.LATEST_CHAPTER)
+        return int(rows[0]["latest"]) if rows and rows[0]["latest"] is not None else 0
+
     def committed_hash(self, chapter: int) -> str | None:
         """The delta hash committed for a chapter (change-set key), or None (one indexed read)."""
         rows = self.read(cypher.CHANGESET_BY_CHAPTER, chapter=chapter)
@@ -418,7 +440,10 @@ class GraphStore:
     def import_data(self, data: dict[str, Any], *, merge: bool = False) -> dict[str, int]:
         """Load an export (into an empty graph, or with merge=True merging nodes by id)."""
         transfer.validate_export(data)
-        return self.execute_write(transfer.import_tx, data, merge=merge)
+        try:
+            return self.execute_write(transfer.import_tx, data, merge=merge)
+        finally:
+            mirror.forget(self)  # an import writes outside the change-sets the mirror follows
 
     def import_json(self, path: str | Path, *, merge: bool = False) -> dict[str, int]:
         return self.import_data(transfer.read_export(Path(path)), merge=merge)
@@ -426,6 +451,7 @@ class GraphStore:
     def wipe(self, *, batch: int = 10000) -> int:
         """Delete every node and relationship except the schema meta node; returns nodes deleted."""
         total = 0
+        mirror.forget(self)
         while True:
             rows = self.write(cypher.WIPE_BATCH, limit=batch)
             deleted = int(rows[0]["deleted"]) if rows else 0

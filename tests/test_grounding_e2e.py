@@ -83,6 +83,8 @@ def book(graph_settings: Settings, prefect_home: Path,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], dict[str, object]]]:
     with ScriptedLLM() as llm:
         script_novel(llm)
+        # The chapter keeps its planned outline, title included ("The Letter", taken for a person below).
+        llm.on(schema="ChapterOutlineRefresh", respond={})
         llm.on(schema="ScenePlan", respond=_plan)
         llm.on(schema="SceneExtraction", respond=_extract)
         llm.on(schema=None, contains="Write the scene", respond=_draft)

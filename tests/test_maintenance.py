@@ -546,6 +546,22 @@ def test_qa_finds_every_planted_problem(store: GraphStore, runtime_with_llm: Run
     assert {"graph-qa-findings", "graph-qa-summary"} <= artifact_keys()
 
 
+def test_qa_of_a_few_chapters_finds_what_they_wrote(store: GraphStore) -> None:
+    """The novel flow's QA checks the chapters written since the last run: what chapter 5 wrote
+    is found as the whole-graph QA finds it; only the name lookup left behind by a deletion
+    outside the change-sets needs the whole graph."""
+    seed_story(store)
+    plant_qa_problems(store)
+    whole = {(f.check, tuple(f.entity_ids), tuple(f.chapters)) for f in qa.run_checks(store, HealingSettings())}
+    scoped = {(f.check, tuple(f.entity_ids), tuple(f.chapters))
+              for f in qa.run_checks(store, HealingSettings(), chapters=[5])}
+    assert scoped == whole - {("dangling_reference", ("item:lost-letter",), ())}
+    # Chapters 1-2 wrote none of the chapter 5 problems (Mary's traits are hers whenever she is checked).
+    early = qa.run_checks(store, HealingSettings(), chapters=[1, 2])
+    assert {f.check for f in early} == {"contradictory_traits", "provisional_buildup", "before_first_appearance"}
+    assert all(f.chapters != [5] and "Ghost Sailor" not in f.entity_names for f in early)
+
+
 # --- Command line ---------------------------------------------------------------------------------
 
 
