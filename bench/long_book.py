@@ -47,6 +47,7 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 if TYPE_CHECKING:
+    from core.llm import CallRecord
     from flows.novel import ChapterCost, NovelReport
 
 REPO = Path(__file__).resolve().parent.parent
@@ -158,10 +159,10 @@ class ChildSampler:
 # --- running the pipeline ------------------------------------------------------------------------------
 
 
-def run_novel(project: Path, planned: int, chapters: int, scenes: int) -> tuple[NovelReport, int, str]:
+def run_novel(project: Path, planned: int, chapters: int, scenes: int) -> tuple[NovelReport, list[CallRecord], str]:
     """`python -m flows.novel` as its main() runs it, in this process, for a book planned with
     `planned` chapters, up to chapter `chapters` (fewer: as if the run had been stopped there):
-    (report, LLM calls, what they were for)."""
+    (report, its LLM calls, what they were for)."""
     from core.cli import project_prefect_settings
     from core.settings import load_settings
     from flows.novel import novel_flow, preflight, resolve_project
@@ -175,7 +176,7 @@ def run_novel(project: Path, planned: int, chapters: int, scenes: int) -> tuple[
         with project_prefect_settings(settings.project_dir):
             report = novel_flow(str(settings.project_dir), spec, chapters, scenes)
         purposes = ", ".join(f"{k} x{v}" for k, v in Counter(r.purpose for r in rt.gateway.records).most_common())
-        return report, len(rt.gateway.records), purposes
+        return report, list(rt.gateway.records), purposes
     finally:
         rt.close()
 
@@ -323,16 +324,32 @@ def print_ratios(costs: dict[int, ChapterCost], child_cpu: dict[int, float], cha
         print(f"    {name[:32]:<32} {a:8.4f} {b:8.4f} {c:8.4f}   {_ratio(c, a)}   {_ratio(c, b)}   ({calls:.1f} calls)")
 
 
-def print_prompts(prompts: dict[int, dict[str, float]], chapters: int, block: int) -> None:
-    print("\nPrompt of a scene request by section (estimated tokens, mean over the chapter's scenes):")
+def request_tokens(records: Sequence[CallRecord], spans: dict[int, tuple[float, float]]) -> dict[int, dict[str, float]]:
+    """Per chapter, the prompt tokens the scripted server counted (~4 characters a token) of
+    its scene drafts (mean) and of its outline refresh."""
+    found: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for record in records:
+        at = record.ts.timestamp()
+        chapter = next((n for n, (start, end) in spans.items() if start <= at <= end), None)
+        if chapter is not None:
+            found[chapter][record.purpose].append(record.prompt_tokens)
+    return {n: {purpose: _mean(tokens) for purpose, tokens in by.items()} for n, by in found.items()}
+
+
+def print_prompts(prompts: dict[int, dict[str, float]], requests: dict[int, dict[str, float]], chapters: int,
+                  block: int) -> None:
+    print("\nPrompt of a scene request by section (estimated tokens, mean over the chapter's scenes; 'request' is "
+          "what the server counted\nof the whole draft request; 'outline' of the chapter outline request):")
     print(f"{'chapter':>8} " + " ".join(f"{s:>13}" for s in SECTIONS) + f" {'fixed':>6} {'total':>6} {'budget':>6} "
-          f"{'sections cut':>12}")
+          f"{'cut':>4} {'request':>7} {'outline':>7}")
     for n in sorted({1, block, *range(block, chapters + 1, block), chapters}):
         p = prompts.get(n)
         if not p:
             continue
+        r = requests.get(n, {})
         print(f"{n:>8} " + " ".join(f"{p.get(s, 0):13.0f}" for s in SECTIONS)
-              + f" {p['fixed']:6.0f} {p['fixed'] + p['context']:6.0f} {p['budget']:6.0f} {p['cut']:12.1f}")
+              + f" {p['fixed']:6.0f} {p['fixed'] + p['context']:6.0f} {p['budget']:6.0f} {p['cut']:4.1f}"
+              + f" {r.get('draft_scene', 0):7.0f} {r.get('chapter_outline', 0):7.0f}")
 
 
 def healing_runs(costs: dict[int, ChapterCost], qa_every: int) -> list[tuple[int, float, float]]:
@@ -387,19 +404,20 @@ def _bench(args: argparse.Namespace, project: Path, rollback_at: int, server: Sc
     print(f"scripted server {server.base_url} (its own process, answers at once); project {project}")
     started = time.perf_counter()
     first, first_calls, _ = run_novel(project, args.chapters, rollback_at - 1, args.scenes)
-    print(f"chapters 1-{rollback_at - 1}: {time.perf_counter() - started:.0f} s wall, {first_calls} LLM calls")
+    print(f"chapters 1-{rollback_at - 1}: {time.perf_counter() - started:.0f} s wall, {len(first_calls)} LLM calls")
     before_path = project.parent / "export-before-rollback-chapter.json"
     kg_command(project, "export", "--out", str(before_path))
     second_started = time.perf_counter()
     second, second_calls, _ = run_novel(project, args.chapters, args.chapters, args.scenes)
     print(f"chapters {rollback_at}-{args.chapters} (1-{rollback_at - 1} replayed from the cache): "
-          f"{time.perf_counter() - second_started:.0f} s wall, {second_calls} LLM calls")
+          f"{time.perf_counter() - second_started:.0f} s wall, {len(second_calls)} LLM calls")
     total_minutes = (time.perf_counter() - started) / 60
     costs = {c.chapter: c for c in first.costs if c.chapter > 0}
     costs |= {c.chapter: c for c in second.costs if c.chapter >= rollback_at}
     ends = {c.chapter: c.ended_at for c in [*first.costs, *second.costs]}
     starts = {c.chapter: c.ended_at - c.wall_s for c in [*first.costs, *second.costs]}
     child_cpu = {n: sampler.at(ends[n]) - sampler.at(starts[n]) for n in costs}
+    requests = request_tokens([*first_calls, *second_calls], {n: (starts[n], ends[n]) for n in costs})
     replay = [c for c in second.costs if 0 < c.chapter < rollback_at]
 
     export_path = project.parent / "export-final.json"
@@ -411,7 +429,7 @@ def _bench(args: argparse.Namespace, project: Path, rollback_at: int, server: Sc
     print_blocks(costs, child_cpu, prompts, sizes, args.block, lambda c: c.cpu_s, "CPU seconds of the novel process")
     print_blocks(costs, child_cpu, prompts, sizes, args.block, lambda c: c.wall_s, "wall seconds, busy machine")
     print_ratios(costs, child_cpu, args.chapters, args.block)
-    print_prompts(prompts, args.chapters, args.block)
+    print_prompts(prompts, requests, args.chapters, args.block)
     runs = healing_runs(costs, args.qa_every)
     print("\nHealing + QA per run (CPU s of its tasks; wall s of the whole maintenance block):")
     print("  " + ", ".join(f"after {n}: {cpu:.2f} CPU / {wall:.2f} wall" for n, cpu, wall in runs))
@@ -428,7 +446,8 @@ def _bench(args: argparse.Namespace, project: Path, rollback_at: int, server: Sc
           f"({export_path.stat().st_size / 2**20:.1f} MiB)")
     requests = server.requests()
     rerun_cpu, rerun_wall = time.process_time(), time.perf_counter()
-    rerun, rerun_calls, rerun_purposes = run_novel(project, args.chapters, args.chapters, args.scenes)
+    rerun, rerun_records, rerun_purposes = run_novel(project, args.chapters, args.chapters, args.scenes)
+    rerun_calls = len(rerun_records)
     rerun_cpu, rerun_wall = time.process_time() - rerun_cpu, time.perf_counter() - rerun_wall
     served = server.requests() - requests
     print(f"  re-run of the finished command: {rerun_calls} LLM calls (the scripted server saw {served} requests), "

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from rapidfuzz import fuzz
 
@@ -69,15 +70,18 @@ _NON_WORD = re.compile(r"[\W_]+")
 _ABBREVIATION = re.compile(r"\b(?:mr|mrs|ms|dr|st|jr|sr|prof|capt|[a-z])\.", re.IGNORECASE)
 
 
-def _title_words(title: str) -> list[str]:
-    return normalise(_NUMBERED.sub("", title)).split()
+@lru_cache(maxsize=4096)
+def _title_words(title: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A title's words, as written and without "Chapter 3:" (a book's titles are asked about
+    for every name of every chapter: normalised once)."""
+    return tuple(normalise(title).split()), tuple(normalise(_NUMBERED.sub("", title)).split())
 
 
 def _is_title(name: str, title: str) -> bool:
     """Whether `name` is `title` (or `title` without "Chapter 3:"), or its start cut off: at
     least TITLE_PREFIX_SHARE of its words, the last maybe cut mid-word."""
-    words = normalise(name).split()
-    for title_words in (normalise(title).split(), _title_words(title)):
+    words = tuple(normalise(name).split())
+    for title_words in _title_words(title):
         if not title_words or not words:
             continue
         if words == title_words:

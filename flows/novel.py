@@ -48,7 +48,7 @@ from tasks.initialization import (
     generate_character_sheets,
     generate_global_outline,
 )
-from tasks.outlining import generate_chapter_outline
+from tasks.outlining import STORY_SO_FAR_SHARE, generate_chapter_outline, story_so_far
 from tasks.persist import (
     InitArtifacts,
     initial_bible,
@@ -253,8 +253,15 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
             chapter, cast = written_with.outline, written_with.character_names
         else:
             act, act_summary = act_for(artifacts, spec, number)
+            story, left_out = story_so_far(summaries, int(rt.settings.tier("large").context_window
+                                                          * STORY_SO_FAR_SHARE))
+            if left_out:
+                log.info("chapter %d: its outline is refreshed from the summaries of the %d most recent chapters; "
+                         "the %d before them are left out of the prompt (their budget is %d%% of the context window; "
+                         "the global and act outlines stand for them)", number, len(story), left_out,
+                         round(STORY_SO_FAR_SHARE * 100))
             chapter = refresh(outline.title, spec.genre, number, bible.global_outline, act, act_summary,
-                              bible.character_lines(), tuple(summaries), planned.get(number), guidance,
+                              bible.character_lines(), story, planned.get(number), guidance,
                               rt.llm_fingerprint("large"))
             cast = names
         log.info("chapter %d/%d: %s", number, chapters, chapter.title)

@@ -140,10 +140,14 @@ def _latest_rows(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _recent_views(tx: ManagedTransaction, rows: list[dict[str, Any]], as_of: int,
-                  limit: int | None) -> dict[str, list[RelationshipView]]:
+                  limit: int | None, left_out: dict[str, int] | None = None) -> dict[str, list[RelationshipView]]:
     """`_latest_views` of the rows, keeping the `limit` most recent per entity (names are read
-    for those only): a protagonist's hundred relationships cost what the prompt can show."""
-    kept = [r for found in _latest_rows(rows).values() for r in (found[:limit] if limit else found)]
+    for those only): a protagonist's hundred relationships cost what the prompt can show.
+    `left_out` receives, per entity, how many older ones were not kept."""
+    latest = _latest_rows(rows)
+    if left_out is not None and limit:
+        left_out.update({eid: len(found) - limit for eid, found in latest.items() if len(found) > limit})
+    kept = [r for found in latest.values() for r in (found[:limit] if limit else found)]
     return _latest_views(kept, _names_as_of(tx, {r["other"] for r in kept}, as_of))
 
 
@@ -185,10 +189,11 @@ def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int, mirror: Sto
     """Profiles of the entities as of the chapter; with `mirror`, their relationships come from
     it (kept current first by the caller) and at most `limit` (the most recent) per entity."""
     entities = _entities(tx, ids, as_of)
+    left_out: dict[str, int] = {}
     if not entities:
         views: dict[str, list[RelationshipView]] = {}
     elif mirror is not None:
-        views = _recent_views(tx, mirror.rows_of(set(entities), as_of), as_of, limit)
+        views = _recent_views(tx, mirror.rows_of(set(entities), as_of), as_of, limit, left_out)
     else:
         views = _latest_views(*relationship_rows(tx, entities, as_of))
     return [
@@ -197,6 +202,7 @@ def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int, mirror: Sto
             as_of_chapter=as_of,
             status=entities[eid].status_as_of(as_of),
             relationships=views.get(eid, []),
+            relationships_left_out=left_out.get(eid, 0),
         )
         for eid in ids
         if eid in entities

@@ -114,12 +114,25 @@ def retrieve_context(chapter_number: int, scene: SceneDetail, guidance: tuple[st
     sections = sections_from(context) | {"guidance": list(guidance)}
     envelope = build_envelope(sections, rt.settings.limits.context_budget, tier.context_window,
                               reserved_tokens=fixed_tokens + tier.max_tokens)
-    get_run_logger().info(
+    log = get_run_logger()
+    log.info(
         "chapter %d: context for %r: %d/%d tokens (%s)", chapter_number, scene.title, envelope.used_tokens,
         envelope.total_budget, ", ".join(f"{s.name} {s.items_kept}/{s.items_in}" for s in envelope.sections) or "empty",
     )
+    # Nothing is left out silently: what the budget cut, and what was not even read.
+    for section in envelope.sections:
+        if section.cut:
+            log.info("chapter %d: context for %r: %s", chapter_number, scene.title, section.cut)
+    for profile in context.characters:
+        if profile.relationships_left_out:
+            log.info("chapter %d: context for %r: %s's %d older relationships were not read (the %d most recent "
+                     "are, more than the prompt's budget holds)", chapter_number, scene.title, profile.entity.name,
+                     profile.relationships_left_out, len(profile.relationships))
     # What went into the prompt, section by section, and what was cut (for audits and bench/long_book.py).
     rt.content.put_json("context_budget", f"chapter_{chapter_number:03d}/{name}",
                         {"chapter": chapter_number, "scene": scene.title, "fixed_tokens": fixed_tokens,
-                         **envelope.model_dump(exclude={"text"})})
+                         **envelope.model_dump(exclude={"text"}),
+                         "cuts": [s.cut for s in envelope.sections if s.cut],
+                         "not_read": {p.entity.name: p.relationships_left_out for p in context.characters
+                                      if p.relationships_left_out}})
     return rt.content.put_text("context", f"chapter_{chapter_number:03d}/{name}", envelope.text)
