@@ -57,7 +57,6 @@ _CHANGESET_SCALARS = (
 )
 CHANGESET_BY_CHAPTER = f"MATCH (c:ChangeSet {{chapter: $chapter}}) {_CHANGESET_SCALARS}"
 CHANGESET_BY_SEQ = f"MATCH (c:ChangeSet {{seq: $seq}}) {_CHANGESET_SCALARS}"
-CHANGESETS_FROM_SEQ = f"MATCH (c:ChangeSet) WHERE c.seq >= $seq {_CHANGESET_SCALARS} ORDER BY c.seq"
 COUNT_CHANGESETS = "MATCH (c:ChangeSet) RETURN count(c) AS count"
 #: What `kg.store.committed_chapters` lists: the scalars, not the change-sets' undo records.
 READ_CHANGESET_INFOS = (

@@ -108,9 +108,7 @@ class StoryMirror:
             if self.seen is None:
                 self._scan(tx)
                 return
-            rows = [r.data() for r in tx.run(cypher.CHANGESETS_FROM_SEQ, seq=max(1, self.seen["seq"]))]
-            if self.seen["seq"] == 0:
-                rows = [{"seq": 0, "chain_sha": None, "amendments_sha": None}, *rows]
+            rows = self._changesets_from(tx, self.seen["seq"])
             if not rows or rows[0]["seq"] != self.seen["seq"] or rows[0]["chain_sha"] != self.seen["chain_sha"] \
                     or (rows[0]["seq"] and not rows[0]["chain_sha"]):
                 self._scan(tx)
@@ -130,6 +128,18 @@ class StoryMirror:
                     self._scan(tx)
                     return
             self.seen = rows[-1]
+
+    @staticmethod
+    def _changesets_from(tx: ManagedTransaction, seq: int) -> list[dict[str, Any]]:
+        """Change-sets number `seq` (a placeholder for 0) and on, one indexed read each: the
+        numbers are contiguous (kg.commit.history), and usually one or two are new."""
+        first = history.by_seq(tx, seq) if seq else {"seq": 0, "chain_sha": None, "amendments_sha": None}
+        if first is None:
+            return []
+        rows = [first]
+        while (following := history.by_seq(tx, rows[-1]["seq"] + 1)) is not None:
+            rows.append(following)
+        return rows
 
     def _changeset(self, tx: ManagedTransaction, chapter: int) -> dict[str, Any]:
         found = [r["props"] for r in tx.run(cypher.READ_CHANGESET_PROPS, chapters=[chapter])]

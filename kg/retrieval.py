@@ -59,19 +59,23 @@ _LABEL_ORDER = {label: i for i, label in enumerate(vocab.ENTITY_LABELS)}
 
 
 def _resolve_names(
-    tx: ManagedTransaction, names: Iterable[str], label: str | None, as_of: int | None = None
+    tx: ManagedTransaction, names: Iterable[str], label: str | None, as_of: int | None = None,
+    read: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, str | None]:
     """Name or alias -> best entity id (exact name before alias, then label order).
 
     With `as_of`, only names and aliases the entity had after that chapter count, so a name
-    learned later does not change what an earlier chapter's context resolves to.
+    learned later does not change what an earlier chapter's context resolves to. `read`
+    receives the properties of the entities seen (the caller need not read them again).
     """
     wanted = {name: vocab.name_key(name) for name in names}
     best: dict[str, tuple[Any, ...]] = {}
     for row in tx.run(cypher.RESOLVE_NAMES, keys=sorted(set(wanted.values()))):
         key, kind, found_label = row["key"], row["kind"], row["label"]
+        if read is not None:
+            read[row["props"]["id"]] = row["props"]
         if as_of is not None:
-            state = props_as_of(row["props"], as_of)
+            state = props_as_of(row["props"], as_of, sources=False)
             if state is None:
                 continue
             found_label = state.get("label", found_label)
@@ -89,11 +93,17 @@ def _resolve_names(
     return {name: (str(best[key][-1]) if key in best else None) for name, key in wanted.items()}
 
 
-def _entities(tx: ManagedTransaction, ids: Iterable[str], as_of: int | None) -> dict[str, Entity]:
+def _entities(tx: ManagedTransaction, ids: Iterable[str], as_of: int | None, *, sources: bool = True,
+              read: dict[str, dict[str, Any]] | None = None) -> dict[str, Entity]:
     """Entities by id as they were after chapter `as_of` (current state when None); entities
-    first seen later are left out."""
-    rows = tx.run(cypher.read_nodes(vocab.ENTITY), ids=sorted(set(ids)))
-    found = {r["id"]: entity_as_of(r["props"], as_of) for r in rows}
+    first seen later are left out. `sources=False` leaves their provenance out (a prompt does
+    not show it, and it is the longest property); `read`: properties already read."""
+    wanted = sorted(set(ids))
+    props = {eid: read[eid] for eid in wanted if read and eid in read}
+    missing = [eid for eid in wanted if eid not in props]
+    if missing:
+        props.update({r["id"]: r["props"] for r in tx.run(cypher.read_nodes(vocab.ENTITY), ids=missing)})
+    found = {eid: entity_as_of(p, as_of, sources=sources) for eid, p in props.items()}
     return {eid: e for eid, e in found.items() if e is not None}
 
 
@@ -185,10 +195,11 @@ def _latest_views(
 
 
 def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int, mirror: StoryMirror | None = None,
-                 limit: int | None = None) -> list[EntityProfile]:
-    """Profiles of the entities as of the chapter; with `mirror`, their relationships come from
-    it (kept current first by the caller) and at most `limit` (the most recent) per entity."""
-    entities = _entities(tx, ids, as_of)
+                 limit: int | None = None, read: dict[str, dict[str, Any]] | None = None) -> list[EntityProfile]:
+    """Profiles of the entities as of the chapter; with `mirror` (the drafting read), their
+    relationships come from it (kept current first by the caller), at most `limit` (the most
+    recent) per entity, and their provenance is left out; `read`: properties already read."""
+    entities = _entities(tx, ids, as_of, sources=mirror is None, read=read)
     left_out: dict[str, int] = {}
     if not entities:
         views: dict[str, list[RelationshipView]] = {}
@@ -211,13 +222,13 @@ def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int, mirror: Sto
 
 def _location_tx(tx: ManagedTransaction, location: str, as_of: int, mirror: StoryMirror | None = None,
                  limit: int | None = None) -> LocationContext | None:
-    entities = _entities(tx, [location], as_of)
+    entities = _entities(tx, [location], as_of, sources=mirror is None)
     if location not in entities:
         resolved = _resolve_names(tx, [location], "Location", as_of)[location]
         if resolved is None:
             return None
         location = resolved
-        entities = _entities(tx, [location], as_of)
+        entities = _entities(tx, [location], as_of, sources=mirror is None)
     place = entities.get(location)
     if place is None:
         return None
@@ -246,7 +257,7 @@ def _location_tx(tx: ManagedTransaction, location: str, as_of: int, mirror: Stor
     wanted = [*occupants, *(eid for found in groups.values() for eid in found)]
     if mirror is not None:
         names = _names_as_of(tx, wanted, as_of)
-    others = _entities(tx, [eid for eid in wanted if names.get(eid) is not None], as_of)
+    others = _entities(tx, [eid for eid in wanted if names.get(eid) is not None], as_of, sources=mirror is None)
     for name, found in groups.items():
         getattr(context, name).extend(others[eid] for eid in dict.fromkeys(found) if eid in others)
     context.occupants = [others[eid] for eid in occupants if eid in others]
@@ -544,12 +555,13 @@ def scene_context(
 
     def work(tx: ManagedTransaction) -> SceneContext:
         mirror.refresh(tx)
-        resolved = _resolve_names(tx, names, None, as_of) if names else {}
+        read: dict[str, dict[str, Any]] = {}
+        resolved = _resolve_names(tx, names, None, as_of, read) if names else {}
         ids = list(dict.fromkeys(i for i in resolved.values() if i))
         context = SceneContext(
             chapter=chapter,
             as_of_chapter=as_of,
-            characters=_profiles_tx(tx, ids, as_of, mirror, MAX_RELATIONSHIPS) if ids else [],
+            characters=_profiles_tx(tx, ids, as_of, mirror, MAX_RELATIONSHIPS, read) if ids else [],
             unresolved_names=[n for n, i in resolved.items() if i is None],
             location=_location_tx(tx, location, as_of, mirror, MAX_PLACE_ITEMS) if location else None,
             recent_summaries=_summaries_tx(tx, as_of, k_summaries, 1),
@@ -599,9 +611,10 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
 
     def work(tx: ManagedTransaction) -> ConsistencyFacts:
         mirror.refresh(tx)
-        resolved = _resolve_names(tx, names, None, as_of_chapter)
+        read: dict[str, dict[str, Any]] = {}
+        resolved = _resolve_names(tx, names, None, as_of_chapter, read)
         ids = {i for i in resolved.values() if i}
-        entities = _entities(tx, ids, as_of_chapter)
+        entities = _entities(tx, ids, as_of_chapter, sources=False, read=read)
         statuses: dict[str, tuple[str, int]] = {}
         traits: dict[str, list[str]] = {}
         keys_of: dict[str, list[str]] = {}

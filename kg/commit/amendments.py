@@ -25,7 +25,15 @@ from kg import cypher
 from kg import vocabulary as vocab
 from kg.commit.ops import GraphOps
 from kg.models import RollbackResult
-from kg.records import canonical_json, decode_props, encode_props, name_rows
+from kg.records import (
+    canonical_json,
+    decode_props,
+    decode_undo,
+    encode_props,
+    encode_undo,
+    name_rows,
+    needs_current,
+)
 
 
 class DeletedRel(BaseModel):
@@ -46,8 +54,8 @@ class Amendment(BaseModel):
     created_rels: list[tuple[str, str]] = Field(default_factory=list, description="(type, key)")
     deleted_rels: list[DeletedRel] = Field(default_factory=list)
 
-    def updated(self, label: str, node_id: str, before: dict[str, Any]) -> None:
-        self.updated_nodes.append((label, node_id, encode_props(before)))
+    def updated(self, label: str, node_id: str, before: dict[str, Any], after: dict[str, Any]) -> None:
+        self.updated_nodes.append((label, node_id, encode_undo(before, after)))
 
     def deleted(self, labels: list[str], props: dict[str, Any]) -> None:
         self.deleted_nodes.append((sorted(labels), encode_props(props)))
@@ -103,7 +111,14 @@ def _undo_one(tx: ManagedTransaction, amendment: Amendment, ops: GraphOps, resul
     for group_key, rels in _group(amendment.deleted_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
         ops.create_rels(tx, group_key, [{"src": r.src[1], "tgt": r.tgt[1], "props": decode_props(r.props)}
                                         for r in rels])
-    restored = [(label, node_id, decode_props(props)) for label, node_id, props in amendment.updated_nodes]
+    cut: dict[str, list[str]] = defaultdict(list)
+    for label, node_id, props in amendment.updated_nodes:
+        if needs_current(props):
+            cut[label].append(node_id)
+    current = {(label, node_id): props for label, ids in cut.items()
+               for node_id, props in ops.read_nodes(tx, label, ids).items()}
+    restored = [(label, node_id, decode_undo(props, current.get((label, node_id))))
+                for label, node_id, props in amendment.updated_nodes]
     for label, group in _group(restored, lambda n: n[0]).items():
         ops.restore_nodes(tx, label, [{"id": node_id, "props": props} for _, node_id, props in group])
     # EntityName lookups are derived from the entities' properties: rebuild them for every

@@ -18,7 +18,16 @@ from kg.commit.ops import GraphOps
 from kg.commit.planner import ChapterPlanner
 from kg.errors import ChapterConflictError, ChapterNotCommittedError, RollbackOrderError
 from kg.models import ChapterDelta, CommitResult, RollbackResult
-from kg.records import canonical_json, decode_props, encode_props, name_rows, same_value
+from kg.records import (
+    canonical_json,
+    decode_props,
+    decode_undo,
+    encode_props,
+    encode_undo,
+    name_rows,
+    needs_current,
+    same_value,
+)
 
 
 def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +118,8 @@ def commit_chapter_tx(
             "delta_hash": delta_hash,
             "chain_sha": chain,
             "created_nodes_json": canonical_json([[n.lookup, n.id] for n in created]),
-            "updated_nodes_json": canonical_json([[n.lookup, n.id, encode_props(n.before or {})] for n in updated]),
+            "updated_nodes_json": canonical_json([[n.lookup, n.id, encode_undo(n.before or {}, n.props)]
+                                                  for n in updated]),
             "created_rels_json": canonical_json([[r.type, r.key] for r in new_rels]),
             "updated_rels_json": canonical_json(
                 [[r.type, r.src[0], r.src[1], r.tgt[0], r.tgt[1], r.key, encode_props(r.before or {})] for r in changed_rels]
@@ -187,7 +197,9 @@ def _undo(tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, resu
         ops.delete_nodes(tx, label, [nid for _, nid in group])
     restored: list[dict[str, Any]] = []
     for label, group in _group(updated_nodes, lambda n: n[0]).items():
-        rows = [{"id": nid, "props": decode_props(props)} for _, nid, props in group]
+        cut = [nid for _, nid, props in group if needs_current(props)]
+        current = ops.read_nodes(tx, label, cut) if cut else {}
+        rows = [{"id": nid, "props": decode_undo(props, current.get(nid))} for _, nid, props in group]
         ops.restore_nodes(tx, label, rows)
         if label == vocab.ENTITY:
             restored += [row["props"] for row in rows]

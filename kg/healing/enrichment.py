@@ -92,8 +92,9 @@ def enrich_tx(tx: ManagedTransaction, result: EnrichmentResult, created_at: str,
             "description": entity.description or result.summary,
         }
     )
-    tx.run(mq.REPLACE_ENTITIES, rows=[{"id": result.id, "props": node_props(before, entity, chapter)}]).consume()
+    after = node_props(before, entity, chapter)
+    tx.run(mq.REPLACE_ENTITIES, rows=[{"id": result.id, "props": after}]).consume()
     undo = Amendment()
-    undo.updated(vocab.ENTITY, result.id, before)
+    undo.updated(vocab.ENTITY, result.id, before, after)
     amend_newest(tx, undo)
     return True

@@ -58,8 +58,9 @@ def graduate_tx(tx: ManagedTransaction, graduations: list[Graduation], chapter: 
         entity = entity.model_copy(
             update={"is_provisional": False, "attributes": {**entity.attributes, "graduation_confidence": grad.confidence}}
         )
-        rows.append({"id": row["id"], "props": node_props(before, entity, chapter)})
-        undo.updated(vocab.ENTITY, row["id"], before)
+        after = node_props(before, entity, chapter)
+        rows.append({"id": row["id"], "props": after})
+        undo.updated(vocab.ENTITY, row["id"], before, after)
         done.append(grad)
     if rows:
         tx.run(mq.REPLACE_ENTITIES, rows=rows).consume()

@@ -142,7 +142,7 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
     props = node_props(nodes[plan.survivor_id], merged, chapter)
     tx.run(mq.REPLACE_ENTITIES, rows=[{"id": plan.survivor_id, "props": props}]).consume()
     undo = Amendment()
-    undo.updated(vocab.ENTITY, plan.survivor_id, nodes[plan.survivor_id])
+    undo.updated(vocab.ENTITY, plan.survivor_id, nodes[plan.survivor_id], props)
 
     rels = [r.data() for r in tx.run(mq.RELS_OF, ids=ids)]
     inside = set(ids)
