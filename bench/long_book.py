@@ -156,6 +156,32 @@ class ChildSampler:
         self._thread.join(timeout=5)
 
 
+def rss_parts() -> str:
+    """Resident memory by kind (/proc/self/status): anonymous (heaps) and file-backed (mapped files)."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+        return ", ".join(f"{k} {int(fields[k].split()[0]) / 1024:.0f} MiB" for k in ("RssAnon", "RssFile", "RssShmem")
+                         if k in fields)
+    except OSError:
+        return "no /proc"
+
+
+def jvm_heap() -> str:
+    """The embedded graph's JVM heap now: committed, used, and live after a full GC (MiB)."""
+    try:
+        import jpype
+
+        if not jpype.isJVMStarted():
+            return "no JVM in this process"
+        runtime = jpype.JClass("java.lang.Runtime").getRuntime()
+        committed, used = runtime.totalMemory() / 2**20, (runtime.totalMemory() - runtime.freeMemory()) / 2**20
+        jpype.JClass("java.lang.System").gc()
+        live = (runtime.totalMemory() - runtime.freeMemory()) / 2**20
+        return f"JVM heap committed {committed:.0f} MiB, used {used:.0f}, live after a GC {live:.0f}"
+    except Exception as exc:  # a measurement only
+        return f"JVM heap unknown ({exc})"
+
+
 # --- running the pipeline ------------------------------------------------------------------------------
 
 
@@ -404,13 +430,15 @@ def _bench(args: argparse.Namespace, project: Path, rollback_at: int, server: Sc
     print(f"scripted server {server.base_url} (its own process, answers at once); project {project}")
     started = time.perf_counter()
     first, first_calls, _ = run_novel(project, args.chapters, rollback_at - 1, args.scenes)
-    print(f"chapters 1-{rollback_at - 1}: {time.perf_counter() - started:.0f} s wall, {len(first_calls)} LLM calls")
+    print(f"chapters 1-{rollback_at - 1}: {time.perf_counter() - started:.0f} s wall, {len(first_calls)} LLM calls; "
+          f"RSS {first.costs[-1].rss_mb:.0f} MiB ({rss_parts()}), {jvm_heap()}")
     before_path = project.parent / "export-before-rollback-chapter.json"
     kg_command(project, "export", "--out", str(before_path))
     second_started = time.perf_counter()
     second, second_calls, _ = run_novel(project, args.chapters, args.chapters, args.scenes)
     print(f"chapters {rollback_at}-{args.chapters} (1-{rollback_at - 1} replayed from the cache): "
-          f"{time.perf_counter() - second_started:.0f} s wall, {len(second_calls)} LLM calls")
+          f"{time.perf_counter() - second_started:.0f} s wall, {len(second_calls)} LLM calls; "
+          f"RSS {second.costs[-1].rss_mb:.0f} MiB ({rss_parts()}), {jvm_heap()}")
     total_minutes = (time.perf_counter() - started) / 60
     costs = {c.chapter: c for c in first.costs if c.chapter > 0}
     costs |= {c.chapter: c for c in second.costs if c.chapter >= rollback_at}
@@ -441,6 +469,11 @@ def _bench(args: argparse.Namespace, project: Path, rollback_at: int, server: Sc
           f"(wall, busy machine; {sum(c.cpu_s for c in costs.values()) / 60:.1f} CPU minutes in the chapters), "
           f"plus replaying chapters 1-{rollback_at - 1} from the cache: {sum(c.wall_s for c in replay):.0f} s wall")
 
+    from kg.mirror import _mirrors
+
+    mirrors = list(_mirrors.values())
+    print(f"story mirror: {sum(m.scans for m in mirrors)} full scans, {sum(m.applied for m in mirrors)} change-sets "
+          "followed by index")
     print(f"\nAt {args.chapters} chapters:")
     print(f"  kg export: {export_cpu:.2f} s CPU, {export_wall:.2f} s wall; {export_out} "
           f"({export_path.stat().st_size / 2**20:.1f} MiB)")

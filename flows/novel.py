@@ -27,6 +27,7 @@ from core.cli import (
     setup_logging,
 )
 from core.errors import InvalidInputError
+from core.heap import trim as trim_heap
 from core.settings import load_settings
 from core.stages import LEDGER, Checkpoint, stage
 from flows.chapter import BookInfo, ChapterResult, chapter_flow, chapter_runner
@@ -284,6 +285,8 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
                 phases[f"maintenance after {number}"] = time.monotonic() - maintenance_started
             else:
                 log.info("chapter %d: healing and QA already ran after this chapter", number)
+        with stage("heap trim"):
+            trim_heap()  # a chapter's native garbage (driver, index, HTTP buffers) goes back to the OS
         costs.append(ChapterCost.of(number, LEDGER.checkpoint(f"chapter {number}")))
         log.info("chapter %d: the pipeline's own cost: %s", number, costs[-1].brief())
     write_learned_characters()

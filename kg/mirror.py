@@ -97,6 +97,7 @@ class StoryMirror:
     amendments_seen: int = 0
     generation: int = 0  # +1 on every full scan: what was built on the old copy is dropped
     scans: int = 0
+    applied: int = 0  # change-sets followed without a scan
     lock: threading.RLock = field(default_factory=threading.RLock)
     _scene_index: _SceneIndex | None = None
 
@@ -106,27 +107,28 @@ class StoryMirror:
         """Bring the copy up to the graph's newest change-set (inside the caller's read)."""
         with self.lock:
             if self.seen is None:
-                self._scan(tx)
+                self._scan(tx, "first read")
                 return
             rows = self._changesets_from(tx, self.seen["seq"])
             if not rows or rows[0]["seq"] != self.seen["seq"] or rows[0]["chain_sha"] != self.seen["chain_sha"] \
                     or (rows[0]["seq"] and not rows[0]["chain_sha"]):
-                self._scan(tx)
+                self._scan(tx, "the history changed (a rollback, or a graph without the chain)")
                 return
             if rows[0]["amendments_sha"] != self.seen["amendments_sha"]:
                 if not self._replay_amendments(tx, rows[0]["chapter"], self.amendments_seen):
-                    self._scan(tx)
+                    self._scan(tx, "amendments it cannot follow")
                     return
             for row in rows[1:]:
                 if not row["chain_sha"]:
-                    self._scan(tx)
+                    self._scan(tx, "a change-set without the chain")
                     return
                 props = self._changeset(tx, row["chapter"])
                 self._apply_changeset(tx, props)
                 self.amendments_seen = 0
                 if not self._replay_amendments(tx, row["chapter"], 0, props):
-                    self._scan(tx)
+                    self._scan(tx, "amendments it cannot follow")
                     return
+                self.applied += 1
             self.seen = rows[-1]
 
     @staticmethod
@@ -145,7 +147,7 @@ class StoryMirror:
         found = [r["props"] for r in tx.run(cypher.READ_CHANGESET_PROPS, chapters=[chapter])]
         return found[0] if found else {}
 
-    def _scan(self, tx: ManagedTransaction) -> None:
+    def _scan(self, tx: ManagedTransaction, why: str) -> None:
         self.edges.clear()
         self.by_entity.clear()
         self.scenes.clear()
@@ -161,7 +163,8 @@ class StoryMirror:
         self.generation += 1
         self.scans += 1
         self._scene_index = None
-        log.debug("graph mirror: scanned %d story relationships and %d scenes", len(self.edges), len(self.scenes))
+        log.info("graph mirror: scanned %d story relationships and %d scenes (%s)", len(self.edges), len(self.scenes),
+                 why)
 
     def _add_edge(self, rel_type: str, src: str, tgt: str, props: dict[str, Any], fallback_key: str = "") -> None:
         key = str(props.get("key") or fallback_key)
