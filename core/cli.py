@@ -15,7 +15,6 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from core.errors import SkaldError
-from core.graph_server import exit_process
 
 
 def add_settings_options(parser: argparse.ArgumentParser) -> None:
@@ -91,13 +90,8 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def run_main(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[str] | None = None, *,
-             end_process: bool = False) -> NoReturn:
-    """Run `main`, turning known failures into one line on stderr and a non-zero exit.
-
-    `end_process`: this call ends the program (a `__main__` block), so it exits through
-    `core.graph_server.exit_process`; otherwise (a test calling a command in-process) it
-    raises SystemExit as `sys.exit` does."""
+def run_main(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[str] | None = None) -> NoReturn:
+    """Run `main`, turning known failures into one line on stderr and a non-zero exit."""
     quiet_known_failures()
     try:
         code = main(argv)
@@ -112,6 +106,4 @@ def run_main(main: Callable[[Sequence[str] | None], int], prog: str, argv: Seque
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; finished steps are kept, run the same command again to resume", file=sys.stderr)
         code = 130
-    if end_process:
-        exit_process(code)
     sys.exit(code)

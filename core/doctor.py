@@ -211,4 +211,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main, "doctor", end_process=True)
+    run_main(main, "doctor")

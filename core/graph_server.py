@@ -19,12 +19,11 @@ import os
 import secrets
 import signal
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from core.errors import EmbeddedServiceError
 from core.settings import Settings
@@ -232,33 +231,6 @@ class EmbeddedArcadeDB:
                 server.stop()
             except Exception as exc:  # stopping is best effort at interpreter exit
                 log.debug("ArcadeDB stop failed: %s", exc)
-
-
-def exit_process(code: int) -> NoReturn:
-    """End the process with `code`: the atexit hooks run as usual (they stop the embedded
-    database cleanly, flush logs, stop child servers), then, when this process started the
-    embedded graph's JVM, the process ends without the JVM's teardown and the interpreter's
-    finalization.
-
-    Both crashed a finished process now and then, with the same code before and after this
-    change: SIGSEGV inside JPype's exit hook (`_JTerminate`, tearing the JVM down), or, with
-    that hook off, "exception not rethrown" (SIGABRT) from a JVM-attached thread while the
-    interpreter finalized; 2-3 of 6 runs of one sidecar test module exited 134 or 139 after
-    every test passed. Once ArcadeDB has stopped there is nothing left to flush; the OS
-    reclaims the JVM's threads and memory."""
-    jvm = sys.modules.get("jpype")
-    if jvm is None or not jvm.isJVMStarted():
-        sys.exit(code)
-    import jpype.config
-
-    jpype.config.onexit = False  # the JVM is not torn down at all ...
-    atexit._run_exitfuncs()  # ... after every exit hook has run, in order
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)  # ... and the interpreter is not finalized
 
 
 def _exit_cleanly_on_sigterm() -> None:

@@ -41,6 +41,8 @@ MAX_NAME_CONTENT_WORDS = 4
 MAX_NAME_WORDS = 7
 #: A name that is this share (or more) of a title's words, from its start, is that title.
 TITLE_PREFIX_SHARE = 0.6
+#: Words a chapter or scene title may have ("The Curious Incident of the Dog in the Night-Time": 9).
+MAX_TITLE_WORDS = 14
 
 #: Lower-case words that belong inside names: "Church of Saint Mary", "Ludwig van Beethoven".
 CONNECTORS = frozenset(
@@ -71,10 +73,12 @@ _ABBREVIATION = re.compile(r"\b(?:mr|mrs|ms|dr|st|jr|sr|prof|capt|[a-z])\.", re.
 
 
 @lru_cache(maxsize=4096)
-def _title_words(title: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """A title's words, as written and without "Chapter 3:" (a book's titles are asked about
-    for every name of every chapter: normalised once)."""
-    return tuple(normalise(title).split()), tuple(normalise(_NUMBERED.sub("", title)).split())
+def _title_words(title: str) -> tuple[tuple[str, ...], ...]:
+    """A title's words, as written, without "Chapter 3:", and each part after a colon of two
+    words or more ("A Tribute to a Heroine" of "Lysa the Keeper: A Tribute to a Heroine"). A
+    book's titles are asked about for every name of every chapter: normalised once."""
+    parts = tuple(tuple(normalise(p).split()) for p in title.split(":")[1:] if len(p.split()) >= 2)
+    return (tuple(normalise(title).split()), tuple(normalise(_NUMBERED.sub("", title)).split()), *parts)
 
 
 def _is_title(name: str, title: str) -> bool:
@@ -210,6 +214,43 @@ def mentions(source: SourceText, name: str, known: KnownNames | None = None) -> 
     return source.names(name) or (known is not None and known.referred(name, source))
 
 
+def _repeated_fragment(text: str, common: frozenset[str] = frozenset()) -> str | None:
+    """A word a small model's loop repeats: three times anywhere (`common` words aside), or
+    twice in a row in a string of more than two words ("Baden-Baden" and "Bora Bora" are names)."""
+    fragments = [normalise(w) for w in _words(text)]
+    counts: dict[str, int] = {}
+    for fragment in fragments:
+        if fragment and fragment not in common:
+            counts[fragment] = counts.get(fragment, 0) + 1
+    repeated = [f for f, c in counts.items() if c >= 3]
+    if len(fragments) > 2:
+        repeated += [a for a, b in zip(fragments, fragments[1:], strict=False) if a and a == b]
+    return repeated[0] if repeated else None
+
+
+def title_problem(title: str, max_words: int = MAX_TITLE_WORDS) -> str | None:
+    """None when `title` can head a chapter or scene, else why not: blank, no letters, a loop
+    ("2016: 2016: 2016"), or a paragraph rather than a title. Look-alikes that pass: "Bora Bora",
+    "The Lion, the Witch and the Wardrobe" (connectors repeat in titles), "Summer of 1984"."""
+    text = " ".join(title.split())
+    if not text:
+        return "blank title"
+    if not any(ch.isalpha() for ch in text):
+        return "no words in the title"
+    repeated = _repeated_fragment(text, CONNECTORS)
+    if repeated:
+        return f"repeated fragment {repeated!r}"
+    if len(text.split()) > max_words:
+        return f"{len(text.split())} words: a paragraph, not a title"
+    return None
+
+
+def usable_title(title: str, fallback: str, max_words: int = MAX_TITLE_WORDS) -> tuple[str, str | None]:
+    """`title` tidied, or `fallback` when it cannot be a title; with the reason it could not."""
+    problem = title_problem(title, max_words)
+    return (fallback, problem) if problem else (" ".join(title.split()), None)
+
+
 def name_problem(name: str, titles: Sequence[str] = ()) -> str | None:
     """None when `name` can be a name, else why it cannot (a short phrase).
 
@@ -222,18 +263,9 @@ def name_problem(name: str, titles: Sequence[str] = ()) -> str | None:
         return "a heading, not a name"
     if text[-1] in "-‐‑–—'’_" or text.endswith(".."):
         return "name cut short"
-    words = _words(text)
-    fragments = [normalise(w) for w in words]
-    counts: dict[str, int] = {}
-    for fragment in fragments:
-        if fragment:
-            counts[fragment] = counts.get(fragment, 0) + 1
-    repeated = [f for f, c in counts.items() if c >= 3]
-    # Twice in a row is a loop only in a longer string: "Baden-Baden" and "Bora Bora" are names.
-    if len(fragments) > 2:
-        repeated += [a for a, b in zip(fragments, fragments[1:], strict=False) if a and a == b]
+    repeated = _repeated_fragment(text)
     if repeated:
-        return f"repeated fragment {repeated[0]!r}"
+        return f"repeated fragment {repeated!r}"
     plain = text.split()
     content = [w for w in plain if normalise(w) not in CONNECTORS]
     if len(plain) > MAX_NAME_WORDS or len(content) > MAX_NAME_CONTENT_WORDS:

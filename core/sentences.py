@@ -29,6 +29,10 @@ _ABBREVIATIONS = frozenset("mr mrs ms dr st jr sr prof capt col gen lt sgt rev v
 MIN_KEPT_SHARE = 0.3
 #: A clause closed as a sentence must say something: at least this many words.
 MIN_CLAUSE_WORDS = 4
+#: Words no English sentence ends on: articles, coordinating conjunctions, determiners that
+#: need their noun. (Prepositions, auxiliaries and "her" or "that" can end one: "the place she
+#: came from", "she knew she could", "he loved her".) A text ending on one was cut ("She is the").
+DANGLING_WORDS = frozenset("the a an and or but nor because than my your our their its whose".split())
 
 
 def ends_sentence(text: str) -> bool:
@@ -94,12 +98,18 @@ def finish_cut_text(text: str) -> str:
 
 def as_sentence(text: str) -> str:
     """A model's free-text field as a finished sentence: one that ends without punctuation
-    gets its full stop, one that ends on a comma or dash ends there instead. (Text cut off by
-    a length bound is `finish_cut_text`'s: appending a full stop would not mend a cut word.)"""
+    gets its full stop, one that ends on a comma or dash ends there instead, and one whose last
+    sentence stops on a word no sentence ends on ("She is the") loses that sentence. (Text cut
+    off by a length bound is `finish_cut_text`'s: a full stop would not mend a cut word.)"""
     text = " ".join(text.split())
     if not text or ends_sentence(text):
         return text
     text = text.rstrip(" ,;:-–—")
+    words = text.split()
+    if words and words[-1].lower() in DANGLING_WORDS:
+        # Cut mid-sentence (a full stop would not finish it): the sentences before it, or nothing.
+        ends = _sentence_ends(text)
+        return text[: ends[-1]].strip() if ends else ""
     return f"{text}." if text else ""
 
 

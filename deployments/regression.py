@@ -95,4 +95,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main, "deployments.regression", sys.argv[1:], end_process=True)
+    run_main(main, "deployments.regression", sys.argv[1:])

@@ -20,6 +20,7 @@ from prompts.initialization.models import CharacterSheets
 from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import SceneDetail, ScenePlan
 from tasks.assembly import assemble_chapter
+from tasks.codex import write_codex_or_log
 from tasks.commit import (
     chapter_commit_state,
     commit_chapter,
@@ -104,5 +105,6 @@ def import_flow(manuscript: Manuscript, genre: str) -> ImportReport:
     persist_initialization_files(artifacts)
     atomic_write(imported_artifacts_path(rt.settings.saga_dir), artifacts.model_dump_json(indent=2).encode("utf-8"))
     path = export_manuscript(manuscript.title, len(manuscript.chapters))
+    write_codex_or_log("of the imported book")
     return ImportReport(title=manuscript.title, chapters=len(manuscript.chapters), manuscript=path,
                         characters=[c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters])

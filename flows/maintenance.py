@@ -3,7 +3,7 @@
 Three ways to run them:
 
     python -m flows.maintenance heal --project-dir DIR [--dry-run] [--no-enrich] [--no-embeddings]
-    python -m flows.maintenance qa --project-dir DIR [--fail-on error]
+    python -m flows.maintenance qa --project-dir DIR [--fail-on error]   (findings marked in exports/codex.html)
     python -m flows.maintenance serve --project-dir DIR [--heal-cron CRON] [--qa-cron CRON]
 
 `serve` is the one-command local scheduler (Prefect `serve` of both deployments); for a
@@ -27,6 +27,7 @@ from prefect import flow, get_run_logger
 from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
 from core.settings import load_settings
+from tasks.codex import write_codex_or_log
 from tasks.healing import (
     HealReport,
     enrich_entities,
@@ -114,6 +115,7 @@ def qa_flow(project_dir: str, incremental: bool = False) -> QAReport:
                           report_path=str(path), seconds=round(time.monotonic() - started, 2),
                           scope=scope.describe())
         publish_qa_artifacts(report)
+        write_codex_or_log("with the QA findings")  # the findings marked in exports/codex.html
         return report
 
 
@@ -146,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     heal.add_argument("--no-enrich", action="store_true", help="skip LLM enrichment")
     heal.add_argument("--no-embeddings", action="store_true", help="match on names and relationships only")
     heal.add_argument("--max-enrichments", type=int, default=20, help="LLM enrichments per run (default 20)")
-    qa = sub.add_parser("qa", parents=[common], help="run the QA checks and write the report")
+    qa = sub.add_parser("qa", parents=[common],
+                        help="run the QA checks, write the report and mark the findings in exports/codex.html")
     qa.add_argument("--fail-on", choices=("never", "error", "warning"), default="never",
                     help="exit 1 when findings of this severity (or worse) exist (default never)")
     serve = sub.add_parser("serve", parents=[common], help="serve heal-graph and qa-nightly on cron schedules")
@@ -193,4 +196,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main, "maintenance", sys.argv[1:], end_process=True)
+    run_main(main, "maintenance", sys.argv[1:])

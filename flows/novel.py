@@ -1,4 +1,5 @@
-"""`python -m flows.novel`: write a novel. Initialization once, then the chapter loop.
+"""`python -m flows.novel`: write a novel. Initialization once, then the chapter loop; after
+each chapter the codex (`exports/codex.html`, linked from the run in the Prefect UI).
 
 Every step is a Prefect task whose result is cached on disk under `<project>/.saga/`, so
 running the same command again repeats no finished LLM call, and running it with a
@@ -39,6 +40,7 @@ from prompts.initialization.models import (
     GlobalOutline,
 )
 from tasks.bible import load_story_bible, sync_story_bible, write_learned_characters
+from tasks.codex import write_codex_or_log
 from tasks.commit import commit_initialization, maintenance_due, record_maintenance
 from tasks.export import export_manuscript
 from tasks.initialization import (
@@ -276,6 +278,10 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
             record_written(rt.settings.saga_dir, number, guidance, chapter, cast)
         summaries.append(f"Chapter {number}: {result.title}: {result.summary}".rstrip(": "))
         phases[f"chapter {number}"] = time.monotonic() - chapter_started
+        codex_started = time.monotonic()
+        with stage("codex"):
+            write_codex_or_log(f"after chapter {number}")
+        phases["codex"] = phases.get("codex", 0.0) + time.monotonic() - codex_started
         if number % rt.settings.limits.qa_every == 0:
             if maintenance_due(number):
                 maintenance_started = time.monotonic()
@@ -289,6 +295,8 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
             trim_heap()  # a chapter's native garbage (driver, index, HTTP buffers) goes back to the OS
         costs.append(ChapterCost.of(number, LEDGER.checkpoint(f"chapter {number}")))
         log.info("chapter %d: the pipeline's own cost: %s", number, costs[-1].brief())
+    if not results_list:  # every chapter was the writer's own (imported): the codex still shows them
+        write_codex_or_log("of the imported chapters")
     write_learned_characters()
     manuscript = export_manuscript(outline.title, chapters)
     report = _report(rt, outline.title, results_list, manuscript, phases)
@@ -504,4 +512,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main, "novel", sys.argv[1:], end_process=True)
+    run_main(main, "novel", sys.argv[1:])

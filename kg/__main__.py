@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
-from core.settings import load_settings
+from core.settings import Settings, load_settings
+from kg.codex import CODEX_FILE, build_dialogue_codex, build_novel_codex, write_codex
 from kg.facts import entity_facts, format_facts
 from kg.store import GraphStore
 from kg.transfer import write_export
@@ -41,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kg",
         description="Maintain the project's knowledge graph: schema, statistics, export/import, the facts about an "
-        "entity with their evidence, chapter rollback.",
+        "entity with their evidence, the codex page of the world, chapter rollback.",
     )
     _common(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -67,6 +69,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--entity", required=True, help="the entity's name or one of its aliases")
     sub.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+    sub = commands.add_parser(
+        "codex", help="write the world as one HTML page: cards, the relationship graph, the timeline, quality",
+        description="Write the codex: one self-contained HTML file (opens from disk, no network) with every "
+        "character, place and item, the relationships as an interactive graph, a timeline of the chapters, each "
+        "fact's evidence, the chapter quality chart and the latest QA findings. With --conversation-id, the same "
+        "page for a sidecar conversation: its entities, relations with their event history, milestones.",
+    )
+    _common(sub, top=False)
+    sub.add_argument("--as-of-chapter", type=int, default=None, metavar="N",
+                     help="the world as of chapter N (default: the latest chapter; 0: the story bible)")
+    sub.add_argument("--conversation-id", default=None, metavar="ID",
+                     help="a sidecar conversation's codex instead of the book's")
+    sub.add_argument("--out", type=Path, default=None,
+                     help="file to write (default: <project-dir>/exports/codex.html, or "
+                     "exports/codex-<conversation>.html)")
+
     sub = commands.add_parser("rollback", help="restore the exact graph state from before a chapter's commit")
     _common(sub, top=False)
     sub.add_argument("--chapter", type=int, required=True,
@@ -91,11 +109,53 @@ def _print_stats(store: GraphStore, as_json: bool) -> None:
     print(f"committed chapters: {chapters}")
 
 
+def _check_codex_args(args: argparse.Namespace) -> None:
+    """Refuse a bad codex request before the graph is opened."""
+    if not args.project_dir.is_dir():
+        raise InvalidInputError(f"--project-dir {args.project_dir} is not a directory",
+                                hint="point it at a project written by python -m flows.novel")
+    if args.as_of_chapter is not None and args.as_of_chapter < 0:
+        raise InvalidInputError(f"--as-of-chapter must be 0 or more (got {args.as_of_chapter})")
+    if args.conversation_id is not None:
+        if args.as_of_chapter is not None:
+            raise InvalidInputError("--as-of-chapter is for a book; a conversation's codex shows all its turns")
+        if not args.conversation_id.strip():
+            raise InvalidInputError("--conversation-id must not be empty")
+    if args.out is not None and args.out.is_dir():
+        raise InvalidInputError(f"--out {args.out} is a directory", hint="give the file to write, e.g. codex.html")
+
+
+def _codex(store: GraphStore, settings: Settings, args: argparse.Namespace) -> None:
+    if args.conversation_id is not None:
+        page = build_dialogue_codex(store, args.conversation_id)
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", args.conversation_id).strip("-.") or "conversation"
+        default = settings.project_dir / "exports" / f"codex-{slug}.html"
+        what = f"{page.title}: {page.stats.chapters} committed turns"
+    else:
+        page = build_novel_codex(store, settings.saga_dir, args.as_of_chapter, project_name=settings.project_dir.name)
+        if not page.stats.entities and not page.stats.chapters:
+            raise InvalidInputError(f"the graph of {settings.project_dir} holds no story yet",
+                                    hint="write a chapter first: python -m flows.novel --project-dir ...")
+        default = settings.project_dir / CODEX_FILE
+        where = "the story bible" if page.as_of == 0 else f"chapter {page.as_of}"
+        what = f"{page.title!r} as of {where}"
+    out = args.out if args.out is not None else default
+    try:
+        write_codex(page, out)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write --out {out}: {exc.strerror or exc}") from None
+    size = out.stat().st_size
+    print(f"codex of {what} ({page.stats.entities} entities, {page.stats.relationships} relationships) "
+          f"written to {out} ({size / 1024:.0f} KiB)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     if args.command == "import" and not args.file.is_file():
         raise InvalidInputError(f"import file {args.file} does not exist")
+    if args.command == "codex":
+        _check_codex_args(args)
     settings = load_settings(args.project_dir, args.config)
     store = GraphStore.open(settings, migrate=args.command != "migrate")
     try:
@@ -121,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(json.dumps([f.model_dump(mode="json") for f in found], indent=1, ensure_ascii=False))
             else:
                 print(format_facts(found))
+        elif args.command == "codex":
+            _codex(store, settings, args)
         elif args.command == "rollback":
             result = store.rollback_chapter(args.chapter, cascade=args.cascade)
             print(
@@ -135,4 +197,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main, "kg", sys.argv[1:], end_process=True)
+    run_main(main, "kg", sys.argv[1:])

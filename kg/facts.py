@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 #: Sorts after every chapter: "as of the end of the book".
 _EVERY_CHAPTER = 10**9
-_BIBLE_SOURCES = frozenset({"outline", "user"})
+#: Provenance types of the story bible (the outline at initialization, the writer's edits).
+BIBLE_SOURCES = frozenset({"outline", "user"})
 
 FactKind = Literal["mention", "trait", "status", "relationship", "bible", "merge", "enrichment"]
 
@@ -39,8 +40,9 @@ class EntityFacts(BaseModel):
     facts: list[Fact]
 
 
-def _source_fact(source: EntitySource) -> Fact:
-    if source.type in _BIBLE_SOURCES:
+def source_fact(source: EntitySource) -> Fact:
+    """The fact one provenance entry of an entity is evidence of (the codex uses it too)."""
+    if source.type in BIBLE_SOURCES:
         kind: FactKind = "bible"
         statement = "in the story bible" if source.type == "outline" else "in the story bible (your edit)"
     elif source.type in ("merge", "enrichment"):
@@ -60,7 +62,7 @@ def _source_fact(source: EntitySource) -> Fact:
 
 def _facts_tx(tx: ManagedTransaction, entity: Entity) -> list[Fact]:
     assert entity.id is not None
-    facts = [_source_fact(s) for s in entity.sources]
+    facts = [source_fact(s) for s in entity.sources]
     rows, names = relationship_rows(tx, [entity.id], _EVERY_CHAPTER)
     for row in rows:
         other = names.get(row["other"])
@@ -94,7 +96,7 @@ def format_facts(found: list[EntityFacts]) -> str:
         aliases = f" (also {', '.join(e.aliases)})" if e.aliases else ""
         lines.append(f"{e.name} [{e.label}, {e.id}]{aliases}: {len(item.facts)} facts")
         for fact in item.facts:
-            if fact.source in _BIBLE_SOURCES or not fact.chapter:
+            if fact.source in BIBLE_SOURCES or not fact.chapter:
                 where = "bible"
             else:
                 where = f"ch {fact.chapter}" + (f" sc {fact.scene}" if fact.scene else "")

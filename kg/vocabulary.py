@@ -125,6 +125,13 @@ ENTITY_REL_TYPES: tuple[str, ...] = (
     "HAS_TRAIT",
     RELATES_TO,
 )
+#: Types that replace each other between one pair: the latest stated holds (the consistency
+#: check warns on a flip with no transition; the codex draws the earlier one as ended).
+OPPOSITE_REL_TYPES: tuple[tuple[str, str], ...] = (
+    ("FRIEND_OF", "ENEMY_OF"),
+    ("ALLY_OF", "ENEMY_OF"),
+    ("LOVES", "HATES"),
+)
 # Structural edges written by the store itself.
 APPEARS_IN = "APPEARS_IN"  # Character -> Chapter
 MENTIONS = "MENTIONS"  # Chapter -> non-character Entity

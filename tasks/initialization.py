@@ -7,7 +7,7 @@ from prefect import get_run_logger
 
 from core.content import ContentRef
 from core.errors import LLMBadOutputError
-from core.grounding import name_problem
+from core.grounding import name_problem, usable_title
 from core.sentences import as_sentence
 from kg import vocabulary as vocab
 from prompts import render_messages
@@ -24,6 +24,8 @@ from tasks.runtime import runtime
 
 MAX_OUTLINE_CALLS_PER_ACT = 4
 SHEET_PROSE_FIELDS = ("description", "motivation", "backstory", "voice")
+#: The book's title when the model's is a loop or a paragraph (the writer renames it in the bible).
+UNTITLED = "Untitled"
 
 
 def act_ranges(chapters: int, acts: int) -> list[tuple[int, int, int]]:
@@ -80,8 +82,12 @@ def generate_global_outline(premise: str, genre: str, chapters: int, acts: int, 
     summaries = [a.summary for a in outline.acts][:acts]
     while len(summaries) < acts:
         summaries.append(outline.logline)
+    title, problem = usable_title(outline.title, UNTITLED)
+    if problem:
+        get_run_logger().warning("init: the book's title %r is not used (%s)", outline.title[:80], problem)
     outline = GlobalOutline.model_validate(
-        {**outline.model_dump(), "acts": [{"number": i + 1, "summary": s} for i, s in enumerate(summaries)]}
+        {**outline.model_dump(), "title": title,
+         "acts": [{"number": i + 1, "summary": s} for i, s in enumerate(summaries)]}
     )
     get_run_logger().info("init: global outline %r with %d acts", outline.title, len(outline.acts))
     return rt.content.put_json("global_outline", "outline", outline)
@@ -122,7 +128,10 @@ def generate_chapter_outlines(
         )
         # Models number chapters unreliably: take them in order for the missing slots.
         for slot, chapter in zip(missing, answer.chapters, strict=False):
-            got[slot] = chapter.model_copy(update={"number": slot})
+            title, problem = usable_title(chapter.title, f"Chapter {slot}")
+            if problem:
+                get_run_logger().warning("init: chapter %d's title %r is not used (%s)", slot, chapter.title[:80], problem)
+            got[slot] = chapter.model_copy(update={"number": slot, "title": title})
     if len(got) < last - first + 1:
         raise LLMBadOutputError(
             f"the model outlined {len(got)} of chapters {first}-{last} after {MAX_OUTLINE_CALLS_PER_ACT} requests",
@@ -155,10 +164,16 @@ def world_with_names(world: OutlineRelationships, character_names: tuple[str, ..
     cast and those places only: both ends of each must be someone or somewhere of the bible."""
     log = get_run_logger()
     places = []
-    known = {vocab.normalize_name(n) for n in character_names}
+    cast = {vocab.normalize_name(n) for n in character_names}
+    known = set(cast)
     for place in world.locations:
         key = vocab.normalize_name(place.name)
-        problem = name_problem(place.name, titles) if key not in known else "already a character's name"
+        if key in cast:
+            problem: str | None = "already a character's name"
+        elif key in known:
+            problem = "already a place of the outline"
+        else:
+            problem = name_problem(place.name, titles)
         if problem is None and key:
             known.add(key)
             places.append(place)

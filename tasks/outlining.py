@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from prefect import get_run_logger
 
+from core.grounding import usable_title
 from prompts import render_messages
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import ChapterOutlineRefresh
@@ -59,9 +60,13 @@ def generate_chapter_outline(
         ChapterOutlineRefresh, purpose="chapter_outline",
     )
     base = planned or ChapterOutline(number=number, title=f"Chapter {number}", summary=act or title)
+    chapter_title, problem = usable_title(answer.title, base.title)
+    if problem and answer.title.strip():
+        get_run_logger().warning("chapter %d: the outline's title %r is not used (%s)", number,
+                                 answer.title[:80], problem)
     refreshed = ChapterOutline(
         number=number,
-        title=answer.title.strip() or base.title,
+        title=chapter_title,
         summary=answer.summary.strip() or base.summary,
         pov=answer.pov.strip() or base.pov,
         setting=answer.setting.strip() or base.setting,

@@ -6,6 +6,7 @@ from prefect import get_run_logger
 
 from core.content import ContentRef
 from core.errors import LLMBadOutputError
+from core.grounding import name_problem, normalise, usable_title
 from prompts import render_messages
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import SceneDetail, ScenePlan
@@ -13,6 +14,8 @@ from tasks.policy import cached_task
 from tasks.runtime import runtime
 
 MAX_PLAN_CALLS = 3
+#: A setting is a short description ("the lamp room at the top of the lighthouse, at dusk").
+SETTING_WORDS = 40
 
 
 @cached_task("plan_scenes")
@@ -45,5 +48,41 @@ def plan_scenes(
     if len(scenes) < scene_count:
         raise LLMBadOutputError(f"the model planned {len(scenes)} of {scene_count} scenes for chapter {chapter.number}",
                                 hint="use a stronger model for the large tier or fewer --scenes-per-chapter")
-    get_run_logger().info("chapter %d: planned %d scenes (iteration %d)", chapter.number, len(scenes), iteration)
+    log = get_run_logger()
+    scenes, dropped = tidy_plan(scenes, character_names, (title, chapter.title))
+    if dropped:
+        log.warning("chapter %d: the scene plan's %s not used", chapter.number, "; ".join(dropped[:6]))
+    log.info("chapter %d: planned %d scenes (iteration %d)", chapter.number, len(scenes), iteration)
     return rt.content.put_json("chapter_plan", f"chapter_{chapter.number:03d}/iter_{iteration}", ScenePlan(scenes=scenes))
+
+
+def tidy_plan(
+    scenes: list[SceneDetail], known: tuple[str, ...], titles: tuple[str, ...] = (),
+) -> tuple[list[SceneDetail], list[str]]:
+    """The plan without what cannot be a title, a character or a setting (a small model's loops,
+    "2016: 2016: 2016", the book's title taken for a person, "fleets"), so neither the draft's
+    prompt nor the plan checks (tasks/validation) go by it; and what was left out, said. A
+    bible name always stays; any other character must read as a name (capitalised, see
+    core.grounding.name_problem). `titles`: the book's and the chapter's."""
+    known_names = {normalise(n) for n in known}
+
+    def person(name: str) -> bool:
+        return normalise(name) in known_names or (
+            any(ch.isupper() for ch in name) and name_problem(name, titles) is None)
+
+    tidy: list[SceneDetail] = []
+    dropped: list[str] = []
+    for number, scene in enumerate(scenes, 1):
+        title, problem = usable_title(scene.title, f"Scene {number}")
+        if problem:
+            dropped.append(f"scene {number} title {scene.title[:40]!r} ({problem})")
+        people = [c for c in scene.characters if person(c)]
+        dropped += [f"scene {number} character {c[:40]!r}" for c in scene.characters if c not in people]
+        pov = scene.pov if person(scene.pov) else ""
+        if scene.pov and not pov:
+            dropped.append(f"scene {number} point of view {scene.pov[:40]!r}")
+        setting, problem = usable_title(scene.setting, "", SETTING_WORDS)
+        if problem and scene.setting.strip():
+            dropped.append(f"scene {number} setting {scene.setting[:40]!r} ({problem})")
+        tidy.append(scene.model_copy(update={"title": title, "characters": people, "pov": pov, "setting": setting}))
+    return tidy, dropped

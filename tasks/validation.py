@@ -59,11 +59,7 @@ from tasks.runtime import runtime
 
 DUPLICATE_SCENE_COSINE = 0.97
 DUPLICATE_SCENE_TRIGRAM_OVERLAP = 0.5
-OPPOSITE_RELATIONS: tuple[tuple[str, str], ...] = (
-    ("FRIEND_OF", "ENEMY_OF"),
-    ("ALLY_OF", "ENEMY_OF"),
-    ("LOVES", "HATES"),
-)
+OPPOSITE_RELATIONS: tuple[tuple[str, str], ...] = vocab.OPPOSITE_REL_TYPES
 
 
 class Problem(BaseModel):

@@ -71,27 +71,14 @@ def child_pythonpath() -> str:
     return os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
 
 
-_EXIT_STATUS = pytest.StashKey[int]()
 _SUBREAPER = pytest.StashKey[bool]()
 _BEFORE = pytest.StashKey[set[int]]()
 _RECORD_DIR = pytest.StashKey[Path]()
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """The last thing the run does: end the process the way Skald's commands end theirs
-    (core.graph_server.exit_process: exit hooks run, then no JVM teardown), so a passing
-    run never exits 134/139 from the embedded graph's JVM shutting down."""
-    if _EXIT_STATUS in config.stash:
-        from core.graph_server import exit_process
-
-        exit_process(config.stash[_EXIT_STATUS])
-
-
 @pytest.hookimpl(trylast=True)  # after the runner's own sessionfinish has torn every fixture down
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    config.stash[_EXIT_STATUS] = int(session.exitstatus)
     if _RECORD_DIR not in config.stash:
         return
     report = config.pluginmanager.get_plugin("terminalreporter")
@@ -118,7 +105,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             say(f"  pid {info.pid} (parent {info.ppid}): {info.cmdline[:200]}")
         process_guard.kill(left)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        config.stash[_EXIT_STATUS] = int(session.exitstatus)
     else:
         say(f"process guard: no process started by the test session is left ({how})")
 
@@ -226,7 +212,7 @@ def client(service: DialogueService) -> Iterator[TestClient]:
     """The sidecar's FastAPI app around `service`, through Starlette's test client."""
     from fastapi.testclient import TestClient
 
-    from flows.dialogue import create_app
+    from api import create_app
 
     with TestClient(create_app(service)) as test_client:
         yield test_client
@@ -239,3 +225,4 @@ def prefect_api() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.content import ContentMissingError, ContentRef, ContentStore, safe_name
 from core.errors import ContentIntegrityError
+from tests.conftest import child_pythonpath
 
 
 class Beat(BaseModel):
@@ -464,27 +465,31 @@ def test_concurrent_threads_different_content_get_distinct_versions(store: Conte
         assert store.get_text(ref) == f"draft number {i}"
 
 
-def _process_writer(root: str, text: str, start: Any, out: Any) -> None:
-    start.wait()
-    ref = ContentStore(Path(root)).put_text("drafts", "shared", text)
-    out.put(ref.model_dump_json())
+#: One writer process: waits for "go" on stdin, so all start together, then writes and prints its ref.
+_WRITER = (
+    "import sys; from pathlib import Path; from core.content import ContentStore; "
+    "sys.stdin.readline(); "
+    "print(ContentStore(Path(sys.argv[1])).put_text('drafts', 'shared', sys.argv[2]).model_dump_json())"
+)
 
 
-@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
 def test_concurrent_processes_allocate_distinct_versions(store: ContentStore) -> None:
-    ctx = multiprocessing.get_context("fork")
-    start, out = ctx.Event(), ctx.Queue()
+    # Plain subprocesses: a fork copies this test process's JVM (the embedded graph) and the
+    # browser tests' Playwright threads (a forked writer exited 1 once in CI), and a spawn
+    # context leaves multiprocessing's resource tracker running after the session.
     texts = ["same"] * 3 + [f"different {i}" for i in range(3)]
-    procs = [
-        ctx.Process(target=_process_writer, args=(str(store.root), t, start, out)) for t in texts
-    ]
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(store.root), t], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for t in texts]
     for p in procs:
-        p.start()
-    start.set()
-    refs = [ContentRef.model_validate_json(out.get(timeout=60)) for _ in procs]
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    refs = []
     for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+        refs.append(ContentRef.model_validate_json(out.strip().splitlines()[-1]))
 
     versions = store.versions("drafts", "shared")
     # Every write got a distinct, contiguous version, except identical consecutive ones.

@@ -16,10 +16,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from api import COMMIT_PATH, HEALTH_PATH, RETRY_PATH
 from core.cli import run_main
 from core.graph_server import free_port, graph_endpoint
 from core.settings import Settings
-from flows.dialogue import COMMIT_PATH, HEALTH_PATH, RETRY_PATH, main
+from flows.dialogue import main
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.pipeline import DialogueService
 from tests.conftest import REPO_ROOT
@@ -93,7 +94,8 @@ def test_conflict_busy_gate_and_retryable_rollback_statuses(
     conv = _conv()
     assert client.post(COMMIT_PATH, json=_body(conv)).status_code == 200
     conflict = client.post(COMMIT_PATH, json=_body(conv, content="something else"))
-    assert conflict.status_code == 422 and conflict.json()["error_kind"] == "conflict"
+    assert conflict.status_code == 409 and conflict.json()["error_kind"] == "conflict"
+    assert conflict.json()["code"] == "INVALID_REQUEST" and "retry-after" not in conflict.headers
 
     repo = DialogueRepository(service.store)
     busy_conv = _conv()
@@ -121,7 +123,7 @@ def test_openapi_describes_both_endpoints_and_the_request(client: TestClient) ->
     for path in (COMMIT_PATH, RETRY_PATH):
         op = spec["paths"][path]["post"]
         assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/TurnCommitRequest")
-        assert {"200", "400", "409", "413", "422", "503"} <= set(op["responses"])
+        assert set(op["responses"]) == {"200", "400", "401", "403", "409", "413", "500", "503"}
     request = spec["components"]["schemas"]["TurnCommitRequest"]
     assert {"conversation_id", "turn_id", "messages"} <= set(request["required"])
     assert "ChatMessage" in spec["components"]["schemas"] and "TurnResult" in spec["components"]["schemas"]

@@ -17,6 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import annotated_types
+from pydantic import BaseModel
+
 from prompts.dialogue.models import HistorianReport, JudgeVerdict, TurnExtraction
 from tasks.dialogue.models import ChatMessage, TurnCommitRequest
 from tasks.dialogue.replay import load_dialogue, turn_requests
@@ -25,6 +28,17 @@ from tests.scripted_llm import ScriptedLLM, ScriptedRequest
 DIALOGUES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "dialogues"
 _NEW = re.compile(r"NEW messages:\n(.*?)(?:\n\n|\Z)", re.DOTALL)
 _LINE = re.compile(r"^([^:\n]{1,80}): (.*)$")
+
+
+def _capped(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with each list cut to its field's max_length, as a model held to the schema
+    answers however many messages a turn has."""
+    out = dict(data)
+    for name, info in model.model_fields.items():
+        limit = next((m.max_length for m in info.metadata if isinstance(m, annotated_types.MaxLen)), None)
+        if limit is not None and isinstance(out.get(name), list):
+            out[name] = out[name][:limit]
+    return out
 
 
 def _digest(text: str) -> int:
@@ -101,9 +115,9 @@ class DialogueScript:
                 {"entity": speaker, "summary": f"{speaker} recently said: {content[:80]}",
                  "traits_add": ["enthusiastic"] if "!" in content else [], "traits_remove": [], "quote": quote}
             )
-        return TurnExtraction.model_validate(
-            {"entities": entities, "actions": actions, "bio_patches": patches, "facts": facts}
-        ).model_dump()
+        return TurnExtraction.model_validate(_capped(
+            TurnExtraction, {"entities": entities, "actions": actions, "bio_patches": patches, "facts": facts}
+        )).model_dump()
 
     def judge(self, request: ScriptedRequest) -> dict[str, Any]:
         return JudgeVerdict().model_dump()
@@ -115,7 +129,8 @@ class DialogueScript:
             if self.milestone_every and _digest(content) % self.milestone_every == 0:
                 milestones.append({"text": f"{speaker} shared: {content[:100]}", "entities": [speaker],
                                    "importance": 0.7, "quote": content[:160]})
-        return HistorianReport.model_validate({"events": events, "milestones": milestones}).model_dump()
+        return HistorianReport.model_validate(
+            _capped(HistorianReport, {"events": events, "milestones": milestones})).model_dump()
 
     def install(self, server: ScriptedLLM) -> ScriptedLLM:
         server.on(schema="TurnExtraction", respond=self.extractor)

@@ -269,6 +269,13 @@ def test_relation_actions_log_events_and_patch_bios_and_milestones(
     assert sorted(milestones[0].entity_ids) == ["entity:ann", "entity:bob"]
 
 
+def _said(conversation_id: str, turn: int, speaker: str, text: str, window: list[tuple[str, str]]) -> TurnCommitRequest:
+    return TurnCommitRequest.model_validate({
+        "conversation_id": conversation_id, "turn_id": turn,
+        "messages": [{"role": "user", "name": speaker, "content": text}],
+        "window": [{"role": "user", "name": n, "content": c} for n, c in window]})
+
+
 def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
     service: DialogueService, scripted: ScriptedLLM, tmp_path: Path
 ) -> None:
@@ -277,20 +284,23 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
     assert service.commit(requests[0]).committed
     before = _facts_export(service, tmp_path / "before.json")
 
+    # The model reports the chat's own two speakers as an identity conflict: the graph shows no
+    # name bound twice, so it is dismissed (with why) and the turn commits.
     speaker = requests[1].messages[0].speaker
     scripted.on(schema="JudgeVerdict", times=1, respond={
-        "identity_conflicts": [{"entity": speaker, "conflicts_with": "someone else", "reason": "two people"}],
+        "identity_conflicts": [{"entity": speaker, "conflicts_with": "Caroline", "reason": "two people"}],
         "contradictions": []})
-    blocked = service.commit(requests[1])
-    assert (blocked.state, blocked.error_kind, blocked.retryable) == (TurnState.ROLLED_BACK, "gate", False)
-    assert blocked.gate and blocked.gate.identity_conflicts == 1 and not blocked.gate.passed
-    assert [s.state.value for s in blocked.trace.states][-2:] == ["PREPARED", "ROLLED_BACK"]  # type: ignore[union-attr]
-    assert blocked.injection_packet is not None  # the front end still gets its memory block
+    speakers = service.commit(requests[2])
+    assert speakers.committed and speakers.gate and speakers.gate.identity_conflicts == 0, speakers.reason
+    assert speakers.judge and speakers.judge.dismissed == [
+        f"{speaker} vs Caroline: a participant of the chat (the chat names its speakers)"]
+    assert service.rewind(conv, requests[2].turn).ok
 
     scripted.on(schema="TurnExtraction", times=1, respond={"entities": [], "actions": [], "bio_patches": [],
                                                            "facts": []})
     empty = service.commit(requests[1])
     assert empty.error_kind == "gate" and "no relation actions" in (empty.reason or "")
+    assert empty.nothing_new and empty.gate and empty.gate.nothing_new  # not a failure: nothing new
     # The gate governs graph facts only: no fact was written, but the turn is remembered
     # (once, however often it was blocked) and recall returns it.
     assert _facts_export(service, tmp_path / "after.json") == before
@@ -313,6 +323,27 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
     # ... and recall, whose cached index held the row as blocked, says so too.
     hits = service.recall(conv, "Who is swamped with kids and work?", 1)
     assert hits and hits[0].key == requests[1].key and hits[0].committed
+
+    # A name the graph binds to a place, bound to a person by this turn: blocked, with the facts
+    # of both sides; the turn's text is still remembered.
+    lisbon = {"name": "Lisbon", "kind": "Location", "aliases": [], "quote": "I finally visited Lisbon last week"}
+    scripted.on(schema="TurnExtraction", times=1, respond={"entities": [lisbon], "actions": [
+        {"action": "EVOLVE", "source": "Caroline", "target": "Lisbon", "type": "VISITED", "weight_delta": 0.2,
+         "weight": 0.5, "reason": "a trip", "quote": "I finally visited Lisbon last week"}], "bio_patches": [], "facts": []})
+    visited = service.commit(_said(conv, 10, "Caroline", "I finally visited Lisbon last week, what a city!", []))
+    assert visited.committed, visited.reason
+    scripted.on(schema="TurnExtraction", times=1, respond={"entities": [
+        {**lisbon, "kind": "Character", "quote": "Lisbon is the name of my new puppy"}], "actions": [
+        {"action": "EVOLVE", "source": "Melanie", "target": "Lisbon", "type": "OWNS", "weight_delta": 0.2,
+         "weight": 0.5, "reason": "a puppy", "quote": "Lisbon is the name of my new puppy"}], "bio_patches": [], "facts": []})
+    puppy = service.commit(_said(conv, 11, "Melanie", "Lisbon is the name of my new puppy, Caroline!",
+                                 [("Caroline", "I finally visited Lisbon last week, what a city!")]))
+    assert (puppy.state, puppy.error_kind, puppy.nothing_new) == (TurnState.ROLLED_BACK, "gate", False)
+    assert puppy.reason == "commit gate: identity conflicts (Lisbon)"
+    conflict = puppy.judge.identity_conflicts[0]  # type: ignore[union-attr]
+    assert conflict.reason == "known as a Location, proposed as a Character"
+    assert conflict.graph_evidence[0] == "'Lisbon' names Lisbon (Location) since turn 10"
+    assert conflict.turn_evidence == ["Lisbon is the name of my new puppy"]
 
 
 def test_a_busy_conversation_gives_in_progress_and_an_expired_lease_is_taken_over(
@@ -458,3 +489,83 @@ def test_the_prefect_turn_flow_runs_each_slot_as_a_task(
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
     names = sorted(r.name.rsplit("-", 1)[0] for r in runs)
     assert names == sorted(["retriever", "injector", "actor", "extractor", "judge", "historian"])
+
+
+def test_recall_follows_an_edit_of_the_last_turn_in_every_reader(
+    service: DialogueService, settings: Settings, scripted: ScriptedLLM
+) -> None:
+    """An edit of the last turn comes back at the same position under the same key: another
+    reader's cached index (another process) must not keep recalling the old text."""
+    conv = _conv("edit-last")
+    window = [("Seraphina", "Welcome back, Tester.")]
+    first = _said(conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window)
+    rainy = _said(conv, 3, "Tester", "The weather has been rainy all week, so I stayed in and read a novel.", window)
+    sunny = _said(conv, 3, "Tester", "The weather has been sunny all week, so I went hiking up to the old lighthouse.",
+                  window)
+    other = DialogueService(settings, store=service.store, gateway=service.gateway)  # its own recall cache
+    try:
+        for request in (first, rainy):
+            assert service.commit(request).state in (TurnState.COMMITTED, TurnState.ROLLED_BACK)
+        question = "What did I do this week when the weather was sunny?"
+        assert any("rainy" in t.text for t in other.recall(conv, question, 5))  # the other reader caches it
+        replaced = service.commit(sunny, replace=True)
+        assert replaced.state in (TurnState.COMMITTED, TurnState.ROLLED_BACK) and replaced.code != "INVALID_REQUEST"
+        for reader in (service, other):
+            texts = [t.text for t in reader.recall(conv, question, 5)]
+            assert any("hiking" in t for t in texts) and not any("rainy" in t for t in texts), texts
+    finally:
+        other.close()
+
+
+def test_a_memory_query_during_a_pending_edit_never_injects_the_old_text(
+    service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    conv = _conv("pending-edit")
+    window = [("Seraphina", "Welcome back, Tester.")]
+    for request in (_said(conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window),
+                    _said(conv, 3, "Tester", "The weather has been rainy all week, so I stayed in and read a novel.",
+                          window)):
+        service.commit(request)
+    query = {"conversation_id": conv, "messages": [
+        {"role": "user", "name": "Tester", "content": "What did I do this week when the weather was rainy?"}]}
+    # Look-alike first: with no pending write, the remembered text is recalled.
+    plain = service.memory_query(query)
+    assert plain.ok and "rainy all week" in plain.injection_packet.text  # type: ignore[union-attr]
+    edited = "Tester: The weather has been sunny all week, so I went hiking up to the old lighthouse."
+    during = service.memory_query({**query, "pending_turns": [{"turn_id": 3, "text": edited}]})
+    assert during.ok and during.held_back == ["3"]
+    assert "rainy all week" not in during.injection_packet.text  # type: ignore[union-attr]
+    assert "Ilse" in during.injection_packet.text  # type: ignore[union-attr]  # the rest of memory still comes
+    # A turn whose pending text is what memory holds already is recalled as usual.
+    same = service.memory_query({**query, "pending_turns": [
+        {"turn_id": 3, "text": "Tester: The weather has been rainy all week, so I stayed in and read a novel."}]})
+    assert same.held_back == [] and "rainy all week" in same.injection_packet.text  # type: ignore[union-attr]
+    # Bad input: one line, nothing lost.
+    bad = service.memory_query({**query, "pending_turns": [{"turn_id": 3, "text": 5}]})
+    assert bad.code == "INVALID_REQUEST" and "pending_turns" in (bad.reason or "") and "\n" not in (bad.reason or "")
+
+
+def test_an_edit_whose_slots_fail_still_leaves_the_new_text_in_memory(
+    service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    """A replace rewinds the old turn, then runs the slots: when the model is down the turn
+    rolls back (retryable), and memory must hold the new text, not neither."""
+    conv = _conv("edit-fails")
+    window = [("Seraphina", "Welcome back, Tester.")]
+    service.commit(_said(conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window))
+    service.commit(_said(conv, 3, "Tester", "The weather has been rainy all week, so I stayed in and read a novel.",
+                         window))
+    sunny = _said(conv, 3, "Tester", "The weather has been sunny all week, so I went hiking up to the old lighthouse.",
+                  window)
+    scripted.on(schema="TurnExtraction", fault="http_500")  # every extraction fails from now on
+    failed = service.commit(sunny, replace=True)
+    assert (failed.state, failed.retryable) == (TurnState.ROLLED_BACK, True), failed.reason
+    repo = DialogueRepository(service.store)
+    _, rows = repo.memory_page(conv, 0, 10)
+    assert [(r["turn_id"], "sunny" in r["text"]) for r in rows] == [("1", False), ("3", True)]
+    assert not rows[1]["committed"]  # remembered, its facts not committed: the retry does that
+    texts = [t.text for t in service.recall(conv, "What did I do when the weather was sunny?", 5)]
+    assert any("hiking" in t for t in texts) and not any("rainy" in t for t in texts), texts
+    # Look-alike: a plain commit that fails remembers nothing (its client retries it).
+    failed_plain = service.commit(_said(conv, 5, "Tester", "I met an old friend at the harbour today.", window))
+    assert failed_plain.retryable and [r["turn_id"] for r in repo.memory_page(conv, 0, 10)[1]] == ["1", "3"]

@@ -8,17 +8,18 @@ import json
 import numpy as np
 import pytest
 
+from api import turn_status
 from core.settings import load_settings
-from flows.dialogue import http_status
-from kg.dialogue import DialogueEntity, DialogueRelation, MemoryRow
-from prompts.dialogue.models import HistorianReport, TurnExtraction
+from kg.dialogue import DialogueEntity, DialogueMilestone, DialogueRelation, MemoryRow
+from prompts.dialogue.models import HistorianReport, IdentityConflictOut, TurnExtraction
 from tasks.dialogue.extractor import plan_extraction
 from tasks.dialogue.gate import commit_gate
 from tasks.dialogue.historian import chronicle_from
 from tasks.dialogue.injector import build_packet
-from tasks.dialogue.judge import rule_conflicts
+from tasks.dialogue.judge import rule_conflicts, vet_reported
 from tasks.dialogue.models import (
-    MAX_REQUEST_BYTES,
+    MAX_BODY_BYTES,
+    MAX_MESSAGE_CHARS,
     IdentityConflict,
     JudgeSummary,
     TurnCommitRequest,
@@ -32,6 +33,7 @@ from tasks.dialogue.retriever import (
     TurnMemoryIndex,
     mentioned_entities,
     select_relations,
+    without_pending,
 )
 from tasks.dialogue.routing import resolve_routes
 
@@ -106,19 +108,23 @@ def test_one_megabyte_message_is_invalid_as_object_and_as_body() -> None:
     assert parse_request(json.dumps(_req(messages=[{"role": "user", "content": big}])).encode()).error_kind == "too_large"  # type: ignore[union-attr]
 
 
-def test_message_size_counts_utf8_bytes_and_the_whole_request_is_capped() -> None:
-    # 30,000 three-byte characters: under the character limit, over 64 KiB of UTF-8.
-    assert "bytes" in _invalid(_req(messages=[{"role": "user", "content": "\u20ac" * 30_000}]))
-    window = [{"role": "user", "content": "y" * 60_000} for _ in range(5)]
-    assert str(MAX_REQUEST_BYTES) in _invalid(_req(window=window))
+def test_message_size_counts_characters_and_the_whole_body_is_capped_in_bytes() -> None:
+    # Characters, as the schema's maxLength counts them: 30,000 three-byte characters pass.
+    assert isinstance(parse_request(_req(messages=[{"role": "user", "content": "\u20ac" * 30_000}])), TurnCommitRequest)
+    assert "at most 65536 characters" in _invalid(_req(messages=[{"role": "user", "content": "x" * (MAX_MESSAGE_CHARS + 1)}]))
+    # The body is capped in bytes (what JSON Schema cannot state): too_large, whatever it holds.
+    window = [{"role": "user", "content": "y" * 60_000} for _ in range(6)]
+    body = json.dumps(_req(window=window)).encode()
+    assert len(body) > MAX_BODY_BYTES
+    refused = parse_request(body)
+    assert isinstance(refused, TurnResult) and refused.error_kind == "too_large" and str(MAX_BODY_BYTES) in (refused.reason or "")
 
 
 def test_non_utf8_and_lone_surrogates_are_invalid() -> None:
     body = json.dumps(_req()).encode().replace(b"Hello", b"H\xff\xfello")
     assert "UTF-8" in _invalid(body)
-    # A JSON "\ud800" escape is refused by the JSON parser; a decoded one by the validator.
+    # A JSON "\ud800" escape is refused by the JSON parser.
     assert "JSON" in _invalid('{"conversation_id": "c", "turn_id": 1, "messages": [{"role": "user", "content": "\\ud800"}]}')
-    assert "messages.0.content" in _invalid(_req(messages=[{"role": "user", "content": "bad \ud800"}]))
     assert "not valid JSON" in _invalid(b"{not json")
     assert _invalid(b"[1, 2]")
 
@@ -227,19 +233,94 @@ def test_plan_extraction_refuses_facts_the_turn_does_not_state() -> None:
     assert len(plan.dropped) == 6
 
 
-def test_rule_conflicts_flag_kind_clashes_and_merging_aliases() -> None:
-    retrieval = Retrieval(known_entities=KNOWN)
-    raw = TurnExtraction.model_validate(
-        {"entities": [{"name": "Paris", "kind": "Character", "aliases": []},
-                      {"name": "Melanie", "kind": "Character", "aliases": ["Paris"]},
-                      {"name": "Mel", "kind": "Character", "aliases": []}],
-         "actions": [], "bio_patches": [], "facts": []}
-    )
-    conflicts = rule_conflicts(raw, retrieval)
-    reasons = sorted(c.reason for c in conflicts)
-    assert len(conflicts) == 2 and all(c.source == "rule" for c in conflicts)
-    assert "known as a Location, proposed as a Character" in reasons
-    assert any("alias 'Paris'" in r for r in reasons)
+def _entity(name: str, kind: str, quote: str, aliases: list[str] | None = None) -> dict[str, object]:
+    return {"name": name, "kind": kind, "aliases": aliases or [], "quote": quote}
+
+
+def test_rule_conflicts_flag_kind_clashes_and_merging_aliases_with_evidence() -> None:
+    known = [*KNOWN, DialogueEntity(entity_id="entity:caroline", name="Caroline", kind="Character")]
+    retrieval = Retrieval(known_entities=known)
+    text = "Caroline: Paris is my neighbour now. Melanie, we call her Paris too. Mel paints."
+    raw = TurnExtraction.model_validate({"entities": [
+        _entity("Paris", "Character", "Paris is my neighbour now"),                     # a Location, now a person
+        _entity("Melanie", "Character", "Melanie, we call her Paris too", ["Paris"]),  # binds Paris twice
+        _entity("Mel", "Character", "Mel paints"),                                      # look-alike: her own alias
+        _entity("Caroline", "Location", "Caroline: Paris is my neighbour"),             # look-alike: a participant
+    ]})
+    plan = plan_extraction(raw, known, text, ["Caroline"])
+    conflicts = rule_conflicts(plan, retrieval)
+    assert sorted(c.reason for c in conflicts) == ["alias 'Paris' belongs to another known entity",
+                                                   "known as a Location, proposed as a Character"]
+    assert all(c.source == "rule" and c.has_evidence for c in conflicts)
+    alias = next(c for c in conflicts if c.name == "Paris" and c.entity == "Melanie")
+    assert alias.graph_evidence[0] == "'Paris' names Paris (Location)"
+    assert alias.turn_evidence == ["Melanie, we call her Paris too"]
+
+
+def test_a_participants_name_is_never_another_entitys_alias() -> None:
+    text = "Seraphina: Welcome, traveller. Tester: Thanks, Seraphina, my sister Ilse sends her regards."
+    raw = TurnExtraction.model_validate({"entities": [
+        _entity("Seraphina", "Character", "Seraphina: Welcome, traveller", ["Tester"]),  # merges the speakers
+        _entity("Ilse", "Character", "my sister Ilse sends her regards", ["Ilsa"]),  # look-alike: kept
+    ]})
+    plan = plan_extraction(raw, [], text, ["Seraphina", "Tester"])
+    assert "alias 'Tester' of 'Seraphina': another participant of the chat" in plan.dropped
+    by_name = {e.name: e.aliases for e in plan.entities}
+    assert by_name == {"Seraphina": [], "Ilse": ["Ilsa"]}
+    assert rule_conflicts(plan, Retrieval()) == []
+
+
+ILSE = DialogueEntity(entity_id="entity:ilse", name="Ilse", kind="Character", bio_summary="Tester's sister, lives in Bergen.",
+                      first_turn="2")
+SERAPHINA = DialogueEntity(entity_id="entity:seraphina", name="Seraphina", kind="Character", bio_summary="A guardian.")
+TESTER = DialogueEntity(entity_id="entity:tester", name="Tester", kind="Character")
+BARE = DialogueEntity(entity_id="entity:bjorn", name="Bjorn", kind="Character")
+
+
+def _reported(*pairs: tuple[str, str]) -> list[IdentityConflictOut]:
+    return [IdentityConflictOut(entity=a, conflicts_with=b, reason="the model says so") for a, b in pairs]
+
+
+def test_reported_conflicts_count_only_when_the_graph_can_show_them() -> None:
+    known = [ILSE, SERAPHINA, TESTER, BARE]
+    retrieval = Retrieval(known_entities=known, relations=[DialogueRelation(
+        rel_id="r1", source_id="entity:tester", source_name="Tester", target_id="entity:ilse", target_name="Ilse",
+        type="SIBLING_OF", weight=0.8, status="active", quote="My sister Ilse moved to Bergen")])
+    text = ("Tester: Ilse from work, my new colleague, met Bjorn. Seraphina: I am glad, Tester.")
+    raw = TurnExtraction.model_validate({"entities": [
+        _entity("Ilse", "Character", "Ilse from work, my new colleague"),
+        _entity("Bjorn", "Character", "my new colleague, met Bjorn"),
+        _entity("Seraphina", "Character", "I am glad, Tester"),
+        _entity("Tester", "Character", "I am glad, Tester"),
+    ]})
+    plan = plan_extraction(raw, known, text, ["Tester", "Seraphina"])
+    kept, dismissed = vet_reported(_reported(
+        ("Ilse", "Ilse (Tester's sister)"),   # true case: a known Ilse with facts, a new "Ilse from work"
+        ("Seraphina", "Tester"),             # the chat's own two speakers
+        ("Seraphina (Character)", ""),       # a participant
+        ("Bjorn", "someone else"),           # known, but the graph holds no fact about him
+        ("Gandalf", "Saruman"),              # nothing the graph holds
+        ("Ilse", "Bjorn"),                   # two known entities, no name of one bound to the other
+    ), plan, retrieval, [])
+    assert [(c.entity, c.name) for c in kept] == [("Ilse", "Ilse")]
+    assert kept[0].graph_evidence == ["'Ilse' names Ilse (Character) since turn 2", "bio of Ilse: Tester's sister, "
+                                      "lives in Bergen.", 'Tester -SIBLING_OF-> Ilse ("My sister Ilse moved to Bergen")']
+    assert kept[0].turn_evidence == ["Ilse from work, my new colleague"]
+    why = [d.split(": ", 1)[1] for d in dismissed]
+    assert why == ["a participant of the chat (the chat names its speakers)",
+                       "a participant of the chat (the chat names its speakers)",
+                       "the graph holds no facts about Bjorn to contradict",
+                       "the graph holds no entity named 'Gandalf'",
+                       "two different known entities, and this turn binds no name of one to the other"]
+
+
+def test_a_reported_conflict_needs_the_turn_to_bind_the_name() -> None:
+    # Look-alike of the true case above: Ilse is known with facts, but this turn does not mention her.
+    retrieval = Retrieval(known_entities=[ILSE, TESTER])
+    plan = plan_extraction(TurnExtraction.model_validate({"entities": [_entity("Tester", "Character", "I baked")]}),
+                           [ILSE, TESTER], "Tester: I baked sourdough today.", ["Tester", "Seraphina"])
+    kept, dismissed = vet_reported(_reported(("Ilse", "")), plan, retrieval, [])
+    assert kept == [] and dismissed == ["Ilse vs ?: this turn's grounded proposals do not bind Ilse"]
 
 
 def test_commit_gate_blocks_without_actions_or_with_identity_conflicts() -> None:
@@ -257,7 +338,26 @@ def test_commit_gate_blocks_without_actions_or_with_identity_conflicts() -> None
     assert not blocked.passed and blocked.reasons == ["no relation actions"]
     assert commit_gate(empty, clean, require_actions=False).passed
     both = commit_gate(empty, conflicted)
-    assert not both.passed and both.identity_conflicts == 1 and "identity conflicts (A)" in both.reasons
+    assert not both.passed and both.identity_conflicts == 0 and both.reasons == ["no relation actions"], \
+        "a conflict without evidence is no conflict"
+    assert blocked.nothing_new and not both.passed and both.nothing_new
+
+
+def test_the_gate_blocks_a_conflict_with_evidence_and_reports_nothing_new_apart() -> None:
+    raw = TurnExtraction.model_validate(
+        {"actions": [_action("EVOLVE", "Ann", "Ben", "KNOWS", "I have known Ben for years")]})
+    with_action = plan_extraction(raw, [], "Ann: I have known Ben for years.", ["Ann"])
+    empty = plan_extraction(TurnExtraction(), [], "")
+    evidenced = JudgeSummary(identity_conflicts=[IdentityConflict(
+        entity="Ben", reason="x", graph_evidence=["'Ben' names Ben (Location)"], turn_evidence=["known Ben"])])
+    blocked = commit_gate(with_action, evidenced)
+    assert not blocked.passed and blocked.reasons == ["identity conflicts (Ben)"] and not blocked.nothing_new
+    both = commit_gate(empty, evidenced)
+    assert both.reasons == ["no relation actions", "identity conflicts (Ben)"] and not both.nothing_new
+    nothing = commit_gate(empty, JudgeSummary())
+    result = TurnResult(ok=False, state=TurnState.ROLLED_BACK, gate=nothing)
+    assert result.nothing_new and json.loads(result.model_dump_json())["nothing_new"] is True
+    assert not TurnResult(ok=False, state=TurnState.ROLLED_BACK, gate=both).nothing_new
 
 
 def test_chronicle_dedupes_and_links_milestone_entities() -> None:
@@ -326,12 +426,12 @@ def test_turn_memory_index_appends_by_position_and_resets_on_a_new_life() -> Non
     index = TurnMemoryIndex()
     index.sync([_row(1, "the lighthouse lamp", [1.0, 0.0]), _row(2, "a boat in the harbour", [0.6, 0.8])],
                reset=False)
-    assert index.cursor() == (2, "c:2") and len(index) == 2
+    assert index.cursor()[0] == 2 and index.cursor()[1].startswith("c:2#") and len(index) == 2
     assert [h.turn_id for h in index.search("boat", np.array([0.6, 0.8]), 1, [])] == ["2"]
     index.sync([_row(2, "a boat in the harbour", [0.6, 0.8])], reset=False)  # already known
     assert len(index) == 2
     index.sync([_row(1, "orchard apples", [0.0, 1.0], key="c:9")], reset=True)
-    assert len(index) == 1 and index.cursor() == (1, "c:9")
+    assert len(index) == 1 and index.cursor()[0] == 1 and index.cursor()[1].startswith("c:9#")
     # Another embedding model (3 dimensions): the lexical side still answers.
     assert [h.key for h in index.search("apples", np.array([1.0, 0.0, 0.0]), 3, [])] == ["c:9"]
 
@@ -341,12 +441,71 @@ def test_turn_memory_index_appends_by_position_and_resets_on_a_new_life() -> Non
 
 def test_http_status_mapping() -> None:
     ok = TurnResult(ok=True, state=TurnState.COMMITTED, committed=True)
-    assert http_status(ok) == 200
-    assert http_status(TurnResult.invalid("x")) == 400
-    assert http_status(TurnResult.invalid("x", kind="too_large")) == 413
-    assert http_status(TurnResult.invalid("x", kind="conflict")) == 422
+    assert turn_status(ok) == 200
+    assert turn_status(TurnResult.invalid("x")) == 400
+    assert turn_status(TurnResult.invalid("x", kind="too_large")) == 413
+    assert turn_status(TurnResult.invalid("x", kind="forbidden")) == 403
+    assert turn_status(TurnResult.invalid("x", kind="conflict")) == 409
     busy = TurnResult(ok=False, state=TurnState.RECEIVED, code="IN_PROGRESS", retryable=True)
-    assert http_status(busy) == 409
+    assert turn_status(busy) == 409
     rolled = TurnResult(ok=False, state=TurnState.ROLLED_BACK, code="ROLLED_BACK", retryable=True)
-    assert http_status(rolled) == 503
-    assert http_status(rolled.model_copy(update={"retryable": False})) == 200
+    assert turn_status(rolled) == 503
+    assert turn_status(rolled.model_copy(update={"retryable": False})) == 200
+    bug = rolled.model_copy(update={"retryable": False, "error_kind": "internal"})
+    assert turn_status(bug) == 500
+
+
+def test_a_reader_from_before_a_rewind_adds_nothing_to_the_index_built_after_it() -> None:
+    index = TurnMemoryIndex()
+    index.sync([_row(1, "sister Ilse moved to Bergen", [1.0, 0.0]), _row(2, "the weather has been rainy", [0.0, 1.0])],
+               reset=False)
+    _, _, generation = index.read_cursor()
+    index.sync([], reset=True)  # a rewind (VectorIndexRegistry.forget) while the reader was in the graph
+    assert not index.sync([_row(3, "rainy all week, stayed in", [0.0, 1.0])], reset=False, generation=generation)
+    assert len(index) == 0
+    # Look-alike: a reader that took its cursor after the reset adds its rows.
+    _, _, generation = index.read_cursor()
+    assert index.sync([_row(1, "sunny all week, went hiking", [0.0, 1.0])], reset=False, generation=generation)
+    assert [h.text for h in index.search("hiking", None, 5, [])] == ["Ann: sunny all week, went hiking"]
+
+
+def test_a_pending_write_holds_back_the_old_text_of_its_turn_only() -> None:
+    def turn(turn_id: str, text: str) -> RecalledTurn:
+        return RecalledTurn(key=f"c:{turn_id}", turn_id=turn_id, seq=int(turn_id), speaker="Tester", text=text, score=1.0)
+
+    retrieval = Retrieval(
+        recalled=[turn("3", "Tester: My sister Ilse moved to Bergen."), turn("7", "Tester: It was rainy all week."),
+                  turn("9", "Tester: I baked sourdough.")],
+        milestones=[DialogueMilestone(milestone_id="m1", turn_id="3", seq=3, text="Ilse moved"),
+                    DialogueMilestone(milestone_id="m2", turn_id="9", seq=9, text="sourdough")],
+        relations=[DialogueRelation(rel_id="r1", source_id="a", source_name="Tester", target_id="b", target_name="Ilse",
+                                    type="SIBLING_OF", weight=0.5, status="active", since_turn="3")],
+        known_entities=[DialogueEntity(entity_id="a", name="Tester", bio_summary="Tester said it was rainy all week.",
+                                       last_turn="7"),
+                        DialogueEntity(entity_id="b", name="Ilse", bio_summary="Tester's sister.", last_turn="3")],
+    )
+    pending = {"7": "Tester: It was sunny all week.",       # an edit not written yet: the old text goes
+               "3": "Tester: My sister Ilse moved to Bergen.",  # look-alike: same text, kept
+               "9": None}                                     # a delete: its milestone goes (its text is stale)
+    kept, held = without_pending(retrieval, pending, k=5)
+    assert held == ["7", "9"]
+    assert [t.turn_id for t in kept.recalled] == ["3"]
+    assert [m.turn_id for m in kept.milestones] == ["3"] and [r.rel_id for r in kept.relations] == ["r1"]
+    assert [e.bio_summary for e in kept.known_entities] == ["", "Tester's sister."]  # the old words of turn 7 go
+    assert without_pending(retrieval, {}, k=2)[0].recalled == retrieval.recalled[:2]
+    # A pending turn that was not recalled still holds back the bio it wrote last, when memory
+    # holds another text for it; look-alike: memory already holds the new text.
+    not_recalled = retrieval.model_copy(update={"recalled": []})
+    kept, held = without_pending(not_recalled, {"7": "Tester: It was sunny all week."}, 5,
+                                 {"7": "Tester: It was rainy all week."})
+    assert held == [] and kept.known_entities[0].bio_summary == ""
+    kept, _ = without_pending(not_recalled, {"7": "Tester: It was sunny all week."}, 5,
+                              {"7": "Tester: It was sunny all week."})
+    assert kept.known_entities[0].bio_summary == "Tester said it was rainy all week."
+    # Mid-replace: memory holds no text for turn 7 (rewound, not yet written again) while the bio
+    # was read before the rewind; look-alike: a turn never committed holds back nothing.
+    kept, held = without_pending(not_recalled, {"7": "Tester: It was sunny all week."}, 5, {"7": None})
+    assert held == [] and kept.known_entities[0].bio_summary == ""
+    kept, _ = without_pending(not_recalled, {"12": "Tester: Hello again."}, 5, {"12": None})
+    assert [e.bio_summary for e in kept.known_entities] == [e.bio_summary for e in retrieval.known_entities]
+    assert kept.milestones == retrieval.milestones and kept.relations == retrieval.relations

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import pytest
 
-from core.grounding import KnownNames, SourceText, name_problem, normalise
+from core.grounding import KnownNames, SourceText, name_problem, normalise, title_problem
 from core.llm.schemas import bounded_response_format_for, mend_cut_strings
-from core.sentences import clip_to_sentence, ends_sentence, finish_cut_text, tail_from_sentence
+from core.sentences import (
+    as_sentence,
+    clip_to_sentence,
+    ends_sentence,
+    finish_cut_text,
+    tail_from_sentence,
+)
 from prompts.initialization.models import CharacterSheets
 from prompts.knowledge.models import SceneExtraction
+from prompts.narrative.models import SceneDetail
 from tasks.grounding import ground_extraction
+from tasks.planning import tidy_plan
 
 TITLES = ("The Great Sinking: Lighthouse Keeper's Tale", "Chapter 1: Aria's Journey Begins", "The Drowned Letter")
 
@@ -178,3 +186,52 @@ def test_grammar_cut_strings_of_a_bounded_answer_are_mended() -> None:
     assert mended["motivation"] == ""  # nothing to cut at: dropped, not left mid-word
     assert mended["backstory"] == "Short." and mended["voice"] == "Plain, low"  # not cut: left alone
     assert normalise(mended["name"]) == "aria"
+
+
+@pytest.mark.parametrize(("title", "why"), [
+    ("2016: 2016: 2016: 2016", "no words"),
+    ("]/*/ 2016: 2016", "no words"),
+    ("Chapter 2: Lynx: 2016: 2016", "repeated fragment"),
+    ("The Storm The Storm The Storm", "repeated fragment"),
+    ("", "blank"),
+    ("Lynx walked to the lighthouse and then she looked at the sea for a very long time, thinking of home", "words"),
+])
+def test_loops_and_paragraphs_are_not_titles(title: str, why: str) -> None:
+    problem = title_problem(title)
+    assert problem is not None and why in problem
+
+
+@pytest.mark.parametrize("title", [
+    "The Lion, the Witch and the Wardrobe", "Bora Bora", "Summer of 1984", "The Sea, The Sea", "Chapter 3: The Letter",
+])
+def test_look_alike_titles_pass(title: str) -> None:
+    assert title_problem(title) is None
+
+
+def test_a_plan_keeps_its_names_and_loses_its_loops() -> None:
+    scenes = [
+        SceneDetail(title="2016: 2016: 2016", pov="Lynx", setting="Lynx: 2016: 2016: 2016",
+                    characters=["Lynx", "2016: 2016: 2016", "Loca-Lina-Lina-Lina", "Old Tom", "fleets",
+                                "A Tribute to a Heroine"], beats=["x"]),
+        SceneDetail(title="The Lamp Room", pov="Lynx Lynx Lynx", setting="the lamp room at dusk",
+                    characters=["Eleanor"], beats=["y"]),
+    ]
+    tidy, dropped = tidy_plan(scenes, ("Lynx", "Eleanor"), ("Lysa the Keeper: A Tribute to a Heroine", "The Letter"))
+    assert [s.title for s in tidy] == ["Scene 1", "The Lamp Room"]
+    assert tidy[0].characters == ["Lynx", "Old Tom"] and tidy[0].setting == "" and tidy[0].pov == "Lynx"
+    # The look-alike scene keeps its title, setting and bible name; only its looping point of view goes.
+    assert tidy[1].characters == ["Eleanor"] and tidy[1].setting == "the lamp room at dusk" and tidy[1].pov == ""
+    assert len(dropped) == 7 and any("point of view" in d for d in dropped)
+
+
+def test_a_field_stopped_mid_sentence_loses_that_sentence_and_a_finished_one_gets_its_stop() -> None:
+    # Seen in a make run: the tiny model ended a description on "the", and a full stop made it look done.
+    assert as_sentence("Lysa keeps the lighthouse on a storm-bound island. She is the") == \
+        "Lysa keeps the lighthouse on a storm-bound island."
+    assert as_sentence("She realizes the importance of the fact that the") == ""
+    assert as_sentence("He loved her and") == ""
+    # Look-alikes: sentences that end on a preposition, an auxiliary or a pronoun are finished.
+    assert as_sentence("Dr. Venn is the one she works for") == "Dr. Venn is the one she works for."
+    assert as_sentence("She knew she could") == "She knew she could."
+    assert as_sentence("He loved her,") == "He loved her."
+    assert as_sentence("Deliberation") == "Deliberation."

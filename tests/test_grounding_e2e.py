@@ -83,8 +83,9 @@ def book(graph_settings: Settings, prefect_home: Path,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], dict[str, object]]]:
     with ScriptedLLM() as llm:
         script_novel(llm)
-        # The chapter keeps its planned outline, title included ("The Letter", taken for a person below).
-        llm.on(schema="ChapterOutlineRefresh", respond={})
+        llm.on(schema="ChapterOutlineRefresh", respond={
+            "title": "The Letter", "summary": "Mara meets friends at the library and rows home.",
+            "pov": "Mara Quill", "setting": "The Hollow Library", "key_beats": ["they meet", "the crossing"]})
         llm.on(schema="ScenePlan", respond=_plan)
         llm.on(schema="SceneExtraction", respond=_extract)
         llm.on(schema=None, contains="Write the scene", respond=_draft)
@@ -152,6 +153,7 @@ def test_kg_facts_shows_where_a_fact_came_from(book: tuple[Path, dict[str, str],
     project, env, _ = book
     shown = kg(project, env, "facts", "--entity", "mary-jane")
     assert shown.returncode == 0, shown.stderr[-2000:]
+    print(shown.stdout)  # what a writer sees (pytest -s shows it)
     lines = shown.stdout.splitlines()
     assert lines[0].startswith("Mary-Jane [Character")
     assert any(re.match(r"\s+ch 1 sc 1\s+FRIEND_OF <- Mara Quill\s+\"Mara Quill met Mary-Jane", line) for line in lines)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.recall import HybridIndex, IndexRegistry, MemoryDoc, dates_in
+from core.recall import HybridIndex, IndexRegistry, MemoryDoc, RecallParams
+from core.timex import query_dates
 
 
 def _doc(i: int, speaker: str, text: str, *, group: str = "1", when: str = "") -> MemoryDoc:
@@ -61,7 +62,7 @@ def test_a_date_in_the_query_boosts_turns_of_that_month_only() -> None:
     index.add(docs, None)
     assert index.search("picnic in June 2023", None, 1)[0].key == "t2"
     assert index.search("picnic in May 2023", None, 1)[0].key == "t1"
-    assert dates_in("no date here, maybe") == set()  # "may" the verb is not a month
+    assert query_dates("no date here, maybe") == []  # "may" the verb is not a month
     assert "time" not in index.search("picnic", None, 2)[0].signals
 
 
@@ -147,3 +148,66 @@ def test_a_cached_conversation_index_is_dropped_only_when_it_holds_the_committed
     assert registry.turns() == 1
     assert registry.forget_if_held("g", "c", "c:1")  # a remembered turn committed later
     assert registry.turns() == 0
+
+
+def test_a_when_question_reaches_the_turn_that_says_yesterday() -> None:
+    index = HybridIndex(2)
+    docs = [
+        _doc(1, "Caroline", "The support group folks are lovely, we talk a lot", when="1:14 pm on 25 May, 2023",
+             group="2"),
+        _doc(2, "Caroline", "I went to the support group yesterday, so powerful", when="1:56 pm on 8 May, 2023",
+             group="1"),
+    ]
+    index.add(docs, None)
+    assert [(s.start.isoformat(), s.phrase) for s in index.events(1)] == [("2023-05-07", "yesterday")]
+    when = RecallParams(when_boost=0.6)
+    hits = index.search("When did Caroline go to the support group?", None, 2, params=when)
+    assert hits[0].key == "t2" and hits[0].signals["when"] == 0.6
+    # Look-alike: the same words, not asking for a time: no turn is favoured for its date.
+    hits = index.search("Why did Caroline go to the support group?", None, 2, params=when)
+    assert all("when" not in h.signals for h in hits)
+
+
+def test_a_question_naming_the_day_of_the_event_reaches_the_turn_said_the_day_after() -> None:
+    index = HybridIndex(2)
+    docs = [_doc(1, "Maria", "my mom and I cooked dinner last night", when="3:18 pm on 4 May, 2023", group="a"),
+            _doc(2, "Maria", "my aunt and I cooked dinner at home", when="3:18 pm on 4 May, 2023", group="b")]
+    index.add(docs, None)
+    event = RecallParams(event_boost=0.5)
+    # Indexed by the date the dinner happened (3 May), not the one it was told (4 May).
+    hit = index.search("Who did Maria cook dinner with on May 3, 2023?", None, 1)[0]
+    assert hit.key == "t1"
+    assert index.search("Who did Maria cook dinner with on May 3, 2023?", None, 1, params=event)[0].signals[
+        "event_time"] == 0.5
+    # Look-alike: the day it was told names no event of either turn: only the told date matches.
+    hits = index.search("Who did Maria cook dinner with on May 4, 2023?", None, 2, params=event)
+    assert all("event_time" not in h.signals and h.signals.get("time") for h in hits)
+
+
+def test_a_session_that_matches_raises_its_turns() -> None:
+    index = HybridIndex(2)
+    docs = [_doc(1, "Ann", "the pottery class starts on monday", group="a"),
+            _doc(2, "Bob", "nice, I will bring snacks", group="a"),
+            _doc(3, "Ann", "I will bring snacks", group="b"),
+            _doc(4, "Bob", "the pottery class was fun", group="a"),
+            _doc(5, "Ann", "weather is grey", group="b")]
+    index.add(docs, None)
+    spread = RecallParams(session_share=0.5, neighbour_share=0.0)
+    hits = {h.key: h for h in index.search("pottery class snacks", None, 5, params=spread)}
+    assert hits["t2"].score > hits["t3"].score and "session" in hits["t2"].signals
+    # Look-alike: without session relevance the two snack turns are judged on their own.
+    hits = {h.key: h for h in index.search("pottery class snacks", None, 5,
+                                           params=RecallParams(neighbour_share=0.0, session_share=0.0))}
+    assert all("session" not in h.signals for h in hits.values())
+
+
+def test_documents_the_graph_links_to_the_query_are_found_without_a_shared_word() -> None:
+    index = HybridIndex(2)
+    docs = [_doc(1, "Nate", "Look at this little guy!", group="a"), _doc(2, "Jo", "I like tea", group="b"),
+            _doc(3, "Jo", "Max is a tea drinker", group="c")]
+    index.add(docs, None)
+    hits = index.search("When did Jo adopt Max?", None, 3, linked=["t1"])
+    assert any(h.key == "t1" and "linked" in h.signals for h in hits)
+    # Look-alike: a key the memory does not hold links nothing.
+    hits = index.search("When did Jo adopt Max?", None, 3, linked=["t9"])
+    assert all("linked" not in h.signals for h in hits) and "t1" not in {h.key for h in hits}

@@ -4,9 +4,14 @@
 // - memory before the reply: the manifest's `generate_interceptor` (skaldMemoryInterceptor) is
 //   awaited by Generate() after the user's message is in the chat and before the prompt is
 //   built, so the packet set with setExtensionPrompt lands in this very prompt
-// - eventSource events: MESSAGE_RECEIVED (commit), MESSAGE_SWIPED and MESSAGE_EDITED (replace),
-//   MESSAGE_DELETED (rewind), CHAT_CHANGED (badge back to idle)
-import { DEFAULT_SETTINGS, PROMPT_KEY, PROMPT_POSITION_IN_PROMPT, SkaldMemory } from './sidecar-core.js';
+// - eventSource events: SillyTavern awaits every handler before it gives the user the send
+//   button back, so each handler only kicks the chat's background writer and returns
+//   undefined at once: MESSAGE_RECEIVED, MESSAGE_SWIPED, MESSAGE_EDITED, MESSAGE_UPDATED,
+//   MESSAGE_DELETED, CHAT_CHANGED
+// - settings: SillyTavern keeps `extension_settings` in its settings file
+//   (data/<user>/settings.json, key `extension_settings.skald_memory`); the panel in the
+//   Extensions drawer edits baseUrl, token and enabled, and saves with saveSettingsDebounced
+import { DEFAULT_SETTINGS, PROMPT_KEY, PROMPT_POSITION_IN_PROMPT, STATUS_LABELS, SkaldMemory, turnsOf } from './sidecar-core.js';
 
 const MODULE = 'skald_memory';
 
@@ -20,6 +25,10 @@ function settings() {
     return all[MODULE];
 }
 
+// Every badge change, for whoever wants to see what memory did (the browser test reads it).
+const badgeLog = [];
+globalThis.skaldMemoryBadgeLog = badgeLog;
+
 function badge() {
     let element = document.getElementById('skald_memory_badge');
     if (!element) {
@@ -27,6 +36,7 @@ function badge() {
         element.id = 'skald_memory_badge';
         element.className = 'skald-memory-badge';
         element.title = 'Skald memory';
+        element.addEventListener('click', () => memory.retryNow());
         document.body.appendChild(element);
     }
     return element;
@@ -38,14 +48,27 @@ const host = {
     setPrompt: (text) => context().setExtensionPrompt(PROMPT_KEY, text, PROMPT_POSITION_IN_PROMPT, 0),
     onStatus: (status, detail) => {
         const element = badge();
+        const text = `memory: ${STATUS_LABELS[status] ?? status}`;
+        const title = detail ? `Skald memory: ${detail}` : 'Skald memory';
+        if (element.dataset.status === status && element.textContent === text && element.title === title) return;
         element.dataset.status = status;
-        element.textContent = `memory: ${status}`;
-        element.title = detail ? `Skald memory: ${detail}` : 'Skald memory';
+        element.textContent = text;
+        element.title = title;
+        badgeLog.push({ at: Date.now(), status, detail });
     },
 };
 
 const memory = new SkaldMemory(host, settings());
+// For the console and the browser test: the extension's state, and the chat's turns as it sees them.
+globalThis.skaldMemory = memory;
+globalThis.skaldMemoryTurns = () => turnsOf(context().chat).map(({ turnId, text }) => ({ turnId, text }));
 host.onStatus('idle', '');
+
+function applySettings() {
+    memory.settings = { ...memory.settings, ...settings() };
+    memory.client.baseUrl = String(memory.settings.baseUrl).replace(/\/+$/, '');
+    memory.client.token = memory.settings.token;
+}
 
 // Settings panel in SillyTavern's Extensions drawer: sidecar URL and token.
 function settingsPanel() {
@@ -68,10 +91,9 @@ function settingsPanel() {
     enabled.checked = current.enabled;
     const save = () => {
         Object.assign(settings(), { baseUrl: url.value.trim(), token: token.value.trim(), enabled: enabled.checked });
-        memory.settings = { ...memory.settings, ...settings() };
-        memory.client.baseUrl = memory.settings.baseUrl.replace(/\/+$/, '');
-        memory.client.token = memory.settings.token;
+        applySettings();
         context().saveSettingsDebounced();
+        memory.retryNow();
     };
     for (const input of [url, token, enabled]) input.addEventListener('change', save);
 }
@@ -80,13 +102,16 @@ settingsPanel();
 // Called by SillyTavern (manifest.generate_interceptor; runGenerationInterceptors passes
 // chat, contextSize, abort and skips dry runs and quiet generations) with the prompt's chat.
 globalThis.skaldMemoryInterceptor = async function skaldMemoryInterceptor(chat) {
-    memory.settings = { ...memory.settings, ...settings() };
+    applySettings();
     await memory.beforeGeneration(chat);
 };
 
 const { eventSource, eventTypes } = context();
-eventSource.on(eventTypes.MESSAGE_RECEIVED, () => memory.onMessageReceived());
-eventSource.on(eventTypes.MESSAGE_SWIPED, (index) => memory.onMessageSwiped(index));
-eventSource.on(eventTypes.MESSAGE_EDITED, (index) => memory.onMessageEdited(index));
-eventSource.on(eventTypes.MESSAGE_DELETED, (length) => memory.onMessageDeleted(length));
-eventSource.on(eventTypes.CHAT_CHANGED, () => host.onStatus('idle', ''));
+const kick = () => {
+    applySettings();
+    memory.kick();
+};
+for (const event of [eventTypes.MESSAGE_RECEIVED, eventTypes.MESSAGE_SWIPED, eventTypes.MESSAGE_EDITED,
+    eventTypes.MESSAGE_UPDATED, eventTypes.MESSAGE_DELETED, eventTypes.CHAT_CHANGED]) {
+    if (event) eventSource.on(event, kick);
+}

@@ -1,7 +1,7 @@
 """A real sidecar on loopback for the extension's node tests (`node --test integrations/sillytavern/`).
 
 Starts the scripted OpenAI-compatible server (tests/scripted_llm.py, with the dialogue script)
-and `flows.dialogue`'s HTTP app with a bearer token and a CORS origin, on free 127.0.0.1 ports,
+and the `api` package's HTTP app with a bearer token and a CORS origin, on free 127.0.0.1 ports,
 prints one JSON line {"url", "token", "origin"}, and serves until its stdin closes (the node
 test ends, or dies). The graph: NEO4J_URI when set (the pytest session passes its own), else
 an embedded ArcadeDB in a temporary project directory.
@@ -27,9 +27,9 @@ ORIGIN = "http://127.0.0.1:8000"
 def main() -> int:
     import uvicorn
 
+    from api import SidecarSecurity, create_app
     from core.graph_server import free_port
     from core.settings import load_settings
-    from flows.dialogue import SidecarSecurity, create_app
     from tasks.dialogue.pipeline import DialogueService, SidecarOptions
     from tests.scripted_llm import ScriptedLLM
     from tests.test_dialogue_scripted import DialogueScript

@@ -4,16 +4,35 @@
 // A turn is the run of messages that ends with a character's reply; its turn_id is the index
 // of that reply in the chat, so the same reply keeps its id through swipes and edits. The
 // sidecar (python -m flows.dialogue serve) is called through its HTTP API:
-//   memory/query   before a generation: memory for the pending user message(s)
-//   turn/replace   after a reply (also after a swipe or an edit): an unchanged turn is an
-//                  idempotent replay, a changed one is rewound exactly and committed again
-//   conversation/rewind   after messages are deleted
+//   memory/query          before a generation: memory for the pending user message(s)
+//   turn/replace          a turn whose text memory does not hold yet (new, swiped, edited): an
+//                         unchanged turn is an idempotent replay, a changed one is rewound
+//                         exactly (with every later turn) and committed again
+//   conversation/rewind   turns memory holds that the chat lost (deleted messages)
+//   conversations/{id}/turns   what memory holds, read once per chat (after a reload too)
+//
+// Never blocking the chat: SillyTavern awaits its event handlers (eventSource.emit) before it
+// shows the send button again, so the handlers only `kick` a per-chat writer and return. The
+// writer compares the chat with what memory holds (`synced`: turn id -> text) and sends, in
+// order, one write at a time, until both agree; every change in the chat (a reply, a swipe, an
+// edit, a delete) is picked up by the next comparison, so nothing is queued twice and nothing
+// is lost: a failed write is retried with backoff (or at once: `retryNow`, the badge's click),
+// and after a reload the comparison starts from what the sidecar holds.
+//
+// The memory query (awaited by SillyTavern before the prompt is built) waits only for writes
+// that change what it would recall (a rewrite or removal of a turn memory holds), and only up
+// to `waitBoundMs`; then it sends the still-pending turns as `pending_turns`, and the sidecar
+// leaves their old text out. A new turn's commit is never waited for: its text is in the
+// prompt's chat history already.
 
-export const STATUSES = Object.freeze(['idle', 'syncing', 'committed', 'rollback', 'error']);
+export const STATUSES = Object.freeze(['idle', 'syncing', 'committed', 'nothing_new', 'rollback', 'error']);
+export const STATUS_LABELS = Object.freeze({ nothing_new: 'nothing new' });
 export const PROMPT_KEY = 'skald_memory';
 // SillyTavern's extension_prompt_types (public/script.js): IN_PROMPT = 0, IN_CHAT = 1, BEFORE_PROMPT = 2.
 export const PROMPT_POSITION_IN_PROMPT = 0;
 export const WINDOW_MESSAGES = 12;
+export const PAGE_LIMIT = 500;
+export const MAX_PENDING_TURNS = 200;
 
 export const DEFAULT_SETTINGS = Object.freeze({
     enabled: true,
@@ -22,6 +41,12 @@ export const DEFAULT_SETTINGS = Object.freeze({
     tokenBudget: 1024,
     recallK: 5,
     requireActions: true,
+    // How long a memory query waits for a pending rewrite (edit, swipe, delete) to land before
+    // it asks anyway, holding the rewritten turns' old text back (see the README for the
+    // measurement behind it).
+    waitBoundMs: 1500,
+    retryBaseMs: 1000,
+    retryMaxMs: 30000,
 });
 
 /** The sidecar's message form of one SillyTavern message, or null for system notes. */
@@ -37,8 +62,13 @@ export function toSidecarMessage(message, index) {
     return out;
 }
 
-/** Turns of a chat: [{turnId, first, last, messages}], each ending with a character's reply.
- *  Trailing user messages without a reply are not a turn yet (they are pending). */
+/** A turn's text as memory holds it (the sidecar's turn_text): `speaker: content` lines. */
+export function turnText(messages) {
+    return messages.map((m) => `${m.name || m.role}: ${m.content}`).join('\n');
+}
+
+/** Turns of a chat: [{turnId, first, last, messages, text}], each ending with a character's
+ *  reply. Trailing user messages without a reply are not a turn yet (they are pending). */
 export function turnsOf(chat) {
     const turns = [];
     let start = 0;
@@ -49,7 +79,7 @@ export function turnsOf(chat) {
         if (converted.content.trim() === '') return;
         messages.push(converted);
         if (converted.role === 'assistant') {
-            turns.push({ turnId: index, first: start, last: index, messages });
+            turns.push({ turnId: index, first: start, last: index, messages, text: turnText(messages) });
             messages = [];
             start = index + 1;
         }
@@ -70,6 +100,30 @@ export function pendingOf(chat) {
     return { pending, window };
 }
 
+/**
+ * What is out of step between the chat and memory (`synced`: turn id -> text memory holds).
+ * `rewrite`: the first turn memory holds whose text the chat changed or lost (a replace or a
+ * rewind removes it and every later turn from memory); `fresh`: turns memory does not hold.
+ */
+export function divergence(turns, synced, refused = new Map()) {
+    const byId = new Map(turns.map((t) => [String(t.turnId), t]));
+    const held = [...synced.keys()].sort((a, b) => Number(a) - Number(b));
+    let rewrite = null;
+    for (const id of held) {
+        const turn = byId.get(id);
+        if (!turn) {
+            rewrite = { kind: 'rewind', turnId: id };
+            break;
+        }
+        if (turn.text !== synced.get(id)) {
+            rewrite = { kind: 'replace', turnId: id, turn };
+            break;
+        }
+    }
+    const fresh = turns.filter((t) => !synced.has(String(t.turnId)) && refused.get(String(t.turnId)) !== t.text);
+    return { rewrite, fresh };
+}
+
 export class SidecarError extends Error {
     constructor(message, status, body) {
         super(message);
@@ -83,7 +137,9 @@ export class SidecarClient {
     constructor({ baseUrl, token = '', fetchImpl = globalThis.fetch } = {}) {
         this.baseUrl = String(baseUrl || DEFAULT_SETTINGS.baseUrl).replace(/\/+$/, '');
         this.token = token;
-        this.fetch = fetchImpl;
+        // Called as a plain function: a browser's fetch called as a method of another object
+        // throws "Illegal invocation".
+        this.fetch = (url, init) => fetchImpl(url, init);
     }
 
     async call(method, path, body) {
@@ -110,8 +166,10 @@ export class SidecarClient {
         return this.call('GET', '/health');
     }
 
-    async queryMemory(conversationId, pending, window, config) {
-        return this.call('POST', '/memory/query', { conversation_id: conversationId, messages: pending, window, config });
+    async queryMemory(conversationId, pending, window, config, pendingTurns = []) {
+        const body = { conversation_id: conversationId, messages: pending, window, config };
+        if (pendingTurns.length) body.pending_turns = pendingTurns;
+        return this.call('POST', '/memory/query', body);
     }
 
     async replaceTurn(conversationId, turnId, messages, window, config) {
@@ -123,12 +181,33 @@ export class SidecarClient {
     async rewind(conversationId, beforeTurn) {
         return this.call('POST', '/conversation/rewind', { conversation_id: conversationId, before_turn: beforeTurn });
     }
+
+    async turns(conversationId, offset = 0, limit = PAGE_LIMIT) {
+        const id = encodeURIComponent(conversationId);
+        return this.call('GET', `/conversations/${id}/turns?offset=${offset}&limit=${limit}`);
+    }
+}
+
+const retryable = (status) => status === 0 || status === 409 || status === 429 || status >= 500;
+
+/** One chat's writer state. */
+class ChatState {
+    constructor(id) {
+        this.id = id;
+        this.synced = new Map(); // turn id -> the text memory holds
+        this.refused = new Map(); // turn id -> text the sidecar refused as invalid (not retried unchanged)
+        this.loaded = false;
+        this.running = null; // the writer loop's promise
+        this.failure = null; // {reason, attempt, retryAt}
+        this.wake = null; // ends a backoff wait early
+        this.waiters = new Set();
+    }
 }
 
 /**
  * The extension's behaviour over an abstract host: `host.getChat()`, `host.getChatId()`,
- * `host.setPrompt(text)`, `host.onStatus(status, detail)`. Every handler returns a promise
- * SillyTavern awaits (its eventSource.emit and generate interceptors await their handlers).
+ * `host.setPrompt(text)`, `host.onStatus(status, detail, pending)`. Event handlers return at
+ * once (`kick`); `beforeGeneration` is what SillyTavern awaits before it builds the prompt.
  */
 export class SkaldMemory {
     constructor(host, settings = {}, client = null) {
@@ -137,18 +216,19 @@ export class SkaldMemory {
         this.client = client ?? new SidecarClient({ baseUrl: this.settings.baseUrl, token: this.settings.token });
         this.status = 'idle';
         this.detail = '';
+        this.pending = 0;
         this.lastPacket = null;
-        // What this chat's turns were committed as: turnId -> content key (to skip unchanged ones).
-        this.committed = new Map();
-        this.chatId = null;
-        this.queue = Promise.resolve();
+        this.lastQuery = null;
+        this.outcome = { status: 'idle', detail: '' };
+        this.outcomes = []; // every write's outcome, newest last (the last 200): {at, chatId, step, turnId, status, detail}
+        this.chats = new Map();
     }
 
     setStatus(status, detail = '') {
         if (!STATUSES.includes(status)) throw new Error(`unknown status ${status}`);
         this.status = status;
         this.detail = detail;
-        this.host.onStatus?.(status, detail);
+        this.host.onStatus?.(status, detail, this.pending);
     }
 
     config() {
@@ -159,141 +239,299 @@ export class SkaldMemory {
         };
     }
 
-    /** Serialise the handlers: SillyTavern may fire events while a commit is in flight. */
-    enqueue(work) {
-        const run = this.queue.then(work, work);
-        this.queue = run.catch(() => undefined);
-        return run;
+    chatState(id) {
+        const key = String(id);
+        if (!this.chats.has(key)) this.chats.set(key, new ChatState(key));
+        return this.chats.get(key);
     }
 
-    conversationId() {
+    currentChat() {
         const id = this.host.getChatId();
-        if (id !== this.chatId) {
-            this.chatId = id;
-            this.committed = new Map();
+        return id ? this.chatState(id) : null;
+    }
+
+    /** Writes the current chat still needs (turns memory does not hold as the chat has them). */
+    pendingWrites(state = this.currentChat()) {
+        if (!state) return 0;
+        if (!state.loaded) return turnsOf(this.host.getChat()).length;
+        const turns = turnsOf(this.host.getChat());
+        const { rewrite, fresh } = divergence(turns, state.synced, state.refused);
+        if (!rewrite) return fresh.length;
+        // A rewrite removes its turn and every later one from memory: all of them are written again.
+        const from = Number(rewrite.turnId);
+        return (rewrite.kind === 'rewind' ? 1 : 0) + turns.filter((t) => t.turnId >= from || !state.synced.has(String(t.turnId))).length;
+    }
+
+    /** The badge: what is pending, else what the last write did. */
+    showProgress(state = this.currentChat()) {
+        this.pending = this.pendingWrites(state);
+        if (state?.failure) {
+            const seconds = Math.max(0, Math.round((state.failure.retryAt - Date.now()) / 1000));
+            this.setStatus('error', `${state.failure.reason}; ${this.pending} pending, retrying in ${seconds}s (click to retry now)`);
+        } else if (state?.running && this.pending > 0) {
+            this.setStatus('syncing', `${this.pending} pending`);
+        } else {
+            this.setStatus(this.outcome.status, this.outcome.detail);
         }
-        return id ? String(id) : null;
     }
 
-    /** Before a generation: put memory for the pending message(s) into the prompt. */
-    async beforeGeneration(chat = this.host.getChat()) {
+    /** Something changed in the chat (a reply, a swipe, an edit, a delete, another chat):
+     *  start the current chat's writer if it is not running. Returns at once. */
+    kick() {
         if (!this.settings.enabled) return null;
-        return this.enqueue(async () => {
-            const conversationId = this.conversationId();
-            const { pending, window } = pendingOf(chat);
-            if (!conversationId || pending.length === 0) {
-                this.host.setPrompt('');
-                return null;
+        const state = this.currentChat();
+        if (!state) return null;
+        if (!state.running) {
+            state.running = this.writer(state).finally(() => {
+                state.running = null;
+                this.notify(state);
+                if (this.currentChat() === state) this.showProgress(state);
+            });
+        }
+        this.showProgress(state);
+        return state.running;
+    }
+
+    /** Retry failed writes now (the badge's click). */
+    retryNow() {
+        for (const state of this.chats.values()) {
+            if (state.wake) state.wake();
+        }
+        return this.kick();
+    }
+
+    /** Resolves when every write the current chat needs has landed (tests, the reload check). */
+    async settled() {
+        for (;;) {
+            const state = this.currentChat();
+            if (!state?.running) return;
+            await state.running;
+        }
+    }
+
+    notify(state) {
+        for (const wake of state.waiters) wake();
+        state.waiters.clear();
+    }
+
+    changed(state) {
+        return new Promise((resolve) => state.waiters.add(resolve));
+    }
+
+    async backoff(state, reason) {
+        const attempt = (state.failure?.attempt ?? 0) + 1;
+        const delay = Math.min(this.settings.retryMaxMs, this.settings.retryBaseMs * 2 ** (attempt - 1));
+        state.failure = { reason, attempt, retryAt: Date.now() + delay };
+        this.showProgress(state);
+        this.notify(state);
+        await new Promise((resolve) => {
+            const timer = setTimeout(resolve, delay);
+            state.wake = () => {
+                clearTimeout(timer);
+                resolve();
+            };
+        });
+        state.wake = null;
+    }
+
+    async load(state) {
+        const synced = new Map();
+        for (let offset = 0; ; offset += PAGE_LIMIT) {
+            const { status, data } = await this.client.turns(state.id, offset, PAGE_LIMIT);
+            if (status !== 200 || !Array.isArray(data?.items)) {
+                throw new SidecarError(data?.reason ?? `reading memory's turns failed (HTTP ${status})`, status, data);
             }
-            this.setStatus('syncing', 'reading memory');
+            for (const item of data.items) synced.set(String(item.turn_id), item.text);
+            if (data.items.length < PAGE_LIMIT || offset + PAGE_LIMIT >= data.page.total) break;
+        }
+        state.synced = synced;
+        state.loaded = true;
+    }
+
+    /** One chat's writes, in order, one at a time, until memory holds the chat as it is. */
+    async writer(state) {
+        while (this.settings.enabled && String(this.host.getChatId() ?? '') === state.id) {
             try {
-                const { status, data } = await this.client.queryMemory(conversationId, pending, window, this.config());
-                if (status !== 200 || !data?.ok) {
-                    this.host.setPrompt('');
-                    this.setStatus('error', data?.reason ?? `memory query failed (HTTP ${status})`);
-                    return null;
+                if (!state.loaded) {
+                    await this.load(state);
+                    state.failure = null;
+                    this.notify(state);
+                    continue;
                 }
-                this.lastPacket = data.injection_packet;
-                this.host.setPrompt(data.injection_packet.text ?? '');
-                this.setStatus('idle', `${data.recalled.length} turns recalled`);
-                return data.injection_packet;
+                const turns = turnsOf(this.host.getChat());
+                const { rewrite, fresh } = divergence(turns, state.synced, state.refused);
+                const step = rewrite ?? (fresh.length ? { kind: 'commit', turnId: String(fresh[0].turnId), turn: fresh[0] } : null);
+                if (!step) return;
+                this.showProgress(state);
+                const ok = step.kind === 'rewind' ? await this.rewindStep(state, step) : await this.writeStep(state, step, turns);
+                if (ok) state.failure = null;
             } catch (error) {
-                this.host.setPrompt('');
-                this.setStatus('error', error.message);
-                return null;
-            }
-        });
-    }
-
-    /** Commit (or re-commit) every turn of the chat from `fromTurn` on whose text changed. */
-    async sync({ fromIndex = 0 } = {}) {
-        if (!this.settings.enabled) return [];
-        return this.enqueue(async () => {
-            const conversationId = this.conversationId();
-            if (!conversationId) return [];
-            const chat = this.host.getChat();
-            const turns = turnsOf(chat);
-            const results = [];
-            let rewound = false;
-            for (const turn of turns) {
-                if (turn.last < fromIndex && !rewound) continue;
-                const key = JSON.stringify(turn.messages);
-                if (!rewound && this.committed.get(turn.turnId) === key) continue;
-                this.setStatus('syncing', `turn ${turn.turnId}`);
-                const window = turns.filter((t) => t.last < turn.first).flatMap((t) => t.messages).slice(-WINDOW_MESSAGES);
-                let reply;
-                try {
-                    reply = await this.client.replaceTurn(conversationId, turn.turnId, turn.messages, window, this.config());
-                } catch (error) {
-                    this.setStatus('error', error.message);
-                    return results;
+                const status = error instanceof SidecarError ? error.status : 0;
+                if (!retryable(status)) {
+                    this.outcome = { status: 'error', detail: error.message };
+                    state.failure = null;
+                    return;
                 }
-                const { status, data } = reply;
-                results.push({ turnId: turn.turnId, status, data });
-                if (status === 200 && data?.committed) {
-                    this.committed.set(turn.turnId, key);
-                    // A replaced turn rewinds every later one: they are committed again below.
-                    if (!data.idempotent_hit) rewound = true;
-                    this.setStatus('committed', `turn ${turn.turnId}`);
-                } else if (status === 200 && data?.state === 'ROLLED_BACK') {
-                    // Blocked by the commit gate: remembered as text, no facts. Not retried.
-                    this.committed.set(turn.turnId, key);
-                    rewound = true;
-                    this.setStatus('rollback', data.reason ?? 'rolled back');
-                } else {
-                    this.setStatus(data?.retryable ? 'rollback' : 'error',
-                        data?.reason ?? `commit failed (HTTP ${status})`);
-                    return results;
-                }
+                await this.backoff(state, error.message);
+                continue;
             }
-            return results;
-        });
+            this.notify(state);
+            this.showProgress(state);
+        }
     }
 
-    /** A reply finished (MESSAGE_RECEIVED): commit it. */
-    async onMessageReceived() {
-        return this.sync();
+    record(state, step, status, detail) {
+        this.outcome = { status, detail };
+        this.outcomes.push({ at: Date.now(), chatId: state.id, step: step.kind, turnId: step.turnId, status, detail });
+        if (this.outcomes.length > 200) this.outcomes.shift();
     }
 
-    /** A reply was swiped (MESSAGE_SWIPED): the shown alternative replaces the turn. A swipe
-     *  that starts a new generation shows an empty message first: MESSAGE_RECEIVED follows. */
-    async onMessageSwiped(messageIndex) {
-        return this.sync({ fromIndex: Number(messageIndex) || 0 });
+    forgetFrom(state, turnId, inclusive = true) {
+        for (const id of [...state.synced.keys()]) {
+            if (Number(id) > Number(turnId) || (inclusive && Number(id) === Number(turnId))) state.synced.delete(id);
+        }
     }
 
-    /** A message was edited (MESSAGE_EDITED): its turn and every later one are re-committed. */
-    async onMessageEdited(messageIndex) {
-        return this.sync({ fromIndex: Number(messageIndex) || 0 });
+    async rewindStep(state, step) {
+        const { status, data } = await this.client.rewind(state.id, step.turnId);
+        if (status === 200 && data?.ok) {
+            this.forgetFrom(state, step.turnId);
+            this.record(state, step, 'idle', `rewound ${data.removed_turns.length} turn(s) from turn ${step.turnId}`);
+            return true;
+        }
+        if (retryable(status)) throw new SidecarError(data?.reason ?? `rewind failed (HTTP ${status})`, status, data);
+        // Refused (e.g. a conversation committed before rewinds existed): memory keeps those turns.
+        this.forgetFrom(state, step.turnId);
+        this.record(state, step, 'error', data?.reason ?? `rewind refused (HTTP ${status})`);
+        return true;
     }
 
-    /** Messages were deleted (MESSAGE_DELETED with the new chat length): rewind to before the
-     *  first turn that lost a message. */
-    async onMessageDeleted(newLength) {
+    async writeStep(state, step, turns) {
+        const { turn } = step;
+        const window = turns.filter((t) => t.last < turn.first).flatMap((t) => t.messages).slice(-WINDOW_MESSAGES);
+        const { status, data } = await this.client.replaceTurn(state.id, turn.turnId, turn.messages, window, this.config());
+        const id = String(turn.turnId);
+        if (status === 200 && (data?.committed || data?.state === 'ROLLED_BACK')) {
+            // A replaced turn rewinds every later one in memory: they are written again next.
+            if (step.kind === 'replace') this.forgetFrom(state, id, false);
+            state.synced.set(id, turn.text);
+            state.refused.delete(id);
+            if (data.committed) {
+                this.record(state, step, 'committed', `turn ${id}${data.idempotent_hit ? ' (already held)' : ''}`);
+            } else if (data.nothing_new) {
+                this.record(state, step, 'nothing_new', `turn ${id}: remembered as text; no relation to record`);
+            } else {
+                this.record(state, step, 'rollback', `turn ${id}: ${data.reason ?? 'held back by the commit gate'}`);
+            }
+            return true;
+        }
+        if (retryable(status)) throw new SidecarError(data?.reason ?? `commit failed (HTTP ${status})`, status, data);
+        state.refused.set(id, turn.text);
+        this.record(state, step, 'error', `turn ${id} refused: ${data?.reason ?? `HTTP ${status}`}`);
+        return true;
+    }
+
+    /** Turns the sidecar may hold differently from the chat: turn id -> the text it will hold. */
+    pendingTurns(state, turns, regenerating) {
+        const out = new Map();
+        if (!state.loaded) {
+            for (const t of turns) out.set(String(t.turnId), t.text);
+        } else {
+            for (const t of turns) {
+                if (state.synced.get(String(t.turnId)) !== t.text) out.set(String(t.turnId), t.text);
+            }
+            for (const id of state.synced.keys()) {
+                if (!turns.some((t) => String(t.turnId) === id)) out.set(id, null);
+            }
+        }
+        if (regenerating !== null) out.set(String(regenerating), null);
+        return [...out.entries()].slice(-MAX_PENDING_TURNS).map(([turn_id, text]) => ({ turn_id, text }));
+    }
+
+    rewriting(state, regenerating) {
+        if (!state.loaded) return true;
+        const turns = turnsOf(this.host.getChat());
+        const { rewrite } = divergence(turns, state.synced, state.refused);
+        if (rewrite) return true;
+        return regenerating !== null && state.synced.has(String(regenerating));
+    }
+
+    /** Before a generation: put memory for the pending message(s) into the prompt.
+     *  `promptChat`: the chat SillyTavern builds the prompt from (its interceptor argument:
+     *  system notes left out, and the reply being swiped left out). */
+    async beforeGeneration(promptChat = null) {
         if (!this.settings.enabled) return null;
-        return this.enqueue(async () => {
-            const conversationId = this.conversationId();
-            if (!conversationId) return null;
-            const gone = [...this.committed.keys()].filter((turnId) => turnId >= Number(newLength)).sort((a, b) => a - b);
-            const kept = new Set(turnsOf(this.host.getChat()).map((t) => t.turnId));
-            const changed = [...this.committed.keys()].filter((turnId) => turnId < Number(newLength) && !kept.has(turnId));
-            const first = [...gone, ...changed].sort((a, b) => a - b)[0];
-            if (first === undefined) return null;
-            this.setStatus('syncing', `rewinding to before turn ${first}`);
-            try {
-                const { status, data } = await this.client.rewind(conversationId, first);
-                if (status !== 200 || !data?.ok) {
-                    this.setStatus('error', data?.reason ?? `rewind failed (HTTP ${status})`);
-                    return data;
-                }
-                for (const turnId of [...this.committed.keys()]) {
-                    if (turnId >= first) this.committed.delete(turnId);
-                }
-                this.setStatus('rollback', `rewound ${data.removed_turns.length} turns`);
-                return data;
-            } catch (error) {
-                this.setStatus('error', error.message);
+        const state = this.currentChat();
+        const chat = this.host.getChat();
+        if (!state) {
+            this.host.setPrompt('');
+            return null;
+        }
+        const all = turnsOf(chat);
+        // A swipe regenerates the last reply: the prompt's chat lacks it, the chat still has it.
+        const visible = chat.filter((m) => m && !m.is_system);
+        const last = all[all.length - 1];
+        const regenerating = promptChat && last && promptChat.length === visible.length - 1 && last.last === chat.length - 1
+            ? last.turnId : null;
+        const base = regenerating !== null ? chat.slice(0, last.last) : chat;
+        const { pending, window } = pendingOf(base);
+        if (pending.length === 0) {
+            this.host.setPrompt('');
+            return null;
+        }
+        this.kick();
+        const started = Date.now();
+        // Wait for writes that change what this query would recall, up to the bound.
+        // (Not while the writer is failing: the sidecar is down, waiting would only delay the reply.)
+        while (state.running && !state.failure && this.rewriting(state, null)
+            && Date.now() - started < this.settings.waitBoundMs) {
+            await Promise.race([this.changed(state), sleep(this.settings.waitBoundMs - (Date.now() - started))]);
+        }
+        const waitedMs = Date.now() - started;
+        const turns = turnsOf(base);
+        const pendingTurns = this.pendingTurns(state, turns, regenerating);
+        try {
+            const { status, data } = await this.client.queryMemory(state.id, pending, window, this.config(), pendingTurns);
+            this.lastQuery = { waitedMs, pendingTurns, heldBack: data?.held_back ?? [], status };
+            if (status !== 200 || !data?.ok) {
+                this.host.setPrompt('');
+                this.setStatus('error', `memory query: ${data?.reason ?? `HTTP ${status}`}`);
                 return null;
             }
-        });
+            this.lastPacket = data.injection_packet;
+            this.host.setPrompt(data.injection_packet.text ?? '');
+            this.showProgress(state);
+            return data.injection_packet;
+        } catch (error) {
+            this.lastQuery = { waitedMs, pendingTurns, heldBack: [], status: 0 };
+            this.host.setPrompt('');
+            this.setStatus('error', `memory query: ${error.message}`);
+            return null;
+        }
     }
+
+    // SillyTavern's events: each only kicks the writer (SillyTavern awaits its handlers).
+    onMessageReceived() {
+        return this.kick();
+    }
+
+    onMessageSwiped() {
+        return this.kick();
+    }
+
+    onMessageEdited() {
+        return this.kick();
+    }
+
+    onMessageDeleted() {
+        return this.kick();
+    }
+
+    onChatChanged() {
+        return this.kick();
+    }
+}
+
+function sleep(ms) {
+    return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 }

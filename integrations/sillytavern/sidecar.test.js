@@ -8,7 +8,7 @@ import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { SidecarClient, SkaldMemory, pendingOf, turnsOf } from './sidecar-core.js';
+import { SidecarClient, SkaldMemory, divergence, pendingOf, turnsOf } from './sidecar-core.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repoRoot = join(here, '..', '..');
@@ -59,8 +59,21 @@ function fakeHost(chatId) {
 const user = (mes) => ({ name: 'User', is_user: true, mes, send_date: '1:00 pm on 8 May, 2023' });
 const bot = (mes) => ({ name: 'Seraphina', is_user: false, mes, send_date: '1:01 pm on 8 May, 2023' });
 
-function memoryFor(host) {
-    return new SkaldMemory(host, { baseUrl: sidecar.url, token: sidecar.token });
+function memoryFor(host, extra = {}) {
+    return new SkaldMemory(host, { baseUrl: sidecar.url, token: sidecar.token, ...extra });
+}
+
+/** Counts the client's write calls (the real client, calling the real sidecar). */
+function countCalls(client) {
+    const counts = { replaceTurn: 0, rewind: 0 };
+    for (const name of Object.keys(counts)) {
+        const real = client[name].bind(client);
+        client[name] = (...args) => {
+            counts[name] += 1;
+            return real(...args);
+        };
+    }
+    return counts;
 }
 
 async function listTurns(conversationId) {
@@ -74,10 +87,25 @@ describe('chat segmentation', () => {
     test('turns end with a reply; trailing user messages are pending; system notes skipped', () => {
         const chat = [user('hi'), bot('hello'), { is_system: true, mes: 'note' }, user('a'), user('b'), bot('c'), user('next')];
         assert.deepEqual(turnsOf(chat).map((t) => [t.turnId, t.messages.length]), [[1, 2], [5, 3]]);
+        assert.equal(turnsOf(chat)[0].text, 'User: hi\nSeraphina: hello');
         const { pending, window } = pendingOf(chat);
         assert.deepEqual(pending.map((m) => m.content), ['next']);
         assert.equal(window.length, 5);
         assert.deepEqual(pendingOf([user('only')]).pending.map((m) => m.content), ['only']);
+    });
+
+    test('divergence: the first turn memory holds differently, then the turns it lacks', () => {
+        const turns = turnsOf([user('a'), bot('b'), user('c'), bot('d'), user('e'), bot('f')]);
+        const synced = new Map([['1', 'User: a\nSeraphina: b'], ['3', 'User: c\nSeraphina: d']]);
+        assert.deepEqual(divergence(turns, synced).rewrite, null);
+        assert.deepEqual(divergence(turns, synced).fresh.map((t) => t.turnId), [5]);
+        synced.set('3', 'User: c\nSeraphina: an older swipe');
+        assert.equal(divergence(turns, synced).rewrite.kind, 'replace');
+        synced.set('7', 'User: g\nSeraphina: h');  // memory holds a turn the chat lost
+        synced.set('3', turns[1].text);
+        assert.deepEqual(divergence(turns, synced).rewrite, { kind: 'rewind', turnId: '7' });
+        // A turn the sidecar refused is not sent again unchanged.
+        assert.deepEqual(divergence(turns, new Map(), new Map([['1', turns[0].text]])).fresh.map((t) => t.turnId), [3, 5]);
     });
 });
 
@@ -89,67 +117,123 @@ describe('against the real sidecar', () => {
         assert.equal((await authorised.health()).status, 200);
     });
 
-    test('memory before generation holds what an earlier turn committed', async () => {
+    test('handlers return at once; memory before generation holds what an earlier turn wrote', async () => {
         const host = fakeHost(`st-${Date.now()}-memory`);
         const memory = memoryFor(host);
         host.chat.push(user('My sister Elena moved to Lisbon to study marine biology!'), bot('How exciting, Lisbon!'));
-        const results = await memory.onMessageReceived();
-        assert.equal(results.length, 1);
-        assert.equal(results[0].data.committed, true);
-        assert.equal(memory.status, 'committed');
+        const running = memory.onMessageReceived();
+        // The handler did not wait for the write: it is in flight, and the badge says so.
+        assert.ok(running instanceof Promise);
+        assert.equal(memory.status, 'syncing');
+        assert.equal(memory.pending, 1);
+        await memory.settled();
+        assert.ok(['committed', 'nothing_new'].includes(memory.status), memory.detail);
+        assert.deepEqual((await listTurns(host.getChatId())).map((t) => t.turn_id), ['1']);
 
         host.chat.push(user('Where did Elena move again?'));
         const packet = await memory.beforeGeneration(host.chat);
         assert.ok(packet, `memory query failed: ${memory.detail}`);
         assert.match(host.prompt, /Lisbon/);
         assert.deepEqual(packet.recalled_turns, ['1']);
-        assert.equal(memory.status, 'idle');
+        assert.deepEqual(memory.lastQuery.pendingTurns, []);
         assert.ok(host.statuses.includes('syncing'));
     });
 
-    test('a swipe replaces the reply; an edit re-commits its turn and the later ones; a delete rewinds', async () => {
+    test('a swipe replaces the reply; an edit rewrites its turn and the later ones; a delete rewinds', async () => {
         const conversationId = `st-${Date.now()}-swipe`;
         const host = fakeHost(conversationId);
         const memory = memoryFor(host);
         host.chat.push(user('I adopted a cat named Pixel!'), bot('Pixel is a great name!'),
             user('She sleeps on my keyboard.'), bot('Classic cat behaviour!'));
-        await memory.onMessageReceived();
+        memory.onMessageReceived();
+        await memory.settled();
         assert.deepEqual((await listTurns(conversationId)).map((t) => t.turn_id), ['1', '3']);
 
-        // Nothing changed: no commit is sent again.
-        assert.deepEqual(await memory.onMessageReceived(), []);
+        // Nothing changed: nothing is sent again (the sidecar's replay count stays).
+        const calls = countCalls(memory.client);
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.equal(calls.replaceTurn, 0);
 
         // Swipe the last reply to another alternative.
         host.chat[3] = bot('Keyboards are warm, that is why!');
-        const swiped = await memory.onMessageSwiped(3);
-        assert.equal(swiped.length, 1);
-        assert.equal(swiped[0].data.committed, true);
+        memory.onMessageSwiped(3);
+        await memory.settled();
         let turns = await listTurns(conversationId);
         assert.deepEqual(turns.map((t) => t.text.split('\n')[1]), ['Seraphina: Pixel is a great name!', 'Seraphina: Keyboards are warm, that is why!']);
 
-        // Edit the first user message: turn 1 is replaced (rewinding turn 3), turn 3 committed again.
+        // Edit the first user message: turn 1 is replaced (rewinding turn 3), turn 3 written again.
         host.chat[0] = user('I adopted a cat named Byte!');
-        const edited = await memory.onMessageEdited(0);
-        assert.deepEqual(edited.map((r) => [r.turnId, r.data.committed]), [[1, true], [3, true]]);
+        memory.onMessageEdited(0);
+        await memory.settled();
+        assert.equal(calls.replaceTurn, 3);
         turns = await listTurns(conversationId);
         assert.deepEqual(turns.map((t) => t.turn_id), ['1', '3']);
         assert.match(turns[0].text, /Byte/);
 
         // Delete the last two messages: the sidecar rewinds to before turn 3.
         host.chat.splice(2, 2);
-        const rewound = await memory.onMessageDeleted(2);
-        assert.deepEqual(rewound.removed_turns, ['3']);
-        assert.equal(memory.status, 'rollback');
+        memory.onMessageDeleted(2);
+        await memory.settled();
+        assert.equal(calls.rewind, 1);
+        assert.equal(memory.status, 'idle');
+        assert.match(memory.detail, /rewound 1 turn\(s\) from turn 3/);
+        assert.deepEqual((await listTurns(conversationId)).map((t) => t.turn_id), ['1']);
+
+        // A reload: a new extension instance reads what memory holds and sends nothing.
+        const reloaded = memoryFor(host);
+        const after = countCalls(reloaded.client);
+        reloaded.onChatChanged();
+        await reloaded.settled();
+        assert.deepEqual([after.replaceTurn, after.rewind], [0, 0]);
+    });
+
+    test('a query during a pending edit holds the old text back; after the edit lands it recalls the new', async () => {
+        const conversationId = `st-${Date.now()}-edit`;
+        const host = fakeHost(conversationId);
+        const memory = memoryFor(host, { waitBoundMs: 0 });
+        host.chat.push(user('My sister Ilse moved to Bergen to study marine biology.'), bot('Bergen is lovely!'),
+            user('The weather has been rainy all week, so I stayed in and read a novel about lighthouses.'), bot('Cosy!'));
+        memory.onMessageReceived();
+        await memory.settled();
+        host.chat[2] = user('The weather has been sunny all week, so I went hiking up to the old lighthouse.');
+        memory.onMessageEdited(2);
+        host.chat.push(user('What did I do this week when the weather was rainy or sunny?'));
+        await memory.beforeGeneration(host.chat);
+        assert.deepEqual(memory.lastQuery.pendingTurns.map((p) => p.turn_id), ['3']);
+        assert.doesNotMatch(host.prompt, /rainy all week/);
+        assert.match(host.prompt, /Ilse/);
+        await memory.settled();
+        await memory.beforeGeneration(host.chat);
+        assert.deepEqual(memory.lastQuery.pendingTurns, []);
+        assert.match(host.prompt, /sunny all week/);
+        assert.doesNotMatch(host.prompt, /rainy all week/);
+    });
+
+    test('a write that fails shows the error badge and lands once the sidecar answers again', async () => {
+        const conversationId = `st-${Date.now()}-retry`;
+        const host = fakeHost(conversationId);
+        const memory = new SkaldMemory(host, { baseUrl: 'http://127.0.0.1:9', token: sidecar.token, retryBaseMs: 50, retryMaxMs: 200 });
+        host.chat.push(user('I planted tomatoes in the garden today!'), bot('Lovely, tomatoes!'));
+        memory.onMessageReceived();
+        while (memory.status !== 'error') await new Promise((resolve) => setTimeout(resolve, 20));
+        assert.match(memory.detail, /unreachable.*retrying in/);
+        memory.client.baseUrl = sidecar.url;  // the sidecar is back
+        memory.retryNow();
+        await memory.settled();
+        assert.ok(['committed', 'nothing_new'].includes(memory.status), memory.detail);
         assert.deepEqual((await listTurns(conversationId)).map((t) => t.turn_id), ['1']);
     });
 
     test('an unreachable sidecar shows the error badge and clears the prompt', async () => {
         const host = fakeHost('st-unreachable');
-        const memory = new SkaldMemory(host, { baseUrl: 'http://127.0.0.1:9', token: 'x' });
+        const memory = new SkaldMemory(host, { baseUrl: 'http://127.0.0.1:9', token: 'x', waitBoundMs: 0, retryBaseMs: 60_000 });
         host.chat.push(user('hello?'));
         host.prompt = 'stale memory';
         assert.equal(await memory.beforeGeneration(host.chat), null);
         assert.equal(memory.status, 'error');
         assert.equal(host.prompt, '');
+        memory.settings.enabled = false;  // stop its writer's retries
+        memory.retryNow();
     });
 });

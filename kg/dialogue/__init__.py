@@ -49,6 +49,7 @@ One concern per module:
 """
 
 from kg.dialogue.keys import dialogue_entity_id, lock_key, payload_digest, position_key, turn_key
+from kg.dialogue.memory import anchor_token
 from kg.dialogue.models import (
     EVOLVE_BASE_WEIGHT,
     LOCK_STATUS,
@@ -101,6 +102,7 @@ __all__ = [
     "RewindRefusedError",
     "StoredTurn",
     "TurnWrite",
+    "anchor_token",
     "dialogue_entity_id",
     "lock_key",
     "payload_digest",

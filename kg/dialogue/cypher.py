@@ -54,7 +54,7 @@ MEMORY_CREATE = f"UNWIND $rows AS row CREATE (m:{_MEM}) SET m = row"
 MEMORY_MARK_COMMITTED = (
     f"MATCH (m:{_MEM} {{key: $key}}) SET m.committed = true, m.extra = $extra, m.facts = $facts"
 )
-MEMORY_AT = f"MATCH (m:{_MEM} {{position_key: $position_key}}) RETURN m.key AS key"
+MEMORY_AT = f"MATCH (m:{_MEM} {{position_key: $position_key}}) RETURN m.key AS key, m.text AS text"
 MEMORY_ROWS = (
     f"UNWIND $position_keys AS pk MATCH (m:{_MEM} {{position_key: pk}}) "
     "RETURN properties(m) AS props ORDER BY m.seq"

@@ -3,6 +3,7 @@ appended exactly once and read back by position (index lookups only)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from neo4j import ManagedTransaction
@@ -31,16 +32,24 @@ def memory_row(props: dict[str, Any]) -> MemoryRow:
     )
 
 
+def anchor_token(key: str, text: str) -> str:
+    """What proves a reader's cached row at a position is still the row there: its key AND its
+    text. A replaced last turn comes back at the same position under the same key (an edit or a
+    swipe), so the key alone would keep the old text cached in every other reader."""
+    return f"{key}#{hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}"
+
+
 def memory_since_tx(
     tx: ManagedTransaction, conversation_id: str, after_seq: int, anchor_key: str | None, limit: int | None
 ) -> tuple[int, bool, list[MemoryRow]]:
-    """(memory head, reset, rows after `after_seq`): index lookups by position only."""
+    """(memory head, reset, rows after `after_seq`): index lookups by position only. `anchor_key`
+    is the `anchor_token` of the row the caller holds at `after_seq` (a bare key is accepted too)."""
     head_row = tx.run(dq.CONVERSATION_HEAD, conversation_id=conversation_id).single()
     head = int(head_row["memory_seq"] or 0) if head_row else 0
     reset = False
     if after_seq > 0:
         at = tx.run(dq.MEMORY_AT, position_key=position_key(conversation_id, after_seq)).single()
-        if at is None or at["key"] != anchor_key or after_seq > head:
+        if at is None or anchor_key not in (anchor_token(at["key"], at["text"] or ""), at["key"]) or after_seq > head:
             # The caller's cache is from another life of this conversation: resend everything.
             after_seq, reset = 0, True
     last = head if limit is None else min(head, after_seq + limit)

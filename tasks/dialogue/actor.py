@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from core.llm import LLMGateway
 from prompts import render_messages
-from tasks.dialogue.models import MAX_MESSAGE_BYTES, ChatMessage, InjectionPacket, TurnCommitRequest
+from tasks.dialogue.models import MAX_MESSAGE_CHARS, ChatMessage, InjectionPacket, TurnCommitRequest
 from tasks.dialogue.routing import Route
 
 WINDOW_LINES = 20
@@ -54,6 +54,6 @@ def act(
     prefix = f"{speaker}:"
     if reply.startswith(prefix):
         reply = reply[len(prefix) :].strip()
-    reply = reply.encode("utf-8")[:MAX_MESSAGE_BYTES].decode("utf-8", "ignore") or "..."
+    reply = reply[:MAX_MESSAGE_CHARS] or "..."
     message = ChatMessage(role="assistant", name=speaker, content=reply)
     return ActorOutput(reply=reply, messages=[*request.messages, message])

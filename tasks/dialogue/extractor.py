@@ -39,6 +39,17 @@ KNOWN_ENTITY_LINES = 40
 MAX_FACT_CHARS = 300
 
 
+class NameBinding(BaseModel):
+    """A grounded proposal binding a name (and its aliases) to an entity: what the judge's
+    identity rules compare with the names the graph already binds."""
+
+    name: str
+    entity_id: str
+    kind: str = Field(description="the kind the proposal gives (normalised)")
+    aliases: list[str] = Field(default_factory=list)
+    quote: str = Field("", description="the words of the turn that state it")
+
+
 class ExtractionPlan(BaseModel):
     entities: list[EntityWrite] = Field(default_factory=list)
     actions: list[RelationActionWrite] = Field(default_factory=list)
@@ -47,6 +58,8 @@ class ExtractionPlan(BaseModel):
     dropped: list[str] = Field(default_factory=list, description="proposals refused, with why")
     #: name_key -> the extracted kind, for the judge's identity rules.
     proposed_kinds: dict[str, str] = Field(default_factory=dict)
+    bindings: list[NameBinding] = Field(default_factory=list, description="grounded entity proposals")
+    participants: list[str] = Field(default_factory=list, description="the chat's speakers (window and turn)")
 
 
 class _Resolver:
@@ -136,7 +149,7 @@ def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity], text: str,
     conversation's graph (pure: no I/O)."""
     resolver = _Resolver(known)
     evidence = TurnEvidence(text, known, list(speakers))
-    plan = ExtractionPlan()
+    plan = ExtractionPlan(participants=[s for s in dict.fromkeys(speakers) if s.strip()])
     for entity in raw.entities:
         if not entity.name.strip():
             continue
@@ -144,9 +157,23 @@ def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity], text: str,
         if problem is not None:
             plan.dropped.append(f"entity {entity.name[:80]!r}: {problem}")
             continue
-        evidence.names.update(vocab.name_key(n) for n in (entity.name, *entity.aliases))
-        resolver.resolve(entity.name, entity.kind, entity.aliases)
-        plan.proposed_kinds[vocab.name_key(entity.name)] = vocab.normalize_label(entity.kind)[0]
+        # The chat's participants are different people by definition: one participant's name is
+        # never another entity's alias (a small model merging the two speakers is dropped here,
+        # not reported as an identity conflict).
+        own = vocab.name_key(entity.name)
+        aliases = []
+        for alias in entity.aliases:
+            if vocab.name_key(alias) in evidence.participants and vocab.name_key(alias) != own:
+                plan.dropped.append(f"alias {alias[:80]!r} of {entity.name[:80]!r}: another participant of the chat")
+            else:
+                aliases.append(alias)
+        evidence.names.update(vocab.name_key(n) for n in (entity.name, *aliases))
+        entity_id = resolver.resolve(entity.name, entity.kind, aliases)
+        kind = vocab.normalize_label(entity.kind)[0]
+        plan.proposed_kinds[own] = kind
+        plan.bindings.append(NameBinding(name=" ".join(entity.name.split()), entity_id=entity_id, kind=kind,
+                                         aliases=[" ".join(a.split()) for a in aliases if a.strip()],
+                                         quote=" ".join(entity.quote.split())))
     for action in raw.actions:
         if not action.source.strip() or not action.target.strip():
             plan.dropped.append(f"{action.action}: empty endpoint")
@@ -220,7 +247,8 @@ def extract(
         turn_lines=[m.line() for m in messages],
     )
     raw = gateway.structured(route.tier, prompt, TurnExtraction, purpose=purpose, model=route.model)
-    speakers = list(dict.fromkeys(m.speaker for m in (*window, *messages)))
+    # The chat's participants: whoever spoke before (remembered or in the window) or now.
+    speakers = list(dict.fromkeys([*retrieval.speakers, *(m.speaker for m in (*window, *messages))]))
     return raw, plan_extraction(raw, retrieval.known_entities, turn_text(messages), speakers)
 
 

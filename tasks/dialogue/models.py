@@ -1,38 +1,115 @@
-"""The dialogue sidecar's boundary models: the turn-commit request, its result and trace.
+"""The dialogue sidecar's boundary models: the requests, their results and the turn trace.
 
-A request is untrusted input (HTTP body, CLI file): every field is typed and bounded, and
-anything else is rejected with one line (INVALID_REQUEST). Sizes are checked in UTF-8
-bytes, which is what is stored and sent on.
+A request is untrusted input (HTTP body, CLI file). Every rule it must meet is a constraint of
+these models (a length, a pattern, a range, a strict type, one conditional), so the JSON schema
+pydantic derives from them, which the OpenAPI document publishes, states exactly what is
+enforced: a request the document allows is accepted, one it forbids is refused with one line
+(INVALID_REQUEST). Validation is strict: `true` is not `1`, `"5"` is not `5` (but `5.0` is,
+as JSON Schema reads it).
+
+Lengths count characters (Unicode code points), as JSON Schema's `maxLength` does. What JSON
+Schema cannot state, the size of a whole body in bytes, is the transport's limit
+(`MAX_BODY_BYTES`, HTTP 413), checked on the raw bytes before anything is parsed.
+
+Names and ids (conversation ids, string turn ids, a message's name, id and time, the actor's
+speaker) hold at least one visible character and no control character (C0, DEL, C1); model
+names hold no whitespace either. Their patterns spell every character class out instead of
+using `\\s`, whose meaning differs between Python, Rust (pydantic-core) and ECMA-262 (the
+pattern dialect of JSON Schema), so all three read them the same way.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
-    StrictInt,
+    Strict,
     StringConstraints,
     ValidationError,
-    field_validator,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    computed_field,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
-from core.settings import SLOT_NAMES, bolt_uri
-from kg.dialogue import AppliedAction
+from core.settings import SLOT_NAMES
+from kg.dialogue import AppliedAction, turn_key
 
-MAX_MESSAGE_BYTES = 64 * 1024
-MAX_REQUEST_BYTES = 256 * 1024
+#: A message's content, in characters.
+MAX_MESSAGE_CHARS = 64 * 1024
 MAX_MESSAGES = 200
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: A request body, in bytes (JSON Schema cannot state it: HTTP answers 413 above it).
+MAX_BODY_BYTES = 320 * 1024
+#: The largest integer turn id: the largest integer a JavaScript front end holds exactly.
+MAX_TURN_NUMBER = 2**53 - 1
+
+_CONTROL = r"\x00-\x1f\x7f-\x9f"
+#: Whitespace in any of the three readings (Python str.isspace, Unicode White_Space, ECMA-262 \s).
+_SPACE = r"\x20\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+#: Not blank, no control character.
+NAME_PATTERN = rf"^[^{_CONTROL}]*[^{_CONTROL}{_SPACE}][^{_CONTROL}]*$"
+#: No whitespace, no control character.
+TOKEN_PATTERN = rf"^[^{_CONTROL}{_SPACE}]+$"
+#: A Bolt URI: scheme, host (name, IPv4 or [IPv6]), optional port, optional "/".
+BOLT_URI_PATTERN = (
+    r"^(bolt|neo4j)(\+s|\+ssc)?://([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
+    r"[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]{2,45}\])(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}"
+    r"|655[0-2][0-9]|6553[0-5]))?/?$"
+)
+
+#: Not blank, no control characters, 1-200 characters.
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=NAME_PATTERN)]
+ConversationId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=200, pattern=NAME_PATTERN),
+    Field(description="the conversation: 1-200 characters, not blank, no control characters"),
+]
+def _integral(value: Any) -> Any:
+    """A JSON number with no fraction is an integer to JSON Schema (36.0 is 36): strictness
+    refuses strings and booleans, not that spelling."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: An integer field: a JSON integer (36, or 36.0), never a string or a boolean.
+JsonInt = Annotated[int, Strict(), BeforeValidator(_integral)]
+
+_TURN_ID_RULE = (f"must be an integer 0..{MAX_TURN_NUMBER}, or 1-100 characters with a visible one and no "
+                 "control character")
+
+
+def _one_turn_id_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One reason for a bad turn id instead of one per branch of the union."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticCustomError("turn_id", _TURN_ID_RULE) from None
+
+
+#: A turn id: an integer, or a name (not blank, no control characters). 7 and "7" are the same turn.
+TurnId = Annotated[
+    Annotated[int, Strict(), Field(ge=0, le=MAX_TURN_NUMBER), BeforeValidator(_integral)]
+    | Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=NAME_PATTERN)],
+    WrapValidator(_one_turn_id_error),
+    Field(description=f"{_TURN_ID_RULE.removeprefix('must be ')}; 7 and \"7\" name the same turn"),
+]
+ModelName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=TOKEN_PATTERN)]
+
+
+class _Request(BaseModel):
+    """Request models: unknown fields are refused and types are strict (no coercion)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class TurnState(StrEnum):
@@ -50,59 +127,23 @@ class TurnState(StrEnum):
 
 
 ErrorCode = Literal["INVALID_REQUEST", "IN_PROGRESS", "ROLLED_BACK"]
-#: Why a turn did not commit, finer than the code (and what the HTTP status is chosen from).
+#: Why a call did not succeed, finer than the code (and what the HTTP status is chosen from):
+#: malformed 400, too_large 413, forbidden 403 (refused by the server's policy), conflict 409,
+#: busy 409, gate 200, timeout/llm/graph 503 when retryable, internal 500 (a bug).
 ErrorKind = Literal[
-    "malformed", "too_large", "conflict", "busy", "gate", "timeout", "llm", "graph", "internal"
+    "malformed", "too_large", "forbidden", "conflict", "busy", "gate", "timeout", "llm", "graph", "internal"
 ]
+InvalidKind = Literal["malformed", "too_large", "forbidden", "conflict"]
 
 
-def _utf8_bytes(value: str, what: str) -> int:
-    try:
-        return len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        # A JSON "\ud800" escape decodes to a lone surrogate: not text any store accepts.
-        raise ValueError(f"{what} is not valid UTF-8 text (lone surrogate)") from None
-
-
-def _check_id(value: str, what: str) -> str:
-    if not value.strip():
-        raise ValueError(f"{what} must not be blank")
-    if _CONTROL.search(value):
-        raise ValueError(f"{what} must not contain control characters")
-    _utf8_bytes(value, what)
-    return value
-
-
-ModelName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^\S+$")]
-#: The conversation id every request carries: bounded, not blank, no control characters.
-ConversationId = Annotated[
-    str, StringConstraints(min_length=1, max_length=200), AfterValidator(lambda v: _check_id(v, "conversation_id"))
-]
-
-
-class ChatMessage(BaseModel):
+class ChatMessage(_Request):
     """One chat message; `name` is the speaker, `message_id` a front-end/source reference."""
 
-    model_config = ConfigDict(extra="forbid")
-
     role: Literal["user", "assistant", "system"]
-    content: str = Field(max_length=MAX_MESSAGE_BYTES)
-    name: str | None = Field(None, max_length=200)
-    message_id: str | None = Field(None, max_length=200)
-    time: str | None = Field(None, max_length=200, description="when it was said, free text")
-
-    @field_validator("content")
-    @classmethod
-    def _content_size(cls, value: str) -> str:
-        size = _utf8_bytes(value, "message content")
-        if size > MAX_MESSAGE_BYTES:
-            raise ValueError(f"message content is {size} bytes; the limit is {MAX_MESSAGE_BYTES}")
-        return value
-
-    @field_validator("name", "message_id", "time")
-    @classmethod
-    def _short_text(cls, value: str | None) -> str | None:
-        return None if value is None else _check_id(value, "message name/id/time")
+    content: str = Field(max_length=MAX_MESSAGE_CHARS, description=f"at most {MAX_MESSAGE_CHARS} characters")
+    name: Name | None = Field(None, description="the speaker (default: the role)")
+    message_id: Name | None = None
+    time: Name | None = Field(None, description="when it was said, free text")
 
     @property
     def speaker(self) -> str:
@@ -112,30 +153,43 @@ class ChatMessage(BaseModel):
         return f"{self.speaker}: {self.content}"
 
 
-class DbConfig(BaseModel):
-    """`config.db`: the graph a front end asks for (honoured only when the server allows it)."""
+class DbConfig(_Request):
+    """`config.db`: the graph a front end asks for. Honoured only when the server runs with
+    `--allow-request-db`; otherwise a request naming another graph than the served one, or
+    carrying a password, is refused with 403."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    uri: str | None = Field(None, max_length=500)
-    username: str | None = Field(None, max_length=200)
+    uri: str | None = Field(None, max_length=300, pattern=BOLT_URI_PATTERN,
+                            description="bolt:// or neo4j:// (+s, +ssc) URI: host, optional port")
+    username: Name | None = None
     password: SecretStr | None = Field(None, max_length=500)
-    database: str | None = Field(None, max_length=200)
+    database: Name | None = None
 
-    @field_validator("uri")
-    @classmethod
-    def _bolt(cls, value: str | None) -> str | None:
-        return bolt_uri(value)
+    def is_empty(self) -> bool:
+        return self.uri is None and self.username is None and self.password is None and self.database is None
 
 
-class SlotModels(BaseModel):
-    """`config.models.<slot>`: per-request model overrides (unknown slots are rejected)."""
+def _no_override(slot: str) -> Any:
+    def check(value: Any) -> Any:
+        if value is not None:
+            raise ValueError(
+                f"cannot apply: the {slot} makes no chat call (graph and hybrid recall with the server's "
+                "embedding model); remove it"
+            )
+        return value
 
-    model_config = ConfigDict(extra="forbid")
+    return BeforeValidator(check)
 
-    retriever: ModelName | None = None
-    injector: ModelName | None = None
-    actor: ModelName | None = None
+
+_NO_CHAT = "must be null: this slot makes no chat call, so no model applies"
+
+
+class SlotModels(_Request):
+    """`config.models.<slot>`: per-request model overrides (unknown slots are refused). An
+    override that would change nothing is refused too, rather than silently ignored."""
+
+    retriever: Annotated[None, _no_override("retriever")] = Field(None, description=_NO_CHAT)
+    injector: Annotated[None, _no_override("injector")] = Field(None, description=_NO_CHAT)
+    actor: ModelName | None = Field(None, description="only with config.actor.mode 'generate'")
     extractor: ModelName | None = None
     judge: ModelName | None = None
     historian: ModelName | None = None
@@ -144,44 +198,47 @@ class SlotModels(BaseModel):
         return {slot: m for slot in SLOT_NAMES if (m := getattr(self, slot)) is not None}
 
 
-class ActorConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ActorConfig(_Request):
     mode: Literal["recorded", "generate"] = Field(
         "recorded",
         description="recorded: the turn's messages are final; generate: the actor writes the reply",
     )
-    speaker: str | None = Field(None, max_length=200, description="who the actor plays (generate)")
-    max_words: int = Field(80, ge=5, le=1000)
+    speaker: Name | None = Field(None, description="who the actor plays (generate)")
+    max_words: JsonInt = Field(80, ge=5, le=1000)
 
 
-class TurnConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+#: JSON Schema for TurnConfig's one cross-field rule (the model validator below enforces it).
+_ACTOR_MODEL_RULE: dict[str, Any] = {
+    "if": {"required": ["actor"],
+           "properties": {"actor": {"required": ["mode"], "properties": {"mode": {"const": "generate"}}}}},
+    "then": {},
+    "else": {"properties": {"models": {"properties": {"actor": {"type": "null"}}}}},
+}
+
+
+class TurnConfig(_Request):
+    """`config`. One rule spans two fields: `models.actor` needs `actor.mode` "generate"."""
+
+    model_config = ConfigDict(json_schema_extra=_ACTOR_MODEL_RULE)
 
     db: DbConfig | None = None
     models: SlotModels = Field(default_factory=SlotModels)
     actor: ActorConfig = Field(default_factory=ActorConfig)
-    token_budget: int = Field(1024, ge=64, le=32_768, description="tokens for the injection_packet")
-    recall_k: int = Field(5, ge=0, le=50, description="earlier turns recalled by vector search")
+    token_budget: JsonInt = Field(1024, ge=64, le=32_768, description="tokens for the injection_packet")
+    recall_k: JsonInt = Field(5, ge=0, le=50, description="earlier turns recalled by hybrid search")
     require_actions: bool = Field(True, description="commit gate: block turns with no relation action")
 
-
-class _ChatPayload(BaseModel):
-    """What the requests carrying a conversation's messages share: their total size check."""
-
-    if TYPE_CHECKING:  # fields of the subclasses, declared there (field order is the API's)
-        messages: list[ChatMessage]
-        window: list[ChatMessage]
-
     @model_validator(mode="after")
-    def _total_size(self) -> Self:
-        total = sum(len(m.content.encode("utf-8")) for m in (*self.window, *self.messages))
-        if total > MAX_REQUEST_BYTES:
-            raise ValueError(f"messages total {total} bytes; the limit is {MAX_REQUEST_BYTES} per request")
+    def _actor_model_needs_generate(self) -> Self:
+        if self.models.actor is not None and self.actor.mode != "generate":
+            raise ValueError(
+                "config.models.actor cannot apply: config.actor.mode is 'recorded' (the turn's messages are "
+                "final, no model is called); remove it or set config.actor.mode to 'generate'"
+            )
         return self
 
 
-class TurnCommitRequest(_ChatPayload):
+class TurnCommitRequest(_Request):
     """`POST /api/kg-sidecar/turn/commit`: one turn of a conversation.
 
     `messages` are this turn's new messages (oldest first); `window` is the chat before them,
@@ -189,22 +246,11 @@ class TurnCommitRequest(_ChatPayload):
     `messages` plus `config.actor` (model choices and budgets may change between retries).
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     conversation_id: ConversationId
-    turn_id: StrictInt | Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    turn_id: TurnId
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     window: list[ChatMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
     config: TurnConfig = Field(default_factory=TurnConfig)
-
-    @field_validator("turn_id")
-    @classmethod
-    def _turn(cls, value: int | str) -> int | str:
-        if isinstance(value, int):
-            if value < 0:
-                raise ValueError("turn_id must be >= 0")
-            return value
-        return _check_id(value, "turn_id")
 
     @property
     def turn(self) -> str:
@@ -212,7 +258,7 @@ class TurnCommitRequest(_ChatPayload):
 
     @property
     def key(self) -> str:
-        return f"{self.conversation_id}:{self.turn}"
+        return turn_key(self.conversation_id, self.turn)
 
     def ids(self) -> dict[str, str]:
         """Key, conversation id and turn id, as TurnResult and the graph's TurnWrite name them."""
@@ -255,6 +301,10 @@ class GateDecision(BaseModel):
     reasons: list[str] = Field(default_factory=list)
     actions: int = 0
     identity_conflicts: int = 0
+    nothing_new: bool = Field(
+        False, description="blocked only because the turn holds no relation action: nothing new for the graph "
+        "(the turn's text is remembered); not a failure"
+    )
 
 
 class TurnTrace(BaseModel):
@@ -295,10 +345,21 @@ class InjectionPacket(BaseModel):
 
 
 class IdentityConflict(BaseModel):
+    """A name bound to two different entities: the graph binds it to one, this turn to another
+    (or to another kind of thing), each side with its facts. Only a conflict with evidence on
+    both sides blocks a commit."""
+
     entity: str
     conflicts_with: str = ""
     reason: str = ""
     source: Literal["rule", "judge"] = "judge"
+    name: str = Field("", description="the name bound twice")
+    graph_evidence: list[str] = Field(default_factory=list, description="what the graph holds for the name")
+    turn_evidence: list[str] = Field(default_factory=list, description="the words of this turn that bind it")
+
+    @property
+    def has_evidence(self) -> bool:
+        return bool(self.graph_evidence) and bool(self.turn_evidence)
 
 
 class Contradiction(BaseModel):
@@ -310,6 +371,9 @@ class Contradiction(BaseModel):
 class JudgeSummary(BaseModel):
     identity_conflicts: list[IdentityConflict] = Field(default_factory=list)
     contradictions: list[Contradiction] = Field(default_factory=list)
+    dismissed: list[str] = Field(
+        default_factory=list, description="identity conflicts the model reported that the graph cannot show, with why"
+    )
 
 
 class BioPatchResult(BaseModel):
@@ -348,74 +412,117 @@ class TurnResult(BaseModel):
     gate: GateDecision | None = None
     trace: TurnTrace | None = None
 
+    @computed_field(description="the commit gate held the turn back only because it holds no relation action: "
+                    "its text is remembered, nothing new reached the graph (state stays ROLLED_BACK, code "
+                    "ROLLED_BACK, as before); front ends show it as `nothing new`, not as a failure")
+    def nothing_new(self) -> bool:
+        return not self.committed and self.gate is not None and self.gate.nothing_new
+
     @classmethod
     def invalid(
         cls,
         reason: str,
         *,
         key: str | None = None,
-        kind: Literal["malformed", "too_large", "conflict"] = "malformed",
+        kind: InvalidKind = "malformed",
     ) -> TurnResult:
         return cls(
             ok=False, state=TurnState.RECEIVED, code="INVALID_REQUEST", error_kind=kind, reason=reason, key=key
         )
 
 
+M = TypeVar("M", bound=BaseModel)
+#: What a pattern means, for the one-line reason (the pattern itself is in the schema).
+_PATTERN_RULES = {
+    NAME_PATTERN: "must hold a visible character and no control character",
+    TOKEN_PATTERN: "must hold no whitespace and no control character",
+    BOLT_URI_PATTERN: "must be a bolt:// or neo4j:// URI (+s or +ssc allowed): a host and an optional port",
+}
+
+
 def validation_reason(exc: ValidationError) -> str:
-    """One line naming the first bad field (and how many more there are)."""
+    """One line naming the first bad field (and how many more there are). A secret's value is
+    never shown."""
     errors = exc.errors()
     first = errors[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "request"
+    parts = [str(p) for p in first["loc"] if not str(p).startswith("function-")]
+    loc = ".".join(parts) or "request"
     msg = str(first["msg"]).removeprefix("Value error, ")
+    if first["type"] == "string_pattern_mismatch":
+        msg = _PATTERN_RULES.get(str((first.get("ctx") or {}).get("pattern")), msg)
     value = first.get("input")
     shown = ""
-    if isinstance(value, str | int | float | bool) and first["type"] not in ("missing",):
+    if (isinstance(value, str | int | float | bool) and first["type"] not in ("missing",)
+            and "password" not in parts):
         text = repr(value)
         shown = f" (got {text[:60]}{'...' if len(text) > 60 else ''})"
     more = f"; and {len(errors) - 1} more problem(s)" if len(errors) > 1 else ""
     return f"invalid request field {loc}: {msg}{shown}{more}"
 
 
-def parse_request(raw: bytes | str | dict[str, Any]) -> TurnCommitRequest | TurnResult:
-    """A validated request, or an INVALID_REQUEST result with a one-line reason."""
+def parse_model(model: type[M], raw: bytes | str | dict[str, Any]) -> tuple[M | None, str, InvalidKind]:
+    """(the validated `model`, "", _) or (None, a one-line reason, the kind of problem)."""
     if isinstance(raw, bytes | bytearray):
-        if len(raw) > MAX_REQUEST_BYTES + 64 * 1024:  # room for JSON structure around the text
-            return TurnResult.invalid(
-                f"request body is {len(raw)} bytes; the limit is {MAX_REQUEST_BYTES} bytes of messages",
-                kind="too_large",
-            )
+        if len(raw) > MAX_BODY_BYTES:
+            return None, f"request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}", "too_large"
         try:
             raw = bytes(raw).decode("utf-8")
         except UnicodeDecodeError as exc:
-            return TurnResult.invalid(f"request body is not valid UTF-8 (byte {exc.start})")
+            return None, f"request body is not valid UTF-8 (byte {exc.start})", "malformed"
     try:
         if isinstance(raw, str):
-            return TurnCommitRequest.model_validate_json(raw)
-        return TurnCommitRequest.model_validate(raw)
+            return model.model_validate_json(raw), "", "malformed"
+        return model.model_validate(raw), "", "malformed"
     except ValidationError as exc:
         if any(e["type"] == "json_invalid" for e in exc.errors()):
-            return TurnResult.invalid(f"request body is not valid JSON: {exc.errors()[0]['msg']}")
-        return TurnResult.invalid(validation_reason(exc))
+            return None, f"request body is not valid JSON: {exc.errors()[0]['msg']}", "malformed"
+        return None, validation_reason(exc), "malformed"
+
+
+def parse_request(raw: bytes | str | dict[str, Any]) -> TurnCommitRequest | TurnResult:
+    """A validated request, or an INVALID_REQUEST result with a one-line reason."""
+    parsed, reason, kind = parse_model(TurnCommitRequest, raw)
+    return parsed if parsed is not None else TurnResult.invalid(reason, kind=kind)
 
 
 # --- Memory before the reply, rewinds ----------------------------------------------------------
 
 
-class MemoryQueryRequest(_ChatPayload):
-    """`POST /api/kg-sidecar/memory/query`: a turn commit's body without `turn_id`: the PENDING
-    messages (the user's message the model has not answered yet). Nothing is written."""
+class PendingTurn(_Request):
+    """A turn the front end is still writing (a queued commit, replace or rewind): what its
+    memory will say once the write lands."""
 
-    model_config = ConfigDict(extra="forbid")
+    turn_id: TurnId
+    text: str | None = Field(
+        None, max_length=MAX_MESSAGE_CHARS,
+        description="the turn's text as memory will hold it (`speaker: content` lines, the `text` of "
+        "GET .../turns); null: the turn is being removed (a delete, or a swipe being generated)",
+    )
+
+
+class MemoryQueryRequest(_Request):
+    """`POST /api/kg-sidecar/memory/query`: a turn commit's body without `turn_id`: the PENDING
+    messages (the user's message the model has not answered yet). Nothing is written.
+
+    `pending_turns`: turns with writes still queued at the front end. A remembered turn listed
+    there is recalled only if its remembered text is the `text` given (so a query during a
+    pending edit never injects the turn's old text), and the milestones and relations it
+    started are left out until its write lands."""
 
     conversation_id: ConversationId
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     window: list[ChatMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
     config: TurnConfig = Field(default_factory=TurnConfig)
+    pending_turns: list[PendingTurn] = Field(default_factory=list, max_length=MAX_MESSAGES)
+
+    def stale_turns(self) -> dict[str, str | None]:
+        """turn id -> the text memory will hold (None: removed)."""
+        return {str(p.turn_id): p.text for p in self.pending_turns}
 
     @classmethod
     def parse(cls, raw: bytes | str | dict[str, Any]) -> MemoryQueryRequest | MemoryQueryResult:
-        parsed = _parse_model(cls, raw)
-        return MemoryQueryResult.invalid(parsed) if isinstance(parsed, str) else parsed
+        parsed, reason, kind = parse_model(cls, raw)
+        return parsed if parsed is not None else MemoryQueryResult.invalid(reason, kind=kind)
 
 
 class RecalledTurnOut(BaseModel):
@@ -434,24 +541,41 @@ class RecalledTurnOut(BaseModel):
 class MemoryQueryResult(BaseModel):
     ok: bool
     code: Literal["INVALID_REQUEST", "UNAVAILABLE"] | None = None
+    error_kind: ErrorKind | None = None
     reason: str | None = None
     retryable: bool = False
     conversation_id: str | None = None
     injection_packet: InjectionPacket | None = None
     recalled: list[RecalledTurnOut] = Field(default_factory=list)
     stored_turns: int = 0
+    held_back: list[str] = Field(
+        default_factory=list, description="turn ids whose remembered text was not recalled: a pending write "
+        "changes it (see `pending_turns`)"
+    )
     elapsed_ms: float = 0.0
 
     @classmethod
-    def invalid(cls, reason: str) -> MemoryQueryResult:
-        return cls(ok=False, code="INVALID_REQUEST", reason=reason)
+    def invalid(cls, reason: str, *, kind: InvalidKind = "malformed") -> MemoryQueryResult:
+        return cls(ok=False, code="INVALID_REQUEST", error_kind=kind, reason=reason)
+
+
+class RewindRequest(_Request):
+    """`POST /api/kg-sidecar/conversation/rewind`: remove turn `before_turn` and every later one."""
+
+    conversation_id: ConversationId
+    before_turn: TurnId
+
+    @property
+    def key(self) -> str:
+        return turn_key(self.conversation_id, str(self.before_turn))
 
 
 class RewindResult(BaseModel):
-    """`POST /api/kg-sidecar/conversation/rewind`: what a rewind removed."""
+    """What a rewind removed."""
 
     ok: bool
     code: ErrorCode | None = None
+    error_kind: ErrorKind | None = None
     reason: str | None = None
     retryable: bool = False
     conversation_id: str
@@ -462,132 +586,11 @@ class RewindResult(BaseModel):
     replayed_turns: int = Field(0, description="earlier committed turns re-applied to rebuild the facts")
 
 
-class RewindRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    conversation_id: ConversationId
-    before_turn: StrictInt | Annotated[str, StringConstraints(min_length=1, max_length=100)]
-
-
-def _parse_model(model: type[Any], raw: bytes | str | dict[str, Any]) -> Any:
-    """A validated `model`, or a one-line reason why not."""
-    if isinstance(raw, bytes | bytearray):
-        try:
-            raw = bytes(raw).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return f"request body is not valid UTF-8 (byte {exc.start})"
-    try:
-        if isinstance(raw, str):
-            return model.model_validate_json(raw)
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            return f"request body is not valid JSON: {exc.errors()[0]['msg']}"
-        return validation_reason(exc)
-
-
-def parse_rewind(raw: bytes | str | dict[str, Any]) -> RewindRequest | str:
-    parsed: RewindRequest | str = _parse_model(RewindRequest, raw)
-    return parsed
-
-
-# --- Read-back (paged) ---------------------------------------------------------------------------
-
-
-class PageInfo(BaseModel):
-    offset: int
-    limit: int
-    total: int
-
-
-class EntityOut(BaseModel):
-    entity_id: str
-    name: str
-    kind: str
-    aliases: list[str] = Field(default_factory=list)
-    bio_summary: str = ""
-    bio_traits: list[str] = Field(default_factory=list)
-    first_turn: str | None = None
-    last_turn: str | None = None
-    mentions: int = 0
-
-
-class RelationEventOut(BaseModel):
-    event_id: str
-    turn_id: str
-    seq: int
-    action: str
-    from_type: str | None = None
-    to_type: str | None = None
-    weight_before: float | None = None
-    weight_after: float | None = None
-    reason: str = ""
-    quote: str = Field("", description="the words of the turn that state this change (its evidence)")
-
-
-class RelationOut(BaseModel):
-    rel_id: str
-    source_id: str
-    source_name: str
-    target_id: str
-    target_name: str
-    type: str
-    weight: float
-    status: str
-    since_turn: str | None = None
-    ended_turn: str | None = None
-    quote: str = Field("", description="the evidence of the relation's latest change: words of that turn")
-    events: list[RelationEventOut] = Field(default_factory=list, description="the relation's mutation log, oldest first")
-
-
-class MilestoneOut(BaseModel):
-    milestone_id: str
-    turn_id: str
-    seq: int
-    text: str
-    importance: float = 0.5
-    entity_ids: list[str] = Field(default_factory=list)
-    quote: str = Field("", description="the words of the turn that state it (its evidence)")
-
-
-class TurnOut(BaseModel):
-    key: str
-    turn_id: str
-    seq: int = Field(description="position in the conversation's memory")
-    speaker: str = ""
-    text: str
-    when: str = ""
-    committed: bool = Field(False, description="the turn's facts passed the commit gate")
-    facts: list[str] = Field(default_factory=list)
-
-
-class EntityPage(BaseModel):
-    conversation_id: str
-    page: PageInfo
-    items: list[EntityOut]
-
-
-class RelationPage(BaseModel):
-    conversation_id: str
-    page: PageInfo
-    items: list[RelationOut]
-
-
-class MilestonePage(BaseModel):
-    conversation_id: str
-    page: PageInfo
-    items: list[MilestoneOut]
-
-
-class TurnPage(BaseModel):
-    conversation_id: str
-    page: PageInfo
-    items: list[TurnOut]
-
-
-class SearchResult(BaseModel):
-    conversation_id: str
-    query: str
-    turns: list[RecalledTurnOut] = Field(default_factory=list, description="hybrid recall, best first")
-    entities: list[EntityOut] = Field(default_factory=list, description="entities whose name or alias matches")
-    milestones: list[MilestoneOut] = Field(default_factory=list, description="milestones containing the query words")
+def parse_rewind(raw: bytes | str | dict[str, Any]) -> RewindRequest | RewindResult:
+    """A validated rewind request, or an INVALID_REQUEST result with a one-line reason."""
+    parsed, reason, kind = parse_model(RewindRequest, raw)
+    if parsed is not None:
+        return parsed
+    ids = raw if isinstance(raw, dict) else {}
+    return RewindResult(ok=False, code="INVALID_REQUEST", error_kind=kind, reason=reason,
+                        conversation_id=str(ids.get("conversation_id", "")), before_turn=str(ids.get("before_turn", "")))

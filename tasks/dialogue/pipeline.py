@@ -1,14 +1,21 @@
-"""The turn pipeline of the dialogue sidecar (spec 000): one request in, one TurnResult out.
+"""The dialogue sidecar's service (spec 000): one request in, one result out.
 
     RECEIVED -> RETRIEVING -> INJECTING -> ACTING -> EXTRACTING -> JUDGING -> HISTORIANING
              -> PREPARED -> COMMITTING -> COMMITTED          (any failure: ROLLED_BACK)
+
+`DialogueService` validates a request, answers it from the idempotency record when it can,
+takes the conversation's lock and lease, and hands the turn to `tasks.dialogue.turn.TurnRun`,
+which walks the state machine one step per method. Endings other than COMMITTED are built in
+`tasks.dialogue.outcomes`; slot scheduling (deadline, per-slot timeouts) is
+`tasks.dialogue.slots`.
 
 Guarantees, and where they come from:
 
 - Idempotency: the key `conversation_id:turn_id` is a KGTurn node written in the commit
   transaction (uniqueness constraint on `key`), with the payload hash and the result. The
   same request again returns the stored result and writes nothing; a different payload under
-  a committed key is rejected (INVALID_REQUEST). Persisted, so it survives restarts.
+  a committed key is refused (INVALID_REQUEST, error_kind `conflict`). Persisted, so it
+  survives restarts.
 - One turn per conversation at a time, across threads and processes: an in-process lock,
   then a lease in the graph (kg.dialogue). A second caller waits up to `lock_wait_s` and
   then gets IN_PROGRESS (retryable); expired leases are taken over, and the commit
@@ -18,25 +25,15 @@ Guarantees, and where they come from:
   Anything failing before or during it ends ROLLED_BACK with nothing written and a
   `retryable` flag. The commit gate (no relation actions, identity conflicts) also ends
   ROLLED_BACK, not retryable: the same input would be blocked again.
+- Bad input never raises: every public method answers it with INVALID_REQUEST and one line.
 
 The pipeline is plain Python so the HTTP server and the regression batch pay no
 orchestration cost per turn; `run_slot` lets the Prefect flow run each slot as a task.
-
-Slot scheduling: every slot runs on the service's worker pool and the turn waits for it
-with the turn deadline (and the slot's own timeout from `settings.slot_timeouts_s`), so a
-slot still running when either passes ends the turn ROLLED_BACK (timed_out) at once; the
-abandoned call finishes in the background and its result is dropped (nothing it computed
-can reach the commit transaction). Judge and historian depend only on the extractor and
-run concurrently; the commit embedding reuses the retriever's query vector (the same text
-in recorded mode) or is computed while the extractor runs. Round trips per recorded turn:
-query embedding, extractor, max(judge, historian).
 """
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
-import json
 import logging
 import os
 import socket
@@ -45,21 +42,16 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeoutError
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
-from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from core.errors import (
-    GraphUnavailableError,
-    GraphWriteError,
     InvalidInputError,
-    LLMBadOutputError,
+    LLMError,
     LLMFatalError,
-    LLMUnavailableError,
     SkaldError,
 )
 from core.graph_server import GraphEndpoint
@@ -67,54 +59,42 @@ from core.heap import HeapTrimmer
 from core.llm import LLMGateway
 from core.settings import Settings
 from kg.dialogue import (
-    AppliedAction,
     DialogueRepository,
     RewindOutcome,
     RewindRefusedError,
     StoredTurn,
-    TurnWrite,
     payload_digest,
+    turn_key,
 )
 from kg.store import GraphStore
-from tasks.dialogue.actor import act
-from tasks.dialogue.extractor import extract
-from tasks.dialogue.gate import commit_gate
-from tasks.dialogue.historian import historian
 from tasks.dialogue.injector import build_packet
-from tasks.dialogue.judge import judge, proposal_lines
 from tasks.dialogue.models import (
-    BioPatchResult,
-    ErrorKind,
+    DbConfig,
     MemoryQueryRequest,
     MemoryQueryResult,
+    RewindRequest,
     RewindResult,
     TurnCommitRequest,
     TurnResult,
     TurnState,
-    TurnTrace,
     parse_request,
+    parse_rewind,
 )
+from tasks.dialogue.outcomes import Ids, Outcomes
 from tasks.dialogue.retriever import (
     RecalledTurn,
     VectorIndexRegistry,
-    memory_row,
     recall,
     retrieve,
     turn_text,
+    without_pending,
 )
-from tasks.dialogue.routing import Route, override_problem, resolve_routes
+from tasks.dialogue.routing import resolve_routes
+from tasks.dialogue.slots import SlotRunner, SlotScheduler, direct
 from tasks.dialogue.trace import TraceRecorder
+from tasks.dialogue.turn import TurnContext, TurnRun
 
 log = logging.getLogger("skald.dialogue")
-
-T = TypeVar("T")
-#: Runs one slot's work: `run_slot(slot_name, work)`. The default calls `work()`.
-SlotRunner = Callable[[str, Callable[[], T]], T]
-_COMMIT_ROUTE = Route(slot="commit", tier="embedding", source="none")
-
-
-def _direct(slot: str, work: Callable[[], T]) -> T:
-    return work()
 
 
 class SidecarOptions(BaseModel):
@@ -152,8 +132,8 @@ class SidecarOptions(BaseModel):
     )
 
 
-class TurnTimeoutError(SkaldError):
-    """The turn ran past its deadline before it could commit."""
+class RequestRefusedError(InvalidInputError):
+    """A valid request this server's configuration refuses (HTTP 403)."""
 
 
 class DialogueService:
@@ -185,8 +165,12 @@ class DialogueService:
         # Native memory freed by turns goes back to the OS now and then (see core.heap).
         self.heap = HeapTrimmer(every=self.options.heap_trim_turns)
         self._pool = ThreadPoolExecutor(max_workers=self.options.slot_workers, thread_name_prefix="dialogue-slot")
-        self.rolled_back_count = 0
-        self._trace_lock = threading.Lock()
+        self.outcomes = Outcomes(settings.saga_dir, lambda: self._gateway)
+
+    @property
+    def rolled_back_count(self) -> int:
+        """Turns rolled back since start (their traces are under .saga/runs/sidecar)."""
+        return self.outcomes.rolled_back_count
 
     # ------------------------------------------------------------------ resources
     @property
@@ -225,14 +209,15 @@ class DialogueService:
             gateway.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _store_for(self, request: TurnCommitRequest) -> GraphStore:
+    def _store_for(self, db: DbConfig | None) -> GraphStore:
+        """The graph a request's `config.db` names: the served one unless the operator allows
+        others (RequestRefusedError otherwise; credentials in requests likewise)."""
         default = self.store
-        db = request.config.db
-        if db is None or (db.uri is None and db.database is None and db.username is None and db.password is None):
+        if db is None or db.is_empty():
             return default
         if db.password is not None and not self.options.allow_request_db:
             # Credentials in request bodies are off unless the operator enables them.
-            raise InvalidInputError(
+            raise RequestRefusedError(
                 "config.db.password is refused: this sidecar does not take database credentials from requests",
                 hint="drop config.db, or start the sidecar with --allow-request-db",
             )
@@ -241,7 +226,7 @@ class DialogueService:
         if wanted == (ep.uri, ep.username, ep.database):
             return default
         if not self.options.allow_request_db:
-            raise InvalidInputError(
+            raise RequestRefusedError(
                 f"config.db names graph {wanted[0]}/{wanted[2]}, but this sidecar serves {ep.label} only",
                 hint="drop config.db, or start the sidecar with --allow-request-db",
             )
@@ -251,7 +236,10 @@ class DialogueService:
             store = self._other_stores.get(cache_key)
         if store is None:
             endpoint = GraphEndpoint(wanted[0], wanted[1], password, wanted[2], embedded=False)
-            store = GraphStore(endpoint, connect_attempts=self.settings.graph_connect_attempts).connect()
+            try:
+                store = GraphStore(endpoint, connect_attempts=self.settings.graph_connect_attempts).connect()
+            except ValueError as exc:  # the driver's reading of the URI (the schema's pattern passed)
+                raise InvalidInputError(f"config.db.uri cannot be used: {exc}") from None
             store.migrate()
             with self._lock:
                 store = self._other_stores.setdefault(cache_key, store)
@@ -309,78 +297,89 @@ class DialogueService:
         if isinstance(parsed, TurnResult):
             return parsed
         request = parsed
+        ids = request.ids()
         self.heap.tick()
-        problem = override_problem(request.config)
-        if problem is not None:
-            return TurnResult.invalid(problem, key=request.key)
         trace = TraceRecorder(request.key, attempt)
         try:
-            store = self._store_for(request)
+            store = self._store_for(request.config.db)
+        except RequestRefusedError as exc:
+            return TurnResult.invalid(str(exc), key=request.key, kind="forbidden")
         except InvalidInputError as exc:
             return TurnResult.invalid(str(exc), key=request.key)
         except SkaldError as exc:  # the graph is unreachable or its schema cannot be migrated
-            return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
+            return self.outcomes.rolled_back(ids, trace, str(exc), retryable=True, kind="graph")
         repo = DialogueRepository(store)
         payload_hash = payload_digest(request.payload_canonical())
         try:
             stored = repo.get_turn(request.key)
         except SkaldError as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
+            return self.outcomes.rolled_back(ids, trace, str(exc), retryable=True, kind="graph")
         if stored is not None and (not replace or stored.payload_hash == payload_hash):
-            return self._replay(request, stored, payload_hash, trace)
+            return self.outcomes.replay(ids, stored, payload_hash, trace)
 
         def body(claim_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
             if claim_stored is not None and (not replace or claim_stored.payload_hash == payload_hash):
-                return self._replay(request, claim_stored, payload_hash, trace), True
-            if replace and repo.remembered_text(request.key) == turn_text(request.messages):
-                # The same text as remembered (a turn the commit gate blocked, sent again): a
-                # plain retry; rewinding would throw away every later turn for nothing.
-                pass
-            elif replace:
-                try:
-                    outcome = repo.rewind(request.conversation_id, request.key, self.owner,
-                                          guard=self._write_guard(store))
-                except RewindRefusedError as exc:
-                    return TurnResult.invalid(str(exc), key=request.key), True
-                if outcome.status != "absent":
-                    self.vectors.forget(store.endpoint.label, request.conversation_id)
+                return self.outcomes.replay(ids, claim_stored, payload_hash, trace), True
+            if replace and repo.remembered_text(request.key) != turn_text(request.messages):
+                # Changed text: rewind the old turn and every later one. (The same text as
+                # remembered, a turn the commit gate blocked sent again, is a plain retry:
+                # rewinding would throw away every later turn for nothing.)
+                refused = self._rewind_locked(store, repo, request.conversation_id, request.key)
+                if isinstance(refused, str):
+                    return TurnResult.invalid(refused, key=request.key, kind="conflict"), True
+                if refused.status != "absent":
                     log.info("conversation %s: turn %s replaced (%d turns rewound)",
-                             request.conversation_id, request.turn, len(outcome.removed_turns))
-            return self._run(request, repo, store, trace, payload_hash, run_slot or _direct)
+                             request.conversation_id, request.turn, len(refused.removed_turns))
+            return self._turn(request, repo, store, trace, payload_hash, run_slot or direct, replace=replace)
 
-        return self._locked(store, repo, request.conversation_id, request.key, trace, request, body)
+        return self._locked(store, repo, ids, request.key, trace, body)
 
-    def rewind(self, conversation_id: str, before_turn: str, *, db: Any = None) -> RewindResult:
+    def rewind(
+        self, conversation_id: str | RewindRequest, before_turn: int | str | None = None, *, db: DbConfig | None = None
+    ) -> RewindResult:
         """Rewind a conversation to before turn `before_turn`: that turn and every later one
-        are removed exactly (their facts, events, milestones, memory), as if never committed."""
-        request = TurnCommitRequest(conversation_id=conversation_id, turn_id=before_turn,
-                                    messages=[{"role": "user", "content": "(rewind)"}])  # type: ignore[list-item]
-        if db is not None:
-            request.config.db = db
-        trace = TraceRecorder(request.key, "commit")
+        are removed exactly (their facts, events, milestones, memory), as if never committed.
+        Takes a RewindRequest, or the two ids (validated like one)."""
+        if isinstance(conversation_id, RewindRequest):
+            parsed: RewindRequest | RewindResult = conversation_id
+        else:
+            parsed = parse_rewind({"conversation_id": conversation_id, "before_turn": before_turn})
+        if isinstance(parsed, RewindResult):
+            return parsed
+        request = parsed
+        key = request.key
+        before = str(request.before_turn)
+        ids = {"key": key, "conversation_id": request.conversation_id, "turn_id": before}
+
+        def failed(result: TurnResult) -> RewindResult:
+            return RewindResult(ok=False, conversation_id=request.conversation_id, before_turn=before,
+                                code=result.code, error_kind=result.error_kind, reason=result.reason,
+                                retryable=result.retryable)
+
+        trace = TraceRecorder(key, "commit")
         try:
-            store = self._store_for(request)
+            store = self._store_for(db)
+        except RequestRefusedError as exc:
+            return failed(TurnResult.invalid(str(exc), key=key, kind="forbidden"))
         except InvalidInputError as exc:
-            return RewindResult(ok=False, conversation_id=conversation_id, before_turn=str(before_turn),
-                                code="INVALID_REQUEST", reason=str(exc))
+            return failed(TurnResult.invalid(str(exc), key=key))
+        except SkaldError as exc:
+            return failed(self.outcomes.rolled_back(ids, trace, str(exc), retryable=True, kind="graph"))
         repo = DialogueRepository(store)
         holder: dict[str, RewindOutcome] = {}
 
         def body(_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
-            try:
-                holder["outcome"] = repo.rewind(conversation_id, request.key, self.owner,
-                                                guard=self._write_guard(store))
-            except RewindRefusedError as exc:
-                return TurnResult.invalid(str(exc), key=request.key), True
-            self.vectors.forget(store.endpoint.label, conversation_id)
-            return TurnResult(ok=True, state=TurnState.COMMITTED, key=request.key), True
+            outcome = self._rewind_locked(store, repo, request.conversation_id, key)
+            if isinstance(outcome, str):
+                return TurnResult.invalid(outcome, key=key, kind="conflict"), True
+            holder["outcome"] = outcome
+            return TurnResult(ok=True, state=TurnState.COMMITTED, key=key), True
 
-        result = self._locked(store, repo, conversation_id, None, trace, request, body)
+        result = self._locked(store, repo, ids, None, trace, body)
         outcome = holder.get("outcome")
         if outcome is None:
-            return RewindResult(ok=False, conversation_id=conversation_id, before_turn=request.turn,
-                                code=result.code, reason=result.reason, retryable=result.retryable)
-        return RewindResult(ok=True, conversation_id=conversation_id, before_turn=request.turn,
+            return failed(result)
+        return RewindResult(ok=True, conversation_id=request.conversation_id, before_turn=before,
                             found=outcome.status != "absent", removed_turns=outcome.removed_turns,
                             removed_memory=outcome.removed_memory, replayed_turns=outcome.replayed)
 
@@ -391,55 +390,70 @@ class DialogueService:
         if isinstance(parsed, MemoryQueryResult):
             return parsed
         request = parsed
-        problem = override_problem(request.config)
-        if problem is not None:
-            return MemoryQueryResult.invalid(problem)
         started = time.perf_counter()
-        probe = TurnCommitRequest(conversation_id=request.conversation_id, turn_id="query",
-                                  messages=request.messages, config=request.config)
         trace = TraceRecorder(None, "commit")
         try:
-            store = self._store_for(probe)
+            store = self._store_for(request.config.db)
             index = self.vectors.get(store.endpoint.label, request.conversation_id)
+            pending = request.stale_turns()
+            # The turns a pending write holds back make room for as many others.
+            extra = min(len(pending), 50) if request.config.recall_k else 0
+            # A replace may rewind and rewrite a pending turn while this query reads (it takes no
+            # lock), so memory's text for it is read before and after the retrieval: an old text
+            # seen either time, or none after, holds back what the turn wrote (see without_pending).
+            before = {turn_id: index.text_of(turn_key(request.conversation_id, turn_id)) for turn_id in pending}
             retrieval = retrieve(
                 DialogueRepository(store), self.gateway, index, request.conversation_id, request.messages,
-                recall_k=request.config.recall_k, relation_limit=self.options.relation_limit,
+                recall_k=request.config.recall_k + extra, relation_limit=self.options.relation_limit,
                 purpose=trace.purpose("retriever"),
             )
+            remembered = {
+                turn_id: held if held is not None and held != pending[turn_id]
+                else index.text_of(turn_key(request.conversation_id, turn_id))
+                for turn_id, held in before.items()
+            }
+            retrieval, held_back = without_pending(retrieval, pending, request.config.recall_k, remembered)
             packet = build_packet(retrieval, request.config.token_budget)
+        except RequestRefusedError as exc:
+            return MemoryQueryResult.invalid(str(exc), kind="forbidden")
         except InvalidInputError as exc:
             return MemoryQueryResult.invalid(str(exc))
-        except (LLMUnavailableError, LLMBadOutputError, LLMFatalError, GraphUnavailableError, GraphWriteError) as exc:
-            return MemoryQueryResult(ok=False, conversation_id=request.conversation_id, code="UNAVAILABLE",
-                                     reason=str(exc), retryable=not isinstance(exc, LLMFatalError))
         except SkaldError as exc:
+            kind: Literal["llm", "graph"] = "llm" if isinstance(exc, LLMError) else "graph"
             return MemoryQueryResult(ok=False, conversation_id=request.conversation_id, code="UNAVAILABLE",
-                                     reason=str(exc), retryable=True)
-        self._take_records(trace)
+                                     error_kind=kind, reason=str(exc), retryable=not isinstance(exc, LLMFatalError))
+        self.outcomes.drop_records(trace)
         return MemoryQueryResult(
             ok=True, conversation_id=request.conversation_id, injection_packet=packet,
             recalled=[t.model_dump(mode="json", exclude={"signals"}) for t in retrieval.recalled],
-            stored_turns=retrieval.stored_turns,
+            stored_turns=retrieval.stored_turns, held_back=held_back,
             elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
         )
 
+    def recall(self, conversation_id: str, query: str, k: int, *, graph: GraphStore | None = None) -> list[RecalledTurn]:
+        """Hybrid recall of earlier turns for a question (the regression recall probe)."""
+        store = graph or self.store
+        index = self.vectors.get(store.endpoint.label, conversation_id)
+        return recall(DialogueRepository(store), self.gateway, index, conversation_id, query, k)
+
+    # ------------------------------------------------------------------ under the lock
     def _locked(
         self,
         store: GraphStore,
         repo: DialogueRepository,
-        conversation_id: str,
+        ids: Ids,
         turn_key: str | None,
         trace: TraceRecorder,
-        request: TurnCommitRequest,
         body: Callable[[StoredTurn | None], tuple[TurnResult, bool]],
     ) -> TurnResult:
         """Run `body` holding the conversation's in-process lock and its lease in the graph.
         `body` returns (result, whether the lease is still held)."""
+        conversation_id = ids["conversation_id"]
         wait_s = self.options.lock_wait_s
         started = time.monotonic()
         local = self._conversation_lock(store.endpoint.label, conversation_id)
         if not local.acquire(timeout=wait_s):
-            return self._in_progress(request, "another turn of this conversation is running in this process")
+            return self.outcomes.in_progress(ids, "another turn of this conversation is running in this process")
         try:
             try:
                 claim = repo.acquire_lock(
@@ -451,10 +465,10 @@ class DialogueService:
                     guard=self._write_guard(store),
                 )
             except SkaldError as exc:
-                return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
+                return self.outcomes.rolled_back(ids, trace, str(exc), retryable=True, kind="graph")
             if not claim.acquired:
-                return self._in_progress(
-                    request,
+                return self.outcomes.in_progress(
+                    ids,
                     f"conversation is locked by {claim.holder} "
                     f"(lease ends in {max(0, claim.expires_in_ms) / 1000:.1f}s)",
                 )
@@ -465,7 +479,7 @@ class DialogueService:
                 result, lock_held = body(claim.stored)
                 return result
             except SkaldError as exc:
-                return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph")
+                return self.outcomes.rolled_back(ids, trace, str(exc), retryable=True, kind="graph")
             finally:
                 if lock_held:
                     try:
@@ -476,14 +490,20 @@ class DialogueService:
         finally:
             local.release()
 
-    def recall(self, conversation_id: str, query: str, k: int, *, graph: GraphStore | None = None) -> list[RecalledTurn]:
-        """Hybrid recall of earlier turns for a question (the regression recall probe)."""
-        store = graph or self.store
-        index = self.vectors.get(store.endpoint.label, conversation_id)
-        return recall(DialogueRepository(store), self.gateway, index, conversation_id, query, k)
+    def _rewind_locked(
+        self, store: GraphStore, repo: DialogueRepository, conversation_id: str, key: str
+    ) -> RewindOutcome | str:
+        """Rewind to before turn `key` (the lease held); the one-line refusal when the
+        conversation cannot be rewound. Drops the conversation's cached recall index."""
+        try:
+            outcome = repo.rewind(conversation_id, key, self.owner, guard=self._write_guard(store))
+        except RewindRefusedError as exc:
+            return str(exc)
+        if outcome.status != "absent":
+            self.vectors.forget(store.endpoint.label, conversation_id)
+        return outcome
 
-    # ------------------------------------------------------------------ the turn
-    def _run(
+    def _turn(
         self,
         request: TurnCommitRequest,
         repo: DialogueRepository,
@@ -491,320 +511,25 @@ class DialogueService:
         trace: TraceRecorder,
         payload_hash: str,
         run_slot: SlotRunner[Any],
-    ) -> tuple[TurnResult, bool]:
-        """(result, whether the lease is still held): the commit transaction releases it."""
-        gateway = self.gateway
-        config = request.config
-        deadline = time.monotonic() + self.options.turn_timeout_s
-        routes = resolve_routes(self.settings, config.models.as_dict())
-        index = self.vectors.get(store.endpoint.label, request.conversation_id)
-
-        slot_timeouts = self.settings.slot_timeouts_s
-
-        def start(state: TurnState, slot: str, work: Callable[[], T]) -> Future[T]:
-            if time.monotonic() > deadline:
-                raise TurnTimeoutError(
-                    f"turn {request.key} passed its {self.options.turn_timeout_s:.0f}s deadline before {state.value}"
-                )
-            trace.enter(state)
-
-            def traced() -> T:
-                with trace.slot(routes[slot]):
-                    return run_slot(slot, work)
-
-            # A copy of the caller's context: a Prefect task run still finds its flow run.
-            return self._pool.submit(contextvars.copy_context().run, traced)
-
-        def wait(slot: str, future: Future[T], started: float) -> T:
-            limit = slot_timeouts.get(slot)
-            until = deadline if limit is None else min(deadline, started + limit)
-            try:
-                return future.result(timeout=max(0.0, until - time.monotonic()))
-            except FutureTimeoutError:
-                future.cancel()
-                what = (f"its {self.options.turn_timeout_s:g}s deadline" if until == deadline
-                        else f"the {slot} slot's {limit:g}s timeout")
-                raise TurnTimeoutError(
-                    f"turn {request.key} passed {what} while the {slot} slot was running"
-                ) from None
-
-        def step(state: TurnState, slot: str, work: Callable[[], T]) -> T:
-            started = time.monotonic()
-            return wait(slot, start(state, slot, work), started)
-
-        try:
-            query_future: Future[Any] | None = None
-            if config.recall_k > 0 and len(index):
-                # The query embedding overlaps the retriever's graph read (it needs only the text).
-                query_future = self._pool.submit(
-                    gateway.embed, [turn_text(request.messages)], purpose=trace.purpose("retriever"))
-            retrieval = step(
-                TurnState.RETRIEVING,
-                "retriever",
-                lambda: retrieve(
-                    repo, gateway, index, request.conversation_id, request.messages,
-                    recall_k=config.recall_k, relation_limit=self.options.relation_limit,
-                    purpose=trace.purpose("retriever"),
-                    query_vector=None if query_future is None else (lambda: query_future.result()[0]),
-                ),
-            )
-            packet = step(TurnState.INJECTING, "injector", lambda: build_packet(retrieval, config.token_budget))
-            acted = step(
-                TurnState.ACTING, "actor",
-                lambda: act(gateway, routes["actor"], request, packet, purpose=trace.purpose("actor")),
-            )
-            text = turn_text(acted.messages)
-            embedding_future: Future[Any] | None = None
-            if retrieval.query_vector is None or text != turn_text(request.messages):
-                # Not embedded yet (first turn, or the actor added a reply): while the extractor runs.
-                embedding_future = self._pool.submit(gateway.embed, [text], purpose=trace.purpose("commit"))
-            raw, plan = step(
-                TurnState.EXTRACTING, "extractor",
-                lambda: extract(
-                    gateway, routes["extractor"], acted.messages, request.window, retrieval,
-                    purpose=trace.purpose("extractor"),
-                ),
-            )
-            proposals = proposal_lines(raw, plan)
-            concurrent_started = time.monotonic()
-            judging = start(
-                TurnState.JUDGING, "judge",
-                lambda: judge(
-                    gateway, routes["judge"], acted.messages, retrieval, raw, plan, purpose=trace.purpose("judge")
-                ),
-            )
-            historianing = start(
-                TurnState.HISTORIANING, "historian",
-                lambda: historian(
-                    gateway, routes["historian"], acted.messages, retrieval, plan, proposals,
-                    purpose=trace.purpose("historian"),
-                ),
-            )
-            try:
-                verdict = wait("judge", judging, concurrent_started)
-                chronicle = wait("historian", historianing, concurrent_started)
-            except BaseException:
-                historianing.cancel()
-                raise
-            trace.dropped([*plan.dropped, *chronicle.dropped])
-            trace.enter(TurnState.PREPARED)
-            gate = commit_gate(plan, verdict, require_actions=config.require_actions)
-            base = TurnResult(
-                ok=False,
-                state=TurnState.PREPARED,
-                **request.ids(),
-                injection_packet=packet,
-                reply=acted.reply,
-                entities=[e.name for e in plan.entities],
-                bio_patches=[BioPatchResult(**p.model_dump()) for p in plan.bio_patches],
-                events=chronicle.events,
-                milestones=[m.text for m in chronicle.milestones],
-                facts=plan.facts,
-                judge=verdict,
-                gate=gate,
-            )
-            if not gate.passed:
-                # The gate governs graph facts only: the turn's text is still remembered.
-                known = retrieval.query_vector if embedding_future is None else None
-                self._remember_blocked(request, repo, store, acted.messages, trace, known)
-                return self._finish_rolled_back(
-                    base, trace, f"commit gate: {'; '.join(gate.reasons)}", retryable=False, kind="gate"
-                ), True
-            if time.monotonic() > deadline:
-                raise TurnTimeoutError(
-                    f"turn {request.key} passed its {self.options.turn_timeout_s:.0f}s deadline before COMMITTING"
-                )
-
-            trace.enter(TurnState.COMMITTING)
-            with trace.slot(_COMMIT_ROUTE):
-                if embedding_future is None:
-                    embedding = retrieval.query_vector
-                else:
-                    vectors = wait("commit", embedding_future, time.monotonic())
-                    embedding = vectors[0]
-                write = TurnWrite(
-                    **request.ids(),
-                    payload_hash=payload_hash,
-                    speaker=", ".join(dict.fromkeys(m.speaker for m in acted.messages)),
-                    text=text,
-                    source_refs=[m.message_id for m in acted.messages if m.message_id],
-                    facts=plan.facts,
-                    events=chronicle.events,
-                    committed_at=datetime.now(UTC).isoformat(),
-                    memory=memory_row(
-                        request.conversation_id, request.key, request.turn, acted.messages,
-                        embedding=list(embedding), facts=plan.facts, committed=True,
-                    ),
-                    entities=plan.entities,
-                    actions=plan.actions,
-                    bio_patches=plan.bio_patches,
-                    milestones=chronicle.milestones,
-                )
-
-                def build_result(seq: int, applied: list[AppliedAction]) -> tuple[str, str]:
-                    # The trace is kept apart from the result: timings are operational, and
-                    # the export leaves them out (kg.vocabulary.OPERATIONAL_PROPERTIES).
-                    stored = base.model_copy(
-                        update={"ok": True, "state": TurnState.COMMITTED, "committed": True, "seq": seq,
-                                "actions": applied}
-                    )
-                    return stored.model_dump_json(), self._finish_trace(trace, keep=True).model_dump_json()
-
-                with self._write_guard(store)():
-                    outcome = repo.commit_turn(write, self.owner, build_result)
-        except TurnTimeoutError as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=True, kind="timeout"), True
-        except LLMFatalError as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=False, kind="llm"), True
-        except LLMUnavailableError as exc:
-            kind: ErrorKind = "timeout" if "timed out" in str(exc) else "llm"
-            return self._rolled_back(request, trace, str(exc), retryable=True, kind=kind), True
-        except LLMBadOutputError as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=True, kind="llm"), True
-        except (GraphUnavailableError, GraphWriteError) as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=True, kind="graph"), True
-        except SkaldError as exc:
-            return self._rolled_back(request, trace, str(exc), retryable=False, kind="internal"), True
-        except Exception as exc:  # a bug must not leave a lease behind or kill the server
-            log.exception("turn %s failed unexpectedly", request.key)
-            reason = f"internal error: {type(exc).__name__}: {exc}"
-            return self._rolled_back(request, trace, reason, retryable=False, kind="internal"), True
-
-        # The transaction ran: it released the lease whatever it found.
-        if outcome.status == "conflict":
-            return self._conflict(request), False
-        if outcome.status == "duplicate" and outcome.stored is not None:
-            return self._replay(request, outcome.stored, payload_hash, trace), False
-        trace.enter(TurnState.COMMITTED)
-        # A turn remembered before this commit (blocked by the gate or rolled back, then sent
-        # again) was just marked committed with its facts; a cached index still has the old
-        # row: rebuild it from the graph when next asked (rare, and a rebuild is by position).
-        self.vectors.forget_if_held(store.endpoint.label, request.conversation_id, request.key)
-        result = base.model_copy(
-            update={
-                "ok": True, "state": TurnState.COMMITTED, "committed": True, "seq": outcome.seq,
-                "actions": outcome.applied, "trace": self._finish_trace(trace),
-            }
-        )
-        log.debug("turn %s committed (%d actions) in %.0f ms", request.key, len(outcome.applied), result.trace.total_ms)  # type: ignore[union-attr]
-        return result, False
-
-    def _remember_blocked(
-        self,
-        request: TurnCommitRequest,
-        repo: DialogueRepository,
-        store: GraphStore,
-        messages: list[Any],
-        trace: TraceRecorder,
-        vector: list[float] | None = None,
-    ) -> None:
-        """Remember a gate-blocked turn's text (its own small transaction, idempotent by key).
-        A failure here is logged, not raised: the turn's outcome is the gate's."""
-        try:
-            if vector is None:  # the retriever's query vector is this text's when it had one
-                vector = list(self.gateway.embed([turn_text(messages)], purpose=trace.purpose("remember"))[0])
-            row = memory_row(request.conversation_id, request.key, request.turn, messages, embedding=list(vector))
-            with self._write_guard(store)():
-                repo.remember(request.conversation_id, [row])
-        except SkaldError as exc:
-            log.warning("turn %s: blocked by the gate and could not be remembered: %s", request.key, exc)
-
-    # ------------------------------------------------------------------ outcomes
-    def _finish_trace(self, trace: TraceRecorder, *, keep: bool = False) -> Any:
-        """The turn's trace from its own call records only (taken out of the gateway by the
-        turn's tag: no scan of every record since start). `keep` leaves them for a later finish."""
-        if self._gateway is None:
-            return trace.finish([])
-        records = self._gateway.records_for(trace.tag) if keep else self._gateway.take_records(trace.tag)
-        return trace.finish(records)
-
-    def _take_records(self, trace: TraceRecorder) -> None:
-        if self._gateway is not None:
-            self._gateway.take_records(trace.tag)
-
-    def _persist_rolled_back(self, result: TurnResult) -> None:
-        """Append a rolled-back turn's result and trace to <project>/.saga/runs/sidecar/
-        rolled-back-<day>.jsonl (the graph keeps nothing of such a turn by design)."""
-        with self._trace_lock:
-            self.rolled_back_count += 1
-            try:
-                folder = self.settings.saga_dir / "runs" / "sidecar"
-                folder.mkdir(parents=True, exist_ok=True)
-                day = datetime.now(UTC).strftime("%Y-%m-%d")
-                with (folder / f"rolled-back-{day}.jsonl").open("a", encoding="utf-8") as handle:
-                    handle.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) + "\n")
-            except OSError as exc:
-                log.warning("could not persist the trace of rolled-back turn %s: %s", result.key, exc)
-
-    def _replay(
-        self, request: TurnCommitRequest, stored: StoredTurn, payload_hash: str, trace: TraceRecorder
-    ) -> TurnResult:
-        if stored.payload_hash != payload_hash:
-            return self._conflict(request)
-        original = TurnResult.model_validate_json(stored.result_json)
-        # Turns committed before the trace had its own property carry it inside the result.
-        original_trace = TurnTrace.model_validate_json(stored.trace_json) if stored.trace_json else original.trace
-        trace.enter(TurnState.COMMITTED)
-        return original.model_copy(
-            update={
-                "idempotent_hit": True,
-                "trace": trace.finish([], replay_of=original_trace.trace_id if original_trace else None),
-            }
-        )
-
-    def _conflict(self, request: TurnCommitRequest) -> TurnResult:
-        return TurnResult.invalid(
-            f"idempotency conflict: turn {request.key} is already committed with a different payload",
-            key=request.key,
-            kind="conflict",
-        ).model_copy(update={"conversation_id": request.conversation_id, "turn_id": request.turn})
-
-    def _in_progress(self, request: TurnCommitRequest, why: str) -> TurnResult:
-        return TurnResult(
-            ok=False,
-            state=TurnState.RECEIVED,
-            code="IN_PROGRESS",
-            error_kind="busy",
-            reason=f"turn {request.key} not started: {why}",
-            retryable=True,
-            **request.ids(),
-        )
-
-    def _rolled_back(
-        self,
-        request: TurnCommitRequest,
-        trace: TraceRecorder,
-        reason: str,
         *,
-        retryable: bool,
-        kind: ErrorKind,
-    ) -> TurnResult:
-        base = TurnResult(
-            ok=False,
-            state=TurnState.ROLLED_BACK,
-            **request.ids(),
+        replace: bool = False,
+    ) -> tuple[TurnResult, bool]:
+        """The turn itself (tasks.dialogue.turn); (result, whether the lease is still held)."""
+        routes = resolve_routes(self.settings, request.config.models.as_dict())
+        scheduler = SlotScheduler(
+            key=request.key, pool=self._pool, trace=trace, routes=routes, run_slot=run_slot,
+            turn_timeout_s=self.options.turn_timeout_s, slot_timeouts_s=self.settings.slot_timeouts_s,
         )
-        return self._finish_rolled_back(base, trace, reason, retryable=retryable, kind=kind)
-
-    def _finish_rolled_back(
-        self, base: TurnResult, trace: TraceRecorder, reason: str, *, retryable: bool, kind: ErrorKind
-    ) -> TurnResult:
-        failed_in = trace.state.value
-        trace.enter(TurnState.ROLLED_BACK)
-        log.info("turn %s rolled back in %s: %s", base.key, failed_in, reason)
-        result = base.model_copy(
-            update={
-                "ok": False,
-                "state": TurnState.ROLLED_BACK,
-                "committed": False,
-                "code": "ROLLED_BACK",
-                "error_kind": kind,
-                "reason": reason,
-                "retryable": retryable,
-                "timed_out": kind == "timeout",
-                "actions": [],
-                "trace": self._finish_trace(trace),
-            }
+        context = TurnContext(
+            gateway=self.gateway, vectors=self.vectors, outcomes=self.outcomes,
+            write_guard=self._write_guard(store), owner=self.owner, relation_limit=self.options.relation_limit,
         )
-        self._persist_rolled_back(result)
-        return result
+        run = TurnRun(request, repo=repo, store=store, trace=trace, payload_hash=payload_hash,
+                      scheduler=scheduler, routes=routes, context=context)
+        result, held = run.run()
+        if replace and result.retryable and result.state == TurnState.ROLLED_BACK:
+            # The rewind took the turn's old text out of memory; if the slots failed (model
+            # down, timeout), memory would hold neither text until the retry. It holds the
+            # new one (not committed; the retry commits its facts and marks it).
+            run.remember_text()
+        return result, held

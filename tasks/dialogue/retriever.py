@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,13 +26,18 @@ from core.llm import LLMGateway
 from core.recall import Hit, HybridIndex, IndexRegistry, MemoryDoc
 from kg import vocabulary as vocab
 from kg.dialogue import (
+    ConversationSnapshot,
     DialogueEntity,
     DialogueMilestone,
     DialogueRelation,
     DialogueRepository,
     MemoryRow,
+    anchor_token,
+    turn_key,
 )
 from tasks.dialogue.models import ChatMessage, RecalledTurnOut
+
+T = TypeVar("T")
 
 
 class RecalledTurn(RecalledTurnOut):
@@ -49,6 +55,7 @@ class Retrieval(BaseModel):
     milestones: list[DialogueMilestone] = Field(default_factory=list)
     recalled: list[RecalledTurn] = Field(default_factory=list)
     stored_turns: int = 0
+    speakers: list[str] = Field(default_factory=list, description="who has spoken in the conversation so far")
     query_vector: list[float] | None = Field(
         None, description="the messages' embedding when recall computed one (the commit reuses it)"
     )
@@ -70,30 +77,66 @@ def memory_doc(row: MemoryRow) -> MemoryDoc:
     )
 
 
+@dataclass(frozen=True)
+class PinnedMemory:
+    """The index as one read left it. A reset (a rewind, a replace) swaps the index for a new
+    one and leaves this one as it was, so a reader searches what it read, never an index
+    emptied between its read and its search."""
+
+    hybrid: HybridIndex | None
+    speakers: frozenset[str]
+
+    def __len__(self) -> int:
+        return len(self.hybrid) if self.hybrid is not None else 0
+
+    def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
+               linked: list[str] | None = None) -> list[RecalledTurn]:
+        """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`)."""
+        if self.hybrid is None or k <= 0:
+            return []
+        return [recalled(hit) for hit in self.hybrid.search(query, vector, k, names=names, linked=linked)]
+
+
 class TurnMemoryIndex:
-    """The remembered turns of one conversation in a HybridIndex, with the read cursor."""
+    """The remembered turns of one conversation in a HybridIndex, with the read cursor.
+
+    `generation` counts resets (a rewind, a replace): a reader that took the cursor before a
+    reset must not add what it read then (rows of the turns the rewind removed) to the index
+    built after it, or the old text of a replaced turn would stay cached and be recalled."""
 
     def __init__(self) -> None:
         self.index: HybridIndex | None = None
         self.max_seq = 0
-        self.anchor_key: str | None = None  # key of turn `max_seq`: proves the cache is still current
+        self.anchor_key: str | None = None  # anchor_token of turn `max_seq`: proves the cache is still current
         self.speakers: set[str] = set()
+        self.generation = 0
         self.lock = threading.Lock()
 
     def cursor(self) -> tuple[int, str | None]:
         with self.lock:
             return self.max_seq, self.anchor_key
 
+    def read_cursor(self) -> tuple[int, str | None, int]:
+        """(position, anchor, generation): what a reader passes back to `sync`."""
+        with self.lock:
+            return self.max_seq, self.anchor_key, self.generation
+
     def __len__(self) -> int:
         return len(self.index) if self.index is not None else 0
 
-    def sync(self, rows: list[MemoryRow], *, reset: bool) -> None:
+    def sync(self, rows: list[MemoryRow], *, reset: bool, generation: int | None = None) -> PinnedMemory | None:
+        """Add the rows read after the cursor (`reset`: they are every row) and return the index
+        as it then is. None, and nothing changed, when the index was reset since the reader took
+        its cursor (`generation`)."""
         with self.lock:
+            if generation is not None and generation != self.generation:
+                return None
             if reset:
                 self.index, self.max_seq, self.anchor_key, self.speakers = None, 0, None, set()
+                self.generation += 1
             fresh = [r for r in rows if r.seq > self.max_seq]
             if not fresh:
-                return
+                return self._pinned()
             dims = next((len(r.embedding) for r in fresh if r.embedding), 0)
             if self.index is None:
                 self.index = HybridIndex(dims or 384)
@@ -110,17 +153,33 @@ class TurnMemoryIndex:
                 self.index.add([memory_doc(r) for r in chunk], vectors)
                 start = end
             self.speakers.update(s.strip() for r in fresh for s in r.speaker.split(",") if s.strip())
-            self.max_seq, self.anchor_key = fresh[-1].seq, fresh[-1].key
+            self.max_seq, self.anchor_key = fresh[-1].seq, anchor_token(fresh[-1].key, fresh[-1].text)
+            return self._pinned()
+
+    def _pinned(self) -> PinnedMemory:
+        # Under self.lock. Later rows are added to the same HybridIndex (a reader may see them);
+        # a reset replaces it, and the pinned one stays whole.
+        return PinnedMemory(self.index, frozenset(self.speakers))
+
+    def pinned(self) -> PinnedMemory:
+        with self.lock:
+            return self._pinned()
 
     def holds(self, key: str) -> bool:
         with self.lock:
             return self.index is not None and key in self.index.positions
 
-    def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str]) -> list[RecalledTurn]:
-        index = self.index
-        if index is None or k <= 0:
-            return []
-        return [recalled(hit) for hit in index.search(query, vector, k, names=names)]
+    def text_of(self, key: str) -> str | None:
+        """The remembered text of turn `key`, if the index holds it."""
+        with self.lock:
+            if self.index is None or key not in self.index.positions:
+                return None
+            return self.index.docs[self.index.positions[key]].text
+
+    def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
+               linked: list[str] | None = None) -> list[RecalledTurn]:
+        """Search the index as it is now (see PinnedMemory.search)."""
+        return self.pinned().search(query, vector, k, names, linked)
 
 
 def recalled(hit: Hit) -> RecalledTurn:
@@ -229,12 +288,67 @@ def turn_text(messages: list[ChatMessage]) -> str:
     return "\n".join(m.line() for m in messages)
 
 
-def _names(index: TurnMemoryIndex, entities: list[DialogueEntity]) -> list[str]:
+def linked_turns(conversation_id: str, mentioned: list[DialogueEntity], relations: list[DialogueRelation],
+                 speakers: set[str] | None = None) -> list[str]:
+    """Keys of the turns the graph's facts about the entities a query names were extracted
+    from, strongest first: the turns that started or ended each relation touching them
+    (strongest relation first), then the turns that first and last mentioned each entity.
+    The conversation's speakers are left out: facts about them come from every other turn
+    (the speaker boost covers them).
+    Recall ranks them as a ranker of their own (core.recall `linked`): a turn that says
+    "I finally brought him home" is tied to a question about Max through the relation the
+    extractor drew from it, though it never names him."""
+    spoken = {vocab.normalize_name(s) for s in speakers or set()}
+    mentioned = [e for e in mentioned if vocab.normalize_name(e.name) not in spoken]
+    focus = {e.entity_id for e in mentioned}
+    turns: list[str | None] = []
+    for relation in sorted((r for r in relations if r.source_id in focus or r.target_id in focus),
+                           key=lambda r: -r.weight):
+        turns += [relation.since_turn, relation.ended_turn]
+    for entity in mentioned:
+        turns += [entity.first_turn, entity.last_turn]
+    return [turn_key(conversation_id, t) for t in dict.fromkeys(t for t in turns if t)]
+
+
+def _names(index: PinnedMemory, entities: list[DialogueEntity]) -> list[str]:
     names = set(index.speakers)
     for entity in entities:
         names.add(entity.name)
         names.update(entity.aliases)
     return sorted(n for n in names if n)
+
+
+#: Reads a reader retries when a rewind reset the index under it (each retry is one more read).
+READ_ATTEMPTS = 3
+
+
+def _read_into(
+    index: TurnMemoryIndex, read: Callable[[int, str | None], tuple[bool, list[MemoryRow], T]],
+) -> tuple[T, PinnedMemory]:
+    """Read the graph after the index's cursor (`read` returns reset, the rows, and what else it
+    read) and add the new rows; read again when the index was reset meanwhile (a rewind between
+    the read and the add: what was read may be gone). Returns what was read and the index as
+    that read left it, to search."""
+    for _ in range(READ_ATTEMPTS - 1):
+        after_seq, anchor, generation = index.read_cursor()
+        reset, rows, result = read(after_seq, anchor)
+        pinned = index.sync(rows, reset=reset, generation=generation)
+        if pinned is not None:
+            return result, pinned
+    _, rows, result = read(0, None)  # from the start: whatever was cached goes
+    pinned = index.sync(rows, reset=True)
+    assert pinned is not None  # a sync without a generation always applies
+    return result, pinned
+
+
+def _snapshot_reader(
+    repo: DialogueRepository, conversation_id: str
+) -> Callable[[int, str | None], tuple[bool, list[MemoryRow], ConversationSnapshot]]:
+    def read(after_seq: int, anchor: str | None) -> tuple[bool, list[MemoryRow], ConversationSnapshot]:
+        snapshot = repo.snapshot(conversation_id, after_seq=after_seq, anchor_key=anchor)
+        return snapshot.reset, snapshot.new_turns, snapshot
+
+    return read
 
 
 def retrieve(
@@ -251,18 +365,17 @@ def retrieve(
 ) -> Retrieval:
     """`query_vector`: returns the messages' embedding computed elsewhere (the pipeline starts
     it before the graph read, so the two overlap); None embeds here when there is memory."""
-    after_seq, anchor = index.cursor()
-    snapshot = repo.snapshot(conversation_id, after_seq=after_seq, anchor_key=anchor)
-    index.sync(snapshot.new_turns, reset=snapshot.reset)
+    snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
     query = turn_text(messages)
     mentioned = mentioned_entities(snapshot.entities, query)
     relations = select_relations(snapshot.relations, {e.entity_id for e in mentioned}, relation_limit)
     recalled_turns: list[RecalledTurn] = []
     vector = None
-    if recall_k > 0 and len(index):
+    if recall_k > 0 and len(memory):
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
         vector = query_vector() if query_vector is not None else gateway.embed([query], purpose=purpose)[0]
-        recalled_turns = index.search(query, vector, recall_k, _names(index, snapshot.entities))
+        recalled_turns = memory.search(query, vector, recall_k, _names(memory, snapshot.entities),
+                                       linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers))
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,
@@ -270,15 +383,9 @@ def retrieve(
         milestones=snapshot.milestones,
         recalled=recalled_turns,
         stored_turns=snapshot.turn_count,
+        speakers=sorted(memory.speakers),
         query_vector=[float(x) for x in vector] if vector is not None else None,
     )
-
-
-def sync_memory(repo: DialogueRepository, index: TurnMemoryIndex, conversation_id: str) -> None:
-    """Top the index up with the turns remembered since its cursor (index lookups only)."""
-    after_seq, anchor = index.cursor()
-    _, reset, rows = repo.memory_since(conversation_id, after_seq, anchor)
-    index.sync(rows, reset=reset)
 
 
 def recall(
@@ -291,9 +398,49 @@ def recall(
     *,
     purpose: str = "dialogue.recall",
 ) -> list[RecalledTurn]:
-    """Hybrid recall for an arbitrary question (the regression recall probe)."""
-    sync_memory(repo, index, conversation_id)
-    if not len(index):
+    """Hybrid recall for an arbitrary question (the regression recall probe), with the same
+    graph signals as a turn's retrieval (the speakers and entities it names, the turns the
+    facts about them were extracted from)."""
+    snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
+    if not len(memory):
         return []
     vector = gateway.embed([query], purpose=purpose)[0]
-    return index.search(query, vector, k, sorted(index.speakers))
+    mentioned = mentioned_entities(snapshot.entities, query)
+    return memory.search(query, vector, k, _names(memory, snapshot.entities),
+                         linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers))
+
+
+def without_pending(
+    retrieval: Retrieval, pending: dict[str, str | None], k: int | None = None,
+    remembered: dict[str, str | None] | None = None,
+) -> tuple[Retrieval, list[str]]:
+    """The retrieval with nothing a pending write is about to change (`pending`: turn id -> the
+    text memory will hold, None: removed): a recalled turn whose remembered text is not that
+    text, and the milestones, relations and bios those turns wrote last, are left out. Returns the
+    turn ids held back. `k`: recalled turns kept at most (the query asked for more to make room).
+    `remembered`: turn id -> the text memory holds (None: none; see DialogueService.memory_query), for
+    pending turns that were not recalled (their milestones, relations and bios are held back too
+    when that text is not the new one)."""
+    if not pending:
+        return retrieval.model_copy(update={"recalled": retrieval.recalled[:k]}), []
+    stale = {t.turn_id for t in retrieval.recalled if t.turn_id in pending and pending[t.turn_id] != t.text}
+    # A turn being removed or rewritten: what the graph holds of it is the old text's.
+    # A pending turn memory holds no text for (None) may be mid-replace: rewound, not yet written
+    # again, while facts read a moment earlier still carry its old words. So it counts as changing
+    # too; for a turn that was never committed nothing carries its id, and nothing is held back.
+    changing = stale | {turn_id for turn_id, text in pending.items() if text is None} | {
+        turn_id for turn_id, held in (remembered or {}).items() if held != pending.get(turn_id)}
+    def unchanged(entity: DialogueEntity) -> DialogueEntity:
+        # A bio last written by a changing turn may hold its old words: left out until it lands.
+        if entity.last_turn in changing and (entity.bio_summary or entity.bio_traits):
+            return entity.model_copy(update={"bio_summary": "", "bio_traits": []})
+        return entity
+
+    kept = retrieval.model_copy(update={
+        "known_entities": [unchanged(e) for e in retrieval.known_entities],
+        "mentioned": [unchanged(e) for e in retrieval.mentioned],
+        "recalled": [t for t in retrieval.recalled if t.turn_id not in stale][:k],
+        "milestones": [m for m in retrieval.milestones if m.turn_id not in changing],
+        "relations": [r for r in retrieval.relations if r.since_turn not in changing],
+    })
+    return kept, sorted(stale)

@@ -5,6 +5,8 @@ slot's tier chain (with its health-ordered fallback). A named model runs on the 
 tier would use for it (core.llm `model=`), so an override never needs its own URL.
 The retriever and injector make no chat call (graph + vector recall, token budgeting);
 their route is still resolved and traced so a front end sees one table for all six slots.
+An override that cannot apply (retriever, injector, or the actor of a recorded turn) is
+refused by the request's own model (tasks.dialogue.models), so the API's schema states it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from typing import Literal
 from pydantic import BaseModel
 
 from core.settings import SLOT_NAMES, Settings
-from tasks.dialogue.models import TurnConfig
 
 #: The tier each slot runs on when nothing names a model.
 SLOT_TIERS: dict[str, str] = {
@@ -51,21 +52,3 @@ def resolve_routes(settings: Settings, overrides: dict[str, str] | None = None) 
         else:
             routes[slot] = Route(slot=slot, tier=tier, source="none")
     return routes
-
-
-def override_problem(config: TurnConfig) -> str | None:
-    """Why a request's model overrides cannot apply (one line), or None. An override that would
-    be traced but change nothing is refused rather than silently ignored."""
-    models = config.models
-    for slot in ("retriever", "injector"):
-        if getattr(models, slot) is not None:
-            return (
-                f"config.models.{slot} cannot apply: the {slot} makes no chat call (graph and hybrid "
-                "recall with the server's embedding model); remove it"
-            )
-    if models.actor is not None and config.actor.mode == "recorded":
-        return (
-            "config.models.actor cannot apply: config.actor.mode is 'recorded' (the turn's messages are "
-            "final, no model is called); remove it or set config.actor.mode to 'generate'"
-        )
-    return None

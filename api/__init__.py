@@ -1,0 +1,49 @@
+"""The dialogue sidecar's HTTP API (spec 000): a FastAPI app over tasks.dialogue's
+DialogueService, served by `python -m flows.dialogue serve`.
+
+- `app`: `create_app`, its exception handlers (every answer documented, one-line reasons);
+- `turns`: POST turn/commit, turn/retry, turn/replace, conversation/rewind, memory/query;
+- `readback`: GET conversations/{id}/entities|relations|milestones|turns (paged), /search, health;
+- `security`: the bearer token and CORS, and the rules `serve` applies to them;
+- `schemas`: the HTTP-only models (read-back pages, search, health, ApiError) and parameters;
+- `statuses`: the status each answer gets, and the responses each operation documents;
+- `openapi`: the document (request bodies from the request models, links, the bearer scheme);
+- `paths`: the paths.
+
+The request models, with every rule the server enforces, are the service's own
+(tasks.dialogue.models); the OpenAPI document publishes them unchanged.
+"""
+
+from api.app import create_app
+from api.paths import (
+    API_PREFIX,
+    COMMIT_PATH,
+    CONVERSATIONS_PATH,
+    HEALTH_PATH,
+    MEMORY_QUERY_PATH,
+    REPLACE_PATH,
+    RETRY_PATH,
+    REWIND_PATH,
+)
+from api.security import CORS_ENV, TOKEN_ENV, SidecarSecurity, is_loopback, serve_security
+from api.statuses import memory_status, rewind_status, turn_status
+
+__all__ = [
+    "API_PREFIX",
+    "COMMIT_PATH",
+    "CONVERSATIONS_PATH",
+    "CORS_ENV",
+    "HEALTH_PATH",
+    "MEMORY_QUERY_PATH",
+    "REPLACE_PATH",
+    "RETRY_PATH",
+    "REWIND_PATH",
+    "TOKEN_ENV",
+    "SidecarSecurity",
+    "create_app",
+    "is_loopback",
+    "memory_status",
+    "rewind_status",
+    "serve_security",
+    "turn_status",
+]

@@ -1,0 +1,10 @@
+"""The sidecar's HTTP paths (every one is kept stable for the front ends written against them)."""
+
+API_PREFIX = "/api/kg-sidecar"
+COMMIT_PATH = f"{API_PREFIX}/turn/commit"
+RETRY_PATH = f"{API_PREFIX}/turn/retry"
+REPLACE_PATH = f"{API_PREFIX}/turn/replace"
+REWIND_PATH = f"{API_PREFIX}/conversation/rewind"
+MEMORY_QUERY_PATH = f"{API_PREFIX}/memory/query"
+CONVERSATIONS_PATH = f"{API_PREFIX}/conversations"
+HEALTH_PATH = f"{API_PREFIX}/health"

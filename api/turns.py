@@ -1,0 +1,111 @@
+"""The operations that run the service: commit, retry and replace a turn, rewind a
+conversation, and the memory query before a reply.
+
+Each reads the raw body (capped, api.statuses.read_body), hands it to the service, which
+validates it against the request model and never raises for bad input, and answers with the
+service's result and the status it calls for (api.statuses). The service blocks (graph and
+LLM clients are synchronous): it runs on the thread pool, off the event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from api.openapi import json_body
+from api.paths import COMMIT_PATH, MEMORY_QUERY_PATH, REPLACE_PATH, RETRY_PATH, REWIND_PATH
+from api.statuses import (
+    MEMORY_RESPONSES,
+    REWIND_RESPONSES,
+    TURN_RESPONSES,
+    answer,
+    memory_status,
+    read_body,
+    rewind_status,
+    turn_status,
+)
+from tasks.dialogue.models import (
+    MemoryQueryRequest,
+    MemoryQueryResult,
+    RewindRequest,
+    RewindResult,
+    TurnCommitRequest,
+    TurnResult,
+    parse_rewind,
+)
+from tasks.dialogue.pipeline import DialogueService
+
+
+def service_of(request: Request) -> DialogueService:
+    """The app's DialogueService (api.app.create_app puts it on the app's state)."""
+    service: DialogueService = request.app.state.service
+    return service
+
+
+Service = Annotated[DialogueService, Depends(service_of)]
+router = APIRouter()
+
+
+async def _turn(request: Request, service: DialogueService, attempt: Literal["commit", "retry"],
+                replace: bool = False) -> JSONResponse:
+    body = await read_body(request)
+    if isinstance(body, str):
+        result = TurnResult.invalid(body, kind="too_large")
+    else:
+        result = await run_in_threadpool(service.commit, body, attempt=attempt, replace=replace)
+    return answer(result, turn_status(result), result.retryable)
+
+
+@router.post(COMMIT_PATH, operation_id="commit_turn", response_model=TurnResult, responses=TURN_RESPONSES,
+             openapi_extra=json_body(TurnCommitRequest), summary="Commit one conversation turn to the memory graph")
+async def commit_turn(request: Request, service: Service) -> JSONResponse:
+    return await _turn(request, service, "commit")
+
+
+@router.post(RETRY_PATH, operation_id="retry_turn", response_model=TurnResult, responses=TURN_RESPONSES,
+             openapi_extra=json_body(TurnCommitRequest),
+             summary="Retry a rolled-back turn (same body; an already committed turn is returned as is)")
+async def retry_turn(request: Request, service: Service) -> JSONResponse:
+    return await _turn(request, service, "retry")
+
+
+@router.post(REPLACE_PATH, operation_id="replace_turn", response_model=TurnResult, responses=TURN_RESPONSES,
+             openapi_extra=json_body(TurnCommitRequest),
+             summary="Replace a turn (an edit or a swipe): the old turn and every later one are rewound "
+             "exactly, then the new text is committed; the same text again is an idempotent replay")
+async def replace_turn(request: Request, service: Service) -> JSONResponse:
+    return await _turn(request, service, "commit", replace=True)
+
+
+@router.post(REWIND_PATH, operation_id="rewind_conversation", response_model=RewindResult,
+             responses=REWIND_RESPONSES, openapi_extra=json_body(RewindRequest),
+             summary="Rewind a conversation to before turn N: that turn and every later one are removed "
+             "exactly (facts, relation events, milestones, memory), like a chapter rollback")
+async def rewind_conversation(request: Request, service: Service) -> JSONResponse:
+    body = await read_body(request)
+    if isinstance(body, str):
+        outcome = RewindResult(ok=False, conversation_id="", before_turn="", code="INVALID_REQUEST",
+                               error_kind="too_large", reason=body)
+    else:
+        parsed = parse_rewind(body)
+        if isinstance(parsed, RewindResult):
+            outcome = parsed
+        else:
+            outcome = await run_in_threadpool(service.rewind, parsed)
+    return answer(outcome, rewind_status(outcome), outcome.retryable)
+
+
+@router.post(MEMORY_QUERY_PATH, operation_id="query_memory", response_model=MemoryQueryResult,
+             responses=MEMORY_RESPONSES, openapi_extra=json_body(MemoryQueryRequest),
+             summary="Memory for PENDING messages before the model replies: the injection_packet a turn "
+             "would get (the same retrieval and injector), nothing written")
+async def query_memory(request: Request, service: Service) -> JSONResponse:
+    body = await read_body(request)
+    if isinstance(body, str):
+        result = MemoryQueryResult.invalid(body, kind="too_large")
+    else:
+        result = await run_in_threadpool(service.memory_query, body)
+    return answer(result, memory_status(result), result.retryable)

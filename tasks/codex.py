@@ -1,0 +1,45 @@
+"""Codex stage: write `exports/codex.html`, the world the book built as one page (kg/codex),
+and link the Prefect run to it.
+
+Never cached (it reads the graph as it is) and written only when its text changed, so a
+re-run of a finished book leaves the file and its mtime alone. The link artifact (key
+`codex`) carries the file's `file://` address: a run in the Prefect UI leads to the world.
+"""
+
+from __future__ import annotations
+
+from prefect import get_run_logger
+from prefect.artifacts import create_link_artifact
+
+from kg.codex import CODEX_FILE, build_novel_codex, write_codex
+from tasks.policy import graph_task
+from tasks.runtime import runtime
+
+
+@graph_task("write_codex")
+def write_project_codex() -> str:
+    """Build the codex as of the latest chapter (with the newest QA findings) and write it;
+    returns its path."""
+    rt = runtime()
+    settings = rt.settings
+    page = build_novel_codex(rt.graph, settings.saga_dir, project_name=settings.project_dir.name)
+    path = settings.project_dir / CODEX_FILE
+    written = write_codex(page, path)
+    where = "the story bible" if page.as_of == 0 else f"chapter {page.as_of}"
+    get_run_logger().info("codex as of %s (%d entities, %d relationships%s): %s%s", where, page.stats.entities,
+                          page.stats.relationships, f", {len(page.findings)} QA findings" if page.findings else "",
+                          path, "" if written else " (unchanged)")
+    create_link_artifact(key="codex", link=path.resolve().as_uri(), link_text=f"Codex of {page.title}",
+                         description=f"The world as of {where}: characters, places, items, the relationship "
+                         "graph, the timeline, chapter quality (open the file in a browser)")
+    return str(path)
+
+
+def write_codex_or_log(when: str) -> str | None:
+    """Write the codex; the codex is a view of the graph, so a failure to write it is logged as
+    an error and never fails the run that asked (its chapters are committed and written)."""
+    try:
+        return write_project_codex()
+    except Exception as exc:
+        get_run_logger().error("codex %s could not be written (continuing): %s", when, exc)
+        return None

@@ -1,0 +1,214 @@
+// Drives real SillyTavern (already served) in headless Debian chromium through a chat with
+// Seraphina, for tests/test_sillytavern_browser.py. Usage:
+//   node drive.mjs <config.json>
+// config: {url, chromium, profileDir, screenshots, out, scenario: "full" | "ordinary", sendBoundMs,
+//          settleTimeoutMs, messages?: [...]}
+// It writes `out` (JSON): per generation the time the send button came back, the memory
+// packet the extension set, the badge log, and the steps it took. Assertions on the prompts
+// SillyTavern sent are the Python test's (it holds the chat backend's log).
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { chromium } from 'playwright-core';
+
+const config = JSON.parse(readFileSync(process.argv[2], 'utf-8'));
+const out = { steps: [], generations: [], badges: [], errors: [], screenshots: [] };
+const started = Date.now();
+const log = (...parts) => console.log(`[drive ${((Date.now() - started) / 1000).toFixed(1)}s]`, ...parts);
+
+function save() {
+    writeFileSync(config.out, JSON.stringify(out, null, 2));
+}
+
+const context = await chromium.launchPersistentContext(config.profileDir, {
+    executablePath: config.chromium,
+    headless: true,
+    viewport: { width: 1280, height: 900 },
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+        '--disable-component-update', '--disable-sync'],
+});
+const page = context.pages()[0] ?? await context.newPage();
+page.on('pageerror', (error) => out.errors.push(`pageerror: ${error.message}`));
+page.on('console', (message) => {
+    if (message.type() === 'error') out.errors.push(`console: ${message.text()}`.slice(0, 500));
+});
+
+async function shot(name) {
+    const path = join(config.screenshots, `${String(out.screenshots.length + 1).padStart(2, '0')}-${name}.png`);
+    await page.screenshot({ path });
+    out.screenshots.push(path);
+    log('screenshot', path);
+}
+
+async function open() {
+    await page.goto(config.url, { waitUntil: 'domcontentloaded' });
+    await page.waitForFunction(() => globalThis.SillyTavern?.getContext && globalThis.skaldMemory
+        && document.getElementById('skald_memory_badge'), null, { timeout: 120_000 });
+    // The send button's comings and goings, stamped by the page's clock.
+    await page.evaluate(() => {
+        const button = document.getElementById('send_but');
+        globalThis.skaldSendShown = [];
+        new MutationObserver(() => {
+            if (!button.classList.contains('displayNone')) globalThis.skaldSendShown.push(Date.now());
+        }).observe(button, { attributes: true, attributeFilter: ['class'] });
+    });
+    await page.waitForFunction(() => SillyTavern.getContext().characters.some((c) => c.name === 'Seraphina'),
+        null, { timeout: 60_000 });
+    await page.evaluate(async () => {
+        const ctx = SillyTavern.getContext();
+        const id = ctx.characters.findIndex((c) => c.name === 'Seraphina');
+        if (id < 0) throw new Error('no Seraphina among the characters');
+        if (String(ctx.characterId) !== String(id)) await ctx.selectCharacterById(String(id));
+    });
+    await page.waitForFunction(() => document.querySelectorAll('#chat .mes').length >= 1
+        && SillyTavern.getContext().getCurrentChatId(), null, { timeout: 60_000 });
+    await page.evaluate(() => {
+        if (SillyTavern.getContext().onlineStatus === 'no_connection') $('#api_button_openai').trigger('click');
+    });
+    await page.waitForFunction(() => SillyTavern.getContext().onlineStatus !== 'no_connection', null, { timeout: 60_000 });
+    log('chat open:', await page.evaluate(() => SillyTavern.getContext().getCurrentChatId()));
+}
+
+async function chatLength() {
+    return page.evaluate(() => SillyTavern.getContext().chat.length);
+}
+
+/** Waits until a generation finished: a reply at the end, the send button shown. */
+async function generationDone(kind, text, before) {
+    const t0 = Date.now();
+    await page.waitForFunction(([n, swipe]) => {
+        const ctx = SillyTavern.getContext();
+        const last = ctx.chat[ctx.chat.length - 1];
+        const grown = swipe ? true : ctx.chat.length >= n + 2;
+        return grown && last && !last.is_user && last.mes && last.mes !== '...'
+            && !document.getElementById('send_but').classList.contains('displayNone');
+    }, [before, kind === 'swipe'], { timeout: 120_000, polling: 50 });
+    const state = await page.evaluate(() => ({
+        shown: globalThis.skaldSendShown.slice(),
+        packet: globalThis.skaldMemory.lastPacket?.text ?? null,
+        query: globalThis.skaldMemory.lastQuery,
+        reply: SillyTavern.getContext().chat.at(-1).mes,
+        length: SillyTavern.getContext().chat.length,
+        status: globalThis.skaldMemory.status,
+        pending: globalThis.skaldMemory.pending,
+    }));
+    const generation = { kind, text, startedAt: t0, ...state };
+    out.generations.push(generation);
+    log(`${kind} done: "${state.reply.slice(0, 60)}" badge=${state.status} pending=${state.pending}`
+        + ` waited=${state.query?.waitedMs}ms pending_turns=${JSON.stringify(state.query?.pendingTurns?.map((p) => p.turn_id))}`);
+    save();
+    return generation;
+}
+
+async function send(text) {
+    const before = await chatLength();
+    out.steps.push({ at: Date.now(), step: 'send', text });
+    await page.fill('#send_textarea', text);
+    await page.click('#send_but');
+    return generationDone('send', text, before);
+}
+
+async function swipe() {
+    const before = await chatLength();
+    out.steps.push({ at: Date.now(), step: 'swipe' });
+    await page.evaluate(() => $('#chat .mes.last_mes .swipe_right').trigger('click'));
+    // The swipe's generation: the last reply gets a new alternative.
+    await page.waitForFunction(() => {
+        const last = SillyTavern.getContext().chat.at(-1);
+        return Array.isArray(last.swipes) && last.swipes.length >= 2 && last.swipe_id === last.swipes.length - 1;
+    }, null, { timeout: 120_000 });
+    return generationDone('swipe', null, before);
+}
+
+async function edit(mesid, text) {
+    out.steps.push({ at: Date.now(), step: 'edit', mesid, text });
+    await page.evaluate((id) => $(`#chat .mes[mesid="${id}"] .mes_edit`).trigger('click'), mesid);
+    await page.waitForSelector('#curEditTextarea');
+    await page.fill('#curEditTextarea', text);
+    await page.evaluate((id) => $(`#chat .mes[mesid="${id}"] .mes_edit_done`).trigger('click'), mesid);
+    await page.waitForFunction(([id, t]) => SillyTavern.getContext().chat[id].mes === t, [mesid, text]);
+    log('edited message', mesid);
+}
+
+async function cut(from, to) {
+    out.steps.push({ at: Date.now(), step: 'delete', from, to });
+    const before = await chatLength();
+    await page.fill('#send_textarea', `/cut ${from}-${to}`);
+    await page.click('#send_but');
+    await page.waitForFunction((n) => SillyTavern.getContext().chat.length < n, before, { timeout: 30_000 });
+    log(`deleted messages ${from}-${to}`);
+}
+
+/** Waits until the extension's writer has nothing left to write for this chat. */
+async function settled(label) {
+    const t0 = Date.now();
+    await page.waitForFunction(() => {
+        const memory = globalThis.skaldMemory;
+        const state = memory.currentChat();
+        return state && state.loaded && !state.running && memory.pendingWrites(state) === 0;
+    }, null, { timeout: config.settleTimeoutMs ?? 600_000, polling: 250 });
+    log(`memory settled (${label}) after ${Date.now() - t0}ms:`, await page.evaluate(() => globalThis.skaldMemory.status));
+    out.steps.push({ at: Date.now(), step: 'settled', label, waitedMs: Date.now() - t0 });
+}
+
+async function badges() {
+    return page.evaluate(() => globalThis.skaldMemoryBadgeLog.slice());
+}
+
+try {
+    await open();
+    await shot('chat-opened');
+    if (config.scenario === 'full') {
+        await send('My sister Ilse moved to Bergen to study marine biology last spring.');
+        await send('I baked sourdough bread this morning, it came out a bit flat.');
+        await send('The weather has been rainy all week, so I stayed in and read a novel about lighthouses.');
+        await settled('before the question');
+        await send('Where did my sister Ilse move to?');
+        await shot('question-answered');
+        await swipe();
+        await shot('swiped');
+        const rainy = await page.evaluate(() => SillyTavern.getContext().chat
+            .findIndex((m) => m.is_user && m.mes.includes('rainy all week')));
+        await edit(rainy, 'The weather has been sunny all week, so I went hiking up to the old lighthouse.');
+        // Asked at once: the replace is still being written (the sidecar is slow).
+        await send('What did I do this week when the weather was sunny?');
+        await shot('asked-during-edit');
+        await settled('after the edit');
+        await send('Remind me: how was the weather this week, and what did I do?');
+        await shot('asked-after-edit');
+        const length = await chatLength();
+        await cut(length - 2, length - 1);
+        await settled('after the delete');
+        await shot('deleted');
+        out.badges.push(...(await badges()).map((b) => ({ ...b, before: 'reload' })));
+        await page.reload({ waitUntil: 'domcontentloaded' });
+        await open();
+        await settled('after the reload');
+        await send('Thanks, Seraphina. Where does Ilse live now?');
+        await settled('the end');
+        await shot('after-reload');
+    } else {
+        for (const text of config.messages) await send(text);
+        await settled('the end');
+        await shot('ordinary-chat');
+    }
+    out.badges.push(...await badges());
+    Object.assign(out, await page.evaluate(() => ({
+        chatId: SillyTavern.getContext().getCurrentChatId(), chatTurns: globalThis.skaldMemoryTurns(),
+        outcomes: globalThis.skaldMemory.outcomes,
+    })));
+    out.ok = true;
+} catch (error) {
+    out.ok = false;
+    out.errors.push(`driver: ${error.stack ?? error}`);
+    try {
+        out.badges.push(...await badges());
+        await shot('failure');
+    } catch {
+        // the page is gone
+    }
+} finally {
+    save();
+    await context.close();
+}
+process.exit(out.ok ? 0 : 1);
