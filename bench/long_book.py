@@ -69,10 +69,11 @@ GROUPS: dict[str, str] = {
     "summarize_chapter": "summaries", "store_chapter_summary": "summaries",
     "finalize_chapter": "files+steering", "publish_chapter_quality": "files+steering",
     "steering and story bible": "files+steering", "export_manuscript": "files+steering",
+    "codex": "codex", "write_codex": "codex",
     OUTSIDE: "prefect+flow code",
 }
 GROUP_ORDER = ("context+retrieval", "LLM steps (client)", "grounding+delta", "commit", "validation", "healing+QA",
-               "summaries", "files+steering", "prefect+flow code")
+               "summaries", "files+steering", "codex", "prefect+flow code")
 HEALING_QA = {name for name, group in GROUPS.items() if group == "healing+QA"}
 SECTIONS = ("guidance", "characters", "relationships", "lore", "summaries", "history")
 

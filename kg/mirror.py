@@ -251,6 +251,13 @@ class StoryMirror:
         with self.lock:
             return list(self.edges.values())
 
+    def edges_as_of(self, as_of: int) -> list[Edge]:
+        """The story relationships stated up to the chapter (a chapter that is no number never
+        counts, as `r.chapter <= $as_of` in Cypher), in story order: chapter, then key."""
+        with self.lock:
+            found = [e for e in self.edges.values() if isinstance(e.props.get("chapter"), int) and e.chapter <= as_of]
+        return sorted(found, key=lambda e: (e.chapter, e.key))
+
     def scenes_as_of(self, as_of: int) -> list[SceneRow]:
         with self.lock:
             found = [s for s in self.scenes.values() if s.chapter <= as_of]
