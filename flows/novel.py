@@ -1,5 +1,6 @@
 """`python -m flows.novel`: write a novel. Initialization once, then the chapter loop; after
-each chapter the codex (`exports/codex.html`, linked from the run in the Prefect UI).
+each chapter the codex (`exports/codex.html`, linked from the run in the Prefect UI; past 20
+chapters every few chapters, see tasks.codex.codex_due, and always after the run's last).
 
 Every step is a Prefect task whose result is cached on disk under `<project>/.saga/`, so
 running the same command again repeats no finished LLM call, and running it with a
@@ -40,7 +41,7 @@ from prompts.initialization.models import (
     GlobalOutline,
 )
 from tasks.bible import load_story_bible, sync_story_bible, write_learned_characters
-from tasks.codex import write_codex_or_log
+from tasks.codex import FLAT_CODEX_CHAPTERS, codex_due, write_codex_or_log
 from tasks.commit import commit_initialization, maintenance_due, record_maintenance
 from tasks.export import export_manuscript
 from tasks.initialization import (
@@ -235,6 +236,7 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
     summaries: list[str] = []
     titles: list[str] = []  # the chapters' titles so far: grounding never takes one for a name
     ending = ""
+    codex_current = False  # whether exports/codex.html shows every chapter so far
     one_chapter = chapter_flow.with_options(result_storage=results, task_runner=chapter_runner(rt.settings))
     refresh = generate_chapter_outline.with_options(result_storage=results)
     costs.append(ChapterCost.of(0, LEDGER.checkpoint("initialization")))
@@ -243,6 +245,7 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
             steering = load_steering(rt.settings.saga_dir)
         imported = steering.imported.get(number)
         if imported is not None:  # the writer's own chapter, brought in by `import`
+            codex_current = False
             summaries.append(f"Chapter {number}: {imported.title}: {imported.summary}")
             titles.append(imported.title)
             ending = imported.ending
@@ -278,10 +281,16 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
             record_written(rt.settings.saga_dir, number, guidance, chapter, cast)
         summaries.append(f"Chapter {number}: {result.title}: {result.summary}".rstrip(": "))
         phases[f"chapter {number}"] = time.monotonic() - chapter_started
-        codex_started = time.monotonic()
-        with stage("codex"):
-            write_codex_or_log(f"after chapter {number}")
-        phases["codex"] = phases.get("codex", 0.0) + time.monotonic() - codex_started
+        codex_current = codex_due(number, chapters)
+        if codex_current:
+            codex_started = time.monotonic()
+            with stage("codex"):
+                write_codex_or_log(f"after chapter {number}")
+            phases["codex"] = phases.get("codex", 0.0) + time.monotonic() - codex_started
+        else:
+            log.info("chapter %d: the codex is rewritten every %d chapters in a book past %d chapters, and after "
+                     "the run's last chapter (%d)", number, -(-number // FLAT_CODEX_CHAPTERS), FLAT_CODEX_CHAPTERS,
+                     chapters)
         if number % rt.settings.limits.qa_every == 0:
             if maintenance_due(number):
                 maintenance_started = time.monotonic()
@@ -295,8 +304,8 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
             trim_heap()  # a chapter's native garbage (driver, index, HTTP buffers) goes back to the OS
         costs.append(ChapterCost.of(number, LEDGER.checkpoint(f"chapter {number}")))
         log.info("chapter %d: the pipeline's own cost: %s", number, costs[-1].brief())
-    if not results_list:  # every chapter was the writer's own (imported): the codex still shows them
-        write_codex_or_log("of the imported chapters")
+    if not codex_current:  # the run ended on the writer's own (imported) chapters: the codex shows them too
+        write_codex_or_log("at the end of the run")
     write_learned_characters()
     manuscript = export_manuscript(outline.title, chapters)
     report = _report(rt, outline.title, results_list, manuscript, phases)
