@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from rapidfuzz import fuzz
 
@@ -71,17 +72,20 @@ _NON_WORD = re.compile(r"[\W_]+")
 _ABBREVIATION = re.compile(r"\b(?:mr|mrs|ms|dr|st|jr|sr|prof|capt|[a-z])\.", re.IGNORECASE)
 
 
-def _title_words(title: str) -> list[str]:
-    return normalise(_NUMBERED.sub("", title)).split()
+@lru_cache(maxsize=4096)
+def _title_words(title: str) -> tuple[tuple[str, ...], ...]:
+    """A title's words, as written, without "Chapter 3:", and each part after a colon of two
+    words or more ("A Tribute to a Heroine" of "Lysa the Keeper: A Tribute to a Heroine"). A
+    book's titles are asked about for every name of every chapter: normalised once."""
+    parts = tuple(tuple(normalise(p).split()) for p in title.split(":")[1:] if len(p.split()) >= 2)
+    return (tuple(normalise(title).split()), tuple(normalise(_NUMBERED.sub("", title)).split()), *parts)
 
 
 def _is_title(name: str, title: str) -> bool:
     """Whether `name` is `title` (or `title` without "Chapter 3:"), or its start cut off: at
     least TITLE_PREFIX_SHARE of its words, the last maybe cut mid-word."""
-    words = normalise(name).split()
-    # A title's parts count too: "A Tribute to a Heroine" of "Lysa the Keeper: A Tribute to a Heroine".
-    parts = [normalise(p).split() for p in title.split(":")[1:] if len(p.split()) >= 2]
-    for title_words in (normalise(title).split(), _title_words(title), *parts):
+    words = tuple(normalise(name).split())
+    for title_words in _title_words(title):
         if not title_words or not words:
             continue
         if words == title_words:

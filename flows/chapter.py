@@ -16,12 +16,14 @@ from core.content import ContentRef
 from core.prose import ProseMetrics
 from core.sentences import tail_from_sentence
 from core.settings import Settings
+from core.stages import stage
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import ScenePlan
 from prompts.validation.models import QualityScores
 from tasks.assembly import assemble_chapter
 from tasks.commit import (
     chapter_commit_state,
+    chapter_history,
     commit_accepted_chapter,
     commit_chapter,
     rollback_chapter,
@@ -114,6 +116,7 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
     limits = rt.settings.limits
     target_words = scene_target_words(limits.scene_token_target)
     committed = chapter_commit_state(number)
+    history = chapter_history(number)  # what the chapter is written on: the graph-reading stages cache under it
     guidance = ""
     iteration = 0
     for iteration in range(1, limits.max_iterations + 1):
@@ -131,7 +134,7 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
                                previous_is_chapter=index == 1 and bool(previous_ending), style=rt.settings.style,
                                target_words=target_words)
             steering = tuple(g for g in (writer_guidance, guidance) if g)
-            context = retrieve_context(number, scene, steering, fixed_prompt_tokens(brief))
+            context = retrieve_context(number, scene, steering, fixed_prompt_tokens(brief), history=history)
             draft = draft_scene(brief, context, iteration, rt.settings.prose, rt.llm_fingerprint("narrative"))
             drafts.append(draft)
             scene_ref = draft.ref
@@ -152,15 +155,16 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
                                  (book.title, *book.chapter_titles, outline.title))
         extractions = grounded.extractions
         texts = tuple(rt.content.get_text(ref) for ref in refs)
-        prose = measure_chapter(texts, target_words, rt.settings.prose)
-        checks = check_scenes(texts, plan.scenes, book.character_names, rt.settings.prose)
+        with stage("prose and plan checks"):
+            prose = measure_chapter(texts, target_words, rt.settings.prose)
+            checks = check_scenes(texts, plan.scenes, book.character_names, rt.settings.prose)
         embeddings = embed_scenes_or_none(f"chapter_{number:03d}/iter_{iteration}/scenes", texts,
                                           rt.embedding_fingerprint())
         chapter_text = assemble_chapter(number, iteration, refs)
         delta = build_chapter_delta(number, outline.title, iteration, plan_ref, refs, extractions,
                                     embeddings, chapter_text)
         outcome = commit_chapter(delta, committed)
-        problems = validate_consistency(delta, extractions)
+        problems = validate_consistency(delta, extractions, history=history)
         scores = evaluate_quality(book.title, book.genre, number, outline.summary, chapter_text,
                                   rt.llm_fingerprint("medium"))
         decision = decide_revision(scores, problems, [d.metrics for d in drafts], prose, limits.revision_threshold,

@@ -38,7 +38,14 @@ from tasks.healing import (
     publish_heal_artifacts,
     write_heal_history,
 )
-from tasks.qa import QAReport, publish_qa_artifacts, run_qa_checks, write_qa_report
+from tasks.qa import (
+    QAReport,
+    publish_qa_artifacts,
+    qa_scope,
+    run_qa_checks,
+    save_qa_state,
+    write_qa_report,
+)
 from tasks.runtime import Runtime, runtime, set_runtime
 
 HEAL_DEPLOYMENT = "heal-graph"
@@ -94,14 +101,19 @@ def heal_flow(
 
 
 @flow(name="graph-qa", log_prints=True)
-def qa_flow(project_dir: str) -> QAReport:
-    """Run every QA check; write the Parquet report and the Prefect artifacts."""
+def qa_flow(project_dir: str, incremental: bool = False) -> QAReport:
+    """Run every QA check, over the whole graph or (`incremental`, the novel flow's) over the
+    chapters written since the last run plus a rotating sample; write the Parquet report and
+    the Prefect artifacts."""
     started, run_at = time.monotonic(), now_iso()
     with _project_runtime(project_dir) as rt:
-        findings = run_qa_checks()
+        scope = qa_scope(incremental)
+        findings = run_qa_checks(scope.chapters)
         path = write_qa_report(findings, run_at, rt.settings.saga_dir)
+        save_qa_state(rt.settings.saga_dir, scope.state)
         report = QAReport(project_dir=str(rt.settings.project_dir), run_at=run_at, findings=findings,
-                          report_path=str(path), seconds=round(time.monotonic() - started, 2))
+                          report_path=str(path), seconds=round(time.monotonic() - started, 2),
+                          scope=scope.describe())
         publish_qa_artifacts(report)
         write_codex_or_log("with the QA findings")  # the findings marked in exports/codex.html
         return report

@@ -1,5 +1,6 @@
 """`python -m flows.novel`: write a novel. Initialization once, then the chapter loop; after
-each chapter the codex (`exports/codex.html`, linked from the run in the Prefect UI).
+each chapter the codex (`exports/codex.html`, linked from the run in the Prefect UI; past 20
+chapters every few chapters, see tasks.codex.codex_due, and always after the run's last).
 
 Every step is a Prefect task whose result is cached on disk under `<project>/.saga/`, so
 running the same command again repeats no finished LLM call, and running it with a
@@ -14,6 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -27,7 +29,9 @@ from core.cli import (
     setup_logging,
 )
 from core.errors import InvalidInputError
+from core.heap import trim as trim_heap
 from core.settings import load_settings
+from core.stages import LEDGER, Checkpoint, stage
 from flows.chapter import BookInfo, ChapterResult, chapter_flow, chapter_runner
 from flows.maintenance import heal_flow, qa_flow
 from prompts.initialization.models import (
@@ -37,8 +41,8 @@ from prompts.initialization.models import (
     GlobalOutline,
 )
 from tasks.bible import load_story_bible, sync_story_bible, write_learned_characters
-from tasks.codex import write_codex_or_log
-from tasks.commit import commit_initialization
+from tasks.codex import FLAT_CODEX_CHAPTERS, codex_due, write_codex_or_log
+from tasks.commit import commit_initialization, maintenance_due, record_maintenance
 from tasks.export import export_manuscript
 from tasks.initialization import (
     act_ranges,
@@ -48,7 +52,7 @@ from tasks.initialization import (
     generate_character_sheets,
     generate_global_outline,
 )
-from tasks.outlining import generate_chapter_outline
+from tasks.outlining import STORY_SO_FAR_SHARE, generate_chapter_outline, story_so_far
 from tasks.persist import (
     InitArtifacts,
     initial_bible,
@@ -81,6 +85,35 @@ class ProjectSpec(BaseModel):
     imported_from: str = Field("", description="the manuscript an imported project started from")
 
 
+class StageCost(BaseModel):
+    cpu_s: float
+    wall_s: float
+    calls: int
+
+
+class ChapterCost(BaseModel):
+    """The pipeline's own cost of one chapter, the maintenance after it included (chapter 0:
+    initialization): process CPU and wall seconds by stage (core.stages), RSS at its end."""
+
+    chapter: int
+    cpu_s: float
+    wall_s: float
+    rss_mb: float
+    stages: dict[str, StageCost] = Field(default_factory=dict)
+    ended_at: float = Field(0.0, description="when the chapter ended (seconds since the epoch)")
+
+    @classmethod
+    def of(cls, chapter: int, point: Checkpoint) -> ChapterCost:
+        return cls(chapter=chapter, cpu_s=point.cpu_s, wall_s=point.wall_s, rss_mb=point.rss_mb, ended_at=point.at,
+                   stages={name: StageCost(cpu_s=t.cpu_s, wall_s=t.wall_s, calls=t.calls)
+                           for name, t in sorted(point.stages.items())})
+
+    def brief(self) -> str:
+        top = sorted(self.stages.items(), key=lambda item: -item[1].cpu_s)[:4]
+        return (f"{self.cpu_s:.2f}s CPU, {self.wall_s:.2f}s wall, RSS {self.rss_mb:.0f} MiB; most CPU: "
+                + ", ".join(f"{name} {cost.cpu_s:.2f}s" for name, cost in top))
+
+
 class NovelReport(BaseModel):
     title: str
     chapters: list[ChapterResult]
@@ -89,6 +122,7 @@ class NovelReport(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     seconds_by_phase: dict[str, float]
+    costs: list[ChapterCost] = Field(default_factory=list, description="the pipeline's own cost per chapter")
 
 
 def resolve_project(project_dir: Path, premise: str | None, genre: str | None, chapters: int, acts: int,
@@ -178,6 +212,8 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
     # Sub-flows (and their tasks) persist results under the project: that is the resume cache.
     results = prefect_results_dir(Path(project_dir))
     phases: dict[str, float] = {}
+    costs: list[ChapterCost] = []
+    LEDGER.checkpoint("start")
     started = time.monotonic()
     if spec.imported_from:
         from flows.importing import load_imported_artifacts
@@ -187,9 +223,10 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
     else:
         artifacts = initialization_flow.with_options(result_storage=results)(spec)
     phases["initialization"] = time.monotonic() - started
-    bring_steering_up_to_date(chapters, redo_from)
-    sync_story_bible(initial_bible(artifacts))
-    bible = load_story_bible(rt.settings.project_dir)
+    with stage("steering and story bible"):
+        bring_steering_up_to_date(chapters, redo_from)
+        sync_story_bible(initial_bible(artifacts))
+        bible = load_story_bible(rt.settings.project_dir)
     planned = {c.number: ChapterOutline.model_validate(c.model_dump()) for c in bible.chapters}
     outline = rt.content.get_model(artifacts.global_outline, GlobalOutline)
     names = tuple(c.name for c in bible.characters)
@@ -199,17 +236,22 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
     summaries: list[str] = []
     titles: list[str] = []  # the chapters' titles so far: grounding never takes one for a name
     ending = ""
+    codex_current = False  # whether exports/codex.html shows every chapter so far
     one_chapter = chapter_flow.with_options(result_storage=results, task_runner=chapter_runner(rt.settings))
     refresh = generate_chapter_outline.with_options(result_storage=results)
+    costs.append(ChapterCost.of(0, LEDGER.checkpoint("initialization")))
     for number in range(1, chapters + 1):
-        steering = load_steering(rt.settings.saga_dir)
+        with stage("steering and story bible"):
+            steering = load_steering(rt.settings.saga_dir)
         imported = steering.imported.get(number)
         if imported is not None:  # the writer's own chapter, brought in by `import`
+            codex_current = False
             summaries.append(f"Chapter {number}: {imported.title}: {imported.summary}")
             titles.append(imported.title)
             ending = imported.ending
             continue
-        guidance = chapter_guidance(rt.settings.project_dir, number, steering.takes.get(number, 1))
+        with stage("steering and story bible"):
+            guidance = chapter_guidance(rt.settings.project_dir, number, steering.takes.get(number, 1))
         written_with = steering.inputs.get(number)
         if written_with is not None:
             # A written chapter replays with the inputs it was written with (cache hits, no call),
@@ -217,8 +259,15 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
             chapter, cast = written_with.outline, written_with.character_names
         else:
             act, act_summary = act_for(artifacts, spec, number)
+            story, left_out = story_so_far(summaries, int(rt.settings.tier("large").context_window
+                                                          * STORY_SO_FAR_SHARE))
+            if left_out:
+                log.info("chapter %d: its outline is refreshed from the summaries of the %d most recent chapters; "
+                         "the %d before them are left out of the prompt (their budget is %d%% of the context window; "
+                         "the global and act outlines stand for them)", number, len(story), left_out,
+                         round(STORY_SO_FAR_SHARE * 100))
             chapter = refresh(outline.title, spec.genre, number, bible.global_outline, act, act_summary,
-                              bible.character_lines(), tuple(summaries), planned.get(number), guidance,
+                              bible.character_lines(), story, planned.get(number), guidance,
                               rt.llm_fingerprint("large"))
             cast = names
         log.info("chapter %d/%d: %s", number, chapters, chapter.title)
@@ -228,21 +277,39 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
         results_list.append(result)
         titles.append(result.title)
         ending = result.ending
-        record_written(rt.settings.saga_dir, number, guidance, chapter, cast)
+        with stage("steering and story bible"):
+            record_written(rt.settings.saga_dir, number, guidance, chapter, cast)
         summaries.append(f"Chapter {number}: {result.title}: {result.summary}".rstrip(": "))
         phases[f"chapter {number}"] = time.monotonic() - chapter_started
-        codex_started = time.monotonic()
-        write_codex_or_log(f"after chapter {number}")
-        phases["codex"] = phases.get("codex", 0.0) + time.monotonic() - codex_started
+        codex_current = codex_due(number, chapters)
+        if codex_current:
+            codex_started = time.monotonic()
+            with stage("codex"):
+                write_codex_or_log(f"after chapter {number}")
+            phases["codex"] = phases.get("codex", 0.0) + time.monotonic() - codex_started
+        else:
+            log.info("chapter %d: the codex is rewritten every %d chapters in a book past %d chapters, and after "
+                     "the run's last chapter (%d)", number, -(-number // FLAT_CODEX_CHAPTERS), FLAT_CODEX_CHAPTERS,
+                     chapters)
         if number % rt.settings.limits.qa_every == 0:
-            maintenance_started = time.monotonic()
-            _run_maintenance(project_dir, number)
-            phases[f"maintenance after {number}"] = time.monotonic() - maintenance_started
-    if not results_list:  # every chapter was the writer's own (imported): the codex still shows them
-        write_codex_or_log("of the imported chapters")
+            if maintenance_due(number):
+                maintenance_started = time.monotonic()
+                with stage("maintenance"):
+                    if _run_maintenance(project_dir, number):
+                        record_maintenance(number)
+                phases[f"maintenance after {number}"] = time.monotonic() - maintenance_started
+            else:
+                log.info("chapter %d: healing and QA already ran after this chapter", number)
+        with stage("heap trim"):
+            trim_heap()  # a chapter's native garbage (driver, index, HTTP buffers) goes back to the OS
+        costs.append(ChapterCost.of(number, LEDGER.checkpoint(f"chapter {number}")))
+        log.info("chapter %d: the pipeline's own cost: %s", number, costs[-1].brief())
+    if not codex_current:  # the run ended on the writer's own (imported) chapters: the codex shows them too
+        write_codex_or_log("at the end of the run")
     write_learned_characters()
     manuscript = export_manuscript(outline.title, chapters)
     report = _report(rt, outline.title, results_list, manuscript, phases)
+    report.costs = costs
     _publish_artifacts(report)
     return report
 
@@ -258,14 +325,19 @@ def _runtime_for(project_dir: str) -> Runtime:
     return set_runtime(Runtime(load_settings(project_dir)))
 
 
-def _run_maintenance(project_dir: str, chapter: int) -> None:
-    """Healing and QA are best effort: a failure is logged, never fatal (spec 001 section 7)."""
+def _run_maintenance(project_dir: str, chapter: int) -> bool:
+    """Healing and QA are best effort: a failure is logged, never fatal (spec 001 section 7).
+    True when both ran."""
     log = get_run_logger()
-    for maintenance in (heal_flow, qa_flow):
+    done = True
+    runs: tuple[tuple[Any, dict[str, Any]], ...] = ((heal_flow, {}), (qa_flow, {"incremental": True}))
+    for maintenance, options in runs:
         try:
-            maintenance(project_dir)
+            maintenance(project_dir, **options)
         except Exception as exc:  # graceful degradation: keep writing
+            done = False
             log.warning("%s after chapter %d failed (continuing): %s", maintenance.name, chapter, exc)
+    return done
 
 
 def _report(rt: Runtime, title: str, results: list[ChapterResult], manuscript: str,

@@ -46,7 +46,34 @@ WRITE_SCHEMA_META = "MERGE (m:SchemaMeta {id: $id}) SET m.version = $version, m.
 # --- Reads used while planning a commit ------------------------------------------------------
 
 READ_CHANGESETS = (
-    "MATCH (c:ChangeSet) RETURN c.chapter AS chapter, c.seq AS seq, c.delta_hash AS delta_hash ORDER BY c.seq"
+    "MATCH (c:ChangeSet) RETURN c.chapter AS chapter, c.seq AS seq, c.delta_hash AS delta_hash, "
+    "c.amendments_sha AS amendments_sha ORDER BY c.seq"
+)
+# One change-set by its chapter key or its number (both indexed), and how many there are:
+# the newest is found without a scan (kg.commit.history).
+_CHANGESET_SCALARS = (
+    "RETURN c.chapter AS chapter, c.seq AS seq, c.delta_hash AS delta_hash, c.chain_sha AS chain_sha, "
+    "c.amendments_sha AS amendments_sha"
+)
+CHANGESET_BY_CHAPTER = f"MATCH (c:ChangeSet {{chapter: $chapter}}) {_CHANGESET_SCALARS}"
+CHANGESET_BY_SEQ = f"MATCH (c:ChangeSet {{seq: $seq}}) {_CHANGESET_SCALARS}"
+COUNT_CHANGESETS = "MATCH (c:ChangeSet) RETURN count(c) AS count"
+#: What `kg.store.committed_chapters` lists: the scalars, not the change-sets' undo records.
+READ_CHANGESET_INFOS = (
+    "MATCH (c:ChangeSet) RETURN c.chapter AS chapter, c.seq AS seq, c.delta_hash AS delta_hash, "
+    "c.created_node_count AS created_nodes, c.created_rel_count AS created_relationships, "
+    "c.updated_node_count AS updated_nodes, c.updated_rel_count AS updated_relationships ORDER BY c.seq"
+)
+# Amendments (kg.commit.amendments): later writes recorded on the newest change-set.
+READ_NEWEST_CHANGESET = (
+    "MATCH (c:ChangeSet) RETURN c.chapter AS chapter, c.amendments_json AS amendments_json, "
+    "c.amendments_sha AS amendments_sha ORDER BY c.seq DESC LIMIT 1"
+)
+#: Healing and QA ran after this change-set was committed (the novel flow's maintenance).
+MARK_MAINTAINED = "MATCH (c:ChangeSet {chapter: $chapter}) SET c.maintained = true RETURN c.chapter AS chapter"
+READ_MAINTAINED = "MATCH (c:ChangeSet {chapter: $chapter}) RETURN c.maintained AS maintained"
+AMEND_CHANGESET = (
+    "MATCH (c:ChangeSet {chapter: $chapter}) SET c.amendments_json = $amendments, c.amendments_sha = $sha"
 )
 READ_CHANGESET_PROPS = "MATCH (c:ChangeSet) WHERE c.chapter IN $chapters RETURN properties(c) AS props"
 READ_NAMES = (
@@ -228,7 +255,6 @@ def import_merge_rels(rel_type: str) -> str:
         f"MERGE (a)-[r:{q(rel_type)} {{key: row.props.key}}]->(b) SET r = row.props"
     )
 
-READ_CHANGESET_PROPS_ALL = "MATCH (c:ChangeSet) RETURN properties(c) AS props"
 # `WITH k.entity_id AS eid MATCH (n:Entity) WHERE n.id = eid`, not `MATCH (n:Entity {id:
 # k.entity_id})`: ArcadeDB scans all entities for the latter (20 ms vs 1.5 ms on 1,300).
 RESOLVE_NAMES = (
@@ -269,6 +295,22 @@ ENTITY_RELS_AS_OF = (
     f"MATCH (e:Entity)-[r:{_ENTITY_RELS}]-(o:Entity) WHERE e.id IN $ids AND r.chapter <= $as_of "
     "RETURN e.id AS id, type(r) AS type, startNode(r) = e AS outgoing, properties(r) AS props, o.id AS other"
 )
+# The story mirror (kg.mirror): every story relationship and scene once, then only what a
+# change-set names, by key or id (indexed).
+MIRROR_ALL_EDGES = (
+    f"MATCH (a:Entity)-[r:{_ENTITY_RELS}]->(b:Entity) "
+    "RETURN type(r) AS type, a.id AS src, b.id AS tgt, properties(r) AS props, elementId(r) AS eid"
+)
+MIRROR_ALL_SCENES = "MATCH (s:Scene) RETURN properties(s) AS props"
+MIRROR_SCENES_BY_ID = "MATCH (s:Scene) WHERE s.id IN $ids RETURN properties(s) AS props"
+
+
+@cache
+def mirror_edges_by_key(rel_type: str) -> str:
+    return (f"MATCH (a:Entity)-[r:{q(rel_type)}]->(b:Entity) WHERE r.key IN $keys "
+            "RETURN a.id AS src, b.id AS tgt, properties(r) AS props")
+
+
 # Just what a relationship view shows of its other end; `renamed` says the revision history
 # mentions a name or label change, in which case the caller reads the full node.
 READ_NAME_LABELS = (
@@ -279,6 +321,11 @@ READ_NAME_LABELS = (
 LATEST_LOCATIONS_AS_OF = (
     "MATCH (o:Entity)-[r:LOCATED_IN]->(l:Entity) WHERE o.id IN $ids AND r.chapter <= $as_of "
     "RETURN o.id AS id, l.id AS location, r.chapter AS chapter"
+)
+LATEST_CHAPTER = "MATCH (c:Chapter) RETURN max(c.number) AS latest"
+SUMMARIES_OF = (
+    "MATCH (c:Chapter) WHERE c.number IN $numbers "
+    "RETURN c.number AS chapter, c.title AS title, c.summary AS summary, c.key_events AS key_events"
 )
 RECENT_SUMMARIES = (
     "MATCH (c:Chapter) WHERE c.number <= $as_of AND c.number >= $min_chapter "
@@ -297,17 +344,6 @@ CHAPTER_VECTORS_AS_OF = (
     "MATCH (c:Chapter) WHERE c.number <= $as_of AND c.embedding_sha IS NOT NULL "
     "RETURN c.id AS id, c.number AS chapter, null AS scene, c.title AS title, c.summary AS summary, "
     "c.embedding_sha AS sha"
-)
-# Where each scene's text lives in the content store, and its hash (duplicate-scene checks
-# confirm an embedding match on the words).
-SCENE_TEXT_REFS_AS_OF = (
-    "MATCH (s:Scene) WHERE s.chapter <= $as_of AND s.text_ref IS NOT NULL "
-    "RETURN s.chapter AS chapter, s.index AS scene, s.text_ref AS text_ref, s.text_sha AS text_sha"
-)
-SCENES_AS_OF = (
-    "MATCH (s:Scene) WHERE s.chapter <= $as_of "
-    "RETURN s.id AS id, s.chapter AS chapter, s.index AS scene, s.title AS title, s.summary AS summary, "
-    "s.embedding_sha AS sha"
 )
 SCENE_EMBEDDINGS_BY_ID = "MATCH (s:Scene) WHERE s.id IN $ids RETURN s.id AS id, s.embedding AS embedding"
 CHAPTER_EMBEDDINGS_BY_ID = "MATCH (c:Chapter) WHERE c.id IN $ids RETURN c.id AS id, c.embedding AS embedding"

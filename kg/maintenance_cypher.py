@@ -40,6 +40,7 @@ SCENES = (
     "s.characters AS characters, s.location AS location"
 )
 CHAPTER_NUMBERS = "MATCH (c:Chapter) RETURN c.number AS number"
+PROVISIONAL_IDS = "MATCH (e:Entity) WHERE e.is_provisional = true RETURN e.id AS id ORDER BY id"
 
 # --- Healing: one merge, inside one write transaction ---------------------------------------
 
@@ -48,7 +49,7 @@ CHAPTER_NUMBERS = "MATCH (c:Chapter) RETURN c.number AS number"
 #: ArcadeDB's optimistic version check covers the same case at commit.
 LOCK_ENTITIES = (
     "MATCH (n:Entity) WHERE n.id IN $ids SET n._kg_heal_lock = true REMOVE n._kg_heal_lock "
-    "RETURN n.id AS id, properties(n) AS props"
+    "RETURN n.id AS id, properties(n) AS props, labels(n) AS labels"
 )
 #: Replace entities' whole property maps (computed in Python from the locked read).
 REPLACE_ENTITIES = "UNWIND $rows AS row MATCH (n:Entity {id: row.id}) SET n = row.props"
@@ -63,17 +64,6 @@ MERGE_AUDITS = f"MATCH (a:{MERGE_AUDIT}) RETURN properties(a) AS props ORDER BY 
 
 # --- Healing: graduation and enrichment inputs ----------------------------------------------
 
-#: Distinct story neighbours and relationship count per entity.
-STORY_DEGREE = (
-    f"MATCH (e:Entity)-[r:{STORY_RELS}]-(o:Entity) WHERE o <> e "
-    "RETURN e.id AS id, count(r) AS rels, count(DISTINCT o) AS neighbours"
-)
-#: An entity's story relationships, for the enrichment prompt.
-STORY_RELS_OF = (
-    f"MATCH (e:Entity {{id: $id}})-[r:{STORY_RELS}]-(o:Entity) "
-    "RETURN type(r) AS type, startNode(r) = e AS outgoing, o.name AS other, r.chapter AS chapter, "
-    "r.description AS description ORDER BY r.chapter, type, other LIMIT $limit"
-)
 
 # --- QA ---------------------------------------------------------------------------------------
 
@@ -81,20 +71,21 @@ QA_ENTITY_INDEX = (
     "MATCH (e:Entity) RETURN e.id AS id, e.name AS name, e.label AS label, e.name_key AS name_key, "
     "e.alias_keys AS alias_keys, e.first_chapter AS first_chapter, e.is_provisional AS provisional"
 )
-QA_TRAITS = "MATCH (e:Entity) WHERE size(e.traits) > 1 RETURN properties(e) AS props"
+#: Every story relationship between two entities, with what the checks show of its ends.
+QA_STORY_RELS = (
+    f"MATCH (a:Entity)-[r:{STORY_RELS}]->(b:Entity) "
+    "RETURN type(r) AS type, r.chapter AS chapter, r.key AS key, a.id AS src_id, a.name AS src_name, "
+    "a.first_chapter AS src_first, b.id AS tgt_id, b.name AS tgt_name, b.first_chapter AS tgt_first"
+)
+#: Entities a set of chapters touched (first seen or last seen in one of them): indexed.
+TOUCHED_IN_CHAPTERS = (
+    "MATCH (e:Entity) WHERE e.last_chapter IN $chapters RETURN e.id AS id "
+    "UNION MATCH (e:Entity) WHERE e.first_chapter IN $chapters RETURN e.id AS id"
+)
+CHAPTERS_OF = "MATCH (c:Chapter) WHERE c.number IN $numbers RETURN c.number AS number"
 QA_TRAIT_EDGES = (
     "MATCH (e:Entity)-[r:HAS_TRAIT]->(t:Entity) "
     "RETURN e.id AS id, e.name AS name, t.name AS trait, r.chapter AS chapter"
-)
-#: Entities with a "dead" status interval (status values are compared lower-cased).
-QA_DEAD = (
-    "MATCH (c:Entity) WHERE any(s IN c.status_values WHERE toLower(s) IN $dead) "
-    "RETURN properties(c) AS props"
-)
-#: Outgoing relationships of the given types: what an entity does, not what is done to it.
-QA_ACTIONS_OF = (
-    f"MATCH (c:Entity)-[r:{STORY_RELS}]->(o:Entity) WHERE c.id IN $ids AND type(r) IN $types "
-    "RETURN c.id AS id, type(r) AS type, r.chapter AS chapter, o.id AS other_id, o.name AS other_name"
 )
 #: EntityName lookups whose entity node is gone (resolution would follow them to nothing).
 QA_STALE_NAMES = (
@@ -108,20 +99,6 @@ QA_BROKEN_RELS = (
     "OR b.name IS NULL OR a.label IS NULL OR b.label IS NULL OR r.key IS NULL OR r.chapter IS NULL "
     "RETURN a.id AS src_id, a.name AS src_name, labels(a) AS src_labels, b.id AS tgt_id, "
     "b.name AS tgt_name, labels(b) AS tgt_labels, type(r) AS type, r.chapter AS chapter, r.key AS key"
-)
-#: Story relationships dated in a chapter that has no Chapter node.
-QA_RELS_IN_MISSING_CHAPTERS = (
-    f"MATCH (a:Entity)-[r:{STORY_RELS}]->(b:Entity) WHERE r.chapter IS NOT NULL AND NOT r.chapter IN $chapters "
-    "RETURN a.id AS src_id, a.name AS src_name, b.id AS tgt_id, b.name AS tgt_name, type(r) AS type, "
-    "r.chapter AS chapter"
-)
-#: Story relationships dated before one of their endpoints' first appearance.
-QA_BEFORE_FIRST_APPEARANCE = (
-    f"MATCH (a:Entity)-[r:{STORY_RELS}]->(b:Entity) WHERE r.chapter IS NOT NULL AND "
-    "((a.first_chapter IS NOT NULL AND r.chapter < a.first_chapter) OR "
-    "(b.first_chapter IS NOT NULL AND r.chapter < b.first_chapter)) "
-    "RETURN a.id AS src_id, a.name AS src_name, a.first_chapter AS src_first, b.id AS tgt_id, "
-    "b.name AS tgt_name, b.first_chapter AS tgt_first, type(r) AS type, r.chapter AS chapter"
 )
 QA_PROVISIONAL = (
     "MATCH (e:Entity) RETURN count(e) AS total, "

@@ -359,6 +359,7 @@ class EntityProfile(_Model):
     as_of_chapter: int
     status: str | None = None
     relationships: list[RelationshipView] = Field(default_factory=list)
+    relationships_left_out: int = Field(0, description="older relationships not read (a read capped to the most recent)")
 
 
 class ChapterSummary(_Model):

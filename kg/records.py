@@ -203,8 +203,52 @@ def same_value(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def props_as_of(props: dict[str, Any], chapter: int) -> dict[str, Any] | None:
-    """The entity's properties as they were after `chapter` (None: it did not exist yet)."""
+#: Properties only ever appended to (JSON lists): an undo record keeps how long they were, not
+#: what they held, so a change-set stays the size of what changed, not of the entity's history.
+APPEND_ONLY = ("sources_json", REVISIONS)
+_PREFIX = "prefix"
+#: Shorter values are kept as they are (a marker would save nothing).
+_PREFIX_MIN_CHARS = 64
+
+
+def encode_undo(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """`encode_props(before)`, with each append-only property whose previous value is the start
+    of its new one stored as its length: exact, because an undo runs on the node as the write
+    left it (later writes are undone first) and `decode_undo` cuts the current value back."""
+    out = encode_props(before)
+    for key in APPEND_ONLY:
+        old, new = before.get(key), after.get(key)
+        if not (isinstance(old, str) and isinstance(new, str) and len(old) >= _PREFIX_MIN_CHARS):
+            continue
+        old_items, new_items = json.loads(old), json.loads(new)
+        if (isinstance(old_items, list) and isinstance(new_items, list) and len(new_items) >= len(old_items)
+                and canonical_json(new_items[: len(old_items)]) == old):
+            out[key] = {_TAG: _PREFIX, "n": len(old_items)}
+    return out
+
+
+def needs_current(data: dict[str, Any]) -> bool:
+    """Whether an undo record cuts a current value back (`decode_undo` needs the node's properties)."""
+    return any(isinstance(v, dict) and v.get(_TAG) == _PREFIX for v in data.values())
+
+
+def decode_undo(data: dict[str, Any], current: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The properties an `encode_undo` record restores, given the node's current properties."""
+    props: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value.get(_TAG) == _PREFIX:
+            if current is None or not isinstance(current.get(key), str):
+                raise ValueError(f"undo of {key!r} needs the node's current value")
+            props[key] = canonical_json(json.loads(current[key])[: value["n"]])
+        else:
+            props[key] = decode_value(value)
+    return props
+
+
+def props_as_of(props: dict[str, Any], chapter: int, *, sources: bool = True) -> dict[str, Any] | None:
+    """The entity's properties as they were after `chapter` (None: it did not exist yet);
+    `sources=False` leaves the provenance out (the longest property, and the only one a read
+    for a prompt or a check does not need)."""
     first = props.get("first_chapter")
     if first is not None and first > chapter:
         return None
@@ -217,14 +261,17 @@ def props_as_of(props: dict[str, Any], chapter: int) -> dict[str, Any] | None:
                 state.pop(key, None)
             else:
                 state[key] = decode_value(value)
-    sources = [s for s in json.loads(state.get("sources_json") or "[]") if s.get("chapter") is None or s["chapter"] <= chapter]
-    state["sources_json"] = canonical_json(sources)
+    if not sources:
+        state.pop("sources_json", None)
+        return state
+    kept = [s for s in json.loads(state.get("sources_json") or "[]") if s.get("chapter") is None or s["chapter"] <= chapter]
+    state["sources_json"] = canonical_json(kept)
     return state
 
 
-def entity_as_of(props: dict[str, Any], chapter: int | None) -> Entity | None:
-    """Entity view as of a chapter (None = current state)."""
+def entity_as_of(props: dict[str, Any], chapter: int | None, *, sources: bool = True) -> Entity | None:
+    """Entity view as of a chapter (None = current state); `sources=False`: without provenance."""
     if chapter is None:
-        return entity_from_props(props)
-    state = props_as_of(props, chapter)
+        return entity_from_props(props if sources else {k: v for k, v in props.items() if k != "sources_json"})
+    state = props_as_of(props, chapter, sources=sources)
     return None if state is None else entity_from_props(state)

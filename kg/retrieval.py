@@ -30,6 +30,7 @@ from core.errors import SkaldError
 from kg import cypher
 from kg import vocabulary as vocab
 from kg.commit import NOVEL_INFO_ID
+from kg.mirror import StoryMirror, mirror_of
 from kg.models import (
     ChapterSummary,
     Entity,
@@ -45,6 +46,12 @@ if TYPE_CHECKING:
     from kg.store import GraphStore
 
 log = logging.getLogger("skald.kg")
+#: A drafting prompt shows at most this many relationships per character (the most recent
+#: ones) and this many parts, events, neighbours and occupants of the place: more than its
+#: budget holds (tasks.context), so nothing the prompt could show is left out, and what the
+#: scene reads stays bounded however many relationships a protagonist gathers.
+MAX_RELATIONSHIPS = 40
+MAX_PLACE_ITEMS = 20
 _LABEL_ORDER = {label: i for i, label in enumerate(vocab.ENTITY_LABELS)}
 
 
@@ -52,19 +59,23 @@ _LABEL_ORDER = {label: i for i, label in enumerate(vocab.ENTITY_LABELS)}
 
 
 def _resolve_names(
-    tx: ManagedTransaction, names: Iterable[str], label: str | None, as_of: int | None = None
+    tx: ManagedTransaction, names: Iterable[str], label: str | None, as_of: int | None = None,
+    read: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, str | None]:
     """Name or alias -> best entity id (exact name before alias, then label order).
 
     With `as_of`, only names and aliases the entity had after that chapter count, so a name
-    learned later does not change what an earlier chapter's context resolves to.
+    learned later does not change what an earlier chapter's context resolves to. `read`
+    receives the properties of the entities seen (the caller need not read them again).
     """
     wanted = {name: vocab.name_key(name) for name in names}
     best: dict[str, tuple[Any, ...]] = {}
     for row in tx.run(cypher.RESOLVE_NAMES, keys=sorted(set(wanted.values()))):
         key, kind, found_label = row["key"], row["kind"], row["label"]
+        if read is not None:
+            read[row["props"]["id"]] = row["props"]
         if as_of is not None:
-            state = props_as_of(row["props"], as_of)
+            state = props_as_of(row["props"], as_of, sources=False)
             if state is None:
                 continue
             found_label = state.get("label", found_label)
@@ -82,11 +93,17 @@ def _resolve_names(
     return {name: (str(best[key][-1]) if key in best else None) for name, key in wanted.items()}
 
 
-def _entities(tx: ManagedTransaction, ids: Iterable[str], as_of: int | None) -> dict[str, Entity]:
+def _entities(tx: ManagedTransaction, ids: Iterable[str], as_of: int | None, *, sources: bool = True,
+              read: dict[str, dict[str, Any]] | None = None) -> dict[str, Entity]:
     """Entities by id as they were after chapter `as_of` (current state when None); entities
-    first seen later are left out."""
-    rows = tx.run(cypher.read_nodes(vocab.ENTITY), ids=sorted(set(ids)))
-    found = {r["id"]: entity_as_of(r["props"], as_of) for r in rows}
+    first seen later are left out. `sources=False` leaves their provenance out (a prompt does
+    not show it, and it is the longest property); `read`: properties already read."""
+    wanted = sorted(set(ids))
+    props = {eid: read[eid] for eid in wanted if read and eid in read}
+    missing = [eid for eid in wanted if eid not in props]
+    if missing:
+        props.update({r["id"]: r["props"] for r in tx.run(cypher.read_nodes(vocab.ENTITY), ids=missing)})
+    found = {eid: entity_as_of(p, as_of, sources=sources) for eid, p in props.items()}
     return {eid: e for eid, e in found.items() if e is not None}
 
 
@@ -94,13 +111,20 @@ def relationship_rows(
     tx: ManagedTransaction, ids: Iterable[str], as_of: int
 ) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str] | None]]:
     """Story relationships of the entities up to the chapter, and the name and label of each
-    other end as of the chapter (None: it did not exist yet)."""
+    other end as of the chapter (None: it did not exist yet). Reads the graph itself (the
+    `kg facts` command); the drafting and validation reads go through the story mirror."""
     rows = [r.data() for r in tx.run(cypher.ENTITY_RELS_AS_OF, ids=sorted(set(ids)), as_of=as_of)]
+    return rows, _names_as_of(tx, {row["other"] for row in rows}, as_of)
+
+
+def _names_as_of(tx: ManagedTransaction, ids: Iterable[str], as_of: int) -> dict[str, tuple[str, str] | None]:
+    """Name and label of each entity as of the chapter (None: it did not exist yet)."""
     names: dict[str, tuple[str, str] | None] = {}
-    if not rows:
-        return rows, names
+    wanted = sorted(set(ids))
+    if not wanted:
+        return names
     renamed: list[str] = []
-    for r in tx.run(cypher.READ_NAME_LABELS, ids=sorted({row["other"] for row in rows})):
+    for r in tx.run(cypher.READ_NAME_LABELS, ids=wanted):
         first = r["first_chapter"]
         if first is not None and first > as_of:
             names[r["id"]] = None
@@ -110,7 +134,31 @@ def relationship_rows(
             names[r["id"]] = (r["name"] or r["id"], r["label"] or vocab.FALLBACK_LABEL)
     for eid, entity in _entities(tx, renamed, as_of).items():
         names[eid] = (entity.name, entity.label)
-    return rows, names
+    return names
+
+
+def _latest_rows(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per entity, the latest row per (direction, type, raw type, other entity), newest first."""
+    latest: dict[str, dict[tuple[bool, str, str, str], dict[str, Any]]] = {}
+    for row in rows:
+        slot = (row["outgoing"], row["type"], row["props"].get("raw_type") or "", row["other"])
+        mine = latest.setdefault(row["id"], {})
+        if slot not in mine or (row["props"].get("chapter") or 0) >= (mine[slot]["props"].get("chapter") or 0):
+            mine[slot] = row
+    return {eid: sorted(found.values(), key=lambda r: (-(r["props"].get("chapter") or 0), r["type"], r["other"]))
+            for eid, found in latest.items()}
+
+
+def _recent_views(tx: ManagedTransaction, rows: list[dict[str, Any]], as_of: int,
+                  limit: int | None, left_out: dict[str, int] | None = None) -> dict[str, list[RelationshipView]]:
+    """`_latest_views` of the rows, keeping the `limit` most recent per entity (names are read
+    for those only): a protagonist's hundred relationships cost what the prompt can show.
+    `left_out` receives, per entity, how many older ones were not kept."""
+    latest = _latest_rows(rows)
+    if left_out is not None and limit:
+        left_out.update({eid: len(found) - limit for eid, found in latest.items() if len(found) > limit})
+    kept = [r for found in latest.values() for r in (found[:limit] if limit else found)]
+    return _latest_views(kept, _names_as_of(tx, {r["other"] for r in kept}, as_of))
 
 
 def _latest_views(
@@ -146,62 +194,105 @@ def _latest_views(
     }
 
 
-def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int) -> list[EntityProfile]:
-    entities = _entities(tx, ids, as_of)
-    views = _latest_views(*relationship_rows(tx, entities, as_of)) if entities else {}
+def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int, mirror: StoryMirror | None = None,
+                 limit: int | None = None, read: dict[str, dict[str, Any]] | None = None) -> list[EntityProfile]:
+    """Profiles of the entities as of the chapter; with `mirror` (the drafting read), their
+    relationships come from it (kept current first by the caller), at most `limit` (the most
+    recent) per entity, and their provenance is left out; `read`: properties already read."""
+    entities = _entities(tx, ids, as_of, sources=mirror is None, read=read)
+    left_out: dict[str, int] = {}
+    if not entities:
+        views: dict[str, list[RelationshipView]] = {}
+    elif mirror is not None:
+        views = _recent_views(tx, mirror.rows_of(set(entities), as_of), as_of, limit, left_out)
+    else:
+        views = _latest_views(*relationship_rows(tx, entities, as_of))
     return [
         EntityProfile(
             entity=entities[eid],
             as_of_chapter=as_of,
             status=entities[eid].status_as_of(as_of),
             relationships=views.get(eid, []),
+            relationships_left_out=left_out.get(eid, 0),
         )
         for eid in ids
         if eid in entities
     ]
 
 
-def _location_tx(tx: ManagedTransaction, location: str, as_of: int) -> LocationContext | None:
-    entities = _entities(tx, [location], as_of)
+def _location_tx(tx: ManagedTransaction, location: str, as_of: int, mirror: StoryMirror | None = None,
+                 limit: int | None = None) -> LocationContext | None:
+    entities = _entities(tx, [location], as_of, sources=mirror is None)
     if location not in entities:
         resolved = _resolve_names(tx, [location], "Location", as_of)[location]
         if resolved is None:
             return None
         location = resolved
-        entities = _entities(tx, [location], as_of)
+        entities = _entities(tx, [location], as_of, sources=mirror is None)
     place = entities.get(location)
     if place is None:
         return None
-    rows, names = relationship_rows(tx, [location], as_of)
-    others = _entities(tx, [eid for eid, n in names.items() if n is not None], as_of)
+    if mirror is None:
+        rows, names = relationship_rows(tx, [location], as_of)
+    else:
+        rows = mirror.rows_of({location}, as_of)
+        names = {}
     context = LocationContext(location=place, as_of_chapter=as_of)
+    groups: dict[str, list[str]] = {"parents": [], "children": [], "events": [], "nearby": []}
     candidates: set[str] = set()
-    for view in _latest_views(rows, names).get(location, []):
-        other = others[view.other_id]
-        if view.type == "PART_OF":
-            (context.parents if view.direction == "out" else context.children).append(other)
-        elif view.type == "LOCATED_IN" and view.direction == "in":
-            candidates.add(other.id or "")
-        elif view.type == "HAPPENS_IN" and view.direction == "in":
-            context.events.append(other)
-        elif view.type == "NEAR":
-            context.nearby.append(other)
-    if candidates:
-        # An occupant is someone whose latest LOCATED_IN (as of the chapter) points here.
-        latest: dict[str, tuple[int, str]] = {}
-        for row in tx.run(cypher.LATEST_LOCATIONS_AS_OF, ids=sorted(candidates), as_of=as_of):
-            chapter = row["chapter"] if row["chapter"] is not None else -1
-            if row["id"] not in latest or chapter >= latest[row["id"]][0]:
-                latest[row["id"]] = (chapter, row["location"])
-        context.occupants = [others[eid] for eid in sorted(candidates) if latest.get(eid, (0, ""))[1] == location]
+    for row in _latest_rows(rows).get(location, []):
+        other, kind, out = row["other"], row["type"], row["outgoing"]
+        if kind == "PART_OF":
+            groups["parents" if out else "children"].append(other)
+        elif kind == "LOCATED_IN" and not out:
+            candidates.add(other)
+        elif kind == "HAPPENS_IN" and not out:
+            groups["events"].append(other)
+        elif kind == "NEAR":
+            groups["nearby"].append(other)
+    occupants = _occupants(tx, location, candidates, as_of, mirror)
+    if limit:  # the most recent first (rows come newest first)
+        groups = {name: found[:limit] for name, found in groups.items()}
+        occupants = occupants[:limit]
+    wanted = [*occupants, *(eid for found in groups.values() for eid in found)]
+    if mirror is not None:
+        names = _names_as_of(tx, wanted, as_of)
+    others = _entities(tx, [eid for eid in wanted if names.get(eid) is not None], as_of, sources=mirror is None)
+    for name, found in groups.items():
+        getattr(context, name).extend(others[eid] for eid in dict.fromkeys(found) if eid in others)
+    context.occupants = [others[eid] for eid in occupants if eid in others]
     for group in (context.parents, context.children, context.events, context.nearby):
         group.sort(key=lambda e: e.name)
     context.occupants.sort(key=lambda e: e.name)
     return context
 
 
+def _occupants(tx: ManagedTransaction, location: str, candidates: set[str], as_of: int,
+               mirror: StoryMirror | None) -> list[str]:
+    """Who is here as of the chapter: the candidates whose latest LOCATED_IN points here
+    (in a chapter, the later scene wins), in id order."""
+    if not candidates:
+        return []
+    if mirror is not None:
+        rows = [{"id": r["id"], "location": r["other"], "chapter": r["props"].get("chapter"),
+                 "scene": r["props"].get("scene")}
+                for r in mirror.rows_of(candidates, as_of) if r["type"] == "LOCATED_IN" and r["outgoing"]]
+    else:
+        rows = [r.data() for r in tx.run(cypher.LATEST_LOCATIONS_AS_OF, ids=sorted(candidates), as_of=as_of)]
+    latest: dict[str, tuple[int, int, str]] = {}
+    for row in rows:
+        when = (row["chapter"] if row["chapter"] is not None else -1, row.get("scene") or 0, row["location"])
+        if row["id"] not in latest or when[:2] >= latest[row["id"]][:2]:
+            latest[row["id"]] = when
+    return [eid for eid in sorted(candidates) if latest.get(eid, (0, 0, ""))[2] == location]
+
+
 def _summaries_tx(tx: ManagedTransaction, as_of: int, k: int, min_chapter: int) -> list[ChapterSummary]:
-    rows = tx.run(cypher.RECENT_SUMMARIES, as_of=as_of, k=k, min_chapter=min_chapter)
+    # The last k chapter numbers by index; only a book with gaps in its numbering needs the range query.
+    numbers = list(range(max(min_chapter, as_of - k + 1), as_of + 1))
+    rows = [r.data() for r in tx.run(cypher.SUMMARIES_OF, numbers=numbers)] if numbers and k > 0 else []
+    if len(rows) < len(numbers) or (len(numbers) < k and numbers and numbers[0] > min_chapter):
+        rows = [r.data() for r in tx.run(cypher.RECENT_SUMMARIES, as_of=as_of, k=k, min_chapter=min_chapter)]
     found = [ChapterSummary(chapter=r["chapter"], title=r["title"] or "", summary=r["summary"] or "") for r in rows]
     return sorted(found, key=lambda s: s.chapter)
 
@@ -283,39 +374,15 @@ def _rank(rows: list[tuple[dict[str, Any], np.ndarray]], embedding: list[float],
 
 
 def _hybrid_scenes_tx(
-    tx: ManagedTransaction, query: str, embedding: list[float] | None, k: int, as_of: int
+    tx: ManagedTransaction, query: str, embedding: list[float] | None, k: int, as_of: int, mirror: StoryMirror
 ) -> list[SimilarityHit]:
     """Earlier scenes for a scene query through core.recall's hybrid retrieval (BM25 over
-    title + summary, the scene vectors, fused); a scene without a vector is found lexically."""
-    from core.recall import HybridIndex, MemoryDoc
-
-    rows = sorted((r.data() for r in tx.run(cypher.SCENES_AS_OF, as_of=as_of)),
-                  key=lambda r: (r["chapter"], r["scene"] if r["scene"] is not None else -1, r["id"]))
-    if not rows or k <= 0:
+    title + summary, the scene vectors, fused); a scene without a vector is found lexically.
+    The index is the mirror's, grown by appending as chapters come (kept current by the caller)."""
+    if k <= 0 or not mirror.scenes_as_of(as_of):
         return []
-    missing = [r["id"] for r in rows if r["sha"] is not None and _vectors.get(r["sha"]) is None]
-    if missing:
-        sha_of = {r["id"]: r["sha"] for r in rows}
-        for record in tx.run(cypher.SCENE_EMBEDDINGS_BY_ID, ids=missing):
-            if record["embedding"]:
-                _vectors.put(sha_of[record["id"]], np.asarray(record["embedding"], dtype=np.float64))
     dims = len(embedding) if embedding else 0
-    index = HybridIndex(max(dims, 1), neighbours=False)  # a scene summary stands on its own
-    docs = [
-        MemoryDoc(key=r["id"], text=f"{r['title'] or ''}. {r['summary'] or ''}".strip(". "), group=str(r["chapter"]),
-                  meta={"chapter": r["chapter"], "scene": r["scene"], "title": r["title"] or "",
-                        "summary": r["summary"] or ""})
-        for r in rows
-    ]
-    vectors = [_vectors.get(r["sha"]) for r in rows]
-    with_vectors = [i for i, v in enumerate(vectors) if v is not None and v.shape == (dims,)]
-    has_vector = set(with_vectors)
-    without = [i for i in range(len(rows)) if i not in has_vector]
-    # Order matters for neighbours only within a chapter; vectors and lexical-only docs apart.
-    if with_vectors:
-        index.add([docs[i] for i in with_vectors], np.stack([vectors[i] for i in with_vectors]))  # type: ignore[misc]
-    if without:
-        index.add([docs[i] for i in without], None)
+    index = mirror.scene_index(as_of, dims)
     query_vector = np.asarray(embedding, dtype=np.float32) if embedding else None
     return [
         SimilarityHit(id=hit.key, chapter=hit.meta["chapter"], scene=hit.meta["scene"], score=hit.score,
@@ -432,6 +499,24 @@ def relationships_as_of(store: GraphStore, entity_id: str, *, as_of_chapter: int
     return store.execute_read(work)
 
 
+#: "As of" the newest chapter, whatever its number.
+NOW = 10**9
+
+
+def recent_relationships(store: GraphStore, ids: Iterable[str], limit: int = 40) -> dict[str, list[RelationshipView]]:
+    """Each entity's relationships now (the latest of each kind with each other entity), the
+    `limit` most recent, oldest first (from the story mirror)."""
+    wanted = set(ids)
+    mirror = mirror_of(store)
+
+    def work(tx: ManagedTransaction) -> dict[str, list[RelationshipView]]:
+        mirror.refresh(tx)
+        views = _recent_views(tx, mirror.rows_of(wanted, NOW), NOW, limit)
+        return {eid: sorted(found, key=lambda v: (v.chapter or 0, v.type, v.other_name)) for eid, found in views.items()}
+
+    return store.execute_read(work)
+
+
 def novel_info(store: GraphStore) -> dict[str, Any]:
     """The NovelInfo properties (title, genre, themes, ... from the initialization phase)."""
     rows = store.read(cypher.READ_NOVEL_INFO, id=NOVEL_INFO_ID)
@@ -466,20 +551,23 @@ def scene_context(
     names = list(dict.fromkeys(characters))
     as_of = chapter - 1
     use_numpy = query is None and embedding is not None and not _vector_index_ready(store, len(embedding))
+    mirror = mirror_of(store)
 
     def work(tx: ManagedTransaction) -> SceneContext:
-        resolved = _resolve_names(tx, names, None, as_of) if names else {}
+        mirror.refresh(tx)
+        read: dict[str, dict[str, Any]] = {}
+        resolved = _resolve_names(tx, names, None, as_of, read) if names else {}
         ids = list(dict.fromkeys(i for i in resolved.values() if i))
         context = SceneContext(
             chapter=chapter,
             as_of_chapter=as_of,
-            characters=_profiles_tx(tx, ids, as_of) if ids else [],
+            characters=_profiles_tx(tx, ids, as_of, mirror, MAX_RELATIONSHIPS, read) if ids else [],
             unresolved_names=[n for n, i in resolved.items() if i is None],
-            location=_location_tx(tx, location, as_of) if location else None,
+            location=_location_tx(tx, location, as_of, mirror, MAX_PLACE_ITEMS) if location else None,
             recent_summaries=_summaries_tx(tx, as_of, k_summaries, 1),
         )
         if query is not None:
-            context.similar_scenes = _hybrid_scenes_tx(tx, query, embedding, k_similar, as_of)
+            context.similar_scenes = _hybrid_scenes_tx(tx, query, embedding, k_similar, as_of, mirror)
         elif use_numpy and embedding is not None:
             context.similar_scenes = _similar_scenes_tx(tx, embedding, k_similar, as_of)
         return context
@@ -507,7 +595,7 @@ class ConsistencyFacts:
     """
 
     statuses: dict[str, tuple[str, int]]
-    scene_embeddings: list[tuple[int, int, list[float]]]
+    scene_embeddings: list[tuple[int, int, list[float] | np.ndarray]]
     relationships: dict[tuple[str, str], tuple[str, int]]
     relationship_types: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     traits: dict[str, list[str]] = field(default_factory=dict)
@@ -516,12 +604,17 @@ class ConsistencyFacts:
 
 
 def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter: int) -> ConsistencyFacts:
+    """What the checks need of the named entities and of every earlier scene, as of the chapter;
+    the relationships and scenes come from the story mirror (kg.mirror), kept current first."""
     names = list(dict.fromkeys(names))
+    mirror = mirror_of(store)
 
     def work(tx: ManagedTransaction) -> ConsistencyFacts:
-        resolved = _resolve_names(tx, names, None, as_of_chapter)
+        mirror.refresh(tx)
+        read: dict[str, dict[str, Any]] = {}
+        resolved = _resolve_names(tx, names, None, as_of_chapter, read)
         ids = {i for i in resolved.values() if i}
-        entities = _entities(tx, ids, as_of_chapter)
+        entities = _entities(tx, ids, as_of_chapter, sources=False, read=read)
         statuses: dict[str, tuple[str, int]] = {}
         traits: dict[str, list[str]] = {}
         keys_of: dict[str, list[str]] = {}
@@ -539,7 +632,9 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
         relationships: dict[tuple[str, str], tuple[str, int]] = {}
         types: dict[tuple[str, str], dict[str, int]] = {}
         containers: dict[str, set[str]] = {}
-        rows, other_names = relationship_rows(tx, ids, as_of_chapter)
+        rows = [r for r in mirror.rows_of(ids, as_of_chapter)
+                if r["outgoing"] and (r["other"] in ids or r["type"] == "PART_OF")]
+        other_names = _names_as_of(tx, {r["other"] for r in rows if r["type"] == "PART_OF"}, as_of_chapter)
         for row in rows:
             other = row["other"]
             if not row["outgoing"]:
@@ -556,10 +651,9 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
                         relationships[(a, b)] = (row["type"], chapter)
                     seen = types.setdefault((a, b), {})
                     seen[row["type"]] = max(chapter, seen.get(row["type"], chapter))
-        scenes = [(row["chapter"], row["scene"], vector.tolist()) for row, vector in _vector_rows(tx, "scene", as_of_chapter)]
-        scenes.sort(key=lambda s: (s[0], s[1]))
-        texts = {(r["chapter"], r["scene"]): (r["text_ref"], r["text_sha"])
-                 for r in tx.run(cypher.SCENE_TEXT_REFS_AS_OF, as_of=as_of_chapter)}
+        earlier = mirror.scenes_as_of(as_of_chapter)
+        scenes = [(s.chapter, s.scene, s.vector) for s in earlier if s.vector is not None]
+        texts = {(s.chapter, s.scene): (s.text_ref, s.text_sha) for s in earlier if s.text_ref is not None}
         return ConsistencyFacts(statuses=statuses, scene_embeddings=scenes, relationships=relationships,
                                 relationship_types=types, traits=traits, containers=containers, scene_texts=texts)
 

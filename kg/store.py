@@ -27,9 +27,9 @@ from neo4j import exceptions as nx
 from core.errors import GraphUnavailableError, GraphWriteError, SkaldError
 from core.graph_server import GraphEndpoint, graph_endpoint
 from core.settings import Settings
-from kg import cypher, schema, transfer
+from kg import cypher, mirror, schema, transfer
 from kg import vocabulary as vocab
-from kg.commit import GraphOps, commit_chapter_tx, rollback_tx
+from kg.commit import GraphOps, commit_chapter_tx, history, rollback_tx
 from kg.dialect import ServerInfo
 from kg.errors import ChapterNotCommittedError, GraphQueryError
 from kg.models import ChangeSetInfo, ChapterDelta, CommitResult, Entity, GraphStats, RollbackResult
@@ -317,20 +317,59 @@ class GraphStore:
 
     def committed_chapters(self) -> list[ChangeSetInfo]:
         """Change-sets in the graph, in commit order."""
-        rows = self.read(cypher.READ_CHANGESET_PROPS_ALL)
-        infos = [
-            ChangeSetInfo(
-                chapter=p["chapter"],
-                seq=p["seq"],
-                delta_hash=p["delta_hash"],
-                created_nodes=p.get("created_node_count", 0),
-                created_relationships=p.get("created_rel_count", 0),
-                updated_nodes=p.get("updated_node_count", 0),
-                updated_relationships=p.get("updated_rel_count", 0),
-            )
-            for p in (r["props"] for r in rows)
-        ]
+        rows = self.read(cypher.READ_CHANGESET_INFOS)
+        infos = [ChangeSetInfo(**{k: (0 if v is None else v) for k, v in row.items()}) for row in rows]
         return sorted(infos, key=lambda i: i.seq)
+
+    def history_head(self) -> tuple[int, str]:
+        """(number, fingerprint) of the newest change-set (kg.commit.history); (0, "") when none."""
+
+        def work(tx: ManagedTransaction) -> tuple[int, str]:
+            newest = history.newest(tx)
+            return (0, "") if newest is None else (int(newest["seq"]), history.fingerprint_before(tx, newest["seq"] + 1))
+
+        return self.execute_read(work)
+
+    def history_at(self, seq: int) -> str | None:
+        """The fingerprint of the history through change-set number `seq` (None: there is no such one)."""
+
+        def work(tx: ManagedTransaction) -> str | None:
+            return history.fingerprint_before(tx, seq + 1) if history.by_seq(tx, seq) else None
+
+        return self.execute_read(work)
+
+    def latest_chapter(self) -> int:
+        """The highest chapter with a Chapter node (0: none yet)."""
+        rows = self.read(cypher.LATEST_CHAPTER)
+        return int(rows[0]["latest"]) if rows and rows[0]["latest"] is not None else 0
+
+    def committed_hash(self, chapter: int) -> str | None:
+        """The delta hash committed for a chapter (change-set key), or None (one indexed read)."""
+        rows = self.read(cypher.CHANGESET_BY_CHAPTER, chapter=chapter)
+        return str(rows[0]["delta_hash"]) if rows else None
+
+    def mark_maintained(self, chapter: int) -> bool:
+        """Note on the chapter's change-set that healing and QA ran after it (False: none)."""
+        return bool(self.write(cypher.MARK_MAINTAINED, chapter=chapter))
+
+    def maintained(self, chapter: int) -> bool:
+        """Whether healing and QA ran after the chapter's change-set as it is now committed
+        (a rollback deletes the change-set, and its mark with it)."""
+        rows = self.read(cypher.READ_MAINTAINED, chapter=chapter)
+        return bool(rows and rows[0]["maintained"])
+
+    def history_fingerprint(self, chapter: int) -> str:
+        """What the graph holds before `chapter`, as a digest (kg.commit.history): every
+        change-set committed before it (before its own change-set when it is committed, else
+        all of them), with the amendments healing recorded on them. Equal fingerprints mean
+        reads "as of chapter - 1" see the same graph, so a stage reading it may be cached under
+        the fingerprint. A few indexed reads, whatever the length of the book."""
+
+        def work(tx: ManagedTransaction) -> str:
+            own = history.by_chapter(tx, chapter)
+            return history.fingerprint_before(tx, own["seq"] if own else None)
+
+        return self.execute_read(work)
 
     def set_chapter_summary(self, chapter: int, summary: str, key_events: list[str] | tuple[str, ...] = ()) -> None:
         """Store the summary written after a chapter's commit on its Chapter node.
@@ -401,7 +440,10 @@ class GraphStore:
     def import_data(self, data: dict[str, Any], *, merge: bool = False) -> dict[str, int]:
         """Load an export (into an empty graph, or with merge=True merging nodes by id)."""
         transfer.validate_export(data)
-        return self.execute_write(transfer.import_tx, data, merge=merge)
+        try:
+            return self.execute_write(transfer.import_tx, data, merge=merge)
+        finally:
+            mirror.forget(self)  # an import writes outside the change-sets the mirror follows
 
     def import_json(self, path: str | Path, *, merge: bool = False) -> dict[str, int]:
         return self.import_data(transfer.read_export(Path(path)), merge=merge)
@@ -409,6 +451,7 @@ class GraphStore:
     def wipe(self, *, batch: int = 10000) -> int:
         """Delete every node and relationship except the schema meta node; returns nodes deleted."""
         total = 0
+        mirror.forget(self)
         while True:
             rows = self.write(cypher.WIPE_BATCH, limit=batch)
             deleted = int(rows[0]["deleted"]) if rows else 0

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from core.content import ContentRef
+from tasks.policy import plain_task
 from tasks.runtime import runtime
 
 SCENE_BREAK = "\n\n* * *\n\n"
 
 
-@task(name="assemble_chapter", cache_policy=NO_CACHE, persist_result=False)
+@plain_task("assemble_chapter")
 def assemble_chapter(number: int, iteration: int, scenes: tuple[ContentRef, ...]) -> ContentRef:
     rt = runtime()
     text = SCENE_BREAK.join(rt.content.get_text(ref).strip() for ref in scenes)

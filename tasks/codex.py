@@ -2,7 +2,9 @@
 and link the Prefect run to it.
 
 Never cached (it reads the graph as it is) and written only when its text changed, so a
-re-run of a finished book leaves the file and its mtime alone. The link artifact (key
+re-run of a finished book leaves the file and its mtime alone. The page holds the whole
+book, so building it costs what the book's size demands; `codex_due` spaces the rewrites of
+a long book so that their cost per chapter stays flat (bench/long_book.py measures it). The link artifact (key
 `codex`) carries the file's `file://` address: a run in the Prefect UI leads to the world.
 """
 
@@ -14,6 +16,20 @@ from prefect.artifacts import create_link_artifact
 from kg.codex import CODEX_FILE, build_novel_codex, write_codex
 from tasks.policy import graph_task
 from tasks.runtime import runtime
+
+#: Up to this many chapters the codex is rewritten after every chapter; past it, every
+#: ceil(chapters / FLAT_CODEX_CHAPTERS) chapters (and after the last chapter of every run), so a
+#: page that grows with the book is rebuilt about FLAT_CODEX_CHAPTERS times per that many
+#: chapters written and its cost per chapter does not grow: at chapter 100 it lags at most
+#: 4 chapters behind while the run goes on, and is current when the run ends.
+FLAT_CODEX_CHAPTERS = 20
+
+
+def codex_due(chapter: int, last_of_run: int) -> bool:
+    """Whether the novel flow rewrites the codex after `chapter` (the run stops after
+    `last_of_run`)."""
+    every = max(1, -(-chapter // FLAT_CODEX_CHAPTERS))
+    return chapter >= last_of_run or chapter % every == 0
 
 
 @graph_task("write_codex")

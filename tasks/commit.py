@@ -1,4 +1,5 @@
-"""Graph write stages: initialization commit, chapter commit, rollback, chapter summary.
+"""Graph write stages: initialization commit, chapter commit, rollback, chapter summary, and
+the change-set bookkeeping around them (the history a chapter is written on, maintenance marks).
 
 These tasks are never cached: they look at the graph itself, so a chapter rolled back
 with `python -m kg rollback` is written again on the next run (from cached artifacts).
@@ -42,10 +43,7 @@ def commit_initialization(artifacts: InitArtifacts, genre: str) -> str:
 @graph_task("chapter_commit_state")
 def chapter_commit_state(number: int) -> str | None:
     """The delta hash committed for this chapter, or None."""
-    for info in runtime().graph.committed_chapters():
-        if info.chapter == number:
-            return info.delta_hash
-    return None
+    return runtime().graph.committed_hash(number)
 
 
 @graph_task("commit_to_graph")
@@ -88,3 +86,23 @@ def rollback_chapter(number: int) -> None:
 @graph_task("store_chapter_summary")
 def store_chapter_summary(number: int, summary: ChapterSummary) -> None:
     runtime().graph.set_chapter_summary(number, summary.summary, summary.key_events)
+
+
+@graph_task("chapter_history")
+def chapter_history(number: int) -> str:
+    """The fingerprint of the graph a chapter is written on (everything committed before it,
+    healing's amendments included): the stages that read the graph "as of chapter N - 1" are
+    cached under it, so a replayed chapter reads what it read the first time, and asks the
+    LLM nothing, whatever was committed or healed after it."""
+    return runtime().graph.history_fingerprint(number)
+
+
+@graph_task("maintenance_due")
+def maintenance_due(number: int) -> bool:
+    """Whether healing and QA are still to run after the chapter as it is committed now."""
+    return not runtime().graph.maintained(number)
+
+
+@graph_task("record_maintenance")
+def record_maintenance(number: int) -> None:
+    runtime().graph.mark_maintained(number)

@@ -9,8 +9,6 @@ and attaches scene and chapter embeddings.
 from __future__ import annotations
 
 import numpy as np
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from core.content import ContentRef
 from core.sentences import as_sentence
@@ -19,6 +17,7 @@ from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDel
 from prompts.initialization.models import CharacterSheets, GlobalOutline, OutlineRelationships
 from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import ScenePlan
+from tasks.policy import plain_task
 from tasks.runtime import runtime
 
 # Extraction kinds that are not graph labels by the same name.
@@ -77,7 +76,7 @@ def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple
     return list(entities.values()), list(relationships.values()), list(statuses.values())
 
 
-@task(name="consolidate_extraction", cache_policy=NO_CACHE, persist_result=False)
+@plain_task("consolidate_extraction")
 def build_chapter_delta(
     number: int, title: str, iteration: int, plan: ContentRef, scenes: tuple[ContentRef, ...],
     extractions: tuple[ContentRef, ...], embeddings: ContentRef | None, chapter_text: ContentRef,

@@ -1,9 +1,13 @@
 """The context envelope (spec 004): per-section token budgets for a drafting prompt.
 
-Each section gets a share of the tier's context window; the shares of empty sections are
-reallocated to the others in proportion to their own shares, so nothing is wasted.
-Sections are lists of items in priority order; items are kept whole while they fit, and
-the last one that does not fit is cut at a word boundary.
+Each section gets a share of the tier's context window. The shares of empty sections are
+reallocated to the others in proportion to their own shares, and so is what a section does
+not need of its share: sections that fit keep what they need, and the rest of the budget is
+shared out again, in proportion to the shares, among the sections that do not (until every
+section fits or none of the rest does). So nothing is wasted, and a section only loses items
+when the whole prompt is full. Sections are lists of items in priority order; items are kept
+whole while they fit, and the last one that does not fit is cut at a word boundary. Every
+section that loses items says so in its report (`cut`), which the caller logs.
 """
 
 from __future__ import annotations
@@ -42,6 +46,19 @@ class SectionReport(BaseModel):
     items_in: int
     items_kept: int
     truncated: bool
+    needed_tokens: int = 0
+
+    @property
+    def cut(self) -> str:
+        """What the section lost and why ("" when it lost nothing)."""
+        if not self.truncated and self.items_kept == self.items_in:
+            return ""
+        lost = self.items_in - self.items_kept
+        what = f"{lost} of {self.items_in} items left out" if lost else "the last item shortened"
+        if lost and self.truncated and self.items_kept:
+            what += ", the last kept one shortened"
+        return (f"{self.name}: {what} (it needed {self.needed_tokens} tokens, its budget was {self.budget_tokens} "
+                "after reallocation; items are in priority order, the last ones go)")
 
 
 class ContextEnvelope(BaseModel):
@@ -51,16 +68,37 @@ class ContextEnvelope(BaseModel):
     sections: list[SectionReport] = Field(default_factory=list)
 
 
-def allocate(shares: dict[str, float], present: set[str], total_tokens: int) -> dict[str, int]:
-    """Token budget per present section, reallocating absent sections' shares proportionally."""
+def allocate(shares: dict[str, float], present: set[str], total_tokens: int,
+             needs: dict[str, int] | None = None) -> dict[str, int]:
+    """Token budget per present section: absent sections' shares reallocated proportionally,
+    and, given `needs` (tokens each section would take whole), what a section does not need
+    shared out again among the ones that need more, in proportion to their shares."""
     live = {name: share for name, share in shares.items() if name in present and share > 0}
     if not live:
         return {}
     configured_total = sum(shares.values())
-    live_total = sum(live.values())
-    # Scale present sections up so together they use what all sections were given.
-    scale = configured_total / live_total
-    return {name: int(total_tokens * share * scale) for name, share in live.items()}
+    if needs is None:
+        # Scale present sections up so together they use what all sections were given.
+        scale = configured_total / sum(live.values())
+        return {name: int(total_tokens * share * scale) for name, share in live.items()}
+    budget = total_tokens * min(1.0, configured_total)
+    budgets: dict[str, int] = {}
+    open_shares = dict(live)
+    while open_shares:
+        scale = budget / sum(open_shares.values())
+        fitting = {name for name, share in open_shares.items() if needs.get(name, 0) <= share * scale}
+        if not fitting:
+            budgets.update({name: int(share * scale) for name, share in open_shares.items()})
+            break
+        for name in sorted(fitting):
+            budgets[name] = needs.get(name, 0)
+            budget -= budgets[name]
+            del open_shares[name]
+    return {name: budgets[name] for name in live}
+
+
+def _section_need(name: str, items: list[str]) -> int:
+    return estimate_tokens(SECTION_TITLES[name]) + 1 + sum(estimate_tokens(item) + 1 for item in items)
 
 
 def _cut(text: str, max_tokens: int) -> str:
@@ -84,7 +122,8 @@ def build_envelope(
     """
     total = max(0, context_window - reserved_tokens)
     present = {name for name, items in sections.items() if any(item.strip() for item in items)}
-    budgets = allocate(budget.model_dump(), present, total)
+    needs = {name: _section_need(name, [i.strip() for i in sections[name] if i.strip()]) for name in present}
+    budgets = allocate(budget.model_dump(), present, total, needs)
     parts: list[str] = []
     reports: list[SectionReport] = []
     used_total = 0
@@ -114,7 +153,7 @@ def build_envelope(
         reports.append(
             SectionReport(
                 name=name, share=getattr(budget, name), budget_tokens=limit, used_tokens=used if kept else 0,
-                items_in=len(items), items_kept=len(kept), truncated=truncated,
+                items_in=len(items), items_kept=len(kept), truncated=truncated, needed_tokens=needs[name],
             )
         )
     return ContextEnvelope(text="\n\n".join(parts), total_budget=total, used_tokens=used_total, sections=reports)

@@ -10,11 +10,10 @@ import json
 import re
 from pathlib import Path
 
-from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NO_CACHE
 
 from core.content import ContentRef, write_if_changed
+from tasks.policy import plain_task
 from tasks.runtime import runtime
 
 
@@ -37,7 +36,7 @@ def chapter_markdown(number: int, title: str, text: str) -> str:
     return f"# {chapter_heading(number, title)}\n\n{text.strip()}\n"
 
 
-@task(name="finalize_chapter", cache_policy=NO_CACHE, persist_result=False)
+@plain_task("finalize_chapter")
 def finalize_chapter(number: int, title: str, chapter_text: ContentRef) -> str:
     """Write `chapters/chapter_NNN.md` and show it in the Prefect UI; returns its path."""
     rt = runtime()
@@ -48,7 +47,7 @@ def finalize_chapter(number: int, title: str, chapter_text: ContentRef) -> str:
     return str(path)
 
 
-@task(name="publish_chapter_quality", cache_policy=NO_CACHE, persist_result=False)
+@plain_task("publish_chapter_quality")
 def publish_chapter_quality(number: int, rows: list[dict[str, object]]) -> None:
     """The chapter's quality table (scene and chapter prose metrics, editor scores, flags) in
     the Prefect UI; the same rows go to `.saga/quality/chapter_NNN.json`."""
@@ -59,7 +58,7 @@ def publish_chapter_quality(number: int, rows: list[dict[str, object]]) -> None:
     write_if_changed(path, json.dumps(rows, indent=2) + "\n")
 
 
-@task(name="export_manuscript", cache_policy=NO_CACHE, persist_result=False)
+@plain_task("export_manuscript")
 def export_manuscript(title: str, chapter_count: int) -> str:
     """Concatenate finished chapters into `exports/manuscript.md`."""
     rt = runtime()

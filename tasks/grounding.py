@@ -25,14 +25,14 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import get_run_logger
 from pydantic import BaseModel, Field
 
 from core.content import ContentRef
 from core.grounding import KnownNames, SourceText, mentions, name_problem
 from kg import vocabulary as vocab
 from prompts.knowledge.models import ExtractedEntity, SceneExtraction
+from tasks.policy import plain_task
 from tasks.runtime import runtime
 
 FactKind = Literal["entity", "trait", "relationship", "status"]
@@ -164,7 +164,7 @@ def ground_extraction(extraction: SceneExtraction, text: str, scene: int, known:
     return grounded, grounder.report
 
 
-@task(name="ground_extraction", cache_policy=NO_CACHE, persist_result=False)
+@plain_task("ground_extraction")
 def ground_scenes(chapter: int, scenes: tuple[ContentRef, ...], extractions: tuple[ContentRef, ...],
                   cast: tuple[str, ...], titles: tuple[str, ...]) -> GroundedScenes:
     """Ground each scene's extraction in its text; store the grounded extractions and the report."""

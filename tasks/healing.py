@@ -28,7 +28,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import EmbeddedServiceError, LLMBadOutputError, LLMError
-from kg.healing.enrichment import enrich_tx, enrichment_targets
+from kg.healing.enrichment import enrich_tx, enrichment_busy_ids, enrichment_targets
 from kg.healing.graduation import graduate_tx, graduation_candidates
 from kg.healing.merge import merge_tx
 from kg.healing.models import (
@@ -43,10 +43,10 @@ from kg.healing.models import (
     PairEvidence,
 )
 from kg.healing.planning import detect_duplicates
-from kg.healing.snapshot import ensure_schema, load_snapshot
+from kg.healing.snapshot import ensure_schema, load_snapshot, provisional_ids
 from prompts import template
 from prompts.knowledge.models import EntityEnrichment
-from tasks.policy import graph_task
+from tasks.policy import cached_task, graph_task
 from tasks.runtime import Runtime, runtime
 
 ENRICHMENT_TIER = "medium"
@@ -200,6 +200,14 @@ def enrichment_messages(target: EnrichmentTarget) -> list[dict[str, str]]:
     return messages
 
 
+@cached_task("enrichment_summary", retries=0)
+def enrichment_summary(target: EnrichmentTarget, llm: str) -> EntityEnrichment:
+    """The LLM's summary of one entity, cached by what it is shown: healing again on the same
+    graph (after a rollback, say) asks nothing."""
+    return runtime().gateway.structured(ENRICHMENT_TIER, enrichment_messages(target), EntityEnrichment,
+                                        purpose="enrichment")
+
+
 @graph_task("enrich_entities")
 def enrich_entities(max_entities: int = 20) -> tuple[list[EnrichmentResult], list[str]]:
     """LLM summaries for entities whose relationship count crossed the threshold.
@@ -208,14 +216,14 @@ def enrich_entities(max_entities: int = 20) -> tuple[list[EnrichmentResult], lis
     the same way); a bad answer for one entity skips only that entity.
     """
     rt, log = runtime(), get_run_logger()
-    snap = load_snapshot(rt.graph)
+    counts = load_snapshot(rt.graph, ids=[])  # relationship counts only (the story mirror's)
+    snap = load_snapshot(rt.graph, ids=enrichment_busy_ids(counts, rt.settings.healing))
     targets = enrichment_targets(rt.graph, snap, rt.settings.healing)[:max_entities]
     enriched: list[EnrichmentResult] = []
     failures: list[str] = []
     for target in targets:
-        messages = enrichment_messages(target)
         try:
-            answer = rt.gateway.structured(ENRICHMENT_TIER, messages, EntityEnrichment, purpose="enrichment")
+            answer = enrichment_summary(target, rt.llm_fingerprint(ENRICHMENT_TIER))
         except LLMBadOutputError as exc:
             failures.append(f"{target.id}: {exc}")
             log.warning("healing: no valid enrichment for %s: %s", target.name, exc)
@@ -237,7 +245,7 @@ def enrich_entities(max_entities: int = 20) -> tuple[list[EnrichmentResult], lis
 def graduate_provisional(dry_run: bool = False) -> list[Graduation]:
     """Confirm provisional entities whose confidence reached settings.healing.graduation_confidence."""
     rt = runtime()
-    snap = load_snapshot(rt.graph)
+    snap = load_snapshot(rt.graph, ids=provisional_ids(rt.graph))
     candidates = graduation_candidates(snap, rt.settings.healing)
     if dry_run or not candidates:
         return candidates

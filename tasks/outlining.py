@@ -5,9 +5,16 @@ outlined the same way (with no planned outline to start from).
 
 Cached by its inputs: the outline of chapter N is asked again only when an earlier
 chapter's summary, the bible's characters, the outline or the guidance changed.
+
+The story so far is the most recent chapter summaries that fit `STORY_SO_FAR_SHARE` of the
+large tier's context window (`story_so_far`): a hundred chapters of summaries would outgrow
+any window, and the global and act outlines in the same prompt stand for the earlier ones.
+The caller logs what was left out.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from prefect import get_run_logger
 
@@ -15,8 +22,27 @@ from core.grounding import usable_title
 from prompts import render_messages
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import ChapterOutlineRefresh
+from tasks.context import estimate_tokens
 from tasks.policy import cached_task
 from tasks.runtime import runtime
+
+#: The share of the large tier's context window the story so far may take in an outline prompt.
+STORY_SO_FAR_SHARE = 0.35
+
+
+def story_so_far(summaries: Sequence[str], budget_tokens: int) -> tuple[tuple[str, ...], int]:
+    """The most recent summaries that fit `budget_tokens`, oldest first, and how many older
+    ones were left out (0: all of them fit, and the tuple is `summaries` itself)."""
+    kept: list[str] = []
+    used = 0
+    for line in reversed(summaries):
+        cost = estimate_tokens(line) + 1
+        if used + cost > budget_tokens:
+            break
+        kept.append(line)
+        used += cost
+    kept.reverse()
+    return tuple(kept), len(summaries) - len(kept)
 
 
 @cached_task("generate_chapter_outline")

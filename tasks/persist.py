@@ -10,8 +10,7 @@ from __future__ import annotations
 import re
 
 import yaml
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import get_run_logger
 from pydantic import BaseModel
 
 from core.content import ContentRef
@@ -24,6 +23,7 @@ from prompts.initialization.models import (
     OutlineRelationships,
 )
 from tasks.bible import StoryBible, load_story_bible, write_owned
+from tasks.policy import plain_task
 from tasks.runtime import runtime
 
 
@@ -70,7 +70,7 @@ def global_outline_markdown(artifacts: InitArtifacts) -> str:
     return "\n".join(md)
 
 
-@task(name="persist_initialization_files", cache_policy=NO_CACHE, persist_result=False)
+@plain_task("persist_initialization_files")
 def persist_initialization_files(artifacts: InitArtifacts) -> list[str]:
     """Write the bible files Skald still owns; returns the files left to the writer's edits."""
     rt = runtime()
@@ -87,7 +87,7 @@ def persist_initialization_files(artifacts: InitArtifacts) -> list[str]:
     return kept
 
 
-@task(name="run_initialization_parsers", cache_policy=NO_CACHE, persist_result=False)
+@plain_task("run_initialization_parsers")
 def run_initialization_parsers(expected_chapters: int) -> int:
     """Parse the bible back (strictly: a bad edit stops the run with one line)."""
     root = runtime().settings.project_dir

@@ -1,5 +1,12 @@
 """QA stages: run the graph checks (kg/qa.py) and publish the findings.
 
+Two scopes: the whole graph (the nightly deployment, `python -m flows.maintenance qa`), or,
+run by the novel flow every `qa_every` chapters, the chapters written since the last QA run
+plus a rotating sample of `SAMPLE_CHAPTERS` earlier ones, so a long book is checked chapter by
+chapter at a cost that does not grow with it and every chapter is checked again in turn.
+`.saga/qa/state.json` says how far QA got, and on which history (kg.commit.history): when the
+graph was rolled back or rewritten below that point, the next QA checks the whole graph.
+
 Findings go to a Parquet report under `<project>/.saga/qa/qa-<time>.parquet` (one row per
 finding; an empty report still has the columns, so "nothing found" is a file too), a
 Prefect table artifact and a Markdown summary artifact.
@@ -21,6 +28,7 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.content import atomic_write
 from kg.qa import CHECKS, Finding, run_checks
 from tasks.policy import graph_task
 from tasks.runtime import runtime
@@ -38,6 +46,32 @@ REPORT_SCHEMA = pa.schema(
 )
 
 
+#: Earlier chapters an incremental QA run checks again, in turn.
+SAMPLE_CHAPTERS = 5
+STATE_FILE = "state.json"
+
+
+class QAState(BaseModel):
+    """How far QA got: chapters 1..through were checked on the history through change-set `seq`."""
+
+    through: int = 0
+    seq: int = 0
+    fingerprint: str = ""
+    sample_next: int = 1
+
+
+class QAScope(BaseModel):
+    chapters: list[int] | None = Field(None, description="None: the whole graph")
+    state: QAState
+
+    def describe(self) -> str:
+        if self.chapters is None:
+            return "the whole graph"
+        if not self.chapters:
+            return "nothing new"
+        return "chapters " + ", ".join(_ranges(self.chapters))
+
+
 class QAReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -46,6 +80,7 @@ class QAReport(BaseModel):
     findings: list[Finding] = Field(default_factory=list)
     report_path: str = ""
     seconds: float = 0.0
+    scope: str = "the whole graph"
 
     def counts(self) -> dict[str, int]:
         found = Counter(f.check for f in self.findings)
@@ -56,10 +91,52 @@ class QAReport(BaseModel):
         return sum(1 for f in self.findings if f.severity == "error")
 
 
-@graph_task("check_quality")
-def run_qa_checks() -> list[Finding]:
+def _ranges(numbers: list[int]) -> list[str]:
+    out: list[str] = []
+    for n in sorted(numbers):
+        if out and n == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return out
+
+
+def load_qa_state(saga_dir: Path) -> QAState | None:
+    path = saga_dir / "qa" / STATE_FILE
+    try:
+        return QAState.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # none yet, or unreadable: the whole graph is checked
+
+
+@graph_task("qa_scope")
+def qa_scope(incremental: bool) -> QAScope:
+    """What this QA run checks (see the module docstring), and the state it leaves."""
     rt = runtime()
-    findings = run_checks(rt.graph, rt.settings.healing)
+    seq, fingerprint = rt.graph.history_head()
+    latest = rt.graph.latest_chapter()
+    done = QAState(through=latest, seq=seq, fingerprint=fingerprint)
+    state = load_qa_state(rt.settings.saga_dir) if incremental else None
+    if state is None or state.through > latest or rt.graph.history_at(state.seq) != state.fingerprint:
+        return QAScope(chapters=None, state=done)  # first run, or the history changed below it
+    new = list(range(state.through + 1, latest + 1))
+    sample: list[int] = []
+    if state.through:
+        first = state.sample_next if 1 <= state.sample_next <= state.through else 1
+        sample = [(first - 1 + i) % state.through + 1 for i in range(min(SAMPLE_CHAPTERS, state.through))]
+        done.sample_next = sample[-1] % state.through + 1
+    return QAScope(chapters=sorted(set(new) | set(sample)), state=done)
+
+
+def save_qa_state(saga_dir: Path, state: QAState) -> None:
+    atomic_write(saga_dir / "qa" / STATE_FILE, (state.model_dump_json(indent=2) + "\n").encode("utf-8"))
+
+
+@graph_task("check_quality")
+def run_qa_checks(chapters: list[int] | None = None) -> list[Finding]:
+    """The checks over the whole graph, or over what `chapters` wrote (kg.qa)."""
+    rt = runtime()
+    findings = run_checks(rt.graph, rt.settings.healing, chapters=chapters)
     log = get_run_logger()
     for finding in findings:
         (log.error if finding.severity == "error" else log.warning)("qa %s: %s", finding.check, finding.message)
@@ -92,6 +169,7 @@ def publish_qa_artifacts(report: QAReport) -> None:
                               description=f"Graph QA findings ({len(rows)}), report {report.report_path}")
     lines = [
         "# Graph QA", "", f"- project: `{report.project_dir}`", f"- run at: {report.run_at} ({report.seconds:.1f}s)",
+        f"- checked: {report.scope}",
         f"- report: `{report.report_path}`", f"- findings: {len(report.findings)} ({report.errors} errors)", "",
         "| check | findings |", "|---|---|",
     ]

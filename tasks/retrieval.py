@@ -2,8 +2,11 @@
 
 Reads the world "as of the previous chapter" (profiles, relationships, statuses, the
 location, recent summaries, similar earlier scenes) and fits it into the context
-envelope's per-section token budgets. The query embedding is a cached task, so a resumed
-run asks the embedding endpoint nothing.
+envelope's per-section token budgets. The stage is cached under the chapter's history
+(tasks.commit.chapter_history: every change-set committed before the chapter, healing's
+amendments included), so a replayed chapter gets the context it was drafted with, whatever
+was committed or healed since, and its draft replays from the cache. The query embedding is
+a cached task too, so a resumed run asks the embedding endpoint nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from kg.retrieval import scene_context
 from prompts.narrative.models import SceneDetail
 from tasks.context import build_envelope
 from tasks.embedding import embed_texts
-from tasks.policy import graph_task
+from tasks.policy import cached_task
 from tasks.runtime import runtime
 
 # Room kept free for the fixed prompt text around the context.
@@ -83,13 +86,14 @@ def sections_from(context: SceneContext) -> dict[str, list[str]]:
             "summaries": summaries, "history": history}
 
 
-@graph_task("retrieve_context")
+@cached_task("retrieve_context")
 def retrieve_context(chapter_number: int, scene: SceneDetail, guidance: tuple[str, ...] = (),
-                     fixed_tokens: int = PROMPT_OVERHEAD_TOKENS) -> ContentRef:
+                     fixed_tokens: int = PROMPT_OVERHEAD_TOKENS, history: str = "") -> ContentRef:
     """The scene's context text, stored as content (drafting takes the reference).
 
     `guidance` (revision guidance) fills the envelope's guidance share, so it is counted in
-    the budget; `fixed_tokens` is the rest of the prompt, measured by the caller."""
+    the budget; `fixed_tokens` is the rest of the prompt, measured by the caller; `history`
+    (tasks.commit.chapter_history) names the graph it reads, for the cache."""
     rt = runtime()
     text = scene_query(scene)
     # A stable name (Python's hash() is salted per process) keeps the cache key stable.
@@ -110,8 +114,25 @@ def retrieve_context(chapter_number: int, scene: SceneDetail, guidance: tuple[st
     sections = sections_from(context) | {"guidance": list(guidance)}
     envelope = build_envelope(sections, rt.settings.limits.context_budget, tier.context_window,
                               reserved_tokens=fixed_tokens + tier.max_tokens)
-    get_run_logger().info(
+    log = get_run_logger()
+    log.info(
         "chapter %d: context for %r: %d/%d tokens (%s)", chapter_number, scene.title, envelope.used_tokens,
         envelope.total_budget, ", ".join(f"{s.name} {s.items_kept}/{s.items_in}" for s in envelope.sections) or "empty",
     )
+    # Nothing is left out silently: what the budget cut, and what was not even read.
+    for section in envelope.sections:
+        if section.cut:
+            log.info("chapter %d: context for %r: %s", chapter_number, scene.title, section.cut)
+    for profile in context.characters:
+        if profile.relationships_left_out:
+            log.info("chapter %d: context for %r: %s's %d older relationships were not read (the %d most recent "
+                     "are, more than the prompt's budget holds)", chapter_number, scene.title, profile.entity.name,
+                     profile.relationships_left_out, len(profile.relationships))
+    # What went into the prompt, section by section, and what was cut (for audits and bench/long_book.py).
+    rt.content.put_json("context_budget", f"chapter_{chapter_number:03d}/{name}",
+                        {"chapter": chapter_number, "scene": scene.title, "fixed_tokens": fixed_tokens,
+                         **envelope.model_dump(exclude={"text"}),
+                         "cuts": [s.cut for s in envelope.sections if s.cut],
+                         "not_read": {p.entity.name: p.relationships_left_out for p in context.characters
+                                      if p.relationships_left_out}})
     return rt.content.put_text("context", f"chapter_{chapter_number:03d}/{name}", envelope.text)

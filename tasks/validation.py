@@ -30,7 +30,8 @@ Checks of the text against its plan, with no model (a small model's editor score
   grammatical sentence among ordinary ones does not move the mean.
 
 The checks read the graph only "as of chapter N-1", so their result does not depend on
-whether this chapter's delta is in the graph yet: a resumed run gets the same answer.
+whether this chapter's delta is in the graph yet, and the stage is cached under the history
+of the graph it reads: a resumed run gets the same answer.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import SceneDetail
 from prompts.validation.models import QualityScores
 from tasks.assembly import SCENE_BREAK
-from tasks.policy import graph_task
+from tasks.policy import cached_task
 from tasks.runtime import runtime
 
 DUPLICATE_SCENE_COSINE = 0.97
@@ -415,8 +416,12 @@ def scene_text_reader(content: ContentStore, delta: ChapterDelta,
     return text_of
 
 
-@graph_task("validate_consistency")
-def validate_consistency(delta_ref: ContentRef, extraction_refs: tuple[ContentRef, ...] = ()) -> list[Problem]:
+@cached_task("validate_consistency")
+def validate_consistency(delta_ref: ContentRef, extraction_refs: tuple[ContentRef, ...] = (),
+                         history: str = "") -> list[Problem]:
+    """The consistency problems of a chapter delta against the graph as of the chapter before.
+    Cached under `history` (tasks.commit.chapter_history), the graph it reads: a replayed
+    chapter gets the answer it got the first time, so its revision decision replays too."""
     rt = runtime()
     delta = rt.content.get_model(delta_ref, ChapterDelta)
     extractions = [rt.content.get_model(ref, SceneExtraction) for ref in extraction_refs]

@@ -11,7 +11,8 @@ error mapping are exercised for real) and answers from canned rules:
 
 Unscripted json_schema requests get a minimal valid instance generated from the schema,
 plain chat gets "Scripted reply.", and embeddings are a deterministic hashed bag of words,
-so end-to-end tests script only what they care about. Faults ("http_500", "http_429",
+so end-to-end tests script only what they care about. `GET <base_url>/scripted/stats` answers
+the number of requests served (for a server run in another process). Faults ("http_500", "http_429",
 "timeout", "malformed_json", "truncated_json", "schema_invalid", "near_json", "http_401",
 "http_404_model", "http_500_too_large") are injected from a queue (`fail_next`) or at seeded random rates
 (`fault_rates`). Run standalone with `python -m tests.scripted_llm --port 8089`.
@@ -63,6 +64,8 @@ HTTP_FAULTS: frozenset[str] = frozenset(
 )
 
 DEFAULT_REPLY = "Scripted reply."
+#: GET <base_url>/scripted/stats: the requests served so far (for a server in another process).
+STATS_PATH = "/scripted/stats"
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)?")
 
 
@@ -269,6 +272,9 @@ class ScriptedLLM:
     ) -> _Reply:
         """Route one request (called from handler threads)."""
         path = path.split("?", 1)[0].rstrip("/")
+        if method == "GET" and path.endswith(STATS_PATH):  # a probe, not a request: counts nothing
+            with self._lock:
+                return _Reply(200, {"requests": self.request_count, "by_path": dict(self.counts_by_path)})
         request = _describe(path, body)
         with self._lock:
             self.request_count += 1

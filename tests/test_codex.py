@@ -25,6 +25,7 @@ from kg.codex import build_dialogue_codex, build_novel_codex, render_codex, writ
 from kg.codex.render import LIBRARY, LIBRARY_NAME
 from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
 from kg.store import GraphStore
+from tasks.codex import codex_due
 from tasks.runtime import Runtime, set_runtime
 from tests.browser import chromium_path, open_page
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath
@@ -343,3 +344,17 @@ def test_the_sidecar_codex_shows_a_conversations_entities_relations_and_mileston
         shown = browser.evaluate("window.codex.cy.edges().filter(e => !e.hasClass('off')).length")
     assert names == ["Caroline", "Melanie"] and shown == len(page.graph.edges)
     assert seen.page_errors == [] and seen.console_errors == [] and seen.network == []
+
+
+def test_codex_rewrites_are_spaced_so_a_long_book_pays_a_flat_cost() -> None:
+    # A short book: after every chapter.
+    assert all(codex_due(n, 100) for n in range(1, 21))
+    # Past 20 chapters: every ceil(n/20) chapters, so about 20 rewrites of the whole-book page
+    # per 20 chapters written whatever the book's length (the page grows with n; 1/k shrinks).
+    assert [n for n in range(21, 41) if codex_due(n, 100)] == list(range(22, 41, 2))
+    assert [n for n in range(81, 101) if codex_due(n, 100)] == [85, 90, 95, 100]
+    cost = sum(n for n in range(81, 101) if codex_due(n, 100)) / 20   # page size written per chapter
+    early = sum(n for n in range(1, 21) if codex_due(n, 100)) / 20
+    assert cost <= 2 * early
+    # The look-alike: the last chapter of a run is always written, due or not.
+    assert not codex_due(83, 100) and codex_due(83, 83)

@@ -358,7 +358,8 @@ def test_embeddings_and_numbers_round_trip_exactly(store: GraphStore) -> None:
         entities=[Entity(label="Item", name="Stone", attributes={"weight": 1.0, "count": 1, "big": 2**62})],
     )
     store.commit_chapter(delta)
-    assert retrieval.consistency_facts(store, [], as_of_chapter=1).scene_embeddings == [(1, 1, vector)]
+    scenes = retrieval.consistency_facts(store, [], as_of_chapter=1).scene_embeddings
+    assert [(chapter, index, [float(x) for x in v]) for chapter, index, v in scenes] == [(1, 1, vector)]
     stone = store.get_entity("item:stone")
     assert stone is not None and stone.attributes == {"weight": 1.0, "count": 1, "big": 2**62}
     assert isinstance(stone.attributes["weight"], float) and isinstance(stone.attributes["count"], int)
@@ -403,3 +404,26 @@ def test_unreachable_graph_is_one_clear_line(graph_settings: Settings) -> None:
         GraphStore(dead, connect_attempts=2, retry_delay=0.01).connect()
     message = str(info.value)
     assert "\n" not in message and dead.uri in message and "after 2 attempts" in message
+
+
+def test_a_change_set_holds_what_changed_not_the_entitys_history(store: GraphStore) -> None:
+    """A character met in every chapter gathers sources and revisions; each chapter's change-set
+    records how long those lists were, not their content, so it does not grow with the book,
+    and rolling back still restores them exactly."""
+    from kg import cypher
+
+    store.commit_chapter(outline())
+    after_outline = dumps_export(store.export_data())
+    sizes = []
+    for chapter in range(1, 13):
+        quote = f"Aragorn spoke with the rangers again in chapter {chapter}, long into the night."
+        store.commit_chapter(ChapterDelta(chapter=chapter, entities=[Entity(
+            label="Character", name="Aragorn", traits=["weary"],
+            sources=[EntitySource(type="extraction", chapter=chapter, confidence=0.6, quote=quote)])]))
+        props = store.read(cypher.READ_CHANGESET_PROPS, chapters=[chapter])[0]["props"]
+        sizes.append(len(props["updated_nodes_json"]))
+    aragorn = store.get_entity("character:aragorn")
+    assert aragorn is not None and len(aragorn.sources) >= 12
+    assert max(sizes[3:]) - min(sizes[3:]) < 40, sizes  # flat: the undo keeps lengths, not the history
+    store.rollback_chapter(1, cascade=True)
+    assert dumps_export(store.export_data()) == after_outline

@@ -58,7 +58,13 @@ def _char(name: str, description: str = "", **extra: object) -> Entity:
 
 
 def seed_story(store: GraphStore) -> None:
-    store.commit_chapter(
+    for delta in story_deltas():
+        store.commit_chapter(delta)
+
+
+def story_deltas() -> list[ChapterDelta]:
+    """The chapters of `seed_story`, 0 (the outline) to 4."""
+    return [
         ChapterDelta(
             chapter=0,
             source_type="outline",
@@ -80,9 +86,7 @@ def seed_story(store: GraphStore) -> None:
                 Relationship(source="Old Pier", target="Eastport", type="PART_OF"),
                 Relationship(source="Old Captain", target="Eastport", type="LOCATED_IN"),
             ],
-        )
-    )
-    store.commit_chapter(
+        ),
         ChapterDelta(
             chapter=1,
             entities=[
@@ -96,9 +100,7 @@ def seed_story(store: GraphStore) -> None:
                 Relationship(source="Mary Reed", target="Autumn Storm", type="PARTICIPATES_IN"),
             ],
             scenes=[SceneDelta(index=1, title="At the harbour", characters=["John", "Mary Reed"], location="Eastport")],
-        )
-    )
-    store.commit_chapter(
+        ),
         ChapterDelta(
             chapter=2,
             entities=[
@@ -117,24 +119,20 @@ def seed_story(store: GraphStore) -> None:
                 SceneDelta(index=1, title="Two Annas", characters=[ANNA_BAKER, ANNA_SAILOR], location="Old Pier"),
                 SceneDelta(index=2, title="The compass", characters=["Johnny", "Mary Reed"], location="Eastport"),
             ],
-        )
-    )
-    store.commit_chapter(
+        ),
         ChapterDelta(
             chapter=3,
             relationships=[Relationship(source="Old Captain", target="Autumn Storm", type="PARTICIPATES_IN")],
             status_changes=[StatusChange(entity="Old Captain", status="dead")],
             scenes=[SceneDelta(index=1, title="The captain's last night", characters=["Old Captain", "Mary Reed"],
                                location="Old Pier")],
-        )
-    )
-    store.commit_chapter(
+        ),
         ChapterDelta(
             chapter=4,
             relationships=[Relationship(source="Mary Reed", target="Old Pier", type="TRAVELS_TO")],
             scenes=[SceneDelta(index=1, title="Mourning", characters=["Mary Reed", "John Smith"], location="Old Pier")],
-        )
-    )
+        ),
+    ]
 
 
 def plant_qa_problems(store: GraphStore) -> None:
@@ -420,6 +418,36 @@ def test_merge_deduplicates_facts_and_drops_links_between_the_merged(store: Grap
     assert qa.run_checks(store, HealingSettings()) == []
 
 
+def test_rollback_past_healing_is_exact(store: GraphStore) -> None:
+    """Healing's writes (merge, graduation, enrichment) are recorded on the newest change-set,
+    so rolling back a chapter written before them gives back the graph from before it, exactly."""
+    deltas = story_deltas()
+    for delta in deltas[:2]:
+        store.commit_chapter(delta)
+    before_chapter_2 = store.export_data()
+    for delta in deltas[2:]:
+        store.commit_chapter(delta)
+    settings = HealingSettings()
+    for plan in h.detect_duplicates(h.load_snapshot(store), settings).plans:
+        store.execute_write(h.merge_tx, plan, "2026-01-01T00:00:00+00:00", 4)
+    store.execute_write(h.graduate_tx, h.graduation_candidates(h.load_snapshot(store), settings), 4)
+    store.execute_write(h.enrich_tx, h.EnrichmentResult(id=MARY, name="Mary Reed", relationship_count=9,
+                                                        summary="The harbour's memory.", confidence=0.7),
+                        "2026-01-01T00:00:00+00:00", 4)
+    assert store.get_entity(JOHN) is None and store.get_entity(JOHNNY) is None  # merged into John Smith
+    assert not store.get_entity(COMPASS).is_provisional  # type: ignore[union-attr]
+    # A later chapter refers to the merged name; then healing runs again on top of it.
+    store.commit_chapter(ChapterDelta(chapter=5, relationships=[
+        Relationship(source="Johnny", target="Old Pier", type="TRAVELS_TO")]))
+    store.execute_write(h.enrich_tx, h.EnrichmentResult(id=JOHN_SMITH, name="John Smith", relationship_count=12,
+                                                        summary="A fisherman.", confidence=0.6),
+                        "2026-01-01T00:00:00+00:00", 5)
+    result = store.rollback_chapter(2, cascade=True)
+    assert result.chapters == [5, 4, 3, 2]
+    assert store.export_data() == before_chapter_2
+    assert [e.id for e in store.find_entities("John")] == [JOHN]  # the lookups are back too
+
+
 @pytest.mark.usefixtures("prefect_api")
 def test_heal_flow_merges_exactly_the_true_duplicates(store: GraphStore, runtime_with_llm: Runtime) -> None:
     from flows.maintenance import heal_flow, qa_flow
@@ -516,6 +544,22 @@ def test_qa_finds_every_planted_problem(store: GraphStore, runtime_with_llm: Run
     assert {r["check"] for r in table} == set(qa.CHECKS)
     assert all(r["run_at"] == report.run_at for r in table)
     assert {"graph-qa-findings", "graph-qa-summary"} <= artifact_keys()
+
+
+def test_qa_of_a_few_chapters_finds_what_they_wrote(store: GraphStore) -> None:
+    """The novel flow's QA checks the chapters written since the last run: what chapter 5 wrote
+    is found as the whole-graph QA finds it; only the name lookup left behind by a deletion
+    outside the change-sets needs the whole graph."""
+    seed_story(store)
+    plant_qa_problems(store)
+    whole = {(f.check, tuple(f.entity_ids), tuple(f.chapters)) for f in qa.run_checks(store, HealingSettings())}
+    scoped = {(f.check, tuple(f.entity_ids), tuple(f.chapters))
+              for f in qa.run_checks(store, HealingSettings(), chapters=[5])}
+    assert scoped == whole - {("dangling_reference", ("item:lost-letter",), ())}
+    # Chapters 1-2 wrote none of the chapter 5 problems (Mary's traits are hers whenever she is checked).
+    early = qa.run_checks(store, HealingSettings(), chapters=[1, 2])
+    assert {f.check for f in early} == {"contradictory_traits", "provisional_buildup", "before_first_appearance"}
+    assert all(f.chapters != [5] and "Ghost Sailor" not in f.entity_names for f in early)
 
 
 # --- Command line ---------------------------------------------------------------------------------

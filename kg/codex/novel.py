@@ -1,7 +1,7 @@
 """The codex of a book: the world the chapters built, as of a chapter, as one page model.
 
-One read transaction (kg/codex/cypher.py: chapters, scenes, entities, story relationships,
-appearances) plus the project's own files: each chapter's quality table
+One read transaction (kg/codex/cypher.py: chapters, entities, appearances; the story
+relationships and the scenes from the story mirror, kg.mirror, brought current in it) plus the project's own files: each chapter's quality table
 (`.saga/quality/chapter_NNN.json`) and the newest QA report (`.saga/qa/qa-*.parquet`, whose
 findings are marked on the page). Everything is computed in one pass over what was read,
 so building the page costs what its size demands (bench/codex_build.py measures it).
@@ -51,6 +51,7 @@ from kg.codex.models import (
 )
 from kg.commit import NOVEL_INFO_ID
 from kg.facts import BIBLE_SOURCES, source_fact
+from kg.mirror import StoryMirror, mirror_of
 from kg.models import Entity
 from kg.records import entity_from_props, props_as_of
 from kg.store import GraphStore
@@ -104,7 +105,7 @@ class _Read:
     truncated: list[str] = field(default_factory=list)
 
 
-def _read_tx(tx: ManagedTransaction, as_of: int | None) -> _Read:
+def _read_tx(tx: ManagedTransaction, as_of: int | None, mirror: StoryMirror) -> _Read:
     row = tx.run(cq.LATEST_CHAPTER).single()
     latest = int(row["latest"]) if row and row["latest"] is not None else 0
     if as_of is not None and as_of > latest:
@@ -113,17 +114,30 @@ def _read_tx(tx: ManagedTransaction, as_of: int | None) -> _Read:
     upto = latest if as_of is None else as_of
     truncated: list[str] = []
 
-    def rows(name: str, query: str) -> list[dict[str, Any]]:
-        found = [r.data() for r in tx.run(query, as_of=upto, limit=LIMITS[name])]
+    def capped(name: str, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if len(found) >= LIMITS[name]:
             truncated.append(f"only the first {LIMITS[name]} {name} are shown")
-        return found
+        return found[: LIMITS[name]]
 
+    def rows(name: str, query: str) -> list[dict[str, Any]]:
+        return capped(name, [r.data() for r in tx.run(query, as_of=upto, limit=LIMITS[name])])
+
+    # The story relationships and the scenes are the bulk of a long book's page: they come from
+    # the story mirror (kg.mirror), brought up to the newest change-set inside this read, so a
+    # codex written after every chapter does not read the whole book's edges again each time.
+    mirror.refresh(tx)
+    relationships = [{"source": e.src, "target": e.tgt, "type": e.type, "raw_type": e.props.get("raw_type"),
+                      "chapter": e.chapter, "scene": e.props.get("scene"), "quote": e.props.get("quote"),
+                      "description": e.props.get("description"), "weight": e.props.get("weight")}
+                     for e in mirror.edges_as_of(upto)]
+    scenes = [{"chapter": s.chapter, "scene": s.scene if s.scene >= 0 else None, "title": s.title or None,
+               "location": s.location, "characters": list(s.characters)} for s in mirror.scenes_as_of(upto)]
     info_row = tx.run(kq.READ_NOVEL_INFO, id=NOVEL_INFO_ID).single()
     return _Read(
         as_of=upto, latest=latest, info=dict(info_row["props"]) if info_row else {},
-        chapters=rows("chapters", cq.CHAPTERS), scenes=rows("scenes", cq.SCENES),
-        entities=rows("entities", cq.ENTITIES), relationships=rows("relationships", cq.STORY_RELATIONSHIPS),
+        chapters=[c for c in rows("chapters", cq.CHAPTERS) if isinstance(c["number"], int) and c["number"] <= upto],
+        scenes=capped("scenes", scenes),
+        entities=rows("entities", cq.ENTITIES), relationships=capped("relationships", relationships),
         appearances=rows("appearances", cq.APPEARANCES), mentions=rows("appearances", cq.MENTIONS),
         truncated=truncated,
     )
@@ -286,7 +300,7 @@ def build_novel_codex(store: GraphStore, saga_dir: Path, as_of: int | None = Non
                       *, project_name: str = "") -> CodexPage:
     """The codex page of the book in `store` as of chapter `as_of` (None: the latest).
     `saga_dir` holds the quality tables and the QA reports."""
-    read = store.execute_read(_read_tx, as_of)
+    read = store.execute_read(_read_tx, as_of, mirror_of(store))
     upto = read.as_of
     entities: dict[str, Entity] = {}
     for row in read.entities:

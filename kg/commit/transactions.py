@@ -11,12 +11,23 @@ from typing import Any
 from neo4j import ManagedTransaction
 
 from kg import vocabulary as vocab
+from kg.commit import history
+from kg.commit.amendments import undo_amendments
 from kg.commit.ids import changeset_id
 from kg.commit.ops import GraphOps
 from kg.commit.planner import ChapterPlanner
 from kg.errors import ChapterConflictError, ChapterNotCommittedError, RollbackOrderError
 from kg.models import ChapterDelta, CommitResult, RollbackResult
-from kg.records import canonical_json, decode_props, encode_props, name_rows, same_value
+from kg.records import (
+    canonical_json,
+    decode_props,
+    decode_undo,
+    encode_props,
+    encode_undo,
+    name_rows,
+    needs_current,
+    same_value,
+)
 
 
 def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -50,9 +61,8 @@ def commit_chapter_tx(
     ops = ops or GraphOps()
     started = time.perf_counter()
     delta_hash = delta.delta_hash()
-    changesets = ops.read_changesets(tx)
     key = delta.changeset_key
-    current = next((c for c in changesets if c["chapter"] == key), None)
+    current = history.by_chapter(tx, key)
     replaced = False
     if current is not None:
         if current["delta_hash"] == delta_hash:
@@ -72,8 +82,9 @@ def commit_chapter_tx(
             )
         rollback_tx(tx, key, cascade=False, ops=ops)
         replaced = True
-        changesets = [c for c in changesets if c["chapter"] != key]
-    seq = max((c["seq"] for c in changesets), default=0) + 1
+    newest = history.newest(tx)
+    seq = (newest["seq"] if newest else 0) + 1
+    chain = history.chain_sha(history.fingerprint_before(tx, None), key, delta_hash)
 
     planner = ChapterPlanner(tx, delta, ops, lock_reads=lock_reads)
     nodes, rels, names_delete, names_create = planner.plan()
@@ -105,8 +116,10 @@ def commit_chapter_tx(
             "chapter": key,
             "seq": seq,
             "delta_hash": delta_hash,
+            "chain_sha": chain,
             "created_nodes_json": canonical_json([[n.lookup, n.id] for n in created]),
-            "updated_nodes_json": canonical_json([[n.lookup, n.id, encode_props(n.before or {})] for n in updated]),
+            "updated_nodes_json": canonical_json([[n.lookup, n.id, encode_undo(n.before or {}, n.props)]
+                                                  for n in updated]),
             "created_rels_json": canonical_json([[r.type, r.key] for r in new_rels]),
             "updated_rels_json": canonical_json(
                 [[r.type, r.src[0], r.src[1], r.tgt[0], r.tgt[1], r.key, encode_props(r.before or {})] for r in changed_rels]
@@ -163,6 +176,7 @@ def rollback_tx(
 
 
 def _undo(tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, result: RollbackResult) -> None:
+    undo_amendments(tx, changeset, ops, result)  # what healing did after the commit goes first
     created_nodes: list[list[str]] = json.loads(changeset["created_nodes_json"])
     updated_nodes: list[list[Any]] = json.loads(changeset["updated_nodes_json"])
     created_rels: list[list[str]] = json.loads(changeset["created_rels_json"])
@@ -183,7 +197,9 @@ def _undo(tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, resu
         ops.delete_nodes(tx, label, [nid for _, nid in group])
     restored: list[dict[str, Any]] = []
     for label, group in _group(updated_nodes, lambda n: n[0]).items():
-        rows = [{"id": nid, "props": decode_props(props)} for _, nid, props in group]
+        cut = [nid for _, nid, props in group if needs_current(props)]
+        current = ops.read_nodes(tx, label, cut) if cut else {}
+        rows = [{"id": nid, "props": decode_undo(props, current.get(nid))} for _, nid, props in group]
         ops.restore_nodes(tx, label, rows)
         if label == vocab.ENTITY:
             restored += [row["props"] for row in rows]

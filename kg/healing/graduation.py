@@ -7,6 +7,8 @@ from neo4j import ManagedTransaction
 
 from core.settings import HealingSettings
 from kg import maintenance_cypher as mq
+from kg import vocabulary as vocab
+from kg.commit.amendments import Amendment, amend_newest
 from kg.healing.models import Graduation
 from kg.healing.node_writes import node_props
 from kg.healing.snapshot import HealingSnapshot
@@ -46,6 +48,7 @@ def graduate_tx(tx: ManagedTransaction, graduations: list[Graduation], chapter: 
     """Confirm the entities (still provisional ones only); returns those changed."""
     by_id = {g.id: g for g in graduations}
     rows, done = [], []
+    undo = Amendment()
     for row in tx.run(mq.LOCK_ENTITIES, ids=sorted(by_id)):
         before = row["props"]
         if not before.get("is_provisional"):
@@ -55,8 +58,11 @@ def graduate_tx(tx: ManagedTransaction, graduations: list[Graduation], chapter: 
         entity = entity.model_copy(
             update={"is_provisional": False, "attributes": {**entity.attributes, "graduation_confidence": grad.confidence}}
         )
-        rows.append({"id": row["id"], "props": node_props(before, entity, chapter)})
+        after = node_props(before, entity, chapter)
+        rows.append({"id": row["id"], "props": after})
+        undo.updated(vocab.ENTITY, row["id"], before, after)
         done.append(grad)
     if rows:
         tx.run(mq.REPLACE_ENTITIES, rows=rows).consume()
+        amend_newest(tx, undo)
     return done

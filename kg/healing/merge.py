@@ -7,9 +7,9 @@ every relationship is re-created on the survivor with its type, properties and k
 already on the survivor for the same chapter is not duplicated), the EntityName lookups are
 rebuilt, the merged nodes are deleted and a MergeAudit node records who, what, why and when.
 
-Note: rolling back (with cascade) a chapter committed *before* a merge restores the
-survivor's pre-chapter properties from that change-set, while the merged nodes stay
-deleted; re-run healing after such a rollback.
+The transaction records its undo on the newest change-set (kg.commit.amendments): rolling
+that change-set back puts the merged nodes and their relationships back and the survivor as
+it was, so a rollback past a merge is exact.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from neo4j import ManagedTransaction
 from kg import cypher
 from kg import maintenance_cypher as mq
 from kg import vocabulary as vocab
+from kg.commit.amendments import Amendment, amend_newest
 from kg.healing.models import MergePlan, MergeResult, PairEvidence
 from kg.healing.node_writes import HEALER, node_props
 from kg.models import Entity, EntitySource
@@ -123,7 +124,9 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
     ids = [plan.survivor_id, *plan.merged_ids]
     result = MergeResult(survivor_id=plan.survivor_id, name=plan.survivor_name, merged_ids=plan.merged_ids,
                          merged_names=plan.merged_names)
-    nodes = {r["id"]: r["props"] for r in tx.run(mq.LOCK_ENTITIES, ids=ids)}
+    locked = tx.run(mq.LOCK_ENTITIES, ids=ids).data()
+    nodes = {r["id"]: r["props"] for r in locked}
+    labels = {r["id"]: list(r["labels"]) for r in locked}
     missing = [i for i in ids if i not in nodes]
     if missing:
         # The graph moved on since detection (another merge, a rollback): do nothing.
@@ -138,9 +141,12 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
     merged = merged_entity(survivor, others, created_at=created_at, confidence=plan.score, chapter=chapter)
     props = node_props(nodes[plan.survivor_id], merged, chapter)
     tx.run(mq.REPLACE_ENTITIES, rows=[{"id": plan.survivor_id, "props": props}]).consume()
+    undo = Amendment()
+    undo.updated(vocab.ENTITY, plan.survivor_id, nodes[plan.survivor_id], props)
 
     rels = [r.data() for r in tx.run(mq.RELS_OF, ids=ids)]
     inside = set(ids)
+    _record_deleted_rels(undo, rels, set(plan.merged_ids))
     # A fact is (type, direction, other end, chapter): the survivor keeps one copy of each.
     have = {(r["type"], r["outgoing"], r["other"], r["props"].get("chapter")) for r in rels if r["id"] == plan.survivor_id}
     creates: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -165,6 +171,7 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
             group, row = (r["type"], other_label, vocab.ENTITY), {"src": r["other"], "tgt": plan.survivor_id}
         # Same properties, key included: rolling back the chapter that made the fact removes it.
         creates[group].append({**row, "props": r["props"]})
+        undo.created_rels.append((r["type"], r["props"]["key"]))
         result.relationships_moved += 1
     for (rel_type, src_label, tgt_label), rows in sorted(creates.items()):
         tx.run(cypher.create_rels(rel_type, src_label, tgt_label), rows=rows).consume()
@@ -172,6 +179,8 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
     tx.run(cypher.DELETE_NAMES_OF, ids=ids).consume()
     tx.run(cypher.CREATE_NAMES, rows=name_rows(props)).consume()
     tx.run(cypher.delete_nodes(vocab.ENTITY), ids=plan.merged_ids).consume()
+    for merged_id in plan.merged_ids:
+        undo.deleted(labels[merged_id], nodes[merged_id])
 
     digest = hashlib.sha256(canonical_json([created_at, ids]).encode()).hexdigest()[:16]
     audit_id = f"merge:{digest}"
@@ -192,11 +201,28 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
             "relationships_deduplicated": result.relationships_deduplicated,
         },
     ).consume()
+    undo.created_nodes.append((vocab.MERGE_AUDIT, audit_id))
+    amend_newest(tx, undo)
     result.audit_id = audit_id
     result.name = merged.name
     result.aliases = merged.aliases
     result.sources = len(merged.sources)
     return result
+
+
+def _record_deleted_rels(undo: Amendment, rels: list[dict[str, Any]], merged: set[str]) -> None:
+    """Every relationship of a merged node goes with it (DETACH DELETE): keep each once, with both ends."""
+    seen: set[tuple[str, str]] = set()
+    for r in rels:
+        if r["id"] not in merged or r["other"] is None:
+            continue
+        other = _lookup_label(r["other_labels"])
+        key = r["props"].get("key")
+        if other is None or key is None or (r["type"], key) in seen:
+            continue
+        seen.add((r["type"], key))
+        here, there = (vocab.ENTITY, r["id"]), (other, r["other"])
+        undo.deleted_rel(r["type"], here if r["outgoing"] else there, there if r["outgoing"] else here, r["props"])
 
 
 def _reason(ev: PairEvidence) -> str:

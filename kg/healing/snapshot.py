@@ -1,5 +1,9 @@
-"""The snapshot healing works on: every entity, its story neighbours and relationship
-counts, the pairs that share a scene, taken in ONE read transaction."""
+"""The snapshot healing works on: every entity (or the ones asked for), its story neighbours
+and relationship counts, the pairs that share a scene, taken in ONE read transaction.
+
+The relationships and scenes come from the story mirror (kg.mirror, kept current from the
+change-sets first), not from a scan of the graph: a healing run reads the entities, and only
+those it needs (graduation the provisional ones, enrichment the busy ones)."""
 
 from __future__ import annotations
 
@@ -10,9 +14,11 @@ from itertools import combinations
 
 from neo4j import ManagedTransaction
 
+from kg import cypher
 from kg import maintenance_cypher as mq
 from kg import vocabulary as vocab
 from kg.healing.names import canonical_tokens
+from kg.mirror import StoryMirror, mirror_of
 from kg.models import Entity
 from kg.records import entity_from_props
 from kg.store import GraphStore
@@ -66,17 +72,19 @@ def resolve_scene_refs(refs: Iterable[str], entities: dict[str, Entity], keys: d
     return [{ref} if ref in entities else set(keys.get(vocab.name_key(ref), ())) for ref in refs]
 
 
-def _snapshot_tx(tx: ManagedTransaction) -> HealingSnapshot:
+def _snapshot_tx(tx: ManagedTransaction, mirror: StoryMirror, ids: list[str] | None) -> HealingSnapshot:
+    mirror.refresh(tx)
     entities: dict[str, Entity] = {}
-    for row in tx.run(mq.ALL_ENTITIES):
+    rows = tx.run(mq.ALL_ENTITIES) if ids is None else tx.run(cypher.read_nodes(vocab.ENTITY), ids=sorted(set(ids)))
+    for row in rows:
         entity = entity_from_props(row["props"])
         assert entity.id is not None
         entities[entity.id] = entity
     snap = HealingSnapshot(entities=entities)
     neighbours: dict[str, set[str]] = defaultdict(set)
     counts: dict[str, int] = defaultdict(int)
-    for row in tx.run(mq.STORY_EDGES):
-        src, tgt = row["src"], row["tgt"]
+    for edge in mirror.all_edges():
+        src, tgt = edge.src, edge.tgt
         counts[src] += 1
         counts[tgt] += 1
         if src != tgt:
@@ -84,21 +92,28 @@ def _snapshot_tx(tx: ManagedTransaction) -> HealingSnapshot:
             neighbours[tgt].add(src)
             snap.related.add(frozenset((src, tgt)))
     snap.neighbours, snap.rel_counts = dict(neighbours), dict(counts)
-    keys = key_index(entities)
-    for row in tx.run(mq.SCENES):
-        where = f"chapter {row['chapter']} scene {row['scene']}"
-        resolved = resolve_scene_refs(row["characters"] or [], entities, keys)
-        for left, right in combinations(resolved, 2):
-            for x in left:
-                for y in right:
-                    if x != y:
-                        snap.co_scene.setdefault(frozenset((x, y)), where)
-    snap.chapters = sorted(int(r["number"]) for r in tx.run(mq.CHAPTER_NUMBERS) if r["number"] is not None)
+    if ids is None:  # who met whom needs every name to resolve the scenes' references
+        keys = key_index(entities)
+        for scene in mirror.scenes_as_of(10**9):
+            where = f"chapter {scene.chapter} scene {scene.scene if scene.scene >= 0 else None}"
+            resolved = resolve_scene_refs(scene.characters, entities, keys)
+            for left, right in combinations(resolved, 2):
+                for x in left:
+                    for y in right:
+                        if x != y:
+                            snap.co_scene.setdefault(frozenset((x, y)), where)
+    latest = [r["latest"] for r in tx.run(cypher.LATEST_CHAPTER)]
+    snap.chapters = [int(latest[0])] if latest and latest[0] is not None else []
     return snap
 
 
-def load_snapshot(store: GraphStore) -> HealingSnapshot:
-    return store.execute_read(_snapshot_tx)
+def load_snapshot(store: GraphStore, ids: list[str] | None = None) -> HealingSnapshot:
+    """The snapshot of every entity, or of the entities `ids` (relationships and counts of all)."""
+    return store.execute_read(_snapshot_tx, mirror_of(store), ids)
+
+
+def provisional_ids(store: GraphStore) -> list[str]:
+    return [r["id"] for r in store.read(mq.PROVISIONAL_IDS)]
 
 
 def ensure_schema(store: GraphStore) -> None:
