@@ -36,7 +36,15 @@ from pathlib import Path
 import numpy as np
 
 from core.embedder import MODEL_NAME, local_embedder
-from core.recall import DEFAULT_PARAMS, HybridIndex, Prepared, RecallParams
+from core.recall import (
+    DEFAULT_PARAMS,
+    FEATURES,
+    HybridIndex,
+    LearnedFusion,
+    Prepared,
+    RecallParams,
+    plain_query,
+)
 from tasks.dialogue.ingest import memory_rows
 from tasks.dialogue.replay import DialogueSpec, dialogue_files, load_dialogue
 from tasks.dialogue.retriever import TurnMemoryIndex
@@ -80,6 +88,8 @@ class Dialogue:
     vectors: np.ndarray
     questions: list[Question] = field(default_factory=list)
     cache: dict[tuple[object, ...], list[tuple[int, float, float]]] = field(default_factory=dict)
+    #: Per question: the learned fusion's candidates and FEATURES rows, and which are evidence.
+    features: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
 def _embed(texts: list[str], cache_dir: Path | None) -> np.ndarray:
@@ -118,11 +128,12 @@ def load(path: Path, cache_dir: Path | None) -> Dialogue:
     refs = [str((d.meta.get("source_refs") or [d.key])[0]) for d in index.docs]
     asked = _evidence(spec)
     question_vectors = _embed([q for _, q, _ in asked], cache_dir)
-    dialogue = Dialogue(spec.dialogue_id, index, refs, vectors)
     names = sorted(memory.speakers)
-    for (category, text, evidence), vector in zip(asked, question_vectors, strict=True):
-        dialogue.questions.append(Question(category, text, set(evidence), index.prepare(text, vector, names=names),
-                                           vector))
+    plain_vectors = _embed([plain_query(q, names) for _, q, _ in asked], cache_dir)
+    dialogue = Dialogue(spec.dialogue_id, index, refs, vectors)
+    for (category, text, evidence), vector, plain in zip(asked, question_vectors, plain_vectors, strict=True):
+        dialogue.questions.append(Question(category, text, set(evidence),
+                                           index.prepare(text, vector, names=names, plain_vector=plain), vector))
     return dialogue
 
 
@@ -170,6 +181,55 @@ def tune(train: list[Dialogue], start: RecallParams = REFERENCE,
         if not moved:
             break
     return best, best_value
+
+
+#: The learned fusion's ridge penalty (on standardised features), fixed before any fit: the
+#: model has 19 weights and thousands of candidates per fold, so it hardly matters.
+L2 = 1.0
+
+
+def _features(dialogue: Dialogue) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    if not dialogue.features:
+        for question in dialogue.questions:
+            positions, x = dialogue.index.features(question.prepared, REFERENCE)
+            y = np.asarray([dialogue.refs[p] in question.evidence for p in positions.tolist()], dtype=np.float64)
+            dialogue.features.append((positions, x, y))
+    return dialogue.features
+
+
+def fit_fusion(train: list[Dialogue]) -> LearnedFusion:
+    """Logistic regression of "the candidate is evidence" on FEATURES over the training
+    dialogues' questions (Newton's method, ridge L2 on standardised features). Each question
+    weighs the same: an evidence turn counts 1/(its question's evidence turns), as in recall,
+    and the other candidates share one unit. Returns the weights on the features' own scale."""
+    xs, ys, ws = [], [], []
+    for dialogue in train:
+        for question, (_, x, y) in zip(dialogue.questions, _features(dialogue), strict=True):
+            xs.append(x)
+            ys.append(y)
+            ws.append(np.where(y > 0, 1.0 / len(question.evidence), 1.0 / max(len(y) - y.sum(), 1.0)))
+    x, y, w = np.concatenate(xs), np.concatenate(ys), np.concatenate(ws)
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    z = np.c_[(x - mean) / scale, np.ones(len(x))]
+    beta = np.zeros(z.shape[1])
+    penalty = L2 * np.diag(np.r_[np.ones(len(FEATURES)), 0.0])
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-(z @ beta)))
+        gradient = z.T @ (w * (p - y)) + penalty @ beta
+        hessian = (z * (w * p * (1 - p))[:, None]).T @ z + penalty
+        step = np.linalg.solve(hessian, gradient)
+        beta -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    weights = beta[:-1] / scale
+    return LearnedFusion(weights=tuple(round(float(v), 4) for v in weights),
+                         bias=round(float(beta[-1] - (weights * mean).sum()), 4))
+
+
+def mean_fusion(fusions: list[LearnedFusion]) -> LearnedFusion:
+    return LearnedFusion(weights=tuple(round(float(v), 4) for v in np.mean([f.weights for f in fusions], axis=0)),
+                         bias=round(float(np.mean([f.bias for f in fusions])), 4))
 
 
 # --- alternatives that were measured (each tuned on the training folds, like the rest) -----------
@@ -273,14 +333,70 @@ def _short(name: str) -> str:
     return name.rsplit("-", 1)[-1]
 
 
+def _learned(dialogues: list[Dialogue]) -> dict[str, object]:
+    """The learned fusion, held out: each fold fits it on the other dialogues (`fit_fusion`)."""
+    print("\nlearned fusion (core.recall.FEATURES), fitted per fold on the training dialogues:")
+    print("fold (held out) | tuned on | tuned-on r@10 | held-out r@10 | held-out r@5 | c1 | c2 | c3 | c4 | "
+          "tuned-on c1 | c2 | c3 | c4")
+    rows, fusions, every = [], [], []
+    for held_out in dialogues:
+        train = [d for d in dialogues if d is not held_out]
+        fusion = fit_fusion(train)
+        fusions.append(fusion)
+        params = REFERENCE.model_copy(update={"fusion": fusion})
+        held = scores(held_out, params)
+        tuned = [r for d in train for r in scores(d, params)]
+        every += held
+        row = {"held_out": held_out.name, "tuned_on": [d.name for d in train], "fusion": fusion.model_dump(),
+               "tuned_on_recall_at_10": round(pooled(tuned), 4), "tuned_on_recall_at_5": round(pooled(tuned, 1), 4),
+               "recall_at_10": round(pooled(held), 4), "recall_at_5": round(pooled(held, 1), 4),
+               "categories": {str(c): round(pooled(held, 2, c), 4) for c in CATEGORIES},
+               "tuned_on_categories": {str(c): round(pooled(tuned, 2, c), 4) for c in CATEGORIES}}
+        rows.append(row)
+        print(f"{held_out.name} | {'+'.join(_short(d.name) for d in train)} | {row['tuned_on_recall_at_10']:.3f} | "
+              f"{row['recall_at_10']:.3f} | {row['recall_at_5']:.3f} | "
+              + " | ".join(f"{row['categories'][str(c)]:.3f}" for c in CATEGORIES) + " | "
+              + " | ".join(f"{row['tuned_on_categories'][str(c)]:.3f}" for c in CATEGORIES))
+    held10 = [r["recall_at_10"] for r in rows]
+    tuned10 = [r["tuned_on_recall_at_10"] for r in rows]
+    summary = {
+        "held_out_mean_recall_at_10": round(float(np.mean(held10)), 4),
+        "held_out_spread_recall_at_10": [round(min(held10), 4), round(max(held10), 4)],
+        "tuned_on_mean_recall_at_10": round(float(np.mean(tuned10)), 4),
+        "held_out_mean_recall_at_5": round(float(np.mean([r["recall_at_5"] for r in rows])), 4),
+        "tuned_on_mean_recall_at_5": round(float(np.mean([r["tuned_on_recall_at_5"] for r in rows])), 4),
+        "held_out_pooled_recall_at_10": round(pooled(every), 4),
+        "held_out_pooled_categories": {str(c): round(pooled(every, 2, c), 4) for c in CATEGORIES},
+    }
+    print(f"\nheld-out recall@10: mean {summary['held_out_mean_recall_at_10']:.3f} (folds "
+          f"{min(held10):.3f}-{max(held10):.3f}); tuned-on mean {summary['tuned_on_mean_recall_at_10']:.3f}; gap "
+          f"{summary['tuned_on_mean_recall_at_10'] - summary['held_out_mean_recall_at_10']:+.3f}")
+    print(f"held-out recall@5: mean {summary['held_out_mean_recall_at_5']:.3f}; tuned-on mean "
+          f"{summary['tuned_on_mean_recall_at_5']:.3f}")
+    print("held-out, every question judged by the fold that held it out: recall@10 "
+          f"{summary['held_out_pooled_recall_at_10']:.3f} ("
+          + ", ".join(f"c{c} {v:.3f}" for c, v in summary["held_out_pooled_categories"].items()) + ")")
+    print("weights per fold (held out: " + ", ".join(_short(d.name) for d in dialogues) + "):")
+    for i, name in enumerate(FEATURES):
+        print(f"  {name}: " + " ".join(f"{f.weights[i]:g}" for f in fusions))
+    print("  bias: " + " ".join(f"{f.bias:g}" for f in fusions))
+    consensus = mean_fusion(fusions)
+    print(f"the folds' mean (core.recall.LEARNED_FUSION): weights={consensus.weights}, bias={consensus.bias}")
+    if DEFAULT_PARAMS.fusion != consensus:
+        print("  NOTE: core.recall.DEFAULT_PARAMS.fusion differs from it")
+    return {"folds": rows, "summary": summary, "consensus": consensus.model_dump()}
+
+
 def run(paths: list[Path], cache_dir: Path | None) -> dict[str, object]:
     started = time.perf_counter()
     dialogues = [load(path, cache_dir) for path in paths]
     print(f"{len(dialogues)} dialogues, {sum(len(d.questions) for d in dialogues)} questions of categories 1-4 "
           f"with evidence, loaded in {time.perf_counter() - started:.0f} s", flush=True)
+    learned = _learned(dialogues)
+    print("\nfor comparison, reciprocal-rank fusion with its boosts (fusion=None), the knobs tuned per fold:")
     folds: list[tuple[Dialogue, list[Dialogue], RecallParams]] = []
     rows = []
-    print("\nfold (held out) | tuned on | chosen | tuned-on r@10 | held-out r@10 | held-out r@5 | "
+    print("fold (held out) | tuned on | chosen | tuned-on r@10 | held-out r@10 | held-out r@5 | "
           "c1 | c2 | c3 | c4")
     for held_out in dialogues:
         train = [d for d in dialogues if d is not held_out]
@@ -334,16 +450,19 @@ def run(paths: list[Path], cache_dir: Path | None) -> dict[str, object]:
         print(f"  {knob} [{getattr(REFERENCE, knob):g}]: "
               + "; ".join(f"{v} by {len(f)} ({', '.join(f)})" for v, f in by_value.items()))
 
-    consensus = RecallParams(**{**DEFAULT_PARAMS.model_dump(), **{knob: _consensus(knob, [p for _, _, p in folds])
-                                                                    for knob in KNOBS}})
+    rrf_defaults = DEFAULT_PARAMS.model_copy(update={"fusion": None})
+    consensus = rrf_defaults.model_copy(update={knob: _consensus(knob, [p for _, _, p in folds]) for knob in KNOBS})
     print(f"the folds' choice (per knob, the value most folds chose; a tie goes to the value nearer the "
           f"reference): {_changed(consensus)}")
-    if consensus != DEFAULT_PARAMS:
+    if consensus != rrf_defaults:
         print(f"  NOTE: core.recall.DEFAULT_PARAMS differs from it ({_changed(DEFAULT_PARAMS)})")
 
     reference = [r for d in dialogues for r in scores(d, REFERENCE)]
+    rrf_all = [r for d in dialogues for r in scores(d, rrf_defaults)]
+    print(f"\nreciprocal-rank fusion with core.recall.DEFAULT_PARAMS's knobs on all dialogues (not held out): "
+          f"recall@10 {pooled(rrf_all):.3f}, recall@5 {pooled(rrf_all, 1):.3f}")
     defaults = [r for d in dialogues for r in scores(d, DEFAULT_PARAMS)]
-    print(f"\nreference values (before the protocol) on all dialogues: recall@10 {pooled(reference):.3f}, "
+    print(f"reference values (before the protocol) on all dialogues: recall@10 {pooled(reference):.3f}, "
           f"recall@5 {pooled(reference, 1):.3f}")
     print(f"core.recall.DEFAULT_PARAMS on all dialogues (tuned on all of them: not held out): recall@10 "
           f"{pooled(defaults):.3f}, recall@5 {pooled(defaults, 1):.3f}; "
@@ -360,7 +479,7 @@ def run(paths: list[Path], cache_dir: Path | None) -> dict[str, object]:
         print(f"  {title}: held-out mean {mean:.3f} (folds chose: {', '.join(chosen)}); always on: "
               + ", ".join(f"{n} {v:.3f}" for n, v in forced.items()))
     print(f"\n(done in {time.perf_counter() - started:.0f} s)")
-    return {"folds": rows, "summary": summary, "choices": choices, "alternatives": alternatives,
+    return {"learned": learned, "folds": rows, "summary": summary, "choices": choices, "alternatives": alternatives,
             "consensus": consensus.model_dump(),
             "reference_all": round(pooled(reference), 4), "defaults_all": round(pooled(defaults), 4)}
 

@@ -78,11 +78,13 @@ def test_a_question_about_an_entity_reaches_the_turn_its_facts_came_from(service
     linked = [h for h in hits if "linked" in h.signals]
     assert linked and linked[0].source_refs == ["D1:1"]
     assert hits[0].source_refs == ["D1:1"], [(h.source_refs, h.signals) for h in hits]
-    # Measured: the graph's link is what puts it first. Its text and the extracted fact
-    # ("Nate adopted a dog named Max", indexed lexically) alone leave Joanna's reply above it
-    # (no boost multiplies these scores: two names in the question, no date).
+    # The link is the only signal the graph's facts add, on that turn alone, and it counts:
+    # under the learned fusion (core.recall.LEARNED_FUSION) the turn's own words already rank it
+    # first in these six turns (measured: 6.04 without the link's 4.50 against 5.12 for the
+    # next), so the link widens its lead rather than making it.
     assert not {"graph", "time", "event_time", "when"} & set(hits[0].signals)
-    assert hits[0].score - hits[0].signals["linked"] < hits[1].score
+    assert hits[0].signals["linked"] > 0 and all("linked" not in h.signals for h in hits[1:])
+    assert hits[0].score - hits[1].score > hits[0].signals["linked"] / 2
     # Look-alike: a question that names no entity the graph knows links no turn.
     hits = service.recall(conversation_id, "Who stays up too late?", 3)
     assert all("linked" not in h.signals for h in hits)

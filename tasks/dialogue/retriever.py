@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.llm import LLMGateway
-from core.recall import Hit, HybridIndex, IndexRegistry, MemoryDoc
+from core.recall import Hit, HybridIndex, IndexRegistry, MemoryDoc, plain_query
 from kg import vocabulary as vocab
 from kg.dialogue import (
     ConversationSnapshot,
@@ -90,11 +90,13 @@ class PinnedMemory:
         return len(self.hybrid) if self.hybrid is not None else 0
 
     def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
-               linked: list[str] | None = None) -> list[RecalledTurn]:
-        """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`)."""
+               linked: list[str] | None = None, plain_vector: np.ndarray | None = None) -> list[RecalledTurn]:
+        """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`).
+        `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`)."""
         if self.hybrid is None or k <= 0:
             return []
-        return [recalled(hit) for hit in self.hybrid.search(query, vector, k, names=names, linked=linked)]
+        return [recalled(hit) for hit in self.hybrid.search(query, vector, k, names=names, linked=linked,
+                                                            plain_vector=plain_vector)]
 
 
 class TurnMemoryIndex:
@@ -177,9 +179,9 @@ class TurnMemoryIndex:
             return self.index.docs[self.index.positions[key]].text
 
     def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
-               linked: list[str] | None = None) -> list[RecalledTurn]:
+               linked: list[str] | None = None, plain_vector: np.ndarray | None = None) -> list[RecalledTurn]:
         """Search the index as it is now (see PinnedMemory.search)."""
-        return self.pinned().search(query, vector, k, names, linked)
+        return self.pinned().search(query, vector, k, names, linked, plain_vector)
 
 
 def recalled(hit: Hit) -> RecalledTurn:
@@ -351,6 +353,13 @@ def _snapshot_reader(
     return read
 
 
+def query_texts(query: str, speakers: list[str] | set[str] | frozenset[str]) -> list[str]:
+    """What recall embeds for `query`, in one call: the query and, when it names any of the
+    speakers, the query without their names (core.recall.plain_query, for the dense ranker)."""
+    plain = plain_query(query, speakers)
+    return [query, plain] if plain and plain != query else [query]
+
+
 def retrieve(
     repo: DialogueRepository,
     gateway: LLMGateway,
@@ -361,10 +370,12 @@ def retrieve(
     recall_k: int,
     relation_limit: int = 12,
     purpose: str = "",
-    query_vector: Callable[[], Any] | None = None,
+    query_vectors: Callable[[], dict[str, Any]] | None = None,
 ) -> Retrieval:
-    """`query_vector`: returns the messages' embedding computed elsewhere (the pipeline starts
-    it before the graph read, so the two overlap); None embeds here when there is memory."""
+    """`query_vectors`: returns embeddings computed elsewhere, by text (the pipeline starts
+    them before the graph read, so the two overlap: `query_texts` of the messages with the
+    speakers the index knew then); what is missing from them (a speaker the read brought)
+    is embedded here, in one call, as everything is when there are none."""
     snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
     query = turn_text(messages)
     mentioned = mentioned_entities(snapshot.entities, query)
@@ -373,9 +384,16 @@ def retrieve(
     vector = None
     if recall_k > 0 and len(memory):
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
-        vector = query_vector() if query_vector is not None else gateway.embed([query], purpose=purpose)[0]
+        texts = query_texts(query, memory.speakers)
+        known = query_vectors() if query_vectors is not None else {}
+        missing = [text for text in texts if text not in known]
+        if missing:
+            known = {**known, **dict(zip(missing, gateway.embed(missing, purpose=purpose), strict=True))}
+        vector = known[query]
+        plain_vector = np.asarray(known[texts[-1]], dtype=np.float32) if len(texts) > 1 else None
         recalled_turns = memory.search(query, vector, recall_k, _names(memory, snapshot.entities),
-                                       linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers))
+                                       linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
+                                       plain_vector)
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,
@@ -404,10 +422,12 @@ def recall(
     snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
     if not len(memory):
         return []
-    vector = gateway.embed([query], purpose=purpose)[0]
+    # One embedding call for both: the question as asked, and without the speakers' names.
+    vectors = gateway.embed(query_texts(query, memory.speakers), purpose=purpose)
     mentioned = mentioned_entities(snapshot.entities, query)
-    return memory.search(query, vector, k, _names(memory, snapshot.entities),
-                         linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers))
+    return memory.search(query, vectors[0], k, _names(memory, snapshot.entities),
+                         linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
+                         np.asarray(vectors[-1], dtype=np.float32))
 
 
 def without_pending(

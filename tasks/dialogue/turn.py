@@ -60,7 +60,14 @@ from tasks.dialogue.models import (
     TurnState,
 )
 from tasks.dialogue.outcomes import Outcomes
-from tasks.dialogue.retriever import Retrieval, VectorIndexRegistry, memory_row, retrieve, turn_text
+from tasks.dialogue.retriever import (
+    Retrieval,
+    VectorIndexRegistry,
+    memory_row,
+    query_texts,
+    retrieve,
+    turn_text,
+)
 from tasks.dialogue.routing import Route
 from tasks.dialogue.slots import SlotScheduler, TurnTimeoutError
 from tasks.dialogue.trace import TraceRecorder
@@ -148,17 +155,20 @@ class TurnRun:
         """RETRIEVING: the graph's view of the conversation and the recalled earlier turns."""
         request, config = self.request, self.config
         query: Future[Any] | None = None
+        texts: list[str] = []
         if config.recall_k > 0 and len(self.index):
-            # The query embedding overlaps the retriever's graph read (it needs only the text).
-            query = self.slots.submit(
-                self.gateway.embed, [turn_text(request.messages)], purpose=self.trace.purpose("retriever"))
+            # The query embeddings overlap the retriever's graph read (they need only the text
+            # and the speakers the index holds): the messages and, in the same call, the
+            # messages without the speakers' names (for the dense ranker).
+            texts = query_texts(turn_text(request.messages), self.index.pinned().speakers)
+            query = self.slots.submit(self.gateway.embed, texts, purpose=self.trace.purpose("retriever"))
         return self.slots.step(
             TurnState.RETRIEVING, "retriever",
             lambda: retrieve(
                 self.repo, self.gateway, self.index, request.conversation_id, request.messages,
                 recall_k=config.recall_k, relation_limit=self.ctx.relation_limit,
                 purpose=self.trace.purpose("retriever"),
-                query_vector=None if query is None else (lambda: query.result()[0]),
+                query_vectors=None if query is None else (lambda: dict(zip(texts, query.result(), strict=True))),
             ),
         )
 
