@@ -190,6 +190,8 @@ class Hit(BaseModel):
     when: str = ""
     signals: dict[str, float] = Field(default_factory=dict, description="rank-fusion share per signal")
     meta: dict[str, Any] = Field(default_factory=dict)
+    events: list[str] = Field(default_factory=list, description='the time expressions of the text resolved '
+                              'against when it was said, "yesterday = Sunday 7 May 2023" (core.timex)')
 
 
 def _import_onnxruntime_before_usearch() -> None:
@@ -686,6 +688,7 @@ class HybridIndex:
                     when=self.docs[p].when,
                     signals={n: round(v, 6) for n, v in signals.items()},
                     meta=self.docs[p].meta,
+                    events=[f"{span.phrase} = {span.describe()}" for span in self._events[p]],
                 )
                 for p, score, signals in ranked
             ]

@@ -126,6 +126,24 @@ class TimeSpan:
             return " ".join(months)
         return " ".join(str(y) for y in range(self.start.year, self.end.year + 1))
 
+    def describe(self) -> str:
+        """The span for a reader: "Sunday 23 October 2022", "17-23 October 2022", "October 2022",
+        "28 September - 4 October 2022", "2019", "2017-2019"."""
+        first, last = self.start, self.end
+        if first == last:
+            return f"{first:%A} {first.day} {first:%B %Y}"
+        whole_years = (first.month, first.day, last.month, last.day) == (1, 1, 12, 31)
+        if whole_years:
+            return str(first.year) if first.year == last.year else f"{first.year}-{last.year}"
+        month_end = (last + timedelta(days=1)).day == 1
+        if first.day == 1 and month_end and (first.year, first.month) == (last.year, last.month):
+            return f"{first:%B %Y}"
+        if (first.year, first.month) == (last.year, last.month):
+            return f"{first.day}-{last.day} {last:%B %Y}"
+        if first.year == last.year:
+            return f"{first.day} {first:%B} - {last.day} {last:%B %Y}"
+        return f"{first.day} {first:%B %Y} - {last.day} {last:%B %Y}"
+
 
 @dataclass(frozen=True, slots=True)
 class QueryDate:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from api import turn_status
+from core.recall import HybridIndex, MemoryDoc
 from core.settings import load_settings
 from kg.dialogue import DialogueEntity, DialogueMilestone, DialogueRelation, MemoryRow
 from prompts.dialogue.models import HistorianReport, IdentityConflictOut, TurnExtraction
@@ -32,6 +33,7 @@ from tasks.dialogue.retriever import (
     Retrieval,
     TurnMemoryIndex,
     mentioned_entities,
+    recalled,
     select_relations,
     without_pending,
 )
@@ -415,6 +417,21 @@ def test_recalled_passages_carry_the_time_they_were_said() -> None:
     packet = build_packet(Retrieval(recalled=[said, undated]), token_budget=256)
     assert "[turn 3, 1:56 pm on 8 May, 2023] Caroline: I went to a LGBTQ support group" in packet.text
     assert "[turn 4] Melanie: Wow!" in packet.text
+
+
+def test_recalled_passages_spell_out_the_dates_their_time_expressions_mean() -> None:
+    index = HybridIndex(3)
+    index.add([MemoryDoc(key="c:1", text="Caroline: I went to a LGBTQ support group yesterday.", speaker="Caroline",
+                   when="1:56 pm on 8 May, 2023", meta={"turn_id": "1", "seq": 1}),
+               MemoryDoc(key="c:2", text="Caroline: We had a week of rain at the support group.", speaker="Caroline",
+                   when="1:56 pm on 8 May, 2023", meta={"turn_id": "2", "seq": 2})], None)
+    hits = {hit.key: recalled(hit) for hit in index.search("support group", None, 2)}
+    assert hits["c:1"].event_dates == ["yesterday = Sunday 7 May 2023"]
+    assert hits["c:2"].event_dates == []  # a duration is no date
+    packet = build_packet(Retrieval(recalled=[hits["c:1"], hits["c:2"]]), token_budget=256)
+    assert ("[turn 1, 1:56 pm on 8 May, 2023; yesterday = Sunday 7 May 2023] Caroline: I went to a LGBTQ"
+            in packet.text)
+    assert "[turn 2, 1:56 pm on 8 May, 2023] Caroline: We had a week of rain" in packet.text
 
 
 def _row(seq: int, text: str, vector: list[float], *, key: str | None = None, speaker: str = "Ann") -> MemoryRow:

@@ -79,3 +79,15 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
     assert asks_when("When did Caroline go to the support group?")
     assert asks_when("In what year did John get his dog?")
     assert not asks_when("What did Caroline do when she got home?")  # "when" not asking for a time
+
+
+@pytest.mark.parametrize(("text", "described"), [
+    ("I went to the support group yesterday.", "yesterday = Sunday 7 May 2023"),
+    ("I joined a gym last week!", "last week = 1-7 May 2023"),
+    ("We went camping two weekends ago.", "two weekends ago = 29-30 April 2023"),
+    ("I'm starting a new job next month.", "next month = June 2023"),
+    ("I first watched it around 3 years ago.", "3 years ago = 2020"),
+    ("Last summer we saw the meteor shower.", "Last summer = 1 June - 31 August 2022"),
+])
+def test_a_resolved_span_is_spelled_out_for_a_reader(text: str, described: str) -> None:
+    assert [f"{span.phrase} = {span.describe()}" for span in resolve(text, SAID)] == [described]

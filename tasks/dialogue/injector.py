@@ -10,7 +10,7 @@ from __future__ import annotations
 from core.settings import ContextBudget
 from tasks.context import build_envelope
 from tasks.dialogue.models import InjectionPacket, InjectionSection
-from tasks.dialogue.retriever import Retrieval
+from tasks.dialogue.retriever import RecalledTurn, Retrieval
 
 # Dialogue memory has no lore or guidance: their shares go to the other sections.
 INJECTION_SHARES = ContextBudget(
@@ -25,6 +25,13 @@ def _entity_line(name: str, kind: str, bio: str, traits: list[str]) -> str:
     if traits:
         line += "; traits: " + ", ".join(traits)
     return line
+
+
+def _passage(turn: RecalledTurn) -> str:
+    header = ", ".join([f"turn {turn.turn_id}"] + ([turn.when] if turn.when else []))
+    if turn.event_dates:
+        header += "; " + "; ".join(turn.event_dates)
+    return f"[{header}] {turn.text}"
 
 
 def build_packet(retrieval: Retrieval, token_budget: int) -> InjectionPacket:
@@ -42,8 +49,9 @@ def build_packet(retrieval: Retrieval, token_budget: int) -> InjectionPacket:
     ]
     summaries = [f"turn {m.turn_id}: {m.text}" for m in sorted(retrieval.milestones, key=lambda m: m.seq)]
     # The session time goes with the passage: "yesterday" in a turn only means something
-    # next to the date it was said (temporal questions are a third of long-chat recall).
-    history = [f"[turn {t.turn_id}{f', {t.when}' if t.when else ''}] {t.text}" for t in retrieval.recalled]
+    # next to the date it was said (temporal questions are a third of long-chat recall). The
+    # dates it resolves to are spelled out too: a chat model is poor at calendar arithmetic.
+    history = [_passage(t) for t in retrieval.recalled]
     envelope = build_envelope(
         {
             "characters": characters,

@@ -532,6 +532,8 @@ class RecalledTurnOut(BaseModel):
     speaker: str
     text: str
     when: str = ""
+    event_dates: list[str] = Field(default_factory=list, description='what the time expressions in the text mean, '
+                                   'resolved against `when`: "yesterday = Sunday 7 May 2023"')
     facts: list[str] = Field(default_factory=list)
     source_refs: list[str] = Field(default_factory=list)
     committed: bool = False

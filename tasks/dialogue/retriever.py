@@ -193,6 +193,7 @@ def recalled(hit: Hit) -> RecalledTurn:
         speaker=hit.speaker,
         text=hit.text,
         when=hit.when,
+        event_dates=list(hit.events),
         facts=list(meta.get("facts", [])),
         source_refs=list(meta.get("source_refs", [])),
         committed=bool(meta.get("committed", False)),
