@@ -60,6 +60,14 @@ _HEADING = re.compile(
 _NUMBERED = re.compile(
     r"^\s*(?:#+\s*)?(?:(?:chapter|part|book|act|volume)\s+(?:\d+|[ivxlc]+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\b)?\s*[:.\-–—]?\s*", re.IGNORECASE
 )
+#: A template's slot the model filled in literally: "Title 1", "Chapter Title", "[Title]", "Untitled",
+#: "TBD". A title that only numbers the chapter ("Chapter 3") is left to the heading, which drops it.
+_PLACEHOLDER_TITLE = re.compile(
+    r"""^[\[(<{"'*_]*\s*(?:(?:chapter|scene|book|story|your)\s+)?"""
+    r"(?:title|untitled|tbd|tba|placeholder)(?:\s+(?:here|goes\s+here))?"
+    r"""(?:\s*[#:.\-]?\s*(?:\d+|[ivxlc]+))?\s*[\])>}"'*_.:]*$""",
+    re.IGNORECASE,
+)
 _SENTENCE_PUNCT = re.compile(r"[!?;:]|\.(?=\s|$)|,")
 _FRAGMENT_SPLIT = re.compile(r"[\s\-‐-―_]+")
 _QUOTES = str.maketrans({
@@ -229,14 +237,17 @@ def _repeated_fragment(text: str, common: frozenset[str] = frozenset()) -> str |
 
 
 def title_problem(title: str, max_words: int = MAX_TITLE_WORDS) -> str | None:
-    """None when `title` can head a chapter or scene, else why not: blank, no letters, a loop
-    ("2016: 2016: 2016"), or a paragraph rather than a title. Look-alikes that pass: "Bora Bora",
-    "The Lion, the Witch and the Wardrobe" (connectors repeat in titles), "Summer of 1984"."""
+    """None when `title` can head a chapter or scene, else why not: blank, no letters, a
+    template's placeholder ("Title 1"), a loop ("2016: 2016: 2016"), or a paragraph rather than a
+    title. Look-alikes that pass: "Bora Bora", "The Lion, the Witch and the Wardrobe" (connectors
+    repeat in titles), "Summer of 1984", "Title Fight", "Untitled Love Song"."""
     text = " ".join(title.split())
     if not text:
         return "blank title"
     if not any(ch.isalpha() for ch in text):
         return "no words in the title"
+    if _PLACEHOLDER_TITLE.match(_NUMBERED.sub("", text, count=1)):
+        return "a placeholder, not a title"
     repeated = _repeated_fragment(text, CONNECTORS)
     if repeated:
         return f"repeated fragment {repeated!r}"

@@ -194,6 +194,13 @@ def test_grammar_cut_strings_of_a_bounded_answer_are_mended() -> None:
     ("Chapter 2: Lynx: 2016: 2016", "repeated fragment"),
     ("The Storm The Storm The Storm", "repeated fragment"),
     ("", "blank"),
+    ("Title 1", "placeholder"),
+    ("Chapter 2: Title 2", "placeholder"),
+    ("Chapter Title", "placeholder"),
+    ("[Title]", "placeholder"),
+    ("Untitled", "placeholder"),
+    ("TBD", "placeholder"),
+    ("Title goes here", "placeholder"),
     ("Lynx walked to the lighthouse and then she looked at the sea for a very long time, thinking of home", "words"),
 ])
 def test_loops_and_paragraphs_are_not_titles(title: str, why: str) -> None:
@@ -203,6 +210,7 @@ def test_loops_and_paragraphs_are_not_titles(title: str, why: str) -> None:
 
 @pytest.mark.parametrize("title", [
     "The Lion, the Witch and the Wardrobe", "Bora Bora", "Summer of 1984", "The Sea, The Sea", "Chapter 3: The Letter",
+    "Title Fight", "The Title", "Untitled Love Song", "Book of Names", "Chapter 3",
 ])
 def test_look_alike_titles_pass(title: str) -> None:
     assert title_problem(title) is None
