@@ -68,6 +68,8 @@ _PLACEHOLDER_TITLE = re.compile(
     r"""(?:\s*[#:.\-]?\s*(?:\d+|[ivxlc]+))?\s*[\])>}"'*_.:]*$""",
     re.IGNORECASE,
 )
+#: "Luna_Luna12": a small model's variable names. "R2-D2", "HAL 9000" and "Louis XIV" are names.
+_IDENTIFIER = re.compile(r"_|[^\W\d_]{3,}\d")
 _SENTENCE_PUNCT = re.compile(r"[!?;:]|\.(?=\s|$)|,")
 _FRAGMENT_SPLIT = re.compile(r"[\s\-‐-―_]+")
 _QUOTES = str.maketrans({
@@ -244,7 +246,7 @@ def title_problem(title: str, max_words: int = MAX_TITLE_WORDS) -> str | None:
     text = " ".join(title.split())
     if not text:
         return "blank title"
-    if not any(ch.isalpha() for ch in text):
+    if not any(ch.isalpha() for ch in _NUMBERED.sub("", text, count=1) or text):
         return "no words in the title"
     if _PLACEHOLDER_TITLE.match(_NUMBERED.sub("", text, count=1)):
         return "a placeholder, not a title"
@@ -277,6 +279,8 @@ def name_problem(name: str, titles: Sequence[str] = ()) -> str | None:
     repeated = _repeated_fragment(text)
     if repeated:
         return f"repeated fragment {repeated!r}"
+    if _IDENTIFIER.search(text):
+        return "an identifier (an underscore, or a word run into a number), not a name"
     plain = text.split()
     content = [w for w in plain if normalise(w) not in CONNECTORS]
     if len(plain) > MAX_NAME_WORDS or len(content) > MAX_NAME_CONTENT_WORDS:

@@ -44,6 +44,8 @@ TITLES = ("The Great Sinking: Lighthouse Keeper's Tale", "Chapter 1: Aria's Jour
     ("The Drowned Letter", "title"),
     ("Aria's Journey Begins", "title"),
     ("The Great Sinking Lighthouse", "title"),
+    ("Luna_Luna12", "identifier"),
+    ("Luna12", "identifier"),
 ])
 def test_degenerate_names_are_refused(name: str, why: str) -> None:
     problem = name_problem(name, TITLES)
@@ -54,6 +56,7 @@ def test_degenerate_names_are_refused(name: str, why: str) -> None:
     "Mary-Jane", "Jean-Luc Picard", "The Hollow Library", "Ilse's father", "Zoë Brontë", "Baden-Baden",
     "Dr. Venn", "J. R. Hale", "Church of Saint Mary of the Angels", "the old mill", "Gull Rock lighthouse",
     "Aria",  # a character named in the title of chapter 1 is still a character
+    "R2-D2", "HAL 9000", "Louis XIV", "C-3PO",
 ])
 def test_look_alike_names_pass(name: str) -> None:
     assert name_problem(name, TITLES) is None
@@ -190,6 +193,7 @@ def test_grammar_cut_strings_of_a_bounded_answer_are_mended() -> None:
 
 @pytest.mark.parametrize(("title", "why"), [
     ("2016: 2016: 2016: 2016", "no words"),
+    ("Chapter 2: 2017-01-21. 2020-01-32.", "no words"),
     ("]/*/ 2016: 2016", "no words"),
     ("Chapter 2: Lynx: 2016: 2016", "repeated fragment"),
     ("The Storm The Storm The Storm", "repeated fragment"),
