@@ -246,9 +246,10 @@ def title_problem(title: str, max_words: int = MAX_TITLE_WORDS) -> str | None:
     text = " ".join(title.split())
     if not text:
         return "blank title"
-    if not any(ch.isalpha() for ch in _NUMBERED.sub("", text, count=1) or text):
+    bare = _NUMBERED.sub("", text, count=1)  # "Chapter 2: ..." is judged by what follows the number
+    if not any(ch.isalpha() for ch in bare or text):
         return "no words in the title"
-    if _PLACEHOLDER_TITLE.match(_NUMBERED.sub("", text, count=1)):
+    if _PLACEHOLDER_TITLE.match(bare):
         return "a placeholder, not a title"
     repeated = _repeated_fragment(text, CONNECTORS)
     if repeated:
