@@ -259,5 +259,6 @@ try {
 } finally {
     save();
     await context.close();
+    await new Promise((resolve) => consoleLog.end(resolve));
 }
 process.exit(out.ok ? 0 : 1);
