@@ -7,7 +7,7 @@
 // - eventSource events: SillyTavern awaits every handler before it gives the user the send
 //   button back, so each handler only kicks the chat's background writer and returns
 //   undefined at once: MESSAGE_RECEIVED, MESSAGE_SWIPED, MESSAGE_EDITED, MESSAGE_UPDATED,
-//   MESSAGE_DELETED, CHAT_CHANGED
+//   MESSAGE_DELETED, CHAT_CHANGED; APP_READY only sets globalThis.skaldMemoryAppReady (start-up done)
 // - settings: SillyTavern keeps `extension_settings` in its settings file
 //   (data/<user>/settings.json, key `extension_settings.skald_memory`); the panel in the
 //   Extensions drawer edits baseUrl, token and enabled, and saves with saveSettingsDebounced
@@ -107,6 +107,17 @@ globalThis.skaldMemoryInterceptor = async function skaldMemoryInterceptor(chat) 
 };
 
 const { eventSource, eventTypes } = context();
+// SillyTavern's start-up ends with APP_READY: until then its loader, a modal dialog, makes the
+// rest of the page inert (text typed into the chat box lands nowhere, a click on send waits for
+// the loader and sends an empty box), and start-up may still restore the chat box's saved input.
+// SillyTavern loads extensions during start-up (awaited, before APP_READY), so this listener is
+// in time. For whoever drives the page (the browser test): type only once this is true.
+globalThis.skaldMemoryAppReady = false;
+if (eventTypes.APP_READY) {
+    eventSource.on(eventTypes.APP_READY, () => {
+        globalThis.skaldMemoryAppReady = true;
+    });
+}
 const kick = () => {
     applySettings();
     memory.kick();

@@ -6,7 +6,7 @@
 // It writes `out` (JSON): per generation the time the send button came back, the memory
 // packet the extension set, the badge log, and the steps it took. Assertions on the prompts
 // SillyTavern sent are the Python test's (it holds the chat backend's log).
-import { readFileSync, writeFileSync } from 'node:fs';
+import { createWriteStream, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { chromium } from 'playwright-core';
@@ -14,7 +14,13 @@ import { chromium } from 'playwright-core';
 const config = JSON.parse(readFileSync(process.argv[2], 'utf-8'));
 const out = { steps: [], generations: [], badges: [], errors: [], screenshots: [] };
 const started = Date.now();
-const log = (...parts) => console.log(`[drive ${((Date.now() - started) / 1000).toFixed(1)}s]`, ...parts);
+// The page's whole console, stamped, with the driver's steps, next to the screenshots: what
+// SillyTavern did when a step failed.
+const consoleLog = createWriteStream(join(config.screenshots, 'console.log'));
+const log = (...parts) => {
+    console.log(`[drive ${((Date.now() - started) / 1000).toFixed(1)}s]`, ...parts);
+    consoleLog.write(`[${((Date.now() - started) / 1000).toFixed(2)}s] DRIVER: ${parts.join(' ')}\n`);
+};
 
 function save() {
     writeFileSync(config.out, JSON.stringify(out, null, 2));
@@ -30,6 +36,7 @@ const context = await chromium.launchPersistentContext(config.profileDir, {
 const page = context.pages()[0] ?? await context.newPage();
 page.on('pageerror', (error) => out.errors.push(`pageerror: ${error.message}`));
 page.on('console', (message) => {
+    consoleLog.write(`[${((Date.now() - started) / 1000).toFixed(2)}s] ${message.type()}: ${message.text().slice(0, 2000)}\n`);
     if (message.type() === 'error') out.errors.push(`console: ${message.text()}`.slice(0, 500));
 });
 
@@ -44,6 +51,14 @@ async function open() {
     await page.goto(config.url, { waitUntil: 'domcontentloaded' });
     await page.waitForFunction(() => globalThis.SillyTavern?.getContext && globalThis.skaldMemory
         && document.getElementById('skald_memory_badge'), null, { timeout: 120_000 });
+    // SillyTavern's start-up done (its APP_READY, which the extension records). Before it, the
+    // start-up loader, a modal dialog, makes the page inert: page.fill() into the chat box lands
+    // nowhere and the click on send waits for the loader, then sends an empty box. The
+    // characters, the chat and the connection below can all be there before it on a busy machine.
+    await page.waitForFunction(() => globalThis.skaldMemoryAppReady === true, null, { timeout: 120_000 })
+        .catch((error) => {
+            throw new Error(`SillyTavern's start-up never finished (no APP_READY): ${error.message}`);
+        });
     // The send button's comings and goings, stamped by the page's clock.
     await page.evaluate(() => {
         const button = document.getElementById('send_but');
@@ -100,11 +115,24 @@ async function generationDone(kind, text, before) {
     return generation;
 }
 
+/** Types into a text box and checks the text is there: text typed into an inert page (a modal
+ *  open) lands nowhere, and the next click would act on an empty box. */
+async function type(selector, text) {
+    await page.fill(selector, text);
+    const typed = await page.inputValue(selector);
+    if (typed !== text) {
+        throw new Error(`typed ${JSON.stringify(text.slice(0, 60))} into ${selector}, it holds ${JSON.stringify(typed.slice(0, 60))}`
+            + ` (modal open: ${await page.evaluate(() => Boolean(document.querySelector('dialog:modal')))})`);
+    }
+}
+
 async function send(text) {
     const before = await chatLength();
     out.steps.push({ at: Date.now(), step: 'send', text });
-    await page.fill('#send_textarea', text);
+    await type('#send_textarea', text);
+    log(`send: typed "${text.slice(0, 40)}" (chat length ${before})`);
     await page.click('#send_but');
+    log('send: clicked');
     return generationDone('send', text, before);
 }
 
@@ -124,7 +152,7 @@ async function edit(mesid, text) {
     out.steps.push({ at: Date.now(), step: 'edit', mesid, text });
     await page.evaluate((id) => $(`#chat .mes[mesid="${id}"] .mes_edit`).trigger('click'), mesid);
     await page.waitForSelector('#curEditTextarea');
-    await page.fill('#curEditTextarea', text);
+    await type('#curEditTextarea', text);
     await page.evaluate((id) => $(`#chat .mes[mesid="${id}"] .mes_edit_done`).trigger('click'), mesid);
     await page.waitForFunction(([id, t]) => SillyTavern.getContext().chat[id].mes === t, [mesid, text]);
     log('edited message', mesid);
@@ -133,7 +161,7 @@ async function edit(mesid, text) {
 async function cut(from, to) {
     out.steps.push({ at: Date.now(), step: 'delete', from, to });
     const before = await chatLength();
-    await page.fill('#send_textarea', `/cut ${from}-${to}`);
+    await type('#send_textarea', `/cut ${from}-${to}`);
     await page.click('#send_but');
     await page.waitForFunction((n) => SillyTavern.getContext().chat.length < n, before, { timeout: 30_000 });
     log(`deleted messages ${from}-${to}`);
@@ -149,6 +177,25 @@ async function settled(label) {
     }, null, { timeout: config.settleTimeoutMs ?? 600_000, polling: 250 });
     log(`memory settled (${label}) after ${Date.now() - t0}ms:`, await page.evaluate(() => globalThis.skaldMemory.status));
     out.steps.push({ at: Date.now(), step: 'settled', label, waitedMs: Date.now() - t0 });
+}
+
+/** Waits until SillyTavern's server holds the chat as the page has it. A delete is saved by a
+ *  debounced save (1 s later): a reload before it lands brings the deleted messages back. */
+async function saved(label) {
+    const t0 = Date.now();
+    await page.evaluate(() => SillyTavern.getContext().saveChat());
+    await page.waitForFunction(async () => {
+        const ctx = SillyTavern.getContext();
+        const character = ctx.characters[ctx.characterId];
+        const response = await fetch('/api/chats/get', {
+            method: 'POST', headers: ctx.getRequestHeaders(),
+            body: JSON.stringify({ ch_name: character.name, file_name: character.chat, avatar_url: character.avatar }),
+        });
+        const lines = await response.json(); // the chat's metadata line, then its messages
+        return response.ok && lines.length - 1 === ctx.chat.length
+            && lines.slice(1).every((m, i) => m.mes === ctx.chat[i].mes);
+    }, null, { timeout: 60_000, polling: 250 });
+    log(`chat saved (${label}) after ${Date.now() - t0}ms`);
 }
 
 async function badges() {
@@ -181,8 +228,10 @@ try {
         await settled('after the delete');
         await shot('deleted');
         out.badges.push(...(await badges()).map((b) => ({ ...b, before: 'reload' })));
+        await saved('after the delete');
         await page.reload({ waitUntil: 'domcontentloaded' });
         await open();
+        if (await chatLength() !== length - 2) throw new Error(`after the reload the chat has ${await chatLength()} messages, not ${length - 2}`);
         await settled('after the reload');
         await send('Thanks, Seraphina. Where does Ilse live now?');
         await settled('the end');
@@ -210,5 +259,6 @@ try {
 } finally {
     save();
     await context.close();
+    await new Promise((resolve) => consoleLog.end(resolve));
 }
 process.exit(out.ok ? 0 : 1);
