@@ -32,6 +32,12 @@ LOCK_TAKE = (
     f"MATCH (l:{_T} {{key: $key}}) SET l.owner = $owner, l.acquired_at = $now, l.expires_at = $expires_at"
 )
 LOCK_RELEASE = f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner DELETE l RETURN count(*) AS released"
+LOCK_RENEW = (
+    # The heartbeat: only the holder moves its expiry, on the graph's clock (the same clock
+    # every claimant compares with, whichever host it runs on).
+    f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner SET l.expires_at = timestamp() + $lease_ms "
+    "RETURN count(l) AS renewed"
+)
 
 TURN_STATS = (
     f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id "
