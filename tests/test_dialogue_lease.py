@@ -29,7 +29,10 @@ from tests.test_dialogue_scripted import DialogueScript, dialogue_requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Small, so the test sees the lease run out under a live holder many times over.
-LEASE_S = 1.5
+LEASE_S = 2.0
+#: The sidecar's lease in the slow-turn test (ArcadeDB retries a write that met a concurrent
+#: change after ~1 s, so a lease far below its 6 s default would be at the machine's mercy).
+SLOW_LEASE_S = 3.0
 
 # The holder: claims the lease, says so, and keeps it by heartbeat until it is killed.
 HOLDER = r"""
@@ -104,8 +107,8 @@ def test_a_heartbeating_holder_is_never_robbed_and_a_killed_one_frees_the_conver
 
 @pytest.fixture(scope="module")
 def slow_llm() -> Iterator[ScriptedLLM]:
-    # Every LLM request takes longer than the lease below: a turn lasts several leases.
-    with ScriptedLLM(latency_s=0.6) as llm:
+    # Each LLM request takes half the lease below; a turn makes at least three in a row.
+    with ScriptedLLM(latency_s=SLOW_LEASE_S / 2) as llm:
         DialogueScript(["Caroline", "Melanie"]).install(llm)
         yield llm
 
@@ -115,7 +118,7 @@ def test_a_slow_live_turn_keeps_its_lease_against_every_claimant_and_commits(
 ) -> None:
     settings = load_settings(graph_settings.project_dir, openai_base_url=slow_llm.base_url,
                              embedding_base_url=slow_llm.base_url)
-    service = DialogueService(settings, options=SidecarOptions(lock_lease_s=0.5, lock_wait_s=0))
+    service = DialogueService(settings, options=SidecarOptions(lock_lease_s=SLOW_LEASE_S, lock_wait_s=0))
     try:
         conversation = f"slow-{time.time_ns()}"
         request = dialogue_requests("locomo-26", conversation, 1)[0]
@@ -127,7 +130,7 @@ def test_a_slow_live_turn_keeps_its_lease_against_every_claimant_and_commits(
             time.sleep(0.01)
         refusals = 0
         while turn.is_alive():  # another sidecar claims the conversation the whole time
-            claim = repo.claim_lock(conversation, "other-sidecar", lease_s=0.5, turn_key=request.key)
+            claim = repo.claim_lock(conversation, "other-sidecar", lease_s=SLOW_LEASE_S, turn_key=request.key)
             if claim.acquired:  # only once the turn committed (and so released it)
                 assert claim.stored is not None, "a live slow turn was robbed of its lease"
                 assert repo.release_lock(conversation, "other-sidecar")
@@ -137,7 +140,7 @@ def test_a_slow_live_turn_keeps_its_lease_against_every_claimant_and_commits(
         turn.join()
         result = outcome[0]
         assert result.committed, result.reason  # type: ignore[attr-defined]
-        assert result.trace.total_ms > 3 * 500 and refusals > 0  # type: ignore[attr-defined] - outlived its lease
+        assert result.trace.total_ms > SLOW_LEASE_S * 1000 and refusals > 0  # type: ignore[attr-defined] - outlived its lease
         assert _lease(service.store, conversation) is None  # the commit released it
     finally:
         service.close()

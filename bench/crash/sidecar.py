@@ -171,6 +171,7 @@ class RunResult:
     kills: int = 0
     longest_refusal_s: float = 0.0
     longest_gap_s: float = 0.0  # kill -> the next acknowledged turn (the restart included)
+    takeovers: int = 0  # kills that left a turn's lease behind, taken over once it expired
     files: dict[str, Path] = field(default_factory=dict)
 
 
@@ -308,6 +309,7 @@ def one_run(name: str, work: Path, llm: LLMProcess, bodies: list[dict[str, Any]]
         collect(sidecar, run_dir / "out", result)
     finally:
         sidecar.stop()
+    result.takeovers = sidecar.log.read_text(encoding="utf-8", errors="replace").count("took over the expired lock")
     return result
 
 
@@ -380,7 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 total_kills += run.kills
                 differ = same(reference, run)
                 extra = 100.0 * (run.llm_requests - reference.llm_requests) / max(reference.llm_requests, 1)
-                print(f"  seed {seed}: kills landed {run.kills}/{len(moments)}; identical "
+                print(f"  seed {seed}: kills landed {run.kills}/{len(moments)} ({run.takeovers} while a turn held the "
+                      f"lease); identical "
                       f"{'yes' if not differ else 'NO (' + ', '.join(differ) + ')'}; LLM requests "
                       f"{run.llm_requests} vs {reference.llm_requests} (+{extra:.1f}%); longest refusal after a "
                       f"kill {run.longest_refusal_s:.1f} s (goal < 10 s); longest kill -> next acknowledged turn "

@@ -23,6 +23,13 @@ LOCK_PROBE = (
     f"MATCH (l:{_T} {{key: $key}}) SET l.lock_probe = true REMOVE l.lock_probe "
     "RETURN l.owner AS owner, l.expires_at AS expires_at, timestamp() AS now"
 )
+LOCK_PEEK = (
+    # A read, before any write: a claimant that finds a live lease held by another owner stops
+    # here. Under ArcadeDB's optimistic MVCC a claimant's write to the lease node would conflict
+    # with the holder's heartbeat, and the driver's ~1 s retry of a conflicted renewal could let a
+    # short lease lapse under a live holder.
+    f"MATCH (l:{_T} {{key: $key}}) RETURN l.owner AS owner, l.expires_at AS expires_at, timestamp() AS now"
+)
 LOCK_CREATE = (
     # The uncontended path: one statement. The uniqueness constraint on KGTurn.key makes a
     # concurrent second CREATE fail cleanly, and the loser falls back to the compare-and-set.

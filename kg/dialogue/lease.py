@@ -73,6 +73,8 @@ def take_lock_tx(
 #: A heartbeat renews the lease this many times per lease period: two renewals can be lost
 #: or late before the lease runs out under a live holder.
 RENEWALS_PER_LEASE = 3
+#: Pause before a failed renewal is sent again (the driver's own retry waits ~1 s).
+RENEW_RETRY_S = 0.05
 
 
 class Heartbeat:
@@ -101,14 +103,9 @@ class Heartbeat:
     def _run(self) -> None:
         interval = self._lease_s / RENEWALS_PER_LEASE
         while not self._stop.wait(interval):
-            try:
-                with self._guard():
-                    if self._stop.is_set():  # released meanwhile: nothing to renew
-                        return
-                    held = self._lease.renew_lock(self._conversation_id, self._owner, self._lease_s)
-            except Exception as exc:  # noqa: BLE001 - a blip: the next beat tries again (none: the lease runs out)
-                log.warning("conversation %s: lease renewal failed: %s", self._conversation_id, exc)
-                continue
+            held = self._renew(time.monotonic() + interval)
+            if held is None:
+                continue  # the graph did not answer before the next beat: that beat tries again
             if not held:
                 # Released by the commit transaction a moment ago, or taken over after a stall
                 # (then the commit's fence refuses the turn): nothing more to renew either way.
@@ -116,6 +113,22 @@ class Heartbeat:
                 self.lost.set()
                 return
             self.renewals += 1
+
+    def _renew(self, until: float) -> bool | None:
+        """One renewal, sent again at once while it fails (a conflict with a concurrent change to
+        the lease node on ArcadeDB, a dropped connection) until `until`; None if it never went through."""
+        while not self._stop.is_set():
+            try:
+                with self._guard():
+                    if self._stop.is_set():  # released meanwhile: nothing to renew
+                        return True
+                    return self._lease.renew_lock(self._conversation_id, self._owner, self._lease_s)
+            except Exception as exc:  # noqa: BLE001 - any failure: try again until the next beat
+                if time.monotonic() + RENEW_RETRY_S >= until:
+                    log.warning("conversation %s: lease renewal failed: %s", self._conversation_id, exc)
+                    return None
+                time.sleep(RENEW_RETRY_S)
+        return True
 
 
 class ConversationLease:
@@ -131,6 +144,12 @@ class ConversationLease:
         With `turn_key`, the turn's committed record is read in the same transaction, under
         the lock (`LockClaim.stored`), so a turn committed while we waited is not redone."""
         key, lease_ms = lock_key(conversation_id), int(lease_s * 1000)
+        # Test before test-and-set: a live lease of another owner is refused without a write.
+        peeked = self.store.read(dq.LOCK_PEEK, key=key)
+        if peeked and peeked[0]["owner"] not in (None, owner) and peeked[0]["expires_at"] is not None:
+            expires_in = int(peeked[0]["expires_at"]) - int(peeked[0]["now"])
+            if expires_in > 0:
+                return LockClaim(acquired=False, owner=owner, holder=peeked[0]["owner"], expires_in_ms=expires_in)
         try:
             return self.store.execute_write(create_lock_tx, key, conversation_id, owner, lease_ms, turn_key)
         except GraphWriteError as exc:
@@ -176,8 +195,8 @@ class ConversationLease:
 
     def renew_lock(self, conversation_id: str, owner: str, lease_s: float) -> bool:
         """Move the lease's expiry to `lease_s` from now if `owner` still holds it."""
-        rows = self.store.write(dq.LOCK_RENEW, key=lock_key(conversation_id), owner=owner,
-                                lease_ms=int(lease_s * 1000))
+        rows = self.store.write_once(dq.LOCK_RENEW, key=lock_key(conversation_id), owner=owner,
+                                     lease_ms=int(lease_s * 1000))
         return bool(rows and int(rows[0]["renewed"]))
 
     def heartbeat(self, conversation_id: str, owner: str, lease_s: float, *,
