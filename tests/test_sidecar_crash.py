@@ -1,6 +1,6 @@
 """The reduced form of `python -m bench.crash.sidecar` (issue 33): a served sidecar SIGKILLed
-at a few seeded moments while a client sends 16 turns ends byte-identical to an
-uninterrupted run (graph export, read-back pages, stored injection packets); and two clean
+at two seeded moments while a client sends 16 turns (the gated path) ends byte-identical to
+an uninterrupted run (graph export, read-back pages, stored injection packets); and two clean
 runs under different PYTHONHASHSEEDs, in different directories, are byte-identical.
 
 Each run is a real `python -m flows.dialogue serve` (its own process group, its embedded
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.crash.sidecar import LLMProcess, one_run, same, turn_bodies
+from bench.crash.sidecar import LLMProcess, RunResult, one_run, same, turn_bodies
 from bench.crash.harness import kill_moments
 from tasks.dialogue.replay import load_dialogue
 from tests.conftest import DIALOGUES_DIR, child_pythonpath
@@ -38,25 +38,26 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("crash-sidecar")
 
 
-@pytest.mark.skipif(os.environ.get("NEO4J_URI") is not None, reason="each run needs its own embedded graph")
-def test_two_clean_runs_under_different_hash_seeds_are_byte_identical(llm: LLMProcess, work: Path) -> None:
-    bodies = turn_bodies(DIALOGUE, TURNS, require_actions=True)
-    one = one_run("hashseed-1", work, llm, bodies, hash_seed="1")
-    two = one_run("hashseed-2", work, llm, bodies, hash_seed="2")
-    assert same(one, two) == [], (one, two)
-    packets = one.files["packets"].read_text(encoding="utf-8")
-    assert '"recalled_turns"' in packets  # the packets compared do recall earlier turns
+@pytest.fixture(scope="module")
+def clean(llm: LLMProcess, work: Path) -> RunResult:
+    """The uninterrupted run, under PYTHONHASHSEED=1."""
+    return one_run("clean-hashseed-1", work, llm, turn_bodies(DIALOGUE, TURNS, require_actions=True), hash_seed="1")
 
 
 @pytest.mark.skipif(os.environ.get("NEO4J_URI") is not None, reason="each run needs its own embedded graph")
-@pytest.mark.parametrize("require_actions", [True, False], ids=["gated", "open"])
-def test_a_sidecar_killed_at_seeded_moments_ends_identical_to_an_uninterrupted_one(
-    llm: LLMProcess, work: Path, require_actions: bool
+def test_two_clean_runs_under_different_hash_seeds_are_byte_identical(
+    llm: LLMProcess, work: Path, clean: RunResult
 ) -> None:
-    bodies = turn_bodies(DIALOGUE, TURNS, require_actions=require_actions)
-    mode = "gated" if require_actions else "open"
-    clean = one_run(f"{mode}-clean", work, llm, bodies, hash_seed="1")
-    killed = one_run(f"{mode}-killed", work, llm, bodies, hash_seed="random",
-                     moments=kill_moments(7, 3, 0.3, 2.5))
+    twin = one_run("clean-hashseed-2", work, llm, turn_bodies(DIALOGUE, TURNS, require_actions=True), hash_seed="2")
+    assert same(clean, twin) == [], (clean, twin)
+    assert '"recalled_turns"' in clean.files["packets"].read_text(encoding="utf-8")  # packets that do recall
+
+
+@pytest.mark.skipif(os.environ.get("NEO4J_URI") is not None, reason="each run needs its own embedded graph")
+def test_a_sidecar_killed_at_seeded_moments_ends_identical_to_an_uninterrupted_one(
+    llm: LLMProcess, work: Path, clean: RunResult
+) -> None:
+    bodies = turn_bodies(DIALOGUE, TURNS, require_actions=True)
+    killed = one_run("killed", work, llm, bodies, hash_seed="random", moments=kill_moments(7, 2, 0.3, 2.5))
     assert killed.kills >= 1
     assert same(clean, killed) == [], f"differs after {killed.kills} kills: see {work / killed.name}"

@@ -294,8 +294,10 @@ def one_run(name: str, work: Path, llm: LLMProcess, bodies: list[dict[str, Any]]
     shutil.rmtree(run_dir, ignore_errors=True)
     project = run_dir / "project"
     project.mkdir(parents=True)
+    # This checkout first; a PYTHONPATH already set stays (the test session's Cypher recorder).
+    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "OPENAI_BASE_URL": llm.base_url, "SKALD_EMBEDDING_BASE_URL": llm.base_url,
-           "PYTHONPATH": str(REPO_ROOT), "PYTHONHASHSEED": hash_seed}
+           "PYTHONPATH": pythonpath, "PYTHONHASHSEED": hash_seed}
     for unset in ("OPENAI_API_KEY", "NEO4J_URI", "SKALD_SIDECAR_TOKEN"):
         env.pop(unset, None)
     sidecar = Sidecar(project, free_port(), env, run_dir / "serve.log")
