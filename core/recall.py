@@ -3,13 +3,15 @@
 One `HybridIndex` holds the documents of one memory (a conversation's turns, a novel's
 scenes) in order, and answers a query with the top-k documents by fusing:
 
-- lexical: BM25 from tantivy (a maintained Rust search library with incremental indexing:
-  adding turns re-indexes at most the turn before them) over each document with its date, the
-  dates it speaks of (core.timex: "yesterday" said on 8 May is indexed as 7 May 2023) and the
-  documents before and after it in the same group (session or chapter), stemmed, English
-  function words out, and near-universal terms left out of queries;
-- dense: cosine over sentence embeddings (core.embedder by default), in a usearch HNSW index
-  (incremental, search cost ~log n: the 100k-turn p95 stays near the 1k one);
+- lexical: BM25 (Lucene's formula) over each document with its date, the dates it speaks of
+  (core.timex: "yesterday" said on 8 May is indexed as 7 May 2023) and the documents before
+  and after it in the same group (session or chapter), tokenized, stemmed and stripped of
+  English function words by tantivy's analyzer, near-universal terms left out of queries. The
+  postings and statistics are the index's own and exact (adding a turn re-indexes the turn
+  before it), so the scores do not depend on how the documents were batched;
+- dense: cosine over sentence embeddings (core.embedder by default), exact up to
+  EXACT_DENSE_MAX documents; past it a usearch HNSW index (approximate, search cost ~log n)
+  proposes a wide candidate set that exact cosine orders;
 - graph: documents spoken by the one entity the query names get a boost, and the documents
   the graph's facts tie to the query (`linked`: the turns a relation or an entity it names was
   extracted from) are a ranker of their own;
@@ -32,6 +34,12 @@ one offline, so there is none (`rerank` is a hook for one).
 
 `k` counts documents: each hit is one document. Derived structures only: the graph is the
 record, and an index is rebuilt from it by the caller (incrementally, by position).
+
+Deterministic: the same documents give the same rankings bit for bit whatever the hash seed,
+the machine's cores, and whether the index grew one document at a time or was rebuilt at once
+(a restarted sidecar recalls exactly what the running one would have). Every ranking is
+sorted on (score descending, position ascending); every score is computed the same way for
+a document whatever else is scored with it.
 """
 
 from __future__ import annotations
@@ -209,8 +217,17 @@ def _import_onnxruntime_before_usearch() -> None:
         pass
 
 
-#: tantivy's smallest per-thread indexing arena.
-WRITER_HEAP_BYTES = 15_000_000
+#: BM25's constants (Lucene's and tantivy's).
+BM25_K1 = 1.2
+BM25_B = 0.75
+#: Up to this many documents dense search compares the query with every vector (exact, and
+#: independent of the order the index was built in); past it an HNSW index proposes
+#: max(DENSE_WIDEN x limit, DENSE_MIN_CANDIDATES) candidates that exact cosine orders.
+EXACT_DENSE_MAX = 20_000
+DENSE_WIDEN = 4
+DENSE_MIN_CANDIDATES = 400
+#: Rows per block of `_exact_cosines` (bounds its float64 temporaries to a few MB).
+COSINE_BLOCK_ROWS = 2048
 
 
 class _Column:
@@ -219,8 +236,8 @@ class _Column:
 
     __slots__ = ("_data", "_size")
 
-    def __init__(self, dtype: Any) -> None:
-        self._data = np.zeros(64, dtype=dtype)
+    def __init__(self, dtype: Any, capacity: int = 64) -> None:
+        self._data = np.zeros(capacity, dtype=dtype)
         self._size = 0
 
     def append(self, value: Any) -> None:
@@ -231,28 +248,94 @@ class _Column:
         self._data[self._size] = value
         self._size += 1
 
+    def set(self, index: int, value: Any) -> None:
+        self._data[index] = value
+
     @property
     def values(self) -> np.ndarray:
         return self._data[: self._size]
 
 
-#: Values (rows x dimensions) per matrix-vector product in `_cosines`. OpenBLAS (numpy's BLAS)
-#: runs a product of 460,800 values or more on every core: on 2 cores shared with other work
-#: its threads wait for each other (measured, 1,400 vectors of 384, the size a 100k-turn query
-#: reads: p99 8.1 ms threaded, 0.6 ms in blocks of 1,024 rows), and the threaded result differs
-#: from the single-threaded one in the last bit, so it depended on the machine's core count.
-#: Below that size it runs on the calling thread, and the products of row blocks equal the
-#: whole product's single-threaded result bit for bit (checked up to 4,000 rows).
-GEMV_VALUES = 393_216
+class _Postings:
+    """One term's postings: positions (ascending, documents are indexed in order) and the
+    term's frequency in each."""
+
+    __slots__ = ("_positions", "_frequencies")
+
+    def __init__(self) -> None:
+        self._positions = _Column(np.int64, 4)
+        self._frequencies = _Column(np.int32, 4)
+
+    def append(self, position: int, frequency: int) -> None:
+        self._positions.append(position)
+        self._frequencies.append(frequency)
+
+    def set_last(self, position: int, frequency: int) -> bool:
+        """Update the frequency of `position` if it is the last posting (a re-indexed document)."""
+        held = self._positions.values
+        if len(held) and held[-1] == position:
+            self._frequencies.set(len(held) - 1, frequency)
+            return True
+        return False
+
+    def drop_last(self, position: int) -> None:
+        held = self._positions.values
+        if len(held) and held[-1] == position:
+            self._positions._size -= 1
+            self._frequencies._size -= 1
+
+    @property
+    def positions(self) -> np.ndarray:
+        return self._positions.values
+
+    @property
+    def frequencies(self) -> np.ndarray:
+        return self._frequencies.values
 
 
-def _cosines(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    """`matrix @ vector` in blocks of rows OpenBLAS computes on the calling thread: the
-    same values whatever the number of cores (see GEMV_VALUES)."""
-    rows = max(16, GEMV_VALUES // max(matrix.shape[1], 1) // 16 * 16)
-    if len(matrix) <= rows:
-        return matrix @ vector
-    return np.concatenate([matrix[start : start + rows] @ vector for start in range(0, len(matrix), rows)])
+class _Matrix:
+    """Unit vectors by position (zeros where a document has none), growing by doubling."""
+
+    def __init__(self, dimensions: int) -> None:
+        self._data = np.zeros((64, dimensions), dtype=np.float32)
+        self._size = 0
+        self._held = _Column(np.bool_)
+        self.count = 0  # vectors held
+
+    def __len__(self) -> int:
+        return self._size
+
+    def append(self, vector: np.ndarray | None) -> None:
+        if self._size == len(self._data):
+            grown = np.zeros((2 * len(self._data), self._data.shape[1]), dtype=np.float32)
+            grown[: self._size] = self._data
+            self._data = grown
+        if vector is not None:
+            v = np.asarray(vector, dtype=np.float64).reshape(-1)
+            norm = float(np.sqrt(np.sum(v * v)))
+            self._data[self._size] = v / norm if norm > 0 else 0.0
+            self.count += 1
+        self._held.append(vector is not None)
+        self._size += 1
+
+    def held(self) -> np.ndarray:
+        """Positions that hold a vector, ascending."""
+        return np.flatnonzero(self._held.values).astype(np.int64)
+
+    def rows(self, positions: np.ndarray) -> np.ndarray:
+        return self._data[np.asarray(positions, dtype=np.int64)]
+
+
+def _exact_cosines(matrix: np.ndarray, unit: np.ndarray) -> np.ndarray:
+    """Each row's dot product with `unit`, computed row by row in float64 (the products of two
+    float32 are exact there; numpy sums each row the same way whatever the other rows): the
+    value of a row never depends on which rows are computed with it, nor on BLAS's threads."""
+    v = np.asarray(unit, dtype=np.float64).reshape(-1)
+    out = np.empty(len(matrix), dtype=np.float64)
+    for start in range(0, len(matrix), COSINE_BLOCK_ROWS):
+        block = np.asarray(matrix[start : start + COSINE_BLOCK_ROWS], dtype=np.float64)
+        out[start : start + len(block)] = np.sum(block * v, axis=1)
+    return out
 
 
 def _first_occurrences(values: np.ndarray) -> np.ndarray:
@@ -275,11 +358,6 @@ class HybridIndex:
 
         self.dimensions = dimensions
         self.neighbours = neighbours
-        builder = tantivy.SchemaBuilder()
-        builder.add_integer_field("position", stored=True, indexed=True, fast=True)
-        builder.add_text_field("body", stored=False, tokenizer_name="skald_en")
-        self._schema = builder.build()
-        self._lexical = tantivy.Index(self._schema)  # in RAM: rebuilt from the graph
         self._analyzer = (
             tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
             .filter(tantivy.Filter.lowercase())
@@ -287,12 +365,22 @@ class HybridIndex:
             .filter(tantivy.Filter.stemmer("english"))
             .build()
         )
-        self._lexical.register_tokenizer("skald_en", self._analyzer)
-        # No IndexWriter is kept open: each one holds an indexing thread, merge threads and
-        # its arena (measured: 20 idle writers, ~120 threads and ~60 MB resident); `add`
-        # opens one per batch and closes it. Its ~15 MB arena must not stay in a thread heap.
+        # Lexical: our own postings and exact BM25 statistics (see `_lexical_ranking`). A
+        # tantivy index counted a re-indexed document's old version in its statistics until a
+        # merge, so an index grown turn by turn scored differently from one rebuilt at start.
+        self._term_ids: dict[str, int] = {}
+        self._postings: list[_Postings] = []
+        self._doc_freq: list[int] = []
+        self._doc_length = _Column(np.float64)
+        self._total_length = 0
+        #: The terms (id -> frequency) of the last document: the only one ever re-indexed.
+        self._last_terms: dict[int, int] = {}
         keep_large_allocations_mapped()
-        self._dense = Index(ndim=dimensions, metric="cos", dtype="f32")
+        #: Dense: every vector, unit length, by position (exact cosine, see `_dense_ranking`);
+        #: past EXACT_DENSE_MAX documents a usearch HNSW index (filled then) proposes candidates.
+        self._vectors = _Matrix(dimensions)
+        self._hnsw: Any = None
+        self._hnsw_class = Index
         self.docs: list[MemoryDoc] = []
         self.positions: dict[str, int] = {}
         #: Per position: the day the document was said, and the days it speaks of (core.timex).
@@ -319,9 +407,8 @@ class HybridIndex:
 
     def add(self, docs: list[MemoryDoc], vectors: np.ndarray | None) -> int:
         """Append documents not yet held (by key); `vectors` row i belongs to docs[i]
-        (None: lexical only). Returns how many were added."""
-        import tantivy
-
+        (None: lexical only). Returns how many were added. The index holds the same state
+        however the documents were split into calls (one call at start, or one per turn)."""
         with self.lock:
             fresh: list[tuple[int, MemoryDoc]] = [
                 (i, d) for i, d in enumerate(docs) if d.key not in self.positions
@@ -350,23 +437,25 @@ class HybridIndex:
                     keys.append(position)
                     rows.append(i)
             # Bodies once the batch is in place, so each sees the document after it. The one
-            # document before the batch gains a next one: re-index it (a delete applies only
-            # to what was added before it). Deleted documents still count in BM25 statistics
-            # until tantivy merges segments, so this happens once per batch, not per document.
-            writer = self._lexical.writer(heap_size=WRITER_HEAP_BYTES, num_threads=1)
+            # document before the batch gains a next one: it is re-indexed (its statistics
+            # replaced exactly), so the postings do not depend on how the documents were batched.
             if self.neighbours and first > 0 and self.docs[first - 1].group == self.docs[first].group:
-                writer.delete_documents_by_term("position", first - 1)
-                writer.add_document(tantivy.Document(position=first - 1, body=self._body(first - 1)))
+                self._index_body(first - 1, reindex=True)
             for position in range(first, len(self.docs)):
-                writer.add_document(tantivy.Document(position=position, body=self._body(position)))
-            writer.commit()
-            writer.wait_merging_threads()  # closes the writer: its threads and arena go now
-            self._lexical.reload()
-            if keys:
-                matrix = np.ascontiguousarray(vectors[rows], dtype=np.float32)  # type: ignore[index]
-                # One thread: a multi-threaded HNSW build depends on scheduling, so the same turns
-                # gave a different graph (and a question or two another top 10) from run to run.
-                self._dense.add(np.asarray(keys, dtype=np.uint64), matrix, threads=1)
+                self._index_body(position, reindex=False)
+            by_position = dict(zip(keys, rows, strict=True))
+            for position in range(first, len(self.docs)):
+                row = by_position.get(position)
+                self._vectors.append(None if row is None else vectors[row])  # type: ignore[index]
+            if self._hnsw is None and len(self.docs) > EXACT_DENSE_MAX:
+                # Past exact search's size: an HNSW index proposes candidates (see _dense_ranking),
+                # filled with every vector so far in position order, then grown with each batch.
+                self._hnsw = self._hnsw_class(ndim=self.dimensions, metric="cos", dtype="f16")
+                keys = [p for p in range(len(self.docs)) if self._has_vector.values[p]]
+            if self._hnsw is not None and keys:
+                positions = np.asarray(keys, dtype=np.int64)
+                # One thread: a multi-threaded HNSW build depends on scheduling.
+                self._hnsw.add(positions.astype(np.uint64), self._vectors.rows(positions), threads=1)
             return len(fresh)
 
     def _body(self, position: int) -> str:
@@ -383,33 +472,87 @@ class HybridIndex:
         parts = (dates, before.text if before else "", doc.text, doc.extra, after.text if after else "")
         return "\n".join(part for part in parts if part)
 
-    def _lexical_ranking(self, query: str, limit: int) -> list[int]:
-        import tantivy
+    def _index_body(self, position: int, *, reindex: bool) -> None:
+        """Postings and statistics of the document at `position` (`reindex`: it is the last
+        document and its body changed: its old terms and length are taken out first)."""
+        counts: dict[int, int] = {}
+        for token in self._analyzer.analyze(self._body(position)):
+            term = self._term_ids.get(token)
+            if term is None:
+                term = self._term_ids[token] = len(self._postings)
+                self._postings.append(_Postings())
+                self._doc_freq.append(0)
+            counts[term] = counts.get(term, 0) + 1
+        length = sum(counts.values())
+        if reindex:
+            for term in self._last_terms:
+                if term not in counts:
+                    self._postings[term].drop_last(position)
+                    self._doc_freq[term] -= 1
+            self._total_length -= int(self._doc_length.values[position])
+            self._doc_length.set(position, length)
+        else:
+            self._doc_length.append(length)
+        for term, frequency in counts.items():
+            if not self._postings[term].set_last(position, frequency):
+                self._postings[term].append(position, frequency)
+                self._doc_freq[term] += 1
+        self._total_length += length
+        self._last_terms = counts
 
+    def _lexical_ranking(self, query: str, limit: int) -> list[int]:
+        """BM25 (Lucene's: k1 1.2, b 0.75) with the exact statistics of the documents held,
+        best first, ties by position: the same ranking whatever order of calls built the index."""
         terms = list(dict.fromkeys(self._analyzer.analyze(query)))
         if not terms:
             return []
-        searcher = self._lexical.searcher()
-        total = max(searcher.num_docs, 1)
-        frequency = {t: searcher.doc_freq("body", t) for t in terms}
+        total = max(len(self.docs), 1)
+        frequency = {t: (self._doc_freq[self._term_ids[t]] if t in self._term_ids else 0) for t in terms}
         # Small memories keep every term (cheap anyway); large ones drop the near-universal.
         ceiling = max(MAX_TERM_SHARE * total, ALWAYS_KEPT_DOC_FREQ)
         kept = [t for t in terms if 0 < frequency[t] <= ceiling]
         if not kept:  # only common words: the rarest of them still orders the documents
             present = [t for t in terms if frequency[t] > 0]
-            kept = [min(present, key=lambda t: frequency[t])] if present else []
+            kept = [min(present, key=lambda t: (frequency[t], t))] if present else []
         if not kept:
             return []
-        parsed = tantivy.Query.boolean_query(
-            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "body", t)) for t in kept]
-        )
-        return [int(searcher.doc(address)["position"][0]) for _, address in searcher.search(parsed, limit).hits]
+        lengths = self._doc_length.values
+        average = self._total_length / total if self._total_length else 1.0
+        found: list[np.ndarray] = []
+        gains: list[np.ndarray] = []
+        for term in kept:
+            postings = self._postings[self._term_ids[term]]
+            positions, tf = postings.positions, postings.frequencies.astype(np.float64)
+            df = frequency[term]
+            idf = np.log(1.0 + (total - df + 0.5) / (df + 0.5))
+            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths[positions] / average)
+            found.append(positions)
+            gains.append(idf * (BM25_K1 + 1.0) * tf / (tf + norm))
+        every = np.concatenate(found)
+        held, inverse = np.unique(every, return_inverse=True)
+        scores = np.zeros(len(held), dtype=np.float64)
+        np.add.at(scores, inverse, np.concatenate(gains))  # per document, in the query's term order
+        order = np.lexsort((held, -scores))[:limit]
+        return [int(p) for p in held[order]]
 
     def _dense_ranking(self, vector: np.ndarray | None, limit: int) -> list[int]:
-        if vector is None or len(self._dense) == 0 or vector.shape[-1] != self.dimensions:
+        """Positions by exact cosine to `vector`, best first, ties by position. Up to
+        EXACT_DENSE_MAX documents every vector is compared; past it HNSW (approximate, its graph
+        shaped by insertion order) proposes a wide candidate set that exact cosine orders."""
+        unit = self._unit(vector)
+        if unit is None or not self._vectors.count:
             return []
-        matches = self._dense.search(np.asarray(vector, dtype=np.float32).reshape(-1), min(limit, len(self._dense)))
-        return [int(k) for k in matches.keys]
+        if self._hnsw is None:
+            positions = self._vectors.held()
+        else:
+            wide = min(max(DENSE_WIDEN * limit, DENSE_MIN_CANDIDATES), len(self._hnsw))
+            matches = self._hnsw.search(unit.astype(np.float32), wide)
+            positions = np.unique(np.asarray(matches.keys, dtype=np.int64))
+        if not len(positions):
+            return []
+        cosine = _exact_cosines(self._vectors.rows(positions), unit)
+        order = np.lexsort((positions, -cosine))[:limit]
+        return [int(p) for p in positions[order]]
 
     def prepare(self, query: str, vector: np.ndarray | None, *, names: list[str] | None = None,
                 linked: list[str] | None = None, plain_vector: np.ndarray | None = None) -> Prepared:
@@ -480,13 +623,11 @@ class HybridIndex:
         cosine = np.zeros(len(around), dtype=np.float64)
         plain_cosine = np.zeros(len(around), dtype=np.float64)
         if held.any() and (prepared.vector is not None or prepared.plain_vector is not None):
-            matrix = np.asarray(self._dense.get(around[held].astype(np.uint64)), dtype=np.float32)
-            norms = np.linalg.norm(matrix, axis=1)
-            matrix = matrix / np.where(norms > 0, norms, 1.0)[:, None]
+            matrix = self._vectors.rows(around[held])
             if prepared.vector is not None:
-                cosine[held] = _cosines(matrix, prepared.vector)
+                cosine[held] = _exact_cosines(matrix, prepared.vector)
             if prepared.plain_vector is not None:
-                plain_cosine[held] = _cosines(matrix, prepared.plain_vector)
+                plain_cosine[held] = _exact_cosines(matrix, prepared.plain_vector)
         x[:, column["cosine"]] = cosine[np.searchsorted(around, positions)]
         x[:, column["plain_cosine"]] = plain_cosine[np.searchsorted(around, positions)]
         lexical_60 = x[:, column["lexical_60"]]

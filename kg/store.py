@@ -231,6 +231,15 @@ class GraphStore:
     def write(self, query: str, **params: Any) -> list[dict[str, Any]]:
         return self.execute_write(lambda tx: [r.data() for r in tx.run(query, **params)])
 
+    def write_once(self, query: str, **params: Any) -> list[dict[str, Any]]:
+        """Rows of one write query in one attempt: no driver retry (its first backoff is ~1 s).
+        For a caller that retries on its own, sooner (a lease heartbeat: on ArcadeDB a renewal
+        that meets a concurrent change to the lease fails at once and is simply sent again)."""
+        with self._session("write") as session, session.begin_transaction() as tx:
+            rows = [r.data() for r in tx.run(query, **params)]
+            tx.commit()
+            return rows
+
     # --- schema --------------------------------------------------------------------------
 
     def schema_version(self) -> int:

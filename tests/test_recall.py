@@ -231,3 +231,56 @@ def test_the_learned_fusion_puts_the_named_speakers_turn_above_the_others() -> N
     assert [h.key for h in hits] == ["t2", "t1"]
     # The other speaker's turn pays for it (log-odds), the named one's hardly moves.
     assert hits[1].signals["graph"] < -2 < hits[0].signals["graph"]
+
+
+def _conversation(n: int) -> tuple[list[MemoryDoc], np.ndarray]:
+    """n turns in sessions of 7, with repeated texts (exact BM25 and cosine ties) and vectors
+    from a seeded generator, some of them equal."""
+    rng = np.random.default_rng(5)
+    topics = ["the lake and the boat", "my sister's painting class", "a trip to the mountains",
+              "adopting a puppy", "the new job at the bakery"]
+    docs = [_doc(i, ("Ann", "Bob")[i % 2], f"Talking about {topics[i % len(topics)]} again",
+                 group=f"session {i // 7}", when=f"1:00 pm on {1 + i // 7} May, 2023") for i in range(n)]
+    vectors = rng.normal(size=(n, 8)).astype(np.float32)
+    vectors[1::5] = vectors[0]  # equal cosines for every query
+    return docs, vectors
+
+
+def test_an_index_built_at_once_ranks_exactly_as_one_grown_turn_by_turn() -> None:
+    # A restarted sidecar rebuilds a conversation's index from the graph in one call; the running
+    # one grew it a turn at a time. Every ranking must be the same, ties included.
+    docs, vectors = _conversation(60)
+    grown, rebuilt, batched = HybridIndex(8), HybridIndex(8), HybridIndex(8)
+    for i in range(len(docs)):
+        grown.add(docs[i : i + 1], vectors[i : i + 1])
+    rebuilt.add(docs, vectors)
+    for start in range(0, len(docs), 13):
+        batched.add(docs[start : start + 13], vectors[start : start + 13])
+    rng = np.random.default_rng(9)
+    queries = ["the lake boat", "painting class with my sister", "mountains trip in May", "puppy", "bakery job"]
+    for query in queries:
+        vector = rng.normal(size=8).astype(np.float32)
+        expected = [(h.key, h.score, h.signals) for h in rebuilt.search(query, vector, 20, names=["Ann", "Bob"])]
+        for other in (grown, batched):
+            assert [(h.key, h.score, h.signals) for h in other.search(query, vector, 20, names=["Ann", "Bob"])] == expected
+        prepared = rebuilt.prepare(query, vector)
+        assert prepared.lexical == grown.prepare(query, vector).lexical
+        assert prepared.dense == grown.prepare(query, vector).dense
+
+
+def test_equal_scores_rank_oldest_first() -> None:
+    index = HybridIndex(2)
+    same = [_doc(i, "Ann", "We adopted a puppy", group=str(i)) for i in range(6)]
+    index.add(same, np.tile(_unit([1, 1]), (6, 1)))
+    prepared = index.prepare("puppy", _unit([1, 0]))
+    assert prepared.lexical == [0, 1, 2, 3, 4, 5] and prepared.dense == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_different_memory_ranks_differently() -> None:
+    # The look-alike: the comparison above is not vacuous; one changed turn changes the ranking.
+    docs, vectors = _conversation(60)
+    one, other = HybridIndex(8), HybridIndex(8)
+    one.add(docs, vectors)
+    changed = [*docs[:30], _doc(30, "Ann", "adopting a puppy, the puppy, a puppy!", group="session 4"), *docs[31:]]
+    other.add(changed, vectors)
+    assert one.prepare("puppy", None).lexical != other.prepare("puppy", None).lexical

@@ -23,8 +23,9 @@ Per conversation the sidecar keeps:
 The per-conversation lock is a lease node `KGTurn {key: "lock\\x1f<conversation_id>",
 status: 'LOCK', owner, expires_at}` (the vocabulary has no lock label; the control
 character cannot occur in a validated turn key, so the two key spaces never meet). It is
-claimed with a compare-and-set in a write transaction, is stealable once expired (a crashed
-process does not block a conversation forever), and is deleted on release, so a turn that
+claimed with a compare-and-set in a write transaction, is short and renewed by a heartbeat
+while its turn runs, is stealable once expired (a crashed process blocks a conversation for
+one short lease, a slow live one is never robbed), and is deleted on release, so a turn that
 rolls back leaves the graph byte-identical. The commit transaction deletes the lease as its
 first statement and aborts when it is no longer ours: a holder whose lease was stolen can
 never commit (fencing).

@@ -23,6 +23,13 @@ LOCK_PROBE = (
     f"MATCH (l:{_T} {{key: $key}}) SET l.lock_probe = true REMOVE l.lock_probe "
     "RETURN l.owner AS owner, l.expires_at AS expires_at, timestamp() AS now"
 )
+LOCK_PEEK = (
+    # A read, before any write: a claimant that finds a live lease held by another owner stops
+    # here. Under ArcadeDB's optimistic MVCC a claimant's write to the lease node would conflict
+    # with the holder's heartbeat, and the driver's ~1 s retry of a conflicted renewal could let a
+    # short lease lapse under a live holder.
+    f"MATCH (l:{_T} {{key: $key}}) RETURN l.owner AS owner, l.expires_at AS expires_at, timestamp() AS now"
+)
 LOCK_CREATE = (
     # The uncontended path: one statement. The uniqueness constraint on KGTurn.key makes a
     # concurrent second CREATE fail cleanly, and the loser falls back to the compare-and-set.
@@ -32,6 +39,12 @@ LOCK_TAKE = (
     f"MATCH (l:{_T} {{key: $key}}) SET l.owner = $owner, l.acquired_at = $now, l.expires_at = $expires_at"
 )
 LOCK_RELEASE = f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner DELETE l RETURN count(*) AS released"
+LOCK_RENEW = (
+    # The heartbeat: only the holder moves its expiry, on the graph's clock (the same clock
+    # every claimant compares with, whichever host it runs on).
+    f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner SET l.expires_at = timestamp() + $lease_ms "
+    "RETURN count(l) AS renewed"
+)
 
 TURN_STATS = (
     f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id "

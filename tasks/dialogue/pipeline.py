@@ -18,8 +18,10 @@ Guarantees, and where they come from:
   survives restarts.
 - One turn per conversation at a time, across threads and processes: an in-process lock,
   then a lease in the graph (kg.dialogue). A second caller waits up to `lock_wait_s` and
-  then gets IN_PROGRESS (retryable); expired leases are taken over, and the commit
-  transaction refuses to write when its lease was taken (fencing).
+  then gets IN_PROGRESS (retryable). The lease is short and renewed by a heartbeat while the
+  turn runs, so a crashed holder frees the conversation within seconds and a slow live one
+  is never robbed; expired leases are taken over, and the commit transaction refuses to write
+  when its lease was taken (fencing).
 - All or nothing: every write of a turn (turn record, entities, relation actions, their
   KGRelEvent log, bio patches, milestones) is one transaction, which also releases the lease.
   Anything failing before or during it ends ROLLED_BACK with nothing written and a
@@ -104,7 +106,9 @@ class SidecarOptions(BaseModel):
         30.0, ge=0, description="how long a turn waits for its conversation's lock before IN_PROGRESS"
     )
     lock_lease_s: float = Field(
-        420.0, gt=0, description="lease of a conversation lock; a crashed holder blocks at most this long"
+        6.0, gt=0,
+        description="lease of a conversation lock, renewed by a heartbeat while its turn runs: a crashed "
+        "holder blocks its conversation at most this long, a live one keeps it however long its turn takes",
     )
     turn_timeout_s: float = Field(
         300.0, gt=0, description="a turn still preparing after this long ends ROLLED_BACK (timed_out)"
@@ -476,7 +480,9 @@ class DialogueService:
                 log.warning("conversation %s: took over the expired lock of %s", conversation_id, claim.stolen_from)
             lock_held = True
             try:
-                result, lock_held = body(claim.stored)
+                with repo.heartbeat(conversation_id, self.owner, self.options.lock_lease_s,
+                                    guard=self._write_guard(store)):
+                    result, lock_held = body(claim.stored)
                 return result
             except SkaldError as exc:
                 return self.outcomes.rolled_back(ids, trace, str(exc), retryable=True, kind="graph")
