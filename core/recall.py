@@ -403,13 +403,27 @@ class HybridIndex:
         parsed = tantivy.Query.boolean_query(
             [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "body", t)) for t in kept]
         )
-        return [int(searcher.doc(address)["position"][0]) for _, address in searcher.search(parsed, limit).hits]
+        # Equal scores: tantivy orders them by segment, and the segments depend on how the index
+        # grew (batch by batch, or rebuilt at once after a restart). Ask until the cut falls
+        # between two different scores (a tie group is bounded: terms in more than
+        # MAX_TERM_SHARE of the documents are dropped above), then order ties by position: the
+        # same documents in the same order however the index was built.
+        wanted = limit + 1
+        while True:
+            hits = searcher.search(parsed, wanted).hits
+            if len(hits) < wanted or hits[-1][0] < hits[limit - 1][0] or wanted > 8 * limit:
+                break
+            wanted *= 2
+        ranked = sorted((-score, int(searcher.doc(address)["position"][0])) for score, address in hits)
+        return [position for _, position in ranked[:limit]]
 
     def _dense_ranking(self, vector: np.ndarray | None, limit: int) -> list[int]:
         if vector is None or len(self._dense) == 0 or vector.shape[-1] != self.dimensions:
             return []
         matches = self._dense.search(np.asarray(vector, dtype=np.float32).reshape(-1), min(limit, len(self._dense)))
-        return [int(k) for k in matches.keys]
+        # Equal distances (the same text twice) by position, not by the order the graph search met them.
+        return [int(k) for _, k in sorted(zip(np.asarray(matches.distances).tolist(),
+                                               np.asarray(matches.keys).tolist(), strict=True))]
 
     def prepare(self, query: str, vector: np.ndarray | None, *, names: list[str] | None = None,
                 linked: list[str] | None = None, plain_vector: np.ndarray | None = None) -> Prepared:
