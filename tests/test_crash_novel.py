@@ -19,7 +19,7 @@ from bench.crash.harness import differing
 from bench.crash.novel import GRAPH_EXPORT, Book, RunResult, clean_run, killed_run
 from bench.long_book import ScriptedServer
 
-BOOK = Book(chapters=2, scenes=2, qa_every=2, timeout_s=900)
+BOOK = Book(chapters=2, scenes=2, qa_every=5, timeout_s=900)
 
 
 @pytest.fixture(scope="module")
