@@ -21,7 +21,9 @@ own process group (bench/crash/harness.py), with its own embedded graph under th
    request count before and after).
 
 Compared: chapters/*.md, the story bible (characters/, outline/, world/), exports/ (the
-manuscript and the codex), .saga/quality/*.json and a `python -m kg export` of the graph.
+manuscript and the codex), .saga/quality/*.json, the steering state (.saga/steering.json,
+.saga/bible/), every artifact of the content store (.saga/content: plans, contexts, drafts,
+extractions, deltas) and a `python -m kg export` of the graph.
 Exits 1 when anything differs or a run fails.
 """
 
@@ -43,7 +45,8 @@ from bench.crash.harness import GroupRun, KillSeries, differing, run_with_kills,
 
 REPO = Path(__file__).resolve().parents[2]
 #: What a finished run leaves that must not depend on how it got there.
-COMPARED = ("chapters/*.md", "characters/**/*", "outline/**/*", "world/**/*", "exports/*", ".saga/quality/*.json")
+COMPARED = ("chapters/*.md", "characters/**/*", "outline/**/*", "world/**/*", "exports/*", ".saga/quality/*.json",
+            ".saga/steering.json", ".saga/bible/*.json", ".saga/content/**/*")
 GRAPH_EXPORT = "kg export"
 
 
@@ -55,12 +58,13 @@ class Book:
     scenes: int = 2
     qa_every: int = 5
     timeout_s: float = 1800.0
+    acts: int = 2
 
     def cmd(self, project: Path) -> list[str]:
         from tests.long_story import PREMISE
 
         return [sys.executable, "-m", "flows.novel", "--project-dir", str(project), "--premise", PREMISE,
-                "--chapters", str(self.chapters), "--scenes-per-chapter", str(self.scenes), "--acts", "2"]
+                "--chapters", str(self.chapters), "--scenes-per-chapter", str(self.scenes), "--acts", str(self.acts)]
 
 
 @dataclass
@@ -99,7 +103,10 @@ def export_graph(project: Path, env: Mapping[str, str], log: Path) -> Path:
 
 
 def digest_of(project: Path, env: Mapping[str, str], log: Path) -> dict[str, str]:
-    digest = tree_digest(project, COMPARED)
+    # Hidden files are the content store's locks and the temp files of writes a kill cut short
+    # (atomic writes: the real file is either whole or absent); they are no output.
+    digest = {name: sha for name, sha in tree_digest(project, COMPARED).items()
+              if not Path(name).name.startswith(".")}
     digest[GRAPH_EXPORT] = hashlib.sha256(export_graph(project, env, log).read_bytes()).hexdigest()
     return dict(sorted(digest.items()))
 
@@ -157,6 +164,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                          "\n\n", 2)[2])
     parser.add_argument("--chapters", type=int, default=4, help="chapters of the scripted novel (default 4)")
     parser.add_argument("--scenes", type=int, default=2, help="scenes per chapter (default 2)")
+    parser.add_argument("--acts", type=int, default=2, help="acts of the outline (default 2)")
+    parser.add_argument("--story-scenes", type=int, default=None,
+                        help="scenes the scripted story plans per chapter (default --scenes; fewer: the plan repeats "
+                        "its last scene, so scenes of the same text tie in retrieval)")
     parser.add_argument("--qa-every", type=int, default=5,
                         help="healing and QA every N chapters (default 5, the pipeline's own default)")
     parser.add_argument("--seeds", type=int, default=3, help="killed-and-resumed runs, seeds 1..N (default 3; 0: none)")
@@ -176,10 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from bench.long_book import ScriptedServer
 
-    book = Book(args.chapters, args.scenes, args.qa_every, args.timeout)
+    book = Book(args.chapters, args.scenes, args.qa_every, args.timeout, args.acts)
     work = (args.work_dir or Path(tempfile.mkdtemp(prefix="skald-crash-novel-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    server = ScriptedServer(args.chapters, args.scenes)
+    server = ScriptedServer(args.chapters, args.story_scenes or args.scenes)
     ok = True
     try:
         print(f"== crash equivalence, novel: {args.chapters} chapters x {args.scenes} scenes, healing + QA every "
