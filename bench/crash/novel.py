@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from pathlib import Path
 
-from bench.crash.harness import GroupRun, KillSeries, differing, run_with_kills, tree_digest
+from bench.crash.harness import GroupRun, KillRecord, KillSeries, differing, run_with_kills, tree_digest
 
 REPO = Path(__file__).resolve().parents[2]
 #: What a finished run leaves that must not depend on how it got there.
@@ -134,14 +135,59 @@ def clean_run(server: Server, root: Path, book: Book, hash_seed: int) -> RunResu
 
 def killed_run(server: Server, root: Path, book: Book, hash_seed: int, seed: int, kills: int, low_s: float,
                high_s: float) -> tuple[RunResult, KillSeries]:
-    """A fresh project under `root`, its run SIGKILLed `kills` times at `seed`'s moments, then resumed to
-    its end."""
+    """A fresh project under `root`, its run SIGKILLed `kills` times at `seed`'s moments (seconds after
+    each start, bench.crash.harness), then resumed to its end."""
     project = root / "book"
     env = novel_env(server.base_url, root / "prefect-home", hash_seed, book.qa_every)
     log = root / "run.log"
     before, started = server.requests(), time.monotonic()
     series = run_with_kills(book.cmd(project), cwd=REPO, env=env, log=log, seed=seed, kills=kills, low_s=low_s,
                             high_s=high_s, timeout_s=book.timeout_s)
+    wall, requests = time.monotonic() - started, server.requests() - before
+    digest = digest_of(project, env, log) if series.final_exit == 0 else {}
+    return RunResult(project, digest, requests, wall, series.final_exit), series
+
+
+def progress_targets(seed: int, kills: int, calls: int) -> list[tuple[int, float]]:
+    """(LLM calls made, then seconds) after which each kill comes: distinct call counts in
+    [1, calls), ascending, each with a jitter of up to 2 s, so the kill lands inside the work
+    that follows a call (a task, a graph commit, a file write) and not at a call's edge. The
+    same for the same seed."""
+    rng = random.Random(seed)
+    counts = sorted(rng.sample(range(1, max(calls, kills + 1)), kills)) if kills else []
+    return [(count, round(rng.uniform(0.0, 2.0), 3)) for count in counts]
+
+
+def killed_by_progress(server: Server, root: Path, book: Book, hash_seed: int, seed: int, kills: int,
+                       calls: int) -> tuple[RunResult, KillSeries]:
+    """A fresh project under `root`, its run SIGKILLed (the whole process group) once the series
+    has made each of `progress_targets` LLM calls (counted by the scripted server) and the jitter
+    has passed, restarted after each kill, then resumed to its end. On a loaded machine a start
+    spends a long while starting up (the JVM, Prefect's server); moments counted in calls land in
+    the work whatever that takes, where moments in seconds would mostly land in the start-up."""
+    project = root / "book"
+    env = novel_env(server.base_url, root / "prefect-home", hash_seed, book.qa_every)
+    log = root / "run.log"
+    before, started = server.requests(), time.monotonic()
+    series = KillSeries(seed=seed)
+    for attempt, (count, jitter) in enumerate(progress_targets(seed, kills, calls), start=1):
+        run = GroupRun(book.cmd(project), REPO, env, log).start()
+        begun = time.monotonic()
+        while run.running() and server.requests() - before < count:
+            time.sleep(0.05)
+        deadline = time.monotonic() + jitter
+        while run.running() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if run.running():
+            run.kill_group()
+            series.kills.append(KillRecord(attempt, round(time.monotonic() - begun, 1), True, None))
+            continue
+        series.kills.append(KillRecord(attempt, round(time.monotonic() - begun, 1), False, run.wait()))
+        break
+    else:
+        series.final_exit = GroupRun(book.cmd(project), REPO, env, log).start().wait(timeout=book.timeout_s)
+    if series.final_exit is None and series.kills and not series.kills[-1].killed:
+        series.final_exit = series.kills[-1].exit_code
     wall, requests = time.monotonic() - started, server.requests() - before
     digest = digest_of(project, env, log) if series.final_exit == 0 else {}
     return RunResult(project, digest, requests, wall, series.final_exit), series
@@ -172,6 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="healing and QA every N chapters (default 5, the pipeline's own default)")
     parser.add_argument("--seeds", type=int, default=3, help="killed-and-resumed runs, seeds 1..N (default 3; 0: none)")
     parser.add_argument("--kills", type=int, default=4, help="SIGKILLs per seed (default 4)")
+    parser.add_argument("--kill-by", choices=("calls", "time"), default="calls",
+                        help="when the kills come: after a seeded number of LLM calls of the series plus up to 2 s "
+                        "(default: lands in the work however slow the start-up is), or at seeded seconds after "
+                        "each start (--low, --high)")
     parser.add_argument("--low", type=float, default=None,
                         help="earliest kill moment after a start, seconds (default: 10%% of the clean run's wall time)")
     parser.add_argument("--high", type=float, default=None,
@@ -218,12 +268,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             ok &= not diff
         low = args.low if args.low is not None else max(2.0, 0.1 * base.wall_s)
         high = args.high if args.high is not None else max(low + 1.0, 0.6 * base.wall_s)
-        if args.seeds:
+        if args.seeds and args.kill_by == "time":
             print(f"kill moments: {args.kills} per seed, uniform in [{low:.1f}, {high:.1f}] s after each start")
+        elif args.seeds:
+            print(f"kill moments: {args.kills} per seed, each once the series has made a seeded number of LLM calls "
+                  f"(of the uninterrupted run's {base.requests}) and up to 2 s more")
         total_kills = 0
         for seed in range(1, args.seeds + 1):
             # Each series under a hash seed of its own: a resumed run must not depend on it either.
-            result, series = killed_run(server, work / f"seed-{seed}", book, 100 + seed, seed, args.kills, low, high)
+            if args.kill_by == "time":
+                result, series = killed_run(server, work / f"seed-{seed}", book, 100 + seed, seed, args.kills, low,
+                                            high)
+            else:
+                result, series = killed_by_progress(server, work / f"seed-{seed}", book, 100 + seed, seed,
+                                                    args.kills, base.requests)
             log, requests = work / f"seed-{seed}" / "run.log", result.requests
             total_kills += series.landed
             extra = 100.0 * (requests - base.requests) / max(base.requests, 1)
@@ -233,7 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ok = False
                 continue
             diff = differing(base.digest, result.digest)
-            moments = ", ".join(f"{k.delay_s:.1f}s{'' if k.killed else ' (finished first)'}" for k in series.kills)
+            targets = dict(enumerate(progress_targets(seed, args.kills, base.requests), start=1))
+            moments = ", ".join(
+                (f"after {targets[k.attempt][0]} calls, " if args.kill_by == "calls" else "")
+                + f"{k.delay_s:.1f}s into its start" + ("" if k.killed else " (finished first)") for k in series.kills)
             print(f"seed {seed}: kills landed {series.landed}/{args.kills} ({moments}); identical "
                   f"{'yes' if not diff else 'NO'}" + (f" (differ: {', '.join(diff)})" if diff else "")
                   + f"; LLM calls {requests}, {requests - base.requests:+d} beyond the uninterrupted run's "
