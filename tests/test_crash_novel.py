@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.crash.harness import differing
-from bench.crash.novel import GRAPH_EXPORT, Book, RunResult, clean_run, killed_run
+from bench.crash.novel import GRAPH_EXPORT, Book, RunResult, clean_run, killed_by_progress
 from bench.long_book import ScriptedServer
 
 BOOK = Book(chapters=2, scenes=2, qa_every=5, timeout_s=900)
@@ -49,10 +49,9 @@ def test_two_hash_seeds_in_two_directories_write_the_same_bytes(
 
 def test_a_killed_and_resumed_run_writes_what_the_uninterrupted_run_wrote(
         server: ScriptedServer, uninterrupted: RunResult, tmp_path_factory: pytest.TempPathFactory) -> None:
-    # Kill moments spread over the run's first half (what the uninterrupted run took, so the
-    # kills fall inside the work on any machine; one that falls after the end is harmless).
-    low, high = 0.15 * uninterrupted.wall_s, 0.6 * uninterrupted.wall_s
-    resumed, series = killed_run(server, tmp_path_factory.mktemp("killed"), BOOK, hash_seed=7, seed=3, kills=2,
-                                 low_s=low, high_s=high)
+    # Each kill comes once the series has made a seeded number of LLM calls (and up to 2 s more),
+    # so it lands in the work however slow the machine; one after the end would be harmless.
+    resumed, series = killed_by_progress(server, tmp_path_factory.mktemp("killed"), BOOK, hash_seed=7, seed=3,
+                                         kills=2, calls=uninterrupted.requests)
     assert series.final_exit == 0, (resumed.project.parent / "run.log").read_text()[-4000:]
     assert differing(uninterrupted.digest, resumed.digest) == []
