@@ -11,7 +11,6 @@ after the run has finished is fine, the assertion is identity.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 

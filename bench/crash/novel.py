@@ -39,10 +39,17 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 from pathlib import Path
+from typing import Protocol
 
-from bench.crash.harness import GroupRun, KillRecord, KillSeries, differing, run_with_kills, tree_digest
+from bench.crash.harness import (
+    GroupRun,
+    KillRecord,
+    KillSeries,
+    differing,
+    run_with_kills,
+    tree_digest,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 #: What a finished run leaves that must not depend on how it got there.
@@ -191,10 +198,6 @@ def killed_by_progress(server: Server, root: Path, book: Book, hash_seed: int, s
     wall, requests = time.monotonic() - started, server.requests() - before
     digest = digest_of(project, env, log) if series.final_exit == 0 else {}
     return RunResult(project, digest, requests, wall, series.final_exit), series
-
-
-def _short(sha: str) -> str:
-    return sha[:16]
 
 
 def print_hashes(label: str, digest: Mapping[str, str]) -> None:
