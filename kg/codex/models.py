@@ -167,6 +167,6 @@ class CodexPage(_Model):
     quality: list[QualityChapter] = Field(default_factory=list)
     quality_columns: list[str] = Field(default_factory=list)
     findings: list[FindingView] = Field(default_factory=list)
-    qa_run_at: str | None = Field(None, description="when the QA run whose findings are marked ran")
+    qa_run_at: str | None = Field(None, description="which QA run the marked findings are of (\"after chapter 4\")")
     notes: list[str] = Field(default_factory=list, description="what the page leaves out, said plainly")
     stats: CodexStats = Field(default_factory=CodexStats)

@@ -160,13 +160,25 @@ def _quality(saga_dir: Path, chapters: Iterable[int]) -> dict[int, list[dict[str
 
 
 def latest_qa_report(saga_dir: Path) -> tuple[str | None, list[dict[str, Any]]]:
-    """(when the newest QA run ran, its findings) from `.saga/qa/qa-<UTC time>.parquet`."""
+    """(which QA run it is, its findings) from the newest `.saga/qa/qa-<UTC time>.parquet`.
+
+    The run is named by the chapter it checked through (`.saga/qa/state.json`), not by the
+    clock: the codex is the same bytes however long the book took to write, or how often it
+    was interrupted. Only without that state (a report from before it) is the time shown."""
     reports = sorted(p for p in (saga_dir / "qa").glob("qa-*.parquet") if _QA_STAMP.match(p.stem))
     if not reports:
         return None, []
     path = reports[-1]
-    stamp = datetime.strptime(_QA_STAMP.match(path.stem).group(1), "%Y%m%dT%H%M%SZ")  # type: ignore[union-attr]
-    return f"{stamp:%Y-%m-%d %H:%M} UTC", pq.read_table(path).to_pylist()
+    try:
+        through = json.loads((saga_dir / "qa" / "state.json").read_text(encoding="utf-8")).get("through")
+    except (OSError, ValueError, AttributeError):
+        through = None
+    if isinstance(through, int) and through > 0:
+        label = f"after chapter {through}"
+    else:
+        stamp = datetime.strptime(_QA_STAMP.match(path.stem).group(1), "%Y%m%dT%H%M%SZ")  # type: ignore[union-attr]
+        label = f"of {stamp:%Y-%m-%d %H:%M} UTC"
+    return label, pq.read_table(path).to_pylist()
 
 
 # --- relationships and their history ------------------------------------------------------------

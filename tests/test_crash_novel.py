@@ -1,0 +1,56 @@
+"""Determinism and crash equivalence of the novel pipeline, in small (bench/crash/novel.py is the
+full form): a scripted 2-chapter book written twice, under two hash seeds in two directories,
+is the same bytes; and a run SIGKILLed (its whole process group) at seeded moments and resumed
+writes the same bytes as the run that was never interrupted.
+
+The scripted long book (tests/long_story.py) is served from its own process; each run is
+`python -m flows.novel` with its own embedded graph. No timing is asserted: a kill that comes
+after the run has finished is fine, the assertion is identity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from bench.crash.harness import differing
+from bench.crash.novel import GRAPH_EXPORT, Book, RunResult, clean_run, killed_by_progress
+from bench.long_book import ScriptedServer
+
+BOOK = Book(chapters=2, scenes=2, qa_every=5, timeout_s=900)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ScriptedServer]:
+    scripted = ScriptedServer(BOOK.chapters, BOOK.scenes)
+    yield scripted
+    scripted.close()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(server: ScriptedServer, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    result = clean_run(server, tmp_path_factory.mktemp("clean"), BOOK, hash_seed=1)
+    assert result.exit_code == 0, (result.project.parent / "run.log").read_text()[-4000:]
+    return result
+
+
+def test_two_hash_seeds_in_two_directories_write_the_same_bytes(
+        server: ScriptedServer, uninterrupted: RunResult, tmp_path_factory: pytest.TempPathFactory) -> None:
+    other = clean_run(server, tmp_path_factory.mktemp("another") / "deeper" / "place", BOOK, hash_seed=2)
+    assert other.exit_code == 0, (other.project.parent / "run.log").read_text()[-4000:]
+    assert GRAPH_EXPORT in uninterrupted.digest
+    assert {f"chapters/chapter_{n:03d}.md" for n in (1, 2)} <= set(uninterrupted.digest)
+    assert any(name.startswith("exports/codex") for name in uninterrupted.digest)
+    assert differing(uninterrupted.digest, other.digest) == []
+    assert other.requests == uninterrupted.requests
+
+
+def test_a_killed_and_resumed_run_writes_what_the_uninterrupted_run_wrote(
+        server: ScriptedServer, uninterrupted: RunResult, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Each kill comes once the series has made a seeded number of LLM calls (and up to 2 s more),
+    # so it lands in the work however slow the machine; one after the end would be harmless.
+    resumed, series = killed_by_progress(server, tmp_path_factory.mktemp("killed"), BOOK, hash_seed=7, seed=3,
+                                         kills=2, calls=uninterrupted.requests)
+    assert series.final_exit == 0, (resumed.project.parent / "run.log").read_text()[-4000:]
+    assert differing(uninterrupted.digest, resumed.digest) == []
