@@ -153,7 +153,7 @@ class EmbeddedArcadeDB:
         tmp.replace(path)
         return password
 
-    def _discover(self) -> GraphEndpoint | None:
+    def _discover(self, *, announce: bool = True) -> GraphEndpoint | None:
         try:
             info = json.loads(self._discovery_file.read_text())
         except (OSError, ValueError):
@@ -161,7 +161,8 @@ class EmbeddedArcadeDB:
         pid, port = int(info.get("pid", -1)), int(info.get("bolt_port", -1))
         if pid == os.getpid() or not _pid_alive(pid) or not _port_open(port):
             return None
-        log.info("graph: using the embedded ArcadeDB already running in process %s (bolt port %s)", pid, port)
+        if announce:
+            log.info("graph: using the embedded ArcadeDB already running in process %s (bolt port %s)", pid, port)
         return GraphEndpoint(f"bolt://127.0.0.1:{port}", EMBEDDED_USER, self._credentials(), EMBEDDED_DATABASE, True,
                              self.root, pid)
 
@@ -179,7 +180,7 @@ class EmbeddedArcadeDB:
             with (self.root / "server.lock").open("a+") as lock_file:
                 fcntl.flock(lock_file, fcntl.LOCK_EX)
                 try:
-                    found = self._discover()
+                    found = self._discover(announce=False)
                     if found is not None:
                         raise EmbeddedServiceError(
                             f"the graph under {self.root} is already served by process {found.owner_pid} at {found.uri}",

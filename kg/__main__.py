@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -182,7 +184,10 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
     serve_embedded(settings, bolt_port=args.bolt_port, http_port=args.http_port, ready=ready)
     print("graph: stopped", flush=True)
-    return 0
+    # The database is closed. The JVM's own exit would wait for the Bolt threads of clients
+    # still connected (workers between runs), so the process leaves now.
+    logging.shutdown()
+    os._exit(0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

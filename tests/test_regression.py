@@ -18,7 +18,13 @@ from core.cli import run_main
 from core.graph_server import graph_endpoint
 from core.settings import Settings
 from deployments.regression import shard_parameters
-from flows.regression import RegressionParams, RegressionSummary, main, plan_dialogues, regression_flow
+from flows.regression import (
+    RegressionParams,
+    RegressionSummary,
+    main,
+    plan_dialogues,
+    regression_flow,
+)
 from tasks.dialogue.models import TurnConfig
 from tasks.dialogue.report import GateConfig, evaluate_gates
 from tests.conftest import REPO_ROOT

@@ -29,7 +29,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import GraphUnavailableError, InvalidInputError
 from kg.dialogue import DialogueRepository
-from tasks.dialogue.models import ChatMessage, TurnCommitRequest, TurnConfig, TurnResult, TurnState, TurnTrace
+from tasks.dialogue.models import (
+    ChatMessage,
+    TurnCommitRequest,
+    TurnConfig,
+    TurnResult,
+    TurnState,
+    TurnTrace,
+)
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.retriever import RecalledTurn
 
