@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -125,10 +126,10 @@ def _reset_signals_in_child() -> None:
 
 
 def run_worker(pool: str, limit: int, worker_name: str | None, grace: float) -> int:
-    """`prefect worker start --pool POOL --limit LIMIT` in a process group of its own, which
-    the flow runs it starts join; SIGTERM/SIGINT here sends SIGTERM to that whole group (the
-    worker stops polling, a flow run ends Crashed and its batch can be resumed), then SIGKILL
-    after `grace` seconds."""
+    """`prefect worker start --pool POOL --limit LIMIT` as a child; SIGTERM/SIGINT here sends
+    SIGTERM to it and to every process below it (the flow runs it started sit in sessions of
+    their own, out of reach of a process-group signal), then SIGKILL to what is left after
+    `grace` seconds. An interrupted flow run ends Crashed; its batch resumes with `--run-id`."""
     if limit < 1:
         raise InvalidInputError("--limit must be >= 1")
     stop = threading.Event()
@@ -138,30 +139,104 @@ def run_worker(pool: str, limit: int, worker_name: str | None, grace: float) -> 
            "--limit", str(limit)]
     if worker_name:
         cmd += ["--name", worker_name]
-    child = popen_dying_with_parent(cmd, start_new_session=True, preexec_fn=_reset_signals_in_child)
+    child = popen_dying_with_parent(cmd, preexec_fn=_reset_signals_in_child)
     print(f"worker: pool {pool}, {limit} flow run(s) at a time, pid {child.pid} (stop with Ctrl-C or SIGTERM)",
           flush=True)
     while child.poll() is None and not stop.wait(0.2):
         pass
     if child.poll() is not None:
         return child.returncode
-    print("worker: stopping (SIGTERM to the worker and its flow runs)", flush=True)
-    _signal_group(child.pid, signal.SIGTERM)
+    # The flow runs first, while their worker still streams their last words: SIGTERM makes
+    # Prefect's engine end a run Crashed; then the worker.
+    runs = _descendants(child.pid)
+    print(f"worker: stopping {len(runs)} process(es) of flow runs, then the worker (SIGTERM)", flush=True)
+    started = time.monotonic()
+    _signal_all(runs, signal.SIGTERM)
+    _wait_gone(runs, grace)
+    print(f"worker: flow run processes gone after {time.monotonic() - started:.1f}s; stopping the worker", flush=True)
+    _signal_all([child.pid], signal.SIGTERM)
     try:
         child.wait(timeout=grace)
     except subprocess.TimeoutExpired:
-        print(f"worker: still running after {grace:g}s; SIGKILL", flush=True)
-    # The flow runs may outlive the worker process itself: the group goes as a whole.
-    _signal_group(child.pid, signal.SIGKILL)
+        pass
+    print(f"worker: stopped after {time.monotonic() - started:.1f}s", flush=True)
+    left = _alive(runs) + _alive(_descendants(child.pid)) + ([child.pid] if child.poll() is None else [])
+    if left:
+        print(f"worker: {len(left)} process(es) still running after {grace:g}s: SIGKILL", flush=True)
+        _signal_all(left, signal.SIGKILL)
     child.wait()
+    _mark_crashed([str(pid) for pid in runs])
     return 0
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
+def _wait_gone(pids: list[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _mark_crashed(infrastructure_pids: list[str]) -> None:
+    """A flow run of a process stopped here that did not get to report its end (SIGKILLed, or
+    its engine left that to the worker) would stay Running for ever: end it Crashed."""
+    if not infrastructure_pids:
+        return
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    with get_client(sync_client=True) as client:
+        unfinished = client.read_flow_runs(flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
+            type=FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING]))))
+        for run in unfinished:
+            if run.infrastructure_pid in infrastructure_pids:
+                client.set_flow_run_state(run.id, Crashed(
+                    message="its worker was stopped (SIGTERM); submit the batch again with its --run-id to resume"),
+                    force=True)
+                print(f"worker: flow run {run.id} ({run.name}) marked Crashed", flush=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc), whatever session it put itself in."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = [], list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack.extend(children.get(child, []))
+    return found
+
+
+def _alive(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:

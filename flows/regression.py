@@ -179,9 +179,17 @@ _services: dict[str, DialogueService] = {}
 _services_lock = threading.Lock()
 
 
+_stops: dict[str, threading.Event] = {}
+
+
 def _service(run_id: str) -> DialogueService:
     with _services_lock:
         return _services[run_id]
+
+
+def _stop_event(run_id: str) -> threading.Event:
+    with _services_lock:
+        return _stops.setdefault(run_id, threading.Event())
 
 
 @task(name="replay-dialogue", task_run_name="replay-{conversation_id}", cache_policy=NO_CACHE,
@@ -190,7 +198,7 @@ def _service(run_id: str) -> DialogueService:
 def replay_dialogue_task(run_id: str, spec: DialogueSpec, conversation_id: str, window: int,
                          turn_config: TurnConfig, journal: str | None = None) -> _DialogueOutcome:
     rows = replay(_service(run_id), spec, conversation_id, run_id, window=window, config=turn_config,
-                  journal=Path(journal) if journal else None)
+                  journal=Path(journal) if journal else None, stop=_stop_event(run_id))
     committed = sum(r.committed for r in rows)
     get_run_logger().info("%s: %d/%d turns committed", conversation_id, committed, len(rows))
     return _DialogueOutcome(rows=rows)
@@ -255,31 +263,37 @@ def regression_flow(params: RegressionParams) -> RegressionSummary | State:
         started = time.perf_counter()
         # A runner of our own, so `concurrency` holds in deployments too (not only via with_options).
         with ThreadPoolTaskRunner(max_workers=params.concurrency) as runner:
-            futures = [
-                runner.submit(replay_dialogue_task, {
-                    "run_id": run_id, "spec": spec, "conversation_id": conversations[spec.dialogue_id],
-                    "window": params.window, "turn_config": params.turn_config,
-                    "journal": str(out_dir / "journal" / f"{spec.dialogue_id}.jsonl"),
-                })
-                for spec in specs
-            ]
-            rows = [row for future in futures for row in future.result().rows]
-            replay_seconds = time.perf_counter() - started
-            # Every replayed turn is remembered (committed or blocked by the gate), so every
-            # question whose evidence was replayed is asked.
-            committed_refs = {
-                spec.dialogue_id: [r.dia_id for r in rows if r.dialogue_id == spec.dialogue_id and r.dia_id]
-                for spec in specs
-            }
-            probes = [
-                runner.submit(recall_probe_task, {
-                    "run_id": run_id, "spec": spec, "conversation_id": conversations[spec.dialogue_id],
-                    "k": params.gates.recall_k, "committed_refs": committed_refs[spec.dialogue_id],
-                })
-                for spec in specs
-                if spec.qa
-            ]
-            recall_rows = [row for future in probes for row in future.result()]
+            try:
+                futures = [
+                    runner.submit(replay_dialogue_task, {
+                        "run_id": run_id, "spec": spec, "conversation_id": conversations[spec.dialogue_id],
+                        "window": params.window, "turn_config": params.turn_config,
+                        "journal": str(out_dir / "journal" / f"{spec.dialogue_id}.jsonl"),
+                    })
+                    for spec in specs
+                ]
+                rows = [row for future in futures for row in future.result().rows]
+                replay_seconds = time.perf_counter() - started
+                # Every replayed turn is remembered (committed or blocked by the gate), so every
+                # question whose evidence was replayed is asked.
+                committed_refs = {
+                    spec.dialogue_id: [r.dia_id for r in rows if r.dialogue_id == spec.dialogue_id and r.dia_id]
+                    for spec in specs
+                }
+                probes = [
+                    runner.submit(recall_probe_task, {
+                        "run_id": run_id, "spec": spec, "conversation_id": conversations[spec.dialogue_id],
+                        "k": params.gates.recall_k, "committed_refs": committed_refs[spec.dialogue_id],
+                    })
+                    for spec in specs
+                    if spec.qa
+                ]
+                recall_rows = [row for future in probes for row in future.result()]
+            except BaseException:
+                # SIGTERM (Prefect's TerminationSignal) or Ctrl-C: the runner's exit waits for
+                # its threads, so the dialogues stop at their next turn instead of running on.
+                _stop_event(run_id).set()
+                raise
 
         turns = turns_frame(rows)
         recall = recall_frame(recall_rows)
@@ -323,6 +337,7 @@ def regression_flow(params: RegressionParams) -> RegressionSummary | State:
     finally:
         with _services_lock:
             _services.pop(run_id, None)
+            _stops.pop(run_id, None)
         service.close()
 
 

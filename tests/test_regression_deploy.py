@@ -107,14 +107,35 @@ def _wait_healthy(server: Proc, api_url: str) -> None:
         time.sleep(0.5)
 
 
-def _final_state(api_url: str, run_id: str) -> dict[str, Any]:
+def _parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _watch(api_url: str, runs: dict[str, str]) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
+    """Poll the flow runs (id -> shard) to their final states; while each runs, read the parent
+    of its process (`infrastructure_pid`): the worker process that started it."""
     deadline = time.monotonic() + RUN_DEADLINE_S
-    while True:
-        run = _api(api_url, f"/flow_runs/{run_id}")
-        if run["state"] and run["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-            return run
-        assert time.monotonic() < deadline, f"flow run {run_id} still {run['state']['type']}"
-        time.sleep(1.0)
+    parents: dict[str, int] = {}
+    finals: dict[str, dict[str, Any]] = {}
+    while len(finals) < len(runs):
+        for run_id, shard in runs.items():
+            if shard in finals:
+                continue
+            run = _api(api_url, f"/flow_runs/{run_id}")
+            state = run["state"]["type"] if run["state"] else "NONE"
+            if shard not in parents and run.get("infrastructure_pid") and state == "RUNNING":
+                parent = _parent_pid(int(run["infrastructure_pid"]))
+                if parent is not None:
+                    parents[shard] = parent
+            if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                finals[shard] = run
+        assert time.monotonic() < deadline, f"flow runs not final: {runs}, final: {list(finals)}"
+        time.sleep(0.3)
+    return parents, finals
 
 
 def _dialogue(source: Path, turns: int, target: Path) -> Path:
@@ -175,13 +196,16 @@ def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(tmp_path: Path,
         flow_runs = re.findall(r"flow run ([0-9a-f-]{36}) \(.*\): shard (\d)/2 of run ci-batch", out)
         assert sorted(s for _, s in flow_runs) == ["0", "1"], out
 
-        finals = {shard: _final_state(api_url, run_id) for run_id, shard in flow_runs}
+        worker_pids = {int(re.search(r"pid (\d+)", w.output()).group(1)): name  # type: ignore[union-attr]
+                       for name, w in workers.items()}
+        ran_by, finals = _watch(api_url, dict(flow_runs))
         diagnostics = "\n".join(w.output()[-2000:] for w in workers.values())
         assert {s: r["state"]["type"] for s, r in finals.items()} == {"0": "COMPLETED", "1": "COMPLETED"}, diagnostics
 
-        # Each worker ran one shard: its log names the flow run it submitted.
-        ran = {name: {rid for rid, _ in flow_runs if rid in w.output()} for name, w in workers.items()}
-        assert sorted(len(r) for r in ran.values()) == [1, 1], (ran, diagnostics)
+        # Each worker ran one shard: the flow run's process (its infrastructure_pid in the API)
+        # was a child of that worker's Prefect process.
+        assert sorted(worker_pids.get(ppid, f"pid {ppid}") for ppid in ran_by.values()) == ["worker-a", "worker-b"], (
+            ran_by, worker_pids, diagnostics)
         # The short shard really ended first (the case that used to lose the graph).
         ends = {s: r["end_time"] for s, r in finals.items()}
         assert ends["0"] < ends["1"], ends

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -284,12 +285,18 @@ def _original_commit(service: DialogueService, request: TurnCommitRequest, repla
     return original.model_copy(update={"trace": trace, "idempotent_hit": False})
 
 
+class ReplayStopped(Exception):
+    """The run is shutting down (SIGTERM, Ctrl-C): the replay stopped before its next turn."""
+
+
 def replay(service: DialogueService, spec: DialogueSpec, conversation_id: str, run_id: str,
-           *, window: int = 6, config: TurnConfig | None = None, journal: Path | None = None) -> list[TurnRow]:
+           *, window: int = 6, config: TurnConfig | None = None, journal: Path | None = None,
+           stop: threading.Event | None = None) -> list[TurnRow]:
     """Commit the dialogue's turns in order; a rolled-back turn is recorded and the replay goes on.
 
     With `journal` (a file per dialogue of the run), turns an earlier start of the same run
-    journaled are taken from it, and every turn replayed now is appended to it."""
+    journaled are taken from it, and every turn replayed now is appended to it. `stop` set:
+    the replay ends before its next turn (ReplayStopped); journaled turns stay for a resume."""
     resumed = journal is not None and journal.exists()
     done = _read_journal(journal) if journal is not None and resumed else {}
     if journal is not None:
@@ -301,6 +308,8 @@ def replay(service: DialogueService, spec: DialogueSpec, conversation_id: str, r
         if row.turn_id in done:
             rows.append(done[row.turn_id])
             continue
+        if stop is not None and stop.is_set():
+            raise ReplayStopped(f"dialogue {spec.dialogue_id} stopped before turn {row.turn_id}: the run is stopping")
         started_at = datetime.now(UTC)
         t0 = time.perf_counter()
         result = service.commit(request)
