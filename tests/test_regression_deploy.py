@@ -206,9 +206,6 @@ def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(tmp_path: Path,
         # was a child of that worker's Prefect process.
         assert sorted(worker_pids.get(ppid, f"pid {ppid}") for ppid in ran_by.values()) == ["worker-a", "worker-b"], (
             ran_by, worker_pids, diagnostics)
-        # The short shard really ended first (the case that used to lose the graph).
-        ends = {s: r["end_time"] for s, r in finals.items()}
-        assert ends["0"] < ends["1"], ends
 
         assert not (elsewhere / ".saga").exists()
         batch = project / ".saga" / "regression" / "ci-batch"
@@ -217,6 +214,7 @@ def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(tmp_path: Path,
         expected = sorted([("locomo-30", t) for t in range(1, SHORT_TURNS + 1)]
                           + [("locomo-26", t) for t in range(1, LONG_TURNS + 1)])
         assert turns.height == SHORT_TURNS + LONG_TURNS and keys == expected
+        assert turns["code"].dtype == pl.String  # null in every row of the short shard: typed all the same
         assert set(turns["run_id"]) == {"ci-batch"}
         assert (batch / "shard-0-of-2" / "report.md").exists() and (batch / "shard-1-of-2" / "report.md").exists()
 
