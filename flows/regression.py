@@ -26,7 +26,7 @@ gates.parquet, report.md, summary.json, llm-calls-*.parquet), a Prefect table ar
 Markdown artifact. Exit status 0 when every gate passes, 1 when one fails.
 
 A run is resumable: each dialogue's turns are journaled as they end
-(`<run_id>/journal/`), so the same command again with the run's `--run-id` (printed at the
+(`journal/` beside turns.parquet), so the same command again with the run's `--run-id` (printed at the
 start) goes on where a killed run stopped, without sending a finished turn again. A graph
 failure (its serving process exited, say) is not counted as a rolled-back turn: the
 dialogue's task fails with it, and Prefect retries the task (`GRAPH_RETRIES`), which

@@ -90,7 +90,7 @@ def _api(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
     request = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode() if body is not None else None,
                                      headers={"Content-Type": "application/json"},
                                      method="POST" if body is not None else "GET")
-    with urllib.request.urlopen(request, timeout=30) as reply:
+    with urllib.request.urlopen(request, timeout=60) as reply:
         return json.loads(reply.read() or b"null")
 
 
@@ -125,7 +125,10 @@ def _watch(api_url: str, runs: dict[str, str]) -> tuple[dict[str, int], dict[str
         for run_id, shard in runs.items():
             if shard in finals:
                 continue
-            run = _api(api_url, f"/flow_runs/{run_id}")
+            try:
+                run = _api(api_url, f"/flow_runs/{run_id}")
+            except OSError:  # a busy server answered late: ask again (within the deadline)
+                continue
             state = run["state"]["type"] if run["state"] else "NONE"
             if shard not in parents and run.get("infrastructure_pid") and state == "RUNNING":
                 parent = _parent_pid(int(run["infrastructure_pid"]))

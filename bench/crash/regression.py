@@ -45,7 +45,7 @@ from bench.crash.harness import GroupRun, differing, run_with_kills, tree_digest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIALOGUES = REPO_ROOT.parent / "shared" / "data" / "dialogues"
-SPEAKERS = ["Caroline", "Melanie", "Jon", "Gina"]
+SPEAKERS = ["Caroline", "Melanie", "Jon", "Gina", "John", "Maria", "Joanna", "Nate"]  # every shared dialogue's
 RUN_ID = "crash-bench"
 #: turns.parquet columns that measure wall time: they differ between any two runs.
 TIMING_COLUMNS = ("started_at", "wall_ms", "total_ms", "llm_ms", "overhead_ms", "retriever_ms", "injector_ms",
