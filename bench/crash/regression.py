@@ -143,10 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=1, help="names the sequence of kill moments (default 1)")
     parser.add_argument("--kills", type=int, default=3, help="kills to attempt (default 3)")
-    parser.add_argument("--low", type=float, default=10.0, help="earliest kill, seconds after a start (default 10)")
-    parser.add_argument("--high", type=float, default=45.0, help="latest kill, seconds after a start (default 45)")
+    parser.add_argument("--low", type=float, default=None,
+                        help="earliest kill, seconds after a start (default: 40%% of the reference run's time)")
+    parser.add_argument("--high", type=float, default=None,
+                        help="latest kill, seconds after a start (default: 90%% of the reference run's time)")
     parser.add_argument("--turns", type=int, default=20, help="turns per dialogue (default 20)")
-    parser.add_argument("--concurrency", type=int, default=2, help="dialogues at once (default 2)")
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="dialogues at once (default 1: turns of several dialogues interleave in the shared "
+                        "recall index in thread order, which approximate search can see)")
     parser.add_argument("--dialogues", nargs="+", type=Path, default=[DIALOGUES], metavar="PATH",
                         help=f"dialogue files or directories (default {DIALOGUES})")
     parser.add_argument("--work-dir", type=Path, default=None, help="where both projects go (default: a temp dir, "
@@ -163,7 +167,7 @@ def _command(project: Path, args: argparse.Namespace) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.kills < 1 or not 0 < args.low <= args.high:
+    if args.kills < 1 or (args.low is not None and args.high is not None and not 0 < args.low <= args.high):
         print("bench.crash.regression: error: need --kills >= 1 and 0 < --low <= --high", file=sys.stderr)
         return 2
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="skald-crash-regression-"))
@@ -187,12 +191,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         reference_calls = llm.requests() - before
         print(f"reference: exit {reference_exit}, {reference_calls} LLM calls ({reference_s:.0f} s; log {work / 'reference.log'})")
 
+        # Start-up (Prefect's API, the JVM) takes a share of a run that depends on the machine's
+        # load: by default the kills fall in the later part of the reference's own time.
+        low = args.low if args.low is not None else round(0.4 * reference_s, 1)
+        high = max(low, args.high if args.high is not None else round(0.9 * reference_s, 1))
         before = llm.requests()
         series = run_with_kills(_command(crashed, args), cwd=REPO_ROOT, env=env, log=work / "crashed.log",
-                                seed=args.seed, kills=args.kills, low_s=args.low, high_s=args.high)
+                                seed=args.seed, kills=args.kills, low_s=low, high_s=high)
         crashed_calls = llm.requests() - before
         moments = ", ".join(f"{k.delay_s:.1f}s{'' if k.killed else ' (finished first)'}" for k in series.kills)
-        print(f"crashed: seed {args.seed}, kills landed {series.landed}/{args.kills} at {moments}; final exit "
+        print(f"crashed: seed {args.seed}, kill window {low:g}-{high:g} s, kills landed {series.landed}/{args.kills} at {moments}; final exit "
               f"{series.final_exit}, {crashed_calls} LLM calls (log {work / 'crashed.log'})")
     finally:
         llm.stop()
