@@ -49,7 +49,9 @@ STOP_GRACE_S = 10.0
 
 
 def default_parameters(project_dir: str, dialogues: list[str]) -> dict[str, Any]:
-    params = RegressionParams(project_dir=str(Path(project_dir).resolve()), dialogues=dialogues)
+    # Absolute: a worker runs the flow in a working directory of its own.
+    params = RegressionParams(project_dir=str(Path(project_dir).resolve()),
+                              dialogues=[str(Path(d).resolve()) for d in dialogues])
     return {"params": params.model_dump(mode="json")}
 
 
