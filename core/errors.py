@@ -38,6 +38,10 @@ class GraphUnavailableError(SkaldError):
     """The graph database cannot be reached."""
 
 
+class GraphOwnerGoneError(GraphUnavailableError):
+    """The process that served the embedded graph exited while this one was using it."""
+
+
 class GraphWriteError(SkaldError):
     """A graph transaction failed; nothing from it was kept."""
 

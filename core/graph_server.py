@@ -6,7 +6,9 @@ Its data lives under `<project-dir>/.saga/graph` and persists between runs.
 
 ArcadeDB locks its database directory, so a second process on the same project must not
 open it again: the owner writes `server.json` (pid, ports) and other processes connect
-to that running server over Bolt instead.
+to that running server over Bolt instead. When the owner exits, its clients lose the graph
+(`owner_gone` names that for them); `python -m kg serve` (`serve_embedded`) runs the graph
+as a process of its own that outlives its clients, for batches of many processes.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import EmbeddedServiceError
+from core.errors import ConfigError, EmbeddedServiceError
 from core.settings import Settings
 
 log = logging.getLogger("skald.graph")
@@ -61,6 +64,9 @@ class GraphEndpoint:
     password: str = field(repr=False)  # never in a log line or a traceback's repr
     database: str
     embedded: bool
+    #: The embedded graph's directory and the process its server runs in (None: not embedded).
+    root: Path | None = None
+    owner_pid: int | None = None
 
     @property
     def label(self) -> str:
@@ -147,7 +153,7 @@ class EmbeddedArcadeDB:
         tmp.replace(path)
         return password
 
-    def _discover(self) -> GraphEndpoint | None:
+    def _discover(self, *, announce: bool = True) -> GraphEndpoint | None:
         try:
             info = json.loads(self._discovery_file.read_text())
         except (OSError, ValueError):
@@ -155,14 +161,48 @@ class EmbeddedArcadeDB:
         pid, port = int(info.get("pid", -1)), int(info.get("bolt_port", -1))
         if pid == os.getpid() or not _pid_alive(pid) or not _port_open(port):
             return None
-        log.info("graph: using the embedded ArcadeDB already running in process %s (bolt port %s)", pid, port)
-        return GraphEndpoint(f"bolt://127.0.0.1:{port}", EMBEDDED_USER, self._credentials(), EMBEDDED_DATABASE, True)
+        if announce:
+            log.info("graph: using the embedded ArcadeDB already running in process %s (bolt port %s)", pid, port)
+        return GraphEndpoint(f"bolt://127.0.0.1:{port}", EMBEDDED_USER, self._credentials(), EMBEDDED_DATABASE, True,
+                             self.root, pid)
 
     def _discovered_alive(self) -> bool:
         return self._endpoint is not None and _port_open(int(self._endpoint.uri.rsplit(":", 1)[1]))
 
     # -- starting our own
-    def _start(self) -> GraphEndpoint:
+    def serve(self, bolt_port: int | None = None, http_port: int | None = None) -> GraphEndpoint:
+        """Start the server in this process for others to use; refused when a live process
+        already serves this graph (two servers cannot open one database directory)."""
+        with self._lock:
+            if self.owned and self._endpoint is not None:
+                return self._endpoint
+            self.root.mkdir(parents=True, exist_ok=True)
+            with (self.root / "server.lock").open("a+") as lock_file:
+                fcntl.flock(lock_file, fcntl.LOCK_EX)
+                try:
+                    found = self._discover(announce=False)
+                    if found is not None:
+                        raise EmbeddedServiceError(
+                            f"the graph under {self.root} is already served by process {found.owner_pid} at {found.uri}",
+                            hint="use that one (its clients find it by themselves), or stop it first",
+                        )
+                    self._endpoint = self._start(bolt_port, http_port)
+                finally:
+                    fcntl.flock(lock_file, fcntl.LOCK_UN)
+            return self._endpoint
+
+    def write_env_file(self, endpoint: GraphEndpoint) -> Path:
+        """`neo4j.env` (mode 0600): the NEO4J_* settings of this server, for clients that do not
+        share the project directory (`set -a; . neo4j.env; set +a`)."""
+        path = self.root / "neo4j.env"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"NEO4J_URI={endpoint.uri}\nNEO4J_USERNAME={endpoint.username}\n"
+                       f"NEO4J_PASSWORD={endpoint.password}\nNEO4J_DATABASE={endpoint.database}\n")
+        os.chmod(tmp, 0o600)
+        tmp.replace(path)
+        return path
+
+    def _start(self, bolt_port: int | None = None, http_port: int | None = None) -> GraphEndpoint:
         started = time.monotonic()
         password = self._credentials()
         log_dir = self.root / "log"
@@ -185,7 +225,7 @@ class EmbeddedArcadeDB:
                 start_jvm(heap_size=_JVM_HEAP, jvm_args=[f"-Xms{_initial_heap()}", f"-Djava.util.logging.config.file={props}"])
             except Exception as exc:  # already started in this process with another config
                 log.debug("JVM already running: %s", exc)
-            bolt_port, http_port = free_port(), free_port()
+            bolt_port, http_port = bolt_port or free_port(), http_port or free_port()
             server = ArcadeDBServer(
                 root_path=str(self.root / "data"),
                 root_password=password,
@@ -214,7 +254,8 @@ class EmbeddedArcadeDB:
             "graph: embedded ArcadeDB started in %.1fs (bolt://127.0.0.1:%s, studio http://127.0.0.1:%s, data %s)",
             time.monotonic() - started, bolt_port, http_port, self.root / "data",
         )
-        return GraphEndpoint(f"bolt://127.0.0.1:{bolt_port}", EMBEDDED_USER, password, EMBEDDED_DATABASE, True)
+        return GraphEndpoint(f"bolt://127.0.0.1:{bolt_port}", EMBEDDED_USER, password, EMBEDDED_DATABASE, True,
+                             self.root, os.getpid())
 
     def stop(self) -> None:
         with self._lock:
@@ -224,7 +265,9 @@ class EmbeddedArcadeDB:
             try:
                 info = json.loads(self._discovery_file.read_text())
                 if int(info.get("pid", -1)) == os.getpid():
+                    # First, so a client that sees the server go reads that its owner stopped it.
                     self._discovery_file.unlink(missing_ok=True)
+                    (self.root / "neo4j.env").unlink(missing_ok=True)
             except (OSError, ValueError):
                 pass
             try:
@@ -249,3 +292,59 @@ def graph_endpoint(settings: Settings) -> GraphEndpoint:
             settings.neo4j_uri, settings.neo4j_username, password, settings.neo4j_database or "neo4j", False
         )
     return EmbeddedArcadeDB.for_dir(settings.saga_dir / "graph").endpoint()
+
+
+def owner_gone(endpoint: GraphEndpoint) -> str | None:
+    """Why an embedded graph served by ANOTHER process is no longer there, or None.
+
+    The owner removes `server.json` before it stops its server, so a client whose connection
+    failed can tell "the process that served the graph exited" (the graph went with it; the
+    same run cannot go on against it) from a passing network error."""
+    if not endpoint.embedded or endpoint.root is None or endpoint.owner_pid in (None, os.getpid()):
+        return None
+    port = int(endpoint.uri.rsplit(":", 1)[1])
+    try:
+        info = json.loads((endpoint.root / "server.json").read_text())
+        same = int(info.get("pid", -1)) == endpoint.owner_pid and int(info.get("bolt_port", -1)) == port
+    except (OSError, ValueError):
+        same = False
+    if same and _pid_alive(endpoint.owner_pid or -1) and _port_open(port):
+        return None
+    project = endpoint.root.parent.parent  # <project>/.saga/graph
+    return (f"the embedded graph of {project} ran inside process {endpoint.owner_pid}, which exited mid-run "
+            f"and took the graph with it; run `python -m kg serve --project-dir {project}` so the graph "
+            "outlives the processes that use it, then run again")
+
+
+def serve_embedded(settings: Settings, *, bolt_port: int | None = None, http_port: int | None = None,
+                   ready: Callable[[GraphEndpoint, Path], None] | None = None,
+                   stop: threading.Event | None = None) -> None:
+    """Run the project's embedded graph in this process until SIGTERM, SIGINT or `stop`.
+
+    Other processes of the project find it through `server.json` like any embedded server;
+    `neo4j.env` beside it holds the NEO4J_* settings for the rest. Call from the main thread."""
+    if settings.neo4j_uri:
+        raise ConfigError(
+            f"NEO4J_URI is set ({settings.neo4j_uri}): that server is the graph, there is no embedded one to serve",
+            hint="unset NEO4J_URI to serve the project's embedded ArcadeDB",
+        )
+    stop = stop or threading.Event()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    db = EmbeddedArcadeDB.for_dir(settings.saga_dir / "graph")
+    try:
+        endpoint = db.serve(bolt_port, http_port)
+        # After the JVM started (it installs handlers of its own), and also when SIGINT came
+        # in ignored (a background job of a script): Ctrl-C and SIGTERM both stop the server
+        # cleanly, its files closed.
+        for sig in handlers:
+            signal.signal(sig, lambda signum, frame: stop.set())
+        env_file = db.write_env_file(endpoint)
+        if ready is not None:
+            ready(endpoint, env_file)
+        while not stop.wait(0.5):
+            pass
+        log.info("graph: stopping the embedded ArcadeDB of %s", settings.project_dir)
+    finally:
+        db.stop()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)

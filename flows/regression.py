@@ -25,6 +25,14 @@ Outputs: `<project>/.saga/regression/<run_id>/` (turns.parquet, recall.parquet,
 gates.parquet, report.md, summary.json, llm-calls-*.parquet), a Prefect table artifact and a
 Markdown artifact. Exit status 0 when every gate passes, 1 when one fails.
 
+A run is resumable: each dialogue's turns are journaled as they end
+(`journal/` beside turns.parquet), so the same command again with the run's `--run-id` (printed at the
+start) goes on where a killed run stopped, without sending a finished turn again. A graph
+failure (its serving process exited, say) is not counted as a rolled-back turn: the
+dialogue's task fails with it, and Prefect retries the task (`GRAPH_RETRIES`), which
+reconnects and resumes from the journal. A failed gate ends the flow run Failed (after the
+report is written).
+
 A big batch spreads over workers with `--shard I/N` (each replays every N-th dialogue;
 give them one `--run-id` and they write side by side under `<run_id>/shard-I-of-N/`), most
 simply as N flow runs of the deployment (`python -m deployments.regression submit --shards N`)
@@ -50,11 +58,13 @@ import polars as pl
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import State, TaskRun
+from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field, field_validator
 
 from core.cli import project_prefect_settings, run_main, setup_logging
-from core.errors import InvalidInputError
+from core.errors import GraphUnavailableError, InvalidInputError
 from core.settings import load_settings
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.ingest import ingest
@@ -91,6 +101,11 @@ from tasks.dialogue.report import (
 #: The recall gate of ingest mode: a regression guard below what the four shared dialogues
 #: measure (recall@10 0.790; 0.793 held out, bench/recall_protocol.py), not a target.
 INGEST_MIN_RECALL = 0.75
+
+#: Task retries after the graph failed under a dialogue (its serving process exited, say):
+#: the retry reconnects (to a new owner of an embedded graph) and resumes from the journal.
+GRAPH_RETRIES = 2
+GRAPH_RETRY_DELAY_S = 5
 
 MAX_CONCURRENCY = 64
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
@@ -154,9 +169,17 @@ class _DialogueOutcome(BaseModel):
     rows: list[TurnRow]
 
 
+def _graph_failed(task: Any, task_run: TaskRun, state: State) -> bool:
+    """Retry a dialogue's task only when the graph failed under it (not for a bug or bad input)."""
+    return isinstance(state.result(raise_on_failure=False), GraphUnavailableError)
+
+
 # Tasks get plain parameters; the service they share is looked up by run id (one per run).
 _services: dict[str, DialogueService] = {}
 _services_lock = threading.Lock()
+
+
+_stops: dict[str, threading.Event] = {}
 
 
 def _service(run_id: str) -> DialogueService:
@@ -164,18 +187,26 @@ def _service(run_id: str) -> DialogueService:
         return _services[run_id]
 
 
+def _stop_event(run_id: str) -> threading.Event:
+    with _services_lock:
+        return _stops.setdefault(run_id, threading.Event())
+
+
 @task(name="replay-dialogue", task_run_name="replay-{conversation_id}", cache_policy=NO_CACHE,
-      persist_result=False)
+      persist_result=False, retries=GRAPH_RETRIES, retry_delay_seconds=GRAPH_RETRY_DELAY_S,
+      retry_condition_fn=_graph_failed)
 def replay_dialogue_task(run_id: str, spec: DialogueSpec, conversation_id: str, window: int,
-                         turn_config: TurnConfig) -> _DialogueOutcome:
-    rows = replay(_service(run_id), spec, conversation_id, run_id, window=window, config=turn_config)
+                         turn_config: TurnConfig, journal: str | None = None) -> _DialogueOutcome:
+    rows = replay(_service(run_id), spec, conversation_id, run_id, window=window, config=turn_config,
+                  journal=Path(journal) if journal else None, stop=_stop_event(run_id))
     committed = sum(r.committed for r in rows)
     get_run_logger().info("%s: %d/%d turns committed", conversation_id, committed, len(rows))
     return _DialogueOutcome(rows=rows)
 
 
 @task(name="recall-probe", task_run_name="recall-{conversation_id}", cache_policy=NO_CACHE,
-      persist_result=False)
+      persist_result=False, retries=GRAPH_RETRIES, retry_delay_seconds=GRAPH_RETRY_DELAY_S,
+      retry_condition_fn=_graph_failed)
 def recall_probe_task(run_id: str, spec: DialogueSpec, conversation_id: str, k: int,
                       committed_refs: list[str]) -> list[RecallRow]:
     return recall_probe(_service(run_id), spec, conversation_id, run_id, k=k, committed_refs=set(committed_refs))
@@ -206,7 +237,9 @@ def plan_dialogues(params: RegressionParams) -> list[DialogueSpec]:
 
 
 @flow(name="long-dialogue-regression", log_prints=True)
-def regression_flow(params: RegressionParams) -> RegressionSummary:
+def regression_flow(params: RegressionParams) -> RegressionSummary | State:
+    """The summary when every gate passes; otherwise a Failed state carrying it (the run ends
+    Failed in Prefect, its report written all the same). `run_regression` unwraps both."""
     logger = get_run_logger()
     settings = load_settings(params.project_dir, params.config_file)
     run_id = params.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
@@ -225,35 +258,42 @@ def regression_flow(params: RegressionParams) -> RegressionSummary:
         conversations = {spec.dialogue_id: f"{prefix}{spec.dialogue_id}" for spec in specs}
         if params.mode == "ingest":
             return _ingest_mode(params, run_id, specs, conversations, out_dir, service, graph)
-        logger.info("run %s: %d dialogue(s) x %d turns, concurrency %d, graph %s",
-                    run_id, len(specs), turns_per_dialogue(params), params.concurrency, graph)
+        logger.info("run %s: %d dialogue(s) x %d turns, concurrency %d, graph %s (resume a killed run with "
+                    "--run-id %s)", run_id, len(specs), turns_per_dialogue(params), params.concurrency, graph, run_id)
         started = time.perf_counter()
         # A runner of our own, so `concurrency` holds in deployments too (not only via with_options).
         with ThreadPoolTaskRunner(max_workers=params.concurrency) as runner:
-            futures = [
-                runner.submit(replay_dialogue_task, {
-                    "run_id": run_id, "spec": spec, "conversation_id": conversations[spec.dialogue_id],
-                    "window": params.window, "turn_config": params.turn_config,
-                })
-                for spec in specs
-            ]
-            rows = [row for future in futures for row in future.result().rows]
-            replay_seconds = time.perf_counter() - started
-            # Every replayed turn is remembered (committed or blocked by the gate), so every
-            # question whose evidence was replayed is asked.
-            committed_refs = {
-                spec.dialogue_id: [r.dia_id for r in rows if r.dialogue_id == spec.dialogue_id and r.dia_id]
-                for spec in specs
-            }
-            probes = [
-                runner.submit(recall_probe_task, {
-                    "run_id": run_id, "spec": spec, "conversation_id": conversations[spec.dialogue_id],
-                    "k": params.gates.recall_k, "committed_refs": committed_refs[spec.dialogue_id],
-                })
-                for spec in specs
-                if spec.qa
-            ]
-            recall_rows = [row for future in probes for row in future.result()]
+            try:
+                futures = [
+                    runner.submit(replay_dialogue_task, {
+                        "run_id": run_id, "spec": spec, "conversation_id": conversations[spec.dialogue_id],
+                        "window": params.window, "turn_config": params.turn_config,
+                        "journal": str(out_dir / "journal" / f"{spec.dialogue_id}.jsonl"),
+                    })
+                    for spec in specs
+                ]
+                rows = [row for future in futures for row in future.result().rows]
+                replay_seconds = time.perf_counter() - started
+                # Every replayed turn is remembered (committed or blocked by the gate), so every
+                # question whose evidence was replayed is asked.
+                committed_refs = {
+                    spec.dialogue_id: [r.dia_id for r in rows if r.dialogue_id == spec.dialogue_id and r.dia_id]
+                    for spec in specs
+                }
+                probes = [
+                    runner.submit(recall_probe_task, {
+                        "run_id": run_id, "spec": spec, "conversation_id": conversations[spec.dialogue_id],
+                        "k": params.gates.recall_k, "committed_refs": committed_refs[spec.dialogue_id],
+                    })
+                    for spec in specs
+                    if spec.qa
+                ]
+                recall_rows = [row for future in probes for row in future.result()]
+            except BaseException:
+                # SIGTERM (Prefect's TerminationSignal) or Ctrl-C: the runner's exit waits for
+                # its threads, so the dialogues stop at their next turn instead of running on.
+                _stop_event(run_id).set()
+                raise
 
         turns = turns_frame(rows)
         recall = recall_frame(recall_rows)
@@ -293,10 +333,11 @@ def regression_flow(params: RegressionParams) -> RegressionSummary:
         create_markdown_artifact(markdown=report, key="long-dialogue-regression-report",
                                  description=f"Regression report {run_id}")
         logger.info("run %s %s: report %s", run_id, "passed" if summary.passed else "FAILED", out_dir / "report.md")
-        return summary
+        return summary if summary.passed else _failed(summary)
     finally:
         with _services_lock:
             _services.pop(run_id, None)
+            _stops.pop(run_id, None)
         service.close()
 
 
@@ -317,7 +358,7 @@ def whole_dialogue_probe_task(run_id: str, spec: DialogueSpec, conversation_id: 
 
 
 def _ingest_mode(params: RegressionParams, run_id: str, specs: list[DialogueSpec], conversations: dict[str, str],
-                 out_dir: Path, service: DialogueService, graph: str) -> RegressionSummary:
+                 out_dir: Path, service: DialogueService, graph: str) -> RegressionSummary | State:
     """Ingest whole dialogues, probe every QA item, gate on recall (see the module docstring)."""
     logger = get_run_logger()
     logger.info("run %s: ingest mode, %d dialogue(s), %s, graph %s", run_id, len(specs),
@@ -372,13 +413,27 @@ def _ingest_mode(params: RegressionParams, run_id: str, specs: list[DialogueSpec
     create_markdown_artifact(markdown=report, key="whole-dialogue-recall-report", description=f"Recall report {run_id}")
     logger.info("run %s %s: recall@10 (categories 1-4) %s, recall@5 %s; report %s", run_id,
                 "passed" if summary.passed else "FAILED", at_k["10"]["all"], at_k["5"]["all"], out_dir / "report.md")
-    return summary
+    return summary if summary.passed else _failed(summary)
+
+
+def _failed(summary: RegressionSummary) -> State:
+    """The flow run's final state when a gate failed: Failed, with the summary as its data.
+    Returned rather than raised: an exception would be retried and the batch run again."""
+    return Failed(message=f"gate(s) failed: {'; '.join(summary.failed_gates)}; report {summary.out_dir}/report.md",
+                  data=summary)
 
 
 def run_regression(params: RegressionParams) -> RegressionSummary:
-    """Run the flow with the project's Prefect result storage."""
+    """Run the flow with the project's Prefect result storage; the summary whether or not a
+    gate failed (`passed` says which). Any other failure raises."""
     with project_prefect_settings(Path(params.project_dir)):
-        return regression_flow(params)
+        state = regression_flow(params, return_state=True)
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, RegressionSummary):
+        return result
+    if isinstance(result, BaseException):
+        raise result
+    raise RuntimeError(f"regression flow ended {state.type.value} without a summary: {state.message}")
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -4,6 +4,10 @@ Every command reads the same settings as the flows (`--project-dir`, `--config`,
 `.env`, `skald.toml`): NEO4J_URI selects a Neo4j server, otherwise the project's embedded
 ArcadeDB is used (started on demand, or the one another process already runs).
 
+`serve` runs that embedded ArcadeDB in the foreground as a process of its own, so that it
+outlives the processes that use it (the workers and flow runs of a regression batch): an
+embedded graph otherwise lives inside the first process that opened it and goes with it.
+
 Kept by hand on purpose: the command line is argparse (the standard library's parser, which
 every Skald CLI uses, with core.cli's one-line errors), and `stats` prints its two aligned
 columns with format specs: a table library would change the output the README shows.
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -20,6 +26,7 @@ from pathlib import Path
 
 from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
+from core.graph_server import GraphEndpoint, serve_embedded
 from core.settings import Settings, load_settings
 from kg.codex import CODEX_FILE, build_dialogue_codex, build_novel_codex, write_codex
 from kg.facts import entity_facts, format_facts
@@ -85,6 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="file to write (default: <project-dir>/exports/codex.html, or "
                      "exports/codex-<conversation>.html)")
 
+    sub = commands.add_parser(
+        "serve", help="run the project's embedded graph in the foreground, for many processes, until Ctrl-C/SIGTERM",
+        description="Run the project's embedded ArcadeDB (Bolt) as a process of its own until Ctrl-C or SIGTERM, "
+        "so that it outlives the processes using it. Processes given the same --project-dir find it by "
+        "themselves (.saga/graph/server.json); others take the NEO4J_* settings from .saga/graph/neo4j.env.",
+    )
+    _common(sub, top=False)
+    sub.add_argument("--bolt-port", type=int, default=None, help="Bolt port on 127.0.0.1 (default: a free one)")
+    sub.add_argument("--http-port", type=int, default=None, help="ArcadeDB Studio/HTTP port (default: a free one)")
+
     sub = commands.add_parser("rollback", help="restore the exact graph state from before a chapter's commit")
     _common(sub, top=False)
     sub.add_argument("--chapter", type=int, required=True,
@@ -149,6 +166,30 @@ def _codex(store: GraphStore, settings: Settings, args: argparse.Namespace) -> N
           f"written to {out} ({size / 1024:.0f} KiB)")
 
 
+def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    for name in ("bolt_port", "http_port"):
+        port = getattr(args, name)
+        if port is not None and not 0 < port < 65536:
+            raise InvalidInputError(f"--{name.replace('_', '-')} must be a port number 1-65535 (got {port})")
+
+    def ready(endpoint: GraphEndpoint, env_file: Path) -> None:
+        # The schema is migrated once here, not raced by the first clients.
+        with GraphStore(endpoint) as store:
+            store.migrate()
+        print(f"graph: serving {endpoint.label} for {settings.project_dir} (stop with Ctrl-C or SIGTERM)")
+        print(f"clients with --project-dir {settings.project_dir} find it by themselves; any other: "
+              f"set -a; . {env_file}; set +a")
+        print(f"NEO4J_URI={endpoint.uri} NEO4J_USERNAME={endpoint.username} NEO4J_DATABASE={endpoint.database} "
+              f"(NEO4J_PASSWORD in {env_file})", flush=True)
+
+    serve_embedded(settings, bolt_port=args.bolt_port, http_port=args.http_port, ready=ready)
+    print("graph: stopped", flush=True)
+    # The database is closed. The JVM's own exit would wait for the Bolt threads of clients
+    # still connected (workers between runs), so the process leaves now.
+    logging.shutdown()
+    os._exit(0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
@@ -157,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "codex":
         _check_codex_args(args)
     settings = load_settings(args.project_dir, args.config)
+    if args.command == "serve":
+        return _serve(settings, args)
     store = GraphStore.open(settings, migrate=args.command != "migrate")
     try:
         if args.command == "migrate":

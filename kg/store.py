@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import logging
 import random
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,8 +25,8 @@ import tenacity
 from neo4j import GraphDatabase, ManagedTransaction
 from neo4j import exceptions as nx
 
-from core.errors import GraphUnavailableError, GraphWriteError, SkaldError
-from core.graph_server import GraphEndpoint, graph_endpoint
+from core.errors import GraphOwnerGoneError, GraphUnavailableError, GraphWriteError, SkaldError
+from core.graph_server import EmbeddedArcadeDB, GraphEndpoint, graph_endpoint, owner_gone
 from core.settings import Settings
 from kg import cypher, mirror, schema, transfer
 from kg import vocabulary as vocab
@@ -80,6 +81,10 @@ class GraphStore:
         self.max_transaction_retry_time = max_transaction_retry_time
         self._driver: neo4j.Driver | None = None
         self._server: ServerInfo | None = None
+        self._connecting = threading.Lock()
+        #: The embedded graph's serving process went away: find (or become) its new owner
+        #: on the next connect instead of knocking at the old port.
+        self._owner_gone = False
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -98,8 +103,15 @@ class GraphStore:
 
     def connect(self) -> GraphStore:
         """Open the driver and check the server answers; bounded retries with backoff."""
+        with self._connecting:
+            return self._connect()
+
+    def _connect(self) -> GraphStore:
         if self._driver is not None:
             return self
+        if self._owner_gone and self.endpoint.root is not None:
+            self.endpoint = EmbeddedArcadeDB.for_dir(self.endpoint.root).endpoint()
+            self._owner_gone = False
         ep = self.endpoint
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.connect_attempts),
@@ -165,6 +177,15 @@ class GraphStore:
                 raise
         raise AssertionError("unreachable")
 
+    def _forget_lost_owner(self) -> None:
+        """Drop the connection to a server whose process exited; the next use reconnects."""
+        with self._connecting:
+            driver, self._driver, self._server = self._driver, None, None
+            self._owner_gone = True
+        if driver is not None:
+            with contextlib.suppress(Exception):  # its connections are dead already
+                driver.close()
+
     def close(self) -> None:
         if self._driver is not None:
             self._driver.close()
@@ -213,13 +234,20 @@ class GraphStore:
                 yield session
         except SkaldError:
             raise
-        except (nx.ServiceUnavailable, nx.SessionExpired) as exc:
-            lost = "; the transaction was not committed" if kind == "write" else ""
-            raise GraphUnavailableError(
-                f"graph at {self.endpoint.uri} became unreachable{lost} ({_one_line(exc)})",
-                hint="check the graph server and retry",
-            ) from exc
         except (nx.Neo4jError, nx.DriverError) as exc:
+            # An embedded graph served by another process that exited: whatever the driver
+            # says (connection refused, "BEGIN not expected in state: AUTHENTICATION" from a
+            # server half way through stopping), one line naming it and what to do instead.
+            gone = owner_gone(self.endpoint)
+            if gone is not None:
+                self._forget_lost_owner()
+                raise GraphOwnerGoneError(gone) from exc
+            if isinstance(exc, nx.ServiceUnavailable | nx.SessionExpired):
+                lost = "; the transaction was not committed" if kind == "write" else ""
+                raise GraphUnavailableError(
+                    f"graph at {self.endpoint.uri} became unreachable{lost} ({_one_line(exc)})",
+                    hint="check the graph server and retry",
+                ) from exc
             if kind == "write":
                 raise GraphWriteError(f"graph write failed and was rolled back: {_one_line(exc)}") from exc
             raise GraphQueryError(f"graph read failed: {_one_line(exc)}") from exc

@@ -18,7 +18,14 @@ from core.cli import run_main
 from core.graph_server import graph_endpoint
 from core.settings import Settings
 from deployments.regression import shard_parameters
-from flows.regression import RegressionParams, main, plan_dialogues, regression_flow
+from flows.regression import (
+    RegressionParams,
+    RegressionSummary,
+    main,
+    plan_dialogues,
+    regression_flow,
+)
+from tasks.dialogue.models import TurnConfig
 from tasks.dialogue.report import GateConfig, evaluate_gates
 from tests.conftest import REPO_ROOT
 from tests.scripted_llm import ScriptedLLM
@@ -115,6 +122,35 @@ def test_a_planted_gate_failure_exits_non_zero_and_names_the_gate(
         run_main(main, "regression", [*args[:-3], "--run-id", "gate-blocks-all"])
     assert exited.value.code == 1
     assert "commit_ratio=0.0" in capsys.readouterr().err
+
+
+def test_a_failed_gate_ends_the_flow_run_failed_with_its_report_written(
+    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    DialogueScript(SPEAKERS, mutations="none").install(scripted)
+    for name, value in {**_graph_env(graph_settings), "OPENAI_BASE_URL": scripted.base_url,
+                        "SKALD_EMBEDDING_BASE_URL": scripted.base_url}.items():
+        monkeypatch.setenv(name, value)
+    params = RegressionParams(project_dir=str(tmp_path), dialogues=[FILES[0]], turns=3, run_id="failed-state",
+                              turn_config=TurnConfig(require_actions=False))
+    state = regression_flow(params, return_state=True)
+    assert state.is_failed() and "relation_mutations" in (state.message or "")
+    summary = state.result(raise_on_failure=False)
+    assert isinstance(summary, RegressionSummary) and not summary.passed
+    assert "FAILED" in (tmp_path / ".saga" / "regression" / "failed-state" / "report.md").read_text()
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        recorded = client.read_flow_run(state.state_details.flow_run_id)  # type: ignore[arg-type]
+    assert recorded.state is not None and recorded.state.type.value == "FAILED"
+    assert recorded.run_count == 1  # a failed gate is not retried
+
+    # The look-alike: the same batch with the gate off passes and ends Completed.
+    passing = regression_flow(params.model_copy(update={
+        "run_id": "completed-state", "gates": GateConfig(require_relation_mutations=False)}), return_state=True)
+    assert passing.is_completed() and passing.result().passed
 
 
 def test_gates_count_rollbacks_timeouts_and_recall() -> None:

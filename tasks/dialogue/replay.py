@@ -5,12 +5,22 @@ conversation_id, turn_id, session, session_time, dia_id, speaker, text[, image_c
 A sibling `<id>.qa.jsonl` (question, answer, evidence dia_ids, category) enables the recall
 probe: after the replay, each question whose evidence lies within the replayed turns is
 asked of the retriever, and recall@k is the share of its evidence turns in the top k.
+
+A replay keeps a journal (one TurnRow a line, appended as each turn ends), so a batch killed
+part way and started again with the same run id goes on from where it stopped: journaled
+turns are not sent again, and a turn whose commit landed just before the kill (its journal
+line did not) comes back as the sidecar's idempotent replay and is recorded as its original
+commit. A turn the graph itself failed (unreachable, its serving process gone) is not a
+result of the pipeline under test: it stops the replay with that error (the flow's retry, or
+a re-run, resumes) instead of being counted as a rollback.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,8 +28,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.errors import InvalidInputError
-from tasks.dialogue.models import ChatMessage, TurnCommitRequest, TurnConfig, TurnResult
+from core.errors import GraphUnavailableError, InvalidInputError
+from kg.dialogue import DialogueRepository
+from tasks.dialogue.models import (
+    ChatMessage,
+    TurnCommitRequest,
+    TurnConfig,
+    TurnResult,
+    TurnState,
+    TurnTrace,
+)
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.retriever import RecalledTurn
 
@@ -245,16 +263,70 @@ def turn_row(run_id: str, spec: DialogueSpec, row: DialogueTurnRow, result: Turn
     )
 
 
+def _read_journal(path: Path) -> dict[int, TurnRow]:
+    """Turns journaled by an earlier start of the run, by turn id (a line torn by a kill is skipped)."""
+    done: dict[int, TurnRow] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = TurnRow.model_validate_json(line)
+        except ValidationError:
+            continue
+        done[row.turn_id] = row
+    return done
+
+
+def _original_commit(service: DialogueService, request: TurnCommitRequest, replayed: TurnResult) -> TurnResult:
+    """The result of the commit an earlier start of the run made (its own trace, not the replay's)."""
+    stored = DialogueRepository(service.store).get_turn(request.key)
+    if stored is None:
+        return replayed
+    original = TurnResult.model_validate_json(stored.result_json)
+    trace = TurnTrace.model_validate_json(stored.trace_json) if stored.trace_json else original.trace
+    return original.model_copy(update={"trace": trace, "idempotent_hit": False})
+
+
+class ReplayStopped(Exception):
+    """The run is shutting down (SIGTERM, Ctrl-C): the replay stopped before its next turn."""
+
+
 def replay(service: DialogueService, spec: DialogueSpec, conversation_id: str, run_id: str,
-           *, window: int = 6, config: TurnConfig | None = None) -> list[TurnRow]:
-    """Commit the dialogue's turns in order; a rolled-back turn is recorded and the replay goes on."""
+           *, window: int = 6, config: TurnConfig | None = None, journal: Path | None = None,
+           stop: threading.Event | None = None) -> list[TurnRow]:
+    """Commit the dialogue's turns in order; a rolled-back turn is recorded and the replay goes on.
+
+    With `journal` (a file per dialogue of the run), turns an earlier start of the same run
+    journaled are taken from it, and every turn replayed now is appended to it. `stop` set:
+    the replay ends before its next turn (ReplayStopped); journaled turns stay for a resume."""
+    resumed = journal is not None and journal.exists()
+    done = _read_journal(journal) if journal is not None and resumed else {}
+    if journal is not None:
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        journal.touch()  # before the first commit: a later start knows this dialogue was begun
     rows: list[TurnRow] = []
     for row, request in zip(spec.turns, turn_requests(spec, conversation_id, window=window, config=config),
                             strict=True):
+        if row.turn_id in done:
+            rows.append(done[row.turn_id])
+            continue
+        if stop is not None and stop.is_set():
+            raise ReplayStopped(f"dialogue {spec.dialogue_id} stopped before turn {row.turn_id}: the run is stopping")
         started_at = datetime.now(UTC)
         t0 = time.perf_counter()
         result = service.commit(request)
-        rows.append(turn_row(run_id, spec, row, result, started_at, (time.perf_counter() - t0) * 1000.0))
+        wall_ms = (time.perf_counter() - t0) * 1000.0
+        if result.state == TurnState.ROLLED_BACK and result.error_kind == "graph":
+            raise GraphUnavailableError(
+                f"dialogue {spec.dialogue_id} turn {row.turn_id}: the graph failed, not the turn: {result.reason}")
+        if resumed and result.idempotent_hit:
+            # Committed by the earlier start of this run, killed before its journal line.
+            result = _original_commit(service, request, result)
+        turn = turn_row(run_id, spec, row, result, started_at, wall_ms)
+        if journal is not None:
+            with journal.open("a", encoding="utf-8") as handle:
+                handle.write(turn.model_dump_json() + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        rows.append(turn)
     return rows
 
 

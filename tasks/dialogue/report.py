@@ -79,10 +79,16 @@ def evaluate_gates(turns: pl.DataFrame, recall: pl.DataFrame, config: GateConfig
     return results
 
 
+#: turns.parquet columns that may be null in every row of a run: typed all the same, so the
+#: shards of a batch read together (`pl.read_parquet("<run_id>/shard-*/turns.parquet")`).
+NULLABLE_TURN_COLUMNS = {"dia_id": pl.String, "session": pl.Int64, "code": pl.String, "error_kind": pl.String,
+                         "reason": pl.String}
+
+
 def turns_frame(rows: Sequence[TurnRow]) -> pl.DataFrame:
-    return pl.DataFrame([r.model_dump() for r in rows]) if rows else pl.DataFrame(
-        schema={"dialogue_id": pl.String, "committed": pl.Boolean}
-    )
+    if not rows:
+        return pl.DataFrame(schema={"dialogue_id": pl.String, "committed": pl.Boolean})
+    return pl.DataFrame([r.model_dump() for r in rows], schema_overrides=NULLABLE_TURN_COLUMNS)
 
 
 def recall_frame(rows: Sequence[RecallRow]) -> pl.DataFrame:
