@@ -23,29 +23,22 @@ the same checkout), and every worker must reach the same graph: `python -m kg se
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import subprocess
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core.children import popen_dying_with_parent
 from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
+from deployments.worker import add_worker_arguments, run_worker
 from flows.regression import RegressionParams, regression_flow
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FLOW_NAME = "long-dialogue-regression"
 DEFAULT_DEPLOYMENT = "batch"
 DEFAULT_DIALOGUES = str((REPO_ROOT.parent / "shared" / "data" / "dialogues").resolve())
-#: Seconds a stopping worker gives its flow runs to end after SIGTERM before SIGKILL.
-STOP_GRACE_S = 10.0
 
 
 def default_parameters(project_dir: str, dialogues: list[str]) -> dict[str, Any]:
@@ -75,13 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="default dialogue files/directories of the runs")
     deploy = sub.add_parser("deploy", parents=[common], help="register the deployment on a work pool")
     deploy.add_argument("--work-pool", required=True, help="a process work pool (prefect work-pool create ...)")
-    worker = sub.add_parser("worker", help="a process worker of the pool that runs one shard at a time, "
-                            "stopping with its flow runs on SIGTERM/Ctrl-C")
-    worker.add_argument("--pool", required=True, help="the work pool the deployment is on")
-    worker.add_argument("--limit", type=int, default=1, help="flow runs at once (default 1: one shard per worker)")
-    worker.add_argument("--worker-name", default=None, help="worker name shown in Prefect (default: Prefect's)")
-    worker.add_argument("--grace", type=float, default=STOP_GRACE_S,
-                        help=f"seconds the flow runs get to stop after SIGTERM before SIGKILL (default {STOP_GRACE_S:g})")
+    add_worker_arguments(sub.add_parser(
+        "worker", help="a process worker of the pool (python -m deployments.worker): one shard at a time, "
+        "stopping with its flow runs on SIGTERM/Ctrl-C"))
     sub.add_parser("serve", parents=[common], help="register and run flow runs in this process")
     submit = sub.add_parser("submit", parents=[name], help="start one batch as N shard flow runs")
     submit.add_argument("--project-dir", default=None, help="project of the runs (default: the deployment's)")
@@ -117,128 +106,6 @@ def submit_parameters(stored: RegressionParams, args: argparse.Namespace) -> Reg
     if args.dialogues is not None:
         update["dialogues"] = [str(Path(d).resolve()) for d in args.dialogues]
     return stored.model_copy(update=update)
-
-
-def _reset_signals_in_child() -> None:
-    # A background job of a non-interactive shell starts with SIGINT ignored, and an ignored
-    # signal stays ignored across exec: Prefect's worker answers SIGTERM by sending itself
-    # SIGINT, which it would then never see.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def run_worker(pool: str, limit: int, worker_name: str | None, grace: float) -> int:
-    """`prefect worker start --pool POOL --limit LIMIT` as a child; SIGTERM/SIGINT here sends
-    SIGTERM to it and to every process below it (the flow runs it started sit in sessions of
-    their own, out of reach of a process-group signal), then SIGKILL to what is left after
-    `grace` seconds. An interrupted flow run ends Crashed; its batch resumes with `--run-id`."""
-    if limit < 1:
-        raise InvalidInputError("--limit must be >= 1")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: stop.set())
-    cmd = [str(Path(sys.executable).with_name("prefect")), "worker", "start", "--pool", pool, "--type", "process",
-           "--limit", str(limit)]
-    if worker_name:
-        cmd += ["--name", worker_name]
-    child = popen_dying_with_parent(cmd, preexec_fn=_reset_signals_in_child)
-    print(f"worker: pool {pool}, {limit} flow run(s) at a time, pid {child.pid} (stop with Ctrl-C or SIGTERM)",
-          flush=True)
-    while child.poll() is None and not stop.wait(0.2):
-        pass
-    if child.poll() is not None:
-        return child.returncode
-    # The flow runs first, while their worker still streams their last words: SIGTERM makes
-    # Prefect's engine end a run Crashed; then the worker.
-    runs = _descendants(child.pid)
-    print(f"worker: stopping {len(runs)} process(es) of flow runs, then the worker (SIGTERM)", flush=True)
-    started = time.monotonic()
-    _signal_all(runs, signal.SIGTERM)
-    _wait_gone(runs, grace)
-    print(f"worker: flow run processes gone after {time.monotonic() - started:.1f}s; stopping the worker", flush=True)
-    _signal_all([child.pid], signal.SIGTERM)
-    try:
-        child.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    print(f"worker: stopped after {time.monotonic() - started:.1f}s", flush=True)
-    left = _alive(runs) + _alive(_descendants(child.pid)) + ([child.pid] if child.poll() is None else [])
-    if left:
-        print(f"worker: {len(left)} process(es) still running after {grace:g}s: SIGKILL", flush=True)
-        _signal_all(left, signal.SIGKILL)
-    child.wait()
-    _mark_crashed([str(pid) for pid in runs])
-    return 0
-
-
-def _wait_gone(pids: list[int], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while _alive(pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
-def _mark_crashed(infrastructure_pids: list[str]) -> None:
-    """A flow run of a process stopped here that did not get to report its end (SIGKILLed, or
-    its engine left that to the worker) would stay Running for ever: end it Crashed."""
-    if not infrastructure_pids:
-        return
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        FlowRunFilter,
-        FlowRunFilterState,
-        FlowRunFilterStateType,
-    )
-    from prefect.client.schemas.objects import StateType
-    from prefect.states import Crashed
-
-    with get_client(sync_client=True) as client:
-        unfinished = client.read_flow_runs(flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
-            type=FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING]))))
-        for run in unfinished:
-            if run.infrastructure_pid in infrastructure_pids:
-                client.set_flow_run_state(run.id, Crashed(
-                    message="its worker was stopped (SIGTERM); submit the batch again with its --run-id to resume"),
-                    force=True)
-                print(f"worker: flow run {run.id} ({run.name}) marked Crashed", flush=True)
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below `pid` (from /proc), whatever session it put itself in."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, stack = [], list(children.get(pid, []))
-    while stack:
-        child = stack.pop()
-        found.append(child)
-        stack.extend(children.get(child, []))
-    return found
-
-
-def _alive(pids: list[int]) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z":
-            alive.append(pid)
-    return alive
-
-
-def _signal_all(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:

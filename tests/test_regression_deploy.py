@@ -1,5 +1,5 @@
 """The regression batch as the README runs it: a real `prefect server start` on a free loopback
-port, a `process` work pool, two `python -m deployments.regression worker`s (one flow run at
+port, a `process` work pool, two `python -m deployments.worker`s (one flow run at
 a time each), one graph served by `python -m kg serve`, and a batch of two UNEVEN shards
 submitted from another directory (the short shard ends first: before `kg serve`, the shard
 that hosted the embedded graph took it away from the other when it ended).
@@ -185,7 +185,7 @@ def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(tmp_path: Path,
             "--project-dir", str(project), "--dialogues", str(short), str(long))
         workers = {}
         for name in ("worker-a", "worker-b"):
-            worker = Proc([sys.executable, "-m", "deployments.regression", "worker", "--pool", POOL,
+            worker = Proc([sys.executable, "-m", "deployments.worker", "--pool", POOL,
                            "--worker-name", name], logs / f"{name}.log", env)
             procs.append(worker)
             workers[name] = worker
