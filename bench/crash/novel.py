@@ -21,7 +21,7 @@ own process group (bench/crash/harness.py), with its own embedded graph under th
    request count before and after).
 
 Compared: chapters/*.md, the story bible (characters/, outline/, world/), exports/ (the
-manuscript and the codex), .saga/quality/*.json, the steering state (.saga/steering.json,
+manuscript and the codex), .saga/quality/*.json, the QA reports and state (.saga/qa/), the steering state (.saga/steering.json,
 .saga/bible/), every artifact of the content store (.saga/content: plans, contexts, drafts,
 extractions, deltas) and a `python -m kg export` of the graph.
 Exits 1 when anything differs or a run fails.
@@ -54,6 +54,7 @@ from bench.crash.harness import (
 REPO = Path(__file__).resolve().parents[2]
 #: What a finished run leaves that must not depend on how it got there.
 COMPARED = ("chapters/*.md", "characters/**/*", "outline/**/*", "world/**/*", "exports/*", ".saga/quality/*.json",
+            ".saga/qa/*.parquet", ".saga/qa/state.json",
             ".saga/steering.json", ".saga/bible/*.json", ".saga/content/**/*")
 GRAPH_EXPORT = "kg export"
 
