@@ -10,6 +10,15 @@ Three ways to run them:
 work pool and workers use deployments/prefect.yaml (see deployments/README.md). The
 novel flow calls `heal_flow(project_dir)` and `qa_flow(project_dir)` every
 `limits.qa_every` chapters, best effort.
+
+Both stamp what they write with story time, never the wall clock (issue 33): merges,
+enrichments and MergeAudit nodes carry "after chapter N, change-set S" and content-derived
+ids, the QA report is `.saga/qa/qa-chNNNN-csNNNNNN.parquet` (the chapter and change-set it
+checked through) with that stamp in its `story_at` column. So a novel run writes the same
+graph export, codex and quality files whenever it ran and however often it was interrupted.
+The wall-clock time of a run, which tells an operator when a scheduled deployment ran, goes
+only to the log, the Prefect run and artifacts, and the healing run log
+`.saga/healing/heal-<UTC time>.json`; none of these is compared.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from tasks.healing import (
     merge_duplicates,
     now_iso,
     publish_heal_artifacts,
+    story_moment,
     write_heal_history,
 )
 from tasks.qa import (
@@ -85,13 +95,15 @@ def heal_flow(
     """Merge duplicates -> enrich busy entities -> graduate confident provisional ones."""
     started, run_at = time.monotonic(), now_iso()
     with _project_runtime(project_dir) as rt:
+        moment = story_moment()
         detection = find_duplicates(use_embeddings)
-        report = HealReport(project_dir=str(rt.settings.project_dir), started_at=run_at, dry_run=dry_run,
-                            detection=detection.stats, planned=detection.plans, vetoed=detection.vetoed)
+        report = HealReport(project_dir=str(rt.settings.project_dir), started_at=run_at, story_at=moment.stamp,
+                            dry_run=dry_run, detection=detection.stats, planned=detection.plans,
+                            vetoed=detection.vetoed)
         if not dry_run:
-            report.merges = merge_duplicates(detection.plans, detection.latest_chapter or 0)
+            report.merges = merge_duplicates(detection.plans, moment)
             if enrich:
-                report.enriched, report.enrichment_failures = enrich_entities(max_enrichments)
+                report.enriched, report.enrichment_failures = enrich_entities(moment, max_enrichments)
         report.graduated = graduate_provisional(dry_run)
         report.seconds = round(time.monotonic() - started, 2)
         path = write_heal_history(report, rt.settings.saga_dir)
@@ -109,9 +121,10 @@ def qa_flow(project_dir: str, incremental: bool = False) -> QAReport:
     with _project_runtime(project_dir) as rt:
         scope = qa_scope(incremental)
         findings = run_qa_checks(scope.chapters)
-        path = write_qa_report(findings, run_at, rt.settings.saga_dir)
+        path = write_qa_report(findings, scope.state, rt.settings.saga_dir)
         save_qa_state(rt.settings.saga_dir, scope.state)
-        report = QAReport(project_dir=str(rt.settings.project_dir), run_at=run_at, findings=findings,
+        report = QAReport(project_dir=str(rt.settings.project_dir), run_at=run_at, story_at=scope.state.stamp,
+                          findings=findings,
                           report_path=str(path), seconds=round(time.monotonic() - started, 2),
                           scope=scope.describe())
         publish_qa_artifacts(report)

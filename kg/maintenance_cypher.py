@@ -60,7 +60,8 @@ RELS_OF = (
     "o.id AS other, labels(o) AS other_labels"
 )
 CREATE_MERGE_AUDIT = f"CREATE (a:{MERGE_AUDIT}) SET a = $props"
-MERGE_AUDITS = f"MATCH (a:{MERGE_AUDIT}) RETURN properties(a) AS props ORDER BY a.created_at, a.id"
+#: In story order (the chapter a merge ran after), then by the content-derived id: no clock.
+MERGE_AUDITS = f"MATCH (a:{MERGE_AUDIT}) RETURN properties(a) AS props ORDER BY a.chapter, a.id"
 
 # --- Healing: graduation and enrichment inputs ----------------------------------------------
 

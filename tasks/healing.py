@@ -7,6 +7,13 @@ cached on disk under `<project>/.saga/healing/` so a nightly run embeds only new
 Healing is best effort (spec 001 section 15.6): when embeddings or the LLM are
 unavailable it logs a warning and heals with what it has.
 
+What healing writes to the graph is stamped with story time, never the wall clock (issue 33:
+the same inputs and LLM answers give the same graph export, codex and bible whenever and
+however often the run was interrupted): `StoryMoment` is the chapter healing runs after and
+the change-set its writes amend. The wall-clock time of a run (when did the nightly
+deployment heal) is kept where it is useful and compared with nothing: the log, the Prefect
+artifacts and the run's history file `.saga/healing/heal-<UTC time>.json`.
+
 The summary's vetoed look-alikes table is f-string Markdown on purpose: the merges
 themselves go through Prefect's table artifact, and a table library (tabulate) would pad
 the columns and so change the Markdown artifact operators already read.
@@ -53,7 +60,30 @@ ENRICHMENT_TIER = "medium"
 
 
 def now_iso() -> str:
+    """The wall clock, for run logs and Prefect artifacts only: never written to the graph."""
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class StoryMoment(BaseModel):
+    """Where in the story a maintenance run happens: after `chapter`, amending change-set
+    `change_set` (kg.commit.history), the stamp its graph writes carry instead of a time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chapter: int = 0
+    change_set: int = 0
+
+    @property
+    def stamp(self) -> str:
+        return f"after chapter {self.chapter}, change-set {self.change_set}"
+
+
+@graph_task("story_moment")
+def story_moment() -> StoryMoment:
+    """The graph's newest chapter and change-set now (healing amends, never adds, change-sets,
+    so a healing run resumed after a crash reads the same moment)."""
+    graph = runtime().graph
+    return StoryMoment(chapter=graph.latest_chapter(), change_set=graph.history_head()[0])
 
 
 class EmbeddingCache:
@@ -112,12 +142,15 @@ def _embedder(rt: Runtime) -> Embedder:
 
 
 class HealReport(BaseModel):
-    """What one healing run did (also written to `.saga/healing/heal-<time>.json`)."""
+    """What one healing run did (also written to `.saga/healing/heal-<time>.json`, a run log:
+    its wall-clock `started_at` and `seconds` say when a scheduled run happened and are part
+    of nothing compared; `story_at` is the story stamp its graph writes carry)."""
 
     model_config = ConfigDict(extra="forbid")
 
     project_dir: str
     started_at: str
+    story_at: str = ""
     seconds: float = 0.0
     dry_run: bool = False
     detection: DetectionStats
@@ -165,13 +198,13 @@ def find_duplicates(use_embeddings: bool = True) -> DetectionResult:
 
 
 @graph_task("merge_duplicates")
-def merge_duplicates(plans: list[MergePlan], chapter: int = 0) -> list[MergeResult]:
+def merge_duplicates(plans: list[MergePlan], moment: StoryMoment) -> list[MergeResult]:
     """One write transaction per plan, so one failed merge leaves the others done.
-    `chapter` (the latest committed) tags the revision and the `merge` sources."""
+    `moment` (the latest committed chapter) tags the revision, the `merge` sources and the audit."""
     rt, log = runtime(), get_run_logger()
     results = []
     for plan in plans:
-        result = rt.graph.execute_write(merge_tx, plan, now_iso(), chapter)
+        result = rt.graph.execute_write(merge_tx, plan, moment.stamp, moment.chapter)
         if result.skipped:
             log.warning("healing: merge into %s skipped: %s", plan.survivor_id, result.skipped)
         else:
@@ -209,7 +242,7 @@ def enrichment_summary(target: EnrichmentTarget, llm: str) -> EntityEnrichment:
 
 
 @graph_task("enrich_entities")
-def enrich_entities(max_entities: int = 20) -> tuple[list[EnrichmentResult], list[str]]:
+def enrich_entities(moment: StoryMoment, max_entities: int = 20) -> tuple[list[EnrichmentResult], list[str]]:
     """LLM summaries for entities whose relationship count crossed the threshold.
 
     Returns (enriched, failures). An unreachable LLM stops the stage (the rest would fail
@@ -234,7 +267,7 @@ def enrich_entities(max_entities: int = 20) -> tuple[list[EnrichmentResult], lis
             break
         result = EnrichmentResult(id=target.id, name=target.name, relationship_count=target.relationship_count,
                                   summary=answer.summary, facets=list(answer.facets), confidence=answer.confidence)
-        if rt.graph.execute_write(enrich_tx, result, now_iso(), snap.latest_chapter or 0):
+        if rt.graph.execute_write(enrich_tx, result, moment.stamp, moment.chapter):
             enriched.append(result)
     if targets:
         log.info("healing: enriched %d of %d entities over the relationship threshold", len(enriched), len(targets))
@@ -282,7 +315,7 @@ def publish_heal_artifacts(report: HealReport) -> None:
     counts = report.counts()
     lines = [
         f"# Graph healing{' (dry run)' if report.dry_run else ''}", "",
-        f"- project: `{report.project_dir}`", f"- started: {report.started_at}, took {report.seconds:.1f}s",
+        f"- project: `{report.project_dir}`", f"- started: {report.started_at}, took {report.seconds:.1f}s; graph writes stamped {report.story_at!r}",
         f"- candidates: {report.detection.candidate_pairs} pairs from {report.detection.blocks} blocks "
         f"over {report.detection.entities} entities; {report.detection.accepted_pairs} accepted, "
         f"{report.detection.vetoed_pairs} vetoed",

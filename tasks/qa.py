@@ -7,9 +7,14 @@ chapter at a cost that does not grow with it and every chapter is checked again 
 `.saga/qa/state.json` says how far QA got, and on which history (kg.commit.history): when the
 graph was rolled back or rewritten below that point, the next QA checks the whole graph.
 
-Findings go to a Parquet report under `<project>/.saga/qa/qa-<time>.parquet` (one row per
-finding; an empty report still has the columns, so "nothing found" is a file too), a
-Prefect table artifact and a Markdown summary artifact.
+Findings go to a Parquet report under `<project>/.saga/qa/qa-chNNNN-csNNNNNN.parquet` (one
+row per finding; an empty report still has the columns, so "nothing found" is a file too), a
+Prefect table artifact and a Markdown summary artifact. The report is named and stamped by
+story time, the chapter and change-set it checked through (`story_at`: "after chapter 4,
+change-set 12"), never the wall clock (issue 33): one file per run, the same bytes whenever
+the run happened, and a run repeated at the same point (a resume after a crash) rewrites
+its file. The wall-clock `run_at` of a run (when did the nightly deployment run) is in the
+log and the Prefect artifacts only.
 
 The summary's two-column count table is two f-string lines on purpose: the rows themselves
 go through Prefect's table artifact, and a table library (tabulate) would pad the columns
@@ -19,7 +24,6 @@ and so change the Markdown artifact operators already read.
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,7 +39,7 @@ from tasks.runtime import runtime
 
 REPORT_SCHEMA = pa.schema(
     [
-        ("run_at", pa.string()),
+        ("story_at", pa.string()),
         ("check", pa.string()),
         ("severity", pa.string()),
         ("message", pa.string()),
@@ -59,6 +63,15 @@ class QAState(BaseModel):
     fingerprint: str = ""
     sample_next: int = 1
 
+    @property
+    def stamp(self) -> str:
+        """Story time of the QA run that leaves this state (the report's `story_at`)."""
+        return f"after chapter {self.through}, change-set {self.seq}"
+
+    @property
+    def report_name(self) -> str:
+        return f"qa-ch{self.through:04d}-cs{self.seq:06d}.parquet"
+
 
 class QAScope(BaseModel):
     chapters: list[int] | None = Field(None, description="None: the whole graph")
@@ -76,7 +89,8 @@ class QAReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     project_dir: str
-    run_at: str
+    run_at: str = Field(description="wall clock, for the log and artifacts only")
+    story_at: str = ""
     findings: list[Finding] = Field(default_factory=list)
     report_path: str = ""
     seconds: float = 0.0
@@ -144,13 +158,13 @@ def run_qa_checks(chapters: list[int] | None = None) -> list[Finding]:
     return findings
 
 
-def write_qa_report(findings: list[Finding], run_at: str, saga_dir: Path) -> Path:
-    """Parquet, written atomically (temp file + rename)."""
+def write_qa_report(findings: list[Finding], state: QAState, saga_dir: Path) -> Path:
+    """Parquet named and stamped by the story point `state` leaves (see the module docstring),
+    written atomically (temp file + rename)."""
     directory = saga_dir / "qa"
     directory.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.fromisoformat(run_at).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = directory / f"qa-{stamp}.parquet"
-    rows = [{"run_at": run_at, **f.model_dump()} for f in findings]
+    path = directory / state.report_name
+    rows = [{"story_at": state.stamp, **f.model_dump()} for f in findings]
     table = pa.Table.from_pylist(rows, schema=REPORT_SCHEMA)
     partial = path.with_name(path.name + ".partial")
     pq.write_table(table, partial)
@@ -168,7 +182,7 @@ def publish_qa_artifacts(report: QAReport) -> None:
         create_table_artifact(key="graph-qa-findings", table=rows,
                               description=f"Graph QA findings ({len(rows)}), report {report.report_path}")
     lines = [
-        "# Graph QA", "", f"- project: `{report.project_dir}`", f"- run at: {report.run_at} ({report.seconds:.1f}s)",
+        "# Graph QA", "", f"- project: `{report.project_dir}`", f"- run at: {report.run_at} ({report.seconds:.1f}s), {report.story_at}",
         f"- checked: {report.scope}",
         f"- report: `{report.report_path}`", f"- findings: {len(report.findings)} ({report.errors} errors)", "",
         "| check | findings |", "|---|---|",

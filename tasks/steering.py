@@ -130,6 +130,9 @@ def roll_back_chapters_from(first: int, reason: str) -> list[int]:
     files = sorted(p for p in (root / "chapters").glob("chapter_*.md")
                    if p.stem.removeprefix("chapter_").isdigit() and int(p.stem.removeprefix("chapter_")) >= first)
     if files:
+        # A backup folder named by the clock on purpose (redoing the same chapters twice keeps
+        # both old versions): nothing reads it back (chapters are chapters/chapter_*.md, not
+        # recursive) and its name is only logged, so it reaches no compared output.
         aside = root / "chapters" / "replaced" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         aside.mkdir(parents=True, exist_ok=True)
         for path in files:

@@ -1,7 +1,8 @@
 """Determinism and crash equivalence of the novel pipeline, in small (bench/crash/novel.py is the
 full form): a scripted 2-chapter book written twice, under two hash seeds in two directories,
 is the same bytes; and a run SIGKILLed (its whole process group) at seeded moments and resumed
-writes the same bytes as the run that was never interrupted.
+writes the same bytes as the run that was never interrupted. Healing and QA run after chapter
+2 (`qa_every=2`), so their graph writes, QA report and the codex's QA label are compared too.
 
 The scripted long book (tests/long_story.py) is served from its own process; each run is
 `python -m flows.novel` with its own embedded graph. No timing is asserted: a kill that comes
@@ -18,7 +19,7 @@ from bench.crash.harness import differing
 from bench.crash.novel import GRAPH_EXPORT, Book, RunResult, clean_run, killed_by_progress
 from bench.long_book import ScriptedServer
 
-BOOK = Book(chapters=2, scenes=2, qa_every=5, timeout_s=900)
+BOOK = Book(chapters=2, scenes=2, qa_every=2, timeout_s=900)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,8 @@ def test_two_hash_seeds_in_two_directories_write_the_same_bytes(
     assert GRAPH_EXPORT in uninterrupted.digest
     assert {f"chapters/chapter_{n:03d}.md" for n in (1, 2)} <= set(uninterrupted.digest)
     assert any(name.startswith("exports/codex") for name in uninterrupted.digest)
+    assert ".saga/qa/state.json" in uninterrupted.digest  # healing and QA ran inside the book
+    assert any(name.startswith(".saga/qa/qa-ch0002-cs") for name in uninterrupted.digest)
     assert differing(uninterrupted.digest, other.digest) == []
     assert other.requests == uninterrupted.requests
 

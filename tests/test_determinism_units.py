@@ -80,3 +80,21 @@ def test_the_codex_names_a_qa_run_by_its_chapter_not_its_time(tmp_path: Path) ->
     # Look-alike: a report with no state (written before it was kept) still says when it ran.
     (saga / "qa" / "state.json").unlink()
     assert latest_qa_report(saga)[0] == "of 2026-01-02 10:00 UTC"
+
+
+def test_the_codex_reads_the_qa_report_of_the_chapter_qa_got_to(tmp_path: Path) -> None:
+    """Reports are named by chapter and change-set (tasks/qa.py): the codex shows the one
+    state.json names, so a report left behind by a rollback is not shown as the newest."""
+    from kg.codex import latest_qa_report
+
+    saga = tmp_path / ".saga"
+    _qa_report(saga, "20270101T100000Z")  # an old, clock-named report: older than any story-named one
+    _qa_report(saga, "ch0002-cs000003")
+    _qa_report(saga, "ch0004-cs000010")
+    _qa_report(saga, "ch0012-cs000009")
+    assert latest_qa_report(saga)[0] == "after chapter 12"  # no state: the highest chapter
+    (saga / "qa" / "state.json").write_text('{"through": 4, "seq": 10}', encoding="utf-8")
+    assert latest_qa_report(saga)[0] == "after chapter 4"
+    # Rolled back to chapter 2 and checked again: the later reports stay, as history, unshown.
+    (saga / "qa" / "state.json").write_text('{"through": 2, "seq": 3}', encoding="utf-8")
+    assert latest_qa_report(saga)[0] == "after chapter 2"

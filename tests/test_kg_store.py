@@ -313,12 +313,13 @@ def test_export_import_round_trip(store: GraphStore) -> None:
 
 def test_export_leaves_out_operational_properties_only(store: GraphStore) -> None:
     """A turn's commit time, committing process and trace stay in the graph but not in the
-    export; the same-looking clock field of a label without operational properties (a merge
-    audit's created_at: its id is derived from it) and the turn's content are exported."""
+    export; a merge audit's created_at (a story stamp since issue 33, not a clock: healing
+    writes the same bytes whenever it runs, so it is content like any other) and the turn's
+    content are exported."""
     turn = {"key": "c:1", "conversation_id": "c", "turn_id": "1", "seq": 1, "status": "COMMITTED",
             "result_json": "{}", "committed_at": "2026-11-23T21:00:00+00:00", "committed_by": "host:1:ab",
             "trace_json": "{\"total_ms\": 5.0}"}
-    audit = {"id": "merge-audit:1", "created_at": "2026-11-23T21:00:00+00:00"}
+    audit = {"id": "merge-audit:1", "created_at": "after chapter 4, change-set 9", "chapter": 4}
     store.import_data({"format": "skald-kg-export", "version": 1, "relationships": [], "nodes": [
         {"ref": "KGTurn/c:1", "labels": ["KGTurn"], "properties": turn},
         {"ref": "MergeAudit/merge-audit:1", "labels": ["MergeAudit"], "properties": audit},

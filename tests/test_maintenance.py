@@ -480,6 +480,10 @@ def test_heal_flow_merges_exactly_the_true_duplicates(store: GraphStore, runtime
     audits = h.merge_audits(store)
     assert [(a["survivor_id"], a["merged_ids"]) for a in audits] == [(JOHN_SMITH, [JOHN, JOHNNY])]
     assert audits[0]["evidence"] and audits[0]["created_by"] == "heal_graph"
+    # Stamped with story time (after chapter 4, the change-set healing amends), never the clock.
+    moment = f"after chapter 4, change-set {store.history_head()[0]}"
+    assert (audits[0]["created_at"], audits[0]["chapter"]) == (moment, 4) and report.story_at == moment
+    assert {s.created_at for s in john.sources if s.type == "merge"} == {moment}
 
     # Enrichment: the busy entities (>= 5 story relationships) got the LLM summary.
     enriched = {e.id for e in report.enriched}
@@ -503,6 +507,44 @@ def test_heal_flow_merges_exactly_the_true_duplicates(store: GraphStore, runtime
     assert qa_report.findings == []
     table = pq.read_table(qa_report.report_path)
     assert table.num_rows == 0 and "entity_ids" in table.column_names
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_healing_at_another_moment_writes_the_same_graph(store: GraphStore, runtime_with_llm: Runtime,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same graph healed at two wall-clock moments (years apart) exports the same bytes:
+    merges, MergeAudit nodes and enrichments carry story time and content-derived ids."""
+    import flows.maintenance
+    import tasks.healing
+    from flows.maintenance import heal_flow
+
+    exports, reports = [], []
+    for clock in ("2026-01-01T00:00:00+00:00", "2031-06-15T12:34:56+00:00"):
+        monkeypatch.setattr(flows.maintenance, "now_iso", lambda clock=clock: clock)
+        monkeypatch.setattr(tasks.healing, "now_iso", lambda clock=clock: clock)
+        store.wipe()
+        seed_story(store)
+        reports.append(heal_flow(str(runtime_with_llm.settings.project_dir)))
+        exports.append(json.dumps(store.export_data(), sort_keys=True))
+    assert [r.started_at for r in reports] == ["2026-01-01T00:00:00+00:00", "2031-06-15T12:34:56+00:00"]
+    assert all(r.merges and r.enriched for r in reports)  # something was written each time
+    assert exports[0] == exports[1]
+    assert "2026-01-01" not in exports[0] and "2031-06-15" not in exports[1]
+
+
+def test_merge_audit_id_comes_from_the_merge_plan() -> None:
+    """Same plan after the same chapter: same id (a resumed or repeated healing run). Another
+    merged entity, survivor or chapter: another id."""
+    plan = h.MergePlan(label="Character", survivor_id=JOHN_SMITH, survivor_name="John Smith",
+                       merged_ids=[JOHN, JOHNNY], merged_names=["John", "Johnny"], evidence=[])
+    same = plan.model_copy(update={"survivor_name": "John S.", "evidence": []})
+    other_merged = plan.model_copy(update={"merged_ids": [JOHN]})
+    other_survivor = plan.model_copy(update={"survivor_id": JOHN, "merged_ids": [JOHN_SMITH, JOHNNY]})
+    assert h.merge_audit_id(plan, 4) == h.merge_audit_id(same, 4)
+    assert h.merge_audit_id(plan, 4).startswith("merge:")
+    ids = {h.merge_audit_id(plan, 4), h.merge_audit_id(other_merged, 4), h.merge_audit_id(other_survivor, 4),
+           h.merge_audit_id(plan, 5)}
+    assert len(ids) == 4
 
 
 # --- QA on the real graph ----------------------------------------------------------------------
@@ -542,7 +584,11 @@ def test_qa_finds_every_planted_problem(store: GraphStore, runtime_with_llm: Run
     table = pq.read_table(report.report_path).to_pylist()
     assert len(table) == len(report.findings)
     assert {r["check"] for r in table} == set(qa.CHECKS)
-    assert all(r["run_at"] == report.run_at for r in table)
+    # Named and stamped by the chapter and change-set it checked through, never the clock.
+    head = store.history_head()[0]
+    assert Path(report.report_path).name == f"qa-ch0005-cs{head:06d}.parquet"
+    assert all(r["story_at"] == report.story_at == f"after chapter 5, change-set {head}" for r in table)
+    assert "run_at" not in table[0]
     assert {"graph-qa-findings", "graph-qa-summary"} <= artifact_keys()
 
 

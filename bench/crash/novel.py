@@ -3,7 +3,7 @@ the run that was never interrupted, and two runs under different hash seeds in d
 directories write the same bytes too.
 
     python -m bench.crash.novel [--chapters 4] [--scenes 2] [--seeds 3] [--kills 4]
-                                [--qa-every 5] [--work-dir DIR] [--no-hash-seeds]
+                                [--qa-every 2] [--work-dir DIR] [--no-hash-seeds]
 
 The scripted server of tests/long_story.py runs in its own process (bench/long_book.py's
 ScriptedServer); its answers depend only on the request body, and it counts every request
@@ -21,7 +21,7 @@ own process group (bench/crash/harness.py), with its own embedded graph under th
    request count before and after).
 
 Compared: chapters/*.md, the story bible (characters/, outline/, world/), exports/ (the
-manuscript and the codex), .saga/quality/*.json, the steering state (.saga/steering.json,
+manuscript and the codex), .saga/quality/*.json, the QA reports and state (.saga/qa/), the steering state (.saga/steering.json,
 .saga/bible/), every artifact of the content store (.saga/content: plans, contexts, drafts,
 extractions, deltas) and a `python -m kg export` of the graph.
 Exits 1 when anything differs or a run fails.
@@ -54,6 +54,7 @@ from bench.crash.harness import (
 REPO = Path(__file__).resolve().parents[2]
 #: What a finished run leaves that must not depend on how it got there.
 COMPARED = ("chapters/*.md", "characters/**/*", "outline/**/*", "world/**/*", "exports/*", ".saga/quality/*.json",
+            ".saga/qa/*.parquet", ".saga/qa/state.json",
             ".saga/steering.json", ".saga/bible/*.json", ".saga/content/**/*")
 GRAPH_EXPORT = "kg export"
 
@@ -64,7 +65,7 @@ class Book:
 
     chapters: int = 4
     scenes: int = 2
-    qa_every: int = 5
+    qa_every: int = 2
     timeout_s: float = 1800.0
     acts: int = 2
 
@@ -217,8 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--story-scenes", type=int, default=None,
                         help="scenes the scripted story plans per chapter (default --scenes; fewer: the plan repeats "
                         "its last scene, so scenes of the same text tie in retrieval)")
-    parser.add_argument("--qa-every", type=int, default=5,
-                        help="healing and QA every N chapters (default 5, the pipeline's own default)")
+    parser.add_argument("--qa-every", type=int, default=2,
+                        help="healing and QA every N chapters (default 2, so a 4-chapter book heals and checks "
+                        "twice inside the run and between kills; the pipeline's own default is 5)")
     parser.add_argument("--seeds", type=int, default=3, help="killed-and-resumed runs, seeds 1..N (default 3; 0: none)")
     parser.add_argument("--kills", type=int, default=4, help="SIGKILLs per seed (default 4)")
     parser.add_argument("--kill-by", choices=("calls", "time"), default="calls",

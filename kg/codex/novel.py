@@ -73,7 +73,8 @@ SHEET_FIELDS = ("role", "motivation", "backstory", "voice")
 QUALITY_COLUMNS = ("words", "distinct_trigrams", "max_sentence_repeats", "compression_ratio", "mean_sentence_words",
                    "max_sentence_words", "plan_problems", "facts_kept", "facts_dropped", "editor_mean", "coherence",
                    "prose_quality", "plot_advancement", "pacing", "tone_consistency", "drafts", "clean", "failures")
-_QA_STAMP = re.compile(r"^qa-(\d{8}T\d{6}Z)$")
+_QA_STAMP = re.compile(r"^qa-(\d{8}T\d{6}Z)$")  # a report from before story-time names
+_QA_STORY = re.compile(r"^qa-ch(\d+)-cs(\d+)$")
 
 
 def anchor(prefix: str, key: str) -> str:
@@ -160,24 +161,36 @@ def _quality(saga_dir: Path, chapters: Iterable[int]) -> dict[int, list[dict[str
 
 
 def latest_qa_report(saga_dir: Path) -> tuple[str | None, list[dict[str, Any]]]:
-    """(which QA run it is, its findings) from the newest `.saga/qa/qa-<UTC time>.parquet`.
+    """(which QA run it is, its findings) from the newest `.saga/qa/qa-chNNNN-csNNNNNN.parquet`.
 
-    The run is named by the chapter it checked through (`.saga/qa/state.json`), not by the
-    clock: the codex is the same bytes however long the book took to write, or how often it
-    was interrupted. Only without that state (a report from before it) is the time shown."""
-    reports = sorted(p for p in (saga_dir / "qa").glob("qa-*.parquet") if _QA_STAMP.match(p.stem))
+    The run is named by the chapter it checked through, not by the clock: the codex is the
+    same bytes however long the book took to write, or how often it was interrupted. The
+    newest is the one `.saga/qa/state.json` names (a rollback can leave a report for a later
+    chapter behind), else the highest chapter and change-set; reports named by their UTC
+    time (written before story-time names) count as older, and are labelled by the state's
+    chapter as before, or by their time without a state."""
+    # (story-named, chapter, change-set, UTC time): story-named reports sort after the old ones.
+    reports: dict[Path, tuple[int, int, int, str]] = {}
+    for p in (saga_dir / "qa").glob("qa-*.parquet"):
+        if story := _QA_STORY.match(p.stem):
+            reports[p] = (1, int(story.group(1)), int(story.group(2)), "")
+        elif old := _QA_STAMP.match(p.stem):
+            reports[p] = (0, 0, 0, old.group(1))
     if not reports:
         return None, []
-    path = reports[-1]
     try:
-        through = json.loads((saga_dir / "qa" / "state.json").read_text(encoding="utf-8")).get("through")
-    except (OSError, ValueError, AttributeError):
-        through = None
-    if isinstance(through, int) and through > 0:
+        state = json.loads((saga_dir / "qa" / "state.json").read_text(encoding="utf-8"))
+        current = (1, int(state["through"]), int(state["seq"]), "")
+    except (OSError, ValueError, TypeError, KeyError):
+        current = None
+    path = next((p for p, key in reports.items() if key == current), None) or max(reports, key=reports.__getitem__)
+    story_named, through, _, stamp = reports[path]
+    if story_named:
         label = f"after chapter {through}"
+    elif current is not None and current[1] > 0:
+        label = f"after chapter {current[1]}"
     else:
-        stamp = datetime.strptime(_QA_STAMP.match(path.stem).group(1), "%Y%m%dT%H%M%SZ")  # type: ignore[union-attr]
-        label = f"of {stamp:%Y-%m-%d %H:%M} UTC"
+        label = f"of {datetime.strptime(stamp, '%Y%m%dT%H%M%SZ'):%Y-%m-%d %H:%M} UTC"
     return label, pq.read_table(path).to_pylist()
 
 

@@ -27,7 +27,7 @@ from kg.healing.graduation import (
     graduation_candidates,
     graduation_score,
 )
-from kg.healing.merge import merge_audits, merge_tx, merged_entity
+from kg.healing.merge import merge_audit_id, merge_audits, merge_tx, merged_entity
 from kg.healing.models import (
     DetectionResult,
     DetectionStats,
@@ -110,6 +110,7 @@ __all__ = [
     "graduation_score",
     "key_index",
     "load_snapshot",
+    "merge_audit_id",
     "merge_audits",
     "merge_tx",
     "merged_entity",

@@ -7,6 +7,12 @@ every relationship is re-created on the survivor with its type, properties and k
 already on the survivor for the same chapter is not duplicated), the EntityName lookups are
 rebuilt, the merged nodes are deleted and a MergeAudit node records who, what, why and when.
 
+"When" is story time, never the wall clock (issue 33: the same inputs and LLM answers write
+the same graph export): `created_at` is the caller's story stamp (tasks/healing.py:
+"after chapter N, change-set S"), `chapter` the chapter the merge ran after, and the audit
+id is derived from the merge plan itself (chapter, survivor and merged ids), so healing the
+same graph at another moment, or again after a crash, writes the same audit.
+
 The transaction records its undo on the newest change-set (kg.commit.amendments): rolling
 that change-set back puts the merged nodes and their relationships back and the survivor as
 it was, so a rollback past a merge is exact.
@@ -119,8 +125,15 @@ def _lookup_label(labels: list[str]) -> str | None:
     return None
 
 
+def merge_audit_id(plan: MergePlan, chapter: int) -> str:
+    """The MergeAudit id: a digest of what was merged into what, after which chapter (no clock)."""
+    ids = [plan.survivor_id, *plan.merged_ids]
+    return "merge:" + hashlib.sha256(canonical_json([chapter, ids]).encode()).hexdigest()[:16]
+
+
 def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: int = 0) -> MergeResult:
-    """Merge `plan.merged_ids` into the survivor; one transaction (see the module docstring)."""
+    """Merge `plan.merged_ids` into the survivor; one transaction (see the module docstring).
+    `created_at` is a story stamp (which chapter and change-set the merge amends), not a time."""
     ids = [plan.survivor_id, *plan.merged_ids]
     result = MergeResult(survivor_id=plan.survivor_id, name=plan.survivor_name, merged_ids=plan.merged_ids,
                          merged_names=plan.merged_names)
@@ -182,8 +195,7 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
     for merged_id in plan.merged_ids:
         undo.deleted(labels[merged_id], nodes[merged_id])
 
-    digest = hashlib.sha256(canonical_json([created_at, ids]).encode()).hexdigest()[:16]
-    audit_id = f"merge:{digest}"
+    audit_id = merge_audit_id(plan, chapter)
     tx.run(
         mq.CREATE_MERGE_AUDIT,
         props={
@@ -196,6 +208,7 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
             "reason": "; ".join(_reason(ev) for ev in plan.evidence),
             "evidence_json": canonical_json([ev.model_dump(mode="json") for ev in plan.evidence]),
             "created_at": created_at,
+            "chapter": chapter,
             "created_by": HEALER,
             "relationships_moved": result.relationships_moved,
             "relationships_deduplicated": result.relationships_deduplicated,
