@@ -28,11 +28,12 @@ from tests.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DialogueScript, dialogue_requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-#: Small, so the test sees the lease run out under a live holder many times over.
-LEASE_S = 2.0
-#: The sidecar's lease in the slow-turn test (ArcadeDB retries a write that met a concurrent
-#: change after ~1 s, so a lease far below its 6 s default would be at the machine's mercy).
-SLOW_LEASE_S = 3.0
+#: The sidecar's default lease (SidecarOptions.lock_lease_s): the holder renews it every 2 s,
+#: so a renewal may be 4 s late before the lease runs out, as in production. A shorter lease
+#: here would test the machine's load instead (a starved heartbeat thread on a busy CI box).
+LEASE_S = 6.0
+#: The same in the slow-turn test.
+SLOW_LEASE_S = 6.0
 
 # The holder: claims the lease, says so, and keeps it by heartbeat until it is killed.
 HOLDER = r"""
