@@ -100,7 +100,9 @@ def book(graph_settings: Settings, prefect_home: Path,
         llm.on(schema=None, contains="Write the scene", respond=_draft)
         project = tmp_path_factory.mktemp("codex") / "book"
         wipe_graph(graph_settings)
-        env = run_env(llm, graph_settings, prefect_home)
+        # INFO logs on the console whatever an earlier test left in the environment: in CI the
+        # run printed only its warnings, and the codex lines below are INFO.
+        env = {**run_env(llm, graph_settings, prefect_home), "PREFECT_LOGGING_LEVEL": "INFO"}
         result = novel(project, env, "--premise", "A keeper, a ferryman and a drowned sister.", "--chapters", "3",
                        "--scenes-per-chapter", "2", "--acts", "1")
         assert result.returncode == 0, result.stderr[-4000:]
