@@ -11,7 +11,7 @@ them an abstention question.
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -95,11 +95,16 @@ def test_the_layout_is_read_from_the_file_not_its_name() -> None:
 
 
 @pytest.fixture()
-def regression_env(graph_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def regression_env(graph_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The session's graph, and embeddings from the scripted server (these tests compare
+    layouts, not the sentence model)."""
     ep = graph_endpoint(graph_settings)
-    for name, value in {"NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
-                        "NEO4J_DATABASE": ep.database, "PYTHONPATH": child_pythonpath()}.items():
-        monkeypatch.setenv(name, value)
+    with ScriptedLLM() as scripted:
+        for name, value in {"NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
+                            "NEO4J_DATABASE": ep.database, "PYTHONPATH": child_pythonpath(),
+                            "SKALD_EMBEDDING_BASE_URL": scripted.base_url}.items():
+            monkeypatch.setenv(name, value)
+        yield
 
 
 def _ingest(project: Path, dialogues: Path, run_id: str, *extra: str) -> tuple[int, dict, pl.DataFrame]:  # type: ignore[type-arg]
@@ -114,13 +119,8 @@ def _ingest(project: Path, dialogues: Path, run_id: str, *extra: str) -> tuple[i
 def test_the_batch_gives_the_same_recall_on_locomo_json_as_on_its_jsonl(
     regression_env: None, prefect_api: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with ScriptedLLM() as scripted:
-        os.environ["SKALD_EMBEDDING_BASE_URL"] = scripted.base_url
-        try:
-            code_json, published, probe_json = _ingest(tmp_path / "a", LOCOMO_JSON, "published", "--no-recall-gate")
-            code_jsonl, converted, probe_jsonl = _ingest(tmp_path / "b", LOCOMO_JSONL, "converted", "--no-recall-gate")
-        finally:
-            del os.environ["SKALD_EMBEDDING_BASE_URL"]
+    code_json, published, probe_json = _ingest(tmp_path / "a", LOCOMO_JSON, "published", "--no-recall-gate")
+    code_jsonl, converted, probe_jsonl = _ingest(tmp_path / "b", LOCOMO_JSONL, "converted", "--no-recall-gate")
     assert code_json == code_jsonl == 0
     assert published["recall_at_k"] == converted["recall_at_k"]
     assert published["recall_at_k"]["10"]["all"] is not None
@@ -136,12 +136,7 @@ def test_the_batch_gives_the_same_recall_on_locomo_json_as_on_its_jsonl(
 def test_a_longmemeval_file_is_scored_as_session_recall_and_gated_on_it(
     regression_env: None, prefect_api: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with ScriptedLLM() as scripted:
-        os.environ["SKALD_EMBEDDING_BASE_URL"] = scripted.base_url
-        try:
-            code, summary, probe = _ingest(tmp_path, LONGMEMEVAL_JSON, "lme", "--min-recall", "0.5")
-        finally:
-            del os.environ["SKALD_EMBEDDING_BASE_URL"]
+    code, summary, probe = _ingest(tmp_path, LONGMEMEVAL_JSON, "lme", "--min-recall", "0.5")
     out = capsys.readouterr().out
     sessions = summary["session_recall_at_k"]
     assert sessions["questions"] == 2 and probe.height == 2
