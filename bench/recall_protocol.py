@@ -45,8 +45,9 @@ from core.recall import (
     RecallParams,
     plain_query,
 )
+from tasks.dialogue.benchmarks import dialogue_files
 from tasks.dialogue.ingest import memory_rows
-from tasks.dialogue.replay import DialogueSpec, dialogue_files, load_dialogue
+from tasks.dialogue.replay import DialogueSpec, load_dialogue
 from tasks.dialogue.retriever import TurnMemoryIndex
 
 DIALOGUES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "dialogues"
@@ -495,6 +496,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args()
     paths = dialogue_files(args.dialogues)
+    if published := [p for p in paths if not p.name.endswith(".jsonl")]:
+        parser.error(f"the protocol reads *.turns.jsonl dialogues (one a file); got {published[0]}")
     if len(paths) < 2:
         parser.error("leave-one-out needs at least two dialogues")
     result = run(paths, args.cache)

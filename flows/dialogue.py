@@ -159,10 +159,10 @@ def dialogue_ingest_flow(
 ) -> list[dict[str, Any]]:
     """Import whole transcripts into turn memory (tasks.dialogue.ingest). Returns one report
     per dialogue."""
+    from tasks.dialogue.benchmarks import dialogue_files, load_dialogues
     from tasks.dialogue.ingest import ingest
-    from tasks.dialogue.replay import dialogue_files, load_dialogue
 
-    specs = [load_dialogue(path) for path in dialogue_files([Path(d) for d in dialogues])]
+    specs = [spec for path in dialogue_files([Path(d) for d in dialogues]) for spec in load_dialogues(path)]
     if conversation_id is not None and len(specs) > 1:
         raise InvalidInputError("--conversation-id names one conversation, but several dialogues were given",
                                 hint="ingest one dialogue per --conversation-id, or leave it out")

@@ -67,6 +67,7 @@ from core.cli import project_prefect_settings, run_main, setup_logging
 from core.errors import GraphUnavailableError, InvalidInputError
 from core.settings import load_settings
 from kg.dialogue import DialogueRepository
+from tasks.dialogue.benchmarks import dialogue_files, load_dialogues
 from tasks.dialogue.ingest import ingest
 from tasks.dialogue.models import TurnConfig
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
@@ -75,8 +76,6 @@ from tasks.dialogue.replay import (
     ProbeRow,
     RecallRow,
     TurnRow,
-    dialogue_files,
-    load_dialogue,
     recall_probe,
     replay,
     whole_dialogue_probe,
@@ -94,6 +93,7 @@ from tasks.dialogue.report import (
     recall_table,
     render_ingest_report,
     render_report,
+    session_recall_at_k,
     turns_frame,
     write_outputs,
 )
@@ -116,7 +116,8 @@ class RegressionParams(BaseModel):
 
     project_dir: str = "."
     config_file: str | None = None
-    dialogues: list[str] = Field(min_length=1, description="*.turns.jsonl files or directories of them")
+    dialogues: list[str] = Field(min_length=1, description="*.turns.jsonl, LoCoMo or LongMemEval JSON files, or "
+                                                           "directories of them")
     mode: Literal["replay", "ingest"] = Field(
         "replay", description="replay: each turn through the sidecar; ingest: bulk-ingest whole dialogues, probe recall")
     extract: bool = Field(False, description="ingest mode: also run the LLM slots on every turn")
@@ -219,7 +220,8 @@ def turns_per_dialogue(params: RegressionParams) -> int | None:
 
 
 def plan_dialogues(params: RegressionParams) -> list[DialogueSpec]:
-    specs = [load_dialogue(path, turns_per_dialogue(params)) for path in dialogue_files([Path(p) for p in params.dialogues])]
+    specs = [spec for path in dialogue_files([Path(p) for p in params.dialogues])
+             for spec in load_dialogues(path, turns_per_dialogue(params))]
     if params.shard:
         index, count = (int(x) for x in params.shard.split("/"))
         specs = specs[index::count]
@@ -401,7 +403,7 @@ def _ingest_mode(params: RegressionParams, run_id: str, specs: list[DialogueSpec
     tmp.replace(out_dir / "ingest.parquet")
     write_outputs(out_dir, pl.DataFrame(), probe, gates, report, {
         "params": params.model_dump(mode="json"), "summary": summary.model_dump(mode="json"),
-        "recall_at_k": at_k, "adversarial": adversarial_recall(probe),
+        "recall_at_k": at_k, "session_recall_at_k": session_recall_at_k(probe), "adversarial": adversarial_recall(probe),
         "questions": {"probed": probe.height, "skipped": skipped},
     })
     (out_dir / "turns.parquet").unlink(missing_ok=True)  # no per-turn replay rows in this mode
@@ -444,7 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--project-dir", type=Path, required=True, help="project whose graph and .saga/ are used")
     parser.add_argument("--dialogues", nargs="+", required=True, metavar="PATH",
-                        help="*.turns.jsonl files (or directories of them); a sibling *.qa.jsonl enables the recall probe")
+                        help="*.turns.jsonl files (a sibling *.qa.jsonl enables the recall probe), LoCoMo's "
+                             "locomo10.json or LongMemEval's longmemeval_*.json as published, or directories of them")
     parser.add_argument("--mode", choices=("replay", "ingest"), default="replay",
                         help="replay: each turn through the sidecar's LLM slots (default); "
                              "ingest: bulk-ingest whole dialogues and measure recall on every QA item")
@@ -519,11 +522,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"regression {summary.run_id}: {'PASSED' if summary.passed else 'FAILED'}: {summary.dialogues} "
               f"dialogue(s), {summary.turns} turns ingested ({summary.turns_per_second:.1f} turns/s), "
               f"{data['questions']['probed']} questions probed")
-        for k in ("10", "5"):
+        sessions = data.get("session_recall_at_k")
+        for k in ("10", "5") if at_k["10"]["all"] is not None or not sessions else ():
             cats = ", ".join(f"cat {c} {at_k[k][c]}" for c in ("1", "2", "3", "4"))
             print(f"recall@{k} categories 1-4: {at_k[k]['all']} ({cats})")
+        if sessions:
+            for k in ("10", "5"):
+                types = ", ".join(f"{t} {r}" for t, r in sessions[k]["by_type"].items())
+                print(f"session recall@{k} (LongMemEval, {sessions['questions']} questions): "
+                      f"any {sessions[k]['any']}, all {sessions[k]['all']} ({types})")
         adv = data["adversarial"]
-        print(f"category 5 (adversarial, apart): {adv['questions']} questions, recall@10 {adv['recall_at_10']}")
+        if adv["questions"] or not sessions:
+            print(f"category 5 (adversarial, apart): {adv['questions']} questions, recall@10 {adv['recall_at_10']}")
         skipped = {r: n for reasons in data["questions"]["skipped"].values() for r, n in reasons.items()}
         print(f"skipped: {sum(skipped.values())} ({skipped or 'none'})")
         print(f"report: {Path(summary.out_dir) / 'report.md'}")

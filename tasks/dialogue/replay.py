@@ -24,9 +24,9 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from core.errors import GraphUnavailableError, InvalidInputError
 from kg.dialogue import DialogueRepository
@@ -52,6 +52,7 @@ class DialogueTurnRow(BaseModel):
     session: int | None = None
     session_time: str | None = None
     dia_id: str | None = None
+    session_id: str | None = Field(None, description="the benchmark's own session id (LongMemEval), when it has one")
     speaker: str = Field(min_length=1)
     text: str
     image_caption: str | None = None
@@ -64,6 +65,18 @@ class QAItem(BaseModel):
     answer: Any = None
     evidence: list[str] = Field(default_factory=list)
     category: int = 0
+    question_id: str | None = None
+    question_type: str | None = Field(None, description="the benchmark's question type (LongMemEval)")
+    evidence_sessions: list[str] = Field(default_factory=list, description="session-scored: the answer sessions")
+    abstention: bool = Field(False, description="no evidence by design (LongMemEval `_abs`): not scored")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _adversarial_answer(cls, data: Any) -> Any:
+        # LoCoMo gives category 5's answer as `adversarial_answer` (in its JSON and the JSONL).
+        if isinstance(data, dict) and data.get("answer") is None and "adversarial_answer" in data:
+            return {**data, "answer": data["adversarial_answer"]}
+        return data
 
 
 class DialogueSpec(BaseModel):
@@ -72,6 +85,8 @@ class DialogueSpec(BaseModel):
     turns: list[DialogueTurnRow]
     qa: list[QAItem] = Field(default_factory=list)
     qa_path: str | None = None
+    scoring: Literal["turn", "session"] = Field(
+        "turn", description="turn: recall of evidence turns (LoCoMo); session: LongMemEval's session recall")
 
 
 def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) -> list[Any]:
@@ -111,22 +126,6 @@ def load_dialogue(path: Path, max_turns: int | None = None) -> DialogueSpec:
         qa=qa,
         qa_path=str(qa_path) if qa else None,
     )
-
-
-def dialogue_files(paths: list[Path]) -> list[Path]:
-    """Files as given; a directory stands for its `*.turns.jsonl` files."""
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found = sorted(path.glob("*.turns.jsonl"))
-            if not found:
-                raise InvalidInputError(f"directory {path} holds no *.turns.jsonl dialogue files")
-            files.extend(found)
-        elif path.exists():
-            files.append(path)
-        else:
-            raise InvalidInputError(f"dialogue file {path} does not exist", hint="pass --dialogues FILE.turns.jsonl ...")
-    return files
 
 
 def _message(row: DialogueTurnRow, roles: dict[str, str]) -> ChatMessage:
@@ -383,38 +382,89 @@ class ProbeRow(BaseModel):
     question: str
     evidence: list[str]
     retrieved: list[str] = Field(description="source refs of the top-k turns, best first")
-    recall_at_5: float
-    recall_at_10: float
+    recall_at_5: float | None = Field(description="share of the evidence turns among the first 5 turns retrieved")
+    recall_at_10: float | None
+    question_type: str | None = None
+    evidence_sessions: list[str] = Field(default_factory=list)
+    retrieved_sessions: list[str] = Field(default_factory=list, description="session-scored: first 10 distinct")
+    session_recall_any_at_5: float | None = None
+    session_recall_all_at_5: float | None = None
+    session_recall_any_at_10: float | None = None
+    session_recall_all_at_10: float | None = None
+
+
+#: Turns read for a session-scored question: deep enough to see 10 distinct sessions.
+SESSION_PROBE_TURNS = 200
 
 
 def _recall(evidence: list[str], retrieved: list[str]) -> float:
     return round(len(set(evidence) & set(retrieved)) / len(set(evidence)), 6)
 
 
+def distinct_sessions(turn_refs: list[str], session_of: dict[str, str]) -> list[str]:
+    """Sessions in the order their first turn was ranked: LongMemEval's turn-to-session view."""
+    return list(dict.fromkeys(session_of[ref] for ref in turn_refs if ref in session_of))
+
+
+def session_recall(ranked_sessions: list[str], gold: list[str], k: int) -> tuple[float, float]:
+    """(recall_any@k, recall_all@k) over the first k distinct sessions, as LongMemEval's
+    `evaluate_retrieval_turn2session` scores a turn ranking (it reads turns until k distinct
+    sessions are seen)."""
+    top = set(ranked_sessions[:k])
+    return float(any(s in top for s in gold)), float(all(s in top for s in gold))
+
+
+def _skip_reason(item: QAItem, spec: DialogueSpec, evidence: list[str], refs: set[str],
+                 sessions: set[str]) -> str | None:
+    if spec.scoring == "session":
+        if item.abstention:
+            return "abstention question (no evidence by design; LongMemEval skips it too)"
+        if not item.evidence_sessions:
+            return "no evidence listed"
+        if not set(item.evidence_sessions) <= sessions:
+            return "evidence names sessions not in the dialogue's turns"
+        return None
+    if not evidence:
+        return "no evidence listed"
+    if not set(evidence) <= refs:
+        return "evidence names turns not in the dialogue file"
+    return None
+
+
 def whole_dialogue_probe(service: DialogueService, spec: DialogueSpec, conversation_id: str, run_id: str,
                          ) -> tuple[list[ProbeRow], dict[str, int]]:
     """Ask every QA item that has evidence; recall@k = share of its evidence turns among the
-    first k turns retrieved (each hit is one turn, so k counts turns). Returns the rows and
-    the skipped questions counted by reason (nothing is skipped silently)."""
+    first k turns retrieved (each hit is one turn, so k counts turns). A session-scored
+    dialogue (LongMemEval) is also scored on the first k distinct sessions (`session_recall`).
+    Returns the rows and the skipped questions counted by reason (nothing is skipped silently)."""
     refs = {row.dia_id for row in spec.turns if row.dia_id}
+    session_of = {row.dia_id: row.session_id for row in spec.turns if row.dia_id and row.session_id}
+    depth = min(len(spec.turns), SESSION_PROBE_TURNS) if spec.scoring == "session" else 10
     skipped: dict[str, int] = {}
     rows: list[ProbeRow] = []
     for item in spec.qa:
         # Some items list two turns in one string ("D8:6; D9:17"): split them.
         evidence = list(dict.fromkeys(p for e in item.evidence for p in re.split(r"[;,\s]+", e) if p))
-        reason = None
-        if not evidence:
-            reason = "no evidence listed"
-        elif not set(evidence) <= refs:
-            reason = "evidence names turns not in the dialogue file"
+        reason = _skip_reason(item, spec, evidence, refs, set(session_of.values()))
         if reason is not None:
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
-        hits: list[RecalledTurn] = service.recall(conversation_id, item.question, 10)
-        retrieved = [hit.source_refs[0] if hit.source_refs else hit.key for hit in hits]
+        hits: list[RecalledTurn] = service.recall(conversation_id, item.question, depth)
+        ranked = [hit.source_refs[0] if hit.source_refs else hit.key for hit in hits]
+        retrieved = ranked[:10]
+        turn_scores = ({"recall_at_5": _recall(evidence, retrieved[:5]), "recall_at_10": _recall(evidence, retrieved)}
+                       if evidence and set(evidence) <= refs else {"recall_at_5": None, "recall_at_10": None})
+        session_scores: dict[str, Any] = {}
+        if spec.scoring == "session":
+            sessions = distinct_sessions(ranked, session_of)
+            for k in (5, 10):
+                any_k, all_k = session_recall(sessions, item.evidence_sessions, k)
+                session_scores[f"session_recall_any_at_{k}"] = any_k
+                session_scores[f"session_recall_all_at_{k}"] = all_k
+            session_scores["retrieved_sessions"] = sessions[:10]
         rows.append(ProbeRow(
             run_id=run_id, dialogue_id=spec.dialogue_id, category=item.category, question=item.question,
-            evidence=evidence, retrieved=retrieved, recall_at_5=_recall(evidence, retrieved[:5]),
-            recall_at_10=_recall(evidence, retrieved[:10]),
+            evidence=evidence, retrieved=retrieved, question_type=item.question_type,
+            evidence_sessions=item.evidence_sessions, **turn_scores, **session_scores,
         ))
     return rows, skipped
