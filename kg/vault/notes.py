@@ -91,9 +91,25 @@ def safe_stem(name: str) -> str:
     return f"{text} (note)" if text.split(".")[0].casefold() in _WINDOWS_RESERVED else text
 
 
+def _no_link(value: object) -> object:
+    """Obsidian reads `[[...]]` in a property as a link: a value from the story keeps its
+    words but not the double brackets (a title such as "The [[Part]]")."""
+    if isinstance(value, str):
+        return value.replace("[[", "[").replace("]]", "]")
+    if isinstance(value, list):
+        return [_no_link(v) for v in value]
+    return value
+
+
+def linkable(alias: str) -> bool:
+    """Whether `[[alias]]` can name a note: a link cannot hold `[ ] | # ^`."""
+    return bool(alias.strip()) and not re.search(r"[\[\]|#^]", alias)
+
+
 def front_matter(fields: dict[str, object]) -> str:
     """YAML front matter between `---` lines (keys in the given order)."""
-    body = yaml.safe_dump(fields, sort_keys=False, allow_unicode=True, default_flow_style=False, width=10_000)
+    plain = {key: _no_link(value) for key, value in fields.items()}
+    body = yaml.safe_dump(plain, sort_keys=False, allow_unicode=True, default_flow_style=False, width=10_000)
     return f"---\n{body}---\n"
 
 
@@ -230,9 +246,9 @@ class _Vault:
 
     def entity_note(self, anchor: str, card: EntityCard) -> VaultNote:
         first = self.first(card.id)
-        aliases = list(dict.fromkeys(card.aliases))
+        aliases = [a for a in dict.fromkeys(card.aliases) if linkable(a)]
         stem = self.entity_stems[card.id]
-        if stem != card.name and card.name not in aliases:
+        if stem != card.name and card.name not in aliases and linkable(card.name):
             aliases.insert(0, card.name)  # [[Name]] still finds the note whose file name had to change
         fields: dict[str, object] = {
             "type": ENTITY_TYPES.get(card.kind, card.kind.lower()),
@@ -309,7 +325,7 @@ class _Vault:
             "title": entry.title or None,
             "status": None if is_bible else ("flagged" if flagged else "written"),
             "first_chapter": number,
-            "aliases": [entry.title] if entry.title and not is_bible else [],
+            "aliases": [entry.title] if linkable(entry.title) and not is_bible else [],
         }
         heading = BIBLE_NOTE if is_bible else f"Chapter {number}" + (f": {escape(entry.title)}" if entry.title else "")
         lines = [f"# {heading}", ""]

@@ -74,12 +74,13 @@ def _save_record(vault: Path, notes: dict[str, list[str]]) -> None:
 
 
 def _current(path: Path) -> bytes | None:
-    """The note's bytes; None if there is no file (a folder in its place counts as the writer's)."""
+    """The note's bytes; None if there is no file (a folder in its place counts as the writer's;
+    a file in place of its folder fails the write that needs the folder, after the record)."""
     if path.is_dir():
         return b"\0folder"
     try:
         return path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 
