@@ -47,6 +47,11 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", default=False if top else argparse.SUPPRESS, help="debug logging")
 
 
+def _as_of(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--as-of-chapter", type=int, default=None, metavar="N",
+                        help="the world as of chapter N (default: the latest chapter; 0: the story bible)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kg",
@@ -85,8 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         "page for a sidecar conversation: its entities, relations with their event history, milestones.",
     )
     _common(sub, top=False)
-    sub.add_argument("--as-of-chapter", type=int, default=None, metavar="N",
-                     help="the world as of chapter N (default: the latest chapter; 0: the story bible)")
+    _as_of(sub)
     sub.add_argument("--conversation-id", default=None, metavar="ID",
                      help="a sidecar conversation's codex instead of the book's")
     sub.add_argument("--out", type=Path, default=None,
@@ -103,8 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         "left the world is removed only while unchanged.",
     )
     _common(sub, top=False)
-    sub.add_argument("--as-of-chapter", type=int, default=None, metavar="N",
-                     help="the world as of chapter N (default: the latest chapter; 0: the story bible)")
+    _as_of(sub)
     sub.add_argument("--out", type=Path, default=None,
                      help="the vault folder (default: <project-dir>/exports/vault); may be an existing vault")
 
@@ -142,13 +145,18 @@ def _print_stats(store: GraphStore, as_json: bool) -> None:
     print(f"committed chapters: {chapters}")
 
 
-def _check_codex_args(args: argparse.Namespace) -> None:
-    """Refuse a bad codex request before the graph is opened."""
+def _check_book_args(args: argparse.Namespace) -> None:
+    """Refuse a codex or vault request for no project or a chapter before the first."""
     if not args.project_dir.is_dir():
         raise InvalidInputError(f"--project-dir {args.project_dir} is not a directory",
                                 hint="point it at a project written by python -m flows.novel")
     if args.as_of_chapter is not None and args.as_of_chapter < 0:
         raise InvalidInputError(f"--as-of-chapter must be 0 or more (got {args.as_of_chapter})")
+
+
+def _check_codex_args(args: argparse.Namespace) -> None:
+    """Refuse a bad codex request before the graph is opened."""
+    _check_book_args(args)
     if args.conversation_id is not None:
         if args.as_of_chapter is not None:
             raise InvalidInputError("--as-of-chapter is for a book; a conversation's codex shows all its turns")
@@ -160,11 +168,7 @@ def _check_codex_args(args: argparse.Namespace) -> None:
 
 def _check_vault_args(args: argparse.Namespace) -> None:
     """Refuse a bad vault request before the graph is opened."""
-    if not args.project_dir.is_dir():
-        raise InvalidInputError(f"--project-dir {args.project_dir} is not a directory",
-                                hint="point it at a project written by python -m flows.novel")
-    if args.as_of_chapter is not None and args.as_of_chapter < 0:
-        raise InvalidInputError(f"--as-of-chapter must be 0 or more (got {args.as_of_chapter})")
+    _check_book_args(args)
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise InvalidInputError(f"--out {args.out} is a file", hint="give the vault's folder")
 

@@ -10,24 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from core.graph_server import graph_endpoint
 from core.settings import Settings
 from kg.codex import build_novel_codex
 from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
 from kg.store import GraphStore
 from kg.vault import RECORD_FILE, VaultNote, vault_notes, write_vault
 from kg.vault.notes import escape, safe_stem
-from tests.conftest import REPO_ROOT, child_pythonpath
+from tests.test_codex import _env, _run
 
 #: A [[link]] not escaped by a backslash; its target is what comes before `|` or `#`.
 LINK = re.compile(r"(?<!\\)\[\[([^\[\]]+?)\]\]")
@@ -98,7 +95,7 @@ def _vault(store: GraphStore, saga_dir: Path, as_of: int | None = None) -> list[
     return vault_notes(build_novel_codex(store, saga_dir, as_of))
 
 
-def _front(text: str) -> dict[str, object]:
+def front(text: str) -> dict[str, object]:
     assert text.startswith("---\n"), text[:80]
     return yaml.safe_load(text.split("---\n", 2)[1])
 
@@ -108,8 +105,8 @@ def _targets(vault: Path) -> set[str]:
     names = set()
     for path in vault.rglob("*.md"):
         names.add(path.stem)
-        front = _front(path.read_text(encoding="utf-8"))
-        names.update(str(a) for a in front.get("aliases") or [])
+        fields = front(path.read_text(encoding="utf-8"))
+        names.update(str(a) for a in fields.get("aliases") or [])
     return names
 
 
@@ -146,19 +143,19 @@ def test_every_link_resolves_and_every_note_has_its_front_matter(world: GraphSto
         "Scenes/Chapter 2 - Scene 1.md", "Scenes/Chapter 2 - Scene 2.md", "Story bible.md",
     ]
     assert safe_stem(COLON_NAME) == "Ada Red Vane the Second"
-    tobias = _front(notes["Characters/Tobias Venn.md"])
+    tobias = front(notes["Characters/Tobias Venn.md"])
     assert {k: tobias[k] for k in ("type", "status", "first_chapter", "aliases")} == {
         "type": "character", "status": "dead", "first_chapter": 0, "aliases": []}
-    ada = _front(notes[f"Characters/{safe_stem(COLON_NAME)}.md"])
+    ada = front(notes[f"Characters/{safe_stem(COLON_NAME)}.md"])
     # The name YAML has to quote comes back whole, and [[Ada "Red" Vane: the Second]] finds the note.
     assert ada["name"] == COLON_NAME and ada["aliases"] == [COLON_NAME] and ada["first_chapter"] == 2
-    place = _front(notes["Places/Gull Rock.md"])
+    place = front(notes["Places/Gull Rock.md"])
     assert (place["type"], place["status"], place["first_chapter"]) == ("place", None, 0)
     # A title no [[link]] can name is no alias, and keeps its words without making a link itself.
-    assert _front(notes["Chapters/Chapter 2.md"])["aliases"] == []
-    assert _front(notes["Chapters/Chapter 2.md"])["title"] == "The Betrayal: [Part] #2"
-    assert _front(notes["Chapters/Chapter 1.md"])["aliases"] == ["The Letter"]
-    chapter = _front(notes["Chapters/Chapter 1.md"])
+    assert front(notes["Chapters/Chapter 2.md"])["aliases"] == []
+    assert front(notes["Chapters/Chapter 2.md"])["title"] == "The Betrayal: [Part] #2"
+    assert front(notes["Chapters/Chapter 1.md"])["aliases"] == ["The Letter"]
+    chapter = front(notes["Chapters/Chapter 1.md"])
     assert {k: chapter[k] for k in ("type", "status", "first_chapter", "title")} == {
         "type": "chapter", "status": "written", "first_chapter": 1, "title": "The Letter"}
 
@@ -182,7 +179,7 @@ def test_relationships_link_with_their_chapter_range_and_facts_keep_quote_and_ch
     assert "2. [[Chapter 1 - Scene 2|Scene 2: The smuggler]]" in chapter
     scene = notes["Scenes/Chapter 1 - Scene 1.md"]
     assert "**Characters:** [[Mara Quill|Mara]] \u00b7 [[Tobias Venn]]" in scene
-    assert "Mara meets Tobias on the reef." in scene and _front(scene)["chapter"] == 1
+    assert "Mara meets Tobias on the reef." in scene and front(scene)["chapter"] == 1
     assert "**Characters:** [[Mara Quill]] \u00b7 a stranger" in notes["Scenes/Chapter 1 - Scene 2.md"]
     # Text from the story cannot make links, tags or headings of its own.
     ada = notes[f"Characters/{safe_stem(COLON_NAME)}.md"]
@@ -263,16 +260,8 @@ def test_a_note_left_by_an_interrupted_export_is_still_skalds(world: GraphStore,
         "Characters/Tobias Venn.md"]
 
 
-def _env(settings: Settings, **extra: str) -> dict[str, str]:
-    ep = graph_endpoint(settings)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_", "PYTHONHASHSEED"))}
-    return {**env, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
-            "NEO4J_DATABASE": ep.database, "PYTHONPATH": child_pythonpath(), **extra}
-
-
 def _kg(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kg", *args], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return _run("kg", *args, env=env)
 
 
 def test_kg_vault_reports_what_it_did_and_refuses_bad_requests_in_one_line(

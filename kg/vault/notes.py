@@ -39,7 +39,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from kg import vocabulary as vocab
-from kg.codex.models import CodexPage, EntityCard, GraphEdge, GraphNode, SceneLine, StatusSpan, TimelineEntry
+from kg.codex.models import (
+    CodexPage,
+    EntityCard,
+    GraphEdge,
+    GraphNode,
+    SceneLine,
+    StatusSpan,
+    TimelineEntry,
+)
 
 INDEX_NOTE = "Index"
 BIBLE_NOTE = "Story bible"
@@ -130,9 +138,14 @@ class _Names:
         raise ValueError(f"no free note name among {candidates}")  # the last candidate is unique by construction
 
 
+def entity_type(label: str) -> str:
+    """The `type` of an entity note: character, place, item, or the label in lower case."""
+    return ENTITY_TYPES.get(label, label.lower())
+
+
 def _entity_stem(names: _Names, card: EntityCard) -> str:
     base = safe_stem(card.name)
-    kind = ENTITY_TYPES.get(card.kind, card.kind.lower()).capitalize()
+    kind = entity_type(card.kind).capitalize()
     digest = hashlib.sha256(card.id.encode("utf-8", "surrogatepass")).hexdigest()
     return names.claim(base, f"{base} ({kind})", f"{base} ({kind} {digest[:8]})", f"{base} ({kind} {digest})")
 
@@ -251,7 +264,7 @@ class _Vault:
         if stem != card.name and card.name not in aliases and linkable(card.name):
             aliases.insert(0, card.name)  # [[Name]] still finds the note whose file name had to change
         fields: dict[str, object] = {
-            "type": ENTITY_TYPES.get(card.kind, card.kind.lower()),
+            "type": entity_type(card.kind),
             "name": card.name,
             "status": card.statuses[-1].status if card.statuses else None,
             "first_chapter": first,
@@ -261,7 +274,7 @@ class _Vault:
         if card.provisional:
             fields["provisional"] = True
         seen = self.place(first, card.first) if first is not None else escape(card.first)
-        lines = [f"# {escape(card.name)}", "", f"{escape(card.kind)}" + (f", first seen: {seen}" if seen else "")
+        lines = [f"# {escape(card.name)}", "", escape(entity_type(card.kind).capitalize()) + (f", first seen: {seen}" if seen else "")
                  + (f" {quoted(card.first_quote)}" if card.first_quote else ""), ""]
         if card.description:
             lines += [escape(card.description), ""]
@@ -352,7 +365,7 @@ class _Vault:
             linked = [self.entity(eid) for item in items if (eid := self.by_anchor.get(item.anchor or ""))]
             if linked:
                 lines += [f"## {title}", "", " \u00b7 ".join(linked), ""]
-        new = [f"- {self.entity(card.id)} ({escape(card.kind)})" + (f" {quoted(card.first_quote)}"
+        new = [f"- {self.entity(card.id)} ({escape(entity_type(card.kind))})" + (f" {quoted(card.first_quote)}"
                                                                     if card.first_quote else "")
                for _, card in self.cards if self.first(card.id) == number]
         if new:
