@@ -28,10 +28,11 @@ from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
 from core.graph_server import GraphEndpoint, serve_embedded
 from core.settings import Settings, load_settings
-from kg.codex import CODEX_FILE, build_dialogue_codex, build_novel_codex, write_codex
+from kg.codex import CODEX_FILE, CodexPage, build_dialogue_codex, build_novel_codex, write_codex
 from kg.facts import entity_facts, format_facts
 from kg.store import GraphStore
 from kg.transfer import write_export
+from kg.vault import VAULT_DIR, vault_notes, write_vault
 
 
 def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -46,11 +47,16 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", default=False if top else argparse.SUPPRESS, help="debug logging")
 
 
+def _as_of(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--as-of-chapter", type=int, default=None, metavar="N",
+                        help="the world as of chapter N (default: the latest chapter; 0: the story bible)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kg",
         description="Maintain the project's knowledge graph: schema, statistics, export/import, the facts about an "
-        "entity with their evidence, the codex page of the world, chapter rollback.",
+        "entity with their evidence, the codex page of the world, an Obsidian vault of it, chapter rollback.",
     )
     _common(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -84,13 +90,26 @@ def build_parser() -> argparse.ArgumentParser:
         "page for a sidecar conversation: its entities, relations with their event history, milestones.",
     )
     _common(sub, top=False)
-    sub.add_argument("--as-of-chapter", type=int, default=None, metavar="N",
-                     help="the world as of chapter N (default: the latest chapter; 0: the story bible)")
+    _as_of(sub)
     sub.add_argument("--conversation-id", default=None, metavar="ID",
                      help="a sidecar conversation's codex instead of the book's")
     sub.add_argument("--out", type=Path, default=None,
                      help="file to write (default: <project-dir>/exports/codex.html, or "
                      "exports/codex-<conversation>.html)")
+
+    sub = commands.add_parser(
+        "vault", help="write the world as an Obsidian vault: a note per character, place, chapter and scene",
+        description="Write the world as an Obsidian vault: one Markdown note per character, place, item and other "
+        "entry, per chapter and per scene, with YAML front matter (type, status, first chapter, aliases), a "
+        "[[link]] for every relationship with its chapter range, and every fact with its quote and chapter. A "
+        "later export rewrites only the notes Skald wrote and nobody changed since (their SHA-256 is kept in "
+        "<vault>/.skald/written.json); notes you edited or added are left alone, and a Skald note whose entry "
+        "left the world is removed only while unchanged.",
+    )
+    _common(sub, top=False)
+    _as_of(sub)
+    sub.add_argument("--out", type=Path, default=None,
+                     help="the vault folder (default: <project-dir>/exports/vault); may be an existing vault")
 
     sub = commands.add_parser(
         "serve", help="run the project's embedded graph in the foreground, for many processes, until Ctrl-C/SIGTERM",
@@ -126,13 +145,18 @@ def _print_stats(store: GraphStore, as_json: bool) -> None:
     print(f"committed chapters: {chapters}")
 
 
-def _check_codex_args(args: argparse.Namespace) -> None:
-    """Refuse a bad codex request before the graph is opened."""
+def _check_book_args(args: argparse.Namespace) -> None:
+    """Refuse a codex or vault request for no project or a chapter before the first."""
     if not args.project_dir.is_dir():
         raise InvalidInputError(f"--project-dir {args.project_dir} is not a directory",
                                 hint="point it at a project written by python -m flows.novel")
     if args.as_of_chapter is not None and args.as_of_chapter < 0:
         raise InvalidInputError(f"--as-of-chapter must be 0 or more (got {args.as_of_chapter})")
+
+
+def _check_codex_args(args: argparse.Namespace) -> None:
+    """Refuse a bad codex request before the graph is opened."""
+    _check_book_args(args)
     if args.conversation_id is not None:
         if args.as_of_chapter is not None:
             raise InvalidInputError("--as-of-chapter is for a book; a conversation's codex shows all its turns")
@@ -142,6 +166,41 @@ def _check_codex_args(args: argparse.Namespace) -> None:
         raise InvalidInputError(f"--out {args.out} is a directory", hint="give the file to write, e.g. codex.html")
 
 
+def _check_vault_args(args: argparse.Namespace) -> None:
+    """Refuse a bad vault request before the graph is opened."""
+    _check_book_args(args)
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise InvalidInputError(f"--out {args.out} is a file", hint="give the vault's folder")
+
+
+def _novel_page(store: GraphStore, settings: Settings, as_of: int | None) -> CodexPage:
+    page = build_novel_codex(store, settings.saga_dir, as_of, project_name=settings.project_dir.name)
+    if not page.stats.entities and not page.stats.chapters:
+        raise InvalidInputError(f"the graph of {settings.project_dir} holds no story yet",
+                                hint="write a chapter first: python -m flows.novel --project-dir ...")
+    return page
+
+
+def _as_of_words(page: CodexPage) -> str:
+    return "the story bible" if page.as_of == 0 else f"chapter {page.as_of}"
+
+
+def _vault(store: GraphStore, settings: Settings, args: argparse.Namespace) -> None:
+    page = _novel_page(store, settings, args.as_of_chapter)
+    out = args.out if args.out is not None else settings.project_dir / VAULT_DIR
+    try:
+        report = write_vault(vault_notes(page), out)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write the vault in {out}: {exc.strerror or exc}") from None
+    print(f"vault of {page.title!r} as of {_as_of_words(page)} in {out}: {report.notes} notes, {report.links} links; "
+          f"{len(report.written)} written, {len(report.unchanged)} unchanged, {len(report.kept)} kept as yours, "
+          f"{len(report.removed)} stale removed, {len(report.released)} stale left as yours")
+    for rel in report.kept:
+        print(f"  kept (you changed it): {rel}")
+    for rel in report.released:
+        print(f"  no longer in the world, kept (you changed it): {rel}")
+
+
 def _codex(store: GraphStore, settings: Settings, args: argparse.Namespace) -> None:
     if args.conversation_id is not None:
         page = build_dialogue_codex(store, args.conversation_id)
@@ -149,13 +208,9 @@ def _codex(store: GraphStore, settings: Settings, args: argparse.Namespace) -> N
         default = settings.project_dir / "exports" / f"codex-{slug}.html"
         what = f"{page.title}: {page.stats.chapters} committed turns"
     else:
-        page = build_novel_codex(store, settings.saga_dir, args.as_of_chapter, project_name=settings.project_dir.name)
-        if not page.stats.entities and not page.stats.chapters:
-            raise InvalidInputError(f"the graph of {settings.project_dir} holds no story yet",
-                                    hint="write a chapter first: python -m flows.novel --project-dir ...")
+        page = _novel_page(store, settings, args.as_of_chapter)
         default = settings.project_dir / CODEX_FILE
-        where = "the story bible" if page.as_of == 0 else f"chapter {page.as_of}"
-        what = f"{page.title!r} as of {where}"
+        what = f"{page.title!r} as of {_as_of_words(page)}"
     out = args.out if args.out is not None else default
     try:
         write_codex(page, out)
@@ -197,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InvalidInputError(f"import file {args.file} does not exist")
     if args.command == "codex":
         _check_codex_args(args)
+    if args.command == "vault":
+        _check_vault_args(args)
     settings = load_settings(args.project_dir, args.config)
     if args.command == "serve":
         return _serve(settings, args)
@@ -226,6 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(format_facts(found))
         elif args.command == "codex":
             _codex(store, settings, args)
+        elif args.command == "vault":
+            _vault(store, settings, args)
         elif args.command == "rollback":
             result = store.rollback_chapter(args.chapter, cascade=args.cascade)
             print(

@@ -18,7 +18,9 @@ import pytest
 from core.settings import Settings
 from tests.long_story import PREMISE, LongStory
 from tests.scripted_llm import ScriptedLLM
+from tests.test_codex import _env, _run
 from tests.test_novel_e2e import export, novel, run_env, wipe_graph
+from tests.test_vault import front, unresolved_links
 
 CHAPTERS = 12
 
@@ -97,3 +99,35 @@ def test_qa_finds_no_error_in_the_scripted_book(book: Book) -> None:
     assert reports, "QA ran"
     findings = pq.read_table(reports[-1]).to_pylist()
     assert [f for f in findings if f["severity"] == "error"] == []
+
+
+def test_the_vault_of_the_book_links_every_note_and_keeps_the_writers(book: Book, graph_settings: Settings,
+                                                                     tmp_path: Path) -> None:
+    story, project, _, _ = book
+    env = _env(graph_settings)
+    done = _run("kg", "vault", "--project-dir", str(project), "--out", str(tmp_path), env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found, bad = unresolved_links(tmp_path)
+    assert bad == [] and found > 1000, (found, bad[:10])
+    sheets = [front(p.read_text(encoding="utf-8")) for p in (tmp_path / "Characters").glob("*.md")]
+    people = {str(sheet["name"]): sheet for sheet in sheets}
+    assert set(story.introduced(CHAPTERS)) <= set(people)
+    for name in story.deaths(CHAPTERS):
+        assert (people[name]["status"], people[name]["type"]) == ("dead", "character"), people[name]
+    for variant, name in story.variants(10).items():  # merged by healing: [[variant]] finds the note
+        assert variant in people[name]["aliases"], people[name]
+    chapters = sorted(int(front(p.read_text(encoding="utf-8"))["chapter"]) for p in (tmp_path / "Chapters").glob("*.md"))
+    assert chapters == list(range(1, CHAPTERS + 1))
+    assert len(list((tmp_path / "Scenes").glob("*.md"))) == 2 * CHAPTERS
+    # The writer's own note, and one of Skald's they edited, survive the next export unchanged.
+    mine = tmp_path / "Plot" / "Ending.md"
+    mine.parent.mkdir()
+    mine.write_text("Mara burns the ledger in [[Chapter 12]].\n", encoding="utf-8")
+    edited = tmp_path / "Characters" / "Mara Quill.md"
+    edited.write_text(edited.read_text(encoding="utf-8").replace("# Mara Quill", "# Mara Quill, keeper"),
+                      encoding="utf-8")
+    kept = {p: p.read_bytes() for p in (mine, edited)}
+    again = _run("kg", "vault", "--project-dir", str(project), "--out", str(tmp_path), env=env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert " 0 written, " in again.stdout and " 1 kept as yours, " in again.stdout, again.stdout

@@ -108,6 +108,7 @@ class SceneLine(_Model):
     title: str = ""
     location: str = ""
     characters: list[str] = Field(default_factory=list)
+    summary: str = ""
 
 
 class TimelineEntry(_Model):

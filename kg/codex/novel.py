@@ -132,7 +132,8 @@ def _read_tx(tx: ManagedTransaction, as_of: int | None, mirror: StoryMirror) -> 
                       "description": e.props.get("description"), "weight": e.props.get("weight")}
                      for e in mirror.edges_as_of(upto)]
     scenes = [{"chapter": s.chapter, "scene": s.scene if s.scene >= 0 else None, "title": s.title or None,
-               "location": s.location, "characters": list(s.characters)} for s in mirror.scenes_as_of(upto)]
+               "location": s.location, "characters": list(s.characters), "summary": s.summary}
+              for s in mirror.scenes_as_of(upto)]
     info_row = tx.run(kq.READ_NOVEL_INFO, id=NOVEL_INFO_ID).single()
     return _Read(
         as_of=upto, latest=latest, info=dict(info_row["props"]) if info_row else {},
@@ -454,7 +455,8 @@ def _timeline(read: _Read, entities: dict[str, Entity], anchors: dict[str, str],
         if found is not None:
             found.scenes.append(SceneLine(index=int(scene["scene"] or 0), title=scene["title"] or "",
                                           location=scene["location"] or "",
-                                          characters=[str(c) for c in scene["characters"] or []]))
+                                          characters=[str(c) for c in scene["characters"] or []],
+                                          summary=scene["summary"] or ""))
     by_chapter: dict[int, set[str]] = defaultdict(set)
     for row in read.appearances:
         if row["id"] in entities:
