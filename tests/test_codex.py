@@ -22,6 +22,7 @@ import pytest
 from core.graph_server import graph_endpoint
 from core.settings import Settings
 from kg.codex import build_dialogue_codex, build_novel_codex, render_codex, write_codex
+from kg.codex.models import CAPTION_LIMIT, ELLIPSIS, relationship_caption, shorten_label
 from kg.codex.render import LIBRARY, LIBRARY_NAME
 from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
 from kg.store import GraphStore
@@ -170,6 +171,59 @@ def test_the_page_as_of_an_earlier_chapter_knows_nothing_later(store: GraphStore
     bible = build_novel_codex(store, tmp_path, as_of=0)
     assert {c.name for s in bible.sections for c in s.cards} == {"Mara Quill", "Tobias Venn", "Gull Rock"}
     assert [e.heading for e in bible.timeline] == ["Story bible"]
+
+
+#: Relationship types as extraction gives them: a sentence in capitals with underscores, one
+#: in camel case, one in plain words.
+LONG_TYPES = ("LOVES_HER_BROTHER_BUT_RESENTS_HIS_SUCCESS_AT_SEA", "secretlyOwesHimTheDeedToTheLighthouseOnTheReef",
+              "swore on the drowned letter to keep him from the caves")
+
+
+def _cut_at_a_word_break(caption: str, full: str) -> bool:
+    """`caption` is `full` cut at a word break: a prefix of it, then the ellipsis, and what
+    follows the prefix in `full` starts a new word."""
+    kept = caption.removesuffix(ELLIPSIS)
+    rest = full[len(kept):]
+    return caption.endswith(ELLIPSIS) and full.startswith(kept) and (
+        rest[:1] in (" ", "_", "-") or (kept[-1:].islower() and rest[:1].isupper()))
+
+
+def test_a_long_relationship_type_is_cut_at_a_word_break_and_a_short_one_kept() -> None:
+    captions = [shorten_label(t) for t in LONG_TYPES]
+    assert captions == ["LOVES_HER_BROTHER_BUT_RESENTS_HIS\u2026", "secretlyOwesHimTheDeedToTheLighthouseOn\u2026",
+                        "swore on the drowned letter to keep him\u2026"]
+    assert all(len(c) <= CAPTION_LIMIT and _cut_at_a_word_break(c, t) for c, t in zip(captions, LONG_TYPES, strict=True))
+    # The look-alikes: a type of exactly the limit, and the short ones, are drawn as they are.
+    exact = "KNOWS_THE_KEEPER_OF_THE_LIGHT_ON_THE_REE"
+    assert len(exact) == CAPTION_LIMIT and shorten_label(exact) == exact
+    assert [relationship_caption(t, None) for t in ("FRIEND_OF", "LOCATED_IN")] == ["FRIEND_OF", "LOCATED_IN"]
+    assert relationship_caption("RELATES_TO", "mentor of") == "RELATES_TO (mentor of)"
+    # A long RELATES_TO is drawn with the model's words, not the catch-all type.
+    assert relationship_caption("RELATES_TO", LONG_TYPES[2]) == captions[2]
+    assert relationship_caption("RELATES_TO", "sworn to guard the heir of Gull Rock") == "sworn to guard the heir of Gull Rock"
+    # One word past the limit has no break to cut at: it is cut inside, still within the limit.
+    assert shorten_label("X" * 60) == "X" * (CAPTION_LIMIT - 1) + ELLIPSIS
+    assert shorten_label("line\nbreak  inside") == "line break inside"  # the canvas draws one line
+
+
+def test_the_graph_draws_a_short_caption_and_keeps_the_full_type_for_the_panel(store: GraphStore,
+                                                                               tmp_path: Path) -> None:
+    write_story(store)
+    store.commit_chapter(ChapterDelta(chapter=4, title="Debts", relationships=[
+        Relationship(source="Mara Quill", target="Tobias Venn", type=t, scene=1, quote=f"She knew: {t}.")
+        for t in LONG_TYPES]))
+    page = build_novel_codex(store, tmp_path)
+    edges = {e.events[0].quote: e for e in page.graph.edges}
+    for long_type in LONG_TYPES:
+        edge = edges[f"She knew: {long_type}."]
+        assert edge.label == f"RELATES_TO ({long_type})"  # the full type, for hover and click
+        assert len(edge.caption) <= CAPTION_LIMIT and _cut_at_a_word_break(edge.caption, long_type)
+    assert _edge(page, "FRIEND_OF", "Mara Quill").caption == "FRIEND_OF"
+    data = json.loads(re.search(r'id="codex-data">(.*?)</script>', render_codex(page),  # type: ignore[union-attr]
+                                re.DOTALL).group(1))
+    shown = {e["label"]: e["caption"] for e in data["graph"]["edges"]}
+    assert {f"RELATES_TO ({t})" for t in LONG_TYPES} <= set(shown)
+    assert max(len(c) for c in shown.values()) <= CAPTION_LIMIT
 
 
 def test_the_html_is_self_contained_deterministic_and_escapes_the_story(store: GraphStore, tmp_path: Path) -> None:

@@ -5,8 +5,11 @@ real HTTP and the real graph (friends who fall out, a newcomer with a key, a dea
 it `exports/codex.html` after every chapter. The page then opens from disk in headless
 Chromium with the network off: its script runs without a console error, the graph holds
 the book's characters as nodes and draws its relationships with their history, the slider
-steps back through the chapters, and the timeline shows the chapters. A screenshot is kept
-under build/.
+steps back through the chapters, and the timeline shows the chapters. Chapter 2's extraction
+also gives relationship types that are whole sentences (in capitals with underscores, in camel
+case, in plain words): the canvas draws each as a short label of at most 40 characters, and
+hovering or clicking one still gives the full type with its quote and history. Screenshots
+are kept under build/.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from core.settings import Settings
+from kg.codex.models import CAPTION_LIMIT
 from tests.browser import open_page, require_chromium
 from tests.conftest import REPO_ROOT
 from tests.scripted_llm import (
@@ -40,6 +45,14 @@ SCENES = {
 CAST = {1: ["Mara Quill", "Tobias Venn"], 2: ["Mara Quill", "Tobias Venn", "Ilse Marrow"],
         3: ["Mara Quill", "Tobias Venn", "Ilse Marrow"]}
 READY = "document.documentElement.dataset.codexReady === 'true'"
+#: How long a condition in the page is waited for (the machine may be loaded).
+WAIT_MS = 30_000
+#: Relationship types as a model writes them when it says a whole sentence: (source, type, target).
+LONG_RELATIONSHIPS = (
+    ("Ilse Marrow", "LOVES_HER_BROTHER_BUT_RESENTS_HIS_SUCCESS_AT_SEA", "Tobias Venn"),
+    ("Ilse Marrow", "secretlyOwesHimTheDeedToTheLighthouseOnTheReef", "Mara Quill"),
+    ("Mara Quill", "swore on the drowned letter to keep her from the sea caves", "Ilse Marrow"),
+)
 
 
 def _chapter(request: ScriptedRequest) -> int:
@@ -76,7 +89,8 @@ def _extract(request: ScriptedRequest) -> dict[str, object]:
         relationships = [{"source": "Mara Quill", "target": "Tobias Venn", "type": "FRIEND_OF"},
                          {"source": "Mara Quill", "target": "Gull Rock lighthouse", "type": "LOCATED_IN"}]
     elif "held the brass key" in text:
-        relationships = [{"source": "Ilse Marrow", "target": "brass key", "type": "OWNS"}]
+        relationships = [{"source": "Ilse Marrow", "target": "brass key", "type": "OWNS"},
+                         *({"source": s, "target": t, "type": kind} for s, kind, t in LONG_RELATIONSHIPS)]
     elif "struck Mara Quill" in text:
         relationships = [{"source": "Tobias Venn", "target": "Mara Quill", "type": "ENEMY_OF"}]
         statuses = [{"name": "Ilse Marrow", "status": "dead"}]
@@ -167,6 +181,48 @@ def test_the_codex_opens_offline_in_chromium_with_the_world(book: tuple[Path, di
         page.screenshot(path=str(SCREENSHOTS / "codex-browser-full.png"), full_page=True)
     assert report.page_errors == [] and report.console_errors == [], report
     assert report.network == [], "the page must need no network"
+
+
+def test_the_canvas_draws_long_relationship_types_short_and_the_panel_tells_them_whole(
+        book: tuple[Path, dict[str, str], str]) -> None:
+    require_chromium()
+    project, _, _ = book
+    codex = project / "exports" / "codex.html"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    # Conditions are waited on with Playwright's assertions (they poll from outside the page):
+    # page.wait_for_function polls by `eval`, which the page's policy forbids.
+    with open_page(codex, ready=READY) as (page, report):
+        assert page.is_checked("#edge-labels")  # a small graph draws its edge labels
+        # What Cytoscape draws: each visible edge's computed `label` style, not the page's data.
+        drawn = page.evaluate("window.codex.cy.edges(':visible').map(e => e.pstyle('label').strValue)")
+        assert drawn and all(drawn), drawn
+        assert max(len(text) for text in drawn) <= CAPTION_LIMIT, [t for t in drawn if len(t) > CAPTION_LIMIT]
+        assert {"FRIEND_OF", "ENEMY_OF", "OWNS"} <= set(drawn)  # short types drawn whole
+        cut = sorted(t for t in drawn if t.endswith("\u2026"))
+        assert cut == ["LOVES_HER_BROTHER_BUT_RESENTS_HIS\u2026", "secretlyOwesHimTheDeedToTheLighthouseOn\u2026",
+                       "swore on the drowned letter to keep her\u2026"]
+        page.locator("#graph").screenshot(path=str(SCREENSHOTS / "codex-labels.png"))
+        quote = "Mara Quill and Tobias Venn found Ilse Marrow at Gull Rock lighthouse."
+        for source, kind, target in LONG_RELATIONSHIPS:
+            full = f"{source} \u2014 RELATES_TO ({kind}) \u2192 {target}"
+            edge = f"window.codex.cy.edges().filter(e => e.data('label').startsWith({json.dumps(kind[:20])}))"
+            assert page.evaluate(f"{edge}.length") == 1
+            # The pointer over the middle of the drawn line: the tooltip gives the full type and its history.
+            box = page.locator("#cy").bounding_box()
+            point = page.evaluate(f"{edge}[0].renderedMidpoint()")
+            page.mouse.move(box["x"] + point["x"], box["y"] + point["y"])  # type: ignore[index]
+            expect(page.locator("#tip")).to_be_visible(timeout=WAIT_MS)
+            expect(page.locator("#tip")).to_contain_text(full, timeout=WAIT_MS)
+            assert "ch 2 sc 1" in page.inner_text("#tip") and quote in page.inner_text("#tip")
+            # A click there: the side panel tells the whole story, with the quote.
+            page.mouse.click(box["x"] + point["x"], box["y"] + point["y"])  # type: ignore[index]
+            expect(page.locator("#details")).to_contain_text(full, timeout=WAIT_MS)
+            details = page.inner_text("#details")
+            assert "Active as of chapter 3" in details and f"ch 2 sc 1: RELATES_TO ({kind}) " in details \
+                and quote in details, details
+            page.mouse.move(box["x"] + 3, box["y"] + 3)  # type: ignore[index]  # empty canvas (fit pads 24 px)
+            expect(page.locator("#tip")).to_be_hidden(timeout=WAIT_MS)
+    assert report.page_errors == [] and report.console_errors == [], report
 
 
 def test_the_page_holds_every_fact_with_its_evidence_and_the_quality_chart(

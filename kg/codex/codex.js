@@ -1,6 +1,8 @@
 /* The codex page's picture: the graph of entities and relationships (Cytoscape.js), a
  * slider that shows the world as of an earlier chapter (turn), filters by kind, a tooltip
  * with a relationship's type and history on hover, and the whole story with quotes on click.
+ * An edge is drawn with its short caption (at most 40 characters, cut in kg/codex/models.py);
+ * the tooltip and the panel give its full label.
  * Data comes from the JSON element #codex-data; text is always set with textContent. */
 (function () {
   "use strict";
@@ -51,7 +53,8 @@
       color: COLORS[n.kind] || "#9aa4ae" }, classes: n.flagged ? "flagged" : "" });
   });
   graph.edges.forEach(function (e) {
-    elements.push({ group: "edges", data: { id: e.id, source: e.source, target: e.target, label: e.label } });
+    /* the canvas draws the short caption; the tooltip and the side panel name the full label */
+    elements.push({ group: "edges", data: { id: e.id, source: e.source, target: e.target, label: e.caption } });
   });
   var many = graph.nodes.length > 250;
   var cy = cytoscape({

@@ -31,6 +31,8 @@ from kg.codex.models import (
     GraphNode,
     TimelineEntry,
     TimelineItem,
+    relationship_caption,
+    relationship_label,
 )
 from kg.codex.novel import SECTIONS, anchor
 from kg.store import GraphStore
@@ -130,8 +132,7 @@ def build_dialogue_codex(store: GraphStore, conversation_id: str) -> CodexPage:
     drawn: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for rel in relations:
         source, target = str(rel["source"]), str(rel["target"])
-        label = f"{rel['type']} ({rel['raw_type']})" if rel["type"] == vocab.RELATES_TO and rel["raw_type"] else \
-            str(rel["type"])
+        label = relationship_label(str(rel["type"]), rel["raw_type"])
         drawn[(source, label, target)].append(rel)
         since = int(rel["since_seq"] or 0)
         ended = int(rel["ended_seq"]) if rel["ended_seq"] is not None else None
@@ -160,7 +161,8 @@ def build_dialogue_codex(store: GraphStore, conversation_id: str) -> CodexPage:
                          key=lambda e: int(e.get("seq") or 0))
         edges.append(GraphEdge(
             id=anchor("r", "\x1f".join((source, label, target))), source=source, target=target,
-            type=str(latest["type"]), label=label, ended_by=latest["ended_by"], weight=latest["weight"],
+            type=str(latest["type"]), label=label,
+            caption=relationship_caption(str(latest["type"]), latest["raw_type"]), ended_by=latest["ended_by"], weight=latest["weight"],
             spans=[(int(r["since_seq"] or 0), int(r["ended_seq"]) if r["ended_seq"] is not None else None)
                    for r in spells],
             events=[EdgeEvent(at=e.get("seq"), where=_turn(e.get("turn_id")), what=_event_text(e), quote=e.get("quote"))

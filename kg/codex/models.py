@@ -1,14 +1,61 @@
 """What a codex page shows, as pydantic models: built from the graph (kg.codex.novel,
 kg.codex.dialogue), rendered by kg.codex.render. One page model for a book and for a
-conversation: the story's time axis is its chapters or the conversation's turns."""
+conversation: the story's time axis is its chapters or the conversation's turns.
+
+A relationship has two names here: its `label` (the type, with the model's own words for a
+RELATES_TO) for the hover and the side panel, and its `caption`, drawn on the canvas, which
+is the label itself when it is at most CAPTION_LIMIT characters and otherwise a word-boundary
+cut of it ending in an ellipsis (`relationship_caption`), so an extracted type that is a whole
+sentence does not run across the picture. The cut is written here rather than taken from
+`textwrap.shorten`, which breaks only at spaces: for LOVES_HER_BROTHER_BUT_RESENTS_HIS_SUCCESS
+or a camel-case type it gives nothing but the ellipsis.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kg import vocabulary as vocab
+
 Axis = Literal["chapter", "turn"]
+#: The longest label drawn on the graph's canvas, ellipsis included.
+CAPTION_LIMIT = 40
+ELLIPSIS = "\u2026"
+#: Where a label may be cut: before a run of spaces, underscores, hyphens or slashes, and
+#: between a lower-case letter (or digit) and the capital that starts the next camel-case word.
+_WORD_BREAK = re.compile(r"[\s_\-/]+|(?<=[a-z0-9])(?=[A-Z])")
+_TRAILING = " _-/,;:."
+
+
+def relationship_label(rel_type: str, raw_type: str | None) -> str:
+    """The full name of a relationship: its type, and for the catch-all RELATES_TO the words
+    the model used ("RELATES_TO (mentor of)")."""
+    return f"{rel_type} ({raw_type})" if rel_type == vocab.RELATES_TO and raw_type else rel_type
+
+
+def shorten_label(text: str, limit: int = CAPTION_LIMIT) -> str:
+    """`text` on one line (whitespace runs become one space) and, when longer than `limit`,
+    cut at the last word break that leaves room for the ellipsis, separators and stray
+    punctuation before the cut dropped; one word longer than `limit` is cut inside it."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    breaks = [m.start() for m in _WORD_BREAK.finditer(text) if 0 < m.start() < limit]
+    kept = text[:breaks[-1]].rstrip(_TRAILING) if breaks else ""
+    return (kept or text[:limit - 1]) + ELLIPSIS
+
+
+def relationship_caption(rel_type: str, raw_type: str | None, limit: int = CAPTION_LIMIT) -> str:
+    """What the canvas draws for a relationship: its full label when that fits in `limit`;
+    otherwise, cut to fit, the model's own words for a RELATES_TO (they say what the relation
+    is; the catch-all type does not) or the type itself."""
+    label = relationship_label(rel_type, raw_type)
+    if len(" ".join(label.split())) <= limit:
+        return shorten_label(label, limit)
+    return shorten_label(raw_type if rel_type == vocab.RELATES_TO and raw_type else rel_type, limit)
 
 
 class _Model(BaseModel):
@@ -80,7 +127,8 @@ class GraphEdge(_Model):
     source: str
     target: str
     type: str
-    label: str
+    label: str = Field(description="the full type, shown on hover and in the side panel")
+    caption: str = Field(description=f"the label drawn on the canvas, at most {CAPTION_LIMIT} characters")
     #: [start, end): active from `start` until it ended in `end` (None: still active).
     spans: list[tuple[int, int | None]]
     ended_by: str | None = Field(None, description="what ended it, in words")

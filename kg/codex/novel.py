@@ -48,6 +48,8 @@ from kg.codex.models import (
     StatusSpan,
     TimelineEntry,
     TimelineItem,
+    relationship_caption,
+    relationship_label,
 )
 from kg.commit import NOVEL_INFO_ID
 from kg.facts import BIBLE_SOURCES, source_fact
@@ -214,7 +216,11 @@ class _Rel:
 
     @property
     def label(self) -> str:
-        return f"{self.type} ({self.raw_type})" if self.type == vocab.RELATES_TO and self.raw_type else self.type
+        return relationship_label(self.type, self.raw_type)
+
+    @property
+    def caption(self) -> str:
+        return relationship_caption(self.type, self.raw_type)
 
     def key(self) -> str:
         return "\x1f".join((self.source, self.label, self.target))
@@ -401,7 +407,7 @@ def build_novel_codex(store: GraphStore, saga_dir: Path, as_of: int | None = Non
                          statuses=_statuses(e), flagged=eid in findings_of)
                for eid, e in sorted(entities.items(), key=lambda item: item[0])],
         edges=[GraphEdge(id=anchor("r", rel.key()), source=rel.source, target=rel.target, type=rel.type,
-                         label=rel.label, spans=rel.spans, ended_by=rel.ended_by,
+                         label=rel.label, caption=rel.caption, spans=rel.spans, ended_by=rel.ended_by,
                          weight=rel.statements[-1].get("weight"),
                          events=[EdgeEvent(at=s["chapter"], where=where(s["chapter"], s["scene"]),
                                            what=s["description"] or rel.label, quote=s["quote"])
