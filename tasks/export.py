@@ -58,6 +58,10 @@ def publish_chapter_quality(number: int, rows: list[dict[str, object]]) -> None:
     write_if_changed(path, json.dumps(rows, indent=2) + "\n")
 
 
+def manuscript_path(project_dir: Path) -> Path:
+    return project_dir / "exports" / "manuscript.md"
+
+
 @plain_task("export_manuscript")
 def export_manuscript(title: str, chapter_count: int) -> str:
     """Concatenate finished chapters into `exports/manuscript.md`."""
@@ -67,6 +71,6 @@ def export_manuscript(title: str, chapter_count: int) -> str:
         path = chapter_path(rt.settings.project_dir, number)
         if path.exists():
             parts.append(path.read_text(encoding="utf-8").replace("# Chapter", "## Chapter", 1))
-    out = rt.settings.project_dir / "exports" / "manuscript.md"
+    out = manuscript_path(rt.settings.project_dir)
     write_if_changed(out, "\n".join(parts))
     return str(out)
