@@ -60,7 +60,7 @@ BOOK_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://skald.invalid/book")
 # The manuscript is prose: markup-looking text in it is printed as written. Off: YAML blocks
 # (a scene break `---` must not open a metadata block), raw HTML/TeX (never copied into the
 # EPUB's XHTML, where it could make it invalid), `$...$` maths (prices are not formulas).
-_MARKDOWN = "markdown-yaml_metadata_block-pandoc_title_block-raw_html-raw_tex-raw_attribute-tex_math_dollars"
+_MARKDOWN = "markdown-yaml_metadata_block-raw_html-raw_tex-raw_attribute-tex_math_dollars"
 _PANDOC_WRITER: dict[EbookFormat, str] = {"epub": "epub3", "docx": "docx"}
 _FILTER = Path(__file__).with_name("ebook.lua")
 _TITLE_LINE = re.compile(r"\A\ufeff?[ \t]*#[ \t]+(?P<title>\S[^\n]*)")
