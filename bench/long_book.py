@@ -69,6 +69,7 @@ GROUPS: dict[str, str] = {
     "summarize_chapter": "summaries", "store_chapter_summary": "summaries",
     "finalize_chapter": "files+steering", "publish_chapter_quality": "files+steering",
     "steering and story bible": "files+steering", "export_manuscript": "files+steering",
+    "export_ebooks": "files+steering",
     "codex": "codex", "write_codex": "codex",
     OUTSIDE: "prefect+flow code",
 }

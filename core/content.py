@@ -188,10 +188,10 @@ def atomic_write(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def write_if_changed(path: Path, text: str) -> bool:
-    """Atomically write `text` unless the file already holds exactly that (a re-run then
-    leaves files and their mtimes alone); True if written."""
-    data = text.encode("utf-8")
+def write_if_changed(path: Path, content: str | bytes) -> bool:
+    """Atomically write `content` (text as UTF-8) unless the file already holds exactly that
+    (a re-run then leaves files and their mtimes alone); True if written."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
     if path.exists() and path.read_bytes() == data:
         return False
     atomic_write(path, data)

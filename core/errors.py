@@ -62,5 +62,9 @@ class LLMBadOutputError(LLMError):
     """The model kept returning output that does not validate against the schema."""
 
 
+class ExportError(SkaldError):
+    """A book file (EPUB, DOCX) could not be made from the manuscript."""
+
+
 class EmbeddedServiceError(SkaldError):
     """An embedded default service (graph or LLM) failed to start."""

@@ -28,6 +28,7 @@ from tasks.commit import (
     store_chapter_summary,
 )
 from tasks.consolidation import build_chapter_delta
+from tasks.ebook import export_ebooks_or_log
 from tasks.embedding import embed_scenes_or_none
 from tasks.export import export_manuscript, finalize_chapter
 from tasks.extraction import extract_scene
@@ -47,6 +48,7 @@ class ImportReport(BaseModel):
     chapters: int
     characters: list[str]
     manuscript: str
+    ebooks: list[str]
 
 
 def imported_artifacts_path(saga_dir: Path) -> Path:
@@ -105,6 +107,7 @@ def import_flow(manuscript: Manuscript, genre: str) -> ImportReport:
     persist_initialization_files(artifacts)
     atomic_write(imported_artifacts_path(rt.settings.saga_dir), artifacts.model_dump_json(indent=2).encode("utf-8"))
     path = export_manuscript(manuscript.title, len(manuscript.chapters))
+    ebooks = export_ebooks_or_log(path)
     write_codex_or_log("of the imported book")
-    return ImportReport(title=manuscript.title, chapters=len(manuscript.chapters), manuscript=path,
+    return ImportReport(title=manuscript.title, chapters=len(manuscript.chapters), manuscript=path, ebooks=ebooks,
                         characters=[c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters])

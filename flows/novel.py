@@ -43,7 +43,8 @@ from prompts.initialization.models import (
 from tasks.bible import load_story_bible, sync_story_bible, write_learned_characters
 from tasks.codex import FLAT_CODEX_CHAPTERS, codex_due, write_codex_or_log
 from tasks.commit import commit_initialization, maintenance_due, record_maintenance
-from tasks.export import export_manuscript
+from tasks.ebook import EBOOK_FORMATS, export_ebooks_or_log, write_ebooks
+from tasks.export import export_manuscript, manuscript_path
 from tasks.initialization import (
     act_ranges,
     extract_outline_relationships,
@@ -118,6 +119,7 @@ class NovelReport(BaseModel):
     title: str
     chapters: list[ChapterResult]
     manuscript: str
+    ebooks: list[str] = Field(default_factory=list, description="the manuscript as EPUB and DOCX (none if they failed)")
     llm_calls: int
     prompt_tokens: int
     completion_tokens: int
@@ -308,7 +310,9 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
         write_codex_or_log("at the end of the run")
     write_learned_characters()
     manuscript = export_manuscript(outline.title, chapters)
+    ebooks = export_ebooks_or_log(manuscript)
     report = _report(rt, outline.title, results_list, manuscript, phases)
+    report.ebooks = ebooks
     report.costs = costs
     _publish_artifacts(report)
     return report
@@ -369,7 +373,7 @@ def _publish_artifacts(report: NovelReport) -> None:
     lines = [f"# Run summary: {report.title}", "", f"- chapters: {len(report.chapters)}",
              f"- LLM calls this run: {report.llm_calls} (cached steps make none)",
              f"- tokens: {report.prompt_tokens} prompt, {report.completion_tokens} completion",
-             f"- manuscript: `{report.manuscript}`", "",
+             f"- manuscript: `{report.manuscript}`", *(f"- book: `{path}`" for path in report.ebooks), "",
              "| chapter | words | distinct trigrams | max sentence repeats | compression | flagged |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {c.number} | {c.prose.words} | {c.prose.distinct_trigrams:.2f} | {c.prose.max_sentence_repeats} | "
@@ -384,6 +388,7 @@ def run_summary(report: NovelReport, seconds: float) -> dict[str, object]:
     metrics (distinct word-trigram ratio, most repeats of one sentence) and any flags."""
     return {
         "title": report.title, "chapters": len(report.chapters), "manuscript": report.manuscript,
+        "ebooks": report.ebooks,
         "llm_calls": report.llm_calls, "seconds": round(seconds, 1),
         "chapter_quality": [
             {"chapter": c.number, "words": c.prose.words, "distinct_trigrams": c.prose.distinct_trigrams,
@@ -410,7 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m flows.novel",
         description="Write a novel with LLMs, keeping the story world in a knowledge graph. "
         "Re-running resumes from cached steps; a larger --chapters continues the book. "
-        "`python -m flows.novel import --help`: start a project from an existing manuscript.",
+        "`python -m flows.novel import --help`: start a project from an existing manuscript; "
+        "`python -m flows.novel export --help`: write the book's EPUB and DOCX again.",
     )
     parser.add_argument("--project-dir", type=Path, required=True, help="where chapters/, outline/, .saga/ ... live")
     premise = parser.add_mutually_exclusive_group()
@@ -473,10 +479,35 @@ def import_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def build_export_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.novel export",
+        description="Write the book's EPUB and DOCX again from its manuscript (exports/manuscript.md), next to "
+        "it. A run or an import writes them itself; this needs neither the graph nor an LLM.",
+    )
+    parser.add_argument("--project-dir", type=Path, required=True, help="the book's project directory")
+    parser.add_argument("--format", dest="formats", action="append", choices=EBOOK_FORMATS, default=None,
+                        help="epub or docx; repeat for both (default: both)")
+    return parser
+
+
+def export_main(argv: Sequence[str]) -> int:
+    args = build_export_parser().parse_args(argv)
+    manuscript = manuscript_path(args.project_dir)
+    if not manuscript.is_file():
+        raise InvalidInputError(f"{args.project_dir} has no manuscript ({manuscript} is missing)",
+                                hint="write the book with `python -m flows.novel` or import one first")
+    paths = write_ebooks(manuscript, args.formats or EBOOK_FORMATS)
+    print(json.dumps({"manuscript": str(manuscript), "ebooks": [str(path) for path in paths]}))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["import"]:
         return import_main(argv[1:])
+    if argv[:1] == ["export"]:
+        return export_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.chapters < 1:
         raise InvalidInputError(f"--chapters must be at least 1 (got {args.chapters})")

@@ -58,15 +58,22 @@ def publish_chapter_quality(number: int, rows: list[dict[str, object]]) -> None:
     write_if_changed(path, json.dumps(rows, indent=2) + "\n")
 
 
+def manuscript_markdown(title: str, chapters: list[str]) -> str:
+    """The manuscript: `# <title>`, then the chapter files' markdown in order, each chapter's
+    heading one level down (`## Chapter N: <title>`)."""
+    return "\n".join([f"# {title}\n", *(text.replace("# Chapter", "## Chapter", 1) for text in chapters)])
+
+
+def manuscript_path(project_dir: Path) -> Path:
+    return project_dir / "exports" / "manuscript.md"
+
+
 @plain_task("export_manuscript")
 def export_manuscript(title: str, chapter_count: int) -> str:
     """Concatenate finished chapters into `exports/manuscript.md`."""
     rt = runtime()
-    parts = [f"# {title}\n"]
-    for number in range(1, chapter_count + 1):
-        path = chapter_path(rt.settings.project_dir, number)
-        if path.exists():
-            parts.append(path.read_text(encoding="utf-8").replace("# Chapter", "## Chapter", 1))
-    out = rt.settings.project_dir / "exports" / "manuscript.md"
-    write_if_changed(out, "\n".join(parts))
+    chapters = [path.read_text(encoding="utf-8") for number in range(1, chapter_count + 1)
+                if (path := chapter_path(rt.settings.project_dir, number)).exists()]
+    out = manuscript_path(rt.settings.project_dir)
+    write_if_changed(out, manuscript_markdown(title, chapters))
     return str(out)

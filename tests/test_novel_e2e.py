@@ -24,6 +24,7 @@ from core.graph_server import graph_endpoint
 from core.settings import Settings
 from tests import process_guard
 from tests.conftest import REPO_ROOT, child_pythonpath
+from tests.ebook_reading import read_docx, read_epub
 from tests.scripted_llm import (
     ScriptedLLM,
     ScriptedRequest,
@@ -236,14 +237,14 @@ def wipe_graph(settings: Settings) -> None:
         store.close()
 
 
-def snapshot_files(project: Path) -> dict[str, tuple[int, str]]:
+def snapshot_files(project: Path) -> dict[str, tuple[int, bytes]]:
     files = {}
     for folder in ("chapters", "characters", "outline", "world", "exports"):
         for path in sorted((project / folder).rglob("*")):
             if path.is_file():
                 files[str(path.relative_to(project))] = (
                     path.stat().st_mtime_ns,
-                    path.read_text(encoding="utf-8"),
+                    path.read_bytes(),  # exports/ holds the EPUB and DOCX too
                 )
     return files
 
@@ -278,6 +279,11 @@ def test_first_run_writes_files_and_graph(first_run: tuple[Path, dict[str, str],
         assert (project / rel).is_file(), rel
     assert "Mara Quill met Tobias Venn" in (project / "chapters/chapter_002.md").read_text()
     assert "Mara Quill met Tobias Venn" in (project / "exports/manuscript.md").read_text()
+    title = (project / "exports/manuscript.md").read_text().splitlines()[0].removeprefix("# ")
+    epub, docx = read_epub(project / "exports/manuscript.epub"), read_docx(project / "exports/manuscript.docx")
+    assert epub.title == docx.title == title
+    assert len(epub.chapter_headings) == 2 and epub.chapter_headings == docx.headings
+    assert [h.split(":")[0] for h in epub.chapter_headings] == ["Chapter 1", "Chapter 2"]
     graph = json.loads(exported)
     chapters = [n for n in graph["nodes"] if "Chapter" in n["labels"]]
     assert sorted(n["properties"]["number"] for n in chapters) == [1, 2]

@@ -20,6 +20,7 @@ import yaml
 
 from core.settings import Settings
 from tests.conftest import REPO_ROOT
+from tests.ebook_reading import read_docx, read_epub
 from tests.scripted_llm import ScriptedLLM, ScriptedRequest, quoting_extraction, scene_text_of
 from tests.test_novel_e2e import (
     PREMISE,
@@ -294,6 +295,11 @@ def test_import_manuscript_then_continue_it(
     assert sorted(report["characters"]) == ["Captain Oren Hale", "Ilse Marrow"]
     assert (project / "characters" / "ilse_marrow.yaml").is_file()
     assert "Night Tide" in (project / "chapters" / "chapter_003.md").read_text()
+    imported_headings = ["Chapter 1: Harbor", "Chapter 2: The Ledger", "Chapter 3: Night Tide"]
+    assert report["ebooks"] == [str(project / "exports" / f"manuscript.{fmt}") for fmt in ("epub", "docx")]
+    epub, docx = read_epub(project / "exports/manuscript.epub"), read_docx(project / "exports/manuscript.docx")
+    assert epub.title == docx.title == "The Salt Road"
+    assert epub.chapter_headings == docx.headings == imported_headings
     graph = json.loads(export(project, env, "imported"))
     chapters = sorted(n["properties"]["number"] for n in graph["nodes"] if "Chapter" in n["labels"])
     assert chapters == [1, 2, 3]
@@ -314,6 +320,10 @@ def test_import_manuscript_then_continue_it(
         assert "Ilse Marrow" in request.last_user and "Captain Oren Hale" in request.last_user
     assert all(f"SUMMARY-OF-CHAPTER-{n}" in outline[0].last_user for n in (1, 2, 3))
     assert (project / "chapters" / "chapter_004.md").is_file()
+    continued = read_epub(project / "exports/manuscript.epub")
+    assert continued.title == "The Salt Road" and continued.identifier == epub.identifier
+    assert continued.chapter_headings[:3] == imported_headings and len(continued.chapter_headings) == 4
+    assert read_docx(project / "exports/manuscript.docx").headings == continued.chapter_headings
     # Chapter 4 brought new people in (the scripted drafts name them): learned, next to the bible.
     learned = yaml.safe_load((project / "characters" / "learned" / "mara_quill.yaml").read_text())
     assert learned["name"] == "Mara Quill" and not (project / "characters" / "mara_quill.yaml").exists()
