@@ -3,7 +3,8 @@ DialogueService, served by `python -m flows.dialogue serve`.
 
 - `app`: `create_app`, its exception handlers (every answer documented, one-line reasons);
 - `turns`: POST turn/commit, turn/retry, turn/replace, conversation/rewind, memory/query;
-- `readback`: GET conversations/{id}/entities|relations|milestones|turns (paged), /search, health;
+- `readback`: GET conversations/{id}/entities|relations|milestones|turns (paged), /search,
+  conversation/{id}/lorebook (a SillyTavern World Info book), health;
 - `security`: the bearer token and CORS, and the rules `serve` applies to them;
 - `schemas`: the HTTP-only models (read-back pages, search, health, ApiError) and parameters;
 - `statuses`: the status each answer gets, and the responses each operation documents;

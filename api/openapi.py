@@ -27,7 +27,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (TurnCommitRequest, MemoryQueryReq
 _CONVERSATION = "$response.body#/conversation_id"
 _READ_BACK = {"read_entities": ("list_entities", "entities"), "read_relations": ("list_relations", "relations"),
               "read_milestones": ("list_milestones", "milestones"), "read_turns": ("list_turns", "remembered turns"),
-              "search": ("search_conversation", "search")}
+              "search": ("search_conversation", "search"), "read_lorebook": ("get_lorebook", "lorebook")}
 
 
 def json_body(model: type[BaseModel]) -> dict[str, Any]:
