@@ -7,7 +7,7 @@
   bad parameter with 400 and an ApiError body (api.app), so those entries are dropped.
 - Links between operations, for clients and for stateful tests: a committed turn links to its
   rewind, its replacement, another commit under the same key, the memory query and the
-  read-back of its conversation; a rewind links to the read-back.
+  read-back of its conversation; a rewind links to the read-back and the lorebook.
 - The bearer scheme, required for every operation when the server has a token.
 """
 
@@ -27,7 +27,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (TurnCommitRequest, MemoryQueryReq
 _CONVERSATION = "$response.body#/conversation_id"
 _READ_BACK = {"read_entities": ("list_entities", "entities"), "read_relations": ("list_relations", "relations"),
               "read_milestones": ("list_milestones", "milestones"), "read_turns": ("list_turns", "remembered turns"),
-              "search": ("search_conversation", "search"), "read_lorebook": ("get_lorebook", "lorebook")}
+              "search": ("search_conversation", "search")}
 
 
 def json_body(model: type[BaseModel]) -> dict[str, Any]:
@@ -66,7 +66,13 @@ _LINKS: dict[str, dict[str, Any]] = {
     "commit_turn": _turn_links(),
     "retry_turn": _turn_links(),
     "replace_turn": _turn_links(),
-    "rewind_conversation": _read_back_links("after the rewind"),
+    # The lorebook only after a rewind: linked from every turn operation too, it thinned the
+    # stateful runs' other links so much that a CI-sized run sent no conflicting commit at all.
+    "rewind_conversation": {
+        **_read_back_links("after the rewind"),
+        "read_lorebook": {"operationId": "get_lorebook", "parameters": {"path.conversation_id": _CONVERSATION},
+                          "description": "after the rewind: the conversation's lorebook"},
+    },
     "query_memory": {
         "commit_a_turn": {"operationId": "commit_turn", "requestBody": {"conversation_id": _CONVERSATION},
                           "description": "commit the turn the memory was asked for"},
