@@ -7,7 +7,7 @@
   bad parameter with 400 and an ApiError body (api.app), so those entries are dropped.
 - Links between operations, for clients and for stateful tests: a committed turn links to its
   rewind, its replacement, another commit under the same key, the memory query and the
-  read-back of its conversation; a rewind links to the read-back and the lorebook.
+  read-back of its conversation; a rewind links to the read-back.
 - The bearer scheme, required for every operation when the server has a token.
 """
 
@@ -25,6 +25,9 @@ from tasks.dialogue.models import MemoryQueryRequest, RewindRequest, TurnCommitR
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (TurnCommitRequest, MemoryQueryRequest, RewindRequest)
 
 _CONVERSATION = "$response.body#/conversation_id"
+# The lorebook (get_lorebook) is not among them: linked from the turn operations, or only from
+# the rewind, it changed the seeded stateful run so that the CI-sized fuzz sent no conflicting
+# commit at all (no 409 seen, twice); the fuzzing phase still reaches it with known ids (200).
 _READ_BACK = {"read_entities": ("list_entities", "entities"), "read_relations": ("list_relations", "relations"),
               "read_milestones": ("list_milestones", "milestones"), "read_turns": ("list_turns", "remembered turns"),
               "search": ("search_conversation", "search")}
@@ -66,13 +69,7 @@ _LINKS: dict[str, dict[str, Any]] = {
     "commit_turn": _turn_links(),
     "retry_turn": _turn_links(),
     "replace_turn": _turn_links(),
-    # The lorebook only after a rewind: linked from every turn operation too, it thinned the
-    # stateful runs' other links so much that a CI-sized run sent no conflicting commit at all.
-    "rewind_conversation": {
-        **_read_back_links("after the rewind"),
-        "read_lorebook": {"operationId": "get_lorebook", "parameters": {"path.conversation_id": _CONVERSATION},
-                          "description": "after the rewind: the conversation's lorebook"},
-    },
+    "rewind_conversation": _read_back_links("after the rewind"),
     "query_memory": {
         "commit_a_turn": {"operationId": "commit_turn", "requestBody": {"conversation_id": _CONVERSATION},
                           "description": "commit the turn the memory was asked for"},
