@@ -3,8 +3,9 @@
     serve    the HTTP API for chat front ends (the `api` package; OpenAPI at /openapi.json and
              /docs): POST turn/commit, turn/retry, turn/replace, conversation/rewind,
              memory/query; GET conversations/{id}/entities|relations|milestones|turns|search,
-             health. Security: a bearer token (SKALD_SIDECAR_TOKEN or --token-file; required to
-             bind a non-loopback address), CORS for the origins given with --cors-origin.
+             conversation/{id}/lorebook, health. Security: a bearer token (SKALD_SIDECAR_TOKEN
+             or --token-file; required to bind a non-loopback address), CORS for the origins
+             given with --cors-origin.
     commit   one turn from a JSON file (`--prefect` runs it as the `dialogue-turn` flow)
     ingest   import whole transcripts (shared JSONL turn format) into turn memory, as the
              `dialogue-ingest` flow: batched embeddings, a progress bar (terminal and Prefect
