@@ -19,6 +19,7 @@ from api.app import create_app
 from api.paths import (
     API_PREFIX,
     COMMIT_PATH,
+    CONVERSATION_PATH,
     CONVERSATIONS_PATH,
     HEALTH_PATH,
     MEMORY_QUERY_PATH,
@@ -32,6 +33,7 @@ from api.statuses import memory_status, rewind_status, turn_status
 __all__ = [
     "API_PREFIX",
     "COMMIT_PATH",
+    "CONVERSATION_PATH",
     "CONVERSATIONS_PATH",
     "CORS_ENV",
     "HEALTH_PATH",

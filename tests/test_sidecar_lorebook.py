@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api import COMMIT_PATH, CONVERSATIONS_PATH, REPLACE_PATH
-from api.paths import CONVERSATION_PATH
+from api import COMMIT_PATH, CONVERSATION_PATH, REPLACE_PATH
 from core.cli import run_main
 from core.settings import Settings
 from flows.dialogue import main
@@ -84,7 +83,7 @@ def test_lorebook_has_sillytaverns_layout_current_facts_and_latest_relation_stat
         "Caroline (Character)", "Melanie (Character)", "Caroline & Melanie"]
 
     caroline = _entry(book, "Caroline (Character)")
-    assert caroline["key"] == ["Caroline"] and not caroline["selective"] and not caroline["constant"]
+    assert caroline["key"] == ["Caroline"] and caroline["keysecondary"] == [] and not caroline["constant"]
     # Its current facts: the latest bio, and every fact its committed turns stated.
     assert "Caroline recently said: I finished reading a book about whales." in caroline["content"]
     for said in ("My garden is full of tomatoes this year.", "I trust you with my spare key now."):

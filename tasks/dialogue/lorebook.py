@@ -27,6 +27,7 @@ the HTTP response's documented schema (api.readback) and what the CLI writes.
 from __future__ import annotations
 
 from collections.abc import Iterable
+
 from pydantic import BaseModel, Field
 
 from kg import vocabulary as vocab
@@ -44,7 +45,9 @@ RELATION_ORDER = 90
 
 class WorldInfoEntry(BaseModel):
     """One World Info entry, every field of SillyTavern's entry template (names as SillyTavern
-    spells them)."""
+    spells them). Where its editor rewrites a field when it shows an entry (selective always on,
+    role null unless the position is at depth, sticky/cooldown/delay 0 for none), the value is
+    the one it writes, so a book shown in SillyTavern is saved back unchanged."""
 
     uid: int = Field(description="the entry's id; also its key in `entries`")
     key: list[str] = Field(description="primary keywords: an entity's name and aliases")
@@ -54,7 +57,8 @@ class WorldInfoEntry(BaseModel):
     content: str = Field(description="the text SillyTavern injects")
     constant: bool = False
     vectorized: bool = False
-    selective: bool = Field(False, description="the secondary keywords must match too")
+    selective: bool = Field(True, description="the secondary keywords must match too (ignored when there are "
+                            "none; SillyTavern's editor sets it on for every entry)")
     selectiveLogic: int = Field(ST_LOGIC_AND_ANY, description="0 AND ANY, 1 NOT ALL, 2 NOT ANY, 3 AND ALL")
     addMemo: bool = True
     order: int = Field(ENTITY_ORDER, description="insertion priority (higher goes later, nearer the chat)")
@@ -74,10 +78,10 @@ class WorldInfoEntry(BaseModel):
     matchWholeWords: bool | None = None
     useGroupScoring: bool | None = None
     automationId: str = ""
-    role: int = 0
-    sticky: int | None = None
-    cooldown: int | None = None
-    delay: int | None = None
+    role: int | None = Field(None, description="the message role at depth (position 4 only)")
+    sticky: int = 0
+    cooldown: int = 0
+    delay: int = 0
     displayIndex: int = Field(description="the entry's place in SillyTavern's editor (= uid)")
 
 
@@ -189,8 +193,8 @@ def build_lorebook(lore: ConversationLore) -> WorldInfoBook:
     for (a, b), relations in pairs.items():
         first, second = by_id[a], by_id[b]
         drafts.append(((min(r.since_seq for r in relations), 1, f"{a}\x1f{b}"), {
-            "key": _names(first), "keysecondary": _names(second), "selective": True,
-            "selectiveLogic": ST_LOGIC_AND_ANY, "comment": f"{first.name} & {second.name}", "order": RELATION_ORDER,
+            "key": _names(first), "keysecondary": _names(second), "selectiveLogic": ST_LOGIC_AND_ANY,
+            "comment": f"{first.name} & {second.name}", "order": RELATION_ORDER,
             "content": _relation_content(first, second, relations)}))
     drafts.sort(key=lambda draft: draft[0])
     entries = {str(uid): WorldInfoEntry.model_validate({"uid": uid, "displayIndex": uid, **fields})

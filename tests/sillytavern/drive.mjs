@@ -228,7 +228,9 @@ async function importLorebook({ sidecarUrl, token, file, fact }) {
         .map((entry) => ({
             uid: entry.getAttribute('uid'),
             comment: entry.querySelector('textarea[name="comment"]')?.value ?? '',
-            keys: [...entry.querySelectorAll('select[name="key"] option:checked')].map((o) => o.value),
+            // The keywords: a select2 box, or a plain text box (SillyTavern's "plaintext" key input).
+            keys: [...entry.querySelectorAll('select[name="key"] option:checked')].map((o) => o.value).concat(
+                (entry.querySelector('textarea[name="key"]')?.value ?? '').split(',').map((k) => k.trim()).filter(Boolean)),
             content: entry.querySelector('textarea[name="content"]')?.value ?? '',
         })));
     log('lorebook shown:', JSON.stringify(out.lorebookShown.map((e) => [e.uid, e.comment, e.keys])));
