@@ -13,7 +13,8 @@ every commit is slow), a second scripted server as SillyTavern's chat backend th
 prompt, and tests/sillytavern/drive.mjs driving chromium (playwright-core) through a chat with
 Seraphina: a stated fact, small talk, the question, a swipe, an edit, a delete, a reload; then
 the chat's lorebook, fetched from the sidecar and imported through SillyTavern's own World Info
-import, its entries read back from the World Info editor.
+import, its entries read back from the World Info editor; and the extension's chatLorebook
+option, ticked at the end, binding the same book as the chat's lorebook.
 
 The tiny-model test (`SKALD_ST_TINY=1` too: the default local model runs the sidecar's slots,
 several minutes) chats ten ordinary messages and reads the badge log.
@@ -304,6 +305,15 @@ def _check_lorebook(result: dict[str, Any], tmp_path: Path) -> None:
     assert "Tester" in holding[0]["keys"], holding
     everything = "\n".join(e["content"] for e in shown)
     assert "sunny all week" in everything and "rainy all week" not in everything
+
+    # The extension's option, ticked at the end: the same book saved as World Info and bound
+    # as the chat's lorebook.
+    offered = result["chatLorebook"]
+    print("  chat lorebook (the extension's option):", offered)
+    assert offered["status"] == "offered" and offered["bound"] == offered["name"], offered
+    assert offered["entries"] == len(book["entries"])
+    saved = tmp_path / "st-data" / "default-user" / "worlds" / f"{offered['name']}.json"
+    assert json.loads(saved.read_text(encoding="utf-8")) == book
 
 
 @pytest.mark.skipif(not os.environ.get("SKALD_ST_TINY"), reason="SKALD_ST_TINY=1 runs the tiny local model (minutes)")

@@ -5,7 +5,8 @@
 //          settleTimeoutMs, messages?: [...], lorebook?: {sidecarUrl, token, file, fact}}
 // With `lorebook`, the full scenario ends by fetching the chat's lorebook from the sidecar,
 // importing it through SillyTavern's own World Info import (the panel's file input), and
-// reading the imported book's entries back from the World Info editor.
+// reading the imported book's entries back from the World Info editor; then it ticks the
+// extension's "offer memory as the chat's lorebook" option and waits for the book to be bound.
 // It writes `out` (JSON): per generation the time the send button came back, the memory
 // packet the extension set, the badge log, and the steps it took. Assertions on the prompts
 // SillyTavern sent are the Python test's (it holds the chat backend's log).
@@ -253,6 +254,22 @@ async function importLorebook({ sidecarUrl, token, file, fact }) {
     out.lorebookScreenshot = out.screenshots.at(-1);
 }
 
+/** The extension's chatLorebook option, ticked in its settings panel at the end: the chat's
+ *  memory is saved as World Info and bound as the chat's lorebook, in the background. */
+async function offerChatLorebook() {
+    await page.evaluate(() => {
+        const box = document.getElementById('skald_memory_chat_lorebook');
+        box.checked = true;
+        box.dispatchEvent(new Event('change'));
+    });
+    await page.waitForFunction(() => ['offered', 'error'].includes(globalThis.skaldMemory.lastLorebook?.status),
+        null, { timeout: 120_000, polling: 250 });
+    out.chatLorebook = await page.evaluate(() => ({
+        ...globalThis.skaldMemory.lastLorebook, bound: SillyTavern.getContext().chatMetadata.world_info ?? null,
+    }));
+    log('chat lorebook:', JSON.stringify(out.chatLorebook));
+}
+
 async function badges() {
     return page.evaluate(() => globalThis.skaldMemoryBadgeLog.slice());
 }
@@ -291,7 +308,10 @@ try {
         await send('Thanks, Seraphina. Where does Ilse live now?');
         await settled('the end');
         await shot('after-reload');
-        if (config.lorebook) await importLorebook(config.lorebook);
+        if (config.lorebook) {
+            await importLorebook(config.lorebook);
+            await offerChatLorebook();
+        }
     } else {
         for (const text of config.messages) await send(text);
         await settled('the end');
