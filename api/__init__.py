@@ -3,7 +3,8 @@ DialogueService, served by `python -m flows.dialogue serve`.
 
 - `app`: `create_app`, its exception handlers (every answer documented, one-line reasons);
 - `turns`: POST turn/commit, turn/retry, turn/replace, conversation/rewind, memory/query;
-- `readback`: GET conversations/{id}/entities|relations|milestones|turns (paged), /search, health;
+- `readback`: GET conversations/{id}/entities|relations|milestones|turns (paged), /search,
+  conversation/{id}/lorebook (a SillyTavern World Info book), health;
 - `security`: the bearer token and CORS, and the rules `serve` applies to them;
 - `schemas`: the HTTP-only models (read-back pages, search, health, ApiError) and parameters;
 - `statuses`: the status each answer gets, and the responses each operation documents;
@@ -18,6 +19,7 @@ from api.app import create_app
 from api.paths import (
     API_PREFIX,
     COMMIT_PATH,
+    CONVERSATION_PATH,
     CONVERSATIONS_PATH,
     HEALTH_PATH,
     MEMORY_QUERY_PATH,
@@ -31,6 +33,7 @@ from api.statuses import memory_status, rewind_status, turn_status
 __all__ = [
     "API_PREFIX",
     "COMMIT_PATH",
+    "CONVERSATION_PATH",
     "CONVERSATIONS_PATH",
     "CORS_ENV",
     "HEALTH_PATH",

@@ -34,14 +34,15 @@ from tasks.dialogue.pipeline import DialogueService
 
 log = logging.getLogger("skald.dialogue")
 
-API_VERSION = "1.2.0"
+API_VERSION = "1.3.0"
 API_DESCRIPTION = (
     "Dialogue memory sidecar (spec 000). Each turn runs RECEIVED -> RETRIEVING -> INJECTING -> "
     "ACTING -> EXTRACTING -> JUDGING -> HISTORIANING -> PREPARED -> COMMITTING -> COMMITTED, or "
     "ends ROLLED_BACK with nothing written. The idempotency key is conversation_id:turn_id. "
     "Statuses: 200 committed (or an idempotent replay, or rolled back by the commit gate with "
     "committed=false); 400 INVALID_REQUEST (the request breaks this document's schema); 401 no or a "
-    "wrong bearer token; 403 a valid request this server's configuration refuses (config.db); 409 "
+    "wrong bearer token; 403 a valid request this server's configuration refuses (config.db); 404 the "
+    "lorebook of a conversation the graph does not hold; 409 "
     "IN_PROGRESS (retry after Retry-After) or an idempotency conflict (error_kind conflict); 413 body "
     "too large; 500 a bug (nothing written); 503 rolled back or unavailable, retryable. Every answer "
     "that is not a success carries code, error_kind and a one-line reason."

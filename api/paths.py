@@ -7,4 +7,6 @@ REPLACE_PATH = f"{API_PREFIX}/turn/replace"
 REWIND_PATH = f"{API_PREFIX}/conversation/rewind"
 MEMORY_QUERY_PATH = f"{API_PREFIX}/memory/query"
 CONVERSATIONS_PATH = f"{API_PREFIX}/conversations"
+#: GET {CONVERSATION_PATH}/{conversation_id}/lorebook (the path issue 32 gives it).
+CONVERSATION_PATH = f"{API_PREFIX}/conversation"
 HEALTH_PATH = f"{API_PREFIX}/health"

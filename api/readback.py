@@ -1,7 +1,9 @@
 """The read-only operations: a conversation's entities, relations (with their event history),
-milestones and remembered turns, paged with offset/limit; search; and health.
+milestones and remembered turns, paged with offset/limit; search; its lorebook (a SillyTavern
+World Info book, tasks.dialogue.lorebook); and health.
 
-A conversation the graph does not know is no error: its pages are empty. The conversation id
+A conversation the graph does not know is no error for the pages: they are empty. Its
+lorebook is a 404 (NOT_FOUND): there is no book to import. The conversation id
 is the route's last-but-one part and may itself hold "/" (the regression batch names
 conversations `regression-<run>/<dialogue>`).
 """
@@ -16,8 +18,9 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import PathConvertor, register_url_convertor
 
-from api.paths import CONVERSATIONS_PATH, HEALTH_PATH
+from api.paths import CONVERSATION_PATH, CONVERSATIONS_PATH, HEALTH_PATH
 from api.schemas import (
+    ApiError,
     EntityOut,
     EntityPage,
     HealthReport,
@@ -36,11 +39,12 @@ from api.schemas import (
     TurnOut,
     TurnPage,
 )
-from api.statuses import HEALTH_RESPONSES, READ_RESPONSES
+from api.statuses import HEALTH_RESPONSES, LOREBOOK_RESPONSES, READ_RESPONSES
 from api.turns import Service
 from core.errors import SkaldError
 from kg import vocabulary as vocab
 from kg.dialogue import DialogueEntity, DialogueRepository
+from tasks.dialogue.lorebook import WorldInfoBook, conversation_lorebook
 from tasks.dialogue.models import RecalledTurnOut
 
 
@@ -153,6 +157,19 @@ async def search_conversation(conversation_id: PathConversationId, service: Serv
         )
 
     return await run_in_threadpool(work)
+
+
+@router.get(f"{CONVERSATION_PATH}/{{conversation_id:conversation}}/lorebook", operation_id="get_lorebook",
+            response_model=WorldInfoBook, responses=LOREBOOK_RESPONSES,
+            summary="A conversation's memory as a SillyTavern World Info book (the layout its World Info import "
+            "accepts): an entry per entity (names and aliases as keys, its current facts as content) and per "
+            "related pair (each relation in its latest state)")
+async def get_lorebook(conversation_id: PathConversationId, service: Service) -> WorldInfoBook | JSONResponse:
+    book = await run_in_threadpool(conversation_lorebook, DialogueRepository(service.store), conversation_id)
+    if book is None:
+        missing = ApiError(code="NOT_FOUND", reason=f"no conversation {conversation_id!r} in the graph")
+        return JSONResponse(missing.model_dump(mode="json"), status_code=404)
+    return book
 
 
 @router.get(HEALTH_PATH, operation_id="health", response_model=HealthReport, response_model_exclude_none=True,

@@ -19,9 +19,10 @@ from tasks.dialogue.models import NAME_PATTERN, RecalledTurnOut
 
 class ApiError(BaseModel):
     """An answer no service call produced: a missing or wrong token (401), a bad path or query
-    parameter (400), an unavailable graph or LLM on a read (503), a bug (500)."""
+    parameter (400), a conversation the graph does not hold (404, the lorebook), an unavailable
+    graph or LLM on a read (503), a bug (500)."""
 
-    code: Literal["UNAUTHORIZED", "INVALID_REQUEST", "UNAVAILABLE", "INTERNAL"]
+    code: Literal["UNAUTHORIZED", "INVALID_REQUEST", "NOT_FOUND", "UNAVAILABLE", "INTERNAL"]
     reason: str = Field(description="one line")
     retryable: bool = False
 

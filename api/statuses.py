@@ -9,6 +9,7 @@ succeed. The status follows from them:
 | 400 | INVALID_REQUEST, `malformed`: the body (or a path or query parameter) breaks the schema, is not JSON or not UTF-8 | the result, or ApiError |
 | 401 | no or a wrong bearer token (only when the server has one) | ApiError |
 | 403 | INVALID_REQUEST, `forbidden`: valid, but refused by this server's configuration (`config.db` naming another graph, or a password, without `--allow-request-db`) | the result |
+| 404 | NOT_FOUND: a lorebook asked for a conversation the graph does not hold | ApiError |
 | 409 | IN_PROGRESS (`busy`, retryable, Retry-After): another turn of the conversation holds its lock; or INVALID_REQUEST, `conflict`: the turn is committed with a different payload (use /turn/replace), or the conversation cannot be rewound | the result |
 | 413 | INVALID_REQUEST, `too_large`: the body is over `MAX_BODY_BYTES` | the result |
 | 500 | `internal`: a bug; the turn was rolled back, nothing written | the result, or ApiError |
@@ -149,6 +150,10 @@ READ_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"model": ApiError, "headers": _RETRY_AFTER,
           "description": "UNAVAILABLE: the graph (or, for search, the embedding model) does not answer; retry"},
 }
+LOREBOOK_RESPONSES: dict[int | str, dict[str, Any]] = dict(sorted({
+    **READ_RESPONSES,
+    404: {"model": ApiError, "description": "NOT_FOUND: the graph holds no such conversation"},
+}.items(), key=lambda item: str(item[0])))
 HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     **READ_RESPONSES,
     503: _either("deep=true and the LLM endpoint does not answer (HealthReport, status degraded), or the graph "

@@ -3,14 +3,17 @@
     serve    the HTTP API for chat front ends (the `api` package; OpenAPI at /openapi.json and
              /docs): POST turn/commit, turn/retry, turn/replace, conversation/rewind,
              memory/query; GET conversations/{id}/entities|relations|milestones|turns|search,
-             health. Security: a bearer token (SKALD_SIDECAR_TOKEN or --token-file; required to
-             bind a non-loopback address), CORS for the origins given with --cors-origin.
+             conversation/{id}/lorebook, health. Security: a bearer token (SKALD_SIDECAR_TOKEN
+             or --token-file; required to bind a non-loopback address), CORS for the origins
+             given with --cors-origin.
     commit   one turn from a JSON file (`--prefect` runs it as the `dialogue-turn` flow)
     ingest   import whole transcripts (shared JSONL turn format) into turn memory, as the
              `dialogue-ingest` flow: batched embeddings, a progress bar (terminal and Prefect
              UI), resumable after a kill with every turn exactly once; `--extract` also runs
              the LLM slots and the commit gate on every turn
     rewind   rewind a conversation to before turn N (exact), as POST .../conversation/rewind does
+    lorebook write a conversation's memory as a SillyTavern World Info book (the same JSON as
+             GET .../conversation/{id}/lorebook), to import through SillyTavern's World Info panel
     openapi  write the OpenAPI document without starting a server
 
 The turn pipeline itself is plain Python (tasks.dialogue.pipeline): the HTTP server and the
@@ -41,7 +44,9 @@ from api import CORS_ENV, TOKEN_ENV, create_app, serve_security
 from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
 from core.settings import Settings, load_settings
+from kg.dialogue import DialogueRepository
 from tasks.dialogue.ingest import BATCH_SIZE as INGEST_BATCH_SIZE
+from tasks.dialogue.lorebook import conversation_lorebook
 from tasks.dialogue.models import (
     MAX_BODY_BYTES,
     RewindResult,
@@ -191,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--lock-wait", type=float, default=None, help="seconds a turn waits for its conversation lock before IN_PROGRESS (default 30)")
     common.add_argument("--turn-timeout", type=float, default=None, help="seconds a turn may take before it is rolled back (default 300)")
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,commit,ingest,rewind,openapi}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,commit,ingest,rewind,lorebook,openapi}")
 
     serve = sub.add_parser("serve", parents=[common], help="run the HTTP adapter")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -232,6 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
     rewind.add_argument("--conversation-id", required=True, help="the conversation")
     rewind.add_argument("--before-turn", required=True, help="the first turn id to remove")
 
+    lorebook = sub.add_parser("lorebook", parents=[common],
+                              help="write a conversation's memory as a SillyTavern World Info book (JSON)")
+    lorebook.add_argument("--conversation", "--conversation-id", dest="conversation_id", required=True,
+                          help="the conversation")
+    lorebook.add_argument("--out", type=Path, default=None,
+                          help="file to write (default stdout); SillyTavern names the imported book after it")
+
     openapi = sub.add_parser("openapi", parents=[common], help="write the OpenAPI document")
     openapi.add_argument("--out", type=Path, default=None, help="file to write (default stdout)")
     return parser
@@ -261,6 +273,16 @@ def _read_request_file(spec: str) -> bytes:
         raise InvalidInputError(f"cannot read request file {path}: {exc.strerror or exc}") from None
 
 
+def _write_text(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
@@ -274,10 +296,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             text = json.dumps(create_app(service).openapi(), indent=2, sort_keys=True) + "\n"
         finally:
             service.close()
-        if args.out is None:
-            sys.stdout.write(text)
-        else:
-            args.out.write_text(text, encoding="utf-8")
+        _write_text(text, args.out)
+        return 0
+
+    if args.command == "lorebook":
+        service = DialogueService(settings, options=options)
+        try:
+            book = conversation_lorebook(DialogueRepository(service.store), args.conversation_id)
+        finally:
+            service.close()
+        if book is None:
+            raise InvalidInputError(f"no conversation {args.conversation_id!r} in the graph "
+                                    f"({settings.project_dir})")
+        _write_text(book.model_dump_json(indent=2) + "\n", args.out)
         return 0
 
     if args.command == "serve":

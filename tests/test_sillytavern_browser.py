@@ -11,7 +11,10 @@ copied to its user's extensions folder, data/default-user/extensions/skald-memor
 session's graph, the scripted OpenAI-compatible server as the sidecar's LLM (5 s a call, so
 every commit is slow), a second scripted server as SillyTavern's chat backend that logs every
 prompt, and tests/sillytavern/drive.mjs driving chromium (playwright-core) through a chat with
-Seraphina: a stated fact, small talk, the question, a swipe, an edit, a delete, a reload.
+Seraphina: a stated fact, small talk, the question, a swipe, an edit, a delete, a reload; then
+the chat's lorebook, fetched from the sidecar and imported through SillyTavern's own World Info
+import, its entries read back from the World Info editor; and the extension's chatLorebook
+option, ticked at the end, binding the same book as the chat's lorebook.
 
 The tiny-model test (`SKALD_ST_TINY=1` too: the default local model runs the sidecar's slots,
 several minutes) chats ten ordinary messages and reads the badge log.
@@ -48,6 +51,9 @@ DRIVER = REPO_ROOT / "tests" / "sillytavern" / "drive.mjs"
 TOKEN = "browser-test-token-0123456789"
 MEMORY_LATENCY_S = 5.0
 SEND_BOUND_MS = 1000
+STATED_FACT = "Ilse moved to Bergen"
+#: The imported book's name (SillyTavern names a book after its file).
+LOREBOOK_NAME = "skald-memory-lorebook"
 
 
 def _chromium() -> str:
@@ -242,7 +248,9 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
         try:
             stack.start_sidecar()
             stack.start_sillytavern(backend.llm.base_url)
-            result = stack.drive({"scenario": "full"}, timeout_s=1500)
+            lorebook = {"sidecarUrl": stack.sidecar_url, "token": TOKEN, "fact": STATED_FACT,
+                        "file": str(tmp_path / f"{LOREBOOK_NAME}.json")}
+            result = stack.drive({"scenario": "full", "lorebook": lorebook}, timeout_s=1500)
             print((tmp_path / "sillytavern.log").read_text(errors="replace")[-1500:] if not result.get("ok") else "")
             assert result.get("ok"), result["errors"]
             delays = _send_delays(result, backend)
@@ -255,7 +263,7 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
             generations = result["generations"]
             question, during_edit, after_edit = generations[3], generations[5], generations[6]
             # The recall prompt holds the stated fact (from memory, not only from the chat history).
-            assert question["packet"] and "Ilse moved to Bergen" in question["packet"]
+            assert question["packet"] and STATED_FACT in question["packet"]
             assert question["packet"] in _prompt_text(backend.replies[3])
             # Asked while the edit was still being written: the old text is never injected.
             prompt = _prompt_text(backend.replies[5])
@@ -271,8 +279,41 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
             turns = _get_json(f"{stack.sidecar_url}/api/kg-sidecar/conversations/"
                               f"{urllib.request.quote(result['chatId'], safe='')}/turns?limit=500")["items"]
             assert [(t["turn_id"], t["text"]) for t in turns] == [(str(t["turnId"]), t["text"]) for t in result["chatTurns"]]
+
+            _check_lorebook(result, tmp_path)
         finally:
             stack.close()
+
+
+def _check_lorebook(result: dict[str, Any], tmp_path: Path) -> None:
+    """The chat's lorebook, imported through SillyTavern's World Info import: SillyTavern holds
+    the book as the sidecar gave it, and its editor shows the stated fact, keyed by the
+    speaker's name; the edited turn's old text is in no entry (the look-alike)."""
+    book = result["lorebook"]
+    stored = tmp_path / "st-data" / "default-user" / "worlds" / f"{LOREBOOK_NAME}.json"
+    assert json.loads(stored.read_text(encoding="utf-8")) == book
+    shown = result["lorebookShown"]
+    print("  lorebook in SillyTavern's World Info editor:")
+    for entry in shown:
+        print(f"    uid {entry['uid']} {entry['comment']!r} keys {entry['keys']}: {entry['content'][:300]!r}")
+    print("  lorebook screenshot:", result["lorebookScreenshot"])
+    # Every entry, as the sidecar wrote it (the editor sorts them its own way).
+    assert {e["uid"]: (e["comment"], e["content"]) for e in shown} == {
+        uid: (e["comment"], e["content"]) for uid, e in book["entries"].items()}
+    holding = [e for e in shown if STATED_FACT in e["content"]]
+    assert holding and holding[0]["uid"] == result["lorebookOpened"], shown
+    assert "Tester" in holding[0]["keys"], holding
+    everything = "\n".join(e["content"] for e in shown)
+    assert "sunny all week" in everything and "rainy all week" not in everything
+
+    # The extension's option, ticked at the end: the same book saved as World Info and bound
+    # as the chat's lorebook.
+    offered = result["chatLorebook"]
+    print("  chat lorebook (the extension's option):", offered)
+    assert offered["status"] == "offered" and offered["bound"] == offered["name"], offered
+    assert offered["entries"] == len(book["entries"])
+    saved = tmp_path / "st-data" / "default-user" / "worlds" / f"{offered['name']}.json"
+    assert json.loads(saved.read_text(encoding="utf-8")) == book
 
 
 @pytest.mark.skipif(not os.environ.get("SKALD_ST_TINY"), reason="SKALD_ST_TINY=1 runs the tiny local model (minutes)")

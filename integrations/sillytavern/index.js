@@ -10,8 +10,19 @@
 //   MESSAGE_DELETED, CHAT_CHANGED; APP_READY only sets globalThis.skaldMemoryAppReady (start-up done)
 // - settings: SillyTavern keeps `extension_settings` in its settings file
 //   (data/<user>/settings.json, key `extension_settings.skald_memory`); the panel in the
-//   Extensions drawer edits baseUrl, token and enabled, and saves with saveSettingsDebounced
+//   Extensions drawer edits baseUrl, token, enabled and chatLorebook, and saves with
+//   saveSettingsDebounced
+// - the chat's lorebook (chatLorebook, off by default): the book is saved the way SillyTavern's
+//   own World Info editor saves one (world-info.js saveWorldInfo: its cache, then POST
+//   /api/worldinfo/edit), created first like /getchatbook creates a chat book
+//   (createNewWorldInfo, which lists it in the World Info panel), and bound to the chat the
+//   way the "Chat Lore" button binds one (chat_metadata.world_info, then saveMetadata). A chat
+//   already bound to another book keeps it. world-info.js is imported only when a book is
+//   offered, so a SillyTavern that moved it breaks the option, never the memory.
 import { DEFAULT_SETTINGS, PROMPT_KEY, PROMPT_POSITION_IN_PROMPT, STATUS_LABELS, SkaldMemory, turnsOf } from './sidecar-core.js';
+
+// world-info.js's METADATA_KEY: where a chat's metadata names its lorebook.
+const CHAT_LOREBOOK_KEY = 'world_info';
 
 const MODULE = 'skald_memory';
 
@@ -56,6 +67,22 @@ const host = {
         element.title = title;
         badgeLog.push({ at: Date.now(), status, detail });
     },
+    offerLorebook: async (name, book, chatId) => {
+        // /scripts/extensions/third-party/skald-memory/ -> /scripts/world-info.js
+        const worldInfo = await import('../../../world-info.js');
+        if (!worldInfo.world_names?.includes(name)) await worldInfo.createNewWorldInfo(name, { interactive: false });
+        await worldInfo.saveWorldInfo(name, book, true);
+        const ctx = context();
+        if (ctx.getCurrentChatId() !== chatId) return `saved as "${name}"; another chat is open, not bound`;
+        const bound = ctx.chatMetadata[CHAT_LOREBOOK_KEY];
+        if (bound && bound !== name) return `saved as "${name}"; the chat keeps its lorebook "${bound}"`;
+        if (bound !== name) {
+            ctx.chatMetadata[CHAT_LOREBOOK_KEY] = name;
+            await ctx.saveMetadata();
+            document.querySelectorAll('.chat_lorebook_button').forEach((button) => button.classList.add('world_set'));
+        }
+        return `saved as "${name}", the chat's lorebook`;
+    },
 };
 
 const memory = new SkaldMemory(host, settings());
@@ -80,22 +107,27 @@ function settingsPanel() {
         <h4>Skald memory</h4>
         <label>Sidecar URL <input id="skald_memory_url" class="text_pole" type="text"></label>
         <label>Token <input id="skald_memory_token" class="text_pole" type="password"></label>
-        <label><input id="skald_memory_enabled" type="checkbox"> enabled</label>`;
+        <label><input id="skald_memory_enabled" type="checkbox"> enabled</label>
+        <label><input id="skald_memory_chat_lorebook" type="checkbox"> offer memory as the chat's lorebook</label>`;
     container.appendChild(panel);
     const current = settings();
     const url = panel.querySelector('#skald_memory_url');
     const token = panel.querySelector('#skald_memory_token');
     const enabled = panel.querySelector('#skald_memory_enabled');
+    const chatLorebook = panel.querySelector('#skald_memory_chat_lorebook');
     url.value = current.baseUrl;
     token.value = current.token;
     enabled.checked = current.enabled;
+    chatLorebook.checked = current.chatLorebook;
     const save = () => {
-        Object.assign(settings(), { baseUrl: url.value.trim(), token: token.value.trim(), enabled: enabled.checked });
+        Object.assign(settings(), {
+            baseUrl: url.value.trim(), token: token.value.trim(), enabled: enabled.checked, chatLorebook: chatLorebook.checked,
+        });
         applySettings();
         context().saveSettingsDebounced();
         memory.retryNow();
     };
-    for (const input of [url, token, enabled]) input.addEventListener('change', save);
+    for (const input of [url, token, enabled, chatLorebook]) input.addEventListener('change', save);
 }
 settingsPanel();
 

@@ -10,6 +10,11 @@
 //                         exactly (with every later turn) and committed again
 //   conversation/rewind   turns memory holds that the chat lost (deleted messages)
 //   conversations/{id}/turns   what memory holds, read once per chat (after a reload too)
+//   conversation/{id}/lorebook the chat's memory as a World Info book (the `chatLorebook`
+//                         option, off by default): fetched after the writer has landed every
+//                         write, and handed to the host (`host.offerLorebook`) to save and bind
+//                         as the chat's lorebook. Never awaited by an event handler or by the
+//                         memory query: a slow or failing lorebook never holds the chat up.
 //
 // Never blocking the chat: SillyTavern awaits its event handlers (eventSource.emit) before it
 // shows the send button again, so the handlers only `kick` a per-chat writer and return. The
@@ -47,7 +52,24 @@ export const DEFAULT_SETTINGS = Object.freeze({
     waitBoundMs: 1500,
     retryBaseMs: 1000,
     retryMaxMs: 30000,
+    // Offer the chat's memory to SillyTavern as the chat's lorebook (World Info), refreshed
+    // whenever memory has caught up with the chat.
+    chatLorebook: false,
 });
+
+/** The World Info book name for a chat's memory: SillyTavern's own chat-book naming
+ *  (/getchatbook: non-alphanumerics to "_", at most 64 characters), with a digest of the full
+ *  chat id so two long ids sharing a prefix get two books. */
+export function lorebookName(chatId) {
+    const id = String(chatId);
+    let hash = 0x811c9dc5; // FNV-1a, 32 bits
+    for (let i = 0; i < id.length; i++) {
+        hash ^= id.charCodeAt(i);
+        hash = Math.imul(hash, 0x01000193) >>> 0;
+    }
+    const readable = `Skald memory ${id}`.replace(/[^a-z0-9]/gi, '_').replace(/_{2,}/g, '_').substring(0, 55);
+    return `${readable}_${hash.toString(16).padStart(8, '0')}`;
+}
 
 /** The sidecar's message form of one SillyTavern message, or null for system notes. */
 export function toSidecarMessage(message, index) {
@@ -186,6 +208,10 @@ export class SidecarClient {
         const id = encodeURIComponent(conversationId);
         return this.call('GET', `/conversations/${id}/turns?offset=${offset}&limit=${limit}`);
     }
+
+    async lorebook(conversationId) {
+        return this.call('GET', `/conversation/${encodeURIComponent(conversationId)}/lorebook`);
+    }
 }
 
 const retryable = (status) => status === 0 || status === 409 || status === 429 || status >= 500;
@@ -201,6 +227,8 @@ class ChatState {
         this.failure = null; // {reason, attempt, retryAt}
         this.wake = null; // ends a backoff wait early
         this.waiters = new Set();
+        this.lorebookStale = false; // memory changed since the lorebook was last offered
+        this.lorebookRunning = null; // the lorebook refresh's promise
     }
 }
 
@@ -221,6 +249,7 @@ export class SkaldMemory {
         this.lastQuery = null;
         this.outcome = { status: 'idle', detail: '' };
         this.outcomes = []; // every write's outcome, newest last (the last 200): {at, chatId, step, turnId, status, detail}
+        this.lastLorebook = null; // the last lorebook refresh: {at, chatId, name, status, entries, detail}
         this.chats = new Map();
     }
 
@@ -286,6 +315,7 @@ export class SkaldMemory {
                 state.running = null;
                 this.notify(state);
                 if (this.currentChat() === state) this.showProgress(state);
+                this.refreshLorebook(state);
             });
         }
         this.showProgress(state);
@@ -346,6 +376,7 @@ export class SkaldMemory {
         }
         state.synced = synced;
         state.loaded = true;
+        state.lorebookStale = true;
     }
 
     /** One chat's writes, in order, one at a time, until memory holds the chat as it is. */
@@ -396,6 +427,7 @@ export class SkaldMemory {
         const { status, data } = await this.client.rewind(state.id, step.turnId);
         if (status === 200 && data?.ok) {
             this.forgetFrom(state, step.turnId);
+            state.lorebookStale = true;
             this.record(state, step, 'idle', `rewound ${data.removed_turns.length} turn(s) from turn ${step.turnId}`);
             return true;
         }
@@ -416,6 +448,7 @@ export class SkaldMemory {
             if (step.kind === 'replace') this.forgetFrom(state, id, false);
             state.synced.set(id, turn.text);
             state.refused.delete(id);
+            state.lorebookStale = true;
             if (data.committed) {
                 this.record(state, step, 'committed', `turn ${id}${data.idempotent_hit ? ' (already held)' : ''}`);
             } else if (data.nothing_new) {
@@ -508,6 +541,39 @@ export class SkaldMemory {
             this.setStatus('error', `memory query: ${error.message}`);
             return null;
         }
+    }
+
+    /** The `chatLorebook` option: once memory holds the chat as it is, fetch the chat's lorebook
+     *  and hand it to `host.offerLorebook(name, book, chatId)` (which saves it as World Info
+     *  and binds it to the chat). In the background: nothing awaits it but the tests. A failure
+     *  is kept in `lastLorebook` and tried again after the next write. */
+    refreshLorebook(state) {
+        if (!this.settings.chatLorebook || !this.host.offerLorebook || !state.lorebookStale
+            || state.lorebookRunning || state.running || state.failure) return null;
+        state.lorebookStale = false;
+        const name = lorebookName(state.id);
+        const done = (status, detail, entries = 0) => {
+            this.lastLorebook = { at: Date.now(), chatId: state.id, name, status, entries, detail };
+        };
+        state.lorebookRunning = (async () => {
+            try {
+                const { status, data } = await this.client.lorebook(state.id);
+                if (status === 404) return done('empty', 'memory holds nothing of this chat yet');
+                if (status !== 200 || !data?.entries) {
+                    throw new SidecarError(data?.reason ?? `reading the lorebook failed (HTTP ${status})`, status, data);
+                }
+                const detail = await this.host.offerLorebook(name, data, state.id);
+                return done('offered', String(detail ?? ''), Object.keys(data.entries).length);
+            } catch (error) {
+                state.lorebookStale = true;
+                return done('error', error.message);
+            }
+        })().finally(() => {
+            state.lorebookRunning = null;
+            // Memory changed again while this one was on its way: offer the newer book.
+            if (state.lorebookStale && !state.failure && this.lastLorebook?.status !== 'error') this.refreshLorebook(state);
+        });
+        return state.lorebookRunning;
     }
 
     // SillyTavern's events: each only kicks the writer (SillyTavern awaits its handlers).

@@ -8,7 +8,7 @@ import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { SidecarClient, SkaldMemory, divergence, pendingOf, turnsOf } from './sidecar-core.js';
+import { SidecarClient, SkaldMemory, divergence, lorebookName, pendingOf, turnsOf } from './sidecar-core.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repoRoot = join(here, '..', '..');
@@ -235,5 +235,107 @@ describe('against the real sidecar', () => {
         assert.equal(host.prompt, '');
         memory.settings.enabled = false;  // stop its writer's retries
         memory.retryNow();
+    });
+
+    /** Waits for the chat's lorebook refreshes (the background ones the writer started). */
+    async function lorebookSettled(memory) {
+        for (;;) {
+            const running = memory.currentChat()?.lorebookRunning;
+            if (!running) return;
+            await running;
+        }
+    }
+
+    /** A host whose offerLorebook records what it was given (or does `behaviour` instead). */
+    function lorebookHost(chatId, behaviour = null) {
+        const host = fakeHost(chatId);
+        host.offered = [];
+        host.offerLorebook = async (name, book, id) => {
+            host.offered.push({ name, book, id });
+            return behaviour ? behaviour() : 'bound';
+        };
+        return host;
+    }
+
+    const contents = (book) => Object.values(book.entries).map((e) => e.content).join('\n');
+
+    test('the chat lorebook is off by default: nothing is offered', async () => {
+        const host = lorebookHost(`st-${Date.now()}-lore-off`);
+        const memory = memoryFor(host);
+        assert.equal(memory.settings.chatLorebook, false);
+        host.chat.push(user('My brother Tomas moved to Porto last winter!'), bot('Porto, wonderful!'));
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.equal(memory.currentChat().lorebookRunning, null);
+        assert.deepEqual([host.offered.length, memory.lastLorebook], [0, null]);
+    });
+
+    test('on: once memory holds the chat its lorebook is offered, and offered again after an edit', async () => {
+        const conversationId = `st-${Date.now()}-lore-on`;
+        const host = lorebookHost(conversationId);
+        const memory = memoryFor(host, { chatLorebook: true });
+        // Nothing in memory yet: the sidecar has no book (404), nothing is offered.
+        host.chat.push(user('hello?'));
+        memory.onChatChanged();
+        await memory.settled();
+        await lorebookSettled(memory);
+        assert.equal(memory.lastLorebook.status, 'empty');
+        assert.equal(host.offered.length, 0);
+
+        host.chat.push(bot('Hello there!'), user('My brother Tomas moved to Porto last winter!'), bot('How lovely!'));
+        memory.onMessageReceived();
+        await memory.settled();
+        await lorebookSettled(memory);
+        const offered = host.offered.at(-1);
+        assert.equal(offered.name, lorebookName(conversationId));
+        assert.equal(offered.id, conversationId);
+        // SillyTavern's layout: entries keyed by uid; the speaker's entry keyed by its name holds the fact.
+        const entry = Object.values(offered.book.entries).find((e) => e.key.includes('User'));
+        assert.ok(entry, JSON.stringify(offered.book));
+        assert.equal(offered.book.entries[String(entry.uid)], entry);
+        assert.match(entry.content, /My brother Tomas moved to Porto last winter!/);
+        assert.deepEqual([memory.lastLorebook.status, memory.lastLorebook.detail], ['offered', 'bound']);
+
+        // The edit lands, then the book is offered again: the new text in, the old one out.
+        const before = host.offered.length;
+        host.chat[2] = user('My brother Tomas moved to Madrid last winter!');
+        memory.onMessageEdited(2);
+        await memory.settled();
+        await lorebookSettled(memory);
+        assert.ok(host.offered.length > before);
+        assert.match(contents(host.offered.at(-1).book), /Tomas moved to Madrid/);
+        assert.doesNotMatch(contents(host.offered.at(-1).book), /Porto/);
+    });
+
+    test('a lorebook that fails or never lands never holds the chat up', async () => {
+        const failing = lorebookHost(`st-${Date.now()}-lore-fail`, () => {
+            throw new Error('World Info save refused');
+        });
+        const memory = memoryFor(failing, { chatLorebook: true });
+        failing.chat.push(user('I planted basil on the balcony!'), bot('Basil smells great!'));
+        memory.onMessageReceived();
+        await memory.settled();
+        await lorebookSettled(memory);
+        assert.deepEqual([memory.lastLorebook.status, memory.lastLorebook.detail], ['error', 'World Info save refused']);
+        // The badge is about memory, which holds the turn.
+        assert.ok(['committed', 'nothing_new'].includes(memory.status), memory.detail);
+
+        const stuck = lorebookHost(`st-${Date.now()}-lore-stuck`, () => new Promise(() => {}));
+        const stalled = memoryFor(stuck, { chatLorebook: true });
+        stuck.chat.push(user('My neighbour Ines keeps bees!'), bot('Bees, how lovely!'));
+        stalled.onMessageReceived();
+        await stalled.settled();
+        // Offered (once the sidecar's book arrived), and never answered.
+        while (stuck.offered.length === 0) await new Promise((resolve) => setTimeout(resolve, 20));
+        assert.ok(stalled.currentChat().lorebookRunning);
+        // The next message is written and recalled as if there were no lorebook at all.
+        stuck.chat.push(user('Do you remember who keeps bees?'), bot('Ines does!'));
+        const running = stalled.onMessageReceived();
+        assert.ok(running instanceof Promise);
+        await stalled.settled();
+        assert.deepEqual((await listTurns(stuck.getChatId())).map((t) => t.turn_id), ['1', '3']);
+        stuck.chat.push(user('And who keeps bees again?'));
+        assert.ok(await stalled.beforeGeneration(stuck.chat), stalled.detail);
+        assert.match(stuck.prompt, /Ines/);
     });
 });

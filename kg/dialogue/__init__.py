@@ -46,10 +46,12 @@ One concern per module:
 - `snapshot`: the retriever's read of one turn;
 - `turn_commit`: the one commit transaction of a turn;
 - `rewind`: exact rewinds for edits and swipes;
+- `lore`: the read behind a conversation's lorebook (all it holds now, one transaction);
 - `repository`: `DialogueRepository`, the entry point the sidecar uses.
 """
 
 from kg.dialogue.keys import dialogue_entity_id, lock_key, payload_digest, position_key, turn_key
+from kg.dialogue.lore import ConversationLore, LoreEntity, LoreRelation, StatedFacts
 from kg.dialogue.memory import anchor_token
 from kg.dialogue.models import (
     EVOLVE_BASE_WEIGHT,
@@ -87,6 +89,7 @@ __all__ = [
     "AppliedAction",
     "BioPatchWrite",
     "CommitOutcome",
+    "ConversationLore",
     "ConversationSnapshot",
     "DialogueEntity",
     "DialogueMilestone",
@@ -94,6 +97,8 @@ __all__ = [
     "DialogueRepository",
     "EntityWrite",
     "LockClaim",
+    "LoreEntity",
+    "LoreRelation",
     "LostLockError",
     "MemoryRow",
     "MilestoneWrite",
@@ -101,6 +106,7 @@ __all__ = [
     "ResultBuilder",
     "RewindOutcome",
     "RewindRefusedError",
+    "StatedFacts",
     "StoredTurn",
     "TurnWrite",
     "anchor_token",

@@ -201,3 +201,22 @@ MEMORY_PAGE_ROWS = (
     "RETURN m.key AS key, m.turn_id AS turn_id, m.seq AS seq, m.speaker AS speaker, m.text AS text, "
     "m.`when` AS said_when, m.committed AS committed, m.facts AS facts ORDER BY m.seq"
 )
+
+# The lorebook's read (kg.dialogue.lore): the whole conversation at once, in a stable order.
+LORE_ENTITIES = (
+    f"MATCH (e:{_E}) WHERE e.conversation_id = $conversation_id "
+    "RETURN properties(e) AS props ORDER BY e.first_seq, e.entity_id"
+)
+LORE_RELATIONS = (
+    f"MATCH (a:{_E})-[r:{_R}]->(b:{_E}) WHERE r.conversation_id = $conversation_id "
+    "RETURN a.entity_id AS source_id, a.name AS source_name, b.entity_id AS target_id, b.name AS target_name, "
+    "properties(r) AS props ORDER BY r.since_seq, r.rel_id"
+)
+LORE_MILESTONES = (
+    f"MATCH (m:{_M}) WHERE m.conversation_id = $conversation_id "
+    "RETURN properties(m) AS props ORDER BY m.seq, m.milestone_id"
+)
+LORE_STATED_FACTS = (
+    f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.committed = true "
+    "RETURN m.seq AS seq, m.turn_id AS turn_id, m.speaker AS speaker, m.facts AS facts ORDER BY m.seq"
+)

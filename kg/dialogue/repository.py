@@ -11,6 +11,7 @@ from neo4j import ManagedTransaction
 from kg.dialogue import cypher as dq
 from kg.dialogue.keys import lock_key
 from kg.dialogue.lease import ConversationLease
+from kg.dialogue.lore import ConversationLore, lore_tx
 from kg.dialogue.memory import memory_since_tx, remember_tx
 from kg.dialogue.models import (
     TURN_COMMITTED,
@@ -158,6 +159,11 @@ class DialogueRepository(ConversationLease):
         rows = self.store.read(dq.MEMORY_PAGE_ROWS, conversation_id=conversation_id, offset=offset,
                                until=offset + limit)
         return total, rows
+
+    def lore(self, conversation_id: str) -> ConversationLore | None:
+        """Everything the graph holds about a conversation now, for its lorebook (one read
+        transaction); None: the graph has no such conversation."""
+        return self.store.execute_read(lore_tx, conversation_id)
 
     def delete_conversation(self, conversation_id: str) -> None:
         """Forget a conversation entirely (one transaction), including a stale lease."""

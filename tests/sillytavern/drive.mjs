@@ -2,7 +2,11 @@
 // Seraphina, for tests/test_sillytavern_browser.py. Usage:
 //   node drive.mjs <config.json>
 // config: {url, chromium, profileDir, screenshots, out, scenario: "full" | "ordinary", sendBoundMs,
-//          settleTimeoutMs, messages?: [...]}
+//          settleTimeoutMs, messages?: [...], lorebook?: {sidecarUrl, token, file, fact}}
+// With `lorebook`, the full scenario ends by fetching the chat's lorebook from the sidecar,
+// importing it through SillyTavern's own World Info import (the panel's file input), and
+// reading the imported book's entries back from the World Info editor; then it ticks the
+// extension's "offer memory as the chat's lorebook" option and waits for the book to be bound.
 // It writes `out` (JSON): per generation the time the send button came back, the memory
 // packet the extension set, the badge log, and the steps it took. Assertions on the prompts
 // SillyTavern sent are the Python test's (it holds the chat backend's log).
@@ -198,6 +202,74 @@ async function saved(label) {
     log(`chat saved (${label}) after ${Date.now() - t0}ms`);
 }
 
+/** The chat's lorebook: fetched from the sidecar, imported through SillyTavern's World Info
+ *  panel (its import button's file input, so importWorldInfo and /api/worldinfo/import run as
+ *  for a user), then read back from the editor's entries; the entry holding `fact` is opened. */
+async function importLorebook({ sidecarUrl, token, file, fact }) {
+    const chatId = await page.evaluate(() => SillyTavern.getContext().getCurrentChatId());
+    const response = await fetch(`${sidecarUrl}/api/kg-sidecar/conversation/${encodeURIComponent(chatId)}/lorebook`,
+        { headers: { Authorization: `Bearer ${token}` } });
+    if (response.status !== 200) throw new Error(`lorebook: HTTP ${response.status}: ${await response.text()}`);
+    const text = await response.text();
+    writeFileSync(file, text);
+    out.lorebook = JSON.parse(text);
+    const bookName = file.split('/').at(-1).replace(/\.json$/, '');
+    log(`lorebook: ${Object.keys(out.lorebook.entries).length} entries fetched for ${chatId}`);
+
+    await page.click('#WIDrawerIcon');
+    await page.waitForSelector('#WorldInfo.openDrawer', { timeout: 30_000 });
+    await page.setInputFiles('#world_import_file', file);
+    // Imported, listed, selected in the editor, and its entries drawn.
+    await page.waitForFunction(([name, count]) => {
+        const selected = document.querySelector('#world_editor_select option:checked');
+        return selected && selected.textContent.trim() === name
+            && document.querySelectorAll('#world_popup_entries_list .world_entry').length === count;
+    }, [bookName, Object.keys(out.lorebook.entries).length], { timeout: 60_000, polling: 250 });
+    out.lorebookShown = await page.evaluate(() => [...document.querySelectorAll('#world_popup_entries_list .world_entry')]
+        .map((entry) => ({
+            uid: entry.getAttribute('uid'),
+            comment: entry.querySelector('textarea[name="comment"]')?.value ?? '',
+            // The keywords: a select2 box, or a plain text box (SillyTavern's "plaintext" key input).
+            keys: [...entry.querySelectorAll('select[name="key"] option:checked')].map((o) => o.value).concat(
+                (entry.querySelector('textarea[name="key"]')?.value ?? '').split(',').map((k) => k.trim()).filter(Boolean)),
+            content: entry.querySelector('textarea[name="content"]')?.value ?? '',
+        })));
+    log('lorebook shown:', JSON.stringify(out.lorebookShown.map((e) => [e.uid, e.comment, e.keys])));
+    // Open the entry that holds the fact, so the screenshot shows its content.
+    const opened = await page.evaluate((wanted) => {
+        const entry = [...document.querySelectorAll('#world_popup_entries_list .world_entry')]
+            .find((e) => e.querySelector('textarea[name="content"]')?.value.includes(wanted));
+        if (!entry) return false;
+        entry.querySelector('.inline-drawer-toggle').click();
+        entry.scrollIntoView({ block: 'start' });
+        return entry.getAttribute('uid');
+    }, fact);
+    if (!opened) throw new Error(`no entry of the imported lorebook holds "${fact}"`);
+    await page.waitForFunction(([uid, wanted]) => {
+        const area = document.querySelector(`#world_popup_entries_list .world_entry[uid="${uid}"] textarea[name="content"]`);
+        return area && area.offsetParent !== null && area.value.includes(wanted);
+    }, [opened, fact], { timeout: 30_000 });
+    out.lorebookOpened = opened;
+    await shot('lorebook-imported');
+    out.lorebookScreenshot = out.screenshots.at(-1);
+}
+
+/** The extension's chatLorebook option, ticked in its settings panel at the end: the chat's
+ *  memory is saved as World Info and bound as the chat's lorebook, in the background. */
+async function offerChatLorebook() {
+    await page.evaluate(() => {
+        const box = document.getElementById('skald_memory_chat_lorebook');
+        box.checked = true;
+        box.dispatchEvent(new Event('change'));
+    });
+    await page.waitForFunction(() => ['offered', 'error'].includes(globalThis.skaldMemory.lastLorebook?.status),
+        null, { timeout: 120_000, polling: 250 });
+    out.chatLorebook = await page.evaluate(() => ({
+        ...globalThis.skaldMemory.lastLorebook, bound: SillyTavern.getContext().chatMetadata.world_info ?? null,
+    }));
+    log('chat lorebook:', JSON.stringify(out.chatLorebook));
+}
+
 async function badges() {
     return page.evaluate(() => globalThis.skaldMemoryBadgeLog.slice());
 }
@@ -236,6 +308,10 @@ try {
         await send('Thanks, Seraphina. Where does Ilse live now?');
         await settled('the end');
         await shot('after-reload');
+        if (config.lorebook) {
+            await importLorebook(config.lorebook);
+            await offerChatLorebook();
+        }
     } else {
         for (const text of config.messages) await send(text);
         await settled('the end');
