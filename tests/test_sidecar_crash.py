@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.crash.sidecar import LLMProcess, RunResult, one_run, same, turn_bodies
 from bench.crash.harness import kill_moments
+from bench.crash.sidecar import LLMProcess, RunResult, one_run, same, turn_bodies
 from tasks.dialogue.replay import load_dialogue
 from tests.conftest import DIALOGUES_DIR, child_pythonpath
 
