@@ -91,6 +91,13 @@ def world(graph: GraphStore, graph_settings: Settings) -> Iterator[GraphStore]:
     yield graph
 
 
+@pytest.fixture(scope="module")
+def saga(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty .saga for the in-process builds: the session project's .saga holds other tests'
+    quality rows and QA findings (a chapter flagged there would be flagged here)."""
+    return tmp_path_factory.mktemp("vault-saga")
+
+
 def _vault(store: GraphStore, saga_dir: Path, as_of: int | None = None) -> list[VaultNote]:
     return vault_notes(build_novel_codex(store, saga_dir, as_of))
 
@@ -128,9 +135,9 @@ def _digest(vault: Path) -> dict[str, str]:
             for p in sorted(vault.rglob("*")) if p.is_file()}
 
 
-def test_every_link_resolves_and_every_note_has_its_front_matter(world: GraphStore, graph_settings: Settings,
+def test_every_link_resolves_and_every_note_has_its_front_matter(world: GraphStore, saga: Path,
                                                                   tmp_path: Path) -> None:
-    report = write_vault(_vault(world, graph_settings.saga_dir), tmp_path)
+    report = write_vault(_vault(world, saga), tmp_path)
     found, bad = unresolved_links(tmp_path)
     assert found == report.links > 50 and bad == []
     notes = {str(p.relative_to(tmp_path)): p.read_text(encoding="utf-8") for p in tmp_path.rglob("*.md")}
@@ -161,8 +168,8 @@ def test_every_link_resolves_and_every_note_has_its_front_matter(world: GraphSto
 
 
 def test_relationships_link_with_their_chapter_range_and_facts_keep_quote_and_chapter(
-        world: GraphStore, graph_settings: Settings) -> None:
-    notes = {n.path: n.text for n in _vault(world, graph_settings.saga_dir)}
+        world: GraphStore, saga: Path) -> None:
+    notes = {n.path: n.text for n in _vault(world, saga)}
     mara = notes["Characters/Mara Quill.md"]
     assert ("- FRIEND_OF \u2192 [[Tobias Venn]]: from [[Chapter 1]], ended in [[Chapter 2]] "
             "(then Tobias Venn ENEMY_OF Mara Quill in chapter 2)") in mara
@@ -200,10 +207,10 @@ def test_the_vault_is_the_same_bytes_whatever_the_hash_seed(world: GraphStore, g
     assert runs[0] == runs[1] and len(runs[0]) == 15  # 14 notes and the record
 
 
-def test_a_later_export_rewrites_only_the_notes_skald_wrote(world: GraphStore, graph_settings: Settings,
+def test_a_later_export_rewrites_only_the_notes_skald_wrote(world: GraphStore, saga: Path,
                                                             tmp_path: Path) -> None:
     vault = tmp_path / "vault"
-    write_vault(_vault(world, graph_settings.saga_dir, as_of=1), vault)
+    write_vault(_vault(world, saga, as_of=1), vault)
     mine = vault / "Ideas" / "Tobias.md"
     mine.parent.mkdir()
     mine.write_text("Tobias should betray her [[Mara Quill]].\n", encoding="utf-8")
@@ -214,49 +221,49 @@ def test_a_later_export_rewrites_only_the_notes_skald_wrote(world: GraphStore, g
     kept = {p: p.read_bytes() for p in (mine, edited)}
 
     # The world changes: chapter 2 is written (Tobias turns and drowns, Ada arrives).
-    report = write_vault(_vault(world, graph_settings.saga_dir), vault)
+    report = write_vault(_vault(world, saga), vault)
     assert {p: p.read_bytes() for p in kept} == kept, "the writer's notes are untouched"
     assert report.kept == ["Characters/Mara Quill.md"]
     after = unedited.read_text(encoding="utf-8")
     assert after != before and "- dead: from [[Chapter 2]]" in after, "an unchanged Skald note follows the world"
     assert "Characters/Tobias Venn.md" in report.written and (vault / "Chapters" / "Chapter 2.md").is_file()
-    again = write_vault(_vault(world, graph_settings.saga_dir), vault)
+    again = write_vault(_vault(world, saga), vault)
     assert again.written == [] and again.kept == ["Characters/Mara Quill.md"] and again.removed == []
 
     # A rollback takes chapter 2 out again: what Skald wrote for it goes, unless the writer changed it.
     ada = vault / "Characters" / f"{safe_stem(COLON_NAME)}.md"
     ada.write_text(ada.read_text(encoding="utf-8") + "\nMine now.\n", encoding="utf-8")
-    back = write_vault(_vault(world, graph_settings.saga_dir, as_of=1), vault)
+    back = write_vault(_vault(world, saga, as_of=1), vault)
     assert back.released == [f"Characters/{safe_stem(COLON_NAME)}.md"] and ada.is_file()
     assert {"Chapters/Chapter 2.md", "Scenes/Chapter 2 - Scene 1.md"} <= set(back.removed)
     assert not (vault / "Chapters" / "Chapter 2.md").exists()
     assert unedited.read_text(encoding="utf-8") == before
     assert {p: p.read_bytes() for p in kept} == kept
     # Released notes are the writer's from then on: a later export with Ada in the world keeps it.
-    forward = write_vault(_vault(world, graph_settings.saga_dir), vault)
+    forward = write_vault(_vault(world, saga), vault)
     assert f"Characters/{safe_stem(COLON_NAME)}.md" in forward.kept and "Mine now." in ada.read_text("utf-8")
 
 
-def test_a_note_left_by_an_interrupted_export_is_still_skalds(world: GraphStore, graph_settings: Settings,
+def test_a_note_left_by_an_interrupted_export_is_still_skalds(world: GraphStore, saga: Path,
                                                               tmp_path: Path) -> None:
-    write_vault(_vault(world, graph_settings.saga_dir, as_of=0), tmp_path)  # the story bible: no scenes yet
+    write_vault(_vault(world, saga, as_of=0), tmp_path)  # the story bible: no scenes yet
     # A file where the Scenes folder goes stops the next export half-way: the notes before
     # Scenes/ (in path order) already hold the new text when it fails.
     (tmp_path / "Scenes").write_text("in the way\n", encoding="utf-8")
     with pytest.raises(OSError):
-        write_vault(_vault(world, graph_settings.saga_dir), tmp_path)
+        write_vault(_vault(world, saga), tmp_path)
     tobias = tmp_path / "Characters" / "Tobias Venn.md"
     assert "- dead: from [[Chapter 2]]" in tobias.read_text(encoding="utf-8"), "written before the failure"
     (tmp_path / "Scenes").unlink()
     # The next export (another world again: as of chapter 1) still knows those notes as its own.
-    report = write_vault(_vault(world, graph_settings.saga_dir, as_of=1), tmp_path)
+    report = write_vault(_vault(world, saga, as_of=1), tmp_path)
     assert report.kept == [] and {"Characters/Tobias Venn.md", "Chapters/Chapter 1.md"} <= set(report.written)
     assert "Chapters/Chapter 2.md" in report.removed
     record = json.loads((tmp_path / RECORD_FILE).read_text(encoding="utf-8"))["notes"]
     assert record["Characters/Tobias Venn.md"] == [hashlib.sha256(tobias.read_bytes()).hexdigest()]
     # The look-alike: a note holding no text Skald recorded is the writer's.
     tobias.write_text("my own Tobias\n", encoding="utf-8")
-    assert write_vault(_vault(world, graph_settings.saga_dir), tmp_path).kept == [
+    assert write_vault(_vault(world, saga), tmp_path).kept == [
         "Characters/Tobias Venn.md"]
 
 
