@@ -61,7 +61,7 @@ LLAMA_CPP_ANTI_REPETITION: dict[str, float | int] = {"repeat_penalty": 1.15, "re
 # chapter written on the embedded model gets one draft unless `limits.max_iterations` is set;
 # a configured endpoint keeps the full revision loop.
 EMBEDDED_REVISIONS_PASSED = 0
-EMBEDDED_REVISIONS_MEASURED = 3
+EMBEDDED_REVISIONS_MEASURED = 4
 EMBEDDED_MAX_ITERATIONS = 1
 # The tiers whose answers the revision checks judge: the scene plan (large) and the prose (narrative).
 REVISED_TIERS: tuple[TierName, ...] = ("large", "narrative")
