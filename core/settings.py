@@ -56,6 +56,16 @@ class Candidate(BaseModel):
 # 12-19 times); repeat_penalty 1.15 over the last 256 tokens gives 0.99-1.00.
 LLAMA_CPP_ANTI_REPETITION: dict[str, float | int] = {"repeat_penalty": 1.15, "repeat_last_n": 256}
 
+# Revisions of the embedded SmolLM2-135M's chapters that passed the checks that had flagged
+# them, measured on `make run` (issue #31; README "The embedded defaults"): none did. So a
+# chapter written on the embedded model gets one draft unless `limits.max_iterations` is set;
+# a configured endpoint keeps the full revision loop.
+EMBEDDED_REVISIONS_PASSED = 0
+EMBEDDED_REVISIONS_MEASURED = 4
+EMBEDDED_MAX_ITERATIONS = 1
+# The tiers whose answers the revision checks judge: the scene plan (large) and the prose (narrative).
+REVISED_TIERS: tuple[TierName, ...] = ("large", "narrative")
+
 
 class AntiRepetition(BaseModel):
     """Sampling that discourages loops, for prose calls of one tier (drafts and redrafts).
@@ -141,7 +151,8 @@ class ContextBudget(BaseModel):
 class RunLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_iterations: int = Field(3, ge=1, le=20, description="revision loops per chapter")
+    max_iterations: int = Field(3, ge=1, le=20, description="revision loops per chapter (the embedded model: 1 unless "
+                                "set, see Settings.revision_budget)")
     qa_every: int = Field(5, ge=1, description="run QA/healing every N chapters")
     scene_token_target: int = Field(600, ge=50, le=8000)
     scenes_per_chapter: int = Field(3, ge=1, le=20)
@@ -180,6 +191,15 @@ class ProseThresholds(BaseModel):
         if self.min_length_ratio >= self.max_length_ratio:
             raise ValueError("min_length_ratio must be below max_length_ratio")
         return self
+
+
+class RevisionBudget(BaseModel):
+    """How many drafts a chapter may get, and why when it is not `limits.max_iterations`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    iterations: int = Field(ge=1)
+    why: str = Field("", description="one line for the log when a flagged chapter is kept for this budget")
 
 
 class StyleGuide(BaseModel):
@@ -323,6 +343,25 @@ class Settings(BaseSettings):
         if name not in self.tiers:
             raise ConfigError(f"unknown LLM tier {name!r}", hint=f"use one of {', '.join(TIER_NAMES)}")
         return self.tiers[name]  # type: ignore[index]
+
+    def embedded_tier(self, name: str) -> bool:
+        """Whether the tier's calls go to the embedded llama-server: no OPENAI_BASE_URL and no
+        candidate of the tier with an endpoint of its own."""
+        return self.openai_base_url is None and not any(c.base_url for c in self.tier(name).models)
+
+    def revision_budget(self) -> RevisionBudget:
+        """Drafts per chapter: `limits.max_iterations` when it is set or an endpoint is
+        configured; on the embedded model by default, EMBEDDED_MAX_ITERATIONS (its revisions
+        have not passed the checks that flagged them)."""
+        limits = self.limits
+        if "max_iterations" in limits.model_fields_set or not all(self.embedded_tier(t) for t in REVISED_TIERS):
+            return RevisionBudget(iterations=limits.max_iterations)
+        return RevisionBudget(
+            iterations=EMBEDDED_MAX_ITERATIONS,
+            why=f"the embedded 135M model's revisions have not passed these checks ({EMBEDDED_REVISIONS_PASSED} of "
+            f"{EMBEDDED_REVISIONS_MEASURED} measured), so it is kept as drafted: set limits.max_iterations "
+            "(SKALD_LIMITS__MAX_ITERATIONS) to revise anyway",
+        )
 
     @classmethod
     def settings_customise_sources(

@@ -114,13 +114,14 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
     started = time.monotonic()
     number = outline.number
     limits = rt.settings.limits
+    budget = rt.settings.revision_budget()
     target_words = scene_target_words(limits.scene_token_target)
     committed = chapter_commit_state(number)
     history = chapter_history(number)  # what the chapter is written on: the graph-reading stages cache under it
     guidance = ""
     iteration = 0
-    for iteration in range(1, limits.max_iterations + 1):
-        log.info("chapter %d: iteration %d of at most %d", number, iteration, limits.max_iterations)
+    for iteration in range(1, budget.iterations + 1):
+        log.info("chapter %d: iteration %d of at most %d", number, iteration, budget.iterations)
         plan_ref = plan_scenes(book.title, book.genre, outline, book.scenes_per_chapter, book.character_names,
                                guidance, iteration, rt.llm_fingerprint("large"), writer_guidance=writer_guidance)
         plan = rt.content.get_model(plan_ref, ScenePlan)
@@ -169,14 +170,16 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
                                   rt.llm_fingerprint("medium"))
         decision = decide_revision(scores, problems, [d.metrics for d in drafts], prose, limits.revision_threshold,
                                    checks)
-        if decision.revise and iteration < limits.max_iterations:
+        if decision.revise and iteration < budget.iterations:
             log.warning("chapter %d: revision needed: %s", number, "; ".join(decision.reasons))
             if outcome != "deferred":
                 rollback_chapter(number)
             found = tuple(dict.fromkeys([*decision.reasons, *(p.message for p in problems)]))
             guidance = revision_guidance(number, outline.summary, scores, found, rt.llm_fingerprint("medium")).guidance
             continue
-        if decision.revise:
+        if decision.revise and budget.why:
+            log.warning("chapter %d: revision needed: %s; %s", number, "; ".join(decision.reasons), budget.why)
+        elif decision.revise:
             log.warning("chapter %d: still needs revision after %d iterations; keeping the last draft: %s",
                         number, iteration, "; ".join(decision.reasons))
         if outcome == "deferred":

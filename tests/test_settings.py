@@ -80,3 +80,37 @@ def test_broken_toml_and_missing_config_file(tmp_path: Path) -> None:
         load_settings(tmp_path)
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(tmp_path, config_file=tmp_path / "missing.toml")
+
+
+def test_embedded_default_keeps_the_first_draft(tmp_path: Path) -> None:
+    budget = load_settings(tmp_path).revision_budget()
+    assert budget.iterations == 1
+    assert "embedded 135M model's revisions have not passed these checks" in budget.why
+    assert "set limits.max_iterations" in budget.why
+
+
+@pytest.mark.parametrize(
+    ("where", "line"),
+    [("env", "SKALD_LIMITS__MAX_ITERATIONS=3"), ("toml", "[limits]\nmax_iterations = 3\n")],
+)
+def test_a_set_max_iterations_revises_on_the_embedded_model(where: str, line: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # The look-alike: the same value as the default, but the writer asked for it.
+    if where == "env":
+        name, value = line.split("=")
+        monkeypatch.setenv(name, value)
+    else:
+        (tmp_path / "skald.toml").write_text(line)
+    budget = load_settings(tmp_path).revision_budget()
+    assert (budget.iterations, budget.why) == (3, "")
+
+
+def test_a_configured_endpoint_keeps_the_revision_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://llm.local:8000/v1")
+    assert load_settings(tmp_path).revision_budget().model_dump() == {"iterations": 3, "why": ""}
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    # Prose from a model of its own endpoint (the plan still on the embedded one): revised too.
+    monkeypatch.setenv("SKALD_TIERS__NARRATIVE__MODELS", '[{"model": "m", "base_url": "http://llm.local/v1"}]')
+    settings = load_settings(tmp_path)
+    assert settings.embedded_tier("large") and not settings.embedded_tier("narrative")
+    assert settings.revision_budget().iterations == 3

@@ -167,9 +167,8 @@ class LLMGateway:
     def sends_anti_repetition_first(self, tier: str) -> bool:
         """Whether prose of this tier gets anti-repetition sampling on the first try
         (`tiers.<tier>.anti_repetition.first_draft`; unset: only on the embedded model)."""
-        settings = self.settings.tier(tier)
-        embedded = self.settings.openai_base_url is None and not any(c.base_url for c in settings.models)
-        return first_draft_anti_repetition(settings.anti_repetition, embedded=embedded)
+        return first_draft_anti_repetition(self.settings.tier(tier).anti_repetition,
+                                           embedded=self.settings.embedded_tier(tier))
 
     def endpoint_label(self, tier: str) -> str:
         """ "<base_url> (<model>)" of the tier's first candidate, for logs and `doctor`."""
