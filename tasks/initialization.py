@@ -15,6 +15,7 @@ from prompts.initialization.models import (
     ActOutline,
     ChapterOutline,
     ChapterOutlines,
+    CharacterSheet,
     CharacterSheets,
     GlobalOutline,
     OutlineRelationships,
@@ -23,6 +24,8 @@ from tasks.policy import cached_task
 from tasks.runtime import runtime
 
 MAX_OUTLINE_CALLS_PER_ACT = 4
+#: Answers asked for character sheets before a run gives up for want of one usable name.
+MAX_SHEET_CALLS = 3
 SHEET_PROSE_FIELDS = ("description", "motivation", "backstory", "voice")
 #: The book's title when the model's is a loop or a paragraph (the writer renames it in the bible).
 UNTITLED = "Untitled"
@@ -42,30 +45,51 @@ def act_ranges(chapters: int, acts: int) -> list[tuple[int, int, int]]:
 
 @cached_task("generate_character_sheets")
 def generate_character_sheets(premise: str, genre: str, count: int, llm: str) -> ContentRef:
+    """Character sheets with usable names, asking again (with the refused names and why) when
+    the model wrote none: a small model's first answer is sometimes all identifiers
+    ('Lighthouse_Lady_Amara') or loops, and a run must not die on its first call for that."""
     rt = runtime()
-    sheets = rt.gateway.structured(
-        "large", render_messages("initialization/character_sheets", premise=premise, genre=genre, count=count),
-        CharacterSheets, purpose="character_sheets",
-    )
-    # Names are identities in the graph: drop repeats the model sometimes produces, and
-    # strings that cannot be names (loops, sentences, headings: core.grounding).
     log = get_run_logger()
+    refused: list[tuple[str, str]] = []
+    unique: list[CharacterSheet] = []
+    written = 0
+    for _ in range(MAX_SHEET_CALLS):
+        sheets = rt.gateway.structured(
+            "large",
+            render_messages("initialization/character_sheets", premise=premise, genre=genre, count=count,
+                            refused=refused),
+            CharacterSheets, purpose="character_sheets",
+        )
+        written += len(sheets.characters)
+        unique, refused_now = usable_sheets(sheets)
+        for name, problem in refused_now:
+            log.warning("init: character sheet %r refused: %s", name, problem)
+        if unique:
+            break
+        refused.extend(refused_now)
+    if not unique:
+        raise LLMBadOutputError(f"the model wrote {written} character sheets in {MAX_SHEET_CALLS} answers and none "
+                                "has a usable name", hint="use a stronger model for the large tier (OPENAI_BASE_URL)")
+    result = CharacterSheets(characters=unique)
+    log.info("init: %d character sheets: %s", len(unique), ", ".join(c.name for c in unique))
+    return rt.content.put_json("character_sheets", "characters", result)
+
+
+def usable_sheets(sheets: CharacterSheets) -> tuple[list[CharacterSheet], list[tuple[str, str]]]:
+    """The sheets whose names can be identities in the graph, each name once, with prose fields
+    as sentences; and each refused name (cut to 80 characters) with why (core.grounding.name_problem)."""
     seen: set[str] = set()
-    unique = []
+    unique: list[CharacterSheet] = []
+    refused: list[tuple[str, str]] = []
     for sheet in sheets.characters:
         key, problem = vocab.normalize_name(sheet.name), name_problem(sheet.name)
         if problem is not None:
-            log.warning("init: character sheet %r refused: %s", sheet.name[:80], problem)
+            refused.append((sheet.name[:80], problem))
         elif key not in seen:
             seen.add(key)
             # The bible's prose fields are sentences, never fragments cut at a comma.
             unique.append(sheet.model_copy(update={f: as_sentence(getattr(sheet, f)) for f in SHEET_PROSE_FIELDS}))
-    if not unique:
-        raise LLMBadOutputError(f"the model wrote {len(sheets.characters)} character sheets and none has a usable name",
-                                hint="use a stronger model for the large tier (OPENAI_BASE_URL)")
-    sheets = CharacterSheets(characters=unique)
-    log.info("init: %d character sheets: %s", len(unique), ", ".join(c.name for c in unique))
-    return rt.content.put_json("character_sheets", "characters", sheets)
+    return unique, refused
 
 
 @cached_task("generate_global_outline")

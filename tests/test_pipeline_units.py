@@ -1,14 +1,23 @@
-"""Pure pipeline logic: extraction merge/normalization, consistency checks, act ranges.
+"""Pure pipeline logic: extraction merge/normalization, consistency checks, act ranges, and the
+character sheets' re-ask (against the scripted HTTP LLM).
 
 The consistency checks' true cases and look-alikes live in tests/test_validation_checks.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from core.errors import LLMBadOutputError
+from core.settings import load_settings
 from kg.models import ChapterDelta, Entity, SceneDelta
+from prompts.initialization.models import CharacterSheets
 from prompts.knowledge.models import SceneExtraction
 from tasks.consolidation import merge_extractions
 from tasks.initialization import act_ranges
 from tasks.validation import contradictory_traits, duplicate_scenes
+from tests.scripted_llm import ScriptedLLM
 
 
 def _extraction(entities: list[dict], relationships: list[dict] | None = None, statuses: list[dict] | None = None) -> SceneExtraction:
@@ -66,3 +75,56 @@ def test_chapter_heading_numbers_a_title_once() -> None:
     assert chapter_heading(2, "The Chapter 7 Problem") == "Chapter 2: The Chapter 7 Problem"
     assert chapter_heading(4, "Chapter 4") == "Chapter 4"
     assert chapter_heading(5, "Chapterhouse") == "Chapter 5: Chapterhouse"
+
+
+# --- Character sheets: a first answer with no usable name is asked again, saying why ---------------
+
+GOOD_SHEET = {"name": "Amara Vell", "role": "protagonist", "description": "The keeper.", "traits": ["stubborn"],
+              "motivation": "", "backstory": "", "voice": ""}
+IDENTIFIER_SHEET = {**GOOD_SHEET, "name": "Lighthouse_Lady_Amara"}
+
+
+def _sheets(llm: ScriptedLLM, tmp_path: Path) -> CharacterSheets:
+    from prefect.logging import disable_run_logger
+
+    from core.content import ContentStore
+    from tasks.initialization import generate_character_sheets
+    from tasks.runtime import Runtime, set_runtime
+
+    rt = set_runtime(Runtime(load_settings(tmp_path, openai_base_url=llm.base_url)))
+    with disable_run_logger():  # the task's body, without a Prefect run around it
+        ref = generate_character_sheets.fn("A keeper finds a letter.", "mystery", 2, "scripted")
+    return ContentStore(rt.settings.saga_dir / "content").get_model(ref, CharacterSheets)
+
+
+def _sheet_requests(llm: ScriptedLLM) -> list[str]:
+    return [r.last_user for r in llm.requests if r.schema_name == "CharacterSheets"]
+
+
+def test_character_sheets_with_no_usable_name_are_asked_for_again_naming_what_was_refused(tmp_path: Path) -> None:
+    with ScriptedLLM() as llm:
+        llm.on(schema="CharacterSheets", respond={"characters": [GOOD_SHEET]})
+        llm.on(schema="CharacterSheets", respond={"characters": [IDENTIFIER_SHEET]}, times=1)
+        sheets = _sheets(llm, tmp_path)
+        asked = _sheet_requests(llm)
+    assert [c.name for c in sheets.characters] == ["Amara Vell"]
+    assert len(asked) == 2
+    assert "could not be used" not in asked[0]
+    assert '"Lighthouse_Lady_Amara": an identifier' in asked[1]
+
+
+def test_usable_character_sheets_are_asked_for_once(tmp_path: Path) -> None:
+    with ScriptedLLM() as llm:
+        llm.on(schema="CharacterSheets", respond={"characters": [IDENTIFIER_SHEET, GOOD_SHEET]})
+        sheets = _sheets(llm, tmp_path)
+        asked = _sheet_requests(llm)
+    assert [c.name for c in sheets.characters] == ["Amara Vell"]
+    assert len(asked) == 1
+
+
+def test_character_sheets_never_usable_fail_in_one_line_after_three_answers(tmp_path: Path) -> None:
+    with ScriptedLLM() as llm:
+        llm.on(schema="CharacterSheets", respond={"characters": [IDENTIFIER_SHEET]})
+        with pytest.raises(LLMBadOutputError, match="wrote 3 character sheets in 3 answers and none has a usable name"):
+            _sheets(llm, tmp_path)
+        assert len(_sheet_requests(llm)) == 3
