@@ -75,6 +75,10 @@ class LevelReport(BaseModel):
     turns_per_s: float
     query_ms: Figures
     commit_ms: Figures
+    query_service_ms: Figures = Field(description="the query's own elapsed_ms, as the server measured it")
+    commit_non_llm_ms: Figures = Field(description="the commit's trace.overhead_ms: its time with no LLM call in flight")
+    commit_states_ms: dict[str, float] = Field(
+        default_factory=dict, description="mean time from entering each state to the next, over the committed turns")
     errors: dict[str, int] = Field(default_factory=dict, description="'<operation> <status>' -> count")
     finished: bool
 
@@ -110,6 +114,9 @@ class Level:
         self.lock = threading.Lock()
         self.query_ms: list[float] = []
         self.commit_ms: list[float] = []
+        self.query_service_ms: list[float] = []
+        self.commit_non_llm_ms: list[float] = []
+        self.states_ms: dict[str, list[float]] = {}
         self.errors: Counter[str] = Counter()
         self.committed: dict[str, dict[str, str]] = {}  # conversation -> turn id -> text sent
         self.start = threading.Barrier(n)
@@ -155,6 +162,7 @@ class Level:
                 if answer is not None:
                     with self.lock:
                         self.query_ms.append(query_ms)
+                        self.query_service_ms.append(float(answer.get("elapsed_ms") or 0.0))
                 commit_ms, result = self._post(client, "commit", "/turn/commit", {**query, "turn_id": number})
                 if result is None:
                     continue
@@ -164,7 +172,15 @@ class Level:
                     continue
                 with self.lock:
                     self.commit_ms.append(commit_ms)
+                    self.record_trace(result.get("trace") or {})
                     self.committed.setdefault(conversation, {})[str(number)] = f"{row['speaker']}: {row['text']}"
+
+    def record_trace(self, trace: dict[str, Any]) -> None:
+        """The turn's non-LLM time and the time spent in each state (under self.lock)."""
+        self.commit_non_llm_ms.append(float(trace.get("overhead_ms", 0.0)))
+        states = trace.get("states", [])
+        for state, following in zip(states, states[1:], strict=False):
+            self.states_ms.setdefault(state["state"], []).append(following["elapsed_ms"] - state["elapsed_ms"])
 
     def read_back(self, client: httpx.Client) -> int:
         """Turns whose remembered text is the one sent, read through the paged API."""
@@ -201,6 +217,8 @@ class Level:
             conversations=self.n, turns_sent=self.n * self.turns, turns_committed=committed,
             turns_read_back=read_back, seconds=round(seconds, 1), turns_per_s=round(committed / seconds, 2),
             query_ms=Figures.of(self.query_ms), commit_ms=Figures.of(self.commit_ms),
+            query_service_ms=Figures.of(self.query_service_ms), commit_non_llm_ms=Figures.of(self.commit_non_llm_ms),
+            commit_states_ms={state: round(float(np.mean(values)), 1) for state, values in self.states_ms.items()},
             errors=dict(sorted(self.errors.items())), finished=time.monotonic() <= self.deadline,
         )
 
@@ -238,6 +256,12 @@ def print_report(report: LoadReport) -> None:
         print(f"  {lv.conversations:>3} | {q.p50:>7.0f} / {q.p95:>6.0f} / {q.max:>7.0f} | "
               f"{c.p50:>7.0f} / {c.p95:>7.0f} / {c.max:>7.0f} | {lv.turns_per_s:>7.2f} | "
               f"{lv.turns_read_back:>4}/{lv.turns_sent:<4}  | {errors}{'' if lv.finished else ' (stopped: --max-seconds)'}")
+    print(f"  {'N':>3} | {'query in server p50 / p95':>26} | {'commit non-LLM p50 / p95':>27} | "
+          "mean ms in each commit state")
+    for lv in report.levels:
+        q, c = lv.query_service_ms, lv.commit_non_llm_ms
+        states = ", ".join(f"{state.lower()} {ms:.0f}" for state, ms in lv.commit_states_ms.items())
+        print(f"  {lv.conversations:>3} | {q.p50:>16.0f} / {q.p95:>6.0f} | {c.p50:>17.0f} / {c.p95:>7.0f} | {states}")
     for name, ratio in report.ratios.items():
         print(f"  p95 ratio {name}: query {ratio['query_p95']:.2f}x, commit {ratio['commit_p95']:.2f}x")
 
@@ -251,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=0.2, help="seconds per scripted LLM call (default 0.2)")
     parser.add_argument("--warm-up-turns", type=int, default=5, help="turns of an untimed conversation first (default 5)")
     parser.add_argument("--max-seconds", type=float, default=600, help="give up on a level after this long (default 600)")
+    parser.add_argument("--serve-arg", dest="serve_args", action="append", default=[], metavar="ARG",
+                        help="pass ARG to `flows.dialogue serve` (repeatable), e.g. --serve-arg=--background-slots=16")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
     if not args.levels or min(args.levels) < 1 or args.turns < 1 or args.latency < 0 or args.warm_up_turns < 0:
@@ -281,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server_log = log_path.open("w")  # a file: an unread pipe would fill and block the server
         server = subprocess.Popen(
             [sys.executable, "-m", "flows.dialogue", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--project-dir", str(project)],
+             "--project-dir", str(project), *args.serve_args],
             cwd=REPO_ROOT, env=env, stdout=server_log, stderr=subprocess.STDOUT, text=True,
         )
         try:
