@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -87,6 +87,8 @@ class TurnContext:
     write_guard: Callable[[], AbstractContextManager[Any]]
     owner: str
     relation_limit: int
+    #: A non-LLM step of the turn (retrieval, commit transaction): bounded, and after memory queries.
+    background: Callable[[], AbstractContextManager[Any]] = nullcontext
 
 
 class TurnRun:
@@ -120,8 +122,9 @@ class TurnRun:
     def run(self) -> tuple[TurnResult, bool]:
         """(result, whether the lease is still held): the commit transaction releases it."""
         try:
-            retrieval = self.retrieve()
-            packet = self.inject(retrieval)
+            with self.ctx.background():  # no LLM call inside: the memory query's gate is never held across one
+                retrieval = self.retrieve()
+                packet = self.inject(retrieval)
             acted = self.act(packet)
             commit_embedding = self.embed_for_commit(retrieval, acted)
             raw, plan = self.extract(acted, retrieval)
@@ -294,7 +297,7 @@ class TurnRun:
                                                  "seq": seq, "actions": applied})
                 return stored.model_dump_json(), self.ctx.outcomes.finish_trace(self.trace, keep=True).model_dump_json()
 
-            with self.ctx.write_guard():
+            with self.ctx.background(), self.ctx.write_guard():
                 return self.repo.commit_turn(write, self.ctx.owner, stored_result)
 
     def committed(self, base: TurnResult, outcome: CommitOutcome) -> TurnResult:
