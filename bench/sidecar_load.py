@@ -223,18 +223,6 @@ class Level:
         )
 
 
-def wait_healthy(client: httpx.Client, base: str, server: subprocess.Popen[str], log: Path) -> None:
-    while True:
-        if server.poll() is not None:
-            raise SystemExit(f"sidecar_load: the server exited: {log.read_text()[-2000:]}")
-        try:
-            if client.get(f"{base}{API}/health").status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-
-
 def warm_up(base: str, dialogues: list[list[dict[str, Any]]], turns: int) -> None:
     """A throwaway conversation first: the embedder's load and the graph's first writes are not load."""
     level = Level(base, 1, turns, dialogues, time.monotonic() + 300)
@@ -283,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--levels and --turns must be >= 1, --latency and --warm-up-turns >= 0")
 
     sys.path.insert(0, str(REPO_ROOT))
+    from bench.served import wait_healthy
     from core.graph_server import free_port
     from tests.scripted_llm import ScriptedLLM
     from tests.test_dialogue_scripted import DialogueScript
@@ -312,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         try:
             with httpx.Client(timeout=120) as client:
-                wait_healthy(client, base, server, log_path)
+                wait_healthy(client, base, server, log_path, "sidecar_load")
                 print(f"  server pid {server.pid}, {base}", flush=True)
                 if args.warm_up_turns:
                     warm_up(base, dialogues, args.warm_up_turns)
