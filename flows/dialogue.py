@@ -213,11 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-call-records", type=int, default=20_000,
                        help="LLM call records kept in memory; older ones go to Parquet under "
                        "<project>/.saga/runs/sidecar (default 20000)")
-    serve.add_argument("--background-slots", type=int, default=None,
-                       help="turns doing their non-LLM steps (retrieval, commit transaction) at once; memory "
-                       "queries are never held back (default 2)")
-    serve.add_argument("--query-wait", type=float, default=None,
-                       help="seconds a turn's non-LLM step yields to memory queries in flight (default 0.1)")
 
     commit = sub.add_parser("commit", parents=[common], help="commit one turn from a JSON file")
     commit.add_argument("--request", required=True, help="turn-commit request JSON file ('-' for stdin)")
@@ -264,10 +259,6 @@ def _options(args: argparse.Namespace) -> SidecarOptions:
         values["allow_request_db"] = True
     if getattr(args, "max_call_records", None) is not None:
         values["max_call_records"] = args.max_call_records
-    if getattr(args, "background_slots", None) is not None:
-        values["background_slots"] = args.background_slots
-    if getattr(args, "query_wait", None) is not None:
-        values["query_wait_s"] = args.query_wait
     return SidecarOptions(**values)
 
 

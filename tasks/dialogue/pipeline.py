@@ -69,7 +69,6 @@ from kg.dialogue import (
     turn_key,
 )
 from kg.store import GraphStore
-from tasks.dialogue.admission import Admission
 from tasks.dialogue.injector import build_packet
 from tasks.dialogue.models import (
     DbConfig,
@@ -130,15 +129,6 @@ class SidecarOptions(BaseModel):
         50, ge=1, description="every this many turns, give the malloc arenas' free pages back to the OS (core.heap)"
     )
     slot_workers: int = Field(32, ge=2, le=512, description="threads running slots (abandoned slots hold one until done)")
-    background_slots: int = Field(
-        2, ge=1, le=512,
-        description="turns doing their non-LLM steps (retrieval, commit transaction) at once; the LLM calls "
-        "between them are not bounded (tasks.dialogue.admission)",
-    )
-    query_wait_s: float = Field(
-        0.1, ge=0, le=10,
-        description="how long a turn's non-LLM step yields to memory queries in flight before it starts anyway",
-    )
     serialize_writes: bool | None = Field(
         None,
         description="one graph write transaction at a time in this process; None: only on ArcadeDB, where "
@@ -180,8 +170,6 @@ class DialogueService:
         self.heap = HeapTrimmer(every=self.options.heap_trim_turns)
         self._pool = ThreadPoolExecutor(max_workers=self.options.slot_workers, thread_name_prefix="dialogue-slot")
         self.outcomes = Outcomes(settings.saga_dir, lambda: self._gateway)
-        # Memory queries first: a person waits for them (tasks.dialogue.admission).
-        self.admission = Admission(self.options.background_slots, self.options.query_wait_s)
 
     @property
     def rolled_back_count(self) -> int:
@@ -408,10 +396,6 @@ class DialogueService:
         request = parsed
         started = time.perf_counter()
         trace = TraceRecorder(None, "commit")
-        with self.admission.query():
-            return self._memory_query(request, started, trace)
-
-    def _memory_query(self, request: MemoryQueryRequest, started: float, trace: TraceRecorder) -> MemoryQueryResult:
         try:
             store = self._store_for(request.config.db)
             index = self.vectors.get(store.endpoint.label, request.conversation_id)
@@ -545,7 +529,6 @@ class DialogueService:
         context = TurnContext(
             gateway=self.gateway, vectors=self.vectors, outcomes=self.outcomes,
             write_guard=self._write_guard(store), owner=self.owner, relation_limit=self.options.relation_limit,
-            background=self.admission.background,
         )
         run = TurnRun(request, repo=repo, store=store, trace=trace, payload_hash=payload_hash,
                       scheduler=scheduler, routes=routes, context=context)

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -87,8 +87,6 @@ class TurnContext:
     write_guard: Callable[[], AbstractContextManager[Any]]
     owner: str
     relation_limit: int
-    #: A non-LLM step of the turn (retrieval, commit transaction): bounded, and after memory queries.
-    background: Callable[[], AbstractContextManager[Any]] = nullcontext
 
 
 class TurnRun:
@@ -122,9 +120,8 @@ class TurnRun:
     def run(self) -> tuple[TurnResult, bool]:
         """(result, whether the lease is still held): the commit transaction releases it."""
         try:
-            with self.ctx.background():  # no LLM call inside: the memory query's gate is never held across one
-                retrieval = self.retrieve()
-                packet = self.inject(retrieval)
+            retrieval = self.retrieve()
+            packet = self.inject(retrieval)
             acted = self.act(packet)
             commit_embedding = self.embed_for_commit(retrieval, acted)
             raw, plan = self.extract(acted, retrieval)
@@ -297,7 +294,7 @@ class TurnRun:
                                                  "seq": seq, "actions": applied})
                 return stored.model_dump_json(), self.ctx.outcomes.finish_trace(self.trace, keep=True).model_dump_json()
 
-            with self.ctx.background(), self.ctx.write_guard():
+            with self.ctx.write_guard():
                 return self.repo.commit_turn(write, self.ctx.owner, stored_result)
 
     def committed(self, base: TurnResult, outcome: CommitOutcome) -> TurnResult:
