@@ -26,14 +26,21 @@ with `python -m bench.sidecar_load` at 16 conversations: half of the ONNX time w
 repeat). Keyed by the whole call, a hit returns the bytes the same call computes (the same
 texts, tokenized, sorted and padded the same way), so what is stored does not depend on
 whether the query came first. The LRU is cachetools' (not thread-safe: used under a lock).
+
+Queries first: one ONNX session runs one batch at a time, and a caller inside `interactive()`
+(the memory query a person waits for) takes the session before the callers already waiting
+that are not (a commit's embedding, ingest). It waits at most for the batch running.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import importlib.util
 import threading
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import cachetools
@@ -52,6 +59,48 @@ BATCH_SIZE = 16
 RECENT_CALLS = 256
 #: Calls with more texts than this (bulk ingest) are never remembered: they do not repeat.
 RECENT_MAX_TEXTS = 4
+
+
+_INTERACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("skald_embed_interactive", default=False)
+
+
+@contextmanager
+def interactive() -> Iterator[None]:
+    """Embeddings asked for in this context (this thread, or a task it spawns with a copy of it)
+    are for a person waiting: they take the model before background callers."""
+    token = _INTERACTIVE.set(True)
+    try:
+        yield
+    finally:
+        _INTERACTIVE.reset(token)
+
+
+class QueriesFirstLock:
+    """A lock whose interactive waiters go before the others (the others wait while any
+    interactive caller waits; interactive callers among themselves, and the others among
+    themselves, in whatever order the condition wakes them)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._held = False
+        self.waiting = {True: 0, False: 0}  # interactive? -> callers waiting (read under no lock: a gauge)
+
+    @contextmanager
+    def hold(self, interactive: bool) -> Iterator[None]:
+        with self._changed:
+            self.waiting[interactive] += 1
+            try:
+                while self._held or (not interactive and self.waiting[True]):
+                    self._changed.wait()
+            finally:
+                self.waiting[interactive] -= 1
+            self._held = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._held = False
+                self._changed.notify_all()
 
 
 class EmbedderUnavailableError(RuntimeError):
@@ -100,7 +149,7 @@ class LocalEmbedder:
         # query's encode p95 11-13 ms instead of 35-55 ms, at half the CPU.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-        self._lock = threading.Lock()
+        self._session_lock = QueriesFirstLock()
         self._recent: cachetools.LRUCache[tuple[str, ...], np.ndarray] = cachetools.LRUCache(RECENT_CALLS)
         self._recent_lock = threading.Lock()
 
@@ -136,7 +185,7 @@ class LocalEmbedder:
             for row, i in enumerate(idx):
                 ids[row, : lengths[i]] = encoded[i].ids
                 mask[row, : lengths[i]] = 1
-            with self._lock:  # one session, many threads: run one batch at a time
+            with self._session_lock.hold(_INTERACTIVE.get()):  # one session, many threads: one batch at a time
                 hidden = self._session.run(
                     None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
                 )[0]
