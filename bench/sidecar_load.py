@@ -20,6 +20,47 @@ the bench's own niceness; the load average of the machine is printed before and 
 figures mean little on a machine that is busy with something else: compare ratios).
 
 It is a benchmark, not part of the suite: a few minutes of load on a shared machine.
+
+What it found, and what was chosen (issue 31; 2-core machine shared with three other jobs:
+load average 13-22, /proc/pressure/cpu "some" at 98%, so compare within a run and between
+runs made back to back, never with a quiet machine):
+
+- Where a query's time went at 16 conversations (py-spy on the server, main 4a34be5): 61%
+  in onnxruntime's Session.run (embedding the pending message), 8% waiting for the one ONNX
+  session, 17% in the graph reads; the rest is the search. ONNX was a quarter of all the
+  server's samples, and half of that was the commits' retrieval embedding again the texts
+  their memory query had just embedded (a front end queries for a message, then commits it).
+  Not the thread pool: 16 commits and 16 queries hold 32 of anyio's 40 tokens; not a lock a
+  commit holds across an LLM call: the query takes the conversation's lock or lease never,
+  the graph's write lock never, and the only locks on its path (the recall index's, the
+  ONNX session's, the service's resource lock) are held for CPU work only.
+- Chosen: the embedder remembers its recent small calls by their exact texts
+  (core.embedder `encode_recent`), so the commit's retrieval does not embed again (the
+  commits' ONNX samples went from 446 to 0 in 25 s of profile, the commit's RETRIEVING
+  state at 16 from 1,170 to 101 ms); and the memory query's embedding takes the ONNX
+  session before background callers that wait (`interactive()`), so it never queues behind
+  a commit's or an ingest's batch.
+- Tried and dropped: bounding the commits' non-LLM steps to 2 at a time, each yielding up
+  to 0.1 s to queries in flight. At 16 it doubled commit p95 (4,251 -> 9,254 ms) and cut
+  turns/s from 5.34 to 3.21, and query p95 did not fall (843 -> 1,433 ms): the query waited
+  for CPU that other processes held, and the commits already queue on the graph's
+  serialised writes.
+- What is left: at 16 conversations the commits queue on the serialised graph writes
+  (`SidecarOptions.serialize_writes`, on for ArcadeDB: the lease claim, its renewals and
+  the commit transaction of every turn, one at a time). The commit transaction is ~20
+  Cypher statements of 4-9 ms each on the embedded ArcadeDB, none dominant; throughput on
+  this machine stays at ~4 turns/s before and after, and the time the retrieval no longer
+  spends is now spent waiting for that lock (RECEIVED and COMMITTING). Fewer statements per
+  commit is the next cut.
+
+Back to back on that machine (`python -m bench.sidecar_load`, main then this change):
+
+| | query p50 / p95 at 16 | query p95 16:1 | commit p50 / p95 at 16 | commit p95 16:1 | turns/s at 16 |
+|---|---|---|---|---|---|
+| main | 1,208 / 2,400 ms | 7.60x | 2,475 / 3,814 ms | 3.48x | 4.04 |
+| this change | 388 / 1,746 ms | 4.25x | 2,790 / 5,049 ms | 5.01x | 4.08 |
+
+0 errors and 640/640 turns read back in both.
 """
 
 from __future__ import annotations
