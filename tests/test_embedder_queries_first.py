@@ -17,6 +17,7 @@ import pytest
 
 from core.embedder import RECENT_MAX_TEXTS, QueriesFirstLock, interactive, local_embedder
 from core.settings import Settings, load_settings
+from tasks.dialogue.models import MemoryQueryResult
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tests.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import dialogue_requests
@@ -42,9 +43,9 @@ def _holder(lock: QueriesFirstLock, is_interactive: bool, order: list[str], name
     return thread
 
 
-def test_an_interactive_waiter_goes_before_a_background_one_that_came_first() -> None:
-    lock, order, release = QueriesFirstLock(), [], threading.Event()
-    held = threading.Event()
+def _keep_busy(lock: QueriesFirstLock) -> threading.Event:
+    """Hold `lock` as a background caller on a thread until the returned event is set."""
+    release, held = threading.Event(), threading.Event()
 
     def busy() -> None:
         with lock.hold(False):
@@ -53,27 +54,27 @@ def test_an_interactive_waiter_goes_before_a_background_one_that_came_first() ->
 
     threading.Thread(target=busy, daemon=True).start()
     assert held.wait(FAILSAFE_S)
-    background = _holder(lock, False, order, "commit")
-    _until(lambda: lock.waiting[False] == 1)
+    return release
+
+
+def test_an_interactive_waiter_goes_before_a_background_one_that_came_first() -> None:
+    lock, order = QueriesFirstLock(), []
+    release = _keep_busy(lock)
+    # Five background callers wait first: without the preference the query would be first
+    # about one time in six.
+    background = [_holder(lock, False, order, f"commit-{i}") for i in range(5)]
+    _until(lambda: lock.waiting[False] == 5)
     query = _holder(lock, True, order, "query")
     _until(lambda: lock.waiting[True] == 1)
     release.set()
-    for thread in (query, background):
+    for thread in (query, *background):
         thread.join(FAILSAFE_S)
-    assert order == ["query", "commit"]
+    assert order[0] == "query" and sorted(order[1:]) == [f"commit-{i}" for i in range(5)]
 
 
 def test_background_waiters_run_in_turn_when_no_query_waits() -> None:
-    lock, order, release = QueriesFirstLock(), [], threading.Event()
-    held = threading.Event()
-
-    def busy() -> None:
-        with lock.hold(False):
-            held.set()
-            release.wait(FAILSAFE_S)
-
-    threading.Thread(target=busy, daemon=True).start()
-    assert held.wait(FAILSAFE_S)
+    lock, order = QueriesFirstLock(), []
+    release = _keep_busy(lock)
     waiters = [_holder(lock, False, order, f"commit-{i}") for i in range(2)]
     _until(lambda: lock.waiting[False] == 2)
     release.set()
@@ -123,15 +124,8 @@ def test_the_memory_query_embeds_ahead_of_waiting_background_work(local_embeddin
     first, second = dialogue_requests("locomo-26", conversation, 2)
     assert local_embedding_service.commit(first).committed
     lock = local_embedder()._session_lock
-    release, held, answers = threading.Event(), threading.Event(), []
-
-    def busy() -> None:
-        with lock.hold(False):
-            held.set()
-            release.wait(FAILSAFE_S)
-
-    threading.Thread(target=busy, daemon=True).start()
-    assert held.wait(FAILSAFE_S)
+    answers: list[MemoryQueryResult] = []
+    release = _keep_busy(lock)
     try:
         background = threading.Thread(target=lambda: local_embedder().encode([f"later {uuid.uuid4().hex}"]),
                                       daemon=True)
