@@ -309,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warm-up-turns", type=int, default=5, help="turns of an untimed conversation first (default 5)")
     parser.add_argument("--max-seconds", type=float, default=600, help="give up on a level after this long (default 600)")
     parser.add_argument("--serve-arg", dest="serve_args", action="append", default=[], metavar="ARG",
-                        help="pass ARG to `flows.dialogue serve` (repeatable), e.g. --serve-arg=--background-slots=16")
+                        help="pass ARG to `flows.dialogue serve` (repeatable), e.g. --serve-arg=--lock-wait=60")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
     if not args.levels or min(args.levels) < 1 or args.turns < 1 or args.latency < 0 or args.warm_up_turns < 0:
