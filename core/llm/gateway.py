@@ -448,7 +448,7 @@ class LLMGateway:
                     raise LLMFatalError(str(exc), hint=_EMBEDDING_HINT) from exc
                 stats.model, stats.endpoint = embedder.name, "in-process"
                 stats.attempts = 1
-                matrix = embedder.encode(list(texts))
+                matrix = embedder.encode_recent(list(texts))
                 stats.outcome = "ok"
                 return matrix
             target = self._router.embedding_target()

@@ -50,6 +50,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from core.embedder import interactive
 from core.errors import (
     InvalidInputError,
     LLMError,
@@ -397,27 +398,29 @@ class DialogueService:
         started = time.perf_counter()
         trace = TraceRecorder(None, "commit")
         try:
-            store = self._store_for(request.config.db)
-            index = self.vectors.get(store.endpoint.label, request.conversation_id)
-            pending = request.stale_turns()
-            # The turns a pending write holds back make room for as many others.
-            extra = min(len(pending), 50) if request.config.recall_k else 0
-            # A replace may rewind and rewrite a pending turn while this query reads (it takes no
-            # lock), so memory's text for it is read before and after the retrieval: an old text
-            # seen either time, or none after, holds back what the turn wrote (see without_pending).
-            before = {turn_id: index.text_of(turn_key(request.conversation_id, turn_id)) for turn_id in pending}
-            retrieval = retrieve(
-                DialogueRepository(store), self.gateway, index, request.conversation_id, request.messages,
-                recall_k=request.config.recall_k + extra, relation_limit=self.options.relation_limit,
-                purpose=trace.purpose("retriever"),
-            )
-            remembered = {
-                turn_id: held if held is not None and held != pending[turn_id]
-                else index.text_of(turn_key(request.conversation_id, turn_id))
-                for turn_id, held in before.items()
-            }
-            retrieval, held_back = without_pending(retrieval, pending, request.config.recall_k, remembered)
-            packet = build_packet(retrieval, request.config.token_budget)
+            # A person waits for this one: the embedder serves it before background callers.
+            with interactive():
+                store = self._store_for(request.config.db)
+                index = self.vectors.get(store.endpoint.label, request.conversation_id)
+                pending = request.stale_turns()
+                # The turns a pending write holds back make room for as many others.
+                extra = min(len(pending), 50) if request.config.recall_k else 0
+                # A replace may rewind and rewrite a pending turn while this query reads (it takes no
+                # lock), so memory's text for it is read before and after the retrieval: an old text
+                # seen either time, or none after, holds back what the turn wrote (see without_pending).
+                before = {turn_id: index.text_of(turn_key(request.conversation_id, turn_id)) for turn_id in pending}
+                retrieval = retrieve(
+                    DialogueRepository(store), self.gateway, index, request.conversation_id, request.messages,
+                    recall_k=request.config.recall_k + extra, relation_limit=self.options.relation_limit,
+                    purpose=trace.purpose("retriever"),
+                )
+                remembered = {
+                    turn_id: held if held is not None and held != pending[turn_id]
+                    else index.text_of(turn_key(request.conversation_id, turn_id))
+                    for turn_id, held in before.items()
+                }
+                retrieval, held_back = without_pending(retrieval, pending, request.config.recall_k, remembered)
+                packet = build_packet(retrieval, request.config.token_budget)
         except RequestRefusedError as exc:
             return MemoryQueryResult.invalid(str(exc), kind="forbidden")
         except InvalidInputError as exc:
