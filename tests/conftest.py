@@ -164,8 +164,9 @@ def store(graph: GraphStore) -> GraphStore:
 
 
 @pytest.fixture(scope="module")
-def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Prefect home per test module, for the flows its tests run in subprocesses."""
+def prefect_home(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> Path:
+    """A Prefect home per test module, for the flows its tests run in subprocesses. Those flows
+    report to the session's Prefect API (`prefect_api`, passed on by `prefect_api_env`)."""
     return tmp_path_factory.mktemp("prefect-home")
 
 
@@ -219,10 +220,25 @@ def client(service: DialogueService) -> Iterator[TestClient]:
 
 
 @pytest.fixture(scope="session")
-def prefect_api() -> Iterator[None]:
-    """One temporary Prefect API for every test that runs real flows in-process."""
+def prefect_api() -> Iterator[str]:
+    """One temporary Prefect API (its URL) for every test that runs real flows, in-process or in
+    a Python subprocess given `prefect_api_env()`. A subprocess without it starts Prefect's
+    temporary server of its own, which costs it tens of seconds on a loaded machine: more than
+    the scripted flow it serves."""
+    from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=120):
-        yield
+        yield str(PREFECT_API_URL.value())
+
+
+def prefect_api_env() -> dict[str, str]:
+    """The environment that points a Python subprocess at the session's Prefect API; for tests
+    that use the `prefect_api` fixture (or `prefect_home`, which starts it)."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        raise RuntimeError("prefect_api_env() outside the prefect_api fixture: no session Prefect API is up")
+    return {"PREFECT_API_URL": str(url)}
 
