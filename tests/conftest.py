@@ -65,6 +65,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_RECORD_DIR] = record_dir
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    from tests.kinds import mark_kinds
+
+    mark_kinds(items)
+
+
 def child_pythonpath() -> str:
     """PYTHONPATH for a test's Python subprocess: this checkout first, then the session's
     (which carries the Cypher recorder's start-up hook)."""
