@@ -57,8 +57,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SUBREAPER] = process_guard.become_subreaper()
     config.stash[_BEFORE] = {p.pid for p in process_guard.descendants(os.getpid())}
     record_dir = STATEMENTS_FILE.parent / "cypher-record"
-    for old in record_dir.glob("*.jsonl"):
-        old.unlink()
+    if not is_xdist_worker(config):  # under xdist the controller clears it, before any worker records
+        for old in record_dir.glob("*.jsonl"):
+            old.unlink()
     # Subprocesses load tests/record_hook/sitecustomize.py and record into the same folder.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(RECORD_HOOK_DIR), os.environ.get("PYTHONPATH")) if p)
     skald_cypher_recorder.install(record_dir)
@@ -83,10 +84,24 @@ _BEFORE = pytest.StashKey[set[int]]()
 _RECORD_DIR = pytest.StashKey[Path]()
 
 
+def is_xdist_worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker (`pytest -n 2`): the controller process
+    then owns the session-wide checks. Each worker records its statements into the shared
+    folder and is a subreaper too; what a worker leaves behind is re-parented to the
+    controller when the worker exits, so the controller's guard, which runs once every worker
+    has exited (xdist's own sessionfinish waits for them), sees it."""
+    return hasattr(config, "workerinput")
+
+
 @pytest.hookimpl(trylast=True)  # after the runner's own sessionfinish has torn every fixture down
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if _RECORD_DIR not in config.stash:
+        return
+    from core.llm_server import stop_local_servers
+
+    if is_xdist_worker(config):
+        stop_local_servers()
         return
     report = config.pluginmanager.get_plugin("terminalreporter")
     if report is not None:
@@ -99,9 +114,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             print(line)
 
     say(_write_statements(config.stash[_RECORD_DIR]))
-
-    from core.llm_server import stop_local_servers
-
     stop_local_servers()  # what an atexit hook would stop later: the session's own servers
     started = {p.pid for p in process_guard.descendants(os.getpid())} - config.stash[_BEFORE]
     left = process_guard.wait_until_gone(started, PROCESS_EXIT_GRACE_S)
