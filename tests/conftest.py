@@ -43,6 +43,9 @@ PROCESS_EXIT_GRACE_S = 60.0
 for _var in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "SKALD_EMBEDDING_BASE_URL"):
     os.environ.pop(_var, None)
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+# No telemetry from the session's Prefect API: its heartbeat, written as the server starts,
+# met the server's own start-up writes in SQLite ("database is locked", logged, harmless).
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 sys.path.insert(0, str(RECORD_HOOK_DIR))
 import skald_cypher_recorder  # noqa: E402 - lives in RECORD_HOOK_DIR, put on the path just above
