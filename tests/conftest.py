@@ -43,6 +43,9 @@ PROCESS_EXIT_GRACE_S = 60.0
 for _var in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "SKALD_EMBEDDING_BASE_URL"):
     os.environ.pop(_var, None)
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+# No telemetry from the session's Prefect API: its heartbeat, written as the server starts,
+# met the server's own start-up writes in SQLite ("database is locked", logged, harmless).
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 sys.path.insert(0, str(RECORD_HOOK_DIR))
 import skald_cypher_recorder  # noqa: E402 - lives in RECORD_HOOK_DIR, put on the path just above
@@ -57,12 +60,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SUBREAPER] = process_guard.become_subreaper()
     config.stash[_BEFORE] = {p.pid for p in process_guard.descendants(os.getpid())}
     record_dir = STATEMENTS_FILE.parent / "cypher-record"
-    for old in record_dir.glob("*.jsonl"):
-        old.unlink()
+    if not is_xdist_worker(config):  # under xdist the controller clears it, before any worker records
+        for old in record_dir.glob("*.jsonl"):
+            old.unlink()
     # Subprocesses load tests/record_hook/sitecustomize.py and record into the same folder.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(RECORD_HOOK_DIR), os.environ.get("PYTHONPATH")) if p)
     skald_cypher_recorder.install(record_dir)
     config.stash[_RECORD_DIR] = record_dir
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    from tests.kinds import mark_kinds
+
+    mark_kinds(items)
 
 
 def child_pythonpath() -> str:
@@ -76,10 +87,24 @@ _BEFORE = pytest.StashKey[set[int]]()
 _RECORD_DIR = pytest.StashKey[Path]()
 
 
+def is_xdist_worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker (`pytest -n 2`): the controller process
+    then owns the session-wide checks. Each worker records its statements into the shared
+    folder and is a subreaper too; what a worker leaves behind is re-parented to the
+    controller when the worker exits, so the controller's guard, which runs once every worker
+    has exited (xdist's own sessionfinish waits for them), sees it."""
+    return hasattr(config, "workerinput")
+
+
 @pytest.hookimpl(trylast=True)  # after the runner's own sessionfinish has torn every fixture down
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if _RECORD_DIR not in config.stash:
+        return
+    from core.llm_server import stop_local_servers
+
+    if is_xdist_worker(config):
+        stop_local_servers()
         return
     report = config.pluginmanager.get_plugin("terminalreporter")
     if report is not None:
@@ -92,9 +117,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             print(line)
 
     say(_write_statements(config.stash[_RECORD_DIR]))
-
-    from core.llm_server import stop_local_servers
-
     stop_local_servers()  # what an atexit hook would stop later: the session's own servers
     started = {p.pid for p in process_guard.descendants(os.getpid())} - config.stash[_BEFORE]
     left = process_guard.wait_until_gone(started, PROCESS_EXIT_GRACE_S)
@@ -164,8 +186,9 @@ def store(graph: GraphStore) -> GraphStore:
 
 
 @pytest.fixture(scope="module")
-def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Prefect home per test module, for the flows its tests run in subprocesses."""
+def prefect_home(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> Path:
+    """A Prefect home per test module, for the flows its tests run in subprocesses. Those flows
+    report to the session's Prefect API (`prefect_api`, passed on by `prefect_api_env`)."""
     return tmp_path_factory.mktemp("prefect-home")
 
 
@@ -219,10 +242,25 @@ def client(service: DialogueService) -> Iterator[TestClient]:
 
 
 @pytest.fixture(scope="session")
-def prefect_api() -> Iterator[None]:
-    """One temporary Prefect API for every test that runs real flows in-process."""
+def prefect_api() -> Iterator[str]:
+    """One temporary Prefect API (its URL) for every test that runs real flows, in-process or in
+    a Python subprocess given `prefect_api_env()`. A subprocess without it starts Prefect's
+    temporary server of its own, which costs it tens of seconds on a loaded machine: more than
+    the scripted flow it serves."""
+    from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=120):
-        yield
+        yield str(PREFECT_API_URL.value())
+
+
+def prefect_api_env() -> dict[str, str]:
+    """The environment that points a Python subprocess at the session's Prefect API; for tests
+    that use the `prefect_api` fixture (or `prefect_home`, which starts it)."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        raise RuntimeError("prefect_api_env() outside the prefect_api fixture: no session Prefect API is up")
+    return {"PREFECT_API_URL": str(url)}
 

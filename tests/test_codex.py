@@ -29,7 +29,7 @@ from kg.store import GraphStore
 from tasks.codex import codex_due
 from tasks.runtime import Runtime, set_runtime
 from tests.browser import chromium_path, open_page
-from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath
+from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath, prefect_api_env
 from tests.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DialogueScript, participants
 from tests.test_maintenance import MARY, artifact_keys, plant_qa_problems, seed_story
@@ -341,7 +341,8 @@ def test_kg_codex_writes_the_file_and_refuses_bad_requests_in_one_line(
 
 
 @pytest.fixture(scope="module")
-def locomo_26(graph_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, dict]]:
+def locomo_26(graph_settings: Settings, prefect_api: str,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, dict]]:
     """locomo-26 ingested with --extract (every turn through the sidecar's pipeline and the
     commit gate) against the scripted server, through the real CLI."""
     conversation = f"locomo-26-{uuid.uuid4().hex[:6]}"
@@ -349,7 +350,7 @@ def locomo_26(graph_settings: Settings, tmp_path_factory: pytest.TempPathFactory
     with ScriptedLLM() as llm:
         DialogueScript(participants("locomo-26")).install(llm)
         env = _env(graph_settings, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="test-key",
-                   SKALD_EMBEDDING_BASE_URL=llm.base_url)
+                   SKALD_EMBEDDING_BASE_URL=llm.base_url, **prefect_api_env())
         done = _run("flows.dialogue", "ingest", "--project-dir", str(project), "--dialogue",
                     str(DIALOGUES_DIR / "locomo-26.turns.jsonl"), "--conversation-id", conversation, "--extract",
                     env=env, timeout=1800)

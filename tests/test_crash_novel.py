@@ -12,6 +12,7 @@ after the run has finished is fine, the assertion is identity.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -30,15 +31,22 @@ def server() -> Iterator[ScriptedServer]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(server: ScriptedServer, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
-    result = clean_run(server, tmp_path_factory.mktemp("clean"), BOOK, hash_seed=1)
+def book(prefect_api: str) -> Book:
+    """BOOK, its runs reporting to the session's Prefect API (no temporary server per start)."""
+    return replace(BOOK, prefect_api_url=prefect_api)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(server: ScriptedServer, book: Book, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    result = clean_run(server, tmp_path_factory.mktemp("clean"), book, hash_seed=1)
     assert result.exit_code == 0, (result.project.parent / "run.log").read_text()[-4000:]
     return result
 
 
 def test_two_hash_seeds_in_two_directories_write_the_same_bytes(
-        server: ScriptedServer, uninterrupted: RunResult, tmp_path_factory: pytest.TempPathFactory) -> None:
-    other = clean_run(server, tmp_path_factory.mktemp("another") / "deeper" / "place", BOOK, hash_seed=2)
+        server: ScriptedServer, book: Book, uninterrupted: RunResult, tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    other = clean_run(server, tmp_path_factory.mktemp("another") / "deeper" / "place", book, hash_seed=2)
     assert other.exit_code == 0, (other.project.parent / "run.log").read_text()[-4000:]
     assert GRAPH_EXPORT in uninterrupted.digest
     assert {f"chapters/chapter_{n:03d}.md" for n in (1, 2)} <= set(uninterrupted.digest)
@@ -50,10 +58,11 @@ def test_two_hash_seeds_in_two_directories_write_the_same_bytes(
 
 
 def test_a_killed_and_resumed_run_writes_what_the_uninterrupted_run_wrote(
-        server: ScriptedServer, uninterrupted: RunResult, tmp_path_factory: pytest.TempPathFactory) -> None:
+        server: ScriptedServer, book: Book, uninterrupted: RunResult, tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     # Each kill comes once the series has made a seeded number of LLM calls (and up to 2 s more),
     # so it lands in the work however slow the machine; one after the end would be harmless.
-    resumed, series = killed_by_progress(server, tmp_path_factory.mktemp("killed"), BOOK, hash_seed=7, seed=3,
+    resumed, series = killed_by_progress(server, tmp_path_factory.mktemp("killed"), book, hash_seed=7, seed=3,
                                          kills=2, calls=uninterrupted.requests)
     assert series.final_exit == 0, (resumed.project.parent / "run.log").read_text()[-4000:]
     assert differing(uninterrupted.digest, resumed.digest) == []

@@ -24,7 +24,7 @@ from kg.store import GraphStore
 from tasks.dialogue.ingest import memory_rows, remember_rows
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.replay import load_dialogue
-from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath
+from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath, prefect_api_env
 from tests.scripted_llm import ScriptedLLM
 
 DIALOGUE = DIALOGUES_DIR / "locomo-30.turns.jsonl"
@@ -47,18 +47,19 @@ def _env(graph_settings: Settings, scripted: ScriptedLLM) -> dict[str, str]:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
 def test_a_killed_ingest_run_again_leaves_every_turn_exactly_once(
-    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path
+    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str
 ) -> None:
     conv = f"ingest-kill-{uuid.uuid4().hex[:8]}"
     command = [sys.executable, "-m", "flows.dialogue", "ingest", "--project-dir", str(tmp_path),
                "--dialogue", str(DIALOGUE), "--conversation-id", conv, "--batch-size", "8"]
-    env = _env(graph_settings, scripted)
+    env = {**_env(graph_settings, scripted), **prefect_api_env()}
     store = GraphStore.open(graph_settings)
     try:
         repo = DialogueRepository(store)
         log = tmp_path / "killed-run.log"
         with log.open("w") as stderr:
-            # Its own process group: the kill takes the whole ingest (and its Prefect server) down.
+            # Its own process group: the kill takes the whole ingest down (not the session's
+            # Prefect API it reports to).
             child = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
                                      start_new_session=True)
             try:

@@ -23,7 +23,7 @@ import pytest
 from core.graph_server import graph_endpoint
 from core.settings import Settings
 from tests import process_guard
-from tests.conftest import REPO_ROOT, child_pythonpath
+from tests.conftest import REPO_ROOT, child_pythonpath, prefect_api_env
 from tests.ebook_reading import read_docx, read_epub
 from tests.scripted_llm import (
     ScriptedLLM,
@@ -188,6 +188,7 @@ def run_env(
             "PREFECT_HOME": str(prefect_home),
             "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "2",
             "PYTHONPATH": child_pythonpath(),
+            **prefect_api_env(),  # `prefect_home` starts the session's API
         }
     )
     env.update(extra)
@@ -435,9 +436,12 @@ def test_sigkill_during_chapter_two_then_resume(
     llm.on(contains="Chapter 2, scene 2 of 2", respond=slow_draft, times=1)
     start = len(llm.requests)
     project = tmp_path / "killed"
+    # The killed run starts Prefect's temporary server of its own, as a user's run does: that
+    # server (a uvicorn child) is what must die with it. The resume and the reference need not.
+    own_server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.novel", "--project-dir", str(project), *args],
-        env=env,
+        env=own_server_env,
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -27,7 +27,7 @@ from flows.regression import (
 )
 from tasks.dialogue.models import TurnConfig
 from tasks.dialogue.report import GateConfig, evaluate_gates
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, prefect_api_env
 from tests.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DIALOGUES, DialogueScript
 
@@ -48,11 +48,11 @@ def _graph_env(graph_settings: Settings) -> dict[str, str]:
 
 
 def test_the_batch_over_both_dialogues_passes_and_writes_its_report(
-    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path
+    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str
 ) -> None:
     DialogueScript(SPEAKERS).install(scripted)
     env = {**os.environ, **_graph_env(graph_settings), "OPENAI_BASE_URL": scripted.base_url,
-           "SKALD_EMBEDDING_BASE_URL": scripted.base_url}
+           "SKALD_EMBEDDING_BASE_URL": scripted.base_url, **prefect_api_env()}
     done = subprocess.run(
         [sys.executable, "-m", "flows.regression", "--project-dir", str(tmp_path), "--dialogues", *FILES,
          "--concurrency", "2"],
@@ -90,7 +90,7 @@ def test_the_batch_over_both_dialogues_passes_and_writes_its_report(
 
 
 def test_a_planted_gate_failure_exits_non_zero_and_names_the_gate(
-    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: None,
+    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     # The planted failure: an extractor that never proposes a relation action. Turns still
@@ -125,7 +125,7 @@ def test_a_planted_gate_failure_exits_non_zero_and_names_the_gate(
 
 
 def test_a_failed_gate_ends_the_flow_run_failed_with_its_report_written(
-    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: None,
+    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     DialogueScript(SPEAKERS, mutations="none").install(scripted)

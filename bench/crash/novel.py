@@ -68,6 +68,9 @@ class Book:
     qa_every: int = 2
     timeout_s: float = 1800.0
     acts: int = 2
+    #: A running Prefect API every run reports to (the test suite's, shared by its runs); None:
+    #: each run starts Prefect's temporary server of its own, as a user's run does.
+    prefect_api_url: str | None = None
 
     def cmd(self, project: Path) -> list[str]:
         from tests.long_story import PREMISE
@@ -85,18 +88,21 @@ class RunResult:
     exit_code: int | None
 
 
-def novel_env(base_url: str, prefect_home: Path, hash_seed: int, qa_every: int) -> dict[str, str]:
+def novel_env(base_url: str, prefect_home: Path, hash_seed: int, book: Book) -> dict[str, str]:
     """The environment of a run: the scripted server for chat and embeddings, the embedded graph
-    under the project (no NEO4J_URI), a Prefect home of its own, this checkout first."""
+    under the project (no NEO4J_URI), a Prefect home of its own (and the book's Prefect API, if
+    it names one), this checkout first."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_", "PREFECT_"))}
     env.update({
         "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "scripted", "SKALD_EMBEDDING_BASE_URL": base_url,
-        "SKALD_LIMITS__QA_EVERY": str(qa_every),
+        "SKALD_LIMITS__QA_EVERY": str(book.qa_every),
         "PREFECT_HOME": str(prefect_home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_LOGGING_LEVEL": "WARNING", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
         "PYTHONHASHSEED": str(hash_seed),
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
     })
+    if book.prefect_api_url is not None:
+        env["PREFECT_API_URL"] = book.prefect_api_url
     return env
 
 
@@ -131,7 +137,7 @@ class Server(Protocol):
 def clean_run(server: Server, root: Path, book: Book, hash_seed: int) -> RunResult:
     """One uninterrupted run in a fresh project under `root`."""
     project = root / "book"
-    env = novel_env(server.base_url, root / "prefect-home", hash_seed, book.qa_every)
+    env = novel_env(server.base_url, root / "prefect-home", hash_seed, book)
     log = root / "run.log"
     before, started = server.requests(), time.monotonic()
     code = GroupRun(book.cmd(project), REPO, env, log).start().wait(timeout=book.timeout_s)
@@ -146,7 +152,7 @@ def killed_run(server: Server, root: Path, book: Book, hash_seed: int, seed: int
     """A fresh project under `root`, its run SIGKILLed `kills` times at `seed`'s moments (seconds after
     each start, bench.crash.harness), then resumed to its end."""
     project = root / "book"
-    env = novel_env(server.base_url, root / "prefect-home", hash_seed, book.qa_every)
+    env = novel_env(server.base_url, root / "prefect-home", hash_seed, book)
     log = root / "run.log"
     before, started = server.requests(), time.monotonic()
     series = run_with_kills(book.cmd(project), cwd=REPO, env=env, log=log, seed=seed, kills=kills, low_s=low_s,
@@ -174,7 +180,7 @@ def killed_by_progress(server: Server, root: Path, book: Book, hash_seed: int, s
     spends a long while starting up (the JVM, Prefect's server); moments counted in calls land in
     the work whatever that takes, where moments in seconds would mostly land in the start-up."""
     project = root / "book"
-    env = novel_env(server.base_url, root / "prefect-home", hash_seed, book.qa_every)
+    env = novel_env(server.base_url, root / "prefect-home", hash_seed, book)
     log = root / "run.log"
     before, started = server.requests(), time.monotonic()
     series = KillSeries(seed=seed)
