@@ -132,6 +132,12 @@ OPPOSITE_REL_TYPES: tuple[tuple[str, str], ...] = (
     ("ALLY_OF", "ENEMY_OF"),
     ("LOVES", "HATES"),
 )
+#: Each relationship type with its opposites, both ways round (from OPPOSITE_REL_TYPES).
+OPPOSITES: dict[str, frozenset[str]] = {
+    rel: frozenset({b for a, b in OPPOSITE_REL_TYPES if a == rel} | {a for a, b in OPPOSITE_REL_TYPES if b == rel})
+    for pair in OPPOSITE_REL_TYPES
+    for rel in pair
+}
 # Structural edges written by the store itself.
 APPEARS_IN = "APPEARS_IN"  # Character -> Chapter
 MENTIONS = "MENTIONS"  # Chapter -> non-character Entity

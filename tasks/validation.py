@@ -59,7 +59,6 @@ from tasks.runtime import runtime
 
 DUPLICATE_SCENE_COSINE = 0.97
 DUPLICATE_SCENE_TRIGRAM_OVERLAP = 0.5
-OPPOSITE_RELATIONS: tuple[tuple[str, str], ...] = vocab.OPPOSITE_REL_TYPES
 
 
 class Problem(BaseModel):
@@ -201,14 +200,6 @@ def dead_characters_acting(delta: ChapterDelta, extractions: Sequence[SceneExtra
     return problems
 
 
-def _opposites() -> dict[str, set[str]]:
-    opposite: dict[str, set[str]] = {}
-    for a, b in OPPOSITE_RELATIONS:
-        opposite.setdefault(a, set()).add(b)
-        opposite.setdefault(b, set()).add(a)
-    return opposite
-
-
 def relationship_flips(delta: ChapterDelta, history: dict[tuple[str, str], dict[str, int]]) -> list[Problem]:
     """A relationship that turns into its opposite with no transition.
 
@@ -218,7 +209,7 @@ def relationship_flips(delta: ChapterDelta, history: dict[tuple[str, str], dict[
     so a flip is found however many chapters lie between, and a change the story already
     made earlier (FRIEND_OF, then ENEMY_OF) is not reported again.
     """
-    opposite = _opposites()
+    opposite = vocab.OPPOSITES
     problems = []
     for rel in delta.relationships:
         if rel.type not in opposite:

@@ -226,14 +226,6 @@ class _Rel:
         return "\x1f".join((self.source, self.label, self.target))
 
 
-def _opposites() -> dict[str, set[str]]:
-    found: dict[str, set[str]] = defaultdict(set)
-    for a, b in vocab.OPPOSITE_REL_TYPES:
-        found[a].add(b)
-        found[b].add(a)
-    return found
-
-
 def _walk(group: list[_Rel], rivals: Callable[[_Rel, _Rel], bool], names: dict[str, str]) -> None:
     """Spans of rels that replace each other: in each chapter, a rel stated there starts (if it
     was not active) and ends every active rival not stated there."""
@@ -274,7 +266,7 @@ def relationships(rows: list[dict[str, Any]], names: dict[str, str]) -> list[_Re
         rel.statements.append(row)
     for rel in rels.values():
         rel.statements.sort(key=lambda s: (s["chapter"] or 0, s["scene"] or 0))
-    opposite = _opposites()
+    opposite = vocab.OPPOSITES
     pairs: dict[frozenset[str], list[_Rel]] = defaultdict(list)
     places: dict[str, list[_Rel]] = defaultdict(list)
     alone: list[_Rel] = []

@@ -31,7 +31,7 @@ from kg.dialogue import (
 from prompts import render_messages
 from prompts.dialogue.models import TurnExtraction
 from tasks.dialogue.models import ChatMessage
-from tasks.dialogue.retriever import Retrieval
+from tasks.dialogue.retriever import Retrieval, turn_text
 from tasks.dialogue.routing import Route
 
 WINDOW_LINES = 6
@@ -250,8 +250,3 @@ def extract(
     # The chat's participants: whoever spoke before (remembered or in the window) or now.
     speakers = list(dict.fromkeys([*retrieval.speakers, *(m.speaker for m in (*window, *messages))]))
     return raw, plan_extraction(raw, retrieval.known_entities, turn_text(messages), speakers)
-
-
-def turn_text(messages: list[ChatMessage]) -> str:
-    """The turn's messages as the evidence text: each line with its speaker's name."""
-    return "\n".join(m.line() for m in messages)

@@ -16,9 +16,9 @@ from kg import vocabulary as vocab
 from kg.dialogue import MilestoneWrite
 from prompts import render_messages
 from prompts.dialogue.models import HistorianReport
-from tasks.dialogue.extractor import ExtractionPlan, turn_text
+from tasks.dialogue.extractor import ExtractionPlan
 from tasks.dialogue.models import ChatMessage
-from tasks.dialogue.retriever import Retrieval
+from tasks.dialogue.retriever import Retrieval, turn_text
 from tasks.dialogue.routing import Route
 
 MAX_TEXT = 400

@@ -288,6 +288,8 @@ def select_relations(
 
 
 def turn_text(messages: list[ChatMessage]) -> str:
+    """The turn's messages as one text, each line with its speaker's name: what the memory
+    stores and embeds, and the extractor's evidence."""
     return "\n".join(m.line() for m in messages)
 
 
