@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
-from core.errors import SkaldError
+from core.errors import SkaldError, first_error
 
 
 def add_settings_options(parser: argparse.ArgumentParser) -> None:
@@ -84,9 +84,8 @@ def quiet_known_failures() -> None:
 
 def one_line(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        return f"invalid {exc.title} field {loc}: {first['msg']}"
+        loc, message = first_error(exc, "")
+        return f"invalid {exc.title} field {loc}: {message}"
     return " ".join(str(exc).split()) or type(exc).__name__
 
 

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.errors import ContentIntegrityError
+from core.errors import ContentIntegrityError, first_error
 
 __all__ = [
     "ContentMissingError",
@@ -315,10 +315,9 @@ class ContentStore:
         try:
             return model_cls.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"]) or "<root>"
+            loc, message = first_error(exc, "<root>")
             raise self._unreadable(
-                ref, f"does not validate as {model_cls.__name__} ({loc}: {first['msg']})"
+                ref, f"does not validate as {model_cls.__name__} ({loc}: {message})"
             ) from None
 
     def get_array(self, ref: ContentRef) -> np.ndarray:

@@ -6,6 +6,12 @@ what to do; entry points print that line and exit non-zero (see core.cli).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from pydantic_core import ErrorDetails
+
 
 class SkaldError(Exception):
     """Base class: `str(err)` is the one line shown to the user."""
@@ -68,3 +74,15 @@ class ExportError(SkaldError):
 
 class EmbeddedServiceError(SkaldError):
     """An embedded default service (graph or LLM) failed to start."""
+
+
+def error_location(error: ErrorDetails, root: str) -> str:
+    """A validation error's place as a dotted path (`characters.0.name`), or `root` when the
+    error is about the whole value: how every one-line message of a pydantic error names it."""
+    return ".".join(str(part) for part in error["loc"]) or root
+
+
+def first_error(exc: ValidationError, root: str) -> tuple[str, str]:
+    """The first of a validation error's problems as (dotted place, message)."""
+    first = exc.errors()[0]
+    return error_location(first, root), str(first["msg"])

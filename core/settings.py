@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from core.errors import ConfigError
+from core.errors import ConfigError, error_location
 
 TierName = Literal["large", "medium", "small", "narrative", "enrichment"]
 TIER_NAMES: tuple[TierName, ...] = ("large", "medium", "small", "narrative", "enrichment")
@@ -396,7 +396,7 @@ class _TomlSource(PydanticBaseSettingsSource):
 
 def _one_line(exc: ValidationError) -> str:
     first = exc.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "settings"
+    loc = error_location(first, "settings")
     value = first.get("input")
     shown = "" if isinstance(value, dict) else f" (got {str(value)[:60]!r})"
     more = f"; and {len(exc.errors()) - 1} more" if len(exc.errors()) > 1 else ""

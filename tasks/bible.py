@@ -31,7 +31,7 @@ from prefect import get_run_logger
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.content import atomic_write
-from core.errors import InvalidInputError
+from core.errors import InvalidInputError, error_location
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta, Entity, EntitySource, PropertyUpdate, Relationship
 from prompts.initialization.models import (
@@ -105,7 +105,7 @@ def _describe_allowed(model: type[BaseModel]) -> str:
 def _one_error(rel: str, exc: ValidationError, model: type[BaseModel], index: int | None) -> InvalidInputError:
     """The first validation problem as one line: file, field, what is allowed."""
     error = exc.errors()[0]
-    loc = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    loc = error_location(error, "(top level)")
     where = f"{rel}: entry {index + 1}, field '{loc}'" if index is not None else f"{rel}: field '{loc}'"
     if error["type"] == "extra_forbidden":
         return InvalidInputError(f"{where}: unknown field; allowed fields: {_describe_allowed(model)}",

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from core.errors import error_location
 from core.llm.failures import clip_line
 
 T = TypeVar("T", bound=BaseModel)
@@ -55,7 +56,7 @@ def _summarize_validation(error: ValidationError) -> str:
     problems = error.errors()
     parts = []
     for problem in problems[:3]:
-        loc = ".".join(str(p) for p in problem["loc"]) or "answer"
+        loc = error_location(problem, "answer")
         parts.append(f"{loc}: {problem['msg']}")
     more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
     return clip_line("; ".join(parts) + more, 400)

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.errors import InvalidInputError
+from core.errors import InvalidInputError, first_error
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow, QAItem, load_dialogue
 
 Layout = Literal["turns-jsonl", "locomo", "longmemeval"]
@@ -101,9 +101,8 @@ def _validate(path: Path, place: str, model: type[BaseModel], record: Any) -> An
     try:
         return model.model_validate(record)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "value"
-        raise InvalidInputError(f"{path}: {place}: {field}: {first['msg']}", hint=_HINT) from None
+        field, message = first_error(exc, "value")
+        raise InvalidInputError(f"{path}: {place}: {field}: {message}", hint=_HINT) from None
 
 
 def locomo_dialogue_id(sample_id: str | int) -> str:

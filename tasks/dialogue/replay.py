@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from core.errors import GraphUnavailableError, InvalidInputError
+from core.errors import GraphUnavailableError, InvalidInputError, first_error
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.models import (
     ChatMessage,
@@ -102,10 +102,9 @@ def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) ->
             try:
                 rows.append(model.model_validate_json(line))
             except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "line"
+                where, message = first_error(exc, "line")
                 raise InvalidInputError(
-                    f"{path}:{number}: {where}: {first['msg']}", hint="see ../shared/data/dialogues/README.md"
+                    f"{path}:{number}: {where}: {message}", hint="see ../shared/data/dialogues/README.md"
                 ) from None
             if limit is not None and len(rows) >= limit:
                 break
