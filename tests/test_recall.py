@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from core.recall import HybridIndex, IndexRegistry, MemoryDoc, RecallParams, plain_query
+from core.recall import HybridIndex, IndexRegistry, MemoryDoc, RecallParams, plain_query, query_parts
 from core.timex import query_dates
 
 
@@ -284,3 +285,50 @@ def test_a_different_memory_ranks_differently() -> None:
     changed = [*docs[:30], _doc(30, "Ann", "adopting a puppy, the puppy, a puppy!", group="session 4"), *docs[31:]]
     other.add(changed, vectors)
     assert one.prepare("puppy", None).lexical != other.prepare("puppy", None).lexical
+
+
+@pytest.mark.parametrize(("question", "parts"), [
+    ("What subject have Caroline and Melanie both painted?",
+     ["What subject have Caroline painted?", "What subject have Melanie painted?"]),
+    ("Which city have both Jean and John visited?", ["Which city have Jean visited?", "Which city have John visited?"]),
+    ("How many weeks passed between Maria adopting Coco and Shadow?",
+     ["How many weeks passed between Maria adopting Coco?", "How many weeks passed between Maria adopting Shadow?"]),
+    ("How long was it between the wedding and the move to Lisbon?", ["the wedding", "the move to Lisbon"]),
+    ("Which city was she in before Lisbon?", ["Which city was she in", "Lisbon"]),
+    ("When did Melanie go on a hike after the roadtrip?", ["When did Melanie go on a hike", "the roadtrip"]),
+])
+def test_a_question_about_two_entities_or_events_is_split_into_its_parts(question: str, parts: list[str]) -> None:
+    assert query_parts(question, ["Caroline", "Melanie", "John", "Maria"]) == parts
+
+
+@pytest.mark.parametrize("question", [
+    "What encouragement does Nate give to Joanna?",           # two speakers, named apart: one event
+    "What did John do the week before August 3, 2023?",      # "before" a date, not an event
+    "What did Melanie realize?",                             # no cue word
+    "I went to the lake and then to the shop after lunch.",  # not a question (a chat turn)
+    "When did Caroline and her mom go hiking?",               # "and" joins no two names
+])
+def test_look_alikes_of_two_event_questions_are_not_split(question: str) -> None:
+    assert query_parts(question, ["Nate", "Joanna", "John", "Melanie", "Caroline"]) == []
+
+
+def test_each_part_of_a_two_event_question_gets_a_slot_in_the_top_k() -> None:
+    # Every turn speaks of the wedding; the question's other words favour the Lisbon turns, so
+    # the turn about the wedding alone (the best for the part "the wedding") ranks last for it.
+    docs = [_doc(1, "Ann", "the wedding", group="1"),
+            *(_doc(i, "Ann", f"wedding then the move to Lisbon city, note {i}", group=str(i)) for i in range(2, 8))]
+    index = HybridIndex(2)
+    index.add(docs, None)
+    question = "How long was it between the wedding and the move to Lisbon city?"
+    parts = [(p, None) for p in query_parts(question, ["Ann"])]
+    rrf = RecallParams(fusion=None, neighbour_share=0.0)
+    without = index.search(question, None, 3, params=rrf, parts=parts)
+    assert "t1" not in {h.key for h in without}
+    own_best = rrf.model_copy(update={"part_budget": 1, "part_depth": 1})
+    hits = index.search(question, None, 3, params=own_best, parts=parts)
+    assert [h.key for h in hits] == [h.key for h in without][:2] + ["t1"]  # it takes the last place
+    assert hits[-1].signals.get("part") == 1.0 and all("part" not in h.signals for h in hits[:2])
+    # Look-alike: filled from the part's best ten, the part's slot goes to the one the question
+    # ranks highest, already in the top 3: nothing changes.
+    agreeing = rrf.model_copy(update={"part_budget": 1, "part_depth": 10})
+    assert [h.key for h in index.search(question, None, 3, params=agreeing, parts=parts)] == [h.key for h in without]
