@@ -411,7 +411,17 @@ def _learned(dialogues: list[Dialogue]) -> dict[str, object]:
           + ", ".join(f"{b} without {_short(d.name)}" for b, d in zip(budgets, dialogues, strict=True))
           + f"; held-out mean recall@10 without the parts {np.mean(without_parts):.3f}, with them "
           f"{summary['held_out_mean_recall_at_10']:.3f}")
+    forced_parts = {}
+    for budget in PART_BUDGETS[1:]:
+        for depth in PART_DEPTHS:
+            forced_parts[f"{budget}/{depth}"] = round(float(np.mean([
+                pooled(scores(held_out, REFERENCE.model_copy(update={"fusion": fusion, "part_budget": budget,
+                                                                     "part_depth": depth})))
+                for held_out, fusion in zip(dialogues, fusions, strict=True)])), 4)
+    print("  always on (slots per part / depth), held-out mean recall@10: "
+          + ", ".join(f"{k} {v:.3f}" for k, v in forced_parts.items()))
     summary["part_budgets"] = budgets
+    summary["parts_always_on_held_out_mean_recall_at_10"] = forced_parts
     summary["held_out_mean_recall_at_10_without_parts"] = round(float(np.mean(without_parts)), 4)
     print("weights per fold (held out: " + ", ".join(_short(d.name) for d in dialogues) + "):")
     for i, name in enumerate(FEATURES):

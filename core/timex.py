@@ -428,7 +428,7 @@ def _longest_first(found: list[tuple[int, int, str, re.Match[str]]]) -> list[tup
 _ABSOLUTE = ("day_month", "month_day", "month", "year")
 _WHEN_QUESTION = re.compile(
     r"^\s*(?:when\b|what\s+(?:date|day|time|year|month|week|weekend)\b|which\s+(?:date|day|year|month|week|weekend)\b"
-    r"|in\s+what\s+(?:year|month)\b|how\s+long\s+ago\b|on\s+what\s+(?:date|day)\b)",
+    r"|in\s+what\s+(?:year|month)\b|how\s+long\b|for\s+how\s+long\b|on\s+what\s+(?:date|day)\b)",
     re.IGNORECASE,
 )
 

@@ -10,8 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.recall import HybridIndex, IndexRegistry, MemoryDoc, RecallParams, plain_query, query_parts
+from core.recall import (
+    HybridIndex,
+    IndexRegistry,
+    MemoryDoc,
+    RecallParams,
+    plain_query,
+    query_parts,
+)
 from core.timex import query_dates
+from tasks.dialogue.retriever import embedded_query, query_texts
 
 
 def _doc(i: int, speaker: str, text: str, *, group: str = "1", when: str = "") -> MemoryDoc:
@@ -332,3 +340,22 @@ def test_each_part_of_a_two_event_question_gets_a_slot_in_the_top_k() -> None:
     # ranks highest, already in the top 3: nothing changes.
     agreeing = rrf.model_copy(update={"part_budget": 1, "part_depth": 10})
     assert [h.key for h in index.search(question, None, 3, params=agreeing, parts=parts)] == [h.key for h in without]
+
+
+def test_recall_embeds_a_two_event_questions_parts_in_the_same_call_and_hands_them_to_the_index() -> None:
+    speakers = {"Ann", "Bob"}
+    question = "What have Ann and Bob both painted?"
+    with_parts = RecallParams(part_budget=1)
+    texts = query_texts(question, speakers, with_parts)
+    # The two parts differ by the speaker only: their text without the names is one (one embedding).
+    assert texts == [question, "What have and both painted?", "What have painted?"]
+    known = {text: np.full(2, float(i + 1), dtype=np.float32) for i, text in enumerate(texts)}
+    vector, plain_vector, parts = embedded_query(question, speakers, known, with_parts)
+    assert vector is known[question] and plain_vector is not None and plain_vector[0] == 2.0
+    assert [(p, v[0]) for p, v in parts] == [("What have Ann painted?", 3.0), ("What have Bob painted?", 3.0)]
+    # Look-alikes: one event, one speaker: the question alone (and its plain form); and no
+    # parts are embedded where the fusion gives them no slots.
+    assert query_texts("What did Ann paint?", speakers, with_parts) == ["What did Ann paint?", "What did paint?"]
+    assert embedded_query("What did Ann paint?", speakers, {"What did Ann paint?": np.ones(2),
+                                                           "What did paint?": np.ones(2)}, with_parts)[2] == []
+    assert query_texts(question, speakers, RecallParams(part_budget=0)) == texts[:2]

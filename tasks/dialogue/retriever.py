@@ -23,7 +23,17 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.llm import LLMGateway
-from core.recall import Hit, HybridIndex, IndexRegistry, MemoryDoc, part_text, plain_query, query_parts
+from core.recall import (
+    DEFAULT_PARAMS,
+    Hit,
+    HybridIndex,
+    IndexRegistry,
+    MemoryDoc,
+    RecallParams,
+    part_text,
+    plain_query,
+    query_parts,
+)
 from kg import vocabulary as vocab
 from kg.dialogue import (
     ConversationSnapshot,
@@ -357,23 +367,30 @@ def _snapshot_reader(
     return read
 
 
-def query_texts(query: str, speakers: list[str] | set[str] | frozenset[str]) -> list[str]:
+def query_texts(query: str, speakers: list[str] | set[str] | frozenset[str],
+                params: RecallParams = DEFAULT_PARAMS) -> list[str]:
     """What recall embeds for `query`, in one call: the query and, when it names any of the
     speakers, the query without their names (core.recall.plain_query, for the dense ranker);
     for a question about two events or entities, each part (core.recall.query_parts, as
     core.recall.part_text)."""
     plain = plain_query(query, speakers)
     texts = [query, plain] if plain and plain != query else [query]
-    return list(dict.fromkeys([*texts, *(part_text(p, speakers) for p in query_parts(query, speakers))]))
+    return list(dict.fromkeys([*texts, *(part_text(p, speakers) for p in _parts(query, speakers, params))]))
 
 
-def embedded_query(query: str, speakers: list[str] | set[str] | frozenset[str], known: dict[str, Any]
+def _parts(query: str, speakers: list[str] | set[str] | frozenset[str], params: RecallParams) -> list[str]:
+    """The parts recall asks (none when `params` give them no slots: nothing to embed)."""
+    return query_parts(query, speakers) if params.part_budget else []
+
+
+def embedded_query(query: str, speakers: list[str] | set[str] | frozenset[str], known: dict[str, Any],
+                   params: RecallParams = DEFAULT_PARAMS
                    ) -> tuple[Any, np.ndarray | None, list[tuple[str, np.ndarray | None]]]:
     """(vector, plain_vector, parts) for `HybridIndex.search`, from the embeddings of
-    `query_texts(query, speakers)` by text (`known`)."""
+    `query_texts(query, speakers, params)` by text (`known`)."""
     plain = plain_query(query, speakers)
     plain_vector = np.asarray(known[plain], dtype=np.float32) if plain and plain != query else None
-    parts = [(p, np.asarray(known[part_text(p, speakers)], dtype=np.float32)) for p in query_parts(query, speakers)]
+    parts = [(p, np.asarray(known[part_text(p, speakers)], dtype=np.float32)) for p in _parts(query, speakers, params)]
     return known[query], plain_vector, parts
 
 
