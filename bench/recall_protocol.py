@@ -11,7 +11,10 @@ per fold, what it chose, its tuned-on figure (the training dialogues) beside its
 one, per category; then the mean and the spread over folds, which folds chose each value
 (the comments of `core.recall.DEFAULT_PARAMS` quote them), the defaults measured on every
 dialogue (tuned on all, so not a held-out figure), and the alternatives that were measured
-and not adopted, each under the same protocol.
+and not adopted, each under the same protocol. Two-event questions (`core.recall.query_parts`)
+are a choice of each fold's learned fusion: the slots per part and their depth
+(`PART_BUDGETS`, `PART_DEPTHS`) are chosen on the training dialogues like a knob, and the
+held-out figures without the parts and with each setting always on are printed beside it.
 
 Tuning is coordinate ascent over a small grid (`KNOBS`), from the reference values (the
 constants before the protocol existed), two passes: a knob moves only for a gain of at least
