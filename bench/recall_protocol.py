@@ -11,7 +11,10 @@ per fold, what it chose, its tuned-on figure (the training dialogues) beside its
 one, per category; then the mean and the spread over folds, which folds chose each value
 (the comments of `core.recall.DEFAULT_PARAMS` quote them), the defaults measured on every
 dialogue (tuned on all, so not a held-out figure), and the alternatives that were measured
-and not adopted, each under the same protocol.
+and not adopted, each under the same protocol. Two-event questions (`core.recall.query_parts`)
+are a choice of each fold's learned fusion: the slots per part and their depth
+(`PART_BUDGETS`, `PART_DEPTHS`) are chosen on the training dialogues like a knob, and the
+held-out figures without the parts and with each setting always on are printed beside it.
 
 Tuning is coordinate ascent over a small grid (`KNOBS`), from the reference values (the
 constants before the protocol existed), two passes: a knob moves only for a gain of at least
@@ -43,7 +46,9 @@ from core.recall import (
     LearnedFusion,
     Prepared,
     RecallParams,
+    part_text,
     plain_query,
+    query_parts,
 )
 from tasks.dialogue.benchmarks import dialogue_files
 from tasks.dialogue.ingest import memory_rows
@@ -54,7 +59,12 @@ DIALOGUES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / 
 CATEGORIES = (1, 2, 3, 4)
 #: The constants before the protocol existed: where every fold's tuning starts.
 REFERENCE = RecallParams(dense_weight=0.5, rrf_k=60, neighbour_share=0.2, entity_boost=0.3, date_boost=0.1,
-                         event_boost=0.0, when_boost=0.0, session_share=0.0)
+                         event_boost=0.0, when_boost=0.0, session_share=0.0, part_budget=0)
+#: Slots per part of a two-event question (core.recall.query_parts) each fold may choose for
+#: the learned fusion, on its training dialogues (0: the parts are not asked).
+PART_BUDGETS = (0, 1, 2, 3)
+#: ... and how deep in each part's own ranking its slots are filled from (1: the part's best).
+PART_DEPTHS = (1, 10)
 #: The grid: a few values per knob. lexical_weight is the unit (not tuned); linked_weight
 #: needs extracted facts, which no run here has (it is measured with the scripted server).
 KNOBS: dict[str, tuple[float, ...]] = {
@@ -131,10 +141,16 @@ def load(path: Path, cache_dir: Path | None) -> Dialogue:
     question_vectors = _embed([q for _, q, _ in asked], cache_dir)
     names = sorted(memory.speakers)
     plain_vectors = _embed([plain_query(q, names) for _, q, _ in asked], cache_dir)
+    # Two-event questions' parts (core.recall.query_parts), each embedded without the names.
+    parts = [query_parts(q, names) for _, q, _ in asked]
+    every_part = list(dict.fromkeys(part_text(p, names) for ps in parts for p in ps))
+    part_vectors = dict(zip(every_part, _embed(every_part, cache_dir) if every_part else [], strict=True))
     dialogue = Dialogue(spec.dialogue_id, index, refs, vectors)
-    for (category, text, evidence), vector, plain in zip(asked, question_vectors, plain_vectors, strict=True):
-        dialogue.questions.append(Question(category, text, set(evidence),
-                                           index.prepare(text, vector, names=names, plain_vector=plain), vector))
+    for (category, text, evidence), vector, plain, own in zip(asked, question_vectors, plain_vectors, parts,
+                                                              strict=True):
+        prepared = index.prepare(text, vector, names=names, plain_vector=plain,
+                                 parts=[(p, part_vectors[part_text(p, names)]) for p in own])
+        dialogue.questions.append(Question(category, text, set(evidence), prepared, vector))
     return dialogue
 
 
@@ -226,6 +242,19 @@ def fit_fusion(train: list[Dialogue]) -> LearnedFusion:
     weights = beta[:-1] / scale
     return LearnedFusion(weights=tuple(round(float(v), 4) for v in weights),
                          bias=round(float(beta[-1] - (weights * mean).sum()), 4))
+
+
+def _part_budget(train: list[Dialogue], params: RecallParams) -> RecallParams:
+    """The slots per part (PART_BUDGETS) and their depth (PART_DEPTHS) that give the training dialogues the best recall@10,
+    from none: a budget is taken only for a gain of at least MIN_GAIN."""
+    best, best_value = params, pooled(r for d in train for r in scores(d, params))
+    for budget in PART_BUDGETS[1:]:
+        for depth in PART_DEPTHS:
+            candidate = params.model_copy(update={"part_budget": budget, "part_depth": depth})
+            value = pooled(r for d in train for r in scores(d, candidate))
+            if value >= best_value + MIN_GAIN:
+                best, best_value = candidate, value
+    return best
 
 
 def mean_fusion(fusions: list[LearnedFusion]) -> LearnedFusion:
@@ -340,11 +369,15 @@ def _learned(dialogues: list[Dialogue]) -> dict[str, object]:
     print("fold (held out) | tuned on | tuned-on r@10 | held-out r@10 | held-out r@5 | c1 | c2 | c3 | c4 | "
           "tuned-on c1 | c2 | c3 | c4")
     rows, fusions, every = [], [], []
+    without_parts: list[float] = []
+    budgets: list[str] = []
     for held_out in dialogues:
         train = [d for d in dialogues if d is not held_out]
         fusion = fit_fusion(train)
         fusions.append(fusion)
-        params = REFERENCE.model_copy(update={"fusion": fusion})
+        params = _part_budget(train, REFERENCE.model_copy(update={"fusion": fusion}))
+        without_parts.append(pooled(scores(held_out, params.model_copy(update={"part_budget": 0}))))
+        budgets.append(f"{params.part_budget}/{params.part_depth}" if params.part_budget else "0")
         held = scores(held_out, params)
         tuned = [r for d in train for r in scores(d, params)]
         every += held
@@ -377,6 +410,22 @@ def _learned(dialogues: list[Dialogue]) -> dict[str, object]:
     print("held-out, every question judged by the fold that held it out: recall@10 "
           f"{summary['held_out_pooled_recall_at_10']:.3f} ("
           + ", ".join(f"c{c} {v:.3f}" for c, v in summary["held_out_pooled_categories"].items()) + ")")
+    print("two-event questions (core.recall.query_parts), slots per part / depth chosen on the training dialogues: "
+          + ", ".join(f"{b} without {_short(d.name)}" for b, d in zip(budgets, dialogues, strict=True))
+          + f"; held-out mean recall@10 without the parts {np.mean(without_parts):.3f}, with them "
+          f"{summary['held_out_mean_recall_at_10']:.3f}")
+    forced_parts = {}
+    for budget in PART_BUDGETS[1:]:
+        for depth in PART_DEPTHS:
+            forced_parts[f"{budget}/{depth}"] = round(float(np.mean([
+                pooled(scores(held_out, REFERENCE.model_copy(update={"fusion": fusion, "part_budget": budget,
+                                                                     "part_depth": depth})))
+                for held_out, fusion in zip(dialogues, fusions, strict=True)])), 4)
+    print("  always on (slots per part / depth), held-out mean recall@10: "
+          + ", ".join(f"{k} {v:.3f}" for k, v in forced_parts.items()))
+    summary["part_budgets"] = budgets
+    summary["parts_always_on_held_out_mean_recall_at_10"] = forced_parts
+    summary["held_out_mean_recall_at_10_without_parts"] = round(float(np.mean(without_parts)), 4)
     print("weights per fold (held out: " + ", ".join(_short(d.name) for d in dialogues) + "):")
     for i, name in enumerate(FEATURES):
         print(f"  {name}: " + " ".join(f"{f.weights[i]:g}" for f in fusions))

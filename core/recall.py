@@ -28,9 +28,16 @@ scores), and the dense ranker is asked a second time with the query without the 
 names (`plain_query`). The constants (`RecallParams`, `LEARNED_FUSION`) are chosen by
 `python -m bench.recall_protocol`, which fits them on some shared LoCoMo dialogues and
 measures them on another (leave one dialogue out), and each says which folds chose it.
-Held-out recall@10 (categories 1-4) is 0.827 on average over the four folds with the learned
-fusion, 0.793 with the reciprocal-rank fusion (still used for scenes: no data to fit them on). A cross-encoder reranker would add more, but no registry package ships
+Held-out recall@10 (categories 1-4) is 0.826 on average over the four folds with the learned
+fusion, 0.797 with the reciprocal-rank fusion (still used for scenes: no data to fit them on). A cross-encoder reranker would add more, but no registry package ships
 one offline, so there is none (`rerank` is a hook for one).
+
+A question about two entities or two events ("What have Ann and Bob both painted?", "How long
+between adopting Coco and Shadow?", "Which city before Lisbon?") can be split into parts without
+an LLM (`query_parts`: the names it joins, the events around between/both/before/after/since),
+each asked as a query of its own and given `part_budget` slots in the top 10 (`rank`). Measured
+held out it gained nothing on the shared dialogues (every fold chose no slots), so it is off in
+DEFAULT_PARAMS and the parts are not even embedded (see `RecallParams.part_budget`).
 
 `k` counts documents: each hit is one document. Derived structures only: the graph is the
 record, and an index is rebuilt from it by the caller (incrementally, by position).
@@ -44,6 +51,7 @@ a document whatever else is scored with it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from collections import OrderedDict
@@ -103,7 +111,7 @@ class RecallParams(BaseModel):
     neighbour_share: float = Field(0.2, ge=0, description="share of a hit's score its group neighbours gain")
     #: 0.3 by folds 30, 41, 42; 0.6 by fold 26.
     entity_boost: float = Field(0.3, ge=0, description="documents of the one speaker the query names")
-    #: 0.1 by all four folds.
+    #: 0.1 by folds 30, 41, 42; 0.3 by fold 26.
     date_boost: float = Field(0.1, ge=0, description="the document's own date matches a date the query names")
     #: 0 by all four folds: the turns whose event dates lie within a day or month a question
     #: names were already found through their text and their indexed dates (BM25).
@@ -115,6 +123,14 @@ class RecallParams(BaseModel):
     #: Not tuned by the protocol (the LoCoMo runs have no extracted facts): the weight the
     #: dense ranker has, a ranker of its own; measured with the scripted server's facts.
     linked_weight: float = Field(0.5, ge=0, description="RRF weight of documents the graph's facts link to the query")
+    #: Two-event questions (`query_parts`): how many of each part's own best documents are
+    #: kept in the top PART_WINDOW (0: the parts are not asked). 0 by all four folds (each fold
+    #: chose among 0-3 slots and depths 1 and 10 on its training dialogues; a slot for each part
+    #: moved no held-out figure up: the protocol prints them as "always on").
+    part_budget: int = Field(0, ge=0, le=3, description="slots per part of a two-event question in the top 10")
+    #: Of how many of a part's own best documents its slots are filled (the ones the whole
+    #: question ranks highest; 1: the part's own best). Chosen with part_budget (unused at 0).
+    part_depth: int = Field(10, ge=1, le=100, description="a part's slots are filled from its best part_depth")
     #: The fusion of conversation turns (indexes with neighbours): a learned model over FEATURES
     #: instead of the reciprocal-rank fusion and its boosts above (which then only shape its
     #: `rrf` feature). None: reciprocal-rank fusion with the boosts. Scenes always use the RRF.
@@ -123,16 +139,18 @@ class RecallParams(BaseModel):
 
 #: The learned fusion in use: the mean of the four folds' fits (`python -m bench.recall_protocol`,
 #: each fold fitted on the three dialogues it did not hold out; the folds' weights agree in sign
-#: and size but for the collinear dense_10/dense_60 pair). Held out, it gives recall@10 0.827 on
-#: average over the four folds (0.858, 0.839, 0.858, 0.753 for 26, 30, 41, 42), against 0.793
-#: for the reciprocal-rank fusion with its boosts and knobs tuned the same way. What it learned,
-#: in short: a speaker the query names but who did not say the turn costs it the most (-2.9
-#: log-odds); near-top lexical ranks, the plain query's dense ranks, a neighbour's lexical match
-#: and the session's best match carry it; image captions and a date match help.
+#: and size but for the collinear dense_10/dense_60 pair). Held out, it gives recall@10 0.826 on
+#: average over the four folds (0.856, 0.833, 0.858, 0.759 for 26, 30, 41, 42; refitted when
+#: "how long" questions became when-questions and "for three years" a date: 0.824 before), against
+#: 0.797 for the reciprocal-rank fusion with its boosts and knobs tuned the same way. What
+#: it learned, in short: a speaker the query names but who did not say the turn costs it the most
+#: (-2.8 log-odds); near-top lexical ranks, the plain query's dense ranks, a neighbour's lexical
+#: match and the session's best match carry it; a when-question and a turn that speaks of a
+#: time, image captions and a date match help.
 LEARNED_FUSION = LearnedFusion(
-    weights=(49.888, -51.8187, -0.2672, -5.5078, 36.6225, 71.3438, 4.5397, -5.0061, 74.9374, 1.6313, 68.6674,
-             -0.1065, -2.878, 1.0919, 0.9349, 0.3824, 0.5564, 0.5793, -40.3934),
-    bias=-7.4181,
+    weights=(49.3925, -50.0081, 0.5058, -12.348, 36.5211, 74.5864, 4.7401, -5.0786, 73.5814, 1.6704, 67.2727,
+             -0.1092, -2.849, 1.1431, 0.8577, 0.8865, 0.5518, 0.598, -41.7929),
+    bias=-7.5632,
 )
 #: The constants in use (see RecallParams).
 DEFAULT_PARAMS = RecallParams(fusion=LEARNED_FUSION)
@@ -175,6 +193,102 @@ def plain_query(query: str, speakers: list[str] | set[str] | frozenset[str]) -> 
             query = re.sub(rf"\b{re.escape(name)}(?:'s|\u2019s)?\b", "", query, flags=re.IGNORECASE)
     query = re.sub(r"\s+([?,.!])", r"\1", query)
     return re.sub(r"\s+", " ", query).strip()
+
+
+#: Only a question this short is split into parts (a chat turn's long text is not a question
+#: about two events, and each part costs a ranking).
+MAX_PART_QUERY = 240
+#: The top documents a two-event question's parts are guaranteed slots in (`part_budget`).
+PART_WINDOW = 10
+#: Words that mark a question about two events or two entities.
+_PAIR_CUE = re.compile(r"\b(?:between|before|after|since|both|and)\b", re.IGNORECASE)
+#: Capitalised words that are not names an entity part could be split on.
+_NOT_NAMES = frozenset("""
+i january february march april may june july august september october november december monday tuesday
+wednesday thursday friday saturday sunday what when where which who whom whose why how did do does was were
+is are has have had can could would should will
+""".split())
+
+
+def _content_words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[A-Za-z][A-Za-z'\u2019-]*", text) if w.lower() not in STOP_WORDS]
+
+
+def _without_name(query: str, name: str) -> str:
+    """`query` without `name` and the "and" (or comma, "&") that joins it to the next or the
+    last name; without "both" and "together": "What have Ann and Bob both painted?" without
+    Bob is "What have Ann painted?", without Ann "What have Bob painted?"."""
+    name_re = rf"\b{re.escape(name)}(?:'s|\u2019s)?\b"
+    joined, count = re.subn(rf"{name_re}\s*(?:,\s*and\b|,|\band\b|&)\s*", "", query, count=1, flags=re.IGNORECASE)
+    if not count:
+        joined = re.sub(rf"\s*(?:,\s*and\b|,|\band\b|&)\s*{name_re}", "", query, count=1, flags=re.IGNORECASE)
+    joined = re.sub(r"\b(?:both|together)\b", "", joined, flags=re.IGNORECASE)
+    joined = re.sub(r"\s+([?,.!])", r"\1", joined)
+    return re.sub(r"\s+", " ", joined).strip()
+
+
+_JOIN = r"\s*(?:,\s*and\b|,|\band\b|&)\s*"
+
+
+def _entity_names(query: str, speakers: list[str] | set[str] | frozenset[str]) -> list[str]:
+    """Two names joined by "and" (or a comma, "&") in the question: two of the speakers, or
+    else two capitalised words that are not question words, months or days ("Which city have
+    both Jean and John visited?"). Two speakers named apart ("What did Nate give Joanna?")
+    are one event, not two."""
+    named = [s for s in sorted(speakers, key=len, reverse=True) if s]
+    if named:
+        alternatives = "|".join(re.escape(s) for s in named)
+        pair = re.search(rf"\b({alternatives})(?:'s|\u2019s)?{_JOIN}({alternatives})\b", query, re.IGNORECASE)
+        if pair and pair[1].lower() != pair[2].lower():
+            return [pair[1], pair[2]]
+    pair = re.search(rf"\b([A-Z][a-z]+){_JOIN}([A-Z][a-z]+)\b", query)
+    if pair and pair.start() > 0 and not {pair[1].lower(), pair[2].lower()} & _NOT_NAMES:
+        return [pair[1], pair[2]]
+    return []
+
+
+def _event_parts(query: str) -> list[str]:
+    """The two events of a question: "between A and B" (A, B), "both A and B" (A, B),
+    "X before/after/since E" (X, E) where E is not a date (a date the question names is the
+    time feature's business, not a second event)."""
+    body = query.strip().rstrip("?.! ")
+    for pattern in (r"\bbetween\s+(.+?)\s+and\s+(.+)$", r"\bboth\s+(.+?)\s+and\s+(.+)$"):
+        m = re.search(pattern, body, re.IGNORECASE)
+        if m:
+            return [m[1], m[2]]
+    m = re.search(r"^(.+?)\s+\b(?:before|after|since)\s+(.+)$", body, re.IGNORECASE)
+    if m and not query_dates(m[2]) and not resolve(m[2], date(2000, 1, 1)):
+        return [m[1], m[2]]
+    return []
+
+
+def part_text(part: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
+    """What the dense model embeds for a part: the part without the speakers' names (as
+    `plain_query`), or the part itself when nothing else is left."""
+    return plain_query(part, speakers) or part
+
+
+def query_parts(query: str, speakers: list[str] | set[str] | frozenset[str]) -> list[str]:
+    """The parts of a question about two entities or two events, each a sub-query of its own
+    (no LLM: the question's own names and event phrases), or [] for any other query.
+
+    Two entities: "What subject have Caroline and Melanie both painted?" gives "What subject
+    have Caroline painted?" and "What subject have Melanie painted?" (one per name: the
+    speakers it names, or two capitalised names joined by "and"). Two events: "How many weeks
+    passed between Maria adopting Coco and Shadow?" gives "Maria adopting Coco" and "Shadow";
+    "When did Melanie go on a hike after the roadtrip?" gives "When did Melanie go on a hike"
+    and "the roadtrip". Only a question (a "?", at most MAX_PART_QUERY characters) with a cue
+    word (between, before, after, since, both, and) is split; each part must keep a content
+    word. `HybridIndex.rank` keeps each part's best documents in the top PART_WINDOW."""
+    if "?" not in query or len(query) > MAX_PART_QUERY or not _PAIR_CUE.search(query):
+        return []
+    names = _entity_names(query, speakers)
+    if names:
+        parts = [_without_name(query, names[1]), _without_name(query, names[0])]
+    else:
+        parts = _event_parts(query)
+    parts = [p for p in dict.fromkeys(parts) if _content_words(p) and p != query]
+    return parts if len(parts) >= 2 else []
 
 
 class MemoryDoc(BaseModel):
@@ -555,25 +669,37 @@ class HybridIndex:
         return [int(p) for p in positions[order]]
 
     def prepare(self, query: str, vector: np.ndarray | None, *, names: list[str] | None = None,
-                linked: list[str] | None = None, plain_vector: np.ndarray | None = None) -> Prepared:
+                linked: list[str] | None = None, plain_vector: np.ndarray | None = None,
+                parts: list[tuple[str, np.ndarray | None]] | None = None) -> Prepared:
         """Everything a query needs from the indexes (the rankers' candidates), before the
         fusion: `rank` fuses it under any `RecallParams` without asking the indexes again.
-        `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`)."""
+        `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`).
+        `parts`: a two-event question's parts (`query_parts`), each with the embedding of its
+        `plain_query`; each is prepared as a query of its own (lexical, and dense on that vector)."""
         with self.lock:
-            named = [n for n in dict.fromkeys(names or []) if n and re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)]
-            dense = self._dense_ranking(vector, CANDIDATES) if self.docs else []
-            plain = self._dense_ranking(plain_vector, CANDIDATES) if self.docs and plain_vector is not None else dense
-            return Prepared(
-                lexical=self._lexical_ranking(query, CANDIDATES) if self.docs else [],
-                dense=dense,
-                linked=[self.positions[key] for key in dict.fromkeys(linked or []) if key in self.positions],
-                named=named[0].lower() if len(named) == 1 else None,
-                dates=query_dates(query),
-                asks_when=asks_when(query),
-                plain=plain,
-                vector=self._unit(vector),
-                plain_vector=self._unit(plain_vector if plain_vector is not None else vector),
-            )
+            prepared = self._prepare(query, vector, names, linked, plain_vector)
+            if not parts:
+                return prepared
+            own = [self._prepare(text, part_vector, names, None, part_vector) for text, part_vector in parts]
+            return dataclasses.replace(prepared, parts=tuple(
+                dataclasses.replace(part, dates=prepared.dates, asks_when=prepared.asks_when) for part in own))
+
+    def _prepare(self, query: str, vector: np.ndarray | None, names: list[str] | None, linked: list[str] | None,
+                 plain_vector: np.ndarray | None) -> Prepared:
+        named = [n for n in dict.fromkeys(names or []) if n and re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)]
+        dense = self._dense_ranking(vector, CANDIDATES) if self.docs else []
+        plain = self._dense_ranking(plain_vector, CANDIDATES) if self.docs and plain_vector is not None else dense
+        return Prepared(
+            lexical=self._lexical_ranking(query, CANDIDATES) if self.docs else [],
+            dense=dense,
+            linked=[self.positions[key] for key in dict.fromkeys(linked or []) if key in self.positions],
+            named=named[0].lower() if len(named) == 1 else None,
+            dates=query_dates(query),
+            asks_when=asks_when(query),
+            plain=plain,
+            vector=self._unit(vector),
+            plain_vector=self._unit(plain_vector if plain_vector is not None else vector),
+        )
 
     def _unit(self, vector: np.ndarray | None) -> np.ndarray | None:
         if vector is None or vector.shape[-1] != self.dimensions:
@@ -733,7 +859,21 @@ class HybridIndex:
         time).
 
         With `params.fusion` (conversation turns only) the candidates are scored by the learned
-        model instead (`features`); the per-signal shares are then its terms, grouped."""
+        model instead (`features`); the per-signal shares are then its terms, grouped.
+
+        A two-event question's parts (`prepared.parts`, with `params.part_budget`): each part is
+        ranked as a query of its own, and its best `part_budget` documents are kept in the top
+        PART_WINDOW (or the first `limit`, when fewer), in place of the last of the question's
+        own; the rest follows in the question's order."""
+        if not prepared.parts or not params.part_budget:
+            return self._rank_one(prepared, params, limit)
+        ranked = self._rank_one(prepared, params, None)
+        window = PART_WINDOW if limit is None else min(limit, PART_WINDOW)
+        part_rankings = [self._rank_one(part, params, params.part_depth) for part in prepared.parts]
+        return _budgeted(ranked, part_rankings, params.part_budget, window)[:limit]
+
+    def _rank_one(self, prepared: Prepared, params: RecallParams,
+                  limit: int | None) -> list[tuple[int, float, dict[str, float]]]:
         if params.fusion is not None and self.neighbours:
             return self._learned_rank(prepared, params, params.fusion, limit)
         signals: dict[int, dict[str, float]] = {}
@@ -806,15 +946,19 @@ class HybridIndex:
         params: RecallParams = DEFAULT_PARAMS,
         rerank: Callable[[str, list[Hit]], list[Hit]] | None = None,
         plain_vector: np.ndarray | None = None,
+        parts: list[tuple[str, np.ndarray | None]] | None = None,
     ) -> list[Hit]:
         """Top-k documents for `query` (its embedding in `vector`, or None: lexical only).
         `names`: entity names the graph knows (speakers, characters); the one the query names
         boosts the documents it spoke. `linked`: keys of documents the graph's facts tie to
         the query (the turns an entity or relation it names was extracted from), best first.
-        `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`)."""
+        `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`).
+        `parts`: a two-event question's parts (`query_parts`) with the embeddings of their
+        `part_text` (see `rank`)."""
         if k <= 0:
             return []
-        prepared = self.prepare(query, vector, names=names, linked=linked, plain_vector=plain_vector)
+        prepared = self.prepare(query, vector, names=names, linked=linked, plain_vector=plain_vector,
+                                parts=parts if params.part_budget else None)
         with self.lock:
             if not self.docs:
                 return []
@@ -838,6 +982,32 @@ class HybridIndex:
         return hits[:k]
 
 
+def _budgeted(ranked: list[tuple[int, float, dict[str, float]]],
+              part_rankings: list[list[tuple[int, float, dict[str, float]]]], budget: int,
+              window: int) -> list[tuple[int, float, dict[str, float]]]:
+    """`ranked` with `budget` documents of each part in its first `window`: of the part's own
+    best (`part_rankings`, each as deep as `RecallParams.part_depth`), the ones the whole question ranks highest (so a part's pick agrees with the
+    question where it can: a part alone, "the accident", is a weak query). Those already in the
+    window stay; the others take the places of the question's last ones (a document the
+    question did not rank at all keeps the part's score). The window keeps the question's
+    order, the documents let in by a part marked with a `part` signal; the rest follows in the
+    question's order."""
+    rank_of = {row[0]: i for i, row in enumerate(ranked)}
+    reserved: dict[int, tuple[int, float, dict[str, float]]] = {}
+    for part in part_rankings:
+        own_order = {row[0]: i for i, row in enumerate(part)}
+        picks = sorted(part, key=lambda row: (rank_of.get(row[0], len(ranked)), own_order[row[0]]))
+        for row in picks[:budget]:
+            reserved.setdefault(row[0], ranked[rank_of[row[0]]] if row[0] in rank_of else row)
+    reserved = dict(list(reserved.items())[:window])
+    own = [row for row in ranked if row[0] not in reserved][: window - len(reserved)]
+    let_in = [row if rank_of.get(row[0], window) < window else (row[0], row[1], {**row[2], "part": 1.0})
+              for row in reserved.values()]
+    head = sorted([*own, *let_in], key=lambda row: (rank_of.get(row[0], len(ranked)), row[0]))
+    taken = {row[0] for row in head}
+    return head + [row for row in ranked if row[0] not in taken]
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A query's candidates from each ranker (positions, best first) and what the boosts
@@ -855,6 +1025,8 @@ class Prepared:
     plain: list[int] = field(default_factory=list)
     vector: np.ndarray | None = None
     plain_vector: np.ndarray | None = None
+    #: A two-event question's parts (`query_parts`), each prepared as a query of its own.
+    parts: tuple[Prepared, ...] = ()
 
 
 class IndexRegistry:

@@ -24,7 +24,13 @@ Forms resolved (the anchor is the session's date `d`):
 | in May, last May, next May, early June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after) |
 | in 2022, since 2019, back in 2020 | that year |
 
-Look-alikes left alone: a duration ("a week of rain", "for 3 years"), a relative phrase
+A duration up to the time said, in a present-perfect clause ("I've had them for three years",
+"we've been married for 5 years", "has known her for a few months"), resolves to when it began:
+"for three years" said in 2023 is 2020 (described "since 2020"), so "which year did she get
+them" reaches the turn through its indexed date.
+
+Look-alikes left alone: a duration that does not run up to the time said ("a week of rain",
+"a course for 3 years", "I had a fever for 3 days", "I have to leave for two weeks"), a relative phrase
 anchored on an event ("the week before the wedding", "the day I was born"), a noun after
 last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a capital
 letter there, or a preposition or a day or year beside it).
@@ -79,6 +85,11 @@ _CLAUSE_END = r"(?=\s*(?:[,.;:!?)\]\u2014-]|$|\s*\b(?:and|but|so|too|though|alre
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"((?:19|20)\d\d)"
 
+#: A present-perfect clause: "I've had", "has been", "she's been", "have known" (not "have to",
+#: "has got to"; "'s" alone is "is" as often as "has").
+_PERFECT = re.compile(r"(?:\b(?:have|has)|['\u2019]ve)\b(?!\s+(?:to|got\s+to)\b)|['\u2019]s\s+been\b",
+                      re.IGNORECASE)
+
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in (
     ("day_before_yesterday", r"\b(?:the\s+)?day\s+before\s+yesterday\b"),
     ("day_after_tomorrow", r"\b(?:the\s+)?day\s+after\s+tomorrow\b"),
@@ -87,6 +98,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(pattern, re.IG
     ("tomorrow", r"\btomorrow\b"),
     ("other_day", r"\bthe\s+other\s+day\b"),
     ("ago", rf"\b({_COUNT_RE})\s+({_UNIT_RE})\s+ago\b"),
+    ("duration", rf"\bfor\s+(?:the\s+(?:past|last)\s+)?({_COUNT_RE})\s+({_UNIT_RE})(?:\s+now)?\b(?!\s+ago)"),
     ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
     ("before", rf"\bthe\s+(day|week|weekend|month)\s+before\b{_CLAUSE_END}"),
     ("weekday", rf"\b(last|this\s+past|past|next|this\s+coming|this)\s+({_WEEKDAY_RE})\b\.?"),
@@ -129,6 +141,8 @@ class TimeSpan:
     def describe(self) -> str:
         """The span for a reader: "Sunday 23 October 2022", "17-23 October 2022", "October 2022",
         "28 September - 4 October 2022", "2019", "2017-2019"."""
+        if self.grain == "since":  # a duration up to the anchor: when it began
+            return "since " + TimeSpan(self.start, self.end, self.phrase, "span").describe()
         first, last = self.start, self.end
         if first == last:
             return f"{first:%A} {first.day} {first:%B %Y}"
@@ -302,6 +316,18 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         if unit == "day" and low == high:
             return first, last, "day"
         return first, last, grain if low == high else f"{grain}s"
+    if kind == "duration":
+        # "I've had them for three years": since three years before the anchor. Only in a
+        # present-perfect clause (have/has/'ve, not "have to"); "for 3 years" elsewhere is a
+        # plain length ("a course for 3 years", "I had a fever for 3 days").
+        clause = re.split(r"[.!?;]|\b(?:but|and then)\b", m.string[: m.start()])[-1]
+        if not _PERFECT.search(clause):
+            return None
+        low, high = _count(g[0])
+        unit = g[1].lower().rstrip("s")
+        first, _, _ = _unit_span(unit, anchor, -high)
+        _, last, _ = _unit_span(unit, anchor, -low)
+        return first, last, "since"
     if kind == "before_last":
         return _unit_span(g[0], anchor, -2)
     if kind == "before":
@@ -402,7 +428,7 @@ def _longest_first(found: list[tuple[int, int, str, re.Match[str]]]) -> list[tup
 _ABSOLUTE = ("day_month", "month_day", "month", "year")
 _WHEN_QUESTION = re.compile(
     r"^\s*(?:when\b|what\s+(?:date|day|time|year|month|week|weekend)\b|which\s+(?:date|day|year|month|week|weekend)\b"
-    r"|in\s+what\s+(?:year|month)\b|how\s+long\s+ago\b|on\s+what\s+(?:date|day)\b)",
+    r"|in\s+what\s+(?:year|month)\b|how\s+long\b|for\s+how\s+long\b|on\s+what\s+(?:date|day)\b)",
     re.IGNORECASE,
 )
 

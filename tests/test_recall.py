@@ -8,9 +8,18 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from core.recall import HybridIndex, IndexRegistry, MemoryDoc, RecallParams, plain_query
+from core.recall import (
+    HybridIndex,
+    IndexRegistry,
+    MemoryDoc,
+    RecallParams,
+    plain_query,
+    query_parts,
+)
 from core.timex import query_dates
+from tasks.dialogue.retriever import embedded_query, query_texts
 
 
 def _doc(i: int, speaker: str, text: str, *, group: str = "1", when: str = "") -> MemoryDoc:
@@ -284,3 +293,69 @@ def test_a_different_memory_ranks_differently() -> None:
     changed = [*docs[:30], _doc(30, "Ann", "adopting a puppy, the puppy, a puppy!", group="session 4"), *docs[31:]]
     other.add(changed, vectors)
     assert one.prepare("puppy", None).lexical != other.prepare("puppy", None).lexical
+
+
+@pytest.mark.parametrize(("question", "parts"), [
+    ("What subject have Caroline and Melanie both painted?",
+     ["What subject have Caroline painted?", "What subject have Melanie painted?"]),
+    ("Which city have both Jean and John visited?", ["Which city have Jean visited?", "Which city have John visited?"]),
+    ("How many weeks passed between Maria adopting Coco and Shadow?",
+     ["How many weeks passed between Maria adopting Coco?", "How many weeks passed between Maria adopting Shadow?"]),
+    ("How long was it between the wedding and the move to Lisbon?", ["the wedding", "the move to Lisbon"]),
+    ("Which city was she in before Lisbon?", ["Which city was she in", "Lisbon"]),
+    ("When did Melanie go on a hike after the roadtrip?", ["When did Melanie go on a hike", "the roadtrip"]),
+])
+def test_a_question_about_two_entities_or_events_is_split_into_its_parts(question: str, parts: list[str]) -> None:
+    assert query_parts(question, ["Caroline", "Melanie", "John", "Maria"]) == parts
+
+
+@pytest.mark.parametrize("question", [
+    "What encouragement does Nate give to Joanna?",           # two speakers, named apart: one event
+    "What did John do the week before August 3, 2023?",      # "before" a date, not an event
+    "What did Melanie realize?",                             # no cue word
+    "I went to the lake and then to the shop after lunch.",  # not a question (a chat turn)
+    "When did Caroline and her mom go hiking?",               # "and" joins no two names
+])
+def test_look_alikes_of_two_event_questions_are_not_split(question: str) -> None:
+    assert query_parts(question, ["Nate", "Joanna", "John", "Melanie", "Caroline"]) == []
+
+
+def test_each_part_of_a_two_event_question_gets_a_slot_in_the_top_k() -> None:
+    # Every turn speaks of the wedding; the question's other words favour the Lisbon turns, so
+    # the turn about the wedding alone (the best for the part "the wedding") ranks last for it.
+    docs = [_doc(1, "Ann", "the wedding", group="1"),
+            *(_doc(i, "Ann", f"wedding then the move to Lisbon city, note {i}", group=str(i)) for i in range(2, 8))]
+    index = HybridIndex(2)
+    index.add(docs, None)
+    question = "How long was it between the wedding and the move to Lisbon city?"
+    parts = [(p, None) for p in query_parts(question, ["Ann"])]
+    rrf = RecallParams(fusion=None, neighbour_share=0.0)
+    without = index.search(question, None, 3, params=rrf, parts=parts)
+    assert "t1" not in {h.key for h in without}
+    own_best = rrf.model_copy(update={"part_budget": 1, "part_depth": 1})
+    hits = index.search(question, None, 3, params=own_best, parts=parts)
+    assert [h.key for h in hits] == [h.key for h in without][:2] + ["t1"]  # it takes the last place
+    assert hits[-1].signals.get("part") == 1.0 and all("part" not in h.signals for h in hits[:2])
+    # Look-alike: filled from the part's best ten, the part's slot goes to the one the question
+    # ranks highest, already in the top 3: nothing changes.
+    agreeing = rrf.model_copy(update={"part_budget": 1, "part_depth": 10})
+    assert [h.key for h in index.search(question, None, 3, params=agreeing, parts=parts)] == [h.key for h in without]
+
+
+def test_recall_embeds_a_two_event_questions_parts_in_the_same_call_and_hands_them_to_the_index() -> None:
+    speakers = {"Ann", "Bob"}
+    question = "What have Ann and Bob both painted?"
+    with_parts = RecallParams(part_budget=1)
+    texts = query_texts(question, speakers, with_parts)
+    # The two parts differ by the speaker only: their text without the names is one (one embedding).
+    assert texts == [question, "What have and both painted?", "What have painted?"]
+    known = {text: np.full(2, float(i + 1), dtype=np.float32) for i, text in enumerate(texts)}
+    vector, plain_vector, parts = embedded_query(question, speakers, known, with_parts)
+    assert vector is known[question] and plain_vector is not None and plain_vector[0] == 2.0
+    assert [(p, v[0]) for p, v in parts] == [("What have Ann painted?", 3.0), ("What have Bob painted?", 3.0)]
+    # Look-alikes: one event, one speaker: the question alone (and its plain form); and no
+    # parts are embedded where the fusion gives them no slots.
+    assert query_texts("What did Ann paint?", speakers, with_parts) == ["What did Ann paint?", "What did paint?"]
+    assert embedded_query("What did Ann paint?", speakers, {"What did Ann paint?": np.ones(2),
+                                                           "What did paint?": np.ones(2)}, with_parts)[2] == []
+    assert query_texts(question, speakers, RecallParams(part_budget=0)) == texts[:2]

@@ -32,6 +32,10 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
     ("Last summer we saw the meteor shower.", "2022-06-01", "2022-08-31"),
     ("I'll be back next Tuesday.", "2023-05-09", "2023-05-09"),
     ("The show is on 3 June 2023.", "2023-06-03", "2023-06-03"),
+    # A duration up to the time said (present perfect): when it began.
+    ("I've had them for three years now.", "2020-01-01", "2020-12-31"),
+    ("We have been married for 5 years!", "2018-01-01", "2018-12-31"),
+    ("She's been with us for 2 months, and she's a delight.", "2023-03-01", "2023-03-31"),
 ])
 def test_each_relative_form_resolves_against_the_session_date(text: str, start: str, end: str) -> None:
     spans = resolve(text, SAID)
@@ -42,7 +46,11 @@ def test_each_relative_form_resolves_against_the_session_date(text: str, start: 
 @pytest.mark.parametrize("text", [
     "The day I was born was rainy.",            # a day, anchored on an event we cannot date
     "We had a week of rain.",                   # a duration
-    "I've been doing it for 3 years.",          # a duration
+    "I'll be away for 3 years.",                # a duration, not up to the time said
+    "I had a fever for 3 days.",                # ... over in the past
+    "I have to leave for two weeks.",           # ... "have to" is not a perfect
+    "We took a course for 3 years.",            # ... past, no perfect in the clause
+    "I've seen it. We stayed for 2 weeks.",     # ... the perfect is in another sentence
     "The week before the wedding was chaos.",   # relative to an event, not to the session
     "Last time we talked you were moving.",     # last + a noun
     "What's your next step?",                   # next + a noun
@@ -88,6 +96,7 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
     ("I'm starting a new job next month.", "next month = June 2023"),
     ("I first watched it around 3 years ago.", "3 years ago = 2020"),
     ("Last summer we saw the meteor shower.", "Last summer = 1 June - 31 August 2022"),
+    ("I've had them for three years now.", "for three years now = since 2020"),
 ])
 def test_a_resolved_span_is_spelled_out_for_a_reader(text: str, described: str) -> None:
     assert [f"{span.phrase} = {span.describe()}" for span in resolve(text, SAID)] == [described]

@@ -23,7 +23,17 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.llm import LLMGateway
-from core.recall import Hit, HybridIndex, IndexRegistry, MemoryDoc, plain_query
+from core.recall import (
+    DEFAULT_PARAMS,
+    Hit,
+    HybridIndex,
+    IndexRegistry,
+    MemoryDoc,
+    RecallParams,
+    part_text,
+    plain_query,
+    query_parts,
+)
 from kg import vocabulary as vocab
 from kg.dialogue import (
     ConversationSnapshot,
@@ -90,13 +100,15 @@ class PinnedMemory:
         return len(self.hybrid) if self.hybrid is not None else 0
 
     def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
-               linked: list[str] | None = None, plain_vector: np.ndarray | None = None) -> list[RecalledTurn]:
+               linked: list[str] | None = None, plain_vector: np.ndarray | None = None,
+               parts: list[tuple[str, np.ndarray | None]] | None = None) -> list[RecalledTurn]:
         """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`).
-        `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`)."""
+        `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`).
+        `parts`: a two-event question's parts with their embeddings (`embedded_query`)."""
         if self.hybrid is None or k <= 0:
             return []
         return [recalled(hit) for hit in self.hybrid.search(query, vector, k, names=names, linked=linked,
-                                                            plain_vector=plain_vector)]
+                                                            plain_vector=plain_vector, parts=parts)]
 
 
 class TurnMemoryIndex:
@@ -179,9 +191,10 @@ class TurnMemoryIndex:
             return self.index.docs[self.index.positions[key]].text
 
     def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
-               linked: list[str] | None = None, plain_vector: np.ndarray | None = None) -> list[RecalledTurn]:
+               linked: list[str] | None = None, plain_vector: np.ndarray | None = None,
+               parts: list[tuple[str, np.ndarray | None]] | None = None) -> list[RecalledTurn]:
         """Search the index as it is now (see PinnedMemory.search)."""
-        return self.pinned().search(query, vector, k, names, linked, plain_vector)
+        return self.pinned().search(query, vector, k, names, linked, plain_vector, parts)
 
 
 def recalled(hit: Hit) -> RecalledTurn:
@@ -356,11 +369,31 @@ def _snapshot_reader(
     return read
 
 
-def query_texts(query: str, speakers: list[str] | set[str] | frozenset[str]) -> list[str]:
+def query_texts(query: str, speakers: list[str] | set[str] | frozenset[str],
+                params: RecallParams = DEFAULT_PARAMS) -> list[str]:
     """What recall embeds for `query`, in one call: the query and, when it names any of the
-    speakers, the query without their names (core.recall.plain_query, for the dense ranker)."""
+    speakers, the query without their names (core.recall.plain_query, for the dense ranker);
+    for a question about two events or entities, each part (core.recall.query_parts, as
+    core.recall.part_text)."""
     plain = plain_query(query, speakers)
-    return [query, plain] if plain and plain != query else [query]
+    texts = [query, plain] if plain and plain != query else [query]
+    return list(dict.fromkeys([*texts, *(part_text(p, speakers) for p in _parts(query, speakers, params))]))
+
+
+def _parts(query: str, speakers: list[str] | set[str] | frozenset[str], params: RecallParams) -> list[str]:
+    """The parts recall asks (none when `params` give them no slots: nothing to embed)."""
+    return query_parts(query, speakers) if params.part_budget else []
+
+
+def embedded_query(query: str, speakers: list[str] | set[str] | frozenset[str], known: dict[str, Any],
+                   params: RecallParams = DEFAULT_PARAMS
+                   ) -> tuple[Any, np.ndarray | None, list[tuple[str, np.ndarray | None]]]:
+    """(vector, plain_vector, parts) for `HybridIndex.search`, from the embeddings of
+    `query_texts(query, speakers, params)` by text (`known`)."""
+    plain = plain_query(query, speakers)
+    plain_vector = np.asarray(known[plain], dtype=np.float32) if plain and plain != query else None
+    parts = [(p, np.asarray(known[part_text(p, speakers)], dtype=np.float32)) for p in _parts(query, speakers, params)]
+    return known[query], plain_vector, parts
 
 
 def retrieve(
@@ -392,11 +425,10 @@ def retrieve(
         missing = [text for text in texts if text not in known]
         if missing:
             known = {**known, **dict(zip(missing, gateway.embed(missing, purpose=purpose), strict=True))}
-        vector = known[query]
-        plain_vector = np.asarray(known[texts[-1]], dtype=np.float32) if len(texts) > 1 else None
+        vector, plain_vector, parts = embedded_query(query, memory.speakers, known)
         recalled_turns = memory.search(query, vector, recall_k, _names(memory, snapshot.entities),
                                        linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
-                                       plain_vector)
+                                       plain_vector, parts)
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,
@@ -425,12 +457,14 @@ def recall(
     snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
     if not len(memory):
         return []
-    # One embedding call for both: the question as asked, and without the speakers' names.
-    vectors = gateway.embed(query_texts(query, memory.speakers), purpose=purpose)
+    # One embedding call for all: the question as asked, without the speakers' names, its parts.
+    texts = query_texts(query, memory.speakers)
+    vector, plain_vector, parts = embedded_query(
+        query, memory.speakers, dict(zip(texts, gateway.embed(texts, purpose=purpose), strict=True)))
     mentioned = mentioned_entities(snapshot.entities, query)
-    return memory.search(query, vectors[0], k, _names(memory, snapshot.entities),
+    return memory.search(query, vector, k, _names(memory, snapshot.entities),
                          linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
-                         np.asarray(vectors[-1], dtype=np.float32))
+                         plain_vector, parts)
 
 
 def without_pending(
