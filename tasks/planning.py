@@ -33,14 +33,11 @@ def plan_scenes(
         remaining = scene_count - len(scenes)
         if remaining <= 0:
             break
-        extra = "" if not scenes else (
-            "\nScenes already planned: " + "; ".join(s.title for s in scenes) + f". Plan the next {remaining}."
-        )
         plan = rt.gateway.structured(
             "large",
             render_messages("narrative/scene_plan", title=title, genre=genre, chapter=chapter,
-                            character_names=character_names, guidance=(guidance + extra).strip(),
-                            writer_guidance=writer_guidance,
+                            character_names=character_names, guidance=guidance.strip(),
+                            writer_guidance=writer_guidance, planned=[s.title for s in scenes],
                             scene_count=remaining),
             ScenePlan, purpose="plan_scenes",
         )

@@ -128,3 +128,35 @@ def test_character_sheets_never_usable_fail_in_one_line_after_three_answers(tmp_
         with pytest.raises(LLMBadOutputError, match="wrote 3 character sheets in 3 answers and none has a usable name"):
             _sheets(llm, tmp_path)
         assert len(_sheet_requests(llm)) == 3
+
+
+# --- Scene plans: a plan short of scenes is completed by a re-ask that names what is planned ------
+
+def _scene(title: str) -> dict:
+    return {"title": title, "pov": "Amara Vell", "setting": "The lighthouse", "characters": ["Amara Vell"],
+            "beats": ["She climbs the stairs."]}
+
+
+def test_a_short_scene_plan_is_completed_by_a_re_ask_naming_the_planned_scenes(tmp_path: Path) -> None:
+    from prefect.logging import disable_run_logger
+
+    from core.content import ContentStore
+    from prompts.initialization.models import ChapterOutline
+    from prompts.narrative.models import ScenePlan
+    from tasks.planning import plan_scenes
+    from tasks.runtime import Runtime, set_runtime
+
+    outline = ChapterOutline(number=1, title="The Letter", summary="Amara finds the letter.")
+    with ScriptedLLM() as llm:
+        llm.on(schema="ScenePlan", respond={"scenes": [_scene("The Stairs"), _scene("The Lamp Room")]})
+        llm.on(schema="ScenePlan", respond={"scenes": [_scene("The Harbor")]}, times=1)
+        rt = set_runtime(Runtime(load_settings(tmp_path, openai_base_url=llm.base_url)))
+        with disable_run_logger():
+            ref = plan_scenes.fn("The Salt Road", "mystery", outline, 3, ("Amara Vell",), "", 1, "scripted")
+        asked = [r.last_user for r in llm.requests if r.schema_name == "ScenePlan"]
+    plan = ContentStore(rt.settings.saga_dir / "content").get_model(ref, ScenePlan)
+    assert [s.title for s in plan.scenes] == ["The Harbor", "The Stairs", "The Lamp Room"]
+    assert len(asked) == 2
+    assert "already planned" not in asked[0] and "Plan exactly 3 scenes" in asked[0]
+    assert "Scenes already planned: The Harbor. Plan the next 2." in asked[1]
+    assert "was rejected" not in asked[1]  # a re-ask for missing scenes is not a revision
