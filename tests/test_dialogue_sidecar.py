@@ -177,7 +177,7 @@ def test_a_failure_inside_the_commit_transaction_writes_nothing_and_frees_the_lo
     assert service.commit(requests[0]).committed
     before = _export(service, tmp_path / "before.json")
     # The turn record is the transaction's last statement: everything before it must vanish.
-    monkeypatch.setattr(dialogue_cypher, "CREATE_TURN", "CREATE (t:KGTurn) SET t = $props RETURN 1/0 AS boom")
+    monkeypatch.setattr(dialogue_cypher, "CREATE_TURN_RECORDS", "CREATE (t:KGTurn) SET t = $props RETURN 1/0 AS boom")
     failed = service.commit(requests[1])
     assert (failed.state, failed.error_kind, failed.retryable) == (TurnState.ROLLED_BACK, "graph", True)
     assert _export(service, tmp_path / "after.json") == before
