@@ -19,7 +19,7 @@ import pytest
 
 from core.settings import Settings, load_settings
 from kg import vocabulary as vocab
-from kg.dialogue import DialogueRepository, LostLockError, TurnWrite
+from kg.dialogue import BioPatchWrite, DialogueRepository, EntityWrite, LostLockError, TurnWrite
 from kg.dialogue import cypher as dialogue_cypher
 from tasks.dialogue.models import TurnCommitRequest, TurnResult, TurnState
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
@@ -385,6 +385,27 @@ def test_a_holder_whose_lease_was_taken_over_cannot_commit(service: DialogueServ
         repo.commit_turn(write, "slow", lambda seq, applied: "{}")
     assert repo.turns(conv) == []
     assert repo.release_lock(conv, "fast")
+
+
+
+def test_bio_patches_of_one_turn_apply_in_order_a_repeat_building_on_the_first(service: DialogueService) -> None:
+    # The patches go to the graph batched (one statement per run of distinct entities): a
+    # second patch to Ann must see her first patch's traits, Bob's patch in between is his own.
+    repo = DialogueRepository(service.store)
+    conv = _conv("bio-order")
+    assert repo.claim_lock(conv, "writer", lease_s=30).acquired
+    write = TurnWrite(
+        key=f"{conv}:1", conversation_id=conv, turn_id="1", payload_hash="h", text="x",
+        committed_at="2026-01-01T00:00:00Z",
+        entities=[EntityWrite(entity_id="ann", name="Ann", kind="person"),
+                  EntityWrite(entity_id="bob", name="Bob", kind="person")],
+        bio_patches=[BioPatchWrite(entity_id="ann", summary="A painter.", traits_add=["shy", "kind"]),
+                     BioPatchWrite(entity_id="bob", traits_add=["bold"]),
+                     BioPatchWrite(entity_id="ann", traits_add=["calm"], traits_remove=["shy"])],
+    )
+    assert repo.commit_turn(write, "writer", lambda seq, applied: ("{}", "{}")).status == "committed"
+    bios = {e.entity_id: (e.bio_summary, e.bio_traits) for e in repo.entities(conv)}
+    assert bios == {"ann": ("A painter.", ["kind", "calm"]), "bob": ("", ["bold"])}
 
 
 def test_model_routing_overrides_reach_the_model_server(service: DialogueService, scripted: ScriptedLLM) -> None:

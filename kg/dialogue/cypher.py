@@ -151,11 +151,13 @@ CREATE_RELATION = (
     f"CREATE (a)-[r:{_R}]->(b) SET r = $props"
 )
 CREATE_EVENTS = f"UNWIND $rows AS row CREATE (e:{_EV}) SET e = row"
-PATCH_BIO = (
-    f"MATCH (e:{_E} {{conversation_id: $conversation_id, entity_id: $entity_id}}) "
-    "SET e.bio_summary = CASE WHEN $summary IS NULL THEN e.bio_summary ELSE $summary END, "
-    "e.bio_traits = [t IN coalesce(e.bio_traits, []) WHERE NOT t IN $remove] "
-    "+ [t IN $add WHERE NOT t IN coalesce(e.bio_traits, [])], "
+PATCH_BIOS = (
+    # Rows name distinct entities (the caller splits repeats into later statements), so no row
+    # reads what another row of the same statement wrote.
+    f"UNWIND $rows AS row MATCH (e:{_E} {{conversation_id: $conversation_id, entity_id: row.entity_id}}) "
+    "SET e.bio_summary = CASE WHEN row.summary IS NULL THEN e.bio_summary ELSE row.summary END, "
+    "e.bio_traits = [t IN coalesce(e.bio_traits, []) WHERE NOT t IN row.remove] "
+    "+ [t IN row.add WHERE NOT t IN coalesce(e.bio_traits, [])], "
     "e.bio_updated_turn = $turn_id RETURN count(e) AS patched"
 )
 CREATE_MILESTONES = f"UNWIND $rows AS row CREATE (m:{_M}) SET m = row"

@@ -252,17 +252,16 @@ def apply_changes(
                 )
             )
         applied.append(result)
-    # 5. Bio patches.
+    # 5. Bio patches, in order: one statement per run of patches to distinct entities (a
+    # second patch to an entity goes in the next, and builds on the first).
+    rounds: list[list[dict[str, Any]]] = []
     for patch in write.bio_patches:
-        tx.run(
-            dq.PATCH_BIO,
-            conversation_id=write.conversation_id,
-            entity_id=patch.entity_id,
-            summary=patch.summary,
-            add=patch.traits_add,
-            remove=patch.traits_remove,
-            turn_id=write.turn_id,
-        ).consume()
+        if not rounds or any(row["entity_id"] == patch.entity_id for row in rounds[-1]):
+            rounds.append([])
+        rounds[-1].append({"entity_id": patch.entity_id, "summary": patch.summary,
+                           "add": patch.traits_add, "remove": patch.traits_remove})
+    for rows in rounds:
+        tx.run(dq.PATCH_BIOS, conversation_id=write.conversation_id, rows=rows, turn_id=write.turn_id).consume()
     # 6. Milestones (their rows).
     milestones = [
         {
