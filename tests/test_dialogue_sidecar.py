@@ -389,8 +389,8 @@ def test_a_holder_whose_lease_was_taken_over_cannot_commit(service: DialogueServ
 
 
 def test_bio_patches_of_one_turn_apply_in_order_a_repeat_building_on_the_first(service: DialogueService) -> None:
-    # The patches go to the graph batched (one statement per run of distinct entities): a
-    # second patch to Ann must see her first patch's traits, Bob's patch in between is his own.
+    # The patches go to the graph in one UNWIND statement: the second patch to Ann must see
+    # what her first one wrote, Bob's patch in between is his own.
     repo = DialogueRepository(service.store)
     conv = _conv("bio-order")
     assert repo.claim_lock(conv, "writer", lease_s=30).acquired

@@ -252,15 +252,11 @@ def apply_changes(
                 )
             )
         applied.append(result)
-    # 5. Bio patches, in order: one statement per run of patches to distinct entities (a
-    # second patch to an entity goes in the next, and builds on the first).
-    rounds: list[list[dict[str, Any]]] = []
-    for patch in write.bio_patches:
-        if not rounds or any(row["entity_id"] == patch.entity_id for row in rounds[-1]):
-            rounds.append([])
-        rounds[-1].append({"entity_id": patch.entity_id, "summary": patch.summary,
-                           "add": patch.traits_add, "remove": patch.traits_remove})
-    for rows in rounds:
+    # 5. Bio patches, in order, in one statement (a row sees the rows before it: a second
+    # patch to an entity builds on the first, as when they were sent one by one).
+    if write.bio_patches:
+        rows = [{"entity_id": p.entity_id, "summary": p.summary, "add": p.traits_add, "remove": p.traits_remove}
+                for p in write.bio_patches]
         tx.run(dq.PATCH_BIOS, conversation_id=write.conversation_id, rows=rows, turn_id=write.turn_id).consume()
     # 6. Milestones (their rows).
     milestones = [
