@@ -1,5 +1,10 @@
 """The one commit transaction of a turn: fence on the lease, idempotency, then entities,
-relation actions with their events, bio patches, milestones, and the turn record last."""
+relation actions with their events, bio patches, milestones, and the turn record last.
+
+Few round trips, because on ArcadeDB the process's graph writes run one at a time (the
+sidecar's `serialize_writes`) and every statement of a commit is time the other conversations
+wait: the fence's and idempotency's reads share the first statement, the events, milestones,
+memory row and turn record the last (measured in bench/sidecar_load.py)."""
 
 from __future__ import annotations
 
