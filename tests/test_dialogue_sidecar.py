@@ -19,7 +19,7 @@ import pytest
 
 from core.settings import Settings, load_settings
 from kg import vocabulary as vocab
-from kg.dialogue import DialogueRepository, LostLockError, TurnWrite
+from kg.dialogue import BioPatchWrite, DialogueRepository, EntityWrite, LostLockError, TurnWrite
 from kg.dialogue import cypher as dialogue_cypher
 from tasks.dialogue.models import TurnCommitRequest, TurnResult, TurnState
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
@@ -177,7 +177,7 @@ def test_a_failure_inside_the_commit_transaction_writes_nothing_and_frees_the_lo
     assert service.commit(requests[0]).committed
     before = _export(service, tmp_path / "before.json")
     # The turn record is the transaction's last statement: everything before it must vanish.
-    monkeypatch.setattr(dialogue_cypher, "CREATE_TURN", "CREATE (t:KGTurn) SET t = $props RETURN 1/0 AS boom")
+    monkeypatch.setattr(dialogue_cypher, "CREATE_TURN_RECORDS", "CREATE (t:KGTurn) SET t = $props RETURN 1/0 AS boom")
     failed = service.commit(requests[1])
     assert (failed.state, failed.error_kind, failed.retryable) == (TurnState.ROLLED_BACK, "graph", True)
     assert _export(service, tmp_path / "after.json") == before
@@ -385,6 +385,27 @@ def test_a_holder_whose_lease_was_taken_over_cannot_commit(service: DialogueServ
         repo.commit_turn(write, "slow", lambda seq, applied: "{}")
     assert repo.turns(conv) == []
     assert repo.release_lock(conv, "fast")
+
+
+
+def test_bio_patches_of_one_turn_apply_in_order_a_repeat_building_on_the_first(service: DialogueService) -> None:
+    # The patches go to the graph in one UNWIND statement: the second patch to Ann must see
+    # what her first one wrote, Bob's patch in between is his own.
+    repo = DialogueRepository(service.store)
+    conv = _conv("bio-order")
+    assert repo.claim_lock(conv, "writer", lease_s=30).acquired
+    write = TurnWrite(
+        key=f"{conv}:1", conversation_id=conv, turn_id="1", payload_hash="h", text="x",
+        committed_at="2026-01-01T00:00:00Z",
+        entities=[EntityWrite(entity_id="ann", name="Ann", kind="person"),
+                  EntityWrite(entity_id="bob", name="Bob", kind="person")],
+        bio_patches=[BioPatchWrite(entity_id="ann", summary="A painter.", traits_add=["shy", "kind"]),
+                     BioPatchWrite(entity_id="bob", traits_add=["bold"]),
+                     BioPatchWrite(entity_id="ann", traits_add=["calm"], traits_remove=["shy"])],
+    )
+    assert repo.commit_turn(write, "writer", lambda seq, applied: ("{}", "{}")).status == "committed"
+    bios = {e.entity_id: (e.bio_summary, e.bio_traits) for e in repo.entities(conv)}
+    assert bios == {"ann": ("A painter.", ["kind", "calm"]), "bob": ("", ["bold"])}
 
 
 def test_model_routing_overrides_reach_the_model_server(service: DialogueService, scripted: ScriptedLLM) -> None:

@@ -35,6 +35,12 @@ LOCK_CREATE = (
     # concurrent second CREATE fail cleanly, and the loser falls back to the compare-and-set.
     f"CREATE (l:{_T}) SET l = $props, l.acquired_at = timestamp(), l.expires_at = timestamp() + $lease_ms"
 )
+LOCK_CREATE_READ_TURN = (
+    # LOCK_CREATE and READ_TURN in one round trip: the claim and the turn's committed record,
+    # read under the lock (a turn committed while we waited is not redone).
+    f"CREATE (l:{_T}) SET l = $props, l.acquired_at = timestamp(), l.expires_at = timestamp() + $lease_ms "
+    f"WITH count(*) AS created OPTIONAL MATCH (t:{_T} {{key: $turn}}) RETURN properties(t) AS props"
+)
 LOCK_TAKE = (
     f"MATCH (l:{_T} {{key: $key}}) SET l.owner = $owner, l.acquired_at = $now, l.expires_at = $expires_at"
 )
@@ -50,9 +56,24 @@ TURN_STATS = (
     f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id "
     "RETURN count(t) AS turns, max(t.seq) AS max_seq"
 )
-TURN_SEQ_NEXT = (
+COMMIT_OPEN = (
+    # A commit's first statement, its reads folded in: the fence (our lease deleted by owner;
+    # `released` 0 means it was taken over, and the caller aborts before anything is written),
+    # the turn's idempotency record, the conversation's turn counter, whether the turn's memory
+    # row exists already (a turn remembered before, then committed).
+    f"OPTIONAL MATCH (l:{_T} {{key: $lock_key}}) WHERE l.owner = $owner DELETE l "
+    f"WITH count(l) AS released OPTIONAL MATCH (t:{_T} {{key: $key}}) "
+    f"OPTIONAL MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) "
+    f"OPTIONAL MATCH (m:{_MEM} {{key: $key}}) "
+    "RETURN released, properties(t) AS props, c.turn_seq AS turn_seq, m IS NOT NULL AS remembered"
+)
+TURN_AND_MEMORY_SEQ_NEXT = (
+    # The turn's seq and, when it appends `$memory_count` memory rows, their positions (the
+    # last one is returned), from the conversation's counters in one statement.
     f"MERGE (c:{_CONV} {{conversation_id: $conversation_id}}) "
-    "SET c.turn_seq = coalesce(c.turn_seq, $floor) + 1 RETURN c.turn_seq AS seq"
+    "SET c.turn_seq = coalesce(c.turn_seq, $floor) + 1, c.memory_seq = CASE WHEN $memory_count = 0 "
+    "THEN c.memory_seq ELSE coalesce(c.memory_seq, 0) + $memory_count END "
+    "RETURN c.turn_seq AS seq, c.memory_seq AS memory_last"
 )
 CONVERSATION_HEAD = (
     f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) "
@@ -130,15 +151,24 @@ CREATE_RELATION = (
     f"CREATE (a)-[r:{_R}]->(b) SET r = $props"
 )
 CREATE_EVENTS = f"UNWIND $rows AS row CREATE (e:{_EV}) SET e = row"
-PATCH_BIO = (
-    f"MATCH (e:{_E} {{conversation_id: $conversation_id, entity_id: $entity_id}}) "
-    "SET e.bio_summary = CASE WHEN $summary IS NULL THEN e.bio_summary ELSE $summary END, "
-    "e.bio_traits = [t IN coalesce(e.bio_traits, []) WHERE NOT t IN $remove] "
-    "+ [t IN $add WHERE NOT t IN coalesce(e.bio_traits, [])], "
+PATCH_BIOS = (
+    # The rows in order; a row sees what the rows before it wrote (two patches to one entity
+    # in one turn: the second builds on the first; tests/test_dialogue_sidecar.py checks it).
+    f"UNWIND $rows AS row MATCH (e:{_E} {{conversation_id: $conversation_id, entity_id: row.entity_id}}) "
+    "SET e.bio_summary = CASE WHEN row.summary IS NULL THEN e.bio_summary ELSE row.summary END, "
+    "e.bio_traits = [t IN coalesce(e.bio_traits, []) WHERE NOT t IN row.remove] "
+    "+ [t IN row.add WHERE NOT t IN coalesce(e.bio_traits, [])], "
     "e.bio_updated_turn = $turn_id RETURN count(e) AS patched"
 )
 CREATE_MILESTONES = f"UNWIND $rows AS row CREATE (m:{_M}) SET m = row"
-CREATE_TURN = f"CREATE (t:{_T}) SET t = $props"
+CREATE_TURN_RECORDS = (
+    # A commit's last statement: the turn record, then its relation events, milestones and
+    # memory row (each UNWIND may be empty; `WITH count(*)` carries one row past it).
+    f"CREATE (t:{_T}) SET t = $props WITH count(*) AS turns "
+    f"UNWIND $events AS row CREATE (e:{_EV}) SET e = row WITH count(*) AS events "
+    f"UNWIND $milestones AS row CREATE (m:{_M}) SET m = row WITH count(*) AS milestones "
+    f"UNWIND $memory AS row CREATE (r:{_MEM}) SET r = row RETURN count(*) AS memory"
+)
 
 DELETE_CONVERSATION_RELS = f"MATCH ()-[r:{_R}]->() WHERE r.conversation_id = $conversation_id DELETE r"
 DELETE_CONVERSATION_NODES: tuple[str, ...] = tuple(

@@ -42,17 +42,24 @@ def _read_stored(tx: ManagedTransaction, key: str | None) -> StoredTurn | None:
     if key is None:
         return None
     row = tx.run(dq.READ_TURN, key=key).single()
-    if row is None or row["props"].get("status") != TURN_COMMITTED:
+    return _committed(row["props"] if row else None)
+
+
+def _committed(props: dict[str, Any] | None) -> StoredTurn | None:
+    if props is None or props.get("status") != TURN_COMMITTED:
         return None
-    return stored_turn(row["props"])
+    return stored_turn(props)
 
 
 def create_lock_tx(
     tx: ManagedTransaction, key: str, conversation_id: str, owner: str, lease_ms: int, turn: str | None
 ) -> LockClaim:
     props = {"key": key, "status": LOCK_STATUS, "lock_of": conversation_id, "owner": owner}
-    tx.run(dq.LOCK_CREATE, props=props, lease_ms=lease_ms).consume()
-    return LockClaim(acquired=True, owner=owner, stored=_read_stored(tx, turn))
+    if turn is None:
+        tx.run(dq.LOCK_CREATE, props=props, lease_ms=lease_ms).consume()
+        return LockClaim(acquired=True, owner=owner)
+    row = tx.run(dq.LOCK_CREATE_READ_TURN, props=props, lease_ms=lease_ms, turn=turn).single()
+    return LockClaim(acquired=True, owner=owner, stored=_committed(row["props"] if row else None))
 
 
 def take_lock_tx(
@@ -137,12 +144,14 @@ class ConversationLease:
     store: GraphStore
 
     def claim_lock(
-        self, conversation_id: str, owner: str, lease_s: float, *, turn_key: str | None = None
+        self, conversation_id: str, owner: str, lease_s: float, *, turn_key: str | None = None,
+        guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> LockClaim:
         """One attempt to take the lease; `acquired=False` names the current holder.
 
         With `turn_key`, the turn's committed record is read in the same transaction, under
-        the lock (`LockClaim.stored`), so a turn committed while we waited is not redone."""
+        the lock (`LockClaim.stored`), so a turn committed while we waited is not redone.
+        `guard` wraps the write transactions only (the peek before them is a read)."""
         key, lease_ms = lock_key(conversation_id), int(lease_s * 1000)
         # Test before test-and-set: a live lease of another owner is refused without a write.
         peeked = self.store.read(dq.LOCK_PEEK, key=key)
@@ -151,12 +160,14 @@ class ConversationLease:
             if expires_in > 0:
                 return LockClaim(acquired=False, owner=owner, holder=peeked[0]["owner"], expires_in_ms=expires_in)
         try:
-            return self.store.execute_write(create_lock_tx, key, conversation_id, owner, lease_ms, turn_key)
+            with guard():
+                return self.store.execute_write(create_lock_tx, key, conversation_id, owner, lease_ms, turn_key)
         except GraphWriteError as exc:
             if getattr(exc.__cause__, "code", None) not in CLAIM_RACE_CODES:
                 raise
         try:
-            return self.store.execute_write(take_lock_tx, key, owner, lease_ms, turn_key)
+            with guard():
+                return self.store.execute_write(take_lock_tx, key, owner, lease_ms, turn_key)
         except GraphWriteError as exc:
             if getattr(exc.__cause__, "code", None) in CLAIM_RACE_CODES:
                 return LockClaim(acquired=False, owner=owner, holder="(racing claimant)")
@@ -173,13 +184,12 @@ class ConversationLease:
         guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> LockClaim:
         """Claim the lease, polling with capped backoff (20 ms growing 1.6x to 250 ms) for up
-        to `wait_s` seconds; the last attempt falls on the deadline. `guard` wraps each claim
-        transaction (e.g. the caller's write serialisation). Returns the last claim."""
+        to `wait_s` seconds; the last attempt falls on the deadline. `guard` wraps each claim's
+        write transactions (e.g. the caller's write serialisation). Returns the last claim."""
         deadline = time.monotonic() + max(0.0, wait_s)
 
         def claim() -> LockClaim:
-            with guard():
-                return self.claim_lock(conversation_id, owner, lease_s, turn_key=turn_key)
+            return self.claim_lock(conversation_id, owner, lease_s, turn_key=turn_key, guard=guard)
 
         def pause(state: tenacity.RetryCallState) -> float:
             backoff = min(0.02 * 1.6 ** (state.attempt_number - 1), 0.25)

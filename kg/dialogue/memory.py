@@ -90,7 +90,7 @@ def remember_tx(tx: ManagedTransaction, conversation_id: str, rows: list[MemoryR
     present = {r["key"] for r in tx.run(dq.MEMORY_KEYS_PRESENT, keys=[row.key for row in rows])}
     for row in rows:
         if row.key in present and row.committed:
-            tx.run(dq.MEMORY_MARK_COMMITTED, key=row.key, extra=row.extra, facts=row.facts).consume()
+            mark_committed_tx(tx, row)
     fresh = list({row.key: row for row in rows if row.key not in present}.values())
     if not fresh:
         return 0
@@ -98,3 +98,9 @@ def remember_tx(tx: ManagedTransaction, conversation_id: str, rows: list[MemoryR
     first = int(claimed["last"]) - len(fresh) + 1  # type: ignore[index]
     tx.run(dq.MEMORY_CREATE, rows=[memory_props(row, first + i) for i, row in enumerate(fresh)]).consume()
     return len(fresh)
+
+
+def mark_committed_tx(tx: ManagedTransaction, row: MemoryRow) -> None:
+    """A row remembered before its turn committed (blocked by the gate, rolled back) gets the
+    committed turn's facts."""
+    tx.run(dq.MEMORY_MARK_COMMITTED, key=row.key, extra=row.extra, facts=row.facts).consume()

@@ -1,5 +1,10 @@
 """The one commit transaction of a turn: fence on the lease, idempotency, then entities,
-relation actions with their events, bio patches, milestones, and the turn record last."""
+relation actions with their events, bio patches, milestones, and the turn record last.
+
+Few round trips, because on ArcadeDB the process's graph writes run one at a time (the
+sidecar's `serialize_writes`) and every statement of a commit is time the other conversations
+wait: the fence's and idempotency's reads share the first statement, the events, milestones,
+memory row and turn record the last (measured in bench/sidecar_load.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from neo4j import ManagedTransaction
 from kg import vocabulary as vocab
 from kg.dialogue import cypher as dq
 from kg.dialogue.keys import lock_key
-from kg.dialogue.memory import remember_tx
+from kg.dialogue.memory import mark_committed_tx, memory_props
 from kg.dialogue.models import (
     EVOLVE_BASE_WEIGHT,
     REL_ACTIVE,
@@ -128,24 +133,38 @@ ResultBuilder = Callable[[int, list[AppliedAction]], tuple[str, str]]
 def commit_tx(
     tx: ManagedTransaction, write: TurnWrite, owner: str, build_result: ResultBuilder
 ) -> CommitOutcome:
-    # 1. Fence: our lease must still exist; deleting it here also releases it atomically.
-    released = tx.run(dq.LOCK_RELEASE, key=lock_key(write.conversation_id), owner=owner).single()
-    if not released or not int(released["released"]):
+    """The turn's one transaction, in few round trips: COMMIT_OPEN (fence, idempotency, the
+    counters' state), the seq, the facts (entities, actions, bio patches), CREATE_TURN_RECORDS."""
+    # 1. Fence: our lease must still exist; deleting it here also releases it atomically. The
+    # same statement reads what steps 2 and 3 need (the turn's record, the turn counter, its
+    # memory row).
+    opened = tx.run(
+        dq.COMMIT_OPEN, lock_key=lock_key(write.conversation_id), owner=owner, key=write.key,
+        conversation_id=write.conversation_id,
+    ).single()
+    if opened is None or not int(opened["released"]):
         raise LostLockError(
             f"conversation {write.conversation_id!r}: the lock lease expired and was taken over "
             "before the turn could commit",
             hint="retry the turn; raise the lease if turns take this long",
         )
     # 2. Idempotency: the key may have been committed by an earlier holder.
-    existing = tx.run(dq.READ_TURN, key=write.key).single()
-    if existing is not None:
-        stored = stored_turn(existing["props"])
+    if opened["props"] is not None:
+        stored = stored_turn(opened["props"])
         status: Literal["duplicate", "conflict"] = (
             "duplicate" if stored.payload_hash == write.payload_hash else "conflict"
         )
         return CommitOutcome(status=status, seq=stored.seq, stored=stored)
-    seq = next_turn_seq(tx, write.conversation_id)
-    applied = apply_facts(tx, write, seq)
+    # The memory row: appended with the turn, or (remembered before, e.g. blocked by the gate)
+    # marked committed, as remember_tx does.
+    memory = write.memory
+    append_memory = memory is not None and not opened["remembered"]
+    if memory is not None and opened["remembered"] and memory.committed:
+        mark_committed_tx(tx, memory)
+    seq, memory_last = next_turn_seq(
+        tx, write.conversation_id, turn_seq=opened["turn_seq"], memory_count=int(append_memory)
+    )
+    applied, events, milestones = apply_changes(tx, write, seq)
     result_json, trace_json = build_result(seq, applied)
     # 7. The turn record last: it carries the result the caller gets on a replay.
     props = no_nulls(
@@ -170,15 +189,28 @@ def commit_tx(
             "write_json": write.model_dump_json(exclude={"memory", "embedding", "committed_at"}),
         }
     )
-    tx.run(dq.CREATE_TURN, props=props).consume()
-    if write.memory is not None:
-        remember_tx(tx, write.conversation_id, [write.memory])
+    memory_rows = [memory_props(memory, int(memory_last))] if memory is not None and append_memory else []
+    tx.run(dq.CREATE_TURN_RECORDS, props=props, events=events, milestones=milestones, memory=memory_rows).consume()
     return CommitOutcome(status="committed", seq=seq, applied=applied)
 
 
 def apply_facts(tx: ManagedTransaction, write: TurnWrite, seq: int) -> list[AppliedAction]:
     """Steps 3-6 of a commit: entities, relation actions with their events, bio patches,
     milestones. Deterministic given the graph state, so a rewind can re-apply kept turns."""
+    applied, events, milestones = apply_changes(tx, write, seq)
+    if events:
+        tx.run(dq.CREATE_EVENTS, rows=events).consume()
+    if milestones:
+        tx.run(dq.CREATE_MILESTONES, rows=milestones).consume()
+    return applied
+
+
+def apply_changes(
+    tx: ManagedTransaction, write: TurnWrite, seq: int
+) -> tuple[list[AppliedAction], list[dict[str, Any]], list[dict[str, Any]]]:
+    """`apply_facts` without its two creates: (applied actions, the relation event rows, the
+    milestone rows), for the caller to create (a commit does it in its last statement). The
+    rows are new nodes nothing here reads, so writing them later changes no outcome."""
     # 3. Entities first: every action, patch and milestone refers to them.
     if write.entities:
         rows = [
@@ -225,46 +257,42 @@ def apply_facts(tx: ManagedTransaction, write: TurnWrite, seq: int) -> list[Appl
                 )
             )
         applied.append(result)
-    if events:
-        tx.run(dq.CREATE_EVENTS, rows=events).consume()
-    # 5. Bio patches.
-    for patch in write.bio_patches:
-        tx.run(
-            dq.PATCH_BIO,
-            conversation_id=write.conversation_id,
-            entity_id=patch.entity_id,
-            summary=patch.summary,
-            add=patch.traits_add,
-            remove=patch.traits_remove,
-            turn_id=write.turn_id,
-        ).consume()
-    # 6. Milestones.
-    if write.milestones:
-        rows = [
-            {
-                "milestone_id": f"{write.key}#m{i}",
-                "conversation_id": write.conversation_id,
-                "turn_id": write.turn_id,
-                "turn_key": write.key,
-                "seq": seq,
-                "text": m.text,
-                "importance": m.importance,
-                "entity_ids": m.entity_ids,
-                **({"quote": m.quote} if m.quote else {}),
-            }
-            for i, m in enumerate(write.milestones)
-        ]
-        tx.run(dq.CREATE_MILESTONES, rows=rows).consume()
-    return applied
+    # 5. Bio patches, in order, in one statement (a row sees the rows before it: a second
+    # patch to an entity builds on the first, as when they were sent one by one).
+    if write.bio_patches:
+        rows = [{"entity_id": p.entity_id, "summary": p.summary, "add": p.traits_add, "remove": p.traits_remove}
+                for p in write.bio_patches]
+        tx.run(dq.PATCH_BIOS, conversation_id=write.conversation_id, rows=rows, turn_id=write.turn_id).consume()
+    # 6. Milestones (their rows).
+    milestones = [
+        {
+            "milestone_id": f"{write.key}#m{i}",
+            "conversation_id": write.conversation_id,
+            "turn_id": write.turn_id,
+            "turn_key": write.key,
+            "seq": seq,
+            "text": m.text,
+            "importance": m.importance,
+            "entity_ids": m.entity_ids,
+            **({"quote": m.quote} if m.quote else {}),
+        }
+        for i, m in enumerate(write.milestones)
+    ]
+    return applied, events, milestones
 
 
-def next_turn_seq(tx: ManagedTransaction, conversation_id: str) -> int:
-    head = tx.run(dq.CONVERSATION_HEAD, conversation_id=conversation_id).single()
+def next_turn_seq(
+    tx: ManagedTransaction, conversation_id: str, *, turn_seq: int | None, memory_count: int = 0
+) -> tuple[int, int | None]:
+    """(the turn's seq, the last of `memory_count` memory positions claimed with it, else the
+    memory head); `turn_seq` is the counter as the caller read it."""
     floor = 0
-    if head is None or head["turn_seq"] is None:
+    if turn_seq is None:
         # First commit since the counter exists: a graph from before it may hold turns
         # already (one scan in the conversation's life, never again).
         stats = tx.run(dq.TURN_STATS, conversation_id=conversation_id).single()
         floor = int(stats["max_seq"]) if stats and stats["max_seq"] is not None else 0
-    row = tx.run(dq.TURN_SEQ_NEXT, conversation_id=conversation_id, floor=floor).single()
-    return int(row["seq"])  # type: ignore[index]
+    row = tx.run(dq.TURN_AND_MEMORY_SEQ_NEXT, conversation_id=conversation_id, floor=floor,
+                 memory_count=memory_count).single()
+    assert row is not None  # MERGE returns its one row
+    return int(row["seq"]), row["memory_last"]
