@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 HEALTH_PATH = "/api/kg-sidecar/health"
+#: A cold start loads the embedding model and starts the JVM graph: a minute on a loaded
+#: 2-core machine; five is a server that will not come up.
+START_TIMEOUT_S = 300.0
 
 
-def wait_healthy(client: httpx.Client, base: str, server: subprocess.Popen[str], log: Path, bench: str) -> None:
-    """Poll the sidecar at `base` until its health answers 200; exit with the tail of its log
-    if the process ends first."""
+def wait_healthy(client: httpx.Client, base: str, running: Callable[[], bool], log: Path, bench: str,
+                 *, timeout_s: float = START_TIMEOUT_S, poll_s: float = 0.3) -> None:
+    """Poll the sidecar at `base` until its health answers 200. Exit with the tail of its log
+    if the process ends first (`running()` false), or saying where the log is after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
     while True:
-        if server.poll() is not None:
+        if not running():
             raise SystemExit(f"{bench}: the server exited: {log.read_text()[-2000:]}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{bench}: the server did not answer in {timeout_s:.0f} s (see {log})")
         try:
             if client.get(f"{base}{HEALTH_PATH}").status_code == 200:
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(0.3)
+        time.sleep(poll_s)

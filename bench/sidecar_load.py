@@ -378,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         try:
             with httpx.Client(timeout=120) as client:
-                wait_healthy(client, base, server, log_path, "sidecar_load")
+                wait_healthy(client, base, lambda: server.poll() is None, log_path, "sidecar_load")
                 print(f"  server pid {server.pid}, {base}", flush=True)
                 if args.warm_up_turns:
                     warm_up(base, dialogues, args.warm_up_turns)

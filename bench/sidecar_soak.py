@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         try:
             with httpx.Client(timeout=120) as client:
-                wait_healthy(client, base, server, project / "serve.log", "soak")
+                wait_healthy(client, base, lambda: server.poll() is None, project / "serve.log", "soak")
 
                 per_conversation = args.turns // args.conversations
                 done = 0

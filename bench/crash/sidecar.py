@@ -49,6 +49,7 @@ from typing import Any
 import httpx
 
 from bench.crash.harness import GroupRun, kill_moments
+from bench.served import wait_healthy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIALOGUES = REPO_ROOT.parent / "shared" / "data" / "dialogues"
@@ -128,19 +129,8 @@ class Sidecar:
                "--project-dir", str(self.project), "--lock-wait", "0"]
         self.run = GroupRun(cmd, REPO_ROOT, self.env, self.log).start()
         self.starts += 1
-        deadline = time.monotonic() + 300
         with httpx.Client(timeout=10) as client:
-            while True:
-                if not self.run.running():
-                    raise SystemExit(f"crash.sidecar: the sidecar exited at start (see {self.log})")
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"crash.sidecar: the sidecar did not answer in 300 s (see {self.log})")
-                try:
-                    if client.get(f"{self.base}/api/kg-sidecar/health").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
+            wait_healthy(client, self.base, self.run.running, self.log, "crash.sidecar", poll_s=0.1)
 
     def kill(self) -> bool:
         """SIGKILL the whole group; whether it was running."""
