@@ -41,6 +41,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from core.errors import Failure
 from core.settings import SLOT_NAMES
 from kg.dialogue import AppliedAction, turn_key
 
@@ -134,6 +135,14 @@ ErrorKind = Literal[
     "malformed", "too_large", "forbidden", "conflict", "busy", "gate", "timeout", "llm", "graph", "internal"
 ]
 InvalidKind = Literal["malformed", "too_large", "forbidden", "conflict"]
+FailedKind = Literal["timeout", "llm", "graph", "internal"]
+
+
+def failed_kind(failure: Failure) -> FailedKind:
+    """The error_kind of a turn or memory query that failed as `failure` (core.errors.classify):
+    its kind, except that invalid input is the product's own error by then (the request was
+    validated before the work began), so `internal`."""
+    return "internal" if failure.kind == "invalid" else failure.kind
 
 
 class ChatMessage(_Request):
