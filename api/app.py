@@ -24,7 +24,7 @@ from api.openapi import build_openapi
 from api.schemas import ApiError
 from api.security import SidecarSecurity
 from api.statuses import RETRY_AFTER_S
-from core.errors import SkaldError, classify
+from core.errors import SkaldError, classify, first_problem
 from tasks.dialogue.pipeline import DialogueService
 
 log = logging.getLogger("skald.dialogue")
@@ -53,19 +53,12 @@ _EXPECTED = (SkaldError, TimeoutError, ConnectionError)
 
 def _parameter_reason(exc: RequestValidationError) -> str:
     """One line naming the first bad parameter (and how many more there are)."""
-    errors = list(exc.errors())
-    if not errors:
+    if not exc.errors():
         return "invalid request"
-    first = errors[0]
-    loc = [str(part) for part in first.get("loc", ())]
-    where = f"{loc[0]} parameter {'.'.join(loc[1:])}" if len(loc) > 1 else ".".join(loc) or "request"
-    value = first.get("input")
-    shown = ""
-    if isinstance(value, str | int | float | bool) and first.get("type") != "missing":
-        text = repr(value)
-        shown = f" (got {text[:60]}{'...' if len(text) > 60 else ''})"
-    more = f"; and {len(errors) - 1} more problem(s)" if len(errors) > 1 else ""
-    return f"invalid {where}: {first.get('msg', 'invalid')}{shown}{more}"
+    problem = first_problem(exc, "request")
+    loc = problem.detail["loc"]  # (where, name...): `path parameter conversation_id`
+    where = f"{loc[0]} parameter {'.'.join(map(str, loc[1:]))}" if len(loc) > 1 else problem.place
+    return f"invalid {where}: {problem.message}{problem.got()}{problem.and_more()}"
 
 
 def _error(code: str, reason: str, status: int, *, retryable: bool = False) -> JSONResponse:

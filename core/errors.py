@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, Protocol, TypeAlias, TypeVar
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -296,7 +297,14 @@ def error_location(error: ErrorDetails, root: str, *, skip: str | None = None) -
     return ".".join(parts) or root
 
 
-def first_problem(exc: ValidationError, root: str, *, skip: str | None = None) -> ValidationProblem:
+class ErrorList(Protocol):
+    """What a validation error is read through: pydantic's ValidationError, FastAPI's
+    RequestValidationError (non-empty lists only: `errors()[0]` is the one shown)."""
+
+    def errors(self) -> Sequence[Any]: ...
+
+
+def first_problem(exc: ErrorList, root: str, *, skip: str | None = None) -> ValidationProblem:
     """The first of a validation error's problems, and how many follow it."""
     errors = exc.errors()
     first = errors[0]

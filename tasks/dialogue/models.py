@@ -41,7 +41,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from core.errors import Failure
+from core.errors import Failure, first_problem
 from core.settings import SLOT_NAMES
 from kg.dialogue import AppliedAction, turn_key
 
@@ -452,21 +452,12 @@ _PATTERN_RULES = {
 def validation_reason(exc: ValidationError) -> str:
     """One line naming the first bad field (and how many more there are). A secret's value is
     never shown."""
-    errors = exc.errors()
-    first = errors[0]
-    parts = [str(p) for p in first["loc"] if not str(p).startswith("function-")]
-    loc = ".".join(parts) or "request"
-    msg = str(first["msg"]).removeprefix("Value error, ")
-    if first["type"] == "string_pattern_mismatch":
-        msg = _PATTERN_RULES.get(str((first.get("ctx") or {}).get("pattern")), msg)
-    value = first.get("input")
-    shown = ""
-    if (isinstance(value, str | int | float | bool) and first["type"] not in ("missing",)
-            and "password" not in parts):
-        text = repr(value)
-        shown = f" (got {text[:60]}{'...' if len(text) > 60 else ''})"
-    more = f"; and {len(errors) - 1} more problem(s)" if len(errors) > 1 else ""
-    return f"invalid request field {loc}: {msg}{shown}{more}"
+    problem = first_problem(exc, "request", skip="function-")  # validator names are no fields
+    msg = problem.message.removeprefix("Value error, ")
+    if problem.type == "string_pattern_mismatch":
+        msg = _PATTERN_RULES.get(str((problem.detail.get("ctx") or {}).get("pattern")), msg)
+    shown = "" if "password" in problem.place.split(".") else problem.got()
+    return f"invalid request field {problem.place}: {msg}{shown}{problem.and_more()}"
 
 
 def parse_model(model: type[M], raw: bytes | str | dict[str, Any]) -> tuple[M | None, str, InvalidKind]:
@@ -484,7 +475,7 @@ def parse_model(model: type[M], raw: bytes | str | dict[str, Any]) -> tuple[M | 
         return model.model_validate(raw), "", "malformed"
     except ValidationError as exc:
         if any(e["type"] == "json_invalid" for e in exc.errors()):
-            return None, f"request body is not valid JSON: {exc.errors()[0]['msg']}", "malformed"
+            return None, f"request body is not valid JSON: {first_problem(exc, 'request').message}", "malformed"
         return None, validation_reason(exc), "malformed"
 
 
