@@ -71,24 +71,65 @@ def test_timed_out_in_a_message_is_not_a_timeout(exc: BaseException) -> None:
     assert classify(exc).kind != "timeout"
 
 
-def test_a_turn_deadline_is_not_retried_automatically_but_an_llm_timeout_is() -> None:
-    # The same turn would run as long again; a timed-out request may well answer next time.
-    assert classify(TurnTimeoutError("deadline")) == Failure("timeout", retryable=True, transient=False)
-    assert classify(LLMTimeoutError("timed out")) == Failure("timeout", retryable=True, transient=True)
+# --- every kind, as the product meets it ------------------------------------------------------
+
+_TIMEOUT_AGAIN = Failure("timeout", retryable=True, transient=True)
+_LLM_AGAIN, _LLM_LATER = Failure("llm", True, True), Failure("llm", True, False)
+_GRAPH_AGAIN, _GRAPH_LATER = Failure("graph", True, True), Failure("graph", True, False)
+_INVALID, _INTERNAL = Failure("invalid", False, False), Failure("internal", False, False)
 
 
-# --- the LLM ------------------------------------------------------------------------------------
+class _Sheet(BaseModel):
+    name: str
+    age: int
 
 
-def test_llm_failures() -> None:
-    assert classify(LLMUnavailableError("down")) == Failure("llm", retryable=True, transient=True)
-    assert classify(LLMFatalError("HTTP 401")) == Failure("llm", retryable=False, transient=False)
+def _invalid(data: object) -> ValidationError:
+    with pytest.raises(ValidationError) as caught:
+        _Sheet.model_validate(data)
+    return caught.value
+
+
+@pytest.mark.parametrize(("exc", "failure"), [
+    # A timed-out request may answer next time; the same turn would run as long again.
+    (LLMTimeoutError("timed out"), _TIMEOUT_AGAIN),
+    (TurnTimeoutError("deadline"), Failure("timeout", retryable=True, transient=False)),
+    (LLMUnavailableError("down"), _LLM_AGAIN),
+    (LLMFatalError("HTTP 401"), Failure("llm", retryable=False, transient=False)),
     # Bad output: the gateway retried it with feedback already, so no automatic retry; a client
     # sending the turn again may get a different answer, so it stays retryable for the client.
-    assert classify(LLMBadOutputError("bad json")) == Failure("llm", retryable=True, transient=False)
-    assert classify(EmbeddedLLMError("llama-server not ready")) == Failure("llm", retryable=True, transient=False)
-    # An LLM timeout is still an unavailable LLM for whoever catches that.
+    (LLMBadOutputError("bad json"), _LLM_LATER),
+    (EmbeddedLLMError("llama-server not ready"), _LLM_LATER),
+    (GraphUnavailableError("unreachable"), _GRAPH_AGAIN),
+    (GraphOwnerGoneError("owner exited"), _GRAPH_AGAIN),
+    (GraphWriteError("rolled back"), _GRAPH_LATER),
+    (GraphQueryError("read failed"), _GRAPH_LATER),
+    (RewindRefusedError("no stored write"), _GRAPH_LATER),
+    (EmbeddedGraphError("arcadedb did not start"), _GRAPH_LATER),
+    (nx.ServiceUnavailable("gone"), _GRAPH_AGAIN),
+    (nx.SessionExpired("gone"), _GRAPH_AGAIN),
+    (nx.CypherSyntaxError("bad"), _INTERNAL),  # the server refuses the statement: our bug
+    (InvalidInputError("bad flag"), _INVALID),
+    (ConfigError("bad setting"), _INVALID),
+    (_invalid({"name": "A"}), _INVALID),
+    (ContentIntegrityError("sha mismatch"), _INTERNAL),
+    (KeyError("x"), _INTERNAL),
+    # A bare connection failure is unexpected (our clients wrap theirs) but may pass.
+    (ConnectionRefusedError(), Failure("internal", retryable=True, transient=True)),
+], ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else "")
+def test_classify(exc: BaseException, failure: Failure) -> None:
+    assert classify(exc) == failure
+
+
+def test_an_llm_timeout_is_still_an_unavailable_llm_for_whoever_catches_that() -> None:
     assert isinstance(LLMTimeoutError("x"), LLMUnavailableError)
+    assert isinstance(GraphQueryError("x"), GraphReadError)
+
+
+def test_the_sidecar_calls_invalid_input_inside_a_turn_internal() -> None:
+    # The request was validated before the turn began: invalid input in one is the product's.
+    assert failed_kind(classify(InvalidInputError("x"))) == "internal"
+    assert failed_kind(classify(LLMTimeoutError("x"))) == "timeout"
 
 
 @pytest.mark.parametrize(("exc", "kind"), [
@@ -105,55 +146,6 @@ def test_openai_errors_follow_the_gateways_mapping(exc: openai.OpenAIError, kind
     failure = classify(exc)
     assert failure.kind == "llm"
     assert failure.retryable is failure.transient is (kind != "fatal")
-
-
-# --- the graph ----------------------------------------------------------------------------------
-
-
-def test_graph_failures() -> None:
-    assert classify(GraphUnavailableError("unreachable")) == Failure("graph", retryable=True, transient=True)
-    assert classify(GraphOwnerGoneError("owner exited")) == Failure("graph", retryable=True, transient=True)
-    assert classify(GraphWriteError("rolled back")) == Failure("graph", retryable=True, transient=False)
-    assert classify(GraphQueryError("read failed")) == Failure("graph", retryable=True, transient=False)
-    assert isinstance(GraphQueryError("x"), GraphReadError)
-    assert classify(RewindRefusedError("no stored write")).kind == "graph"
-    assert classify(EmbeddedGraphError("arcadedb did not start")) == Failure("graph", retryable=True, transient=False)
-
-
-def test_neo4j_driver_errors() -> None:
-    assert classify(nx.ServiceUnavailable("gone")) == Failure("graph", retryable=True, transient=True)
-    assert classify(nx.SessionExpired("gone")) == Failure("graph", retryable=True, transient=True)
-    # A statement the server refuses is the product's bug, the same every time.
-    assert classify(nx.CypherSyntaxError("bad")) == Failure("internal", retryable=False, transient=False)
-
-
-# --- input, and what nobody expected --------------------------------------------------------------
-
-
-class _Sheet(BaseModel):
-    name: str
-    age: int
-
-
-def _invalid(data: object) -> ValidationError:
-    with pytest.raises(ValidationError) as caught:
-        _Sheet.model_validate(data)
-    return caught.value
-
-
-def test_invalid_input() -> None:
-    for exc in (InvalidInputError("bad flag"), ConfigError("bad setting"), _invalid({"name": "A"})):
-        assert classify(exc) == Failure("invalid", retryable=False, transient=False)
-    # The sidecar validated the request before the turn began: invalid input in one is ours.
-    assert failed_kind(classify(InvalidInputError("x"))) == "internal"
-    assert failed_kind(classify(LLMTimeoutError("x"))) == "timeout"
-
-
-def test_the_unexpected_is_internal() -> None:
-    assert classify(ContentIntegrityError("sha mismatch")) == Failure("internal", retryable=False, transient=False)
-    assert classify(KeyError("x")) == Failure("internal", retryable=False, transient=False)
-    # A bare connection failure is unexpected (our clients wrap theirs) but may pass.
-    assert classify(ConnectionRefusedError()) == Failure("internal", retryable=True, transient=True)
 
 
 # --- Prefect's retry condition ------------------------------------------------------------------

@@ -19,7 +19,13 @@ import polars as pl
 import pytest
 from pydantic import BaseModel, Field, SecretStr
 
-from core.errors import LLMBadOutputError, LLMFatalError, LLMTimeoutError, LLMUnavailableError, classify
+from core.errors import (
+    LLMBadOutputError,
+    LLMFatalError,
+    LLMTimeoutError,
+    LLMUnavailableError,
+    classify,
+)
 from core.llm import (
     LOCAL_CHARS_PER_TOKEN,
     LOCAL_MAX_ITEMS,
