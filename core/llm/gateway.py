@@ -32,6 +32,7 @@ from core.errors import (
     LLMRetryKind,
     LLMTimeoutError,
     LLMUnavailableError,
+    Ok,
     clip_line,
     llm_retry_kind,
 )
@@ -388,11 +389,12 @@ class LLMGateway:
                     if tiny and response_format is not None:
                         bounded = response_format["json_schema"]["schema"]
                         mend = lambda data, schema=bounded: mend_cut_strings(data, schema)  # noqa: E731
-                    value, problem = parse_answer(content, output_model, mend=mend)
-                    if value is not None:
+                    parsed = parse_answer(content, output_model, mend=mend)
+                    if isinstance(parsed, Ok):
                         self._health.record(target.key, True, elapsed)
                         stats.outcome = "ok"
-                        return value
+                        return parsed.value
+                    problem = parsed.reason
 
                 self._health.record(target.key, False, elapsed)
                 failure, last_error = "bad_output", problem
