@@ -9,7 +9,11 @@ types, the `openai` client's, the `neo4j` driver's, TimeoutError and ConnectionE
 ValidationError), what kind of failure it is and whether trying again can help. The sidecar's
 turn and memory answers, the HTTP API's statuses, Prefect's retry condition and the LLM
 gateway's own retry loop all read it; none matches words in a message. A failure whose kind
-was once a message is a type here (an LLM request that timed out raises LLMTimeoutError).
+was once a message is a type here (an LLM request that timed out raises LLMTimeoutError). The
+gateway's finer reading of an `openai` error (`llm_retry_kind`: transient, rate_limited, fatal)
+is here too, so that `classify` and the gateway read one mapping: core.llm imports this module,
+so the mapping could not stay in core.llm.failures without an import circle. Libraries are not
+imported to classify (see `_foreign_failure`).
 
 Functions that can fail in an expected way without raising return `Ok(value) | Err(reason)`
 (frozen dataclasses; `match` or `isinstance` on them), so the caller cannot take the reason for
@@ -112,7 +116,6 @@ class DeadlineError(SkaldError):
     """Work ran past the deadline it was given (a turn, or one of its slots)."""
 
 
-
 # --- What a failure is: one decision for the whole product ------------------------------------
 
 FailureKind = Literal["timeout", "llm", "graph", "invalid", "internal"]
@@ -183,10 +186,12 @@ _INVALID = Failure("invalid", retryable=False, transient=False)
 # The project's own types, most specific first: the first that `exc` is an instance of decides.
 _OWN: tuple[tuple[type[SkaldError], Failure], ...] = (
     (LLMTimeoutError, _TIMEOUT),
-    (DeadlineError, Failure("timeout", retryable=True, transient=False)),  # it would run as long again
+    # A turn past its deadline would run as long again: not retried automatically.
+    (DeadlineError, Failure("timeout", retryable=True, transient=False)),
     (LLMFatalError, Failure("llm", retryable=False, transient=False)),
     (LLMUnavailableError, Failure("llm", retryable=True, transient=True)),
     (LLMError, Failure("llm", retryable=True, transient=False)),  # bad output
+    # A server that did not start may be up next time (the API has always answered it 503).
     (EmbeddedLLMError, Failure("llm", retryable=True, transient=False)),
     (EmbeddedGraphError, Failure("graph", retryable=True, transient=False)),
     (GraphUnavailableError, Failure("graph", retryable=True, transient=True)),
@@ -309,7 +314,11 @@ def first_problem(exc: ErrorList, root: str, *, skip: str | None = None) -> Vali
     errors = exc.errors()
     first = errors[0]
     return ValidationProblem(
-        error_location(first, root, skip=skip), str(first["msg"]), first["type"], first, len(errors) - 1
+        error_location(first, root, skip=skip),
+        str(first["msg"]),
+        first["type"],
+        first,
+        len(errors) - 1,
     )
 
 

@@ -41,8 +41,9 @@ from tasks.policy import retry_transient_only
 _REQUEST = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
 
 
-def _status_error(cls: type[openai.APIStatusError], status: int, message: str = "boom", code: str | None = None
-                  ) -> openai.APIStatusError:
+def _status_error(
+    cls: type[openai.APIStatusError], status: int, message: str = "boom", code: str | None = None
+) -> openai.APIStatusError:
     body = {"message": message, "code": code}
     return cls(message, response=httpx.Response(status, request=_REQUEST), body=body)
 
@@ -50,23 +51,31 @@ def _status_error(cls: type[openai.APIStatusError], status: int, message: str = 
 # --- timeouts: a type, never a message -------------------------------------------------------
 
 
-@pytest.mark.parametrize("exc", [
-    LLMTimeoutError("LLM endpoint x unavailable after 3 attempts: request timed out"),
-    TurnTimeoutError("turn c:1 passed its 300s deadline before COMMITTING"),
-    TimeoutError(),
-    openai.APITimeoutError(request=_REQUEST),
-], ids=["llm", "turn-deadline", "builtin", "openai"])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        LLMTimeoutError("LLM endpoint x unavailable after 3 attempts: request timed out"),
+        TurnTimeoutError("turn c:1 passed its 300s deadline before COMMITTING"),
+        TimeoutError(),
+        openai.APITimeoutError(request=_REQUEST),
+    ],
+    ids=["llm", "turn-deadline", "builtin", "openai"],
+)
 def test_a_timeout_is_a_timeout(exc: BaseException) -> None:
     assert classify(exc).kind == "timeout"
     assert classify(exc).retryable
 
 
-@pytest.mark.parametrize("exc", [
-    ValueError("the request timed out"),
-    LLMUnavailableError("LLM endpoint x unavailable: the upstream said 'timed out' once"),
-    LLMBadOutputError("LLM returned invalid output: field 'timed out' missing"),
-    RuntimeError("deadline passed"),
-], ids=["value-error", "unavailable", "bad-output", "runtime-error"])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ValueError("the request timed out"),
+        LLMUnavailableError("LLM endpoint x unavailable: the upstream said 'timed out' once"),
+        LLMBadOutputError("LLM returned invalid output: field 'timed out' missing"),
+        RuntimeError("deadline passed"),
+    ],
+    ids=["value-error", "unavailable", "bad-output", "runtime-error"],
+)
 def test_timed_out_in_a_message_is_not_a_timeout(exc: BaseException) -> None:
     assert classify(exc).kind != "timeout"
 
@@ -90,33 +99,37 @@ def _invalid(data: object) -> ValidationError:
     return caught.value
 
 
-@pytest.mark.parametrize(("exc", "failure"), [
-    # A timed-out request may answer next time; the same turn would run as long again.
-    (LLMTimeoutError("timed out"), _TIMEOUT_AGAIN),
-    (TurnTimeoutError("deadline"), Failure("timeout", retryable=True, transient=False)),
-    (LLMUnavailableError("down"), _LLM_AGAIN),
-    (LLMFatalError("HTTP 401"), Failure("llm", retryable=False, transient=False)),
-    # Bad output: the gateway retried it with feedback already, so no automatic retry; a client
-    # sending the turn again may get a different answer, so it stays retryable for the client.
-    (LLMBadOutputError("bad json"), _LLM_LATER),
-    (EmbeddedLLMError("llama-server not ready"), _LLM_LATER),
-    (GraphUnavailableError("unreachable"), _GRAPH_AGAIN),
-    (GraphOwnerGoneError("owner exited"), _GRAPH_AGAIN),
-    (GraphWriteError("rolled back"), _GRAPH_LATER),
-    (GraphQueryError("read failed"), _GRAPH_LATER),
-    (RewindRefusedError("no stored write"), _GRAPH_LATER),
-    (EmbeddedGraphError("arcadedb did not start"), _GRAPH_LATER),
-    (nx.ServiceUnavailable("gone"), _GRAPH_AGAIN),
-    (nx.SessionExpired("gone"), _GRAPH_AGAIN),
-    (nx.CypherSyntaxError("bad"), _INTERNAL),  # the server refuses the statement: our bug
-    (InvalidInputError("bad flag"), _INVALID),
-    (ConfigError("bad setting"), _INVALID),
-    (_invalid({"name": "A"}), _INVALID),
-    (ContentIntegrityError("sha mismatch"), _INTERNAL),
-    (KeyError("x"), _INTERNAL),
-    # A bare connection failure is unexpected (our clients wrap theirs) but may pass.
-    (ConnectionRefusedError(), Failure("internal", retryable=True, transient=True)),
-], ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else "")
+@pytest.mark.parametrize(
+    ("exc", "failure"),
+    [
+        # A timed-out request may answer next time; the same turn would run as long again.
+        (LLMTimeoutError("timed out"), _TIMEOUT_AGAIN),
+        (TurnTimeoutError("deadline"), Failure("timeout", retryable=True, transient=False)),
+        (LLMUnavailableError("down"), _LLM_AGAIN),
+        (LLMFatalError("HTTP 401"), Failure("llm", retryable=False, transient=False)),
+        # Bad output: the gateway retried it with feedback already, so no automatic retry; a client
+        # sending the turn again may get a different answer, so it stays retryable for the client.
+        (LLMBadOutputError("bad json"), _LLM_LATER),
+        (EmbeddedLLMError("llama-server not ready"), _LLM_LATER),
+        (GraphUnavailableError("unreachable"), _GRAPH_AGAIN),
+        (GraphOwnerGoneError("owner exited"), _GRAPH_AGAIN),
+        (GraphWriteError("rolled back"), _GRAPH_LATER),
+        (GraphQueryError("read failed"), _GRAPH_LATER),
+        (RewindRefusedError("no stored write"), _GRAPH_LATER),
+        (EmbeddedGraphError("arcadedb did not start"), _GRAPH_LATER),
+        (nx.ServiceUnavailable("gone"), _GRAPH_AGAIN),
+        (nx.SessionExpired("gone"), _GRAPH_AGAIN),
+        (nx.CypherSyntaxError("bad"), _INTERNAL),  # the server refuses the statement: our bug
+        (InvalidInputError("bad flag"), _INVALID),
+        (ConfigError("bad setting"), _INVALID),
+        (_invalid({"name": "A"}), _INVALID),
+        (ContentIntegrityError("sha mismatch"), _INTERNAL),
+        (KeyError("x"), _INTERNAL),
+        # A bare connection failure is unexpected (our clients wrap theirs) but may pass.
+        (ConnectionRefusedError(), Failure("internal", retryable=True, transient=True)),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else "",
+)
 def test_classify(exc: BaseException, failure: Failure) -> None:
     assert classify(exc) == failure
 
@@ -132,15 +145,19 @@ def test_the_sidecar_calls_invalid_input_inside_a_turn_internal() -> None:
     assert failed_kind(classify(LLMTimeoutError("x"))) == "timeout"
 
 
-@pytest.mark.parametrize(("exc", "kind"), [
-    (_status_error(openai.InternalServerError, 500), "transient"),
-    (_status_error(openai.InternalServerError, 500, "input is too large to process"), "fatal"),
-    (_status_error(openai.RateLimitError, 429), "rate_limited"),
-    (_status_error(openai.RateLimitError, 429, code="insufficient_quota"), "fatal"),
-    (_status_error(openai.AuthenticationError, 401), "fatal"),
-    (_status_error(openai.ConflictError, 409), "transient"),
-    (openai.APIConnectionError(request=_REQUEST), "transient"),
-], ids=["500", "500-too-large", "429", "429-quota", "401", "409", "connection"])
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (_status_error(openai.InternalServerError, 500), "transient"),
+        (_status_error(openai.InternalServerError, 500, "input is too large to process"), "fatal"),
+        (_status_error(openai.RateLimitError, 429), "rate_limited"),
+        (_status_error(openai.RateLimitError, 429, code="insufficient_quota"), "fatal"),
+        (_status_error(openai.AuthenticationError, 401), "fatal"),
+        (_status_error(openai.ConflictError, 409), "transient"),
+        (openai.APIConnectionError(request=_REQUEST), "transient"),
+    ],
+    ids=["500", "500-too-large", "429", "429-quota", "401", "409", "connection"],
+)
 def test_openai_errors_follow_the_gateways_mapping(exc: openai.OpenAIError, kind: str) -> None:
     assert llm_retry_kind(exc) == kind
     failure = classify(exc)
@@ -151,17 +168,21 @@ def test_openai_errors_follow_the_gateways_mapping(exc: openai.OpenAIError, kind
 # --- Prefect's retry condition ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("exc", "retried"), [
-    (LLMUnavailableError("down"), True),
-    (LLMTimeoutError("timed out"), True),
-    (GraphUnavailableError("unreachable"), True),
-    (ConnectionResetError(), True),
-    (TimeoutError(), True),
-    (LLMBadOutputError("bad json"), False),
-    (GraphWriteError("rolled back"), False),
-    (LLMFatalError("HTTP 401"), False),
-    (ValueError("the request timed out"), False),
-], ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value))
+@pytest.mark.parametrize(
+    ("exc", "retried"),
+    [
+        (LLMUnavailableError("down"), True),
+        (LLMTimeoutError("timed out"), True),
+        (GraphUnavailableError("unreachable"), True),
+        (ConnectionResetError(), True),
+        (TimeoutError(), True),
+        (LLMBadOutputError("bad json"), False),
+        (GraphWriteError("rolled back"), False),
+        (LLMFatalError("HTTP 401"), False),
+        (ValueError("the request timed out"), False),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value),
+)
 def test_prefect_retries_only_transient_failures(exc: BaseException, retried: bool) -> None:
     assert retry_transient_only(None, None, Failed(data=exc)) is retried
 
