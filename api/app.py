@@ -6,7 +6,8 @@ that keep every answer documented, with a one-line reason:
 
 - a path or query parameter breaking its rules: 400 ApiError (FastAPI's default is a 422
   with a list of errors);
-- the graph or the LLM not answering a read: 503 ApiError, retryable, Retry-After;
+- the graph or the LLM not answering a read (core.errors.classify: a timeout, an LLM or a graph
+  failure): 503 ApiError, with its retryable flag (Retry-After when retryable);
 - anything else raised: 500 ApiError (a bug; logged with its traceback).
 """
 
@@ -23,13 +24,7 @@ from api.openapi import build_openapi
 from api.schemas import ApiError
 from api.security import SidecarSecurity
 from api.statuses import RETRY_AFTER_S
-from core.errors import (
-    EmbeddedServiceError,
-    GraphUnavailableError,
-    GraphWriteError,
-    LLMError,
-    LLMFatalError,
-)
+from core.errors import SkaldError, classify, first_problem
 from tasks.dialogue.pipeline import DialogueService
 
 log = logging.getLogger("skald.dialogue")
@@ -47,24 +42,23 @@ API_DESCRIPTION = (
     "too large; 500 a bug (nothing written); 503 rolled back or unavailable, retryable. Every answer "
     "that is not a success carries code, error_kind and a one-line reason."
 )
-_UNAVAILABLE = (GraphUnavailableError, GraphWriteError, EmbeddedServiceError, LLMError)
+#: The failure kinds (core.errors.classify) that answer 503 UNAVAILABLE: a service did not answer
+#: in time or at all. Every other failure is the product's own: 500 INTERNAL.
+_UNAVAILABLE_KINDS = frozenset({"timeout", "llm", "graph"})
+#: What the handler of known failures sees; the rest reaches the catch-all handler, which
+#: classifies them the same way (Starlette gives `Exception`'s handler to its outermost
+#: middleware, which re-raises after answering, so the expected ones are caught before it).
+_EXPECTED = (SkaldError, TimeoutError, ConnectionError)
 
 
 def _parameter_reason(exc: RequestValidationError) -> str:
     """One line naming the first bad parameter (and how many more there are)."""
-    errors = list(exc.errors())
-    if not errors:
+    if not exc.errors():
         return "invalid request"
-    first = errors[0]
-    loc = [str(part) for part in first.get("loc", ())]
-    where = f"{loc[0]} parameter {'.'.join(loc[1:])}" if len(loc) > 1 else ".".join(loc) or "request"
-    value = first.get("input")
-    shown = ""
-    if isinstance(value, str | int | float | bool) and first.get("type") != "missing":
-        text = repr(value)
-        shown = f" (got {text[:60]}{'...' if len(text) > 60 else ''})"
-    more = f"; and {len(errors) - 1} more problem(s)" if len(errors) > 1 else ""
-    return f"invalid {where}: {first.get('msg', 'invalid')}{shown}{more}"
+    problem = first_problem(exc, "request")
+    loc = problem.detail["loc"]  # (where, name...): `path parameter conversation_id`
+    where = f"{loc[0]} parameter {'.'.join(map(str, loc[1:]))}" if len(loc) > 1 else problem.place
+    return f"invalid {where}: {problem.message}{problem.got()}{problem.and_more()}"
 
 
 def _error(code: str, reason: str, status: int, *, retryable: bool = False) -> JSONResponse:
@@ -86,16 +80,16 @@ def create_app(service: DialogueService, security: SidecarSecurity | None = None
     async def bad_parameter(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return _error("INVALID_REQUEST", _parameter_reason(exc), 400)
 
-    async def unavailable(_request: Request, exc: Exception) -> JSONResponse:
-        return _error("UNAVAILABLE", str(exc), 503, retryable=not isinstance(exc, LLMFatalError))
-
-    for kind in _UNAVAILABLE:
-        app.add_exception_handler(kind, unavailable)
-
-    @app.exception_handler(Exception)
-    async def internal(request: Request, exc: Exception) -> JSONResponse:
+    async def failed(request: Request, exc: Exception) -> JSONResponse:
+        failure = classify(exc)
+        if failure.kind in _UNAVAILABLE_KINDS:
+            return _error("UNAVAILABLE", str(exc), 503, retryable=failure.retryable)
         log.error("%s %s failed unexpectedly", request.method, request.url.path, exc_info=exc)
         return _error("INTERNAL", f"internal error: {type(exc).__name__}: {exc}", 500)
+
+    for expected in _EXPECTED:
+        app.add_exception_handler(expected, failed)
+    app.add_exception_handler(Exception, failed)
 
     app.openapi = lambda: build_openapi(app, security.token is not None)  # type: ignore[method-assign]
     return app

@@ -23,13 +23,14 @@ through /turn/replace).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from api.schemas import ApiError, HealthReport
+from core.errors import Err, Ok, Result
 from tasks.dialogue.models import MAX_BODY_BYTES, MemoryQueryResult, RewindResult, TurnResult
 
 _INVALID = {"too_large": 413, "forbidden": 403, "conflict": 409}
@@ -70,20 +71,21 @@ def answer(body: BaseModel, status: int, retryable: bool = False) -> JSONRespons
     return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
 
 
-async def read_body(request: Request) -> bytes | str:
+async def read_body(request: Request) -> Result[bytes, Literal["too_large"]]:
     """The body, read with a cap so an oversized upload is refused without buffering it all;
-    a str is the one-line reason it was refused (413)."""
+    Err(the one-line reason, too_large) when it was refused (413). A result, not an error:
+    each route answers it with its own result model, as it answers every other refusal."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        return f"request body is {int(declared)} bytes; the limit is {MAX_BODY_BYTES}"
+        return Err(f"request body is {int(declared)} bytes; the limit is {MAX_BODY_BYTES}", "too_large")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            return f"request body is over the limit of {MAX_BODY_BYTES} bytes"
+            return Err(f"request body is over the limit of {MAX_BODY_BYTES} bytes", "too_large")
         chunks.append(chunk)
-    return b"".join(chunks)
+    return Ok(b"".join(chunks))
 
 
 # --- what each operation documents -----------------------------------------------------------

@@ -27,6 +27,7 @@ from api.statuses import (
     rewind_status,
     turn_status,
 )
+from core.errors import Err
 from tasks.dialogue.models import (
     MemoryQueryRequest,
     MemoryQueryResult,
@@ -52,10 +53,10 @@ router = APIRouter()
 async def _turn(request: Request, service: DialogueService, attempt: Literal["commit", "retry"],
                 replace: bool = False) -> JSONResponse:
     body = await read_body(request)
-    if isinstance(body, str):
-        result = TurnResult.invalid(body, kind="too_large")
+    if isinstance(body, Err):
+        result = TurnResult.invalid(body.reason, kind=body.kind)
     else:
-        result = await run_in_threadpool(service.commit, body, attempt=attempt, replace=replace)
+        result = await run_in_threadpool(service.commit, body.value, attempt=attempt, replace=replace)
     return answer(result, turn_status(result), result.retryable)
 
 
@@ -86,11 +87,11 @@ async def replace_turn(request: Request, service: Service) -> JSONResponse:
              "exactly (facts, relation events, milestones, memory), like a chapter rollback")
 async def rewind_conversation(request: Request, service: Service) -> JSONResponse:
     body = await read_body(request)
-    if isinstance(body, str):
+    if isinstance(body, Err):
         outcome = RewindResult(ok=False, conversation_id="", before_turn="", code="INVALID_REQUEST",
-                               error_kind="too_large", reason=body)
+                               error_kind=body.kind, reason=body.reason)
     else:
-        parsed = parse_rewind(body)
+        parsed = parse_rewind(body.value)
         if isinstance(parsed, RewindResult):
             outcome = parsed
         else:
@@ -104,8 +105,8 @@ async def rewind_conversation(request: Request, service: Service) -> JSONRespons
              "would get (the same retrieval and injector), nothing written")
 async def query_memory(request: Request, service: Service) -> JSONResponse:
     body = await read_body(request)
-    if isinstance(body, str):
-        result = MemoryQueryResult.invalid(body, kind="too_large")
+    if isinstance(body, Err):
+        result = MemoryQueryResult.invalid(body.reason, kind=body.kind)
     else:
-        result = await run_in_threadpool(service.memory_query, body)
+        result = await run_in_threadpool(service.memory_query, body.value)
     return answer(result, memory_status(result), result.retryable)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError, EmbeddedServiceError
+from core.errors import ConfigError, EmbeddedGraphError
 from core.settings import Settings
 
 log = logging.getLogger("skald.graph")
@@ -182,7 +182,7 @@ class EmbeddedArcadeDB:
                 try:
                     found = self._discover(announce=False)
                     if found is not None:
-                        raise EmbeddedServiceError(
+                        raise EmbeddedGraphError(
                             f"the graph under {self.root} is already served by process {found.owner_pid} at {found.uri}",
                             hint="use that one (its clients find it by themselves), or stop it first",
                         )
@@ -240,7 +240,7 @@ class EmbeddedArcadeDB:
             if not (self.root / "data" / "databases" / EMBEDDED_DATABASE).exists():
                 server.create_database(EMBEDDED_DATABASE)
         except Exception as exc:
-            raise EmbeddedServiceError(
+            raise EmbeddedGraphError(
                 f"could not start the embedded ArcadeDB graph under {self.root}: {exc}",
                 hint="check Java/disk space, or set NEO4J_URI to use a Neo4j server",
             ) from exc

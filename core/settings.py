@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from core.errors import ConfigError, error_location
+from core.errors import ConfigError, first_problem
 
 TierName = Literal["large", "medium", "small", "narrative", "enrichment"]
 TIER_NAMES: tuple[TierName, ...] = ("large", "medium", "small", "narrative", "enrichment")
@@ -395,12 +395,10 @@ class _TomlSource(PydanticBaseSettingsSource):
 
 
 def _one_line(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    loc = error_location(first, "settings")
-    value = first.get("input")
+    problem = first_problem(exc, "settings")
+    value = problem.detail.get("input")
     shown = "" if isinstance(value, dict) else f" (got {str(value)[:60]!r})"
-    more = f"; and {len(exc.errors()) - 1} more" if len(exc.errors()) > 1 else ""
-    return f"invalid setting {loc}: {first['msg']}{shown}{more}"
+    return f"invalid setting {problem.place}: {problem.message}{shown}{problem.and_more('')}"
 
 
 def load_settings(

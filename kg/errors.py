@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.errors import GraphWriteError, SkaldError
+from core.errors import GraphReadError, GraphWriteError
 
 
 class ChapterConflictError(GraphWriteError):
@@ -21,5 +21,5 @@ class ImportRefusedError(GraphWriteError):
     """An import file is malformed, uses labels outside the vocabulary, or targets a non-empty graph."""
 
 
-class GraphQueryError(SkaldError):
+class GraphQueryError(GraphReadError):
     """A graph read failed (bad data or a server-side error)."""

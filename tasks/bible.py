@@ -31,7 +31,7 @@ from prefect import get_run_logger
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.content import atomic_write
-from core.errors import InvalidInputError, error_location
+from core.errors import InvalidInputError, first_problem
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta, Entity, EntitySource, PropertyUpdate, Relationship
 from prompts.initialization.models import (
@@ -104,16 +104,16 @@ def _describe_allowed(model: type[BaseModel]) -> str:
 
 def _one_error(rel: str, exc: ValidationError, model: type[BaseModel], index: int | None) -> InvalidInputError:
     """The first validation problem as one line: file, field, what is allowed."""
-    error = exc.errors()[0]
-    loc = error_location(error, "(top level)")
+    problem = first_problem(exc, "(top level)")
+    error, loc = problem.detail, problem.place
     where = f"{rel}: entry {index + 1}, field '{loc}'" if index is not None else f"{rel}: field '{loc}'"
-    if error["type"] == "extra_forbidden":
+    if problem.type == "extra_forbidden":
         return InvalidInputError(f"{where}: unknown field; allowed fields: {_describe_allowed(model)}",
                                  hint="fix or remove it and run again")
     field = model.model_fields.get(str(error["loc"][0])) if error["loc"] else None
     expected = f" (expected {_type_name(field.annotation)})" if field is not None else ""
     got = f", got {type(error['input']).__name__} {str(error['input'])[:40]!r}" if "input" in error else ""
-    return InvalidInputError(f"{where}: {error['msg']}{expected}{got}", hint="fix it and run again")
+    return InvalidInputError(f"{where}: {problem.message}{expected}{got}", hint="fix it and run again")
 
 
 def _type_name(annotation: Any) -> str:

@@ -2,8 +2,8 @@
 
 LLM stages are cached on disk keyed by their inputs and their source code (Prefect
 INPUTS + TASK_SOURCE), with results persisted as JSON under `<project>/.saga/`, so a
-re-run after a crash repeats no finished call. Only transient failures are retried at
-the task level; the gateway has already retried within its own budget by then.
+re-run after a crash repeats no finished call. Only transient failures (core.errors.classify)
+are retried at the task level; the gateway has already retried within its own budget by then.
 
 Every task made here is a stage of the process's ledger (core.stages): its body's CPU and
 wall time are booked under the task's name, so a new task shows up in a run's time split
@@ -20,23 +20,23 @@ from typing import Any, TypeVar
 from prefect import task
 from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
 
-from core.errors import GraphUnavailableError, LLMUnavailableError
+from core.errors import classify
 from core.stages import stage
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 CACHE_BY_INPUTS_AND_SOURCE = INPUTS + TASK_SOURCE
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (LLMUnavailableError, GraphUnavailableError, ConnectionError, TimeoutError)
 
 
 def retry_transient_only(task_obj: Any, task_run: Any, state: Any) -> bool:
-    """Prefect retry_condition_fn: retry only errors that a later attempt can fix."""
+    """Prefect retry_condition_fn: retry only failures that pass by themselves (core.errors.
+    classify's `transient`: an LLM or graph that did not answer, a timeout, a lost connection)."""
     try:
         state.result()
-    except TRANSIENT_ERRORS:
-        return True
+    except Exception as exc:
+        return classify(exc).transient
     except BaseException:
-        return False
+        return False  # cancelled or interrupted: not a failure to retry
     return False
 
 

@@ -169,6 +169,28 @@ def test_forced_extractor_failure_rolls_back_and_the_graph_is_byte_identical(
     assert retried.committed and retried.trace and retried.trace.attempt == "retry"
 
 
+def test_an_llm_request_that_timed_out_rolls_back_as_a_timeout_and_a_500_as_llm(
+    settings: Settings, scripted: ScriptedLLM
+) -> None:
+    # The scripted server answers a "timeout" fault after 2 s; the client gives up after 0.3 s.
+    limits = settings.limits.model_copy(update={"llm_timeout_s": 0.3, "llm_max_attempts": 1})
+    impatient = DialogueService(settings.model_copy(update={"limits": limits}))
+    try:
+        request = _requests(_conv("llm-timeout"), 1)[0]
+        scripted.on(schema="TurnExtraction", fault="timeout", times=1)
+        timed_out = impatient.commit(request)
+        assert (timed_out.state, timed_out.error_kind, timed_out.timed_out, timed_out.retryable) == (
+            TurnState.ROLLED_BACK, "timeout", True, True)
+        # The look-alike: the model unavailable for another reason is an llm failure, not a timeout.
+        scripted.on(schema="TurnExtraction", fault="http_500", times=1)
+        refused = impatient.commit(request)
+        assert (refused.state, refused.error_kind, refused.timed_out, refused.retryable) == (
+            TurnState.ROLLED_BACK, "llm", False, True)
+        assert impatient.commit(request).committed  # the faults are used up
+    finally:
+        impatient.close()
+
+
 def test_a_failure_inside_the_commit_transaction_writes_nothing_and_frees_the_lock(
     service: DialogueService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

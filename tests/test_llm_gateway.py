@@ -19,7 +19,13 @@ import polars as pl
 import pytest
 from pydantic import BaseModel, Field, SecretStr
 
-from core.errors import LLMBadOutputError, LLMFatalError, LLMUnavailableError
+from core.errors import (
+    LLMBadOutputError,
+    LLMFatalError,
+    LLMTimeoutError,
+    LLMUnavailableError,
+    classify,
+)
 from core.llm import (
     LOCAL_CHARS_PER_TOKEN,
     LOCAL_MAX_ITEMS,
@@ -185,6 +191,22 @@ def test_unreachable_endpoint_is_unavailable_with_hint() -> None:
     assert f"127.0.0.1:{port}" in message and "is the server running" in message
     assert gateway.records[-1].outcome == "unavailable"
     assert gateway.records[-1].retries_transient == 1
+
+
+def test_a_request_that_timed_out_raises_the_timeout_type() -> None:
+    # The server answers a "timeout" fault only after 2 s; the client gives up after 0.2 s.
+    with ScriptedLLM(timeout_sleep_s=2.0) as server:
+        gateway = LLMGateway(_settings(server, llm_max_attempts=1, llm_timeout_s=0.2), retry=FAST)
+        server.fail_next("timeout")
+        with pytest.raises(LLMTimeoutError) as caught:
+            gateway.text("small", PROMPT, purpose="probe")
+        assert classify(caught.value).kind == "timeout"
+        # The look-alike: unavailable for another reason is no timeout.
+        server.fail_next("http_500")
+        with pytest.raises(LLMUnavailableError) as other:
+            gateway.text("small", PROMPT, purpose="probe")
+        assert not isinstance(other.value, LLMTimeoutError)
+        assert classify(other.value).kind == "llm"
 
 
 def test_preflight_check_and_labels() -> None:

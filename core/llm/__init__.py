@@ -26,7 +26,13 @@ One concern per module:
 - `records`: call records, their Parquet files and `summarize_records`.
 """
 
-from core.errors import LLMBadOutputError, LLMError, LLMFatalError, LLMUnavailableError
+from core.errors import (
+    LLMBadOutputError,
+    LLMError,
+    LLMFatalError,
+    LLMTimeoutError,
+    LLMUnavailableError,
+)
 from core.llm.gateway import EMBEDDING_TIER, FEEDBACK, LLMGateway, Message
 from core.llm.records import CALL_RECORD_SCHEMA, CallRecord, Outcome, summarize_records
 from core.llm.repair import repair_json
@@ -58,6 +64,7 @@ __all__ = [
     "LLMError",
     "LLMFatalError",
     "LLMGateway",
+    "LLMTimeoutError",
     "LLMUnavailableError",
     "Message",
     "Outcome",

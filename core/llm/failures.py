@@ -1,8 +1,8 @@
-"""Failure classification for the gateway's retry loop, and the one-line errors users see.
+"""The one-line errors users see when an LLM call fails, and how long a 429 asks to wait.
 
-transient (timeouts, connection errors, 5xx, 408/409) -> back off and retry; rate_limited
-(429) -> honour Retry-After; fatal (401/403/404/400, an exhausted quota, an input over
-llama-server's batch) -> raise at once with a hint saying what to fix (core.errors).
+Which failures are retried is decided by core.errors (`llm_retry_kind` for the gateway's loop,
+`classify` for everyone else): transient -> back off and retry; rate_limited -> honour
+Retry-After; fatal -> raise at once with a hint saying what to fix (`fatal_error` here).
 """
 
 from __future__ import annotations
@@ -10,46 +10,14 @@ from __future__ import annotations
 import email.utils
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import openai
 
-from core.errors import LLMFatalError
+from core.errors import LLMFatalError, api_detail, clip_line
 
 if TYPE_CHECKING:
     from core.llm.routing import Target
-
-FailureKind = Literal["transient", "rate_limited", "fatal"]
-
-_TOO_LARGE = re.compile(r"too large to process|exceeds the available context size", re.IGNORECASE)
-
-
-def classify(exc: openai.OpenAIError) -> FailureKind:
-    if isinstance(exc, openai.RateLimitError):
-        # An exhausted quota is also a 429, but waiting will not refill it.
-        return "fatal" if exc.code == "insufficient_quota" else "rate_limited"
-    if isinstance(exc, openai.APIStatusError) and _TOO_LARGE.search(_api_detail(exc)):
-        return "fatal"  # llama-server's HTTP 500 for an input over its batch: the same every time
-    if isinstance(exc, openai.APIConnectionError | openai.InternalServerError):
-        return "transient"  # APITimeoutError is an APIConnectionError
-    if isinstance(exc, openai.APIStatusError):
-        return "transient" if exc.status_code >= 500 or exc.status_code in (408, 409) else "fatal"
-    if isinstance(exc, openai.APIResponseValidationError):
-        return "transient"
-    return "fatal"
-
-
-def clip_line(text: str, limit: int = 240) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def _api_detail(exc: openai.OpenAIError) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        return clip_line(body["message"])
-    return clip_line(getattr(exc, "message", None) or str(exc))
-
 
 def describe_failure(exc: openai.OpenAIError) -> str:
     if isinstance(exc, openai.APITimeoutError):
@@ -58,7 +26,7 @@ def describe_failure(exc: openai.OpenAIError) -> str:
         cause = exc.__cause__
         return clip_line(f"connection failed: {cause or exc.message}", 160)
     if isinstance(exc, openai.APIStatusError):
-        return f"HTTP {exc.status_code}: {_api_detail(exc)}"
+        return f"HTTP {exc.status_code}: {api_detail(exc)}"
     return clip_line(f"{type(exc).__name__}: {exc}", 160)
 
 
@@ -67,7 +35,7 @@ def fatal_error(
 ) -> LLMFatalError:
     url, model = target.endpoint.base_url, target.model
     status = getattr(exc, "status_code", None)
-    detail = _api_detail(exc)
+    detail = api_detail(exc)
     if status == 401:
         return LLMFatalError(
             f"LLM endpoint {url} rejected the API key (HTTP 401)", hint="set OPENAI_API_KEY"

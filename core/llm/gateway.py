@@ -25,15 +25,18 @@ import numpy as np
 import openai
 from pydantic import BaseModel
 
-from core.errors import LLMBadOutputError, LLMError, LLMFatalError, LLMUnavailableError
-from core.llm.failures import (
-    FailureKind,
-    classify,
+from core.errors import (
+    LLMBadOutputError,
+    LLMError,
+    LLMFatalError,
+    LLMRetryKind,
+    LLMTimeoutError,
+    LLMUnavailableError,
+    Ok,
     clip_line,
-    describe_failure,
-    fatal_error,
-    retry_after_s,
+    llm_retry_kind,
 )
+from core.llm.failures import describe_failure, fatal_error, retry_after_s
 from core.llm.records import CallRecord, CallStats, write_parquet
 from core.llm.repair import parse_answer
 from core.llm.routing import Health, Router, Target
@@ -191,7 +194,7 @@ class LLMGateway:
         LLMFatalError (e.g. a rejected key) or LLMUnavailableError (nothing reachable)."""
         targets = self._router.targets(tier, None)
         timeout = min(self.settings.limits.llm_timeout_s, 10.0)
-        last_error = ""
+        last_error, timed_out = "", False
         for endpoint in dict.fromkeys(t.endpoint for t in targets):
             try:
                 endpoint.sync().models.list(timeout=timeout)
@@ -199,12 +202,12 @@ class LLMGateway:
             except (openai.NotFoundError, openai.RateLimitError):
                 return self.endpoint_label(tier)  # it answered: /models is optional, 429 is load
             except openai.OpenAIError as exc:
-                if classify(exc) == "fatal":
+                if llm_retry_kind(exc) == "fatal":
                     model = next(t.model for t in targets if t.endpoint is endpoint)
                     raise fatal_error(exc, Target(model, endpoint), tier, "preflight") from None
-                last_error = describe_failure(exc)
+                last_error, timed_out = describe_failure(exc), isinstance(exc, openai.APITimeoutError)
         urls = ", ".join(dict.fromkeys(t.endpoint.base_url for t in targets))
-        raise LLMUnavailableError(
+        raise _unavailable(timed_out)(
             f"LLM endpoint {urls} unreachable (tier {tier}): {last_error}", hint=_UNAVAILABLE_HINT
         )
 
@@ -316,7 +319,7 @@ class LLMGateway:
         temp = tier.temperature if temperature is None else temperature
         base = messages if isinstance(messages, list) else list(messages)
         failure: Literal["unavailable", "bad_output"] = "unavailable"
-        last_error = ""
+        last_error, timed_out = "", False
 
         for index, target in enumerate(targets):
             if index:
@@ -358,6 +361,7 @@ class LLMGateway:
                     kind = self._raise_if_fatal(result, stats, target, tier_name)
                     self._health.record(target.key, False, elapsed)
                     failure, last_error = "unavailable", describe_failure(result)
+                    timed_out = isinstance(result, openai.APITimeoutError)
                     if attempt == max_attempts:
                         break  # next candidate, if any
                     delay = self._retry_delay_s(result, kind, stats, transient_failures)
@@ -385,11 +389,12 @@ class LLMGateway:
                     if tiny and response_format is not None:
                         bounded = response_format["json_schema"]["schema"]
                         mend = lambda data, schema=bounded: mend_cut_strings(data, schema)  # noqa: E731
-                    value, problem = parse_answer(content, output_model, mend=mend)
-                    if value is not None:
+                    parsed = parse_answer(content, output_model, mend=mend)
+                    if isinstance(parsed, Ok):
                         self._health.record(target.key, True, elapsed)
                         stats.outcome = "ok"
-                        return value
+                        return parsed.value
+                    problem = parsed.reason
 
                 self._health.record(target.key, False, elapsed)
                 failure, last_error = "bad_output", problem
@@ -424,7 +429,7 @@ class LLMGateway:
             )
         else:
             urls = ", ".join(dict.fromkeys(t.endpoint.base_url for t in targets))
-            error = LLMUnavailableError(
+            error = _unavailable(timed_out)(
                 f"LLM endpoint {urls} unavailable after {stats.attempts} attempts ({what}): {last_error}",
                 hint=_UNAVAILABLE_HINT,
             )
@@ -473,13 +478,14 @@ class LLMGateway:
         max_attempts = self.settings.limits.llm_max_attempts
         kwargs = {"model": target.model, "input": batch, "encoding_format": "float"}
         failure: Literal["unavailable", "bad_output"] = "unavailable"
-        last_error = ""
+        last_error, timed_out = "", False
         for attempt in range(1, max_attempts + 1):
             stats.attempts += 1
             result = yield Call(target, "embed", kwargs)
             if isinstance(result, openai.OpenAIError):
                 kind = self._raise_if_fatal(result, stats, target, EMBEDDING_TIER)
                 failure, last_error = "unavailable", describe_failure(result)
+                timed_out = isinstance(result, openai.APITimeoutError)
                 if attempt == max_attempts:
                     break
                 yield Sleep(self._retry_delay_s(result, kind, stats, attempt - 1))
@@ -501,7 +507,7 @@ class LLMGateway:
                 f"malformed vectors after {stats.attempts} attempts: {last_error}"
             )
         else:
-            error = LLMUnavailableError(
+            error = _unavailable(timed_out)(
                 f"embedding endpoint {target.endpoint.base_url} unavailable after {stats.attempts} "
                 f"attempts (model {target.model}): {last_error}",
                 hint=_EMBEDDING_HINT,
@@ -512,9 +518,9 @@ class LLMGateway:
     # ------------------------------------------------------------------ helpers
     def _raise_if_fatal(
         self, error: openai.OpenAIError, stats: CallStats, target: Target, tier: str
-    ) -> FailureKind:
+    ) -> LLMRetryKind:
         """The failure's kind; a fatal one is recorded and raised as its one-line error."""
-        kind = classify(error)
+        kind = llm_retry_kind(error)
         if kind == "fatal":
             fatal = fatal_error(error, target, tier, stats.purpose)
             stats.outcome, stats.error = "fatal", str(fatal)
@@ -522,7 +528,7 @@ class LLMGateway:
         return kind
 
     def _retry_delay_s(
-        self, error: openai.OpenAIError, kind: FailureKind, stats: CallStats, failures: int
+        self, error: openai.OpenAIError, kind: LLMRetryKind, stats: CallStats, failures: int
     ) -> float:
         """Counts the retry; waits what a 429's Retry-After asks, else the jittered backoff."""
         if kind == "rate_limited":
@@ -548,6 +554,12 @@ class LLMGateway:
                     self._by_tag.popitem(last=False)
             if self._max_records is not None and len(self._records) > self._max_records:
                 self._flush_oldest()
+
+
+def _unavailable(timed_out: bool) -> type[LLMUnavailableError]:
+    """The error for an endpoint that did not answer: LLMTimeoutError when its last request
+    timed out (core.errors.classify calls that a timeout), else LLMUnavailableError."""
+    return LLMTimeoutError if timed_out else LLMUnavailableError
 
 
 def _estimate_tokens(messages: Sequence[Message]) -> int:

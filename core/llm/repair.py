@@ -12,34 +12,34 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from core.errors import error_location
+from core.errors import Err, Ok, Result, error_location
 from core.llm.failures import clip_line
 
 T = TypeVar("T", bound=BaseModel)
 
 
 def parse_answer(content: str, output_model: type[T], *,
-                 mend: Callable[[Any], Any] | None = None) -> tuple[T | None, str]:
-    """(instance, "") or (None, one-line reason). Repairs near-JSON before giving up.
+                 mend: Callable[[Any], Any] | None = None) -> Result[T, Literal["bad_output"]]:
+    """Ok(instance) or Err(one-line reason, bad_output). Repairs near-JSON before giving up.
 
     `mend` rewrites the parsed JSON value before validation (the gateway ends strings that
     the tiny model's grammar cut off at a sentence end, core.llm.schemas.mend_cut_strings)."""
     try:
-        return _validate(content, output_model, mend), ""
+        return Ok(_validate(content, output_model, mend))
     except ValidationError as exc:
         error = exc
     if any(e["type"] == "json_invalid" for e in error.errors()):
         repaired = repair_json(content)
         if repaired is not None and repaired != content:
             try:
-                return _validate(repaired, output_model, mend), ""
+                return Ok(_validate(repaired, output_model, mend))
             except ValidationError as exc:
                 error = exc
-    return None, _summarize_validation(error)
+    return Err(_summarize_validation(error), "bad_output")
 
 
 def _validate(content: str, output_model: type[T], mend: Callable[[Any], Any] | None) -> T:

@@ -26,7 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.content import atomic_write
-from core.errors import InvalidInputError
+from core.errors import InvalidInputError, first_problem
 from kg.vault.notes import VaultNote
 
 RECORD_FILE = Path(".skald") / "written.json"
@@ -63,7 +63,7 @@ def _read_record(vault: Path) -> WrittenRecord:
     try:
         return WrittenRecord.model_validate_json(path.read_bytes())
     except (OSError, ValidationError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else exc.errors()[0]["msg"]
+        reason = exc.strerror if isinstance(exc, OSError) else first_problem(exc, "record").message
         raise InvalidInputError(f"{path} is not Skald's record of the notes it wrote: {reason}",
                                 hint="remove it to start over: Skald then takes every existing note as yours") from None
 

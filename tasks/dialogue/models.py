@@ -41,6 +41,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from core.errors import Err, Failure, Ok, Result, first_problem
 from core.settings import SLOT_NAMES
 from kg.dialogue import AppliedAction, turn_key
 
@@ -134,6 +135,14 @@ ErrorKind = Literal[
     "malformed", "too_large", "forbidden", "conflict", "busy", "gate", "timeout", "llm", "graph", "internal"
 ]
 InvalidKind = Literal["malformed", "too_large", "forbidden", "conflict"]
+FailedKind = Literal["timeout", "llm", "graph", "internal"]
+
+
+def failed_kind(failure: Failure) -> FailedKind:
+    """The error_kind of a turn or memory query that failed as `failure` (core.errors.classify):
+    its kind, except that invalid input is the product's own error by then (the request was
+    validated before the work began), so `internal`."""
+    return "internal" if failure.kind == "invalid" else failure.kind
 
 
 class ChatMessage(_Request):
@@ -443,46 +452,37 @@ _PATTERN_RULES = {
 def validation_reason(exc: ValidationError) -> str:
     """One line naming the first bad field (and how many more there are). A secret's value is
     never shown."""
-    errors = exc.errors()
-    first = errors[0]
-    parts = [str(p) for p in first["loc"] if not str(p).startswith("function-")]
-    loc = ".".join(parts) or "request"
-    msg = str(first["msg"]).removeprefix("Value error, ")
-    if first["type"] == "string_pattern_mismatch":
-        msg = _PATTERN_RULES.get(str((first.get("ctx") or {}).get("pattern")), msg)
-    value = first.get("input")
-    shown = ""
-    if (isinstance(value, str | int | float | bool) and first["type"] not in ("missing",)
-            and "password" not in parts):
-        text = repr(value)
-        shown = f" (got {text[:60]}{'...' if len(text) > 60 else ''})"
-    more = f"; and {len(errors) - 1} more problem(s)" if len(errors) > 1 else ""
-    return f"invalid request field {loc}: {msg}{shown}{more}"
+    problem = first_problem(exc, "request", skip="function-")  # validator names are no fields
+    msg = problem.message.removeprefix("Value error, ")
+    if problem.type == "string_pattern_mismatch":
+        msg = _PATTERN_RULES.get(str((problem.detail.get("ctx") or {}).get("pattern")), msg)
+    shown = "" if "password" in problem.place.split(".") else problem.got()
+    return f"invalid request field {problem.place}: {msg}{shown}{problem.and_more()}"
 
 
-def parse_model(model: type[M], raw: bytes | str | dict[str, Any]) -> tuple[M | None, str, InvalidKind]:
-    """(the validated `model`, "", _) or (None, a one-line reason, the kind of problem)."""
+def parse_model(model: type[M], raw: bytes | str | dict[str, Any]) -> Result[M, InvalidKind]:
+    """Ok(the validated `model`), or Err(a one-line reason, the kind of problem)."""
     if isinstance(raw, bytes | bytearray):
         if len(raw) > MAX_BODY_BYTES:
-            return None, f"request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}", "too_large"
+            return Err(f"request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}", "too_large")
         try:
             raw = bytes(raw).decode("utf-8")
         except UnicodeDecodeError as exc:
-            return None, f"request body is not valid UTF-8 (byte {exc.start})", "malformed"
+            return Err(f"request body is not valid UTF-8 (byte {exc.start})", "malformed")
     try:
         if isinstance(raw, str):
-            return model.model_validate_json(raw), "", "malformed"
-        return model.model_validate(raw), "", "malformed"
+            return Ok(model.model_validate_json(raw))
+        return Ok(model.model_validate(raw))
     except ValidationError as exc:
         if any(e["type"] == "json_invalid" for e in exc.errors()):
-            return None, f"request body is not valid JSON: {exc.errors()[0]['msg']}", "malformed"
-        return None, validation_reason(exc), "malformed"
+            return Err(f"request body is not valid JSON: {first_problem(exc, 'request').message}", "malformed")
+        return Err(validation_reason(exc), "malformed")
 
 
 def parse_request(raw: bytes | str | dict[str, Any]) -> TurnCommitRequest | TurnResult:
     """A validated request, or an INVALID_REQUEST result with a one-line reason."""
-    parsed, reason, kind = parse_model(TurnCommitRequest, raw)
-    return parsed if parsed is not None else TurnResult.invalid(reason, kind=kind)
+    parsed = parse_model(TurnCommitRequest, raw)
+    return parsed.value if isinstance(parsed, Ok) else TurnResult.invalid(parsed.reason, kind=parsed.kind)
 
 
 # --- Memory before the reply, rewinds ----------------------------------------------------------
@@ -521,8 +521,8 @@ class MemoryQueryRequest(_Request):
 
     @classmethod
     def parse(cls, raw: bytes | str | dict[str, Any]) -> MemoryQueryRequest | MemoryQueryResult:
-        parsed, reason, kind = parse_model(cls, raw)
-        return parsed if parsed is not None else MemoryQueryResult.invalid(reason, kind=kind)
+        parsed = parse_model(cls, raw)
+        return parsed.value if isinstance(parsed, Ok) else MemoryQueryResult.invalid(parsed.reason, kind=parsed.kind)
 
 
 class RecalledTurnOut(BaseModel):
@@ -590,9 +590,9 @@ class RewindResult(BaseModel):
 
 def parse_rewind(raw: bytes | str | dict[str, Any]) -> RewindRequest | RewindResult:
     """A validated rewind request, or an INVALID_REQUEST result with a one-line reason."""
-    parsed, reason, kind = parse_model(RewindRequest, raw)
-    if parsed is not None:
-        return parsed
+    parsed = parse_model(RewindRequest, raw)
+    if isinstance(parsed, Ok):
+        return parsed.value
     ids = raw if isinstance(raw, dict) else {}
-    return RewindResult(ok=False, code="INVALID_REQUEST", error_kind=kind, reason=reason,
+    return RewindResult(ok=False, code="INVALID_REQUEST", error_kind=parsed.kind, reason=parsed.reason,
                         conversation_id=str(ids.get("conversation_id", "")), before_turn=str(ids.get("before_turn", "")))

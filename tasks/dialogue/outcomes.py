@@ -12,9 +12,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from core.errors import SkaldError, classify
 from core.llm import LLMGateway
 from kg.dialogue import StoredTurn
-from tasks.dialogue.models import ErrorKind, TurnResult, TurnState, TurnTrace
+from tasks.dialogue.models import ErrorKind, TurnResult, TurnState, TurnTrace, failed_kind
 from tasks.dialogue.trace import TraceRecorder
 
 log = logging.getLogger("skald.dialogue")
@@ -85,6 +86,17 @@ class Outcomes:
         )
 
     # ------------------------------------------------------------------ rollbacks
+    def failed(self, ids: Ids, trace: TraceRecorder, exc: Exception) -> TurnResult:
+        """ROLLED_BACK by `exc`: its kind and retryability as core.errors.classify says; the
+        project's own errors are their one line, anything else is logged with its traceback."""
+        if isinstance(exc, SkaldError):
+            reason = str(exc)
+        else:
+            log.exception("turn %s failed unexpectedly", ids["key"])
+            reason = f"internal error: {type(exc).__name__}: {exc}"
+        failure = classify(exc)
+        return self.rolled_back(ids, trace, reason, retryable=failure.retryable, kind=failed_kind(failure))
+
     def rolled_back(
         self, ids: Ids, trace: TraceRecorder, reason: str, *, retryable: bool, kind: ErrorKind
     ) -> TurnResult:

@@ -51,12 +51,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from core.embedder import interactive
-from core.errors import (
-    InvalidInputError,
-    LLMError,
-    LLMFatalError,
-    SkaldError,
-)
+from core.errors import Err, InvalidInputError, Ok, Result, SkaldError, classify
 from core.graph_server import GraphEndpoint
 from core.heap import HeapTrimmer
 from core.llm import LLMGateway
@@ -80,6 +75,7 @@ from tasks.dialogue.models import (
     TurnCommitRequest,
     TurnResult,
     TurnState,
+    failed_kind,
     parse_request,
     parse_rewind,
 )
@@ -312,13 +308,13 @@ class DialogueService:
         except InvalidInputError as exc:
             return TurnResult.invalid(str(exc), key=request.key)
         except SkaldError as exc:  # the graph is unreachable or its schema cannot be migrated
-            return self.outcomes.rolled_back(ids, trace, str(exc), retryable=True, kind="graph")
+            return self.outcomes.failed(ids, trace, exc)
         repo = DialogueRepository(store)
         payload_hash = payload_digest(request.payload_canonical())
         try:
             stored = repo.get_turn(request.key)
         except SkaldError as exc:
-            return self.outcomes.rolled_back(ids, trace, str(exc), retryable=True, kind="graph")
+            return self.outcomes.failed(ids, trace, exc)
         if stored is not None and (not replace or stored.payload_hash == payload_hash):
             return self.outcomes.replay(ids, stored, payload_hash, trace)
 
@@ -329,12 +325,12 @@ class DialogueService:
                 # Changed text: rewind the old turn and every later one. (The same text as
                 # remembered, a turn the commit gate blocked sent again, is a plain retry:
                 # rewinding would throw away every later turn for nothing.)
-                refused = self._rewind_locked(store, repo, request.conversation_id, request.key)
-                if isinstance(refused, str):
-                    return TurnResult.invalid(refused, key=request.key, kind="conflict"), True
-                if refused.status != "absent":
-                    log.info("conversation %s: turn %s replaced (%d turns rewound)",
-                             request.conversation_id, request.turn, len(refused.removed_turns))
+                match self._rewind_locked(store, repo, request.conversation_id, request.key):
+                    case Err(reason, kind):
+                        return TurnResult.invalid(reason, key=request.key, kind=kind), True
+                    case Ok(rewound) if rewound.status != "absent":
+                        log.info("conversation %s: turn %s replaced (%d turns rewound)",
+                                 request.conversation_id, request.turn, len(rewound.removed_turns))
             return self._turn(request, repo, store, trace, payload_hash, run_slot or direct, replace=replace)
 
         return self._locked(store, repo, ids, request.key, trace, body)
@@ -369,15 +365,15 @@ class DialogueService:
         except InvalidInputError as exc:
             return failed(TurnResult.invalid(str(exc), key=key))
         except SkaldError as exc:
-            return failed(self.outcomes.rolled_back(ids, trace, str(exc), retryable=True, kind="graph"))
+            return failed(self.outcomes.failed(ids, trace, exc))
         repo = DialogueRepository(store)
         holder: dict[str, RewindOutcome] = {}
 
         def body(_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
-            outcome = self._rewind_locked(store, repo, request.conversation_id, key)
-            if isinstance(outcome, str):
-                return TurnResult.invalid(outcome, key=key, kind="conflict"), True
-            holder["outcome"] = outcome
+            rewound = self._rewind_locked(store, repo, request.conversation_id, key)
+            if isinstance(rewound, Err):
+                return TurnResult.invalid(rewound.reason, key=key, kind=rewound.kind), True
+            holder["outcome"] = rewound.value
             return TurnResult(ok=True, state=TurnState.COMMITTED, key=key), True
 
         result = self._locked(store, repo, ids, None, trace, body)
@@ -426,9 +422,9 @@ class DialogueService:
         except InvalidInputError as exc:
             return MemoryQueryResult.invalid(str(exc))
         except SkaldError as exc:
-            kind: Literal["llm", "graph"] = "llm" if isinstance(exc, LLMError) else "graph"
+            failure = classify(exc)
             return MemoryQueryResult(ok=False, conversation_id=request.conversation_id, code="UNAVAILABLE",
-                                     error_kind=kind, reason=str(exc), retryable=not isinstance(exc, LLMFatalError))
+                                     error_kind=failed_kind(failure), reason=str(exc), retryable=failure.retryable)
         self.outcomes.drop_records(trace)
         return MemoryQueryResult(
             ok=True, conversation_id=request.conversation_id, injection_packet=packet,
@@ -472,7 +468,7 @@ class DialogueService:
                     guard=self._write_guard(store),
                 )
             except SkaldError as exc:
-                return self.outcomes.rolled_back(ids, trace, str(exc), retryable=True, kind="graph")
+                return self.outcomes.failed(ids, trace, exc)
             if not claim.acquired:
                 return self.outcomes.in_progress(
                     ids,
@@ -488,7 +484,7 @@ class DialogueService:
                     result, lock_held = body(claim.stored)
                 return result
             except SkaldError as exc:
-                return self.outcomes.rolled_back(ids, trace, str(exc), retryable=True, kind="graph")
+                return self.outcomes.failed(ids, trace, exc)
             finally:
                 if lock_held:
                     try:
@@ -501,16 +497,19 @@ class DialogueService:
 
     def _rewind_locked(
         self, store: GraphStore, repo: DialogueRepository, conversation_id: str, key: str
-    ) -> RewindOutcome | str:
-        """Rewind to before turn `key` (the lease held); the one-line refusal when the
-        conversation cannot be rewound. Drops the conversation's cached recall index."""
+    ) -> Result[RewindOutcome, Literal["conflict"]]:
+        """Rewind to before turn `key` (the lease held), or Err(the one-line refusal, conflict)
+        when the conversation cannot be rewound. Drops the conversation's cached recall index.
+
+        A result, not the RewindRefusedError: both callers answer a refusal as a conflict from
+        inside `_locked`, which would take any SkaldError escaping it for a graph failure."""
         try:
             outcome = repo.rewind(conversation_id, key, self.owner, guard=self._write_guard(store))
         except RewindRefusedError as exc:
-            return str(exc)
+            return Err(str(exc), "conflict")
         if outcome.status != "absent":
             self.vectors.forget(store.endpoint.label, conversation_id)
-        return outcome
+        return Ok(outcome)
 
     def _turn(
         self,

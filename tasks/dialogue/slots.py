@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, TypeVar
 
-from core.errors import SkaldError
+from core.errors import DeadlineError
 from tasks.dialogue.models import TurnState
 from tasks.dialogue.routing import Route
 from tasks.dialogue.trace import TraceRecorder
@@ -31,7 +31,7 @@ def direct(slot: str, work: Callable[[], T]) -> T:
     return work()
 
 
-class TurnTimeoutError(SkaldError):
+class TurnTimeoutError(DeadlineError):
     """The turn ran past its deadline (or a slot past its timeout) before it could commit."""
 
 

@@ -12,7 +12,7 @@ step of the state machine (spec 000):
     COMMITTED    committed()
 
 `TurnRun.run` walks the steps and turns any failure into ROLLED_BACK with nothing written
-(retryable or not, by the failure's kind). The caller holds the conversation's lock and lease
+(its kind and whether it is retryable from core.errors.classify). The caller holds the conversation's lock and lease
 (tasks.dialogue.pipeline); `run` also says whether the lease is still held, since the commit
 transaction releases it whatever it finds.
 
@@ -32,14 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from core.errors import (
-    GraphUnavailableError,
-    GraphWriteError,
-    LLMBadOutputError,
-    LLMFatalError,
-    LLMUnavailableError,
-    SkaldError,
-)
+from core.errors import SkaldError
 from core.llm import LLMGateway
 from kg.dialogue import AppliedAction, CommitOutcome, DialogueRepository, TurnWrite
 from kg.store import GraphStore
@@ -52,7 +45,6 @@ from tasks.dialogue.injector import build_packet
 from tasks.dialogue.judge import judge, proposal_lines
 from tasks.dialogue.models import (
     BioPatchResult,
-    ErrorKind,
     InjectionPacket,
     JudgeSummary,
     TurnCommitRequest,
@@ -69,7 +61,7 @@ from tasks.dialogue.retriever import (
     turn_text,
 )
 from tasks.dialogue.routing import Route
-from tasks.dialogue.slots import SlotScheduler, TurnTimeoutError
+from tasks.dialogue.slots import SlotScheduler
 from tasks.dialogue.trace import TraceRecorder
 
 log = logging.getLogger("skald.dialogue")
@@ -131,23 +123,8 @@ class TurnRun:
                 return self.blocked(base, acted, retrieval, commit_embedding), True
             self.slots.check_deadline(TurnState.COMMITTING)
             outcome = self.commit(base, acted, plan, chronicle, retrieval, commit_embedding)
-        except TurnTimeoutError as exc:
-            return self._rolled_back(str(exc), retryable=True, kind="timeout"), True
-        except LLMFatalError as exc:
-            return self._rolled_back(str(exc), retryable=False, kind="llm"), True
-        except LLMUnavailableError as exc:
-            kind: ErrorKind = "timeout" if "timed out" in str(exc) else "llm"
-            return self._rolled_back(str(exc), retryable=True, kind=kind), True
-        except LLMBadOutputError as exc:
-            return self._rolled_back(str(exc), retryable=True, kind="llm"), True
-        except (GraphUnavailableError, GraphWriteError) as exc:
-            return self._rolled_back(str(exc), retryable=True, kind="graph"), True
-        except SkaldError as exc:
-            return self._rolled_back(str(exc), retryable=False, kind="internal"), True
         except Exception as exc:  # a bug must not leave a lease behind or kill the server
-            log.exception("turn %s failed unexpectedly", self.request.key)
-            reason = f"internal error: {type(exc).__name__}: {exc}"
-            return self._rolled_back(reason, retryable=False, kind="internal"), True
+            return self.ctx.outcomes.failed(self.request.ids(), self.trace, exc), True
         return self.committed(base, outcome), False
 
     # ------------------------------------------------------------------ the steps
@@ -334,6 +311,3 @@ class TurnRun:
                 self.repo.remember(request.conversation_id, [row])
         except SkaldError as exc:
             log.warning("turn %s: blocked by the gate and could not be remembered: %s", request.key, exc)
-
-    def _rolled_back(self, reason: str, *, retryable: bool, kind: ErrorKind) -> TurnResult:
-        return self.ctx.outcomes.rolled_back(self.request.ids(), self.trace, reason, retryable=retryable, kind=kind)
