@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+import cachetools
 import numpy as np
 from neo4j import ManagedTransaction
 
@@ -35,11 +35,12 @@ class _VectorCache:
     """Embeddings by content hash, shared by every store in the process.
 
     A hash names exactly one vector, so entries never go stale; the graph is still asked
-    which scenes exist (and their hashes) on every query, so results always follow it.
+    which scenes exist (and their hashes) on every query, so results always follow it. Bounded
+    first in, first out (cachetools' FIFOCache: a read does not refresh an entry).
     """
 
     def __init__(self, max_entries: int = 200_000) -> None:
-        self._data: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._data: cachetools.FIFOCache[str, np.ndarray] = cachetools.FIFOCache(max_entries)
         self._lock = threading.Lock()
         self.max_entries = max_entries
 
@@ -52,8 +53,6 @@ class _VectorCache:
     def put(self, sha: str, vector: np.ndarray) -> None:
         with self._lock:
             self._data[sha] = vector
-            while len(self._data) > self.max_entries:
-                self._data.popitem(last=False)
 
 
 _vectors = _VectorCache()

@@ -2,15 +2,16 @@
 
 Contract: `get` hands back the index for a key, building it with the factory when absent; the
 least recently used are dropped (and rebuilt from the graph by the caller if asked for again)
-past a count or a budget of documents, never the one just asked for.
+past a count or a budget of documents, never the one just asked for. The LRU is core.lru's.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
+
+from core.lru import LRU
 
 
 class IndexRegistry:
@@ -21,11 +22,15 @@ class IndexRegistry:
     The index just asked for is never dropped."""
 
     def __init__(self, max_indexes: int = 32, max_documents: int | None = None) -> None:
-        self._indexes: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self._max = max_indexes
+        # At least one: the index just asked for is kept whatever the bound.
+        self._indexes = LRU(max(max_indexes, 1))
         self._max_documents = max_documents
         self._lock = threading.Lock()
-        self.evictions = 0
+
+    @property
+    def evictions(self) -> int:
+        """How many indexes were dropped, by count or by the budget of documents."""
+        return self._indexes.evictions
 
     def get(self, graph: str, memory: str, factory: Callable[[], Any]) -> Any:
         with self._lock:
@@ -34,28 +39,24 @@ class IndexRegistry:
             if index is None:
                 index = factory()
                 self._indexes[key] = index
-            self._indexes.move_to_end(key)
-            while len(self._indexes) > 1 and (
-                len(self._indexes) > self._max or self._over_budget()
-            ):
-                self._indexes.popitem(last=False)
-                self.evictions += 1
+            while len(self._indexes) > 1 and self._over_budget():
+                self._indexes.popitem()
             return index
 
     def peek(self, graph: str, memory: str) -> Any | None:
         """The cached index, if there is one (nothing built, recency unchanged)."""
         with self._lock:
-            return self._indexes.get((graph, memory))
+            return self._indexes.peek((graph, memory))
 
     def _over_budget(self) -> bool:
         return (
             self._max_documents is not None
-            and sum(len(i) for i in self._indexes.values()) > self._max_documents
+            and sum(len(i) for i in self._indexes.peek_values()) > self._max_documents
         )
 
     def documents(self) -> int:
         with self._lock:
-            return sum(len(i) for i in self._indexes.values())
+            return sum(len(i) for i in self._indexes.peek_values())
 
     def __len__(self) -> int:
         with self._lock:
