@@ -35,19 +35,10 @@ anchored on an event ("the week before the wedding", "the day I was born"), a no
 last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a capital
 letter there, or a preposition or a day or year beside it).
 
-Why our own grammar (over python-dateutil, which parses the session times and does the
-calendar arithmetic, `relativedelta`): the maintained parsers of free text were measured on
-a fixed list of nineteen sentences (the forms above and their look-alikes, anchor Monday
-8 May 2023). dateparser 1.5 `search_dates` (1.1 ms a turn) returned "We" as 3 May and
-"a week of" as 1 May, read the verb "may" as a month, and missed "two weekends ago",
-"last weekend", "this weekend", "a few days ago" and "the week before". parsedatetime 2.6
-(0.16 ms a turn) missed every weekend form, read "a week of rain" as a date a week ahead,
-"for 3 years" as 2026 and "in May" as May 2024. ctparse 0.3.6 put "last Friday" on 12 May.
-Recognizers-Text (Microsoft, 1.0.2a2 of 2019, needs emoji<1.0) was closest but resolved
-"the day I was born" to the anchor day, "the week before" to the anchor's week, missed "two
-weekends ago", and took 23 ms a turn (bulk ingest must hold 100 turns a second). The forms a
-conversation uses to say when something happened are few and known; this table resolves all
-of them in ~0.05 ms a turn and rejects the look-alikes.
+Why our own grammar (python-dateutil parses the session times and does the calendar
+arithmetic, `relativedelta`): the maintained parsers of free text (dateparser, parsedatetime,
+ctparse, Recognizers-Text) were measured on the forms above and their look-alikes and each
+misread some, or was too slow for bulk ingest: docs/decisions/time-expressions.md.
 """
 
 from __future__ import annotations
