@@ -47,6 +47,7 @@ import re
 from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import lru_cache
+from typing import Any
 
 from dateutil import parser as date_parser
 from dateutil.relativedelta import relativedelta
@@ -352,6 +353,19 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         relation = " ".join(g[0].lower().split())
         first, last = _season_span(g[1], anchor, "this" if relation == "this coming" else relation)
         return first, last, "season"
+    if kind in _CALENDAR_KINDS:
+        return _resolve_calendar(kind, g, anchor)
+    return None
+
+
+#: The kinds of match that name a calendar date, month or year (not relative to the anchor,
+#: but for the year a bare month or day falls in).
+_CALENDAR_KINDS = ("day_month", "month_day", "month", "year")
+
+
+def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date, date, str] | None:
+    """The span of a calendar date ("3 May 2023", "May 3"), month ("early June", "May 2023")
+    or year ("in 2022"); a month or day without a year is the one nearest the anchor."""
     if kind in ("day_month", "month_day"):
         day_text, month_text, year_text = (g[0], g[1], g[2]) if kind == "day_month" else (g[1], g[0], g[2])
         if not year_text and (not _month_allowed(month_text) or month_text.lower().rstrip(".") not in _MONTHS):
