@@ -9,7 +9,7 @@ that have evidence, each question as `flows.regression --mode ingest` asks it (t
 memory rows, the same index, the same embeddings: core.embedder, no LLM). The output shows,
 per fold, what it chose, its tuned-on figure (the training dialogues) beside its held-out
 one, per category; then the mean and the spread over folds, which folds chose each value
-(the comments of `core.recall.DEFAULT_PARAMS` quote them), the defaults measured on every
+(docs/decisions/recall-fusion.md quotes them), the defaults measured on every
 dialogue (tuned on all, so not a held-out figure), and the alternatives that were measured
 and not adopted, each under the same protocol. Two-event questions (`core.recall.query_parts`)
 are a choice of each fold's learned fusion: the slots per part and their depth

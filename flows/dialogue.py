@@ -18,8 +18,7 @@
 
 The turn pipeline itself is plain Python (tasks.dialogue.pipeline): the HTTP server and the
 regression batch call it directly, because a Prefect flow run per turn costs far more than
-the turn's own non-LLM work (measured against the local API: ~1.05 s per turn as a flow
-with six task runs vs ~0.1 s for the same turn called directly). `dialogue_turn_flow` wraps
+the turn's own non-LLM work (measured: docs/decisions/dialogue-turn-not-a-flow.md). `dialogue_turn_flow` wraps
 the same pipeline for single turns from the Prefect UI or a deployment, each slot a task run.
 
 Exit codes of `commit` and `rewind`: 0 COMMITTED (or rewound), 1 ROLLED_BACK, 2

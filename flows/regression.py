@@ -17,7 +17,7 @@ into its own fresh conversation (`regression-<run_id>/<dialogue id>` unless
 `--conversation-prefix` says otherwise); dialogues run in parallel, one Prefect task run per
 dialogue on a thread pool of `--concurrency` workers. Inside a dialogue the turns call the
 plain pipeline (tasks.dialogue.pipeline) directly: a Prefect flow run per turn would cost
-~1 s of orchestration against ~0.1 s of the turn's own non-LLM work.
+far more than the turn's own non-LLM work (docs/decisions/dialogue-turn-not-a-flow.md).
 
 After the replay, a recall probe asks each QA question (sibling `<id>.qa.jsonl`) whose
 evidence lies within the replayed turns, and the release gates are evaluated per dialogue.

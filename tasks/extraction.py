@@ -2,12 +2,9 @@
 
 On the embedded 135M model the answer gets EMBEDDED_EXTRACTION_MAX_TOKENS, half of
 `local_max_tokens`: the grammar (core.llm.schemas) then allows one entity, relationship and
-status change a scene, with strings long enough for a whole quoted sentence, instead of three
-of each with 27-character strings. At 1024 tokens each extraction generated 376-1024 tokens
-(25-135 s of a 2-core machine; the longest part of a `make run` chapter), and grounding kept
-0 of 21, 0 of 20, 1 of 15, 0 of 20, 0 of 21 and 0 of 20 of its facts per chapter draft
-(`make run` log, issue #31); at 512 tokens, 344 and 467 tokens a scene and 0 of 9 kept in each
-of two chapters. A configured endpoint gets the tier's budget.
+status change a scene, with strings long enough for a whole quoted sentence. A configured
+endpoint gets the tier's budget. Why (what the longer budget cost and kept):
+docs/decisions/extraction-token-budget.md.
 """
 
 from __future__ import annotations

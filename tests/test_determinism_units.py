@@ -38,12 +38,12 @@ def test_equal_lexical_scores_rank_by_position_however_the_index_grew() -> None:
     texts.insert(2, "Tobias rowed across the harbour")
     grown = _grown(texts, [1, 1, 1, 1, 1, 1])
     rebuilt = _grown(texts, [6])
-    grown_ranking = grown._lexical_ranking("lighthouse", 100)
-    assert grown_ranking == rebuilt._lexical_ranking("lighthouse", 100) == [0, 1, 3, 4, 5]
+    grown_ranking = grown.lexical.ranking("lighthouse", 100, len(grown))
+    assert grown_ranking == rebuilt.lexical.ranking("lighthouse", 100, len(rebuilt)) == [0, 1, 3, 4, 5]
     # The cut of a tie group keeps the first positions, also when only part of it fits.
-    assert grown._lexical_ranking("lighthouse", 2) == rebuilt._lexical_ranking("lighthouse", 2) == [0, 1]
+    assert grown.lexical.ranking("lighthouse", 2, len(grown)) == rebuilt.lexical.ranking("lighthouse", 2, len(rebuilt)) == [0, 1]
     # Look-alike: a better score still wins over an earlier position.
-    assert grown._lexical_ranking("Mara old lighthouse", 2)[0] == 5
+    assert grown.lexical.ranking("Mara old lighthouse", 2, len(grown))[0] == 5
 
 
 def test_equal_distances_rank_by_position_and_the_fused_search_agrees() -> None:
@@ -52,13 +52,13 @@ def test_equal_distances_rank_by_position_and_the_fused_search_agrees() -> None:
     grown = _grown(texts, [1, 1, 2], same)
     rebuilt = _grown(texts, [4], same)
     query = np.asarray([1.0, 0.0, 0.0, 0.0], dtype=np.float32)
-    assert grown._dense_ranking(query, 100) == rebuilt._dense_ranking(query, 100) == [0, 1, 2, 3]
+    assert grown.dense.ranking(query, 100) == rebuilt.dense.ranking(query, 100) == [0, 1, 2, 3]
     keys = [hit.key for hit in grown.search("ledger", query, 3, params=RRF)]
     assert keys == [hit.key for hit in rebuilt.search("ledger", query, 3, params=RRF)] == ["s0", "s1", "s2"]
     # Look-alike: a closer vector comes first whatever its position.
     closer = np.asarray([0.0, 1.0, 0.0, 0.0], dtype=np.float32)
     vectors = np.stack([query, query, closer, query])
-    assert _grown(texts, [4], vectors)._dense_ranking(closer, 100)[0] == 2
+    assert _grown(texts, [4], vectors).dense.ranking(closer, 100)[0] == 2
 
 
 def _qa_report(saga: Path, stamp: str) -> None:

@@ -95,6 +95,23 @@ class _Sized:
         return len(self.docs)
 
 
+def test_index_registry_count_bound_drops_the_least_recent_and_peek_does_not_refresh() -> None:
+    registry = IndexRegistry(max_indexes=2)
+    a = registry.get("g", "a", _Sized)
+    b = registry.get("g", "b", _Sized)
+    assert registry.peek("g", "a") is a  # a peek: "a" stays the least recently used
+    registry.get("g", "c", _Sized)
+    assert registry.peek("g", "a") is None and registry.peek("g", "b") is b and registry.evictions == 1
+    # Look-alike: a look-up (not a peek) makes "b" recent, so "c" goes next.
+    assert registry.get("g", "b", _Sized) is b
+    registry.get("g", "d", _Sized)
+    assert registry.peek("g", "c") is None and registry.peek("g", "b") is b and registry.evictions == 2
+    # A bound of 0 still keeps the index just asked for.
+    single = IndexRegistry(max_indexes=0)
+    x = single.get("g", "x", _Sized)
+    assert single.get("g", "x", _Sized) is x and len(single) == 1
+
+
 def test_index_registry_evicts_least_recently_used_past_the_document_budget() -> None:
     registry = IndexRegistry(max_indexes=100, max_documents=10)
     a = registry.get("g", "a", _Sized)

@@ -15,7 +15,6 @@ import random
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +43,7 @@ from core.llm.sampling import anti_repetition_kwargs, first_draft_anti_repetitio
 from core.llm.schemas import bounded_response_format_for, mend_cut_strings, response_format_for
 from core.llm.steps import Call, RetryPolicy, Sleep, Steps, adrive, drive
 from core.llm_server import LOCAL_CHAT_MODEL
+from core.lru import LRU
 from core.settings import Settings
 
 log = logging.getLogger("skald.llm")
@@ -89,7 +89,7 @@ class LLMGateway:
         self.flushed_records = 0
         # Records by the tag after "|" in their purpose (a turn's trace id): a turn finds its
         # own calls without scanning every record. Bounded: tags nobody takes age out.
-        self._by_tag: OrderedDict[str, list[CallRecord]] = OrderedDict()
+        self._by_tag = LRU(_MAX_OPEN_TAGS)
         self._rng = random.Random()
 
     # ------------------------------------------------------------------ public API
@@ -219,7 +219,7 @@ class LLMGateway:
     def records_for(self, tag: str) -> list[CallRecord]:
         """The records whose purpose ends in `|tag` (kept for a later take)."""
         with self._records_lock:
-            return list(self._by_tag.get(tag, ()))
+            return list(self._by_tag.peek(tag, ()))
 
     def take_records(self, tag: str) -> list[CallRecord]:
         """The records whose purpose ends in `|tag`, removed from the tag index (the records
@@ -548,10 +548,7 @@ class LLMGateway:
             self._records.append(record)
             _, bar, tag = record.purpose.rpartition("|")
             if bar and tag:
-                self._by_tag.setdefault(tag, []).append(record)
-                self._by_tag.move_to_end(tag)
-                while len(self._by_tag) > _MAX_OPEN_TAGS:
-                    self._by_tag.popitem(last=False)
+                self._by_tag.setdefault(tag, []).append(record)  # the tag now most recent
             if self._max_records is not None and len(self._records) > self._max_records:
                 self._flush_oldest()
 

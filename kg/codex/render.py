@@ -1,16 +1,9 @@
 """Render a codex page model as ONE self-contained HTML file: no network, no server.
 
 The page is a Jinja2 template (`codex.html.j2`, next to this file) with its stylesheet
-(`codex.css`), its script (`codex.js`) and the graph library inlined. The graph library
-is Cytoscape.js (kg/codex/assets/cytoscape.min.js, MIT): maintained by the Cytoscape
-Consortium (releases every few months, ~15 million npm downloads a week), one file
-of ~430 KB with no dependencies, no network access and no `eval` (the page's
-Content-Security-Policy forbids both), and it draws, lays out and hit-tests hundreds
-of nodes on a canvas. It is vendored through a pinned npm lock file
-(tools/codex-assets: `make vendor-codex` copies it; tests/test_codex.py checks the copy is
-the locked release). The Python graph-to-HTML libraries were no better fit: pyvis (the
-usual one) has had no release since 2023 and its template loads Bootstrap and tom-select
-from a CDN even when it inlines vis-network.
+(`codex.css`), its script (`codex.js`) and the graph library inlined: Cytoscape.js
+(kg/codex/assets/cytoscape.min.js, MIT, vendored through a pinned npm lock file; `make
+vendor-codex`). Why that library: docs/decisions/codex-graph-library.md.
 
 The chapter-quality chart is SVG drawn here (a few rectangles per metric): small
 multiples need no charting library, and they then show without JavaScript too.

@@ -1,0 +1,173 @@
+"""What a query is made of before any index is asked: its words for BM25 (`STOP_WORDS`), the
+query without the speakers' names for the dense model (`plain_query`), the parts of a question
+about two entities or two events (`query_parts`, `part_text`), and what the rankers hand the
+fusion for it (`Prepared`).
+
+Contract: pure functions of the query text and the speakers' names, no LLM and no index;
+the same text gives the same parts on every run. Why the names are taken out and what the
+parts measured: docs/decisions/recall-fusion.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date
+
+import numpy as np
+
+from core.timex import QueryDate, query_dates, resolve
+
+#: English function words (NLTK's list, plus question words): tantivy's own English list is
+#: Lucene's 33 words and keeps "what", "did", "when" in every query.
+STOP_WORDS = sorted(
+    set(
+        """
+a about above after again against all am an and any are as at be because been before being below between
+both but by can could did do does doing down during each few for from further had has have having he her
+here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
+now of off on once only or other our ours ourselves out over own same she should so some such than that the
+their theirs them themselves then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours yourself yourselves
+""".split()
+    )
+)
+
+
+def plain_query(query: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
+    """The query without the conversation's speakers' names (and their possessive 's), for the
+    dense model. Every turn is embedded as "Speaker: text" and speakers call each other by name,
+    so a name in the question draws the greetings that name the speaker, not what was said;
+    who said it is the speaker feature's business (measured: docs/decisions/recall-fusion.md)."""
+    for name in sorted(speakers, key=len, reverse=True):
+        if name:
+            query = re.sub(rf"\b{re.escape(name)}(?:'s|\u2019s)?\b", "", query, flags=re.IGNORECASE)
+    query = re.sub(r"\s+([?,.!])", r"\1", query)
+    return re.sub(r"\s+", " ", query).strip()
+
+
+#: Only a question this short is split into parts (a chat turn's long text is not a question
+#: about two events, and each part costs a ranking).
+MAX_PART_QUERY = 240
+#: The top documents a two-event question's parts are guaranteed slots in (`part_budget`).
+PART_WINDOW = 10
+#: Words that mark a question about two events or two entities.
+_PAIR_CUE = re.compile(r"\b(?:between|before|after|since|both|and)\b", re.IGNORECASE)
+#: Capitalised words that are not names an entity part could be split on.
+_NOT_NAMES = frozenset(
+    """
+i january february march april may june july august september october november december monday tuesday
+wednesday thursday friday saturday sunday what when where which who whom whose why how did do does was were
+is are has have had can could would should will
+""".split()
+)
+
+
+def _content_words(text: str) -> list[str]:
+    return [
+        w for w in re.findall(r"[A-Za-z][A-Za-z'\u2019-]*", text) if w.lower() not in STOP_WORDS
+    ]
+
+
+def _without_name(query: str, name: str) -> str:
+    """`query` without `name` and the "and" (or comma, "&") that joins it to the next or the
+    last name; without "both" and "together": "What have Ann and Bob both painted?" without
+    Bob is "What have Ann painted?", without Ann "What have Bob painted?"."""
+    name_re = rf"\b{re.escape(name)}(?:'s|\u2019s)?\b"
+    joined, count = re.subn(
+        rf"{name_re}\s*(?:,\s*and\b|,|\band\b|&)\s*", "", query, count=1, flags=re.IGNORECASE
+    )
+    if not count:
+        joined = re.sub(
+            rf"\s*(?:,\s*and\b|,|\band\b|&)\s*{name_re}", "", query, count=1, flags=re.IGNORECASE
+        )
+    joined = re.sub(r"\b(?:both|together)\b", "", joined, flags=re.IGNORECASE)
+    joined = re.sub(r"\s+([?,.!])", r"\1", joined)
+    return re.sub(r"\s+", " ", joined).strip()
+
+
+_JOIN = r"\s*(?:,\s*and\b|,|\band\b|&)\s*"
+
+
+def _entity_names(query: str, speakers: list[str] | set[str] | frozenset[str]) -> list[str]:
+    """Two names joined by "and" (or a comma, "&") in the question: two of the speakers, or
+    else two capitalised words that are not question words, months or days ("Which city have
+    both Jean and John visited?"). Two speakers named apart ("What did Nate give Joanna?")
+    are one event, not two."""
+    named = [s for s in sorted(speakers, key=len, reverse=True) if s]
+    if named:
+        alternatives = "|".join(re.escape(s) for s in named)
+        pair = re.search(
+            rf"\b({alternatives})(?:'s|\u2019s)?{_JOIN}({alternatives})\b", query, re.IGNORECASE
+        )
+        if pair and pair[1].lower() != pair[2].lower():
+            return [pair[1], pair[2]]
+    pair = re.search(rf"\b([A-Z][a-z]+){_JOIN}([A-Z][a-z]+)\b", query)
+    if pair and pair.start() > 0 and not {pair[1].lower(), pair[2].lower()} & _NOT_NAMES:
+        return [pair[1], pair[2]]
+    return []
+
+
+def _event_parts(query: str) -> list[str]:
+    """The two events of a question: "between A and B" (A, B), "both A and B" (A, B),
+    "X before/after/since E" (X, E) where E is not a date (a date the question names is the
+    time feature's business, not a second event)."""
+    body = query.strip().rstrip("?.! ")
+    for pattern in (r"\bbetween\s+(.+?)\s+and\s+(.+)$", r"\bboth\s+(.+?)\s+and\s+(.+)$"):
+        m = re.search(pattern, body, re.IGNORECASE)
+        if m:
+            return [m[1], m[2]]
+    m = re.search(r"^(.+?)\s+\b(?:before|after|since)\s+(.+)$", body, re.IGNORECASE)
+    if m and not query_dates(m[2]) and not resolve(m[2], date(2000, 1, 1)):
+        return [m[1], m[2]]
+    return []
+
+
+def part_text(part: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
+    """What the dense model embeds for a part: the part without the speakers' names (as
+    `plain_query`), or the part itself when nothing else is left."""
+    return plain_query(part, speakers) or part
+
+
+def query_parts(query: str, speakers: list[str] | set[str] | frozenset[str]) -> list[str]:
+    """The parts of a question about two entities or two events, each a sub-query of its own
+    (no LLM: the question's own names and event phrases), or [] for any other query.
+
+    Two entities: "What subject have Caroline and Melanie both painted?" gives "What subject
+    have Caroline painted?" and "What subject have Melanie painted?" (one per name: the
+    speakers it names, or two capitalised names joined by "and"). Two events: "How many weeks
+    passed between Maria adopting Coco and Shadow?" gives "Maria adopting Coco" and "Shadow";
+    "When did Melanie go on a hike after the roadtrip?" gives "When did Melanie go on a hike"
+    and "the roadtrip". Only a question (a "?", at most MAX_PART_QUERY characters) with a cue
+    word (between, before, after, since, both, and) is split; each part must keep a content
+    word. `HybridIndex.rank` keeps each part's best documents in the top PART_WINDOW."""
+    if "?" not in query or len(query) > MAX_PART_QUERY or not _PAIR_CUE.search(query):
+        return []
+    names = _entity_names(query, speakers)
+    if names:
+        parts = [_without_name(query, names[1]), _without_name(query, names[0])]
+    else:
+        parts = _event_parts(query)
+    parts = [p for p in dict.fromkeys(parts) if _content_words(p) and p != query]
+    return parts if len(parts) >= 2 else []
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A query's candidates from each ranker (positions, best first) and what the boosts
+    need from the query (`named`: the one speaker it names, lowercased); fused by
+    `HybridIndex.rank`. Internal: the index hands it to itself or to the bench."""
+
+    lexical: list[int] = field(default_factory=list)
+    dense: list[int] = field(default_factory=list)
+    linked: list[int] = field(default_factory=list)
+    named: str | None = None
+    dates: list[QueryDate] = field(default_factory=list)
+    asks_when: bool = False
+    #: The dense ranking of the query without the speakers' names (`plain_query`), and both
+    #: query vectors, unit length (None: no usable vector).
+    plain: list[int] = field(default_factory=list)
+    vector: np.ndarray | None = None
+    plain_vector: np.ndarray | None = None
+    #: A two-event question's parts (`query_parts`), each prepared as a query of its own.
+    parts: tuple[Prepared, ...] = ()
