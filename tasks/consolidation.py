@@ -18,7 +18,7 @@ from prompts.initialization.models import CharacterSheets, GlobalOutline, Outlin
 from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import ScenePlan
 from tasks.policy import plain_task
-from tasks.runtime import runtime
+from tasks.services import Services
 
 # Extraction kinds that are not graph labels by the same name.
 KIND_TO_LABEL = {"Organization": "Faction"}
@@ -78,12 +78,11 @@ def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple
 
 @plain_task("consolidate_extraction")
 def build_chapter_delta(
-    number: int, title: str, iteration: int, plan: ContentRef, scenes: tuple[ContentRef, ...],
+    services: Services, number: int, title: str, iteration: int, plan: ContentRef, scenes: tuple[ContentRef, ...],
     extractions: tuple[ContentRef, ...], embeddings: ContentRef | None, chapter_text: ContentRef,
 ) -> ContentRef:
     """Consolidate, normalize and embed: the chapter's graph delta, stored as content."""
-    rt = runtime()
-    store = rt.content
+    store = services.content
     scene_plan = store.get_model(plan, ScenePlan)
     entities, relationships, statuses = merge_extractions(
         number, [store.get_model(ref, SceneExtraction) for ref in extractions]

@@ -55,7 +55,7 @@ from prompts.narrative.models import SceneDetail
 from prompts.validation.models import QualityScores
 from tasks.assembly import SCENE_BREAK
 from tasks.policy import cached_task
-from tasks.runtime import runtime
+from tasks.services import Services
 
 DUPLICATE_SCENE_COSINE = 0.97
 DUPLICATE_SCENE_TRIGRAM_OVERLAP = 0.5
@@ -408,22 +408,23 @@ def scene_text_reader(content: ContentStore, delta: ChapterDelta,
 
 
 @cached_task("validate_consistency")
-def validate_consistency(delta_ref: ContentRef, extraction_refs: tuple[ContentRef, ...] = (),
+def validate_consistency(services: Services, delta_ref: ContentRef,
+                         extraction_refs: tuple[ContentRef, ...] = (),
                          history: str = "") -> list[Problem]:
     """The consistency problems of a chapter delta against the graph as of the chapter before.
     Cached under `history` (tasks.commit.chapter_history), the graph it reads: a replayed
     chapter gets the answer it got the first time, so its revision decision replays too."""
-    rt = runtime()
-    delta = rt.content.get_model(delta_ref, ChapterDelta)
-    extractions = [rt.content.get_model(ref, SceneExtraction) for ref in extraction_refs]
+    delta = services.content.get_model(delta_ref, ChapterDelta)
+    extractions = [services.content.get_model(ref, SceneExtraction) for ref in extraction_refs]
     as_of = delta.chapter - 1
     names = sorted({e.name for e in delta.entities} | {c for s in delta.scenes for c in s.characters}
                    | {n for n, _ in present_characters(extractions).values()})
-    facts = consistency_facts(rt.graph, names, as_of_chapter=as_of)
+    facts = consistency_facts(services.graph_reader, names, as_of_chapter=as_of)
     problems = [
         *dead_characters_acting(delta, extractions, facts.statuses),
-        *contradictory_traits(delta, rt.settings.healing.antonym_pairs, facts.traits),
-        *duplicate_scenes(delta, facts.scene_embeddings, scene_text_reader(rt.content, delta, facts.scene_texts)),
+        *contradictory_traits(delta, services.settings.healing.antonym_pairs, facts.traits),
+        *duplicate_scenes(delta, facts.scene_embeddings,
+                          scene_text_reader(services.content, delta, facts.scene_texts)),
         *relationship_flips(delta, facts.relationship_types),
         *two_places_at_once(delta.chapter, extractions, facts.containers),
     ]
