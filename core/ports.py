@@ -53,7 +53,8 @@ class LanguageModel(Protocol):
         max_tokens: int | None = None,
         anti_repetition: bool = False,
     ) -> str:
-        """The reply text (never empty); `anti_repetition` adds the tier's anti-repetition sampling."""
+        """The reply text (never empty); `anti_repetition` adds the tier's anti-repetition
+        sampling."""
         ...
 
     def embed(self, texts: Sequence[str], *, purpose: str = "") -> np.ndarray:

@@ -29,7 +29,7 @@ from tasks.commit import (
     rollback_chapter,
     store_chapter_summary,
 )
-from tasks.consolidation import build_chapter_delta
+from tasks.consolidation import ChapterParts, build_chapter_delta
 from tasks.drafting import (
     SceneBrief,
     SceneDraft,
@@ -38,7 +38,7 @@ from tasks.drafting import (
     scene_target_words,
 )
 from tasks.embedding import embed_scenes_or_none
-from tasks.enrichment import enrich_scene
+from tasks.enrichment import EnrichRequest, enrich_scene
 from tasks.evaluation import evaluate_quality
 from tasks.export import finalize_chapter, publish_chapter_quality
 from tasks.extraction import extract_scene
@@ -118,15 +118,16 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
     budget = rt.settings.revision_budget()
     target_words = scene_target_words(limits.scene_token_target)
     committed = chapter_commit_state(services, number)
-    history = chapter_history(services, number)  # what the chapter is written on: the graph-reading stages cache under it
+    # What the chapter is written on: the graph-reading stages cache under it.
+    history = chapter_history(services, number)
     guidance = ""
     iteration = 0
     for iteration in range(1, budget.iterations + 1):
         log.info("chapter %d: iteration %d of at most %d", number, iteration, budget.iterations)
         plan_ref = plan_scenes(services, PlanRequest(
-            title=book.title, genre=book.genre, chapter=outline, scene_count=book.scenes_per_chapter,
-            character_names=book.character_names, guidance=guidance, iteration=iteration,
-            writer_guidance=writer_guidance))
+            title=book.title, genre=book.genre, chapter=outline,
+            scene_count=book.scenes_per_chapter, character_names=book.character_names,
+            guidance=guidance, iteration=iteration, writer_guidance=writer_guidance))
         plan = rt.content.get_model(plan_ref, ScenePlan)
         drafts: list[SceneDraft] = []
         final_refs: list[ContentRef] = []
@@ -144,9 +145,10 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
             drafts.append(draft)
             scene_ref = draft.ref
             if limits.enrich_narrative:  # the enriched scene is what everything downstream sees
-                scene_ref = enrich_scene(services, draft.ref, book.genre, number, index,
-                                         outline.summary, target_words,
-                                         rt.settings.prose)
+                scene_ref = enrich_scene(services, EnrichRequest(
+                    scene=draft.ref, genre=book.genre, chapter_number=number, scene_number=index,
+                    chapter_summary=outline.summary, target_words=target_words,
+                    thresholds=rt.settings.prose))
             final_refs.append(scene_ref)
             tail = tail_from_sentence(rt.content.get_text(scene_ref), PREVIOUS_SCENE_TAIL_CHARS)
         refs = tuple(final_refs)
@@ -167,9 +169,9 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
         embeddings = embed_scenes_or_none(services,
                                           f"chapter_{number:03d}/iter_{iteration}/scenes", texts)
         chapter_text = assemble_chapter(services, number, iteration, refs)
-        delta = build_chapter_delta(services, number, outline.title, iteration, plan_ref, refs,
-                                    extractions,
-                                    embeddings, chapter_text)
+        delta = build_chapter_delta(services, ChapterParts(
+            number=number, title=outline.title, iteration=iteration, plan=plan_ref, scenes=refs,
+            extractions=extractions, embeddings=embeddings, chapter_text=chapter_text))
         outcome = commit_chapter(services, delta, committed)
         problems = validate_consistency(services, delta, extractions, history=history)
         scores = evaluate_quality(services, book.title, book.genre, number, outline.summary,
@@ -198,10 +200,9 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
     store_chapter_summary(services, number, summary)
     path = finalize_chapter(services, number, outline.title, chapter_text)
     facts = [(g.kept, len(g.dropped)) for g in grounded.report.scenes]
-    publish_chapter_quality(services, number,
-                            quality_rows([d.metrics for d in drafts],
-                                         [d.attempts for d in drafts], prose,
-                                                 scores, flags, checks, facts))
+    rows = quality_rows([d.metrics for d in drafts], [d.attempts for d in drafts], prose, scores,
+                        flags, checks, facts)
+    publish_chapter_quality(services, number, rows)
     log.info("chapter %d: finished in %.1fs -> %s (%s)", number, time.monotonic() - started, path, prose.brief())
     return ChapterResult(number=number, title=outline.title, iterations=iteration, scores=scores,
                          problems=[p.message for p in problems], path=path, seconds=time.monotonic() - started,

@@ -27,7 +27,7 @@ from tasks.commit import (
     commit_initialization,
     store_chapter_summary,
 )
-from tasks.consolidation import build_chapter_delta
+from tasks.consolidation import ChapterParts, build_chapter_delta
 from tasks.ebook import export_ebooks_or_log
 from tasks.embedding import embed_scenes_or_none
 from tasks.export import export_manuscript, finalize_chapter
@@ -97,9 +97,11 @@ def import_flow(manuscript: Manuscript, genre: str) -> ImportReport:
             for index, scene in enumerate(models, start=1)
         ])
         plan_ref = rt.content.put_json("chapter_plan", f"chapter_{chapter.number:03d}/imported", plan)
-        embeddings = embed_scenes_or_none(services, f"chapter_{chapter.number:03d}/imported/scenes", tuple(chapter.scenes))
-        delta = build_chapter_delta(services, chapter.number, chapter.title, 1, plan_ref, refs,
-                                    found, embeddings, text)
+        embeddings = embed_scenes_or_none(services, f"chapter_{chapter.number:03d}/imported/scenes",
+                                          tuple(chapter.scenes))
+        delta = build_chapter_delta(services, ChapterParts(
+            number=chapter.number, title=chapter.title, iteration=1, plan=plan_ref, scenes=refs,
+            extractions=found, embeddings=embeddings, chapter_text=text))
         commit_chapter(services, delta, chapter_commit_state(services, chapter.number))
         store_chapter_summary(services, chapter.number, summary)
         finalize_chapter(services, chapter.number, chapter.title, text)

@@ -175,7 +175,8 @@ def initialization_flow(spec: ProjectSpec) -> InitArtifacts:
     for act, first, last in act_ranges(spec.initial_chapters, spec.acts):
         act_ref = generate_act_outline(services, outline, act, first, last)
         acts.append(act_ref)
-        chapter_sets.append(generate_chapter_outlines(services, outline, act_ref, act, first, last, names))
+        chapter_sets.append(
+            generate_chapter_outlines(services, outline, act_ref, act, first, last, names))
     relationships = extract_outline_relationships(services, outline, tuple(chapter_sets), names)
     artifacts = InitArtifacts(characters=characters, global_outline=outline, act_outlines=tuple(acts),
                               chapter_outlines=tuple(chapter_sets), relationships=relationships)
@@ -278,8 +279,9 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
                          "the global and act outlines stand for them)", number, len(story), left_out,
                          round(STORY_SO_FAR_SHARE * 100))
             chapter = refresh(services, OutlineRequest(
-                title=outline.title, genre=spec.genre, number=number, global_outline=bible.global_outline,
-                act_number=act, act=act_summary, characters=tuple(bible.character_lines()), summaries=story,
+                title=outline.title, genre=spec.genre, number=number,
+                global_outline=bible.global_outline, act_number=act, act=act_summary,
+                characters=tuple(bible.character_lines()), summaries=story,
                 planned=planned.get(number), guidance=guidance))
             cast = names
         log.info("chapter %d/%d: %s", number, chapters, chapter.title)

@@ -70,7 +70,8 @@ def commit_chapter(services: Services, delta_ref: ContentRef,
 @graph_task("commit_accepted_chapter")
 def commit_accepted_chapter(services: Services, delta_ref: ContentRef) -> CommitOutcome:
     """Make the graph hold exactly this (accepted) delta, replacing any other one."""
-    result = services.graph_writer.commit_chapter(services.content.get_model(delta_ref, ChapterDelta), replace=True)
+    delta = services.content.get_model(delta_ref, ChapterDelta)
+    result = services.graph_writer.commit_chapter(delta, replace=True)
     return "unchanged" if result.noop else "committed"
 
 

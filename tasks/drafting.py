@@ -130,5 +130,6 @@ def draft_scene(services: Services, brief: SceneBrief, context: ContentRef, iter
     if not metrics.clean:
         log.error("chapter %d scene %d: DEGENERATE after %d drafts, keeping the cleanest (%s)", chapter, scene,
                   len(drafts), "; ".join(metrics.failures))
-    ref = services.content.put_text("scenes", f"chapter_{chapter:03d}/iter_{iteration}/scene_{scene:02d}", text)
+    name = f"chapter_{chapter:03d}/iter_{iteration}/scene_{scene:02d}"
+    ref = services.content.put_text("scenes", name, text)
     return SceneDraft(ref=ref, metrics=metrics, attempts=len(drafts), anti_repetition=penalized)

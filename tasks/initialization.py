@@ -135,7 +135,8 @@ def generate_act_outline(services: Services, global_outline: ContentRef, act: in
 
 @llm_task("generate_chapter_outlines", tier=INIT_TIER)
 def generate_chapter_outlines(
-    services: Services, global_outline: ContentRef, act_outline: ContentRef, act: int, first: int, last: int,
+    services: Services, global_outline: ContentRef, act_outline: ContentRef, act: int, first: int,
+    last: int,
     character_names: tuple[str, ...],
 ) -> ContentRef:
     """Outline chapters first..last of one act; re-ask for any chapters the model skipped."""
@@ -169,10 +170,12 @@ def generate_chapter_outlines(
 
 @llm_task("extract_outline_relationships", tier=RELATIONSHIPS_TIER)
 def extract_outline_relationships(
-    services: Services, global_outline: ContentRef, chapter_outlines: tuple[ContentRef, ...], character_names: tuple[str, ...]
+    services: Services, global_outline: ContentRef, chapter_outlines: tuple[ContentRef, ...],
+    character_names: tuple[str, ...],
 ) -> ContentRef:
     outline = services.content.get_model(global_outline, GlobalOutline)
-    chapters = [c for ref in chapter_outlines for c in services.content.get_model(ref, ChapterOutlines).chapters]
+    chapters = [c for ref in chapter_outlines
+                for c in services.content.get_model(ref, ChapterOutlines).chapters]
     rels = services.llm.structured(
         RELATIONSHIPS_TIER,
         render_messages("initialization/relationships", outline=outline, chapters=chapters,

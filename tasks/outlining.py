@@ -62,7 +62,7 @@ class OutlineRequest(BaseModel):
     act: str
     characters: tuple[str, ...] = Field(description="the bible's character lines")
     summaries: tuple[str, ...] = Field(description="the story so far (story_so_far), oldest first")
-    planned: ChapterOutline | None = Field(None, description="the chapter's outline from the plan, if any")
+    planned: ChapterOutline | None = Field(None, description="the planned outline, if any")
     guidance: str = Field("", description="the writer's guidance for the chapter")
 
 
@@ -74,7 +74,8 @@ def generate_chapter_outline(services: Services, request: OutlineRequest) -> Cha
         OUTLINE_TIER,
         render_messages("narrative/chapter_outline", title=r.title, genre=r.genre, number=r.number,
                         global_outline=r.global_outline, act_number=r.act_number, act=r.act,
-                        characters=r.characters, summaries=r.summaries, planned=r.planned, guidance=r.guidance),
+                        characters=r.characters, summaries=r.summaries, planned=r.planned,
+                        guidance=r.guidance),
         ChapterOutlineRefresh, purpose="chapter_outline",
     )
     number, planned, act, title = r.number, r.planned, r.act, r.title

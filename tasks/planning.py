@@ -34,14 +34,15 @@ class PlanRequest(BaseModel):
     character_names: tuple[str, ...]
     guidance: str = Field("", description="revision guidance after a rejected draft")
     iteration: int = Field(ge=1)
-    writer_guidance: str = Field("", description="the writer's steering (guidance/chapter_NNN.md, redo notes)")
+    writer_guidance: str = Field("", description="the writer's steering (guidance file, redo)")
 
 
 @llm_task("plan_scenes", tier=PLAN_TIER)
 def plan_scenes(services: Services, request: PlanRequest) -> ContentRef:
     """Plan exactly `scene_count` scenes, asking again for any the model left out."""
-    title, genre, chapter, scene_count = request.title, request.genre, request.chapter, request.scene_count
-    character_names, guidance, iteration = request.character_names, request.guidance, request.iteration
+    title, genre, chapter = request.title, request.genre, request.chapter
+    scene_count, character_names = request.scene_count, request.character_names
+    guidance, iteration = request.guidance, request.iteration
     writer_guidance = request.writer_guidance
     scenes: list[SceneDetail] = []
     for _ in range(MAX_PLAN_CALLS):
@@ -65,7 +66,8 @@ def plan_scenes(services: Services, request: PlanRequest) -> ContentRef:
     if dropped:
         log.warning("chapter %d: the scene plan's %s not used", chapter.number, "; ".join(dropped[:6]))
     log.info("chapter %d: planned %d scenes (iteration %d)", chapter.number, len(scenes), iteration)
-    return services.content.put_json("chapter_plan", f"chapter_{chapter.number:03d}/iter_{iteration}", ScenePlan(scenes=scenes))
+    name = f"chapter_{chapter.number:03d}/iter_{iteration}"
+    return services.content.put_json("chapter_plan", name, ScenePlan(scenes=scenes))
 
 
 def tidy_plan(

@@ -54,9 +54,12 @@ class ModelFingerprint:
     def __call__(self, context: TaskRunContext | None, inputs: dict[str, Any]) -> str:
         services = inputs.get(SERVICES)
         if services is None:
-            raise TypeError(f"a model-keyed task needs its {SERVICES!r} parameter (tasks/services.py)")
+            raise TypeError(f"a model-keyed task needs its {SERVICES!r} parameter "
+                            "(tasks/services.py)")
         llm = services.llm
-        return llm.embedding_fingerprint() if self.tier is None else llm.model_fingerprint(self.tier)
+        if self.tier is None:
+            return llm.embedding_fingerprint()
+        return llm.model_fingerprint(self.tier)
 
 
 def model_cache_policy(tier: str | None) -> CachePolicy:

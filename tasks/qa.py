@@ -126,11 +126,12 @@ def load_qa_state(saga_dir: Path) -> QAState | None:
 @graph_task("qa_scope")
 def qa_scope(services: Services, incremental: bool) -> QAScope:
     """What this QA run checks (see the module docstring), and the state it leaves."""
-    seq, fingerprint = services.graph_reader.history_head()
-    latest = services.graph_reader.latest_chapter()
+    graph = services.graph_reader
+    seq, fingerprint = graph.history_head()
+    latest = graph.latest_chapter()
     done = QAState(through=latest, seq=seq, fingerprint=fingerprint)
     state = load_qa_state(services.settings.saga_dir) if incremental else None
-    if state is None or state.through > latest or services.graph_reader.history_at(state.seq) != state.fingerprint:
+    if state is None or state.through > latest or graph.history_at(state.seq) != state.fingerprint:
         return QAScope(chapters=None, state=done)  # first run, or the history changed below it
     new = list(range(state.through + 1, latest + 1))
     sample: list[int] = []

@@ -120,7 +120,8 @@ def roll_back_chapters_from(services: Services, first: int, reason: str) -> list
     committed = [c for c in services.graph_reader.committed_chapters() if c.chapter >= first]
     rolled: list[int] = []
     if committed:
-        result = services.graph_writer.rollback_chapter(min(committed, key=lambda c: c.seq).chapter, cascade=True)
+        oldest = min(committed, key=lambda c: c.seq).chapter
+        result = services.graph_writer.rollback_chapter(oldest, cascade=True)
         rolled = result.chapters
         log.info("%s: rolled back change-sets %s (newest first): %d nodes and %d relationships removed, "
                  "%d nodes restored", reason, rolled, result.deleted_nodes, result.deleted_relationships,

@@ -157,10 +157,9 @@ def test_a_short_scene_plan_is_completed_by_a_re_ask_naming_the_planned_scenes(t
         rt = Runtime(load_settings(tmp_path, openai_base_url=llm.base_url))
         services = Services(settings=rt.settings, llm=rt, content=rt.content)
         with disable_run_logger():
-            ref = plan_scenes.fn(services,
-                                 PlanRequest(title="The Salt Road", genre="mystery",
-                                             chapter=outline,
-                                                       scene_count=3, character_names=("Amara Vell",), iteration=1))
+            request = PlanRequest(title="The Salt Road", genre="mystery", chapter=outline, scene_count=3,
+                                  character_names=("Amara Vell",), iteration=1)
+            ref = plan_scenes.fn(services, request)
         asked = [r.last_user for r in llm.requests if r.schema_name == "ScenePlan"]
     plan = ContentStore(rt.settings.saga_dir / "content").get_model(ref, ScenePlan)
     assert [s.title for s in plan.scenes] == ["The Harbor", "The Stairs", "The Lamp Room"]

@@ -86,7 +86,7 @@ class TableModel:
 
 
 class FixedHistory:
-    """A GraphReader with a fixed list of committed change-sets (only what written_chapters reads)."""
+    """A GraphReader with fixed committed change-sets (only what written_chapters reads)."""
 
     def __init__(self, chapters: Sequence[int]) -> None:
         self.infos = [
@@ -244,9 +244,10 @@ from tasks.runtime import Runtime
 from tasks.services import Services
 rt = Runtime(load_settings(sys.argv[1], openai_base_url="http://127.0.0.1:9/v1"))
 request = PlanRequest.model_validate_json(sys.argv[2])
-inputs = {"services": Services(settings=rt.settings, llm=rt, content=rt.content), "request": request}
-print(plan_scenes.cache_policy.compute_key(task_ctx=SimpleNamespace(task=plan_scenes), inputs=inputs,
-                                           flow_parameters={}))
+services = Services(settings=rt.settings, llm=rt, content=rt.content)
+inputs = {"services": services, "request": request}
+context = SimpleNamespace(task=plan_scenes)
+print(plan_scenes.cache_policy.compute_key(task_ctx=context, inputs=inputs, flow_parameters={}))
 """
 
 
