@@ -23,7 +23,6 @@ from prompts.validation.models import QualityScores
 from tasks.assembly import assemble_chapter
 from tasks.commit import (
     chapter_commit_state,
-    chapter_history,
     commit_accepted_chapter,
     commit_chapter,
     rollback_chapter,
@@ -118,8 +117,6 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
     budget = rt.settings.revision_budget()
     target_words = scene_target_words(limits.scene_token_target)
     committed = chapter_commit_state(services, number)
-    # What the chapter is written on: the graph-reading stages cache under it.
-    history = chapter_history(services, number)
     guidance = ""
     iteration = 0
     for iteration in range(1, budget.iterations + 1):
@@ -140,7 +137,7 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
                                target_words=target_words)
             steering = tuple(g for g in (writer_guidance, guidance) if g)
             context = retrieve_context(services, number, scene, steering,
-                                       fixed_prompt_tokens(brief), history=history)
+                                       fixed_prompt_tokens(brief))
             draft = draft_scene(services, brief, context, iteration, rt.settings.prose)
             drafts.append(draft)
             scene_ref = draft.ref
@@ -173,7 +170,7 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
             number=number, title=outline.title, iteration=iteration, plan=plan_ref, scenes=refs,
             extractions=extractions, embeddings=embeddings, chapter_text=chapter_text))
         outcome = commit_chapter(services, delta, committed)
-        problems = validate_consistency(services, delta, extractions, history=history)
+        problems = validate_consistency(services, number, delta, extractions)
         scores = evaluate_quality(services, book.title, book.genre, number, outline.summary,
                                   chapter_text)
         decision = decide_revision(scores, problems, [d.metrics for d in drafts], prose, limits.revision_threshold,

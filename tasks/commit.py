@@ -87,15 +87,6 @@ def store_chapter_summary(services: Services, number: int, summary: ChapterSumma
     services.graph_writer.set_chapter_summary(number, summary.summary, summary.key_events)
 
 
-@graph_task("chapter_history")
-def chapter_history(services: Services, number: int) -> str:
-    """The fingerprint of the graph a chapter is written on (everything committed before it,
-    healing's amendments included): the stages that read the graph "as of chapter N - 1" are
-    cached under it, so a replayed chapter reads what it read the first time, and asks the
-    LLM nothing, whatever was committed or healed after it."""
-    return services.graph_reader.history_fingerprint(number)
-
-
 @graph_task("maintenance_due")
 def maintenance_due(services: Services, number: int) -> bool:
     """Whether healing and QA are still to run after the chapter as it is committed now."""

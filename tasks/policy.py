@@ -12,7 +12,12 @@ cache policies:
 - for a stage that asks a model (`llm_task`, `embedding_task`), the fingerprint of the
   models of its tier (`LanguageModel.model_fingerprint`, core/ports.py), read from the
   `services` parameter: another model or temperature makes another key, while two runs with
-  equal settings (a run and its resume) make the same one.
+  equal settings (a run and its resume) make the same one;
+- for a stage that reads the graph "as of chapter N - 1" (`graph_read_task`), the history of
+  that graph (`GraphReader.history_fingerprint(N)`, kg.commit.history: every change-set
+  committed before chapter N, healing's amendments included), read when the stage is called:
+  a replayed chapter gets what it got the first time, whatever was committed or healed
+  after it, and a chapter written on another graph gets a new answer.
 
 Only transient failures are retried at the task level; the gateway has already retried
 within its own budget by then.
@@ -52,14 +57,29 @@ class ModelFingerprint:
     tier: str | None
 
     def __call__(self, context: TaskRunContext | None, inputs: dict[str, Any]) -> str:
-        services = inputs.get(SERVICES)
-        if services is None:
-            raise TypeError(f"a model-keyed task needs its {SERVICES!r} parameter "
-                            "(tasks/services.py)")
-        llm = services.llm
+        llm = _services(inputs).llm
         if self.tier is None:
             return llm.embedding_fingerprint()
         return llm.model_fingerprint(self.tier)
+
+
+@dataclass(frozen=True)
+class GraphHistory:
+    """A Prefect `cache_key_fn`: the history of the graph as of the chapter before the one in
+    the stage's input named `chapter`, read through its `services` parameter."""
+
+    chapter: str
+
+    def __call__(self, context: TaskRunContext | None, inputs: dict[str, Any]) -> str:
+        return _services(inputs).graph_reader.history_fingerprint(int(inputs[self.chapter]))
+
+
+def _services(inputs: dict[str, Any]) -> Any:
+    services = inputs.get(SERVICES)
+    if services is None:
+        raise TypeError(f"this task's cache key needs its {SERVICES!r} parameter "
+                        "(tasks/services.py)")
+    return services
 
 
 def model_cache_policy(tier: str | None) -> CachePolicy:
@@ -121,6 +141,13 @@ def llm_task(name: str, tier: str, **options: Any) -> Callable[[F], F]:
 def embedding_task(name: str, **options: Any) -> Callable[[F], F]:
     """A cached stage that embeds: the embedding model's fingerprint is in its key."""
     return cached_task(name, cache_policy=model_cache_policy(None), **options)
+
+
+def graph_read_task(name: str, chapter: str, **options: Any) -> Callable[[F], F]:
+    """A cached stage that reads the graph as of the chapter before its input `chapter`:
+    the history of that graph is in its key."""
+    policy = CACHE_BY_INPUTS_AND_SOURCE + CacheKeyFnPolicy(cache_key_fn=GraphHistory(chapter))
+    return cached_task(name, cache_policy=policy, **options)
 
 
 def graph_task(name: str, **options: Any) -> Callable[[F], F]:

@@ -3,7 +3,7 @@
 Reads the world "as of the previous chapter" (profiles, relationships, statuses, the
 location, recent summaries, similar earlier scenes) and fits it into the context
 envelope's per-section token budgets. The stage is cached under the chapter's history
-(tasks.commit.chapter_history: every change-set committed before the chapter, healing's
+(tasks.policy.graph_read_task: every change-set committed before the chapter, healing's
 amendments included), so a replayed chapter gets the context it was drafted with, whatever
 was committed or healed since, and its draft replays from the cache. The query embedding is
 a cached task too, so a resumed run asks the embedding endpoint nothing.
@@ -22,7 +22,7 @@ from kg.retrieval import scene_context
 from prompts.narrative.models import SceneDetail
 from tasks.context import build_envelope
 from tasks.embedding import embed_texts
-from tasks.policy import cached_task
+from tasks.policy import graph_read_task
 from tasks.services import Services
 
 # Room kept free for the fixed prompt text around the context.
@@ -86,15 +86,14 @@ def sections_from(context: SceneContext) -> dict[str, list[str]]:
             "summaries": summaries, "history": history}
 
 
-@cached_task("retrieve_context")
+@graph_read_task("retrieve_context", chapter="chapter_number")
 def retrieve_context(services: Services, chapter_number: int, scene: SceneDetail,
                      guidance: tuple[str, ...] = (),
-                     fixed_tokens: int = PROMPT_OVERHEAD_TOKENS, history: str = "") -> ContentRef:
+                     fixed_tokens: int = PROMPT_OVERHEAD_TOKENS) -> ContentRef:
     """The scene's context text, stored as content (drafting takes the reference).
 
     `guidance` (revision guidance) fills the envelope's guidance share, so it is counted in
-    the budget; `fixed_tokens` is the rest of the prompt, measured by the caller; `history`
-    (tasks.commit.chapter_history) names the graph it reads, for the cache."""
+    the budget; `fixed_tokens` is the rest of the prompt, measured by the caller."""
     text = scene_query(scene)
     # A stable name (Python's hash() is salted per process) keeps the cache key stable.
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

@@ -28,9 +28,11 @@ from kg.models import ChangeSetInfo
 from kg.ports import GraphReader, GraphWriter
 from prompts.initialization.models import ChapterOutline
 from prompts.knowledge.models import ChapterSummary
+from prompts.narrative.models import SceneDetail
 from tasks.embedding import embed_texts
 from tasks.planning import PlanRequest, plan_scenes
 from tasks.policy import SERVICES
+from tasks.retrieval import retrieve_context
 from tasks.runtime import Runtime
 from tasks.services import Services
 from tasks.steering import written_chapters
@@ -104,6 +106,18 @@ class FixedHistory:
 
     def committed_chapters(self) -> list[ChangeSetInfo]:
         return list(self.infos)
+
+
+class History:
+    """A GraphReader with one history fingerprint (only what a graph-reading stage's key reads)."""
+
+    def __init__(self, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+        self.asked: list[int] = []
+
+    def history_fingerprint(self, chapter: int) -> str:
+        self.asked.append(chapter)
+        return self.fingerprint
 
 
 def _settings(tmp_path: Path, **overrides: Any) -> Settings:
@@ -215,6 +229,33 @@ def test_the_cache_key_holds_the_tiers_model_and_not_the_services_identity(tmp_p
     # The inputs still count.
     again = PLAN.model_copy(update={"iteration": 2})
     assert _key(plan_scenes, one, request=again) != _key(plan_scenes, one, **PLAN_INPUTS)
+
+
+def test_a_graph_reading_stage_is_keyed_by_the_history_it_reads(tmp_path: Path) -> None:
+    settings, content = _settings(tmp_path), ContentStore(tmp_path / "content")
+    scene = SceneDetail(
+        title="The Stairs",
+        pov="Amara Vell",
+        setting="The lighthouse",
+        characters=["Amara Vell"],
+        beats=["She climbs."],
+    )
+
+    def key(fingerprint: str) -> tuple[str, History]:
+        reader = History(fingerprint)
+        services = Services(
+            settings=settings, llm=TableModel({}), content=content, graph_reader=reader
+        )
+        return _key(
+            retrieve_context, services, chapter_number=3, scene=scene, guidance=(), fixed_tokens=100
+        ), reader
+
+    first, reader = key("graph before chapter 3")
+    again, _ = key("graph before chapter 3")
+    other, _ = key("graph before chapter 3, healed")
+    assert reader.asked == [3]  # the graph as of the chapter before the stage's own
+    assert first == again  # another services object on the same graph: the same key
+    assert other != first
 
 
 def test_the_embedding_key_holds_the_embedding_model(tmp_path: Path) -> None:
