@@ -22,9 +22,10 @@ from prefect.logging import disable_run_logger
 from pydantic import BaseModel
 
 from core.content import ContentStore
+from core.errors import InvalidInputError
 from core.ports import Content, LanguageModel
 from core.settings import Candidate, Settings, load_settings
-from kg.models import ChangeSetInfo
+from kg.models import ChangeSetInfo, ChapterDelta
 from kg.ports import GraphReader, GraphWriter
 from prompts.initialization.models import ChapterOutline
 from prompts.knowledge.models import ChapterSummary
@@ -37,6 +38,7 @@ from tasks.runtime import Runtime
 from tasks.services import Services
 from tasks.steering import written_chapters
 from tasks.summarization import summarize_chapter
+from tasks.validation import validate_consistency
 from tests.conftest import REPO_ROOT, child_pythonpath
 
 
@@ -310,3 +312,19 @@ def test_the_cache_key_is_the_same_in_another_process_and_hash_seed(tmp_path: Pa
         check=True,
     )
     assert child.stdout.strip().splitlines()[-1] == here
+
+
+def test_validation_refuses_a_delta_of_another_chapter_before_reading_the_graph(
+    tmp_path: Path,
+) -> None:
+    content = ContentStore(tmp_path / "content")
+    delta = content.put_json(
+        "deltas", "chapter_004/iter_1", ChapterDelta(chapter=4, title="The Harbor")
+    )
+    reader = History("graph before chapter 4")
+    services = Services(
+        settings=_settings(tmp_path), llm=TableModel({}), content=content, graph_reader=reader
+    )
+    with pytest.raises(InvalidInputError, match="is chapter 4's, not chapter 3's"):
+        validate_consistency.fn(services, 3, delta)
+    assert reader.asked == []  # refused before any read of the graph
