@@ -164,9 +164,8 @@ def test_a_stage_runs_over_a_fake_language_model_and_stores_its_answer(tmp_path:
         summary = summarize_chapter.fn(services, 1, "The Stairs", chapter)
     assert summary == answer
     assert [(tier, purpose) for tier, purpose, _ in llm.calls] == [("small", "summarize_chapter")]
-    assert (
-        "Amara climbed the lighthouse stairs" in llm.calls[0][2]
-    )  # the stage read the text through the port
+    # The stage read the text through the content port.
+    assert "Amara climbed the lighthouse stairs" in llm.calls[0][2]
 
 
 def test_a_stage_reads_the_graph_through_a_fake_reader(tmp_path: Path) -> None:
