@@ -23,13 +23,12 @@ from prompts.validation.models import QualityScores
 from tasks.assembly import assemble_chapter
 from tasks.commit import (
     chapter_commit_state,
-    chapter_history,
     commit_accepted_chapter,
     commit_chapter,
     rollback_chapter,
     store_chapter_summary,
 )
-from tasks.consolidation import build_chapter_delta
+from tasks.consolidation import ChapterParts, build_chapter_delta
 from tasks.drafting import (
     SceneBrief,
     SceneDraft,
@@ -38,12 +37,12 @@ from tasks.drafting import (
     scene_target_words,
 )
 from tasks.embedding import embed_scenes_or_none
-from tasks.enrichment import enrich_scene
+from tasks.enrichment import EnrichRequest, enrich_scene
 from tasks.evaluation import evaluate_quality
 from tasks.export import finalize_chapter, publish_chapter_quality
 from tasks.extraction import extract_scene
 from tasks.grounding import ground_scenes
-from tasks.planning import plan_scenes
+from tasks.planning import PlanRequest, plan_scenes
 from tasks.retrieval import retrieve_context
 from tasks.revision import revision_guidance
 from tasks.runtime import runtime
@@ -110,20 +109,22 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
     plan and every draft: it rides in the drafting prompt's guidance section, counted in
     the context budget, ahead of any revision guidance."""
     rt = runtime()
+    services = rt.services()
     log = get_run_logger()
     started = time.monotonic()
     number = outline.number
     limits = rt.settings.limits
     budget = rt.settings.revision_budget()
     target_words = scene_target_words(limits.scene_token_target)
-    committed = chapter_commit_state(number)
-    history = chapter_history(number)  # what the chapter is written on: the graph-reading stages cache under it
+    committed = chapter_commit_state(services, number)
     guidance = ""
     iteration = 0
     for iteration in range(1, budget.iterations + 1):
         log.info("chapter %d: iteration %d of at most %d", number, iteration, budget.iterations)
-        plan_ref = plan_scenes(book.title, book.genre, outline, book.scenes_per_chapter, book.character_names,
-                               guidance, iteration, rt.llm_fingerprint("large"), writer_guidance=writer_guidance)
+        plan_ref = plan_scenes(services, PlanRequest(
+            title=book.title, genre=book.genre, chapter=outline,
+            scene_count=book.scenes_per_chapter, character_names=book.character_names,
+            guidance=guidance, iteration=iteration, writer_guidance=writer_guidance))
         plan = rt.content.get_model(plan_ref, ScenePlan)
         drafts: list[SceneDraft] = []
         final_refs: list[ContentRef] = []
@@ -135,47 +136,51 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
                                previous_is_chapter=index == 1 and bool(previous_ending), style=rt.settings.style,
                                target_words=target_words)
             steering = tuple(g for g in (writer_guidance, guidance) if g)
-            context = retrieve_context(number, scene, steering, fixed_prompt_tokens(brief), history=history)
-            draft = draft_scene(brief, context, iteration, rt.settings.prose, rt.llm_fingerprint("narrative"))
+            context = retrieve_context(services, number, scene, steering,
+                                       fixed_prompt_tokens(brief))
+            draft = draft_scene(services, brief, context, iteration, rt.settings.prose)
             drafts.append(draft)
             scene_ref = draft.ref
             if limits.enrich_narrative:  # the enriched scene is what everything downstream sees
-                scene_ref = enrich_scene(draft.ref, book.genre, number, index, outline.summary, target_words,
-                                         rt.settings.prose, rt.llm_fingerprint("enrichment"))
+                scene_ref = enrich_scene(services, EnrichRequest(
+                    scene=draft.ref, genre=book.genre, chapter_number=number, scene_number=index,
+                    chapter_summary=outline.summary, target_words=target_words,
+                    thresholds=rt.settings.prose))
             final_refs.append(scene_ref)
             tail = tail_from_sentence(rt.content.get_text(scene_ref), PREVIOUS_SCENE_TAIL_CHARS)
         refs = tuple(final_refs)
         # Scenes are independent for extraction: run them in parallel (bounded by the runner).
         futures = [
-            extract_scene.submit(ref, number, index, book.character_names, rt.llm_fingerprint("small"))
+            extract_scene.submit(services, ref, number, index, book.character_names)
             for index, ref in enumerate(refs, start=1)
         ]
         extracted = tuple(future.result() for future in futures)
         # Only facts the scene's own words support reach the graph (and the checks below).
-        grounded = ground_scenes(number, refs, extracted, book.character_names,
+        grounded = ground_scenes(services, number, refs, extracted, book.character_names,
                                  (book.title, *book.chapter_titles, outline.title))
         extractions = grounded.extractions
         texts = tuple(rt.content.get_text(ref) for ref in refs)
         with stage("prose and plan checks"):
             prose = measure_chapter(texts, target_words, rt.settings.prose)
             checks = check_scenes(texts, plan.scenes, book.character_names, rt.settings.prose)
-        embeddings = embed_scenes_or_none(f"chapter_{number:03d}/iter_{iteration}/scenes", texts,
-                                          rt.embedding_fingerprint())
-        chapter_text = assemble_chapter(number, iteration, refs)
-        delta = build_chapter_delta(number, outline.title, iteration, plan_ref, refs, extractions,
-                                    embeddings, chapter_text)
-        outcome = commit_chapter(delta, committed)
-        problems = validate_consistency(delta, extractions, history=history)
-        scores = evaluate_quality(book.title, book.genre, number, outline.summary, chapter_text,
-                                  rt.llm_fingerprint("medium"))
+        embeddings = embed_scenes_or_none(services,
+                                          f"chapter_{number:03d}/iter_{iteration}/scenes", texts)
+        chapter_text = assemble_chapter(services, number, iteration, refs)
+        delta = build_chapter_delta(services, ChapterParts(
+            number=number, title=outline.title, iteration=iteration, plan=plan_ref, scenes=refs,
+            extractions=extractions, embeddings=embeddings, chapter_text=chapter_text))
+        outcome = commit_chapter(services, delta, committed)
+        problems = validate_consistency(services, number, delta, extractions)
+        scores = evaluate_quality(services, book.title, book.genre, number, outline.summary,
+                                  chapter_text)
         decision = decide_revision(scores, problems, [d.metrics for d in drafts], prose, limits.revision_threshold,
                                    checks)
         if decision.revise and iteration < budget.iterations:
             log.warning("chapter %d: revision needed: %s", number, "; ".join(decision.reasons))
             if outcome != "deferred":
-                rollback_chapter(number)
+                rollback_chapter(services, number)
             found = tuple(dict.fromkeys([*decision.reasons, *(p.message for p in problems)]))
-            guidance = revision_guidance(number, outline.summary, scores, found, rt.llm_fingerprint("medium")).guidance
+            guidance = revision_guidance(services, number, outline.summary, scores, found).guidance
             continue
         if decision.revise and budget.why:
             log.warning("chapter %d: revision needed: %s; %s", number, "; ".join(decision.reasons), budget.why)
@@ -183,17 +188,18 @@ def chapter_flow(book: BookInfo, outline: ChapterOutline, previous_ending: str =
             log.warning("chapter %d: still needs revision after %d iterations; keeping the last draft: %s",
                         number, iteration, "; ".join(decision.reasons))
         if outcome == "deferred":
-            commit_accepted_chapter(delta)
+            commit_accepted_chapter(services, delta)
         break
     flags = degeneration_flags([d.metrics for d in drafts], prose)
     for flag in flags:
         log.error("chapter %d FLAGGED: %s", number, flag)
-    summary = summarize_chapter(number, outline.title, chapter_text, rt.llm_fingerprint("small"))
-    store_chapter_summary(number, summary)
-    path = finalize_chapter(number, outline.title, chapter_text)
+    summary = summarize_chapter(services, number, outline.title, chapter_text)
+    store_chapter_summary(services, number, summary)
+    path = finalize_chapter(services, number, outline.title, chapter_text)
     facts = [(g.kept, len(g.dropped)) for g in grounded.report.scenes]
-    publish_chapter_quality(number, quality_rows([d.metrics for d in drafts], [d.attempts for d in drafts], prose,
-                                                 scores, flags, checks, facts))
+    rows = quality_rows([d.metrics for d in drafts], [d.attempts for d in drafts], prose, scores,
+                        flags, checks, facts)
+    publish_chapter_quality(services, number, rows)
     log.info("chapter %d: finished in %.1fs -> %s (%s)", number, time.monotonic() - started, path, prose.brief())
     return ChapterResult(number=number, title=outline.title, iterations=iteration, scores=scores,
                          problems=[p.message for p in problems], path=path, seconds=time.monotonic() - started,

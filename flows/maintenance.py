@@ -95,16 +95,18 @@ def heal_flow(
     """Merge duplicates -> enrich busy entities -> graduate confident provisional ones."""
     started, run_at = time.monotonic(), now_iso()
     with _project_runtime(project_dir) as rt:
-        moment = story_moment()
-        detection = find_duplicates(use_embeddings)
+        services = rt.services()
+        moment = story_moment(services)
+        detection = find_duplicates(services, use_embeddings)
         report = HealReport(project_dir=str(rt.settings.project_dir), started_at=run_at, story_at=moment.stamp,
                             dry_run=dry_run, detection=detection.stats, planned=detection.plans,
                             vetoed=detection.vetoed)
         if not dry_run:
-            report.merges = merge_duplicates(detection.plans, moment)
+            report.merges = merge_duplicates(services, detection.plans, moment)
             if enrich:
-                report.enriched, report.enrichment_failures = enrich_entities(moment, max_enrichments)
-        report.graduated = graduate_provisional(dry_run)
+                report.enriched, report.enrichment_failures = enrich_entities(services, moment,
+                                                                              max_enrichments)
+        report.graduated = graduate_provisional(services, dry_run)
         report.seconds = round(time.monotonic() - started, 2)
         path = write_heal_history(report, rt.settings.saga_dir)
         publish_heal_artifacts(report)
@@ -119,8 +121,9 @@ def qa_flow(project_dir: str, incremental: bool = False) -> QAReport:
     the Prefect artifacts."""
     started, run_at = time.monotonic(), now_iso()
     with _project_runtime(project_dir) as rt:
-        scope = qa_scope(incremental)
-        findings = run_qa_checks(scope.chapters)
+        services = rt.services()
+        scope = qa_scope(services, incremental)
+        findings = run_qa_checks(services, scope.chapters)
         path = write_qa_report(findings, scope.state, rt.settings.saga_dir)
         save_qa_state(rt.settings.saga_dir, scope.state)
         report = QAReport(project_dir=str(rt.settings.project_dir), run_at=run_at, story_at=scope.state.stamp,
@@ -128,7 +131,8 @@ def qa_flow(project_dir: str, incremental: bool = False) -> QAReport:
                           report_path=str(path), seconds=round(time.monotonic() - started, 2),
                           scope=scope.describe())
         publish_qa_artifacts(report)
-        write_codex_or_log("with the QA findings")  # the findings marked in exports/codex.html
+        write_codex_or_log(services,
+                           "with the QA findings")  # the findings marked in exports/codex.html
         return report
 
 

@@ -53,7 +53,12 @@ from tasks.initialization import (
     generate_character_sheets,
     generate_global_outline,
 )
-from tasks.outlining import STORY_SO_FAR_SHARE, generate_chapter_outline, story_so_far
+from tasks.outlining import (
+    STORY_SO_FAR_SHARE,
+    OutlineRequest,
+    generate_chapter_outline,
+    story_so_far,
+)
 from tasks.persist import (
     InitArtifacts,
     initial_bible,
@@ -161,21 +166,23 @@ def initialization_flow(spec: ProjectSpec) -> InitArtifacts:
     """Character sheets -> global outline -> act outlines -> chapter outlines ->
     outline relationships -> commit to graph -> persist files -> parse them back."""
     rt = runtime()
-    large, small = rt.llm_fingerprint("large"), rt.llm_fingerprint("small")
-    characters = generate_character_sheets(spec.premise, spec.genre, spec.characters, large)
+    services = rt.services()
+    characters = generate_character_sheets(services, spec.premise, spec.genre, spec.characters)
     names = tuple(c.name for c in rt.content.get_model(characters, CharacterSheets).characters)
-    outline = generate_global_outline(spec.premise, spec.genre, spec.initial_chapters, spec.acts, characters, large)
+    outline = generate_global_outline(services, spec.premise, spec.genre, spec.initial_chapters,
+                                      spec.acts, characters)
     acts, chapter_sets = [], []
     for act, first, last in act_ranges(spec.initial_chapters, spec.acts):
-        act_ref = generate_act_outline(outline, act, first, last, large)
+        act_ref = generate_act_outline(services, outline, act, first, last)
         acts.append(act_ref)
-        chapter_sets.append(generate_chapter_outlines(outline, act_ref, act, first, last, names, large))
-    relationships = extract_outline_relationships(outline, tuple(chapter_sets), names, small)
+        chapter_sets.append(
+            generate_chapter_outlines(services, outline, act_ref, act, first, last, names))
+    relationships = extract_outline_relationships(services, outline, tuple(chapter_sets), names)
     artifacts = InitArtifacts(characters=characters, global_outline=outline, act_outlines=tuple(acts),
                               chapter_outlines=tuple(chapter_sets), relationships=relationships)
-    commit_initialization(artifacts, spec.genre)
-    persist_initialization_files(artifacts)
-    run_initialization_parsers(spec.initial_chapters)
+    commit_initialization(services, artifacts, spec.genre)
+    persist_initialization_files(services, artifacts)
+    run_initialization_parsers(services, spec.initial_chapters)
     return artifacts
 
 
@@ -191,8 +198,9 @@ def bring_steering_up_to_date(chapters: int, redo_from: int | None) -> None:
     """Apply a redo request, then roll back every written chapter whose guidance or take
     changed (from the first such chapter on), so it is written again."""
     rt = runtime()
+    services = rt.services()
     log = get_run_logger()
-    written = written_chapters()
+    written = written_chapters(services)
     if redo_from is not None:
         if not any(n >= redo_from for n in written):
             log.info("redo: no chapter from %d on is written; nothing to redo", redo_from)
@@ -201,7 +209,8 @@ def bring_steering_up_to_date(chapters: int, redo_from: int | None) -> None:
     steering = load_steering(rt.settings.saga_dir)
     stale = first_stale_chapter(steering, rt.settings.project_dir, [n for n in written if n <= chapters])
     if stale is not None:
-        roll_back_chapters_from(stale, f"chapters {stale}.. must be written again (guidance or redo)")
+        roll_back_chapters_from(services, stale,
+                                f"chapters {stale}.. must be written again (guidance or redo)")
 
 
 @flow(name="novel", log_prints=True)
@@ -210,6 +219,7 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
     """The main job: initialization once, the writer's steering and story bible, then chapters
     1..`chapters` (finished ones replay from cache)."""
     rt = _runtime_for(project_dir)
+    services = rt.services()
     log = get_run_logger()
     # Sub-flows (and their tasks) persist results under the project: that is the resume cache.
     results = prefect_results_dir(Path(project_dir))
@@ -221,13 +231,13 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
         from flows.importing import load_imported_artifacts
 
         artifacts = load_imported_artifacts(rt.settings.saga_dir)
-        persist_initialization_files(artifacts)
+        persist_initialization_files(services, artifacts)
     else:
         artifacts = initialization_flow.with_options(result_storage=results)(spec)
     phases["initialization"] = time.monotonic() - started
     with stage("steering and story bible"):
         bring_steering_up_to_date(chapters, redo_from)
-        sync_story_bible(initial_bible(artifacts))
+        sync_story_bible(services, initial_bible(services, artifacts))
         bible = load_story_bible(rt.settings.project_dir)
     planned = {c.number: ChapterOutline.model_validate(c.model_dump()) for c in bible.chapters}
     outline = rt.content.get_model(artifacts.global_outline, GlobalOutline)
@@ -268,9 +278,11 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
                          "the %d before them are left out of the prompt (their budget is %d%% of the context window; "
                          "the global and act outlines stand for them)", number, len(story), left_out,
                          round(STORY_SO_FAR_SHARE * 100))
-            chapter = refresh(outline.title, spec.genre, number, bible.global_outline, act, act_summary,
-                              bible.character_lines(), story, planned.get(number), guidance,
-                              rt.llm_fingerprint("large"))
+            chapter = refresh(services, OutlineRequest(
+                title=outline.title, genre=spec.genre, number=number,
+                global_outline=bible.global_outline, act_number=act, act=act_summary,
+                characters=tuple(bible.character_lines()), summaries=story,
+                planned=planned.get(number), guidance=guidance))
             cast = names
         log.info("chapter %d/%d: %s", number, chapters, chapter.title)
         chapter_started = time.monotonic()
@@ -287,18 +299,18 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
         if codex_current:
             codex_started = time.monotonic()
             with stage("codex"):
-                write_codex_or_log(f"after chapter {number}")
+                write_codex_or_log(services, f"after chapter {number}")
             phases["codex"] = phases.get("codex", 0.0) + time.monotonic() - codex_started
         else:
             log.info("chapter %d: the codex is rewritten every %d chapters in a book past %d chapters, and after "
                      "the run's last chapter (%d)", number, -(-number // FLAT_CODEX_CHAPTERS), FLAT_CODEX_CHAPTERS,
                      chapters)
         if number % rt.settings.limits.qa_every == 0:
-            if maintenance_due(number):
+            if maintenance_due(services, number):
                 maintenance_started = time.monotonic()
                 with stage("maintenance"):
                     if _run_maintenance(project_dir, number):
-                        record_maintenance(number)
+                        record_maintenance(services, number)
                 phases[f"maintenance after {number}"] = time.monotonic() - maintenance_started
             else:
                 log.info("chapter %d: healing and QA already ran after this chapter", number)
@@ -307,9 +319,9 @@ def novel_flow(project_dir: str, spec: ProjectSpec, chapters: int, scenes_per_ch
         costs.append(ChapterCost.of(number, LEDGER.checkpoint(f"chapter {number}")))
         log.info("chapter %d: the pipeline's own cost: %s", number, costs[-1].brief())
     if not codex_current:  # the run ended on the writer's own (imported) chapters: the codex shows them too
-        write_codex_or_log("at the end of the run")
-    write_learned_characters()
-    manuscript = export_manuscript(outline.title, chapters)
+        write_codex_or_log(services, "at the end of the run")
+    write_learned_characters(services)
+    manuscript = export_manuscript(services, outline.title, chapters)
     ebooks = export_ebooks_or_log(manuscript)
     report = _report(rt, outline.title, results_list, manuscript, phases)
     report.ebooks = ebooks

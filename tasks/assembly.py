@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from core.content import ContentRef
 from tasks.policy import plain_task
-from tasks.runtime import runtime
+from tasks.services import Services
 
 SCENE_BREAK = "\n\n* * *\n\n"
 
 
 @plain_task("assemble_chapter")
-def assemble_chapter(number: int, iteration: int, scenes: tuple[ContentRef, ...]) -> ContentRef:
-    rt = runtime()
-    text = SCENE_BREAK.join(rt.content.get_text(ref).strip() for ref in scenes)
-    return rt.content.put_text("drafts", f"chapter_{number:03d}/iter_{iteration}", text)
+def assemble_chapter(services: Services, number: int, iteration: int,
+                     scenes: tuple[ContentRef, ...]) -> ContentRef:
+    text = SCENE_BREAK.join(services.content.get_text(ref).strip() for ref in scenes)
+    return services.content.put_text("drafts", f"chapter_{number:03d}/iter_{iteration}", text)

@@ -41,7 +41,7 @@ from prompts.initialization.models import (
     OutlineRelationship,
 )
 from tasks.policy import graph_task
-from tasks.runtime import runtime
+from tasks.services import Services
 
 CHARACTERS_DIR = "characters"
 LOCATIONS_FILE = "world/locations.yaml"
@@ -288,16 +288,15 @@ LEARNED_DIR = "characters/learned"
 
 
 @graph_task("write_learned_characters")
-def write_learned_characters() -> list[str]:
+def write_learned_characters(services: Services) -> list[str]:
     """Characters the chapters introduced that the bible does not have, as generated files
     under `characters/learned/` (never read as bible; move one into `characters/` to adopt
     it). Like every bible file, one the writer edited is left alone."""
-    rt = runtime()
-    root = rt.settings.project_dir
+    root = services.settings.project_dir
     bible = load_story_bible(root)
     known = {vocab.normalize_name(n) for c in bible.characters for n in (c.name,)}
     written = []
-    for entity in rt.graph.entities_with_label("Character"):
+    for entity in services.graph_reader.entities_with_label("Character"):
         if {vocab.normalize_name(n) for n in (entity.name, *entity.aliases)} & known:
             continue
         sheet = {"name": entity.name, "role": str(entity.attributes.get("role") or ""),
@@ -306,7 +305,7 @@ def write_learned_characters() -> list[str]:
                  "backstory": str(entity.attributes.get("backstory") or ""),
                  "voice": str(entity.attributes.get("voice") or "")}
         rel = f"{LEARNED_DIR}/{_slug(entity.name)}.yaml"
-        if write_owned(root, rt.settings.saga_dir, rel,
+        if write_owned(root, services.settings.saga_dir, rel,
                        yaml.safe_dump(sheet, sort_keys=False, allow_unicode=True, width=100)):
             written.append(rel)
     if written:
@@ -319,19 +318,18 @@ def _slug(name: str) -> str:
 
 
 @graph_task("sync_story_bible")
-def sync_story_bible(initial: StoryBible) -> str | None:
+def sync_story_bible(services: Services, initial: StoryBible) -> str | None:
     """Commit the writer's bible edits as their own change-set; returns its hash (None: no edits).
 
     `initial` is the bible as initialization wrote it (the graph's chapter 0).
     """
-    rt = runtime()
     log = get_run_logger()
-    current = load_story_bible(rt.settings.project_dir)
-    changesets = rt.graph.committed_chapters()
+    current = load_story_bible(services.settings.project_dir)
+    changesets = services.graph_reader.committed_chapters()
     bible_sets = [c for c in changesets if c.chapter < 0]
     baseline = initial
     if bible_sets:
-        snapshot = _snapshot_path(rt.settings.saga_dir, bible_sets[-1].delta_hash)
+        snapshot = _snapshot_path(services.settings.saga_dir, bible_sets[-1].delta_hash)
         if snapshot.is_file():
             baseline = StoryBible.model_validate_json(snapshot.read_text(encoding="utf-8"))
         else:
@@ -344,8 +342,9 @@ def sync_story_bible(initial: StoryBible) -> str | None:
         return None
     digest = delta.delta_hash()
     # The snapshot first: a crash between the two leaves an unused file, never a commit without one.
-    atomic_write(_snapshot_path(rt.settings.saga_dir, digest), current.model_dump_json(indent=2).encode("utf-8"))
-    result = rt.graph.commit_chapter(delta)
+    atomic_write(_snapshot_path(services.settings.saga_dir, digest),
+                 current.model_dump_json(indent=2).encode("utf-8"))
+    result = services.graph_writer.commit_chapter(delta)
     log.info("story bible: synced the writer's edits as change-set %d (%d entities added, %d updated, "
              "%d relationships added; holds from chapter %d on)", key, len(delta.entities),
              len(delta.property_updates), len(delta.relationships), delta.chapter)

@@ -15,7 +15,7 @@ from prefect.artifacts import create_link_artifact
 
 from kg.codex import CODEX_FILE, build_novel_codex, write_codex
 from tasks.policy import graph_task
-from tasks.runtime import runtime
+from tasks.services import Services
 
 #: Up to this many chapters the codex is rewritten after every chapter; past it, every
 #: ceil(chapters / FLAT_CODEX_CHAPTERS) chapters (and after the last chapter of every run), so a
@@ -33,12 +33,12 @@ def codex_due(chapter: int, last_of_run: int) -> bool:
 
 
 @graph_task("write_codex")
-def write_project_codex() -> str:
+def write_project_codex(services: Services) -> str:
     """Build the codex as of the latest chapter (with the newest QA findings) and write it;
     returns its path."""
-    rt = runtime()
-    settings = rt.settings
-    page = build_novel_codex(rt.graph, settings.saga_dir, project_name=settings.project_dir.name)
+    settings = services.settings
+    page = build_novel_codex(services.graph_reader, settings.saga_dir,
+                             project_name=settings.project_dir.name)
     path = settings.project_dir / CODEX_FILE
     written = write_codex(page, path)
     where = "the story bible" if page.as_of == 0 else f"chapter {page.as_of}"
@@ -51,11 +51,11 @@ def write_project_codex() -> str:
     return str(path)
 
 
-def write_codex_or_log(when: str) -> str | None:
+def write_codex_or_log(services: Services, when: str) -> str | None:
     """Write the codex; the codex is a view of the graph, so a failure to write it is logged as
     an error and never fails the run that asked (its chapters are committed and written)."""
     try:
-        return write_project_codex()
+        return write_project_codex(services)
     except Exception as exc:
         get_run_logger().error("codex %s could not be written (continuing): %s", when, exc)
         return None

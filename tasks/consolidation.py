@@ -9,6 +9,7 @@ and attaches scene and chapter embeddings.
 from __future__ import annotations
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.content import ContentRef
 from core.sentences import as_sentence
@@ -18,7 +19,7 @@ from prompts.initialization.models import CharacterSheets, GlobalOutline, Outlin
 from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import ScenePlan
 from tasks.policy import plain_task
-from tasks.runtime import runtime
+from tasks.services import Services
 
 # Extraction kinds that are not graph labels by the same name.
 KIND_TO_LABEL = {"Organization": "Faction"}
@@ -76,14 +77,28 @@ def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple
     return list(entities.values()), list(relationships.values()), list(statuses.values())
 
 
+class ChapterParts(BaseModel):
+    """What a chapter's graph delta is built from: the stage's parameter."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    number: int = Field(ge=1)
+    title: str
+    iteration: int = Field(ge=1)
+    plan: ContentRef
+    scenes: tuple[ContentRef, ...]
+    extractions: tuple[ContentRef, ...] = Field(description="the grounded extractions, one a scene")
+    embeddings: ContentRef | None = Field(description="the scenes' vectors; None: none (optional)")
+    chapter_text: ContentRef
+
+
 @plain_task("consolidate_extraction")
-def build_chapter_delta(
-    number: int, title: str, iteration: int, plan: ContentRef, scenes: tuple[ContentRef, ...],
-    extractions: tuple[ContentRef, ...], embeddings: ContentRef | None, chapter_text: ContentRef,
-) -> ContentRef:
+def build_chapter_delta(services: Services, parts: ChapterParts) -> ContentRef:
     """Consolidate, normalize and embed: the chapter's graph delta, stored as content."""
-    rt = runtime()
-    store = rt.content
+    number, title, iteration, plan = parts.number, parts.title, parts.iteration, parts.plan
+    scenes, extractions, embeddings = parts.scenes, parts.extractions, parts.embeddings
+    chapter_text = parts.chapter_text
+    store = services.content
     scene_plan = store.get_model(plan, ScenePlan)
     entities, relationships, statuses = merge_extractions(
         number, [store.get_model(ref, SceneExtraction) for ref in extractions]

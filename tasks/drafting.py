@@ -24,8 +24,11 @@ from core.settings import ProseThresholds, StyleGuide
 from prompts import render_messages
 from prompts.narrative.models import SceneDetail
 from tasks.context import estimate_tokens
-from tasks.policy import cached_task
-from tasks.runtime import runtime
+from tasks.policy import llm_task
+from tasks.services import Services
+
+#: The tier this stage asks (its models' fingerprint is in the stage's cache key).
+DRAFT_TIER = "narrative"
 
 WORDS_PER_TOKEN = 0.75
 # Chat formatting around each message (role markers, separators), in tokens.
@@ -97,18 +100,17 @@ def _cleanest(drafts: list[tuple[str, ProseMetrics, bool]]) -> tuple[str, ProseM
     return min(drafts, key=lambda d: (len(d[1].failures), -d[1].distinct_trigrams, d[1].max_sentence_repeats))
 
 
-@cached_task("draft_scene")
-def draft_scene(brief: SceneBrief, context: ContentRef, iteration: int, thresholds: ProseThresholds,
-                llm: str) -> SceneDraft:
-    rt = runtime()
+@llm_task("draft_scene", tier=DRAFT_TIER)
+def draft_scene(services: Services, brief: SceneBrief, context: ContentRef, iteration: int,
+                thresholds: ProseThresholds) -> SceneDraft:
     log = get_run_logger()
-    target_tokens = rt.settings.limits.scene_token_target
-    messages = scene_messages(brief, rt.content.get_text(context))
+    target_tokens = services.settings.limits.scene_token_target
+    messages = scene_messages(brief, services.content.get_text(context))
     chapter, scene = brief.chapter_number, brief.scene_number
-    penalize = rt.gateway.sends_anti_repetition_first("narrative")
+    penalize = services.llm.sends_anti_repetition_first(DRAFT_TIER)
     drafts: list[tuple[str, ProseMetrics, bool]] = []
     for attempt in range(1, thresholds.max_draft_attempts + 1):
-        text = clean_prose(rt.gateway.text("narrative", messages, purpose="draft_scene",
+        text = clean_prose(services.llm.text(DRAFT_TIER, messages, purpose="draft_scene",
                                            max_tokens=int(target_tokens * 1.5), anti_repetition=penalize))
         if not text:
             raise LLMBadOutputError(f"the model returned an empty draft for chapter {chapter} scene {scene}",
@@ -128,5 +130,6 @@ def draft_scene(brief: SceneBrief, context: ContentRef, iteration: int, threshol
     if not metrics.clean:
         log.error("chapter %d scene %d: DEGENERATE after %d drafts, keeping the cleanest (%s)", chapter, scene,
                   len(drafts), "; ".join(metrics.failures))
-    ref = rt.content.put_text("scenes", f"chapter_{chapter:03d}/iter_{iteration}/scene_{scene:02d}", text)
+    name = f"chapter_{chapter:03d}/iter_{iteration}/scene_{scene:02d}"
+    ref = services.content.put_text("scenes", name, text)
     return SceneDraft(ref=ref, metrics=metrics, attempts=len(drafts), anti_repetition=penalized)

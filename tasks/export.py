@@ -14,7 +14,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from core.content import ContentRef, write_if_changed
 from tasks.policy import plain_task
-from tasks.runtime import runtime
+from tasks.services import Services
 
 
 def chapter_path(project_dir: Path, number: int) -> Path:
@@ -37,24 +37,22 @@ def chapter_markdown(number: int, title: str, text: str) -> str:
 
 
 @plain_task("finalize_chapter")
-def finalize_chapter(number: int, title: str, chapter_text: ContentRef) -> str:
+def finalize_chapter(services: Services, number: int, title: str, chapter_text: ContentRef) -> str:
     """Write `chapters/chapter_NNN.md` and show it in the Prefect UI; returns its path."""
-    rt = runtime()
-    path = chapter_path(rt.settings.project_dir, number)
-    markdown = chapter_markdown(number, title, rt.content.get_text(chapter_text))
+    path = chapter_path(services.settings.project_dir, number)
+    markdown = chapter_markdown(number, title, services.content.get_text(chapter_text))
     write_if_changed(path, markdown)
     create_markdown_artifact(key=f"chapter-{number:03d}", markdown=markdown, description=chapter_heading(number, title))
     return str(path)
 
 
 @plain_task("publish_chapter_quality")
-def publish_chapter_quality(number: int, rows: list[dict[str, object]]) -> None:
+def publish_chapter_quality(services: Services, number: int, rows: list[dict[str, object]]) -> None:
     """The chapter's quality table (scene and chapter prose metrics, editor scores, flags) in
     the Prefect UI; the same rows go to `.saga/quality/chapter_NNN.json`."""
-    rt = runtime()
     create_table_artifact(key=f"chapter-{number:03d}-quality", table=rows,
                           description=f"Chapter {number}: degeneration guard metrics and editor scores")
-    path = rt.settings.saga_dir / "quality" / f"chapter_{number:03d}.json"
+    path = services.settings.saga_dir / "quality" / f"chapter_{number:03d}.json"
     write_if_changed(path, json.dumps(rows, indent=2) + "\n")
 
 
@@ -69,11 +67,10 @@ def manuscript_path(project_dir: Path) -> Path:
 
 
 @plain_task("export_manuscript")
-def export_manuscript(title: str, chapter_count: int) -> str:
+def export_manuscript(services: Services, title: str, chapter_count: int) -> str:
     """Concatenate finished chapters into `exports/manuscript.md`."""
-    rt = runtime()
     chapters = [path.read_text(encoding="utf-8") for number in range(1, chapter_count + 1)
-                if (path := chapter_path(rt.settings.project_dir, number)).exists()]
-    out = manuscript_path(rt.settings.project_dir)
+                if (path := chapter_path(services.settings.project_dir, number)).exists()]
+    out = manuscript_path(services.settings.project_dir)
     write_if_changed(out, manuscript_markdown(title, chapters))
     return str(out)

@@ -12,23 +12,26 @@ from __future__ import annotations
 from core.content import ContentRef
 from prompts import render_messages
 from prompts.knowledge.models import SceneExtraction
-from tasks.policy import cached_task
-from tasks.runtime import runtime
+from tasks.policy import llm_task
+from tasks.services import Services
+
+#: The tier this stage asks (its models' fingerprint is in the stage's cache key).
+EXTRACTION_TIER = "small"
 
 EMBEDDED_EXTRACTION_MAX_TOKENS = 512
 
 
-@cached_task("extract_scene")
-def extract_scene(scene: ContentRef, chapter_number: int, scene_number: int, known_names: tuple[str, ...],
-                  llm: str) -> ContentRef:
-    rt = runtime()
-    text = rt.content.get_text(scene)
-    extraction = rt.gateway.structured(
-        "small",
+@llm_task("extract_scene", tier=EXTRACTION_TIER)
+def extract_scene(services: Services, scene: ContentRef, chapter_number: int, scene_number: int,
+                  known_names: tuple[str, ...]) -> ContentRef:
+    text = services.content.get_text(scene)
+    extraction = services.llm.structured(
+        EXTRACTION_TIER,
         render_messages("knowledge/extraction", scene_text=text, chapter_number=chapter_number,
                         scene_number=scene_number, known_names=known_names),
         SceneExtraction, purpose="extract_scene",
-        max_tokens=EMBEDDED_EXTRACTION_MAX_TOKENS if rt.settings.embedded_tier("small") else None,
+        max_tokens=(EMBEDDED_EXTRACTION_MAX_TOKENS
+                    if services.settings.embedded_tier(EXTRACTION_TIER) else None),
     )
     name = f"chapter_{chapter_number:03d}/scene_{scene_number:02d}_{scene.sha256[:12]}"
-    return rt.content.put_json("extracted", name, extraction)
+    return services.content.put_json("extracted", name, extraction)

@@ -33,7 +33,7 @@ from core.grounding import KnownNames, SourceText, mentions, name_problem
 from kg import vocabulary as vocab
 from prompts.knowledge.models import ExtractedEntity, SceneExtraction
 from tasks.policy import plain_task
-from tasks.runtime import runtime
+from tasks.services import Services
 
 FactKind = Literal["entity", "trait", "relationship", "status"]
 
@@ -165,11 +165,11 @@ def ground_extraction(extraction: SceneExtraction, text: str, scene: int, known:
 
 
 @plain_task("ground_extraction")
-def ground_scenes(chapter: int, scenes: tuple[ContentRef, ...], extractions: tuple[ContentRef, ...],
+def ground_scenes(services: Services, chapter: int, scenes: tuple[ContentRef, ...],
+                  extractions: tuple[ContentRef, ...],
                   cast: tuple[str, ...], titles: tuple[str, ...]) -> GroundedScenes:
     """Ground each scene's extraction in its text; store the grounded extractions and the report."""
-    rt = runtime()
-    store = rt.content
+    store = services.content
     known = KnownNames([name] for name in cast)
     refs: list[ContentRef] = []
     report = GroundingReport(chapter=chapter)

@@ -1,9 +1,10 @@
 """Healing stages: detect duplicates, merge them, enrich busy entities, graduate provisional ones.
 
 Graph tasks (never cached: each looks at the graph as it is now; retried only on
-transient errors). The logic lives in kg/healing/; these stages add the runtime's
-services: the LLM gateway for enrichment and for name+description embeddings, which are
-cached on disk under `<project>/.saga/healing/` so a nightly run embeds only new texts.
+transient errors). The logic lives in kg/healing/; these stages add the ports they are
+handed (`services`, tasks/services.py): the LLM for enrichment and for name+description
+embeddings, which are cached on disk under `<project>/.saga/healing/` so a nightly run
+embeds only new texts.
 Healing is best effort (spec 001 section 15.6): when embeddings or the LLM are
 unavailable it logs a warning and heals with what it has.
 
@@ -53,8 +54,8 @@ from kg.healing.planning import detect_duplicates
 from kg.healing.snapshot import ensure_schema, load_snapshot, provisional_ids
 from prompts import template
 from prompts.knowledge.models import EntityEnrichment
-from tasks.policy import cached_task, graph_task
-from tasks.runtime import Runtime, runtime
+from tasks.policy import graph_task, llm_task
+from tasks.services import Services
 
 ENRICHMENT_TIER = "medium"
 
@@ -79,10 +80,10 @@ class StoryMoment(BaseModel):
 
 
 @graph_task("story_moment")
-def story_moment() -> StoryMoment:
+def story_moment(services: Services) -> StoryMoment:
     """The graph's newest chapter and change-set now (healing amends, never adds, change-sets,
     so a healing run resumed after a crash reads the same moment)."""
-    graph = runtime().graph
+    graph = services.graph_reader
     return StoryMoment(chapter=graph.latest_chapter(), change_set=graph.history_head()[0])
 
 
@@ -134,11 +135,10 @@ class EmbeddingCache:
             raise
 
 
-def _embedder(rt: Runtime) -> Embedder:
-    gateway = rt.gateway
-    cache = EmbeddingCache(rt.settings.saga_dir / "healing", rt.embedding_fingerprint(),
-                           lambda texts: gateway.embed(list(texts), purpose="healing"))
-    return cache
+def _embedder(services: Services) -> Embedder:
+    llm = services.llm
+    return EmbeddingCache(services.settings.saga_dir / "healing", llm.embedding_fingerprint(),
+                          lambda texts: llm.embed(list(texts), purpose="healing"))
 
 
 class HealReport(BaseModel):
@@ -180,17 +180,17 @@ class HealReport(BaseModel):
 
 
 @graph_task("detect_duplicates")
-def find_duplicates(use_embeddings: bool = True) -> DetectionResult:
+def find_duplicates(services: Services, use_embeddings: bool = True) -> DetectionResult:
     """Blocked candidate pairs -> scored evidence -> merge plans (no writes)."""
-    rt, log = runtime(), get_run_logger()
-    ensure_schema(rt.graph)
-    snap = load_snapshot(rt.graph)
-    embed: Embedder | None = _embedder(rt) if use_embeddings else None
+    log = get_run_logger()
+    ensure_schema(services.graph_writer)
+    snap = load_snapshot(services.graph_reader)
+    embed: Embedder | None = _embedder(services) if use_embeddings else None
     try:
-        result = detect_duplicates(snap, rt.settings.healing, embed)
+        result = detect_duplicates(snap, services.settings.healing, embed)
     except (LLMError, EmbeddedServiceError) as exc:
         log.warning("healing: embeddings unavailable, matching on names and relationships only: %s", exc)
-        result = detect_duplicates(snap, rt.settings.healing, None)
+        result = detect_duplicates(snap, services.settings.healing, None)
     s = result.stats
     log.info("healing: %d entities, %d blocks, %d candidate pairs, %d name matches, %d accepted, %d vetoed, %d merges planned",
              s.entities, s.blocks, s.candidate_pairs, s.name_matches, s.accepted_pairs, s.vetoed_pairs, len(result.plans))
@@ -198,13 +198,14 @@ def find_duplicates(use_embeddings: bool = True) -> DetectionResult:
 
 
 @graph_task("merge_duplicates")
-def merge_duplicates(plans: list[MergePlan], moment: StoryMoment) -> list[MergeResult]:
+def merge_duplicates(services: Services, plans: list[MergePlan],
+                     moment: StoryMoment) -> list[MergeResult]:
     """One write transaction per plan, so one failed merge leaves the others done.
     `moment` (the latest committed chapter) tags the revision, the `merge` sources and the audit."""
-    rt, log = runtime(), get_run_logger()
+    log = get_run_logger()
     results = []
     for plan in plans:
-        result = rt.graph.execute_write(merge_tx, plan, moment.stamp, moment.chapter)
+        result = services.graph_writer.execute_write(merge_tx, plan, moment.stamp, moment.chapter)
         if result.skipped:
             log.warning("healing: merge into %s skipped: %s", plan.survivor_id, result.skipped)
         else:
@@ -233,30 +234,34 @@ def enrichment_messages(target: EnrichmentTarget) -> list[dict[str, str]]:
     return messages
 
 
-@cached_task("enrichment_summary", retries=0)
-def enrichment_summary(target: EnrichmentTarget, llm: str) -> EntityEnrichment:
+@llm_task("enrichment_summary", tier=ENRICHMENT_TIER, retries=0)
+def enrichment_summary(services: Services, target: EnrichmentTarget) -> EntityEnrichment:
     """The LLM's summary of one entity, cached by what it is shown: healing again on the same
     graph (after a rollback, say) asks nothing."""
-    return runtime().gateway.structured(ENRICHMENT_TIER, enrichment_messages(target), EntityEnrichment,
-                                        purpose="enrichment")
+    return services.llm.structured(ENRICHMENT_TIER, enrichment_messages(target), EntityEnrichment,
+                                   purpose="enrichment")
 
 
 @graph_task("enrich_entities")
-def enrich_entities(moment: StoryMoment, max_entities: int = 20) -> tuple[list[EnrichmentResult], list[str]]:
+def enrich_entities(services: Services, moment: StoryMoment,
+                    max_entities: int = 20) -> tuple[list[EnrichmentResult], list[str]]:
     """LLM summaries for entities whose relationship count crossed the threshold.
 
     Returns (enriched, failures). An unreachable LLM stops the stage (the rest would fail
     the same way); a bad answer for one entity skips only that entity.
     """
-    rt, log = runtime(), get_run_logger()
-    counts = load_snapshot(rt.graph, ids=[])  # relationship counts only (the story mirror's)
-    snap = load_snapshot(rt.graph, ids=enrichment_busy_ids(counts, rt.settings.healing))
-    targets = enrichment_targets(rt.graph, snap, rt.settings.healing)[:max_entities]
+    log = get_run_logger()
+    counts = load_snapshot(services.graph_reader,
+                           ids=[])  # relationship counts only (the story mirror's)
+    snap = load_snapshot(services.graph_reader,
+                         ids=enrichment_busy_ids(counts, services.settings.healing))
+    targets = enrichment_targets(services.graph_reader, snap,
+                                 services.settings.healing)[:max_entities]
     enriched: list[EnrichmentResult] = []
     failures: list[str] = []
     for target in targets:
         try:
-            answer = enrichment_summary(target, rt.llm_fingerprint(ENRICHMENT_TIER))
+            answer = enrichment_summary(services, target)
         except LLMBadOutputError as exc:
             failures.append(f"{target.id}: {exc}")
             log.warning("healing: no valid enrichment for %s: %s", target.name, exc)
@@ -267,7 +272,7 @@ def enrich_entities(moment: StoryMoment, max_entities: int = 20) -> tuple[list[E
             break
         result = EnrichmentResult(id=target.id, name=target.name, relationship_count=target.relationship_count,
                                   summary=answer.summary, facets=list(answer.facets), confidence=answer.confidence)
-        if rt.graph.execute_write(enrich_tx, result, moment.stamp, moment.chapter):
+        if services.graph_writer.execute_write(enrich_tx, result, moment.stamp, moment.chapter):
             enriched.append(result)
     if targets:
         log.info("healing: enriched %d of %d entities over the relationship threshold", len(enriched), len(targets))
@@ -275,14 +280,13 @@ def enrich_entities(moment: StoryMoment, max_entities: int = 20) -> tuple[list[E
 
 
 @graph_task("graduate_provisional")
-def graduate_provisional(dry_run: bool = False) -> list[Graduation]:
+def graduate_provisional(services: Services, dry_run: bool = False) -> list[Graduation]:
     """Confirm provisional entities whose confidence reached settings.healing.graduation_confidence."""
-    rt = runtime()
-    snap = load_snapshot(rt.graph, ids=provisional_ids(rt.graph))
-    candidates = graduation_candidates(snap, rt.settings.healing)
+    snap = load_snapshot(services.graph_reader, ids=provisional_ids(services.graph_reader))
+    candidates = graduation_candidates(snap, services.settings.healing)
     if dry_run or not candidates:
         return candidates
-    done = rt.graph.execute_write(graduate_tx, candidates, snap.latest_chapter or 0)
+    done = services.graph_writer.execute_write(graduate_tx, candidates, snap.latest_chapter or 0)
     get_run_logger().info("healing: graduated %d provisional entities", len(done))
     return done
 

@@ -20,9 +20,12 @@ from prompts.initialization.models import (
     GlobalOutline,
     OutlineRelationships,
 )
-from tasks.policy import cached_task
-from tasks.runtime import runtime
+from tasks.policy import llm_task
+from tasks.services import Services
 
+#: The tiers these stages ask (their models' fingerprint is in each stage's cache key).
+INIT_TIER = "large"
+RELATIONSHIPS_TIER = "small"
 MAX_OUTLINE_CALLS_PER_ACT = 4
 #: Answers asked for character sheets before a run gives up for want of one usable name.
 MAX_SHEET_CALLS = 3
@@ -43,19 +46,19 @@ def act_ranges(chapters: int, acts: int) -> list[tuple[int, int, int]]:
     return ranges
 
 
-@cached_task("generate_character_sheets")
-def generate_character_sheets(premise: str, genre: str, count: int, llm: str) -> ContentRef:
+@llm_task("generate_character_sheets", tier=INIT_TIER)
+def generate_character_sheets(services: Services, premise: str, genre: str,
+                              count: int) -> ContentRef:
     """Character sheets with usable names, asking again (with the refused names and why) when
     the model wrote none: a small model's first answer is sometimes all identifiers
     ('Lighthouse_Lady_Amara') or loops, and a run must not die on its first call for that."""
-    rt = runtime()
     log = get_run_logger()
     refused: list[tuple[str, str]] = []
     unique: list[CharacterSheet] = []
     written = 0
     for _ in range(MAX_SHEET_CALLS):
-        sheets = rt.gateway.structured(
-            "large",
+        sheets = services.llm.structured(
+            INIT_TIER,
             render_messages("initialization/character_sheets", premise=premise, genre=genre, count=count,
                             refused=refused),
             CharacterSheets, purpose="character_sheets",
@@ -72,7 +75,7 @@ def generate_character_sheets(premise: str, genre: str, count: int, llm: str) ->
                                 "has a usable name", hint="use a stronger model for the large tier (OPENAI_BASE_URL)")
     result = CharacterSheets(characters=unique)
     log.info("init: %d character sheets: %s", len(unique), ", ".join(c.name for c in unique))
-    return rt.content.put_json("character_sheets", "characters", result)
+    return services.content.put_json("character_sheets", "characters", result)
 
 
 def usable_sheets(sheets: CharacterSheets) -> tuple[list[CharacterSheet], list[tuple[str, str]]]:
@@ -92,12 +95,12 @@ def usable_sheets(sheets: CharacterSheets) -> tuple[list[CharacterSheet], list[t
     return unique, refused
 
 
-@cached_task("generate_global_outline")
-def generate_global_outline(premise: str, genre: str, chapters: int, acts: int, characters: ContentRef, llm: str) -> ContentRef:
-    rt = runtime()
-    sheets = rt.content.get_model(characters, CharacterSheets)
-    outline = rt.gateway.structured(
-        "large",
+@llm_task("generate_global_outline", tier=INIT_TIER)
+def generate_global_outline(services: Services, premise: str, genre: str, chapters: int,
+                            acts: int, characters: ContentRef) -> ContentRef:
+    sheets = services.content.get_model(characters, CharacterSheets)
+    outline = services.llm.structured(
+        INIT_TIER,
         render_messages("initialization/global_outline", premise=premise, genre=genre, chapters=chapters,
                         acts=acts, characters=sheets.characters),
         GlobalOutline, purpose="global_outline",
@@ -114,38 +117,38 @@ def generate_global_outline(premise: str, genre: str, chapters: int, acts: int, 
          "acts": [{"number": i + 1, "summary": s} for i, s in enumerate(summaries)]}
     )
     get_run_logger().info("init: global outline %r with %d acts", outline.title, len(outline.acts))
-    return rt.content.put_json("global_outline", "outline", outline)
+    return services.content.put_json("global_outline", "outline", outline)
 
 
-@cached_task("generate_act_outline")
-def generate_act_outline(global_outline: ContentRef, act: int, first: int, last: int, llm: str) -> ContentRef:
-    rt = runtime()
-    outline = rt.content.get_model(global_outline, GlobalOutline)
-    act_outline = rt.gateway.structured(
-        "large",
+@llm_task("generate_act_outline", tier=INIT_TIER)
+def generate_act_outline(services: Services, global_outline: ContentRef, act: int, first: int,
+                         last: int) -> ContentRef:
+    outline = services.content.get_model(global_outline, GlobalOutline)
+    act_outline = services.llm.structured(
+        INIT_TIER,
         render_messages("initialization/act_outline", outline=outline, act=outline.acts[act - 1],
                         first_chapter=first, last_chapter=last),
         ActOutline, purpose="act_outline",
     )
-    return rt.content.put_json("act_outlines", f"act_{act:02d}", act_outline)
+    return services.content.put_json("act_outlines", f"act_{act:02d}", act_outline)
 
 
-@cached_task("generate_chapter_outlines")
+@llm_task("generate_chapter_outlines", tier=INIT_TIER)
 def generate_chapter_outlines(
-    global_outline: ContentRef, act_outline: ContentRef, act: int, first: int, last: int,
-    character_names: tuple[str, ...], llm: str,
+    services: Services, global_outline: ContentRef, act_outline: ContentRef, act: int, first: int,
+    last: int,
+    character_names: tuple[str, ...],
 ) -> ContentRef:
     """Outline chapters first..last of one act; re-ask for any chapters the model skipped."""
-    rt = runtime()
-    outline = rt.content.get_model(global_outline, GlobalOutline)
-    act_model = rt.content.get_model(act_outline, ActOutline)
+    outline = services.content.get_model(global_outline, GlobalOutline)
+    act_model = services.content.get_model(act_outline, ActOutline)
     got: dict[int, ChapterOutline] = {}
     for _ in range(MAX_OUTLINE_CALLS_PER_ACT):
         missing = [n for n in range(first, last + 1) if n not in got]
         if not missing:
             break
-        answer = rt.gateway.structured(
-            "large",
+        answer = services.llm.structured(
+            INIT_TIER,
             render_messages("initialization/chapter_outlines", outline=outline, act=act_model, act_number=act,
                             first_chapter=missing[0], last_chapter=missing[-1], character_names=character_names),
             ChapterOutlines, purpose="chapter_outlines",
@@ -162,24 +165,25 @@ def generate_chapter_outlines(
             hint="use a stronger model for the large tier",
         )
     result = ChapterOutlines(chapters=[got[n] for n in range(first, last + 1)])
-    return rt.content.put_json("chapter_outlines", f"act_{act:02d}", result)
+    return services.content.put_json("chapter_outlines", f"act_{act:02d}", result)
 
 
-@cached_task("extract_outline_relationships")
+@llm_task("extract_outline_relationships", tier=RELATIONSHIPS_TIER)
 def extract_outline_relationships(
-    global_outline: ContentRef, chapter_outlines: tuple[ContentRef, ...], character_names: tuple[str, ...], llm: str
+    services: Services, global_outline: ContentRef, chapter_outlines: tuple[ContentRef, ...],
+    character_names: tuple[str, ...],
 ) -> ContentRef:
-    rt = runtime()
-    outline = rt.content.get_model(global_outline, GlobalOutline)
-    chapters = [c for ref in chapter_outlines for c in rt.content.get_model(ref, ChapterOutlines).chapters]
-    rels = rt.gateway.structured(
-        "small",
+    outline = services.content.get_model(global_outline, GlobalOutline)
+    chapters = [c for ref in chapter_outlines
+                for c in services.content.get_model(ref, ChapterOutlines).chapters]
+    rels = services.llm.structured(
+        RELATIONSHIPS_TIER,
         render_messages("initialization/relationships", outline=outline, chapters=chapters,
                         character_names=character_names),
         OutlineRelationships, purpose="outline_relationships",
     )
     rels = world_with_names(rels, character_names, (outline.title, *(c.title for c in chapters)))
-    return rt.content.put_json("outline_relationships", "relationships", rels)
+    return services.content.put_json("outline_relationships", "relationships", rels)
 
 
 def world_with_names(world: OutlineRelationships, character_names: tuple[str, ...],

@@ -30,7 +30,7 @@ from prompts.initialization.models import (
 )
 from prompts.knowledge.models import ChapterSummary, SceneExtraction
 from tasks.persist import InitArtifacts
-from tasks.runtime import runtime
+from tasks.services import Services
 
 _HEADING = re.compile(r"^(#{1,2})\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _SCENE_BREAK = re.compile(r"^\s*(?:\*\s*\*\s*\*|-{3,}|_{3,})\s*$", re.MULTILINE)
@@ -76,11 +76,11 @@ def split_manuscript(text: str, fallback_title: str) -> Manuscript:
     return Manuscript(title=book_title, chapters=chapters)
 
 
-def imported_artifacts(title: str, genre: str, chapters: Sequence[ManuscriptChapter],
+def imported_artifacts(services: Services, title: str, genre: str,
+                       chapters: Sequence[ManuscriptChapter],
                        extractions: Sequence[Sequence[SceneExtraction]],
                        summaries: Sequence[ChapterSummary]) -> InitArtifacts:
     """The story bible's first version from what extraction found, as initialization artifacts."""
-    rt = runtime()
     people: dict[str, CharacterSheet] = {}
     places: dict[str, OutlineLocation] = {}
     rels: dict[tuple[str, str, str], OutlineRelationship] = {}
@@ -116,7 +116,7 @@ def imported_artifacts(title: str, genre: str, chapters: Sequence[ManuscriptChap
     ])
     world = OutlineRelationships(relationships=list(rels.values())[:MAX_RELATIONSHIPS],
                                  locations=list(places.values())[:MAX_LOCATIONS])
-    store = rt.content
+    store = services.content
     return InitArtifacts(
         characters=store.put_json("character_sheets", "characters", CharacterSheets(characters=characters)),
         global_outline=store.put_json("global_outline", "outline", outline),
@@ -126,7 +126,7 @@ def imported_artifacts(title: str, genre: str, chapters: Sequence[ManuscriptChap
     )
 
 
-def scene_refs(chapter: ManuscriptChapter) -> tuple[ContentRef, ...]:
-    store = runtime().content
+def scene_refs(services: Services, chapter: ManuscriptChapter) -> tuple[ContentRef, ...]:
+    store = services.content
     return tuple(store.put_text("imported", f"chapter_{chapter.number:03d}/scene_{i:02d}", text)
                  for i, text in enumerate(chapter.scenes, start=1))

@@ -17,15 +17,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prefect import get_run_logger
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.grounding import usable_title
 from prompts import render_messages
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import ChapterOutlineRefresh
 from tasks.context import estimate_tokens
-from tasks.policy import cached_task
-from tasks.runtime import runtime
+from tasks.policy import llm_task
+from tasks.services import Services
 
+#: The tier that outlines (its models' fingerprint is in the stage's cache key).
+OUTLINE_TIER = "large"
 #: The share of the large tier's context window the story so far may take in an outline prompt.
 STORY_SO_FAR_SHARE = 0.35
 
@@ -45,20 +48,37 @@ def story_so_far(summaries: Sequence[str], budget_tokens: int) -> tuple[tuple[st
     return tuple(kept), len(summaries) - len(kept)
 
 
-@cached_task("generate_chapter_outline")
-def generate_chapter_outline(
-    title: str, genre: str, number: int, global_outline: str, act_number: int, act: str,
-    characters: tuple[str, ...], summaries: tuple[str, ...], planned: ChapterOutline | None, guidance: str, llm: str,
-) -> ChapterOutline:
+class OutlineRequest(BaseModel):
+    """What a chapter's outline is written from: the stage's parameter (frozen, so Prefect
+    hashes its fields, in a stable JSON form, into the cache key)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    title: str
+    genre: str
+    number: int = Field(ge=1)
+    global_outline: str
+    act_number: int = Field(ge=1)
+    act: str
+    characters: tuple[str, ...] = Field(description="the bible's character lines")
+    summaries: tuple[str, ...] = Field(description="the story so far (story_so_far), oldest first")
+    planned: ChapterOutline | None = Field(None, description="the planned outline, if any")
+    guidance: str = Field("", description="the writer's guidance for the chapter")
+
+
+@llm_task("generate_chapter_outline", tier=OUTLINE_TIER)
+def generate_chapter_outline(services: Services, request: OutlineRequest) -> ChapterOutline:
     """The chapter's outline for planning; fields the model leaves blank keep the planned ones."""
-    rt = runtime()
-    answer = rt.gateway.structured(
-        "large",
-        render_messages("narrative/chapter_outline", title=title, genre=genre, number=number,
-                        global_outline=global_outline, act_number=act_number, act=act, characters=characters,
-                        summaries=summaries, planned=planned, guidance=guidance),
+    r = request
+    answer = services.llm.structured(
+        OUTLINE_TIER,
+        render_messages("narrative/chapter_outline", title=r.title, genre=r.genre, number=r.number,
+                        global_outline=r.global_outline, act_number=r.act_number, act=r.act,
+                        characters=r.characters, summaries=r.summaries, planned=r.planned,
+                        guidance=r.guidance),
         ChapterOutlineRefresh, purpose="chapter_outline",
     )
+    number, planned, act, title = r.number, r.planned, r.act, r.title
     base = planned or ChapterOutline(number=number, title=f"Chapter {number}", summary=act or title)
     chapter_title, problem = usable_title(answer.title, base.title)
     if problem and answer.title.strip():

@@ -24,7 +24,7 @@ from prompts.initialization.models import (
 )
 from tasks.bible import StoryBible, load_story_bible, write_owned
 from tasks.policy import plain_task
-from tasks.runtime import runtime
+from tasks.services import Services
 
 
 def slug(name: str) -> str:
@@ -43,9 +43,9 @@ class InitArtifacts(BaseModel):
     relationships: ContentRef
 
 
-def initial_bible(artifacts: InitArtifacts) -> StoryBible:
+def initial_bible(services: Services, artifacts: InitArtifacts) -> StoryBible:
     """The story bible as initialization writes it: the baseline of the writer's edits."""
-    store = runtime().content
+    store = services.content
     rels = store.get_model(artifacts.relationships, OutlineRelationships)
     chapters = [c for ref in artifacts.chapter_outlines for c in store.get_model(ref, ChapterOutlines).chapters]
     return StoryBible.model_validate({
@@ -53,12 +53,12 @@ def initial_bible(artifacts: InitArtifacts) -> StoryBible:
         "locations": [loc.model_dump() for loc in rels.locations],
         "relationships": [r.model_dump() for r in rels.relationships],
         "chapters": [c.model_dump() for c in chapters],
-        "global_outline": global_outline_markdown(artifacts),
+        "global_outline": global_outline_markdown(services, artifacts),
     })
 
 
-def global_outline_markdown(artifacts: InitArtifacts) -> str:
-    store = runtime().content
+def global_outline_markdown(services: Services, artifacts: InitArtifacts) -> str:
+    store = services.content
     outline = store.get_model(artifacts.global_outline, GlobalOutline)
     acts = [store.get_model(ref, ActOutline) for ref in artifacts.act_outlines]
     md = [f"# {outline.title}\n", f"*{outline.logline}*\n", f"**Setting:** {outline.setting}\n",
@@ -71,11 +71,10 @@ def global_outline_markdown(artifacts: InitArtifacts) -> str:
 
 
 @plain_task("persist_initialization_files")
-def persist_initialization_files(artifacts: InitArtifacts) -> list[str]:
+def persist_initialization_files(services: Services, artifacts: InitArtifacts) -> list[str]:
     """Write the bible files Skald still owns; returns the files left to the writer's edits."""
-    rt = runtime()
-    root, saga = rt.settings.project_dir, rt.settings.saga_dir
-    bible = initial_bible(artifacts)
+    root, saga = services.settings.project_dir, services.settings.saga_dir
+    bible = initial_bible(services, artifacts)
     files: dict[str, str] = {f"characters/{slug(c.name)}.yaml": _yaml(c.model_dump()) for c in bible.characters}
     files["outline/global_outline.md"] = bible.global_outline
     files["outline/chapters.yaml"] = _yaml([c.model_dump() for c in bible.chapters])
@@ -88,9 +87,9 @@ def persist_initialization_files(artifacts: InitArtifacts) -> list[str]:
 
 
 @plain_task("run_initialization_parsers")
-def run_initialization_parsers(expected_chapters: int) -> int:
+def run_initialization_parsers(services: Services, expected_chapters: int) -> int:
     """Parse the bible back (strictly: a bad edit stops the run with one line)."""
-    root = runtime().settings.project_dir
+    root = services.settings.project_dir
     bible = load_story_bible(root)
     numbers = [c.number for c in bible.chapters]
     if numbers[:expected_chapters] != list(range(1, expected_chapters + 1)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prefect import get_run_logger
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.content import ContentRef
 from core.errors import LLMBadOutputError
@@ -10,31 +11,46 @@ from core.grounding import name_problem, normalise, usable_title
 from prompts import render_messages
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import SceneDetail, ScenePlan
-from tasks.policy import cached_task
-from tasks.runtime import runtime
+from tasks.policy import llm_task
+from tasks.services import Services
 
+#: The tier that plans (its models' fingerprint is in the stage's cache key).
+PLAN_TIER = "large"
 MAX_PLAN_CALLS = 3
 #: A setting is a short description ("the lamp room at the top of the lighthouse, at dusk").
 SETTING_WORDS = 40
 
 
-@cached_task("plan_scenes")
-def plan_scenes(
-    title: str, genre: str, chapter: ChapterOutline, scene_count: int,
-    character_names: tuple[str, ...], guidance: str, iteration: int, llm: str, writer_guidance: str = "",
-) -> ContentRef:
-    """Plan exactly `scene_count` scenes, asking again for any the model left out.
+class PlanRequest(BaseModel):
+    """What a chapter's scenes are planned from: the stage's parameter (frozen, so Prefect
+    hashes its fields, in a stable JSON form, into the cache key)."""
 
-    `guidance` is revision guidance after a rejected draft; `writer_guidance` is the writer's
-    own steering for the chapter (guidance/chapter_NNN.md and redo notes)."""
-    rt = runtime()
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    title: str
+    genre: str
+    chapter: ChapterOutline
+    scene_count: int = Field(ge=1)
+    character_names: tuple[str, ...]
+    guidance: str = Field("", description="revision guidance after a rejected draft")
+    iteration: int = Field(ge=1)
+    writer_guidance: str = Field("", description="the writer's steering (guidance file, redo)")
+
+
+@llm_task("plan_scenes", tier=PLAN_TIER)
+def plan_scenes(services: Services, request: PlanRequest) -> ContentRef:
+    """Plan exactly `scene_count` scenes, asking again for any the model left out."""
+    title, genre, chapter = request.title, request.genre, request.chapter
+    scene_count, character_names = request.scene_count, request.character_names
+    guidance, iteration = request.guidance, request.iteration
+    writer_guidance = request.writer_guidance
     scenes: list[SceneDetail] = []
     for _ in range(MAX_PLAN_CALLS):
         remaining = scene_count - len(scenes)
         if remaining <= 0:
             break
-        plan = rt.gateway.structured(
-            "large",
+        plan = services.llm.structured(
+            PLAN_TIER,
             render_messages("narrative/scene_plan", title=title, genre=genre, chapter=chapter,
                             character_names=character_names, guidance=guidance.strip(),
                             writer_guidance=writer_guidance, planned=[s.title for s in scenes],
@@ -50,7 +66,8 @@ def plan_scenes(
     if dropped:
         log.warning("chapter %d: the scene plan's %s not used", chapter.number, "; ".join(dropped[:6]))
     log.info("chapter %d: planned %d scenes (iteration %d)", chapter.number, len(scenes), iteration)
-    return rt.content.put_json("chapter_plan", f"chapter_{chapter.number:03d}/iter_{iteration}", ScenePlan(scenes=scenes))
+    name = f"chapter_{chapter.number:03d}/iter_{iteration}"
+    return services.content.put_json("chapter_plan", name, ScenePlan(scenes=scenes))
 
 
 def tidy_plan(

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.content import atomic_write
 from kg.qa import CHECKS, Finding, run_checks
 from tasks.policy import graph_task
-from tasks.runtime import runtime
+from tasks.services import Services
 
 REPORT_SCHEMA = pa.schema(
     [
@@ -124,14 +124,14 @@ def load_qa_state(saga_dir: Path) -> QAState | None:
 
 
 @graph_task("qa_scope")
-def qa_scope(incremental: bool) -> QAScope:
+def qa_scope(services: Services, incremental: bool) -> QAScope:
     """What this QA run checks (see the module docstring), and the state it leaves."""
-    rt = runtime()
-    seq, fingerprint = rt.graph.history_head()
-    latest = rt.graph.latest_chapter()
+    graph = services.graph_reader
+    seq, fingerprint = graph.history_head()
+    latest = graph.latest_chapter()
     done = QAState(through=latest, seq=seq, fingerprint=fingerprint)
-    state = load_qa_state(rt.settings.saga_dir) if incremental else None
-    if state is None or state.through > latest or rt.graph.history_at(state.seq) != state.fingerprint:
+    state = load_qa_state(services.settings.saga_dir) if incremental else None
+    if state is None or state.through > latest or graph.history_at(state.seq) != state.fingerprint:
         return QAScope(chapters=None, state=done)  # first run, or the history changed below it
     new = list(range(state.through + 1, latest + 1))
     sample: list[int] = []
@@ -147,10 +147,9 @@ def save_qa_state(saga_dir: Path, state: QAState) -> None:
 
 
 @graph_task("check_quality")
-def run_qa_checks(chapters: list[int] | None = None) -> list[Finding]:
+def run_qa_checks(services: Services, chapters: list[int] | None = None) -> list[Finding]:
     """The checks over the whole graph, or over what `chapters` wrote (kg.qa)."""
-    rt = runtime()
-    findings = run_checks(rt.graph, rt.settings.healing, chapters=chapters)
+    findings = run_checks(services.graph_reader, services.settings.healing, chapters=chapters)
     log = get_run_logger()
     for finding in findings:
         (log.error if finding.severity == "error" else log.warning)("qa %s: %s", finding.check, finding.message)

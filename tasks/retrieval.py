@@ -3,7 +3,7 @@
 Reads the world "as of the previous chapter" (profiles, relationships, statuses, the
 location, recent summaries, similar earlier scenes) and fits it into the context
 envelope's per-section token budgets. The stage is cached under the chapter's history
-(tasks.commit.chapter_history: every change-set committed before the chapter, healing's
+(tasks.policy.graph_read_task: every change-set committed before the chapter, healing's
 amendments included), so a replayed chapter gets the context it was drafted with, whatever
 was committed or healed since, and its draft replays from the cache. The query embedding is
 a cached task too, so a resumed run asks the embedding endpoint nothing.
@@ -22,8 +22,8 @@ from kg.retrieval import scene_context
 from prompts.narrative.models import SceneDetail
 from tasks.context import build_envelope
 from tasks.embedding import embed_texts
-from tasks.policy import cached_task
-from tasks.runtime import runtime
+from tasks.policy import graph_read_task
+from tasks.services import Services
 
 # Room kept free for the fixed prompt text around the context.
 PROMPT_OVERHEAD_TOKENS = 400
@@ -86,33 +86,34 @@ def sections_from(context: SceneContext) -> dict[str, list[str]]:
             "summaries": summaries, "history": history}
 
 
-@cached_task("retrieve_context")
-def retrieve_context(chapter_number: int, scene: SceneDetail, guidance: tuple[str, ...] = (),
-                     fixed_tokens: int = PROMPT_OVERHEAD_TOKENS, history: str = "") -> ContentRef:
+@graph_read_task("retrieve_context", chapter="chapter_number")
+def retrieve_context(services: Services, chapter_number: int, scene: SceneDetail,
+                     guidance: tuple[str, ...] = (),
+                     fixed_tokens: int = PROMPT_OVERHEAD_TOKENS) -> ContentRef:
     """The scene's context text, stored as content (drafting takes the reference).
 
     `guidance` (revision guidance) fills the envelope's guidance share, so it is counted in
-    the budget; `fixed_tokens` is the rest of the prompt, measured by the caller; `history`
-    (tasks.commit.chapter_history) names the graph it reads, for the cache."""
-    rt = runtime()
+    the budget; `fixed_tokens` is the rest of the prompt, measured by the caller."""
     text = scene_query(scene)
     # A stable name (Python's hash() is salted per process) keeps the cache key stable.
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
     name = hashlib.sha256("\n".join((text, *guidance)).encode("utf-8")).hexdigest()[:16]
     vector: list[float] | None = None
     try:
-        query = embed_texts(f"queries/chapter_{chapter_number:03d}/{digest}", (text,), rt.embedding_fingerprint())
-        vector = rt.content.get_array(query)[0].tolist()
+        query = embed_texts(services, f"queries/chapter_{chapter_number:03d}/{digest}", (text,))
+        vector = services.content.get_array(query)[0].tolist()
     except LLMError as exc:  # embeddings are optional (spec 001 section 7): graph context still works
         get_run_logger().warning("chapter %d: no query embedding, retrieving without vector search: %s",
                                  chapter_number, exc)
     names = [scene.pov, *scene.characters] if scene.pov else list(scene.characters)
     # Earlier scenes through the hybrid retrieval shared with the dialogue memory (core.recall).
-    context = scene_context(rt.graph, chapter=chapter_number, characters=names, location=scene.setting or None,
+    context = scene_context(services.graph_reader, chapter=chapter_number, characters=names,
+                            location=scene.setting or None,
                             embedding=vector, query=text)
-    tier = rt.settings.tier("narrative")
+    tier = services.settings.tier("narrative")
     sections = sections_from(context) | {"guidance": list(guidance)}
-    envelope = build_envelope(sections, rt.settings.limits.context_budget, tier.context_window,
+    envelope = build_envelope(sections, services.settings.limits.context_budget,
+                              tier.context_window,
                               reserved_tokens=fixed_tokens + tier.max_tokens)
     log = get_run_logger()
     log.info(
@@ -129,10 +130,11 @@ def retrieve_context(chapter_number: int, scene: SceneDetail, guidance: tuple[st
                      "are, more than the prompt's budget holds)", chapter_number, scene.title, profile.entity.name,
                      profile.relationships_left_out, len(profile.relationships))
     # What went into the prompt, section by section, and what was cut (for audits and bench/long_book.py).
-    rt.content.put_json("context_budget", f"chapter_{chapter_number:03d}/{name}",
+    services.content.put_json("context_budget", f"chapter_{chapter_number:03d}/{name}",
                         {"chapter": chapter_number, "scene": scene.title, "fixed_tokens": fixed_tokens,
                          **envelope.model_dump(exclude={"text"}),
                          "cuts": [s.cut for s in envelope.sections if s.cut],
                          "not_read": {p.entity.name: p.relationships_left_out for p in context.characters
                                       if p.relationships_left_out}})
-    return rt.content.put_text("context", f"chapter_{chapter_number:03d}/{name}", envelope.text)
+    return services.content.put_text("context", f"chapter_{chapter_number:03d}/{name}",
+                                     envelope.text)

@@ -1,23 +1,34 @@
 """The services a run needs (settings, LLM gateway, content store, graph), built once.
 
-Prefect tasks take only plain, hashable inputs so their cache keys are stable; the
-services they use come from here instead of from their parameters.
-
 This is the composition root of a run: the one place that wires core's services (LLM
 gateway, content store) to kg's graph store, so it sits above both, in the tasks layer
-that uses it; the flows (the entry points) build it with `set_runtime(Runtime(settings))`.
+that uses it; the flows (the entry points) build it with `set_runtime(Runtime(settings))`
+and take its `services()` (tasks/services.py), which they pass to every stage as the
+`services` parameter. No stage calls `runtime()`: a stage sees only the ports
+(core/ports.py, kg/ports.py), so it runs as well over a test's fakes.
+
+`Runtime` is the run's `LanguageModel` (core/ports.py): it hands calls to the gateway,
+built on first use (a run that asks no model starts none), and it knows the fingerprint
+of what decides a tier's answers, which the cached stages put into their cache keys
+(tasks/policy.py). The fingerprint is made of settings only, so equal settings in two
+processes give equal keys: a resumed run finds the first run's answers.
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from core.content import ContentStore
 from core.llm import LLMGateway
+from core.ports import M, Message
 from core.settings import Settings
 from kg.store import GraphStore
+from tasks.services import Services
 
 
 @dataclass
@@ -27,14 +38,13 @@ class Runtime:
     _gateway: LLMGateway | None = None
     _graph: GraphStore | None = None
     _content: ContentStore | None = None
+    _services: Services | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def content(self) -> ContentStore:
         with self._lock:
-            if self._content is None:
-                self._content = ContentStore(self.settings.saga_dir / "content")
-            return self._content
+            return self._content_store()
 
     @property
     def gateway(self) -> LLMGateway:
@@ -50,7 +60,42 @@ class Runtime:
                 self._graph = GraphStore.open(self.settings)
             return self._graph
 
-    def llm_fingerprint(self, tier: str) -> str:
+    def services(self) -> Services:
+        """The run's ports for its stages, built once (and the graph connected then)."""
+        graph = self.graph
+        with self._lock:
+            if self._services is None:
+                self._services = Services(settings=self.settings, llm=self,
+                                          content=self._content_store(),
+                                          graph_reader=graph, graph_writer=graph)
+            return self._services
+
+    def _content_store(self) -> ContentStore:
+        if self._content is None:
+            self._content = ContentStore(self.settings.saga_dir / "content")
+        return self._content
+
+    # --- the LanguageModel port (core/ports.py) ------------------------------------------
+
+    def structured(self, tier: str, messages: Sequence[Message], output_model: type[M], *,
+                   purpose: str = "",
+                   max_tokens: int | None = None) -> M:
+        return self.gateway.structured(tier, messages, output_model, purpose=purpose,
+                                       max_tokens=max_tokens)
+
+    def text(self, tier: str, messages: Sequence[Message], *, purpose: str = "",
+             max_tokens: int | None = None,
+             anti_repetition: bool = False) -> str:
+        return self.gateway.text(tier, messages, purpose=purpose, max_tokens=max_tokens,
+                                 anti_repetition=anti_repetition)
+
+    def embed(self, texts: Sequence[str], *, purpose: str = "") -> np.ndarray:
+        return self.gateway.embed(texts, purpose=purpose)
+
+    def sends_anti_repetition_first(self, tier: str) -> bool:
+        return self.gateway.sends_anti_repetition_first(tier)
+
+    def model_fingerprint(self, tier: str) -> str:
         """What decides an LLM answer besides the prompt: part of every LLM task's cache key."""
         tier_settings = self.settings.tier(tier)
         models = ",".join(c.model for c in tier_settings.models) or self.settings.default_model
@@ -65,6 +110,7 @@ class Runtime:
             if self._graph is not None:
                 self._graph.close()
                 self._graph = None
+                self._services = None
 
 
 _current: Runtime | None = None

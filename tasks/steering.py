@@ -27,7 +27,7 @@ from core.errors import InvalidInputError
 from prompts import render_text
 from prompts.initialization.models import ChapterOutline
 from tasks.policy import graph_task
-from tasks.runtime import runtime
+from tasks.services import Services
 
 STEERING_FILE = "steering.json"
 
@@ -113,20 +113,20 @@ def first_stale_chapter(steering: Steering, project_dir: Path, written: list[int
 
 
 @graph_task("roll_back_chapters_from")
-def roll_back_chapters_from(first: int, reason: str) -> list[int]:
+def roll_back_chapters_from(services: Services, first: int, reason: str) -> list[int]:
     """Roll back chapters `first`.. in the graph (newest first, with any story-bible syncs made
     after them) and move their files aside; returns the chapters rolled back."""
-    rt = runtime()
     log = get_run_logger()
-    committed = [c for c in rt.graph.committed_chapters() if c.chapter >= first]
+    committed = [c for c in services.graph_reader.committed_chapters() if c.chapter >= first]
     rolled: list[int] = []
     if committed:
-        result = rt.graph.rollback_chapter(min(committed, key=lambda c: c.seq).chapter, cascade=True)
+        oldest = min(committed, key=lambda c: c.seq).chapter
+        result = services.graph_writer.rollback_chapter(oldest, cascade=True)
         rolled = result.chapters
         log.info("%s: rolled back change-sets %s (newest first): %d nodes and %d relationships removed, "
                  "%d nodes restored", reason, rolled, result.deleted_nodes, result.deleted_relationships,
                  result.restored_nodes)
-    root = rt.settings.project_dir
+    root = services.settings.project_dir
     files = sorted(p for p in (root / "chapters").glob("chapter_*.md")
                    if p.stem.removeprefix("chapter_").isdigit() and int(p.stem.removeprefix("chapter_")) >= first)
     if files:
@@ -138,11 +138,11 @@ def roll_back_chapters_from(first: int, reason: str) -> list[int]:
         for path in files:
             shutil.move(str(path), aside / path.name)
         log.info("%s: previous chapter files kept in %s", reason, aside)
-    steering = load_steering(rt.settings.saga_dir)
+    steering = load_steering(services.settings.saga_dir)
     steering.written = {n: f for n, f in steering.written.items() if n < first}
     steering.inputs = {n: w for n, w in steering.inputs.items() if n < first}
     steering.imported = {n: c for n, c in steering.imported.items() if n < first}
-    save_steering(rt.settings.saga_dir, steering)
+    save_steering(services.settings.saga_dir, steering)
     return rolled
 
 
@@ -165,11 +165,10 @@ def record_written(saga_dir: Path, number: int, guidance: str, outline: ChapterO
         save_steering(saga_dir, steering)
 
 
-def written_chapters() -> list[int]:
+def written_chapters(services: Services) -> list[int]:
     """Chapters with a committed change-set or a chapter file."""
-    rt = runtime()
-    numbers = {c.chapter for c in rt.graph.committed_chapters() if c.chapter > 0}
-    for path in (rt.settings.project_dir / "chapters").glob("chapter_*.md"):
+    numbers = {c.chapter for c in services.graph_reader.committed_chapters() if c.chapter > 0}
+    for path in (services.settings.project_dir / "chapters").glob("chapter_*.md"):
         digits = path.stem.removeprefix("chapter_")
         if digits.isdigit():
             numbers.add(int(digits))

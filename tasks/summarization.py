@@ -6,16 +6,19 @@ from core.content import ContentRef
 from prompts import render_messages
 from prompts.knowledge.models import ChapterSummary
 from tasks.evaluation import MAX_CHAPTER_CHARS
-from tasks.policy import cached_task
-from tasks.runtime import runtime
+from tasks.policy import llm_task
+from tasks.services import Services
+
+#: The tier this stage asks (its models' fingerprint is in the stage's cache key).
+SUMMARY_TIER = "small"
 
 
-@cached_task("summarize_chapter")
-def summarize_chapter(chapter_number: int, chapter_title: str, chapter_text: ContentRef, llm: str) -> ChapterSummary:
-    rt = runtime()
-    text = rt.content.get_text(chapter_text)
-    return rt.gateway.structured(
-        "small",
+@llm_task("summarize_chapter", tier=SUMMARY_TIER)
+def summarize_chapter(services: Services, chapter_number: int, chapter_title: str,
+                      chapter_text: ContentRef) -> ChapterSummary:
+    text = services.content.get_text(chapter_text)
+    return services.llm.structured(
+        SUMMARY_TIER,
         render_messages("knowledge/summary", chapter_number=chapter_number, chapter_title=chapter_title,
                         chapter_text=text[:MAX_CHAPTER_CHARS]),
         ChapterSummary, purpose="summarize_chapter",

@@ -44,6 +44,7 @@ from prefect import get_run_logger
 from pydantic import BaseModel
 
 from core.content import ContentRef, ContentStore
+from core.errors import InvalidInputError
 from core.grounding import KnownNames, SourceText, distinctive_tokens, mentions
 from core.prose import ProseMetrics, measure, sentence_lengths, words_of
 from core.settings import ProseThresholds
@@ -54,8 +55,8 @@ from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import SceneDetail
 from prompts.validation.models import QualityScores
 from tasks.assembly import SCENE_BREAK
-from tasks.policy import cached_task
-from tasks.runtime import runtime
+from tasks.policy import graph_read_task
+from tasks.services import Services
 
 DUPLICATE_SCENE_COSINE = 0.97
 DUPLICATE_SCENE_TRIGRAM_OVERLAP = 0.5
@@ -407,23 +408,27 @@ def scene_text_reader(content: ContentStore, delta: ChapterDelta,
     return text_of
 
 
-@cached_task("validate_consistency")
-def validate_consistency(delta_ref: ContentRef, extraction_refs: tuple[ContentRef, ...] = (),
-                         history: str = "") -> list[Problem]:
-    """The consistency problems of a chapter delta against the graph as of the chapter before.
-    Cached under `history` (tasks.commit.chapter_history), the graph it reads: a replayed
-    chapter gets the answer it got the first time, so its revision decision replays too."""
-    rt = runtime()
-    delta = rt.content.get_model(delta_ref, ChapterDelta)
-    extractions = [rt.content.get_model(ref, SceneExtraction) for ref in extraction_refs]
-    as_of = delta.chapter - 1
+@graph_read_task("validate_consistency", chapter="chapter")
+def validate_consistency(services: Services, chapter: int, delta_ref: ContentRef,
+                         extraction_refs: tuple[ContentRef, ...] = ()) -> list[Problem]:
+    """The consistency problems of chapter `chapter`'s delta against the graph as of the
+    chapter before. Cached under that graph's history (tasks.policy.graph_read_task): a
+    replayed chapter gets the answer it got the first time, so its revision decision
+    replays too."""
+    delta = services.content.get_model(delta_ref, ChapterDelta)
+    if delta.chapter != chapter:
+        raise InvalidInputError(f"the delta {delta_ref.path} is chapter {delta.chapter}'s, "
+                                f"not chapter {chapter}'s")
+    extractions = [services.content.get_model(ref, SceneExtraction) for ref in extraction_refs]
+    as_of = chapter - 1
     names = sorted({e.name for e in delta.entities} | {c for s in delta.scenes for c in s.characters}
                    | {n for n, _ in present_characters(extractions).values()})
-    facts = consistency_facts(rt.graph, names, as_of_chapter=as_of)
+    facts = consistency_facts(services.graph_reader, names, as_of_chapter=as_of)
     problems = [
         *dead_characters_acting(delta, extractions, facts.statuses),
-        *contradictory_traits(delta, rt.settings.healing.antonym_pairs, facts.traits),
-        *duplicate_scenes(delta, facts.scene_embeddings, scene_text_reader(rt.content, delta, facts.scene_texts)),
+        *contradictory_traits(delta, services.settings.healing.antonym_pairs, facts.traits),
+        *duplicate_scenes(delta, facts.scene_embeddings,
+                          scene_text_reader(services.content, delta, facts.scene_texts)),
         *relationship_flips(delta, facts.relationship_types),
         *two_places_at_once(delta.chapter, extractions, facts.containers),
     ]

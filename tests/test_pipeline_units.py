@@ -89,11 +89,14 @@ def _sheets(llm: ScriptedLLM, tmp_path: Path) -> CharacterSheets:
 
     from core.content import ContentStore
     from tasks.initialization import generate_character_sheets
-    from tasks.runtime import Runtime, set_runtime
+    from tasks.runtime import Runtime
+    from tasks.services import Services
 
-    rt = set_runtime(Runtime(load_settings(tmp_path, openai_base_url=llm.base_url)))
+    rt = Runtime(load_settings(tmp_path, openai_base_url=llm.base_url))
+    services = Services(settings=rt.settings, llm=rt,
+                        content=rt.content)  # no graph: the stage reads none
     with disable_run_logger():  # the task's body, without a Prefect run around it
-        ref = generate_character_sheets.fn("A keeper finds a letter.", "mystery", 2, "scripted")
+        ref = generate_character_sheets.fn(services, "A keeper finds a letter.", "mystery", 2)
     return ContentStore(rt.settings.saga_dir / "content").get_model(ref, CharacterSheets)
 
 
@@ -143,16 +146,20 @@ def test_a_short_scene_plan_is_completed_by_a_re_ask_naming_the_planned_scenes(t
     from core.content import ContentStore
     from prompts.initialization.models import ChapterOutline
     from prompts.narrative.models import ScenePlan
-    from tasks.planning import plan_scenes
-    from tasks.runtime import Runtime, set_runtime
+    from tasks.planning import PlanRequest, plan_scenes
+    from tasks.runtime import Runtime
+    from tasks.services import Services
 
     outline = ChapterOutline(number=1, title="The Letter", summary="Amara finds the letter.")
     with ScriptedLLM() as llm:
         llm.on(schema="ScenePlan", respond={"scenes": [_scene("The Stairs"), _scene("The Lamp Room")]})
         llm.on(schema="ScenePlan", respond={"scenes": [_scene("The Harbor")]}, times=1)
-        rt = set_runtime(Runtime(load_settings(tmp_path, openai_base_url=llm.base_url)))
+        rt = Runtime(load_settings(tmp_path, openai_base_url=llm.base_url))
+        services = Services(settings=rt.settings, llm=rt, content=rt.content)
         with disable_run_logger():
-            ref = plan_scenes.fn("The Salt Road", "mystery", outline, 3, ("Amara Vell",), "", 1, "scripted")
+            request = PlanRequest(title="The Salt Road", genre="mystery", chapter=outline, scene_count=3,
+                                  character_names=("Amara Vell",), iteration=1)
+            ref = plan_scenes.fn(services, request)
         asked = [r.last_user for r in llm.requests if r.schema_name == "ScenePlan"]
     plan = ContentStore(rt.settings.saga_dir / "content").get_model(ref, ScenePlan)
     assert [s.title for s in plan.scenes] == ["The Harbor", "The Stairs", "The Lamp Room"]

@@ -8,7 +8,7 @@ Each commit stores `chain_sha` = H(F(previous), chapter, delta hash), where F(ch
 H(its chain_sha, its amendments_sha): so F(k) names everything committed up to change-set
 k and everything healing recorded on them. `fingerprint_before(seq)` is F of the change-set
 before `seq` (or of the newest): two equal fingerprints mean the same graph history, which
-is what lets stages reading "as of chapter N - 1" be cached (tasks.commit.chapter_history)
+is what lets stages reading "as of chapter N - 1" be cached (tasks.policy.graph_read_task)
 and lets kg.mirror keep its copy of the story current. A graph written before chains
 existed has change-sets without `chain_sha`; F is then computed over all of them (a scan),
 with the same formula, so old and new change-sets chain alike.
