@@ -47,7 +47,7 @@ cypher-lint:
 	npm ci --prefix tools/cypher-lint --no-audit --no-fund --loglevel=error
 	node tools/cypher-lint/lint.js build/cypher-statements.jsonl
 
-# Generated-input tests of the sidecar's HTTP API (tests/sidecar_fuzz.py): schemathesis against
+# Generated-input tests of the sidecar's HTTP API (tests/support/sidecar_fuzz.py): schemathesis against
 # a served sidecar (scripted LLM, embedded graph), from its OpenAPI document, every check, every
 # phase. FUZZ_EXAMPLES per operation and phase (the suite runs 20): the default 1500 sent 19,756
 # requests in 25.6 minutes on 2 cores (one worker, next to a CI run). The seed is fixed;
@@ -55,7 +55,7 @@ cypher-lint:
 FUZZ_EXAMPLES ?= 1500
 FUZZ_SEED ?= 20261124
 fuzz: install
-	$(PY) -m tests.sidecar_fuzz --max-examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
+	$(PY) -m tests.support.sidecar_fuzz --max-examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
 
 # The memory extension in real SillyTavern, driven in headless chromium (opt-in; see README):
 # SILLYTAVERN_DIR=/path/to/SillyTavern (its `npm ci` done), Debian's chromium installed.

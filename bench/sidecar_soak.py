@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.path.insert(0, str(REPO_ROOT))
     from bench.served import wait_healthy
     from core.graph_server import free_port
-    from tests.scripted_llm import ScriptedLLM
+    from tests.support.scripted_llm import ScriptedLLM
     from tests.test_dialogue_scripted import DialogueScript
 
     corpus = lines()

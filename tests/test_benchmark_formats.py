@@ -25,7 +25,7 @@ from flows.regression import main as regression_main
 from tasks.dialogue.benchmarks import detect_layout, load_dialogues
 from tasks.dialogue.replay import distinct_sessions, load_dialogue, session_recall
 from tests.conftest import REPO_ROOT, child_pythonpath
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 DATA = REPO_ROOT / "tests" / "data"
 LOCOMO_JSON = DATA / "locomo-mini.json"

@@ -28,9 +28,9 @@ from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDel
 from kg.store import GraphStore
 from tasks.codex import codex_due
 from tasks.runtime import Runtime, set_runtime
-from tests.browser import chromium_path, open_page
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath, prefect_api_env
-from tests.scripted_llm import ScriptedLLM
+from tests.support.browser import chromium_path, open_page
+from tests.support.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DialogueScript, participants
 from tests.test_maintenance import MARY, artifact_keys, plant_qa_problems, seed_story
 

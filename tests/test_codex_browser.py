@@ -24,9 +24,9 @@ from playwright.sync_api import expect
 
 from core.settings import Settings
 from kg.codex.models import CAPTION_LIMIT
-from tests.browser import open_page, require_chromium
 from tests.conftest import REPO_ROOT
-from tests.scripted_llm import (
+from tests.support.browser import open_page, require_chromium
+from tests.support.scripted_llm import (
     ScriptedLLM,
     ScriptedRequest,
     quoting_extraction,

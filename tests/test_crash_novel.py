@@ -4,7 +4,7 @@ is the same bytes; and a run SIGKILLed (its whole process group) at seeded momen
 writes the same bytes as the run that was never interrupted. Healing and QA run after chapter
 2 (`qa_every=2`), so their graph writes, QA report and the codex's QA label are compared too.
 
-The scripted long book (tests/long_story.py) is served from its own process; each run is
+The scripted long book (tests/support/long_story.py) is served from its own process; each run is
 `python -m flows.novel` with its own embedded graph. No timing is asserted: a kill that comes
 after the run has finished is fine, the assertion is identity.
 """

@@ -29,7 +29,7 @@ from core.settings import Settings, load_settings
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tests.conftest import REPO_ROOT, child_pythonpath
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DialogueScript, dialogue_requests, participants
 
 DIALOGUE = "locomo-26"

@@ -24,7 +24,7 @@ from flows.dialogue import main
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.pipeline import DialogueService
 from tests.conftest import REPO_ROOT
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import participants
 
 

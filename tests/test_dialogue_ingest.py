@@ -25,7 +25,7 @@ from tasks.dialogue.ingest import memory_rows, remember_rows
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.replay import load_dialogue
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath, prefect_api_env
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 DIALOGUE = DIALOGUES_DIR / "locomo-30.turns.jsonl"
 TURNS = 369

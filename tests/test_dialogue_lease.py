@@ -24,7 +24,7 @@ from kg.dialogue import cypher as dq
 from kg.store import GraphStore
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tests.conftest import child_pythonpath
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DialogueScript, dialogue_requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

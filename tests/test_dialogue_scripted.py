@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from prompts.dialogue.models import HistorianReport, JudgeVerdict, TurnExtraction
 from tasks.dialogue.models import ChatMessage, TurnCommitRequest
 from tasks.dialogue.replay import load_dialogue, turn_requests
-from tests.scripted_llm import ScriptedLLM, ScriptedRequest
+from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 
 DIALOGUES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "dialogues"
 _NEW = re.compile(r"NEW messages:\n(.*?)(?:\n\n|\Z)", re.DOTALL)

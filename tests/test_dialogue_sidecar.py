@@ -24,7 +24,7 @@ from kg.dialogue import cypher as dialogue_cypher
 from tasks.dialogue.models import TurnCommitRequest, TurnResult, TurnState
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tests.conftest import REPO_ROOT
-from tests.scripted_llm import ScriptedLLM, ScriptedRequest
+from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 from tests.test_dialogue_scripted import DialogueScript, dialogue_requests, participants
 
 FULL_TIMELINE = [

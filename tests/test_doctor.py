@@ -12,7 +12,7 @@ from core.graph_server import graph_endpoint
 from core.settings import Settings
 from kg import vocabulary as vocab
 from tests.conftest import REPO_ROOT
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 
 def _env(settings: Settings, llm_url: str, tmp_path: Path) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The book as EPUB and DOCX (tasks/ebook.py): a scripted 3-chapter manuscript, built the way
 `export_manuscript` builds it, through the real pandoc; the files read back as a reader's
-software reads them (tests/ebook_reading.py) and checked by Debian's epubcheck."""
+software reads them (tests/support/ebook_reading.py) and checked by Debian's epubcheck."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from core.errors import InvalidInputError
 from tasks.ebook import BOOK_ID_NAMESPACE, book_metadata, render_ebook, write_ebooks
 from tasks.export import chapter_markdown, manuscript_markdown
 from tests.conftest import REPO_ROOT, child_pythonpath
-from tests.ebook_reading import epubcheck_command, read_docx, read_epub, run_epubcheck
+from tests.support.ebook_reading import epubcheck_command, read_docx, read_epub, run_epubcheck
 
 TITLE = "The Salt Road"
 HEADINGS = ["Chapter 1: Harbor", "Chapter 2: The Ledger", "Chapter 3: Night Tide"]

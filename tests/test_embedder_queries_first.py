@@ -19,7 +19,7 @@ from core.embedder import RECENT_MAX_TEXTS, QueriesFirstLock, interactive, local
 from core.settings import Settings, load_settings
 from tasks.dialogue.models import MemoryQueryResult
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import dialogue_requests
 
 FAILSAFE_S = 120.0

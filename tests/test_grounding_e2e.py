@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from core.settings import Settings
-from tests.scripted_llm import (
+from tests.support.scripted_llm import (
     ScriptedLLM,
     ScriptedRequest,
     quoting_extraction,

@@ -35,7 +35,7 @@ from core.llm import (
 )
 from core.llm_server import LOCAL_CHAT_MODEL
 from core.settings import RunLimits, Settings
-from tests.scripted_llm import ScriptedLLM, hashed_embedding, instance_from_schema
+from tests.support.scripted_llm import ScriptedLLM, hashed_embedding, instance_from_schema
 
 FAST = RetryPolicy(backoff_base_s=0.005, backoff_max_s=0.05)
 PROMPT = [

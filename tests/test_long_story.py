@@ -1,4 +1,4 @@
-"""The scripted long book (tests/long_story.py, which bench/long_book.py writes 100 chapters of)
+"""The scripted long book (tests/support/long_story.py, which bench/long_book.py writes 100 chapters of)
 stays a valid book: `python -m flows.novel` writes 12 chapters of it against the scripted
 OpenAI-compatible server over real HTTP and the real graph, with healing and QA every 5
 chapters, and the graph grows the way the story says, healing included.
@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.settings import Settings
-from tests.long_story import PREMISE, LongStory
-from tests.scripted_llm import ScriptedLLM
+from tests.support.long_story import PREMISE, LongStory
+from tests.support.scripted_llm import ScriptedLLM
 from tests.test_codex import _env, _run
 from tests.test_novel_e2e import export, novel, run_env, wipe_graph
 from tests.test_vault import front, unresolved_links

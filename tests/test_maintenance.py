@@ -40,7 +40,7 @@ from kg.store import GraphStore
 from tasks.healing import EmbeddingCache
 from tasks.runtime import Runtime, set_runtime
 from tests.conftest import REPO_ROOT
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 JOHN_SMITH = "character:john-smith"
 JOHN = "character:john"

@@ -1,5 +1,5 @@
 """Children die with their parent (core.children), and the session sees every process it
-started, orphans included (tests/process_guard.py). The end-to-end case, SIGKILL of a running
+started, orphans included (tests/support/process_guard.py). The end-to-end case, SIGKILL of a running
 `python -m flows.novel`, is in test_novel_e2e.py::test_sigkill_during_chapter_two_then_resume."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import signal
 import subprocess
 import sys
 
-from tests import process_guard
 from tests.conftest import REPO_ROOT, child_pythonpath
+from tests.support import process_guard
 
 # A parent with three `sleep` children: one spawned dying-with-parent from the main thread,
 # one from a worker thread that has ended by the time the parent is killed, one plain.

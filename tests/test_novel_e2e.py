@@ -22,10 +22,10 @@ import pytest
 
 from core.graph_server import graph_endpoint
 from core.settings import Settings
-from tests import process_guard
 from tests.conftest import REPO_ROOT, child_pythonpath, prefect_api_env
-from tests.ebook_reading import read_docx, read_epub
-from tests.scripted_llm import (
+from tests.support import process_guard
+from tests.support.ebook_reading import read_docx, read_epub
+from tests.support.scripted_llm import (
     ScriptedLLM,
     ScriptedRequest,
     quoting_extraction,

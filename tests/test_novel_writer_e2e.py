@@ -20,8 +20,13 @@ import yaml
 
 from core.settings import Settings
 from tests.conftest import REPO_ROOT
-from tests.ebook_reading import read_docx, read_epub
-from tests.scripted_llm import ScriptedLLM, ScriptedRequest, quoting_extraction, scene_text_of
+from tests.support.ebook_reading import read_docx, read_epub
+from tests.support.scripted_llm import (
+    ScriptedLLM,
+    ScriptedRequest,
+    quoting_extraction,
+    scene_text_of,
+)
 from tests.test_novel_e2e import (
     PREMISE,
     export,

@@ -17,7 +17,7 @@ from prompts.knowledge.models import SceneExtraction
 from tasks.consolidation import merge_extractions
 from tasks.initialization import act_ranges
 from tasks.validation import contradictory_traits, duplicate_scenes
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 
 def _extraction(entities: list[dict], relationships: list[dict] | None = None, statuses: list[dict] | None = None) -> SceneExtraction:

@@ -22,7 +22,7 @@ from prompts.narrative.models import SceneDetail
 from tasks.context import build_envelope, estimate_tokens
 from tasks.drafting import SceneBrief, fixed_prompt_tokens, prompt_tokens, scene_messages
 from tasks.retrieval import _profile_line
-from tests.scripted_llm import ScriptedLLM, scripted_prose
+from tests.support.scripted_llm import ScriptedLLM, scripted_prose
 from tests.test_validation_checks import CLEAN_PROSE, LOOP
 
 # --- metrics -------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import pytest
 
 from core.settings import Settings
 from tasks.context import estimate_tokens
-from tests.scripted_llm import ScriptedLLM, ScriptedRequest
+from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 from tests.test_novel_e2e import _draft, _extract, novel, run_env, script_novel, wipe_graph
 
 LOOP = "The message is a message that will be sent to all future generations. " * 25

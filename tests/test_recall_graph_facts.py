@@ -20,7 +20,7 @@ from core.settings import Settings, load_settings
 from prompts.dialogue.models import TurnExtraction
 from tasks.dialogue.models import ChatMessage, TurnCommitRequest
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
-from tests.scripted_llm import ScriptedLLM, ScriptedRequest
+from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 from tests.test_dialogue_scripted import DialogueScript, new_lines
 
 TURNS = [

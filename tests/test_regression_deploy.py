@@ -26,7 +26,7 @@ import pytest
 
 from core.graph_server import free_port
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DialogueScript
 
 PREFECT = str(Path(sys.executable).with_name("prefect"))

@@ -35,7 +35,7 @@ from flows.dialogue import main
 from kg.dialogue import DialogueRepository
 from kg.transfer import dumps_export
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 from tests.test_dialogue_scripted import DialogueScript
 
 TOKEN = "t0ken-for-the-sidecar-tests"

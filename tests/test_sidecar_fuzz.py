@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 
 from api import COMMIT_PATH, MEMORY_QUERY_PATH, REWIND_PATH
 from tests.conftest import REPO_ROOT, child_pythonpath
-from tests.sidecar_fuzz import DEFAULT_SEED
+from tests.support.sidecar_fuzz import DEFAULT_SEED
 
 #: Examples per operation in CI: the coverage phase alone sends ~1,600 requests whatever this
 #: is; fuzzing and stateful runs add about 40 per example.
@@ -38,13 +38,13 @@ REQUIRED_CHECKS = {
 
 
 def test_generated_requests_hold_the_contract(tmp_path: Path) -> None:
-    # In a process of its own (`python -m tests.sidecar_fuzz`, which `make fuzz` runs too): its
+    # In a process of its own (`python -m tests.support.sidecar_fuzz`, which `make fuzz` runs too): its
     # own embedded graph (NEO4J_URI when set) and scripted LLM. Served from this test process
     # and its session graph, the run passed but the process then died with SIGSEGV in
     # ArcadeDB's stop at exit (2 runs of 2); the same traffic in a process of its own exits cleanly.
     summary_file = tmp_path / "summary.json"
     done = subprocess.run(
-        [sys.executable, "-m", "tests.sidecar_fuzz", "--max-examples", str(CI_EXAMPLES), "--seed", str(DEFAULT_SEED),
+        [sys.executable, "-m", "tests.support.sidecar_fuzz", "--max-examples", str(CI_EXAMPLES), "--seed", str(DEFAULT_SEED),
          "--workers", "1", "--out", str(tmp_path / "fuzz"), "--summary", str(summary_file)],
         cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": child_pythonpath()}, capture_output=True, text=True,
         timeout=900,

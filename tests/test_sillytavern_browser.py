@@ -40,7 +40,7 @@ import pytest
 from core.graph_server import free_port, graph_endpoint
 from core.settings import Settings
 from tests.conftest import REPO_ROOT
-from tests.scripted_llm import ScriptedLLM, ScriptedRequest
+from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 from tests.test_dialogue_scripted import DialogueScript
 
 ST_DIR = os.environ.get("SILLYTAVERN_DIR", "").strip()

@@ -58,7 +58,7 @@ BYTE_FOR_BYTE = ("gates.parquet", "recall.parquet")
 # --------------------------------------------------------------------------- the scripted model
 def serve_llm() -> None:
     """The scripted server playing the dialogue script, until SIGTERM (run in its own process)."""
-    from tests.scripted_llm import ScriptedLLM
+    from tests.support.scripted_llm import ScriptedLLM
     from tests.test_dialogue_scripted import DialogueScript
 
     stop = threading.Event()

@@ -15,7 +15,7 @@ so end-to-end tests script only what they care about. `GET <base_url>/scripted/s
 the number of requests served (for a server run in another process). Faults ("http_500", "http_429",
 "timeout", "malformed_json", "truncated_json", "schema_invalid", "near_json", "http_401",
 "http_404_model", "http_500_too_large") are injected from a queue (`fail_next`) or at seeded random rates
-(`fault_rates`). Run standalone with `python -m tests.scripted_llm --port 8089`.
+(`fault_rates`). Run standalone with `python -m tests.support.scripted_llm --port 8089`.
 
 Over 600 lines on purpose: the server, its fault injection and the schema-driven default
 answers are one double that every end-to-end test and benchmark shares; split, each part

@@ -19,7 +19,7 @@ scores that accept the chapter, chapter summaries and healing's enrichments.
 
 Run it on its own (the benchmark does, so its CPU is not the novel process's):
 
-    python -m tests.long_story --chapters 100 [--port 0]
+    python -m tests.support.long_story --chapters 100 [--port 0]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.scripted_llm import (
+from tests.support.scripted_llm import (
     ScriptedLLM,
     ScriptedRequest,
     quoting_extraction,
@@ -527,7 +527,7 @@ def _roman(number: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.long_story",
+    parser = argparse.ArgumentParser(prog="python -m tests.support.long_story",
                                      description="Serve the scripted long book over the OpenAI-compatible API.")
     parser.add_argument("--chapters", type=int, default=100)
     parser.add_argument("--scenes", type=int, default=2)

@@ -1,8 +1,8 @@
 """Generated-input tests of the sidecar's HTTP API, from the OpenAPI document it serves.
 
-    python -m tests.sidecar_fuzz [--max-examples N] [--seed S] [--workers W] [--out DIR]
+    python -m tests.support.sidecar_fuzz [--max-examples N] [--seed S] [--workers W] [--out DIR]
 
-starts the scripted OpenAI-compatible server (tests/scripted_llm.py, playing the dialogue
+starts the scripted OpenAI-compatible server (tests/support/scripted_llm.py, playing the dialogue
 script), the graph (NEO4J_URI when set, else an embedded ArcadeDB in a temporary project),
 and the sidecar's app (api.create_app, with a bearer token) under uvicorn on a free loopback
 port; then runs schemathesis' command line against it:
@@ -42,13 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 TOKEN = "fuzz-token-0123456789abcdef"
 #: schemathesis' configuration: its defaults, with the documented 413 (see the file).
-CONFIG_FILE = Path(__file__).resolve().parent / "schemathesis.toml"
+CONFIG_FILE = Path(__file__).resolve().parents[1] / "schemathesis.toml"
 DEFAULT_SEED = 20261124
 SPEAKERS = ["Caroline", "Melanie"]
 
@@ -233,7 +233,7 @@ def scripted_settings() -> Iterator[Any]:
     """Settings for a fuzz run of its own: the scripted LLM, and NEO4J_URI or an embedded graph
     in a temporary project (removed afterwards)."""
     from core.settings import load_settings
-    from tests.scripted_llm import ScriptedLLM
+    from tests.support.scripted_llm import ScriptedLLM
     from tests.test_dialogue_scripted import DialogueScript
 
     project = Path(tempfile.mkdtemp(prefix="skald-fuzz-"))
@@ -246,7 +246,7 @@ def scripted_settings() -> Iterator[Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.sidecar_fuzz", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.support.sidecar_fuzz", description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-examples", type=int, default=1000, help="examples per operation and phase (default 1000)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"schemathesis' seed (default {DEFAULT_SEED})")
     parser.add_argument("--workers", type=int, default=1,
