@@ -63,10 +63,10 @@ fuzz: install
 sillytavern-test: install
 	@test -n "$(SILLYTAVERN_DIR)" || { echo "set SILLYTAVERN_DIR to a SillyTavern checkout (see README)" >&2; exit 2; }
 	npm ci --prefix tests/sillytavern --no-audit --no-fund --loglevel=error
-	SILLYTAVERN_DIR="$(SILLYTAVERN_DIR)" $(PY) -m pytest tests/test_sillytavern_browser.py -v -s -p no:cacheprovider
+	SILLYTAVERN_DIR="$(SILLYTAVERN_DIR)" $(PY) -m pytest tests/integrations/test_sillytavern_browser.py -v -s -p no:cacheprovider
 
 # The codex's graph library, from the release pinned in tools/codex-assets/package-lock.json
-# (run after changing the pin; tests/test_codex.py checks the copy is that release).
+# (run after changing the pin; tests/kg/test_codex.py checks the copy is that release).
 vendor-codex:
 	npm ci --prefix tools/codex-assets --no-audit --no-fund --loglevel=error
 	cp tools/codex-assets/node_modules/cytoscape/dist/cytoscape.min.js kg/codex/assets/cytoscape.min.js

@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     sys.path.insert(0, str(REPO_ROOT))
     from tests.support.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
     logging.basicConfig(level=logging.WARNING)
     project = args.project_dir

@@ -351,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.served import wait_healthy
     from core.graph_server import free_port
     from tests.support.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
     dialogues = dialogue_turns()
     too_short = [len(d) for d in dialogues if len(d) < args.turns]

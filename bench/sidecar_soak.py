@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.served import wait_healthy
     from core.graph_server import free_port
     from tests.support.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
     corpus = lines()
     speakers = sorted({s for s, _ in corpus})

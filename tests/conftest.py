@@ -192,7 +192,7 @@ def prefect_home(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> 
     return tmp_path_factory.mktemp("prefect-home")
 
 
-# --- The sidecar over HTTP, in-process (tests/test_dialogue_http.py, tests/test_sidecar_api.py):
+# --- The sidecar over HTTP, in-process (tests/api/test_dialogue_http.py, tests/api/test_sidecar_api.py):
 # a module names its speakers (`sidecar_speakers`) and uses `scripted`, `settings`, `service`
 # and `client`; a module defining fixtures of those names uses its own instead.
 
@@ -207,7 +207,7 @@ def sidecar_speakers() -> list[str]:
 def scripted(sidecar_speakers: list[str]) -> Iterator[ScriptedLLM]:
     """The scripted OpenAI-compatible server, playing the dialogue script for those speakers."""
     from tests.support.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
     with ScriptedLLM() as llm:
         DialogueScript(sidecar_speakers).install(llm)

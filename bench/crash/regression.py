@@ -59,7 +59,7 @@ BYTE_FOR_BYTE = ("gates.parquet", "recall.parquet")
 def serve_llm() -> None:
     """The scripted server playing the dialogue script, until SIGTERM (run in its own process)."""
     from tests.support.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())

@@ -32,7 +32,7 @@ def main() -> int:
     from core.settings import load_settings
     from tasks.dialogue.pipeline import DialogueService, SidecarOptions
     from tests.support.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
     project = Path(tempfile.mkdtemp(prefix="skald-st-test-"))
     try:

@@ -7,7 +7,7 @@ Consortium (releases every few months, ~15 million npm downloads a week), one fi
 of ~430 KB with no dependencies, no network access and no `eval` (the page's
 Content-Security-Policy forbids both), and it draws, lays out and hit-tests hundreds
 of nodes on a canvas. It is vendored through a pinned npm lock file
-(tools/codex-assets: `make vendor-codex` copies it; tests/test_codex.py checks the copy is
+(tools/codex-assets: `make vendor-codex` copies it; tests/kg/test_codex.py checks the copy is
 the locked release). The Python graph-to-HTML libraries were no better fit: pyvis (the
 usual one) has had no release since 2023 and its template loads Bootstrap and tom-select
 from a CDN even when it inlines vis-network.

@@ -85,7 +85,8 @@ def mark_kinds(items: list[pytest.Item]) -> None:
     for key in TEST_KINDS:
         module, _, function = key.partition("::")
         if module in modules and not hasattr(modules[module], function):
-            raise pytest.UsageError(f"tests/support/kinds.py: TEST_KINDS names {key}, which tests/{module}.py does not define")
+            raise pytest.UsageError(f"tests/support/kinds.py: TEST_KINDS names {key}, "
+                                     f"which {modules[module].__name__} does not define")
     for item in items:
         for kind in sorted(kinds_of(item)):
             item.add_marker(getattr(pytest.mark, kind))

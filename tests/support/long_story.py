@@ -1,5 +1,5 @@
 """A long book for the scripted OpenAI-compatible server: the story generator the
-100-chapter benchmark (bench/long_book.py) and the 12-chapter test (tests/test_long_story.py)
+100-chapter benchmark (bench/long_book.py) and the 12-chapter test (tests/flows/test_long_story.py)
 share.
 
 `LongStory(chapters)` plans a whole book up front, deterministically, and grows its world the
@@ -14,7 +14,7 @@ Hugo Marsh" for Hugo Marsh), so healing has duplicates to merge.
 the global, act and chapter outlines (in as many requests as the acts need), the outline's
 relationships, each chapter's outline refresh and scene plan, each scene's draft (naming its
 planned characters and setting), each extraction (only what the scene says, every fact with
-the sentence of the scene that states it, as tests/test_grounding_e2e.py expects), quality
+the sentence of the scene that states it, as tests/flows/test_grounding_e2e.py expects), quality
 scores that accept the chapter, chapter summaries and healing's enrichments.
 
 Run it on its own (the benchmark does, so its CPU is not the novel process's):

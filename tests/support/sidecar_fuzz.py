@@ -17,7 +17,7 @@ does not document, breaks its documented schema or headers, accepts a request th
 forbids, or refuses one the schema allows (outside the statuses schemathesis reads as "not a
 rejection": 401, 403, 404, 409, 429, 5xx), among others. The per-check counts come from
 schemathesis' JSON report. `make fuzz` runs this with many examples; the suite runs it small
-(tests/test_sidecar_fuzz.py).
+(tests/api/test_sidecar_fuzz.py).
 
 The seed is fixed, so a run is repeatable given the same server answers; schemathesis and
 hypothesis are what generate (this module only serves and counts).
@@ -76,7 +76,7 @@ class FuzzReport:
         return self.exit_code == 0 and not self.failures
 
     def summary(self) -> dict[str, Any]:
-        """What a caller asserts on (tests/test_sidecar_fuzz.py), as JSON."""
+        """What a caller asserts on (tests/api/test_sidecar_fuzz.py), as JSON."""
         return {"exit_code": self.exit_code, "ok": self.ok, "generated": self.generated, "requests": self.requests,
                 "checks": {name: dict(counts) for name, counts in self.checks.items()},
                 "failures": self.failures, "statuses": dict(self.statuses), "modes": dict(self.modes),
@@ -234,7 +234,7 @@ def scripted_settings() -> Iterator[Any]:
     in a temporary project (removed afterwards)."""
     from core.settings import load_settings
     from tests.support.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
     project = Path(tempfile.mkdtemp(prefix="skald-fuzz-"))
     try:
