@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local", action="store_true", help="also run part 2 on the real local model")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.flows.test_novel_e2e import script_novel
+    from tests.support.novel_script import script_novel
     from tests.support.scripted_llm import ScriptedLLM
 
     with tempfile.TemporaryDirectory(prefix="skald-bench-") as tmp, ScriptedLLM() as llm:

@@ -350,8 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.path.insert(0, str(REPO_ROOT))
     from bench.served import wait_healthy
     from core.graph_server import free_port
+    from tests.support.dialogue_script import DialogueScript
     from tests.support.scripted_llm import ScriptedLLM
-    from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
     dialogues = dialogue_turns()
     too_short = [len(d) for d in dialogues if len(d) < args.turns]

@@ -206,8 +206,8 @@ def sidecar_speakers() -> list[str]:
 @pytest.fixture(scope="module")
 def scripted(sidecar_speakers: list[str]) -> Iterator[ScriptedLLM]:
     """The scripted OpenAI-compatible server, playing the dialogue script for those speakers."""
+    from tests.support.dialogue_script import DialogueScript
     from tests.support.scripted_llm import ScriptedLLM
-    from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
     with ScriptedLLM() as llm:
         DialogueScript(sidecar_speakers).install(llm)

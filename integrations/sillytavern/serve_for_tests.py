@@ -31,8 +31,8 @@ def main() -> int:
     from core.graph_server import free_port
     from core.settings import load_settings
     from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+    from tests.support.dialogue_script import DialogueScript
     from tests.support.scripted_llm import ScriptedLLM
-    from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
     project = Path(tempfile.mkdtemp(prefix="skald-st-test-"))
     try:

@@ -24,8 +24,8 @@ from flows.dialogue import main
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.pipeline import DialogueService
 from tests.conftest import REPO_ROOT
+from tests.support.dialogue_script import participants
 from tests.support.scripted_llm import ScriptedLLM
-from tests.tasks.dialogue.test_dialogue_scripted import participants
 
 
 @pytest.fixture(scope="module")

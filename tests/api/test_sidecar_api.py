@@ -35,8 +35,8 @@ from flows.dialogue import main
 from kg.dialogue import DialogueRepository
 from kg.transfer import dumps_export
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+from tests.support.dialogue_script import DialogueScript
 from tests.support.scripted_llm import ScriptedLLM
-from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
 TOKEN = "t0ken-for-the-sidecar-tests"
 ALLOWED = "http://127.0.0.1:8000"

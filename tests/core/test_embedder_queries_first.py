@@ -19,8 +19,8 @@ from core.embedder import RECENT_MAX_TEXTS, QueriesFirstLock, interactive, local
 from core.settings import Settings, load_settings
 from tasks.dialogue.models import MemoryQueryResult
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+from tests.support.dialogue_script import dialogue_requests
 from tests.support.scripted_llm import ScriptedLLM
-from tests.tasks.dialogue.test_dialogue_scripted import dialogue_requests
 
 FAILSAFE_S = 120.0
 

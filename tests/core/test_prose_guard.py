@@ -22,8 +22,8 @@ from prompts.narrative.models import SceneDetail
 from tasks.context import build_envelope, estimate_tokens
 from tasks.drafting import SceneBrief, fixed_prompt_tokens, prompt_tokens, scene_messages
 from tasks.retrieval import _profile_line
+from tests.support.prose_samples import CLEAN_PROSE, LOOP
 from tests.support.scripted_llm import ScriptedLLM, scripted_prose
-from tests.tasks.test_validation_checks import CLEAN_PROSE, LOOP
 
 # --- metrics -------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ import pytest
 from core.settings import Settings
 from kg.store import GraphStore
 from tests.conftest import REPO_ROOT, child_pythonpath
-from tests.kg.test_maintenance import plant_qa_problems, seed_story
+from tests.support.story_seed import plant_qa_problems, seed_story
 
 POOL = "skald-process"
 PREFECT = str(Path(sys.executable).with_name("prefect"))

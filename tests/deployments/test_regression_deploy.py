@@ -26,8 +26,8 @@ import pytest
 
 from core.graph_server import free_port
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath
+from tests.support.dialogue_script import DialogueScript
 from tests.support.scripted_llm import ScriptedLLM
-from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 POOL = "skald-regression"

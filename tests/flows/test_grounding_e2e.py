@@ -17,15 +17,8 @@ from pathlib import Path
 import pytest
 
 from core.settings import Settings
-from tests.flows.test_novel_e2e import (
-    CHARACTERS,
-    export,
-    kg,
-    novel,
-    run_env,
-    script_novel,
-    wipe_graph,
-)
+from tests.support.novel_runs import export, kg, novel, run_env, wipe_graph
+from tests.support.novel_script import CHARACTERS, script_novel
 from tests.support.scripted_llm import (
     ScriptedLLM,
     ScriptedRequest,

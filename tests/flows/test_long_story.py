@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.settings import Settings
-from tests.flows.test_novel_e2e import export, novel, run_env, wipe_graph
-from tests.kg.test_codex import _env, _run
-from tests.kg.test_vault import front, unresolved_links
+from tests.support.cli import graph_env, run_module
 from tests.support.long_story import PREMISE, LongStory
+from tests.support.novel_runs import export, novel, run_env, wipe_graph
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.vault_reading import front, unresolved_links
 
 CHAPTERS = 12
 
@@ -104,8 +104,8 @@ def test_qa_finds_no_error_in_the_scripted_book(book: Book) -> None:
 def test_the_vault_of_the_book_links_every_note_and_keeps_the_writers(book: Book, graph_settings: Settings,
                                                                      tmp_path: Path) -> None:
     story, project, _, _ = book
-    env = _env(graph_settings)
-    done = _run("kg", "vault", "--project-dir", str(project), "--out", str(tmp_path), env=env)
+    env = graph_env(graph_settings)
+    done = run_module("kg", "vault", "--project-dir", str(project), "--out", str(tmp_path), env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     found, bad = unresolved_links(tmp_path)
     assert bad == [] and found > 1000, (found, bad[:10])
@@ -127,7 +127,7 @@ def test_the_vault_of_the_book_links_every_note_and_keeps_the_writers(book: Book
     edited.write_text(edited.read_text(encoding="utf-8").replace("# Mara Quill", "# Mara Quill, keeper"),
                       encoding="utf-8")
     kept = {p: p.read_bytes() for p in (mine, edited)}
-    again = _run("kg", "vault", "--project-dir", str(project), "--out", str(tmp_path), env=env)
+    again = run_module("kg", "vault", "--project-dir", str(project), "--out", str(tmp_path), env=env)
     assert again.returncode == 0, again.stderr[-2000:]
     assert {p: p.read_bytes() for p in kept} == kept
     assert " 0 written, " in again.stdout and " 1 kept as yours, " in again.stdout, again.stdout

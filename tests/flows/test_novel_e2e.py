@@ -8,7 +8,6 @@ tests here run one after another and clean it first.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -20,148 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from core.graph_server import graph_endpoint
 from core.settings import Settings
-from tests.conftest import REPO_ROOT, child_pythonpath, prefect_api_env
+from tests.conftest import REPO_ROOT
 from tests.support import process_guard
 from tests.support.ebook_reading import read_docx, read_epub
-from tests.support.scripted_llm import (
-    ScriptedLLM,
-    ScriptedRequest,
-    quoting_extraction,
-    scene_text_of,
-    scripted_prose,
-)
-
-PREMISE = "A lighthouse keeper finds a letter from a sister who drowned ten years ago."
-CHARACTERS = [
-    {
-        "name": "Mara Quill",
-        "role": "protagonist",
-        "description": "The keeper of Gull Rock light.",
-        "traits": ["stubborn", "brave"],
-        "motivation": "learn the truth",
-        "backstory": "Lost her sister.",
-        "voice": "Clipped, salty sentences.",
-    },
-    {
-        "name": "Tobias Venn",
-        "role": "supporting",
-        "description": "The ferryman.",
-        "traits": ["kind"],
-        "motivation": "protect Mara",
-        "backstory": "Grew up on the mainland.",
-        "voice": "Slow and gentle, full of tide lore.",
-    },
-]
-
-
-def _plan(request: ScriptedRequest) -> dict[str, object]:
-    wanted = int(re.search(r"Plan exactly (\d+) scenes", request.text).group(1))  # type: ignore[union-attr]
-    return {
-        "scenes": [
-            {
-                "title": f"Scene {i}",
-                "pov": "Mara Quill",
-                "setting": "Gull Rock lighthouse",
-                "characters": ["Mara Quill", "Tobias Venn"],
-                "beats": [f"beat {i}"],
-            }
-            for i in range(1, wanted + 1)
-        ]
-    }
-
-
-SCENERY = [
-    "Rain hammered the gallery glass while gulls wheeled over the reef.",
-    "The lamp room smelled of paraffin, brass polish and old rope.",
-    "Fog swallowed the ferry bell and the tide crept over the slipway.",
-    "A storm lantern swung above the chart table, throwing long shadows.",
-    "Morning sun lit the cliffs and the kelp beds glittered below.",
-    "Snow dusted the keeper's cottage and the generator coughed awake.",
-    "The letter's wax seal cracked like river ice under her thumb.",
-    "Waves boomed in the sea caves beneath the northern stairs.",
-]
-
-
-def _draft(request: ScriptedRequest) -> str:
-    where = re.search(r"Chapter (\d+), scene (\d+)", request.text)
-    chapter, scene = (int(where.group(1)), int(where.group(2))) if where else (0, 0)
-    # Distinct scenery and prose per scene keep scenes from looking like duplicates to the
-    # validator; enough varied words pass the degeneration guard.
-    scenery = SCENERY[(chapter * 3 + scene) % len(SCENERY)]
-    body = scripted_prose(chapter * 3 + scene)
-    if "## Guidance" in request.text:  # revision guidance rides in the prompt's guidance section
-        return f"Mara Quill climbed the stairs of Gull Rock lighthouse with Tobias Venn, revised. {scenery} {body}"
-    marker = " A Drowned Phantom watched." if "REJECT-ME" in request.text else ""
-    return f"Mara Quill met Tobias Venn at Gull Rock lighthouse. {scenery}{marker} {body}"
-
-
-def _extract(request: ScriptedRequest) -> dict[str, object]:
-    entities = [
-        {"name": "Mara Quill", "kind": "Character", "description": "The keeper.", "traits": ["brave"]},
-        {"name": "Tobias Venn", "kind": "Character", "description": "The ferryman."},
-        {"name": "Gull Rock lighthouse", "kind": "Location", "description": "A lighthouse."},
-        {"name": "Drowned Phantom", "kind": "Character", "description": "A ghost."},
-    ]
-    relationships = [
-        {"source": "Mara Quill", "target": "Tobias Venn", "type": "FRIEND_OF"},
-        {"source": "Mara Quill", "target": "Gull Rock lighthouse", "type": "LOCATED_IN"},
-    ]
-    return quoting_extraction(scene_text_of(request), entities, relationships)
-
-
-def script_novel(server: ScriptedLLM) -> None:
-    server.on(schema="CharacterSheets", respond={"characters": CHARACTERS})
-    server.on(
-        schema="GlobalOutline",
-        respond={
-            "title": "The Drowned Letter",
-            "logline": "A keeper chases a ghost's letter.",
-            "setting": "Gull Rock",
-            "themes": ["grief"],
-            "acts": [
-                {"number": 1, "summary": "The letter."},
-                {"number": 2, "summary": "The truth."},
-            ],
-        },
-    )
-    server.on(
-        schema="ChapterOutlines",
-        respond=lambda r: {
-            "chapters": [
-                {
-                    "number": 1,
-                    "title": "The Letter",
-                    "summary": "Mara finds the letter.",
-                    "pov": "Mara Quill",
-                    "setting": "Gull Rock lighthouse",
-                    "key_beats": ["finds letter"],
-                }
-            ]
-        },
-    )
-    server.on(schema="ScenePlan", respond=_plan)
-    server.on(schema="SceneExtraction", respond=_extract)
-    server.on(
-        schema="QualityScores",
-        respond={
-            "coherence": 0.9,
-            "prose_quality": 0.9,
-            "plot_advancement": 0.9,
-            "pacing": 0.9,
-            "tone_consistency": 0.9,
-            "feedback": "Good.",
-        },
-    )
-    server.on(
-        schema="ChapterSummary",
-        respond=lambda r: {
-            "summary": "Mara and Tobias meet at the lighthouse.",
-            "key_events": ["meeting"],
-        },
-    )
-    server.on(schema=None, contains="Write the scene", respond=_draft)
+from tests.support.novel_runs import export, kg, novel, run_env, wipe_graph, write_book
+from tests.support.novel_script import PREMISE, script_novel, scripted_draft
+from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 
 
 @pytest.fixture(scope="module")
@@ -169,73 +33,6 @@ def llm() -> Iterator[ScriptedLLM]:
     with ScriptedLLM() as server:
         script_novel(server)
         yield server
-
-
-def run_env(
-    llm: ScriptedLLM, settings: Settings, prefect_home: Path, **extra: str
-) -> dict[str, str]:
-    endpoint = graph_endpoint(settings)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_"))}
-    env.update(
-        {
-            "OPENAI_BASE_URL": llm.base_url,
-            "OPENAI_API_KEY": "test-key",
-            "SKALD_EMBEDDING_BASE_URL": llm.base_url,
-            "NEO4J_URI": endpoint.uri,
-            "NEO4J_USERNAME": endpoint.username,
-            "NEO4J_PASSWORD": endpoint.password,
-            "NEO4J_DATABASE": endpoint.database,
-            "PREFECT_HOME": str(prefect_home),
-            "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "2",
-            "PYTHONPATH": child_pythonpath(),
-            **prefect_api_env(),  # `prefect_home` starts the session's API
-        }
-    )
-    env.update(extra)
-    return env
-
-
-def novel(
-    project: Path, env: dict[str, str], *args: str, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "flows.novel", "--project-dir", str(project), *args]
-    return subprocess.run(
-        cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def kg(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "kg", *args, "--project-dir", str(project)]
-    return subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-
-
-def export(project: Path, env: dict[str, str], name: str) -> str:
-    out = project.parent / f"{project.name}-{name}.json"
-    result = kg(project, env, "export", "--out", str(out))
-    assert result.returncode == 0, result.stderr[-2000:]
-    return out.read_text(encoding="utf-8")
-
-
-def write_book(
-    llm: ScriptedLLM, settings: Settings, prefect_home: Path, project: Path, *args: str, **extra: str
-) -> dict[str, str]:
-    """On an empty graph, `python -m flows.novel` for `project` with `args`, which must succeed;
-    returns the run's environment for the next commands."""
-    wipe_graph(settings)
-    env = run_env(llm, settings, prefect_home, **extra)
-    result = novel(project, env, *args)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return env
-
-
-def wipe_graph(settings: Settings) -> None:
-    from kg.store import GraphStore
-
-    store = GraphStore.open(settings, migrate=False)
-    try:
-        store.wipe()
-    finally:
-        store.close()
 
 
 def snapshot_files(project: Path) -> dict[str, tuple[int, bytes]]:
@@ -431,7 +228,7 @@ def test_sigkill_during_chapter_two_then_resume(
     def slow_draft(request: ScriptedRequest) -> str:
         reached.set()
         release.wait(timeout=60)  # hold the request open until the process is killed
-        return _draft(request)
+        return scripted_draft(request)
 
     llm.on(contains="Chapter 2, scene 2 of 2", respond=slow_draft, times=1)
     start = len(llm.requests)

@@ -20,17 +20,9 @@ import yaml
 
 from core.settings import Settings
 from tests.conftest import REPO_ROOT
-from tests.flows.test_novel_e2e import (
-    PREMISE,
-    export,
-    kg,
-    novel,
-    run_env,
-    script_novel,
-    wipe_graph,
-    write_book,
-)
 from tests.support.ebook_reading import read_docx, read_epub
+from tests.support.novel_runs import export, kg, novel, run_env, wipe_graph, write_book
+from tests.support.novel_script import PREMISE, script_novel
 from tests.support.scripted_llm import (
     ScriptedLLM,
     ScriptedRequest,

@@ -22,7 +22,8 @@ import pytest
 
 from core.settings import Settings
 from tasks.context import estimate_tokens
-from tests.flows.test_novel_e2e import _draft, _extract, novel, run_env, script_novel, wipe_graph
+from tests.support.novel_runs import novel, run_env, wipe_graph
+from tests.support.novel_script import script_novel, scripted_draft, scripted_extraction
 from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 
 LOOP = "The message is a message that will be sent to all future generations. " * 25
@@ -83,11 +84,11 @@ def test_looping_draft_is_redrafted_with_penalties_and_the_prompt_has_what_a_nov
         where = SCENE.search(request.text)
         if where and (where[1], where[2]) == ("1", "1") and "frequency_penalty" not in request.body:
             return LOOP
-        return _draft(request)
+        return scripted_draft(request)
 
     llm.on(schema=None, contains="Write the scene", respond=loops_until_penalized)
     extraction = InFlight(wait_for=2)
-    llm.on(schema="SceneExtraction", respond=extraction(_extract))
+    llm.on(schema="SceneExtraction", respond=extraction(scripted_extraction))
     wipe_graph(graph_settings)
     project = tmp_path / "book"
     env = run_env(llm, graph_settings, prefect_home, SKALD_LIMITS__EXTRACTION_CONCURRENCY="2",
@@ -137,11 +138,11 @@ def test_scene_that_never_comes_clean_flags_the_chapter_in_the_exit_summary(
 ) -> None:
     def scene_two_always_loops(request: ScriptedRequest) -> str:
         where = SCENE.search(request.text)
-        return LOOP if where and where[2] == "2" else _draft(request)
+        return LOOP if where and where[2] == "2" else scripted_draft(request)
 
     llm.on(schema=None, contains="Write the scene", respond=scene_two_always_loops)
     extraction = InFlight()
-    llm.on(schema="SceneExtraction", respond=extraction(_extract))
+    llm.on(schema="SceneExtraction", respond=extraction(scripted_extraction))
     wipe_graph(graph_settings)
     project = tmp_path / "book"
     env = run_env(llm, graph_settings, prefect_home, SKALD_LIMITS__MAX_ITERATIONS="1",

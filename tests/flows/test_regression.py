@@ -28,8 +28,8 @@ from flows.regression import (
 from tasks.dialogue.models import TurnConfig
 from tasks.dialogue.report import GateConfig, evaluate_gates
 from tests.conftest import REPO_ROOT, prefect_api_env
+from tests.support.dialogue_script import DIALOGUES, DialogueScript
 from tests.support.scripted_llm import ScriptedLLM
-from tests.tasks.dialogue.test_dialogue_scripted import DIALOGUES, DialogueScript
 
 FILES = [str(DIALOGUES / "locomo-26.turns.jsonl"), str(DIALOGUES / "locomo-30.turns.jsonl")]
 SPEAKERS = ["Caroline", "Melanie", "Jon", "Gina"]

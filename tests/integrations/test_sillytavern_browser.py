@@ -40,8 +40,8 @@ import pytest
 from core.graph_server import free_port, graph_endpoint
 from core.settings import Settings
 from tests.conftest import REPO_ROOT
+from tests.support.dialogue_script import DialogueScript
 from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
-from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
 ST_DIR = os.environ.get("SILLYTAVERN_DIR", "").strip()
 pytestmark = pytest.mark.skipif(

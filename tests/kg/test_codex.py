@@ -8,10 +8,7 @@ The browser test of a scripted book is tests/kg/test_codex_browser.py.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from core.graph_server import graph_endpoint
 from core.settings import Settings
 from kg.codex import build_dialogue_codex, build_novel_codex, render_codex, write_codex
 from kg.codex.models import CAPTION_LIMIT, ELLIPSIS, relationship_caption, shorten_label
@@ -28,11 +24,13 @@ from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDel
 from kg.store import GraphStore
 from tasks.codex import codex_due
 from tasks.runtime import Runtime, set_runtime
-from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath, prefect_api_env
-from tests.kg.test_maintenance import MARY, artifact_keys, plant_qa_problems, seed_story
+from tests.conftest import DIALOGUES_DIR, REPO_ROOT, prefect_api_env
 from tests.support.browser import chromium_path, open_page
+from tests.support.cli import graph_env, run_module
+from tests.support.dialogue_script import DialogueScript, participants
+from tests.support.prefect_artifacts import artifact_keys
 from tests.support.scripted_llm import ScriptedLLM
-from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript, participants
+from tests.support.story_seed import MARY, plant_qa_problems, seed_story
 
 ASSETS = REPO_ROOT / "tools" / "codex-assets"
 
@@ -294,32 +292,20 @@ def test_qa_marks_its_findings_in_the_codex_and_the_run_links_to_it(store: Graph
 # --- The command --------------------------------------------------------------------------------
 
 
-def _env(graph_settings: Settings, **extra: str) -> dict[str, str]:
-    ep = graph_endpoint(graph_settings)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_"))}
-    return {**env, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
-            "NEO4J_DATABASE": ep.database, "PYTHONPATH": child_pythonpath(), **extra}
-
-
-def _run(module: str, *args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
 def test_kg_codex_writes_the_file_and_refuses_bad_requests_in_one_line(
         store: GraphStore, graph_settings: Settings, tmp_path: Path) -> None:
-    env = _env(graph_settings)
-    shown = _run("kg", "codex", "--help", env=env)
+    env = graph_env(graph_settings)
+    shown = run_module("kg", "codex", "--help", env=env)
     assert shown.returncode == 0 and "--as-of-chapter" in shown.stdout and "--conversation-id" in shown.stdout
-    assert "codex" in _run("kg", "--help", env=env).stdout
+    assert "codex" in run_module("kg", "--help", env=env).stdout
     project = tmp_path / "book"
     project.mkdir()
-    empty = _run("kg", "codex", "--project-dir", str(project), env=env)
+    empty = run_module("kg", "codex", "--project-dir", str(project), env=env)
     assert empty.returncode == 2 and empty.stderr.strip().splitlines()[-1].startswith(
         f"kg: error: the graph of {project} holds no story yet")
     assert not (project / "exports").exists()
     write_story(store)
-    made = _run("kg", "codex", "--project-dir", str(project), env=env)
+    made = run_module("kg", "codex", "--project-dir", str(project), env=env)
     assert made.returncode == 0, made.stderr[-2000:]
     assert made.stdout.startswith("codex of 'The Drowned Letter' as of chapter 3 (6 entities, 5 relationships) "
                                   f"written to {project / 'exports' / 'codex.html'}")
@@ -330,10 +316,10 @@ def test_kg_codex_writes_the_file_and_refuses_bad_requests_in_one_line(
         (("--conversation-id", "nobody-here"), "kg: error: conversation 'nobody-here' has no memory in this graph"),
         (("--out", str(tmp_path)), f"kg: error: --out {tmp_path} is a directory"),
     ):
-        refused = _run("kg", "codex", "--project-dir", str(project), *args, env=env)
+        refused = run_module("kg", "codex", "--project-dir", str(project), *args, env=env)
         assert refused.returncode == 2, (args, refused.stderr[-1000:])
         assert refused.stderr.strip().splitlines()[-1].startswith(message), refused.stderr[-1000:]
-    missing = _run("kg", "codex", "--project-dir", str(tmp_path / "nope"), env=env)
+    missing = run_module("kg", "codex", "--project-dir", str(tmp_path / "nope"), env=env)
     assert missing.returncode == 2 and "is not a directory" in missing.stderr
 
 
@@ -349,9 +335,9 @@ def locomo_26(graph_settings: Settings, prefect_api: str,
     project = tmp_path_factory.mktemp("sidecar")
     with ScriptedLLM() as llm:
         DialogueScript(participants("locomo-26")).install(llm)
-        env = _env(graph_settings, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="test-key",
+        env = graph_env(graph_settings, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="test-key",
                    SKALD_EMBEDDING_BASE_URL=llm.base_url, **prefect_api_env())
-        done = _run("flows.dialogue", "ingest", "--project-dir", str(project), "--dialogue",
+        done = run_module("flows.dialogue", "ingest", "--project-dir", str(project), "--dialogue",
                     str(DIALOGUES_DIR / "locomo-26.turns.jsonl"), "--conversation-id", conversation, "--extract",
                     env=env, timeout=1800)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -364,7 +350,7 @@ def test_the_sidecar_codex_shows_a_conversations_entities_relations_and_mileston
     report = json.loads(env.pop("report"))[0]
     assert report["turns"] == 419 and report["extract_outcomes"].get("COMMITTED", 0) > 300
     out = tmp_path / "conversation.html"
-    made = _run("kg", "codex", "--project-dir", str(project), "--conversation-id", conversation, "--out", str(out),
+    made = run_module("kg", "codex", "--project-dir", str(project), "--conversation-id", conversation, "--out", str(out),
                 env=env)
     assert made.returncode == 0, made.stderr[-2000:]
     assert made.stdout.startswith(f"codex of Conversation {conversation}: ")

@@ -25,8 +25,9 @@ from playwright.sync_api import expect
 from core.settings import Settings
 from kg.codex.models import CAPTION_LIMIT
 from tests.conftest import REPO_ROOT
-from tests.flows.test_novel_e2e import kg, novel, run_env, script_novel, wipe_graph
 from tests.support.browser import open_page, require_chromium
+from tests.support.novel_runs import kg, novel, run_env, wipe_graph
+from tests.support.novel_script import script_novel
 from tests.support.scripted_llm import (
     ScriptedLLM,
     ScriptedRequest,

@@ -24,8 +24,8 @@ from kg.dialogue import cypher as dq
 from kg.store import GraphStore
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tests.conftest import child_pythonpath
+from tests.support.dialogue_script import DialogueScript, dialogue_requests
 from tests.support.scripted_llm import ScriptedLLM
-from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript, dialogue_requests
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The sidecar's default lease (SidecarOptions.lock_lease_s): the holder renews it every 2 s,

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from core.settings import Settings
 from kg.codex import build_novel_codex
@@ -24,10 +22,9 @@ from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDel
 from kg.store import GraphStore
 from kg.vault import RECORD_FILE, VaultNote, vault_notes, write_vault
 from kg.vault.notes import escape, safe_stem
-from tests.kg.test_codex import _env, _run
+from tests.support.cli import graph_env, run_module
+from tests.support.vault_reading import front, unresolved_links
 
-#: A [[link]] not escaped by a backslash; its target is what comes before `|` or `#`.
-LINK = re.compile(r"(?<!\\)\[\[([^\[\]]+?)\]\]")
 COLON_NAME = 'Ada "Red" Vane: the Second'
 
 
@@ -102,34 +99,6 @@ def _vault(store: GraphStore, saga_dir: Path, as_of: int | None = None) -> list[
     return vault_notes(build_novel_codex(store, saga_dir, as_of))
 
 
-def front(text: str) -> dict[str, object]:
-    assert text.startswith("---\n"), text[:80]
-    return yaml.safe_load(text.split("---\n", 2)[1])
-
-
-def _targets(vault: Path) -> set[str]:
-    """What a link may name: every note's file name and every alias of its front matter."""
-    names = set()
-    for path in vault.rglob("*.md"):
-        names.add(path.stem)
-        fields = front(path.read_text(encoding="utf-8"))
-        names.update(str(a) for a in fields.get("aliases") or [])
-    return names
-
-
-def unresolved_links(vault: Path) -> tuple[int, list[str]]:
-    """(links in the vault, the ones that name no note nor alias)."""
-    targets = _targets(vault)
-    found, bad = 0, []
-    for path in sorted(vault.rglob("*.md")):
-        for link in LINK.findall(path.read_text(encoding="utf-8")):
-            found += 1
-            target = re.split(r"[|#]", link, maxsplit=1)[0].strip()
-            if target not in targets:
-                bad.append(f"{path.relative_to(vault)}: [[{link}]]")
-    return found, bad
-
-
 def _digest(vault: Path) -> dict[str, str]:
     return {str(p.relative_to(vault)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(vault.rglob("*")) if p.is_file()}
@@ -201,7 +170,7 @@ def test_the_vault_is_the_same_bytes_whatever_the_hash_seed(world: GraphStore, g
     for seed in ("1", "2"):
         out = tmp_path / seed
         done = _kg("vault", "--project-dir", str(graph_settings.project_dir), "--out", str(out),
-                   env=_env(graph_settings, PYTHONHASHSEED=seed))
+                   env=graph_env(graph_settings, PYTHONHASHSEED=seed))
         assert done.returncode == 0, done.stderr[-2000:]
         runs.append(_digest(out))
     assert runs[0] == runs[1] and len(runs[0]) == 15  # 14 notes and the record
@@ -268,12 +237,12 @@ def test_a_note_left_by_an_interrupted_export_is_still_skalds(world: GraphStore,
 
 
 def _kg(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return _run("kg", *args, env=env)
+    return run_module("kg", *args, env=env)
 
 
 def test_kg_vault_reports_what_it_did_and_refuses_bad_requests_in_one_line(
         world: GraphStore, graph_settings: Settings, tmp_path: Path) -> None:
-    env = _env(graph_settings)
+    env = graph_env(graph_settings)
     shown = _kg("vault", "--help", env=env)
     assert shown.returncode == 0 and "--as-of-chapter" in shown.stdout and "--out" in shown.stdout
     assert "vault" in _kg("--help", env=env).stdout

@@ -233,8 +233,8 @@ def scripted_settings() -> Iterator[Any]:
     """Settings for a fuzz run of its own: the scripted LLM, and NEO4J_URI or an embedded graph
     in a temporary project (removed afterwards)."""
     from core.settings import load_settings
+    from tests.support.dialogue_script import DialogueScript
     from tests.support.scripted_llm import ScriptedLLM
-    from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript
 
     project = Path(tempfile.mkdtemp(prefix="skald-fuzz-"))
     try:

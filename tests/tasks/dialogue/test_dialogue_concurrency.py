@@ -29,12 +29,12 @@ from core.settings import Settings, load_settings
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tests.conftest import REPO_ROOT, child_pythonpath
-from tests.support.scripted_llm import ScriptedLLM
-from tests.tasks.dialogue.test_dialogue_scripted import (
+from tests.support.dialogue_script import (
     DialogueScript,
     dialogue_requests,
     participants,
 )
+from tests.support.scripted_llm import ScriptedLLM
 
 DIALOGUE = "locomo-26"
 TURNS = 10

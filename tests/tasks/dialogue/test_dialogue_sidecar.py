@@ -24,12 +24,12 @@ from kg.dialogue import cypher as dialogue_cypher
 from tasks.dialogue.models import TurnCommitRequest, TurnResult, TurnState
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tests.conftest import REPO_ROOT
-from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
-from tests.tasks.dialogue.test_dialogue_scripted import (
+from tests.support.dialogue_script import (
     DialogueScript,
     dialogue_requests,
     participants,
 )
+from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 
 FULL_TIMELINE = [
     "RECEIVED", "RETRIEVING", "INJECTING", "ACTING", "EXTRACTING", "JUDGING", "HISTORIANING",

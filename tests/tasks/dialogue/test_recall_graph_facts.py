@@ -20,8 +20,8 @@ from core.settings import Settings, load_settings
 from prompts.dialogue.models import TurnExtraction
 from tasks.dialogue.models import ChatMessage, TurnCommitRequest
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+from tests.support.dialogue_script import DialogueScript, new_lines
 from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
-from tests.tasks.dialogue.test_dialogue_scripted import DialogueScript, new_lines
 
 TURNS = [
     ("Nate", "Meet Max, the newest member of the family! He chewed my slippers already."),
