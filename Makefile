@@ -47,10 +47,10 @@ cypher-lint:
 	npm ci --prefix tools/cypher-lint --no-audit --no-fund --loglevel=error
 	node tools/cypher-lint/lint.js build/cypher-statements.jsonl
 
-# Generated-input tests of the sidecar's HTTP API (tests/support/sidecar_fuzz.py): schemathesis against
-# a served sidecar (scripted LLM, embedded graph), from its OpenAPI document, every check, every
-# phase. FUZZ_EXAMPLES per operation and phase (the suite runs 20): the default 1500 sent 19,756
-# requests in 25.6 minutes on 2 cores (one worker, next to a CI run). The seed is fixed;
+# Generated-input tests of the sidecar's HTTP API (tests/support/sidecar_fuzz.py): schemathesis
+# against a served sidecar (scripted LLM, embedded graph), from its OpenAPI document, every check,
+# every phase. FUZZ_EXAMPLES per operation and phase (the suite runs 20): the default 1500 sent
+# 19,756 requests in 25.6 minutes on 2 cores (one worker, next to a CI run). The seed is fixed;
 # change FUZZ_SEED for other inputs.
 FUZZ_EXAMPLES ?= 1500
 FUZZ_SEED ?= 20261124

@@ -192,9 +192,10 @@ def prefect_home(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> 
     return tmp_path_factory.mktemp("prefect-home")
 
 
-# --- The sidecar over HTTP, in-process (tests/api/test_dialogue_http.py, tests/api/test_sidecar_api.py):
-# a module names its speakers (`sidecar_speakers`) and uses `scripted`, `settings`, `service`
-# and `client`; a module defining fixtures of those names uses its own instead.
+# --- The sidecar over HTTP, in-process (tests/api/test_dialogue_http.py,
+# tests/api/test_sidecar_api.py): a module names its speakers (`sidecar_speakers`) and uses
+# `scripted`, `settings`, `service` and `client`; a module defining fixtures of those names uses
+# its own instead.
 
 
 @pytest.fixture(scope="module")

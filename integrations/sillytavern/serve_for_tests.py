@@ -1,8 +1,8 @@
 """A real sidecar on loopback for the extension's node tests (`node --test integrations/sillytavern/`).
 
-Starts the scripted OpenAI-compatible server (tests/support/scripted_llm.py, with the dialogue script)
-and the `api` package's HTTP app with a bearer token and a CORS origin, on free 127.0.0.1 ports,
-prints one JSON line {"url", "token", "origin"}, and serves until its stdin closes (the node
+Starts the scripted OpenAI-compatible server (tests/support/scripted_llm.py, with the dialogue
+script) and the `api` package's HTTP app with a bearer token and a CORS origin, on free 127.0.0.1
+ports, prints one JSON line {"url", "token", "origin"}, and serves until its stdin closes (the node
 test ends, or dies). The graph: NEO4J_URI when set (the pytest session passes its own), else
 an embedded ArcadeDB in a temporary project directory.
 """

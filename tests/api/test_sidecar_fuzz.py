@@ -38,9 +38,9 @@ REQUIRED_CHECKS = {
 
 
 def test_generated_requests_hold_the_contract(tmp_path: Path) -> None:
-    # In a process of its own (`python -m tests.support.sidecar_fuzz`, which `make fuzz` runs too): its
-    # own embedded graph (NEO4J_URI when set) and scripted LLM. Served from this test process
-    # and its session graph, the run passed but the process then died with SIGSEGV in
+    # In a process of its own (`python -m tests.support.sidecar_fuzz`, which `make fuzz` runs
+    # too): its own embedded graph (NEO4J_URI when set) and scripted LLM. Served from this test
+    # process and its session graph, the run passed but the process then died with SIGSEGV in
     # ArcadeDB's stop at exit (2 runs of 2); the same traffic in a process of its own exits cleanly.
     summary_file = tmp_path / "summary.json"
     done = subprocess.run(

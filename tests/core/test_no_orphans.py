@@ -1,6 +1,7 @@
 """Children die with their parent (core.children), and the session sees every process it
-started, orphans included (tests/support/process_guard.py). The end-to-end case, SIGKILL of a running
-`python -m flows.novel`, is in test_novel_e2e.py::test_sigkill_during_chapter_two_then_resume."""
+started, orphans included (tests/support/process_guard.py). The end-to-end case, SIGKILL of a
+running `python -m flows.novel`, is in
+test_novel_e2e.py::test_sigkill_during_chapter_two_then_resume."""
 
 from __future__ import annotations
 

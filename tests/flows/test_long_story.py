@@ -1,6 +1,6 @@
-"""The scripted long book (tests/support/long_story.py, which bench/long_book.py writes 100 chapters of)
-stays a valid book: `python -m flows.novel` writes 12 chapters of it against the scripted
-OpenAI-compatible server over real HTTP and the real graph, with healing and QA every 5
+"""The scripted long book (tests/support/long_story.py, which bench/long_book.py writes 100
+chapters of) stays a valid book: `python -m flows.novel` writes 12 chapters of it against the
+scripted OpenAI-compatible server over real HTTP and the real graph, with healing and QA every 5
 chapters, and the graph grows the way the story says, healing included.
 
 No timing here: bench/long_book.py measures.

@@ -2,10 +2,10 @@
 update, no duplicate.
 
 The cross-process tests start two worker processes (`python -m
-tests.tasks.dialogue.test_dialogue_concurrency worker ...`) that connect to the session's graph through NEO4J_URI & co., as two sidecar
-instances would, each with its own scripted model (the script is deterministic). They commit
-at the same moment (a start file releases both) and the graph is then compared with a
-sequential run of the same turns.
+tests.tasks.dialogue.test_dialogue_concurrency worker ...`) that connect to the session's
+graph through NEO4J_URI & co., as two sidecar instances would, each with its own scripted model (the
+script is deterministic). They commit at the same moment (a start file releases both) and the graph
+is then compared with a sequential run of the same turns.
 """
 
 from __future__ import annotations
