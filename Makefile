@@ -47,15 +47,15 @@ cypher-lint:
 	npm ci --prefix tools/cypher-lint --no-audit --no-fund --loglevel=error
 	node tools/cypher-lint/lint.js build/cypher-statements.jsonl
 
-# Generated-input tests of the sidecar's HTTP API (tests/sidecar_fuzz.py): schemathesis against
-# a served sidecar (scripted LLM, embedded graph), from its OpenAPI document, every check, every
-# phase. FUZZ_EXAMPLES per operation and phase (the suite runs 20): the default 1500 sent 19,756
-# requests in 25.6 minutes on 2 cores (one worker, next to a CI run). The seed is fixed;
+# Generated-input tests of the sidecar's HTTP API (tests/support/sidecar_fuzz.py): schemathesis
+# against a served sidecar (scripted LLM, embedded graph), from its OpenAPI document, every check,
+# every phase. FUZZ_EXAMPLES per operation and phase (the suite runs 20): the default 1500 sent
+# 19,756 requests in 25.6 minutes on 2 cores (one worker, next to a CI run). The seed is fixed;
 # change FUZZ_SEED for other inputs.
 FUZZ_EXAMPLES ?= 1500
 FUZZ_SEED ?= 20261124
 fuzz: install
-	$(PY) -m tests.sidecar_fuzz --max-examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
+	$(PY) -m tests.support.sidecar_fuzz --max-examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
 
 # The memory extension in real SillyTavern, driven in headless chromium (opt-in; see README):
 # SILLYTAVERN_DIR=/path/to/SillyTavern (its `npm ci` done), Debian's chromium installed.
@@ -63,10 +63,10 @@ fuzz: install
 sillytavern-test: install
 	@test -n "$(SILLYTAVERN_DIR)" || { echo "set SILLYTAVERN_DIR to a SillyTavern checkout (see README)" >&2; exit 2; }
 	npm ci --prefix tests/sillytavern --no-audit --no-fund --loglevel=error
-	SILLYTAVERN_DIR="$(SILLYTAVERN_DIR)" $(PY) -m pytest tests/test_sillytavern_browser.py -v -s -p no:cacheprovider
+	SILLYTAVERN_DIR="$(SILLYTAVERN_DIR)" $(PY) -m pytest tests/integrations/test_sillytavern_browser.py -v -s -p no:cacheprovider
 
 # The codex's graph library, from the release pinned in tools/codex-assets/package-lock.json
-# (run after changing the pin; tests/test_codex.py checks the copy is that release).
+# (run after changing the pin; tests/kg/test_codex.py checks the copy is that release).
 vendor-codex:
 	npm ci --prefix tools/codex-assets --no-audit --no-fund --loglevel=error
 	cp tools/codex-assets/node_modules/cytoscape/dist/cytoscape.min.js kg/codex/assets/cytoscape.min.js

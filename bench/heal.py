@@ -39,7 +39,7 @@ from core.settings import load_settings
 from kg import healing as h
 from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta
 from kg.store import GraphStore
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 CHAPTERS = 20
 GOAL_PRECISION, GOAL_RECALL = 1.0, 0.9

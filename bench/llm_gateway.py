@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 
 from core.llm import NO_API_KEY, LLMGateway, response_format_for
 from core.settings import Settings
-from tests.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 GOAL_RATIO = 1.10
 TIER = "small"

@@ -4,7 +4,7 @@
                               [--project-dir DIR] [--block 10]
 
 The real novel flow (Prefect flows and tasks, the embedded graph) runs in this process against
-the scripted OpenAI-compatible server of tests/long_story.py, which plans a whole book (new
+the scripted OpenAI-compatible server of tests/support/long_story.py, which plans a whole book (new
 characters and places every few chapters, recurring ones, relationships that change, deaths,
 names written two ways so healing has work) and runs in its own process, answering at once:
 its CPU is not the pipeline's. What is measured is the pipeline's own cost:
@@ -83,11 +83,11 @@ SECTIONS = ("guidance", "characters", "relationships", "lore", "summaries", "his
 
 
 class ScriptedServer:
-    """`python -m tests.long_story` in a child process (its CPU is not the pipeline's)."""
+    """`python -m tests.support.long_story` in a child process (its CPU is not the pipeline's)."""
 
     def __init__(self, chapters: int, scenes: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.long_story", "--chapters", str(chapters), "--scenes", str(scenes)],
+            [sys.executable, "-m", "tests.support.long_story", "--chapters", str(chapters), "--scenes", str(scenes)],
             cwd=REPO, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -210,7 +210,7 @@ def run_novel(project: Path, planned: int, chapters: int, scenes: int) -> tuple[
 
 
 def _premise() -> str:
-    from tests.long_story import PREMISE
+    from tests.support.long_story import PREMISE
 
     return PREMISE
 

@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local", action="store_true", help="also run part 2 on the real local model")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.scripted_llm import ScriptedLLM
-    from tests.test_novel_e2e import script_novel
+    from tests.support.novel_script import script_novel
+    from tests.support.scripted_llm import ScriptedLLM
 
     with tempfile.TemporaryDirectory(prefix="skald-bench-") as tmp, ScriptedLLM() as llm:
         script_novel(llm)  # a coherent scripted story: chapters pass review on the first draft

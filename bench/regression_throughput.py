@@ -42,8 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     sys.path.insert(0, str(REPO_ROOT))
-    from tests.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.support.dialogue_script import DialogueScript
+    from tests.support.scripted_llm import ScriptedLLM
 
     logging.basicConfig(level=logging.WARNING)
     project = args.project_dir

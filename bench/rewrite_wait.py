@@ -46,8 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from core.settings import load_settings
     from tasks.dialogue.pipeline import DialogueService
-    from tests.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.support.dialogue_script import DialogueScript
+    from tests.support.scripted_llm import ScriptedLLM
 
     project = Path(tempfile.mkdtemp(prefix="skald-bench-rewrite-"))
     try:

@@ -2,7 +2,7 @@
 
 Starts one real `python -m flows.dialogue serve` on loopback (its own embedded graph in a temp
 project, the embedded MiniLM embedder in process, as a user's sidecar runs) against the
-scripted OpenAI-compatible server (tests/scripted_llm.py) answering every chat call after
+scripted OpenAI-compatible server (tests/support/scripted_llm.py) answering every chat call after
 `--latency` seconds (default 0.2). Then, for each N in `--levels` (default 1, 4, 16), N
 conversations run at once, one client thread each, each sending `--turns` (default 40)
 consecutive turns of a shared LoCoMo dialogue (/work/shared/data/dialogues) as a chat front
@@ -350,8 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.path.insert(0, str(REPO_ROOT))
     from bench.served import wait_healthy
     from core.graph_server import free_port
-    from tests.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.support.dialogue_script import DialogueScript
+    from tests.support.scripted_llm import ScriptedLLM
 
     dialogues = dialogue_turns()
     too_short = [len(d) for d in dialogues if len(d) < args.turns]

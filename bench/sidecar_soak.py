@@ -69,8 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.path.insert(0, str(REPO_ROOT))
     from bench.served import wait_healthy
     from core.graph_server import free_port
-    from tests.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.support.dialogue_script import DialogueScript
+    from tests.support.scripted_llm import ScriptedLLM
 
     corpus = lines()
     speakers = sorted({s for s, _ in corpus})

@@ -14,7 +14,7 @@ of the quote inside the text) at `MIN_QUOTE_SCORE`, which forgives a small model
 whole words only, so "Locatio" is not found in a text that says "location".
 
 The name rules are small and deliberate; each has a look-alike that must pass
-(tests/test_grounding.py): "Mary-Jane" (a repeated fragment rule that needs three),
+(tests/tasks/test_grounding.py): "Mary-Jane" (a repeated fragment rule that needs three),
 "Jean-Luc Picard", "The Hollow Library" (capitalised words are names, however many
 connectors), "Ilse's father" (one common noun after a possessive is a reference),
 "Zoë Brontë" (diacritics), and a known alias (known names skip the rules: the writer's

@@ -2,10 +2,11 @@
 
 Same rules as kg/cypher.py: values are always parameters; labels and relationship types
 come from the vocabulary or from the constants below. Every statement here was run
-against ArcadeDB 26.10's Bolt server (tests/test_maintenance*.py) and is standard
-Neo4j 5 Cypher. Node/relationship writes that the commit layer also does (update an
-entity, create relationships, rebuild EntityName lookups) reuse its builders in
-kg/cypher.py so both paths write the same layout.
+against ArcadeDB 26.10's Bolt server (tests/kg/test_maintenance.py,
+tests/deployments/test_maintenance_deploy.py) and is standard Neo4j 5 Cypher.
+Node/relationship writes that the commit layer also does (update an entity,
+create relationships, rebuild EntityName lookups) reuse its builders in kg/cypher.py so both
+paths write the same layout.
 """
 
 from __future__ import annotations

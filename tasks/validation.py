@@ -2,7 +2,7 @@
 revision decision.
 
 Checks (spec 001 section 5.3, plus what SAGA leaves as stubs); each has a crafted true case
-and a look-alike that must not fire in tests/test_validation_checks.py:
+and a look-alike that must not fire in tests/tasks/test_validation_checks.py:
 - dead characters acting: a character the extraction saw present and acting (not only
   mentioned, mourned or remembered) whose status, as of the previous chapter, is dead,
   unless this chapter brings them back to life;
@@ -16,7 +16,7 @@ and a look-alike that must not fire in tests/test_validation_checks.py:
   contain each other nor are where the character travels.
 
 Checks of the text against its plan, with no model (a small model's editor scores word salad
-1.00 on every axis), in tests/test_validation_checks.py with their look-alikes too:
+1.00 on every axis), in tests/tasks/test_validation_checks.py with their look-alikes too:
 - plan adherence: each scene names its planned characters (once is enough: a character
   named and then called "she" follows the plan) and its planned setting (one of the
   setting's distinctive words);

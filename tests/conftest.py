@@ -6,7 +6,7 @@ Two session-wide checks run around every test run as well:
   subprocess it starts, is recorded with its parameter names (tests/record_hook); at the end
   the distinct texts, plus every statement only a Neo4j server receives (rendered by
   kg.dialect), go to build/cypher-statements.jsonl for tools/cypher-lint (run by .ci/run).
-- No process the session started may outlive it (tests/process_guard.py): the session fails
+- No process the session started may outlive it (tests/support/process_guard.py): the session fails
   naming any that does.
 """
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from fastapi.testclient import TestClient
 
     from tasks.dialogue.pipeline import DialogueService
-    from tests.scripted_llm import ScriptedLLM
+    from tests.support.scripted_llm import ScriptedLLM
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DIALOGUES_DIR = REPO_ROOT.parent / "shared" / "data" / "dialogues"
@@ -50,7 +50,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 sys.path.insert(0, str(RECORD_HOOK_DIR))
 import skald_cypher_recorder  # noqa: E402 - lives in RECORD_HOOK_DIR, put on the path just above
 
-from tests import process_guard  # noqa: E402
+from tests.support import process_guard  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,7 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    from tests.kinds import mark_kinds
+    from tests.support.kinds import mark_kinds
 
     mark_kinds(items)
 
@@ -192,9 +192,10 @@ def prefect_home(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> 
     return tmp_path_factory.mktemp("prefect-home")
 
 
-# --- The sidecar over HTTP, in-process (tests/test_dialogue_http.py, tests/test_sidecar_api.py):
-# a module names its speakers (`sidecar_speakers`) and uses `scripted`, `settings`, `service`
-# and `client`; a module defining fixtures of those names uses its own instead.
+# --- The sidecar over HTTP, in-process (tests/api/test_dialogue_http.py,
+# tests/api/test_sidecar_api.py): a module names its speakers (`sidecar_speakers`) and uses
+# `scripted`, `settings`, `service` and `client`; a module defining fixtures of those names uses
+# its own instead.
 
 
 @pytest.fixture(scope="module")
@@ -206,8 +207,8 @@ def sidecar_speakers() -> list[str]:
 @pytest.fixture(scope="module")
 def scripted(sidecar_speakers: list[str]) -> Iterator[ScriptedLLM]:
     """The scripted OpenAI-compatible server, playing the dialogue script for those speakers."""
-    from tests.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.support.dialogue_script import DialogueScript
+    from tests.support.scripted_llm import ScriptedLLM
 
     with ScriptedLLM() as llm:
         DialogueScript(sidecar_speakers).install(llm)

@@ -5,7 +5,7 @@ directories write the same bytes too.
     python -m bench.crash.novel [--chapters 4] [--scenes 2] [--seeds 3] [--kills 4]
                                 [--qa-every 2] [--work-dir DIR] [--no-hash-seeds]
 
-The scripted server of tests/long_story.py runs in its own process (bench/long_book.py's
+The scripted server of tests/support/long_story.py runs in its own process (bench/long_book.py's
 ScriptedServer); its answers depend only on the request body, and it counts every request
 (GET /scripted/stats). Every novel run is `python -m flows.novel` started as the leader of its
 own process group (bench/crash/harness.py), with its own embedded graph under the project.
@@ -73,7 +73,7 @@ class Book:
     prefect_api_url: str | None = None
 
     def cmd(self, project: Path) -> list[str]:
-        from tests.long_story import PREMISE
+        from tests.support.long_story import PREMISE
 
         return [sys.executable, "-m", "flows.novel", "--project-dir", str(project), "--premise", PREMISE,
                 "--chapters", str(self.chapters), "--scenes-per-chapter", str(self.scenes), "--acts", str(self.acts)]

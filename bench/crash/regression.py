@@ -58,8 +58,8 @@ BYTE_FOR_BYTE = ("gates.parquet", "recall.parquet")
 # --------------------------------------------------------------------------- the scripted model
 def serve_llm() -> None:
     """The scripted server playing the dialogue script, until SIGTERM (run in its own process)."""
-    from tests.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.support.dialogue_script import DialogueScript
+    from tests.support.scripted_llm import ScriptedLLM
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())

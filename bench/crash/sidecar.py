@@ -1,7 +1,7 @@
 """`python -m bench.crash.sidecar`: does a served sidecar survive SIGKILLs exactly? (issue 33)
 
-Starts the scripted LLM server (tests/scripted_llm.py with the dialogue script of
-tests/test_dialogue_scripted.py) as a process of its own, which counts every request, and a
+Starts the scripted LLM server (tests/support/scripted_llm.py with the dialogue script of
+tests/support/dialogue_script.py) as a process of its own, which counts every request, and a
 real `python -m flows.dialogue serve` as the leader of its own process group. A client sends
 the turns of a shared dialogue (locomo-26 by default) in order, each as the front end would,
 and retries a turn that was not acknowledged (connection lost, 409 while the conversation is
@@ -72,8 +72,8 @@ def sha(data: bytes) -> str:
 def serve_llm(port_file: Path, speakers: list[str]) -> int:
     """The scripted LLM server, in this process until killed; its URL goes to `port_file`."""
     sys.path.insert(0, str(REPO_ROOT))
-    from tests.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.support.dialogue_script import DialogueScript
+    from tests.support.scripted_llm import ScriptedLLM
 
     with ScriptedLLM() as llm:
         DialogueScript(speakers).install(llm)

@@ -1,8 +1,8 @@
 """A real sidecar on loopback for the extension's node tests (`node --test integrations/sillytavern/`).
 
-Starts the scripted OpenAI-compatible server (tests/scripted_llm.py, with the dialogue script)
-and the `api` package's HTTP app with a bearer token and a CORS origin, on free 127.0.0.1 ports,
-prints one JSON line {"url", "token", "origin"}, and serves until its stdin closes (the node
+Starts the scripted OpenAI-compatible server (tests/support/scripted_llm.py, with the dialogue
+script) and the `api` package's HTTP app with a bearer token and a CORS origin, on free 127.0.0.1
+ports, prints one JSON line {"url", "token", "origin"}, and serves until its stdin closes (the node
 test ends, or dies). The graph: NEO4J_URI when set (the pytest session passes its own), else
 an embedded ArcadeDB in a temporary project directory.
 """
@@ -31,8 +31,8 @@ def main() -> int:
     from core.graph_server import free_port
     from core.settings import load_settings
     from tasks.dialogue.pipeline import DialogueService, SidecarOptions
-    from tests.scripted_llm import ScriptedLLM
-    from tests.test_dialogue_scripted import DialogueScript
+    from tests.support.dialogue_script import DialogueScript
+    from tests.support.scripted_llm import ScriptedLLM
 
     project = Path(tempfile.mkdtemp(prefix="skald-st-test-"))
     try:

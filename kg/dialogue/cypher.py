@@ -153,7 +153,8 @@ CREATE_RELATION = (
 CREATE_EVENTS = f"UNWIND $rows AS row CREATE (e:{_EV}) SET e = row"
 PATCH_BIOS = (
     # The rows in order; a row sees what the rows before it wrote (two patches to one entity
-    # in one turn: the second builds on the first; tests/test_dialogue_sidecar.py checks it).
+    # in one turn: the second builds on the first; tests/tasks/dialogue/test_dialogue_sidecar.py
+    # checks it).
     f"UNWIND $rows AS row MATCH (e:{_E} {{conversation_id: $conversation_id, entity_id: row.entity_id}}) "
     "SET e.bio_summary = CASE WHEN row.summary IS NULL THEN e.bio_summary ELSE row.summary END, "
     "e.bio_traits = [t IN coalesce(e.bio_traits, []) WHERE NOT t IN row.remove] "

@@ -1,5 +1,5 @@
 // Drives real SillyTavern (already served) in headless Debian chromium through a chat with
-// Seraphina, for tests/test_sillytavern_browser.py. Usage:
+// Seraphina, for tests/integrations/test_sillytavern_browser.py. Usage:
 //   node drive.mjs <config.json>
 // config: {url, chromium, profileDir, screenshots, out, scenario: "full" | "ordinary", sendBoundMs,
 //          settleTimeoutMs, messages?: [...], lorebook?: {sidecarUrl, token, file, fact}}

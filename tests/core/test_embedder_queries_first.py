@@ -1,0 +1,144 @@
+"""The embedded model serves memory queries first (core.embedder QueriesFirstLock,
+`interactive()`), and its recent calls (encode_recent) answer the bytes the model computes.
+
+No timing: a waiting thread is seen through the lock's own gauge, and every wait that a
+failure would turn into a hang has a generous failsafe deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from core.embedder import RECENT_MAX_TEXTS, QueriesFirstLock, interactive, local_embedder
+from core.settings import Settings, load_settings
+from tasks.dialogue.models import MemoryQueryResult
+from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+from tests.support.dialogue_script import dialogue_requests
+from tests.support.scripted_llm import ScriptedLLM
+
+FAILSAFE_S = 120.0
+
+
+def _until(condition: Callable[[], bool]) -> None:
+    """Wait for `condition` (polling); fail after the failsafe deadline instead of hanging."""
+    deadline = time.monotonic() + FAILSAFE_S
+    while not condition():
+        assert time.monotonic() < deadline, "condition never became true"
+        time.sleep(0.005)
+
+
+def _holder(lock: QueriesFirstLock, is_interactive: bool, order: list[str], name: str) -> threading.Thread:
+    def run() -> None:
+        with lock.hold(is_interactive):
+            order.append(name)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _keep_busy(lock: QueriesFirstLock) -> threading.Event:
+    """Hold `lock` as a background caller on a thread until the returned event is set."""
+    release, held = threading.Event(), threading.Event()
+
+    def busy() -> None:
+        with lock.hold(False):
+            held.set()
+            release.wait(FAILSAFE_S)
+
+    threading.Thread(target=busy, daemon=True).start()
+    assert held.wait(FAILSAFE_S)
+    return release
+
+
+def test_an_interactive_waiter_goes_before_a_background_one_that_came_first() -> None:
+    lock, order = QueriesFirstLock(), []
+    release = _keep_busy(lock)
+    # Five background callers wait first: without the preference the query would be first
+    # about one time in six.
+    background = [_holder(lock, False, order, f"commit-{i}") for i in range(5)]
+    _until(lambda: lock.waiting[False] == 5)
+    query = _holder(lock, True, order, "query")
+    _until(lambda: lock.waiting[True] == 1)
+    release.set()
+    for thread in (query, *background):
+        thread.join(FAILSAFE_S)
+    assert order[0] == "query" and sorted(order[1:]) == [f"commit-{i}" for i in range(5)]
+
+
+def test_background_waiters_run_in_turn_when_no_query_waits() -> None:
+    lock, order = QueriesFirstLock(), []
+    release = _keep_busy(lock)
+    waiters = [_holder(lock, False, order, f"commit-{i}") for i in range(2)]
+    _until(lambda: lock.waiting[False] == 2)
+    release.set()
+    for thread in waiters:
+        thread.join(FAILSAFE_S)
+    assert sorted(order) == ["commit-0", "commit-1"]
+
+
+def test_interactive_marks_only_its_own_context() -> None:
+    from core.embedder import _INTERACTIVE
+
+    assert not _INTERACTIVE.get()
+    with interactive():
+        assert _INTERACTIVE.get()
+    assert not _INTERACTIVE.get()
+
+
+def test_recent_calls_answer_the_models_own_bytes() -> None:
+    embedder = local_embedder()
+    texts = [f"Caroline: I went to the support group yesterday ({uuid.uuid4().hex[:6]}).",
+             "I went to the support group yesterday."]
+    fresh = embedder.encode(texts)
+    first = embedder.encode_recent(texts)
+    first[:] = 0.0  # the caller's copy: what is remembered stays as computed
+    assert embedder.encode_recent(texts).tobytes() == fresh.tobytes()
+    assert embedder.encode_recent(texts[:1]).tobytes() == embedder.encode(texts[:1]).tobytes()
+    bulk = [f"turn {i} {uuid.uuid4().hex[:6]}" for i in range(RECENT_MAX_TEXTS + 1)]
+    assert np.array_equal(embedder.encode_recent(bulk), embedder.encode(bulk))
+    assert tuple(bulk) not in embedder._recent, "a bulk call must not be remembered"
+    assert tuple(texts) in embedder._recent
+
+
+@pytest.fixture(scope="module")
+def local_embedding_service(graph_settings: Settings, scripted: ScriptedLLM) -> Iterator[DialogueService]:
+    """Chat on the scripted server, embeddings by the embedded model (the default)."""
+    settings = load_settings(graph_settings.project_dir, openai_base_url=scripted.base_url)
+    assert settings.embedding_base_url is None
+    service = DialogueService(settings, options=SidecarOptions(lock_wait_s=5))
+    yield service
+    service.close()
+
+
+def test_the_memory_query_embeds_ahead_of_waiting_background_work(local_embedding_service: DialogueService) -> None:
+    """The session is busy and a background embedding waits: the memory query's embedding
+    waits as interactive, and the query answers."""
+    conversation = f"test-queries-first-{uuid.uuid4().hex[:8]}"
+    first, second = dialogue_requests("locomo-26", conversation, 2)
+    assert local_embedding_service.commit(first).committed
+    lock = local_embedder()._session_lock
+    answers: list[MemoryQueryResult] = []
+    release = _keep_busy(lock)
+    try:
+        background = threading.Thread(target=lambda: local_embedder().encode([f"later {uuid.uuid4().hex}"]),
+                                      daemon=True)
+        background.start()
+        _until(lambda: lock.waiting[False] == 1)
+        body = {"conversation_id": conversation,
+                "messages": [m.model_dump(exclude_none=True) for m in second.messages]}
+        query = threading.Thread(target=lambda: answers.append(local_embedding_service.memory_query(body)),
+                                 daemon=True)
+        query.start()
+        _until(lambda: lock.waiting[True] == 1)
+    finally:
+        release.set()
+    query.join(FAILSAFE_S)
+    background.join(FAILSAFE_S)
+    assert len(answers) == 1 and answers[0].ok and answers[0].stored_turns == 1, answers

@@ -1,0 +1,1 @@
+"""Tests of deployments/: the Prefect deployments registered and run by real workers."""

@@ -1,0 +1,228 @@
+"""The regression batch as the README runs it: a real `prefect server start` on a free loopback
+port, a `process` work pool, two `python -m deployments.worker`s (one flow run at
+a time each), one graph served by `python -m kg serve`, and a batch of two UNEVEN shards
+submitted from another directory (the short shard ends first: before `kg serve`, the shard
+that hosted the embedded graph took it away from the other when it ended).
+
+Everything is polled with generous deadlines; nothing asserts a duration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from core.graph_server import free_port
+from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath
+from tests.support.dialogue_script import DialogueScript
+from tests.support.scripted_llm import ScriptedLLM
+
+PREFECT = str(Path(sys.executable).with_name("prefect"))
+POOL = "skald-regression"
+SPEAKERS = ["Caroline", "Melanie", "Jon", "Gina"]
+#: The uneven shards: a few turns of one dialogue, twenty of the other.
+SHORT_TURNS, LONG_TURNS = 6, 20
+#: Bounds for a loaded machine (never asserted as durations).
+START_DEADLINE_S = 240.0
+RUN_DEADLINE_S = 600.0
+STOP_DEADLINE_S = 60.0
+
+
+class Proc:
+    """A child process in a session of its own, its output in a log file."""
+
+    def __init__(self, cmd: list[str], log: Path, env: dict[str, str], cwd: Path = REPO_ROOT) -> None:
+        self.log = log
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, text: str, deadline_s: float = START_DEADLINE_S) -> None:
+        deadline = time.monotonic() + deadline_s
+        while text not in self.output():
+            assert self.proc.poll() is None, f"{self.log.name}: exited {self.proc.returncode}: {self.output()[-3000:]}"
+            assert time.monotonic() < deadline, f"{self.log.name}: no {text!r}: {self.output()[-3000:]}"
+            time.sleep(0.3)
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        """Signal the process itself (as a service manager would) and wait for it."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=STOP_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.log.name} ignored {sig.name}: {self.output()[-3000:]}") from None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for proc in reversed(started):
+        if proc.proc.poll() is None:
+            proc.kill()
+
+
+def _api(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    request = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json"},
+                                     method="POST" if body is not None else "GET")
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return json.loads(reply.read() or b"null")
+
+
+def _wait_healthy(server: Proc, api_url: str) -> None:
+    deadline = time.monotonic() + START_DEADLINE_S
+    while True:
+        assert server.proc.poll() is None, f"prefect server exited: {server.output()[-3000:]}"
+        try:
+            if _api(api_url, "/health") is True:
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"prefect server not healthy: {server.output()[-3000:]}"
+        time.sleep(0.5)
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _watch(api_url: str, runs: dict[str, str]) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
+    """Poll the flow runs (id -> shard) to their final states; while each runs, read the parent
+    of its process (`infrastructure_pid`): the worker process that started it."""
+    deadline = time.monotonic() + RUN_DEADLINE_S
+    parents: dict[str, int] = {}
+    finals: dict[str, dict[str, Any]] = {}
+    while len(finals) < len(runs):
+        for run_id, shard in runs.items():
+            if shard in finals:
+                continue
+            try:
+                run = _api(api_url, f"/flow_runs/{run_id}")
+            except OSError:  # a busy server answered late: ask again (within the deadline)
+                continue
+            state = run["state"]["type"] if run["state"] else "NONE"
+            if shard not in parents and run.get("infrastructure_pid") and state == "RUNNING":
+                parent = _parent_pid(int(run["infrastructure_pid"]))
+                if parent is not None:
+                    parents[shard] = parent
+            if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                finals[shard] = run
+        assert time.monotonic() < deadline, f"flow runs not final: {runs}, final: {list(finals)}"
+        time.sleep(0.3)
+    return parents, finals
+
+
+def _dialogue(source: Path, turns: int, target: Path) -> Path:
+    target.write_text("".join(source.read_text().splitlines(keepends=True)[:turns]))
+    return target
+
+
+def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(tmp_path: Path, procs: list[Proc]) -> None:
+    project, elsewhere, logs = tmp_path / "regression", tmp_path / "elsewhere", tmp_path / "logs"
+    for d in (project, elsewhere, logs):
+        d.mkdir()
+    dialogues = tmp_path / "dialogues"
+    dialogues.mkdir()
+    short = _dialogue(DIALOGUES_DIR / "locomo-30.turns.jsonl", SHORT_TURNS, dialogues / "a-short.turns.jsonl")
+    long = _dialogue(DIALOGUES_DIR / "locomo-26.turns.jsonl", LONG_TURNS, dialogues / "b-long.turns.jsonl")
+
+    port = free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    with ScriptedLLM() as llm:
+        DialogueScript(SPEAKERS).install(llm)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "PREFECT_"))}
+        env.update(PYTHONPATH=child_pythonpath(), PREFECT_HOME=str(tmp_path / "prefect-home"),
+                   PREFECT_API_URL=api_url, PREFECT_SERVER_ANALYTICS_ENABLED="false",
+                   # Workers poll often, so the second worker takes the second shard while the
+                   # first is busy with its one (--limit 1), however slow the machine.
+                   PREFECT_WORKER_QUERY_SECONDS="1",
+                   OPENAI_BASE_URL=llm.base_url, SKALD_EMBEDDING_BASE_URL=llm.base_url)
+
+        server = Proc([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                      logs / "prefect-server.log", env)
+        procs.append(server)
+        graph = Proc([sys.executable, "-m", "kg", "serve", "--project-dir", str(project)], logs / "kg-serve.log", env)
+        procs.append(graph)
+        _wait_healthy(server, api_url)
+        graph.wait_for("NEO4J_URI=")
+
+        def run(*cmd: str, cwd: Path = REPO_ROOT) -> str:
+            done = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            return done.stdout
+
+        run(PREFECT, "work-pool", "create", POOL, "--type", "process")
+        run(sys.executable, "-m", "deployments.regression", "deploy", "--work-pool", POOL,
+            "--project-dir", str(project), "--dialogues", str(short), str(long))
+        workers = {}
+        for name in ("worker-a", "worker-b"):
+            worker = Proc([sys.executable, "-m", "deployments.worker", "--pool", POOL,
+                           "--worker-name", name], logs / f"{name}.log", env)
+            procs.append(worker)
+            workers[name] = worker
+        for worker in workers.values():
+            worker.wait_for("started")
+
+        # From another directory, without --project-dir: the deployment's stored project is used.
+        out = run(sys.executable, "-m", "deployments.regression", "submit", "--shards", "2", "--turns",
+                  str(LONG_TURNS), "--run-id", "ci-batch", cwd=elsewhere)
+        assert f"project {project.resolve()}" in out
+        flow_runs = re.findall(r"flow run ([0-9a-f-]{36}) \(.*\): shard (\d)/2 of run ci-batch", out)
+        assert sorted(s for _, s in flow_runs) == ["0", "1"], out
+
+        worker_pids = {int(re.search(r"pid (\d+)", w.output()).group(1)): name  # type: ignore[union-attr]
+                       for name, w in workers.items()}
+        ran_by, finals = _watch(api_url, dict(flow_runs))
+        diagnostics = "\n".join(w.output()[-2000:] for w in workers.values())
+        assert {s: r["state"]["type"] for s, r in finals.items()} == {"0": "COMPLETED", "1": "COMPLETED"}, diagnostics
+
+        # Each worker ran one shard: the flow run's process (its infrastructure_pid in the API)
+        # was a child of that worker's Prefect process.
+        assert sorted(worker_pids.get(ppid, f"pid {ppid}") for ppid in ran_by.values()) == ["worker-a", "worker-b"], (
+            ran_by, worker_pids, diagnostics)
+
+        assert not (elsewhere / ".saga").exists()
+        batch = project / ".saga" / "regression" / "ci-batch"
+        turns = pl.read_parquet(str(batch / "shard-*" / "turns.parquet"))
+        keys = sorted(zip(turns["dialogue_id"].to_list(), turns["turn_id"].to_list(), strict=True))
+        expected = sorted([("locomo-30", t) for t in range(1, SHORT_TURNS + 1)]
+                          + [("locomo-26", t) for t in range(1, LONG_TURNS + 1)])
+        assert turns.height == SHORT_TURNS + LONG_TURNS and keys == expected
+        assert turns["code"].dtype == pl.String  # null in every row of the short shard: typed all the same
+        assert set(turns["run_id"]) == {"ci-batch"}
+        assert (batch / "shard-0-of-2" / "report.md").exists() and (batch / "shard-1-of-2" / "report.md").exists()
+
+        # SIGTERM stops each worker, and the graph service, as a service manager would.
+        for worker in workers.values():
+            assert worker.stop() == 0, worker.output()[-2000:]
+        assert graph.stop() == 0 and "graph: stopped" in graph.output()
+        server.stop()

@@ -1,0 +1,163 @@
+"""Bulk ingest and the whole-dialogue recall regression, through the real CLI and flows."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from core.cli import run_main
+from core.graph_server import graph_endpoint
+from core.settings import Settings, load_settings
+from flows.regression import main as regression_main
+from kg.dialogue import DialogueRepository
+from kg.store import GraphStore
+from tasks.dialogue.ingest import memory_rows, remember_rows
+from tasks.dialogue.pipeline import DialogueService
+from tasks.dialogue.replay import load_dialogue
+from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath, prefect_api_env
+from tests.support.scripted_llm import ScriptedLLM
+
+DIALOGUE = DIALOGUES_DIR / "locomo-30.turns.jsonl"
+TURNS = 369
+
+
+@pytest.fixture()
+def scripted() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM() as llm:
+        yield llm
+
+
+def _env(graph_settings: Settings, scripted: ScriptedLLM) -> dict[str, str]:
+    ep = graph_endpoint(graph_settings)
+    # Embeddings from the scripted server: this test is about exactly-once, not recall.
+    return {**os.environ, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
+            "NEO4J_DATABASE": ep.database, "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
+            "PYTHONPATH": child_pythonpath()}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_a_killed_ingest_run_again_leaves_every_turn_exactly_once(
+    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str
+) -> None:
+    conv = f"ingest-kill-{uuid.uuid4().hex[:8]}"
+    command = [sys.executable, "-m", "flows.dialogue", "ingest", "--project-dir", str(tmp_path),
+               "--dialogue", str(DIALOGUE), "--conversation-id", conv, "--batch-size", "8"]
+    env = {**_env(graph_settings, scripted), **prefect_api_env()}
+    store = GraphStore.open(graph_settings)
+    try:
+        repo = DialogueRepository(store)
+        log = tmp_path / "killed-run.log"
+        with log.open("w") as stderr:
+            # Its own process group: the kill takes the whole ingest down (not the session's
+            # Prefect API it reports to).
+            child = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
+                                     start_new_session=True)
+            try:
+                deadline = time.monotonic() + 300
+                remembered = 0
+                while remembered == 0 and child.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    remembered = repo.memory_count(conv)[0]
+            finally:
+                if child.poll() is None:
+                    os.killpg(child.pid, signal.SIGKILL)
+                child.wait(timeout=60)
+        assert child.returncode == -signal.SIGKILL, log.read_text()[-2000:]
+        at_kill = repo.memory_count(conv)
+        assert 0 < at_kill[0] < TURNS and at_kill[0] == at_kill[1]  # killed mid-way, nothing doubled
+
+        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        report = json.loads(done.stdout)[0]
+        assert report["turns"] == TURNS and report["already"] >= at_kill[0]
+        assert report["added"] + report["already"] == TURNS
+        assert "remembering turns" in done.stderr  # the progress bar
+
+        assert repo.memory_count(conv) == (TURNS, TURNS)
+        head, reset, rows = repo.memory_since(conv)
+        assert head == TURNS and not reset
+        assert [r.seq for r in rows] == list(range(1, TURNS + 1))
+        assert [r.turn_id for r in rows] == [str(i) for i in range(1, TURNS + 1)]  # transcript order
+        assert all(len(r.embedding) > 0 and r.source_refs for r in rows)
+    finally:
+        store.close()
+
+
+def test_remembering_a_partly_remembered_transcript_embeds_only_the_missing_turns_in_order(
+    graph_settings: Settings, scripted: ScriptedLLM
+) -> None:
+    settings = load_settings(graph_settings.project_dir, embedding_base_url=scripted.base_url)
+    conv = f"ingest-resume-{uuid.uuid4().hex[:8]}"
+    rows = memory_rows(load_dialogue(DIALOGUE), conv)
+    service = DialogueService(settings)
+    try:
+        # A first run that stopped after 100 turns (cut inside a batch of the second run).
+        assert remember_rows(service, conv, rows[:100], batch_size=64) == (100, 0)
+        assert service.store_connected
+        scripted.reset()
+        assert remember_rows(service, conv, rows, batch_size=64) == (TURNS - 100, 100)
+        embedded = [text for r in scripted.requests if r.path.endswith("/embeddings") for text in r.body["input"]]
+        assert sorted(embedded) == sorted(r.text for r in rows[100:])  # each missing turn once, no other
+
+        assert remember_rows(service, conv, rows, batch_size=64) == (0, TURNS)  # a third run: nothing to do
+        repo = DialogueRepository(service.store)
+        assert repo.memory_count(conv) == (TURNS, TURNS)
+        head, _, stored = repo.memory_since(conv)
+        assert head == TURNS and [r.turn_id for r in stored] == [r.turn_id for r in rows]  # transcript order
+        assert all(len(r.embedding) == len(stored[0].embedding) > 0 for r in stored)
+    finally:
+        service.close()
+
+
+def test_regression_ingest_mode_reports_recall_per_category_and_gates_on_it(
+    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: None,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in _env(graph_settings, scripted).items():
+        monkeypatch.setenv(name, value)
+    args = ["--project-dir", str(tmp_path), "--dialogues", str(DIALOGUE), "--mode", "ingest"]
+    # The gate is on by default in this mode; the scripted bag-of-words embeddings are no
+    # sentence model, so 0.99 cannot be met and the run must fail, naming the gate.
+    with pytest.raises(SystemExit) as exited:
+        run_main(regression_main, "regression", [*args, "--min-recall", "0.99", "--run-id", "strict"])
+    assert exited.value.code == 1
+    captured = capsys.readouterr()
+    assert "gate failed: (all):recall@10 (categories 1-4)" in captured.err
+    assert "recall@10 categories 1-4:" in captured.out and "category 5 (adversarial, apart)" in captured.out
+
+    with pytest.raises(SystemExit) as exited:
+        run_main(regression_main, "regression", [*args, "--min-recall", "0.3", "--run-id", "lenient"])
+    assert exited.value.code == 0
+    out = tmp_path / ".saga" / "regression" / "lenient"
+    summary = json.loads((out / "summary.json").read_text())
+    at_k = summary["recall_at_k"]
+    assert set(at_k) == {"5", "10"} and set(at_k["10"]) == {"all", "1", "2", "3", "4"}
+    assert at_k["10"]["all"] >= at_k["5"]["all"] > 0.3
+    probe = pl.read_parquet(out / "recall.parquet")
+    main = probe.filter(pl.col("category") <= 4)
+    assert main.height == 81 and abs(main["recall_at_10"].mean() - at_k["10"]["all"]) < 1e-3  # type: ignore[operator]
+    assert probe.filter(pl.col("category") == 5).height == summary["adversarial"]["questions"] > 0
+    assert (probe["retrieved"].list.len() == 10).all()
+    assert summary["questions"]["skipped"] == {"locomo-30": {}}
+    assert pl.read_parquet(out / "ingest.parquet")["turns"].to_list() == [TURNS]
+    report = (out / "report.md").read_text()
+    assert "## Recall per category" in report and "| locomo-30 | 5 | adversarial |" in report
+    assert not (out / "turns.parquet").exists()
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["whole-dialogue-recall"])))
+    assert any(a.type == "table" and "lenient" in (a.description or "") for a in artifacts)

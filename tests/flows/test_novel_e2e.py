@@ -1,0 +1,301 @@
+"""End to end: `python -m flows.novel` as a user runs it, against the scripted
+OpenAI-compatible server over real HTTP and the real graph server.
+
+The graph is the session's (via NEO4J_URI, as a production user would configure it), so
+tests here run one after another and clean it first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.settings import Settings
+from tests.conftest import REPO_ROOT
+from tests.support import process_guard
+from tests.support.ebook_reading import read_docx, read_epub
+from tests.support.novel_runs import export, kg, novel, run_env, wipe_graph, write_book
+from tests.support.novel_script import PREMISE, script_novel, scripted_draft
+from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM() as server:
+        script_novel(server)
+        yield server
+
+
+def snapshot_files(project: Path) -> dict[str, tuple[int, bytes]]:
+    files = {}
+    for folder in ("chapters", "characters", "outline", "world", "exports"):
+        for path in sorted((project / folder).rglob("*")):
+            if path.is_file():
+                files[str(path.relative_to(project))] = (
+                    path.stat().st_mtime_ns,
+                    path.read_bytes(),  # exports/ holds the EPUB and DOCX too
+                )
+    return files
+
+
+ARGS = ("--premise", PREMISE, "--chapters", "2", "--scenes-per-chapter", "2", "--acts", "2")
+
+
+@pytest.fixture(scope="module")
+def first_run(
+    llm: ScriptedLLM,
+    graph_settings: Settings,
+    prefect_home: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, str], str]:
+    project = tmp_path_factory.mktemp("novel") / "book"
+    env = write_book(llm, graph_settings, prefect_home, project, *ARGS)
+    return project, env, export(project, env, "first")
+
+
+def test_first_run_writes_files_and_graph(first_run: tuple[Path, dict[str, str], str]) -> None:
+    project, env, exported = first_run
+    for rel in (
+        "chapters/chapter_001.md",
+        "chapters/chapter_002.md",
+        "exports/manuscript.md",
+        "outline/global_outline.md",
+        "outline/chapters.yaml",
+        "world/locations.yaml",
+        "characters/mara_quill.yaml",
+        "characters/tobias_venn.yaml",
+    ):
+        assert (project / rel).is_file(), rel
+    assert "Mara Quill met Tobias Venn" in (project / "chapters/chapter_002.md").read_text()
+    assert "Mara Quill met Tobias Venn" in (project / "exports/manuscript.md").read_text()
+    title = (project / "exports/manuscript.md").read_text().splitlines()[0].removeprefix("# ")
+    epub, docx = read_epub(project / "exports/manuscript.epub"), read_docx(project / "exports/manuscript.docx")
+    assert epub.title == docx.title == title
+    assert len(epub.chapter_headings) == 2 and epub.chapter_headings == docx.headings
+    assert [h.split(":")[0] for h in epub.chapter_headings] == ["Chapter 1", "Chapter 2"]
+    graph = json.loads(exported)
+    chapters = [n for n in graph["nodes"] if "Chapter" in n["labels"]]
+    assert sorted(n["properties"]["number"] for n in chapters) == [1, 2]
+    assert all(n["properties"].get("summary") for n in chapters)
+    names = {n["properties"].get("name") for n in graph["nodes"]}
+    assert {"Mara Quill", "Tobias Venn", "Gull Rock lighthouse"} <= names
+
+
+def test_rerun_makes_no_llm_request_and_changes_nothing(
+    first_run: tuple[Path, dict[str, str], str], llm: ScriptedLLM
+) -> None:
+    project, env, exported = first_run
+    before_files = snapshot_files(project)
+    before = llm.request_count
+    result = novel(project, env, *ARGS)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert llm.request_count == before, "a re-run must be served from the cache"
+    assert export(project, env, "rerun") == exported
+    assert snapshot_files(project) == before_files
+
+
+def test_rollback_then_rerun_restores_chapter_from_cache(
+    first_run: tuple[Path, dict[str, str], str], llm: ScriptedLLM
+) -> None:
+    project, env, exported = first_run
+    rolled = kg(project, env, "rollback", "--chapter", "2")
+    assert rolled.returncode == 0, rolled.stderr[-2000:]
+    after_rollback = json.loads(export(project, env, "rolled"))
+    assert sorted(
+        n["properties"]["number"] for n in after_rollback["nodes"] if "Chapter" in n["labels"]
+    ) == [1]
+    before = llm.request_count
+    result = novel(project, env, *ARGS)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert llm.request_count == before
+    assert export(project, env, "restored") == exported
+
+
+def test_forced_revision_leaves_no_trace(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    wipe_graph(graph_settings)
+    project = tmp_path / "revised"
+    env = run_env(llm, graph_settings, prefect_home)
+    # First drafts in this genre carry a marker entity; the editor rejects the first evaluation.
+    llm.on(
+        schema="QualityScores",
+        times=1,
+        respond={
+            "coherence": 0.1,
+            "prose_quality": 0.1,
+            "plot_advancement": 0.1,
+            "pacing": 0.1,
+            "tone_consistency": 0.1,
+            "feedback": "Weak.",
+        },
+    )
+    result = novel(
+        project,
+        env,
+        "--premise",
+        PREMISE + " REJECT-ME",
+        "--chapters",
+        "1",
+        "--scenes-per-chapter",
+        "2",
+        "--acts",
+        "1",
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    exported = export(project, env, "revised")
+    assert "Drowned Phantom" not in exported
+    text = (project / "chapters/chapter_001.md").read_text()
+    assert "revised" in text and "Phantom" not in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--premise", PREMISE, "--chapters", "0"), "--chapters must be at least 1"),
+        (("--chapters", "2"), "needs a premise"),
+    ],
+)
+def test_bad_arguments_fail_with_one_line(
+    args: tuple[str, ...],
+    message: str,
+    llm: ScriptedLLM,
+    graph_settings: Settings,
+    prefect_home: Path,
+    tmp_path: Path,
+) -> None:
+    env = run_env(llm, graph_settings, prefect_home)
+    before = llm.request_count
+    result = novel(tmp_path / "bad", env, *args)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert llm.request_count == before
+
+
+def test_unreachable_llm_fails_cleanly_and_writes_nothing(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    wipe_graph(graph_settings)
+    env = run_env(
+        llm,
+        graph_settings,
+        prefect_home,
+        OPENAI_BASE_URL="http://127.0.0.1:9/v1",
+        SKALD_EMBEDDING_BASE_URL="http://127.0.0.1:9/v1",
+    )
+    before = export(tmp_path / "nollm", env, "before")
+    result = novel(tmp_path / "nollm", env, *ARGS)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("novel: error:") and "127.0.0.1:9" in last, result.stderr[-2000:]
+    assert export(tmp_path / "nollm", env, "after") == before
+
+
+def test_unreachable_graph_fails_cleanly(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    env = run_env(llm, graph_settings, prefect_home, NEO4J_URI="bolt://127.0.0.1:9")
+    before = llm.request_count
+    result = novel(tmp_path / "nograph", env, *ARGS)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("novel: error:") and "bolt://127.0.0.1:9" in last, result.stderr[-2000:]
+    assert llm.request_count == before
+
+
+def test_sigkill_during_chapter_two_then_resume(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    """Kill the run while chapter 2 is being drafted; the re-run repeats no finished call
+    and ends with the same graph as an uninterrupted run."""
+    wipe_graph(graph_settings)
+    premise = PREMISE + " (kill test)"
+    args = ("--premise", premise, "--chapters", "2", "--scenes-per-chapter", "2", "--acts", "2")
+    env = run_env(llm, graph_settings, prefect_home)
+    reached = threading.Event()
+    release = threading.Event()
+
+    def slow_draft(request: ScriptedRequest) -> str:
+        reached.set()
+        release.wait(timeout=60)  # hold the request open until the process is killed
+        return scripted_draft(request)
+
+    llm.on(contains="Chapter 2, scene 2 of 2", respond=slow_draft, times=1)
+    start = len(llm.requests)
+    project = tmp_path / "killed"
+    # The killed run starts Prefect's temporary server of its own, as a user's run does: that
+    # server (a uvicorn child) is what must die with it. The resume and the reference need not.
+    own_server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.novel", "--project-dir", str(project), *args],
+        env=own_server_env,
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reached.wait(timeout=300), "chapter 2 never started"
+        time.sleep(0.5)
+        # Everything the run started: at least Prefect's temporary API server (uvicorn).
+        children = process_guard.descendants(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert any("uvicorn" in c.cmdline for c in children), [c.cmdline for c in children]
+    left = process_guard.wait_until_gone({c.pid for c in children}, deadline_s=60)
+    assert left == [], f"SIGKILL of flows.novel left processes behind: {[(p.pid, p.cmdline) for p in left]}"
+    finished_before_kill = [
+        _key(r) for r in llm.requests[start:] if "Chapter 2, scene 2 of 2" not in r.text
+    ]
+    resume_start = len(llm.requests)
+    result = novel(project, env, *args)
+    assert result.returncode == 0, result.stderr[-4000:]
+    repeated = [
+        _key(r) for r in llm.requests[resume_start:] if _key(r) in set(finished_before_kill)
+    ]
+    assert repeated == [], f"finished calls were repeated: {repeated[:3]}"
+    resumed = export(project, env, "resumed")
+    # Reference: the same book written without interruption in a fresh graph.
+    wipe_graph(graph_settings)
+    reference = tmp_path / "reference"
+    assert novel(reference, env, *args).returncode == 0
+    assert _without_project_paths(resumed) == _without_project_paths(
+        export(reference, env, "reference")
+    )
+
+
+def _key(request: ScriptedRequest) -> str:
+    return json.dumps([request.path, request.body], sort_keys=True)
+
+
+def _without_project_paths(exported: str) -> str:
+    return re.sub(r'"[^"]*/(killed|reference)/', '"<project>/', exported)
+
+
+def test_dead_embeddings_endpoint_degrades_gracefully(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    """Embeddings are optional (spec 001 section 7): the book is written without vectors."""
+    wipe_graph(graph_settings)
+    project = tmp_path / "novectors"
+    env = run_env(llm, graph_settings, prefect_home, SKALD_EMBEDDING_BASE_URL="http://127.0.0.1:9/v1")
+    result = novel(project, env, "--premise", PREMISE, "--chapters", "1", "--scenes-per-chapter", "2", "--acts", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "continuing without vectors" in result.stderr
+    assert (project / "chapters/chapter_001.md").is_file()
+    scenes = [n for n in json.loads(export(project, env, "novectors"))["nodes"] if "Scene" in n["labels"]]
+    assert len(scenes) == 2 and all("embedding" not in n["properties"] for n in scenes)

@@ -1,0 +1,1 @@
+"""Tests of integrations/: the SillyTavern extension, under node and in SillyTavern itself."""

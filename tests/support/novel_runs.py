@@ -1,0 +1,83 @@
+"""`python -m flows.novel` and `python -m kg` as a user runs them, in subprocesses on the
+session's graph (via NEO4J_URI) and the session's Prefect API: the environment, the commands,
+an export, a whole book on an empty graph, the graph wiped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from core.graph_server import graph_endpoint
+from core.settings import Settings
+from tests.conftest import REPO_ROOT, child_pythonpath, prefect_api_env
+from tests.support.scripted_llm import ScriptedLLM
+
+
+def run_env(
+    llm: ScriptedLLM, settings: Settings, prefect_home: Path, **extra: str
+) -> dict[str, str]:
+    endpoint = graph_endpoint(settings)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_"))}
+    env.update(
+        {
+            "OPENAI_BASE_URL": llm.base_url,
+            "OPENAI_API_KEY": "test-key",
+            "SKALD_EMBEDDING_BASE_URL": llm.base_url,
+            "NEO4J_URI": endpoint.uri,
+            "NEO4J_USERNAME": endpoint.username,
+            "NEO4J_PASSWORD": endpoint.password,
+            "NEO4J_DATABASE": endpoint.database,
+            "PREFECT_HOME": str(prefect_home),
+            "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "2",
+            "PYTHONPATH": child_pythonpath(),
+            **prefect_api_env(),  # `prefect_home` starts the session's API
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def novel(
+    project: Path, env: dict[str, str], *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "flows.novel", "--project-dir", str(project), *args]
+    return subprocess.run(
+        cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def kg(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "kg", *args, "--project-dir", str(project)]
+    return subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+
+
+def export(project: Path, env: dict[str, str], name: str) -> str:
+    out = project.parent / f"{project.name}-{name}.json"
+    result = kg(project, env, "export", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out.read_text(encoding="utf-8")
+
+
+def write_book(
+    llm: ScriptedLLM, settings: Settings, prefect_home: Path, project: Path, *args: str, **extra: str
+) -> dict[str, str]:
+    """On an empty graph, `python -m flows.novel` for `project` with `args`, which must succeed;
+    returns the run's environment for the next commands."""
+    wipe_graph(settings)
+    env = run_env(llm, settings, prefect_home, **extra)
+    result = novel(project, env, *args)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return env
+
+
+def wipe_graph(settings: Settings) -> None:
+    from kg.store import GraphStore
+
+    store = GraphStore.open(settings, migrate=False)
+    try:
+        store.wipe()
+    finally:
+        store.close()

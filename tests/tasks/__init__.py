@@ -1,0 +1,2 @@
+"""Tests of tasks/: context, extraction and validation checks, grounding, the writer's controls,
+the ebook."""

@@ -1,0 +1,120 @@
+"""Units of the writer's controls: bible validation and ownership, bible diffs, guidance
+staleness, manuscript splitting. (End to end: tests/flows/test_novel_writer_e2e.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.errors import InvalidInputError
+from tasks.bible import StoryBible, bible_delta, load_story_bible, write_owned
+from tasks.manuscript import split_manuscript
+from tasks.steering import Steering, chapter_guidance, fingerprint, first_stale_chapter
+
+MARA = {"name": "Mara Quill", "role": "protagonist", "description": "The keeper.", "traits": ["stubborn"],
+        "motivation": "learn the truth", "backstory": "", "voice": ""}
+
+
+def _project(tmp_path: Path, **sheet: object) -> Path:
+    (tmp_path / "characters").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "characters" / "mara_quill.yaml").write_text(yaml.safe_dump({**MARA, **sheet}))
+    return tmp_path
+
+
+def test_valid_bible_loads(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    (root / "world").mkdir()
+    (root / "world" / "locations.yaml").write_text(yaml.safe_dump([{"name": "Gull Rock", "description": "A rock."}]))
+    bible = load_story_bible(root)
+    assert [c.name for c in bible.characters] == ["Mara Quill"] and bible.locations[0].name == "Gull Rock"
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        ({"mood": "grim"}, "characters/mara_quill.yaml: field 'mood': unknown field; allowed fields: name, role"),
+        ({"traits": "brave"}, "characters/mara_quill.yaml: field 'traits': Input should be a valid list"),
+        ({"motivation": 3}, "characters/mara_quill.yaml: field 'motivation': Input should be a valid string"),
+        ({"name": ""}, "characters/mara_quill.yaml: field 'name': String should have at least 1 character"),
+    ],
+)
+def test_bad_bible_edit_names_file_field_and_what_is_allowed(tmp_path: Path, edit: dict[str, object],
+                                                              expected: str) -> None:
+    root = _project(tmp_path, **edit)
+    with pytest.raises(InvalidInputError) as caught:
+        load_story_bible(root)
+    assert str(caught.value).startswith(expected), str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_bad_yaml_and_bad_list_entry(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    (root / "world").mkdir()
+    (root / "world" / "relationships.yaml").write_text("- source: Mara\n  target: Tobias\n  type: FRIEND_OF\n  since: 3\n")
+    with pytest.raises(InvalidInputError, match=r"world/relationships.yaml: entry 1, field 'since': unknown field"):
+        load_story_bible(root)
+    (root / "world" / "relationships.yaml").write_text("- source: [unclosed\n")
+    with pytest.raises(InvalidInputError, match=r"world/relationships.yaml: not valid YAML at line"):
+        load_story_bible(root)
+
+
+def test_write_owned_never_overwrites_the_writers_edit(tmp_path: Path) -> None:
+    root, saga = tmp_path / "book", tmp_path / "book" / ".saga"
+    assert write_owned(root, saga, "characters/a.yaml", "v1\n")
+    assert write_owned(root, saga, "characters/a.yaml", "v2\n")  # still Skald's: updated
+    assert (root / "characters/a.yaml").read_text() == "v2\n"
+    (root / "characters/a.yaml").write_text("the writer's\n")
+    assert not write_owned(root, saga, "characters/a.yaml", "v3\n")
+    assert (root / "characters/a.yaml").read_text() == "the writer's\n"
+    # A file Skald never recorded is the writer's, unless it already holds what Skald would write.
+    (root / "characters/b.yaml").write_text("same\n")
+    assert write_owned(root, saga, "characters/b.yaml", "same\n")
+    (root / "characters/c.yaml").write_text("hand-made\n")
+    assert not write_owned(root, saga, "characters/c.yaml", "generated\n")
+
+
+def test_bible_delta_pushes_only_what_the_writer_changed() -> None:
+    baseline = StoryBible.model_validate({"characters": [MARA]})
+    assert bible_delta(baseline, baseline, 1, -1) is None
+    edited = StoryBible.model_validate({"characters": [{**MARA, "motivation": "find her sister", "traits": ["stubborn", "haunted"]},
+                                                       {**MARA, "name": "Tobias Venn", "role": "supporting"}]})
+    delta = bible_delta(baseline, edited, 2, -1)
+    assert delta is not None and delta.changeset == -1 and delta.chapter == 2 and delta.source_type == "user"
+    assert [(u.entity, u.changes) for u in delta.property_updates] == [
+        ("Mara Quill", {"traits": ["stubborn", "haunted"], "motivation": "find her sister"})]
+    assert [e.name for e in delta.entities] == ["Tobias Venn"]
+    assert delta.delta_hash() != delta.model_copy(update={"changeset": -2}).delta_hash()
+
+
+def test_guidance_marks_its_chapter_stale_and_nothing_else(tmp_path: Path) -> None:
+    steering = Steering(written={1: fingerprint(""), 2: fingerprint("")})
+    assert first_stale_chapter(steering, tmp_path, [1, 2, 3]) is None  # 3: no record, no guidance
+    (tmp_path / "guidance").mkdir()
+    (tmp_path / "guidance" / "chapter_002.md").write_text("Mara lies.\n")
+    assert first_stale_chapter(steering, tmp_path, [1, 2, 3]) == 2
+    assert first_stale_chapter(steering, tmp_path, [1]) is None
+    steering.written[2] = fingerprint(chapter_guidance(tmp_path, 2, 1))
+    assert first_stale_chapter(steering, tmp_path, [1, 2]) is None
+    steering.takes[1] = 2  # a redo of chapter 1
+    assert first_stale_chapter(steering, tmp_path, [1, 2]) == 1
+    assert "take 2" in chapter_guidance(tmp_path, 1, 2) and "Mara lies." in chapter_guidance(tmp_path, 2, 1)
+
+
+def test_split_manuscript_by_level_two_headings_with_title() -> None:
+    text = "# My Book\n\nfront matter\n\n## Chapter 1: One\n\nA.\n\n* * *\n\nB.\n\n## Chapter 2\n\nC.\n"
+    book = split_manuscript(text, "fallback")
+    assert book.title == "My Book"
+    assert [(c.number, c.title, c.scenes) for c in book.chapters] == [(1, "One", ["A.", "B."]), (2, "Chapter 2", ["C."])]
+
+
+def test_split_manuscript_by_level_one_headings() -> None:
+    book = split_manuscript("# Harbor\n\nA.\n\n---\n\nB.\n\n# Night\n\nC.\n", "salt road")
+    assert book.title == "salt road" and [c.title for c in book.chapters] == ["Harbor", "Night"]
+    assert book.chapters[0].scenes == ["A.", "B."]
+
+
+def test_split_manuscript_without_headings_fails_with_one_line() -> None:
+    with pytest.raises(InvalidInputError, match="no chapters"):
+        split_manuscript("Just prose, no headings.\n", "x")
