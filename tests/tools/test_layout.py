@@ -10,7 +10,7 @@ import pytest
 
 from tools.layout import long_functions, main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("check", ["modules", "functions"])
