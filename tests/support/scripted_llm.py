@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import math
@@ -36,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -160,6 +161,16 @@ class ScriptedLLM:
         self._server: ThreadingHTTPServer | None = None
         self._bound_port: int | None = None  # kept after stop() so messages can still name it
         self._thread: threading.Thread | None = None
+        # Requests being answered at once: `max_in_flight` is the most seen. With `rendezvous`
+        # n > 1, a request is held until n are in flight (or `rendezvous_timeout_s` passes), so a
+        # test shows that a client sends requests concurrently by what the server saw, not by
+        # a wall-clock margin a loaded machine can break.
+        self.rendezvous = 0
+        self.rendezvous_timeout_s = 60.0
+        self.max_in_flight = 0
+        self._rendezvous_met = False
+        self._in_flight = 0
+        self._in_flight_changed = threading.Condition()
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> ScriptedLLM:
@@ -265,8 +276,27 @@ class ScriptedLLM:
             self.counts_by_path.clear()
             self.faults_injected.clear()
             self.requests.clear()
+        with self._in_flight_changed:
+            self.rendezvous, self.max_in_flight, self._rendezvous_met = 0, 0, False
 
     # ----------------------------------------------------------------- handling
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """One POST being answered (the handler threads wrap each in this)."""
+        with self._in_flight_changed:
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+            self._in_flight_changed.notify_all()
+            if self.rendezvous > 1 and not self._rendezvous_met:
+                self._in_flight_changed.wait_for(lambda: self._in_flight >= self.rendezvous,
+                                                 timeout=self.rendezvous_timeout_s)
+                self._rendezvous_met = True  # met (or given up on): later requests go straight
+        try:
+            yield
+        finally:
+            with self._in_flight_changed:
+                self._in_flight -= 1
+
     def handle(
         self, method: str, path: str, body: dict[str, Any], headers: Mapping[str, str]
     ) -> _Reply:
@@ -471,7 +501,8 @@ def _make_handler(owner: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 self._send(_Reply(400, _error("request body is not JSON", "invalid_request_error")))
                 return
-            self._serve("POST", body if isinstance(body, dict) else {})
+            with owner.in_flight():
+                self._serve("POST", body if isinstance(body, dict) else {})
 
         def _serve(self, method: str, body: dict[str, Any]) -> None:
             try:
