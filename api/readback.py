@@ -181,7 +181,8 @@ async def health(service: Service,
     store = await run_in_threadpool(lambda: service.store)
     report: dict[str, Any] = {"status": "ok", "graph": store.endpoint.label,
                               "rolled_back_turns": service.rolled_back_count,
-                              "conversation_locks": service.conversation_lock_count()}
+                              "conversation_locks": service.conversation_lock_count(),
+                              "graph_write_lock": service.write_lock_totals()}
     status = 200
     if deep:
         try:

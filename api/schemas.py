@@ -32,6 +32,9 @@ class HealthReport(BaseModel):
     graph: str = Field(description="the graph served")
     rolled_back_turns: int = Field(description="turns rolled back since start")
     conversation_locks: int = Field(description="per-conversation locks held in memory")
+    graph_write_lock: dict[str, float] = Field(
+        default_factory=dict, description="the serialised graph writes since start (on ArcadeDB): acquired, "
+        "waited_s, held_s; the held seconds per turn bound the turns per second")
     llm: str | None = Field(None, description="deep=true: the LLM endpoint that answered")
     llm_error: str | None = Field(None, description="deep=true: why the LLM endpoint did not answer")
 

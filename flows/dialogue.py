@@ -41,6 +41,7 @@ from prefect.cache_policies import NO_CACHE
 
 from api import CORS_ENV, TOKEN_ENV, create_app, serve_security
 from core.cli import run_main, setup_logging
+from core.embedder import EmbedderUnavailableError, local_embedder
 from core.errors import InvalidInputError
 from core.settings import Settings, load_settings
 from kg.dialogue import DialogueRepository
@@ -212,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-call-records", type=int, default=20_000,
                        help="LLM call records kept in memory; older ones go to Parquet under "
                        "<project>/.saga/runs/sidecar (default 20000)")
+    serve.add_argument("--background-nice", type=int, default=None, choices=range(20), metavar="0-19",
+                       help="how much nicer (OS priority) the threads running a turn's slots are than the "
+                       "memory queries a front end waits for (default 5; 0: the same)")
 
     commit = sub.add_parser("commit", parents=[common], help="commit one turn from a JSON file")
     commit.add_argument("--request", required=True, help="turn-commit request JSON file ('-' for stdin)")
@@ -258,6 +262,8 @@ def _options(args: argparse.Namespace) -> SidecarOptions:
         values["allow_request_db"] = True
     if getattr(args, "max_call_records", None) is not None:
         values["max_call_records"] = args.max_call_records
+    if getattr(args, "background_nice", None) is not None:
+        values["background_nice"] = args.background_nice
     return SidecarOptions(**values)
 
 
@@ -318,6 +324,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         service = DialogueService(settings, options=options)
         try:
             log.info("graph: %s", service.store.endpoint.label)  # connect (and migrate) before serving
+            if settings.embedding_base_url is None:
+                # The embedded model's ONNX and tokenizer threads start here, at the server's
+                # priority: threads inherit their creator's, and a first embedding asked for by a
+                # turn's slot (niced, core.priority) would leave the queries' embeddings on niced threads.
+                try:
+                    local_embedder().encode(["warm up", "the embedder"])
+                except EmbedderUnavailableError as exc:  # each request that embeds says so, as before
+                    log.warning("embedder: %s", exc)
             log.info("auth: %s; CORS origins: %s", "bearer token" if security.token else "none (loopback only)",
                      ", ".join(security.cors_origins) or "none")
             uvicorn.run(create_app(service, security), host=args.host, port=args.port, log_level="info")

@@ -44,7 +44,6 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
@@ -55,6 +54,7 @@ from core.errors import Err, InvalidInputError, Ok, Result, SkaldError, classify
 from core.graph_server import GraphEndpoint
 from core.heap import HeapTrimmer
 from core.llm import LLMGateway
+from core.priority import BackgroundPool
 from core.settings import Settings
 from kg.dialogue import (
     DialogueRepository,
@@ -126,11 +126,50 @@ class SidecarOptions(BaseModel):
         50, ge=1, description="every this many turns, give the malloc arenas' free pages back to the OS (core.heap)"
     )
     slot_workers: int = Field(32, ge=2, le=512, description="threads running slots (abandoned slots hold one until done)")
+    background_nice: int = Field(
+        5, ge=0, le=19,
+        description="how much nicer (OS priority, Linux per thread) the threads running a turn's slots (retrieval, "
+        "extraction, judge, historian) are than the server's, so a memory query a person waits for gets the CPU "
+        "first (0: same priority)",
+    )
     serialize_writes: bool | None = Field(
         None,
         description="one graph write transaction at a time in this process; None: only on ArcadeDB, where "
         "concurrent inserts into one page conflict and each conflict costs a ~1 s driver retry",
     )
+
+
+class TimedLock:
+    """A lock that adds up how long it was waited for and held (the serialised graph writes:
+    their held time per turn bounds the turns per second, whatever the machine's load)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._totals = threading.Lock()
+        self.acquired = 0
+        self.waited_s = 0.0
+        self.held_s = 0.0
+        self._taken_at = 0.0
+
+    def __enter__(self) -> TimedLock:
+        asked = time.perf_counter()
+        self._lock.acquire()
+        self._taken_at = time.perf_counter()
+        with self._totals:
+            self.acquired += 1
+            self.waited_s += self._taken_at - asked
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        held = time.perf_counter() - self._taken_at
+        self._lock.release()
+        with self._totals:
+            self.held_s += held
+
+    def totals(self) -> dict[str, float]:
+        """Acquisitions, and the seconds waited for and held, since start."""
+        with self._totals:
+            return {"acquired": self.acquired, "waited_s": round(self.waited_s, 3), "held_s": round(self.held_s, 3)}
 
 
 class RequestRefusedError(InvalidInputError):
@@ -161,11 +200,14 @@ class DialogueService:
         self._lock = threading.Lock()
         # LRU: a server that sees many conversations keeps only the recently used locks.
         self._conversation_locks: OrderedDict[tuple[str, str], threading.Lock] = OrderedDict()
-        self._write_lock = threading.Lock()
+        self._write_lock = TimedLock()
         self.vectors = VectorIndexRegistry(max_turns=settings.recall_cache_turns)
         # Native memory freed by turns goes back to the OS now and then (see core.heap).
         self.heap = HeapTrimmer(every=self.options.heap_trim_turns)
-        self._pool = ThreadPoolExecutor(max_workers=self.options.slot_workers, thread_name_prefix="dialogue-slot")
+        # A turn's slots run below the memory queries' priority (core.priority); the turn's own
+        # thread, which takes the serialised graph writes, does not: a niced writer would hold
+        # them longer while every other commit waits.
+        self._pool = BackgroundPool(self.options.slot_workers, "dialogue-slot", self.options.background_nice)
         self.outcomes = Outcomes(settings.saga_dir, lambda: self._gateway)
 
     @property
@@ -251,6 +293,10 @@ class DialogueService:
         if serialize is None:
             serialize = store.server.is_arcadedb
         return (lambda: self._write_lock) if serialize else nullcontext
+
+    def write_lock_totals(self) -> dict[str, float]:
+        """The serialised graph writes so far (TimedLock.totals; all 0 where writes are not serialised)."""
+        return self._write_lock.totals()
 
     def write_guard(self) -> AbstractContextManager[Any]:
         """The write serialisation this process uses for the default graph (see SidecarOptions)."""

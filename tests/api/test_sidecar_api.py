@@ -9,6 +9,7 @@ fixtures), which a split would start again per file."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import uuid
 from pathlib import Path
@@ -621,3 +622,37 @@ def test_the_service_answers_bad_rewind_ids_without_raising(settings: Settings) 
         assert svc.rewind(" ", "1").code == "INVALID_REQUEST"
     finally:
         svc.close()
+
+
+
+def test_a_turns_slots_run_below_the_memory_querys_priority_and_health_counts_serialised_writes(
+    client: TestClient, service: DialogueService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both the memory query and the turn's retrieval slot embed the message: note each
+    # caller thread's nice value (the request threads are the server's; slots are niced).
+    seen: list[tuple[str, int]] = []
+    embed = service.gateway.embed
+
+    def embed_noting_priority(*args: Any, **kwargs: Any) -> Any:
+        seen.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        return embed(*args, **kwargs)
+
+    monkeypatch.setattr(service.gateway, "embed", embed_noting_priority)
+    before = client.get(HEALTH_PATH).json()["graph_write_lock"]
+    conv = _conv()
+    for n in (1, 2):
+        assert client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n - 1])).json()["committed"]
+    committed, seen[:] = list(seen), []
+    query = {"conversation_id": conv, "messages": [_msg("Caroline", "How was the support group?", 3)]}
+    assert client.post(MEMORY_QUERY_PATH, json=query).status_code == 200
+    assert seen and not any(name.startswith("dialogue-slot") for name, _ in seen)
+    query_nice = seen[0][1]
+    slots = [nice for name, nice in committed if name.startswith("dialogue-slot")]
+    assert service.options.background_nice > 0
+    assert slots and set(slots) == {min(19, query_nice + service.options.background_nice)}
+    after = client.get(HEALTH_PATH).json()["graph_write_lock"]
+    if service.store.server.is_arcadedb:  # serialised there only (SidecarOptions.serialize_writes)
+        # At least the lease claim and the commit transaction, each held for some time.
+        assert after["acquired"] >= before["acquired"] + 2 and after["held_s"] > before["held_s"]
+    else:
+        assert after == before

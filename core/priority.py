@@ -1,0 +1,50 @@
+"""Background work at a lower OS priority than the requests a person waits for.
+
+The sidecar's memory query and a turn's commit share the process's CPU (Python, the ONNX
+embedder, the embedded graph's JVM) on machines with few cores. A front end waits for the
+query before it generates; the commit runs after the reply, in the background. Linux
+schedules threads, not processes, and each thread has its own nice value
+(`setpriority(PRIO_PROCESS, <thread id>, n)`), so the threads that run a turn's slots
+(retrieval, extraction, judge, historian) are started niced: when the cores are busy the
+scheduler gives a query's thread the CPU first, and idle cores still run the slots at full
+speed. The turn's own thread is not niced: it takes the process's serialised graph writes,
+and a niced holder keeps every other commit waiting longer (measured in
+bench/sidecar_load.py: niced, the write lock was held 429 instead of 287 ms a turn).
+
+A thread can make itself nicer but, without CAP_SYS_NICE, never less nice again, so the
+niced threads are a pool of their own (`BackgroundPool`) whose workers are niced once, when
+they start; a thread they start inherits their nice value. Where per-thread priority is not
+available (not Linux, or setpriority refused) the pool is an ordinary one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+log = logging.getLogger("skald.priority")
+
+
+def lower_this_thread(by: int) -> bool:
+    """Make the calling OS thread `by` nicer (Linux); whether it took effect."""
+    if by <= 0 or not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
+        return False
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
+    except OSError as exc:
+        log.debug("could not lower the priority of thread %d: %s", tid, exc)
+        return False
+    return True
+
+
+class BackgroundPool(ThreadPoolExecutor):
+    """A thread pool whose workers run `nice` steps below the thread that made them (0: not
+    lowered)."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str, nice: int) -> None:
+        self.nice = nice
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix,
+                         initializer=lower_this_thread, initargs=(nice,))
