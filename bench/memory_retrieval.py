@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.embedders import CANDIDATES, DEFAULT, embedder
+from core.embedder import EmbedderUnavailableError
 from kg.dialogue import MemoryRow
 from tasks.dialogue.retriever import TurnMemoryIndex, embedded_query, query_texts
 
@@ -219,6 +220,11 @@ def main() -> None:
     if any(size < 10 for size in args.sizes):
         parser.error("--sizes: each memory needs at least 10 turns (recall returns 10)")
     sizes = tuple(sorted(set(args.sizes)))
+    try:
+        if args.embedder != DEFAULT:  # a candidate's package may be missing; the product's loads in the clock of cold ingest
+            embedder(args.embedder)
+    except EmbedderUnavailableError as exc:
+        raise SystemExit(f"error: {exc}") from None
     if args.only == "encode":
         bench_encode(args.ingest_turns, args.embedder)
     if args.only in (None, "ingest"):

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.embedders import CANDIDATES, DEFAULT, Embedder, embedder
+from core.embedder import EmbedderUnavailableError
 from core.recall import (
     DEFAULT_PARAMS,
     FEATURES,
@@ -575,7 +576,10 @@ def main() -> None:
     global _model_name
     _model_name = args.embedder
     print(f"embedder: {args.embedder}", flush=True)
-    result = run(paths, args.cache, args.learned_only)
+    try:
+        result = run(paths, args.cache, args.learned_only)
+    except EmbedderUnavailableError as exc:
+        raise SystemExit(f"error: {exc}") from None
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
