@@ -1,8 +1,8 @@
 """Turn-memory cost against conversation size: recall latency at 1k, 10k and 100k turns, and
 bulk-ingest throughput.
 
-    python -m bench.memory_retrieval [--only {retrieval,ingest}] [--queries 600]
-        [--ingest-turns 1000] [--ingest-runs 1]
+    python -m bench.memory_retrieval [--only {retrieval,ingest,encode}] [--queries 600]
+        [--ingest-turns 1000] [--ingest-runs 1] [--sizes 1000 10000 100000] [--embedder NAME]
 
 Retrieval: one TurnMemoryIndex (the sidecar's per-conversation structure: tantivy BM25 +
 usearch HNSW + fusion) holding N synthetic turns: the two shared LoCoMo dialogues' turns,
@@ -17,6 +17,12 @@ real embeddings, its default batches: turns/s, end to end, two ways: cold (a fre
 the graph's start and the model's load inside the clock, as a user's first `ingest` sees
 it) and steady (graph up, model and JVM warmed on a throwaway conversation first).
 `--only ingest` runs just this part (about a minute on 2 cores).
+
+Encode (`--only encode`): the embedding model alone on the ingest turns, in calls of the
+ingest's batch size (tasks.dialogue.ingest.BATCH_SIZE): turns/s, the ceiling of ingest.
+
+`--embedder NAME` (bench.embedders) times another embedding model in the retrieval and
+encode parts (ingest runs the product's: core.embedder); `--sizes` picks the memory sizes.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.embedder import local_embedder
+from bench.embedders import CANDIDATES, DEFAULT, embedder
+from core.embedder import EmbedderUnavailableError
 from kg.dialogue import MemoryRow
 from tasks.dialogue.retriever import TurnMemoryIndex, embedded_query, query_texts
 
@@ -77,17 +84,18 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def bench_retrieval(queries: int) -> dict[int, tuple[float, float, float]]:
-    embedder = local_embedder()
+def bench_retrieval(queries: int, model_name: str = DEFAULT,
+                    sizes: tuple[int, ...] = SIZES) -> dict[int, tuple[float, float, float]]:
+    model = embedder(model_name)
     turns = _turns()
-    vectors = embedder.encode([f"{t['speaker']}: {t['text']}" for t in turns])
+    vectors = model.passages([f"{t['speaker']}: {t['text']}" for t in turns])
     questions = _questions(queries)
     rng = np.random.default_rng(7)
     speakers = sorted({str(t["speaker"]) for t in turns})
-    embedder.encode(questions[:8])  # warm the model
+    model.queries(questions[:8])  # warm the model
     indexes: dict[int, TurnMemoryIndex] = {}
     build_rate: dict[int, float] = {}
-    for size in SIZES:
+    for size in sizes:
         rows = _rows(turns, vectors, size, rng)
         index = TurnMemoryIndex()
         started = time.perf_counter()
@@ -103,20 +111,20 @@ def bench_retrieval(queries: int) -> dict[int, tuple[float, float, float]]:
     # machine (another process, a frequency change) lands on all sizes alike instead of
     # on whichever size was being timed, and the ratio compares like with like. All three
     # memories are alive together, as a sidecar's conversations are.
-    latencies: dict[int, list[float]] = {size: [] for size in SIZES}
+    latencies: dict[int, list[float]] = {size: [] for size in sizes}
     for question in questions:
-        for size in SIZES:
+        for size in sizes:
             t0 = time.perf_counter()
             # As tasks.dialogue.retriever.recall asks: the question, the question without the
             # speakers' names when it names one, and a two-event question's parts, in one call.
             texts = query_texts(question, speakers)
             vector, plain_vector, parts = embedded_query(question, speakers,
-                                                         dict(zip(texts, embedder.encode(texts), strict=True)))
+                                                         dict(zip(texts, model.queries(texts), strict=True)))
             hits = indexes[size].search(question, vector, 10, speakers, plain_vector=plain_vector, parts=parts)
             latencies[size].append((time.perf_counter() - t0) * 1000)
             assert len(hits) == 10
     results: dict[int, tuple[float, float, float]] = {}
-    for size in SIZES:
+    for size in sizes:
         results[size] = (_percentile(latencies[size], 50), _percentile(latencies[size], 95), build_rate[size])
         print(f"{size:>7} turns: recall p50 {results[size][0]:6.1f} ms, p95 {results[size][1]:6.1f} ms "
               f"(index built at {results[size][2]:,.0f} turns/s)", flush=True)
@@ -158,6 +166,25 @@ def bench_ingest(turn_count: int, *, cold: bool = False) -> float:
     return turn_count / seconds
 
 
+def bench_encode(turn_count: int, model_name: str = DEFAULT, runs: int = 3) -> float:
+    """turns/s of the embedding model alone on the ingest's turns, in the ingest's calls (median of `runs`)."""
+    from tasks.dialogue.ingest import BATCH_SIZE
+
+    model = embedder(model_name)
+    texts = [row.text for row in _ingest_rows(turn_count, "encode")]
+    model.passages(texts[:BATCH_SIZE])  # warm
+    rates = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        for start in range(0, len(texts), BATCH_SIZE):
+            model.passages(texts[start : start + BATCH_SIZE])
+        rates.append(turn_count / (time.perf_counter() - started))
+    rate = statistics.median(rates)
+    print(f"encode alone ({model_name}): {rate:.0f} turns/s (median of {runs}: "
+          + ", ".join(f"{r:.0f}" for r in rates) + f"; {turn_count} turns in calls of {BATCH_SIZE})", flush=True)
+    return rate
+
+
 def run_ingest(turn_count: int, runs: int) -> None:
     cold = bench_ingest(turn_count, cold=True)
     print(f"ingest without LLM, cold (graph start + model load in the clock): {cold:.0f} turns/s "
@@ -176,21 +203,36 @@ def main() -> None:
         prog="python -m bench.memory_retrieval", description=" ".join(__doc__.split("\n\n")[0].split()),
         epilog="Figures vary with load: run on a quiet machine (`uptime`) and compare runs of one session.",
     )
-    parser.add_argument("--only", choices=("retrieval", "ingest"), default=None,
+    parser.add_argument("--only", choices=("retrieval", "ingest", "encode"), default=None,
                         help="run one part: `ingest` for the throughput figures alone (fast), `retrieval` for "
-                             "the latency per size (default: both)")
+                             "the latency per size, `encode` for the model alone (default: ingest and retrieval)")
     parser.add_argument("--queries", type=int, default=600,
                         help="queries timed per size, cycling through the 304 LoCoMo questions (default 600)")
     parser.add_argument("--ingest-turns", type=int, default=1000, help="turns ingested for throughput (default 1000)")
     parser.add_argument("--ingest-runs", type=int, default=1,
                         help="steady-state ingest runs (each on a fresh graph); several print their median (default 1)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), metavar="N",
+                        help="memory sizes (turns) the retrieval part times (default " + " ".join(map(str, SIZES)) + ")")
+    parser.add_argument("--embedder", choices=sorted(CANDIDATES), default=DEFAULT,
+                        help=f"the embedding model of the retrieval and encode parts (bench.embedders; default "
+                             f"{DEFAULT}, the product's)")
     args = parser.parse_args()
+    if any(size < 10 for size in args.sizes):
+        parser.error("--sizes: each memory needs at least 10 turns (recall returns 10)")
+    sizes = tuple(sorted(set(args.sizes)))
+    try:
+        if args.embedder != DEFAULT:  # a candidate's package may be missing; the product's loads in the clock of cold ingest
+            embedder(args.embedder)
+    except EmbedderUnavailableError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if args.only == "encode":
+        bench_encode(args.ingest_turns, args.embedder)
     if args.only in (None, "ingest"):
         run_ingest(args.ingest_turns, max(args.ingest_runs, 1))
     if args.only in (None, "retrieval"):
-        results = bench_retrieval(args.queries)
-        small, large = results[SIZES[0]][1], results[SIZES[-1]][1]
-        print(f"p95 100k/1k ratio: {large / small:.2f} (p95 at 100k {large:.1f} ms)")
+        results = bench_retrieval(args.queries, args.embedder, sizes)
+        small, large = results[sizes[0]][1], results[sizes[-1]][1]
+        print(f"p95 {sizes[-1]:,}/{sizes[0]:,} ratio: {large / small:.2f} (p95 at {sizes[-1]:,} {large:.1f} ms)")
         print(f"median of p50s: {statistics.median(r[0] for r in results.values()):.1f} ms")
 
 

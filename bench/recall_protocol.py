@@ -1,6 +1,6 @@
 """Leave-one-dialogue-out protocol for the recall fusion: tune on some dialogues, report on another.
 
-    python -m bench.recall_protocol [--dialogues DIR] [--cache DIR] [--json FILE]
+    python -m bench.recall_protocol [--dialogues DIR] [--cache DIR] [--json FILE] [--embedder NAME]
 
 Every shared dialogue (../shared/data/dialogues, four LoCoMo conversations) is held out once.
 A fold tunes the fusion's constants (`core.recall.RecallParams`) on the other dialogues and
@@ -20,8 +20,13 @@ Tuning is coordinate ascent over a small grid (`KNOBS`), from the reference valu
 constants before the protocol existed), two passes: a knob moves only for a gain of at least
 `MIN_GAIN` on the training dialogues, so noise-level gains do not move it. Embeddings are
 computed once (about 30 s on 2 cores; `--cache DIR` keeps them between runs, keyed by the
-model and the texts), then every configuration is a fusion of cached candidates
+model, the side (query or passage) and the texts), then every configuration is a fusion of cached candidates
 (`HybridIndex.prepare` once per question, `HybridIndex.rank` per configuration).
+
+`--embedder NAME` measures another embedding model (bench.embedders: each ships its weights
+in a package) under the same protocol, the fusion refitted on the same folds: the turns are
+embedded as passages, the questions and their parts as queries, each with the prefixes its
+authors specify. The default is the product's (core.embedder).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.embedder import MODEL_NAME, local_embedder
+from bench.embedders import CANDIDATES, DEFAULT, Embedder, embedder
+from core.embedder import EmbedderUnavailableError
 from core.recall import (
     DEFAULT_PARAMS,
     FEATURES,
@@ -103,12 +109,22 @@ class Dialogue:
     features: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
-def _embed(texts: list[str], cache_dir: Path | None) -> np.ndarray:
-    key = hashlib.sha256("\n\x00".join([MODEL_NAME, *texts]).encode("utf-8")).hexdigest()[:24]
+#: The embedding model measured (`--embedder`).
+_model: Embedder | None = None
+_model_name = DEFAULT
+
+
+def _embed(texts: list[str], cache_dir: Path | None, side: str = "passage") -> np.ndarray:
+    """`side`: "passage" (a turn) or "query" (a question or its part): models such as e5 embed
+    the two differently."""
+    global _model
+    key = hashlib.sha256("\n\x00".join([_model_name, side, *texts]).encode("utf-8")).hexdigest()[:24]
     path = cache_dir / f"{key}.npy" if cache_dir else None
     if path is not None and path.exists():
         return np.load(path)
-    vectors = local_embedder().encode(texts)
+    if _model is None:
+        _model = embedder(_model_name)
+    vectors = _model.queries(texts) if side == "query" else _model.passages(texts)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, vectors)
@@ -138,13 +154,13 @@ def load(path: Path, cache_dir: Path | None) -> Dialogue:
     index = memory.index
     refs = [str((d.meta.get("source_refs") or [d.key])[0]) for d in index.docs]
     asked = _evidence(spec)
-    question_vectors = _embed([q for _, q, _ in asked], cache_dir)
+    question_vectors = _embed([q for _, q, _ in asked], cache_dir, "query")
     names = sorted(memory.speakers)
-    plain_vectors = _embed([plain_query(q, names) for _, q, _ in asked], cache_dir)
+    plain_vectors = _embed([plain_query(q, names) for _, q, _ in asked], cache_dir, "query")
     # Two-event questions' parts (core.recall.query_parts), each embedded without the names.
     parts = [query_parts(q, names) for _, q, _ in asked]
     every_part = list(dict.fromkeys(part_text(p, names) for ps in parts for p in ps))
-    part_vectors = dict(zip(every_part, _embed(every_part, cache_dir) if every_part else [], strict=True))
+    part_vectors = dict(zip(every_part, _embed(every_part, cache_dir, "query") if every_part else [], strict=True))
     dialogue = Dialogue(spec.dialogue_id, index, refs, vectors)
     for (category, text, evidence), vector, plain, own in zip(asked, question_vectors, plain_vectors, parts,
                                                               strict=True):
@@ -437,12 +453,15 @@ def _learned(dialogues: list[Dialogue]) -> dict[str, object]:
     return {"folds": rows, "summary": summary, "consensus": consensus.model_dump()}
 
 
-def run(paths: list[Path], cache_dir: Path | None) -> dict[str, object]:
+def run(paths: list[Path], cache_dir: Path | None, learned_only: bool = False) -> dict[str, object]:
     started = time.perf_counter()
     dialogues = [load(path, cache_dir) for path in paths]
     print(f"{len(dialogues)} dialogues, {sum(len(d.questions) for d in dialogues)} questions of categories 1-4 "
           f"with evidence, loaded in {time.perf_counter() - started:.0f} s", flush=True)
     learned = _learned(dialogues)
+    if learned_only:
+        print(f"\n(done in {time.perf_counter() - started:.0f} s)")
+        return {"learned": learned}
     print("\nfor comparison, reciprocal-rank fusion with its boosts (fusion=None), the knobs tuned per fold:")
     folds: list[tuple[Dialogue, list[Dialogue], RecallParams]] = []
     rows = []
@@ -543,13 +562,24 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=None, metavar="DIR",
                         help="keep the embeddings here between runs (default: embed every run)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--embedder", choices=sorted(CANDIDATES), default=DEFAULT,
+                        help=f"the embedding model measured (bench.embedders; default {DEFAULT}, the product's)")
+    parser.add_argument("--learned-only", action="store_true",
+                        help="only the learned fusion (the product's), without the reciprocal-rank comparison and "
+                             "the alternatives (minutes instead of half an hour on a busy machine)")
     args = parser.parse_args()
     paths = dialogue_files(args.dialogues)
     if published := [p for p in paths if not p.name.endswith(".jsonl")]:
         parser.error(f"the protocol reads *.turns.jsonl dialogues (one a file); got {published[0]}")
     if len(paths) < 2:
         parser.error("leave-one-out needs at least two dialogues")
-    result = run(paths, args.cache)
+    global _model_name
+    _model_name = args.embedder
+    print(f"embedder: {args.embedder}", flush=True)
+    try:
+        result = run(paths, args.cache, args.learned_only)
+    except EmbedderUnavailableError as exc:
+        raise SystemExit(f"error: {exc}") from None
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
