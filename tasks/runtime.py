@@ -103,7 +103,13 @@ class Runtime:
         return f"{self.settings.openai_base_url or 'local'}|{tier}|{models}|{tier_settings.temperature}|{sampling}"
 
     def embedding_fingerprint(self) -> str:
-        return f"{self.settings.embedding_base_url or 'local'}|{self.settings.embedding_model}"
+        """What decides a vector besides the text: an endpoint's model by name, the in-process
+        model by its weights' hash (another build must not mix its vectors into old caches)."""
+        if self.settings.embedding_base_url is not None:
+            return f"{self.settings.embedding_base_url}|{self.settings.embedding_model}"
+        from core.embedder import MODEL_NAME, MODEL_SHA256
+
+        return f"local|{MODEL_NAME}|{MODEL_SHA256[:16]}"
 
     def close(self) -> None:
         with self._lock:
