@@ -260,10 +260,13 @@ def test_a_graph_reading_stage_is_keyed_by_the_history_it_reads(tmp_path: Path) 
 
 
 def test_the_embedding_key_holds_the_embedding_model(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    # An endpoint's model is named by its setting (the in-process model by its weights:
+    # tests/tasks/test_runtime_fingerprints.py).
+    endpoint = {"embedding_base_url": "http://127.0.0.1:9/v1"}
+    settings = _settings(tmp_path).model_copy(update=endpoint)
     base = Runtime(settings)
     other = Runtime(settings.model_copy(update={"embedding_model": "another-embedder"}))
-    again = Runtime(_settings(tmp_path))
+    again = Runtime(_settings(tmp_path).model_copy(update=endpoint))
 
     def key(rt: Runtime) -> str:
         return _key(
