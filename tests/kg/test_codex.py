@@ -286,7 +286,7 @@ def test_qa_marks_its_findings_in_the_codex_and_the_run_links_to_it(store: Graph
     assert chapter5 and "Old Captain is dead" in chapter5.group(0)
     data = json.loads(re.search(r'id="codex-data">(.*?)</script>', html, re.DOTALL).group(1))  # type: ignore[union-attr]
     assert next(n for n in data["graph"]["nodes"] if n["id"] == MARY)["flagged"] is True
-    assert "codex" in artifact_keys()
+    assert artifact_keys("codex") == {"codex"}
 
 
 # --- The command --------------------------------------------------------------------------------

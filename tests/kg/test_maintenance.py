@@ -357,7 +357,7 @@ def test_heal_flow_merges_exactly_the_true_duplicates(store: GraphStore, runtime
     assert all(g.confidence >= 0.6 for g in report.graduated)
     history = sorted((runtime_with_llm.settings.saga_dir / "healing").glob("heal-*.json"))
     assert history and json.loads(history[-1].read_text())["merges"][0]["survivor_id"] == JOHN_SMITH
-    assert {"graph-healing-summary", "graph-healing-merges"} <= artifact_keys()
+    assert artifact_keys("graph-healing-summary", "graph-healing-merges") == {"graph-healing-summary", "graph-healing-merges"}
 
     again = heal_flow(str(runtime_with_llm.settings.project_dir))
     assert again.merges == [] and again.enriched == []  # healed: nothing left to do
@@ -448,7 +448,7 @@ def test_qa_finds_every_planted_problem(store: GraphStore, runtime_with_llm: Run
     assert Path(report.report_path).name == f"qa-ch0005-cs{head:06d}.parquet"
     assert all(r["story_at"] == report.story_at == f"after chapter 5, change-set {head}" for r in table)
     assert "run_at" not in table[0]
-    assert {"graph-qa-findings", "graph-qa-summary"} <= artifact_keys()
+    assert artifact_keys("graph-qa-findings", "graph-qa-summary") == {"graph-qa-findings", "graph-qa-summary"}
 
 
 def test_qa_of_a_few_chapters_finds_what_they_wrote(store: GraphStore) -> None:
