@@ -28,9 +28,13 @@ _CONVERSATION = "$response.body#/conversation_id"
 # The lorebook (get_lorebook) is not among them: linked from the turn operations, or only from
 # the rewind, it changed the seeded stateful run so that the CI-sized fuzz sent no conflicting
 # commit at all (no 409 seen, twice); the fuzzing phase still reaches it with known ids (200).
-_READ_BACK = {"read_entities": ("list_entities", "entities"), "read_relations": ("list_relations", "relations"),
-              "read_milestones": ("list_milestones", "milestones"), "read_turns": ("list_turns", "remembered turns"),
-              "search": ("search_conversation", "search")}
+_READ_BACK = {
+    "read_entities": ("list_entities", "entities"),
+    "read_relations": ("list_relations", "relations"),
+    "read_milestones": ("list_milestones", "milestones"),
+    "read_turns": ("list_turns", "remembered turns"),
+    "search": ("search_conversation", "search"),
+}
 
 
 def json_body(model: type[BaseModel]) -> dict[str, Any]:
@@ -41,8 +45,11 @@ def json_body(model: type[BaseModel]) -> dict[str, Any]:
 
 def _read_back_links(description: str) -> dict[str, Any]:
     return {
-        name: {"operationId": operation, "parameters": {"path.conversation_id": _CONVERSATION},
-               "description": f"{description}: the conversation's {what}"}
+        name: {
+            "operationId": operation,
+            "parameters": {"path.conversation_id": _CONVERSATION},
+            "description": f"{description}: the conversation's {what}",
+        }
         for name, (operation, what) in _READ_BACK.items()
     }
 
@@ -52,15 +59,27 @@ def _turn_links() -> dict[str, Any]:
     return {
         "rewind_from_here": {
             "operationId": "rewind_conversation",
-            "requestBody": {"conversation_id": _CONVERSATION, "before_turn": "$response.body#/turn_id"},
+            "requestBody": {
+                "conversation_id": _CONVERSATION,
+                "before_turn": "$response.body#/turn_id",
+            },
             "description": "remove this turn and every later one",
         },
-        "replace_this_turn": {"operationId": "replace_turn", "requestBody": this_turn,
-                              "description": "an edit or a swipe of this turn"},
-        "commit_again": {"operationId": "commit_turn", "requestBody": this_turn,
-                         "description": "the same key again: a replay, or a conflict when the payload differs"},
-        "query_memory": {"operationId": "query_memory", "requestBody": {"conversation_id": _CONVERSATION},
-                         "description": "memory for the next pending message of this conversation"},
+        "replace_this_turn": {
+            "operationId": "replace_turn",
+            "requestBody": this_turn,
+            "description": "an edit or a swipe of this turn",
+        },
+        "commit_again": {
+            "operationId": "commit_turn",
+            "requestBody": this_turn,
+            "description": "the same key again: a replay, or a conflict when the payload differs",
+        },
+        "query_memory": {
+            "operationId": "query_memory",
+            "requestBody": {"conversation_id": _CONVERSATION},
+            "description": "memory for the next pending message of this conversation",
+        },
         **_read_back_links("after the turn"),
     }
 
@@ -71,8 +90,11 @@ _LINKS: dict[str, dict[str, Any]] = {
     "replace_turn": _turn_links(),
     "rewind_conversation": _read_back_links("after the rewind"),
     "query_memory": {
-        "commit_a_turn": {"operationId": "commit_turn", "requestBody": {"conversation_id": _CONVERSATION},
-                          "description": "commit the turn the memory was asked for"},
+        "commit_a_turn": {
+            "operationId": "commit_turn",
+            "requestBody": {"conversation_id": _CONVERSATION},
+            "description": "commit the turn the memory was asked for",
+        },
     },
 }
 
@@ -81,11 +103,17 @@ def build_openapi(app: FastAPI, token_required: bool) -> dict[str, Any]:
     """The document served at /openapi.json (built once per app)."""
     if app.openapi_schema:
         return app.openapi_schema
-    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    schema = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
     components = schema.setdefault("components", {})
     components["securitySchemes"] = {
-        "bearer": {"type": "http", "scheme": "bearer",
-                   "description": f"the server's token ({TOKEN_ENV} or --token-file); required when one is set"}}
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": f"the server's token ({TOKEN_ENV} or --token-file); required when one is set",
+        }
+    }
     if token_required:
         schema["security"] = [{"bearer": []}]
     models = components.setdefault("schemas", {})

@@ -66,7 +66,9 @@ def one_value_each(request: Request) -> None:
     seen: set[str] = set()
     for name, _value in request.query_params.multi_items():
         if name in seen:
-            raise RequestValidationError([{"loc": ("query", name), "msg": "given more than once", "type": "value_error"}])
+            raise RequestValidationError(
+                [{"loc": ("query", name), "msg": "given more than once", "type": "value_error"}]
+            )
         seen.add(name)
 
 
@@ -84,105 +86,185 @@ def _entity_out(e: DialogueEntity) -> EntityOut:
     return EntityOut(**e.model_dump(exclude={"aliases"}), aliases=list(e.aliases))
 
 
-@router.get(f"{_CONVERSATION}/entities", operation_id="list_entities", response_model=EntityPage,
-            responses=READ_RESPONSES, summary="A conversation's entities (bio, traits, aliases), oldest first")
-async def list_entities(conversation_id: PathConversationId, service: Service, offset: Offset = 0,
-                        limit: Limit = 50) -> EntityPage:
+@router.get(
+    f"{_CONVERSATION}/entities",
+    operation_id="list_entities",
+    response_model=EntityPage,
+    responses=READ_RESPONSES,
+    summary="A conversation's entities (bio, traits, aliases), oldest first",
+)
+async def list_entities(
+    conversation_id: PathConversationId, service: Service, offset: Offset = 0, limit: Limit = 50
+) -> EntityPage:
     repo = DialogueRepository(service.store)
     total, items = await run_in_threadpool(repo.entity_page, conversation_id, offset, limit)
-    return EntityPage(conversation_id=conversation_id, page=_page(offset, limit, total),
-                      items=[_entity_out(e) for e in items])
+    return EntityPage(
+        conversation_id=conversation_id,
+        page=_page(offset, limit, total),
+        items=[_entity_out(e) for e in items],
+    )
 
 
-@router.get(f"{_CONVERSATION}/relations", operation_id="list_relations", response_model=RelationPage,
-            responses=READ_RESPONSES,
-            summary="A conversation's relations, active and ended, each with its event history")
-async def list_relations(conversation_id: PathConversationId, service: Service, offset: Offset = 0,
-                         limit: Limit = 50) -> RelationPage:
+@router.get(
+    f"{_CONVERSATION}/relations",
+    operation_id="list_relations",
+    response_model=RelationPage,
+    responses=READ_RESPONSES,
+    summary="A conversation's relations, active and ended, each with its event history",
+)
+async def list_relations(
+    conversation_id: PathConversationId, service: Service, offset: Offset = 0, limit: Limit = 50
+) -> RelationPage:
     repo = DialogueRepository(service.store)
     total, items = await run_in_threadpool(repo.relation_page, conversation_id, offset, limit)
     out = [
-        RelationOut(**rel.model_dump(exclude={"raw_type"}),
-                    events=[RelationEventOut(**{k: v for k, v in ev.items() if k in RelationEventOut.model_fields})
-                            for ev in events])
+        RelationOut(
+            **rel.model_dump(exclude={"raw_type"}),
+            events=[
+                RelationEventOut(
+                    **{k: v for k, v in ev.items() if k in RelationEventOut.model_fields}
+                )
+                for ev in events
+            ],
+        )
         for rel, events in items
     ]
-    return RelationPage(conversation_id=conversation_id, page=_page(offset, limit, total), items=out)
+    return RelationPage(
+        conversation_id=conversation_id, page=_page(offset, limit, total), items=out
+    )
 
 
-@router.get(f"{_CONVERSATION}/milestones", operation_id="list_milestones", response_model=MilestonePage,
-            responses=READ_RESPONSES, summary="A conversation's milestones in turn order")
-async def list_milestones(conversation_id: PathConversationId, service: Service, offset: Offset = 0,
-                          limit: Limit = 50) -> MilestonePage:
+@router.get(
+    f"{_CONVERSATION}/milestones",
+    operation_id="list_milestones",
+    response_model=MilestonePage,
+    responses=READ_RESPONSES,
+    summary="A conversation's milestones in turn order",
+)
+async def list_milestones(
+    conversation_id: PathConversationId, service: Service, offset: Offset = 0, limit: Limit = 50
+) -> MilestonePage:
     repo = DialogueRepository(service.store)
     total, items = await run_in_threadpool(repo.milestone_page, conversation_id, offset, limit)
-    return MilestonePage(conversation_id=conversation_id, page=_page(offset, limit, total),
-                         items=[MilestoneOut(**m.model_dump()) for m in items])
+    return MilestonePage(
+        conversation_id=conversation_id,
+        page=_page(offset, limit, total),
+        items=[MilestoneOut(**m.model_dump()) for m in items],
+    )
 
 
-@router.get(f"{_CONVERSATION}/turns", operation_id="list_turns", response_model=TurnPage,
-            responses=READ_RESPONSES,
-            summary="A conversation's remembered turns in order (committed, or blocked by the commit gate)")
-async def list_turns(conversation_id: PathConversationId, service: Service, offset: Offset = 0,
-                     limit: Limit = 50) -> TurnPage:
+@router.get(
+    f"{_CONVERSATION}/turns",
+    operation_id="list_turns",
+    response_model=TurnPage,
+    responses=READ_RESPONSES,
+    summary="A conversation's remembered turns in order (committed, or blocked by the commit gate)",
+)
+async def list_turns(
+    conversation_id: PathConversationId, service: Service, offset: Offset = 0, limit: Limit = 50
+) -> TurnPage:
     repo = DialogueRepository(service.store)
     total, rows = await run_in_threadpool(repo.memory_page, conversation_id, offset, limit)
-    items = [TurnOut(key=r["key"], turn_id=str(r["turn_id"]), seq=int(r["seq"]), speaker=r["speaker"] or "",
-                     text=r["text"] or "", when=r["said_when"] or "", committed=bool(r["committed"]),
-                     facts=list(r["facts"] or [])) for r in rows]
+    items = [
+        TurnOut(
+            key=r["key"],
+            turn_id=str(r["turn_id"]),
+            seq=int(r["seq"]),
+            speaker=r["speaker"] or "",
+            text=r["text"] or "",
+            when=r["said_when"] or "",
+            committed=bool(r["committed"]),
+            facts=list(r["facts"] or []),
+        )
+        for r in rows
+    ]
     return TurnPage(conversation_id=conversation_id, page=_page(offset, limit, total), items=items)
 
 
-@router.get(f"{_CONVERSATION}/search", operation_id="search_conversation", response_model=SearchResult,
-            responses=READ_RESPONSES,
-            summary="Search a conversation: turns by the turn pipeline's hybrid recall, entities by name or "
-            "alias, milestones by words")
-async def search_conversation(conversation_id: PathConversationId, service: Service, q: SearchText,
-                              k: SearchK = 10) -> SearchResult:
+@router.get(
+    f"{_CONVERSATION}/search",
+    operation_id="search_conversation",
+    response_model=SearchResult,
+    responses=READ_RESPONSES,
+    summary="Search a conversation: turns by the turn pipeline's hybrid recall, entities by name or "
+    "alias, milestones by words",
+)
+async def search_conversation(
+    conversation_id: PathConversationId, service: Service, q: SearchText, k: SearchK = 10
+) -> SearchResult:
     def work() -> SearchResult:
         repo = DialogueRepository(service.store)
         turns = service.recall(conversation_id, q, k)
         words = {w for w in vocab.normalize_name(q).split() if w}
         wanted = f" {vocab.normalize_name(q)} "
         _, entities = repo.entity_page(conversation_id, 0, SEARCH_SCAN)
-        hits = [e for e in entities
-                if any(f" {vocab.normalize_name(n)} " in wanted or wanted.strip() in vocab.normalize_name(n)
-                       for n in (e.name, *e.aliases))]
+        hits = [
+            e
+            for e in entities
+            if any(
+                f" {vocab.normalize_name(n)} " in wanted
+                or wanted.strip() in vocab.normalize_name(n)
+                for n in (e.name, *e.aliases)
+            )
+        ]
         _, milestones = repo.milestone_page(conversation_id, 0, SEARCH_SCAN)
-        found = [m for m in milestones if words and words <= set(vocab.normalize_name(m.text).split())]
+        found = [
+            m for m in milestones if words and words <= set(vocab.normalize_name(m.text).split())
+        ]
         return SearchResult(
-            conversation_id=conversation_id, query=q,
+            conversation_id=conversation_id,
+            query=q,
             turns=[RecalledTurnOut(**t.model_dump(exclude={"signals"})) for t in turns],
-            entities=[_entity_out(e) for e in hits], milestones=[MilestoneOut(**m.model_dump()) for m in found],
+            entities=[_entity_out(e) for e in hits],
+            milestones=[MilestoneOut(**m.model_dump()) for m in found],
         )
 
     return await run_in_threadpool(work)
 
 
-@router.get(f"{CONVERSATION_PATH}/{{conversation_id:conversation}}/lorebook", operation_id="get_lorebook",
-            response_model=WorldInfoBook, responses=LOREBOOK_RESPONSES,
-            summary="A conversation's memory as a SillyTavern World Info book (the layout its World Info import "
-            "accepts): an entry per entity (names and aliases as keys, its current facts as content) and per "
-            "related pair (each relation in its latest state)")
-async def get_lorebook(conversation_id: PathConversationId, service: Service) -> WorldInfoBook | JSONResponse:
-    book = await run_in_threadpool(conversation_lorebook, DialogueRepository(service.store), conversation_id)
+@router.get(
+    f"{CONVERSATION_PATH}/{{conversation_id:conversation}}/lorebook",
+    operation_id="get_lorebook",
+    response_model=WorldInfoBook,
+    responses=LOREBOOK_RESPONSES,
+    summary="A conversation's memory as a SillyTavern World Info book (the layout its World Info import "
+    "accepts): an entry per entity (names and aliases as keys, its current facts as content) and per "
+    "related pair (each relation in its latest state)",
+)
+async def get_lorebook(
+    conversation_id: PathConversationId, service: Service
+) -> WorldInfoBook | JSONResponse:
+    book = await run_in_threadpool(
+        conversation_lorebook, DialogueRepository(service.store), conversation_id
+    )
     if book is None:
-        missing = ApiError(code="NOT_FOUND", reason=f"no conversation {conversation_id!r} in the graph")
+        missing = ApiError(
+            code="NOT_FOUND", reason=f"no conversation {conversation_id!r} in the graph"
+        )
         return JSONResponse(missing.model_dump(mode="json"), status_code=404)
     return book
 
 
-@router.get(HEALTH_PATH, operation_id="health", response_model=HealthReport, response_model_exclude_none=True,
-            responses=HEALTH_RESPONSES,
-            summary="Liveness, the graph served, and (deep=true) whether the LLM answers")
-async def health(service: Service,
-                 deep: Annotated[bool, Query(description="also ask the LLM endpoint (GET /models)")] = False,
-                 ) -> JSONResponse:
+@router.get(
+    HEALTH_PATH,
+    operation_id="health",
+    response_model=HealthReport,
+    response_model_exclude_none=True,
+    responses=HEALTH_RESPONSES,
+    summary="Liveness, the graph served, and (deep=true) whether the LLM answers",
+)
+async def health(
+    service: Service,
+    deep: Annotated[bool, Query(description="also ask the LLM endpoint (GET /models)")] = False,
+) -> JSONResponse:
     store = await run_in_threadpool(lambda: service.store)
-    report: dict[str, Any] = {"status": "ok", "graph": store.endpoint.label,
-                              "rolled_back_turns": service.rolled_back_count,
-                              "conversation_locks": service.conversation_lock_count(),
-                              "graph_write_lock": service.write_lock_totals()}
+    report: dict[str, Any] = {
+        "status": "ok",
+        "graph": store.endpoint.label,
+        "rolled_back_turns": service.rolled_back_count,
+        "conversation_locks": service.conversation_lock_count(),
+        "graph_write_lock": service.write_lock_totals(),
+    }
     status = 200
     if deep:
         try:

@@ -33,17 +33,26 @@ class HealthReport(BaseModel):
     rolled_back_turns: int = Field(description="turns rolled back since start")
     conversation_locks: int = Field(description="per-conversation locks held in memory")
     graph_write_lock: dict[str, float] = Field(
-        default_factory=dict, description="the serialised graph writes since start (on ArcadeDB): acquired, "
-        "waited_s, held_s; the held seconds per turn bound the turns per second")
+        default_factory=dict,
+        description="the serialised graph writes since start (on ArcadeDB): acquired, "
+        "waited_s, held_s; the held seconds per turn bound the turns per second",
+    )
     llm: str | None = Field(None, description="deep=true: the LLM endpoint that answered")
-    llm_error: str | None = Field(None, description="deep=true: why the LLM endpoint did not answer")
+    llm_error: str | None = Field(
+        None, description="deep=true: why the LLM endpoint did not answer"
+    )
 
 
 #: The conversation in a read-back path: the rules of a request's conversation_id. A "/" in it
 #: is part of the id (the route's parameter spans segments).
 PathConversationId = Annotated[
-    str, Path(min_length=1, max_length=200, pattern=NAME_PATTERN,
-              description="the conversation: 1-200 characters, not blank, no control characters")
+    str,
+    Path(
+        min_length=1,
+        max_length=200,
+        pattern=NAME_PATTERN,
+        description="the conversation: 1-200 characters, not blank, no control characters",
+    ),
 ]
 Offset = Annotated[int, Query(ge=0, le=10_000_000, description="items to skip")]
 Limit = Annotated[int, Query(ge=1, le=500, description="items per page")]
@@ -52,6 +61,7 @@ SearchK = Annotated[int, Query(ge=1, le=50, description="turns to recall")]
 
 
 # --- Read-back (paged) ---------------------------------------------------------------------------
+
 
 class PageInfo(BaseModel):
     offset: int
@@ -81,7 +91,9 @@ class RelationEventOut(BaseModel):
     weight_before: float | None = None
     weight_after: float | None = None
     reason: str = ""
-    quote: str = Field("", description="the words of the turn that state this change (its evidence)")
+    quote: str = Field(
+        "", description="the words of the turn that state this change (its evidence)"
+    )
 
 
 class RelationOut(BaseModel):
@@ -95,8 +107,12 @@ class RelationOut(BaseModel):
     status: str
     since_turn: str | None = None
     ended_turn: str | None = None
-    quote: str = Field("", description="the evidence of the relation's latest change: words of that turn")
-    events: list[RelationEventOut] = Field(default_factory=list, description="the relation's mutation log, oldest first")
+    quote: str = Field(
+        "", description="the evidence of the relation's latest change: words of that turn"
+    )
+    events: list[RelationEventOut] = Field(
+        default_factory=list, description="the relation's mutation log, oldest first"
+    )
 
 
 class MilestoneOut(BaseModel):
@@ -147,6 +163,12 @@ class TurnPage(BaseModel):
 class SearchResult(BaseModel):
     conversation_id: str
     query: str
-    turns: list[RecalledTurnOut] = Field(default_factory=list, description="hybrid recall, best first")
-    entities: list[EntityOut] = Field(default_factory=list, description="entities whose name or alias matches")
-    milestones: list[MilestoneOut] = Field(default_factory=list, description="milestones containing the query words")
+    turns: list[RecalledTurnOut] = Field(
+        default_factory=list, description="hybrid recall, best first"
+    )
+    entities: list[EntityOut] = Field(
+        default_factory=list, description="entities whose name or alias matches"
+    )
+    milestones: list[MilestoneOut] = Field(
+        default_factory=list, description="milestones containing the query words"
+    )

@@ -31,8 +31,10 @@ class SidecarSecurity:
 
     def __init__(self, token: str | None = None, cors_origins: Sequence[str] = ()) -> None:
         if token is not None and len(token) < MIN_TOKEN_CHARS:
-            raise InvalidInputError(f"the sidecar token is shorter than {MIN_TOKEN_CHARS} characters",
-                                    hint=f"set {TOKEN_ENV} to a long random string (e.g. `openssl rand -hex 24`)")
+            raise InvalidInputError(
+                f"the sidecar token is shorter than {MIN_TOKEN_CHARS} characters",
+                hint=f"set {TOKEN_ENV} to a long random string (e.g. `openssl rand -hex 24`)",
+            )
         self.token = token
         self.cors_origins = list(cors_origins)
 
@@ -40,18 +42,25 @@ class SidecarSecurity:
         if self.token is None:
             return True
         scheme, _, value = (header or "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), self.token.encode())
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            value.strip().encode(), self.token.encode()
+        )
 
     def install(self, app: FastAPI) -> None:
         """The token check, and CORS around it (added last, so outermost: a preflight, which
         carries no token, is answered before the check)."""
 
         @app.middleware("http")
-        async def bearer_token(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        async def bearer_token(
+            request: Request, call_next: Callable[[Request], Awaitable[Response]]
+        ) -> Response:
             if not self.authorized(request.headers.get("authorization")):
                 body = ApiError(code="UNAUTHORIZED", reason="missing or wrong bearer token")
-                return JSONResponse(body.model_dump(mode="json"), status_code=401,
-                                    headers={"WWW-Authenticate": "Bearer"})
+                return JSONResponse(
+                    body.model_dump(mode="json"),
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
             return await call_next(request)
 
         app.add_middleware(
@@ -72,7 +81,9 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
-def serve_security(host: str, token_file: Path | None, cors_origins: Sequence[str] | None) -> SidecarSecurity:
+def serve_security(
+    host: str, token_file: Path | None, cors_origins: Sequence[str] | None
+) -> SidecarSecurity:
     """The security of `serve`: the token from `token_file` (else SKALD_SIDECAR_TOKEN), the
     origins given (else SKALD_SIDECAR_CORS_ORIGINS, comma-separated). Refuses to serve a
     non-loopback address without a token."""
@@ -81,7 +92,9 @@ def serve_security(host: str, token_file: Path | None, cors_origins: Sequence[st
         try:
             token = token_file.read_text(encoding="utf-8").strip() or None
         except OSError as exc:
-            raise InvalidInputError(f"cannot read --token-file {token_file}: {exc.strerror or exc}") from None
+            raise InvalidInputError(
+                f"cannot read --token-file {token_file}: {exc.strerror or exc}"
+            ) from None
     else:
         token = os.environ.get(TOKEN_ENV, "").strip() or None
     if token is None and not is_loopback(host):

@@ -77,7 +77,9 @@ async def read_body(request: Request) -> Result[bytes, Literal["too_large"]]:
     each route answers it with its own result model, as it answers every other refusal."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        return Err(f"request body is {int(declared)} bytes; the limit is {MAX_BODY_BYTES}", "too_large")
+        return Err(
+            f"request body is {int(declared)} bytes; the limit is {MAX_BODY_BYTES}", "too_large"
+        )
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -90,8 +92,12 @@ async def read_body(request: Request) -> Result[bytes, Literal["too_large"]]:
 
 # --- what each operation documents -----------------------------------------------------------
 
-_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying (retryable answers only)",
-                                "schema": {"type": "string"}}}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "seconds to wait before retrying (retryable answers only)",
+        "schema": {"type": "string"},
+    }
+}
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:
@@ -100,13 +106,19 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
 
 def _either(description: str, *models: type[BaseModel], headers: bool = False) -> dict[str, Any]:
     schema = _ref(models[0]) if len(models) == 1 else {"anyOf": [_ref(m) for m in models]}
-    out: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": schema}}}
+    out: dict[str, Any] = {
+        "description": description,
+        "content": {"application/json": {"schema": schema}},
+    }
     if headers:
         out["headers"] = _RETRY_AFTER
     return out
 
 
-_UNAUTHORIZED = {"model": ApiError, "description": "no or a wrong bearer token (the server has one)"}
+_UNAUTHORIZED = {
+    "model": ApiError,
+    "description": "no or a wrong bearer token (the server has one)",
+}
 
 
 def call_responses(
@@ -115,49 +127,84 @@ def call_responses(
     """The responses of an operation whose body is parsed into a service call (403 and 409 only
     where the operation can answer them)."""
     responses: dict[int | str, dict[str, Any]] = {
-        400: {"model": result, "description": "INVALID_REQUEST (malformed): the body breaks the schema, or is "
-              "not JSON or not UTF-8; `reason` names the first bad field"},
+        400: {
+            "model": result,
+            "description": "INVALID_REQUEST (malformed): the body breaks the schema, or is "
+            "not JSON or not UTF-8; `reason` names the first bad field",
+        },
         401: _UNAUTHORIZED,
-        413: {"model": result, "description": f"INVALID_REQUEST (too_large): the body is over {MAX_BODY_BYTES} bytes"},
+        413: {
+            "model": result,
+            "description": f"INVALID_REQUEST (too_large): the body is over {MAX_BODY_BYTES} bytes",
+        },
         500: _either("internal error (a bug): nothing was written", result, ApiError),
-        503: {"model": result, "headers": _RETRY_AFTER,
-              "description": "rolled back or unavailable, retryable (LLM or graph unavailable, a timeout): "
-              "nothing was written; retry after Retry-After seconds"},
+        503: {
+            "model": result,
+            "headers": _RETRY_AFTER,
+            "description": "rolled back or unavailable, retryable (LLM or graph unavailable, a timeout): "
+            "nothing was written; retry after Retry-After seconds",
+        },
     }
     if conflict is not None:
         responses[409] = {"model": result, "headers": _RETRY_AFTER, "description": conflict}
     if forbidden:
-        responses[403] = {"model": result, "description": "INVALID_REQUEST (forbidden): config.db names another "
-                          "graph than the served one, or carries a password, and the server runs without "
-                          "--allow-request-db"}
+        responses[403] = {
+            "model": result,
+            "description": "INVALID_REQUEST (forbidden): config.db names another "
+            "graph than the served one, or carries a password, and the server runs without "
+            "--allow-request-db",
+        }
     return dict(sorted(responses.items(), key=lambda item: str(item[0])))
 
 
-TURN_CONFLICT = ("IN_PROGRESS (busy, retryable, Retry-After): another turn of the conversation holds its lock; "
-                 "or INVALID_REQUEST (conflict): the turn is committed with a different payload (/turn/replace "
-                 "changes it), or the conversation has turns committed before rewinds were possible and cannot "
-                 "be rewound")
-REWIND_CONFLICT = ("IN_PROGRESS (busy, retryable, Retry-After): another turn of the conversation holds its lock; "
-                   "or INVALID_REQUEST (conflict): the conversation has turns committed before rewinds were "
-                   "possible and cannot be rewound")
+TURN_CONFLICT = (
+    "IN_PROGRESS (busy, retryable, Retry-After): another turn of the conversation holds its lock; "
+    "or INVALID_REQUEST (conflict): the turn is committed with a different payload (/turn/replace "
+    "changes it), or the conversation has turns committed before rewinds were possible and cannot "
+    "be rewound"
+)
+REWIND_CONFLICT = (
+    "IN_PROGRESS (busy, retryable, Retry-After): another turn of the conversation holds its lock; "
+    "or INVALID_REQUEST (conflict): the conversation has turns committed before rewinds were "
+    "possible and cannot be rewound"
+)
 
 TURN_RESPONSES = call_responses(TurnResult, forbidden=True, conflict=TURN_CONFLICT)
 REWIND_RESPONSES = call_responses(RewindResult, forbidden=False, conflict=REWIND_CONFLICT)
 MEMORY_RESPONSES = call_responses(MemoryQueryResult, forbidden=True, conflict=None)
 
 READ_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: {"model": ApiError, "description": "INVALID_REQUEST: a path or query parameter breaks its rules"},
+    400: {
+        "model": ApiError,
+        "description": "INVALID_REQUEST: a path or query parameter breaks its rules",
+    },
     401: _UNAUTHORIZED,
     500: {"model": ApiError, "description": "internal error (a bug)"},
-    503: {"model": ApiError, "headers": _RETRY_AFTER,
-          "description": "UNAVAILABLE: the graph (or, for search, the embedding model) does not answer; retry"},
+    503: {
+        "model": ApiError,
+        "headers": _RETRY_AFTER,
+        "description": "UNAVAILABLE: the graph (or, for search, the embedding model) does not answer; retry",
+    },
 }
-LOREBOOK_RESPONSES: dict[int | str, dict[str, Any]] = dict(sorted({
-    **READ_RESPONSES,
-    404: {"model": ApiError, "description": "NOT_FOUND: the graph holds no such conversation"},
-}.items(), key=lambda item: str(item[0])))
+LOREBOOK_RESPONSES: dict[int | str, dict[str, Any]] = dict(
+    sorted(
+        {
+            **READ_RESPONSES,
+            404: {
+                "model": ApiError,
+                "description": "NOT_FOUND: the graph holds no such conversation",
+            },
+        }.items(),
+        key=lambda item: str(item[0]),
+    )
+)
 HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     **READ_RESPONSES,
-    503: _either("deep=true and the LLM endpoint does not answer (HealthReport, status degraded), or the graph "
-                 "does not answer (ApiError)", HealthReport, ApiError, headers=True),
+    503: _either(
+        "deep=true and the LLM endpoint does not answer (HealthReport, status degraded), or the graph "
+        "does not answer (ApiError)",
+        HealthReport,
+        ApiError,
+        headers=True,
+    ),
 }

@@ -50,46 +50,79 @@ Service = Annotated[DialogueService, Depends(service_of)]
 router = APIRouter()
 
 
-async def _turn(request: Request, service: DialogueService, attempt: Literal["commit", "retry"],
-                replace: bool = False) -> JSONResponse:
+async def _turn(
+    request: Request,
+    service: DialogueService,
+    attempt: Literal["commit", "retry"],
+    replace: bool = False,
+) -> JSONResponse:
     body = await read_body(request)
     if isinstance(body, Err):
         result = TurnResult.invalid(body.reason, kind=body.kind)
     else:
-        result = await run_in_threadpool(service.commit, body.value, attempt=attempt, replace=replace)
+        result = await run_in_threadpool(
+            service.commit, body.value, attempt=attempt, replace=replace
+        )
     return answer(result, turn_status(result), result.retryable)
 
 
-@router.post(COMMIT_PATH, operation_id="commit_turn", response_model=TurnResult, responses=TURN_RESPONSES,
-             openapi_extra=json_body(TurnCommitRequest), summary="Commit one conversation turn to the memory graph")
+@router.post(
+    COMMIT_PATH,
+    operation_id="commit_turn",
+    response_model=TurnResult,
+    responses=TURN_RESPONSES,
+    openapi_extra=json_body(TurnCommitRequest),
+    summary="Commit one conversation turn to the memory graph",
+)
 async def commit_turn(request: Request, service: Service) -> JSONResponse:
     return await _turn(request, service, "commit")
 
 
-@router.post(RETRY_PATH, operation_id="retry_turn", response_model=TurnResult, responses=TURN_RESPONSES,
-             openapi_extra=json_body(TurnCommitRequest),
-             summary="Retry a rolled-back turn (same body; an already committed turn is returned as is)")
+@router.post(
+    RETRY_PATH,
+    operation_id="retry_turn",
+    response_model=TurnResult,
+    responses=TURN_RESPONSES,
+    openapi_extra=json_body(TurnCommitRequest),
+    summary="Retry a rolled-back turn (same body; an already committed turn is returned as is)",
+)
 async def retry_turn(request: Request, service: Service) -> JSONResponse:
     return await _turn(request, service, "retry")
 
 
-@router.post(REPLACE_PATH, operation_id="replace_turn", response_model=TurnResult, responses=TURN_RESPONSES,
-             openapi_extra=json_body(TurnCommitRequest),
-             summary="Replace a turn (an edit or a swipe): the old turn and every later one are rewound "
-             "exactly, then the new text is committed; the same text again is an idempotent replay")
+@router.post(
+    REPLACE_PATH,
+    operation_id="replace_turn",
+    response_model=TurnResult,
+    responses=TURN_RESPONSES,
+    openapi_extra=json_body(TurnCommitRequest),
+    summary="Replace a turn (an edit or a swipe): the old turn and every later one are rewound "
+    "exactly, then the new text is committed; the same text again is an idempotent replay",
+)
 async def replace_turn(request: Request, service: Service) -> JSONResponse:
     return await _turn(request, service, "commit", replace=True)
 
 
-@router.post(REWIND_PATH, operation_id="rewind_conversation", response_model=RewindResult,
-             responses=REWIND_RESPONSES, openapi_extra=json_body(RewindRequest),
-             summary="Rewind a conversation to before turn N: that turn and every later one are removed "
-             "exactly (facts, relation events, milestones, memory), like a chapter rollback")
+@router.post(
+    REWIND_PATH,
+    operation_id="rewind_conversation",
+    response_model=RewindResult,
+    responses=REWIND_RESPONSES,
+    openapi_extra=json_body(RewindRequest),
+    summary="Rewind a conversation to before turn N: that turn and every later one are removed "
+    "exactly (facts, relation events, milestones, memory), like a chapter rollback",
+)
 async def rewind_conversation(request: Request, service: Service) -> JSONResponse:
     body = await read_body(request)
     if isinstance(body, Err):
-        outcome = RewindResult(ok=False, conversation_id="", before_turn="", code="INVALID_REQUEST",
-                               error_kind=body.kind, reason=body.reason)
+        outcome = RewindResult(
+            ok=False,
+            conversation_id="",
+            before_turn="",
+            code="INVALID_REQUEST",
+            error_kind=body.kind,
+            reason=body.reason,
+        )
     else:
         parsed = parse_rewind(body.value)
         if isinstance(parsed, RewindResult):
@@ -99,10 +132,15 @@ async def rewind_conversation(request: Request, service: Service) -> JSONRespons
     return answer(outcome, rewind_status(outcome), outcome.retryable)
 
 
-@router.post(MEMORY_QUERY_PATH, operation_id="query_memory", response_model=MemoryQueryResult,
-             responses=MEMORY_RESPONSES, openapi_extra=json_body(MemoryQueryRequest),
-             summary="Memory for PENDING messages before the model replies: the injection_packet a turn "
-             "would get (the same retrieval and injector), nothing written")
+@router.post(
+    MEMORY_QUERY_PATH,
+    operation_id="query_memory",
+    response_model=MemoryQueryResult,
+    responses=MEMORY_RESPONSES,
+    openapi_extra=json_body(MemoryQueryRequest),
+    summary="Memory for PENDING messages before the model replies: the injection_packet a turn "
+    "would get (the same retrieval and injector), nothing written",
+)
 async def query_memory(request: Request, service: Service) -> JSONResponse:
     body = await read_body(request)
     if isinstance(body, Err):

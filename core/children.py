@@ -74,7 +74,9 @@ def popen_dying_with_parent(args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
         if _spawner is None:
             # One worker that lives until interpreter shutdown: children forked from it die
             # with the process, not with whichever worker thread happened to need them.
-            _spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="skald-spawner")
+            _spawner = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="skald-spawner"
+            )
         spawner = _spawner
     return spawner.submit(_spawn, args, kwargs).result()
 
@@ -102,7 +104,9 @@ class _PatchPrefectServerOnImport(importlib.abc.MetaPathFinder):
     """Patches Prefect's server module when Prefect imports it (only a run that starts the
     ephemeral API does), so a CLI that never needs it does not pay the import (~3 s)."""
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Any, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != _PREFECT_SERVER_MODULE:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)

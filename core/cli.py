@@ -19,14 +19,30 @@ from core.errors import SkaldError, first_error
 
 def add_settings_options(parser: argparse.ArgumentParser) -> None:
     """The options every project command takes after its own: --config and -v."""
-    parser.add_argument("--config", type=Path, default=None, help="TOML settings file (default <project-dir>/skald.toml)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="TOML settings file (default <project-dir>/skald.toml)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
 def setup_logging(verbose: bool = False) -> None:
     level = logging.DEBUG if verbose else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s | %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "neo4j", "openai", "urllib3", "asyncio"):
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)-7s %(name)s | %(message)s", datefmt="%H:%M:%S"
+    )
+    for noisy in (
+        "httpx",
+        "httpx2",
+        "httpcore",
+        "httpcore2",
+        "neo4j",
+        "openai",
+        "urllib3",
+        "asyncio",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -55,7 +71,9 @@ def project_prefect_settings(project_dir: Path) -> Iterator[None]:
     """Default result storage for flows *started* inside this block (wrap the flow call)."""
     from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 
-    with temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: str(prefect_results_dir(project_dir))}):
+    with temporary_settings(
+        updates={PREFECT_LOCAL_STORAGE_PATH: str(prefect_results_dir(project_dir))}
+    ):
         yield
 
 
@@ -89,7 +107,9 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def run_main(main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[str] | None = None) -> NoReturn:
+def run_main(
+    main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[str] | None = None
+) -> NoReturn:
     """Run `main`, turning known failures into one line on stderr and a non-zero exit."""
     quiet_known_failures()
     try:
@@ -103,6 +123,9 @@ def run_main(main: Callable[[Sequence[str] | None], int], prog: str, argv: Seque
         print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted; finished steps are kept, run the same command again to resume", file=sys.stderr)
+        print(
+            f"{prog}: interrupted; finished steps are kept, run the same command again to resume",
+            file=sys.stderr,
+        )
         code = 130
     sys.exit(code)

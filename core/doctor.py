@@ -64,19 +64,33 @@ def _timed(component: str, endpoint: Callable[[], str], check: Callable[[], str]
     try:
         where = endpoint()
         detail = check()
-        return CheckResult(component=component, endpoint=where, ok=True,
-                           latency_ms=(time.perf_counter() - started) * 1000, detail=detail)
+        return CheckResult(
+            component=component,
+            endpoint=where,
+            ok=True,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            detail=detail,
+        )
     except Exception as exc:  # every failure becomes one line in the table
-        return CheckResult(component=component, endpoint=where, ok=False,
-                           latency_ms=(time.perf_counter() - started) * 1000, detail=one_line(exc))
+        return CheckResult(
+            component=component,
+            endpoint=where,
+            ok=False,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            detail=one_line(exc),
+        )
 
 
 def _connect(endpoint: GraphEndpoint, attempts: int) -> neo4j.Driver:
     """A verified driver; `attempts` tries with backoff, like a run's own connection."""
     delay, last = 0.5, ""
     for attempt in range(1, attempts + 1):
-        driver = neo4j.GraphDatabase.driver(endpoint.uri, auth=(endpoint.username, endpoint.password),
-                                            connection_timeout=10.0, user_agent="skald-doctor")
+        driver = neo4j.GraphDatabase.driver(
+            endpoint.uri,
+            auth=(endpoint.username, endpoint.password),
+            connection_timeout=10.0,
+            user_agent="skald-doctor",
+        )
         try:
             driver.verify_connectivity()
             return driver
@@ -84,7 +98,8 @@ def _connect(endpoint: GraphEndpoint, attempts: int) -> neo4j.Driver:
             driver.close()
             raise GraphUnavailableError(
                 f"graph at {endpoint.uri} refused the credentials for user {endpoint.username!r}: {one_line(exc)}",
-                hint="check NEO4J_USERNAME / NEO4J_PASSWORD") from exc
+                hint="check NEO4J_USERNAME / NEO4J_PASSWORD",
+            ) from exc
         except (nx.DriverError, nx.Neo4jError, OSError) as exc:
             driver.close()
             last = one_line(exc)
@@ -93,13 +108,17 @@ def _connect(endpoint: GraphEndpoint, attempts: int) -> neo4j.Driver:
                 delay = min(delay * 2, 4.0)
     raise GraphUnavailableError(
         f"graph at {endpoint.uri} is unreachable after {attempts} attempts ({last})",
-        hint="start the Neo4j server, fix NEO4J_URI, or unset NEO4J_URI to use the embedded ArcadeDB")
+        hint="start the Neo4j server, fix NEO4J_URI, or unset NEO4J_URI to use the embedded ArcadeDB",
+    )
 
 
 def probe_rollback(endpoint: GraphEndpoint, attempts: int) -> str:
     """Create a marker node in an explicit transaction, roll it back, and check it is gone."""
     marker = f"doctor-{uuid.uuid4().hex}"
-    with _connect(endpoint, attempts) as driver, driver.session(database=endpoint.database) as session:
+    with (
+        _connect(endpoint, attempts) as driver,
+        driver.session(database=endpoint.database) as session,
+    ):
         agent = driver.get_server_info().agent
         tx = session.begin_transaction()
         try:
@@ -107,16 +126,23 @@ def probe_rollback(endpoint: GraphEndpoint, attempts: int) -> str:
             seen = tx.run(_PROBE_COUNT, marker=marker).single(strict=True)["n"]
         finally:
             tx.rollback()
-        after = session.execute_read(lambda t: t.run(_PROBE_COUNT, marker=marker).single(strict=True)["n"])
+        after = session.execute_read(
+            lambda t: t.run(_PROBE_COUNT, marker=marker).single(strict=True)["n"]
+        )
     if seen != 1 or after != 0:
-        raise GraphWriteError(f"transaction probe saw {seen} node(s) inside and {after} after rollback",
-                              hint="the graph server does not roll back transactions correctly")
+        raise GraphWriteError(
+            f"transaction probe saw {seen} node(s) inside and {after} after rollback",
+            hint="the graph server does not roll back transactions correctly",
+        )
     return f"write visible in its transaction, gone after rollback ({agent})"
 
 
 def check_graph(settings: Settings) -> CheckResult:
-    return _timed("graph", lambda: graph_endpoint(settings).label,
-                  lambda: probe_rollback(graph_endpoint(settings), settings.graph_connect_attempts))
+    return _timed(
+        "graph",
+        lambda: graph_endpoint(settings).label,
+        lambda: probe_rollback(graph_endpoint(settings), settings.graph_connect_attempts),
+    )
 
 
 def check_llm(settings: Settings) -> tuple[CheckResult, CheckResult]:
@@ -141,7 +167,9 @@ def check_llm(settings: Settings) -> tuple[CheckResult, CheckResult]:
             raise RuntimeError(f"unexpected embedding shape {vectors.shape}")
         again = gateway.embed(["x"])
         if again.shape[1] != vectors.shape[1]:
-            raise RuntimeError(f"dimension changed between calls: {vectors.shape[1]} vs {again.shape[1]}")
+            raise RuntimeError(
+                f"dimension changed between calls: {vectors.shape[1]} vs {again.shape[1]}"
+            )
         return f"dimension {vectors.shape[1]}"
 
     llm = _timed("llm", lambda: gateway.endpoint_label("small"), llm_check)
@@ -172,11 +200,16 @@ def check_prefect() -> CheckResult:
 
 def render(results: Sequence[CheckResult]) -> str:
     rows = [("component", "endpoint", "status", "latency", "detail")]
-    rows += [(r.component, r.endpoint, "up" if r.ok else "DOWN", f"{r.latency_ms:.0f} ms", r.detail) for r in results]
+    rows += [
+        (r.component, r.endpoint, "up" if r.ok else "DOWN", f"{r.latency_ms:.0f} ms", r.detail)
+        for r in results
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = []
     for n, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
+        lines.append(
+            "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
+        )
         if n == 0:
             lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 6)
     return "\n".join(lines)
@@ -187,10 +220,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m core.doctor",
         description="Check the graph, LLM, embeddings and Prefect for real and print a status table.",
     )
-    parser.add_argument("--project-dir", type=Path, default=Path("."), help="project directory (default: .)")
-    parser.add_argument("--config", type=Path, default=None, help="TOML settings file (default: <project-dir>/skald.toml)")
-    parser.add_argument("--skip", action="append", default=[], choices=["graph", "llm", "prefect"],
-                        help="skip a component (repeatable)")
+    parser.add_argument(
+        "--project-dir", type=Path, default=Path("."), help="project directory (default: .)"
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="TOML settings file (default: <project-dir>/skald.toml)",
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=["graph", "llm", "prefect"],
+        help="skip a component (repeatable)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging(args.verbose)

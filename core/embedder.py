@@ -47,7 +47,9 @@ RECENT_CALLS = 256
 RECENT_MAX_TEXTS = 4
 
 
-_INTERACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("skald_embed_interactive", default=False)
+_INTERACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "skald_embed_interactive", default=False
+)
 
 
 @contextmanager
@@ -69,7 +71,10 @@ class QueriesFirstLock:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._held = False
-        self.waiting = {True: 0, False: 0}  # interactive? -> callers waiting (read under no lock: a gauge)
+        self.waiting = {
+            True: 0,
+            False: 0,
+        }  # interactive? -> callers waiting (read under no lock: a gauge)
 
     @contextmanager
     def hold(self, interactive: bool) -> Iterator[None]:
@@ -134,9 +139,13 @@ class LocalEmbedder:
         # Measured on a busy 2-core machine: ingest 62-72 turns/s instead of 30-44, and one
         # query's encode p95 11-13 ms instead of 35-55 ms, at half the CPU.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(
+            str(model_path), options, providers=["CPUExecutionProvider"]
+        )
         self._session_lock = QueriesFirstLock()
-        self._recent: cachetools.LRUCache[tuple[str, ...], np.ndarray] = cachetools.LRUCache(RECENT_CALLS)
+        self._recent: cachetools.LRUCache[tuple[str, ...], np.ndarray] = cachetools.LRUCache(
+            RECENT_CALLS
+        )
         self._recent_lock = threading.Lock()
 
     def encode_recent(self, texts: list[str]) -> np.ndarray:
@@ -171,11 +180,20 @@ class LocalEmbedder:
             for row, i in enumerate(idx):
                 ids[row, : lengths[i]] = encoded[i].ids
                 mask[row, : lengths[i]] = 1
-            with self._session_lock.hold(_INTERACTIVE.get()):  # one session, many threads: one batch at a time
+            with self._session_lock.hold(
+                _INTERACTIVE.get()
+            ):  # one session, many threads: one batch at a time
                 hidden = self._session.run(
-                    None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+                    None,
+                    {
+                        "input_ids": ids,
+                        "attention_mask": mask,
+                        "token_type_ids": np.zeros_like(ids),
+                    },
                 )[0]
-            pooled = (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+            pooled = (hidden * mask[..., None]).sum(axis=1) / np.maximum(
+                mask.sum(axis=1, keepdims=True), 1
+            )
             out[idx] = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return out
 

@@ -52,7 +52,11 @@ def _heap_bytes(size: str) -> int:
 def _initial_heap() -> str:
     """The initial heap, never above the maximum (the JVM refuses to start otherwise)."""
     try:
-        return _JVM_INITIAL_HEAP if _heap_bytes(_JVM_INITIAL_HEAP) <= _heap_bytes(_JVM_HEAP) else _JVM_HEAP
+        return (
+            _JVM_INITIAL_HEAP
+            if _heap_bytes(_JVM_INITIAL_HEAP) <= _heap_bytes(_JVM_HEAP)
+            else _JVM_HEAP
+        )
     except ValueError:
         return _JVM_HEAP
 
@@ -162,9 +166,20 @@ class EmbeddedArcadeDB:
         if pid == os.getpid() or not _pid_alive(pid) or not _port_open(port):
             return None
         if announce:
-            log.info("graph: using the embedded ArcadeDB already running in process %s (bolt port %s)", pid, port)
-        return GraphEndpoint(f"bolt://127.0.0.1:{port}", EMBEDDED_USER, self._credentials(), EMBEDDED_DATABASE, True,
-                             self.root, pid)
+            log.info(
+                "graph: using the embedded ArcadeDB already running in process %s (bolt port %s)",
+                pid,
+                port,
+            )
+        return GraphEndpoint(
+            f"bolt://127.0.0.1:{port}",
+            EMBEDDED_USER,
+            self._credentials(),
+            EMBEDDED_DATABASE,
+            True,
+            self.root,
+            pid,
+        )
 
     def _discovered_alive(self) -> bool:
         return self._endpoint is not None and _port_open(int(self._endpoint.uri.rsplit(":", 1)[1]))
@@ -196,8 +211,10 @@ class EmbeddedArcadeDB:
         share the project directory (`set -a; . neo4j.env; set +a`)."""
         path = self.root / "neo4j.env"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"NEO4J_URI={endpoint.uri}\nNEO4J_USERNAME={endpoint.username}\n"
-                       f"NEO4J_PASSWORD={endpoint.password}\nNEO4J_DATABASE={endpoint.database}\n")
+        tmp.write_text(
+            f"NEO4J_URI={endpoint.uri}\nNEO4J_USERNAME={endpoint.username}\n"
+            f"NEO4J_PASSWORD={endpoint.password}\nNEO4J_DATABASE={endpoint.database}\n"
+        )
         os.chmod(tmp, 0o600)
         tmp.replace(path)
         return path
@@ -222,7 +239,10 @@ class EmbeddedArcadeDB:
             from arcadedb_embedded.jvm import start_jvm
 
             try:
-                start_jvm(heap_size=_JVM_HEAP, jvm_args=[f"-Xms{_initial_heap()}", f"-Djava.util.logging.config.file={props}"])
+                start_jvm(
+                    heap_size=_JVM_HEAP,
+                    jvm_args=[f"-Xms{_initial_heap()}", f"-Djava.util.logging.config.file={props}"],
+                )
             except Exception as exc:  # already started in this process with another config
                 log.debug("JVM already running: %s", exc)
             bolt_port, http_port = bolt_port or free_port(), http_port or free_port()
@@ -246,16 +266,28 @@ class EmbeddedArcadeDB:
             ) from exc
         self._server = server
         tmp = self._discovery_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "bolt_port": bolt_port, "http_port": http_port}))
+        tmp.write_text(
+            json.dumps({"pid": os.getpid(), "bolt_port": bolt_port, "http_port": http_port})
+        )
         tmp.replace(self._discovery_file)
         atexit.register(self.stop)
         _exit_cleanly_on_sigterm()
         log.info(
             "graph: embedded ArcadeDB started in %.1fs (bolt://127.0.0.1:%s, studio http://127.0.0.1:%s, data %s)",
-            time.monotonic() - started, bolt_port, http_port, self.root / "data",
+            time.monotonic() - started,
+            bolt_port,
+            http_port,
+            self.root / "data",
         )
-        return GraphEndpoint(f"bolt://127.0.0.1:{bolt_port}", EMBEDDED_USER, password, EMBEDDED_DATABASE, True,
-                             self.root, os.getpid())
+        return GraphEndpoint(
+            f"bolt://127.0.0.1:{bolt_port}",
+            EMBEDDED_USER,
+            password,
+            EMBEDDED_DATABASE,
+            True,
+            self.root,
+            os.getpid(),
+        )
 
     def stop(self) -> None:
         with self._lock:
@@ -289,7 +321,11 @@ def graph_endpoint(settings: Settings) -> GraphEndpoint:
     if settings.neo4j_uri:
         password = settings.neo4j_password.get_secret_value() if settings.neo4j_password else ""
         return GraphEndpoint(
-            settings.neo4j_uri, settings.neo4j_username, password, settings.neo4j_database or "neo4j", False
+            settings.neo4j_uri,
+            settings.neo4j_username,
+            password,
+            settings.neo4j_database or "neo4j",
+            False,
         )
     return EmbeddedArcadeDB.for_dir(settings.saga_dir / "graph").endpoint()
 
@@ -305,20 +341,30 @@ def owner_gone(endpoint: GraphEndpoint) -> str | None:
     port = int(endpoint.uri.rsplit(":", 1)[1])
     try:
         info = json.loads((endpoint.root / "server.json").read_text())
-        same = int(info.get("pid", -1)) == endpoint.owner_pid and int(info.get("bolt_port", -1)) == port
+        same = (
+            int(info.get("pid", -1)) == endpoint.owner_pid
+            and int(info.get("bolt_port", -1)) == port
+        )
     except (OSError, ValueError):
         same = False
     if same and _pid_alive(endpoint.owner_pid or -1) and _port_open(port):
         return None
     project = endpoint.root.parent.parent  # <project>/.saga/graph
-    return (f"the embedded graph of {project} ran inside process {endpoint.owner_pid}, which exited mid-run "
-            f"and took the graph with it; run `python -m kg serve --project-dir {project}` so the graph "
-            "outlives the processes that use it, then run again")
+    return (
+        f"the embedded graph of {project} ran inside process {endpoint.owner_pid}, which exited mid-run "
+        f"and took the graph with it; run `python -m kg serve --project-dir {project}` so the graph "
+        "outlives the processes that use it, then run again"
+    )
 
 
-def serve_embedded(settings: Settings, *, bolt_port: int | None = None, http_port: int | None = None,
-                   ready: Callable[[GraphEndpoint, Path], None] | None = None,
-                   stop: threading.Event | None = None) -> None:
+def serve_embedded(
+    settings: Settings,
+    *,
+    bolt_port: int | None = None,
+    http_port: int | None = None,
+    ready: Callable[[GraphEndpoint, Path], None] | None = None,
+    stop: threading.Event | None = None,
+) -> None:
     """Run the project's embedded graph in this process until SIGTERM, SIGINT or `stop`.
 
     Other processes of the project find it through `server.json` like any embedded server;

@@ -46,8 +46,7 @@ MAX_TITLE_WORDS = 14
 
 #: Lower-case words that belong inside names: "Church of Saint Mary", "Ludwig van Beethoven".
 CONNECTORS = frozenset(
-    "of the a an and de da di del della der den van von la le les du des y al bin ibn ben el los las on upon in at"
-    .split()
+    "of the a an and de da di del della der den van von la le les du des y al bin ibn ben el los las on upon in at".split()
 )
 #: Titles and forms of address: "Captain Elias Thorne" is found as "Elias Thorne".
 HONORIFICS = frozenset(
@@ -55,10 +54,12 @@ HONORIFICS = frozenset(
     "prince princess saint st old young father mother sister brother aunt uncle grandma grandpa the".split()
 )
 _HEADING = re.compile(
-    r"^\s*(?:#+|(?:chapter|part|book|act|scene|prologue|epilogue|interlude|section|volume)\b)", re.IGNORECASE
+    r"^\s*(?:#+|(?:chapter|part|book|act|scene|prologue|epilogue|interlude|section|volume)\b)",
+    re.IGNORECASE,
 )
 _NUMBERED = re.compile(
-    r"^\s*(?:#+\s*)?(?:(?:chapter|part|book|act|volume)\s+(?:\d+|[ivxlc]+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\b)?\s*[:.\-–—]?\s*", re.IGNORECASE
+    r"^\s*(?:#+\s*)?(?:(?:chapter|part|book|act|volume)\s+(?:\d+|[ivxlc]+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\b)?\s*[:.\-–—]?\s*",
+    re.IGNORECASE,
 )
 #: A template's slot the model filled in literally: "Title 1", "Chapter Title", "[Title]", "Untitled",
 #: "TBD". A title that only numbers the chapter ("Chapter 3") is left to the heading, which drops it.
@@ -72,11 +73,29 @@ _PLACEHOLDER_TITLE = re.compile(
 _IDENTIFIER = re.compile(r"_|[^\W\d_]{3,}\d")
 _SENTENCE_PUNCT = re.compile(r"[!?;:]|\.(?=\s|$)|,")
 _FRAGMENT_SPLIT = re.compile(r"[\s\-‐-―_]+")
-_QUOTES = str.maketrans({
-    "‘": "'", "’": "'", "‚": "'", "‛": "'", "′": "'", "`": "'", "´": "'",
-    "“": '"', "”": '"', "„": '"', "‟": '"', "″": '"',
-    "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "―": "-", "−": "-",
-})
+_QUOTES = str.maketrans(
+    {
+        "‘": "'",
+        "’": "'",
+        "‚": "'",
+        "‛": "'",
+        "′": "'",
+        "`": "'",
+        "´": "'",
+        "“": '"',
+        "”": '"',
+        "„": '"',
+        "‟": '"',
+        "″": '"',
+        "‐": "-",
+        "‑": "-",
+        "‒": "-",
+        "–": "-",
+        "—": "-",
+        "―": "-",
+        "−": "-",
+    }
+)
 _POSSESSIVE = re.compile(r"(?<=\w)'s\b|(?<=s)'(?=\W|$)")
 _NON_WORD = re.compile(r"[\W_]+")
 _ABBREVIATION = re.compile(r"\b(?:mr|mrs|ms|dr|st|jr|sr|prof|capt|[a-z])\.", re.IGNORECASE)
@@ -88,7 +107,11 @@ def _title_words(title: str) -> tuple[tuple[str, ...], ...]:
     words or more ("A Tribute to a Heroine" of "Lysa the Keeper: A Tribute to a Heroine"). A
     book's titles are asked about for every name of every chapter: normalised once."""
     parts = tuple(tuple(normalise(p).split()) for p in title.split(":")[1:] if len(p.split()) >= 2)
-    return (tuple(normalise(title).split()), tuple(normalise(_NUMBERED.sub("", title)).split()), *parts)
+    return (
+        tuple(normalise(title).split()),
+        tuple(normalise(_NUMBERED.sub("", title)).split()),
+        *parts,
+    )
 
 
 def _is_title(name: str, title: str) -> bool:
@@ -101,8 +124,12 @@ def _is_title(name: str, title: str) -> bool:
         if words == title_words:
             return True
         n = len(words)
-        if (2 <= n <= len(title_words) and n >= TITLE_PREFIX_SHARE * len(title_words)
-                and words[:-1] == title_words[: n - 1] and title_words[n - 1].startswith(words[-1])):
+        if (
+            2 <= n <= len(title_words)
+            and n >= TITLE_PREFIX_SHARE * len(title_words)
+            and words[:-1] == title_words[: n - 1]
+            and title_words[n - 1].startswith(words[-1])
+        ):
             return True
     return False
 
@@ -126,7 +153,11 @@ def _words(name: str) -> list[str]:
 def distinctive_tokens(name: str) -> list[str]:
     """The words of a name that identify it alone ("Mara" and "Quill" of "Mara Quill"): at
     least three letters, not a connector or form of address."""
-    return [w for w in normalise(name).split() if len(w) >= 3 and w not in CONNECTORS and w not in HONORIFICS]
+    return [
+        w
+        for w in normalise(name).split()
+        if len(w) >= 3 and w not in CONNECTORS and w not in HONORIFICS
+    ]
 
 
 def without_honorifics(name: str) -> str:
@@ -259,7 +290,9 @@ def title_problem(title: str, max_words: int = MAX_TITLE_WORDS) -> str | None:
     return None
 
 
-def usable_title(title: str, fallback: str, max_words: int = MAX_TITLE_WORDS) -> tuple[str, str | None]:
+def usable_title(
+    title: str, fallback: str, max_words: int = MAX_TITLE_WORDS
+) -> tuple[str, str | None]:
     """`title` tidied, or `fallback` when it cannot be a title; with the reason it could not."""
     problem = title_problem(title, max_words)
     return (fallback, problem) if problem else (" ".join(title.split()), None)
@@ -290,8 +323,14 @@ def name_problem(name: str, titles: Sequence[str] = ()) -> str | None:
         return "sentence punctuation in a name"
     lower = [w for w in content if w[:1].islower()]
     first_capital = next((i for i, w in enumerate(plain) if w[:1].isupper()), None)
-    lower_after_capital = [w for i, w in enumerate(plain) if first_capital is not None and i > first_capital
-                           and w[:1].islower() and normalise(w) not in CONNECTORS]
+    lower_after_capital = [
+        w
+        for i, w in enumerate(plain)
+        if first_capital is not None
+        and i > first_capital
+        and w[:1].islower()
+        and normalise(w) not in CONNECTORS
+    ]
     if len(lower_after_capital) >= 2 or len(lower) >= 3:
         return "reads like a sentence, not a name"
     for title in titles:

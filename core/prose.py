@@ -39,7 +39,9 @@ class ProseMetrics(BaseModel):
     max_sentence_repeats: int = Field(ge=0)
     most_repeated_sentence: str = ""
     compression_ratio: float
-    failures: list[str] = Field(default_factory=list, description="why the text fails, empty when clean")
+    failures: list[str] = Field(
+        default_factory=list, description="why the text fails, empty when clean"
+    )
 
     @property
     def clean(self) -> bool:
@@ -50,8 +52,10 @@ class ProseMetrics(BaseModel):
         return self.words / self.target_words if self.target_words else 1.0
 
     def brief(self) -> str:
-        return (f"{self.words} words, distinct trigrams {self.distinct_trigrams:.2f}, "
-                f"max sentence repeats {self.max_sentence_repeats}, compression {self.compression_ratio:.2f}")
+        return (
+            f"{self.words} words, distinct trigrams {self.distinct_trigrams:.2f}, "
+            f"max sentence repeats {self.max_sentence_repeats}, compression {self.compression_ratio:.2f}"
+        )
 
 
 def words_of(text: str) -> list[str]:
@@ -60,7 +64,7 @@ def words_of(text: str) -> list[str]:
 
 def distinct_n(words: list[str], n: int) -> float:
     """Distinct n-grams / all n-grams; 1.0 for texts too short to have any."""
-    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 1.0
 
 
@@ -120,22 +124,34 @@ def failures(metrics: ProseMetrics, thresholds: ProseThresholds) -> list[str]:
     """Each threshold the metrics break, as a short phrase for logs and revision guidance."""
     found = []
     if metrics.distinct_trigrams < thresholds.min_distinct_trigrams:
-        found.append(f"distinct word-trigram ratio {metrics.distinct_trigrams:.2f} "
-                     f"< {thresholds.min_distinct_trigrams:.2f}")
+        found.append(
+            f"distinct word-trigram ratio {metrics.distinct_trigrams:.2f} "
+            f"< {thresholds.min_distinct_trigrams:.2f}"
+        )
     if metrics.distinct_bigrams < thresholds.min_distinct_bigrams:
-        found.append(f"distinct word-bigram ratio {metrics.distinct_bigrams:.2f} "
-                     f"< {thresholds.min_distinct_bigrams:.2f}")
+        found.append(
+            f"distinct word-bigram ratio {metrics.distinct_bigrams:.2f} "
+            f"< {thresholds.min_distinct_bigrams:.2f}"
+        )
     if metrics.max_sentence_repeats > thresholds.max_sentence_repeats:
-        found.append(f"one sentence occurs {metrics.max_sentence_repeats} times "
-                     f"(at most {thresholds.max_sentence_repeats}): {metrics.most_repeated_sentence[:80]!r}")
+        found.append(
+            f"one sentence occurs {metrics.max_sentence_repeats} times "
+            f"(at most {thresholds.max_sentence_repeats}): {metrics.most_repeated_sentence[:80]!r}"
+        )
     if metrics.compression_ratio < thresholds.min_compression_ratio:
-        found.append(f"zlib compression ratio {metrics.compression_ratio:.2f} "
-                     f"< {thresholds.min_compression_ratio:.2f} (repetitive text)")
+        found.append(
+            f"zlib compression ratio {metrics.compression_ratio:.2f} "
+            f"< {thresholds.min_compression_ratio:.2f} (repetitive text)"
+        )
     if metrics.target_words:
         if metrics.length_ratio < thresholds.min_length_ratio:
-            found.append(f"{metrics.words} words is under {thresholds.min_length_ratio:.0%} "
-                         f"of the {metrics.target_words}-word target")
+            found.append(
+                f"{metrics.words} words is under {thresholds.min_length_ratio:.0%} "
+                f"of the {metrics.target_words}-word target"
+            )
         elif metrics.length_ratio > thresholds.max_length_ratio:
-            found.append(f"{metrics.words} words is over {thresholds.max_length_ratio:.0%} "
-                         f"of the {metrics.target_words}-word target")
+            found.append(
+                f"{metrics.words} words is over {thresholds.max_length_ratio:.0%} "
+                f"of the {metrics.target_words}-word target"
+            )
     return found

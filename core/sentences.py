@@ -24,7 +24,9 @@ _CLAUSE_END = re.compile(r"\s*(?:[,;:]|\s[-–—])(?=\s)")
 _SENTENCE_START = re.compile(r"(?:(?<=[.!?…])[\"'”’)\]]*\s+|\n\s*)(?=\S)")
 _TERMINAL = re.compile(r"[.!?…][\"'”’)\]]*$")
 #: Common abbreviations whose full stop ends no sentence ("Dr. Venn", "St. Ives").
-_ABBREVIATIONS = frozenset("mr mrs ms dr st jr sr prof capt col gen lt sgt rev vs etc mt no".split())
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr st jr sr prof capt col gen lt sgt rev vs etc mt no".split()
+)
 #: A clause end is worth cutting at only if it keeps this share of the text.
 MIN_KEPT_SHARE = 0.3
 #: A clause closed as a sentence must say something: at least this many words.
@@ -32,7 +34,9 @@ MIN_CLAUSE_WORDS = 4
 #: Words no English sentence ends on: articles, coordinating conjunctions, determiners that
 #: need their noun. (Prepositions, auxiliaries and "her" or "that" can end one: "the place she
 #: came from", "she knew she could", "he loved her".) A text ending on one was cut ("She is the").
-DANGLING_WORDS = frozenset("the a an and or but nor because than my your our their its whose".split())
+DANGLING_WORDS = frozenset(
+    "the a an and or but nor because than my your our their its whose".split()
+)
 
 
 def ends_sentence(text: str) -> bool:
@@ -45,7 +49,11 @@ def _sentence_ends(text: str) -> list[int]:
     for match in _SENTENCE_END.finditer(text):
         before = text[: match.start()].rsplit(None, 1)
         word = before[-1].lower() if before else ""
-        if match.group().startswith(".") and len(match.group()) == 1 and (word in _ABBREVIATIONS or len(word) == 1):
+        if (
+            match.group().startswith(".")
+            and len(match.group()) == 1
+            and (word in _ABBREVIATIONS or len(word) == 1)
+        ):
             continue  # "Dr." or an initial: no sentence ends here
         ends.append(match.end())
     return ends
@@ -86,7 +94,7 @@ def finish_cut_text(text: str) -> str:
     ends = _sentence_ends(text)
     last = ends[-1] if ends else 0
     clauses = [m.start() for m in _CLAUSE_END.finditer(text) if m.start() > last]
-    if clauses and len(text[last:clauses[-1]].split()) >= MIN_CLAUSE_WORDS:
+    if clauses and len(text[last : clauses[-1]].split()) >= MIN_CLAUSE_WORDS:
         return text[: clauses[-1]].rstrip() + "."
     if ends and last >= MIN_KEPT_SHARE * len(text):
         return text[:last].strip()
@@ -134,6 +142,6 @@ def tail_from_sentence(text: str, max_chars: int) -> str:
         return window.strip()  # the window starts where a sentence starts
     start = _SENTENCE_START.search(window)
     if start is not None and start.end() < len(window):
-        return window[start.end():].strip()
+        return window[start.end() :].strip()
     space = window.find(" ")
-    return window[space + 1:].strip() if space >= 0 else window
+    return window[space + 1 :].strip() if space >= 0 else window

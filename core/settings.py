@@ -151,15 +151,23 @@ class ContextBudget(BaseModel):
 class RunLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_iterations: int = Field(3, ge=1, le=20, description="revision loops per chapter (the embedded model: 1 unless "
-                                "set, see Settings.revision_budget)")
+    max_iterations: int = Field(
+        3,
+        ge=1,
+        le=20,
+        description="revision loops per chapter (the embedded model: 1 unless "
+        "set, see Settings.revision_budget)",
+    )
     qa_every: int = Field(5, ge=1, description="run QA/healing every N chapters")
     scene_token_target: int = Field(600, ge=50, le=8000)
     scenes_per_chapter: int = Field(3, ge=1, le=20)
     revision_threshold: float = Field(0.5, ge=0, le=1, description="min mean quality score")
     extraction_concurrency: int = Field(4, ge=1, le=64)
-    enrich_narrative: bool = Field(False, description="rewrite each drafted scene with sensory detail and emotional "
-                                   "depth (tier `enrichment`) before it is extracted, validated and committed")
+    enrich_narrative: bool = Field(
+        False,
+        description="rewrite each drafted scene with sensory detail and emotional "
+        "depth (tier `enrichment`) before it is extracted, validated and committed",
+    )
     llm_max_attempts: int = Field(4, ge=1, le=20)
     llm_timeout_s: float = Field(120.0, gt=0)
     context_budget: ContextBudget = Field(default_factory=ContextBudget)
@@ -174,17 +182,31 @@ class ProseThresholds(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    min_distinct_trigrams: float = Field(0.80, ge=0, le=1, description="distinct / total word trigrams")
-    min_distinct_bigrams: float = Field(0.60, ge=0, le=1, description="distinct / total word bigrams")
+    min_distinct_trigrams: float = Field(
+        0.80, ge=0, le=1, description="distinct / total word trigrams"
+    )
+    min_distinct_bigrams: float = Field(
+        0.60, ge=0, le=1, description="distinct / total word bigrams"
+    )
     max_sentence_repeats: int = Field(3, ge=1, description="most times one sentence may occur")
     min_compression_ratio: float = Field(0.25, ge=0, le=1, description="zlib bytes / raw bytes")
-    min_length_ratio: float = Field(0.15, ge=0, le=10, description="words / target words, lower bound")
-    max_length_ratio: float = Field(3.0, ge=0.1, le=100, description="words / target words, upper bound")
-    max_draft_attempts: int = Field(3, ge=1, le=10, description="drafts per scene before it is flagged")
+    min_length_ratio: float = Field(
+        0.15, ge=0, le=10, description="words / target words, lower bound"
+    )
+    max_length_ratio: float = Field(
+        3.0, ge=0.1, le=100, description="words / target words, upper bound"
+    )
+    max_draft_attempts: int = Field(
+        3, ge=1, le=10, description="drafts per scene before it is flagged"
+    )
     # Run-on sentences (see tasks/validation.py for the sources): published fiction averages
     # 12-20 words a sentence; Flesch's "very difficult" band (scientific prose) starts at 29.
-    max_mean_sentence_words: float = Field(30.0, ge=5, description="mean words per sentence, upper bound")
-    max_sentence_words: int = Field(100, ge=10, description="words in the longest sentence, upper bound")
+    max_mean_sentence_words: float = Field(
+        30.0, ge=5, description="mean words per sentence, upper bound"
+    )
+    max_sentence_words: int = Field(
+        100, ge=10, description="words in the longest sentence, upper bound"
+    )
 
     @model_validator(mode="after")
     def _length_bounds_ordered(self) -> ProseThresholds:
@@ -199,7 +221,9 @@ class RevisionBudget(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     iterations: int = Field(ge=1)
-    why: str = Field("", description="one line for the log when a flagged chapter is kept for this budget")
+    why: str = Field(
+        "", description="one line for the log when a flagged chapter is kept for this budget"
+    )
 
 
 class StyleGuide(BaseModel):
@@ -211,10 +235,13 @@ class StyleGuide(BaseModel):
 
     person: Literal["first", "second", "third"] = "third"
     tense: Literal["past", "present"] = "past"
-    tone_register: str = Field("literary, concrete and sensory; plain modern English", max_length=300,
-                               alias="register")
-    notes: str = Field("Show through action and dialogue; vary sentence length; never repeat a sentence.",
-                       max_length=2000)
+    tone_register: str = Field(
+        "literary, concrete and sensory; plain modern English", max_length=300, alias="register"
+    )
+    notes: str = Field(
+        "Show through action and dialogue; vary sentence length; never repeat a sentence.",
+        max_length=2000,
+    )
 
 
 class HealingSettings(BaseModel):
@@ -248,12 +275,18 @@ class Settings(BaseSettings):
 
     # --- LLM endpoint: unset means the embedded llama.cpp server with SmolLM2.
     openai_base_url: str | None = Field(
-        None, validation_alias=AliasChoices("OPENAI_BASE_URL", "SKALD_OPENAI_BASE_URL", "openai_base_url")
+        None,
+        validation_alias=AliasChoices(
+            "OPENAI_BASE_URL", "SKALD_OPENAI_BASE_URL", "openai_base_url"
+        ),
     )
     openai_api_key: SecretStr | None = Field(
-        None, validation_alias=AliasChoices("OPENAI_API_KEY", "SKALD_OPENAI_API_KEY", "openai_api_key")
+        None,
+        validation_alias=AliasChoices("OPENAI_API_KEY", "SKALD_OPENAI_API_KEY", "openai_api_key"),
     )
-    default_model: str = Field("gpt-4o-mini", min_length=1, description="used by tiers with no models")
+    default_model: str = Field(
+        "gpt-4o-mini", min_length=1, description="used by tiers with no models"
+    )
     # Completion cap for the embedded SmolLM2 default (a tiny model can loop until any cap).
     local_max_tokens: int = Field(1024, ge=32, le=8192)
     tiers: dict[TierName, TierSettings] = Field(default_factory=_default_tiers)
@@ -273,15 +306,22 @@ class Settings(BaseSettings):
     embedding_model: str = "text-embedding-3-small"
 
     # --- Graph: unset NEO4J_URI means embedded ArcadeDB under <project-dir>/.saga/graph.
-    neo4j_uri: str | None = Field(None, validation_alias=AliasChoices("NEO4J_URI", "SKALD_NEO4J_URI", "neo4j_uri"))
+    neo4j_uri: str | None = Field(
+        None, validation_alias=AliasChoices("NEO4J_URI", "SKALD_NEO4J_URI", "neo4j_uri")
+    )
     neo4j_username: str = Field(
-        "neo4j", validation_alias=AliasChoices("NEO4J_USERNAME", "NEO4J_USER", "SKALD_NEO4J_USERNAME", "neo4j_username")
+        "neo4j",
+        validation_alias=AliasChoices(
+            "NEO4J_USERNAME", "NEO4J_USER", "SKALD_NEO4J_USERNAME", "neo4j_username"
+        ),
     )
     neo4j_password: SecretStr | None = Field(
-        None, validation_alias=AliasChoices("NEO4J_PASSWORD", "SKALD_NEO4J_PASSWORD", "neo4j_password")
+        None,
+        validation_alias=AliasChoices("NEO4J_PASSWORD", "SKALD_NEO4J_PASSWORD", "neo4j_password"),
     )
     neo4j_database: str | None = Field(
-        None, validation_alias=AliasChoices("NEO4J_DATABASE", "SKALD_NEO4J_DATABASE", "neo4j_database")
+        None,
+        validation_alias=AliasChoices("NEO4J_DATABASE", "SKALD_NEO4J_DATABASE", "neo4j_database"),
     )
     graph_connect_attempts: int = Field(5, ge=1, le=50)
 
@@ -341,7 +381,9 @@ class Settings(BaseSettings):
 
     def tier(self, name: str) -> TierSettings:
         if name not in self.tiers:
-            raise ConfigError(f"unknown LLM tier {name!r}", hint=f"use one of {', '.join(TIER_NAMES)}")
+            raise ConfigError(
+                f"unknown LLM tier {name!r}", hint=f"use one of {', '.join(TIER_NAMES)}"
+            )
         return self.tiers[name]  # type: ignore[index]
 
     def embedded_tier(self, name: str) -> bool:
@@ -354,7 +396,9 @@ class Settings(BaseSettings):
         configured; on the embedded model by default, EMBEDDED_MAX_ITERATIONS (its revisions
         have not passed the checks that flagged them)."""
         limits = self.limits
-        if "max_iterations" in limits.model_fields_set or not all(self.embedded_tier(t) for t in REVISED_TIERS):
+        if "max_iterations" in limits.model_fields_set or not all(
+            self.embedded_tier(t) for t in REVISED_TIERS
+        ):
             return RevisionBudget(iterations=limits.max_iterations)
         return RevisionBudget(
             iterations=EMBEDDED_MAX_ITERATIONS,
@@ -389,7 +433,9 @@ class _TomlSource(PydanticBaseSettingsSource):
             with path.open("rb") as handle:
                 data = tomllib.load(handle)
         except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}", hint="fix the TOML syntax") from exc
+            raise ConfigError(
+                f"cannot read config file {path}: {exc}", hint="fix the TOML syntax"
+            ) from exc
         # Accept both a top-level table and a [skald] table.
         return dict(data.get("skald", data))
 
@@ -407,11 +453,17 @@ def load_settings(
     **overrides: Any,
 ) -> Settings:
     """Build Settings from every source; raise ConfigError with one line on bad values."""
-    project = Path(project_dir) if project_dir is not None else Path(os.environ.get("SKALD_PROJECT_DIR", "."))
+    project = (
+        Path(project_dir)
+        if project_dir is not None
+        else Path(os.environ.get("SKALD_PROJECT_DIR", "."))
+    )
     config = config_file or os.environ.get("SKALD_CONFIG")
     toml_path = Path(config) if config else project / "skald.toml"
     if config and not toml_path.exists():
-        raise ConfigError(f"config file {toml_path} does not exist", hint="check --config / SKALD_CONFIG")
+        raise ConfigError(
+            f"config file {toml_path} does not exist", hint="check --config / SKALD_CONFIG"
+        )
     env_files = [p for p in (Path(".env"), project / ".env") if p.exists()]
     token = _toml_path.set(toml_path)
     try:

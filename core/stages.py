@@ -39,7 +39,9 @@ class StageTime:
     def minus(self, earlier: StageTime | None) -> StageTime:
         if earlier is None:
             return StageTime(self.cpu_s, self.wall_s, self.calls)
-        return StageTime(self.cpu_s - earlier.cpu_s, self.wall_s - earlier.wall_s, self.calls - earlier.calls)
+        return StageTime(
+            self.cpu_s - earlier.cpu_s, self.wall_s - earlier.wall_s, self.calls - earlier.calls
+        )
 
 
 @dataclass
@@ -125,9 +127,14 @@ class StageLedger:
             self._settle()
             now = {name: StageTime(t.cpu_s, t.wall_s, t.calls) for name, t in self._totals.items()}
             stages = {name: t.minus(self._mark.get(name)) for name, t in now.items()}
-            point = Checkpoint(label=label, cpu_s=self._cpu - self._mark_cpu, wall_s=self._wall - self._mark_wall,
-                               rss_mb=rss_mb(), at=time.time(),
-                               stages={n: t for n, t in stages.items() if t.calls or t.cpu_s > 0 or t.wall_s > 0})
+            point = Checkpoint(
+                label=label,
+                cpu_s=self._cpu - self._mark_cpu,
+                wall_s=self._wall - self._mark_wall,
+                rss_mb=rss_mb(),
+                at=time.time(),
+                stages={n: t for n, t in stages.items() if t.calls or t.cpu_s > 0 or t.wall_s > 0},
+            )
             self._mark, self._mark_cpu, self._mark_wall = now, self._cpu, self._wall
             return point
 

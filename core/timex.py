@@ -52,22 +52,72 @@ from typing import Any
 from dateutil import parser as date_parser
 from dateutil.relativedelta import relativedelta
 
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
-           "october", "november", "december")
-_MONTH_NUMBER = {name: i + 1 for i, name in enumerate(_MONTHS)} | {
-    name[:3]: i + 1 for i, name in enumerate(_MONTHS) if name not in ("may", "march")
-} | {"sept": 9}
-_WEEKDAYS = {"monday": 0, "tuesday": 1, "wednesday": 2, "thursday": 3, "friday": 4, "saturday": 5,
-             "sunday": 6, "tues": 1, "tue": 1, "wed": 2, "thurs": 3, "thur": 3, "thu": 3, "fri": 4}
-_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-            "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+_MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+_MONTH_NUMBER = (
+    {name: i + 1 for i, name in enumerate(_MONTHS)}
+    | {name[:3]: i + 1 for i, name in enumerate(_MONTHS) if name not in ("may", "march")}
+    | {"sept": 9}
+)
+_WEEKDAYS = {
+    "monday": 0,
+    "tuesday": 1,
+    "wednesday": 2,
+    "thursday": 3,
+    "friday": 4,
+    "saturday": 5,
+    "sunday": 6,
+    "tues": 1,
+    "tue": 1,
+    "wed": 2,
+    "thurs": 3,
+    "thur": 3,
+    "thu": 3,
+    "fri": 4,
+}
+_NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+}
 #: Vague counts: (fewest, most) units.
-_VAGUE = {"a couple of": (2, 3), "a couple": (2, 3), "couple of": (2, 3), "a few": (2, 4), "few": (2, 4),
-          "several": (3, 6)}
+_VAGUE = {
+    "a couple of": (2, 3),
+    "a couple": (2, 3),
+    "couple of": (2, 3),
+    "a few": (2, 4),
+    "few": (2, 4),
+    "several": (3, 6),
+}
 #: Meteorological seasons (northern hemisphere): first month, months long.
 _SEASONS = {"spring": 3, "summer": 6, "fall": 9, "autumn": 9, "winter": 12}
 
-_MONTH_RE = "|".join(sorted([*_MONTHS, *(k for k in _MONTH_NUMBER if k not in _MONTHS)], key=len, reverse=True))
+_MONTH_RE = "|".join(
+    sorted([*_MONTHS, *(k for k in _MONTH_NUMBER if k not in _MONTHS)], key=len, reverse=True)
+)
 _WEEKDAY_RE = "|".join(sorted(_WEEKDAYS, key=len, reverse=True))
 _COUNT_RE = r"\d{1,2}|" + "|".join(sorted([*_NUMBERS, *_VAGUE], key=len, reverse=True))
 _UNIT_RE = r"days?|weeks?|weekends?|months?|years?"
@@ -79,29 +129,45 @@ _YEAR = r"((?:19|20)\d\d)"
 
 #: A present-perfect clause: "I've had", "has been", "she's been", "have known" (not "have to",
 #: "has got to"; "'s" alone is "is" as often as "has").
-_PERFECT = re.compile(r"(?:\b(?:have|has)|['\u2019]ve)\b(?!\s+(?:to|got\s+to)\b)|['\u2019]s\s+been\b",
-                      re.IGNORECASE)
+_PERFECT = re.compile(
+    r"(?:\b(?:have|has)|['\u2019]ve)\b(?!\s+(?:to|got\s+to)\b)|['\u2019]s\s+been\b", re.IGNORECASE
+)
 
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in (
-    ("day_before_yesterday", r"\b(?:the\s+)?day\s+before\s+yesterday\b"),
-    ("day_after_tomorrow", r"\b(?:the\s+)?day\s+after\s+tomorrow\b"),
-    ("yesterday", r"\b(?:yesterday|last\s+night)\b"),
-    ("today", r"\b(?:today|tonight|this\s+(?:morning|afternoon|evening))\b"),
-    ("tomorrow", r"\btomorrow\b"),
-    ("other_day", r"\bthe\s+other\s+day\b"),
-    ("ago", rf"\b({_COUNT_RE})\s+({_UNIT_RE})\s+ago\b"),
-    ("duration", rf"\bfor\s+(?:the\s+(?:past|last)\s+)?({_COUNT_RE})\s+({_UNIT_RE})(?:\s+now)?\b(?!\s+ago)"),
-    ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
-    ("before", rf"\bthe\s+(day|week|weekend|month)\s+before\b{_CLAUSE_END}"),
-    ("weekday", rf"\b(last|this\s+past|past|next|this\s+coming|this)\s+({_WEEKDAY_RE})\b\.?"),
-    ("unit", r"\b(last|this\s+past|past|next|this\s+coming|this|earlier\s+this)\s+(week|weekend|month|year)\b"),
-    ("season", r"\b(last|this\s+past|past|next|this\s+coming|this)\s+(spring|summer|fall|autumn|winter)\b"),
-    ("day_month", rf"\b{_DAY}\s+(?:of\s+)?({_MONTH_RE})\b\.?(?:,?\s+{_YEAR}\b)?"),
-    ("month_day", rf"\b({_MONTH_RE})\.?\s+{_DAY}\b(?!\s*(?:%|am\b|pm\b|:))(?:,?\s+{_YEAR}\b)?"),
-    ("month", rf"\b(?:(in|on|since|during|until|till|by|from|around|of|last|next|this|early|late|mid|end\s+of)[\s-]+)?"
-              rf"(?:(early|late|mid)[\s-]+)?({_MONTH_RE})\b\.?(?:,?\s+{_YEAR}\b)?"),
-    ("year", rf"\b(?:in|since|during|from|by|around|of|back\s+in|until|till)\s+{_YEAR}\b"),
-)]
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (name, re.compile(pattern, re.IGNORECASE))
+    for name, pattern in (
+        ("day_before_yesterday", r"\b(?:the\s+)?day\s+before\s+yesterday\b"),
+        ("day_after_tomorrow", r"\b(?:the\s+)?day\s+after\s+tomorrow\b"),
+        ("yesterday", r"\b(?:yesterday|last\s+night)\b"),
+        ("today", r"\b(?:today|tonight|this\s+(?:morning|afternoon|evening))\b"),
+        ("tomorrow", r"\btomorrow\b"),
+        ("other_day", r"\bthe\s+other\s+day\b"),
+        ("ago", rf"\b({_COUNT_RE})\s+({_UNIT_RE})\s+ago\b"),
+        (
+            "duration",
+            rf"\bfor\s+(?:the\s+(?:past|last)\s+)?({_COUNT_RE})\s+({_UNIT_RE})(?:\s+now)?\b(?!\s+ago)",
+        ),
+        ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
+        ("before", rf"\bthe\s+(day|week|weekend|month)\s+before\b{_CLAUSE_END}"),
+        ("weekday", rf"\b(last|this\s+past|past|next|this\s+coming|this)\s+({_WEEKDAY_RE})\b\.?"),
+        (
+            "unit",
+            r"\b(last|this\s+past|past|next|this\s+coming|this|earlier\s+this)\s+(week|weekend|month|year)\b",
+        ),
+        (
+            "season",
+            r"\b(last|this\s+past|past|next|this\s+coming|this)\s+(spring|summer|fall|autumn|winter)\b",
+        ),
+        ("day_month", rf"\b{_DAY}\s+(?:of\s+)?({_MONTH_RE})\b\.?(?:,?\s+{_YEAR}\b)?"),
+        ("month_day", rf"\b({_MONTH_RE})\.?\s+{_DAY}\b(?!\s*(?:%|am\b|pm\b|:))(?:,?\s+{_YEAR}\b)?"),
+        (
+            "month",
+            rf"\b(?:(in|on|since|during|until|till|by|from|around|of|last|next|this|early|late|mid|end\s+of)[\s-]+)?"
+            rf"(?:(early|late|mid)[\s-]+)?({_MONTH_RE})\b\.?(?:,?\s+{_YEAR}\b)?",
+        ),
+        ("year", rf"\b(?:in|since|during|from|by|around|of|back\s+in|until|till)\s+{_YEAR}\b"),
+    )
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +233,12 @@ class QueryDate:
         """`span` lies within this date, and this date is at most a month of a known year:
         "on May 3, 2023" holds "yesterday" said on May 4, not "last week"; "in 2022" or
         "in May" (any year) would tie a question to too many turns to tell one from another."""
-        return self.precise and self.span is not None and self.span.start <= span.start and span.end <= self.span.end
+        return (
+            self.precise
+            and self.span is not None
+            and self.span.start <= span.start
+            and span.end <= self.span.end
+        )
 
     def matches(self, span: TimeSpan) -> bool:
         if self.span is not None:
@@ -249,10 +320,17 @@ def _unit_span(unit: str, anchor: date, shift: int) -> tuple[date, date, str]:
         if shift < 0:
             saturday = _last_weekend(anchor) + timedelta(weeks=shift + 1)
         elif shift == 0:  # the weekend holding the anchor, or the coming one
-            saturday = anchor - timedelta(days=1) if anchor.weekday() == 6 else anchor + timedelta(
-                days=(5 - anchor.weekday()) % 7)
+            saturday = (
+                anchor - timedelta(days=1)
+                if anchor.weekday() == 6
+                else anchor + timedelta(days=(5 - anchor.weekday()) % 7)
+            )
         else:  # the first weekend starting after the anchor, then on by weeks
-            saturday = anchor + timedelta(days=(5 - anchor.weekday()) % 7 or 7) + timedelta(weeks=shift - 1)
+            saturday = (
+                anchor
+                + timedelta(days=(5 - anchor.weekday()) % 7 or 7)
+                + timedelta(weeks=shift - 1)
+            )
         return (*_weekend(saturday), "weekend")
     if unit == "month":
         first = anchor.replace(day=1) + relativedelta(months=shift)
@@ -265,7 +343,10 @@ def _season_span(season: str, anchor: date, relation: str) -> tuple[date, date]:
     """`relation` last/past: the latest season of that name over before the anchor; next: the
     first one starting after it; this: the one holding the anchor, else the nearest."""
     first_month = _SEASONS[season.lower()]
-    starts = [date(year, first_month, 1) for year in (anchor.year - 2, anchor.year - 1, anchor.year, anchor.year + 1)]
+    starts = [
+        date(year, first_month, 1)
+        for year in (anchor.year - 2, anchor.year - 1, anchor.year, anchor.year + 1)
+    ]
     spans = [(start, start + relativedelta(months=3, days=-1)) for start in starts]
     if relation in ("last", "past", "this past"):
         return max(s for s in spans if s[1] < anchor)
@@ -278,7 +359,7 @@ def _season_span(season: str, anchor: date, relation: str) -> tuple[date, date]:
 
 
 def _month_allowed(token: str) -> bool:
-    """"may" and "march" are also verbs: as months they are written with a capital."""
+    """ "may" and "march" are also verbs: as months they are written with a capital."""
     return token.lower() not in ("may", "march") or token[0].isupper()
 
 
@@ -367,8 +448,12 @@ def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date
     """The span of a calendar date ("3 May 2023", "May 3"), month ("early June", "May 2023")
     or year ("in 2022"); a month or day without a year is the one nearest the anchor."""
     if kind in ("day_month", "month_day"):
-        day_text, month_text, year_text = (g[0], g[1], g[2]) if kind == "day_month" else (g[1], g[0], g[2])
-        if not year_text and (not _month_allowed(month_text) or month_text.lower().rstrip(".") not in _MONTHS):
+        day_text, month_text, year_text = (
+            (g[0], g[1], g[2]) if kind == "day_month" else (g[1], g[0], g[2])
+        )
+        if not year_text and (
+            not _month_allowed(month_text) or month_text.lower().rstrip(".") not in _MONTHS
+        ):
             return None  # "may 3" (verb), "Jan 5" (a name): a day needs the month's full name or a year
         month, day_number = _MONTH_NUMBER[month_text.lower().rstrip(".")], int(day_text)
         year = int(year_text) if year_text else _nearest_month(anchor, month, "")
@@ -385,7 +470,11 @@ def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date
             return None
         month = _MONTH_NUMBER[month_text.lower().rstrip(".")]
         relation = (relation or "").lower()
-        year = int(year_text) if year_text else _nearest_month(anchor, month, relation if relation in ("last", "next") else "")
+        year = (
+            int(year_text)
+            if year_text
+            else _nearest_month(anchor, month, relation if relation in ("last", "next") else "")
+        )
         first, last = _month_span(year, month)
         if part:
             part = part.lower()
@@ -425,7 +514,9 @@ def resolve(text: str, anchor: date | None) -> list[TimeSpan]:
     return [span for _, span in sorted(spans, key=lambda s: s[0])]
 
 
-def _longest_first(found: list[tuple[int, int, str, re.Match[str]]]) -> list[tuple[int, int, str, re.Match[str]]]:
+def _longest_first(
+    found: list[tuple[int, int, str, re.Match[str]]],
+) -> list[tuple[int, int, str, re.Match[str]]]:
     """Overlapping matches: the longest wins ("on May 3, 2023" over "on May")."""
     return sorted(found, key=lambda f: (-(f[1] - f[0]), f[0]))
 
@@ -452,21 +543,29 @@ def query_dates(question: str) -> list[QueryDate]:
         if kind in _ABSOLUTE:
             found.extend((m.start(), m.end(), kind, m) for m in pattern.finditer(question))
     # A bare year anywhere ("2022's", "(2023)") names that year too.
-    found.extend((m.start(), m.end(), "bare_year", m) for m in re.finditer(rf"\b{_YEAR}\b", question))
+    found.extend(
+        (m.start(), m.end(), "bare_year", m) for m in re.finditer(rf"\b{_YEAR}\b", question)
+    )
     taken: list[tuple[int, int]] = []
     for start, end, kind, m in _longest_first(found):
         if any(start < e and s < end for s, e in taken):
             continue
         if kind == "bare_year":
             year = int(m.group(1))
-            dates.append(QueryDate(span=TimeSpan(date(year, 1, 1), date(year, 12, 31), m.group(0), "year")))
+            dates.append(
+                QueryDate(span=TimeSpan(date(year, 1, 1), date(year, 12, 31), m.group(0), "year"))
+            )
             taken.append((start, end))
             continue
         groups = m.groups()
         year_text = groups[-1]
         if kind == "month" and not year_text:
             relation, part, month_text, _ = groups
-            if (relation or part) and _month_allowed(month_text) and (relation or "").lower() not in ("last", "next"):
+            if (
+                (relation or part)
+                and _month_allowed(month_text)
+                and (relation or "").lower() not in ("last", "next")
+            ):
                 dates.append(QueryDate(month=_MONTH_NUMBER[month_text.lower().rstrip(".")]))
                 taken.append((start, end))
             continue
@@ -478,6 +577,8 @@ def query_dates(question: str) -> list[QueryDate]:
             continue
         resolved = _resolve_match(kind, m, date(int(year_text), 1, 1)) if year_text else None
         if resolved is not None:
-            dates.append(QueryDate(span=TimeSpan(resolved[0], resolved[1], m.group(0).strip(), resolved[2])))
+            dates.append(
+                QueryDate(span=TimeSpan(resolved[0], resolved[1], m.group(0).strip(), resolved[2]))
+            )
             taken.append((start, end))
     return dates

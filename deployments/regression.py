@@ -43,44 +43,85 @@ DEFAULT_DIALOGUES = str((REPO_ROOT.parent / "shared" / "data" / "dialogues").res
 
 def default_parameters(project_dir: str, dialogues: list[str]) -> dict[str, Any]:
     # Absolute: a worker runs the flow in a working directory of its own.
-    params = RegressionParams(project_dir=str(Path(project_dir).resolve()),
-                              dialogues=[str(Path(d).resolve()) for d in dialogues])
+    params = RegressionParams(
+        project_dir=str(Path(project_dir).resolve()),
+        dialogues=[str(Path(d).resolve()) for d in dialogues],
+    )
     return {"params": params.model_dump(mode="json")}
 
 
 def shard_parameters(base: RegressionParams, shards: int, run_id: str) -> list[dict[str, Any]]:
     """One parameter set per shard: same run id and conversation prefix, shard i/N each."""
     return [
-        {"params": base.model_copy(update={"run_id": run_id, "shard": f"{i}/{shards}"}).model_dump(mode="json")}
+        {
+            "params": base.model_copy(
+                update={"run_id": run_id, "shard": f"{i}/{shards}"}
+            ).model_dump(mode="json")
+        }
         for i in range(shards)
     ]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m deployments.regression",
-                                     description="The long-dialogue regression as a Prefect deployment.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{deploy,worker,serve,submit}")
+    parser = argparse.ArgumentParser(
+        prog="python -m deployments.regression",
+        description="The long-dialogue regression as a Prefect deployment.",
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{deploy,worker,serve,submit}"
+    )
     name = argparse.ArgumentParser(add_help=False)
-    name.add_argument("--name", default=DEFAULT_DEPLOYMENT, help=f"deployment name (default {DEFAULT_DEPLOYMENT})")
+    name.add_argument(
+        "--name", default=DEFAULT_DEPLOYMENT, help=f"deployment name (default {DEFAULT_DEPLOYMENT})"
+    )
     common = argparse.ArgumentParser(add_help=False, parents=[name])
-    common.add_argument("--project-dir", default=".", help="default project of the runs (default .)")
-    common.add_argument("--dialogues", nargs="+", default=[DEFAULT_DIALOGUES], metavar="PATH",
-                        help="default dialogue files/directories of the runs")
-    deploy = sub.add_parser("deploy", parents=[common], help="register the deployment on a work pool")
-    deploy.add_argument("--work-pool", required=True, help="a process work pool (prefect work-pool create ...)")
-    add_worker_arguments(sub.add_parser(
-        "worker", help="a process worker of the pool (python -m deployments.worker): one shard at a time, "
-        "stopping with its flow runs on SIGTERM/Ctrl-C"))
+    common.add_argument(
+        "--project-dir", default=".", help="default project of the runs (default .)"
+    )
+    common.add_argument(
+        "--dialogues",
+        nargs="+",
+        default=[DEFAULT_DIALOGUES],
+        metavar="PATH",
+        help="default dialogue files/directories of the runs",
+    )
+    deploy = sub.add_parser(
+        "deploy", parents=[common], help="register the deployment on a work pool"
+    )
+    deploy.add_argument(
+        "--work-pool", required=True, help="a process work pool (prefect work-pool create ...)"
+    )
+    add_worker_arguments(
+        sub.add_parser(
+            "worker",
+            help="a process worker of the pool (python -m deployments.worker): one shard at a time, "
+            "stopping with its flow runs on SIGTERM/Ctrl-C",
+        )
+    )
     sub.add_parser("serve", parents=[common], help="register and run flow runs in this process")
     submit = sub.add_parser("submit", parents=[name], help="start one batch as N shard flow runs")
-    submit.add_argument("--project-dir", default=None, help="project of the runs (default: the deployment's)")
-    submit.add_argument("--dialogues", nargs="+", default=None, metavar="PATH",
-                        help="dialogue files/directories (default: the deployment's)")
-    submit.add_argument("--shards", type=int, default=2, help="flow runs to split the dialogues into (default 2)")
+    submit.add_argument(
+        "--project-dir", default=None, help="project of the runs (default: the deployment's)"
+    )
+    submit.add_argument(
+        "--dialogues",
+        nargs="+",
+        default=None,
+        metavar="PATH",
+        help="dialogue files/directories (default: the deployment's)",
+    )
+    submit.add_argument(
+        "--shards", type=int, default=2, help="flow runs to split the dialogues into (default 2)"
+    )
     submit.add_argument("--turns", type=int, default=20, help="turns per dialogue (default 20)")
-    submit.add_argument("--concurrency", type=int, default=4, help="dialogues at once per shard (default 4)")
-    submit.add_argument("--run-id", default=None,
-                        help="run id shared by the shards (default: timestamp); an earlier run's id resumes it")
+    submit.add_argument(
+        "--concurrency", type=int, default=4, help="dialogues at once per shard (default 4)"
+    )
+    submit.add_argument(
+        "--run-id",
+        default=None,
+        help="run id shared by the shards (default: timestamp); an earlier run's id resumes it",
+    )
     return parser
 
 
@@ -93,8 +134,10 @@ def stored_parameters(name: str) -> RegressionParams:
         try:
             deployment = client.read_deployment_by_name(f"{FLOW_NAME}/{name}")
         except ObjectNotFound:
-            raise InvalidInputError(f"no deployment {FLOW_NAME}/{name} on the Prefect API",
-                                    hint="register it first: python -m deployments.regression deploy ...") from None
+            raise InvalidInputError(
+                f"no deployment {FLOW_NAME}/{name} on the Prefect API",
+                hint="register it first: python -m deployments.regression deploy ...",
+            ) from None
     return RegressionParams.model_validate(deployment.parameters["params"])
 
 
@@ -115,14 +158,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_worker(args.pool, args.limit, args.worker_name, args.grace)
     if args.command == "deploy":
         defaults = default_parameters(args.project_dir, args.dialogues)
-        flow = regression_flow.from_source(source=str(REPO_ROOT), entrypoint="flows/regression.py:regression_flow")
-        flow.deploy(name=args.name, work_pool_name=args.work_pool, parameters=defaults, build=False, push=False,
-                    description="Replay long dialogues through the sidecar and enforce the release gates.",
-                    tags=["skald", "regression"])
+        flow = regression_flow.from_source(
+            source=str(REPO_ROOT), entrypoint="flows/regression.py:regression_flow"
+        )
+        flow.deploy(
+            name=args.name,
+            work_pool_name=args.work_pool,
+            parameters=defaults,
+            build=False,
+            push=False,
+            description="Replay long dialogues through the sidecar and enforce the release gates.",
+            tags=["skald", "regression"],
+        )
         return 0
     if args.command == "serve":
-        regression_flow.serve(name=args.name, parameters=default_parameters(args.project_dir, args.dialogues),
-                              tags=["skald", "regression"])
+        regression_flow.serve(
+            name=args.name,
+            parameters=default_parameters(args.project_dir, args.dialogues),
+            tags=["skald", "regression"],
+        )
         return 0
     from prefect.deployments import run_deployment
 
@@ -133,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"run {run_id}: project {base.project_dir}, dialogues {' '.join(base.dialogues)}")
     for parameters in shard_parameters(base, args.shards, run_id):
         run = run_deployment(f"{FLOW_NAME}/{args.name}", parameters=parameters, timeout=0)
-        print(f"flow run {run.id} ({run.name}): shard {parameters['params']['shard']} of run {run_id}")
+        print(
+            f"flow run {run.id} ({run.name}): shard {parameters['params']['shard']} of run {run_id}"
+        )
     return 0
 
 

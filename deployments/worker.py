@@ -39,11 +39,21 @@ STOP_GRACE_S = 10.0
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--pool", required=True, help="the process work pool to serve")
-    parser.add_argument("--limit", type=int, default=1,
-                        help="flow runs at once (default 1: one run, e.g. one shard, per worker)")
-    parser.add_argument("--worker-name", default=None, help="worker name shown in Prefect (default: Prefect's)")
-    parser.add_argument("--grace", type=float, default=STOP_GRACE_S,
-                        help=f"seconds the flow runs get to stop after SIGTERM before SIGKILL (default {STOP_GRACE_S:g})")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=1,
+        help="flow runs at once (default 1: one run, e.g. one shard, per worker)",
+    )
+    parser.add_argument(
+        "--worker-name", default=None, help="worker name shown in Prefect (default: Prefect's)"
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=STOP_GRACE_S,
+        help=f"seconds the flow runs get to stop after SIGTERM before SIGKILL (default {STOP_GRACE_S:g})",
+    )
     return parser
 
 
@@ -65,13 +75,24 @@ def run_worker(pool: str, limit: int, worker_name: str | None, grace: float) -> 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop.set())
-    cmd = [str(Path(sys.executable).with_name("prefect")), "worker", "start", "--pool", pool, "--type", "process",
-           "--limit", str(limit)]
+    cmd = [
+        str(Path(sys.executable).with_name("prefect")),
+        "worker",
+        "start",
+        "--pool",
+        pool,
+        "--type",
+        "process",
+        "--limit",
+        str(limit),
+    ]
     if worker_name:
         cmd += ["--name", worker_name]
     child = popen_dying_with_parent(cmd, preexec_fn=_reset_signals_in_child)
-    print(f"worker: pool {pool}, {limit} flow run(s) at a time, pid {child.pid} (stop with Ctrl-C or SIGTERM)",
-          flush=True)
+    print(
+        f"worker: pool {pool}, {limit} flow run(s) at a time, pid {child.pid} (stop with Ctrl-C or SIGTERM)",
+        flush=True,
+    )
     while child.poll() is None and not stop.wait(0.2):
         pass
     if child.poll() is not None:
@@ -80,20 +101,32 @@ def run_worker(pool: str, limit: int, worker_name: str | None, grace: float) -> 
     # Prefect's engine end a run Crashed; then the worker.
     runs = _descendants(child.pid)
     flow_run_ids = _flow_run_ids(runs)  # read now: the processes are about to go
-    print(f"worker: stopping {len(runs)} process(es) of flow runs, then the worker (SIGTERM)", flush=True)
+    print(
+        f"worker: stopping {len(runs)} process(es) of flow runs, then the worker (SIGTERM)",
+        flush=True,
+    )
     started = time.monotonic()
     _signal_all(runs, signal.SIGTERM)
     _wait_gone(runs, grace)
-    print(f"worker: flow run processes gone after {time.monotonic() - started:.1f}s; stopping the worker", flush=True)
+    print(
+        f"worker: flow run processes gone after {time.monotonic() - started:.1f}s; stopping the worker",
+        flush=True,
+    )
     _signal_all([child.pid], signal.SIGTERM)
     try:
         child.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         pass
     print(f"worker: stopped after {time.monotonic() - started:.1f}s", flush=True)
-    left = _alive(runs) + _alive(_descendants(child.pid)) + ([child.pid] if child.poll() is None else [])
+    left = (
+        _alive(runs)
+        + _alive(_descendants(child.pid))
+        + ([child.pid] if child.poll() is None else [])
+    )
     if left:
-        print(f"worker: {len(left)} process(es) still running after {grace:g}s: SIGKILL", flush=True)
+        print(
+            f"worker: {len(left)} process(es) still running after {grace:g}s: SIGKILL", flush=True
+        )
         _signal_all(left, signal.SIGKILL)
     child.wait()
     _mark_crashed(flow_run_ids)
@@ -119,9 +152,13 @@ def _mark_crashed(flow_run_ids: list[str]) -> None:
         for flow_run_id in flow_run_ids:
             run = client.read_flow_run(flow_run_id)
             if run.state is not None and run.state.type in (StateType.RUNNING, StateType.PENDING):
-                client.set_flow_run_state(run.id, Crashed(
-                    message="its worker was stopped (SIGTERM); submit the batch again with its --run-id to resume"),
-                    force=True)
+                client.set_flow_run_state(
+                    run.id,
+                    Crashed(
+                        message="its worker was stopped (SIGTERM); submit the batch again with its --run-id to resume"
+                    ),
+                    force=True,
+                )
                 print(f"worker: flow run {run.id} ({run.name}) marked Crashed", flush=True)
 
 
@@ -180,8 +217,11 @@ def _flow_run_ids(pids: list[int]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = add_worker_arguments(argparse.ArgumentParser(
-        prog="python -m deployments.worker", description=__doc__.split("\n\n")[0]))
+    parser = add_worker_arguments(
+        argparse.ArgumentParser(
+            prog="python -m deployments.worker", description=__doc__.split("\n\n")[0]
+        )
+    )
     args = parser.parse_args(argv)
     setup_logging(False)
     return run_worker(args.pool, args.limit, args.worker_name, args.grace)

@@ -10,7 +10,8 @@ SCENE_BREAK = "\n\n* * *\n\n"
 
 
 @plain_task("assemble_chapter")
-def assemble_chapter(services: Services, number: int, iteration: int,
-                     scenes: tuple[ContentRef, ...]) -> ContentRef:
+def assemble_chapter(
+    services: Services, number: int, iteration: int, scenes: tuple[ContentRef, ...]
+) -> ContentRef:
     text = SCENE_BREAK.join(services.content.get_text(ref).strip() for ref in scenes)
     return services.content.put_text("drafts", f"chapter_{number:03d}/iter_{iteration}", text)

@@ -102,18 +102,30 @@ def _describe_allowed(model: type[BaseModel]) -> str:
     return ", ".join(model.model_fields)
 
 
-def _one_error(rel: str, exc: ValidationError, model: type[BaseModel], index: int | None) -> InvalidInputError:
+def _one_error(
+    rel: str, exc: ValidationError, model: type[BaseModel], index: int | None
+) -> InvalidInputError:
     """The first validation problem as one line: file, field, what is allowed."""
     problem = first_problem(exc, "(top level)")
     error, loc = problem.detail, problem.place
-    where = f"{rel}: entry {index + 1}, field '{loc}'" if index is not None else f"{rel}: field '{loc}'"
+    where = (
+        f"{rel}: entry {index + 1}, field '{loc}'" if index is not None else f"{rel}: field '{loc}'"
+    )
     if problem.type == "extra_forbidden":
-        return InvalidInputError(f"{where}: unknown field; allowed fields: {_describe_allowed(model)}",
-                                 hint="fix or remove it and run again")
+        return InvalidInputError(
+            f"{where}: unknown field; allowed fields: {_describe_allowed(model)}",
+            hint="fix or remove it and run again",
+        )
     field = model.model_fields.get(str(error["loc"][0])) if error["loc"] else None
     expected = f" (expected {_type_name(field.annotation)})" if field is not None else ""
-    got = f", got {type(error['input']).__name__} {str(error['input'])[:40]!r}" if "input" in error else ""
-    return InvalidInputError(f"{where}: {problem.message}{expected}{got}", hint="fix it and run again")
+    got = (
+        f", got {type(error['input']).__name__} {str(error['input'])[:40]!r}"
+        if "input" in error
+        else ""
+    )
+    return InvalidInputError(
+        f"{where}: {problem.message}{expected}{got}", hint="fix it and run again"
+    )
 
 
 def _type_name(annotation: Any) -> str:
@@ -130,15 +142,19 @@ def _load_yaml(root: Path, rel: str) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InvalidInputError(f"{rel}: not valid YAML{line}: {getattr(exc, 'problem', exc)}",
-                                hint="fix the file and run again") from None
+        raise InvalidInputError(
+            f"{rel}: not valid YAML{line}: {getattr(exc, 'problem', exc)}",
+            hint="fix the file and run again",
+        ) from None
 
 
 def _validated(rel: str, data: Any, model: type[BaseModel], index: int | None = None) -> Any:
     if not isinstance(data, dict):
         where = f"{rel}: entry {index + 1}" if index is not None else rel
-        raise InvalidInputError(f"{where}: must be a mapping of fields ({_describe_allowed(model)}), "
-                                f"got {type(data).__name__}")
+        raise InvalidInputError(
+            f"{where}: must be a mapping of fields ({_describe_allowed(model)}), "
+            f"got {type(data).__name__}"
+        )
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -152,7 +168,9 @@ def _validated_list(root: Path, rel: str, model: type[BaseModel]) -> list[Any]:
     if data is None:
         return []
     if not isinstance(data, list):
-        raise InvalidInputError(f"{rel}: must be a list of entries ({_describe_allowed(model)}), got {type(data).__name__}")
+        raise InvalidInputError(
+            f"{rel}: must be a list of entries ({_describe_allowed(model)}), got {type(data).__name__}"
+        )
     return [_validated(rel, item, model, i) for i, item in enumerate(data)]
 
 
@@ -165,15 +183,19 @@ def load_story_bible(root: Path) -> StoryBible:
         character = _validated(rel, _load_yaml(root, rel), BibleCharacter)
         key = vocab.normalize_name(character.name)
         if key in seen:
-            raise InvalidInputError(f"{rel}: field 'name': {character.name!r} is already the character of {seen[key]}",
-                                    hint="one file per character: rename or remove one of them")
+            raise InvalidInputError(
+                f"{rel}: field 'name': {character.name!r} is already the character of {seen[key]}",
+                hint="one file per character: rename or remove one of them",
+            )
         seen[key] = rel
         characters.append(character)
     chapters = _validated_list(root, CHAPTERS_FILE, BibleChapter)
     numbers = [c.number for c in chapters]
     if len(set(numbers)) != len(numbers):
-        raise InvalidInputError(f"{CHAPTERS_FILE}: field 'number': chapter numbers repeat ({numbers})",
-                                hint="number chapters 1, 2, 3, ... once each")
+        raise InvalidInputError(
+            f"{CHAPTERS_FILE}: field 'number': chapter numbers repeat ({numbers})",
+            hint="number chapters 1, 2, 3, ... once each",
+        )
     outline_path = root / GLOBAL_OUTLINE_FILE
     try:
         global_outline = outline_path.read_text(encoding="utf-8") if outline_path.is_file() else ""
@@ -206,7 +228,9 @@ def write_owned(root: Path, saga_dir: Path, rel: str, text: str) -> bool:
     a file without a record is Skald's only if it already holds `text`.
     """
     record_path = _written_path(saga_dir)
-    records: dict[str, str] = json.loads(record_path.read_text(encoding="utf-8")) if record_path.exists() else {}
+    records: dict[str, str] = (
+        json.loads(record_path.read_text(encoding="utf-8")) if record_path.exists() else {}
+    )
     path = root / rel
     data = text.encode("utf-8")
     if path.exists():
@@ -219,7 +243,9 @@ def write_owned(root: Path, saga_dir: Path, rel: str, text: str) -> bool:
         atomic_write(path, data)
     if records.get(rel) != _sha(data):
         records[rel] = _sha(data)
-        atomic_write(record_path, (json.dumps(records, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+        atomic_write(
+            record_path, (json.dumps(records, indent=2, sort_keys=True) + "\n").encode("utf-8")
+        )
     return True
 
 
@@ -230,7 +256,9 @@ def _snapshot_path(saga_dir: Path, delta_hash: str) -> Path:
     return saga_dir / "bible" / "synced" / f"{delta_hash}.json"
 
 
-def bible_delta(baseline: StoryBible, current: StoryBible, as_of: int, key: int) -> ChapterDelta | None:
+def bible_delta(
+    baseline: StoryBible, current: StoryBible, as_of: int, key: int
+) -> ChapterDelta | None:
     """The writer's changes since `baseline` as a bible change-set (None: nothing changed).
 
     Removing a character or a relationship from the files does not delete it from the graph
@@ -244,10 +272,17 @@ def bible_delta(baseline: StoryBible, current: StoryBible, as_of: int, key: int)
         old = before.get(vocab.normalize_name(character.name))
         attributes = {k: getattr(character, k) for k in CHARACTER_ATTRIBUTES}
         if old is None:
-            entities.append(Entity(label="Character", name=character.name, description=character.description,
-                                   traits=list(dict.fromkeys(character.traits)), attributes=attributes,
-                                   sources=[source.model_copy(update={"original_name": character.name})],
-                                   is_provisional=False))
+            entities.append(
+                Entity(
+                    label="Character",
+                    name=character.name,
+                    description=character.description,
+                    traits=list(dict.fromkeys(character.traits)),
+                    attributes=attributes,
+                    sources=[source.model_copy(update={"original_name": character.name})],
+                    is_provisional=False,
+                )
+            )
             continue
         changes: dict[str, Any] = {}
         if character.description != old.description:
@@ -258,30 +293,56 @@ def bible_delta(baseline: StoryBible, current: StoryBible, as_of: int, key: int)
             if getattr(character, name) != getattr(old, name):
                 changes[name] = getattr(character, name)
         if changes:
-            updates.append(PropertyUpdate(entity=character.name, label="Character", changes=changes))
+            updates.append(
+                PropertyUpdate(entity=character.name, label="Character", changes=changes)
+            )
     places = {vocab.normalize_name(p.name): p for p in baseline.locations}
     for place in current.locations:
         old_place = places.get(vocab.normalize_name(place.name))
         if old_place is None and place.name.strip():
-            entities.append(Entity(label="Location", name=place.name.strip(), description=place.description,
-                                   sources=[source.model_copy(update={"original_name": place.name})],
-                                   is_provisional=False))
+            entities.append(
+                Entity(
+                    label="Location",
+                    name=place.name.strip(),
+                    description=place.description,
+                    sources=[source.model_copy(update={"original_name": place.name})],
+                    is_provisional=False,
+                )
+            )
         elif old_place is not None and old_place.description != place.description:
-            updates.append(PropertyUpdate(entity=place.name, label="Location",
-                                          changes={"description": place.description}))
-    known = {(vocab.normalize_name(r.source), r.type.upper(), vocab.normalize_name(r.target))
-             for r in baseline.relationships}
+            updates.append(
+                PropertyUpdate(
+                    entity=place.name, label="Location", changes={"description": place.description}
+                )
+            )
+    known = {
+        (vocab.normalize_name(r.source), r.type.upper(), vocab.normalize_name(r.target))
+        for r in baseline.relationships
+    }
     relationships = []
     for rel in current.relationships:
         ends = (vocab.normalize_name(rel.source), vocab.normalize_name(rel.target))
         if (ends[0], rel.type.upper(), ends[1]) in known or not all(ends) or ends[0] == ends[1]:
             continue
-        relationships.append(Relationship(source=rel.source, target=rel.target, type=rel.type, chapter=as_of,
-                                          description=rel.description))
+        relationships.append(
+            Relationship(
+                source=rel.source,
+                target=rel.target,
+                type=rel.type,
+                chapter=as_of,
+                description=rel.description,
+            )
+        )
     if not (entities or updates or relationships):
         return None
-    return ChapterDelta(chapter=as_of, changeset=key, source_type="user", entities=entities,
-                        relationships=relationships, property_updates=updates)
+    return ChapterDelta(
+        chapter=as_of,
+        changeset=key,
+        source_type="user",
+        entities=entities,
+        relationships=relationships,
+        property_updates=updates,
+    )
 
 
 LEARNED_DIR = "characters/learned"
@@ -299,17 +360,27 @@ def write_learned_characters(services: Services) -> list[str]:
     for entity in services.graph_reader.entities_with_label("Character"):
         if {vocab.normalize_name(n) for n in (entity.name, *entity.aliases)} & known:
             continue
-        sheet = {"name": entity.name, "role": str(entity.attributes.get("role") or ""),
-                 "description": entity.description, "traits": list(entity.traits)[:8],
-                 "motivation": str(entity.attributes.get("motivation") or ""),
-                 "backstory": str(entity.attributes.get("backstory") or ""),
-                 "voice": str(entity.attributes.get("voice") or "")}
+        sheet = {
+            "name": entity.name,
+            "role": str(entity.attributes.get("role") or ""),
+            "description": entity.description,
+            "traits": list(entity.traits)[:8],
+            "motivation": str(entity.attributes.get("motivation") or ""),
+            "backstory": str(entity.attributes.get("backstory") or ""),
+            "voice": str(entity.attributes.get("voice") or ""),
+        }
         rel = f"{LEARNED_DIR}/{_slug(entity.name)}.yaml"
-        if write_owned(root, services.settings.saga_dir, rel,
-                       yaml.safe_dump(sheet, sort_keys=False, allow_unicode=True, width=100)):
+        if write_owned(
+            root,
+            services.settings.saga_dir,
+            rel,
+            yaml.safe_dump(sheet, sort_keys=False, allow_unicode=True, width=100),
+        ):
             written.append(rel)
     if written:
-        get_run_logger().info("story bible: %d characters learned from the chapters in %s", len(written), LEARNED_DIR)
+        get_run_logger().info(
+            "story bible: %d characters learned from the chapters in %s", len(written), LEARNED_DIR
+        )
     return written
 
 
@@ -333,7 +404,9 @@ def sync_story_bible(services: Services, initial: StoryBible) -> str | None:
         if snapshot.is_file():
             baseline = StoryBible.model_validate_json(snapshot.read_text(encoding="utf-8"))
         else:
-            log.warning("story bible: no snapshot for the newest bible change-set; comparing with initialization")
+            log.warning(
+                "story bible: no snapshot for the newest bible change-set; comparing with initialization"
+            )
     as_of = max((c.chapter for c in changesets), default=0)
     key = min((c.chapter for c in bible_sets), default=0) - 1
     delta = bible_delta(baseline, current, max(as_of, 0), key)
@@ -342,10 +415,18 @@ def sync_story_bible(services: Services, initial: StoryBible) -> str | None:
         return None
     digest = delta.delta_hash()
     # The snapshot first: a crash between the two leaves an unused file, never a commit without one.
-    atomic_write(_snapshot_path(services.settings.saga_dir, digest),
-                 current.model_dump_json(indent=2).encode("utf-8"))
+    atomic_write(
+        _snapshot_path(services.settings.saga_dir, digest),
+        current.model_dump_json(indent=2).encode("utf-8"),
+    )
     result = services.graph_writer.commit_chapter(delta)
-    log.info("story bible: synced the writer's edits as change-set %d (%d entities added, %d updated, "
-             "%d relationships added; holds from chapter %d on)", key, len(delta.entities),
-             len(delta.property_updates), len(delta.relationships), delta.chapter)
+    log.info(
+        "story bible: synced the writer's edits as change-set %d (%d entities added, %d updated, "
+        "%d relationships added; holds from chapter %d on)",
+        key,
+        len(delta.entities),
+        len(delta.property_updates),
+        len(delta.relationships),
+        delta.chapter,
+    )
     return result.delta_hash

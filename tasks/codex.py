@@ -37,17 +37,28 @@ def write_project_codex(services: Services) -> str:
     """Build the codex as of the latest chapter (with the newest QA findings) and write it;
     returns its path."""
     settings = services.settings
-    page = build_novel_codex(services.graph_reader, settings.saga_dir,
-                             project_name=settings.project_dir.name)
+    page = build_novel_codex(
+        services.graph_reader, settings.saga_dir, project_name=settings.project_dir.name
+    )
     path = settings.project_dir / CODEX_FILE
     written = write_codex(page, path)
     where = "the story bible" if page.as_of == 0 else f"chapter {page.as_of}"
-    get_run_logger().info("codex as of %s (%d entities, %d relationships%s): %s%s", where, page.stats.entities,
-                          page.stats.relationships, f", {len(page.findings)} QA findings" if page.findings else "",
-                          path, "" if written else " (unchanged)")
-    create_link_artifact(key="codex", link=path.resolve().as_uri(), link_text=f"Codex of {page.title}",
-                         description=f"The world as of {where}: characters, places, items, the relationship "
-                         "graph, the timeline, chapter quality (open the file in a browser)")
+    get_run_logger().info(
+        "codex as of %s (%d entities, %d relationships%s): %s%s",
+        where,
+        page.stats.entities,
+        page.stats.relationships,
+        f", {len(page.findings)} QA findings" if page.findings else "",
+        path,
+        "" if written else " (unchanged)",
+    )
+    create_link_artifact(
+        key="codex",
+        link=path.resolve().as_uri(),
+        link_text=f"Codex of {page.title}",
+        description=f"The world as of {where}: characters, places, items, the relationship "
+        "graph, the timeline, chapter quality (open the file in a browser)",
+    )
     return str(path)
 
 

@@ -29,13 +29,18 @@ def commit_initialization(services: Services, artifacts: InitArtifacts, genre: s
     """The initialization phase is committed as chapter 0 (outline entities are canonical)."""
     store = services.content
     delta = initialization_delta(
-        store.get_model(artifacts.characters, CharacterSheets), store.get_model(artifacts.global_outline, GlobalOutline),
-        store.get_model(artifacts.relationships, OutlineRelationships), genre=genre,
+        store.get_model(artifacts.characters, CharacterSheets),
+        store.get_model(artifacts.global_outline, GlobalOutline),
+        store.get_model(artifacts.relationships, OutlineRelationships),
+        genre=genre,
     )
     result = services.graph_writer.commit_chapter(delta)
-    get_run_logger().info("init: graph %s (%d nodes, %d relationships created)",
-                          "unchanged" if result.noop else "committed", result.created_nodes,
-                          result.created_relationships)
+    get_run_logger().info(
+        "init: graph %s (%d nodes, %d relationships created)",
+        "unchanged" if result.noop else "committed",
+        result.created_nodes,
+        result.created_relationships,
+    )
     return result.delta_hash
 
 
@@ -46,8 +51,9 @@ def chapter_commit_state(services: Services, number: int) -> str | None:
 
 
 @graph_task("commit_to_graph")
-def commit_chapter(services: Services, delta_ref: ContentRef,
-                   committed_before: str | None) -> CommitOutcome:
+def commit_chapter(
+    services: Services, delta_ref: ContentRef, committed_before: str | None
+) -> CommitOutcome:
     """Commit the chapter delta in one transaction.
 
     `committed_before` is the hash found in the graph when the chapter started. If it is
@@ -57,13 +63,22 @@ def commit_chapter(services: Services, delta_ref: ContentRef,
     delta = services.content.get_model(delta_ref, ChapterDelta)
     digest = delta.delta_hash()
     if committed_before is not None and committed_before != digest:
-        get_run_logger().info("chapter %d: this draft was rejected on an earlier run; replaying its review from cache "
-                              "without touching the graph", delta.chapter)
+        get_run_logger().info(
+            "chapter %d: this draft was rejected on an earlier run; replaying its review from cache "
+            "without touching the graph",
+            delta.chapter,
+        )
         return "deferred"
     result = services.graph_writer.commit_chapter(delta)
-    get_run_logger().info("chapter %d: graph %s in %.2fs (%d nodes, %d relationships created, %d nodes updated)",
-                          delta.chapter, "unchanged" if result.noop else "committed", result.seconds,
-                          result.created_nodes, result.created_relationships, result.updated_nodes)
+    get_run_logger().info(
+        "chapter %d: graph %s in %.2fs (%d nodes, %d relationships created, %d nodes updated)",
+        delta.chapter,
+        "unchanged" if result.noop else "committed",
+        result.seconds,
+        result.created_nodes,
+        result.created_relationships,
+        result.updated_nodes,
+    )
     return "unchanged" if result.noop else "committed"
 
 
@@ -78,8 +93,13 @@ def commit_accepted_chapter(services: Services, delta_ref: ContentRef) -> Commit
 @graph_task("rollback_chapter")
 def rollback_chapter(services: Services, number: int) -> None:
     result = services.graph_writer.rollback_chapter(number)
-    get_run_logger().info("chapter %d: rolled back exactly (%d nodes and %d relationships removed, %d nodes restored)",
-                          number, result.deleted_nodes, result.deleted_relationships, result.restored_nodes)
+    get_run_logger().info(
+        "chapter %d: rolled back exactly (%d nodes and %d relationships removed, %d nodes restored)",
+        number,
+        result.deleted_nodes,
+        result.deleted_relationships,
+        result.restored_nodes,
+    )
 
 
 @graph_task("store_chapter_summary")

@@ -26,8 +26,9 @@ KIND_TO_LABEL = {"Organization": "Faction"}
 EXTRACTION_CONFIDENCE = 0.6
 
 
-def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple[list[Entity], list[Relationship],
-                                                                               list[StatusChange]]:
+def merge_extractions(
+    chapter: int, extractions: list[SceneExtraction]
+) -> tuple[list[Entity], list[Relationship], list[StatusChange]]:
     """Pure merge of (grounded) scene extractions, scene numbers starting at 1. Every fact
     keeps its evidence: the entity's sources hold the quote that shows it in each scene and
     one per trait; relationships and status changes carry their scene and quote."""
@@ -39,32 +40,70 @@ def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple
                 continue
             found = found.model_copy(update={"description": as_sentence(found.description)})
             key = vocab.normalize_name(name)
-            mention = EntitySource(type="extraction", chapter=chapter, scene=scene_number, original_name=found.name,
-                                   confidence=EXTRACTION_CONFIDENCE, quote=found.quote or None)
+            mention = EntitySource(
+                type="extraction",
+                chapter=chapter,
+                scene=scene_number,
+                original_name=found.name,
+                confidence=EXTRACTION_CONFIDENCE,
+                quote=found.quote or None,
+            )
             sources = [mention] + [
-                EntitySource(type="extraction", chapter=chapter, scene=scene_number, confidence=EXTRACTION_CONFIDENCE,
-                             quote=trait.quote or None, fact="trait", value=trait.trait)
-                for trait in found.traits if trait.quote
+                EntitySource(
+                    type="extraction",
+                    chapter=chapter,
+                    scene=scene_number,
+                    confidence=EXTRACTION_CONFIDENCE,
+                    quote=trait.quote or None,
+                    fact="trait",
+                    value=trait.trait,
+                )
+                for trait in found.traits
+                if trait.quote
             ]
             if key in entities:
                 known = entities[key]
                 seen = {x.lower() for x in known.traits}
                 traits = known.traits + [t for t in found.trait_names if t.lower() not in seen]
-                description = known.description if len(known.description) >= len(found.description) else found.description
-                entities[key] = known.model_copy(update={"traits": traits, "description": description,
-                                                         "sources": [*known.sources, *sources]})
+                description = (
+                    known.description
+                    if len(known.description) >= len(found.description)
+                    else found.description
+                )
+                entities[key] = known.model_copy(
+                    update={
+                        "traits": traits,
+                        "description": description,
+                        "sources": [*known.sources, *sources],
+                    }
+                )
             else:
-                entities[key] = Entity(label=KIND_TO_LABEL.get(found.kind, found.kind), name=name,
-                                       description=found.description, traits=list(dict.fromkeys(found.trait_names)),
-                                       sources=sources)
+                entities[key] = Entity(
+                    label=KIND_TO_LABEL.get(found.kind, found.kind),
+                    name=name,
+                    description=found.description,
+                    traits=list(dict.fromkeys(found.trait_names)),
+                    sources=sources,
+                )
     relationships: dict[tuple[str, str, str], Relationship] = {}
     for scene_number, extraction in enumerate(extractions, start=1):
         for rel in extraction.relationships:
             source, target = rel.source.strip(), rel.target.strip()
-            if not source or not target or vocab.normalize_name(source) == vocab.normalize_name(target):
+            if (
+                not source
+                or not target
+                or vocab.normalize_name(source) == vocab.normalize_name(target)
+            ):
                 continue
-            normalized = Relationship(source=source, target=target, type=rel.type, chapter=chapter,
-                                      scene=scene_number, description=rel.description, quote=rel.quote or None)
+            normalized = Relationship(
+                source=source,
+                target=target,
+                type=rel.type,
+                chapter=chapter,
+                scene=scene_number,
+                description=rel.description,
+                quote=rel.quote or None,
+            )
             key = (vocab.normalize_name(source), normalized.type, vocab.normalize_name(target))
             relationships.setdefault(key, normalized)
     statuses: dict[str, StatusChange] = {}
@@ -72,8 +111,12 @@ def merge_extractions(chapter: int, extractions: list[SceneExtraction]) -> tuple
         for change in extraction.status_changes:
             if change.name.strip():
                 statuses[vocab.normalize_name(change.name)] = StatusChange(
-                    entity=change.name.strip(), status=change.status, chapter=chapter, scene=scene_number,
-                    quote=change.quote or None)
+                    entity=change.name.strip(),
+                    status=change.status,
+                    chapter=chapter,
+                    scene=scene_number,
+                    quote=change.quote or None,
+                )
     return list(entities.values()), list(relationships.values()), list(statuses.values())
 
 
@@ -113,54 +156,102 @@ def build_chapter_delta(services: Services, parts: ChapterParts) -> ContentRef:
         chapter_vector = [round(float(x), 6) for x in mean]
         vectors = [[round(float(x), 6) for x in row] for row in matrix]
     scene_deltas = [
-        SceneDelta(index=index, title=detail.title, summary="; ".join(detail.beats), text_ref=ref.path,
-                   text_sha=ref.sha256, location=detail.setting or None, characters=list(detail.characters),
-                   embedding=vector)
-        for index, (detail, ref, vector) in enumerate(zip(scene_plan.scenes, scenes, vectors, strict=True), start=1)
+        SceneDelta(
+            index=index,
+            title=detail.title,
+            summary="; ".join(detail.beats),
+            text_ref=ref.path,
+            text_sha=ref.sha256,
+            location=detail.setting or None,
+            characters=list(detail.characters),
+            embedding=vector,
+        )
+        for index, (detail, ref, vector) in enumerate(
+            zip(scene_plan.scenes, scenes, vectors, strict=True), start=1
+        )
     ]
     delta = ChapterDelta(
-        chapter=number, title=title, text_ref=chapter_text.path, text_sha=chapter_text.sha256,
-        embedding=chapter_vector, entities=entities, relationships=relationships,
-        status_changes=statuses, scenes=scene_deltas,
+        chapter=number,
+        title=title,
+        text_ref=chapter_text.path,
+        text_sha=chapter_text.sha256,
+        embedding=chapter_vector,
+        entities=entities,
+        relationships=relationships,
+        status_changes=statuses,
+        scenes=scene_deltas,
         novel_info=None,
     )
     return store.put_json("deltas", f"chapter_{number:03d}/iter_{iteration}", delta)
 
 
-def initialization_delta(characters: CharacterSheets, outline: GlobalOutline, world: OutlineRelationships,
-                         genre: str) -> ChapterDelta:
+def initialization_delta(
+    characters: CharacterSheets, outline: GlobalOutline, world: OutlineRelationships, genre: str
+) -> ChapterDelta:
     """The initialization phase as chapter 0: canonical (non-provisional) outline entities."""
     source = EntitySource(type="outline", chapter=0, confidence=1.0)
     entities = [
-        Entity(label="Character", name=c.name, description=c.description, traits=list(dict.fromkeys(c.traits)),
-               attributes={"role": c.role, "motivation": c.motivation, "backstory": c.backstory,
-                           "voice": c.voice},
-               sources=[source.model_copy(update={"original_name": c.name})], is_provisional=False, first_chapter=0,
-               status_intervals=[{"status": "alive", "from_chapter": 0}])
+        Entity(
+            label="Character",
+            name=c.name,
+            description=c.description,
+            traits=list(dict.fromkeys(c.traits)),
+            attributes={
+                "role": c.role,
+                "motivation": c.motivation,
+                "backstory": c.backstory,
+                "voice": c.voice,
+            },
+            sources=[source.model_copy(update={"original_name": c.name})],
+            is_provisional=False,
+            first_chapter=0,
+            status_intervals=[{"status": "alive", "from_chapter": 0}],
+        )
         for c in characters.characters
     ]
     known = {vocab.normalize_name(e.name) for e in entities}
     for location in world.locations:
         if location.name.strip() and vocab.normalize_name(location.name) not in known:
             known.add(vocab.normalize_name(location.name))
-            entities.append(Entity(label="Location", name=location.name.strip(), description=location.description,
-                                   sources=[source.model_copy(update={"original_name": location.name})],
-                                   is_provisional=False, first_chapter=0))
+            entities.append(
+                Entity(
+                    label="Location",
+                    name=location.name.strip(),
+                    description=location.description,
+                    sources=[source.model_copy(update={"original_name": location.name})],
+                    is_provisional=False,
+                    first_chapter=0,
+                )
+            )
     relationships = []
     seen: set[tuple[str, str, str]] = set()
     for rel in world.relationships:
         ends = (vocab.normalize_name(rel.source), vocab.normalize_name(rel.target))
         if ends[0] == ends[1] or not all(ends):
             continue
-        normalized = Relationship(source=rel.source, target=rel.target, type=rel.type, chapter=0,
-                                  description=rel.description)
+        normalized = Relationship(
+            source=rel.source,
+            target=rel.target,
+            type=rel.type,
+            chapter=0,
+            description=rel.description,
+        )
         key = (ends[0], normalized.type, ends[1])
         if key not in seen:
             seen.add(key)
             relationships.append(normalized)
     return ChapterDelta(
-        chapter=0, title=outline.title, summary=outline.logline, source_type="outline", entities=entities,
+        chapter=0,
+        title=outline.title,
+        summary=outline.logline,
+        source_type="outline",
+        entities=entities,
         relationships=relationships,
-        novel_info={"title": outline.title, "logline": outline.logline, "setting": outline.setting,
-                    "genre": genre, "themes": list(outline.themes)},
+        novel_info={
+            "title": outline.title,
+            "logline": outline.logline,
+            "setting": outline.setting,
+            "genre": genre,
+            "themes": list(outline.themes),
+        },
     )

@@ -18,7 +18,14 @@ from pydantic import BaseModel, Field
 
 from core.settings import ContextBudget
 
-SECTION_ORDER: tuple[str, ...] = ("guidance", "characters", "relationships", "lore", "summaries", "history")
+SECTION_ORDER: tuple[str, ...] = (
+    "guidance",
+    "characters",
+    "relationships",
+    "lore",
+    "summaries",
+    "history",
+)
 SECTION_TITLES: dict[str, str] = {
     "guidance": "Guidance",
     "characters": "Characters",
@@ -57,8 +64,10 @@ class SectionReport(BaseModel):
         what = f"{lost} of {self.items_in} items left out" if lost else "the last item shortened"
         if lost and self.truncated and self.items_kept:
             what += ", the last kept one shortened"
-        return (f"{self.name}: {what} (it needed {self.needed_tokens} tokens, its budget was {self.budget_tokens} "
-                "after reallocation; items are in priority order, the last ones go)")
+        return (
+            f"{self.name}: {what} (it needed {self.needed_tokens} tokens, its budget was {self.budget_tokens} "
+            "after reallocation; items are in priority order, the last ones go)"
+        )
 
 
 class ContextEnvelope(BaseModel):
@@ -68,8 +77,12 @@ class ContextEnvelope(BaseModel):
     sections: list[SectionReport] = Field(default_factory=list)
 
 
-def allocate(shares: dict[str, float], present: set[str], total_tokens: int,
-             needs: dict[str, int] | None = None) -> dict[str, int]:
+def allocate(
+    shares: dict[str, float],
+    present: set[str],
+    total_tokens: int,
+    needs: dict[str, int] | None = None,
+) -> dict[str, int]:
     """Token budget per present section: absent sections' shares reallocated proportionally,
     and, given `needs` (tokens each section would take whole), what a section does not need
     shared out again among the ones that need more, in proportion to their shares."""
@@ -86,7 +99,9 @@ def allocate(shares: dict[str, float], present: set[str], total_tokens: int,
     open_shares = dict(live)
     while open_shares:
         scale = budget / sum(open_shares.values())
-        fitting = {name for name, share in open_shares.items() if needs.get(name, 0) <= share * scale}
+        fitting = {
+            name for name, share in open_shares.items() if needs.get(name, 0) <= share * scale
+        }
         if not fitting:
             budgets.update({name: int(share * scale) for name, share in open_shares.items()})
             break
@@ -98,7 +113,9 @@ def allocate(shares: dict[str, float], present: set[str], total_tokens: int,
 
 
 def _section_need(name: str, items: list[str]) -> int:
-    return estimate_tokens(SECTION_TITLES[name]) + 1 + sum(estimate_tokens(item) + 1 for item in items)
+    return (
+        estimate_tokens(SECTION_TITLES[name]) + 1 + sum(estimate_tokens(item) + 1 for item in items)
+    )
 
 
 def _cut(text: str, max_tokens: int) -> str:
@@ -122,7 +139,10 @@ def build_envelope(
     """
     total = max(0, context_window - reserved_tokens)
     present = {name for name, items in sections.items() if any(item.strip() for item in items)}
-    needs = {name: _section_need(name, [i.strip() for i in sections[name] if i.strip()]) for name in present}
+    needs = {
+        name: _section_need(name, [i.strip() for i in sections[name] if i.strip()])
+        for name in present
+    }
     budgets = allocate(budget.model_dump(), present, total, needs)
     parts: list[str] = []
     reports: list[SectionReport] = []
@@ -152,8 +172,16 @@ def build_envelope(
             used_total += used
         reports.append(
             SectionReport(
-                name=name, share=getattr(budget, name), budget_tokens=limit, used_tokens=used if kept else 0,
-                items_in=len(items), items_kept=len(kept), truncated=truncated, needed_tokens=needs[name],
+                name=name,
+                share=getattr(budget, name),
+                budget_tokens=limit,
+                used_tokens=used if kept else 0,
+                items_in=len(items),
+                items_kept=len(kept),
+                truncated=truncated,
+                needed_tokens=needs[name],
             )
         )
-    return ContextEnvelope(text="\n\n".join(parts), total_budget=total, used_tokens=used_total, sections=reports)
+    return ContextEnvelope(
+        text="\n\n".join(parts), total_budget=total, used_tokens=used_total, sections=reports
+    )

@@ -47,7 +47,9 @@ class SceneBrief(BaseModel):
     chapter_summary: str = ""
     plan: tuple[SceneDetail, ...] = Field(min_length=1)
     scene_number: int = Field(ge=1)
-    previous_text: str = Field("", description="the previous scene's ending, or the previous chapter's for scene 1")
+    previous_text: str = Field(
+        "", description="the previous scene's ending, or the previous chapter's for scene 1"
+    )
     previous_is_chapter: bool = False
     style: StyleGuide = Field(default_factory=StyleGuide)
     target_words: int = Field(ge=1)
@@ -63,7 +65,9 @@ class SceneDraft(BaseModel):
     ref: ContentRef
     metrics: ProseMetrics
     attempts: int = Field(ge=1)
-    anti_repetition: bool = Field(description="the kept draft was sampled with anti-repetition penalties")
+    anti_repetition: bool = Field(
+        description="the kept draft was sampled with anti-repetition penalties"
+    )
 
     @property
     def clean(self) -> bool:
@@ -85,7 +89,9 @@ def prompt_tokens(messages: list[dict[str, str]]) -> int:
 def fixed_prompt_tokens(brief: SceneBrief) -> int:
     """Tokens of the scene prompt without the retrieved context: what the context envelope
     must leave room for. The context block's own heading is counted too."""
-    return prompt_tokens(scene_messages(brief, "")) + estimate_tokens("What the story world knows so far:\n\n")
+    return prompt_tokens(scene_messages(brief, "")) + estimate_tokens(
+        "What the story world knows so far:\n\n"
+    )
 
 
 def clean_prose(text: str) -> str:
@@ -97,12 +103,20 @@ def clean_prose(text: str) -> str:
 
 
 def _cleanest(drafts: list[tuple[str, ProseMetrics, bool]]) -> tuple[str, ProseMetrics, bool]:
-    return min(drafts, key=lambda d: (len(d[1].failures), -d[1].distinct_trigrams, d[1].max_sentence_repeats))
+    return min(
+        drafts,
+        key=lambda d: (len(d[1].failures), -d[1].distinct_trigrams, d[1].max_sentence_repeats),
+    )
 
 
 @llm_task("draft_scene", tier=DRAFT_TIER)
-def draft_scene(services: Services, brief: SceneBrief, context: ContentRef, iteration: int,
-                thresholds: ProseThresholds) -> SceneDraft:
+def draft_scene(
+    services: Services,
+    brief: SceneBrief,
+    context: ContentRef,
+    iteration: int,
+    thresholds: ProseThresholds,
+) -> SceneDraft:
     log = get_run_logger()
     target_tokens = services.settings.limits.scene_token_target
     messages = scene_messages(brief, services.content.get_text(context))
@@ -110,26 +124,52 @@ def draft_scene(services: Services, brief: SceneBrief, context: ContentRef, iter
     penalize = services.llm.sends_anti_repetition_first(DRAFT_TIER)
     drafts: list[tuple[str, ProseMetrics, bool]] = []
     for attempt in range(1, thresholds.max_draft_attempts + 1):
-        text = clean_prose(services.llm.text(DRAFT_TIER, messages, purpose="draft_scene",
-                                           max_tokens=int(target_tokens * 1.5), anti_repetition=penalize))
+        text = clean_prose(
+            services.llm.text(
+                DRAFT_TIER,
+                messages,
+                purpose="draft_scene",
+                max_tokens=int(target_tokens * 1.5),
+                anti_repetition=penalize,
+            )
+        )
         if not text:
-            raise LLMBadOutputError(f"the model returned an empty draft for chapter {chapter} scene {scene}",
-                                    hint="check the narrative tier's model")
+            raise LLMBadOutputError(
+                f"the model returned an empty draft for chapter {chapter} scene {scene}",
+                hint="check the narrative tier's model",
+            )
         metrics = measure(text, brief.target_words, thresholds)
         drafts.append((text, metrics, penalize))
         if metrics.clean:
-            log.info("chapter %d: drafted scene %d/%d (attempt %d, %s)", chapter, scene, len(brief.plan), attempt,
-                     metrics.brief())
+            log.info(
+                "chapter %d: drafted scene %d/%d (attempt %d, %s)",
+                chapter,
+                scene,
+                len(brief.plan),
+                attempt,
+                metrics.brief(),
+            )
             break
-        log.warning("chapter %d scene %d: draft %d fails the degeneration guard (%s); %s", chapter, scene, attempt,
-                    "; ".join(metrics.failures),
-                    "drafting again with anti-repetition sampling" if attempt < thresholds.max_draft_attempts
-                    else "no attempts left")
+        log.warning(
+            "chapter %d scene %d: draft %d fails the degeneration guard (%s); %s",
+            chapter,
+            scene,
+            attempt,
+            "; ".join(metrics.failures),
+            "drafting again with anti-repetition sampling"
+            if attempt < thresholds.max_draft_attempts
+            else "no attempts left",
+        )
         penalize = True
     text, metrics, penalized = drafts[-1] if drafts[-1][1].clean else _cleanest(drafts)
     if not metrics.clean:
-        log.error("chapter %d scene %d: DEGENERATE after %d drafts, keeping the cleanest (%s)", chapter, scene,
-                  len(drafts), "; ".join(metrics.failures))
+        log.error(
+            "chapter %d scene %d: DEGENERATE after %d drafts, keeping the cleanest (%s)",
+            chapter,
+            scene,
+            len(drafts),
+            "; ".join(metrics.failures),
+        )
     name = f"chapter_{chapter:03d}/iter_{iteration}/scene_{scene:02d}"
     ref = services.content.put_text("scenes", name, text)
     return SceneDraft(ref=ref, metrics=metrics, attempts=len(drafts), anti_repetition=penalized)

@@ -79,8 +79,10 @@ def book_metadata(manuscript: str) -> BookMetadata:
     match = _TITLE_LINE.match(manuscript)
     if match is None:
         first = manuscript.lstrip("\ufeff").split("\n", 1)[0][:80]
-        raise InvalidInputError(f"the manuscript does not start with its title line '# <title>' (it starts {first!r})",
-                                hint="export from the manuscript `exports/manuscript.md` Skald writes")
+        raise InvalidInputError(
+            f"the manuscript does not start with its title line '# <title>' (it starts {first!r})",
+            hint="export from the manuscript `exports/manuscript.md` Skald writes",
+        )
     title = match.group("title").strip()
     return BookMetadata(title=title, identifier=f"urn:uuid:{uuid.uuid5(BOOK_ID_NAMESPACE, title)}")
 
@@ -89,8 +91,10 @@ def bundled_pandoc() -> Path:
     """The pandoc binary inside the pypandoc-binary wheel."""
     path = Path(pypandoc.__file__).parent / "files" / "pandoc"
     if not os.access(path, os.X_OK):
-        raise ExportError(f"pandoc is missing from the pypandoc-binary package ({path})",
-                          hint="reinstall Skald's dependencies (make install)")
+        raise ExportError(
+            f"pandoc is missing from the pypandoc-binary package ({path})",
+            hint="reinstall Skald's dependencies (make install)",
+        )
     return path
 
 
@@ -99,20 +103,41 @@ def render_ebook(manuscript: str, fmt: EbookFormat) -> bytes:
     meta = book_metadata(manuscript)
     # The title line becomes the book's title (shift -1 promotes a leading level-1 heading to
     # the title), the chapters' level-2 headings become level 1: one chapter per EPUB file.
-    args = ["--from", _MARKDOWN, "--to", _PANDOC_WRITER[fmt], "--shift-heading-level-by=-1", "--sandbox",
-            "--lua-filter", str(_FILTER), "--metadata", f"lang={meta.language}",
-            "--metadata", f"identifier={meta.identifier}", "--output", "-"]
+    args = [
+        "--from",
+        _MARKDOWN,
+        "--to",
+        _PANDOC_WRITER[fmt],
+        "--shift-heading-level-by=-1",
+        "--sandbox",
+        "--lua-filter",
+        str(_FILTER),
+        "--metadata",
+        f"lang={meta.language}",
+        "--metadata",
+        f"identifier={meta.identifier}",
+        "--output",
+        "-",
+    ]
     with tempfile.TemporaryDirectory(prefix="skald-pandoc-") as empty:
         env = {"SOURCE_DATE_EPOCH": str(BOOK_DATE_EPOCH), "HOME": empty, "LANG": "C.UTF-8"}
         try:
-            done = subprocess.run([str(bundled_pandoc()), "--data-dir", empty, *args], input=manuscript.encode("utf-8"),
-                                  capture_output=True, cwd=empty, env=env, check=False)
+            done = subprocess.run(
+                [str(bundled_pandoc()), "--data-dir", empty, *args],
+                input=manuscript.encode("utf-8"),
+                capture_output=True,
+                cwd=empty,
+                env=env,
+                check=False,
+            )
         except OSError as exc:
             raise ExportError(f"pandoc could not be started: {exc}") from None
     if done.returncode != 0 or not done.stdout:
         why = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
-        raise ExportError(f"pandoc could not write the {fmt.upper()} (exit {done.returncode}): "
-                          f"{why[-1] if why else 'no output'}")
+        raise ExportError(
+            f"pandoc could not write the {fmt.upper()} (exit {done.returncode}): "
+            f"{why[-1] if why else 'no output'}"
+        )
     return done.stdout
 
 
@@ -126,8 +151,9 @@ def write_ebooks(manuscript: Path, formats: Sequence[EbookFormat] = EBOOK_FORMAT
     try:
         text = manuscript.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"cannot read the manuscript {manuscript}: {exc}",
-                                hint="write or import the book first") from None
+        raise InvalidInputError(
+            f"cannot read the manuscript {manuscript}: {exc}", hint="write or import the book first"
+        ) from None
     paths = []
     for fmt in dict.fromkeys(formats):
         path = ebook_path(manuscript, fmt)

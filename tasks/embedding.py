@@ -23,10 +23,13 @@ def embed_texts(services: Services, name: str, texts: tuple[str, ...]) -> Conten
     return services.content.put_array("embeddings", name, vectors)
 
 
-def embed_scenes_or_none(services: Services, name: str,
-                         texts: tuple[str, ...]) -> ContentRef | None:
+def embed_scenes_or_none(
+    services: Services, name: str, texts: tuple[str, ...]
+) -> ContentRef | None:
     try:
         return embed_texts(services, name, texts)
     except LLMError as exc:
-        get_run_logger().warning("embeddings failed, continuing without vectors for %s: %s", name, exc)
+        get_run_logger().warning(
+            "embeddings failed, continuing without vectors for %s: %s", name, exc
+        )
         return None

@@ -45,21 +45,36 @@ def enrich_scene(services: Services, request: EnrichRequest) -> ContentRef:
     log = get_run_logger()
     scene, chapter, number = request.scene, request.chapter_number, request.scene_number
     draft = services.content.get_text(scene)
-    messages = render_messages("narrative/enrich", genre=request.genre, chapter_number=chapter,
-                               scene_number=number, chapter_summary=request.chapter_summary,
-                               scene_text=draft)
+    messages = render_messages(
+        "narrative/enrich",
+        genre=request.genre,
+        chapter_number=chapter,
+        scene_number=number,
+        chapter_summary=request.chapter_summary,
+        scene_text=draft,
+    )
     enriched = clean_prose(services.llm.text(ENRICHMENT_TIER, messages, purpose="enrich_narrative"))
     before = measure(draft, request.target_words, request.thresholds)
     after = measure(enriched, request.target_words, request.thresholds)
     if after.words < before.words:
-        log.warning("chapter %d scene %d: enrichment cut the scene (%d -> %d words); keeping the draft",
-                    chapter, number, before.words, after.words)
+        log.warning(
+            "chapter %d scene %d: enrichment cut the scene (%d -> %d words); keeping the draft",
+            chapter,
+            number,
+            before.words,
+            after.words,
+        )
         return scene
     if after.failures and not before.failures:
-        log.warning("chapter %d scene %d: enrichment fails the degeneration guard (%s); keeping the draft",
-                    chapter, number, "; ".join(after.failures))
+        log.warning(
+            "chapter %d scene %d: enrichment fails the degeneration guard (%s); keeping the draft",
+            chapter,
+            number,
+            "; ".join(after.failures),
+        )
         return scene
-    log.info("chapter %d scene %d: enriched (%d -> %d words)", chapter, number, before.words,
-             after.words)
+    log.info(
+        "chapter %d scene %d: enriched (%d -> %d words)", chapter, number, before.words, after.words
+    )
     name = f"chapter_{chapter:03d}/scene_{number:02d}_{scene.sha256[:12]}"
     return services.content.put_text("enriched", name, enriched)

@@ -22,7 +22,9 @@ def chapter_path(project_dir: Path, number: int) -> Path:
 
 
 # Models often number the title themselves ("Chapter 3: The Ford"); the heading adds the number.
-_NUMBERED_TITLE = re.compile(r"^\s*chapter\s+(?:\d+|[ivxlc]+)\b\s*[:.\-\u2013\u2014]?\s*", re.IGNORECASE)
+_NUMBERED_TITLE = re.compile(
+    r"^\s*chapter\s+(?:\d+|[ivxlc]+)\b\s*[:.\-\u2013\u2014]?\s*", re.IGNORECASE
+)
 
 
 def chapter_heading(number: int, title: str) -> str:
@@ -42,7 +44,9 @@ def finalize_chapter(services: Services, number: int, title: str, chapter_text: 
     path = chapter_path(services.settings.project_dir, number)
     markdown = chapter_markdown(number, title, services.content.get_text(chapter_text))
     write_if_changed(path, markdown)
-    create_markdown_artifact(key=f"chapter-{number:03d}", markdown=markdown, description=chapter_heading(number, title))
+    create_markdown_artifact(
+        key=f"chapter-{number:03d}", markdown=markdown, description=chapter_heading(number, title)
+    )
     return str(path)
 
 
@@ -50,8 +54,11 @@ def finalize_chapter(services: Services, number: int, title: str, chapter_text: 
 def publish_chapter_quality(services: Services, number: int, rows: list[dict[str, object]]) -> None:
     """The chapter's quality table (scene and chapter prose metrics, editor scores, flags) in
     the Prefect UI; the same rows go to `.saga/quality/chapter_NNN.json`."""
-    create_table_artifact(key=f"chapter-{number:03d}-quality", table=rows,
-                          description=f"Chapter {number}: degeneration guard metrics and editor scores")
+    create_table_artifact(
+        key=f"chapter-{number:03d}-quality",
+        table=rows,
+        description=f"Chapter {number}: degeneration guard metrics and editor scores",
+    )
     path = services.settings.saga_dir / "quality" / f"chapter_{number:03d}.json"
     write_if_changed(path, json.dumps(rows, indent=2) + "\n")
 
@@ -59,7 +66,9 @@ def publish_chapter_quality(services: Services, number: int, rows: list[dict[str
 def manuscript_markdown(title: str, chapters: list[str]) -> str:
     """The manuscript: `# <title>`, then the chapter files' markdown in order, each chapter's
     heading one level down (`## Chapter N: <title>`)."""
-    return "\n".join([f"# {title}\n", *(text.replace("# Chapter", "## Chapter", 1) for text in chapters)])
+    return "\n".join(
+        [f"# {title}\n", *(text.replace("# Chapter", "## Chapter", 1) for text in chapters)]
+    )
 
 
 def manuscript_path(project_dir: Path) -> Path:
@@ -69,8 +78,11 @@ def manuscript_path(project_dir: Path) -> Path:
 @plain_task("export_manuscript")
 def export_manuscript(services: Services, title: str, chapter_count: int) -> str:
     """Concatenate finished chapters into `exports/manuscript.md`."""
-    chapters = [path.read_text(encoding="utf-8") for number in range(1, chapter_count + 1)
-                if (path := chapter_path(services.settings.project_dir, number)).exists()]
+    chapters = [
+        path.read_text(encoding="utf-8")
+        for number in range(1, chapter_count + 1)
+        if (path := chapter_path(services.settings.project_dir, number)).exists()
+    ]
     out = manuscript_path(services.settings.project_dir)
     write_if_changed(out, manuscript_markdown(title, chapters))
     return str(out)

@@ -22,16 +22,30 @@ EMBEDDED_EXTRACTION_MAX_TOKENS = 512
 
 
 @llm_task("extract_scene", tier=EXTRACTION_TIER)
-def extract_scene(services: Services, scene: ContentRef, chapter_number: int, scene_number: int,
-                  known_names: tuple[str, ...]) -> ContentRef:
+def extract_scene(
+    services: Services,
+    scene: ContentRef,
+    chapter_number: int,
+    scene_number: int,
+    known_names: tuple[str, ...],
+) -> ContentRef:
     text = services.content.get_text(scene)
     extraction = services.llm.structured(
         EXTRACTION_TIER,
-        render_messages("knowledge/extraction", scene_text=text, chapter_number=chapter_number,
-                        scene_number=scene_number, known_names=known_names),
-        SceneExtraction, purpose="extract_scene",
-        max_tokens=(EMBEDDED_EXTRACTION_MAX_TOKENS
-                    if services.settings.embedded_tier(EXTRACTION_TIER) else None),
+        render_messages(
+            "knowledge/extraction",
+            scene_text=text,
+            chapter_number=chapter_number,
+            scene_number=scene_number,
+            known_names=known_names,
+        ),
+        SceneExtraction,
+        purpose="extract_scene",
+        max_tokens=(
+            EMBEDDED_EXTRACTION_MAX_TOKENS
+            if services.settings.embedded_tier(EXTRACTION_TIER)
+            else None
+        ),
     )
     name = f"chapter_{chapter_number:03d}/scene_{scene_number:02d}_{scene.sha256[:12]}"
     return services.content.put_json("extracted", name, extraction)

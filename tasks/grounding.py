@@ -47,7 +47,9 @@ class DroppedFact(BaseModel):
 
 class SceneGrounding(BaseModel):
     scene: int = Field(ge=0)
-    kept: int = Field(0, ge=0, description="facts kept: entities, traits, relationships, status changes")
+    kept: int = Field(
+        0, ge=0, description="facts kept: entities, traits, relationships, status changes"
+    )
     dropped: list[DroppedFact] = Field(default_factory=list)
 
 
@@ -67,7 +69,9 @@ class GroundingReport(BaseModel):
         """One line: kept and dropped facts, dropped per scene, the commonest reasons."""
         if not self.dropped:
             return f"kept all {self.kept} extracted facts"
-        per_scene = ", ".join(f"scene {s.scene}: {len(s.dropped)}" for s in self.scenes if s.dropped)
+        per_scene = ", ".join(
+            f"scene {s.scene}: {len(s.dropped)}" for s in self.scenes if s.dropped
+        )
         reasons = Counter(_reason_kind(d.reason) for s in self.scenes for d in s.dropped)
         common = "; ".join(f"{n} {why}" for why, n in reasons.most_common(4))
         return f"kept {self.kept} extracted facts, dropped {self.dropped} ({per_scene}): {common}"
@@ -90,11 +94,17 @@ class _SceneGrounder:
         self.entities: set[str] = set()
 
     def drop(self, kind: FactKind, fact: str, reason: str) -> None:
-        self.report.dropped.append(DroppedFact(scene=self.scene, kind=kind, fact=fact[:200], reason=reason))
+        self.report.dropped.append(
+            DroppedFact(scene=self.scene, kind=kind, fact=fact[:200], reason=reason)
+        )
 
     def name_problem(self, name: str) -> str | None:
         if self.known.is_known(name):
-            return None if self.known.referred(name, self.source) else "a cast name the scene does not mention"
+            return (
+                None
+                if self.known.referred(name, self.source)
+                else "a cast name the scene does not mention"
+            )
         problem = name_problem(name, self.titles)
         if problem is not None:
             return problem
@@ -135,29 +145,43 @@ class _SceneGrounder:
         return found.model_copy(update={"traits": traits})
 
     def ground(self, extraction: SceneExtraction) -> SceneExtraction:
-        entities = [kept for found in extraction.entities if (kept := self.entity(found)) is not None]
+        entities = [
+            kept for found in extraction.entities if (kept := self.entity(found)) is not None
+        ]
         relationships = []
         for rel in extraction.relationships:
             fact = f"{rel.source} -{rel.type}-> {rel.target}"
-            problem = (self.endpoint_problem(rel.source, rel.quote) or self.endpoint_problem(rel.target, rel.quote)
-                       or self.quote_problem(rel.quote, rel.source, rel.target))
+            problem = (
+                self.endpoint_problem(rel.source, rel.quote)
+                or self.endpoint_problem(rel.target, rel.quote)
+                or self.quote_problem(rel.quote, rel.source, rel.target)
+            )
             if problem is None:
                 relationships.append(rel)
             else:
                 self.drop("relationship", fact, problem)
         statuses = []
         for change in extraction.status_changes:
-            problem = self.endpoint_problem(change.name, change.quote) or self.quote_problem(change.quote)
+            problem = self.endpoint_problem(change.name, change.quote) or self.quote_problem(
+                change.quote
+            )
             if problem is None:
                 statuses.append(change)
             else:
                 self.drop("status", f"{change.name}: {change.status}", problem)
         self.report.kept += len(relationships) + len(statuses)
-        return SceneExtraction(entities=entities, relationships=relationships, status_changes=statuses)
+        return SceneExtraction(
+            entities=entities, relationships=relationships, status_changes=statuses
+        )
 
 
-def ground_extraction(extraction: SceneExtraction, text: str, scene: int, known: KnownNames,
-                      titles: Sequence[str] = ()) -> tuple[SceneExtraction, SceneGrounding]:
+def ground_extraction(
+    extraction: SceneExtraction,
+    text: str,
+    scene: int,
+    known: KnownNames,
+    titles: Sequence[str] = (),
+) -> tuple[SceneExtraction, SceneGrounding]:
     """The facts of `extraction` that `text` supports, and what was dropped and why (pure)."""
     grounder = _SceneGrounder(text, scene, known, titles)
     grounded = grounder.ground(extraction)
@@ -165,23 +189,42 @@ def ground_extraction(extraction: SceneExtraction, text: str, scene: int, known:
 
 
 @plain_task("ground_extraction")
-def ground_scenes(services: Services, chapter: int, scenes: tuple[ContentRef, ...],
-                  extractions: tuple[ContentRef, ...],
-                  cast: tuple[str, ...], titles: tuple[str, ...]) -> GroundedScenes:
+def ground_scenes(
+    services: Services,
+    chapter: int,
+    scenes: tuple[ContentRef, ...],
+    extractions: tuple[ContentRef, ...],
+    cast: tuple[str, ...],
+    titles: tuple[str, ...],
+) -> GroundedScenes:
     """Ground each scene's extraction in its text; store the grounded extractions and the report."""
     store = services.content
     known = KnownNames([name] for name in cast)
     refs: list[ContentRef] = []
     report = GroundingReport(chapter=chapter)
-    for number, (scene_ref, extraction_ref) in enumerate(zip(scenes, extractions, strict=True), start=1):
-        grounded, scene_report = ground_extraction(store.get_model(extraction_ref, SceneExtraction),
-                                                   store.get_text(scene_ref), number, known, titles)
+    for number, (scene_ref, extraction_ref) in enumerate(
+        zip(scenes, extractions, strict=True), start=1
+    ):
+        grounded, scene_report = ground_extraction(
+            store.get_model(extraction_ref, SceneExtraction),
+            store.get_text(scene_ref),
+            number,
+            known,
+            titles,
+        )
         report.scenes.append(scene_report)
-        refs.append(store.put_json("grounded", f"chapter_{chapter:03d}/scene_{number:02d}_{extraction_ref.sha256[:12]}",
-                                   grounded))
+        refs.append(
+            store.put_json(
+                "grounded",
+                f"chapter_{chapter:03d}/scene_{number:02d}_{extraction_ref.sha256[:12]}",
+                grounded,
+            )
+        )
     store.put_json("grounding", f"chapter_{chapter:03d}/{_digest(refs)}", report)
     log = get_run_logger()
-    (log.warning if report.dropped else log.info)("chapter %d: grounding %s", chapter, report.brief())
+    (log.warning if report.dropped else log.info)(
+        "chapter %d: grounding %s", chapter, report.brief()
+    )
     return GroundedScenes(extractions=tuple(refs), report=report)
 
 

@@ -119,7 +119,11 @@ class EmbeddingCache:
                 fresh = np.asarray(self._embed([text_of[k] for k in todo]), dtype=np.float32)
                 self._vectors.update(zip(todo, fresh, strict=True))
                 self._save()
-            return np.stack([self._vectors[k] for k in keys]) if keys else np.zeros((0, 0), dtype=np.float32)
+            return (
+                np.stack([self._vectors[k] for k in keys])
+                if keys
+                else np.zeros((0, 0), dtype=np.float32)
+            )
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,8 +141,11 @@ class EmbeddingCache:
 
 def _embedder(services: Services) -> Embedder:
     llm = services.llm
-    return EmbeddingCache(services.settings.saga_dir / "healing", llm.embedding_fingerprint(),
-                          lambda texts: llm.embed(list(texts), purpose="healing"))
+    return EmbeddingCache(
+        services.settings.saga_dir / "healing",
+        llm.embedding_fingerprint(),
+        lambda texts: llm.embed(list(texts), purpose="healing"),
+    )
 
 
 class HealReport(BaseModel):
@@ -189,17 +196,28 @@ def find_duplicates(services: Services, use_embeddings: bool = True) -> Detectio
     try:
         result = detect_duplicates(snap, services.settings.healing, embed)
     except (LLMError, EmbeddedServiceError) as exc:
-        log.warning("healing: embeddings unavailable, matching on names and relationships only: %s", exc)
+        log.warning(
+            "healing: embeddings unavailable, matching on names and relationships only: %s", exc
+        )
         result = detect_duplicates(snap, services.settings.healing, None)
     s = result.stats
-    log.info("healing: %d entities, %d blocks, %d candidate pairs, %d name matches, %d accepted, %d vetoed, %d merges planned",
-             s.entities, s.blocks, s.candidate_pairs, s.name_matches, s.accepted_pairs, s.vetoed_pairs, len(result.plans))
+    log.info(
+        "healing: %d entities, %d blocks, %d candidate pairs, %d name matches, %d accepted, %d vetoed, %d merges planned",
+        s.entities,
+        s.blocks,
+        s.candidate_pairs,
+        s.name_matches,
+        s.accepted_pairs,
+        s.vetoed_pairs,
+        len(result.plans),
+    )
     return result
 
 
 @graph_task("merge_duplicates")
-def merge_duplicates(services: Services, plans: list[MergePlan],
-                     moment: StoryMoment) -> list[MergeResult]:
+def merge_duplicates(
+    services: Services, plans: list[MergePlan], moment: StoryMoment
+) -> list[MergeResult]:
     """One write transaction per plan, so one failed merge leaves the others done.
     `moment` (the latest committed chapter) tags the revision, the `merge` sources and the audit."""
     log = get_run_logger()
@@ -209,9 +227,14 @@ def merge_duplicates(services: Services, plans: list[MergePlan],
         if result.skipped:
             log.warning("healing: merge into %s skipped: %s", plan.survivor_id, result.skipped)
         else:
-            log.info("healing: merged %s into %s %r (%d relationships moved, %d duplicates dropped)",
-                     ", ".join(plan.merged_ids), plan.survivor_id, result.name, result.relationships_moved,
-                     result.relationships_deduplicated)
+            log.info(
+                "healing: merged %s into %s %r (%d relationships moved, %d duplicates dropped)",
+                ", ".join(plan.merged_ids),
+                plan.survivor_id,
+                result.name,
+                result.relationships_moved,
+                result.relationships_deduplicated,
+            )
         results.append(result)
     return results
 
@@ -224,8 +247,14 @@ def enrichment_messages(target: EnrichmentTarget) -> list[dict[str, str]]:
     blocks are rendered here the same way it does.
     """
     tmpl = template("knowledge/enrichment")
-    ctx = tmpl.new_context({"name": target.name, "label": target.label,
-                            "description": target.description or "(none yet)", "relationships": target.relationships})
+    ctx = tmpl.new_context(
+        {
+            "name": target.name,
+            "label": target.label,
+            "description": target.description or "(none yet)",
+            "relationships": target.relationships,
+        }
+    )
     messages = []
     for role in ("system", "user"):
         text = "".join(tmpl.blocks[role](ctx)).strip()
@@ -238,25 +267,30 @@ def enrichment_messages(target: EnrichmentTarget) -> list[dict[str, str]]:
 def enrichment_summary(services: Services, target: EnrichmentTarget) -> EntityEnrichment:
     """The LLM's summary of one entity, cached by what it is shown: healing again on the same
     graph (after a rollback, say) asks nothing."""
-    return services.llm.structured(ENRICHMENT_TIER, enrichment_messages(target), EntityEnrichment,
-                                   purpose="enrichment")
+    return services.llm.structured(
+        ENRICHMENT_TIER, enrichment_messages(target), EntityEnrichment, purpose="enrichment"
+    )
 
 
 @graph_task("enrich_entities")
-def enrich_entities(services: Services, moment: StoryMoment,
-                    max_entities: int = 20) -> tuple[list[EnrichmentResult], list[str]]:
+def enrich_entities(
+    services: Services, moment: StoryMoment, max_entities: int = 20
+) -> tuple[list[EnrichmentResult], list[str]]:
     """LLM summaries for entities whose relationship count crossed the threshold.
 
     Returns (enriched, failures). An unreachable LLM stops the stage (the rest would fail
     the same way); a bad answer for one entity skips only that entity.
     """
     log = get_run_logger()
-    counts = load_snapshot(services.graph_reader,
-                           ids=[])  # relationship counts only (the story mirror's)
-    snap = load_snapshot(services.graph_reader,
-                         ids=enrichment_busy_ids(counts, services.settings.healing))
-    targets = enrichment_targets(services.graph_reader, snap,
-                                 services.settings.healing)[:max_entities]
+    counts = load_snapshot(
+        services.graph_reader, ids=[]
+    )  # relationship counts only (the story mirror's)
+    snap = load_snapshot(
+        services.graph_reader, ids=enrichment_busy_ids(counts, services.settings.healing)
+    )
+    targets = enrichment_targets(services.graph_reader, snap, services.settings.healing)[
+        :max_entities
+    ]
     enriched: list[EnrichmentResult] = []
     failures: list[str] = []
     for target in targets:
@@ -270,12 +304,22 @@ def enrich_entities(services: Services, moment: StoryMoment,
             failures.append(f"{target.id}: {exc}")
             log.warning("healing: enrichment stopped, the LLM is unavailable: %s", exc)
             break
-        result = EnrichmentResult(id=target.id, name=target.name, relationship_count=target.relationship_count,
-                                  summary=answer.summary, facets=list(answer.facets), confidence=answer.confidence)
+        result = EnrichmentResult(
+            id=target.id,
+            name=target.name,
+            relationship_count=target.relationship_count,
+            summary=answer.summary,
+            facets=list(answer.facets),
+            confidence=answer.confidence,
+        )
         if services.graph_writer.execute_write(enrich_tx, result, moment.stamp, moment.chapter):
             enriched.append(result)
     if targets:
-        log.info("healing: enriched %d of %d entities over the relationship threshold", len(enriched), len(targets))
+        log.info(
+            "healing: enriched %d of %d entities over the relationship threshold",
+            len(enriched),
+            len(targets),
+        )
     return enriched, failures
 
 
@@ -306,33 +350,61 @@ def write_heal_history(report: HealReport, saga_dir: Path) -> Path:
 def publish_heal_artifacts(report: HealReport) -> None:
     """A merges table and a Markdown summary in the Prefect UI."""
     rows = [
-        {"survivor": m.survivor_id, "name": m.name, "merged": ", ".join(m.merged_names),
-         "relationships_moved": m.relationships_moved, "audit": m.audit_id or "", "skipped": m.skipped or ""}
+        {
+            "survivor": m.survivor_id,
+            "name": m.name,
+            "merged": ", ".join(m.merged_names),
+            "relationships_moved": m.relationships_moved,
+            "audit": m.audit_id or "",
+            "skipped": m.skipped or "",
+        }
         for m in report.merges
     ] or [
-        {"survivor": p.survivor_id, "name": p.survivor_name, "merged": ", ".join(p.merged_names),
-         "relationships_moved": 0, "audit": "", "skipped": "dry run"}
+        {
+            "survivor": p.survivor_id,
+            "name": p.survivor_name,
+            "merged": ", ".join(p.merged_names),
+            "relationships_moved": 0,
+            "audit": "",
+            "skipped": "dry run",
+        }
         for p in report.planned
     ]
     if rows:
-        create_table_artifact(key="graph-healing-merges", table=rows, description="Entities merged by healing")
+        create_table_artifact(
+            key="graph-healing-merges", table=rows, description="Entities merged by healing"
+        )
     counts = report.counts()
     lines = [
-        f"# Graph healing{' (dry run)' if report.dry_run else ''}", "",
-        f"- project: `{report.project_dir}`", f"- started: {report.started_at}, took {report.seconds:.1f}s; graph writes stamped {report.story_at!r}",
+        f"# Graph healing{' (dry run)' if report.dry_run else ''}",
+        "",
+        f"- project: `{report.project_dir}`",
+        f"- started: {report.started_at}, took {report.seconds:.1f}s; graph writes stamped {report.story_at!r}",
         f"- candidates: {report.detection.candidate_pairs} pairs from {report.detection.blocks} blocks "
         f"over {report.detection.entities} entities; {report.detection.accepted_pairs} accepted, "
         f"{report.detection.vetoed_pairs} vetoed",
         *(f"- {k.replace('_', ' ')}: {v}" for k, v in counts.items()),
     ]
     if report.vetoed:
-        lines += ["", "## Vetoed look-alikes", "", "| a | b | name | why not |", "|---|---|---|---|"]
-        lines += [f"| {v.a_name} (`{v.a_id}`) | {v.b_name} (`{v.b_id}`) | {v.name_score:.2f} | {v.veto} |"
-                  for v in report.vetoed[:50]]
+        lines += [
+            "",
+            "## Vetoed look-alikes",
+            "",
+            "| a | b | name | why not |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {v.a_name} (`{v.a_id}`) | {v.b_name} (`{v.b_id}`) | {v.name_score:.2f} | {v.veto} |"
+            for v in report.vetoed[:50]
+        ]
     if report.graduated:
-        lines += ["", "## Graduated", ""] + [f"- {g.name} (`{g.id}`): {g.confidence:.2f}" for g in report.graduated]
+        lines += ["", "## Graduated", ""] + [
+            f"- {g.name} (`{g.id}`): {g.confidence:.2f}" for g in report.graduated
+        ]
     if report.enrichment_failures:
         lines += ["", "## Enrichment failures", ""] + [f"- {f}" for f in report.enrichment_failures]
-    create_markdown_artifact(key="graph-healing-summary", markdown="\n".join(lines),
-                             description="What the last healing run merged, enriched and graduated")
-
+    create_markdown_artifact(
+        key="graph-healing-summary",
+        markdown="\n".join(lines),
+        description="What the last healing run merged, enriched and graduated",
+    )

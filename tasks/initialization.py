@@ -47,8 +47,9 @@ def act_ranges(chapters: int, acts: int) -> list[tuple[int, int, int]]:
 
 
 @llm_task("generate_character_sheets", tier=INIT_TIER)
-def generate_character_sheets(services: Services, premise: str, genre: str,
-                              count: int) -> ContentRef:
+def generate_character_sheets(
+    services: Services, premise: str, genre: str, count: int
+) -> ContentRef:
     """Character sheets with usable names, asking again (with the refused names and why) when
     the model wrote none: a small model's first answer is sometimes all identifiers
     ('Lighthouse_Lady_Amara') or loops, and a run must not die on its first call for that."""
@@ -59,9 +60,15 @@ def generate_character_sheets(services: Services, premise: str, genre: str,
     for _ in range(MAX_SHEET_CALLS):
         sheets = services.llm.structured(
             INIT_TIER,
-            render_messages("initialization/character_sheets", premise=premise, genre=genre, count=count,
-                            refused=refused),
-            CharacterSheets, purpose="character_sheets",
+            render_messages(
+                "initialization/character_sheets",
+                premise=premise,
+                genre=genre,
+                count=count,
+                refused=refused,
+            ),
+            CharacterSheets,
+            purpose="character_sheets",
         )
         written += len(sheets.characters)
         unique, refused_now = usable_sheets(sheets)
@@ -71,8 +78,11 @@ def generate_character_sheets(services: Services, premise: str, genre: str,
             break
         refused.extend(refused_now)
     if not unique:
-        raise LLMBadOutputError(f"the model wrote {written} character sheets in {MAX_SHEET_CALLS} answers and none "
-                                "has a usable name", hint="use a stronger model for the large tier (OPENAI_BASE_URL)")
+        raise LLMBadOutputError(
+            f"the model wrote {written} character sheets in {MAX_SHEET_CALLS} answers and none "
+            "has a usable name",
+            hint="use a stronger model for the large tier (OPENAI_BASE_URL)",
+        )
     result = CharacterSheets(characters=unique)
     log.info("init: %d character sheets: %s", len(unique), ", ".join(c.name for c in unique))
     return services.content.put_json("character_sheets", "characters", result)
@@ -91,19 +101,31 @@ def usable_sheets(sheets: CharacterSheets) -> tuple[list[CharacterSheet], list[t
         elif key not in seen:
             seen.add(key)
             # The bible's prose fields are sentences, never fragments cut at a comma.
-            unique.append(sheet.model_copy(update={f: as_sentence(getattr(sheet, f)) for f in SHEET_PROSE_FIELDS}))
+            unique.append(
+                sheet.model_copy(
+                    update={f: as_sentence(getattr(sheet, f)) for f in SHEET_PROSE_FIELDS}
+                )
+            )
     return unique, refused
 
 
 @llm_task("generate_global_outline", tier=INIT_TIER)
-def generate_global_outline(services: Services, premise: str, genre: str, chapters: int,
-                            acts: int, characters: ContentRef) -> ContentRef:
+def generate_global_outline(
+    services: Services, premise: str, genre: str, chapters: int, acts: int, characters: ContentRef
+) -> ContentRef:
     sheets = services.content.get_model(characters, CharacterSheets)
     outline = services.llm.structured(
         INIT_TIER,
-        render_messages("initialization/global_outline", premise=premise, genre=genre, chapters=chapters,
-                        acts=acts, characters=sheets.characters),
-        GlobalOutline, purpose="global_outline",
+        render_messages(
+            "initialization/global_outline",
+            premise=premise,
+            genre=genre,
+            chapters=chapters,
+            acts=acts,
+            characters=sheets.characters,
+        ),
+        GlobalOutline,
+        purpose="global_outline",
     )
     # Keep exactly `acts` acts numbered 1..acts so later stages can rely on it.
     summaries = [a.summary for a in outline.acts][:acts]
@@ -111,31 +133,47 @@ def generate_global_outline(services: Services, premise: str, genre: str, chapte
         summaries.append(outline.logline)
     title, problem = usable_title(outline.title, UNTITLED)
     if problem:
-        get_run_logger().warning("init: the book's title %r is not used (%s)", outline.title[:80], problem)
+        get_run_logger().warning(
+            "init: the book's title %r is not used (%s)", outline.title[:80], problem
+        )
     outline = GlobalOutline.model_validate(
-        {**outline.model_dump(), "title": title,
-         "acts": [{"number": i + 1, "summary": s} for i, s in enumerate(summaries)]}
+        {
+            **outline.model_dump(),
+            "title": title,
+            "acts": [{"number": i + 1, "summary": s} for i, s in enumerate(summaries)],
+        }
     )
     get_run_logger().info("init: global outline %r with %d acts", outline.title, len(outline.acts))
     return services.content.put_json("global_outline", "outline", outline)
 
 
 @llm_task("generate_act_outline", tier=INIT_TIER)
-def generate_act_outline(services: Services, global_outline: ContentRef, act: int, first: int,
-                         last: int) -> ContentRef:
+def generate_act_outline(
+    services: Services, global_outline: ContentRef, act: int, first: int, last: int
+) -> ContentRef:
     outline = services.content.get_model(global_outline, GlobalOutline)
     act_outline = services.llm.structured(
         INIT_TIER,
-        render_messages("initialization/act_outline", outline=outline, act=outline.acts[act - 1],
-                        first_chapter=first, last_chapter=last),
-        ActOutline, purpose="act_outline",
+        render_messages(
+            "initialization/act_outline",
+            outline=outline,
+            act=outline.acts[act - 1],
+            first_chapter=first,
+            last_chapter=last,
+        ),
+        ActOutline,
+        purpose="act_outline",
     )
     return services.content.put_json("act_outlines", f"act_{act:02d}", act_outline)
 
 
 @llm_task("generate_chapter_outlines", tier=INIT_TIER)
 def generate_chapter_outlines(
-    services: Services, global_outline: ContentRef, act_outline: ContentRef, act: int, first: int,
+    services: Services,
+    global_outline: ContentRef,
+    act_outline: ContentRef,
+    act: int,
+    first: int,
     last: int,
     character_names: tuple[str, ...],
 ) -> ContentRef:
@@ -149,15 +187,28 @@ def generate_chapter_outlines(
             break
         answer = services.llm.structured(
             INIT_TIER,
-            render_messages("initialization/chapter_outlines", outline=outline, act=act_model, act_number=act,
-                            first_chapter=missing[0], last_chapter=missing[-1], character_names=character_names),
-            ChapterOutlines, purpose="chapter_outlines",
+            render_messages(
+                "initialization/chapter_outlines",
+                outline=outline,
+                act=act_model,
+                act_number=act,
+                first_chapter=missing[0],
+                last_chapter=missing[-1],
+                character_names=character_names,
+            ),
+            ChapterOutlines,
+            purpose="chapter_outlines",
         )
         # Models number chapters unreliably: take them in order for the missing slots.
         for slot, chapter in zip(missing, answer.chapters, strict=False):
             title, problem = usable_title(chapter.title, f"Chapter {slot}")
             if problem:
-                get_run_logger().warning("init: chapter %d's title %r is not used (%s)", slot, chapter.title[:80], problem)
+                get_run_logger().warning(
+                    "init: chapter %d's title %r is not used (%s)",
+                    slot,
+                    chapter.title[:80],
+                    problem,
+                )
             got[slot] = chapter.model_copy(update={"number": slot, "title": title})
     if len(got) < last - first + 1:
         raise LLMBadOutputError(
@@ -170,24 +221,35 @@ def generate_chapter_outlines(
 
 @llm_task("extract_outline_relationships", tier=RELATIONSHIPS_TIER)
 def extract_outline_relationships(
-    services: Services, global_outline: ContentRef, chapter_outlines: tuple[ContentRef, ...],
+    services: Services,
+    global_outline: ContentRef,
+    chapter_outlines: tuple[ContentRef, ...],
     character_names: tuple[str, ...],
 ) -> ContentRef:
     outline = services.content.get_model(global_outline, GlobalOutline)
-    chapters = [c for ref in chapter_outlines
-                for c in services.content.get_model(ref, ChapterOutlines).chapters]
+    chapters = [
+        c
+        for ref in chapter_outlines
+        for c in services.content.get_model(ref, ChapterOutlines).chapters
+    ]
     rels = services.llm.structured(
         RELATIONSHIPS_TIER,
-        render_messages("initialization/relationships", outline=outline, chapters=chapters,
-                        character_names=character_names),
-        OutlineRelationships, purpose="outline_relationships",
+        render_messages(
+            "initialization/relationships",
+            outline=outline,
+            chapters=chapters,
+            character_names=character_names,
+        ),
+        OutlineRelationships,
+        purpose="outline_relationships",
     )
     rels = world_with_names(rels, character_names, (outline.title, *(c.title for c in chapters)))
     return services.content.put_json("outline_relationships", "relationships", rels)
 
 
-def world_with_names(world: OutlineRelationships, character_names: tuple[str, ...],
-                     titles: tuple[str, ...]) -> OutlineRelationships:
+def world_with_names(
+    world: OutlineRelationships, character_names: tuple[str, ...], titles: tuple[str, ...]
+) -> OutlineRelationships:
     """The outline's places whose names can be names, and the relationships between the
     cast and those places only: both ends of each must be someone or somewhere of the bible."""
     log = get_run_logger()
@@ -213,6 +275,10 @@ def world_with_names(world: OutlineRelationships, character_names: tuple[str, ..
         if ends[0] in known and ends[1] in known and ends[0] != ends[1]:
             relationships.append(rel)
         else:
-            log.warning("init: relationship %r -%s-> %r refused: an end is not a character or place of the bible",
-                        rel.source[:60], rel.type[:40], rel.target[:60])
+            log.warning(
+                "init: relationship %r -%s-> %r refused: an end is not a character or place of the bible",
+                rel.source[:60],
+                rel.type[:40],
+                rel.target[:60],
+            )
     return OutlineRelationships(relationships=relationships, locations=places)

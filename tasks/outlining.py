@@ -72,18 +72,32 @@ def generate_chapter_outline(services: Services, request: OutlineRequest) -> Cha
     r = request
     answer = services.llm.structured(
         OUTLINE_TIER,
-        render_messages("narrative/chapter_outline", title=r.title, genre=r.genre, number=r.number,
-                        global_outline=r.global_outline, act_number=r.act_number, act=r.act,
-                        characters=r.characters, summaries=r.summaries, planned=r.planned,
-                        guidance=r.guidance),
-        ChapterOutlineRefresh, purpose="chapter_outline",
+        render_messages(
+            "narrative/chapter_outline",
+            title=r.title,
+            genre=r.genre,
+            number=r.number,
+            global_outline=r.global_outline,
+            act_number=r.act_number,
+            act=r.act,
+            characters=r.characters,
+            summaries=r.summaries,
+            planned=r.planned,
+            guidance=r.guidance,
+        ),
+        ChapterOutlineRefresh,
+        purpose="chapter_outline",
     )
     number, planned, act, title = r.number, r.planned, r.act, r.title
     base = planned or ChapterOutline(number=number, title=f"Chapter {number}", summary=act or title)
     chapter_title, problem = usable_title(answer.title, base.title)
     if problem and answer.title.strip():
-        get_run_logger().warning("chapter %d: the outline's title %r is not used (%s)", number,
-                                 answer.title[:80], problem)
+        get_run_logger().warning(
+            "chapter %d: the outline's title %r is not used (%s)",
+            number,
+            answer.title[:80],
+            problem,
+        )
     refreshed = ChapterOutline(
         number=number,
         title=chapter_title,
@@ -92,5 +106,7 @@ def generate_chapter_outline(services: Services, request: OutlineRequest) -> Cha
         setting=answer.setting.strip() or base.setting,
         key_beats=[b for b in answer.key_beats if b.strip()] or base.key_beats,
     )
-    get_run_logger().info("chapter %d: outline %s: %s", number, "refreshed" if planned else "written", refreshed.title)
+    get_run_logger().info(
+        "chapter %d: outline %s: %s", number, "refreshed" if planned else "written", refreshed.title
+    )
     return refreshed

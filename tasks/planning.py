@@ -51,27 +51,41 @@ def plan_scenes(services: Services, request: PlanRequest) -> ContentRef:
             break
         plan = services.llm.structured(
             PLAN_TIER,
-            render_messages("narrative/scene_plan", title=title, genre=genre, chapter=chapter,
-                            character_names=character_names, guidance=guidance.strip(),
-                            writer_guidance=writer_guidance, planned=[s.title for s in scenes],
-                            scene_count=remaining),
-            ScenePlan, purpose="plan_scenes",
+            render_messages(
+                "narrative/scene_plan",
+                title=title,
+                genre=genre,
+                chapter=chapter,
+                character_names=character_names,
+                guidance=guidance.strip(),
+                writer_guidance=writer_guidance,
+                planned=[s.title for s in scenes],
+                scene_count=remaining,
+            ),
+            ScenePlan,
+            purpose="plan_scenes",
         )
         scenes.extend(plan.scenes[:remaining])
     if len(scenes) < scene_count:
-        raise LLMBadOutputError(f"the model planned {len(scenes)} of {scene_count} scenes for chapter {chapter.number}",
-                                hint="use a stronger model for the large tier or fewer --scenes-per-chapter")
+        raise LLMBadOutputError(
+            f"the model planned {len(scenes)} of {scene_count} scenes for chapter {chapter.number}",
+            hint="use a stronger model for the large tier or fewer --scenes-per-chapter",
+        )
     log = get_run_logger()
     scenes, dropped = tidy_plan(scenes, character_names, (title, chapter.title))
     if dropped:
-        log.warning("chapter %d: the scene plan's %s not used", chapter.number, "; ".join(dropped[:6]))
+        log.warning(
+            "chapter %d: the scene plan's %s not used", chapter.number, "; ".join(dropped[:6])
+        )
     log.info("chapter %d: planned %d scenes (iteration %d)", chapter.number, len(scenes), iteration)
     name = f"chapter_{chapter.number:03d}/iter_{iteration}"
     return services.content.put_json("chapter_plan", name, ScenePlan(scenes=scenes))
 
 
 def tidy_plan(
-    scenes: list[SceneDetail], known: tuple[str, ...], titles: tuple[str, ...] = (),
+    scenes: list[SceneDetail],
+    known: tuple[str, ...],
+    titles: tuple[str, ...] = (),
 ) -> tuple[list[SceneDetail], list[str]]:
     """The plan without what cannot be a title, a character or a setting (a small model's loops,
     "2016: 2016: 2016", the book's title taken for a person, "fleets"), so neither the draft's
@@ -82,7 +96,8 @@ def tidy_plan(
 
     def person(name: str) -> bool:
         return normalise(name) in known_names or (
-            any(ch.isupper() for ch in name) and name_problem(name, titles) is None)
+            any(ch.isupper() for ch in name) and name_problem(name, titles) is None
+        )
 
     tidy: list[SceneDetail] = []
     dropped: list[str] = []
@@ -91,12 +106,18 @@ def tidy_plan(
         if problem:
             dropped.append(f"scene {number} title {scene.title[:40]!r} ({problem})")
         people = [c for c in scene.characters if person(c)]
-        dropped += [f"scene {number} character {c[:40]!r}" for c in scene.characters if c not in people]
+        dropped += [
+            f"scene {number} character {c[:40]!r}" for c in scene.characters if c not in people
+        ]
         pov = scene.pov if person(scene.pov) else ""
         if scene.pov and not pov:
             dropped.append(f"scene {number} point of view {scene.pov[:40]!r}")
         setting, problem = usable_title(scene.setting, "", SETTING_WORDS)
         if problem and scene.setting.strip():
             dropped.append(f"scene {number} setting {scene.setting[:40]!r} ({problem})")
-        tidy.append(scene.model_copy(update={"title": title, "characters": people, "pov": pov, "setting": setting}))
+        tidy.append(
+            scene.model_copy(
+                update={"title": title, "characters": people, "pov": pov, "setting": setting}
+            )
+        )
     return tidy, dropped

@@ -77,8 +77,9 @@ class GraphHistory:
 def _services(inputs: dict[str, Any]) -> Any:
     services = inputs.get(SERVICES)
     if services is None:
-        raise TypeError(f"this task's cache key needs its {SERVICES!r} parameter "
-                        "(tasks/services.py)")
+        raise TypeError(
+            f"this task's cache key needs its {SERVICES!r} parameter (tasks/services.py)"
+        )
     return services
 
 

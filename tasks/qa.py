@@ -137,13 +137,17 @@ def qa_scope(services: Services, incremental: bool) -> QAScope:
     sample: list[int] = []
     if state.through:
         first = state.sample_next if 1 <= state.sample_next <= state.through else 1
-        sample = [(first - 1 + i) % state.through + 1 for i in range(min(SAMPLE_CHAPTERS, state.through))]
+        sample = [
+            (first - 1 + i) % state.through + 1 for i in range(min(SAMPLE_CHAPTERS, state.through))
+        ]
         done.sample_next = sample[-1] % state.through + 1
     return QAScope(chapters=sorted(set(new) | set(sample)), state=done)
 
 
 def save_qa_state(saga_dir: Path, state: QAState) -> None:
-    atomic_write(saga_dir / "qa" / STATE_FILE, (state.model_dump_json(indent=2) + "\n").encode("utf-8"))
+    atomic_write(
+        saga_dir / "qa" / STATE_FILE, (state.model_dump_json(indent=2) + "\n").encode("utf-8")
+    )
 
 
 @graph_task("check_quality")
@@ -152,7 +156,9 @@ def run_qa_checks(services: Services, chapters: list[int] | None = None) -> list
     findings = run_checks(services.graph_reader, services.settings.healing, chapters=chapters)
     log = get_run_logger()
     for finding in findings:
-        (log.error if finding.severity == "error" else log.warning)("qa %s: %s", finding.check, finding.message)
+        (log.error if finding.severity == "error" else log.warning)(
+            "qa %s: %s", finding.check, finding.message
+        )
     log.info("qa: %d finding(s)", len(findings))
     return findings
 
@@ -173,22 +179,41 @@ def write_qa_report(findings: list[Finding], state: QAState, saga_dir: Path) -> 
 
 def publish_qa_artifacts(report: QAReport) -> None:
     rows = [
-        {"check": f.check, "severity": f.severity, "message": f.message, "entities": ", ".join(f.entity_names),
-         "entity_ids": ", ".join(f.entity_ids), "chapters": ", ".join(map(str, f.chapters))}
+        {
+            "check": f.check,
+            "severity": f.severity,
+            "message": f.message,
+            "entities": ", ".join(f.entity_names),
+            "entity_ids": ", ".join(f.entity_ids),
+            "chapters": ", ".join(map(str, f.chapters)),
+        }
         for f in report.findings
     ]
     if rows:
-        create_table_artifact(key="graph-qa-findings", table=rows,
-                              description=f"Graph QA findings ({len(rows)}), report {report.report_path}")
+        create_table_artifact(
+            key="graph-qa-findings",
+            table=rows,
+            description=f"Graph QA findings ({len(rows)}), report {report.report_path}",
+        )
     lines = [
-        "# Graph QA", "", f"- project: `{report.project_dir}`", f"- run at: {report.run_at} ({report.seconds:.1f}s), {report.story_at}",
+        "# Graph QA",
+        "",
+        f"- project: `{report.project_dir}`",
+        f"- run at: {report.run_at} ({report.seconds:.1f}s), {report.story_at}",
         f"- checked: {report.scope}",
-        f"- report: `{report.report_path}`", f"- findings: {len(report.findings)} ({report.errors} errors)", "",
-        "| check | findings |", "|---|---|",
+        f"- report: `{report.report_path}`",
+        f"- findings: {len(report.findings)} ({report.errors} errors)",
+        "",
+        "| check | findings |",
+        "|---|---|",
     ]
     lines += [f"| {check} | {n} |" for check, n in report.counts().items()]
     if report.findings:
         lines += ["", "## Findings", ""]
-        lines += [f"- **{f.severity}** `{f.check}`: {f.message} (chapters {', '.join(map(str, f.chapters)) or '-'})"
-                  for f in report.findings[:200]]
-    create_markdown_artifact(key="graph-qa-summary", markdown="\n".join(lines), description="Graph QA summary")
+        lines += [
+            f"- **{f.severity}** `{f.check}`: {f.message} (chapters {', '.join(map(str, f.chapters)) or '-'})"
+            for f in report.findings[:200]
+        ]
+    create_markdown_artifact(
+        key="graph-qa-summary", markdown="\n".join(lines), description="Graph QA summary"
+    )

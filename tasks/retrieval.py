@@ -39,7 +39,9 @@ def _profile_line(profile: EntityProfile) -> str:
     """Who a character is for the novelist: description, traits, and what drives them
     (motivation, backstory essentials, voice) from the character sheet's attributes."""
     entity = profile.entity
-    line = f"{entity.name} ({entity.label.lower()}{', ' + profile.status if profile.status else ''})"
+    line = (
+        f"{entity.name} ({entity.label.lower()}{', ' + profile.status if profile.status else ''})"
+    )
     if entity.description:
         line += f": {entity.description}"
     details = []
@@ -69,8 +71,10 @@ def sections_from(context: SceneContext) -> dict[str, list[str]]:
         for rel in profile.relationships:
             if rel.direction == "out":
                 label = (rel.raw_type or rel.type).replace("_", " ").lower()
-                relationships.append(f"{profile.entity.name} {label} {rel.other_name}"
-                                     + (f" (since chapter {rel.chapter})" if rel.chapter else ""))
+                relationships.append(
+                    f"{profile.entity.name} {label} {rel.other_name}"
+                    + (f" (since chapter {rel.chapter})" if rel.chapter else "")
+                )
     lore = []
     if context.location is not None:
         place = context.location
@@ -78,18 +82,32 @@ def sections_from(context: SceneContext) -> dict[str, list[str]]:
         lore += [f"{e.name} is here" for e in place.occupants]
         lore += [f"event here: {e.name}: {e.description}".rstrip(": ") for e in place.events]
         lore += [f"part of {e.name}" for e in place.parents]
-    summaries = [f"Chapter {s.chapter}{': ' + s.title if s.title else ''}: {s.summary}"
-                 for s in reversed(context.recent_summaries) if s.summary]
-    history = [f"Chapter {hit.chapter} scene {hit.scene}: {hit.title}: {hit.summary}".rstrip(": ")
-               for hit in context.similar_scenes]
-    return {"characters": characters, "relationships": list(dict.fromkeys(relationships)), "lore": lore,
-            "summaries": summaries, "history": history}
+    summaries = [
+        f"Chapter {s.chapter}{': ' + s.title if s.title else ''}: {s.summary}"
+        for s in reversed(context.recent_summaries)
+        if s.summary
+    ]
+    history = [
+        f"Chapter {hit.chapter} scene {hit.scene}: {hit.title}: {hit.summary}".rstrip(": ")
+        for hit in context.similar_scenes
+    ]
+    return {
+        "characters": characters,
+        "relationships": list(dict.fromkeys(relationships)),
+        "lore": lore,
+        "summaries": summaries,
+        "history": history,
+    }
 
 
 @graph_read_task("retrieve_context", chapter="chapter_number")
-def retrieve_context(services: Services, chapter_number: int, scene: SceneDetail,
-                     guidance: tuple[str, ...] = (),
-                     fixed_tokens: int = PROMPT_OVERHEAD_TOKENS) -> ContentRef:
+def retrieve_context(
+    services: Services,
+    chapter_number: int,
+    scene: SceneDetail,
+    guidance: tuple[str, ...] = (),
+    fixed_tokens: int = PROMPT_OVERHEAD_TOKENS,
+) -> ContentRef:
     """The scene's context text, stored as content (drafting takes the reference).
 
     `guidance` (revision guidance) fills the envelope's guidance share, so it is counted in
@@ -102,23 +120,40 @@ def retrieve_context(services: Services, chapter_number: int, scene: SceneDetail
     try:
         query = embed_texts(services, f"queries/chapter_{chapter_number:03d}/{digest}", (text,))
         vector = services.content.get_array(query)[0].tolist()
-    except LLMError as exc:  # embeddings are optional (spec 001 section 7): graph context still works
-        get_run_logger().warning("chapter %d: no query embedding, retrieving without vector search: %s",
-                                 chapter_number, exc)
+    except (
+        LLMError
+    ) as exc:  # embeddings are optional (spec 001 section 7): graph context still works
+        get_run_logger().warning(
+            "chapter %d: no query embedding, retrieving without vector search: %s",
+            chapter_number,
+            exc,
+        )
     names = [scene.pov, *scene.characters] if scene.pov else list(scene.characters)
     # Earlier scenes through the hybrid retrieval shared with the dialogue memory (core.recall).
-    context = scene_context(services.graph_reader, chapter=chapter_number, characters=names,
-                            location=scene.setting or None,
-                            embedding=vector, query=text)
+    context = scene_context(
+        services.graph_reader,
+        chapter=chapter_number,
+        characters=names,
+        location=scene.setting or None,
+        embedding=vector,
+        query=text,
+    )
     tier = services.settings.tier("narrative")
     sections = sections_from(context) | {"guidance": list(guidance)}
-    envelope = build_envelope(sections, services.settings.limits.context_budget,
-                              tier.context_window,
-                              reserved_tokens=fixed_tokens + tier.max_tokens)
+    envelope = build_envelope(
+        sections,
+        services.settings.limits.context_budget,
+        tier.context_window,
+        reserved_tokens=fixed_tokens + tier.max_tokens,
+    )
     log = get_run_logger()
     log.info(
-        "chapter %d: context for %r: %d/%d tokens (%s)", chapter_number, scene.title, envelope.used_tokens,
-        envelope.total_budget, ", ".join(f"{s.name} {s.items_kept}/{s.items_in}" for s in envelope.sections) or "empty",
+        "chapter %d: context for %r: %d/%d tokens (%s)",
+        chapter_number,
+        scene.title,
+        envelope.used_tokens,
+        envelope.total_budget,
+        ", ".join(f"{s.name} {s.items_kept}/{s.items_in}" for s in envelope.sections) or "empty",
     )
     # Nothing is left out silently: what the budget cut, and what was not even read.
     for section in envelope.sections:
@@ -126,15 +161,32 @@ def retrieve_context(services: Services, chapter_number: int, scene: SceneDetail
             log.info("chapter %d: context for %r: %s", chapter_number, scene.title, section.cut)
     for profile in context.characters:
         if profile.relationships_left_out:
-            log.info("chapter %d: context for %r: %s's %d older relationships were not read (the %d most recent "
-                     "are, more than the prompt's budget holds)", chapter_number, scene.title, profile.entity.name,
-                     profile.relationships_left_out, len(profile.relationships))
+            log.info(
+                "chapter %d: context for %r: %s's %d older relationships were not read (the %d most recent "
+                "are, more than the prompt's budget holds)",
+                chapter_number,
+                scene.title,
+                profile.entity.name,
+                profile.relationships_left_out,
+                len(profile.relationships),
+            )
     # What went into the prompt, section by section, and what was cut (for audits and bench/long_book.py).
-    services.content.put_json("context_budget", f"chapter_{chapter_number:03d}/{name}",
-                        {"chapter": chapter_number, "scene": scene.title, "fixed_tokens": fixed_tokens,
-                         **envelope.model_dump(exclude={"text"}),
-                         "cuts": [s.cut for s in envelope.sections if s.cut],
-                         "not_read": {p.entity.name: p.relationships_left_out for p in context.characters
-                                      if p.relationships_left_out}})
-    return services.content.put_text("context", f"chapter_{chapter_number:03d}/{name}",
-                                     envelope.text)
+    services.content.put_json(
+        "context_budget",
+        f"chapter_{chapter_number:03d}/{name}",
+        {
+            "chapter": chapter_number,
+            "scene": scene.title,
+            "fixed_tokens": fixed_tokens,
+            **envelope.model_dump(exclude={"text"}),
+            "cuts": [s.cut for s in envelope.sections if s.cut],
+            "not_read": {
+                p.entity.name: p.relationships_left_out
+                for p in context.characters
+                if p.relationships_left_out
+            },
+        },
+    )
+    return services.content.put_text(
+        "context", f"chapter_{chapter_number:03d}/{name}", envelope.text
+    )

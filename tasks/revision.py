@@ -12,14 +12,24 @@ REVISION_TIER = "medium"
 
 
 @llm_task("revision_guidance", tier=REVISION_TIER)
-def revision_guidance(services: Services, chapter_number: int, chapter_summary: str,
-                      scores: QualityScores,
-                      problems: tuple[str, ...]) -> RevisionGuidance:
+def revision_guidance(
+    services: Services,
+    chapter_number: int,
+    chapter_summary: str,
+    scores: QualityScores,
+    problems: tuple[str, ...],
+) -> RevisionGuidance:
     shown = scores.model_dump(exclude={"feedback"})
     return services.llm.structured(
         REVISION_TIER,
-        render_messages("validation/revision_guidance", chapter_number=chapter_number, chapter_summary=chapter_summary,
-                        scores=", ".join(f"{k} {v:.2f}" for k, v in shown.items()), feedback=scores.feedback,
-                        problems=problems),
-        RevisionGuidance, purpose="revision_guidance",
+        render_messages(
+            "validation/revision_guidance",
+            chapter_number=chapter_number,
+            chapter_summary=chapter_summary,
+            scores=", ".join(f"{k} {v:.2f}" for k, v in shown.items()),
+            feedback=scores.feedback,
+            problems=problems,
+        ),
+        RevisionGuidance,
+        purpose="revision_guidance",
     )

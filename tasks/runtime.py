@@ -65,9 +65,13 @@ class Runtime:
         graph = self.graph
         with self._lock:
             if self._services is None:
-                self._services = Services(settings=self.settings, llm=self,
-                                          content=self._content_store(),
-                                          graph_reader=graph, graph_writer=graph)
+                self._services = Services(
+                    settings=self.settings,
+                    llm=self,
+                    content=self._content_store(),
+                    graph_reader=graph,
+                    graph_writer=graph,
+                )
             return self._services
 
     def _content_store(self) -> ContentStore:
@@ -77,17 +81,31 @@ class Runtime:
 
     # --- the LanguageModel port (core/ports.py) ------------------------------------------
 
-    def structured(self, tier: str, messages: Sequence[Message], output_model: type[M], *,
-                   purpose: str = "",
-                   max_tokens: int | None = None) -> M:
-        return self.gateway.structured(tier, messages, output_model, purpose=purpose,
-                                       max_tokens=max_tokens)
+    def structured(
+        self,
+        tier: str,
+        messages: Sequence[Message],
+        output_model: type[M],
+        *,
+        purpose: str = "",
+        max_tokens: int | None = None,
+    ) -> M:
+        return self.gateway.structured(
+            tier, messages, output_model, purpose=purpose, max_tokens=max_tokens
+        )
 
-    def text(self, tier: str, messages: Sequence[Message], *, purpose: str = "",
-             max_tokens: int | None = None,
-             anti_repetition: bool = False) -> str:
-        return self.gateway.text(tier, messages, purpose=purpose, max_tokens=max_tokens,
-                                 anti_repetition=anti_repetition)
+    def text(
+        self,
+        tier: str,
+        messages: Sequence[Message],
+        *,
+        purpose: str = "",
+        max_tokens: int | None = None,
+        anti_repetition: bool = False,
+    ) -> str:
+        return self.gateway.text(
+            tier, messages, purpose=purpose, max_tokens=max_tokens, anti_repetition=anti_repetition
+        )
 
     def embed(self, texts: Sequence[str], *, purpose: str = "") -> np.ndarray:
         return self.gateway.embed(texts, purpose=purpose)
@@ -132,5 +150,7 @@ def set_runtime(runtime: Runtime) -> Runtime:
 
 def runtime() -> Runtime:
     if _current is None:
-        raise RuntimeError("no Runtime set: flows call tasks.runtime.set_runtime() before running tasks")
+        raise RuntimeError(
+            "no Runtime set: flows call tasks.runtime.set_runtime() before running tasks"
+        )
     return _current

@@ -50,10 +50,18 @@ class ImportedChapter(BaseModel):
 class Steering(BaseModel):
     """What `.saga/steering.json` holds."""
 
-    takes: dict[int, int] = Field(default_factory=dict, description="chapter -> take (1 when absent)")
-    written: dict[int, str] = Field(default_factory=dict, description="chapter -> fingerprint it was written with")
-    inputs: dict[int, WrittenWith] = Field(default_factory=dict, description="chapter -> its outline and cast")
-    imported: dict[int, ImportedChapter] = Field(default_factory=dict, description="chapters of an imported manuscript")
+    takes: dict[int, int] = Field(
+        default_factory=dict, description="chapter -> take (1 when absent)"
+    )
+    written: dict[int, str] = Field(
+        default_factory=dict, description="chapter -> fingerprint it was written with"
+    )
+    inputs: dict[int, WrittenWith] = Field(
+        default_factory=dict, description="chapter -> its outline and cast"
+    )
+    imported: dict[int, ImportedChapter] = Field(
+        default_factory=dict, description="chapters of an imported manuscript"
+    )
 
 
 def guidance_path(project_dir: Path, number: int) -> Path:
@@ -67,8 +75,9 @@ def read_guidance(project_dir: Path, number: int) -> str:
     try:
         return path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"{path.relative_to(project_dir)}: cannot be read: {exc}",
-                                hint="save it as UTF-8 text") from None
+        raise InvalidInputError(
+            f"{path.relative_to(project_dir)}: cannot be read: {exc}", hint="save it as UTF-8 text"
+        ) from None
 
 
 def load_steering(saga_dir: Path) -> Steering:
@@ -78,12 +87,16 @@ def load_steering(saga_dir: Path) -> Steering:
     try:
         return Steering.model_validate_json(path.read_text(encoding="utf-8"))
     except ValueError as exc:
-        raise InvalidInputError(f"{path} is corrupted: {str(exc).splitlines()[0]}",
-                                hint="delete it (chapters are then taken as written with their current guidance)") from None
+        raise InvalidInputError(
+            f"{path} is corrupted: {str(exc).splitlines()[0]}",
+            hint="delete it (chapters are then taken as written with their current guidance)",
+        ) from None
 
 
 def save_steering(saga_dir: Path, steering: Steering) -> None:
-    atomic_write(saga_dir / STEERING_FILE, (steering.model_dump_json(indent=2) + "\n").encode("utf-8"))
+    atomic_write(
+        saga_dir / STEERING_FILE, (steering.model_dump_json(indent=2) + "\n").encode("utf-8")
+    )
 
 
 def chapter_guidance(project_dir: Path, number: int, take: int) -> str:
@@ -123,12 +136,22 @@ def roll_back_chapters_from(services: Services, first: int, reason: str) -> list
         oldest = min(committed, key=lambda c: c.seq).chapter
         result = services.graph_writer.rollback_chapter(oldest, cascade=True)
         rolled = result.chapters
-        log.info("%s: rolled back change-sets %s (newest first): %d nodes and %d relationships removed, "
-                 "%d nodes restored", reason, rolled, result.deleted_nodes, result.deleted_relationships,
-                 result.restored_nodes)
+        log.info(
+            "%s: rolled back change-sets %s (newest first): %d nodes and %d relationships removed, "
+            "%d nodes restored",
+            reason,
+            rolled,
+            result.deleted_nodes,
+            result.deleted_relationships,
+            result.restored_nodes,
+        )
     root = services.settings.project_dir
-    files = sorted(p for p in (root / "chapters").glob("chapter_*.md")
-                   if p.stem.removeprefix("chapter_").isdigit() and int(p.stem.removeprefix("chapter_")) >= first)
+    files = sorted(
+        p
+        for p in (root / "chapters").glob("chapter_*.md")
+        if p.stem.removeprefix("chapter_").isdigit()
+        and int(p.stem.removeprefix("chapter_")) >= first
+    )
     if files:
         # A backup folder named by the clock on purpose (redoing the same chapters twice keeps
         # both old versions): nothing reads it back (chapters are chapters/chapter_*.md, not
@@ -155,11 +178,19 @@ def request_redo(saga_dir: Path, first: int, last_known: int) -> Steering:
     return steering
 
 
-def record_written(saga_dir: Path, number: int, guidance: str, outline: ChapterOutline,
-                   character_names: tuple[str, ...]) -> None:
+def record_written(
+    saga_dir: Path,
+    number: int,
+    guidance: str,
+    outline: ChapterOutline,
+    character_names: tuple[str, ...],
+) -> None:
     steering = load_steering(saga_dir)
     written = WrittenWith(outline=outline, character_names=character_names)
-    if steering.written.get(number) != fingerprint(guidance) or steering.inputs.get(number) != written:
+    if (
+        steering.written.get(number) != fingerprint(guidance)
+        or steering.inputs.get(number) != written
+    ):
         steering.written[number] = fingerprint(guidance)
         steering.inputs[number] = written
         save_steering(saga_dir, steering)

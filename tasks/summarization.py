@@ -14,12 +14,18 @@ SUMMARY_TIER = "small"
 
 
 @llm_task("summarize_chapter", tier=SUMMARY_TIER)
-def summarize_chapter(services: Services, chapter_number: int, chapter_title: str,
-                      chapter_text: ContentRef) -> ChapterSummary:
+def summarize_chapter(
+    services: Services, chapter_number: int, chapter_title: str, chapter_text: ContentRef
+) -> ChapterSummary:
     text = services.content.get_text(chapter_text)
     return services.llm.structured(
         SUMMARY_TIER,
-        render_messages("knowledge/summary", chapter_number=chapter_number, chapter_title=chapter_title,
-                        chapter_text=text[:MAX_CHAPTER_CHARS]),
-        ChapterSummary, purpose="summarize_chapter",
+        render_messages(
+            "knowledge/summary",
+            chapter_number=chapter_number,
+            chapter_title=chapter_title,
+            chapter_text=text[:MAX_CHAPTER_CHARS],
+        ),
+        ChapterSummary,
+        purpose="summarize_chapter",
     )

@@ -63,8 +63,13 @@ DUPLICATE_SCENE_TRIGRAM_OVERLAP = 0.5
 
 
 class Problem(BaseModel):
-    kind: Literal["dead_character_acting", "contradictory_traits", "duplicate_scene", "relationship_flip",
-                  "two_places_at_once"]
+    kind: Literal[
+        "dead_character_acting",
+        "contradictory_traits",
+        "duplicate_scene",
+        "relationship_flip",
+        "two_places_at_once",
+    ]
     severity: Literal["error", "warning"]
     message: str
     entities: list[str] = []
@@ -88,8 +93,11 @@ class RevisionDecision(BaseModel):
     reasons: list[str] = []
 
 
-def contradictory_traits(delta: ChapterDelta, antonyms: list[tuple[str, str]],
-                         accumulated: dict[str, list[str]] | None = None) -> list[Problem]:
+def contradictory_traits(
+    delta: ChapterDelta,
+    antonyms: list[tuple[str, str]],
+    accumulated: dict[str, list[str]] | None = None,
+) -> list[Problem]:
     """A character given both traits of an antonym pair: within this chapter, or this
     chapter against the traits the graph has accumulated for them (`accumulated`:
     normalized name -> traits as of the previous chapter)."""
@@ -100,21 +108,36 @@ def contradictory_traits(delta: ChapterDelta, antonyms: list[tuple[str, str]],
         before = {t.strip().lower() for t in accumulated.get(vocab.normalize_name(entity.name), [])}
         for left, right in antonyms:
             if left in traits and right in traits:
-                problems.append(Problem(kind="contradictory_traits", severity="warning",
-                                        message=f"{entity.name} is both {left} and {right} in chapter {delta.chapter}",
-                                        entities=[entity.name], chapters=[delta.chapter]))
+                problems.append(
+                    Problem(
+                        kind="contradictory_traits",
+                        severity="warning",
+                        message=f"{entity.name} is both {left} and {right} in chapter {delta.chapter}",
+                        entities=[entity.name],
+                        chapters=[delta.chapter],
+                    )
+                )
                 continue
             for now, was in ((left, right), (right, left)):
                 if now in traits and was in before and now not in before:
-                    problems.append(Problem(kind="contradictory_traits", severity="warning",
-                                            message=f"{entity.name} is {now} in chapter {delta.chapter} but the story "
-                                            f"so far made them {was}",
-                                            entities=[entity.name], chapters=[delta.chapter]))
+                    problems.append(
+                        Problem(
+                            kind="contradictory_traits",
+                            severity="warning",
+                            message=f"{entity.name} is {now} in chapter {delta.chapter} but the story "
+                            f"so far made them {was}",
+                            entities=[entity.name],
+                            chapters=[delta.chapter],
+                        )
+                    )
     return problems
 
 
-def duplicate_scenes(delta: ChapterDelta, earlier: list[tuple[int, int, list[float]]],
-                     text_of: Callable[[int, int], str | None] | None = None) -> list[Problem]:
+def duplicate_scenes(
+    delta: ChapterDelta,
+    earlier: list[tuple[int, int, list[float]]],
+    text_of: Callable[[int, int], str | None] | None = None,
+) -> list[Problem]:
     """Near-identical scenes within the chapter or against earlier chapters' scenes.
 
     An embedding match is confirmed on the words when both texts are at hand (`text_of`:
@@ -137,11 +160,18 @@ def duplicate_scenes(delta: ChapterDelta, earlier: list[tuple[int, int, list[flo
     sims = mine @ mine.T
     for i in range(len(scenes)):
         for j in range(i + 1, len(scenes)):
-            if sims[i, j] >= DUPLICATE_SCENE_COSINE and same_words((delta.chapter, scenes[i].index),
-                                                                   (delta.chapter, scenes[j].index)):
-                problems.append(Problem(kind="duplicate_scene", severity="error",
-                                        message=f"chapter {delta.chapter} scenes {scenes[i].index} and {scenes[j].index} "
-                                        f"are near-duplicates (cosine {sims[i, j]:.2f})", chapters=[delta.chapter]))
+            if sims[i, j] >= DUPLICATE_SCENE_COSINE and same_words(
+                (delta.chapter, scenes[i].index), (delta.chapter, scenes[j].index)
+            ):
+                problems.append(
+                    Problem(
+                        kind="duplicate_scene",
+                        severity="error",
+                        message=f"chapter {delta.chapter} scenes {scenes[i].index} and {scenes[j].index} "
+                        f"are near-duplicates (cosine {sims[i, j]:.2f})",
+                        chapters=[delta.chapter],
+                    )
+                )
     if earlier:
         theirs = _unit(np.array([e[2] for e in earlier], dtype=np.float32))
         cross = mine @ theirs.T
@@ -149,9 +179,15 @@ def duplicate_scenes(delta: ChapterDelta, earlier: list[tuple[int, int, list[flo
             chapter, index = earlier[j][0], earlier[j][1]
             if not same_words((delta.chapter, scenes[i].index), (chapter, index)):
                 continue
-            problems.append(Problem(kind="duplicate_scene", severity="error",
-                                    message=f"chapter {delta.chapter} scene {scenes[i].index} repeats chapter {chapter} "
-                                    f"scene {index} (cosine {cross[i, j]:.2f})", chapters=[chapter, delta.chapter]))
+            problems.append(
+                Problem(
+                    kind="duplicate_scene",
+                    severity="error",
+                    message=f"chapter {delta.chapter} scene {scenes[i].index} repeats chapter {chapter} "
+                    f"scene {index} (cosine {cross[i, j]:.2f})",
+                    chapters=[chapter, delta.chapter],
+                )
+            )
     return problems
 
 
@@ -174,14 +210,19 @@ def present_characters(extractions: Sequence[SceneExtraction]) -> dict[str, tupl
     for number, extraction in enumerate(extractions, start=1):
         for entity in extraction.entities:
             if entity.kind == "Character" and entity.presence == "present" and entity.name.strip():
-                name, scenes = present.setdefault(vocab.normalize_name(entity.name), (entity.name.strip(), []))
+                name, scenes = present.setdefault(
+                    vocab.normalize_name(entity.name), (entity.name.strip(), [])
+                )
                 if number not in scenes:
                     scenes.append(number)
     return present
 
 
-def dead_characters_acting(delta: ChapterDelta, extractions: Sequence[SceneExtraction],
-                           statuses: dict[str, tuple[str, int]]) -> list[Problem]:
+def dead_characters_acting(
+    delta: ChapterDelta,
+    extractions: Sequence[SceneExtraction],
+    statuses: dict[str, tuple[str, int]],
+) -> list[Problem]:
     """A character present and acting in this chapter who was dead as of the previous one.
 
     `statuses`: normalized name -> (status, since chapter) as of the previous chapter. A dead
@@ -194,14 +235,22 @@ def dead_characters_acting(delta: ChapterDelta, extractions: Sequence[SceneExtra
         status = statuses.get(key)
         if status and status[0] == "dead" and key not in revived:
             where = ", ".join(str(n) for n in scenes)
-            problems.append(Problem(kind="dead_character_acting", severity="error",
-                                    message=f"{name} acts in chapter {delta.chapter} (scene {where}) "
-                                    f"but died in chapter {status[1]}",
-                                    entities=[name], chapters=[status[1], delta.chapter]))
+            problems.append(
+                Problem(
+                    kind="dead_character_acting",
+                    severity="error",
+                    message=f"{name} acts in chapter {delta.chapter} (scene {where}) "
+                    f"but died in chapter {status[1]}",
+                    entities=[name],
+                    chapters=[status[1], delta.chapter],
+                )
+            )
     return problems
 
 
-def relationship_flips(delta: ChapterDelta, history: dict[tuple[str, str], dict[str, int]]) -> list[Problem]:
+def relationship_flips(
+    delta: ChapterDelta, history: dict[tuple[str, str], dict[str, int]]
+) -> list[Problem]:
     """A relationship that turns into its opposite with no transition.
 
     `history`: (source key, target key) -> {type: latest chapter} of the relationships known
@@ -228,11 +277,17 @@ def relationship_flips(delta: ChapterDelta, history: dict[tuple[str, str], dict[
             continue  # the pair already stands here (or the story recorded both at once)
         flipped = sorted(kind for kind in latest if rel.type in opposite[kind])
         if flipped:
-            problems.append(Problem(kind="relationship_flip", severity="warning",
-                                    message=f"{rel.source} and {rel.target} go from {flipped[0]} (latest known, "
-                                    f"chapter {latest_chapter}) to {rel.type} in chapter {delta.chapter} "
-                                    f"with no transition",
-                                    entities=[rel.source, rel.target], chapters=[latest_chapter, delta.chapter]))
+            problems.append(
+                Problem(
+                    kind="relationship_flip",
+                    severity="warning",
+                    message=f"{rel.source} and {rel.target} go from {flipped[0]} (latest known, "
+                    f"chapter {latest_chapter}) to {rel.type} in chapter {delta.chapter} "
+                    f"with no transition",
+                    entities=[rel.source, rel.target],
+                    chapters=[latest_chapter, delta.chapter],
+                )
+            )
     return problems
 
 
@@ -250,8 +305,9 @@ def _inside(place: str, other: str, containers: dict[str, set[str]]) -> bool:
     return False
 
 
-def two_places_at_once(chapter: int, extractions: Sequence[SceneExtraction],
-                       known_containers: dict[str, set[str]]) -> list[Problem]:
+def two_places_at_once(
+    chapter: int, extractions: Sequence[SceneExtraction], known_containers: dict[str, set[str]]
+) -> list[Problem]:
     """A character LOCATED_IN two places within one scene that neither contain each other
     (PART_OF, from the graph or this chapter's extraction) nor are a place the character
     TRAVELS_TO during the scene."""
@@ -259,7 +315,9 @@ def two_places_at_once(chapter: int, extractions: Sequence[SceneExtraction],
     for extraction in extractions:
         for rel in extraction.relationships:
             if vocab.normalize_rel_type(rel.type)[0] == "PART_OF":
-                containers.setdefault(vocab.normalize_name(rel.source), set()).add(vocab.normalize_name(rel.target))
+                containers.setdefault(vocab.normalize_name(rel.source), set()).add(
+                    vocab.normalize_name(rel.target)
+                )
     problems = []
     for number, extraction in enumerate(extractions, start=1):
         located: dict[str, dict[str, str]] = {}
@@ -278,18 +336,32 @@ def two_places_at_once(chapter: int, extractions: Sequence[SceneExtraction],
         for who, places in located.items():
             fixed = [p for p in places if p not in travels.get(who, set())]
             for i, a in enumerate(fixed):
-                clash = next((b for b in fixed[i + 1:]
-                              if not _inside(a, b, containers) and not _inside(b, a, containers)), None)
+                clash = next(
+                    (
+                        b
+                        for b in fixed[i + 1 :]
+                        if not _inside(a, b, containers) and not _inside(b, a, containers)
+                    ),
+                    None,
+                )
                 if clash is not None:
-                    problems.append(Problem(kind="two_places_at_once", severity="warning",
-                                            message=f"{names[who]} is in both {places[a]} and {places[clash]} in "
-                                            f"chapter {chapter} scene {number}",
-                                            entities=[names[who], places[a], places[clash]], chapters=[chapter]))
+                    problems.append(
+                        Problem(
+                            kind="two_places_at_once",
+                            severity="warning",
+                            message=f"{names[who]} is in both {places[a]} and {places[clash]} in "
+                            f"chapter {chapter} scene {number}",
+                            entities=[names[who], places[a], places[clash]],
+                            chapters=[chapter],
+                        )
+                    )
                     break
     return problems
 
 
-def check_scene(number: int, text: str, plan: SceneDetail, cast: KnownNames, thresholds: ProseThresholds) -> SceneCheck:
+def check_scene(
+    number: int, text: str, plan: SceneDetail, cast: KnownNames, thresholds: ProseThresholds
+) -> SceneCheck:
     """Does the scene name its planned characters and setting, and are its sentences sentences?"""
     source = SourceText(text)
     planned = list(dict.fromkeys(c.strip() for c in plan.characters if c.strip()))
@@ -297,38 +369,66 @@ def check_scene(number: int, text: str, plan: SceneDetail, cast: KnownNames, thr
     setting = plan.setting.strip()
     setting_named = None
     if distinctive_tokens(setting):
-        setting_named = mentions(source, setting, cast) or any(source.has_phrase(t) for t in distinctive_tokens(setting))
+        setting_named = mentions(source, setting, cast) or any(
+            source.has_phrase(t) for t in distinctive_tokens(setting)
+        )
     lengths = sentence_lengths(text)
     mean = round(sum(lengths) / len(lengths), 1) if lengths else 0.0
     longest = max(lengths, default=0)
     problems = []
     if missing:
-        problems.append(f"does not name its planned character{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        problems.append(
+            f"does not name its planned character{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+        )
     if setting_named is False:
         problems.append(f"is not set where planned ({setting[:80]})")
     if mean > thresholds.max_mean_sentence_words:
-        problems.append(f"run-on sentences: mean {mean:.0f} words (at most {thresholds.max_mean_sentence_words:.0f})")
+        problems.append(
+            f"run-on sentences: mean {mean:.0f} words (at most {thresholds.max_mean_sentence_words:.0f})"
+        )
     if longest > thresholds.max_sentence_words:
-        problems.append(f"run-on sentence of {longest} words (at most {thresholds.max_sentence_words})")
-    return SceneCheck(scene=number, missing_characters=missing, setting=setting, setting_named=setting_named,
-                      mean_sentence_words=mean, max_sentence_words=longest, problems=problems)
+        problems.append(
+            f"run-on sentence of {longest} words (at most {thresholds.max_sentence_words})"
+        )
+    return SceneCheck(
+        scene=number,
+        missing_characters=missing,
+        setting=setting,
+        setting_named=setting_named,
+        mean_sentence_words=mean,
+        max_sentence_words=longest,
+        problems=problems,
+    )
 
 
-def check_scenes(texts: Sequence[str], plan: Sequence[SceneDetail], cast: Sequence[str],
-                 thresholds: ProseThresholds) -> list[SceneCheck]:
+def check_scenes(
+    texts: Sequence[str],
+    plan: Sequence[SceneDetail],
+    cast: Sequence[str],
+    thresholds: ProseThresholds,
+) -> list[SceneCheck]:
     known = KnownNames([name] for name in cast)
-    return [check_scene(number, text, detail, known, thresholds)
-            for number, (text, detail) in enumerate(zip(texts, plan, strict=True), start=1)]
+    return [
+        check_scene(number, text, detail, known, thresholds)
+        for number, (text, detail) in enumerate(zip(texts, plan, strict=True), start=1)
+    ]
 
 
-def measure_chapter(texts: Sequence[str], target_words: int, thresholds: ProseThresholds) -> ProseMetrics:
+def measure_chapter(
+    texts: Sequence[str], target_words: int, thresholds: ProseThresholds
+) -> ProseMetrics:
     """The whole chapter against the guard (a sentence may loop across scenes)."""
     return measure(SCENE_BREAK.join(texts), target_words * len(texts), thresholds)
 
 
-def decide_revision(scores: QualityScores, problems: Iterable[Problem], scene_metrics: Sequence[ProseMetrics],
-                    chapter_metrics: ProseMetrics, threshold: float,
-                    scene_checks: Sequence[SceneCheck] = ()) -> RevisionDecision:
+def decide_revision(
+    scores: QualityScores,
+    problems: Iterable[Problem],
+    scene_metrics: Sequence[ProseMetrics],
+    chapter_metrics: ProseMetrics,
+    threshold: float,
+    scene_checks: Sequence[SceneCheck] = (),
+) -> RevisionDecision:
     """Revise when the editor's mean is below the threshold, a consistency check found an
     error, the deterministic prose metrics fail (a looping chapter is rewritten whatever
     the editor said: a small model's editor scores loops as fine), or a scene leaves its
@@ -347,11 +447,16 @@ def decide_revision(scores: QualityScores, problems: Iterable[Problem], scene_me
     return RevisionDecision(revise=bool(reasons), reasons=reasons)
 
 
-def degeneration_flags(scene_metrics: Sequence[ProseMetrics], chapter_metrics: ProseMetrics) -> list[str]:
+def degeneration_flags(
+    scene_metrics: Sequence[ProseMetrics], chapter_metrics: ProseMetrics
+) -> list[str]:
     """Why a finished chapter is flagged: a scene that never came clean, or a chapter that
     loops across its scenes. Empty when the chapter passes the guard."""
-    flags = [f"scene {number} never passed the degeneration guard: " + "; ".join(metrics.failures)
-             for number, metrics in enumerate(scene_metrics, start=1) if not metrics.clean]
+    flags = [
+        f"scene {number} never passed the degeneration guard: " + "; ".join(metrics.failures)
+        for number, metrics in enumerate(scene_metrics, start=1)
+        if not metrics.clean
+    ]
     # Length is judged per scene; the chapter adds what only shows across scenes.
     looping = [f for f in chapter_metrics.failures if "target" not in f]
     if looping:
@@ -359,47 +464,84 @@ def degeneration_flags(scene_metrics: Sequence[ProseMetrics], chapter_metrics: P
     return flags
 
 
-def quality_rows(scene_metrics: Sequence[ProseMetrics], attempts: Sequence[int], chapter_metrics: ProseMetrics,
-                 scores: QualityScores, flags: Sequence[str], scene_checks: Sequence[SceneCheck] = (),
-                 facts: Sequence[tuple[int, int]] = ()) -> list[dict[str, object]]:
+def quality_rows(
+    scene_metrics: Sequence[ProseMetrics],
+    attempts: Sequence[int],
+    chapter_metrics: ProseMetrics,
+    scores: QualityScores,
+    flags: Sequence[str],
+    scene_checks: Sequence[SceneCheck] = (),
+    facts: Sequence[tuple[int, int]] = (),
+) -> list[dict[str, object]]:
     """The chapter's quality table: one row per scene and one for the chapter. `facts`: per
     scene, (extracted facts kept, dropped) by grounding."""
 
     def row(name: str, metrics: ProseMetrics, drafts: int | str) -> dict[str, object]:
-        return {"part": name, "words": metrics.words, "target_words": metrics.target_words,
-                "distinct_bigrams": metrics.distinct_bigrams, "distinct_trigrams": metrics.distinct_trigrams,
-                "max_sentence_repeats": metrics.max_sentence_repeats, "compression_ratio": metrics.compression_ratio,
-                "drafts": drafts, "clean": metrics.clean, "failures": "; ".join(metrics.failures)}
+        return {
+            "part": name,
+            "words": metrics.words,
+            "target_words": metrics.target_words,
+            "distinct_bigrams": metrics.distinct_bigrams,
+            "distinct_trigrams": metrics.distinct_trigrams,
+            "max_sentence_repeats": metrics.max_sentence_repeats,
+            "compression_ratio": metrics.compression_ratio,
+            "drafts": drafts,
+            "clean": metrics.clean,
+            "failures": "; ".join(metrics.failures),
+        }
 
-    rows = [row(f"scene {n}", m, a) for n, (m, a) in enumerate(zip(scene_metrics, attempts, strict=True), start=1)]
+    rows = [
+        row(f"scene {n}", m, a)
+        for n, (m, a) in enumerate(zip(scene_metrics, attempts, strict=True), start=1)
+    ]
     for scene_row, check in zip(rows, scene_checks, strict=False):
-        scene_row.update({"mean_sentence_words": check.mean_sentence_words,
-                          "max_sentence_words": check.max_sentence_words,
-                          "missing_characters": ", ".join(check.missing_characters),
-                          "setting_named": "" if check.setting_named is None else check.setting_named,
-                          "plan_problems": "; ".join(check.problems)})
+        scene_row.update(
+            {
+                "mean_sentence_words": check.mean_sentence_words,
+                "max_sentence_words": check.max_sentence_words,
+                "missing_characters": ", ".join(check.missing_characters),
+                "setting_named": "" if check.setting_named is None else check.setting_named,
+                "plan_problems": "; ".join(check.problems),
+            }
+        )
     for scene_row, (kept, dropped) in zip(rows, facts, strict=False):
         scene_row.update({"facts_kept": kept, "facts_dropped": dropped})
     chapter = row("chapter", chapter_metrics, sum(attempts))
     chapter.update({"clean": not flags, "failures": "; ".join(flags)})
     if scene_checks:
-        chapter.update({"mean_sentence_words": round(sum(c.mean_sentence_words for c in scene_checks)
-                                                     / len(scene_checks), 1),
-                        "max_sentence_words": max(c.max_sentence_words for c in scene_checks),
-                        "plan_problems": sum(len(c.problems) for c in scene_checks)})
+        chapter.update(
+            {
+                "mean_sentence_words": round(
+                    sum(c.mean_sentence_words for c in scene_checks) / len(scene_checks), 1
+                ),
+                "max_sentence_words": max(c.max_sentence_words for c in scene_checks),
+                "plan_problems": sum(len(c.problems) for c in scene_checks),
+            }
+        )
     if facts:
-        chapter.update({"facts_kept": sum(k for k, _ in facts), "facts_dropped": sum(d for _, d in facts)})
-    chapter.update({"editor_mean": round(scores.mean, 3),
-                    **{k: round(v, 2) for k, v in scores.model_dump(exclude={"feedback"}).items()}})
+        chapter.update(
+            {"facts_kept": sum(k for k, _ in facts), "facts_dropped": sum(d for _, d in facts)}
+        )
+    chapter.update(
+        {
+            "editor_mean": round(scores.mean, 3),
+            **{k: round(v, 2) for k, v in scores.model_dump(exclude={"feedback"}).items()},
+        }
+    )
     table = [*rows, chapter]
     columns = list(dict.fromkeys(key for r in table for key in r))
     return [{key: r.get(key, "") for key in columns} for r in table]
 
 
-def scene_text_reader(content: ContentStore, delta: ChapterDelta,
-                      earlier: dict[tuple[int, int], tuple[str, str | None]]) -> Callable[[int, int], str | None]:
+def scene_text_reader(
+    content: ContentStore,
+    delta: ChapterDelta,
+    earlier: dict[tuple[int, int], tuple[str, str | None]],
+) -> Callable[[int, int], str | None]:
     """(chapter, scene) -> text, for this chapter's scenes and the graph's earlier ones."""
-    where = dict(earlier) | {(delta.chapter, s.index): (s.text_ref, s.text_sha) for s in delta.scenes if s.text_ref}
+    where = dict(earlier) | {
+        (delta.chapter, s.index): (s.text_ref, s.text_sha) for s in delta.scenes if s.text_ref
+    }
 
     def text_of(chapter: int, scene: int) -> str | None:
         found = where.get((chapter, scene))
@@ -409,26 +551,37 @@ def scene_text_reader(content: ContentStore, delta: ChapterDelta,
 
 
 @graph_read_task("validate_consistency", chapter="chapter")
-def validate_consistency(services: Services, chapter: int, delta_ref: ContentRef,
-                         extraction_refs: tuple[ContentRef, ...] = ()) -> list[Problem]:
+def validate_consistency(
+    services: Services,
+    chapter: int,
+    delta_ref: ContentRef,
+    extraction_refs: tuple[ContentRef, ...] = (),
+) -> list[Problem]:
     """The consistency problems of chapter `chapter`'s delta against the graph as of the
     chapter before. Cached under that graph's history (tasks.policy.graph_read_task): a
     replayed chapter gets the answer it got the first time, so its revision decision
     replays too."""
     delta = services.content.get_model(delta_ref, ChapterDelta)
     if delta.chapter != chapter:
-        raise InvalidInputError(f"the delta {delta_ref.path} is chapter {delta.chapter}'s, "
-                                f"not chapter {chapter}'s")
+        raise InvalidInputError(
+            f"the delta {delta_ref.path} is chapter {delta.chapter}'s, not chapter {chapter}'s"
+        )
     extractions = [services.content.get_model(ref, SceneExtraction) for ref in extraction_refs]
     as_of = chapter - 1
-    names = sorted({e.name for e in delta.entities} | {c for s in delta.scenes for c in s.characters}
-                   | {n for n, _ in present_characters(extractions).values()})
+    names = sorted(
+        {e.name for e in delta.entities}
+        | {c for s in delta.scenes for c in s.characters}
+        | {n for n, _ in present_characters(extractions).values()}
+    )
     facts = consistency_facts(services.graph_reader, names, as_of_chapter=as_of)
     problems = [
         *dead_characters_acting(delta, extractions, facts.statuses),
         *contradictory_traits(delta, services.settings.healing.antonym_pairs, facts.traits),
-        *duplicate_scenes(delta, facts.scene_embeddings,
-                          scene_text_reader(services.content, delta, facts.scene_texts)),
+        *duplicate_scenes(
+            delta,
+            facts.scene_embeddings,
+            scene_text_reader(services.content, delta, facts.scene_texts),
+        ),
         *relationship_flips(delta, facts.relationship_types),
         *two_places_at_once(delta.chapter, extractions, facts.containers),
     ]

@@ -19,6 +19,7 @@ from core.errors import LLMFatalError, api_detail, clip_line
 if TYPE_CHECKING:
     from core.llm.routing import Target
 
+
 def describe_failure(exc: openai.OpenAIError) -> str:
     if isinstance(exc, openai.APITimeoutError):
         return "request timed out"
@@ -30,9 +31,7 @@ def describe_failure(exc: openai.OpenAIError) -> str:
     return clip_line(f"{type(exc).__name__}: {exc}", 160)
 
 
-def fatal_error(
-    exc: openai.OpenAIError, target: Target, tier: str, purpose: str
-) -> LLMFatalError:
+def fatal_error(exc: openai.OpenAIError, target: Target, tier: str, purpose: str) -> LLMFatalError:
     url, model = target.endpoint.base_url, target.model
     status = getattr(exc, "status_code", None)
     detail = api_detail(exc)
@@ -97,4 +96,3 @@ def retry_after_s(exc: openai.OpenAIError, cap: float) -> float | None:
     if value is None:
         return None
     return min(max(value, 0.0), cap)
-

@@ -170,8 +170,9 @@ class LLMGateway:
     def sends_anti_repetition_first(self, tier: str) -> bool:
         """Whether prose of this tier gets anti-repetition sampling on the first try
         (`tiers.<tier>.anti_repetition.first_draft`; unset: only on the embedded model)."""
-        return first_draft_anti_repetition(self.settings.tier(tier).anti_repetition,
-                                           embedded=self.settings.embedded_tier(tier))
+        return first_draft_anti_repetition(
+            self.settings.tier(tier).anti_repetition, embedded=self.settings.embedded_tier(tier)
+        )
 
     def endpoint_label(self, tier: str) -> str:
         """ "<base_url> (<model>)" of the tier's first candidate, for logs and `doctor`."""
@@ -205,7 +206,10 @@ class LLMGateway:
                 if llm_retry_kind(exc) == "fatal":
                     model = next(t.model for t in targets if t.endpoint is endpoint)
                     raise fatal_error(exc, Target(model, endpoint), tier, "preflight") from None
-                last_error, timed_out = describe_failure(exc), isinstance(exc, openai.APITimeoutError)
+                last_error, timed_out = (
+                    describe_failure(exc),
+                    isinstance(exc, openai.APITimeoutError),
+                )
         urls = ", ".join(dict.fromkeys(t.endpoint.base_url for t in targets))
         raise _unavailable(timed_out)(
             f"LLM endpoint {urls} unreachable (tier {tier}): {last_error}", hint=_UNAVAILABLE_HINT
@@ -243,7 +247,9 @@ class LLMGateway:
             name = f"llm-calls-{self.run_id}-{day}-{self._flushed_files:05d}.parquet"
             write_parquet(old, self._flush_dir / name)
         except OSError as exc:
-            log.warning("could not flush %d LLM call records to %s: %s", len(old), self._flush_dir, exc)
+            log.warning(
+                "could not flush %d LLM call records to %s: %s", len(old), self._flush_dir, exc
+            )
 
     def health(self) -> dict[tuple[str, str], tuple[float, int]]:
         """{(base_url, model): (success rate, samples)} over the rolling window."""
@@ -291,7 +297,13 @@ class LLMGateway:
         try:
             return (
                 yield from self._chat_attempts(
-                    stats, tier_name, messages, output_model, model, max_tokens, temperature,
+                    stats,
+                    tier_name,
+                    messages,
+                    output_model,
+                    model,
+                    max_tokens,
+                    temperature,
                     anti_repetition,
                 )
             )
@@ -330,7 +342,9 @@ class LLMGateway:
             convo = base
             tokens = max_tokens or tier.max_tokens
             token_cap = tier.context_window
-            response_format = response_format_for(output_model) if output_model is not None else None
+            response_format = (
+                response_format_for(output_model) if output_model is not None else None
+            )
             tiny = self.settings.openai_base_url is None and target.model == LOCAL_CHAT_MODEL
             if tiny:
                 # The embedded 135M model can loop until any cap: keep its answers short and
@@ -401,14 +415,21 @@ class LLMGateway:
                 if attempt == max_attempts:
                     break
                 stats.retries_bad_output += 1
-                if finish == "length" and tiny and output_model is not None and size_budget > _MIN_SIZE_BUDGET:
+                if (
+                    finish == "length"
+                    and tiny
+                    and output_model is not None
+                    and size_budget > _MIN_SIZE_BUDGET
+                ):
                     # Cut off anyway: the tiny model ignores "shorter", so tighten the grammar.
                     size_budget //= 2
                     response_format = bounded_response_format_for(output_model, size_budget)
                     continue
                 if finish == "length":
                     # Cut off: the same question with more room, within the context window.
-                    room = max(min(token_cap, tier.context_window - _estimate_tokens(convo)), tokens)
+                    room = max(
+                        min(token_cap, tier.context_window - _estimate_tokens(convo)), tokens
+                    )
                     grown = min(room, int(tokens * 1.5))
                     if grown > tokens:
                         tokens = grown

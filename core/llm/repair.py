@@ -22,8 +22,9 @@ from core.llm.failures import clip_line
 T = TypeVar("T", bound=BaseModel)
 
 
-def parse_answer(content: str, output_model: type[T], *,
-                 mend: Callable[[Any], Any] | None = None) -> Result[T, Literal["bad_output"]]:
+def parse_answer(
+    content: str, output_model: type[T], *, mend: Callable[[Any], Any] | None = None
+) -> Result[T, Literal["bad_output"]]:
     """Ok(instance) or Err(one-line reason, bad_output). Repairs near-JSON before giving up.
 
     `mend` rewrites the parsed JSON value before validation (the gateway ends strings that
@@ -114,4 +115,3 @@ def _fix_commas_and_quotes(text: str) -> str:
                 continue  # trailing comma
         out.append(ch)
     return "".join(out)
-

@@ -132,7 +132,6 @@ class Health:
             }
 
 
-
 class Router:
     """The gateway's endpoints (one client pair per base URL and key) and each tier's
     candidate chain, resolved once (resolving may start the embedded server)."""
@@ -235,6 +234,7 @@ class Router:
                     settings.embedding_model, self.endpoint(settings.embedding_base_url, key)
                 )
             else:
-                raise LLMFatalError("no embedding endpoint configured: the embedded model runs in process")
+                raise LLMFatalError(
+                    "no embedding endpoint configured: the embedded model runs in process"
+                )
             return self._embedding
-

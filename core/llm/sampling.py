@@ -28,4 +28,3 @@ def anti_repetition_kwargs(settings: AntiRepetition, *, embedded: bool) -> dict[
 def first_draft_anti_repetition(settings: AntiRepetition, *, embedded: bool) -> bool:
     """Whether a first draft already gets anti-repetition sampling (unset: on the embedded model)."""
     return embedded if settings.first_draft is None else settings.first_draft
-

@@ -104,7 +104,12 @@ def _mend(data: Any, node: Any, root: dict[str, Any], depth: int) -> Any:
     if isinstance(data, list) and isinstance(node.get("items"), dict):
         return [_mend(v, node["items"], root, depth + 1) for v in data]
     cap = node.get("maxLength")
-    if isinstance(data, str) and _free_string_or_bounded(node) and isinstance(cap, int) and len(data) >= cap:
+    if (
+        isinstance(data, str)
+        and _free_string_or_bounded(node)
+        and isinstance(cap, int)
+        and len(data) >= cap
+    ):
         mended = finish_cut_text(data)
         if len(mended) < node.get("minLength", 0) or not mended:
             mended = whole_words(data) if node.get("minLength", 0) else ""
@@ -123,7 +128,9 @@ def _kinds(node: dict[str, Any]) -> list[Any]:
 
 
 def _free_string(node: dict[str, Any]) -> bool:
-    return "string" in _kinds(node) and not any(k in node for k in ("enum", "const", "pattern", "format"))
+    return "string" in _kinds(node) and not any(
+        k in node for k in ("enum", "const", "pattern", "format")
+    )
 
 
 def _items_cap(node: dict[str, Any], items: int) -> int:
@@ -146,8 +153,17 @@ def _bound(node: Any, string_cap: int, items: int) -> None:
     if "array" in _kinds(node):
         node["maxItems"] = _items_cap(node, items)
     low, high = node.get("minimum"), node.get("maximum")
-    if _kinds(node) == ["number"] and "enum" not in node and "const" not in node and low is not None and high is not None:
-        node["enum"] = [round(low + (high - low) * i / LOCAL_NUMBER_STEPS, 6) for i in range(LOCAL_NUMBER_STEPS + 1)]
+    if (
+        _kinds(node) == ["number"]
+        and "enum" not in node
+        and "const" not in node
+        and low is not None
+        and high is not None
+    ):
+        node["enum"] = [
+            round(low + (high - low) * i / LOCAL_NUMBER_STEPS, 6)
+            for i in range(LOCAL_NUMBER_STEPS + 1)
+        ]
     for value in node.values():
         if isinstance(value, dict | list):
             _bound(value, string_cap, items)
@@ -166,7 +182,10 @@ def _longest_answer(node: Any, root: dict[str, Any], depth: int, items: int) -> 
         return _longest_answer(target, root, depth + 1, items)
     for key in ("anyOf", "oneOf"):
         if isinstance(node.get(key), list) and node[key]:
-            return max((_longest_answer(b, root, depth + 1, items) for b in node[key]), key=lambda t: t[0] * 100 + t[1])
+            return max(
+                (_longest_answer(b, root, depth + 1, items) for b in node[key]),
+                key=lambda t: t[0] * 100 + t[1],
+            )
     if "enum" in node or "const" in node:
         values = node.get("enum", [node.get("const")])
         return 0, max((len(json.dumps(v)) for v in values), default=4)
@@ -229,4 +248,3 @@ def _make_strict(node: Any, root: dict[str, Any]) -> Any:
         del node["$ref"]
         _make_strict(node, root)
     return node
-

@@ -39,7 +39,6 @@ class RetryPolicy(BaseModel):
     embed_batch_size: int = Field(64, ge=1, description="texts per embeddings request")
     feedback_echo_chars: int = Field(2000, ge=0, description="bad answer shown back to the model")
 
-
     def backoff_s(self, failures: int, rng: random.Random) -> float:
         """Capped exponential backoff with "equal jitter": half fixed, half random, so
         concurrent callers spread out."""

@@ -38,18 +38,35 @@ def main() -> int:
     try:
         with ScriptedLLM() as llm:
             DialogueScript(["User", "Seraphina"]).install(llm)
-            settings = load_settings(project, openai_base_url=llm.base_url, embedding_base_url=llm.base_url)
+            settings = load_settings(
+                project, openai_base_url=llm.base_url, embedding_base_url=llm.base_url
+            )
             service = DialogueService(settings, options=SidecarOptions(lock_wait_s=5))
             graph = service.store.endpoint.label  # connect (and migrate) before announcing the URL
             port = free_port()
-            server = uvicorn.Server(uvicorn.Config(
-                create_app(service, SidecarSecurity(TOKEN, [ORIGIN])), host="127.0.0.1", port=port,
-                log_level="warning"))
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    create_app(service, SidecarSecurity(TOKEN, [ORIGIN])),
+                    host="127.0.0.1",
+                    port=port,
+                    log_level="warning",
+                )
+            )
 
             def announce_then_watch_stdin() -> None:
                 while not server.started:
                     time.sleep(0.05)
-                print(json.dumps({"url": f"http://127.0.0.1:{port}", "token": TOKEN, "origin": ORIGIN, "graph": graph}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "url": f"http://127.0.0.1:{port}",
+                            "token": TOKEN,
+                            "origin": ORIGIN,
+                            "graph": graph,
+                        }
+                    ),
+                    flush=True,
+                )
                 sys.stdin.read()  # EOF: the test is over (or its process is gone)
                 server.should_exit = True
 

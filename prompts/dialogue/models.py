@@ -46,9 +46,7 @@ class RelationActionOut(_Out):
     weight_delta: float = Field(
         0.1, ge=-1.0, le=1.0, description="EVOLVE: change of strength in [-1, 1]"
     )
-    weight: float = Field(
-        0.5, ge=0.0, le=1.0, description="REPLACE: strength of the new relation"
-    )
+    weight: float = Field(0.5, ge=0.0, le=1.0, description="REPLACE: strength of the new relation")
     reason: str = Field("", max_length=300)
     quote: str = Field("", max_length=300, description=QUOTE)
 

@@ -13,7 +13,9 @@ class CharacterSheet(_Out):
     name: str = Field(min_length=1, max_length=200)
     role: str = Field(description="protagonist, antagonist, supporting, ...")
     description: str
-    traits: list[str] = Field(default_factory=list, max_length=8, description="single-word personality traits")
+    traits: list[str] = Field(
+        default_factory=list, max_length=8, description="single-word personality traits"
+    )
     motivation: str = ""
     backstory: str = ""
     voice: str = Field("", description="how they speak: diction, rhythm, verbal habits")

@@ -78,5 +78,7 @@ class EntityEnrichment(_Out):
     """enrichment.j2"""
 
     summary: str = Field(min_length=1)
-    facets: list[str] = Field(default_factory=list, max_length=10, description="short descriptive tags")
+    facets: list[str] = Field(
+        default_factory=list, max_length=10, description="short descriptive tags"
+    )
     confidence: float = Field(0.5, ge=0.0, le=1.0)

@@ -11,8 +11,12 @@ class SceneDetail(BaseModel):
     title: str
     pov: str = Field(description="point-of-view character")
     setting: str = Field(description="where the scene happens")
-    characters: list[str] = Field(default_factory=list, max_length=12, description="characters present")
-    beats: list[str] = Field(default_factory=list, max_length=10, description="what happens, in order")
+    characters: list[str] = Field(
+        default_factory=list, max_length=12, description="characters present"
+    )
+    beats: list[str] = Field(
+        default_factory=list, max_length=10, description="what happens, in order"
+    )
 
 
 class ScenePlan(BaseModel):

@@ -27,21 +27,38 @@ class QualityScores(BaseModel):
     tone_consistency: float = Field(ge=0.0, le=1.0, description=_SCORE)
     feedback: str = ""
 
-    @field_validator("coherence", "prose_quality", "plot_advancement", "pacing", "tone_consistency", mode="before")
+    @field_validator(
+        "coherence",
+        "prose_quality",
+        "plot_advancement",
+        "pacing",
+        "tone_consistency",
+        mode="before",
+    )
     @classmethod
     def _one_scale(cls, value: Any) -> Any:
         if isinstance(value, bool):
             raise ValueError("a score is a decimal from 0.0 to 1.0, not true/false")
         if isinstance(value, int) and value != 0:
-            raise ValueError(f"the integer {value} is ambiguous (a 0-10 or 0-100 scale?); "
-                             "write every score as a decimal from 0.0 to 1.0, e.g. 0.7")
+            raise ValueError(
+                f"the integer {value} is ambiguous (a 0-10 or 0-100 scale?); "
+                "write every score as a decimal from 0.0 to 1.0, e.g. 0.7"
+            )
         if isinstance(value, float) and value > 1.0:
-            raise ValueError(f"{value} is above 1.0: scores are decimals from 0.0 to 1.0, not a 0-10 or 0-100 scale")
+            raise ValueError(
+                f"{value} is above 1.0: scores are decimals from 0.0 to 1.0, not a 0-10 or 0-100 scale"
+            )
         return value
 
     @property
     def mean(self) -> float:
-        return (self.coherence + self.prose_quality + self.plot_advancement + self.pacing + self.tone_consistency) / 5
+        return (
+            self.coherence
+            + self.prose_quality
+            + self.plot_advancement
+            + self.pacing
+            + self.tone_consistency
+        ) / 5
 
 
 class RevisionGuidance(BaseModel):

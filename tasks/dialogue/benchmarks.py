@@ -40,8 +40,10 @@ from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow, QAItem, load_di
 Layout = Literal["turns-jsonl", "locomo", "longmemeval"]
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
-_HINT = ("give *.turns.jsonl (../shared/data/dialogues layout), LoCoMo's locomo10.json layout "
-         "or LongMemEval's longmemeval_*.json layout")
+_HINT = (
+    "give *.turns.jsonl (../shared/data/dialogues layout), LoCoMo's locomo10.json layout "
+    "or LongMemEval's longmemeval_*.json layout"
+)
 
 
 class LocomoTurn(BaseModel):
@@ -88,13 +90,17 @@ def detect_layout(path: Path, data: Any) -> Layout:
     records = data if isinstance(data, list) else [data]
     first = records[0] if records and isinstance(records[0], dict) else None
     if first is None:
-        raise InvalidInputError(f"{path}: expected a JSON list of LoCoMo samples or LongMemEval instances", hint=_HINT)
+        raise InvalidInputError(
+            f"{path}: expected a JSON list of LoCoMo samples or LongMemEval instances", hint=_HINT
+        )
     if "conversation" in first and "qa" in first:
         return "locomo"
     if "haystack_sessions" in first:
         return "longmemeval"
     keys = ", ".join(sorted(first)[:8])
-    raise InvalidInputError(f"{path}: a record with keys {keys} is in no layout Skald reads", hint=_HINT)
+    raise InvalidInputError(
+        f"{path}: a record with keys {keys} is in no layout Skald reads", hint=_HINT
+    )
 
 
 def _validate(path: Path, place: str, model: type[BaseModel], record: Any) -> Any:
@@ -115,49 +121,89 @@ def locomo_spec(path: Path, sample: LocomoSample, max_turns: int | None) -> Dial
     """One LoCoMo sample as the dialogue the converted JSONL files hold: sessions in number
     order, turn ids 1..N across them, `blip_caption` as the turn's image caption."""
     dialogue_id = locomo_dialogue_id(sample.sample_id)
-    sessions = sorted((int(m.group(1)), key) for key in sample.conversation if (m := _SESSION_KEY.match(key)))
+    sessions = sorted(
+        (int(m.group(1)), key) for key in sample.conversation if (m := _SESSION_KEY.match(key))
+    )
     turns: list[DialogueTurnRow] = []
     for number, key in sessions:
         raw = sample.conversation[key]
         if not isinstance(raw, list):
-            raise InvalidInputError(f"{path}: sample {sample.sample_id}: {key} is not a list of turns", hint=_HINT)
+            raise InvalidInputError(
+                f"{path}: sample {sample.sample_id}: {key} is not a list of turns", hint=_HINT
+            )
         when = sample.conversation.get(f"{key}_date_time")
         for index, record in enumerate(raw):
             turn = _validate(path, f"sample {sample.sample_id}, {key}.{index}", LocomoTurn, record)
-            turns.append(DialogueTurnRow(
-                conversation_id=dialogue_id, turn_id=len(turns) + 1, session=number,
-                session_time=str(when) if when is not None else None, dia_id=turn.dia_id, speaker=turn.speaker,
-                text=turn.text, image_caption=turn.blip_caption or None))
+            turns.append(
+                DialogueTurnRow(
+                    conversation_id=dialogue_id,
+                    turn_id=len(turns) + 1,
+                    session=number,
+                    session_time=str(when) if when is not None else None,
+                    dia_id=turn.dia_id,
+                    speaker=turn.speaker,
+                    text=turn.text,
+                    image_caption=turn.blip_caption or None,
+                )
+            )
             if max_turns is not None and len(turns) >= max_turns:
                 break
         if max_turns is not None and len(turns) >= max_turns:
             break
     if not turns:
         raise InvalidInputError(f"{path}: sample {sample.sample_id} holds no turns", hint=_HINT)
-    return DialogueSpec(dialogue_id=dialogue_id, path=str(path), turns=turns, qa=sample.qa,
-                        qa_path=str(path) if sample.qa else None)
+    return DialogueSpec(
+        dialogue_id=dialogue_id,
+        path=str(path),
+        turns=turns,
+        qa=sample.qa,
+        qa_path=str(path) if sample.qa else None,
+    )
 
 
-def longmemeval_spec(path: Path, instance: LongMemEvalInstance, max_turns: int | None) -> DialogueSpec:
+def longmemeval_spec(
+    path: Path, instance: LongMemEvalInstance, max_turns: int | None
+) -> DialogueSpec:
     """One LongMemEval instance: its haystack as one dialogue (sessions in the given order, each
     turn's dia_id `<session id>_<turn number>` as the authors number them) and its question,
     with the answer sessions as evidence and the `has_answer` turns as turn-level evidence."""
-    if not len(instance.haystack_session_ids) == len(instance.haystack_dates) == len(instance.haystack_sessions):
+    if (
+        not len(instance.haystack_session_ids)
+        == len(instance.haystack_dates)
+        == len(instance.haystack_sessions)
+    ):
         raise InvalidInputError(
             f"{path}: {instance.question_id}: haystack_session_ids, haystack_dates and haystack_sessions differ in "
-            "length", hint=_HINT)
+            "length",
+            hint=_HINT,
+        )
     dialogue_id = f"longmemeval-{instance.question_id}"
     turns: list[DialogueTurnRow] = []
     answer_turns: list[str] = []
     marked: set[str] = set()
     for number, (session_id, when, session) in enumerate(
-            zip(instance.haystack_session_ids, instance.haystack_dates, instance.haystack_sessions, strict=True),
-            start=1):
+        zip(
+            instance.haystack_session_ids,
+            instance.haystack_dates,
+            instance.haystack_sessions,
+            strict=True,
+        ),
+        start=1,
+    ):
         for index, turn in enumerate(session, start=1):
             dia_id = f"{session_id}_{index}"
-            turns.append(DialogueTurnRow(
-                conversation_id=dialogue_id, turn_id=len(turns) + 1, session=number, session_time=when,
-                dia_id=dia_id, session_id=session_id, speaker=turn.role, text=turn.content))
+            turns.append(
+                DialogueTurnRow(
+                    conversation_id=dialogue_id,
+                    turn_id=len(turns) + 1,
+                    session=number,
+                    session_time=when,
+                    dia_id=dia_id,
+                    session_id=session_id,
+                    speaker=turn.role,
+                    text=turn.content,
+                )
+            )
             if turn.has_answer:
                 answer_turns.append(dia_id)
                 marked.add(session_id)
@@ -169,12 +215,29 @@ def longmemeval_spec(path: Path, instance: LongMemEvalInstance, max_turns: int |
         raise InvalidInputError(f"{path}: {instance.question_id} has an empty haystack", hint=_HINT)
     # The authors' gold sessions are the answer sessions holding a `has_answer` turn (their
     # turn ids, stripped to the session); a file without turn marks falls back to the list.
-    gold = [s for s in instance.answer_session_ids if s in marked] or list(instance.answer_session_ids)
-    qa = [QAItem(question=instance.question, answer=instance.answer, evidence=answer_turns, category=0,
-                 question_id=instance.question_id, question_type=instance.question_type, evidence_sessions=gold,
-                 abstention="_abs" in instance.question_id)]
-    return DialogueSpec(dialogue_id=dialogue_id, path=str(path), turns=turns, qa=qa, qa_path=str(path),
-                        scoring="session")
+    gold = [s for s in instance.answer_session_ids if s in marked] or list(
+        instance.answer_session_ids
+    )
+    qa = [
+        QAItem(
+            question=instance.question,
+            answer=instance.answer,
+            evidence=answer_turns,
+            category=0,
+            question_id=instance.question_id,
+            question_type=instance.question_type,
+            evidence_sessions=gold,
+            abstention="_abs" in instance.question_id,
+        )
+    ]
+    return DialogueSpec(
+        dialogue_id=dialogue_id,
+        path=str(path),
+        turns=turns,
+        qa=qa,
+        qa_path=str(path),
+        scoring="session",
+    )
 
 
 def load_benchmark_json(path: Path, max_turns: int | None = None) -> list[DialogueSpec]:
@@ -182,16 +245,22 @@ def load_benchmark_json(path: Path, max_turns: int | None = None) -> list[Dialog
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise InvalidInputError(f"cannot read dialogue file {path}: {exc.strerror or exc}") from None
+        raise InvalidInputError(
+            f"cannot read dialogue file {path}: {exc.strerror or exc}"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"{path} is not valid JSON: {exc}", hint=_HINT) from None
     records = data if isinstance(data, list) else [data]
     layout = detect_layout(path, data)
     if layout == "locomo":
-        return [locomo_spec(path, _validate(path, f"record {i}", LocomoSample, r), max_turns)
-                for i, r in enumerate(records)]
-    return [longmemeval_spec(path, _validate(path, f"record {i}", LongMemEvalInstance, r), max_turns)
-            for i, r in enumerate(records)]
+        return [
+            locomo_spec(path, _validate(path, f"record {i}", LocomoSample, r), max_turns)
+            for i, r in enumerate(records)
+        ]
+    return [
+        longmemeval_spec(path, _validate(path, f"record {i}", LongMemEvalInstance, r), max_turns)
+        for i, r in enumerate(records)
+    ]
 
 
 def load_dialogues(path: Path, max_turns: int | None = None) -> list[DialogueSpec]:
@@ -208,11 +277,15 @@ def dialogue_files(paths: list[Path]) -> list[Path]:
         if path.is_dir():
             found = sorted([*path.glob("*.turns.jsonl"), *path.glob("*.json")])
             if not found:
-                raise InvalidInputError(f"directory {path} holds no *.turns.jsonl or *.json dialogue files")
+                raise InvalidInputError(
+                    f"directory {path} holds no *.turns.jsonl or *.json dialogue files"
+                )
             files.extend(found)
         elif path.exists():
             files.append(path)
         else:
-            raise InvalidInputError(f"dialogue file {path} does not exist",
-                                    hint="pass --dialogues FILE.turns.jsonl, locomo10.json or longmemeval_s.json")
+            raise InvalidInputError(
+                f"dialogue file {path} does not exist",
+                hint="pass --dialogues FILE.turns.jsonl, locomo10.json or longmemeval_s.json",
+            )
     return files

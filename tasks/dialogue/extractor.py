@@ -58,8 +58,12 @@ class ExtractionPlan(BaseModel):
     dropped: list[str] = Field(default_factory=list, description="proposals refused, with why")
     #: name_key -> the extracted kind, for the judge's identity rules.
     proposed_kinds: dict[str, str] = Field(default_factory=dict)
-    bindings: list[NameBinding] = Field(default_factory=list, description="grounded entity proposals")
-    participants: list[str] = Field(default_factory=list, description="the chat's speakers (window and turn)")
+    bindings: list[NameBinding] = Field(
+        default_factory=list, description="grounded entity proposals"
+    )
+    participants: list[str] = Field(
+        default_factory=list, description="the chat's speakers (window and turn)"
+    )
 
 
 class _Resolver:
@@ -115,7 +119,9 @@ class TurnEvidence:
 
     def __init__(self, text: str, known: list[DialogueEntity], speakers: list[str]) -> None:
         self.source = SourceText(text)
-        self.known = KnownNames([[e.name, *e.aliases] for e in known] + [[s] for s in speakers if s.strip()])
+        self.known = KnownNames(
+            [[e.name, *e.aliases] for e in known] + [[s] for s in speakers if s.strip()]
+        )
         # The chat's participants are in every turn: "I" and "you" name them.
         self.participants = {vocab.name_key(s) for s in speakers if s.strip()}
         self.names: set[str] = set()  # name keys of the turn's grounded entities
@@ -124,13 +130,25 @@ class TurnEvidence:
         if vocab.name_key(name) in self.participants:
             return None
         if self.known.is_known(name):
-            return None if self.known.referred(name, self.source) else "a known name the messages do not mention"
-        return name_problem(name) or (None if self.source.names(name) else "name not in the messages")
+            return (
+                None
+                if self.known.referred(name, self.source)
+                else "a known name the messages do not mention"
+            )
+        return name_problem(name) or (
+            None if self.source.names(name) else "name not in the messages"
+        )
 
     def quote_problem(self, quote: str, *named: str) -> str | None:
         problem = self.source.quote_problem(quote)
-        if problem is None and named and not any(vocab.name_key(n) in self.participants
-                                                 or mentions(SourceText(quote), n, self.known) for n in named):
+        if (
+            problem is None
+            and named
+            and not any(
+                vocab.name_key(n) in self.participants or mentions(SourceText(quote), n, self.known)
+                for n in named
+            )
+        ):
             problem = "the quote does not name it"
         return problem
 
@@ -143,8 +161,12 @@ class TurnEvidence:
         return None if mentions(SourceText(quote), name) else "not an entity of the turn"
 
 
-def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity], text: str,
-                    speakers: list[str] | tuple[str, ...] = ()) -> ExtractionPlan:
+def plan_extraction(
+    raw: TurnExtraction,
+    known: list[DialogueEntity],
+    text: str,
+    speakers: list[str] | tuple[str, ...] = (),
+) -> ExtractionPlan:
     """Ground a model's proposal in the turn's messages (`text`, with their speakers) and the
     conversation's graph (pure: no I/O)."""
     resolver = _Resolver(known)
@@ -153,7 +175,9 @@ def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity], text: str,
     for entity in raw.entities:
         if not entity.name.strip():
             continue
-        problem = evidence.name_problem(entity.name) or evidence.quote_problem(entity.quote, entity.name)
+        problem = evidence.name_problem(entity.name) or evidence.quote_problem(
+            entity.quote, entity.name
+        )
         if problem is not None:
             plan.dropped.append(f"entity {entity.name[:80]!r}: {problem}")
             continue
@@ -164,26 +188,38 @@ def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity], text: str,
         aliases = []
         for alias in entity.aliases:
             if vocab.name_key(alias) in evidence.participants and vocab.name_key(alias) != own:
-                plan.dropped.append(f"alias {alias[:80]!r} of {entity.name[:80]!r}: another participant of the chat")
+                plan.dropped.append(
+                    f"alias {alias[:80]!r} of {entity.name[:80]!r}: another participant of the chat"
+                )
             else:
                 aliases.append(alias)
         evidence.names.update(vocab.name_key(n) for n in (entity.name, *aliases))
         entity_id = resolver.resolve(entity.name, entity.kind, aliases)
         kind = vocab.normalize_label(entity.kind)[0]
         plan.proposed_kinds[own] = kind
-        plan.bindings.append(NameBinding(name=" ".join(entity.name.split()), entity_id=entity_id, kind=kind,
-                                         aliases=[" ".join(a.split()) for a in aliases if a.strip()],
-                                         quote=" ".join(entity.quote.split())))
+        plan.bindings.append(
+            NameBinding(
+                name=" ".join(entity.name.split()),
+                entity_id=entity_id,
+                kind=kind,
+                aliases=[" ".join(a.split()) for a in aliases if a.strip()],
+                quote=" ".join(entity.quote.split()),
+            )
+        )
     for action in raw.actions:
         if not action.source.strip() or not action.target.strip():
             plan.dropped.append(f"{action.action}: empty endpoint")
             continue
-        problem = (evidence.endpoint_problem(action.source, action.quote)
-                   or evidence.endpoint_problem(action.target, action.quote)
-                   or evidence.quote_problem(action.quote, action.source, action.target))
+        problem = (
+            evidence.endpoint_problem(action.source, action.quote)
+            or evidence.endpoint_problem(action.target, action.quote)
+            or evidence.quote_problem(action.quote, action.source, action.target)
+        )
         if problem is not None:
-            plan.dropped.append(f"{action.action} {action.source[:60]} -{action.type[:40]}-> {action.target[:60]}: "
-                                f"{problem}")
+            plan.dropped.append(
+                f"{action.action} {action.source[:60]} -{action.type[:40]}-> {action.target[:60]}: "
+                f"{problem}"
+            )
             continue
         rel_type, raw_type = vocab.normalize_rel_type(action.type)
         source_hint, target_hint = vocab.endpoint_hint(rel_type)
@@ -213,14 +249,21 @@ def plan_extraction(raw: TurnExtraction, known: list[DialogueEntity], text: str,
         add = [t for t in _clean_list(patch.traits_add) if t not in remove]
         if summary is None and not add and not remove:
             continue
-        problem = evidence.endpoint_problem(patch.entity, patch.quote) or evidence.quote_problem(patch.quote)
+        problem = evidence.endpoint_problem(patch.entity, patch.quote) or evidence.quote_problem(
+            patch.quote
+        )
         if problem is not None:
             plan.dropped.append(f"bio of {patch.entity[:80]!r}: {problem}")
             continue
         entity_id = resolver.resolve(patch.entity, "Character")
         plan.bio_patches.append(
-            BioPatchWrite(entity_id=entity_id, summary=summary, traits_add=add, traits_remove=remove,
-                          quote=" ".join(patch.quote.split()))
+            BioPatchWrite(
+                entity_id=entity_id,
+                summary=summary,
+                traits_add=add,
+                traits_remove=remove,
+                quote=" ".join(patch.quote.split()),
+            )
         )
     plan.facts = _clean_list(raw.facts)
     plan.entities = list(resolver.entities.values())
@@ -236,17 +279,22 @@ def extract(
     *,
     purpose: str = "",
 ) -> tuple[TurnExtraction, ExtractionPlan]:
-    known = retrieval.mentioned + [e for e in retrieval.known_entities if e not in retrieval.mentioned]
+    known = retrieval.mentioned + [
+        e for e in retrieval.known_entities if e not in retrieval.mentioned
+    ]
     prompt = render_messages(
         "dialogue/extractor",
         known_entities=[f"{e.name} ({e.kind})" for e in known[:KNOWN_ENTITY_LINES]],
         relations=[
-            f"{r.source_name} -{r.type} {r.weight:.2f}-> {r.target_name}" for r in retrieval.relations
+            f"{r.source_name} -{r.type} {r.weight:.2f}-> {r.target_name}"
+            for r in retrieval.relations
         ],
         window_lines=[m.line() for m in window[-WINDOW_LINES:]],
         turn_lines=[m.line() for m in messages],
     )
     raw = gateway.structured(route.tier, prompt, TurnExtraction, purpose=purpose, model=route.model)
     # The chat's participants: whoever spoke before (remembered or in the window) or now.
-    speakers = list(dict.fromkeys([*retrieval.speakers, *(m.speaker for m in (*window, *messages))]))
+    speakers = list(
+        dict.fromkeys([*retrieval.speakers, *(m.speaker for m in (*window, *messages))])
+    )
     return raw, plan_extraction(raw, retrieval.known_entities, turn_text(messages), speakers)

@@ -13,7 +13,9 @@ from tasks.dialogue.extractor import ExtractionPlan
 from tasks.dialogue.models import GateDecision, JudgeSummary
 
 
-def commit_gate(plan: ExtractionPlan, verdict: JudgeSummary, *, require_actions: bool = True) -> GateDecision:
+def commit_gate(
+    plan: ExtractionPlan, verdict: JudgeSummary, *, require_actions: bool = True
+) -> GateDecision:
     reasons: list[str] = []
     no_actions = require_actions and not plan.actions
     if no_actions:

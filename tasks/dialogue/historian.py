@@ -30,7 +30,9 @@ class Chronicle(BaseModel):
     dropped: list[str] = Field(default_factory=list, description="milestones refused, with why")
 
 
-def chronicle_from(report: HistorianReport, retrieval: Retrieval, plan: ExtractionPlan, text: str) -> Chronicle:
+def chronicle_from(
+    report: HistorianReport, retrieval: Retrieval, plan: ExtractionPlan, text: str
+) -> Chronicle:
     """Normalise the model's report (pure: dedupe, trim, resolve milestone entities); a
     milestone whose quote is not in the turn's messages (`text`) is refused."""
     source = SourceText(text)
@@ -60,8 +62,12 @@ def chronicle_from(report: HistorianReport, retrieval: Retrieval, plan: Extracti
         seen.add(line)
         linked = [ids[k] for k in (vocab.name_key(n) for n in item.entities) if k in ids]
         milestones.append(
-            MilestoneWrite(text=line, importance=item.importance, entity_ids=list(dict.fromkeys(linked)),
-                           quote=" ".join(item.quote.split()))
+            MilestoneWrite(
+                text=line,
+                importance=item.importance,
+                entity_ids=list(dict.fromkeys(linked)),
+                quote=" ".join(item.quote.split()),
+            )
         )
     return Chronicle(events=events, milestones=milestones, dropped=dropped)
 
@@ -80,10 +86,13 @@ def historian(
     prompt = render_messages(
         "dialogue/historian",
         session_time=session_time,
-        milestones=[f"turn {m.turn_id}: {m.text}" for m in sorted(retrieval.milestones, key=lambda m: m.seq)],
+        milestones=[
+            f"turn {m.turn_id}: {m.text}" for m in sorted(retrieval.milestones, key=lambda m: m.seq)
+        ],
         turn_lines=[m.line() for m in messages],
         changes=[line for line in proposal if line != "(none)"],
     )
-    report = gateway.structured(route.tier, prompt, HistorianReport, purpose=purpose, model=route.model)
+    report = gateway.structured(
+        route.tier, prompt, HistorianReport, purpose=purpose, model=route.model
+    )
     return chronicle_from(report, retrieval, raw_plan, turn_text(messages))
-

@@ -51,13 +51,21 @@ class IngestReport(BaseModel):
     turns: int
     added: int = Field(description="turns remembered by this run")
     already: int = Field(description="turns found remembered already (a resumed or repeated run)")
-    extract_outcomes: dict[str, int] = Field(default_factory=dict, description="turn state -> count, with extraction")
+    extract_outcomes: dict[str, int] = Field(
+        default_factory=dict, description="turn state -> count, with extraction"
+    )
     seconds: float
     turns_per_s: float
 
 
 def _row_message(row: DialogueTurnRow) -> ChatMessage:
-    return ChatMessage(role="user", name=row.speaker, content=row.text, message_id=row.dia_id, time=row.session_time)
+    return ChatMessage(
+        role="user",
+        name=row.speaker,
+        content=row.text,
+        message_id=row.dia_id,
+        time=row.session_time,
+    )
 
 
 def memory_rows(spec: DialogueSpec, conversation_id: str) -> list[MemoryRow]:
@@ -65,8 +73,12 @@ def memory_rows(spec: DialogueSpec, conversation_id: str) -> list[MemoryRow]:
     lexically (`extra`), not embedded: measured, embedding it lowered dense recall."""
     rows = []
     for turn in spec.turns:
-        row = memory_row(conversation_id, turn_key(conversation_id, str(turn.turn_id)), str(turn.turn_id),
-                         [_row_message(turn)])
+        row = memory_row(
+            conversation_id,
+            turn_key(conversation_id, str(turn.turn_id)),
+            str(turn.turn_id),
+            [_row_message(turn)],
+        )
         update: dict[str, object] = {}
         if turn.image_caption:
             update["extra"] = f"[shares a photo: {turn.image_caption}]"
@@ -86,7 +98,11 @@ def _remembered_keys(service: DialogueService, keys: list[str]) -> set[str]:
 
 
 def remember_rows(
-    service: DialogueService, conversation_id: str, rows: list[MemoryRow], *, batch_size: int = BATCH_SIZE,
+    service: DialogueService,
+    conversation_id: str,
+    rows: list[MemoryRow],
+    *,
+    batch_size: int = BATCH_SIZE,
     progress: Progress | None = None,
 ) -> tuple[int, int]:
     """(added, already) after remembering `rows` in batches, embedding only what is missing.
@@ -116,12 +132,14 @@ def remember_rows(
         return batch if present is None else [r for r in batch if r.key not in present]
 
     if service.store_connected:
-        present = _remembered_keys(service, [r.key for r in rows])  # milliseconds on a connected graph
+        present = _remembered_keys(
+            service, [r.key for r in rows]
+        )  # milliseconds on a connected graph
     added = 0
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
     try:
         ahead: deque[Future[list[MemoryRow]]] = deque(
-            worker.submit(embed, missing(b)) for b in batches[: EMBED_AHEAD]
+            worker.submit(embed, missing(b)) for b in batches[:EMBED_AHEAD]
         )
         if present is None:
             present = _remembered_keys(service, [r.key for r in rows])  # starts the graph meanwhile
@@ -149,7 +167,11 @@ def _extract_conversation(
     requests: list[TurnCommitRequest] = turn_requests(spec, conversation_id)
     for request in requests:
         result = service.commit(request)
-        label = result.state.value if result.code != "ROLLED_BACK" else f"ROLLED_BACK:{result.error_kind}"
+        label = (
+            result.state.value
+            if result.code != "ROLLED_BACK"
+            else f"ROLLED_BACK:{result.error_kind}"
+        )
         outcomes[label] = outcomes.get(label, 0) + 1
         if progress is not None:
             progress(conversation_id, 1)
@@ -176,11 +198,18 @@ def ingest(
             outcomes = _extract_conversation(service, spec, conversation_id, progress)
             added, already = remember_rows(service, conversation_id, rows, batch_size=batch_size)
         else:
-            added, already = remember_rows(service, conversation_id, rows, batch_size=batch_size, progress=progress)
+            added, already = remember_rows(
+                service, conversation_id, rows, batch_size=batch_size, progress=progress
+            )
         seconds = time.perf_counter() - started
         return IngestReport(
-            dialogue_id=spec.dialogue_id, conversation_id=conversation_id, turns=len(rows), added=added,
-            already=already, extract_outcomes=outcomes, seconds=round(seconds, 3),
+            dialogue_id=spec.dialogue_id,
+            conversation_id=conversation_id,
+            turns=len(rows),
+            added=added,
+            already=already,
+            extract_outcomes=outcomes,
+            seconds=round(seconds, 3),
             turns_per_s=round(len(rows) / seconds, 1) if seconds > 0 else 0.0,
         )
 

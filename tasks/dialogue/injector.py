@@ -47,7 +47,9 @@ def build_packet(retrieval: Retrieval, token_budget: int) -> InjectionPacket:
         f"{r.source_name} -{r.type}-> {r.target_name} (strength {r.weight:.2f})"
         for r in retrieval.relations
     ]
-    summaries = [f"turn {m.turn_id}: {m.text}" for m in sorted(retrieval.milestones, key=lambda m: m.seq)]
+    summaries = [
+        f"turn {m.turn_id}: {m.text}" for m in sorted(retrieval.milestones, key=lambda m: m.seq)
+    ]
     # The session time goes with the passage: "yesterday" in a turn only means something
     # next to the date it was said (temporal questions are a third of long-chat recall). The
     # dates it resolves to are spelled out too: a chat model is poor at calendar arithmetic.

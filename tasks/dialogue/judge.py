@@ -49,7 +49,9 @@ class _Graph:
 
     def find(self, name: str) -> DialogueEntity | None:
         """The known entity a name (or "Name (Kind)") refers to."""
-        return self.by_key.get(vocab.name_key(_KIND_SUFFIX.sub("", name))) or self.by_key.get(vocab.name_key(name))
+        return self.by_key.get(vocab.name_key(_KIND_SUFFIX.sub("", name))) or self.by_key.get(
+            vocab.name_key(name)
+        )
 
     def is_participant(self, name: str, entity: DialogueEntity | None = None) -> bool:
         names = [_KIND_SUFFIX.sub("", name)] + ([entity.name, *entity.aliases] if entity else [])
@@ -85,26 +87,45 @@ def rule_conflicts(plan: ExtractionPlan, retrieval: Retrieval) -> list[IdentityC
         known = graph.by_id.get(binding.entity_id)
         kind = binding.kind
         # A participant is whoever the chat says speaks: a proposed kind for one is not evidence.
-        if (known and not graph.is_participant(binding.name, known)
-                and vocab.FALLBACK_LABEL not in (kind, known.kind) and kind != known.kind):
-            conflicts.append(IdentityConflict(
-                entity=binding.name, conflicts_with=f"{known.name} ({known.kind})",
-                reason=f"known as a {known.kind}, proposed as a {kind}", source="rule", name=binding.name,
-                graph_evidence=graph.evidence(known, binding.name), turn_evidence=_binding_quote(binding),
-            ))
+        if (
+            known
+            and not graph.is_participant(binding.name, known)
+            and vocab.FALLBACK_LABEL not in (kind, known.kind)
+            and kind != known.kind
+        ):
+            conflicts.append(
+                IdentityConflict(
+                    entity=binding.name,
+                    conflicts_with=f"{known.name} ({known.kind})",
+                    reason=f"known as a {known.kind}, proposed as a {kind}",
+                    source="rule",
+                    name=binding.name,
+                    graph_evidence=graph.evidence(known, binding.name),
+                    turn_evidence=_binding_quote(binding),
+                )
+            )
         for alias in binding.aliases:
             other = graph.find(alias)
             if other is not None and other.entity_id != binding.entity_id:
-                conflicts.append(IdentityConflict(
-                    entity=binding.name, conflicts_with=other.name,
-                    reason=f"alias {alias!r} belongs to another known entity", source="rule", name=alias,
-                    graph_evidence=graph.evidence(other, alias), turn_evidence=_binding_quote(binding),
-                ))
+                conflicts.append(
+                    IdentityConflict(
+                        entity=binding.name,
+                        conflicts_with=other.name,
+                        reason=f"alias {alias!r} belongs to another known entity",
+                        source="rule",
+                        name=alias,
+                        graph_evidence=graph.evidence(other, alias),
+                        turn_evidence=_binding_quote(binding),
+                    )
+                )
     return conflicts
 
 
 def vet_reported(
-    reported: list[IdentityConflictOut], plan: ExtractionPlan, retrieval: Retrieval, found: list[IdentityConflict]
+    reported: list[IdentityConflictOut],
+    plan: ExtractionPlan,
+    retrieval: Retrieval,
+    found: list[IdentityConflict],
 ) -> tuple[list[IdentityConflict], list[str]]:
     """The model's identity conflicts that the graph can show (with their evidence), and the
     dismissed ones, each with why."""
@@ -120,38 +141,54 @@ def vet_reported(
         subject = graph.find(item.entity)
         other = graph.find(item.conflicts_with) if item.conflicts_with.strip() else None
         if graph.is_participant(item.entity, subject) or (
-                item.conflicts_with.strip() and graph.is_participant(item.conflicts_with, other)):
+            item.conflicts_with.strip() and graph.is_participant(item.conflicts_with, other)
+        ):
             dismissed.append(f"{label}: a participant of the chat (the chat names its speakers)")
         elif subject is None:
             dismissed.append(f"{label}: the graph holds no entity named {item.entity[:80]!r}")
         elif subject.entity_id not in touched:
             dismissed.append(f"{label}: this turn's grounded proposals do not bind {subject.name}")
         elif other is not None and other.entity_id != subject.entity_id:
-            dismissed.append(f"{label}: two different known entities, and this turn binds no name of one to the other")
+            dismissed.append(
+                f"{label}: two different known entities, and this turn binds no name of one to the other"
+            )
         elif vocab.name_key(subject.name) in seen or vocab.name_key(item.entity) in seen:
             dismissed.append(f"{label}: already reported")
         elif not graph.facts(subject):
-            dismissed.append(f"{label}: the graph holds no facts about {subject.name} to contradict")
+            dismissed.append(
+                f"{label}: the graph holds no facts about {subject.name} to contradict"
+            )
         else:
             seen.add(vocab.name_key(subject.name))
-            kept.append(IdentityConflict(
-                entity=item.entity, conflicts_with=item.conflicts_with, reason=item.reason, source="judge",
-                name=subject.name, graph_evidence=graph.evidence(subject, subject.name),
-                turn_evidence=_binding_quote(touched[subject.entity_id]),
-            ))
+            kept.append(
+                IdentityConflict(
+                    entity=item.entity,
+                    conflicts_with=item.conflicts_with,
+                    reason=item.reason,
+                    source="judge",
+                    name=subject.name,
+                    graph_evidence=graph.evidence(subject, subject.name),
+                    turn_evidence=_binding_quote(touched[subject.entity_id]),
+                )
+            )
     return [c for c in kept if c.has_evidence], dismissed
 
 
 def proposal_lines(raw: TurnExtraction, plan: ExtractionPlan) -> list[str]:
     names = {e.entity_id: e.name for e in plan.entities}
-    lines = [f"entity {e.name} ({e.kind})" + (f", also called {', '.join(e.aliases)}" if e.aliases else "")
-             for e in plan.entities]
+    lines = [
+        f"entity {e.name} ({e.kind})"
+        + (f", also called {', '.join(e.aliases)}" if e.aliases else "")
+        for e in plan.entities
+    ]
     for a in plan.actions:
         src, tgt = names.get(a.source_id, a.source_id), names.get(a.target_id, a.target_id)
         if a.action == "EVOLVE":
             lines.append(f"EVOLVE {src} -{a.type}-> {tgt} by {a.weight_delta:+.2f}")
         elif a.action == "REPLACE":
-            lines.append(f"REPLACE {src} -{a.from_type or 'any'}-> {tgt} with {a.type} ({a.weight:.2f})")
+            lines.append(
+                f"REPLACE {src} -{a.from_type or 'any'}-> {tgt} with {a.type} ({a.weight:.2f})"
+            )
         else:
             lines.append(f"DELETE {src} -{a.type}-> {tgt}")
     for p in plan.bio_patches:
@@ -159,7 +196,9 @@ def proposal_lines(raw: TurnExtraction, plan: ExtractionPlan) -> list[str]:
         if p.summary:
             lines.append(f"bio of {who}: {p.summary}")
         if p.traits_add or p.traits_remove:
-            lines.append(f"traits of {who}: +{', '.join(p.traits_add)} -{', '.join(p.traits_remove)}")
+            lines.append(
+                f"traits of {who}: +{', '.join(p.traits_add)} -{', '.join(p.traits_remove)}"
+            )
     return lines or ["(none)"]
 
 
@@ -183,7 +222,9 @@ def judge(
         turn_lines=[m.line() for m in messages],
         proposals=proposal_lines(raw, plan),
     )
-    verdict = gateway.structured(route.tier, prompt, JudgeVerdict, purpose=purpose, model=route.model)
+    verdict = gateway.structured(
+        route.tier, prompt, JudgeVerdict, purpose=purpose, model=route.model
+    )
     conflicts = rule_conflicts(plan, retrieval)
     reported, dismissed = vet_reported(verdict.identity_conflicts, plan, retrieval, conflicts)
     conflicts += reported
@@ -192,4 +233,6 @@ def judge(
         for c in verdict.contradictions
         if c.statement.strip()
     ]
-    return JudgeSummary(identity_conflicts=conflicts, contradictions=contradictions, dismissed=dismissed)
+    return JudgeSummary(
+        identity_conflicts=conflicts, contradictions=contradictions, dismissed=dismissed
+    )

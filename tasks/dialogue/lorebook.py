@@ -51,18 +51,29 @@ class WorldInfoEntry(BaseModel):
 
     uid: int = Field(description="the entry's id; also its key in `entries`")
     key: list[str] = Field(description="primary keywords: an entity's name and aliases")
-    keysecondary: list[str] = Field(default_factory=list,
-                                    description="secondary keywords (relation entries: the other side's names)")
+    keysecondary: list[str] = Field(
+        default_factory=list,
+        description="secondary keywords (relation entries: the other side's names)",
+    )
     comment: str = Field("", description="the entry's title in SillyTavern's editor")
     content: str = Field(description="the text SillyTavern injects")
     constant: bool = False
     vectorized: bool = False
-    selective: bool = Field(True, description="the secondary keywords must match too (ignored when there are "
-                            "none; SillyTavern's editor sets it on for every entry)")
-    selectiveLogic: int = Field(ST_LOGIC_AND_ANY, description="0 AND ANY, 1 NOT ALL, 2 NOT ANY, 3 AND ALL")
+    selective: bool = Field(
+        True,
+        description="the secondary keywords must match too (ignored when there are "
+        "none; SillyTavern's editor sets it on for every entry)",
+    )
+    selectiveLogic: int = Field(
+        ST_LOGIC_AND_ANY, description="0 AND ANY, 1 NOT ALL, 2 NOT ANY, 3 AND ALL"
+    )
     addMemo: bool = True
-    order: int = Field(ENTITY_ORDER, description="insertion priority (higher goes later, nearer the chat)")
-    position: int = Field(ST_POSITION_BEFORE_CHARACTER, description="0: before the character definitions")
+    order: int = Field(
+        ENTITY_ORDER, description="insertion priority (higher goes later, nearer the chat)"
+    )
+    position: int = Field(
+        ST_POSITION_BEFORE_CHARACTER, description="0: before the character definitions"
+    )
     disable: bool = False
     excludeRecursion: bool = False
     preventRecursion: bool = False
@@ -89,8 +100,10 @@ class WorldInfoBook(BaseModel):
     """A World Info book as SillyTavern imports it: `entries` keyed by uid (a string)."""
 
     entries: dict[str, WorldInfoEntry] = Field(
-        default_factory=dict, description="the entries by uid, in order: entities and relation pairs by first "
-        "appearance in the conversation")
+        default_factory=dict,
+        description="the entries by uid, in order: entities and relation pairs by first "
+        "appearance in the conversation",
+    )
 
 
 def _names(entity: LoreEntity) -> list[str]:
@@ -115,7 +128,9 @@ def _facts_by_entity(lore: ConversationLore) -> dict[str, list[str]]:
         speaker = by_name.get(vocab.normalize_name(turn.speaker)) if turn.speaker.strip() else None
         for fact in turn.facts:
             text = _padded(fact)
-            named = [eid for eid, padded in names.items() if any(p in text for p in padded if p.strip())]
+            named = [
+                eid for eid, padded in names.items() if any(p in text for p in padded if p.strip())
+            ]
             for eid in named or ([speaker] if speaker else []):
                 out[eid].setdefault(f"{fact} (turn {turn.turn_id})", None)
     return {eid: list(facts) for eid, facts in out.items()}
@@ -151,7 +166,12 @@ def _latest_per_type(relations: list[LoreRelation]) -> list[LoreRelation]:
     for rel in relations:
         known = latest.get((rel.source_id, rel.target_id, rel.type))
         rank = (rel.status == REL_ACTIVE, rel.updated_seq, rel.since_seq, rel.rel_id)
-        if known is None or rank > (known.status == REL_ACTIVE, known.updated_seq, known.since_seq, known.rel_id):
+        if known is None or rank > (
+            known.status == REL_ACTIVE,
+            known.updated_seq,
+            known.since_seq,
+            known.rel_id,
+        ):
             latest[(rel.source_id, rel.target_id, rel.type)] = rel
     return list(latest.values())
 
@@ -164,9 +184,13 @@ def _relation_line(rel: LoreRelation) -> str:
 
 
 def _relation_content(first: LoreEntity, second: LoreEntity, relations: list[LoreRelation]) -> str:
-    ordered = sorted(_latest_per_type(relations),
-                     key=lambda r: (r.status != REL_ACTIVE, r.since_seq, r.source_id, r.type, r.rel_id))
-    return "\n".join([f"{first.name} and {second.name}:", *(f"- {_relation_line(r)}" for r in ordered)])
+    ordered = sorted(
+        _latest_per_type(relations),
+        key=lambda r: (r.status != REL_ACTIVE, r.since_seq, r.source_id, r.type, r.rel_id),
+    )
+    return "\n".join(
+        [f"{first.name} and {second.name}:", *(f"- {_relation_line(r)}" for r in ordered)]
+    )
 
 
 def build_lorebook(lore: ConversationLore) -> WorldInfoBook:
@@ -181,26 +205,48 @@ def build_lorebook(lore: ConversationLore) -> WorldInfoBook:
     pairs: dict[tuple[str, str], list[LoreRelation]] = {}
     for rel in lore.relations:
         if rel.source_id in by_id and rel.target_id in by_id and rel.source_id != rel.target_id:
-            ends = sorted((rel.source_id, rel.target_id), key=lambda eid: (by_id[eid].first_seq, eid))
+            ends = sorted(
+                (rel.source_id, rel.target_id), key=lambda eid: (by_id[eid].first_seq, eid)
+            )
             pairs.setdefault((ends[0], ends[1]), []).append(rel)
 
     # (first appearance, entity before pair, id) -> the entry without its uid.
     drafts: list[tuple[tuple[int, int, str], dict[str, object]]] = []
     for entity in lore.entities:
-        drafts.append(((entity.first_seq, 0, entity.entity_id), {
-            "key": _names(entity), "comment": f"{entity.name} ({entity.kind})", "order": ENTITY_ORDER,
-            "content": _entity_content(entity, facts[entity.entity_id], moments[entity.entity_id])}))
+        drafts.append(
+            (
+                (entity.first_seq, 0, entity.entity_id),
+                {
+                    "key": _names(entity),
+                    "comment": f"{entity.name} ({entity.kind})",
+                    "order": ENTITY_ORDER,
+                    "content": _entity_content(
+                        entity, facts[entity.entity_id], moments[entity.entity_id]
+                    ),
+                },
+            )
+        )
     for (a, b), relations in pairs.items():
         first, second = by_id[a], by_id[b]
-        drafts.append(((min(r.since_seq for r in relations), 1, f"{a}\x1f{b}"), {
-            "key": _names(first), "keysecondary": _names(second), "selectiveLogic": ST_LOGIC_AND_ANY,
-            "comment": f"{first.name} & {second.name}", "order": RELATION_ORDER,
-            "content": _relation_content(first, second, relations)}))
+        drafts.append(
+            (
+                (min(r.since_seq for r in relations), 1, f"{a}\x1f{b}"),
+                {
+                    "key": _names(first),
+                    "keysecondary": _names(second),
+                    "selectiveLogic": ST_LOGIC_AND_ANY,
+                    "comment": f"{first.name} & {second.name}",
+                    "order": RELATION_ORDER,
+                    "content": _relation_content(first, second, relations),
+                },
+            )
+        )
     drafts.sort(key=lambda draft: draft[0])
-    entries = {str(uid): WorldInfoEntry.model_validate({"uid": uid, "displayIndex": uid, **fields})
-               for uid, (_, fields) in enumerate(drafts)}
+    entries = {
+        str(uid): WorldInfoEntry.model_validate({"uid": uid, "displayIndex": uid, **fields})
+        for uid, (_, fields) in enumerate(drafts)
+    }
     return WorldInfoBook(entries=entries)
-
 
 
 def conversation_lorebook(repo: DialogueRepository, conversation_id: str) -> WorldInfoBook | None:

@@ -74,6 +74,8 @@ ConversationId = Annotated[
     StringConstraints(min_length=1, max_length=200, pattern=NAME_PATTERN),
     Field(description="the conversation: 1-200 characters, not blank, no control characters"),
 ]
+
+
 def _integral(value: Any) -> Any:
     """A JSON number with no fraction is an integer to JSON Schema (36.0 is 36): strictness
     refuses strings and booleans, not that spelling."""
@@ -85,8 +87,10 @@ def _integral(value: Any) -> Any:
 #: An integer field: a JSON integer (36, or 36.0), never a string or a boolean.
 JsonInt = Annotated[int, Strict(), BeforeValidator(_integral)]
 
-_TURN_ID_RULE = (f"must be an integer 0..{MAX_TURN_NUMBER}, or 1-100 characters with a visible one and no "
-                 "control character")
+_TURN_ID_RULE = (
+    f"must be an integer 0..{MAX_TURN_NUMBER}, or 1-100 characters with a visible one and no "
+    "control character"
+)
 
 
 def _one_turn_id_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
@@ -102,7 +106,7 @@ TurnId = Annotated[
     Annotated[int, Strict(), Field(ge=0, le=MAX_TURN_NUMBER), BeforeValidator(_integral)]
     | Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=NAME_PATTERN)],
     WrapValidator(_one_turn_id_error),
-    Field(description=f"{_TURN_ID_RULE.removeprefix('must be ')}; 7 and \"7\" name the same turn"),
+    Field(description=f'{_TURN_ID_RULE.removeprefix("must be ")}; 7 and "7" name the same turn'),
 ]
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=TOKEN_PATTERN)]
 
@@ -132,7 +136,16 @@ ErrorCode = Literal["INVALID_REQUEST", "IN_PROGRESS", "ROLLED_BACK"]
 #: malformed 400, too_large 413, forbidden 403 (refused by the server's policy), conflict 409,
 #: busy 409, gate 200, timeout/llm/graph 503 when retryable, internal 500 (a bug).
 ErrorKind = Literal[
-    "malformed", "too_large", "forbidden", "conflict", "busy", "gate", "timeout", "llm", "graph", "internal"
+    "malformed",
+    "too_large",
+    "forbidden",
+    "conflict",
+    "busy",
+    "gate",
+    "timeout",
+    "llm",
+    "graph",
+    "internal",
 ]
 InvalidKind = Literal["malformed", "too_large", "forbidden", "conflict"]
 FailedKind = Literal["timeout", "llm", "graph", "internal"]
@@ -149,7 +162,9 @@ class ChatMessage(_Request):
     """One chat message; `name` is the speaker, `message_id` a front-end/source reference."""
 
     role: Literal["user", "assistant", "system"]
-    content: str = Field(max_length=MAX_MESSAGE_CHARS, description=f"at most {MAX_MESSAGE_CHARS} characters")
+    content: str = Field(
+        max_length=MAX_MESSAGE_CHARS, description=f"at most {MAX_MESSAGE_CHARS} characters"
+    )
     name: Name | None = Field(None, description="the speaker (default: the role)")
     message_id: Name | None = None
     time: Name | None = Field(None, description="when it was said, free text")
@@ -167,14 +182,23 @@ class DbConfig(_Request):
     `--allow-request-db`; otherwise a request naming another graph than the served one, or
     carrying a password, is refused with 403."""
 
-    uri: str | None = Field(None, max_length=300, pattern=BOLT_URI_PATTERN,
-                            description="bolt:// or neo4j:// (+s, +ssc) URI: host, optional port")
+    uri: str | None = Field(
+        None,
+        max_length=300,
+        pattern=BOLT_URI_PATTERN,
+        description="bolt:// or neo4j:// (+s, +ssc) URI: host, optional port",
+    )
     username: Name | None = None
     password: SecretStr | None = Field(None, max_length=500)
     database: Name | None = None
 
     def is_empty(self) -> bool:
-        return self.uri is None and self.username is None and self.password is None and self.database is None
+        return (
+            self.uri is None
+            and self.username is None
+            and self.password is None
+            and self.database is None
+        )
 
 
 def _no_override(slot: str) -> Any:
@@ -218,8 +242,12 @@ class ActorConfig(_Request):
 
 #: JSON Schema for TurnConfig's one cross-field rule (the model validator below enforces it).
 _ACTOR_MODEL_RULE: dict[str, Any] = {
-    "if": {"required": ["actor"],
-           "properties": {"actor": {"required": ["mode"], "properties": {"mode": {"const": "generate"}}}}},
+    "if": {
+        "required": ["actor"],
+        "properties": {
+            "actor": {"required": ["mode"], "properties": {"mode": {"const": "generate"}}}
+        },
+    },
     "then": {},
     "else": {"properties": {"models": {"properties": {"actor": {"type": "null"}}}}},
 }
@@ -233,9 +261,13 @@ class TurnConfig(_Request):
     db: DbConfig | None = None
     models: SlotModels = Field(default_factory=SlotModels)
     actor: ActorConfig = Field(default_factory=ActorConfig)
-    token_budget: JsonInt = Field(1024, ge=64, le=32_768, description="tokens for the injection_packet")
+    token_budget: JsonInt = Field(
+        1024, ge=64, le=32_768, description="tokens for the injection_packet"
+    )
     recall_k: JsonInt = Field(5, ge=0, le=50, description="earlier turns recalled by hybrid search")
-    require_actions: bool = Field(True, description="commit gate: block turns with no relation action")
+    require_actions: bool = Field(
+        True, description="commit gate: block turns with no relation action"
+    )
 
     @model_validator(mode="after")
     def _actor_model_needs_generate(self) -> Self:
@@ -311,8 +343,9 @@ class GateDecision(BaseModel):
     actions: int = 0
     identity_conflicts: int = 0
     nothing_new: bool = Field(
-        False, description="blocked only because the turn holds no relation action: nothing new for the graph "
-        "(the turn's text is remembered); not a failure"
+        False,
+        description="blocked only because the turn holds no relation action: nothing new for the graph "
+        "(the turn's text is remembered); not a failure",
     )
 
 
@@ -323,14 +356,22 @@ class TurnTrace(BaseModel):
     states: list[StateStamp] = Field(default_factory=list)
     slots: list[SlotTrace] = Field(default_factory=list)
     total_ms: float = 0.0
-    llm_ms: float = Field(0.0, description="wall time with at least one LLM call of the turn in flight")
+    llm_ms: float = Field(
+        0.0, description="wall time with at least one LLM call of the turn in flight"
+    )
     overhead_ms: float = Field(0.0, description="total_ms - llm_ms: the turn's own (non-LLM) time")
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    replay_of: str | None = Field(None, description="trace id of the original commit (idempotent hits)")
-    facts_dropped: int = Field(0, description="extracted facts refused by grounding (no evidence in the turn)")
-    dropped: list[str] = Field(default_factory=list, description="the first refused facts, each with why")
+    replay_of: str | None = Field(
+        None, description="trace id of the original commit (idempotent hits)"
+    )
+    facts_dropped: int = Field(
+        0, description="extracted facts refused by grounding (no evidence in the turn)"
+    )
+    dropped: list[str] = Field(
+        default_factory=list, description="the first refused facts, each with why"
+    )
 
 
 class InjectionSection(BaseModel):
@@ -363,8 +404,12 @@ class IdentityConflict(BaseModel):
     reason: str = ""
     source: Literal["rule", "judge"] = "judge"
     name: str = Field("", description="the name bound twice")
-    graph_evidence: list[str] = Field(default_factory=list, description="what the graph holds for the name")
-    turn_evidence: list[str] = Field(default_factory=list, description="the words of this turn that bind it")
+    graph_evidence: list[str] = Field(
+        default_factory=list, description="what the graph holds for the name"
+    )
+    turn_evidence: list[str] = Field(
+        default_factory=list, description="the words of this turn that bind it"
+    )
 
     @property
     def has_evidence(self) -> bool:
@@ -381,7 +426,8 @@ class JudgeSummary(BaseModel):
     identity_conflicts: list[IdentityConflict] = Field(default_factory=list)
     contradictions: list[Contradiction] = Field(default_factory=list)
     dismissed: list[str] = Field(
-        default_factory=list, description="identity conflicts the model reported that the graph cannot show, with why"
+        default_factory=list,
+        description="identity conflicts the model reported that the graph cannot show, with why",
     )
 
 
@@ -421,9 +467,11 @@ class TurnResult(BaseModel):
     gate: GateDecision | None = None
     trace: TurnTrace | None = None
 
-    @computed_field(description="the commit gate held the turn back only because it holds no relation action: "
-                    "its text is remembered, nothing new reached the graph (state stays ROLLED_BACK, code "
-                    "ROLLED_BACK, as before); front ends show it as `nothing new`, not as a failure")
+    @computed_field(
+        description="the commit gate held the turn back only because it holds no relation action: "
+        "its text is remembered, nothing new reached the graph (state stays ROLLED_BACK, code "
+        "ROLLED_BACK, as before); front ends show it as `nothing new`, not as a failure"
+    )
     def nothing_new(self) -> bool:
         return not self.committed and self.gate is not None and self.gate.nothing_new
 
@@ -436,7 +484,12 @@ class TurnResult(BaseModel):
         kind: InvalidKind = "malformed",
     ) -> TurnResult:
         return cls(
-            ok=False, state=TurnState.RECEIVED, code="INVALID_REQUEST", error_kind=kind, reason=reason, key=key
+            ok=False,
+            state=TurnState.RECEIVED,
+            code="INVALID_REQUEST",
+            error_kind=kind,
+            reason=reason,
+            key=key,
         )
 
 
@@ -464,7 +517,9 @@ def parse_model(model: type[M], raw: bytes | str | dict[str, Any]) -> Result[M, 
     """Ok(the validated `model`), or Err(a one-line reason, the kind of problem)."""
     if isinstance(raw, bytes | bytearray):
         if len(raw) > MAX_BODY_BYTES:
-            return Err(f"request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}", "too_large")
+            return Err(
+                f"request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}", "too_large"
+            )
         try:
             raw = bytes(raw).decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -475,14 +530,21 @@ def parse_model(model: type[M], raw: bytes | str | dict[str, Any]) -> Result[M, 
         return Ok(model.model_validate(raw))
     except ValidationError as exc:
         if any(e["type"] == "json_invalid" for e in exc.errors()):
-            return Err(f"request body is not valid JSON: {first_problem(exc, 'request').message}", "malformed")
+            return Err(
+                f"request body is not valid JSON: {first_problem(exc, 'request').message}",
+                "malformed",
+            )
         return Err(validation_reason(exc), "malformed")
 
 
 def parse_request(raw: bytes | str | dict[str, Any]) -> TurnCommitRequest | TurnResult:
     """A validated request, or an INVALID_REQUEST result with a one-line reason."""
     parsed = parse_model(TurnCommitRequest, raw)
-    return parsed.value if isinstance(parsed, Ok) else TurnResult.invalid(parsed.reason, kind=parsed.kind)
+    return (
+        parsed.value
+        if isinstance(parsed, Ok)
+        else TurnResult.invalid(parsed.reason, kind=parsed.kind)
+    )
 
 
 # --- Memory before the reply, rewinds ----------------------------------------------------------
@@ -494,7 +556,8 @@ class PendingTurn(_Request):
 
     turn_id: TurnId
     text: str | None = Field(
-        None, max_length=MAX_MESSAGE_CHARS,
+        None,
+        max_length=MAX_MESSAGE_CHARS,
         description="the turn's text as memory will hold it (`speaker: content` lines, the `text` of "
         "GET .../turns); null: the turn is being removed (a delete, or a swipe being generated)",
     )
@@ -522,7 +585,11 @@ class MemoryQueryRequest(_Request):
     @classmethod
     def parse(cls, raw: bytes | str | dict[str, Any]) -> MemoryQueryRequest | MemoryQueryResult:
         parsed = parse_model(cls, raw)
-        return parsed.value if isinstance(parsed, Ok) else MemoryQueryResult.invalid(parsed.reason, kind=parsed.kind)
+        return (
+            parsed.value
+            if isinstance(parsed, Ok)
+            else MemoryQueryResult.invalid(parsed.reason, kind=parsed.kind)
+        )
 
 
 class RecalledTurnOut(BaseModel):
@@ -532,8 +599,11 @@ class RecalledTurnOut(BaseModel):
     speaker: str
     text: str
     when: str = ""
-    event_dates: list[str] = Field(default_factory=list, description='what the time expressions in the text mean, '
-                                   'resolved against `when`: "yesterday = Sunday 7 May 2023"')
+    event_dates: list[str] = Field(
+        default_factory=list,
+        description="what the time expressions in the text mean, "
+        'resolved against `when`: "yesterday = Sunday 7 May 2023"',
+    )
     facts: list[str] = Field(default_factory=list)
     source_refs: list[str] = Field(default_factory=list)
     committed: bool = False
@@ -551,8 +621,9 @@ class MemoryQueryResult(BaseModel):
     recalled: list[RecalledTurnOut] = Field(default_factory=list)
     stored_turns: int = 0
     held_back: list[str] = Field(
-        default_factory=list, description="turn ids whose remembered text was not recalled: a pending write "
-        "changes it (see `pending_turns`)"
+        default_factory=list,
+        description="turn ids whose remembered text was not recalled: a pending write "
+        "changes it (see `pending_turns`)",
     )
     elapsed_ms: float = 0.0
 
@@ -583,9 +654,15 @@ class RewindResult(BaseModel):
     conversation_id: str
     before_turn: str
     found: bool = Field(False, description="the turn was remembered (False: nothing to rewind)")
-    removed_turns: list[str] = Field(default_factory=list, description="turn ids whose facts were removed")
-    removed_memory: int = Field(0, description="remembered turns removed (committed or gate-blocked)")
-    replayed_turns: int = Field(0, description="earlier committed turns re-applied to rebuild the facts")
+    removed_turns: list[str] = Field(
+        default_factory=list, description="turn ids whose facts were removed"
+    )
+    removed_memory: int = Field(
+        0, description="remembered turns removed (committed or gate-blocked)"
+    )
+    replayed_turns: int = Field(
+        0, description="earlier committed turns re-applied to rebuild the facts"
+    )
 
 
 def parse_rewind(raw: bytes | str | dict[str, Any]) -> RewindRequest | RewindResult:
@@ -594,5 +671,11 @@ def parse_rewind(raw: bytes | str | dict[str, Any]) -> RewindRequest | RewindRes
     if isinstance(parsed, Ok):
         return parsed.value
     ids = raw if isinstance(raw, dict) else {}
-    return RewindResult(ok=False, code="INVALID_REQUEST", error_kind=parsed.kind, reason=parsed.reason,
-                        conversation_id=str(ids.get("conversation_id", "")), before_turn=str(ids.get("before_turn", "")))
+    return RewindResult(
+        ok=False,
+        code="INVALID_REQUEST",
+        error_kind=parsed.kind,
+        reason=parsed.reason,
+        conversation_id=str(ids.get("conversation_id", "")),
+        before_turn=str(ids.get("before_turn", "")),
+    )

@@ -50,18 +50,26 @@ class Outcomes:
             gateway.take_records(trace.tag)
 
     # ------------------------------------------------------------------ early ends
-    def replay(self, ids: Ids, stored: StoredTurn, payload_hash: str, trace: TraceRecorder) -> TurnResult:
+    def replay(
+        self, ids: Ids, stored: StoredTurn, payload_hash: str, trace: TraceRecorder
+    ) -> TurnResult:
         """The stored result of a committed turn sent again, or a conflict when its payload differs."""
         if stored.payload_hash != payload_hash:
             return self.conflict(ids)
         original = TurnResult.model_validate_json(stored.result_json)
         # Turns committed before the trace had its own property carry it inside the result.
-        original_trace = TurnTrace.model_validate_json(stored.trace_json) if stored.trace_json else original.trace
+        original_trace = (
+            TurnTrace.model_validate_json(stored.trace_json)
+            if stored.trace_json
+            else original.trace
+        )
         trace.enter(TurnState.COMMITTED)
         return original.model_copy(
             update={
                 "idempotent_hit": True,
-                "trace": trace.finish([], replay_of=original_trace.trace_id if original_trace else None),
+                "trace": trace.finish(
+                    [], replay_of=original_trace.trace_id if original_trace else None
+                ),
             }
         )
 
@@ -95,7 +103,9 @@ class Outcomes:
             log.exception("turn %s failed unexpectedly", ids["key"])
             reason = f"internal error: {type(exc).__name__}: {exc}"
         failure = classify(exc)
-        return self.rolled_back(ids, trace, reason, retryable=failure.retryable, kind=failed_kind(failure))
+        return self.rolled_back(
+            ids, trace, reason, retryable=failure.retryable, kind=failed_kind(failure)
+        )
 
     def rolled_back(
         self, ids: Ids, trace: TraceRecorder, reason: str, *, retryable: bool, kind: ErrorKind
@@ -104,7 +114,13 @@ class Outcomes:
         return self.finish_rolled_back(base, trace, reason, retryable=retryable, kind=kind)
 
     def finish_rolled_back(
-        self, base: TurnResult, trace: TraceRecorder, reason: str, *, retryable: bool, kind: ErrorKind
+        self,
+        base: TurnResult,
+        trace: TraceRecorder,
+        reason: str,
+        *,
+        retryable: bool,
+        kind: ErrorKind,
     ) -> TurnResult:
         """`base` (what the turn got to) ended ROLLED_BACK: traced, logged and persisted."""
         failed_in = trace.state.value
@@ -135,7 +151,13 @@ class Outcomes:
             try:
                 self._folder.mkdir(parents=True, exist_ok=True)
                 day = datetime.now(UTC).strftime("%Y-%m-%d")
-                with (self._folder / f"rolled-back-{day}.jsonl").open("a", encoding="utf-8") as handle:
-                    handle.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) + "\n")
+                with (self._folder / f"rolled-back-{day}.jsonl").open(
+                    "a", encoding="utf-8"
+                ) as handle:
+                    handle.write(
+                        json.dumps(result.model_dump(mode="json"), ensure_ascii=False) + "\n"
+                    )
             except OSError as exc:
-                log.warning("could not persist the trace of rolled-back turn %s: %s", result.key, exc)
+                log.warning(
+                    "could not persist the trace of rolled-back turn %s: %s", result.key, exc
+                )

@@ -100,34 +100,49 @@ class SidecarOptions(BaseModel):
     """Operational knobs of the sidecar (CLI flags of `flows.dialogue serve`)."""
 
     lock_wait_s: float = Field(
-        30.0, ge=0, description="how long a turn waits for its conversation's lock before IN_PROGRESS"
+        30.0,
+        ge=0,
+        description="how long a turn waits for its conversation's lock before IN_PROGRESS",
     )
     lock_lease_s: float = Field(
-        6.0, gt=0,
+        6.0,
+        gt=0,
         description="lease of a conversation lock, renewed by a heartbeat while its turn runs: a crashed "
         "holder blocks its conversation at most this long, a live one keeps it however long its turn takes",
     )
     turn_timeout_s: float = Field(
-        300.0, gt=0, description="a turn still preparing after this long ends ROLLED_BACK (timed_out)"
+        300.0,
+        gt=0,
+        description="a turn still preparing after this long ends ROLLED_BACK (timed_out)",
     )
     allow_request_db: bool = Field(
-        False, description="honour a request's config.db naming another graph than the configured one"
+        False,
+        description="honour a request's config.db naming another graph than the configured one",
     )
     relation_limit: int = Field(12, ge=0, le=200, description="relations the retriever hands on")
     max_conversation_locks: int = Field(
-        4096, ge=16, description="per-conversation in-process locks kept (least recently used idle ones go)"
+        4096,
+        ge=16,
+        description="per-conversation in-process locks kept (least recently used idle ones go)",
     )
     max_call_records: int | None = Field(
-        None, ge=100,
+        None,
+        ge=100,
         description="LLM call records kept in memory; older ones are flushed to Parquet under "
         "<project>/.saga/runs/sidecar (None: keep all, for batch runs that write them at the end)",
     )
     heap_trim_turns: int = Field(
-        50, ge=1, description="every this many turns, give the malloc arenas' free pages back to the OS (core.heap)"
+        50,
+        ge=1,
+        description="every this many turns, give the malloc arenas' free pages back to the OS (core.heap)",
     )
-    slot_workers: int = Field(32, ge=2, le=512, description="threads running slots (abandoned slots hold one until done)")
+    slot_workers: int = Field(
+        32, ge=2, le=512, description="threads running slots (abandoned slots hold one until done)"
+    )
     background_nice: int = Field(
-        5, ge=0, le=19,
+        5,
+        ge=0,
+        le=19,
         description="how much nicer (OS priority, Linux per thread) the threads running a turn's slots (retrieval, "
         "extraction, judge, historian) are than the server's, so a memory query a person waits for gets the CPU "
         "first (0: same priority)",
@@ -169,7 +184,11 @@ class TimedLock:
     def totals(self) -> dict[str, float]:
         """Acquisitions, and the seconds waited for and held, since start."""
         with self._totals:
-            return {"acquired": self.acquired, "waited_s": round(self.waited_s, 3), "held_s": round(self.held_s, 3)}
+            return {
+                "acquired": self.acquired,
+                "waited_s": round(self.waited_s, 3),
+                "held_s": round(self.held_s, 3),
+            }
 
 
 class RequestRefusedError(InvalidInputError):
@@ -207,7 +226,9 @@ class DialogueService:
         # A turn's slots run below the memory queries' priority (core.priority); the turn's own
         # thread, which takes the serialised graph writes, does not: a niced writer would hold
         # them longer while every other commit waits.
-        self._pool = BackgroundPool(self.options.slot_workers, "dialogue-slot", self.options.background_nice)
+        self._pool = BackgroundPool(
+            self.options.slot_workers, "dialogue-slot", self.options.background_nice
+        )
         self.outcomes = Outcomes(settings.saga_dir, lambda: self._gateway)
 
     @property
@@ -221,8 +242,11 @@ class DialogueService:
         with self._lock:
             if self._gateway is None:
                 flush_dir = self.settings.saga_dir / "runs" / "sidecar"
-                self._gateway = LLMGateway(self.settings, max_records=self.options.max_call_records,
-                                           flush_dir=flush_dir if self.options.max_call_records else None)
+                self._gateway = LLMGateway(
+                    self.settings,
+                    max_records=self.options.max_call_records,
+                    flush_dir=flush_dir if self.options.max_call_records else None,
+                )
             return self._gateway
 
     @property
@@ -245,7 +269,9 @@ class DialogueService:
             if self._owns_store and self._store is not None:
                 stores.append(self._store)
                 self._store = None
-            gateway, self._gateway = (self._gateway, None) if self._owns_gateway else (None, self._gateway)
+            gateway, self._gateway = (
+                (self._gateway, None) if self._owns_gateway else (None, self._gateway)
+            )
         for store in stores:
             store.close()
         if gateway is not None:
@@ -280,8 +306,12 @@ class DialogueService:
         if store is None:
             endpoint = GraphEndpoint(wanted[0], wanted[1], password, wanted[2], embedded=False)
             try:
-                store = GraphStore(endpoint, connect_attempts=self.settings.graph_connect_attempts).connect()
-            except ValueError as exc:  # the driver's reading of the URI (the schema's pattern passed)
+                store = GraphStore(
+                    endpoint, connect_attempts=self.settings.graph_connect_attempts
+                ).connect()
+            except (
+                ValueError
+            ) as exc:  # the driver's reading of the URI (the schema's pattern passed)
                 raise InvalidInputError(f"config.db.uri cannot be used: {exc}") from None
             store.migrate()
             with self._lock:
@@ -365,7 +395,9 @@ class DialogueService:
             return self.outcomes.replay(ids, stored, payload_hash, trace)
 
         def body(claim_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
-            if claim_stored is not None and (not replace or claim_stored.payload_hash == payload_hash):
+            if claim_stored is not None and (
+                not replace or claim_stored.payload_hash == payload_hash
+            ):
                 return self.outcomes.replay(ids, claim_stored, payload_hash, trace), True
             if replace and repo.remembered_text(request.key) != turn_text(request.messages):
                 # Changed text: rewind the old turn and every later one. (The same text as
@@ -375,14 +407,24 @@ class DialogueService:
                     case Err(reason, kind):
                         return TurnResult.invalid(reason, key=request.key, kind=kind), True
                     case Ok(rewound) if rewound.status != "absent":
-                        log.info("conversation %s: turn %s replaced (%d turns rewound)",
-                                 request.conversation_id, request.turn, len(rewound.removed_turns))
-            return self._turn(request, repo, store, trace, payload_hash, run_slot or direct, replace=replace)
+                        log.info(
+                            "conversation %s: turn %s replaced (%d turns rewound)",
+                            request.conversation_id,
+                            request.turn,
+                            len(rewound.removed_turns),
+                        )
+            return self._turn(
+                request, repo, store, trace, payload_hash, run_slot or direct, replace=replace
+            )
 
         return self._locked(store, repo, ids, request.key, trace, body)
 
     def rewind(
-        self, conversation_id: str | RewindRequest, before_turn: int | str | None = None, *, db: DbConfig | None = None
+        self,
+        conversation_id: str | RewindRequest,
+        before_turn: int | str | None = None,
+        *,
+        db: DbConfig | None = None,
     ) -> RewindResult:
         """Rewind a conversation to before turn `before_turn`: that turn and every later one
         are removed exactly (their facts, events, milestones, memory), as if never committed.
@@ -399,9 +441,15 @@ class DialogueService:
         ids = {"key": key, "conversation_id": request.conversation_id, "turn_id": before}
 
         def failed(result: TurnResult) -> RewindResult:
-            return RewindResult(ok=False, conversation_id=request.conversation_id, before_turn=before,
-                                code=result.code, error_kind=result.error_kind, reason=result.reason,
-                                retryable=result.retryable)
+            return RewindResult(
+                ok=False,
+                conversation_id=request.conversation_id,
+                before_turn=before,
+                code=result.code,
+                error_kind=result.error_kind,
+                reason=result.reason,
+                retryable=result.retryable,
+            )
 
         trace = TraceRecorder(key, "commit")
         try:
@@ -426,11 +474,19 @@ class DialogueService:
         outcome = holder.get("outcome")
         if outcome is None:
             return failed(result)
-        return RewindResult(ok=True, conversation_id=request.conversation_id, before_turn=before,
-                            found=outcome.status != "absent", removed_turns=outcome.removed_turns,
-                            removed_memory=outcome.removed_memory, replayed_turns=outcome.replayed)
+        return RewindResult(
+            ok=True,
+            conversation_id=request.conversation_id,
+            before_turn=before,
+            found=outcome.status != "absent",
+            removed_turns=outcome.removed_turns,
+            removed_memory=outcome.removed_memory,
+            replayed_turns=outcome.replayed,
+        )
 
-    def memory_query(self, raw: MemoryQueryRequest | bytes | str | dict[str, Any]) -> MemoryQueryResult:
+    def memory_query(
+        self, raw: MemoryQueryRequest | bytes | str | dict[str, Any]
+    ) -> MemoryQueryResult:
         """The injection_packet for pending messages: the turn's own retrieval and injector,
         no lock, no writes (the in-process recall index is topped up from the graph)."""
         parsed = raw if isinstance(raw, MemoryQueryRequest) else MemoryQueryRequest.parse(raw)
@@ -450,18 +506,29 @@ class DialogueService:
                 # A replace may rewind and rewrite a pending turn while this query reads (it takes no
                 # lock), so memory's text for it is read before and after the retrieval: an old text
                 # seen either time, or none after, holds back what the turn wrote (see without_pending).
-                before = {turn_id: index.text_of(turn_key(request.conversation_id, turn_id)) for turn_id in pending}
+                before = {
+                    turn_id: index.text_of(turn_key(request.conversation_id, turn_id))
+                    for turn_id in pending
+                }
                 retrieval = retrieve(
-                    DialogueRepository(store), self.gateway, index, request.conversation_id, request.messages,
-                    recall_k=request.config.recall_k + extra, relation_limit=self.options.relation_limit,
+                    DialogueRepository(store),
+                    self.gateway,
+                    index,
+                    request.conversation_id,
+                    request.messages,
+                    recall_k=request.config.recall_k + extra,
+                    relation_limit=self.options.relation_limit,
                     purpose=trace.purpose("retriever"),
                 )
                 remembered = {
-                    turn_id: held if held is not None and held != pending[turn_id]
+                    turn_id: held
+                    if held is not None and held != pending[turn_id]
                     else index.text_of(turn_key(request.conversation_id, turn_id))
                     for turn_id, held in before.items()
                 }
-                retrieval, held_back = without_pending(retrieval, pending, request.config.recall_k, remembered)
+                retrieval, held_back = without_pending(
+                    retrieval, pending, request.config.recall_k, remembered
+                )
                 packet = build_packet(retrieval, request.config.token_budget)
         except RequestRefusedError as exc:
             return MemoryQueryResult.invalid(str(exc), kind="forbidden")
@@ -469,17 +536,28 @@ class DialogueService:
             return MemoryQueryResult.invalid(str(exc))
         except SkaldError as exc:
             failure = classify(exc)
-            return MemoryQueryResult(ok=False, conversation_id=request.conversation_id, code="UNAVAILABLE",
-                                     error_kind=failed_kind(failure), reason=str(exc), retryable=failure.retryable)
+            return MemoryQueryResult(
+                ok=False,
+                conversation_id=request.conversation_id,
+                code="UNAVAILABLE",
+                error_kind=failed_kind(failure),
+                reason=str(exc),
+                retryable=failure.retryable,
+            )
         self.outcomes.drop_records(trace)
         return MemoryQueryResult(
-            ok=True, conversation_id=request.conversation_id, injection_packet=packet,
+            ok=True,
+            conversation_id=request.conversation_id,
+            injection_packet=packet,
             recalled=[t.model_dump(mode="json", exclude={"signals"}) for t in retrieval.recalled],
-            stored_turns=retrieval.stored_turns, held_back=held_back,
+            stored_turns=retrieval.stored_turns,
+            held_back=held_back,
             elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
         )
 
-    def recall(self, conversation_id: str, query: str, k: int, *, graph: GraphStore | None = None) -> list[RecalledTurn]:
+    def recall(
+        self, conversation_id: str, query: str, k: int, *, graph: GraphStore | None = None
+    ) -> list[RecalledTurn]:
         """Hybrid recall of earlier turns for a question (the regression recall probe)."""
         store = graph or self.store
         index = self.vectors.get(store.endpoint.label, conversation_id)
@@ -502,7 +580,9 @@ class DialogueService:
         started = time.monotonic()
         local = self._conversation_lock(store.endpoint.label, conversation_id)
         if not local.acquire(timeout=wait_s):
-            return self.outcomes.in_progress(ids, "another turn of this conversation is running in this process")
+            return self.outcomes.in_progress(
+                ids, "another turn of this conversation is running in this process"
+            )
         try:
             try:
                 claim = repo.acquire_lock(
@@ -522,11 +602,19 @@ class DialogueService:
                     f"(lease ends in {max(0, claim.expires_in_ms) / 1000:.1f}s)",
                 )
             if claim.stolen_from:
-                log.warning("conversation %s: took over the expired lock of %s", conversation_id, claim.stolen_from)
+                log.warning(
+                    "conversation %s: took over the expired lock of %s",
+                    conversation_id,
+                    claim.stolen_from,
+                )
             lock_held = True
             try:
-                with repo.heartbeat(conversation_id, self.owner, self.options.lock_lease_s,
-                                    guard=self._write_guard(store)):
+                with repo.heartbeat(
+                    conversation_id,
+                    self.owner,
+                    self.options.lock_lease_s,
+                    guard=self._write_guard(store),
+                ):
                     result, lock_held = body(claim.stored)
                 return result
             except SkaldError as exc:
@@ -537,7 +625,9 @@ class DialogueService:
                         with self._write_guard(store)():
                             repo.release_lock(conversation_id, self.owner)
                     except SkaldError as exc:  # the lease runs out on its own
-                        log.warning("conversation %s: could not release the lock: %s", conversation_id, exc)
+                        log.warning(
+                            "conversation %s: could not release the lock: %s", conversation_id, exc
+                        )
         finally:
             local.release()
 
@@ -571,15 +661,32 @@ class DialogueService:
         """The turn itself (tasks.dialogue.turn); (result, whether the lease is still held)."""
         routes = resolve_routes(self.settings, request.config.models.as_dict())
         scheduler = SlotScheduler(
-            key=request.key, pool=self._pool, trace=trace, routes=routes, run_slot=run_slot,
-            turn_timeout_s=self.options.turn_timeout_s, slot_timeouts_s=self.settings.slot_timeouts_s,
+            key=request.key,
+            pool=self._pool,
+            trace=trace,
+            routes=routes,
+            run_slot=run_slot,
+            turn_timeout_s=self.options.turn_timeout_s,
+            slot_timeouts_s=self.settings.slot_timeouts_s,
         )
         context = TurnContext(
-            gateway=self.gateway, vectors=self.vectors, outcomes=self.outcomes,
-            write_guard=self._write_guard(store), owner=self.owner, relation_limit=self.options.relation_limit,
+            gateway=self.gateway,
+            vectors=self.vectors,
+            outcomes=self.outcomes,
+            write_guard=self._write_guard(store),
+            owner=self.owner,
+            relation_limit=self.options.relation_limit,
         )
-        run = TurnRun(request, repo=repo, store=store, trace=trace, payload_hash=payload_hash,
-                      scheduler=scheduler, routes=routes, context=context)
+        run = TurnRun(
+            request,
+            repo=repo,
+            store=store,
+            trace=trace,
+            payload_hash=payload_hash,
+            scheduler=scheduler,
+            routes=routes,
+            context=context,
+        )
         result, held = run.run()
         if replace and result.retryable and result.state == TurnState.ROLLED_BACK:
             # The rewind took the turn's old text out of memory; if the slots failed (model

@@ -52,7 +52,9 @@ class DialogueTurnRow(BaseModel):
     session: int | None = None
     session_time: str | None = None
     dia_id: str | None = None
-    session_id: str | None = Field(None, description="the benchmark's own session id (LongMemEval), when it has one")
+    session_id: str | None = Field(
+        None, description="the benchmark's own session id (LongMemEval), when it has one"
+    )
     speaker: str = Field(min_length=1)
     text: str
     image_caption: str | None = None
@@ -66,9 +68,15 @@ class QAItem(BaseModel):
     evidence: list[str] = Field(default_factory=list)
     category: int = 0
     question_id: str | None = None
-    question_type: str | None = Field(None, description="the benchmark's question type (LongMemEval)")
-    evidence_sessions: list[str] = Field(default_factory=list, description="session-scored: the answer sessions")
-    abstention: bool = Field(False, description="no evidence by design (LongMemEval `_abs`): not scored")
+    question_type: str | None = Field(
+        None, description="the benchmark's question type (LongMemEval)"
+    )
+    evidence_sessions: list[str] = Field(
+        default_factory=list, description="session-scored: the answer sessions"
+    )
+    abstention: bool = Field(
+        False, description="no evidence by design (LongMemEval `_abs`): not scored"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -86,7 +94,9 @@ class DialogueSpec(BaseModel):
     qa: list[QAItem] = Field(default_factory=list)
     qa_path: str | None = None
     scoring: Literal["turn", "session"] = Field(
-        "turn", description="turn: recall of evidence turns (LoCoMo); session: LongMemEval's session recall")
+        "turn",
+        description="turn: recall of evidence turns (LoCoMo); session: LongMemEval's session recall",
+    )
 
 
 def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) -> list[Any]:
@@ -94,7 +104,9 @@ def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) ->
     try:
         handle = path.open(encoding="utf-8")
     except OSError as exc:
-        raise InvalidInputError(f"cannot read dialogue file {path}: {exc.strerror or exc}") from None
+        raise InvalidInputError(
+            f"cannot read dialogue file {path}: {exc.strerror or exc}"
+        ) from None
     with handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -104,7 +116,8 @@ def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) ->
             except ValidationError as exc:
                 where, message = first_error(exc, "line")
                 raise InvalidInputError(
-                    f"{path}:{number}: {where}: {message}", hint="see ../shared/data/dialogues/README.md"
+                    f"{path}:{number}: {where}: {message}",
+                    hint="see ../shared/data/dialogues/README.md",
                 ) from None
             if limit is not None and len(rows) >= limit:
                 break
@@ -116,8 +129,14 @@ def load_dialogue(path: Path, max_turns: int | None = None) -> DialogueSpec:
     if not turns:
         raise InvalidInputError(f"dialogue file {path} holds no turns")
     name = path.name
-    qa_path = path.with_name(name.removesuffix(".turns.jsonl") + ".qa.jsonl") if name.endswith(".turns.jsonl") else None
-    qa: list[QAItem] = _read_jsonl(qa_path, QAItem) if qa_path is not None and qa_path.exists() else []
+    qa_path = (
+        path.with_name(name.removesuffix(".turns.jsonl") + ".qa.jsonl")
+        if name.endswith(".turns.jsonl")
+        else None
+    )
+    qa: list[QAItem] = (
+        _read_jsonl(qa_path, QAItem) if qa_path is not None and qa_path.exists() else []
+    )
     return DialogueSpec(
         dialogue_id=turns[0].conversation_id,
         path=str(path),
@@ -212,8 +231,14 @@ class TurnRow(BaseModel):
     models: str
 
 
-def turn_row(run_id: str, spec: DialogueSpec, row: DialogueTurnRow, result: TurnResult,
-             started_at: datetime, wall_ms: float) -> TurnRow:
+def turn_row(
+    run_id: str,
+    spec: DialogueSpec,
+    row: DialogueTurnRow,
+    result: TurnResult,
+    started_at: datetime,
+    wall_ms: float,
+) -> TurnRow:
     trace = result.trace
     slots = {s.slot: s.latency_ms for s in trace.slots} if trace else {}
     applied = [a for a in result.actions if a.applied]
@@ -273,13 +298,17 @@ def _read_journal(path: Path) -> dict[int, TurnRow]:
     return done
 
 
-def _original_commit(service: DialogueService, request: TurnCommitRequest, replayed: TurnResult) -> TurnResult:
+def _original_commit(
+    service: DialogueService, request: TurnCommitRequest, replayed: TurnResult
+) -> TurnResult:
     """The result of the commit an earlier start of the run made (its own trace, not the replay's)."""
     stored = DialogueRepository(service.store).get_turn(request.key)
     if stored is None:
         return replayed
     original = TurnResult.model_validate_json(stored.result_json)
-    trace = TurnTrace.model_validate_json(stored.trace_json) if stored.trace_json else original.trace
+    trace = (
+        TurnTrace.model_validate_json(stored.trace_json) if stored.trace_json else original.trace
+    )
     return original.model_copy(update={"trace": trace, "idempotent_hit": False})
 
 
@@ -287,9 +316,17 @@ class ReplayStopped(Exception):
     """The run is shutting down (SIGTERM, Ctrl-C): the replay stopped before its next turn."""
 
 
-def replay(service: DialogueService, spec: DialogueSpec, conversation_id: str, run_id: str,
-           *, window: int = 6, config: TurnConfig | None = None, journal: Path | None = None,
-           stop: threading.Event | None = None) -> list[TurnRow]:
+def replay(
+    service: DialogueService,
+    spec: DialogueSpec,
+    conversation_id: str,
+    run_id: str,
+    *,
+    window: int = 6,
+    config: TurnConfig | None = None,
+    journal: Path | None = None,
+    stop: threading.Event | None = None,
+) -> list[TurnRow]:
     """Commit the dialogue's turns in order; a rolled-back turn is recorded and the replay goes on.
 
     With `journal` (a file per dialogue of the run), turns an earlier start of the same run
@@ -301,20 +338,24 @@ def replay(service: DialogueService, spec: DialogueSpec, conversation_id: str, r
         journal.parent.mkdir(parents=True, exist_ok=True)
         journal.touch()  # before the first commit: a later start knows this dialogue was begun
     rows: list[TurnRow] = []
-    for row, request in zip(spec.turns, turn_requests(spec, conversation_id, window=window, config=config),
-                            strict=True):
+    for row, request in zip(
+        spec.turns, turn_requests(spec, conversation_id, window=window, config=config), strict=True
+    ):
         if row.turn_id in done:
             rows.append(done[row.turn_id])
             continue
         if stop is not None and stop.is_set():
-            raise ReplayStopped(f"dialogue {spec.dialogue_id} stopped before turn {row.turn_id}: the run is stopping")
+            raise ReplayStopped(
+                f"dialogue {spec.dialogue_id} stopped before turn {row.turn_id}: the run is stopping"
+            )
         started_at = datetime.now(UTC)
         t0 = time.perf_counter()
         result = service.commit(request)
         wall_ms = (time.perf_counter() - t0) * 1000.0
         if result.state == TurnState.ROLLED_BACK and result.error_kind == "graph":
             raise GraphUnavailableError(
-                f"dialogue {spec.dialogue_id} turn {row.turn_id}: the graph failed, not the turn: {result.reason}")
+                f"dialogue {spec.dialogue_id} turn {row.turn_id}: the graph failed, not the turn: {result.reason}"
+            )
         if resumed and result.idempotent_hit:
             # Committed by the earlier start of this run, killed before its journal line.
             result = _original_commit(service, request, result)
@@ -342,8 +383,15 @@ class RecallRow(BaseModel):
     hit: bool
 
 
-def recall_probe(service: DialogueService, spec: DialogueSpec, conversation_id: str, run_id: str,
-                 *, k: int, committed_refs: set[str]) -> list[RecallRow]:
+def recall_probe(
+    service: DialogueService,
+    spec: DialogueSpec,
+    conversation_id: str,
+    run_id: str,
+    *,
+    k: int,
+    committed_refs: set[str],
+) -> list[RecallRow]:
     """Ask each answerable question; recall@k = share of its evidence turns found in the top k.
 
     A question is probed only when all its evidence turns were replayed (`committed_refs`:
@@ -381,11 +429,15 @@ class ProbeRow(BaseModel):
     question: str
     evidence: list[str]
     retrieved: list[str] = Field(description="source refs of the top-k turns, best first")
-    recall_at_5: float | None = Field(description="share of the evidence turns among the first 5 turns retrieved")
+    recall_at_5: float | None = Field(
+        description="share of the evidence turns among the first 5 turns retrieved"
+    )
     recall_at_10: float | None
     question_type: str | None = None
     evidence_sessions: list[str] = Field(default_factory=list)
-    retrieved_sessions: list[str] = Field(default_factory=list, description="session-scored: first 10 distinct")
+    retrieved_sessions: list[str] = Field(
+        default_factory=list, description="session-scored: first 10 distinct"
+    )
     session_recall_any_at_5: float | None = None
     session_recall_all_at_5: float | None = None
     session_recall_any_at_10: float | None = None
@@ -413,8 +465,9 @@ def session_recall(ranked_sessions: list[str], gold: list[str], k: int) -> tuple
     return float(any(s in top for s in gold)), float(all(s in top for s in gold))
 
 
-def _skip_reason(item: QAItem, spec: DialogueSpec, evidence: list[str], refs: set[str],
-                 sessions: set[str]) -> str | None:
+def _skip_reason(
+    item: QAItem, spec: DialogueSpec, evidence: list[str], refs: set[str], sessions: set[str]
+) -> str | None:
     if spec.scoring == "session":
         if item.abstention:
             return "abstention question (no evidence by design; LongMemEval skips it too)"
@@ -430,8 +483,12 @@ def _skip_reason(item: QAItem, spec: DialogueSpec, evidence: list[str], refs: se
     return None
 
 
-def whole_dialogue_probe(service: DialogueService, spec: DialogueSpec, conversation_id: str, run_id: str,
-                         ) -> tuple[list[ProbeRow], dict[str, int]]:
+def whole_dialogue_probe(
+    service: DialogueService,
+    spec: DialogueSpec,
+    conversation_id: str,
+    run_id: str,
+) -> tuple[list[ProbeRow], dict[str, int]]:
     """Ask every QA item that has evidence; recall@k = share of its evidence turns among the
     first k turns retrieved (each hit is one turn, so k counts turns). A session-scored
     dialogue (LongMemEval) is also scored on the first k distinct sessions (`session_recall`).
@@ -443,7 +500,9 @@ def whole_dialogue_probe(service: DialogueService, spec: DialogueSpec, conversat
     rows: list[ProbeRow] = []
     for item in spec.qa:
         # Some items list two turns in one string ("D8:6; D9:17"): split them.
-        evidence = list(dict.fromkeys(p for e in item.evidence for p in re.split(r"[;,\s]+", e) if p))
+        evidence = list(
+            dict.fromkeys(p for e in item.evidence for p in re.split(r"[;,\s]+", e) if p)
+        )
         reason = _skip_reason(item, spec, evidence, refs, set(session_of.values()))
         if reason is not None:
             skipped[reason] = skipped.get(reason, 0) + 1
@@ -451,8 +510,14 @@ def whole_dialogue_probe(service: DialogueService, spec: DialogueSpec, conversat
         hits: list[RecalledTurn] = service.recall(conversation_id, item.question, depth)
         ranked = [hit.source_refs[0] if hit.source_refs else hit.key for hit in hits]
         retrieved = ranked[:10]
-        turn_scores = ({"recall_at_5": _recall(evidence, retrieved[:5]), "recall_at_10": _recall(evidence, retrieved)}
-                       if evidence and set(evidence) <= refs else {"recall_at_5": None, "recall_at_10": None})
+        turn_scores = (
+            {
+                "recall_at_5": _recall(evidence, retrieved[:5]),
+                "recall_at_10": _recall(evidence, retrieved),
+            }
+            if evidence and set(evidence) <= refs
+            else {"recall_at_5": None, "recall_at_10": None}
+        )
         session_scores: dict[str, Any] = {}
         if spec.scoring == "session":
             sessions = distinct_sessions(ranked, session_of)
@@ -461,9 +526,18 @@ def whole_dialogue_probe(service: DialogueService, spec: DialogueSpec, conversat
                 session_scores[f"session_recall_any_at_{k}"] = any_k
                 session_scores[f"session_recall_all_at_{k}"] = all_k
             session_scores["retrieved_sessions"] = sessions[:10]
-        rows.append(ProbeRow(
-            run_id=run_id, dialogue_id=spec.dialogue_id, category=item.category, question=item.question,
-            evidence=evidence, retrieved=retrieved, question_type=item.question_type,
-            evidence_sessions=item.evidence_sessions, **turn_scores, **session_scores,
-        ))
+        rows.append(
+            ProbeRow(
+                run_id=run_id,
+                dialogue_id=spec.dialogue_id,
+                category=item.category,
+                question=item.question,
+                evidence=evidence,
+                retrieved=retrieved,
+                question_type=item.question_type,
+                evidence_sessions=item.evidence_sessions,
+                **turn_scores,
+                **session_scores,
+            )
+        )
     return rows, skipped

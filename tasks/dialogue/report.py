@@ -28,12 +28,20 @@ QA_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop
 class GateConfig(BaseModel):
     """Thresholds of the release gates (CLI flags of `flows.regression`)."""
 
-    min_commit_ratio: float = Field(0.9, ge=0.0, description="committed turns / replayed turns, per dialogue")
-    max_rollbacks: int | None = Field(None, ge=0, description="rolled-back turns per dialogue (None: no limit)")
+    min_commit_ratio: float = Field(
+        0.9, ge=0.0, description="committed turns / replayed turns, per dialogue"
+    )
+    max_rollbacks: int | None = Field(
+        None, ge=0, description="rolled-back turns per dialogue (None: no limit)"
+    )
     max_timeouts: int = Field(0, ge=0, description="timed-out turns per dialogue")
-    require_relation_mutations: bool = Field(True, description="at least one applied EVOLVE/REPLACE/DELETE")
+    require_relation_mutations: bool = Field(
+        True, description="at least one applied EVOLVE/REPLACE/DELETE"
+    )
     require_milestones: bool = Field(True, description="at least one milestone")
-    min_recall: float | None = Field(None, ge=0.0, le=1.0, description="mean recall@k of the probe (None: report only)")
+    min_recall: float | None = Field(
+        None, ge=0.0, le=1.0, description="mean recall@k of the probe (None: report only)"
+    )
     recall_k: int = Field(5, ge=1, le=50)
 
 
@@ -45,7 +53,9 @@ class GateResult(BaseModel):
     passed: bool
 
 
-def evaluate_gates(turns: pl.DataFrame, recall: pl.DataFrame, config: GateConfig) -> list[GateResult]:
+def evaluate_gates(
+    turns: pl.DataFrame, recall: pl.DataFrame, config: GateConfig
+) -> list[GateResult]:
     results: list[GateResult] = []
     for dialogue_id in sorted(turns["dialogue_id"].unique().to_list()):
         d = turns.filter(pl.col("dialogue_id") == dialogue_id)
@@ -53,17 +63,35 @@ def evaluate_gates(turns: pl.DataFrame, recall: pl.DataFrame, config: GateConfig
         committed = int(d["committed"].sum())
         rollbacks = int((d["state"] == "ROLLED_BACK").sum())
         timeouts = int(d["timed_out"].sum())
-        mutations = int(d["actions_evolve"].sum() + d["actions_replace"].sum() + d["actions_delete"].sum())
+        mutations = int(
+            d["actions_evolve"].sum() + d["actions_replace"].sum() + d["actions_delete"].sum()
+        )
         milestones = int(d["milestones"].sum())
         ratio = committed / n if n else 0.0
 
-        def add(gate: str, value: float, threshold: str, passed: bool, dialogue: str = dialogue_id) -> None:
-            results.append(GateResult(dialogue_id=dialogue, gate=gate, value=round(value, 4),
-                                      threshold=threshold, passed=passed))
+        def add(
+            gate: str, value: float, threshold: str, passed: bool, dialogue: str = dialogue_id
+        ) -> None:
+            results.append(
+                GateResult(
+                    dialogue_id=dialogue,
+                    gate=gate,
+                    value=round(value, 4),
+                    threshold=threshold,
+                    passed=passed,
+                )
+            )
 
-        add("commit_ratio", ratio, f">= {config.min_commit_ratio}", ratio >= config.min_commit_ratio)
+        add(
+            "commit_ratio", ratio, f">= {config.min_commit_ratio}", ratio >= config.min_commit_ratio
+        )
         if config.max_rollbacks is not None:
-            add("rollbacks", rollbacks, f"<= {config.max_rollbacks}", rollbacks <= config.max_rollbacks)
+            add(
+                "rollbacks",
+                rollbacks,
+                f"<= {config.max_rollbacks}",
+                rollbacks <= config.max_rollbacks,
+            )
         add("timeouts", timeouts, f"<= {config.max_timeouts}", timeouts <= config.max_timeouts)
         if config.require_relation_mutations:
             add("relation_mutations", mutations, "> 0", mutations > 0)
@@ -71,18 +99,30 @@ def evaluate_gates(turns: pl.DataFrame, recall: pl.DataFrame, config: GateConfig
             add("milestones", milestones, "> 0", milestones > 0)
         if config.min_recall is not None:
             # Category 5 (adversarial: the answer is not in the dialogue) is never averaged in.
-            probe = (recall.filter((pl.col("dialogue_id") == dialogue_id) & (pl.col("category") != 5))
-                     if recall.height else recall)
+            probe = (
+                recall.filter((pl.col("dialogue_id") == dialogue_id) & (pl.col("category") != 5))
+                if recall.height
+                else recall
+            )
             mean = float(probe["recall"].mean()) if probe.height else 0.0  # type: ignore[arg-type]
-            add(f"recall@{config.recall_k}", mean, f">= {config.min_recall}",
-                probe.height > 0 and mean >= config.min_recall)
+            add(
+                f"recall@{config.recall_k}",
+                mean,
+                f">= {config.min_recall}",
+                probe.height > 0 and mean >= config.min_recall,
+            )
     return results
 
 
 #: turns.parquet columns that may be null in every row of a run: typed all the same, so the
 #: shards of a batch read together (`pl.read_parquet("<run_id>/shard-*/turns.parquet")`).
-NULLABLE_TURN_COLUMNS = {"dia_id": pl.String, "session": pl.Int64, "code": pl.String, "error_kind": pl.String,
-                         "reason": pl.String}
+NULLABLE_TURN_COLUMNS = {
+    "dia_id": pl.String,
+    "session": pl.Int64,
+    "code": pl.String,
+    "error_kind": pl.String,
+    "reason": pl.String,
+}
 
 
 def turns_frame(rows: Sequence[TurnRow]) -> pl.DataFrame:
@@ -94,8 +134,14 @@ def turns_frame(rows: Sequence[TurnRow]) -> pl.DataFrame:
 def recall_frame(rows: Sequence[RecallRow]) -> pl.DataFrame:
     if rows:
         return pl.DataFrame([r.model_dump() for r in rows])
-    return pl.DataFrame(schema={"dialogue_id": pl.String, "category": pl.Int64, "recall": pl.Float64,
-                                "hit": pl.Boolean})
+    return pl.DataFrame(
+        schema={
+            "dialogue_id": pl.String,
+            "category": pl.Int64,
+            "recall": pl.Float64,
+            "hit": pl.Boolean,
+        }
+    )
 
 
 def dialogue_summary(turns: pl.DataFrame) -> pl.DataFrame:
@@ -126,10 +172,16 @@ def recall_summary(recall: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     return (
         recall.group_by("dialogue_id", "category")
-        .agg(pl.len().alias("questions"), pl.col("recall").mean().round(3).alias("recall_at_k"),
-             pl.col("hit").mean().round(3).alias("hit_rate"))
-        .with_columns(pl.col("category").replace_strict(QA_CATEGORIES, default="other",
-                                                        return_dtype=pl.String).alias("category_name"))
+        .agg(
+            pl.len().alias("questions"),
+            pl.col("recall").mean().round(3).alias("recall_at_k"),
+            pl.col("hit").mean().round(3).alias("hit_rate"),
+        )
+        .with_columns(
+            pl.col("category")
+            .replace_strict(QA_CATEGORIES, default="other", return_dtype=pl.String)
+            .alias("category_name")
+        )
         .sort("dialogue_id", "category")
     )
 
@@ -138,7 +190,10 @@ def _md_table(frame: pl.DataFrame) -> str:
     if not frame.height:
         return "_none_\n"
     header = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
-    body = "".join("| " + " | ".join("" if v is None else str(v) for v in row) + " |\n" for row in frame.iter_rows())
+    body = "".join(
+        "| " + " | ".join("" if v is None else str(v) for v in row) + " |\n"
+        for row in frame.iter_rows()
+    )
     return header + body
 
 
@@ -153,8 +208,14 @@ class RunInfo(BaseModel):
     graph: str
 
 
-def render_report(info: RunInfo, summary: pl.DataFrame, gates: list[GateResult], recall: pl.DataFrame,
-                  turns: pl.DataFrame, config: GateConfig) -> str:
+def render_report(
+    info: RunInfo,
+    summary: pl.DataFrame,
+    gates: list[GateResult],
+    recall: pl.DataFrame,
+    turns: pl.DataFrame,
+    config: GateConfig,
+) -> str:
     passed = all(g.passed for g in gates)
     lines = [
         f"# Long-dialogue regression `{info.run_id}`: {'PASSED' if passed else 'FAILED'}",
@@ -176,7 +237,10 @@ def render_report(info: RunInfo, summary: pl.DataFrame, gates: list[GateResult],
     failures = turns.filter(pl.col("state") == "ROLLED_BACK") if turns.height else turns
     if failures.height:
         reasons = (
-            failures.group_by("reason").agg(pl.len().alias("turns")).sort("turns", descending=True).head(10)
+            failures.group_by("reason")
+            .agg(pl.len().alias("turns"))
+            .sort("turns", descending=True)
+            .head(10)
         )
         lines += ["## Rollback reasons", "", _md_table(reasons)]
     lines += [
@@ -190,19 +254,31 @@ def render_report(info: RunInfo, summary: pl.DataFrame, gates: list[GateResult],
     return "\n".join(lines)
 
 
-def write_outputs(out_dir: Path, turns: pl.DataFrame, recall: pl.DataFrame, gates: list[GateResult],
-                  report: str, summary_json: dict[str, object]) -> None:
+def write_outputs(
+    out_dir: Path,
+    turns: pl.DataFrame,
+    recall: pl.DataFrame,
+    gates: list[GateResult],
+    report: str,
+    summary_json: dict[str, object],
+) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     # Temp file + rename: a crashed run never leaves a half-written Parquet behind.
     for name, frame in (
         ("turns.parquet", turns),
         ("recall.parquet", recall),
-        ("gates.parquet", pl.DataFrame([g.model_dump() for g in gates]) if gates else pl.DataFrame()),
+        (
+            "gates.parquet",
+            pl.DataFrame([g.model_dump() for g in gates]) if gates else pl.DataFrame(),
+        ),
     ):
         tmp = out_dir / f".{name}.tmp"
         frame.write_parquet(tmp)
         tmp.replace(out_dir / name)
-    for name, text in (("report.md", report), ("summary.json", json.dumps(summary_json, indent=2, default=str) + "\n")):
+    for name, text in (
+        ("report.md", report),
+        ("summary.json", json.dumps(summary_json, indent=2, default=str) + "\n"),
+    ):
         tmp = out_dir / f".{name}.tmp"
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out_dir / name)
@@ -218,8 +294,14 @@ RECALL_KS = (5, 10)
 def probe_frame(rows: Sequence[ProbeRow]) -> pl.DataFrame:
     if rows:
         return pl.DataFrame([r.model_dump() for r in rows])
-    return pl.DataFrame(schema={"dialogue_id": pl.String, "category": pl.Int64, "recall_at_5": pl.Float64,
-                                "recall_at_10": pl.Float64})
+    return pl.DataFrame(
+        schema={
+            "dialogue_id": pl.String,
+            "category": pl.Int64,
+            "recall_at_5": pl.Float64,
+            "recall_at_10": pl.Float64,
+        }
+    )
 
 
 def recall_at_k(probe: pl.DataFrame) -> dict[str, dict[str, float | None]]:
@@ -228,7 +310,9 @@ def recall_at_k(probe: pl.DataFrame) -> dict[str, dict[str, float | None]]:
     main = probe.filter(pl.col("category").is_in(RECALL_CATEGORIES)) if probe.height else probe
     for k in RECALL_KS:
         column = f"recall_at_{k}"
-        values: dict[str, float | None] = {"all": round(float(main[column].mean()), 4) if main.height else None}  # type: ignore[arg-type]
+        values: dict[str, float | None] = {
+            "all": round(float(main[column].mean()), 4) if main.height else None
+        }  # type: ignore[arg-type]
         for category in RECALL_CATEGORIES:
             part = main.filter(pl.col("category") == category) if main.height else main
             values[str(category)] = round(float(part[column].mean()), 4) if part.height else None  # type: ignore[arg-type]
@@ -239,9 +323,15 @@ def recall_at_k(probe: pl.DataFrame) -> dict[str, dict[str, float | None]]:
 def adversarial_recall(probe: pl.DataFrame) -> dict[str, float | int | None]:
     """Category 5 apart: how often the retriever still returns the turns the question leans on."""
     part = probe.filter(pl.col("category") == 5) if probe.height else probe
-    return {"questions": part.height,
-            **{f"recall_at_{k}": round(float(part[f"recall_at_{k}"].mean()), 4) if part.height else None  # type: ignore[arg-type]
-               for k in RECALL_KS}}
+    return {
+        "questions": part.height,
+        **{
+            f"recall_at_{k}": round(float(part[f"recall_at_{k}"].mean()), 4)
+            if part.height
+            else None  # type: ignore[arg-type]
+            for k in RECALL_KS
+        },
+    }
 
 
 def session_scored(probe: pl.DataFrame) -> pl.DataFrame:
@@ -259,8 +349,11 @@ def session_recall_at_k(probe: pl.DataFrame) -> dict[str, object] | None:
         return None
     out: dict[str, object] = {"questions": part.height}
     for k in RECALL_KS:
-        by_type = (part.group_by("question_type").agg(pl.col(f"session_recall_any_at_{k}").mean())
-                   .sort("question_type"))
+        by_type = (
+            part.group_by("question_type")
+            .agg(pl.col(f"session_recall_any_at_{k}").mean())
+            .sort("question_type")
+        )
         out[str(k)] = {
             "any": round(float(part[f"session_recall_any_at_{k}"].mean()), 4),  # type: ignore[arg-type]
             "all": round(float(part[f"session_recall_all_at_{k}"].mean()), 4),  # type: ignore[arg-type]
@@ -276,7 +369,9 @@ def session_recall_table(probe: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     aggs = [pl.len().alias("questions")] + [
         pl.col(f"session_recall_{kind}_at_{k}").mean().round(3).alias(f"recall_{kind}@{k}")
-        for k in RECALL_KS for kind in ("any", "all")]
+        for k in RECALL_KS
+        for kind in ("any", "all")
+    ]
     per = part.group_by("question_type").agg(*aggs).sort("question_type")
     overall = part.select(*aggs).with_columns(pl.lit("(all)").alias("question_type"))
     return pl.concat([per, overall.select(per.columns)])
@@ -290,30 +385,60 @@ def recall_table(probe: pl.DataFrame) -> pl.DataFrame:
     if not probe.height:
         return pl.DataFrame()
     named = probe.with_columns(
-        pl.col("category").replace_strict(QA_CATEGORIES, default="other", return_dtype=pl.String).alias("name"))
-    aggs = [pl.len().alias("questions"), pl.col("recall_at_5").mean().round(3).alias("recall@5"),
-            pl.col("recall_at_10").mean().round(3).alias("recall@10")]
-    per = (named.group_by("dialogue_id", "category", "name").agg(*aggs)
-           .with_columns(pl.col("category").cast(pl.String)))
+        pl.col("category")
+        .replace_strict(QA_CATEGORIES, default="other", return_dtype=pl.String)
+        .alias("name")
+    )
+    aggs = [
+        pl.len().alias("questions"),
+        pl.col("recall_at_5").mean().round(3).alias("recall@5"),
+        pl.col("recall_at_10").mean().round(3).alias("recall@10"),
+    ]
+    per = (
+        named.group_by("dialogue_id", "category", "name")
+        .agg(*aggs)
+        .with_columns(pl.col("category").cast(pl.String))
+    )
     main = named.filter(pl.col("category").is_in(RECALL_CATEGORIES))
-    totals = (main.group_by("dialogue_id").agg(*aggs)
-              .with_columns(pl.lit("1-4").alias("category"), pl.lit("all but adversarial").alias("name")))
-    overall = main.select(*aggs).with_columns(pl.lit("(all)").alias("dialogue_id"), pl.lit("1-4").alias("category"),
-                                              pl.lit("all but adversarial").alias("name"))
+    totals = (
+        main.group_by("dialogue_id")
+        .agg(*aggs)
+        .with_columns(pl.lit("1-4").alias("category"), pl.lit("all but adversarial").alias("name"))
+    )
+    overall = main.select(*aggs).with_columns(
+        pl.lit("(all)").alias("dialogue_id"),
+        pl.lit("1-4").alias("category"),
+        pl.lit("all but adversarial").alias("name"),
+    )
     columns = ["dialogue_id", "category", "name", "questions", "recall@5", "recall@10"]
-    return pl.concat([per.select(columns).sort("dialogue_id", "category"), totals.select(columns).sort("dialogue_id"),
-                      overall.select(columns)])
+    return pl.concat(
+        [
+            per.select(columns).sort("dialogue_id", "category"),
+            totals.select(columns).sort("dialogue_id"),
+            overall.select(columns),
+        ]
+    )
 
 
-def evaluate_recall_gates(probe: pl.DataFrame, memory: dict[str, tuple[int, int]], config: GateConfig,
-                          ) -> list[GateResult]:
+def evaluate_recall_gates(
+    probe: pl.DataFrame,
+    memory: dict[str, tuple[int, int]],
+    config: GateConfig,
+) -> list[GateResult]:
     """Per dialogue: every turn remembered exactly once. Over the whole run: recall@k over
     categories 1-4, pooled over every question (the figure `summary.json` holds as "all"); a
     per-dialogue floor would let a short dialogue's handful of questions decide the release."""
     results: list[GateResult] = []
     for dialogue_id, (turns, remembered) in sorted(memory.items()):
-        results.append(GateResult(dialogue_id=dialogue_id, gate="turns_remembered", value=remembered,
-                                  threshold=f"== {turns}", passed=remembered == turns))
+        results.append(
+            GateResult(
+                dialogue_id=dialogue_id,
+                gate="turns_remembered",
+                value=remembered,
+                threshold=f"== {turns}",
+                passed=remembered == turns,
+            )
+        )
     if config.min_recall is None:
         return results
     k = config.recall_k if config.recall_k in RECALL_KS else 10
@@ -323,19 +448,38 @@ def evaluate_recall_gates(probe: pl.DataFrame, memory: dict[str, tuple[int, int]
     # recall_any@k (the authors' headline), a run holding both on each.
     if part.height or not sessions.height:
         mean = float(part[f"recall_at_{k}"].mean()) if part.height else 0.0  # type: ignore[arg-type]
-        results.append(GateResult(dialogue_id="(all)", gate=f"recall@{config.recall_k} (categories 1-4)",
-                                  value=round(mean, 4), threshold=f">= {config.min_recall}",
-                                  passed=part.height > 0 and mean >= config.min_recall))
+        results.append(
+            GateResult(
+                dialogue_id="(all)",
+                gate=f"recall@{config.recall_k} (categories 1-4)",
+                value=round(mean, 4),
+                threshold=f">= {config.min_recall}",
+                passed=part.height > 0 and mean >= config.min_recall,
+            )
+        )
     if sessions.height:
         mean = float(sessions[f"session_recall_any_at_{k}"].mean())  # type: ignore[arg-type]
-        results.append(GateResult(dialogue_id="(all)", gate=f"session recall_any@{k} (LongMemEval)",
-                                  value=round(mean, 4), threshold=f">= {config.min_recall}",
-                                  passed=mean >= config.min_recall))
+        results.append(
+            GateResult(
+                dialogue_id="(all)",
+                gate=f"session recall_any@{k} (LongMemEval)",
+                value=round(mean, 4),
+                threshold=f">= {config.min_recall}",
+                passed=mean >= config.min_recall,
+            )
+        )
     return results
 
 
-def render_ingest_report(run_id: str, graph: str, ingest: pl.DataFrame, gates: list[GateResult],
-                         probe: pl.DataFrame, skipped: dict[str, dict[str, int]], extract: bool) -> str:
+def render_ingest_report(
+    run_id: str,
+    graph: str,
+    ingest: pl.DataFrame,
+    gates: list[GateResult],
+    probe: pl.DataFrame,
+    skipped: dict[str, dict[str, int]],
+    extract: bool,
+) -> str:
     passed = all(g.passed for g in gates)
     at_k = recall_at_k(probe)
     lines = [
@@ -344,9 +488,14 @@ def render_ingest_report(run_id: str, graph: str, ingest: pl.DataFrame, gates: l
         f"- mode: ingest{' with extraction (LLM slots)' if extract else ' (no LLM)'}; every turn of every dialogue",
         f"- graph: {graph}",
         f"- recall@10 over categories 1-4: {at_k['10']['all']}; recall@5: {at_k['5']['all']}",
-        *([f"- session recall_any@10 (LongMemEval): {sessions['10']['any']}; "  # type: ignore[index]
-           f"recall_any@5: {sessions['5']['any']} over {sessions['questions']} questions"]  # type: ignore[index]
-          if (sessions := session_recall_at_k(probe)) else []),
+        *(
+            [
+                f"- session recall_any@10 (LongMemEval): {sessions['10']['any']}; "  # type: ignore[index]
+                f"recall_any@5: {sessions['5']['any']} over {sessions['questions']} questions"
+            ]  # type: ignore[index]
+            if (sessions := session_recall_at_k(probe))
+            else []
+        ),
         "",
         "## Gates",
         "",
@@ -357,16 +506,28 @@ def render_ingest_report(run_id: str, graph: str, ingest: pl.DataFrame, gates: l
         "## Recall per category (k counts turns; category 5, adversarial, is never averaged in)",
         "",
         _md_table(recall_table(probe)),
-        *([
-            "## Session recall per question type (LongMemEval: k counts distinct sessions)",
-            "",
-            _md_table(session_recall_table(probe)),
-        ] if session_scored(probe).height else []),
+        *(
+            [
+                "## Session recall per question type (LongMemEval: k counts distinct sessions)",
+                "",
+                _md_table(session_recall_table(probe)),
+            ]
+            if session_scored(probe).height
+            else []
+        ),
         "## Skipped questions",
         "",
-        _md_table(pl.DataFrame([{"dialogue_id": d, "reason": r, "questions": n}
-                                for d, reasons in sorted(skipped.items()) for r, n in sorted(reasons.items())])
-                  if any(skipped.values()) else pl.DataFrame()),
+        _md_table(
+            pl.DataFrame(
+                [
+                    {"dialogue_id": d, "reason": r, "questions": n}
+                    for d, reasons in sorted(skipped.items())
+                    for r, n in sorted(reasons.items())
+                ]
+            )
+            if any(skipped.values())
+            else pl.DataFrame()
+        ),
         "## Files",
         "",
         "- `recall.parquet`: one row per probed question (evidence, the 10 turns retrieved, recall@5/@10)",

@@ -46,7 +46,9 @@ def resolve_routes(settings: Settings, overrides: dict[str, str] | None = None) 
         if slot in overrides:
             routes[slot] = Route(slot=slot, tier=tier, model=overrides[slot], source="request")
         elif settings.slot_models.get(slot):
-            routes[slot] = Route(slot=slot, tier=tier, model=settings.slot_models[slot], source="settings")
+            routes[slot] = Route(
+                slot=slot, tier=tier, model=settings.slot_models[slot], source="settings"
+            )
         elif slot in LLM_SLOTS:
             routes[slot] = Route(slot=slot, tier=tier)
         else:

@@ -61,7 +61,9 @@ class SlotScheduler:
     def check_deadline(self, before: TurnState) -> None:
         """Raise TurnTimeoutError when the deadline passed before the turn entered `before`."""
         if time.monotonic() > self.deadline:
-            raise TurnTimeoutError(f"turn {self.key} passed its {self.turn_timeout_s:.0f}s deadline before {before.value}")
+            raise TurnTimeoutError(
+                f"turn {self.key} passed its {self.turn_timeout_s:.0f}s deadline before {before.value}"
+            )
 
     def start(self, state: TurnState, slot: str, work: Callable[[], T]) -> Future[T]:
         """Enter `state` and start the slot's work (traced under the slot's route)."""
@@ -84,9 +86,14 @@ class SlotScheduler:
             return future.result(timeout=max(0.0, until - time.monotonic()))
         except FutureTimeoutError:
             future.cancel()
-            what = (f"its {self.turn_timeout_s:g}s deadline" if until == self.deadline
-                    else f"the {slot} slot's {limit:g}s timeout")
-            raise TurnTimeoutError(f"turn {self.key} passed {what} while the {slot} slot was running") from None
+            what = (
+                f"its {self.turn_timeout_s:g}s deadline"
+                if until == self.deadline
+                else f"the {slot} slot's {limit:g}s timeout"
+            )
+            raise TurnTimeoutError(
+                f"turn {self.key} passed {what} while the {slot} slot was running"
+            ) from None
 
     def step(self, state: TurnState, slot: str, work: Callable[[], T]) -> T:
         """Run one slot and wait for it."""
