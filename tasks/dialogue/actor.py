@@ -12,7 +12,8 @@ from pydantic import BaseModel
 
 from core.llm import LLMGateway
 from prompts import render_messages
-from tasks.dialogue.models import MAX_MESSAGE_CHARS, ChatMessage, InjectionPacket, TurnCommitRequest
+from tasks.dialogue.models import MAX_MESSAGE_CHARS, ChatMessage, TurnCommitRequest
+from tasks.dialogue.parts import InjectionPacket
 from tasks.dialogue.routing import Route
 
 WINDOW_LINES = 20

@@ -10,7 +10,7 @@ action is `nothing_new`: its text is remembered (episodic memory), nothing faile
 from __future__ import annotations
 
 from tasks.dialogue.extractor import ExtractionPlan
-from tasks.dialogue.models import GateDecision, JudgeSummary
+from tasks.dialogue.parts import GateDecision, JudgeSummary
 
 
 def commit_gate(

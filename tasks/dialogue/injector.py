@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from core.settings import ContextBudget
 from tasks.context import build_envelope
-from tasks.dialogue.models import InjectionPacket, InjectionSection
+from tasks.dialogue.parts import InjectionPacket, InjectionSection
 from tasks.dialogue.retriever import RecalledTurn, Retrieval
 
 # Dialogue memory has no lore or guidance: their shares go to the other sections.

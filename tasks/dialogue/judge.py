@@ -28,7 +28,8 @@ from kg.dialogue import DialogueEntity
 from prompts import render_messages
 from prompts.dialogue.models import IdentityConflictOut, JudgeVerdict, TurnExtraction
 from tasks.dialogue.extractor import ExtractionPlan, NameBinding
-from tasks.dialogue.models import ChatMessage, Contradiction, IdentityConflict, JudgeSummary
+from tasks.dialogue.models import ChatMessage
+from tasks.dialogue.parts import Contradiction, IdentityConflict, JudgeSummary
 from tasks.dialogue.retriever import Retrieval
 from tasks.dialogue.routing import Route
 

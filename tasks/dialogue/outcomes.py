@@ -15,7 +15,8 @@ from pathlib import Path
 from core.errors import SkaldError, classify
 from core.llm import LLMGateway
 from kg.dialogue import StoredTurn
-from tasks.dialogue.models import ErrorKind, TurnResult, TurnState, TurnTrace, failed_kind
+from tasks.dialogue.models import ErrorKind, TurnResult, failed_kind
+from tasks.dialogue.parts import TurnState, TurnTrace
 from tasks.dialogue.trace import TraceRecorder
 
 log = logging.getLogger("skald.dialogue")

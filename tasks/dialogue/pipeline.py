@@ -74,12 +74,12 @@ from tasks.dialogue.models import (
     RewindResult,
     TurnCommitRequest,
     TurnResult,
-    TurnState,
     failed_kind,
     parse_request,
     parse_rewind,
 )
 from tasks.dialogue.outcomes import Ids, Outcomes
+from tasks.dialogue.parts import TurnState
 from tasks.dialogue.retriever import (
     RecalledTurn,
     VectorIndexRegistry,

@@ -35,9 +35,8 @@ from tasks.dialogue.models import (
     TurnCommitRequest,
     TurnConfig,
     TurnResult,
-    TurnState,
-    TurnTrace,
 )
+from tasks.dialogue.parts import TurnState, TurnTrace
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.retriever import RecalledTurn
 

@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, TypeVar
 
 from core.errors import DeadlineError
-from tasks.dialogue.models import TurnState
+from tasks.dialogue.parts import TurnState
 from tasks.dialogue.routing import Route
 from tasks.dialogue.trace import TraceRecorder
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from core.llm import CallRecord
-from tasks.dialogue.models import SlotTrace, StateStamp, TurnState, TurnTrace
+from tasks.dialogue.parts import SlotTrace, StateStamp, TurnState, TurnTrace
 from tasks.dialogue.routing import Route
 
 PURPOSE_PREFIX = "dialogue."

@@ -43,15 +43,9 @@ from tasks.dialogue.gate import commit_gate
 from tasks.dialogue.historian import Chronicle, historian
 from tasks.dialogue.injector import build_packet
 from tasks.dialogue.judge import judge, proposal_lines
-from tasks.dialogue.models import (
-    BioPatchResult,
-    InjectionPacket,
-    JudgeSummary,
-    TurnCommitRequest,
-    TurnResult,
-    TurnState,
-)
+from tasks.dialogue.models import TurnCommitRequest, TurnResult
 from tasks.dialogue.outcomes import Outcomes
+from tasks.dialogue.parts import BioPatchResult, InjectionPacket, JudgeSummary, TurnState
 from tasks.dialogue.retriever import (
     Retrieval,
     VectorIndexRegistry,
