@@ -7,7 +7,8 @@
 takes the conversation's lock and lease, and hands the turn to `tasks.dialogue.turn.TurnRun`,
 which walks the state machine one step per method. Endings other than COMMITTED are built in
 `tasks.dialogue.outcomes`; slot scheduling (deadline, per-slot timeouts) is
-`tasks.dialogue.slots`.
+`tasks.dialogue.slots`; the options, the graphs a request may name, the per-conversation locks
+and the serialised writes are `tasks.dialogue.resources`.
 
 Guarantees, and where they come from:
 
@@ -35,23 +36,18 @@ orchestration cost per turn; `run_slot` lets the Prefect flow run each slot as a
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-
 from core.embedder import interactive
-from core.errors import Err, InvalidInputError, Ok, Result, SkaldError, classify
-from core.graph_server import GraphEndpoint
+from core.errors import Err, Ok, Result, SkaldError, classify
 from core.heap import HeapTrimmer
 from core.llm import LLMGateway
 from core.priority import BackgroundPool
@@ -80,6 +76,7 @@ from tasks.dialogue.models import (
 )
 from tasks.dialogue.outcomes import Ids, Outcomes
 from tasks.dialogue.parts import TurnState
+from tasks.dialogue.resources import ConversationLocks, RequestGraphs, SidecarOptions
 from tasks.dialogue.retriever import (
     RecalledTurn,
     VectorIndexRegistry,
@@ -94,105 +91,6 @@ from tasks.dialogue.trace import TraceRecorder
 from tasks.dialogue.turn import TurnContext, TurnRun
 
 log = logging.getLogger("skald.dialogue")
-
-
-class SidecarOptions(BaseModel):
-    """Operational knobs of the sidecar (CLI flags of `flows.dialogue serve`)."""
-
-    lock_wait_s: float = Field(
-        30.0,
-        ge=0,
-        description="how long a turn waits for its conversation's lock before IN_PROGRESS",
-    )
-    lock_lease_s: float = Field(
-        6.0,
-        gt=0,
-        description="lease of a conversation lock, renewed by a heartbeat while its turn runs: a crashed "
-        "holder blocks its conversation at most this long, a live one keeps it however long its turn takes",
-    )
-    turn_timeout_s: float = Field(
-        300.0,
-        gt=0,
-        description="a turn still preparing after this long ends ROLLED_BACK (timed_out)",
-    )
-    allow_request_db: bool = Field(
-        False,
-        description="honour a request's config.db naming another graph than the configured one",
-    )
-    relation_limit: int = Field(12, ge=0, le=200, description="relations the retriever hands on")
-    max_conversation_locks: int = Field(
-        4096,
-        ge=16,
-        description="per-conversation in-process locks kept (least recently used idle ones go)",
-    )
-    max_call_records: int | None = Field(
-        None,
-        ge=100,
-        description="LLM call records kept in memory; older ones are flushed to Parquet under "
-        "<project>/.saga/runs/sidecar (None: keep all, for batch runs that write them at the end)",
-    )
-    heap_trim_turns: int = Field(
-        50,
-        ge=1,
-        description="every this many turns, give the malloc arenas' free pages back to the OS (core.heap)",
-    )
-    slot_workers: int = Field(
-        32, ge=2, le=512, description="threads running slots (abandoned slots hold one until done)"
-    )
-    background_nice: int = Field(
-        5,
-        ge=0,
-        le=19,
-        description="how much nicer (OS priority, Linux per thread) the threads running a turn's slots (retrieval, "
-        "extraction, judge, historian) are than the server's, so a memory query a person waits for gets the CPU "
-        "first (0: same priority)",
-    )
-    serialize_writes: bool | None = Field(
-        None,
-        description="one graph write transaction at a time in this process; None: only on ArcadeDB, where "
-        "concurrent inserts into one page conflict and each conflict costs a ~1 s driver retry",
-    )
-
-
-class TimedLock:
-    """A lock that adds up how long it was waited for and held (the serialised graph writes:
-    their held time per turn bounds the turns per second, whatever the machine's load)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._totals = threading.Lock()
-        self.acquired = 0
-        self.waited_s = 0.0
-        self.held_s = 0.0
-        self._taken_at = 0.0
-
-    def __enter__(self) -> TimedLock:
-        asked = time.perf_counter()
-        self._lock.acquire()
-        self._taken_at = time.perf_counter()
-        with self._totals:
-            self.acquired += 1
-            self.waited_s += self._taken_at - asked
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        held = time.perf_counter() - self._taken_at
-        self._lock.release()
-        with self._totals:
-            self.held_s += held
-
-    def totals(self) -> dict[str, float]:
-        """Acquisitions, and the seconds waited for and held, since start."""
-        with self._totals:
-            return {
-                "acquired": self.acquired,
-                "waited_s": round(self.waited_s, 3),
-                "held_s": round(self.held_s, 3),
-            }
-
-
-class RequestRefusedError(InvalidInputError):
-    """A valid request this server's configuration refuses (HTTP 403)."""
 
 
 class DialogueService:
@@ -215,11 +113,12 @@ class DialogueService:
         self._owns_gateway = gateway is None
         self._store = store
         self._owns_store = store is None
-        self._other_stores: dict[tuple[str, str, str, str], GraphStore] = {}
         self._lock = threading.Lock()
-        # LRU: a server that sees many conversations keeps only the recently used locks.
-        self._conversation_locks: OrderedDict[tuple[str, str], threading.Lock] = OrderedDict()
-        self._write_lock = TimedLock()
+        self.graphs = RequestGraphs(
+            lambda: self.store, self.options, settings.graph_connect_attempts
+        )
+        # A server that sees many conversations keeps only the recently used locks.
+        self._conversation_locks = ConversationLocks(self.options.max_conversation_locks)
         self.vectors = VectorIndexRegistry(max_turns=settings.recall_cache_turns)
         # Native memory freed by turns goes back to the OS now and then (see core.heap).
         self.heap = HeapTrimmer(every=self.options.heap_trim_turns)
@@ -263,9 +162,9 @@ class DialogueService:
             return self._store is not None
 
     def close(self) -> None:
+        self.graphs.close()
+        stores: list[GraphStore] = []
         with self._lock:
-            stores = list(self._other_stores.values())
-            self._other_stores.clear()
             if self._owns_store and self._store is not None:
                 stores.append(self._store)
                 self._store = None
@@ -278,83 +177,16 @@ class DialogueService:
             gateway.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _store_for(self, db: DbConfig | None) -> GraphStore:
-        """The graph a request's `config.db` names: the served one unless the operator allows
-        others (RequestRefusedError otherwise; credentials in requests likewise)."""
-        default = self.store
-        if db is None or db.is_empty():
-            return default
-        if db.password is not None and not self.options.allow_request_db:
-            # Credentials in request bodies are off unless the operator enables them.
-            raise RequestRefusedError(
-                "config.db.password is refused: this sidecar does not take database credentials from requests",
-                hint="drop config.db, or start the sidecar with --allow-request-db",
-            )
-        ep = default.endpoint
-        wanted = (db.uri or ep.uri, db.username or ep.username, db.database or ep.database)
-        if wanted == (ep.uri, ep.username, ep.database):
-            return default
-        if not self.options.allow_request_db:
-            raise RequestRefusedError(
-                f"config.db names graph {wanted[0]}/{wanted[2]}, but this sidecar serves {ep.label} only",
-                hint="drop config.db, or start the sidecar with --allow-request-db",
-            )
-        password = db.password.get_secret_value() if db.password else ""
-        cache_key = (*wanted, hashlib.sha256(password.encode()).hexdigest())
-        with self._lock:
-            store = self._other_stores.get(cache_key)
-        if store is None:
-            endpoint = GraphEndpoint(wanted[0], wanted[1], password, wanted[2], embedded=False)
-            try:
-                store = GraphStore(
-                    endpoint, connect_attempts=self.settings.graph_connect_attempts
-                ).connect()
-            except (
-                ValueError
-            ) as exc:  # the driver's reading of the URI (the schema's pattern passed)
-                raise InvalidInputError(f"config.db.uri cannot be used: {exc}") from None
-            store.migrate()
-            with self._lock:
-                store = self._other_stores.setdefault(cache_key, store)
-        return store
-
-    def _write_guard(self, store: GraphStore) -> Callable[[], AbstractContextManager[Any]]:
-        serialize = self.options.serialize_writes
-        if serialize is None:
-            serialize = store.server.is_arcadedb
-        return (lambda: self._write_lock) if serialize else nullcontext
-
     def write_lock_totals(self) -> dict[str, float]:
         """The serialised graph writes so far (TimedLock.totals; all 0 where writes are not serialised)."""
-        return self._write_lock.totals()
+        return self.graphs.write_lock.totals()
 
     def write_guard(self) -> AbstractContextManager[Any]:
         """The write serialisation this process uses for the default graph (see SidecarOptions)."""
-        return self._write_guard(self.store)()
-
-    def _conversation_lock(self, graph: str, conversation_id: str) -> threading.Lock:
-        with self._lock:
-            key = (graph, conversation_id)
-            lock = self._conversation_locks.get(key)
-            if lock is None:
-                lock = self._conversation_locks[key] = threading.Lock()
-            self._conversation_locks.move_to_end(key)
-            excess = len(self._conversation_locks) - self.options.max_conversation_locks
-            if excess > 0:
-                # Only idle locks go: a held one (or one a waiter is about to take) stays.
-                for old_key in list(self._conversation_locks)[:-1]:
-                    if excess <= 0:
-                        break
-                    old = self._conversation_locks[old_key]
-                    if old.acquire(blocking=False):
-                        old.release()
-                        del self._conversation_locks[old_key]
-                        excess -= 1
-            return lock
+        return self.graphs.write_guard(self.store)()
 
     def conversation_lock_count(self) -> int:
-        with self._lock:
-            return len(self._conversation_locks)
+        return len(self._conversation_locks)
 
     # ------------------------------------------------------------------ public API
     def commit(
@@ -377,14 +209,9 @@ class DialogueService:
         ids = request.ids()
         self.heap.tick()
         trace = TraceRecorder(request.key, attempt)
-        try:
-            store = self._store_for(request.config.db)
-        except RequestRefusedError as exc:
-            return TurnResult.invalid(str(exc), key=request.key, kind="forbidden")
-        except InvalidInputError as exc:
-            return TurnResult.invalid(str(exc), key=request.key)
-        except SkaldError as exc:  # the graph is unreachable or its schema cannot be migrated
-            return self.outcomes.failed(ids, trace, exc)
+        store = self._graph(request.config.db, request.key, ids, trace)
+        if isinstance(store, TurnResult):
+            return store
         repo = DialogueRepository(store)
         payload_hash = payload_digest(request.payload_canonical())
         try:
@@ -452,14 +279,9 @@ class DialogueService:
             )
 
         trace = TraceRecorder(key, "commit")
-        try:
-            store = self._store_for(db)
-        except RequestRefusedError as exc:
-            return failed(TurnResult.invalid(str(exc), key=key, kind="forbidden"))
-        except InvalidInputError as exc:
-            return failed(TurnResult.invalid(str(exc), key=key))
-        except SkaldError as exc:
-            return failed(self.outcomes.failed(ids, trace, exc))
+        store = self._graph(db, key, ids, trace)
+        if isinstance(store, TurnResult):
+            return failed(store)
         repo = DialogueRepository(store)
         holder: dict[str, RewindOutcome] = {}
 
@@ -498,7 +320,10 @@ class DialogueService:
         try:
             # A person waits for this one: the embedder serves it before background callers.
             with interactive():
-                store = self._store_for(request.config.db)
+                opened = self.graphs.open(request.config.db)
+                if isinstance(opened, Err):
+                    return MemoryQueryResult.invalid(opened.reason, kind=opened.kind)
+                store = opened.value
                 index = self.vectors.get(store.endpoint.label, request.conversation_id)
                 pending = request.stale_turns()
                 # The turns a pending write holds back make room for as many others.
@@ -530,10 +355,6 @@ class DialogueService:
                     retrieval, pending, request.config.recall_k, remembered
                 )
                 packet = build_packet(retrieval, request.config.token_budget)
-        except RequestRefusedError as exc:
-            return MemoryQueryResult.invalid(str(exc), kind="forbidden")
-        except InvalidInputError as exc:
-            return MemoryQueryResult.invalid(str(exc))
         except SkaldError as exc:
             failure = classify(exc)
             return MemoryQueryResult(
@@ -563,6 +384,20 @@ class DialogueService:
         index = self.vectors.get(store.endpoint.label, conversation_id)
         return recall(DialogueRepository(store), self.gateway, index, conversation_id, query, k)
 
+    def _graph(
+        self, db: DbConfig | None, key: str, ids: Ids, trace: TraceRecorder
+    ) -> GraphStore | TurnResult:
+        """The graph a request names, or the result that answers the request: INVALID_REQUEST
+        when it may not use that graph, ROLLED_BACK when the graph is unreachable or its
+        schema cannot be migrated."""
+        try:
+            opened = self.graphs.open(db)
+        except SkaldError as exc:
+            return self.outcomes.failed(ids, trace, exc)
+        if isinstance(opened, Err):
+            return TurnResult.invalid(opened.reason, key=key, kind=opened.kind)
+        return opened.value
+
     # ------------------------------------------------------------------ under the lock
     def _locked(
         self,
@@ -578,7 +413,7 @@ class DialogueService:
         conversation_id = ids["conversation_id"]
         wait_s = self.options.lock_wait_s
         started = time.monotonic()
-        local = self._conversation_lock(store.endpoint.label, conversation_id)
+        local = self._conversation_locks.get(store.endpoint.label, conversation_id)
         if not local.acquire(timeout=wait_s):
             return self.outcomes.in_progress(
                 ids, "another turn of this conversation is running in this process"
@@ -591,7 +426,7 @@ class DialogueService:
                     lease_s=self.options.lock_lease_s,
                     wait_s=max(0.0, wait_s - (time.monotonic() - started)),
                     turn_key=turn_key,
-                    guard=self._write_guard(store),
+                    guard=self.graphs.write_guard(store),
                 )
             except SkaldError as exc:
                 return self.outcomes.failed(ids, trace, exc)
@@ -613,7 +448,7 @@ class DialogueService:
                     conversation_id,
                     self.owner,
                     self.options.lock_lease_s,
-                    guard=self._write_guard(store),
+                    guard=self.graphs.write_guard(store),
                 ):
                     result, lock_held = body(claim.stored)
                 return result
@@ -622,7 +457,7 @@ class DialogueService:
             finally:
                 if lock_held:
                     try:
-                        with self._write_guard(store)():
+                        with self.graphs.write_guard(store)():
                             repo.release_lock(conversation_id, self.owner)
                     except SkaldError as exc:  # the lease runs out on its own
                         log.warning(
@@ -640,7 +475,9 @@ class DialogueService:
         A result, not the RewindRefusedError: both callers answer a refusal as a conflict from
         inside `_locked`, which would take any SkaldError escaping it for a graph failure."""
         try:
-            outcome = repo.rewind(conversation_id, key, self.owner, guard=self._write_guard(store))
+            outcome = repo.rewind(
+                conversation_id, key, self.owner, guard=self.graphs.write_guard(store)
+            )
         except RewindRefusedError as exc:
             return Err(str(exc), "conflict")
         if outcome.status != "absent":
@@ -673,7 +510,7 @@ class DialogueService:
             gateway=self.gateway,
             vectors=self.vectors,
             outcomes=self.outcomes,
-            write_guard=self._write_guard(store),
+            write_guard=self.graphs.write_guard(store),
             owner=self.owner,
             relation_limit=self.options.relation_limit,
         )
