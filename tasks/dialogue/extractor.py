@@ -29,7 +29,12 @@ from kg.dialogue import (
     dialogue_entity_id,
 )
 from prompts import render_messages
-from prompts.dialogue.models import TurnExtraction
+from prompts.dialogue.models import (
+    BioPatchOut,
+    DialogueEntityOut,
+    RelationActionOut,
+    TurnExtraction,
+)
 from tasks.dialogue.models import ChatMessage
 from tasks.dialogue.retriever import Retrieval, turn_text
 from tasks.dialogue.routing import Route
@@ -168,106 +173,129 @@ def plan_extraction(
     speakers: list[str] | tuple[str, ...] = (),
 ) -> ExtractionPlan:
     """Ground a model's proposal in the turn's messages (`text`, with their speakers) and the
-    conversation's graph (pure: no I/O)."""
+    conversation's graph (pure: no I/O). Entities first: the names they bind are evidence the
+    actions and bio patches are then checked against, resolved by the same resolver."""
     resolver = _Resolver(known)
     evidence = TurnEvidence(text, known, list(speakers))
     plan = ExtractionPlan(participants=[s for s in dict.fromkeys(speakers) if s.strip()])
     for entity in raw.entities:
-        if not entity.name.strip():
-            continue
-        problem = evidence.name_problem(entity.name) or evidence.quote_problem(
-            entity.quote, entity.name
-        )
-        if problem is not None:
-            plan.dropped.append(f"entity {entity.name[:80]!r}: {problem}")
-            continue
-        # The chat's participants are different people by definition: one participant's name is
-        # never another entity's alias (a small model merging the two speakers is dropped here,
-        # not reported as an identity conflict).
-        own = vocab.name_key(entity.name)
-        aliases = []
-        for alias in entity.aliases:
-            if vocab.name_key(alias) in evidence.participants and vocab.name_key(alias) != own:
-                plan.dropped.append(
-                    f"alias {alias[:80]!r} of {entity.name[:80]!r}: another participant of the chat"
-                )
-            else:
-                aliases.append(alias)
-        evidence.names.update(vocab.name_key(n) for n in (entity.name, *aliases))
-        entity_id = resolver.resolve(entity.name, entity.kind, aliases)
-        kind = vocab.normalize_label(entity.kind)[0]
-        plan.proposed_kinds[own] = kind
-        plan.bindings.append(
-            NameBinding(
-                name=" ".join(entity.name.split()),
-                entity_id=entity_id,
-                kind=kind,
-                aliases=[" ".join(a.split()) for a in aliases if a.strip()],
-                quote=" ".join(entity.quote.split()),
-            )
-        )
+        _plan_entity(entity, evidence, resolver, plan)
     for action in raw.actions:
-        if not action.source.strip() or not action.target.strip():
-            plan.dropped.append(f"{action.action}: empty endpoint")
-            continue
-        problem = (
-            evidence.endpoint_problem(action.source, action.quote)
-            or evidence.endpoint_problem(action.target, action.quote)
-            or evidence.quote_problem(action.quote, action.source, action.target)
-        )
-        if problem is not None:
-            plan.dropped.append(
-                f"{action.action} {action.source[:60]} -{action.type[:40]}-> {action.target[:60]}: "
-                f"{problem}"
-            )
-            continue
-        rel_type, raw_type = vocab.normalize_rel_type(action.type)
-        source_hint, target_hint = vocab.endpoint_hint(rel_type)
-        source = resolver.resolve(action.source, source_hint)
-        target = resolver.resolve(action.target, target_hint)
-        if source == target:
-            plan.dropped.append(f"{action.action} {action.source} -{rel_type}-> itself")
-            continue
-        from_type = vocab.normalize_rel_type(action.from_type)[0] if action.from_type else None
-        plan.actions.append(
-            RelationActionWrite(
-                action=action.action,
-                source_id=source,
-                target_id=target,
-                type=rel_type,
-                raw_type=raw_type,
-                from_type=from_type if action.action == "REPLACE" else None,
-                weight_delta=action.weight_delta,
-                weight=action.weight,
-                reason=clip_to_sentence(" ".join(action.reason.split()), 300),
-                quote=" ".join(action.quote.split()),
-            )
-        )
+        _plan_action(action, evidence, resolver, plan)
     for patch in raw.bio_patches:
-        summary = " ".join((patch.summary or "").split()) or None
-        remove = _clean_list(patch.traits_remove)
-        add = [t for t in _clean_list(patch.traits_add) if t not in remove]
-        if summary is None and not add and not remove:
-            continue
-        problem = evidence.endpoint_problem(patch.entity, patch.quote) or evidence.quote_problem(
-            patch.quote
-        )
-        if problem is not None:
-            plan.dropped.append(f"bio of {patch.entity[:80]!r}: {problem}")
-            continue
-        entity_id = resolver.resolve(patch.entity, "Character")
-        plan.bio_patches.append(
-            BioPatchWrite(
-                entity_id=entity_id,
-                summary=summary,
-                traits_add=add,
-                traits_remove=remove,
-                quote=" ".join(patch.quote.split()),
-            )
-        )
+        _plan_bio_patch(patch, evidence, resolver, plan)
     plan.facts = _clean_list(raw.facts)
     plan.entities = list(resolver.entities.values())
     return plan
+
+
+def _plan_entity(
+    entity: DialogueEntityOut, evidence: TurnEvidence, resolver: _Resolver, plan: ExtractionPlan
+) -> None:
+    """Bind one proposed entity (its name, kind and aliases), or record why it was dropped."""
+    if not entity.name.strip():
+        return
+    problem = evidence.name_problem(entity.name) or evidence.quote_problem(
+        entity.quote, entity.name
+    )
+    if problem is not None:
+        plan.dropped.append(f"entity {entity.name[:80]!r}: {problem}")
+        return
+    # The chat's participants are different people by definition: one participant's name is
+    # never another entity's alias (a small model merging the two speakers is dropped here,
+    # not reported as an identity conflict).
+    own = vocab.name_key(entity.name)
+    aliases = []
+    for alias in entity.aliases:
+        if vocab.name_key(alias) in evidence.participants and vocab.name_key(alias) != own:
+            plan.dropped.append(
+                f"alias {alias[:80]!r} of {entity.name[:80]!r}: another participant of the chat"
+            )
+        else:
+            aliases.append(alias)
+    evidence.names.update(vocab.name_key(n) for n in (entity.name, *aliases))
+    entity_id = resolver.resolve(entity.name, entity.kind, aliases)
+    kind = vocab.normalize_label(entity.kind)[0]
+    plan.proposed_kinds[own] = kind
+    plan.bindings.append(
+        NameBinding(
+            name=" ".join(entity.name.split()),
+            entity_id=entity_id,
+            kind=kind,
+            aliases=[" ".join(a.split()) for a in aliases if a.strip()],
+            quote=" ".join(entity.quote.split()),
+        )
+    )
+
+
+def _plan_action(
+    action: RelationActionOut, evidence: TurnEvidence, resolver: _Resolver, plan: ExtractionPlan
+) -> None:
+    """Resolve one proposed relation action's endpoints, or record why it was dropped."""
+    if not action.source.strip() or not action.target.strip():
+        plan.dropped.append(f"{action.action}: empty endpoint")
+        return
+    problem = (
+        evidence.endpoint_problem(action.source, action.quote)
+        or evidence.endpoint_problem(action.target, action.quote)
+        or evidence.quote_problem(action.quote, action.source, action.target)
+    )
+    if problem is not None:
+        plan.dropped.append(
+            f"{action.action} {action.source[:60]} -{action.type[:40]}-> {action.target[:60]}: "
+            f"{problem}"
+        )
+        return
+    rel_type, raw_type = vocab.normalize_rel_type(action.type)
+    source_hint, target_hint = vocab.endpoint_hint(rel_type)
+    source = resolver.resolve(action.source, source_hint)
+    target = resolver.resolve(action.target, target_hint)
+    if source == target:
+        plan.dropped.append(f"{action.action} {action.source} -{rel_type}-> itself")
+        return
+    from_type = vocab.normalize_rel_type(action.from_type)[0] if action.from_type else None
+    plan.actions.append(
+        RelationActionWrite(
+            action=action.action,
+            source_id=source,
+            target_id=target,
+            type=rel_type,
+            raw_type=raw_type,
+            from_type=from_type if action.action == "REPLACE" else None,
+            weight_delta=action.weight_delta,
+            weight=action.weight,
+            reason=clip_to_sentence(" ".join(action.reason.split()), 300),
+            quote=" ".join(action.quote.split()),
+        )
+    )
+
+
+def _plan_bio_patch(
+    patch: BioPatchOut, evidence: TurnEvidence, resolver: _Resolver, plan: ExtractionPlan
+) -> None:
+    """Resolve one proposed bio patch's entity, or record why it was dropped (an empty patch
+    is skipped)."""
+    summary = " ".join((patch.summary or "").split()) or None
+    remove = _clean_list(patch.traits_remove)
+    add = [t for t in _clean_list(patch.traits_add) if t not in remove]
+    if summary is None and not add and not remove:
+        return
+    problem = evidence.endpoint_problem(patch.entity, patch.quote) or evidence.quote_problem(
+        patch.quote
+    )
+    if problem is not None:
+        plan.dropped.append(f"bio of {patch.entity[:80]!r}: {problem}")
+        return
+    entity_id = resolver.resolve(patch.entity, "Character")
+    plan.bio_patches.append(
+        BioPatchWrite(
+            entity_id=entity_id,
+            summary=summary,
+            traits_add=add,
+            traits_remove=remove,
+            quote=" ".join(patch.quote.split()),
+        )
+    )
 
 
 def extract(
