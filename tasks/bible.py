@@ -265,6 +265,27 @@ def bible_delta(
     (chapters already written mention it); say so in the README.
     """
     source = EntitySource(type="user", chapter=as_of, confidence=1.0)
+    characters, character_updates = _character_changes(baseline, current, source)
+    locations, location_updates = _location_changes(baseline, current, source)
+    entities = characters + locations
+    updates = character_updates + location_updates
+    relationships = _new_relationships(baseline, current, as_of)
+    if not (entities or updates or relationships):
+        return None
+    return ChapterDelta(
+        chapter=as_of,
+        changeset=key,
+        source_type="user",
+        entities=entities,
+        relationships=relationships,
+        property_updates=updates,
+    )
+
+
+def _character_changes(
+    baseline: StoryBible, current: StoryBible, source: EntitySource
+) -> tuple[list[Entity], list[PropertyUpdate]]:
+    """The characters new since `baseline`, and the changed properties of the others."""
     before = {vocab.normalize_name(c.name): c for c in baseline.characters}
     entities: list[Entity] = []
     updates: list[PropertyUpdate] = []
@@ -296,7 +317,16 @@ def bible_delta(
             updates.append(
                 PropertyUpdate(entity=character.name, label="Character", changes=changes)
             )
+    return entities, updates
+
+
+def _location_changes(
+    baseline: StoryBible, current: StoryBible, source: EntitySource
+) -> tuple[list[Entity], list[PropertyUpdate]]:
+    """The locations new since `baseline`, and the changed descriptions of the others."""
     places = {vocab.normalize_name(p.name): p for p in baseline.locations}
+    entities: list[Entity] = []
+    updates: list[PropertyUpdate] = []
     for place in current.locations:
         old_place = places.get(vocab.normalize_name(place.name))
         if old_place is None and place.name.strip():
@@ -315,6 +345,11 @@ def bible_delta(
                     entity=place.name, label="Location", changes={"description": place.description}
                 )
             )
+    return entities, updates
+
+
+def _new_relationships(baseline: StoryBible, current: StoryBible, as_of: int) -> list[Relationship]:
+    """The relationships new since `baseline` (one of an entity with itself left out)."""
     known = {
         (vocab.normalize_name(r.source), r.type.upper(), vocab.normalize_name(r.target))
         for r in baseline.relationships
@@ -333,16 +368,7 @@ def bible_delta(
                 description=rel.description,
             )
         )
-    if not (entities or updates or relationships):
-        return None
-    return ChapterDelta(
-        chapter=as_of,
-        changeset=key,
-        source_type="user",
-        entities=entities,
-        relationships=relationships,
-        property_updates=updates,
-    )
+    return relationships
 
 
 LEARNED_DIR = "characters/learned"

@@ -16,7 +16,7 @@ from core.sentences import as_sentence
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
 from prompts.initialization.models import CharacterSheets, GlobalOutline, OutlineRelationships
-from prompts.knowledge.models import SceneExtraction
+from prompts.knowledge.models import ExtractedEntity, SceneExtraction
 from prompts.narrative.models import ScenePlan
 from tasks.policy import plain_task
 from tasks.services import Services
@@ -32,35 +32,26 @@ def merge_extractions(
     """Pure merge of (grounded) scene extractions, scene numbers starting at 1. Every fact
     keeps its evidence: the entity's sources hold the quote that shows it in each scene and
     one per trait; relationships and status changes carry their scene and quote."""
+    scenes = list(enumerate(extractions, start=1))
+    return (
+        _merge_entities(chapter, scenes),
+        _merge_relationships(chapter, scenes),
+        _merge_statuses(chapter, scenes),
+    )
+
+
+def _merge_entities(chapter: int, scenes: list[tuple[int, SceneExtraction]]) -> list[Entity]:
+    """One entity a normalized name, in the order first seen: its traits in order, the longest
+    description, and the sources of every scene it was found in."""
     entities: dict[str, Entity] = {}
-    for scene_number, extraction in enumerate(extractions, start=1):
+    for scene_number, extraction in scenes:
         for found in extraction.entities:
             name = found.name.strip()
             if not name:
                 continue
             found = found.model_copy(update={"description": as_sentence(found.description)})
             key = vocab.normalize_name(name)
-            mention = EntitySource(
-                type="extraction",
-                chapter=chapter,
-                scene=scene_number,
-                original_name=found.name,
-                confidence=EXTRACTION_CONFIDENCE,
-                quote=found.quote or None,
-            )
-            sources = [mention] + [
-                EntitySource(
-                    type="extraction",
-                    chapter=chapter,
-                    scene=scene_number,
-                    confidence=EXTRACTION_CONFIDENCE,
-                    quote=trait.quote or None,
-                    fact="trait",
-                    value=trait.trait,
-                )
-                for trait in found.traits
-                if trait.quote
-            ]
+            sources = _entity_sources(chapter, scene_number, found)
             if key in entities:
                 known = entities[key]
                 seen = {x.lower() for x in known.traits}
@@ -85,8 +76,41 @@ def merge_extractions(
                     traits=list(dict.fromkeys(found.trait_names)),
                     sources=sources,
                 )
+    return list(entities.values())
+
+
+def _entity_sources(chapter: int, scene_number: int, found: ExtractedEntity) -> list[EntitySource]:
+    """The evidence of one scene's entity: the quote that mentions it, then one per trait."""
+    mention = EntitySource(
+        type="extraction",
+        chapter=chapter,
+        scene=scene_number,
+        original_name=found.name,
+        confidence=EXTRACTION_CONFIDENCE,
+        quote=found.quote or None,
+    )
+    return [mention] + [
+        EntitySource(
+            type="extraction",
+            chapter=chapter,
+            scene=scene_number,
+            confidence=EXTRACTION_CONFIDENCE,
+            quote=trait.quote or None,
+            fact="trait",
+            value=trait.trait,
+        )
+        for trait in found.traits
+        if trait.quote
+    ]
+
+
+def _merge_relationships(
+    chapter: int, scenes: list[tuple[int, SceneExtraction]]
+) -> list[Relationship]:
+    """The first of each (source, type, target), a relationship of an entity with itself
+    dropped."""
     relationships: dict[tuple[str, str, str], Relationship] = {}
-    for scene_number, extraction in enumerate(extractions, start=1):
+    for scene_number, extraction in scenes:
         for rel in extraction.relationships:
             source, target = rel.source.strip(), rel.target.strip()
             if (
@@ -106,8 +130,13 @@ def merge_extractions(
             )
             key = (vocab.normalize_name(source), normalized.type, vocab.normalize_name(target))
             relationships.setdefault(key, normalized)
+    return list(relationships.values())
+
+
+def _merge_statuses(chapter: int, scenes: list[tuple[int, SceneExtraction]]) -> list[StatusChange]:
+    """The last status change of each entity."""
     statuses: dict[str, StatusChange] = {}
-    for scene_number, extraction in enumerate(extractions, start=1):
+    for scene_number, extraction in scenes:
         for change in extraction.status_changes:
             if change.name.strip():
                 statuses[vocab.normalize_name(change.name)] = StatusChange(
@@ -117,7 +146,7 @@ def merge_extractions(
                     scene=scene_number,
                     quote=change.quote or None,
                 )
-    return list(entities.values()), list(relationships.values()), list(statuses.values())
+    return list(statuses.values())
 
 
 class ChapterParts(BaseModel):

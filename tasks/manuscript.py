@@ -95,6 +95,59 @@ def imported_artifacts(
     summaries: Sequence[ChapterSummary],
 ) -> InitArtifacts:
     """The story bible's first version from what extraction found, as initialization artifacts."""
+    people, places, rels = _found_world(extractions)
+    characters = people[:MAX_CHARACTERS]
+    if not characters:
+        found = sum(len(scene.entities) for chapter in extractions for scene in chapter)
+        raise LLMBadOutputError(
+            f"extraction found no character in the manuscript ({found} entities, none of kind "
+            "Character)",
+            hint="the model is too weak for an import: set OPENAI_BASE_URL to a "
+            "stronger endpoint (or tiers.small.models)",
+        )
+    logline = summaries[0].summary if summaries else title
+    outline = GlobalOutline(
+        title=title,
+        logline=logline,
+        setting=", ".join(p.name for p in places),
+        themes=[],
+        acts=[{"number": 1, "summary": " ".join(s.summary for s in summaries)}],
+    )
+    act = ActOutline(
+        summary=outline.acts[0].summary,
+        key_events=[e for s in summaries for e in s.key_events][:12],
+    )
+    chapter_outlines = ChapterOutlines(
+        chapters=[
+            ChapterOutline(
+                number=c.number, title=c.title, summary=s.summary, key_beats=s.key_events[:8]
+            )
+            for c, s in zip(chapters, summaries, strict=True)
+        ]
+    )
+    world = OutlineRelationships(
+        relationships=rels[:MAX_RELATIONSHIPS],
+        locations=places[:MAX_LOCATIONS],
+    )
+    store = services.content
+    return InitArtifacts(
+        characters=store.put_json(
+            "character_sheets", "characters", CharacterSheets(characters=characters)
+        ),
+        global_outline=store.put_json("global_outline", "outline", outline),
+        act_outlines=(store.put_json("act_outlines", "act_01", act),),
+        chapter_outlines=(store.put_json("chapter_outlines", "act_01", chapter_outlines),),
+        relationships=store.put_json("outline_relationships", "relationships", world),
+    )
+
+
+def _found_world(
+    extractions: Sequence[Sequence[SceneExtraction]],
+) -> tuple[list[CharacterSheet], list[OutlineLocation], list[OutlineRelationship]]:
+    """The characters, locations and relationships extraction found, one each a normalized
+    name (a relationship: its source, type and target), in the order first found. A
+    character's traits and description gather over its scenes; a location's and a
+    relationship's are their first."""
     people: dict[str, CharacterSheet] = {}
     places: dict[str, OutlineLocation] = {}
     rels: dict[tuple[str, str, str], OutlineRelationship] = {}
@@ -135,49 +188,7 @@ def imported_artifacts(
                         description=rel.description,
                     ),
                 )
-    characters = list(people.values())[:MAX_CHARACTERS]
-    if not characters:
-        found = sum(len(scene.entities) for chapter in extractions for scene in chapter)
-        raise LLMBadOutputError(
-            f"extraction found no character in the manuscript ({found} entities, none of kind "
-            "Character)",
-            hint="the model is too weak for an import: set OPENAI_BASE_URL to a "
-            "stronger endpoint (or tiers.small.models)",
-        )
-    logline = summaries[0].summary if summaries else title
-    outline = GlobalOutline(
-        title=title,
-        logline=logline,
-        setting=", ".join(p.name for p in places.values()),
-        themes=[],
-        acts=[{"number": 1, "summary": " ".join(s.summary for s in summaries)}],
-    )
-    act = ActOutline(
-        summary=outline.acts[0].summary,
-        key_events=[e for s in summaries for e in s.key_events][:12],
-    )
-    chapter_outlines = ChapterOutlines(
-        chapters=[
-            ChapterOutline(
-                number=c.number, title=c.title, summary=s.summary, key_beats=s.key_events[:8]
-            )
-            for c, s in zip(chapters, summaries, strict=True)
-        ]
-    )
-    world = OutlineRelationships(
-        relationships=list(rels.values())[:MAX_RELATIONSHIPS],
-        locations=list(places.values())[:MAX_LOCATIONS],
-    )
-    store = services.content
-    return InitArtifacts(
-        characters=store.put_json(
-            "character_sheets", "characters", CharacterSheets(characters=characters)
-        ),
-        global_outline=store.put_json("global_outline", "outline", outline),
-        act_outlines=(store.put_json("act_outlines", "act_01", act),),
-        chapter_outlines=(store.put_json("chapter_outlines", "act_01", chapter_outlines),),
-        relationships=store.put_json("outline_relationships", "relationships", world),
-    )
+    return list(people.values()), list(places.values()), list(rels.values())
 
 
 def scene_refs(services: Services, chapter: ManuscriptChapter) -> tuple[ContentRef, ...]:

@@ -20,7 +20,7 @@ from core.errors import LLMError
 from kg.models import EntityProfile, SceneContext
 from kg.retrieval import scene_context
 from prompts.narrative.models import SceneDetail
-from tasks.context import build_envelope
+from tasks.context import ContextEnvelope, build_envelope
 from tasks.embedding import embed_texts
 from tasks.policy import graph_read_task
 from tasks.services import Services
@@ -114,20 +114,8 @@ def retrieve_context(
     the budget; `fixed_tokens` is the rest of the prompt, measured by the caller."""
     text = scene_query(scene)
     # A stable name (Python's hash() is salted per process) keeps the cache key stable.
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
     name = hashlib.sha256("\n".join((text, *guidance)).encode("utf-8")).hexdigest()[:16]
-    vector: list[float] | None = None
-    try:
-        query = embed_texts(services, f"queries/chapter_{chapter_number:03d}/{digest}", (text,))
-        vector = services.content.get_array(query)[0].tolist()
-    except (
-        LLMError
-    ) as exc:  # embeddings are optional (spec 001 section 7): graph context still works
-        get_run_logger().warning(
-            "chapter %d: no query embedding, retrieving without vector search: %s",
-            chapter_number,
-            exc,
-        )
+    vector = _query_vector(services, chapter_number, text)
     names = [scene.pov, *scene.characters] if scene.pov else list(scene.characters)
     # Earlier scenes through the hybrid retrieval shared with the dialogue memory (core.recall).
     context = scene_context(
@@ -146,6 +134,40 @@ def retrieve_context(
         tier.context_window,
         reserved_tokens=fixed_tokens + tier.max_tokens,
     )
+    _report(services, chapter_number, scene, context, envelope, fixed_tokens, name)
+    return services.content.put_text(
+        "context", f"chapter_{chapter_number:03d}/{name}", envelope.text
+    )
+
+
+def _query_vector(services: Services, chapter_number: int, text: str) -> list[float] | None:
+    """The scene query's embedding (a cached task), or None when there is none: embeddings
+    are optional (spec 001 section 7), graph context works without them."""
+    # A stable name (Python's hash() is salted per process) keeps the cache key stable.
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    try:
+        query = embed_texts(services, f"queries/chapter_{chapter_number:03d}/{digest}", (text,))
+        return services.content.get_array(query)[0].tolist()
+    except LLMError as exc:
+        get_run_logger().warning(
+            "chapter %d: no query embedding, retrieving without vector search: %s",
+            chapter_number,
+            exc,
+        )
+        return None
+
+
+def _report(
+    services: Services,
+    chapter_number: int,
+    scene: SceneDetail,
+    context: SceneContext,
+    envelope: ContextEnvelope,
+    fixed_tokens: int,
+    name: str,
+) -> None:
+    """Log what went into a scene's context and store it, section by section, with what was
+    cut: nothing is left out silently."""
     log = get_run_logger()
     log.info(
         "chapter %d: context for %r: %d/%d tokens (%s)",
@@ -155,7 +177,7 @@ def retrieve_context(
         envelope.total_budget,
         ", ".join(f"{s.name} {s.items_kept}/{s.items_in}" for s in envelope.sections) or "empty",
     )
-    # Nothing is left out silently: what the budget cut, and what was not even read.
+    # What the budget cut, and what was not even read.
     for section in envelope.sections:
         if section.cut:
             log.info("chapter %d: context for %r: %s", chapter_number, scene.title, section.cut)
@@ -186,7 +208,4 @@ def retrieve_context(
                 if p.relationships_left_out
             },
         },
-    )
-    return services.content.put_text(
-        "context", f"chapter_{chapter_number:03d}/{name}", envelope.text
     )
