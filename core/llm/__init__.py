@@ -33,7 +33,8 @@ from core.errors import (
     LLMTimeoutError,
     LLMUnavailableError,
 )
-from core.llm.gateway import EMBEDDING_TIER, FEEDBACK, LLMGateway, Message
+from core.llm.chat import FEEDBACK, Message
+from core.llm.gateway import EMBEDDING_TIER, LLMGateway
 from core.llm.records import CALL_RECORD_SCHEMA, CallRecord, Outcome, summarize_records
 from core.llm.repair import repair_json
 from core.llm.routing import NO_API_KEY

@@ -15,7 +15,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -25,6 +25,7 @@ import openai
 from pydantic import BaseModel
 
 from core.errors import (
+    Err,
     LLMBadOutputError,
     LLMError,
     LLMFatalError,
@@ -32,15 +33,15 @@ from core.errors import (
     LLMTimeoutError,
     LLMUnavailableError,
     Ok,
+    Result,
     clip_line,
     llm_retry_kind,
 )
+from core.llm.chat import ChatRequest, Message, read_reply
 from core.llm.failures import describe_failure, fatal_error, retry_after_s
 from core.llm.records import CallRecord, CallStats, write_parquet
-from core.llm.repair import parse_answer
 from core.llm.routing import Health, Router, Target
-from core.llm.sampling import anti_repetition_kwargs, first_draft_anti_repetition
-from core.llm.schemas import bounded_response_format_for, mend_cut_strings, response_format_for
+from core.llm.sampling import first_draft_anti_repetition
 from core.llm.steps import Call, RetryPolicy, Sleep, Steps, adrive, drive
 from core.llm_server import LOCAL_CHAT_MODEL
 from core.lru import LRU
@@ -51,14 +52,12 @@ log = logging.getLogger("skald.llm")
 _MAX_OPEN_TAGS = 4096
 
 T = TypeVar("T", bound=BaseModel)
-Message = dict[str, Any]
+#: Why a candidate gave no answer: no reply (unavailable, timeout) or none valid.
+_ChatFailure = Literal["unavailable", "timeout", "bad_output"]
 
 EMBEDDING_TIER = "embedding"
-FEEDBACK = "Your previous answer was invalid: {error}. Reply with only JSON matching the schema."
 _UNAVAILABLE_HINT = "is the server running? set OPENAI_BASE_URL"
 _EMBEDDING_HINT = "is the server running? set SKALD_EMBEDDING_BASE_URL"
-# Below this token budget a tighter grammar no longer helps: the answer is asked again as is.
-_MIN_SIZE_BUDGET = 64
 
 
 class LLMGateway:
@@ -325,137 +324,116 @@ class LLMGateway:
         temperature: float | None,
         anti_repetition: bool = False,
     ) -> Steps:
-        tier = self.settings.tier(tier_name)
+        """The tier's candidates in health order, each asked until it answers or its attempts
+        run out (`_candidate_attempts`): the first answer, or the last candidate's failure
+        raised (`_chat_error`)."""
         targets = self._health.order(self._router.targets(tier_name, model))
-        max_attempts = self.settings.limits.llm_max_attempts
-        temp = tier.temperature if temperature is None else temperature
         base = messages if isinstance(messages, list) else list(messages)
-        failure: Literal["unavailable", "bad_output"] = "unavailable"
-        last_error, timed_out = "", False
-
+        failed: Err[_ChatFailure] = Err("", "unavailable")
         for index, target in enumerate(targets):
             if index:
                 stats.fallbacks += 1
-                stats.fallback_reasons.append(f"{targets[index - 1].model}: {last_error}"[:300])
+                stats.fallback_reasons.append(f"{targets[index - 1].model}: {failed.reason}"[:300])
             stats.model = target.model
             stats.endpoint = target.endpoint.base_url
-            convo = base
-            tokens = max_tokens or tier.max_tokens
-            token_cap = tier.context_window
-            response_format = (
-                response_format_for(output_model) if output_model is not None else None
+            outcome = yield from self._candidate_attempts(
+                stats,
+                tier_name,
+                target,
+                base,
+                output_model,
+                max_tokens,
+                temperature,
+                anti_repetition,
             )
-            tiny = self.settings.openai_base_url is None and target.model == LOCAL_CHAT_MODEL
-            if tiny:
-                # The embedded 135M model can loop until any cap: keep its answers short and
-                # bound them in the grammar rather than giving it more room.
-                token_cap = self.settings.local_max_tokens
-                tokens = min(tokens, token_cap)
-                if output_model is not None:
-                    response_format = bounded_response_format_for(output_model, tokens)
-            size_budget = tokens
-            transient_failures = 0
-            for attempt in range(1, max_attempts + 1):
-                stats.attempts += 1
-                kwargs: dict[str, Any] = {
-                    "model": target.model,
-                    "messages": convo,
-                    "max_tokens": tokens,
-                    "temperature": temp,
-                }
-                if response_format is not None:
-                    kwargs["response_format"] = response_format
-                if anti_repetition:
-                    kwargs.update(anti_repetition_kwargs(tier.anti_repetition, embedded=tiny))
-                t0 = time.perf_counter()
-                result = yield Call(target, "chat", kwargs)
-                elapsed = time.perf_counter() - t0
+            if isinstance(outcome, Ok):
+                return outcome.value
+            failed = outcome
+        raise self._chat_error(stats, tier_name, targets, failed)
 
-                if isinstance(result, openai.OpenAIError):
-                    kind = self._raise_if_fatal(result, stats, target, tier_name)
-                    self._health.record(target.key, False, elapsed)
-                    failure, last_error = "unavailable", describe_failure(result)
-                    timed_out = isinstance(result, openai.APITimeoutError)
-                    if attempt == max_attempts:
-                        break  # next candidate, if any
-                    delay = self._retry_delay_s(result, kind, stats, transient_failures)
-                    transient_failures += 1
-                    if delay > 0:
-                        yield Sleep(delay)
-                    continue
-
-                usage = result.usage
-                if usage is not None:
-                    stats.prompt_tokens += usage.prompt_tokens or 0
-                    stats.completion_tokens += usage.completion_tokens or 0
-                choice = result.choices[0] if result.choices else None
-                content = (choice.message.content if choice is not None else None) or ""
-                finish = choice.finish_reason if choice is not None else None
-
-                if output_model is None:
-                    if content.strip():
-                        self._health.record(target.key, True, elapsed)
-                        stats.outcome = "ok"
-                        return content
-                    problem = "the reply was empty"
-                else:
-                    mend = None
-                    if tiny and response_format is not None:
-                        bounded = response_format["json_schema"]["schema"]
-                        mend = lambda data, schema=bounded: mend_cut_strings(data, schema)  # noqa: E731
-                    parsed = parse_answer(content, output_model, mend=mend)
-                    if isinstance(parsed, Ok):
-                        self._health.record(target.key, True, elapsed)
-                        stats.outcome = "ok"
-                        return parsed.value
-                    problem = parsed.reason
-
+    def _candidate_attempts(
+        self,
+        stats: CallStats,
+        tier_name: str,
+        target: Target,
+        base: list[Message],
+        output_model: type[BaseModel] | None,
+        max_tokens: int | None,
+        temperature: float | None,
+        anti_repetition: bool,
+    ) -> Generator[Call | Sleep, Any, Result[Any, _ChatFailure]]:
+        """One candidate, up to `llm_max_attempts` calls: Ok(its answer), or Err(its last
+        failure: unavailable, timeout or bad_output). A failed call is retried after the
+        backoff (a fatal one raises); a bad answer is asked again, reshaped (ChatRequest)."""
+        tier = self.settings.tier(tier_name)
+        max_attempts = self.settings.limits.llm_max_attempts
+        temp = tier.temperature if temperature is None else temperature
+        request = ChatRequest.first(
+            tier,
+            base,
+            output_model,
+            max_tokens,
+            tiny=self.settings.openai_base_url is None and target.model == LOCAL_CHAT_MODEL,
+            tiny_max_tokens=self.settings.local_max_tokens,
+            feedback_echo_chars=self.retry.feedback_echo_chars,
+        )
+        failed: Err[_ChatFailure] = Err("", "unavailable")
+        transient_failures = 0
+        for attempt in range(1, max_attempts + 1):
+            stats.attempts += 1
+            t0 = time.perf_counter()
+            result = yield Call(target, "chat", request.kwargs(target.model, temp, anti_repetition))
+            elapsed = time.perf_counter() - t0
+            if isinstance(result, openai.OpenAIError):
+                kind = self._raise_if_fatal(result, stats, target, tier_name)
                 self._health.record(target.key, False, elapsed)
-                failure, last_error = "bad_output", problem
+                timed_out = isinstance(result, openai.APITimeoutError)
+                failed = Err(describe_failure(result), "timeout" if timed_out else "unavailable")
                 if attempt == max_attempts:
-                    break
-                stats.retries_bad_output += 1
-                if (
-                    finish == "length"
-                    and tiny
-                    and output_model is not None
-                    and size_budget > _MIN_SIZE_BUDGET
-                ):
-                    # Cut off anyway: the tiny model ignores "shorter", so tighten the grammar.
-                    size_budget //= 2
-                    response_format = bounded_response_format_for(output_model, size_budget)
-                    continue
-                if finish == "length":
-                    # Cut off: the same question with more room, within the context window.
-                    room = max(
-                        min(token_cap, tier.context_window - _estimate_tokens(convo)), tokens
-                    )
-                    grown = min(room, int(tokens * 1.5))
-                    if grown > tokens:
-                        tokens = grown
-                        continue
-                    problem += "; the answer was cut off, so keep it shorter"
-                # Feedback replaces (not accumulates) earlier feedback: the prompt stays bounded.
-                convo = [
-                    *base,
-                    {"role": "assistant", "content": content[: self.retry.feedback_echo_chars]},
-                    {"role": "user", "content": FEEDBACK.format(error=problem)},
-                ]
+                    break  # next candidate, if any
+                delay = self._retry_delay_s(result, kind, stats, transient_failures)
+                transient_failures += 1
+                if delay > 0:
+                    yield Sleep(delay)
+                continue
+            reply = read_reply(result, stats)
+            answer = request.answer(reply, output_model)
+            self._health.record(target.key, isinstance(answer, Ok), elapsed)
+            if isinstance(answer, Ok):
+                stats.outcome = "ok"
+                return answer
+            failed = Err(answer.reason, "bad_output")
+            if attempt == max_attempts:
+                break
+            stats.retries_bad_output += 1
+            request.after_bad_answer(reply, answer.reason, output_model)
+        return failed
 
+    def _chat_error(
+        self,
+        stats: CallStats,
+        tier_name: str,
+        targets: Sequence[Target],
+        failed: Err[_ChatFailure],
+    ) -> LLMError:
+        """The one-line error of a call no candidate answered, recorded in `stats`."""
         names = ", ".join(dict.fromkeys(t.model for t in targets))
         what = f"tier {tier_name}, model {names}, purpose {stats.purpose or '-'}"
-        if failure == "bad_output":
+        if failed.kind == "bad_output":
             error: LLMError = LLMBadOutputError(
-                f"LLM returned invalid output after {stats.attempts} attempts ({what}): {last_error}"
+                f"LLM returned invalid output after {stats.attempts} attempts ({what}): "
+                f"{failed.reason}"
             )
         else:
             urls = ", ".join(dict.fromkeys(t.endpoint.base_url for t in targets))
-            error = _unavailable(timed_out)(
-                f"LLM endpoint {urls} unavailable after {stats.attempts} attempts ({what}): {last_error}",
+            error = _unavailable(failed.kind == "timeout")(
+                f"LLM endpoint {urls} unavailable after {stats.attempts} attempts ({what}): "
+                f"{failed.reason}",
                 hint=_UNAVAILABLE_HINT,
             )
-        stats.outcome, stats.error = failure, str(error)
-        raise error
+        stats.outcome = "bad_output" if failed.kind == "bad_output" else "unavailable"
+        stats.error = str(error)
+        return error
 
     # ------------------------------------------------------------------ embeddings engine
     def _embed_steps(self, texts: Sequence[str], purpose: str) -> Steps:
@@ -578,11 +556,3 @@ def _unavailable(timed_out: bool) -> type[LLMUnavailableError]:
     """The error for an endpoint that did not answer: LLMTimeoutError when its last request
     timed out (core.errors.classify calls that a timeout), else LLMUnavailableError."""
     return LLMTimeoutError if timed_out else LLMUnavailableError
-
-
-def _estimate_tokens(messages: Sequence[Message]) -> int:
-    chars = 0
-    for message in messages:
-        content = message.get("content")
-        chars += len(content) if isinstance(content, str) else 0
-    return chars // 4 + 4 * len(messages)
