@@ -322,6 +322,11 @@ def first_problem(exc: ErrorList, root: str, *, skip: str | None = None) -> Vali
     )
 
 
+def is_invalid_json(exc: ErrorList) -> bool:
+    """Whether a validation error says its input was not JSON at all (pydantic's json_invalid)."""
+    return any(error["type"] == "json_invalid" for error in exc.errors())
+
+
 def first_error(exc: ValidationError, root: str) -> tuple[str, str]:
     """The first of a validation error's problems as (dotted place, message)."""
     problem = first_problem(exc, root)

@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from core.errors import Err, Ok, Result, error_location
+from core.errors import Err, Ok, Result, error_location, is_invalid_json
 from core.llm.failures import clip_line
 
 T = TypeVar("T", bound=BaseModel)
@@ -33,7 +33,7 @@ def parse_answer(
         return Ok(_validate(content, output_model, mend))
     except ValidationError as exc:
         error = exc
-    if any(e["type"] == "json_invalid" for e in error.errors()):
+    if is_invalid_json(error):
         repaired = repair_json(content)
         if repaired is not None and repaired != content:
             try:

@@ -39,7 +39,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from core.errors import Err, Failure, Ok, Result, first_problem
+from core.errors import Err, Failure, Ok, Result, first_problem, is_invalid_json
 from core.settings import SLOT_NAMES
 from kg.dialogue import AppliedAction, turn_key
 from tasks.dialogue.parts import (
@@ -402,7 +402,7 @@ def parse_model(model: type[M], raw: bytes | str | dict[str, Any]) -> Result[M, 
             return Ok(model.model_validate_json(raw))
         return Ok(model.model_validate(raw))
     except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
+        if is_invalid_json(exc):
             return Err(
                 f"request body is not valid JSON: {first_problem(exc, 'request').message}",
                 "malformed",
