@@ -65,7 +65,9 @@ class Retrieval(BaseModel):
     milestones: list[DialogueMilestone] = Field(default_factory=list)
     recalled: list[RecalledTurn] = Field(default_factory=list)
     stored_turns: int = 0
-    speakers: list[str] = Field(default_factory=list, description="who has spoken in the conversation so far")
+    speakers: list[str] = Field(
+        default_factory=list, description="who has spoken in the conversation so far"
+    )
     query_vector: list[float] | None = Field(
         None, description="the messages' embedding when recall computed one (the commit reuses it)"
     )
@@ -81,8 +83,11 @@ def memory_doc(row: MemoryRow) -> MemoryDoc:
         group=row.group,
         when=row.when,
         meta={
-            "turn_id": row.turn_id, "seq": row.seq, "source_refs": row.source_refs,
-            "facts": row.facts, "committed": row.committed,
+            "turn_id": row.turn_id,
+            "seq": row.seq,
+            "source_refs": row.source_refs,
+            "facts": row.facts,
+            "committed": row.committed,
         },
     )
 
@@ -99,16 +104,27 @@ class PinnedMemory:
     def __len__(self) -> int:
         return len(self.hybrid) if self.hybrid is not None else 0
 
-    def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
-               linked: list[str] | None = None, plain_vector: np.ndarray | None = None,
-               parts: list[tuple[str, np.ndarray | None]] | None = None) -> list[RecalledTurn]:
+    def search(
+        self,
+        query: str,
+        vector: np.ndarray | None,
+        k: int,
+        names: list[str],
+        linked: list[str] | None = None,
+        plain_vector: np.ndarray | None = None,
+        parts: list[tuple[str, np.ndarray | None]] | None = None,
+    ) -> list[RecalledTurn]:
         """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`).
         `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`).
         `parts`: a two-event question's parts with their embeddings (`embedded_query`)."""
         if self.hybrid is None or k <= 0:
             return []
-        return [recalled(hit) for hit in self.hybrid.search(query, vector, k, names=names, linked=linked,
-                                                            plain_vector=plain_vector, parts=parts)]
+        return [
+            recalled(hit)
+            for hit in self.hybrid.search(
+                query, vector, k, names=names, linked=linked, plain_vector=plain_vector, parts=parts
+            )
+        ]
 
 
 class TurnMemoryIndex:
@@ -121,7 +137,9 @@ class TurnMemoryIndex:
     def __init__(self) -> None:
         self.index: HybridIndex | None = None
         self.max_seq = 0
-        self.anchor_key: str | None = None  # anchor_token of turn `max_seq`: proves the cache is still current
+        self.anchor_key: str | None = (
+            None  # anchor_token of turn `max_seq`: proves the cache is still current
+        )
         self.speakers: set[str] = set()
         self.generation = 0
         self.lock = threading.Lock()
@@ -138,7 +156,9 @@ class TurnMemoryIndex:
     def __len__(self) -> int:
         return len(self.index) if self.index is not None else 0
 
-    def sync(self, rows: list[MemoryRow], *, reset: bool, generation: int | None = None) -> PinnedMemory | None:
+    def sync(
+        self, rows: list[MemoryRow], *, reset: bool, generation: int | None = None
+    ) -> PinnedMemory | None:
         """Add the rows read after the cursor (`reset`: they are every row) and return the index
         as it then is. None, and nothing changed, when the index was reset since the reader took
         its cursor (`generation`)."""
@@ -160,14 +180,24 @@ class TurnMemoryIndex:
             while start < len(fresh):
                 usable = len(fresh[start].embedding) == self.index.dimensions
                 end = start
-                while end < len(fresh) and (len(fresh[end].embedding) == self.index.dimensions) == usable:
+                while (
+                    end < len(fresh)
+                    and (len(fresh[end].embedding) == self.index.dimensions) == usable
+                ):
                     end += 1
                 chunk = fresh[start:end]
-                vectors = np.asarray([r.embedding for r in chunk], dtype=np.float32) if usable else None
+                vectors = (
+                    np.asarray([r.embedding for r in chunk], dtype=np.float32) if usable else None
+                )
                 self.index.add([memory_doc(r) for r in chunk], vectors)
                 start = end
-            self.speakers.update(s.strip() for r in fresh for s in r.speaker.split(",") if s.strip())
-            self.max_seq, self.anchor_key = fresh[-1].seq, anchor_token(fresh[-1].key, fresh[-1].text)
+            self.speakers.update(
+                s.strip() for r in fresh for s in r.speaker.split(",") if s.strip()
+            )
+            self.max_seq, self.anchor_key = (
+                fresh[-1].seq,
+                anchor_token(fresh[-1].key, fresh[-1].text),
+            )
             return self._pinned()
 
     def _pinned(self) -> PinnedMemory:
@@ -190,9 +220,16 @@ class TurnMemoryIndex:
                 return None
             return self.index.docs[self.index.positions[key]].text
 
-    def search(self, query: str, vector: np.ndarray | None, k: int, names: list[str],
-               linked: list[str] | None = None, plain_vector: np.ndarray | None = None,
-               parts: list[tuple[str, np.ndarray | None]] | None = None) -> list[RecalledTurn]:
+    def search(
+        self,
+        query: str,
+        vector: np.ndarray | None,
+        k: int,
+        names: list[str],
+        linked: list[str] | None = None,
+        plain_vector: np.ndarray | None = None,
+        parts: list[tuple[str, np.ndarray | None]] | None = None,
+    ) -> list[RecalledTurn]:
         """Search the index as it is now (see PinnedMemory.search)."""
         return self.pinned().search(query, vector, k, names, linked, plain_vector, parts)
 
@@ -284,7 +321,10 @@ def mentioned_entities(entities: list[DialogueEntity], text: str) -> list[Dialog
     haystack = f" {vocab.normalize_name(text)} "
     found = []
     for entity in entities:
-        keys = {vocab.normalize_name(entity.name), *(vocab.normalize_name(a) for a in entity.aliases)}
+        keys = {
+            vocab.normalize_name(entity.name),
+            *(vocab.normalize_name(a) for a in entity.aliases),
+        }
         if any(key and f" {key} " in haystack for key in keys):
             found.append(entity)
     return found
@@ -306,8 +346,12 @@ def turn_text(messages: list[ChatMessage]) -> str:
     return "\n".join(m.line() for m in messages)
 
 
-def linked_turns(conversation_id: str, mentioned: list[DialogueEntity], relations: list[DialogueRelation],
-                 speakers: set[str] | None = None) -> list[str]:
+def linked_turns(
+    conversation_id: str,
+    mentioned: list[DialogueEntity],
+    relations: list[DialogueRelation],
+    speakers: set[str] | None = None,
+) -> list[str]:
     """Keys of the turns the graph's facts about the entities a query names were extracted
     from, strongest first: the turns that started or ended each relation touching them
     (strongest relation first), then the turns that first and last mentioned each entity.
@@ -320,8 +364,10 @@ def linked_turns(conversation_id: str, mentioned: list[DialogueEntity], relation
     mentioned = [e for e in mentioned if vocab.normalize_name(e.name) not in spoken]
     focus = {e.entity_id for e in mentioned}
     turns: list[str | None] = []
-    for relation in sorted((r for r in relations if r.source_id in focus or r.target_id in focus),
-                           key=lambda r: -r.weight):
+    for relation in sorted(
+        (r for r in relations if r.source_id in focus or r.target_id in focus),
+        key=lambda r: -r.weight,
+    ):
         turns += [relation.since_turn, relation.ended_turn]
     for entity in mentioned:
         turns += [entity.first_turn, entity.last_turn]
@@ -341,7 +387,8 @@ READ_ATTEMPTS = 3
 
 
 def _read_into(
-    index: TurnMemoryIndex, read: Callable[[int, str | None], tuple[bool, list[MemoryRow], T]],
+    index: TurnMemoryIndex,
+    read: Callable[[int, str | None], tuple[bool, list[MemoryRow], T]],
 ) -> tuple[T, PinnedMemory]:
     """Read the graph after the index's cursor (`read` returns reset, the rows, and what else it
     read) and add the new rows; read again when the index was reset meanwhile (a rewind between
@@ -362,37 +409,52 @@ def _read_into(
 def _snapshot_reader(
     repo: DialogueRepository, conversation_id: str
 ) -> Callable[[int, str | None], tuple[bool, list[MemoryRow], ConversationSnapshot]]:
-    def read(after_seq: int, anchor: str | None) -> tuple[bool, list[MemoryRow], ConversationSnapshot]:
+    def read(
+        after_seq: int, anchor: str | None
+    ) -> tuple[bool, list[MemoryRow], ConversationSnapshot]:
         snapshot = repo.snapshot(conversation_id, after_seq=after_seq, anchor_key=anchor)
         return snapshot.reset, snapshot.new_turns, snapshot
 
     return read
 
 
-def query_texts(query: str, speakers: list[str] | set[str] | frozenset[str],
-                params: RecallParams = DEFAULT_PARAMS) -> list[str]:
+def query_texts(
+    query: str,
+    speakers: list[str] | set[str] | frozenset[str],
+    params: RecallParams = DEFAULT_PARAMS,
+) -> list[str]:
     """What recall embeds for `query`, in one call: the query and, when it names any of the
     speakers, the query without their names (core.recall.plain_query, for the dense ranker);
     for a question about two events or entities, each part (core.recall.query_parts, as
     core.recall.part_text)."""
     plain = plain_query(query, speakers)
     texts = [query, plain] if plain and plain != query else [query]
-    return list(dict.fromkeys([*texts, *(part_text(p, speakers) for p in _parts(query, speakers, params))]))
+    return list(
+        dict.fromkeys([*texts, *(part_text(p, speakers) for p in _parts(query, speakers, params))])
+    )
 
 
-def _parts(query: str, speakers: list[str] | set[str] | frozenset[str], params: RecallParams) -> list[str]:
+def _parts(
+    query: str, speakers: list[str] | set[str] | frozenset[str], params: RecallParams
+) -> list[str]:
     """The parts recall asks (none when `params` give them no slots: nothing to embed)."""
     return query_parts(query, speakers) if params.part_budget else []
 
 
-def embedded_query(query: str, speakers: list[str] | set[str] | frozenset[str], known: dict[str, Any],
-                   params: RecallParams = DEFAULT_PARAMS
-                   ) -> tuple[Any, np.ndarray | None, list[tuple[str, np.ndarray | None]]]:
+def embedded_query(
+    query: str,
+    speakers: list[str] | set[str] | frozenset[str],
+    known: dict[str, Any],
+    params: RecallParams = DEFAULT_PARAMS,
+) -> tuple[Any, np.ndarray | None, list[tuple[str, np.ndarray | None]]]:
     """(vector, plain_vector, parts) for `HybridIndex.search`, from the embeddings of
     `query_texts(query, speakers, params)` by text (`known`)."""
     plain = plain_query(query, speakers)
     plain_vector = np.asarray(known[plain], dtype=np.float32) if plain and plain != query else None
-    parts = [(p, np.asarray(known[part_text(p, speakers)], dtype=np.float32)) for p in _parts(query, speakers, params)]
+    parts = [
+        (p, np.asarray(known[part_text(p, speakers)], dtype=np.float32))
+        for p in _parts(query, speakers, params)
+    ]
     return known[query], plain_vector, parts
 
 
@@ -415,7 +477,9 @@ def retrieve(
     snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
     query = turn_text(messages)
     mentioned = mentioned_entities(snapshot.entities, query)
-    relations = select_relations(snapshot.relations, {e.entity_id for e in mentioned}, relation_limit)
+    relations = select_relations(
+        snapshot.relations, {e.entity_id for e in mentioned}, relation_limit
+    )
     recalled_turns: list[RecalledTurn] = []
     vector = None
     if recall_k > 0 and len(memory):
@@ -424,11 +488,20 @@ def retrieve(
         known = query_vectors() if query_vectors is not None else {}
         missing = [text for text in texts if text not in known]
         if missing:
-            known = {**known, **dict(zip(missing, gateway.embed(missing, purpose=purpose), strict=True))}
+            known = {
+                **known,
+                **dict(zip(missing, gateway.embed(missing, purpose=purpose), strict=True)),
+            }
         vector, plain_vector, parts = embedded_query(query, memory.speakers, known)
-        recalled_turns = memory.search(query, vector, recall_k, _names(memory, snapshot.entities),
-                                       linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
-                                       plain_vector, parts)
+        recalled_turns = memory.search(
+            query,
+            vector,
+            recall_k,
+            _names(memory, snapshot.entities),
+            linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
+            plain_vector,
+            parts,
+        )
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,
@@ -460,15 +533,24 @@ def recall(
     # One embedding call for all: the question as asked, without the speakers' names, its parts.
     texts = query_texts(query, memory.speakers)
     vector, plain_vector, parts = embedded_query(
-        query, memory.speakers, dict(zip(texts, gateway.embed(texts, purpose=purpose), strict=True)))
+        query, memory.speakers, dict(zip(texts, gateway.embed(texts, purpose=purpose), strict=True))
+    )
     mentioned = mentioned_entities(snapshot.entities, query)
-    return memory.search(query, vector, k, _names(memory, snapshot.entities),
-                         linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
-                         plain_vector, parts)
+    return memory.search(
+        query,
+        vector,
+        k,
+        _names(memory, snapshot.entities),
+        linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
+        plain_vector,
+        parts,
+    )
 
 
 def without_pending(
-    retrieval: Retrieval, pending: dict[str, str | None], k: int | None = None,
+    retrieval: Retrieval,
+    pending: dict[str, str | None],
+    k: int | None = None,
     remembered: dict[str, str | None] | None = None,
 ) -> tuple[Retrieval, list[str]]:
     """The retrieval with nothing a pending write is about to change (`pending`: turn id -> the
@@ -480,24 +562,34 @@ def without_pending(
     when that text is not the new one)."""
     if not pending:
         return retrieval.model_copy(update={"recalled": retrieval.recalled[:k]}), []
-    stale = {t.turn_id for t in retrieval.recalled if t.turn_id in pending and pending[t.turn_id] != t.text}
+    stale = {
+        t.turn_id
+        for t in retrieval.recalled
+        if t.turn_id in pending and pending[t.turn_id] != t.text
+    }
     # A turn being removed or rewritten: what the graph holds of it is the old text's.
     # A pending turn memory holds no text for (None) may be mid-replace: rewound, not yet written
     # again, while facts read a moment earlier still carry its old words. So it counts as changing
     # too; for a turn that was never committed nothing carries its id, and nothing is held back.
-    changing = stale | {turn_id for turn_id, text in pending.items() if text is None} | {
-        turn_id for turn_id, held in (remembered or {}).items() if held != pending.get(turn_id)}
+    changing = (
+        stale
+        | {turn_id for turn_id, text in pending.items() if text is None}
+        | {turn_id for turn_id, held in (remembered or {}).items() if held != pending.get(turn_id)}
+    )
+
     def unchanged(entity: DialogueEntity) -> DialogueEntity:
         # A bio last written by a changing turn may hold its old words: left out until it lands.
         if entity.last_turn in changing and (entity.bio_summary or entity.bio_traits):
             return entity.model_copy(update={"bio_summary": "", "bio_traits": []})
         return entity
 
-    kept = retrieval.model_copy(update={
-        "known_entities": [unchanged(e) for e in retrieval.known_entities],
-        "mentioned": [unchanged(e) for e in retrieval.mentioned],
-        "recalled": [t for t in retrieval.recalled if t.turn_id not in stale][:k],
-        "milestones": [m for m in retrieval.milestones if m.turn_id not in changing],
-        "relations": [r for r in retrieval.relations if r.since_turn not in changing],
-    })
+    kept = retrieval.model_copy(
+        update={
+            "known_entities": [unchanged(e) for e in retrieval.known_entities],
+            "mentioned": [unchanged(e) for e in retrieval.mentioned],
+            "recalled": [t for t in retrieval.recalled if t.turn_id not in stale][:k],
+            "milestones": [m for m in retrieval.milestones if m.turn_id not in changing],
+            "relations": [r for r in retrieval.relations if r.since_turn not in changing],
+        }
+    )
     return kept, sorted(stale)

@@ -138,27 +138,47 @@ class TurnRun:
             # and the speakers the index holds): the messages and, in the same call, the
             # messages without the speakers' names (for the dense ranker).
             texts = query_texts(turn_text(request.messages), self.index.pinned().speakers)
-            query = self.slots.submit(self.gateway.embed, texts, purpose=self.trace.purpose("retriever"))
+            query = self.slots.submit(
+                self.gateway.embed, texts, purpose=self.trace.purpose("retriever")
+            )
         return self.slots.step(
-            TurnState.RETRIEVING, "retriever",
+            TurnState.RETRIEVING,
+            "retriever",
             lambda: retrieve(
-                self.repo, self.gateway, self.index, request.conversation_id, request.messages,
-                recall_k=config.recall_k, relation_limit=self.ctx.relation_limit,
+                self.repo,
+                self.gateway,
+                self.index,
+                request.conversation_id,
+                request.messages,
+                recall_k=config.recall_k,
+                relation_limit=self.ctx.relation_limit,
                 purpose=self.trace.purpose("retriever"),
-                query_vectors=None if query is None else (lambda: dict(zip(texts, query.result(), strict=True))),
+                query_vectors=None
+                if query is None
+                else (lambda: dict(zip(texts, query.result(), strict=True))),
             ),
         )
 
     def inject(self, retrieval: Retrieval) -> InjectionPacket:
         """INJECTING: what the front end puts into its next prompt."""
         return self.slots.step(
-            TurnState.INJECTING, "injector", lambda: build_packet(retrieval, self.config.token_budget))
+            TurnState.INJECTING,
+            "injector",
+            lambda: build_packet(retrieval, self.config.token_budget),
+        )
 
     def act(self, packet: InjectionPacket) -> ActorOutput:
         """ACTING: the actor's reply joins the messages (generate), or they are final (recorded)."""
         return self.slots.step(
-            TurnState.ACTING, "actor",
-            lambda: act(self.gateway, self.routes["actor"], self.request, packet, purpose=self.trace.purpose("actor")),
+            TurnState.ACTING,
+            "actor",
+            lambda: act(
+                self.gateway,
+                self.routes["actor"],
+                self.request,
+                packet,
+                purpose=self.trace.purpose("actor"),
+            ),
         )
 
     def embed_for_commit(self, retrieval: Retrieval, acted: ActorOutput) -> Future[Any] | None:
@@ -169,12 +189,21 @@ class TurnRun:
             return None
         return self.slots.submit(self.gateway.embed, [text], purpose=self.trace.purpose("commit"))
 
-    def extract(self, acted: ActorOutput, retrieval: Retrieval) -> tuple[TurnExtraction, ExtractionPlan]:
+    def extract(
+        self, acted: ActorOutput, retrieval: Retrieval
+    ) -> tuple[TurnExtraction, ExtractionPlan]:
         """EXTRACTING: the model's proposals and the plan grounded in the known entities."""
         return self.slots.step(
-            TurnState.EXTRACTING, "extractor",
-            lambda: extract(self.gateway, self.routes["extractor"], acted.messages, self.request.window, retrieval,
-                            purpose=self.trace.purpose("extractor")),
+            TurnState.EXTRACTING,
+            "extractor",
+            lambda: extract(
+                self.gateway,
+                self.routes["extractor"],
+                acted.messages,
+                self.request.window,
+                retrieval,
+                purpose=self.trace.purpose("extractor"),
+            ),
         )
 
     def judge_and_chronicle(
@@ -184,23 +213,45 @@ class TurnRun:
         proposals = proposal_lines(raw, plan)
         started = time.monotonic()
         judging = self.slots.start(
-            TurnState.JUDGING, "judge",
-            lambda: judge(self.gateway, self.routes["judge"], acted.messages, retrieval, raw, plan,
-                          purpose=self.trace.purpose("judge")),
+            TurnState.JUDGING,
+            "judge",
+            lambda: judge(
+                self.gateway,
+                self.routes["judge"],
+                acted.messages,
+                retrieval,
+                raw,
+                plan,
+                purpose=self.trace.purpose("judge"),
+            ),
         )
         chronicling = self.slots.start(
-            TurnState.HISTORIANING, "historian",
-            lambda: historian(self.gateway, self.routes["historian"], acted.messages, retrieval, plan, proposals,
-                              purpose=self.trace.purpose("historian")),
+            TurnState.HISTORIANING,
+            "historian",
+            lambda: historian(
+                self.gateway,
+                self.routes["historian"],
+                acted.messages,
+                retrieval,
+                plan,
+                proposals,
+                purpose=self.trace.purpose("historian"),
+            ),
         )
         try:
-            return self.slots.wait("judge", judging, started), self.slots.wait("historian", chronicling, started)
+            return self.slots.wait("judge", judging, started), self.slots.wait(
+                "historian", chronicling, started
+            )
         except BaseException:
             chronicling.cancel()
             raise
 
     def prepare(
-        self, packet: InjectionPacket, acted: ActorOutput, plan: ExtractionPlan, verdict: JudgeSummary,
+        self,
+        packet: InjectionPacket,
+        acted: ActorOutput,
+        plan: ExtractionPlan,
+        verdict: JudgeSummary,
         chronicle: Chronicle,
     ) -> TurnResult:
         """PREPARED: everything the turn would write, and the commit gate's decision on it."""
@@ -222,7 +273,11 @@ class TurnRun:
         )
 
     def blocked(
-        self, base: TurnResult, acted: ActorOutput, retrieval: Retrieval, commit_embedding: Future[Any] | None
+        self,
+        base: TurnResult,
+        acted: ActorOutput,
+        retrieval: Retrieval,
+        commit_embedding: Future[Any] | None,
     ) -> TurnResult:
         """The gate blocked the turn: its facts are dropped, its text is still remembered (the
         gate governs graph facts only). ROLLED_BACK, not retryable: the same input would be
@@ -231,11 +286,21 @@ class TurnRun:
         known = retrieval.query_vector if commit_embedding is None else None
         self._remember(acted.messages, known)
         return self.ctx.outcomes.finish_rolled_back(
-            base, self.trace, f"commit gate: {'; '.join(base.gate.reasons)}", retryable=False, kind="gate")
+            base,
+            self.trace,
+            f"commit gate: {'; '.join(base.gate.reasons)}",
+            retryable=False,
+            kind="gate",
+        )
 
     def commit(
-        self, base: TurnResult, acted: ActorOutput, plan: ExtractionPlan, chronicle: Chronicle,
-        retrieval: Retrieval, commit_embedding: Future[Any] | None,
+        self,
+        base: TurnResult,
+        acted: ActorOutput,
+        plan: ExtractionPlan,
+        chronicle: Chronicle,
+        retrieval: Retrieval,
+        commit_embedding: Future[Any] | None,
     ) -> CommitOutcome:
         """COMMITTING: one transaction writes the turn, its memory row and its facts, and
         releases the lease (it refuses to write when the lease was taken over)."""
@@ -256,8 +321,15 @@ class TurnRun:
                 facts=plan.facts,
                 events=chronicle.events,
                 committed_at=datetime.now(UTC).isoformat(),
-                memory=memory_row(request.conversation_id, request.key, request.turn, acted.messages,
-                                  embedding=list(embedding), facts=plan.facts, committed=True),
+                memory=memory_row(
+                    request.conversation_id,
+                    request.key,
+                    request.turn,
+                    acted.messages,
+                    embedding=list(embedding),
+                    facts=plan.facts,
+                    committed=True,
+                ),
                 entities=plan.entities,
                 actions=plan.actions,
                 bio_patches=plan.bio_patches,
@@ -267,9 +339,18 @@ class TurnRun:
             def stored_result(seq: int, applied: list[AppliedAction]) -> tuple[str, str]:
                 # The trace is kept apart from the result: timings are operational, and the
                 # export leaves them out (kg.vocabulary.OPERATIONAL_PROPERTIES).
-                stored = base.model_copy(update={"ok": True, "state": TurnState.COMMITTED, "committed": True,
-                                                 "seq": seq, "actions": applied})
-                return stored.model_dump_json(), self.ctx.outcomes.finish_trace(self.trace, keep=True).model_dump_json()
+                stored = base.model_copy(
+                    update={
+                        "ok": True,
+                        "state": TurnState.COMMITTED,
+                        "committed": True,
+                        "seq": seq,
+                        "actions": applied,
+                    }
+                )
+                return stored.model_dump_json(), self.ctx.outcomes.finish_trace(
+                    self.trace, keep=True
+                ).model_dump_json()
 
             with self.ctx.write_guard():
                 return self.repo.commit_turn(write, self.ctx.owner, stored_result)
@@ -281,16 +362,33 @@ class TurnRun:
         if outcome.status == "conflict":
             return self.ctx.outcomes.conflict(request.ids())
         if outcome.status == "duplicate" and outcome.stored is not None:
-            return self.ctx.outcomes.replay(request.ids(), outcome.stored, self.payload_hash, self.trace)
+            return self.ctx.outcomes.replay(
+                request.ids(), outcome.stored, self.payload_hash, self.trace
+            )
         self.trace.enter(TurnState.COMMITTED)
         # A turn remembered before this commit (blocked by the gate or rolled back, then sent
         # again) was just marked committed with its facts; a cached index still has the old
         # row: rebuild it from the graph when next asked (rare, and a rebuild is by position).
-        self.ctx.vectors.forget_if_held(self.store.endpoint.label, request.conversation_id, request.key)
+        self.ctx.vectors.forget_if_held(
+            self.store.endpoint.label, request.conversation_id, request.key
+        )
         trace = self.ctx.outcomes.finish_trace(self.trace)
-        log.debug("turn %s committed (%d actions) in %.0f ms", request.key, len(outcome.applied), trace.total_ms)
-        return base.model_copy(update={"ok": True, "state": TurnState.COMMITTED, "committed": True,
-                                       "seq": outcome.seq, "actions": outcome.applied, "trace": trace})
+        log.debug(
+            "turn %s committed (%d actions) in %.0f ms",
+            request.key,
+            len(outcome.applied),
+            trace.total_ms,
+        )
+        return base.model_copy(
+            update={
+                "ok": True,
+                "state": TurnState.COMMITTED,
+                "committed": True,
+                "seq": outcome.seq,
+                "actions": outcome.applied,
+                "trace": trace,
+            }
+        )
 
     # ------------------------------------------------------------------ helpers
     def remember_text(self) -> None:
@@ -305,9 +403,17 @@ class TurnRun:
         request = self.request
         try:
             if vector is None:  # the retriever's query vector is this text's when it had one
-                vector = list(self.gateway.embed([turn_text(messages)], purpose=self.trace.purpose("remember"))[0])
-            row = memory_row(request.conversation_id, request.key, request.turn, messages, embedding=list(vector))
+                vector = list(
+                    self.gateway.embed(
+                        [turn_text(messages)], purpose=self.trace.purpose("remember")
+                    )[0]
+                )
+            row = memory_row(
+                request.conversation_id, request.key, request.turn, messages, embedding=list(vector)
+            )
             with self.ctx.write_guard():
                 self.repo.remember(request.conversation_id, [row])
         except SkaldError as exc:
-            log.warning("turn %s: blocked by the gate and could not be remembered: %s", request.key, exc)
+            log.warning(
+                "turn %s: blocked by the gate and could not be remembered: %s", request.key, exc
+            )
