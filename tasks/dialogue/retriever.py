@@ -13,6 +13,7 @@ keys, including turns other processes remembered.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,7 +70,9 @@ class Retrieval(BaseModel):
         default_factory=list, description="who has spoken in the conversation so far"
     )
     query_vector: list[float] | None = Field(
-        None, description="the messages' embedding when recall computed one (the commit reuses it)"
+        None,
+        description="the embedding of the turn's text (`turn_text`) when recall asked with that"
+        " very text (the commit reuses it)",
     )
 
 
@@ -346,6 +349,35 @@ def turn_text(messages: list[ChatMessage]) -> str:
     return "\n".join(m.line() for m in messages)
 
 
+#: A message's words that point at its own speaker, and at whom it speaks to (English).
+_FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself)\b", re.IGNORECASE)
+_SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself)\b", re.IGNORECASE)
+
+
+def recall_query(
+    messages: list[ChatMessage], speakers: list[str] | set[str] | frozenset[str]
+) -> str:
+    """What memory is asked for a turn's pending messages: each message's content, under the
+    name of the speaker it is about, not of the one who sends it. Stored turns read
+    "Speaker: text" and recall favours the speaker a query names, so the sender's label alone
+    pulled the sender's own lines: Melanie asking "How is the adoption going?" recalled
+    Melanie's remarks about adoption, not Caroline's news. A message about its sender ("I",
+    "my") is asked under the sender's name; one addressed to the other speaker ("you") of a
+    two-person chat under that speaker's; anything else (both, neither, a group) unnamed."""
+    lines = []
+    for message in messages:
+        about_self = bool(_FIRST_PERSON.search(message.content))
+        about_other = bool(_SECOND_PERSON.search(message.content))
+        others = sorted(s for s in speakers if s.lower() != message.speaker.lower())
+        if about_self and not about_other:
+            lines.append(message.line())
+        elif about_other and not about_self and len(others) == 1:
+            lines.append(f"{others[0]}: {message.content}")
+        else:
+            lines.append(message.content)
+    return "\n".join(lines)
+
+
 def linked_turns(
     conversation_id: str,
     mentioned: list[DialogueEntity],
@@ -475,8 +507,9 @@ def retrieve(
     speakers the index knew then); what is missing from them (a speaker the read brought)
     is embedded here, in one call, as everything is when there are none."""
     snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
-    query = turn_text(messages)
-    mentioned = mentioned_entities(snapshot.entities, query)
+    text = turn_text(messages)
+    query = recall_query(messages, memory.speakers)
+    mentioned = mentioned_entities(snapshot.entities, text)
     relations = select_relations(
         snapshot.relations, {e.entity_id for e in mentioned}, relation_limit
     )
@@ -510,7 +543,9 @@ def retrieve(
         recalled=recalled_turns,
         stored_turns=snapshot.turn_count,
         speakers=sorted(memory.speakers),
-        query_vector=[float(x) for x in vector] if vector is not None else None,
+        # The commit stores the embedding of the turn's text: the query's is that text's only
+        # when the two are one (a message about its sender).
+        query_vector=[float(x) for x in vector] if vector is not None and query == text else None,
     )
 
 
