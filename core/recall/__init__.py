@@ -60,9 +60,12 @@ from core.recall.query import (
     PART_WINDOW,
     STOP_WORDS,
     Prepared,
+    asked_about,
+    embedded_query,
     part_text,
     plain_query,
     query_parts,
+    query_texts,
 )
 from core.recall.registry import IndexRegistry
 
@@ -92,4 +95,7 @@ __all__ = [
     "part_text",
     "plain_query",
     "query_parts",
+    "asked_about",
+    "embedded_query",
+    "query_texts",
 ]

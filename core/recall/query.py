@@ -1,7 +1,8 @@
 """What a query is made of before any index is asked: its words for BM25 (`STOP_WORDS`), the
 query without the speakers' names for the dense model (`plain_query`), the parts of a question
 about two entities or two events (`query_parts`, `part_text`), and what the rankers hand the
-fusion for it (`Prepared`).
+fusion for it (`Prepared`), the texts embedded for it (`query_texts`, `embedded_query`), and
+a chat message worded as a query about the speaker it is about (`asked_about`).
 
 Contract: pure functions of the query text and the speakers' names, no LLM and no index;
 the same text gives the same parts on every run. Why the names are taken out and what the
@@ -13,9 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Any
 
 import numpy as np
 
+from core.recall.params import DEFAULT_PARAMS, RecallParams
 from core.timex import QueryDate, query_dates, resolve
 
 #: English function words (NLTK's list, plus question words): tantivy's own English list is
@@ -44,6 +47,29 @@ def plain_query(query: str, speakers: list[str] | set[str] | frozenset[str]) -> 
             query = re.sub(rf"\b{re.escape(name)}(?:'s|\u2019s)?\b", "", query, flags=re.IGNORECASE)
     query = re.sub(r"\s+([?,.!])", r"\1", query)
     return re.sub(r"\s+", " ", query).strip()
+
+
+#: A message's words that point at its own speaker, and at whom it speaks to (English).
+_FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself)\b", re.IGNORECASE)
+_SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself)\b", re.IGNORECASE)
+
+
+def asked_about(sender: str, content: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
+    """A chat message as a memory query: its content under the name of the speaker it is
+    about, not of the one who sends it. Stored turns read "Speaker: text" and recall favours
+    the speaker a query names, so the sender's label alone pulled the sender's own lines:
+    Melanie asking "How is the adoption going?" recalled Melanie's remarks about adoption, not
+    Caroline's news. A message about its sender ("I", "my") is asked under the sender's name;
+    one addressed to the other speaker ("you") of a two-person chat under that speaker's;
+    anything else (both, neither, a group) under no name."""
+    about_self = bool(_FIRST_PERSON.search(content))
+    about_other = bool(_SECOND_PERSON.search(content))
+    others = sorted(s for s in speakers if s.lower() != sender.lower())
+    if about_self and not about_other:
+        return f"{sender}: {content}"
+    if about_other and not about_self and len(others) == 1:
+        return f"{others[0]}: {content}"
+    return content
 
 
 #: Only a question this short is split into parts (a chat turn's long text is not a question
@@ -171,3 +197,43 @@ class Prepared:
     plain_vector: np.ndarray | None = None
     #: A two-event question's parts (`query_parts`), each prepared as a query of its own.
     parts: tuple[Prepared, ...] = ()
+
+
+def query_texts(
+    query: str,
+    speakers: list[str] | set[str] | frozenset[str],
+    params: RecallParams = DEFAULT_PARAMS,
+) -> list[str]:
+    """What recall embeds for `query`, in one call: the query and, when it names any of the
+    speakers, the query without their names (core.recall.plain_query, for the dense ranker);
+    for a question about two events or entities, each part (core.recall.query_parts, as
+    core.recall.part_text)."""
+    plain = plain_query(query, speakers)
+    texts = [query, plain] if plain and plain != query else [query]
+    return list(
+        dict.fromkeys([*texts, *(part_text(p, speakers) for p in _parts(query, speakers, params))])
+    )
+
+
+def _parts(
+    query: str, speakers: list[str] | set[str] | frozenset[str], params: RecallParams
+) -> list[str]:
+    """The parts recall asks (none when `params` give them no slots: nothing to embed)."""
+    return query_parts(query, speakers) if params.part_budget else []
+
+
+def embedded_query(
+    query: str,
+    speakers: list[str] | set[str] | frozenset[str],
+    known: dict[str, Any],
+    params: RecallParams = DEFAULT_PARAMS,
+) -> tuple[Any, np.ndarray | None, list[tuple[str, np.ndarray | None]]]:
+    """(vector, plain_vector, parts) for `HybridIndex.search`, from the embeddings of
+    `query_texts(query, speakers, params)` by text (`known`)."""
+    plain = plain_query(query, speakers)
+    plain_vector = np.asarray(known[plain], dtype=np.float32) if plain and plain != query else None
+    parts = [
+        (p, np.asarray(known[part_text(p, speakers)], dtype=np.float32))
+        for p in _parts(query, speakers, params)
+    ]
+    return known[query], plain_vector, parts

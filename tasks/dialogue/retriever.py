@@ -24,15 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.llm import LLMGateway
 from core.recall import (
-    DEFAULT_PARAMS,
     Hit,
     HybridIndex,
     IndexRegistry,
     MemoryDoc,
-    RecallParams,
-    part_text,
-    plain_query,
-    query_parts,
+    asked_about,
+    embedded_query,
+    query_texts,
 )
 from kg import vocabulary as vocab
 from kg.dialogue import (
@@ -69,7 +67,9 @@ class Retrieval(BaseModel):
         default_factory=list, description="who has spoken in the conversation so far"
     )
     query_vector: list[float] | None = Field(
-        None, description="the messages' embedding when recall computed one (the commit reuses it)"
+        None,
+        description="the embedding of the turn's text (`turn_text`) when recall asked with that"
+        " very text (the commit reuses it)",
     )
 
 
@@ -346,6 +346,15 @@ def turn_text(messages: list[ChatMessage]) -> str:
     return "\n".join(m.line() for m in messages)
 
 
+def recall_query(
+    messages: list[ChatMessage], speakers: list[str] | set[str] | frozenset[str]
+) -> str:
+    """What memory is asked for a turn's pending messages: each message as
+    `core.recall.asked_about` words it, under the name of the speaker it is about (not of its
+    sender)."""
+    return "\n".join(asked_about(m.speaker, m.content, speakers) for m in messages)
+
+
 def linked_turns(
     conversation_id: str,
     mentioned: list[DialogueEntity],
@@ -418,46 +427,6 @@ def _snapshot_reader(
     return read
 
 
-def query_texts(
-    query: str,
-    speakers: list[str] | set[str] | frozenset[str],
-    params: RecallParams = DEFAULT_PARAMS,
-) -> list[str]:
-    """What recall embeds for `query`, in one call: the query and, when it names any of the
-    speakers, the query without their names (core.recall.plain_query, for the dense ranker);
-    for a question about two events or entities, each part (core.recall.query_parts, as
-    core.recall.part_text)."""
-    plain = plain_query(query, speakers)
-    texts = [query, plain] if plain and plain != query else [query]
-    return list(
-        dict.fromkeys([*texts, *(part_text(p, speakers) for p in _parts(query, speakers, params))])
-    )
-
-
-def _parts(
-    query: str, speakers: list[str] | set[str] | frozenset[str], params: RecallParams
-) -> list[str]:
-    """The parts recall asks (none when `params` give them no slots: nothing to embed)."""
-    return query_parts(query, speakers) if params.part_budget else []
-
-
-def embedded_query(
-    query: str,
-    speakers: list[str] | set[str] | frozenset[str],
-    known: dict[str, Any],
-    params: RecallParams = DEFAULT_PARAMS,
-) -> tuple[Any, np.ndarray | None, list[tuple[str, np.ndarray | None]]]:
-    """(vector, plain_vector, parts) for `HybridIndex.search`, from the embeddings of
-    `query_texts(query, speakers, params)` by text (`known`)."""
-    plain = plain_query(query, speakers)
-    plain_vector = np.asarray(known[plain], dtype=np.float32) if plain and plain != query else None
-    parts = [
-        (p, np.asarray(known[part_text(p, speakers)], dtype=np.float32))
-        for p in _parts(query, speakers, params)
-    ]
-    return known[query], plain_vector, parts
-
-
 def retrieve(
     repo: DialogueRepository,
     gateway: LLMGateway,
@@ -475,8 +444,9 @@ def retrieve(
     speakers the index knew then); what is missing from them (a speaker the read brought)
     is embedded here, in one call, as everything is when there are none."""
     snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
-    query = turn_text(messages)
-    mentioned = mentioned_entities(snapshot.entities, query)
+    text = turn_text(messages)
+    query = recall_query(messages, memory.speakers)
+    mentioned = mentioned_entities(snapshot.entities, text)
     relations = select_relations(
         snapshot.relations, {e.entity_id for e in mentioned}, relation_limit
     )
@@ -510,7 +480,9 @@ def retrieve(
         recalled=recalled_turns,
         stored_turns=snapshot.turn_count,
         speakers=sorted(memory.speakers),
-        query_vector=[float(x) for x in vector] if vector is not None else None,
+        # The commit stores the embedding of the turn's text: the query's is that text's only
+        # when the two are one (a message about its sender).
+        query_vector=[float(x) for x in vector] if vector is not None and query == text else None,
     )
 
 

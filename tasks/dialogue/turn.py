@@ -51,6 +51,7 @@ from tasks.dialogue.retriever import (
     VectorIndexRegistry,
     memory_row,
     query_texts,
+    recall_query,
     retrieve,
     turn_text,
 )
@@ -129,9 +130,10 @@ class TurnRun:
         texts: list[str] = []
         if config.recall_k > 0 and len(self.index):
             # The query embeddings overlap the retriever's graph read (they need only the text
-            # and the speakers the index holds): the messages and, in the same call, the
-            # messages without the speakers' names (for the dense ranker).
-            texts = query_texts(turn_text(request.messages), self.index.pinned().speakers)
+            # and the speakers the index holds): what memory is asked for the messages and, in
+            # the same call, that without the speakers' names (for the dense ranker).
+            speakers = self.index.pinned().speakers
+            texts = query_texts(recall_query(request.messages, speakers), speakers)
             query = self.slots.submit(
                 self.gateway.embed, texts, purpose=self.trace.purpose("retriever")
             )

@@ -625,3 +625,25 @@ def test_an_edit_whose_slots_fail_still_leaves_the_new_text_in_memory(
     # Look-alike: a plain commit that fails remembers nothing (its client retries it).
     failed_plain = service.commit(_said(conv, 5, "Tester", "I met an old friend at the harbour today.", window))
     assert failed_plain.retryable and [r["turn_id"] for r in repo.memory_page(conv, 0, 10)[1]] == ["1", "3"]
+
+
+def test_a_memory_query_recalls_the_speaker_a_message_is_about_not_its_sender(
+    service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    """Melanie asking Caroline about Caroline's adoption must recall what Caroline said, not
+    Melanie's own remark on the same subject: the sender's "Melanie:" label is not a mention."""
+    conv = _conv("about-whom")
+    caroline = "I've been researching adoption agencies all month, it's a huge step toward my own family."
+    melanie = "A friend of mine adopted last year and the adoption went smoothly, so I keep thinking about it."
+    for turn, (speaker, text) in enumerate((("Caroline", caroline), ("Melanie", melanie)), start=1):
+        service.commit(_said(conv, turn, speaker, text, []))
+
+    def first_recalled(content: str) -> str:
+        query = {"conversation_id": conv, "messages": [{"role": "user", "name": "Melanie", "content": content}]}
+        answer = service.memory_query(query)
+        assert answer.ok and answer.recalled, answer
+        return answer.recalled[0].speaker
+
+    assert first_recalled("How is your adoption going?") == "Caroline"
+    # The look-alike: a question about the sender's own words recalls the sender's.
+    assert first_recalled("What did I say about my friend's adoption last year?") == "Melanie"

@@ -21,6 +21,7 @@ from tasks.dialogue.judge import rule_conflicts, vet_reported
 from tasks.dialogue.models import (
     MAX_BODY_BYTES,
     MAX_MESSAGE_CHARS,
+    ChatMessage,
     IdentityConflict,
     JudgeSummary,
     TurnCommitRequest,
@@ -33,6 +34,7 @@ from tasks.dialogue.retriever import (
     Retrieval,
     TurnMemoryIndex,
     mentioned_entities,
+    recall_query,
     recalled,
     select_relations,
     without_pending,
@@ -526,3 +528,19 @@ def test_a_pending_write_holds_back_the_old_text_of_its_turn_only() -> None:
     kept, _ = without_pending(not_recalled, {"12": "Tester: Hello again."}, 5, {"12": None})
     assert [e.bio_summary for e in kept.known_entities] == [e.bio_summary for e in retrieval.known_entities]
     assert kept.milestones == retrieval.milestones and kept.relations == retrieval.relations
+
+
+def test_recall_query_names_whom_a_message_is_about() -> None:
+    speakers = {"Caroline", "Melanie"}
+
+    def asked(content: str, name: str = "Melanie", among: set[str] = speakers) -> str:
+        return recall_query([ChatMessage(role="user", name=name, content=content)], among)
+
+    assert asked("How is your adoption going?") == "Caroline: How is your adoption going?"
+    assert asked("I painted a lake last week.") == "Melanie: I painted a lake last week."
+    # Neither, both, or "you" in a group: no one is named, not even the sender.
+    assert asked("How is the adoption going?") == "How is the adoption going?"
+    assert asked("Did you see what I painted?") == "Did you see what I painted?"
+    assert asked("How are you all?", among={"Caroline", "Melanie", "Jon"}) == "How are you all?"
+    # Words that only contain a pronoun are not one ("Iris", "youth", "mine" in "mineral" ...).
+    assert asked("Iris told the youth about mineral water.") == "Iris told the youth about mineral water."
