@@ -114,7 +114,7 @@ def served_sidecar(settings: Any, *, token: str = TOKEN, lock_wait_s: float = 5.
                                                port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, name="sidecar-fuzz-server", daemon=True)
         thread.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600
         while not server.started:
             if not thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("the sidecar did not start")

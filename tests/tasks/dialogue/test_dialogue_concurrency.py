@@ -99,7 +99,7 @@ def _run_workers(graph_settings: Settings, tmp_path: Path, conv: str, mutations:
             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         ))
     ready = [tmp_path / f"worker-{i}.json.ready" for i in range(len(selections))]
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600
     while not all(p.exists() for p in ready):
         assert time.monotonic() < deadline, "workers did not get ready"
         assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]

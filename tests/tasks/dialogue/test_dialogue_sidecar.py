@@ -535,7 +535,7 @@ def test_the_prefect_turn_flow_runs_each_slot_as_a_task(
     slots = sorted(["retriever", "injector", "actor", "extractor", "judge", "historian"])
     # Task runs reach Prefect's API as events the server records in the background: on a loaded
     # machine some are listed only later, so read until all six are there (or a generous bound).
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 600
     with get_client(sync_client=True) as client:
         while True:
             runs = client.read_task_runs(
