@@ -32,5 +32,12 @@ def write_codex(page: CodexPage, path: Path) -> bool:
     return write_if_changed(path, render_codex(page))
 
 
-__all__ = ["CODEX_FILE", "CodexPage", "build_dialogue_codex", "build_novel_codex", "latest_qa_report",
-           "render_codex", "write_codex"]
+__all__ = [
+    "CODEX_FILE",
+    "CodexPage",
+    "build_dialogue_codex",
+    "build_novel_codex",
+    "latest_qa_report",
+    "render_codex",
+    "write_codex",
+]

@@ -60,8 +60,13 @@ from kg.store import GraphStore
 
 #: Caps of the reads: far above any book (a 100-chapter book has a few hundred entities);
 #: a graph beyond them gets a page that says what it leaves out instead of a huge one.
-LIMITS = {"chapters": 5_000, "scenes": 50_000, "entities": 20_000, "relationships": 100_000,
-          "appearances": 200_000}
+LIMITS = {
+    "chapters": 5_000,
+    "scenes": 50_000,
+    "entities": 20_000,
+    "relationships": 100_000,
+    "appearances": 200_000,
+}
 #: Entity sections of the page, in order; labels not listed go to "Other entries".
 SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Characters", "characters", ("Character",)),
@@ -72,9 +77,26 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 #: Character sheet fields (the bible's attributes), in the order a writer reads them.
 SHEET_FIELDS = ("role", "motivation", "backstory", "voice")
 #: Quality-table columns shown first (the rest follow in the file's order).
-QUALITY_COLUMNS = ("words", "distinct_trigrams", "max_sentence_repeats", "compression_ratio", "mean_sentence_words",
-                   "max_sentence_words", "plan_problems", "facts_kept", "facts_dropped", "editor_mean", "coherence",
-                   "prose_quality", "plot_advancement", "pacing", "tone_consistency", "drafts", "clean", "failures")
+QUALITY_COLUMNS = (
+    "words",
+    "distinct_trigrams",
+    "max_sentence_repeats",
+    "compression_ratio",
+    "mean_sentence_words",
+    "max_sentence_words",
+    "plan_problems",
+    "facts_kept",
+    "facts_dropped",
+    "editor_mean",
+    "coherence",
+    "prose_quality",
+    "plot_advancement",
+    "pacing",
+    "tone_consistency",
+    "drafts",
+    "clean",
+    "failures",
+)
 _QA_STAMP = re.compile(r"^qa-(\d{8}T\d{6}Z)$")  # a report from before story-time names
 _QA_STORY = re.compile(r"^qa-ch(\d+)-cs(\d+)$")
 
@@ -113,7 +135,9 @@ def _read_tx(tx: ManagedTransaction, as_of: int | None, mirror: StoryMirror) -> 
     latest = int(row["latest"]) if row and row["latest"] is not None else 0
     if as_of is not None and as_of > latest:
         written = f"chapters 1-{latest}" if latest else "no chapter yet"
-        raise InvalidInputError(f"--as-of-chapter {as_of} is past the book: the graph holds {written}")
+        raise InvalidInputError(
+            f"--as-of-chapter {as_of} is past the book: the graph holds {written}"
+        )
     upto = latest if as_of is None else as_of
     truncated: list[str] = []
 
@@ -129,20 +153,46 @@ def _read_tx(tx: ManagedTransaction, as_of: int | None, mirror: StoryMirror) -> 
     # the story mirror (kg.mirror), brought up to the newest change-set inside this read, so a
     # codex written after every chapter does not read the whole book's edges again each time.
     mirror.refresh(tx)
-    relationships = [{"source": e.src, "target": e.tgt, "type": e.type, "raw_type": e.props.get("raw_type"),
-                      "chapter": e.chapter, "scene": e.props.get("scene"), "quote": e.props.get("quote"),
-                      "description": e.props.get("description"), "weight": e.props.get("weight")}
-                     for e in mirror.edges_as_of(upto)]
-    scenes = [{"chapter": s.chapter, "scene": s.scene if s.scene >= 0 else None, "title": s.title or None,
-               "location": s.location, "characters": list(s.characters), "summary": s.summary}
-              for s in mirror.scenes_as_of(upto)]
+    relationships = [
+        {
+            "source": e.src,
+            "target": e.tgt,
+            "type": e.type,
+            "raw_type": e.props.get("raw_type"),
+            "chapter": e.chapter,
+            "scene": e.props.get("scene"),
+            "quote": e.props.get("quote"),
+            "description": e.props.get("description"),
+            "weight": e.props.get("weight"),
+        }
+        for e in mirror.edges_as_of(upto)
+    ]
+    scenes = [
+        {
+            "chapter": s.chapter,
+            "scene": s.scene if s.scene >= 0 else None,
+            "title": s.title or None,
+            "location": s.location,
+            "characters": list(s.characters),
+            "summary": s.summary,
+        }
+        for s in mirror.scenes_as_of(upto)
+    ]
     info_row = tx.run(kq.READ_NOVEL_INFO, id=NOVEL_INFO_ID).single()
     return _Read(
-        as_of=upto, latest=latest, info=dict(info_row["props"]) if info_row else {},
-        chapters=[c for c in rows("chapters", cq.CHAPTERS) if isinstance(c["number"], int) and c["number"] <= upto],
+        as_of=upto,
+        latest=latest,
+        info=dict(info_row["props"]) if info_row else {},
+        chapters=[
+            c
+            for c in rows("chapters", cq.CHAPTERS)
+            if isinstance(c["number"], int) and c["number"] <= upto
+        ],
         scenes=capped("scenes", scenes),
-        entities=rows("entities", cq.ENTITIES), relationships=capped("relationships", relationships),
-        appearances=rows("appearances", cq.APPEARANCES), mentions=rows("appearances", cq.MENTIONS),
+        entities=rows("entities", cq.ENTITIES),
+        relationships=capped("relationships", relationships),
+        appearances=rows("appearances", cq.APPEARANCES),
+        mentions=rows("appearances", cq.MENTIONS),
         truncated=truncated,
     )
 
@@ -157,7 +207,13 @@ def _quality(saga_dir: Path, chapters: Iterable[int]) -> dict[int, list[dict[str
         except FileNotFoundError:
             continue
         except (OSError, ValueError):
-            rows = [{"part": "chapter", "failures": f"unreadable quality table {path.name}", "clean": False}]
+            rows = [
+                {
+                    "part": "chapter",
+                    "failures": f"unreadable quality table {path.name}",
+                    "clean": False,
+                }
+            ]
         if isinstance(rows, list):
             found[number] = [r for r in rows if isinstance(r, dict)]
     return found
@@ -186,7 +242,9 @@ def latest_qa_report(saga_dir: Path) -> tuple[str | None, list[dict[str, Any]]]:
         current = (1, int(state["through"]), int(state["seq"]), "")
     except (OSError, ValueError, TypeError, KeyError):
         current = None
-    path = next((p for p, key in reports.items() if key == current), None) or max(reports, key=reports.__getitem__)
+    path = next((p for p, key in reports.items() if key == current), None) or max(
+        reports, key=reports.__getitem__
+    )
     story_named, through, _, stamp = reports[path]
     if story_named:
         label = f"after chapter {through}"
@@ -246,8 +304,10 @@ def _walk(group: list[_Rel], rivals: Callable[[_Rel, _Rel], bool], names: dict[s
             winner = next((other for other in stated if rivals(rel, other)), None)
             if winner is not None:
                 rel.spans.append((start, chapter))
-                rel.ended_by = (f"{names.get(winner.source, winner.source)} {winner.label} "
-                                f"{names.get(winner.target, winner.target)} in chapter {chapter}")
+                rel.ended_by = (
+                    f"{names.get(winner.source, winner.source)} {winner.label} "
+                    f"{names.get(winner.target, winner.target)} in chapter {chapter}"
+                )
                 del active[rid]
     for rid, start in active.items():
         by_id[rid].spans.append((start, None))
@@ -283,17 +343,33 @@ def relationships(rows: list[dict[str, Any]], names: dict[str, str]) -> list[_Re
         _walk(group, lambda a, b: b.target != a.target, names)
     for rel in alone:
         rel.spans.append((rel.chapters[0], None))
-    return sorted(rels.values(), key=lambda r: (r.chapters[0], names.get(r.source, r.source), r.label,
-                                                 names.get(r.target, r.target)))
+    return sorted(
+        rels.values(),
+        key=lambda r: (
+            r.chapters[0],
+            names.get(r.source, r.source),
+            r.label,
+            names.get(r.target, r.target),
+        ),
+    )
 
 
 # --- the page -----------------------------------------------------------------------------------
 
 
 def _statuses(entity: Entity) -> list[StatusSpan]:
-    quotes = {(s.value, s.chapter): s.quote for s in entity.sources if s.fact == "status" and s.quote}
-    return [StatusSpan(status=i.status, start=i.from_chapter, end=i.to_chapter,
-                       quote=quotes.get((i.status, i.from_chapter))) for i in entity.status_intervals]
+    quotes = {
+        (s.value, s.chapter): s.quote for s in entity.sources if s.fact == "status" and s.quote
+    }
+    return [
+        StatusSpan(
+            status=i.status,
+            start=i.from_chapter,
+            end=i.to_chapter,
+            quote=quotes.get((i.status, i.from_chapter)),
+        )
+        for i in entity.status_intervals
+    ]
 
 
 def _sheet_fields(entity: Entity) -> list[tuple[str, str]]:
@@ -301,13 +377,20 @@ def _sheet_fields(entity: Entity) -> list[tuple[str, str]]:
         return ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
 
     attributes = entity.attributes
-    ordered = [k for k in SHEET_FIELDS if k in attributes] + sorted(k for k in attributes if k not in SHEET_FIELDS)
-    return [(k.replace("_", " "), text(attributes[k])) for k in ordered if text(attributes[k]).strip()]
+    ordered = [k for k in SHEET_FIELDS if k in attributes] + sorted(
+        k for k in attributes if k not in SHEET_FIELDS
+    )
+    return [
+        (k.replace("_", " "), text(attributes[k])) for k in ordered if text(attributes[k]).strip()
+    ]
 
 
 def _first_seen(entity: Entity) -> tuple[str, str | None]:
-    mentions = sorted((s.chapter or 0, s.scene or 0, s.quote) for s in entity.sources
-                      if s.type not in BIBLE_SOURCES and s.fact in (None, "mention") and s.chapter)
+    mentions = sorted(
+        (s.chapter or 0, s.scene or 0, s.quote)
+        for s in entity.sources
+        if s.type not in BIBLE_SOURCES and s.fact in (None, "mention") and s.chapter
+    )
     if entity.first_chapter == 0 or any(s.type in BIBLE_SOURCES for s in entity.sources):
         return "story bible", None
     if mentions:
@@ -320,8 +403,9 @@ def _section_of(label: str) -> str:
     return next((anchor_ for _, anchor_, labels in SECTIONS if label in labels), "other")
 
 
-def build_novel_codex(store: GraphStore, saga_dir: Path, as_of: int | None = None,
-                      *, project_name: str = "") -> CodexPage:
+def build_novel_codex(
+    store: GraphStore, saga_dir: Path, as_of: int | None = None, *, project_name: str = ""
+) -> CodexPage:
     """The codex page of the book in `store` as of chapter `as_of` (None: the latest).
     `saga_dir` holds the quality tables and the QA reports."""
     read = store.execute_read(_read_tx, as_of, mirror_of(store))
@@ -334,8 +418,10 @@ def build_novel_codex(store: GraphStore, saga_dir: Path, as_of: int | None = Non
             entities[entity.id or state["id"]] = entity
     names = {eid: e.name for eid, e in entities.items()}
     anchors = {eid: anchor("e", eid) for eid in entities}
-    rels = relationships([r for r in read.relationships if r["source"] in entities and r["target"] in entities],
-                         names)
+    rels = relationships(
+        [r for r in read.relationships if r["source"] in entities and r["target"] in entities],
+        names,
+    )
     in_chapters: dict[str, set[int]] = defaultdict(set)
     for row in (*read.appearances, *read.mentions):
         if row["id"] in entities and row["chapter"] is not None:
@@ -344,11 +430,18 @@ def build_novel_codex(store: GraphStore, saga_dir: Path, as_of: int | None = Non
 
     qa_run_at, qa_rows = latest_qa_report(saga_dir)
     findings = [
-        FindingView(check=str(f.get("check", "")), severity=str(f.get("severity", "")),
-                    message=str(f.get("message", "")), chapters=[int(c) for c in f.get("chapters") or []],
-                    entities=[TimelineItem(text=names.get(eid, name), anchor=anchors.get(eid))
-                              for eid, name in zip(f.get("entity_ids") or [], f.get("entity_names") or [],
-                                                   strict=False)])
+        FindingView(
+            check=str(f.get("check", "")),
+            severity=str(f.get("severity", "")),
+            message=str(f.get("message", "")),
+            chapters=[int(c) for c in f.get("chapters") or []],
+            entities=[
+                TimelineItem(text=names.get(eid, name), anchor=anchors.get(eid))
+                for eid, name in zip(
+                    f.get("entity_ids") or [], f.get("entity_names") or [], strict=False
+                )
+            ],
+        )
         for f in qa_rows
     ]
     findings_of: dict[str, list[str]] = defaultdict(list)
@@ -362,8 +455,14 @@ def build_novel_codex(store: GraphStore, saga_dir: Path, as_of: int | None = Non
     for eid, entity in entities.items():
         for source in entity.sources:
             fact = source_fact(source)
-            facts[eid].append(Evidence(where=where(fact.chapter, fact.scene, fact.source), statement=fact.statement,
-                                       quote=fact.quote, at=fact.chapter))
+            facts[eid].append(
+                Evidence(
+                    where=where(fact.chapter, fact.scene, fact.source),
+                    statement=fact.statement,
+                    quote=fact.quote,
+                    at=fact.chapter,
+                )
+            )
     for rel in rels:
         span_text = _span_text(rel.spans)
         relation_lines[rel.source].append(f"{rel.label} \u2192 {names[rel.target]} ({span_text})")
@@ -371,40 +470,99 @@ def build_novel_codex(store: GraphStore, saga_dir: Path, as_of: int | None = Non
         for s in rel.statements:
             at, scene = s["chapter"], s["scene"]
             place = where(at, scene, "extraction" if at else "outline")
-            facts[rel.source].append(Evidence(where=place, statement=f"{rel.label} \u2192 {names[rel.target]}",
-                                              quote=s["quote"], at=at))
-            facts[rel.target].append(Evidence(where=place, statement=f"{rel.label} \u2190 {names[rel.source]}",
-                                              quote=s["quote"], at=at))
+            facts[rel.source].append(
+                Evidence(
+                    where=place,
+                    statement=f"{rel.label} \u2192 {names[rel.target]}",
+                    quote=s["quote"],
+                    at=at,
+                )
+            )
+            facts[rel.target].append(
+                Evidence(
+                    where=place,
+                    statement=f"{rel.label} \u2190 {names[rel.source]}",
+                    quote=s["quote"],
+                    at=at,
+                )
+            )
     cards: dict[str, list[EntityCard]] = defaultdict(list)
     for eid, entity in entities.items():
         first, first_quote = _first_seen(entity)
-        cards[_section_of(entity.label)].append(EntityCard(
-            id=eid, anchor=anchors[eid], name=entity.name, kind=entity.label, aliases=entity.aliases,
-            description=entity.description, traits=entity.traits, fields=_sheet_fields(entity),
-            provisional=bool(entity.is_provisional), statuses=_statuses(entity), first=first,
-            first_quote=first_quote, appears_in=sorted(in_chapters.get(eid, ())),
-            relations=relation_lines.get(eid, []),
-            facts=sorted(facts[eid], key=lambda f: (f.at if f.at is not None else -1, f.where, f.statement)),
-            findings=findings_of.get(eid, []),
-        ))
+        cards[_section_of(entity.label)].append(
+            EntityCard(
+                id=eid,
+                anchor=anchors[eid],
+                name=entity.name,
+                kind=entity.label,
+                aliases=entity.aliases,
+                description=entity.description,
+                traits=entity.traits,
+                fields=_sheet_fields(entity),
+                provisional=bool(entity.is_provisional),
+                statuses=_statuses(entity),
+                first=first,
+                first_quote=first_quote,
+                appears_in=sorted(in_chapters.get(eid, ())),
+                relations=relation_lines.get(eid, []),
+                facts=sorted(
+                    facts[eid],
+                    key=lambda f: (f.at if f.at is not None else -1, f.where, f.statement),
+                ),
+                findings=findings_of.get(eid, []),
+            )
+        )
     sections = [
-        EntitySection(title=title, anchor=key,
-                      cards=sorted(cards[key], key=lambda c: (entities[c.id].first_chapter or 0, c.name.casefold())))
-        for title, key, _ in SECTIONS if cards.get(key)
+        EntitySection(
+            title=title,
+            anchor=key,
+            cards=sorted(
+                cards[key], key=lambda c: (entities[c.id].first_chapter or 0, c.name.casefold())
+            ),
+        )
+        for title, key, _ in SECTIONS
+        if cards.get(key)
     ]
 
     graph = CodexGraph(
-        axis="chapter", first=0, last=upto,
-        nodes=[GraphNode(id=eid, name=e.name, kind=e.label, anchor=anchors[eid], first=e.first_chapter,
-                         statuses=_statuses(e), flagged=eid in findings_of)
-               for eid, e in sorted(entities.items(), key=lambda item: item[0])],
-        edges=[GraphEdge(id=anchor("r", rel.key()), source=rel.source, target=rel.target, type=rel.type,
-                         label=rel.label, caption=rel.caption, spans=rel.spans, ended_by=rel.ended_by,
-                         weight=rel.statements[-1].get("weight"),
-                         events=[EdgeEvent(at=s["chapter"], where=where(s["chapter"], s["scene"]),
-                                           what=s["description"] or rel.label, quote=s["quote"])
-                                 for s in rel.statements])
-               for rel in rels],
+        axis="chapter",
+        first=0,
+        last=upto,
+        nodes=[
+            GraphNode(
+                id=eid,
+                name=e.name,
+                kind=e.label,
+                anchor=anchors[eid],
+                first=e.first_chapter,
+                statuses=_statuses(e),
+                flagged=eid in findings_of,
+            )
+            for eid, e in sorted(entities.items(), key=lambda item: item[0])
+        ],
+        edges=[
+            GraphEdge(
+                id=anchor("r", rel.key()),
+                source=rel.source,
+                target=rel.target,
+                type=rel.type,
+                label=rel.label,
+                caption=rel.caption,
+                spans=rel.spans,
+                ended_by=rel.ended_by,
+                weight=rel.statements[-1].get("weight"),
+                events=[
+                    EdgeEvent(
+                        at=s["chapter"],
+                        where=where(s["chapter"], s["scene"]),
+                        what=s["description"] or rel.label,
+                        quote=s["quote"],
+                    )
+                    for s in rel.statements
+                ],
+            )
+            for rel in rels
+        ],
     )
     quality_rows = _quality(saga_dir, sorted(chapter_titles))
     timeline = _timeline(read, entities, anchors, rels, names, quality_rows, findings)
@@ -413,10 +571,21 @@ def build_novel_codex(store: GraphStore, saga_dir: Path, as_of: int | None = Non
     title = str(info.get("title") or project_name or "Untitled")
     subtitle = " \u2022 ".join(str(x) for x in (info.get("logline"), info.get("genre")) if x)
     return CodexPage(
-        kind="novel", title=title, subtitle=subtitle, as_of=upto, graph=graph, sections=sections,
-        timeline=timeline, quality=quality, quality_columns=columns, findings=findings, qa_run_at=qa_run_at,
+        kind="novel",
+        title=title,
+        subtitle=subtitle,
+        as_of=upto,
+        graph=graph,
+        sections=sections,
+        timeline=timeline,
+        quality=quality,
+        quality_columns=columns,
+        findings=findings,
+        qa_run_at=qa_run_at,
         notes=read.truncated,
-        stats=CodexStats(entities=len(entities), relationships=len(rels), chapters=len(read.chapters)),
+        stats=CodexStats(
+            entities=len(entities), relationships=len(rels), chapters=len(read.chapters)
+        ),
     )
 
 
@@ -428,22 +597,37 @@ def _span_text(spans: list[tuple[int, int | None]]) -> str:
     return "; ".join(parts)
 
 
-def _timeline(read: _Read, entities: dict[str, Entity], anchors: dict[str, str], rels: list[_Rel],
-              names: dict[str, str], quality: dict[int, list[dict[str, Any]]],
-              findings: list[FindingView]) -> list[TimelineEntry]:
+def _timeline(
+    read: _Read,
+    entities: dict[str, Entity],
+    anchors: dict[str, str],
+    rels: list[_Rel],
+    names: dict[str, str],
+    quality: dict[int, list[dict[str, Any]]],
+    findings: list[FindingView],
+) -> list[TimelineEntry]:
     def item(eid: str, text: str | None = None, quote: str | None = None) -> TimelineItem:
         return TimelineItem(text=text or names.get(eid, eid), quote=quote, anchor=anchors.get(eid))
 
     entries: dict[int, TimelineEntry] = {}
     for c in read.chapters:
         number = int(c["number"])
-        entries[number] = TimelineEntry(at=number, anchor=f"ch-{number}", heading=f"Chapter {number}",
-                                        title=c["title"] or "", summary=c["summary"] or "",
-                                        key_events=[str(e) for e in c["key_events"] or []])
+        entries[number] = TimelineEntry(
+            at=number,
+            anchor=f"ch-{number}",
+            heading=f"Chapter {number}",
+            title=c["title"] or "",
+            summary=c["summary"] or "",
+            key_events=[str(e) for e in c["key_events"] or []],
+        )
     bible_entities = [eid for eid, e in entities.items() if e.first_chapter == 0]
     if bible_entities or any(0 in rel.chapters for rel in rels):
-        entries[0] = TimelineEntry(at=0, anchor="ch-0", heading="Story bible",
-                                   title="What the book starts from (the outline and your edits)")
+        entries[0] = TimelineEntry(
+            at=0,
+            anchor="ch-0",
+            heading="Story bible",
+            title="What the book starts from (the outline and your edits)",
+        )
 
     def entry(number: int) -> TimelineEntry | None:
         return entries.get(number)
@@ -451,10 +635,15 @@ def _timeline(read: _Read, entities: dict[str, Entity], anchors: dict[str, str],
     for scene in read.scenes:
         found = entry(int(scene["chapter"]))
         if found is not None:
-            found.scenes.append(SceneLine(index=int(scene["scene"] or 0), title=scene["title"] or "",
-                                          location=scene["location"] or "",
-                                          characters=[str(c) for c in scene["characters"] or []],
-                                          summary=scene["summary"] or ""))
+            found.scenes.append(
+                SceneLine(
+                    index=int(scene["scene"] or 0),
+                    title=scene["title"] or "",
+                    location=scene["location"] or "",
+                    characters=[str(c) for c in scene["characters"] or []],
+                    summary=scene["summary"] or "",
+                )
+            )
     by_chapter: dict[int, set[str]] = defaultdict(set)
     for row in read.appearances:
         if row["id"] in entities:
@@ -466,12 +655,16 @@ def _timeline(read: _Read, entities: dict[str, Entity], anchors: dict[str, str],
     for number, found in entries.items():
         order = sorted(by_chapter.get(number, ()), key=lambda eid: names[eid].casefold())
         found.appears = [item(eid) for eid in order]
-        found.mentioned = [item(eid, f"{names[eid]} ({entities[eid].label})")
-                           for eid in sorted(mentioned.get(number, ()), key=lambda eid: names[eid].casefold())]
+        found.mentioned = [
+            item(eid, f"{names[eid]} ({entities[eid].label})")
+            for eid in sorted(mentioned.get(number, ()), key=lambda eid: names[eid].casefold())
+        ]
     for eid in sorted(entities, key=lambda e: names[e].casefold()):
         entity = entities[eid]
         if entity.first_chapter is not None and (found := entry(entity.first_chapter)) is not None:
-            found.new_entities.append(item(eid, f"{entity.name} ({entity.label})", _first_seen(entity)[1]))
+            found.new_entities.append(
+                item(eid, f"{entity.name} ({entity.label})", _first_seen(entity)[1])
+            )
         for span in _statuses(entity):
             if span.start > 0 and (found := entry(span.start)) is not None:
                 found.status_changes.append(item(eid, f"{entity.name}: {span.status}", span.quote))
@@ -479,12 +672,22 @@ def _timeline(read: _Read, entities: dict[str, Entity], anchors: dict[str, str],
         text = f"{names[rel.source]} {rel.label} {names[rel.target]}"
         for start, end in rel.spans:
             if (found := entry(start)) is not None:
-                quote = next((s["quote"] for s in rel.statements if (s["chapter"] or 0) == start and s["quote"]), None)
-                found.new_relationships.append(TimelineItem(text=text, quote=quote, anchor=anchors.get(rel.source)))
+                quote = next(
+                    (
+                        s["quote"]
+                        for s in rel.statements
+                        if (s["chapter"] or 0) == start and s["quote"]
+                    ),
+                    None,
+                )
+                found.new_relationships.append(
+                    TimelineItem(text=text, quote=quote, anchor=anchors.get(rel.source))
+                )
             if end is not None and (found := entry(end)) is not None:
                 now = f" (now {rel.ended_by.rsplit(' in chapter', 1)[0]})" if rel.ended_by else ""
-                found.ended_relationships.append(TimelineItem(text=f"{text} ended{now}",
-                                                              anchor=anchors.get(rel.source)))
+                found.ended_relationships.append(
+                    TimelineItem(text=f"{text} ended{now}", anchor=anchors.get(rel.source))
+                )
     for number, rows in quality.items():
         if (found := entry(number)) is not None:
             found.flags = _flags(rows)
@@ -509,17 +712,30 @@ def _flags(rows: list[dict[str, Any]]) -> list[str]:
     return flags
 
 
-def _quality_table(quality: dict[int, list[dict[str, Any]]],
-                   titles: dict[int, str]) -> tuple[list[QualityChapter], list[str]]:
+def _quality_table(
+    quality: dict[int, list[dict[str, Any]]], titles: dict[int, str]
+) -> tuple[list[QualityChapter], list[str]]:
     chapters: list[QualityChapter] = []
     seen: dict[str, None] = {}
     for number in sorted(quality):
         row = next((r for r in quality[number] if r.get("part") == "chapter"), None)
         if row is None:
             continue
-        values = {k: v for k, v in row.items() if k != "part" and (v is None or isinstance(v, str | int | float))}
+        values = {
+            k: v
+            for k, v in row.items()
+            if k != "part" and (v is None or isinstance(v, str | int | float))
+        }
         seen.update(dict.fromkeys(values))
-        chapters.append(QualityChapter(chapter=number, title=titles.get(number, ""), values=values,
-                                       flags=_flags(quality[number])))
-    columns = [c for c in QUALITY_COLUMNS if c in seen] + [c for c in seen if c not in QUALITY_COLUMNS]
+        chapters.append(
+            QualityChapter(
+                chapter=number,
+                title=titles.get(number, ""),
+                values=values,
+                flags=_flags(quality[number]),
+            )
+        )
+    columns = [c for c in QUALITY_COLUMNS if c in seen] + [
+        c for c in seen if c not in QUALITY_COLUMNS
+    ]
     return chapters, columns

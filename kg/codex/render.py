@@ -37,8 +37,12 @@ CHART_HEIGHT = 64
 @cache
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(HERE), autoescape=True, undefined=jinja2.StrictUndefined,
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        loader=jinja2.FileSystemLoader(HERE),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
     )
 
 
@@ -74,8 +78,11 @@ def quality_charts(page: CodexPage) -> list[dict[str, Any]]:
     width = step * len(chapters) + 8
     # Chapter numbers under the bars, as many as fit.
     every = max(1, -(-22 // step))
-    ticks = [{"x": 4 + i * step + (step - 2) / 2, "text": str(c.chapter)} for i, c in enumerate(chapters)
-             if i % every == 0]
+    ticks = [
+        {"x": 4 + i * step + (step - 2) / 2, "text": str(c.chapter)}
+        for i, c in enumerate(chapters)
+        if i % every == 0
+    ]
     charts = []
     for key, title, fixed in CHART_METRICS:
         values = [_number(c.values.get(key)) for c in chapters]
@@ -88,12 +95,33 @@ def quality_charts(page: CodexPage) -> list[dict[str, Any]]:
             if value is None:
                 continue
             height = max(1.0, round(CHART_HEIGHT * min(value, top) / top, 1))
-            bars.append({"x": 4 + i * step, "y": round(CHART_HEIGHT - height, 1), "w": max(2, step - 2), "h": height,
-                         "flagged": chapter.flagged, "dropped": False, "tip": f"chapter {chapter.chapter}: {title} {_fmt(value)}"
-                         + (" (flagged)" if chapter.flagged else "")})
-        charts.append({"title": title, "width": width, "height": CHART_HEIGHT, "bars": bars, "ticks": ticks,
-                       "low": _fmt(min(present)), "high": _fmt(max(present))})
-    kept = [(_number(c.values.get("facts_kept")), _number(c.values.get("facts_dropped"))) for c in chapters]
+            bars.append(
+                {
+                    "x": 4 + i * step,
+                    "y": round(CHART_HEIGHT - height, 1),
+                    "w": max(2, step - 2),
+                    "h": height,
+                    "flagged": chapter.flagged,
+                    "dropped": False,
+                    "tip": f"chapter {chapter.chapter}: {title} {_fmt(value)}"
+                    + (" (flagged)" if chapter.flagged else ""),
+                }
+            )
+        charts.append(
+            {
+                "title": title,
+                "width": width,
+                "height": CHART_HEIGHT,
+                "bars": bars,
+                "ticks": ticks,
+                "low": _fmt(min(present)),
+                "high": _fmt(max(present)),
+            }
+        )
+    kept = [
+        (_number(c.values.get("facts_kept")), _number(c.values.get("facts_dropped")))
+        for c in chapters
+    ]
     if any(k is not None for k, _ in kept):
         top = max(max((k or 0) + (d or 0) for k, d in kept), 1.0)
         bars = []
@@ -102,13 +130,40 @@ def quality_charts(page: CodexPage) -> list[dict[str, Any]]:
             h_kept = round(CHART_HEIGHT * k / top, 1)
             h_dropped = round(CHART_HEIGHT * d / top, 1)
             tip = f"chapter {chapter.chapter}: {int(k)} facts kept, {int(d)} dropped by grounding"
-            bars.append({"x": 4 + i * step, "y": round(CHART_HEIGHT - h_kept, 1), "w": max(2, step - 2), "h": h_kept,
-                         "flagged": False, "dropped": False, "tip": tip})
+            bars.append(
+                {
+                    "x": 4 + i * step,
+                    "y": round(CHART_HEIGHT - h_kept, 1),
+                    "w": max(2, step - 2),
+                    "h": h_kept,
+                    "flagged": False,
+                    "dropped": False,
+                    "tip": tip,
+                }
+            )
             if h_dropped:
-                bars.append({"x": 4 + i * step, "y": round(CHART_HEIGHT - h_kept - h_dropped, 1),
-                             "w": max(2, step - 2), "h": h_dropped, "flagged": True, "dropped": True, "tip": tip})
-        charts.append({"title": "facts kept (dark) and dropped (red)", "width": width, "height": CHART_HEIGHT,
-                       "bars": bars, "ticks": ticks, "low": "0", "high": _fmt(top)})
+                bars.append(
+                    {
+                        "x": 4 + i * step,
+                        "y": round(CHART_HEIGHT - h_kept - h_dropped, 1),
+                        "w": max(2, step - 2),
+                        "h": h_dropped,
+                        "flagged": True,
+                        "dropped": True,
+                        "tip": tip,
+                    }
+                )
+        charts.append(
+            {
+                "title": "facts kept (dark) and dropped (red)",
+                "width": width,
+                "height": CHART_HEIGHT,
+                "bars": bars,
+                "ticks": ticks,
+                "low": "0",
+                "high": _fmt(top),
+            }
+        )
     return charts
 
 
@@ -119,7 +174,16 @@ def _fmt(value: float) -> str:
 def render_codex(page: CodexPage) -> str:
     """The page as HTML text (deterministic: the same page model gives the same bytes)."""
     data = {"graph": page.graph.model_dump(mode="json"), "kind": page.kind, "as_of": page.as_of}
-    return _environment().get_template("codex.html.j2").render(
-        page=page, data_json=script_json(data), charts=quality_charts(page), library_name=LIBRARY_NAME,
-        library=Markup(_inline(LIBRARY)), app=Markup(_inline(HERE / "codex.js")), css=Markup(_inline(HERE / "codex.css")),
+    return (
+        _environment()
+        .get_template("codex.html.j2")
+        .render(
+            page=page,
+            data_json=script_json(data),
+            charts=quality_charts(page),
+            library_name=LIBRARY_NAME,
+            library=Markup(_inline(LIBRARY)),
+            app=Markup(_inline(HERE / "codex.js")),
+            css=Markup(_inline(HERE / "codex.css")),
+        )
     )

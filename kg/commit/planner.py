@@ -56,12 +56,16 @@ class RelWrite:
 
 
 class ChapterPlanner:
-    def __init__(self, tx: ManagedTransaction, delta: ChapterDelta, ops: GraphOps, *, lock_reads: bool = True) -> None:
+    def __init__(
+        self, tx: ManagedTransaction, delta: ChapterDelta, ops: GraphOps, *, lock_reads: bool = True
+    ) -> None:
         self.tx, self.delta, self.ops = tx, delta, ops
         self.read_for_update = ops.lock_nodes if lock_reads else ops.read_nodes
         self.chapter = delta.chapter
         self.existing: dict[str, dict[str, Any]] = {}  # entity id -> pre-commit properties
-        self.graph_names: dict[str, list[tuple[str, str, str]]] = defaultdict(list)  # key -> (id, kind, label)
+        self.graph_names: dict[str, list[tuple[str, str, str]]] = defaultdict(
+            list
+        )  # key -> (id, kind, label)
         self.local_names: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
         self.work: dict[str, Entity] = {}  # touched entity id -> its state after this commit
         self.resolved: dict[str, str] = {}
@@ -107,7 +111,10 @@ class ChapterPlanner:
         """Best entity whose name or alias key is one of `keys` (the first is the name)."""
         best: tuple[Any, ...] | None = None
         for position, key in enumerate(keys):
-            for eid, kind, found_label in (*self.local_names.get(key, ()), *self.graph_names.get(key, ())):
+            for eid, kind, found_label in (
+                *self.local_names.get(key, ()),
+                *self.graph_names.get(key, ()),
+            ):
                 if label is not None and found_label != label:
                     continue
                 if eid not in self.work and eid not in self.existing:
@@ -126,7 +133,11 @@ class ChapterPlanner:
     def _register(self, eid: str, entity: Entity) -> None:
         previous = self.work.get(eid)
         self.work[eid] = entity
-        if previous is not None and previous.name == entity.name and previous.aliases == entity.aliases:
+        if (
+            previous is not None
+            and previous.name == entity.name
+            and previous.aliases == entity.aliases
+        ):
             return  # same names: already indexed
         self.local_names[vocab.name_key(entity.name)].append((eid, "name", entity.label))
         for alias in entity.aliases:
@@ -206,12 +217,16 @@ class ChapterPlanner:
         description = state.description
         # A description is replaced only by a source at least as authoritative as the best
         # one behind the entity: extraction never overwrites what the user or outline said.
-        if e.description and (not description or _source_rank(new_sources) >= _source_rank(state.sources)):
+        if e.description and (
+            not description or _source_rank(new_sources) >= _source_rank(state.sources)
+        ):
             description = e.description
         provisional = bool(state.is_provisional)
         if e.is_provisional is False or any(s.type in _CONFIRMING_SOURCES for s in e.sources):
             provisional = False
-        intervals = list(state.status_intervals) + [i for i in e.status_intervals if i not in state.status_intervals]
+        intervals = list(state.status_intervals) + [
+            i for i in e.status_intervals if i not in state.status_intervals
+        ]
         return state.model_copy(
             update={
                 "aliases": aliases,
@@ -242,7 +257,12 @@ class ChapterPlanner:
             # Keep the old name as an alias so references to it still resolve.
             update.setdefault("aliases", entity.aliases)
             update["aliases"] = [entity.name, *(update["aliases"] or [])]
-        for key, empty in (("aliases", []), ("traits", []), ("description", ""), ("is_provisional", False)):
+        for key, empty in (
+            ("aliases", []),
+            ("traits", []),
+            ("description", ""),
+            ("is_provisional", False),
+        ):
             if key in update and update[key] is None:
                 update[key] = empty
         if "aliases" in update:
@@ -252,7 +272,9 @@ class ChapterPlanner:
         # Validate the result as a whole: a bad core value fails the commit with a clear message.
         self._register(eid, Entity.model_validate({**entity.model_dump(), **update}))
 
-    def apply_status(self, eid: str, status: str, chapter: int, evidence: EntitySource | None = None) -> None:
+    def apply_status(
+        self, eid: str, status: str, chapter: int, evidence: EntitySource | None = None
+    ) -> None:
         entity = self.work[eid]
         if evidence is not None and evidence not in entity.sources:
             entity = entity.model_copy(update={"sources": [*entity.sources, evidence]})
@@ -264,15 +286,23 @@ class ChapterPlanner:
         for interval in entity.status_intervals:
             if interval.from_chapter == chapter:
                 continue  # superseded by the new status for the same chapter
-            if interval.from_chapter < chapter and (interval.to_chapter is None or interval.to_chapter >= chapter):
+            if interval.from_chapter < chapter and (
+                interval.to_chapter is None or interval.to_chapter >= chapter
+            ):
                 interval = interval.model_copy(update={"to_chapter": chapter - 1})
             intervals.append(interval)
-        intervals.append(StatusInterval(status=status, from_chapter=chapter, to_chapter=min(later) - 1 if later else None))
+        intervals.append(
+            StatusInterval(
+                status=status, from_chapter=chapter, to_chapter=min(later) - 1 if later else None
+            )
+        )
         intervals.sort(key=lambda i: i.from_chapter)
         self._register(eid, entity.model_copy(update={"status_intervals": intervals}))
 
     # -- the whole plan
-    def plan(self) -> tuple[list[NodeWrite], list[RelWrite], list[dict[str, Any]], list[dict[str, Any]]]:
+    def plan(
+        self,
+    ) -> tuple[list[NodeWrite], list[RelWrite], list[dict[str, Any]], list[dict[str, Any]]]:
         d, ch = self.delta, self.chapter
         self.prefetch()
         for e in d.entities:
@@ -301,9 +331,17 @@ class ChapterPlanner:
             status_chapter = ch if s.chapter is None else s.chapter
             evidence = None
             if s.quote:
-                evidence = EntitySource(type=d.source_type, chapter=status_chapter, scene=s.scene, quote=s.quote,
-                                        fact="status", value=s.status)
-            self.apply_status(self.resolve_ref(s.entity, s.label, "Character"), s.status, status_chapter, evidence)
+                evidence = EntitySource(
+                    type=d.source_type,
+                    chapter=status_chapter,
+                    scene=s.scene,
+                    quote=s.quote,
+                    fact="status",
+                    value=s.status,
+                )
+            self.apply_status(
+                self.resolve_ref(s.entity, s.label, "Character"), s.status, status_chapter, evidence
+            )
 
         nodes: list[NodeWrite] = []
         names_delete: list[dict[str, Any]] = []
@@ -318,7 +356,9 @@ class ChapterPlanner:
             nodes.append(NodeWrite(vocab.ENTITY, (vocab.ENTITY, entity.label), eid, props, before))
             old = {(r["entity_id"], r["key"]): r for r in name_rows(before)} if before else {}
             new = {(r["entity_id"], r["key"]): r for r in name_rows(props)}
-            names_delete += [{"entity_id": k[0], "key": k[1]} for k, row in old.items() if new.get(k) != row]
+            names_delete += [
+                {"entity_id": k[0], "key": k[1]} for k, row in old.items() if new.get(k) != row
+            ]
             names_create += [row for k, row in new.items() if old.get(k) != row]
 
         infra, pre_existing = self._infra_nodes()
@@ -329,17 +369,31 @@ class ChapterPlanner:
         for scene in d.scenes:
             sid = scene_id(ch, scene.index)
             key = vocab.rel_key(cid, vocab.HAS_SCENE, sid, ch)
-            rels[key] = RelWrite(vocab.HAS_SCENE, chapter_node, (vocab.SCENE, sid), key, {"key": key, "chapter": ch})
+            rels[key] = RelWrite(
+                vocab.HAS_SCENE, chapter_node, (vocab.SCENE, sid), key, {"key": key, "chapter": ch}
+            )
         # One structural edge per entity the chapter involves (spec 001 section 16):
         # Character -[:APPEARS_IN]-> Chapter, Chapter -[:MENTIONS]-> any other entity.
         # Chapter 0 (initialization) has no Chapter node, so no structural edges either.
         for eid, entity in self.work.items() if ch > 0 else ():
             if entity.label == "Character":
                 key = vocab.rel_key(eid, vocab.APPEARS_IN, cid, ch)
-                rels[key] = RelWrite(vocab.APPEARS_IN, (vocab.ENTITY, eid), chapter_node, key, {"key": key, "chapter": ch})
+                rels[key] = RelWrite(
+                    vocab.APPEARS_IN,
+                    (vocab.ENTITY, eid),
+                    chapter_node,
+                    key,
+                    {"key": key, "chapter": ch},
+                )
             else:
                 key = vocab.rel_key(cid, vocab.MENTIONS, eid, ch)
-                rels[key] = RelWrite(vocab.MENTIONS, chapter_node, (vocab.ENTITY, eid), key, {"key": key, "chapter": ch})
+                rels[key] = RelWrite(
+                    vocab.MENTIONS,
+                    chapter_node,
+                    (vocab.ENTITY, eid),
+                    key,
+                    {"key": key, "chapter": ch},
+                )
 
         keys_by_type: dict[str, list[str]] = defaultdict(list)
         for rel in rels.values():

@@ -76,25 +76,37 @@ def _apply_action(
         if found:
             before = float(found[0]["weight"] or 0.0)
             after = _clamp(before + action.weight_delta)
-            tx.run(dq.SET_RELATION_WEIGHT, **pair, **stamp, rel_id=found[0]["rel_id"], weight=after).consume()
+            tx.run(
+                dq.SET_RELATION_WEIGHT, **pair, **stamp, rel_id=found[0]["rel_id"], weight=after
+            ).consume()
             return AppliedAction(
-                action="EVOLVE", source_id=action.source_id, target_id=action.target_id,
-                from_type=action.type, to_type=action.type, rel_id=found[0]["rel_id"],
-                weight_before=before, weight_after=after,
+                action="EVOLVE",
+                source_id=action.source_id,
+                target_id=action.target_id,
+                from_type=action.type,
+                to_type=action.type,
+                rel_id=found[0]["rel_id"],
+                weight_before=before,
+                weight_after=after,
             )
         after = _clamp(EVOLVE_BASE_WEIGHT + action.weight_delta)
         rel_id = create(action.type, after, "")
         return AppliedAction(
-            action="EVOLVE", source_id=action.source_id, target_id=action.target_id,
-            to_type=action.type, rel_id=rel_id, weight_after=after, note="created",
+            action="EVOLVE",
+            source_id=action.source_id,
+            target_id=action.target_id,
+            to_type=action.type,
+            rel_id=rel_id,
+            weight_after=after,
+            note="created",
         )
 
     if action.action == "REPLACE":
-        ended = [
-            r for r in active(action.from_type) if r["type"] != action.type
-        ]
+        ended = [r for r in active(action.from_type) if r["type"] != action.type]
         for rel in ended:
-            tx.run(dq.END_RELATION, **pair, **stamp, rel_id=rel["rel_id"], ended=REL_ENDED).consume()
+            tx.run(
+                dq.END_RELATION, **pair, **stamp, rel_id=rel["rel_id"], ended=REL_ENDED
+            ).consume()
         already = active(action.type)
         weight = _clamp(action.weight)
         if already:
@@ -103,8 +115,11 @@ def _apply_action(
         else:
             rel_id = create(action.type, weight, "")
         return AppliedAction(
-            action="REPLACE", source_id=action.source_id, target_id=action.target_id,
-            from_type=ended[0]["type"] if ended else action.from_type, to_type=action.type,
+            action="REPLACE",
+            source_id=action.source_id,
+            target_id=action.target_id,
+            from_type=ended[0]["type"] if ended else action.from_type,
+            to_type=action.type,
             rel_id=rel_id,
             weight_before=float(ended[0]["weight"] or 0.0) if ended else None,
             weight_after=weight,
@@ -114,15 +129,23 @@ def _apply_action(
     found = active(action.type)
     if not found:
         return AppliedAction(
-            action="DELETE", source_id=action.source_id, target_id=action.target_id,
-            from_type=action.type, applied=False, note="no active relation of this type",
+            action="DELETE",
+            source_id=action.source_id,
+            target_id=action.target_id,
+            from_type=action.type,
+            applied=False,
+            note="no active relation of this type",
         )
     for rel in found:
         tx.run(dq.END_RELATION, **pair, **stamp, rel_id=rel["rel_id"], ended=REL_ENDED).consume()
     return AppliedAction(
-        action="DELETE", source_id=action.source_id, target_id=action.target_id,
-        from_type=action.type, rel_id=found[0]["rel_id"],
-        weight_before=float(found[0]["weight"] or 0.0), weight_after=0.0,
+        action="DELETE",
+        source_id=action.source_id,
+        target_id=action.target_id,
+        from_type=action.type,
+        rel_id=found[0]["rel_id"],
+        weight_before=float(found[0]["weight"] or 0.0),
+        weight_after=0.0,
     )
 
 
@@ -139,7 +162,10 @@ def commit_tx(
     # same statement reads what steps 2 and 3 need (the turn's record, the turn counter, its
     # memory row).
     opened = tx.run(
-        dq.COMMIT_OPEN, lock_key=lock_key(write.conversation_id), owner=owner, key=write.key,
+        dq.COMMIT_OPEN,
+        lock_key=lock_key(write.conversation_id),
+        owner=owner,
+        key=write.key,
         conversation_id=write.conversation_id,
     ).single()
     if opened is None or not int(opened["released"]):
@@ -189,8 +215,16 @@ def commit_tx(
             "write_json": write.model_dump_json(exclude={"memory", "embedding", "committed_at"}),
         }
     )
-    memory_rows = [memory_props(memory, int(memory_last))] if memory is not None and append_memory else []
-    tx.run(dq.CREATE_TURN_RECORDS, props=props, events=events, milestones=milestones, memory=memory_rows).consume()
+    memory_rows = (
+        [memory_props(memory, int(memory_last))] if memory is not None and append_memory else []
+    )
+    tx.run(
+        dq.CREATE_TURN_RECORDS,
+        props=props,
+        events=events,
+        milestones=milestones,
+        memory=memory_rows,
+    ).consume()
     return CommitOutcome(status="committed", seq=seq, applied=applied)
 
 
@@ -260,9 +294,18 @@ def apply_changes(
     # 5. Bio patches, in order, in one statement (a row sees the rows before it: a second
     # patch to an entity builds on the first, as when they were sent one by one).
     if write.bio_patches:
-        rows = [{"entity_id": p.entity_id, "summary": p.summary, "add": p.traits_add, "remove": p.traits_remove}
-                for p in write.bio_patches]
-        tx.run(dq.PATCH_BIOS, conversation_id=write.conversation_id, rows=rows, turn_id=write.turn_id).consume()
+        rows = [
+            {
+                "entity_id": p.entity_id,
+                "summary": p.summary,
+                "add": p.traits_add,
+                "remove": p.traits_remove,
+            }
+            for p in write.bio_patches
+        ]
+        tx.run(
+            dq.PATCH_BIOS, conversation_id=write.conversation_id, rows=rows, turn_id=write.turn_id
+        ).consume()
     # 6. Milestones (their rows).
     milestones = [
         {
@@ -292,7 +335,11 @@ def next_turn_seq(
         # already (one scan in the conversation's life, never again).
         stats = tx.run(dq.TURN_STATS, conversation_id=conversation_id).single()
         floor = int(stats["max_seq"]) if stats and stats["max_seq"] is not None else 0
-    row = tx.run(dq.TURN_AND_MEMORY_SEQ_NEXT, conversation_id=conversation_id, floor=floor,
-                 memory_count=memory_count).single()
+    row = tx.run(
+        dq.TURN_AND_MEMORY_SEQ_NEXT,
+        conversation_id=conversation_id,
+        floor=floor,
+        memory_count=memory_count,
+    ).single()
     assert row is not None  # MERGE returns its one row
     return int(row["seq"]), row["memory_last"]

@@ -46,14 +46,24 @@ from kg.records import (
 from kg.store import GraphStore
 
 
-def merged_entity(survivor: Entity, others: Sequence[Entity], *, created_at: str, confidence: float | None = None,
-                  chapter: int | None = None) -> Entity:
+def merged_entity(
+    survivor: Entity,
+    others: Sequence[Entity],
+    *,
+    created_at: str,
+    confidence: float | None = None,
+    chapter: int | None = None,
+) -> Entity:
     """The survivor after absorbing `others`: nothing they knew is dropped (pure function)."""
     aliases = list(survivor.aliases)
     description = survivor.description
     description_history = [str(x) for x in _as_list(survivor.attributes.get("description_history"))]
     attribute_history = [str(x) for x in _as_list(survivor.attributes.get("attribute_history"))]
-    attributes = {k: v for k, v in survivor.attributes.items() if k not in ("description_history", "attribute_history")}
+    attributes = {
+        k: v
+        for k, v in survivor.attributes.items()
+        if k not in ("description_history", "attribute_history")
+    }
     traits = list(survivor.traits)
     sources = list(survivor.sources)
     intervals = list(survivor.status_intervals)
@@ -74,12 +84,20 @@ def merged_entity(survivor: Entity, others: Sequence[Entity], *, created_at: str
             elif key not in attributes:
                 attributes[key] = value
             elif attributes[key] != value:
-                attribute_history.append(canonical_json({"key": key, "value": value, "from": other.id}))
+                attribute_history.append(
+                    canonical_json({"key": key, "value": value, "from": other.id})
+                )
         traits += other.traits
         sources += [s for s in other.sources if s not in sources]
         sources.append(
-            EntitySource(type="merge", chapter=chapter, original_name=other.name, created_by=HEALER,
-                         created_at=created_at, confidence=None if confidence is None else max(0.0, min(1.0, confidence)))
+            EntitySource(
+                type="merge",
+                chapter=chapter,
+                original_name=other.name,
+                created_by=HEALER,
+                created_at=created_at,
+                confidence=None if confidence is None else max(0.0, min(1.0, confidence)),
+            )
         )
         for interval in other.status_intervals:
             clash = next((i for i in intervals if i.from_chapter == interval.from_chapter), None)
@@ -87,7 +105,13 @@ def merged_entity(survivor: Entity, others: Sequence[Entity], *, created_at: str
                 intervals.append(interval)
             elif clash != interval:
                 attribute_history.append(
-                    canonical_json({"key": "status", "value": interval.model_dump(mode="json"), "from": other.id})
+                    canonical_json(
+                        {
+                            "key": "status",
+                            "value": interval.model_dump(mode="json"),
+                            "from": other.id,
+                        }
+                    )
                 )
         first, last = min_present(first, other.first_chapter), max_present(last, other.last_chapter)
         provisional = provisional and bool(other.is_provisional)
@@ -131,12 +155,18 @@ def merge_audit_id(plan: MergePlan, chapter: int) -> str:
     return "merge:" + hashlib.sha256(canonical_json([chapter, ids]).encode()).hexdigest()[:16]
 
 
-def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: int = 0) -> MergeResult:
+def merge_tx(
+    tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: int = 0
+) -> MergeResult:
     """Merge `plan.merged_ids` into the survivor; one transaction (see the module docstring).
     `created_at` is a story stamp (which chapter and change-set the merge amends), not a time."""
     ids = [plan.survivor_id, *plan.merged_ids]
-    result = MergeResult(survivor_id=plan.survivor_id, name=plan.survivor_name, merged_ids=plan.merged_ids,
-                         merged_names=plan.merged_names)
+    result = MergeResult(
+        survivor_id=plan.survivor_id,
+        name=plan.survivor_name,
+        merged_ids=plan.merged_ids,
+        merged_names=plan.merged_names,
+    )
     locked = tx.run(mq.LOCK_ENTITIES, ids=ids).data()
     nodes = {r["id"]: r["props"] for r in locked}
     labels = {r["id"]: list(r["labels"]) for r in locked}
@@ -151,7 +181,9 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
         return result
     survivor = entities[plan.survivor_id]
     others = [entities[i] for i in plan.merged_ids]
-    merged = merged_entity(survivor, others, created_at=created_at, confidence=plan.score, chapter=chapter)
+    merged = merged_entity(
+        survivor, others, created_at=created_at, confidence=plan.score, chapter=chapter
+    )
     props = node_props(nodes[plan.survivor_id], merged, chapter)
     tx.run(mq.REPLACE_ENTITIES, rows=[{"id": plan.survivor_id, "props": props}]).consume()
     undo = Amendment()
@@ -161,7 +193,11 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
     inside = set(ids)
     _record_deleted_rels(undo, rels, set(plan.merged_ids))
     # A fact is (type, direction, other end, chapter): the survivor keeps one copy of each.
-    have = {(r["type"], r["outgoing"], r["other"], r["props"].get("chapter")) for r in rels if r["id"] == plan.survivor_id}
+    have = {
+        (r["type"], r["outgoing"], r["other"], r["props"].get("chapter"))
+        for r in rels
+        if r["id"] == plan.survivor_id
+    }
     creates: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rels:
         if r["id"] == plan.survivor_id:
@@ -179,9 +215,15 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
             continue
         have.add(fact)
         if r["outgoing"]:
-            group, row = (r["type"], vocab.ENTITY, other_label), {"src": plan.survivor_id, "tgt": r["other"]}
+            group, row = (
+                (r["type"], vocab.ENTITY, other_label),
+                {"src": plan.survivor_id, "tgt": r["other"]},
+            )
         else:
-            group, row = (r["type"], other_label, vocab.ENTITY), {"src": r["other"], "tgt": plan.survivor_id}
+            group, row = (
+                (r["type"], other_label, vocab.ENTITY),
+                {"src": r["other"], "tgt": plan.survivor_id},
+            )
         # Same properties, key included: rolling back the chapter that made the fact removes it.
         creates[group].append({**row, "props": r["props"]})
         undo.created_rels.append((r["type"], r["props"]["key"]))
@@ -235,7 +277,12 @@ def _record_deleted_rels(undo: Amendment, rels: list[dict[str, Any]], merged: se
             continue
         seen.add((r["type"], key))
         here, there = (vocab.ENTITY, r["id"]), (other, r["other"])
-        undo.deleted_rel(r["type"], here if r["outgoing"] else there, there if r["outgoing"] else here, r["props"])
+        undo.deleted_rel(
+            r["type"],
+            here if r["outgoing"] else there,
+            there if r["outgoing"] else here,
+            r["props"],
+        )
 
 
 def _reason(ev: PairEvidence) -> str:

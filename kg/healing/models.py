@@ -76,7 +76,9 @@ class MergeResult(_Model):
     sources: int = 0
     relationships_moved: int = 0
     relationships_deduplicated: int = 0
-    relationships_dropped: int = Field(0, description="between merged entities (would be self-loops)")
+    relationships_dropped: int = Field(
+        0, description="between merged entities (would be self-loops)"
+    )
     skipped: str | None = Field(None, description="why nothing was written")
 
 

@@ -45,7 +45,11 @@ class HealingSnapshot:
         found = self._variants.get(eid)
         if found is None:
             e = self.entities[eid]
-            found = list(dict.fromkeys(t for t in (canonical_tokens(n, e.label) for n in (e.name, *e.aliases)) if t))
+            found = list(
+                dict.fromkeys(
+                    t for t in (canonical_tokens(n, e.label) for n in (e.name, *e.aliases)) if t
+                )
+            )
             self._variants[eid] = found
         return found
 
@@ -63,7 +67,9 @@ def key_index(entities: dict[str, Entity]) -> dict[str, set[str]]:
     return index
 
 
-def resolve_scene_refs(refs: Iterable[str], entities: dict[str, Entity], keys: dict[str, set[str]]) -> list[set[str]]:
+def resolve_scene_refs(
+    refs: Iterable[str], entities: dict[str, Entity], keys: dict[str, set[str]]
+) -> list[set[str]]:
     """Entity ids each scene reference may mean: an id, else every entity with that name/alias.
 
     A name listed twice in one scene ("Anna", "Anna") therefore yields two entries that
@@ -72,10 +78,16 @@ def resolve_scene_refs(refs: Iterable[str], entities: dict[str, Entity], keys: d
     return [{ref} if ref in entities else set(keys.get(vocab.name_key(ref), ())) for ref in refs]
 
 
-def _snapshot_tx(tx: ManagedTransaction, mirror: StoryMirror, ids: list[str] | None) -> HealingSnapshot:
+def _snapshot_tx(
+    tx: ManagedTransaction, mirror: StoryMirror, ids: list[str] | None
+) -> HealingSnapshot:
     mirror.refresh(tx)
     entities: dict[str, Entity] = {}
-    rows = tx.run(mq.ALL_ENTITIES) if ids is None else tx.run(cypher.read_nodes(vocab.ENTITY), ids=sorted(set(ids)))
+    rows = (
+        tx.run(mq.ALL_ENTITIES)
+        if ids is None
+        else tx.run(cypher.read_nodes(vocab.ENTITY), ids=sorted(set(ids)))
+    )
     for row in rows:
         entity = entity_from_props(row["props"])
         assert entity.id is not None
