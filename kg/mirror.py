@@ -34,6 +34,7 @@ from core.graph_server import GraphEndpoint
 from kg import cypher
 from kg import vocabulary as vocab
 from kg.commit import history
+from kg.ports import GraphReader
 
 if TYPE_CHECKING:
     from core.recall import HybridIndex
@@ -370,6 +371,14 @@ class _Graph(Protocol):
     """What names a graph: a store (kg.store.GraphStore, which imports this module) has it."""
 
     endpoint: GraphEndpoint
+
+
+class MirroredReader(GraphReader, Protocol):
+    """A graph reader that names its graph: what a read through the graph's story mirror
+    (`mirror_of`) needs. A store (kg.store.GraphStore) is one."""
+
+    @property
+    def endpoint(self) -> GraphEndpoint: ...
 
 
 _mirrors: dict[tuple[str, str], StoryMirror] = {}

@@ -48,9 +48,8 @@ from core.settings import HealingSettings
 from kg import cypher
 from kg import maintenance_cypher as mq
 from kg import vocabulary as vocab
-from kg.mirror import StoryMirror, mirror_of
+from kg.mirror import MirroredReader, StoryMirror, mirror_of
 from kg.records import REVISIONS, decode_value, entity_from_props
-from kg.store import GraphStore
 
 CheckName = Literal[
     "contradictory_traits",
@@ -545,7 +544,7 @@ def before_first_appearance(view: _View) -> list[Finding]:
 
 
 def run_checks(
-    store: GraphStore,
+    store: MirroredReader,
     settings: HealingSettings,
     checks: tuple[CheckName, ...] = CHECKS,
     chapters: Collection[int] | None = None,

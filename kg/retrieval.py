@@ -26,7 +26,7 @@ from neo4j import ManagedTransaction
 from kg import cypher
 from kg import vocabulary as vocab
 from kg.commit import NOVEL_INFO_ID
-from kg.mirror import StoryMirror, mirror_of
+from kg.mirror import MirroredReader, StoryMirror, mirror_of
 from kg.models import (
     ChapterSummary,
     Entity,
@@ -35,6 +35,7 @@ from kg.models import (
     RelationshipView,
     SceneContext,
 )
+from kg.ports import GraphReader
 from kg.records import entity_as_of, props_as_of
 from kg.similarity import hybrid_scenes_tx, similar_scenes_tx, vector_index_ready
 from kg.similarity import similar_chapters as similar_chapters  # re-exported: part of this API
@@ -369,7 +370,7 @@ def _summaries_tx(
 
 
 def resolve_names(
-    store: GraphStore,
+    store: GraphReader,
     names: Iterable[str],
     *,
     label: str | None = None,
@@ -381,7 +382,7 @@ def resolve_names(
 
 
 def entities_by_name(
-    store: GraphStore,
+    store: GraphReader,
     names: Iterable[str],
     *,
     as_of_chapter: int | None = None,
@@ -399,7 +400,7 @@ def entities_by_name(
 
 
 def character_profiles(
-    store: GraphStore, *, as_of_chapter: int, names: Iterable[str] = (), ids: Iterable[str] = ()
+    store: GraphReader, *, as_of_chapter: int, names: Iterable[str] = (), ids: Iterable[str] = ()
 ) -> list[EntityProfile]:
     """Profiles (status and latest relationships as of the chapter) of named or given entities."""
     names, wanted = list(names), list(ids)
@@ -413,7 +414,7 @@ def character_profiles(
 
 
 def relationships_as_of(
-    store: GraphStore, entity_id: str, *, as_of_chapter: int
+    store: GraphReader, entity_id: str, *, as_of_chapter: int
 ) -> list[RelationshipView]:
     def work(tx: ManagedTransaction) -> list[RelationshipView]:
         return _latest_views(*relationship_rows(tx, [entity_id], as_of_chapter)).get(entity_id, [])
@@ -426,7 +427,7 @@ NOW = 10**9
 
 
 def recent_relationships(
-    store: GraphStore, ids: Iterable[str], limit: int = 40
+    store: MirroredReader, ids: Iterable[str], limit: int = 40
 ) -> dict[str, list[RelationshipView]]:
     """Each entity's relationships now (the latest of each kind with each other entity), the
     `limit` most recent, oldest first (from the story mirror)."""
@@ -444,21 +445,21 @@ def recent_relationships(
     return store.execute_read(work)
 
 
-def novel_info(store: GraphStore) -> dict[str, Any]:
+def novel_info(store: GraphReader) -> dict[str, Any]:
     """The NovelInfo properties (title, genre, themes, ... from the initialization phase)."""
     rows = store.read(cypher.READ_NOVEL_INFO, id=NOVEL_INFO_ID)
     return {k: v for k, v in rows[0]["props"].items() if k != "id"} if rows else {}
 
 
 def recent_summaries(
-    store: GraphStore, *, as_of_chapter: int, k: int = 3, min_chapter: int = 1
+    store: GraphReader, *, as_of_chapter: int, k: int = 3, min_chapter: int = 1
 ) -> list[ChapterSummary]:
     """The last k chapter summaries up to and including `as_of_chapter`, oldest first."""
     return store.execute_read(_summaries_tx, as_of_chapter, k, min_chapter)
 
 
 def location_context(
-    store: GraphStore, location: str, *, as_of_chapter: int
+    store: GraphReader, location: str, *, as_of_chapter: int
 ) -> LocationContext | None:
     """A location (by id, name or alias) with its parents, children, occupants, events and neighbours."""
     return store.execute_read(_location_tx, location, as_of_chapter)
@@ -541,7 +542,7 @@ class ConsistencyFacts:
 
 
 def consistency_facts(
-    store: GraphStore, names: Iterable[str], *, as_of_chapter: int
+    store: MirroredReader, names: Iterable[str], *, as_of_chapter: int
 ) -> ConsistencyFacts:
     """What the checks need of the named entities and of every earlier scene, as of the chapter;
     the relationships and scenes come from the story mirror (kg.mirror), kept current first."""

@@ -268,28 +268,7 @@ def apply_changes(
         result = _apply_action(tx, write, seq, index, action)
         if result.applied:
             result.event_id = f"{write.key}#e{index}"
-            events.append(
-                no_nulls(
-                    {
-                        "event_id": result.event_id,
-                        "conversation_id": write.conversation_id,
-                        "turn_id": write.turn_id,
-                        "turn_key": write.key,
-                        "seq": seq,
-                        "index": index,
-                        "rel_id": result.rel_id,
-                        "action": result.action,
-                        "source_id": result.source_id,
-                        "target_id": result.target_id,
-                        "from_type": result.from_type,
-                        "to_type": result.to_type,
-                        "weight_before": result.weight_before,
-                        "weight_after": result.weight_after,
-                        "reason": action.reason,
-                        "quote": action.quote or None,
-                    }
-                )
-            )
+            events.append(_event_row(write, seq, index, action, result))
         applied.append(result)
     # 5. Bio patches, in order, in one statement (a row sees the rows before it: a second
     # patch to an entity builds on the first, as when they were sent one by one).
@@ -307,7 +286,38 @@ def apply_changes(
             dq.PATCH_BIOS, conversation_id=write.conversation_id, rows=rows, turn_id=write.turn_id
         ).consume()
     # 6. Milestones (their rows).
-    milestones = [
+    return applied, events, _milestone_rows(write, seq)
+
+
+def _event_row(
+    write: TurnWrite, seq: int, index: int, action: RelationActionWrite, result: AppliedAction
+) -> dict[str, Any]:
+    """The logged event of an applied relation action (its node's properties)."""
+    return no_nulls(
+        {
+            "event_id": result.event_id,
+            "conversation_id": write.conversation_id,
+            "turn_id": write.turn_id,
+            "turn_key": write.key,
+            "seq": seq,
+            "index": index,
+            "rel_id": result.rel_id,
+            "action": result.action,
+            "source_id": result.source_id,
+            "target_id": result.target_id,
+            "from_type": result.from_type,
+            "to_type": result.to_type,
+            "weight_before": result.weight_before,
+            "weight_after": result.weight_after,
+            "reason": action.reason,
+            "quote": action.quote or None,
+        }
+    )
+
+
+def _milestone_rows(write: TurnWrite, seq: int) -> list[dict[str, Any]]:
+    """The milestone nodes' properties, numbered in the turn."""
+    return [
         {
             "milestone_id": f"{write.key}#m{i}",
             "conversation_id": write.conversation_id,
@@ -321,7 +331,6 @@ def apply_changes(
         }
         for i, m in enumerate(write.milestones)
     ]
-    return applied, events, milestones
 
 
 def next_turn_seq(

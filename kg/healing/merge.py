@@ -24,6 +24,7 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from neo4j import ManagedTransaction
@@ -34,7 +35,8 @@ from kg import vocabulary as vocab
 from kg.commit.amendments import Amendment, amend_newest
 from kg.healing.models import MergePlan, MergeResult, PairEvidence
 from kg.healing.node_writes import HEALER, node_props
-from kg.models import Entity, EntitySource
+from kg.models import Entity, EntitySource, StatusInterval
+from kg.ports import GraphReader
 from kg.records import (
     canonical_json,
     entity_from_props,
@@ -43,7 +45,6 @@ from kg.records import (
     name_rows,
     unique,
 )
-from kg.store import GraphStore
 
 
 def merged_entity(
@@ -56,14 +57,7 @@ def merged_entity(
 ) -> Entity:
     """The survivor after absorbing `others`: nothing they knew is dropped (pure function)."""
     aliases = list(survivor.aliases)
-    description = survivor.description
-    description_history = [str(x) for x in _as_list(survivor.attributes.get("description_history"))]
-    attribute_history = [str(x) for x in _as_list(survivor.attributes.get("attribute_history"))]
-    attributes = {
-        k: v
-        for k, v in survivor.attributes.items()
-        if k not in ("description_history", "attribute_history")
-    }
+    known = _Knowledge.of(survivor)
     traits = list(survivor.traits)
     sources = list(survivor.sources)
     intervals = list(survivor.status_intervals)
@@ -72,21 +66,7 @@ def merged_entity(
     raw_label = survivor.raw_label
     for other in others:
         aliases += [other.name, *other.aliases]
-        if other.description and other.description != description:
-            if not description:
-                description = other.description
-            elif other.description not in description_history:
-                description_history.append(other.description)
-        for key, value in other.attributes.items():
-            if key in ("description_history", "attribute_history"):
-                target = description_history if key == "description_history" else attribute_history
-                target += [str(x) for x in _as_list(value) if str(x) not in target]
-            elif key not in attributes:
-                attributes[key] = value
-            elif attributes[key] != value:
-                attribute_history.append(
-                    canonical_json({"key": key, "value": value, "from": other.id})
-                )
+        known.absorb(other)
         traits += other.traits
         sources += [s for s in other.sources if s not in sources]
         sources.append(
@@ -99,33 +79,16 @@ def merged_entity(
                 confidence=None if confidence is None else max(0.0, min(1.0, confidence)),
             )
         )
-        for interval in other.status_intervals:
-            clash = next((i for i in intervals if i.from_chapter == interval.from_chapter), None)
-            if clash is None:
-                intervals.append(interval)
-            elif clash != interval:
-                attribute_history.append(
-                    canonical_json(
-                        {
-                            "key": "status",
-                            "value": interval.model_dump(mode="json"),
-                            "from": other.id,
-                        }
-                    )
-                )
+        known.absorb_statuses(intervals, other)
         first, last = min_present(first, other.first_chapter), max_present(last, other.last_chapter)
         provisional = provisional and bool(other.is_provisional)
         raw_label = raw_label or other.raw_label
-    if description_history:
-        attributes["description_history"] = description_history
-    if attribute_history:
-        attributes["attribute_history"] = attribute_history
     return survivor.model_copy(
         update={
             "aliases": unique(a for a in aliases if a != survivor.name),
-            "description": description,
+            "description": known.description,
             "traits": unique(traits),
-            "attributes": attributes,
+            "attributes": known.merged_attributes(),
             "sources": sources,
             "is_provisional": provisional,
             "raw_label": raw_label,
@@ -134,6 +97,79 @@ def merged_entity(
             "status_intervals": sorted(intervals, key=lambda i: (i.from_chapter, i.status)),
         }
     )
+
+
+_HISTORIES = ("description_history", "attribute_history")
+
+
+@dataclass
+class _Knowledge:
+    """The survivor's description and attributes while it absorbs others, with the history of
+    every value it did not take (another description, a clashing attribute or status)."""
+
+    description: str
+    attributes: dict[str, Any]
+    description_history: list[str]
+    attribute_history: list[str]
+
+    @classmethod
+    def of(cls, survivor: Entity) -> _Knowledge:
+        history = survivor.attributes
+        return cls(
+            description=survivor.description,
+            attributes={k: v for k, v in history.items() if k not in _HISTORIES},
+            description_history=[str(x) for x in _as_list(history.get("description_history"))],
+            attribute_history=[str(x) for x in _as_list(history.get("attribute_history"))],
+        )
+
+    def absorb(self, other: Entity) -> None:
+        """Another's description (kept as history unless the survivor has none) and its
+        attributes (new keys taken, clashing values kept as history)."""
+        if other.description and other.description != self.description:
+            if not self.description:
+                self.description = other.description
+            elif other.description not in self.description_history:
+                self.description_history.append(other.description)
+        for key, value in other.attributes.items():
+            if key in _HISTORIES:
+                target = (
+                    self.description_history
+                    if key == "description_history"
+                    else self.attribute_history
+                )
+                target += [str(x) for x in _as_list(value) if str(x) not in target]
+            elif key not in self.attributes:
+                self.attributes[key] = value
+            elif self.attributes[key] != value:
+                self.attribute_history.append(
+                    canonical_json({"key": key, "value": value, "from": other.id})
+                )
+
+    def absorb_statuses(self, intervals: list[StatusInterval], other: Entity) -> None:
+        """Another's status intervals into `intervals`; one that clashes with an interval
+        from the same chapter is kept as history."""
+        for interval in other.status_intervals:
+            clash = next((i for i in intervals if i.from_chapter == interval.from_chapter), None)
+            if clash is None:
+                intervals.append(interval)
+            elif clash != interval:
+                self.attribute_history.append(
+                    canonical_json(
+                        {
+                            "key": "status",
+                            "value": interval.model_dump(mode="json"),
+                            "from": other.id,
+                        }
+                    )
+                )
+
+    def merged_attributes(self) -> dict[str, Any]:
+        attributes = dict(self.attributes)
+        if self.description_history:
+            attributes["description_history"] = self.description_history
+        if self.attribute_history:
+            attributes["attribute_history"] = self.attribute_history
+        return attributes
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -290,7 +326,7 @@ def _reason(ev: PairEvidence) -> str:
     return f"{ev.a_name!r}~{ev.b_name!r}: name {ev.name_score:.2f}, {ev.shared_neighbours} shared neighbours{emb}"
 
 
-def merge_audits(store: GraphStore) -> list[dict[str, Any]]:
+def merge_audits(store: GraphReader) -> list[dict[str, Any]]:
     rows = store.read(mq.MERGE_AUDITS)
     audits = [r["props"] for r in rows]
     for audit in audits:

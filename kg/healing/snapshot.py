@@ -18,8 +18,9 @@ from kg import cypher
 from kg import maintenance_cypher as mq
 from kg import vocabulary as vocab
 from kg.healing.names import canonical_tokens
-from kg.mirror import StoryMirror, mirror_of
+from kg.mirror import MirroredReader, StoryMirror, mirror_of
 from kg.models import Entity
+from kg.ports import GraphReader
 from kg.records import entity_from_props
 from kg.store import GraphStore
 
@@ -119,12 +120,12 @@ def _snapshot_tx(
     return snap
 
 
-def load_snapshot(store: GraphStore, ids: list[str] | None = None) -> HealingSnapshot:
+def load_snapshot(store: MirroredReader, ids: list[str] | None = None) -> HealingSnapshot:
     """The snapshot of every entity, or of the entities `ids` (relationships and counts of all)."""
     return store.execute_read(_snapshot_tx, mirror_of(store), ids)
 
 
-def provisional_ids(store: GraphStore) -> list[str]:
+def provisional_ids(store: GraphReader) -> list[str]:
     return [r["id"] for r in store.read(mq.PROVISIONAL_IDS)]
 
 
