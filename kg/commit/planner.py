@@ -14,7 +14,15 @@ from neo4j import ManagedTransaction
 from kg import vocabulary as vocab
 from kg.commit.ids import NOVEL_INFO_ID, chapter_id, embedding_sha, scene_id
 from kg.commit.ops import GraphOps
-from kg.models import AttrValue, ChapterDelta, Entity, EntitySource, StatusInterval
+from kg.models import (
+    AttrValue,
+    ChapterDelta,
+    Entity,
+    EntitySource,
+    Relationship,
+    StatusChange,
+    StatusInterval,
+)
 from kg.records import (
     CORE_FIELDS,
     add_revision,
@@ -303,46 +311,66 @@ class ChapterPlanner:
     def plan(
         self,
     ) -> tuple[list[NodeWrite], list[RelWrite], list[dict[str, Any]], list[dict[str, Any]]]:
-        d, ch = self.delta, self.chapter
+        """Every write of the delta, each reference resolved in order: entities before the
+        relationships, property updates and status changes that name them. (node writes,
+        relationship writes, name rows to delete, name rows to create)."""
+        d = self.delta
         self.prefetch()
         for e in d.entities:
             self.add_entity(e)
         rels: dict[str, RelWrite] = {}
         for r in d.relationships:
-            hint_src, hint_tgt = vocab.endpoint_hint(r.type)
-            src = self.resolve_ref(r.source, r.source_label, hint_src)
-            tgt = self.resolve_ref(r.target, r.target_label, hint_tgt)
-            rel_chapter = ch if r.chapter is None else r.chapter
-            key = vocab.rel_key(src, r.type, tgt, rel_chapter, r.raw_type)
-            props: dict[str, Any] = {
-                "key": key,
-                "chapter": rel_chapter,
-                "weight": r.weight,
-                "description": r.description,
-            }
-            for name in ("raw_type", "scene", "confidence", "quote"):
-                if getattr(r, name) is not None:
-                    props[name] = getattr(r, name)
+            rel = self._story_rel(r)
             # A repeated relationship in one delta is one fact: the last mention wins.
-            rels[key] = RelWrite(r.type, (vocab.ENTITY, src), (vocab.ENTITY, tgt), key, props)
+            rels[rel.key] = rel
         for u in d.property_updates:
             self.apply_changes(self.resolve_ref(u.entity, u.label, "Character"), u.changes)
         for s in d.status_changes:
-            status_chapter = ch if s.chapter is None else s.chapter
-            evidence = None
-            if s.quote:
-                evidence = EntitySource(
-                    type=d.source_type,
-                    chapter=status_chapter,
-                    scene=s.scene,
-                    quote=s.quote,
-                    fact="status",
-                    value=s.status,
-                )
-            self.apply_status(
-                self.resolve_ref(s.entity, s.label, "Character"), s.status, status_chapter, evidence
-            )
+            self._status_change(s)
+        nodes, names_delete, names_create = self._entity_writes()
+        infra, pre_existing = self._infra_nodes()
+        nodes += infra
+        pre_existing |= {(vocab.ENTITY, eid) for eid in self.existing}
+        self._structural_rels(rels)
+        return nodes, self._changed_rels(rels, pre_existing), names_delete, names_create
 
+    def _story_rel(self, r: Relationship) -> RelWrite:
+        hint_src, hint_tgt = vocab.endpoint_hint(r.type)
+        src = self.resolve_ref(r.source, r.source_label, hint_src)
+        tgt = self.resolve_ref(r.target, r.target_label, hint_tgt)
+        rel_chapter = self.chapter if r.chapter is None else r.chapter
+        key = vocab.rel_key(src, r.type, tgt, rel_chapter, r.raw_type)
+        props: dict[str, Any] = {
+            "key": key,
+            "chapter": rel_chapter,
+            "weight": r.weight,
+            "description": r.description,
+        }
+        for name in ("raw_type", "scene", "confidence", "quote"):
+            if getattr(r, name) is not None:
+                props[name] = getattr(r, name)
+        return RelWrite(r.type, (vocab.ENTITY, src), (vocab.ENTITY, tgt), key, props)
+
+    def _status_change(self, s: StatusChange) -> None:
+        status_chapter = self.chapter if s.chapter is None else s.chapter
+        evidence = None
+        if s.quote:
+            evidence = EntitySource(
+                type=self.delta.source_type,
+                chapter=status_chapter,
+                scene=s.scene,
+                quote=s.quote,
+                fact="status",
+                value=s.status,
+            )
+        self.apply_status(
+            self.resolve_ref(s.entity, s.label, "Character"), s.status, status_chapter, evidence
+        )
+
+    def _entity_writes(
+        self,
+    ) -> tuple[list[NodeWrite], list[dict[str, Any]], list[dict[str, Any]]]:
+        """The entities that changed, with the name rows to delete and to create."""
         nodes: list[NodeWrite] = []
         names_delete: list[dict[str, Any]] = []
         names_create: list[dict[str, Any]] = []
@@ -360,13 +388,14 @@ class ChapterPlanner:
                 {"entity_id": k[0], "key": k[1]} for k, row in old.items() if new.get(k) != row
             ]
             names_create += [row for k, row in new.items() if old.get(k) != row]
+        return nodes, names_delete, names_create
 
-        infra, pre_existing = self._infra_nodes()
-        nodes += infra
-        pre_existing |= {(vocab.ENTITY, eid) for eid in self.existing}
+    def _structural_rels(self, rels: dict[str, RelWrite]) -> None:
+        """The chapter's HAS_SCENE edges, and one structural edge per entity it involves."""
+        ch = self.chapter
         cid = chapter_id(ch)
         chapter_node = (vocab.CHAPTER, cid)
-        for scene in d.scenes:
+        for scene in self.delta.scenes:
             sid = scene_id(ch, scene.index)
             key = vocab.rel_key(cid, vocab.HAS_SCENE, sid, ch)
             rels[key] = RelWrite(
@@ -395,6 +424,11 @@ class ChapterPlanner:
                     {"key": key, "chapter": ch},
                 )
 
+    def _changed_rels(
+        self, rels: dict[str, RelWrite], pre_existing: set[tuple[str, str]]
+    ) -> list[RelWrite]:
+        """The relationships to write, each with its before-state (None: new); those already
+        as planned are left out."""
         keys_by_type: dict[str, list[str]] = defaultdict(list)
         for rel in rels.values():
             # Only a relationship between two nodes that already exist can already exist.
@@ -406,7 +440,7 @@ class ChapterPlanner:
             rel.before = existing_rels.get(rel.key)
             if rel.before is None or not same_value(rel.before, rel.props):
                 rel_writes.append(rel)
-        return nodes, rel_writes, names_delete, names_create
+        return rel_writes
 
     def _infra_nodes(self) -> tuple[list[NodeWrite], set[tuple[str, str]]]:
         """Chapter, scene and novel-info writes, and which of those nodes existed before."""

@@ -15,7 +15,7 @@ from kg.commit import history
 from kg.commit.amendments import undo_amendments
 from kg.commit.ids import changeset_id
 from kg.commit.ops import GraphOps
-from kg.commit.planner import ChapterPlanner
+from kg.commit.planner import ChapterPlanner, NodeWrite, RelWrite
 from kg.errors import ChapterConflictError, ChapterNotCommittedError, RollbackOrderError
 from kg.models import ChapterDelta, CommitResult, RollbackResult
 from kg.records import (
@@ -89,6 +89,49 @@ def commit_chapter_tx(
     planner = ChapterPlanner(tx, delta, ops, lock_reads=lock_reads)
     nodes, rels, names_delete, names_create = planner.plan()
 
+    created, updated, new_rels, changed_rels = _write_plan(
+        tx, ops, nodes, rels, names_delete, names_create
+    )
+    provisional = sorted(
+        n.id for n in created if n.lookup == vocab.ENTITY and n.props.get("is_provisional")
+    )
+    ops.create_changeset(
+        tx,
+        _changeset_props(
+            key,
+            seq,
+            delta_hash,
+            chain,
+            (created, updated, new_rels, changed_rels),
+            planner.resolved,
+        ),
+    )
+    return CommitResult(
+        chapter=delta.chapter,
+        seq=seq,
+        delta_hash=delta_hash,
+        replaced=replaced,
+        created_nodes=len(created),
+        updated_nodes=len(updated),
+        created_relationships=len(new_rels),
+        updated_relationships=len(changed_rels),
+        resolved=planner.resolved,
+        provisional_ids=provisional,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _write_plan(
+    tx: ManagedTransaction,
+    ops: GraphOps,
+    nodes: list[NodeWrite],
+    rels: list[RelWrite],
+    names_delete: list[dict[str, Any]],
+    names_create: list[dict[str, Any]],
+) -> tuple[list[NodeWrite], list[NodeWrite], list[RelWrite], list[RelWrite]]:
+    """The planned writes, batched by label and type, in the order the change-set's undo
+    assumes (nodes, names, relationships): (created nodes, updated nodes, new relationships,
+    changed relationships)."""
     created = [n for n in nodes if n.before is None]
     updated = [n for n in nodes if n.before is not None]
     for labels, group in _group(created, lambda n: n.labels).items():
@@ -111,57 +154,51 @@ def commit_chapter_tx(
     for group_key, group in _group(changed_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
         rows = [{"src": r.src[1], "tgt": r.tgt[1], "key": r.key, "props": r.props} for r in group]
         ops.update_rels(tx, group_key, rows)
+    return created, updated, new_rels, changed_rels
 
-    provisional = sorted(
-        n.id for n in created if n.lookup == vocab.ENTITY and n.props.get("is_provisional")
-    )
-    ops.create_changeset(
-        tx,
-        {
-            "id": changeset_id(key),
-            "chapter": key,
-            "seq": seq,
-            "delta_hash": delta_hash,
-            "chain_sha": chain,
-            "created_nodes_json": canonical_json([[n.lookup, n.id] for n in created]),
-            "updated_nodes_json": canonical_json(
-                [[n.lookup, n.id, encode_undo(n.before or {}, n.props)] for n in updated]
-            ),
-            "created_rels_json": canonical_json([[r.type, r.key] for r in new_rels]),
-            "updated_rels_json": canonical_json(
+
+def _changeset_props(
+    key: int,
+    seq: int,
+    delta_hash: str,
+    chain: str,
+    writes: tuple[list[NodeWrite], list[NodeWrite], list[RelWrite], list[RelWrite]],
+    resolved: dict[str, str],
+) -> dict[str, Any]:
+    """The change-set node's properties: what the commit wrote, with each node's and
+    relationship's before-state, for an exact rollback."""
+    created, updated, new_rels, changed_rels = writes
+    return {
+        "id": changeset_id(key),
+        "chapter": key,
+        "seq": seq,
+        "delta_hash": delta_hash,
+        "chain_sha": chain,
+        "created_nodes_json": canonical_json([[n.lookup, n.id] for n in created]),
+        "updated_nodes_json": canonical_json(
+            [[n.lookup, n.id, encode_undo(n.before or {}, n.props)] for n in updated]
+        ),
+        "created_rels_json": canonical_json([[r.type, r.key] for r in new_rels]),
+        "updated_rels_json": canonical_json(
+            [
                 [
-                    [
-                        r.type,
-                        r.src[0],
-                        r.src[1],
-                        r.tgt[0],
-                        r.tgt[1],
-                        r.key,
-                        encode_props(r.before or {}),
-                    ]
-                    for r in changed_rels
+                    r.type,
+                    r.src[0],
+                    r.src[1],
+                    r.tgt[0],
+                    r.tgt[1],
+                    r.key,
+                    encode_props(r.before or {}),
                 ]
-            ),
-            "resolved_json": canonical_json(planner.resolved),
-            "created_node_count": len(created),
-            "updated_node_count": len(updated),
-            "created_rel_count": len(new_rels),
-            "updated_rel_count": len(changed_rels),
-        },
-    )
-    return CommitResult(
-        chapter=delta.chapter,
-        seq=seq,
-        delta_hash=delta_hash,
-        replaced=replaced,
-        created_nodes=len(created),
-        updated_nodes=len(updated),
-        created_relationships=len(new_rels),
-        updated_relationships=len(changed_rels),
-        resolved=planner.resolved,
-        provisional_ids=provisional,
-        seconds=time.perf_counter() - started,
-    )
+                for r in changed_rels
+            ]
+        ),
+        "resolved_json": canonical_json(resolved),
+        "created_node_count": len(created),
+        "updated_node_count": len(updated),
+        "created_rel_count": len(new_rels),
+        "updated_rel_count": len(changed_rels),
+    }
 
 
 def rollback_tx(

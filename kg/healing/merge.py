@@ -225,6 +225,31 @@ def merge_tx(
     undo = Amendment()
     undo.updated(vocab.ENTITY, plan.survivor_id, nodes[plan.survivor_id], props)
 
+    _move_relationships(tx, plan, undo, result)
+
+    tx.run(cypher.DELETE_NAMES_OF, ids=ids).consume()
+    tx.run(cypher.CREATE_NAMES, rows=name_rows(props)).consume()
+    tx.run(cypher.delete_nodes(vocab.ENTITY), ids=plan.merged_ids).consume()
+    for merged_id in plan.merged_ids:
+        undo.deleted(labels[merged_id], nodes[merged_id])
+
+    audit_id = _write_audit(tx, plan, merged, entities, result, created_at, chapter)
+    undo.created_nodes.append((vocab.MERGE_AUDIT, audit_id))
+    amend_newest(tx, undo)
+    result.audit_id = audit_id
+    result.name = merged.name
+    result.aliases = merged.aliases
+    result.sources = len(merged.sources)
+    return result
+
+
+def _move_relationships(
+    tx: ManagedTransaction, plan: MergePlan, undo: Amendment, result: MergeResult
+) -> None:
+    """The merged entities' relationships moved to the survivor, each fact once (the set of
+    facts the survivor has grows across the whole loop); those between the merged and the
+    survivor, or to an end with no entity label, dropped. Counts go to `result`."""
+    ids = [plan.survivor_id, *plan.merged_ids]
     rels = [r.data() for r in tx.run(mq.RELS_OF, ids=ids)]
     inside = set(ids)
     _record_deleted_rels(undo, rels, set(plan.merged_ids))
@@ -267,12 +292,17 @@ def merge_tx(
     for (rel_type, src_label, tgt_label), rows in sorted(creates.items()):
         tx.run(cypher.create_rels(rel_type, src_label, tgt_label), rows=rows).consume()
 
-    tx.run(cypher.DELETE_NAMES_OF, ids=ids).consume()
-    tx.run(cypher.CREATE_NAMES, rows=name_rows(props)).consume()
-    tx.run(cypher.delete_nodes(vocab.ENTITY), ids=plan.merged_ids).consume()
-    for merged_id in plan.merged_ids:
-        undo.deleted(labels[merged_id], nodes[merged_id])
 
+def _write_audit(
+    tx: ManagedTransaction,
+    plan: MergePlan,
+    merged: Entity,
+    entities: dict[str, Entity],
+    result: MergeResult,
+    created_at: str,
+    chapter: int,
+) -> str:
+    """The merge's audit node (who was merged into whom, why, what moved); its id."""
     audit_id = merge_audit_id(plan, chapter)
     tx.run(
         mq.CREATE_MERGE_AUDIT,
@@ -292,13 +322,7 @@ def merge_tx(
             "relationships_deduplicated": result.relationships_deduplicated,
         },
     ).consume()
-    undo.created_nodes.append((vocab.MERGE_AUDIT, audit_id))
-    amend_newest(tx, undo)
-    result.audit_id = audit_id
-    result.name = merged.name
-    result.aliases = merged.aliases
-    result.sources = len(merged.sources)
-    return result
+    return audit_id
 
 
 def _record_deleted_rels(undo: Amendment, rels: list[dict[str, Any]], merged: set[str]) -> None:
