@@ -75,12 +75,12 @@ def _facts_tx(tx: ManagedTransaction, entity: Entity) -> list[Fact]:
     facts = [source_fact(s) for s in entity.sources]
     rows, names = relationship_rows(tx, [entity.id], _EVERY_CHAPTER)
     for row in rows:
-        other = names.get(row["other"])
-        props = row["props"]
+        other = names.get(row.other)
+        props = row.props
         arrow = (
-            f"{row['type']} -> {other[0] if other else row['other']}"
-            if row["outgoing"]
-            else f"{row['type']} <- {other[0] if other else row['other']}"
+            f"{row.type} -> {other[0] if other else row.other}"
+            if row.outgoing
+            else f"{row.type} <- {other[0] if other else row.other}"
         )
         chapter = props.get("chapter")
         facts.append(

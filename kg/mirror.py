@@ -35,6 +35,7 @@ from kg import cypher
 from kg import vocabulary as vocab
 from kg.commit import history
 from kg.ports import GraphReader
+from kg.records import RelationshipRow
 
 if TYPE_CHECKING:
     from core.recall import HybridIndex
@@ -260,9 +261,9 @@ class StoryMirror:
 
     # --- reading ---------------------------------------------------------------------------
 
-    def rows_of(self, entity_ids: set[str], as_of: int) -> list[dict[str, Any]]:
-        """The story relationships of the entities up to the chapter, as kg.retrieval's rows:
-        {"id", "type", "outgoing", "props", "other"} (an edge between two of them twice)."""
+    def rows_of(self, entity_ids: set[str], as_of: int) -> list[RelationshipRow]:
+        """The story relationships of the entities up to the chapter, as kg.retrieval's rows
+        (an edge between two of them twice)."""
         with self.lock:
             rows = []
             for eid in sorted(entity_ids):
@@ -274,13 +275,13 @@ class StoryMirror:
                     for outgoing, other in ((True, edge.tgt), (False, edge.src)):
                         if (edge.src if outgoing else edge.tgt) == eid:
                             rows.append(
-                                {
-                                    "id": eid,
-                                    "type": edge.type,
-                                    "outgoing": outgoing,
-                                    "props": edge.props,
-                                    "other": other,
-                                }
+                                RelationshipRow.model_construct(
+                                    id=eid,
+                                    type=edge.type,
+                                    outgoing=outgoing,
+                                    props=edge.props,
+                                    other=other,
+                                )
                             )
             return rows
 

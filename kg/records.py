@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import neo4j.time as ntime
+from pydantic import BaseModel, ConfigDict
 
 from kg import vocabulary as vocab
 from kg.models import Entity, EntitySource, StatusInterval
@@ -300,3 +301,22 @@ def entity_as_of(
         )
     state = props_as_of(props, chapter, sources=sources)
     return None if state is None else entity_from_props(state)
+
+
+class RelationshipRow(BaseModel):
+    """A story relationship seen from one of its entities `id`: its type, whether it leaves
+    `id`, its properties and the entity at its `other` end. The row of
+    cypher.ENTITY_RELS_AS_OF, and of the story mirror (kg.mirror.StoryMirror.rows_of), which
+    builds it from its own edges without validating them again (`model_construct`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    type: str
+    outgoing: bool
+    props: dict[str, Any]
+    other: str
+
+    @property
+    def chapter(self) -> Any:
+        return self.props.get("chapter")

@@ -36,7 +36,7 @@ from kg.models import (
     SceneContext,
 )
 from kg.ports import GraphReader
-from kg.records import entity_as_of, props_as_of
+from kg.records import RelationshipRow, entity_as_of, props_as_of
 from kg.similarity import hybrid_scenes_tx, similar_scenes_tx, vector_index_ready
 from kg.similarity import similar_chapters as similar_chapters  # re-exported: part of this API
 from kg.similarity import similar_scenes as similar_scenes  # re-exported: part of this API
@@ -119,12 +119,13 @@ def _entities(
 
 def relationship_rows(
     tx: ManagedTransaction, ids: Iterable[str], as_of: int
-) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str] | None]]:
+) -> tuple[list[RelationshipRow], dict[str, tuple[str, str] | None]]:
     """Story relationships of the entities up to the chapter, and the name and label of each
     other end as of the chapter (None: it did not exist yet). Reads the graph itself (the
     `kg facts` command); the drafting and validation reads go through the story mirror."""
-    rows = [r.data() for r in tx.run(cypher.ENTITY_RELS_AS_OF, ids=sorted(set(ids)), as_of=as_of)]
-    return rows, _names_as_of(tx, {row["other"] for row in rows}, as_of)
+    found = tx.run(cypher.ENTITY_RELS_AS_OF, ids=sorted(set(ids)), as_of=as_of)
+    rows = [RelationshipRow.model_validate(r.data()) for r in found]
+    return rows, _names_as_of(tx, {row.other for row in rows}, as_of)
 
 
 def _names_as_of(
@@ -149,27 +150,23 @@ def _names_as_of(
     return names
 
 
-def _latest_rows(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def _latest_rows(rows: list[RelationshipRow]) -> dict[str, list[RelationshipRow]]:
     """Per entity, the latest row per (direction, type, raw type, other entity), newest first."""
-    latest: dict[str, dict[tuple[bool, str, str, str], dict[str, Any]]] = {}
+    latest: dict[str, dict[tuple[bool, str, str, str], RelationshipRow]] = {}
     for row in rows:
-        slot = (row["outgoing"], row["type"], row["props"].get("raw_type") or "", row["other"])
-        mine = latest.setdefault(row["id"], {})
-        if slot not in mine or (row["props"].get("chapter") or 0) >= (
-            mine[slot]["props"].get("chapter") or 0
-        ):
+        slot = (row.outgoing, row.type, row.props.get("raw_type") or "", row.other)
+        mine = latest.setdefault(row.id, {})
+        if slot not in mine or (row.chapter or 0) >= (mine[slot].chapter or 0):
             mine[slot] = row
     return {
-        eid: sorted(
-            found.values(), key=lambda r: (-(r["props"].get("chapter") or 0), r["type"], r["other"])
-        )
+        eid: sorted(found.values(), key=lambda r: (-(r.chapter or 0), r.type, r.other))
         for eid, found in latest.items()
     }
 
 
 def _recent_views(
     tx: ManagedTransaction,
-    rows: list[dict[str, Any]],
+    rows: list[RelationshipRow],
     as_of: int,
     limit: int | None,
     left_out: dict[str, int] | None = None,
@@ -183,24 +180,24 @@ def _recent_views(
             {eid: len(found) - limit for eid, found in latest.items() if len(found) > limit}
         )
     kept = [r for found in latest.values() for r in (found[:limit] if limit else found)]
-    return _latest_views(kept, _names_as_of(tx, {r["other"] for r in kept}, as_of))
+    return _latest_views(kept, _names_as_of(tx, {r.other for r in kept}, as_of))
 
 
 def _latest_views(
-    rows: list[dict[str, Any]], names: dict[str, tuple[str, str] | None]
+    rows: list[RelationshipRow], names: dict[str, tuple[str, str] | None]
 ) -> dict[str, list[RelationshipView]]:
     """Per entity, the latest relationship per (direction, type, raw type, other entity)."""
     latest: dict[str, dict[tuple[str, str, str, str], RelationshipView]] = {}
     for row in rows:
-        props = row["props"]
-        name_label = names.get(row["other"])
+        props = row.props
+        name_label = names.get(row.other)
         if name_label is None:
             continue  # the other end was first seen after the chapter
         view = RelationshipView(
-            type=row["type"],
+            type=row.type,
             raw_type=props.get("raw_type"),
-            direction="out" if row["outgoing"] else "in",
-            other_id=row["other"],
+            direction="out" if row.outgoing else "in",
+            other_id=row.other,
             other_name=name_label[0],
             other_label=name_label[1],
             chapter=props.get("chapter"),
@@ -210,7 +207,7 @@ def _latest_views(
             quote=props.get("quote"),
         )
         slot = (view.direction, view.type, view.raw_type or "", view.other_id)
-        mine = latest.setdefault(row["id"], {})
+        mine = latest.setdefault(row.id, {})
         if slot not in mine or (view.chapter or 0) >= (mine[slot].chapter or 0):
             mine[slot] = view
     return {
@@ -277,7 +274,7 @@ def _location_tx(
     groups: dict[str, list[str]] = {"parents": [], "children": [], "events": [], "nearby": []}
     candidates: set[str] = set()
     for row in _latest_rows(rows).get(location, []):
-        other, kind, out = row["other"], row["type"], row["outgoing"]
+        other, kind, out = row.other, row.type, row.outgoing
         if kind == "PART_OF":
             groups["parents" if out else "children"].append(other)
         elif kind == "LOCATED_IN" and not out:
@@ -319,13 +316,13 @@ def _occupants(
     if mirror is not None:
         rows = [
             {
-                "id": r["id"],
-                "location": r["other"],
-                "chapter": r["props"].get("chapter"),
-                "scene": r["props"].get("scene"),
+                "id": r.id,
+                "location": r.other,
+                "chapter": r.chapter,
+                "scene": r.props.get("scene"),
             }
             for r in mirror.rows_of(candidates, as_of)
-            if r["type"] == "LOCATED_IN" and r["outgoing"]
+            if r.type == "LOCATED_IN" and r.outgoing
         ]
     else:
         rows = [
@@ -575,27 +572,27 @@ def consistency_facts(
         rows = [
             r
             for r in mirror.rows_of(ids, as_of_chapter)
-            if r["outgoing"] and (r["other"] in ids or r["type"] == "PART_OF")
+            if r.outgoing and (r.other in ids or r.type == "PART_OF")
         ]
         other_names = _names_as_of(
-            tx, {r["other"] for r in rows if r["type"] == "PART_OF"}, as_of_chapter
+            tx, {r.other for r in rows if r.type == "PART_OF"}, as_of_chapter
         )
         for row in rows:
-            other = row["other"]
-            if not row["outgoing"]:
+            other = row.other
+            if not row.outgoing:
                 continue
-            if row["type"] == "PART_OF" and other_names.get(other) is not None:
-                for a in keys_of.get(row["id"], []):
+            if row.type == "PART_OF" and other_names.get(other) is not None:
+                for a in keys_of.get(row.id, []):
                     containers.setdefault(a, set()).add(vocab.normalize_name(other_names[other][0]))
             if other not in ids:
                 continue
-            chapter = row["props"].get("chapter", 0)
-            for a in keys_of.get(row["id"], []):
+            chapter = row.props.get("chapter", 0)
+            for a in keys_of.get(row.id, []):
                 for b in keys_of.get(other, []):
                     if (a, b) not in relationships or chapter >= relationships[(a, b)][1]:
-                        relationships[(a, b)] = (row["type"], chapter)
+                        relationships[(a, b)] = (row.type, chapter)
                     seen = types.setdefault((a, b), {})
-                    seen[row["type"]] = max(chapter, seen.get(row["type"], chapter))
+                    seen[row.type] = max(chapter, seen.get(row.type, chapter))
         earlier = mirror.scenes_as_of(as_of_chapter)
         scenes = [(s.chapter, s.scene, s.vector) for s in earlier if s.vector is not None]
         texts = {

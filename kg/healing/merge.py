@@ -33,7 +33,7 @@ from kg import cypher
 from kg import maintenance_cypher as mq
 from kg import vocabulary as vocab
 from kg.commit.amendments import Amendment, amend_newest
-from kg.healing.models import MergePlan, MergeResult, PairEvidence
+from kg.healing.models import AttachedRel, MergePlan, MergeResult, PairEvidence
 from kg.healing.node_writes import HEALER, node_props
 from kg.models import Entity, EntitySource, StatusInterval
 from kg.ports import GraphReader
@@ -178,7 +178,7 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
-def _lookup_label(labels: list[str]) -> str | None:
+def _lookup_label(labels: Sequence[str]) -> str | None:
     for label in (vocab.ENTITY, vocab.CHAPTER, vocab.SCENE):
         if label in labels:
             return label
@@ -250,44 +250,40 @@ def _move_relationships(
     facts the survivor has grows across the whole loop); those between the merged and the
     survivor, or to an end with no entity label, dropped. Counts go to `result`."""
     ids = [plan.survivor_id, *plan.merged_ids]
-    rels = [r.data() for r in tx.run(mq.RELS_OF, ids=ids)]
+    rels = [AttachedRel.model_validate(r.data()) for r in tx.run(mq.RELS_OF, ids=ids)]
     inside = set(ids)
     _record_deleted_rels(undo, rels, set(plan.merged_ids))
     # A fact is (type, direction, other end, chapter): the survivor keeps one copy of each.
-    have = {
-        (r["type"], r["outgoing"], r["other"], r["props"].get("chapter"))
-        for r in rels
-        if r["id"] == plan.survivor_id
-    }
+    have = {r.fact for r in rels if r.id == plan.survivor_id}
     creates: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rels:
-        if r["id"] == plan.survivor_id:
+        if r.id == plan.survivor_id:
             continue
-        if r["other"] in inside:
+        if r.other in inside:
             result.relationships_dropped += 1
             continue
-        other_label = _lookup_label(r["other_labels"])
-        if other_label is None or r["other"] is None:
+        other_label = _lookup_label(r.other_labels)
+        if other_label is None or r.other is None:
             result.relationships_dropped += 1
             continue
-        fact = (r["type"], r["outgoing"], r["other"], r["props"].get("chapter"))
+        fact = r.fact
         if fact in have:
             result.relationships_deduplicated += 1
             continue
         have.add(fact)
-        if r["outgoing"]:
+        if r.outgoing:
             group, row = (
-                (r["type"], vocab.ENTITY, other_label),
-                {"src": plan.survivor_id, "tgt": r["other"]},
+                (r.type, vocab.ENTITY, other_label),
+                {"src": plan.survivor_id, "tgt": r.other},
             )
         else:
             group, row = (
-                (r["type"], other_label, vocab.ENTITY),
-                {"src": r["other"], "tgt": plan.survivor_id},
+                (r.type, other_label, vocab.ENTITY),
+                {"src": r.other, "tgt": plan.survivor_id},
             )
         # Same properties, key included: rolling back the chapter that made the fact removes it.
-        creates[group].append({**row, "props": r["props"]})
-        undo.created_rels.append((r["type"], r["props"]["key"]))
+        creates[group].append({**row, "props": r.props})
+        undo.created_rels.append((r.type, r.props["key"]))
         result.relationships_moved += 1
     for (rel_type, src_label, tgt_label), rows in sorted(creates.items()):
         tx.run(cypher.create_rels(rel_type, src_label, tgt_label), rows=rows).consume()
@@ -325,23 +321,23 @@ def _write_audit(
     return audit_id
 
 
-def _record_deleted_rels(undo: Amendment, rels: list[dict[str, Any]], merged: set[str]) -> None:
+def _record_deleted_rels(undo: Amendment, rels: list[AttachedRel], merged: set[str]) -> None:
     """Every relationship of a merged node goes with it (DETACH DELETE): keep each once, with both ends."""
     seen: set[tuple[str, str]] = set()
     for r in rels:
-        if r["id"] not in merged or r["other"] is None:
+        if r.id not in merged or r.other is None:
             continue
-        other = _lookup_label(r["other_labels"])
-        key = r["props"].get("key")
-        if other is None or key is None or (r["type"], key) in seen:
+        other = _lookup_label(r.other_labels)
+        key = r.props.get("key")
+        if other is None or key is None or (r.type, key) in seen:
             continue
-        seen.add((r["type"], key))
-        here, there = (vocab.ENTITY, r["id"]), (other, r["other"])
+        seen.add((r.type, key))
+        here, there = (vocab.ENTITY, r.id), (other, r.other)
         undo.deleted_rel(
-            r["type"],
-            here if r["outgoing"] else there,
-            there if r["outgoing"] else here,
-            r["props"],
+            r.type,
+            here if r.outgoing else there,
+            there if r.outgoing else here,
+            r.props,
         )
 
 
