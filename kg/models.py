@@ -11,11 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kg import vocabulary as vocab
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Scalar = str | bool | int | float
 #: Values an entity attribute or property update may carry (stored as JSON on the node).
@@ -418,3 +422,25 @@ class SceneContext(_Model):
     location: LocationContext | None = None
     recent_summaries: list[ChapterSummary] = Field(default_factory=list)
     similar_scenes: list[SimilarityHit] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ConsistencyFacts:
+    """What the consistency checks need, keyed by `vocabulary.normalize_name` of the names asked.
+
+    statuses: name -> (status as of the chapter, chapter since which it holds)
+    scene_embeddings: (chapter, scene index, embedding) of every scene up to the chapter
+    relationships: (source name, target name) -> (type, chapter) of the latest relationship
+    relationship_types: (source name, target name) -> {type: latest chapter} of every type
+    traits: name -> the traits the entity has accumulated as of the chapter
+    containers: name -> normalized names of the places it is PART_OF (one hop)
+    scene_texts: (chapter, scene index) -> (content-store path, sha256) of each scene's text
+    """
+
+    statuses: dict[str, tuple[str, int]]
+    scene_embeddings: list[tuple[int, int, list[float] | np.ndarray]]
+    relationships: dict[tuple[str, str], tuple[str, int]]
+    relationship_types: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    traits: dict[str, list[str]] = field(default_factory=dict)
+    containers: dict[str, set[str]] = field(default_factory=dict)
+    scene_texts: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from neo4j import ManagedTransaction
 
 from kg import cypher
@@ -29,6 +27,7 @@ from kg.commit import NOVEL_INFO_ID
 from kg.mirror import MirroredReader, StoryMirror, mirror_of
 from kg.models import (
     ChapterSummary,
+    ConsistencyFacts,
     Entity,
     EntityProfile,
     LocationContext,
@@ -514,28 +513,6 @@ def scene_context(
 
 
 # --- validation support ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConsistencyFacts:
-    """What the consistency checks need, keyed by `vocabulary.normalize_name` of the names asked.
-
-    statuses: name -> (status as of the chapter, chapter since which it holds)
-    scene_embeddings: (chapter, scene index, embedding) of every scene up to the chapter
-    relationships: (source name, target name) -> (type, chapter) of the latest relationship
-    relationship_types: (source name, target name) -> {type: latest chapter} of every type
-    traits: name -> the traits the entity has accumulated as of the chapter
-    containers: name -> normalized names of the places it is PART_OF (one hop)
-    scene_texts: (chapter, scene index) -> (content-store path, sha256) of each scene's text
-    """
-
-    statuses: dict[str, tuple[str, int]]
-    scene_embeddings: list[tuple[int, int, list[float] | np.ndarray]]
-    relationships: dict[tuple[str, str], tuple[str, int]]
-    relationship_types: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
-    traits: dict[str, list[str]] = field(default_factory=dict)
-    containers: dict[str, set[str]] = field(default_factory=dict)
-    scene_texts: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)
 
 
 def consistency_facts(
