@@ -38,9 +38,13 @@ def rel_index(name: str, rel_type: str, prop: str) -> str:
 
 
 SHOW_INDEXES = "SHOW INDEXES YIELD name, type RETURN name, type"
-SERVER_COMPONENTS = "CALL dbms.components() YIELD name, versions, edition RETURN name, versions, edition"
+SERVER_COMPONENTS = (
+    "CALL dbms.components() YIELD name, versions, edition RETURN name, versions, edition"
+)
 
-READ_SCHEMA_META = "MATCH (m:SchemaMeta {id: $id}) RETURN m.version AS version, m.applied AS applied"
+READ_SCHEMA_META = (
+    "MATCH (m:SchemaMeta {id: $id}) RETURN m.version AS version, m.applied AS applied"
+)
 WRITE_SCHEMA_META = "MERGE (m:SchemaMeta {id: $id}) SET m.version = $version, m.applied = $applied"
 
 # --- Reads used while planning a commit ------------------------------------------------------
@@ -70,12 +74,14 @@ READ_NEWEST_CHANGESET = (
     "c.amendments_sha AS amendments_sha ORDER BY c.seq DESC LIMIT 1"
 )
 #: Healing and QA ran after this change-set was committed (the novel flow's maintenance).
-MARK_MAINTAINED = "MATCH (c:ChangeSet {chapter: $chapter}) SET c.maintained = true RETURN c.chapter AS chapter"
-READ_MAINTAINED = "MATCH (c:ChangeSet {chapter: $chapter}) RETURN c.maintained AS maintained"
-AMEND_CHANGESET = (
-    "MATCH (c:ChangeSet {chapter: $chapter}) SET c.amendments_json = $amendments, c.amendments_sha = $sha"
+MARK_MAINTAINED = (
+    "MATCH (c:ChangeSet {chapter: $chapter}) SET c.maintained = true RETURN c.chapter AS chapter"
 )
-READ_CHANGESET_PROPS = "MATCH (c:ChangeSet) WHERE c.chapter IN $chapters RETURN properties(c) AS props"
+READ_MAINTAINED = "MATCH (c:ChangeSet {chapter: $chapter}) RETURN c.maintained AS maintained"
+AMEND_CHANGESET = "MATCH (c:ChangeSet {chapter: $chapter}) SET c.amendments_json = $amendments, c.amendments_sha = $sha"
+READ_CHANGESET_PROPS = (
+    "MATCH (c:ChangeSet) WHERE c.chapter IN $chapters RETURN properties(c) AS props"
+)
 READ_NAMES = (
     "MATCH (k:EntityName) WHERE k.key IN $keys "
     "RETURN k.key AS key, k.entity_id AS entity_id, k.kind AS kind, k.label AS label"
@@ -164,17 +170,19 @@ def delete_rels(rel_type: str) -> str:
 
 
 # MERGE, not CREATE: lookup nodes are derived data, so a drifted graph must not fail a commit.
-CREATE_NAMES = "UNWIND $rows AS row MERGE (k:EntityName {entity_id: row.entity_id, key: row.key}) SET k = row"
-DELETE_NAMES = "UNWIND $rows AS row MATCH (k:EntityName {entity_id: row.entity_id, key: row.key}) DELETE k"
+CREATE_NAMES = (
+    "UNWIND $rows AS row MERGE (k:EntityName {entity_id: row.entity_id, key: row.key}) SET k = row"
+)
+DELETE_NAMES = (
+    "UNWIND $rows AS row MATCH (k:EntityName {entity_id: row.entity_id, key: row.key}) DELETE k"
+)
 DELETE_NAMES_OF = "MATCH (k:EntityName) WHERE k.entity_id IN $ids DELETE k"
 CREATE_CHANGESET = "CREATE (c:ChangeSet) SET c = $props"
 DELETE_CHANGESET = "MATCH (c:ChangeSet {chapter: $chapter}) DELETE c"
 
 # --- One statement per row: the naive path the benchmark compares against ------------------
 
-ROW_READ_NAME = (
-    "MATCH (k:EntityName {key: $key}) RETURN k.key AS key, k.entity_id AS entity_id, k.kind AS kind, k.label AS label"
-)
+ROW_READ_NAME = "MATCH (k:EntityName {key: $key}) RETURN k.key AS key, k.entity_id AS entity_id, k.kind AS kind, k.label AS label"
 
 
 @cache
@@ -213,7 +221,9 @@ def row_update_rel(rel_type: str, src_label: str, tgt_label: str) -> str:
     )
 
 
-ROW_CREATE_NAME = "MERGE (k:EntityName {entity_id: $props.entity_id, key: $props.key}) SET k = $props"
+ROW_CREATE_NAME = (
+    "MERGE (k:EntityName {entity_id: $props.entity_id, key: $props.key}) SET k = $props"
+)
 ROW_DELETE_NAME = "MATCH (k:EntityName {entity_id: $entity_id, key: $key}) DELETE k"
 
 # --- Whole-graph operations (stats, export, import, wipe) ---------------------------------
@@ -222,12 +232,8 @@ COUNT_LABELS = "MATCH (n) UNWIND labels(n) AS label RETURN label, count(*) AS co
 COUNT_NODES = "MATCH (n) RETURN count(n) AS count"
 COUNT_REL_TYPES = "MATCH ()-[r]->() RETURN type(r) AS type, count(*) AS count"
 # The schema meta node is migration state, not graph content: exports leave it out.
-EXPORT_NODES = (
-    "MATCH (n) WHERE NOT n:SchemaMeta RETURN elementId(n) AS eid, labels(n) AS labels, properties(n) AS props"
-)
-EXPORT_RELS = (
-    "MATCH (a)-[r]->(b) RETURN elementId(a) AS src, elementId(b) AS tgt, type(r) AS type, properties(r) AS props"
-)
+EXPORT_NODES = "MATCH (n) WHERE NOT n:SchemaMeta RETURN elementId(n) AS eid, labels(n) AS labels, properties(n) AS props"
+EXPORT_RELS = "MATCH (a)-[r]->(b) RETURN elementId(a) AS src, elementId(b) AS tgt, type(r) AS type, properties(r) AS props"
 COUNT_NON_META_NODES = "MATCH (n) WHERE NOT n:SchemaMeta RETURN count(n) AS count"
 WIPE_BATCH = "MATCH (n) WHERE NOT n:SchemaMeta WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS deleted"
 
@@ -255,13 +261,16 @@ def import_merge_rels(rel_type: str) -> str:
         f"MERGE (a)-[r:{q(rel_type)} {{key: row.props.key}}]->(b) SET r = row.props"
     )
 
+
 # `WITH k.entity_id AS eid MATCH (n:Entity) WHERE n.id = eid`, not `MATCH (n:Entity {id:
 # k.entity_id})`: ArcadeDB scans all entities for the latter (20 ms vs 1.5 ms on 1,300).
 RESOLVE_NAMES = (
     "MATCH (k:EntityName) WHERE k.key IN $keys WITH k, k.entity_id AS eid MATCH (n:Entity) WHERE n.id = eid "
     "RETURN k.key AS key, k.kind AS kind, k.label AS label, properties(n) AS props"
 )
-READ_ENTITIES_WITH_LABEL = "MATCH (n:Entity) WHERE n.label = $label RETURN properties(n) AS props ORDER BY n.id"
+READ_ENTITIES_WITH_LABEL = (
+    "MATCH (n:Entity) WHERE n.label = $label RETURN properties(n) AS props ORDER BY n.id"
+)
 
 FIND_ENTITIES_BY_KEY = (
     "MATCH (k:EntityName) WHERE k.key IN $keys WITH k, k.entity_id AS eid MATCH (n:Entity) WHERE n.id = eid "
@@ -307,8 +316,10 @@ MIRROR_SCENES_BY_ID = "MATCH (s:Scene) WHERE s.id IN $ids RETURN properties(s) A
 
 @cache
 def mirror_edges_by_key(rel_type: str) -> str:
-    return (f"MATCH (a:Entity)-[r:{q(rel_type)}]->(b:Entity) WHERE r.key IN $keys "
-            "RETURN a.id AS src, b.id AS tgt, properties(r) AS props")
+    return (
+        f"MATCH (a:Entity)-[r:{q(rel_type)}]->(b:Entity) WHERE r.key IN $keys "
+        "RETURN a.id AS src, b.id AS tgt, properties(r) AS props"
+    )
 
 
 # Just what a relationship view shows of its other end; `renamed` says the revision history
@@ -345,12 +356,14 @@ CHAPTER_VECTORS_AS_OF = (
     "RETURN c.id AS id, c.number AS chapter, null AS scene, c.title AS title, c.summary AS summary, "
     "c.embedding_sha AS sha"
 )
-SCENE_EMBEDDINGS_BY_ID = "MATCH (s:Scene) WHERE s.id IN $ids RETURN s.id AS id, s.embedding AS embedding"
-CHAPTER_EMBEDDINGS_BY_ID = "MATCH (c:Chapter) WHERE c.id IN $ids RETURN c.id AS id, c.embedding AS embedding"
-READ_NOVEL_INFO = "MATCH (n:NovelInfo {id: $id}) RETURN properties(n) AS props"
-SET_CHAPTER_SUMMARY = (
-    "MATCH (c:Chapter {id: $id}) SET c.summary = $summary, c.key_events = $key_events RETURN c.number AS number"
+SCENE_EMBEDDINGS_BY_ID = (
+    "MATCH (s:Scene) WHERE s.id IN $ids RETURN s.id AS id, s.embedding AS embedding"
 )
+CHAPTER_EMBEDDINGS_BY_ID = (
+    "MATCH (c:Chapter) WHERE c.id IN $ids RETURN c.id AS id, c.embedding AS embedding"
+)
+READ_NOVEL_INFO = "MATCH (n:NovelInfo {id: $id}) RETURN properties(n) AS props"
+SET_CHAPTER_SUMMARY = "MATCH (c:Chapter {id: $id}) SET c.summary = $summary, c.key_events = $key_events RETURN c.number AS number"
 
 # Neo4j only (detected, optional): a vector index over scene embeddings.
 VECTOR_INDEX_NAME = "kg_scene_embedding"

@@ -81,18 +81,31 @@ def neo4j_only_statements() -> list[RenderedStatement]:
     """Every statement kg/ sends only when `ServerInfo` says Neo4j, rendered from its builder."""
     rendered: list[RenderedStatement] = []
     for label in sorted(vocab.ALL_LABELS):
-        rendered.append(RenderedStatement(cypher.lock_nodes(label), "commit: read for update (locks_reads)"))
         rendered.append(
-            RenderedStatement(cypher.row_lock_node(label), "commit, per-row ops (bench): read for update (locks_reads)")
+            RenderedStatement(cypher.lock_nodes(label), "commit: read for update (locks_reads)")
+        )
+        rendered.append(
+            RenderedStatement(
+                cypher.row_lock_node(label),
+                "commit, per-row ops (bench): read for update (locks_reads)",
+            )
         )
     for dimensions in RENDERED_VECTOR_DIMENSIONS:
         rendered.append(
             RenderedStatement(
-                cypher.create_scene_vector_index(dimensions), "retrieval: create the scene vector index (may_have_vector_index)"
+                cypher.create_scene_vector_index(dimensions),
+                "retrieval: create the scene vector index (may_have_vector_index)",
             )
         )
-    rendered.append(RenderedStatement(cypher.VECTOR_INDEX_STATE, "retrieval: vector index state (may_have_vector_index)"))
     rendered.append(
-        RenderedStatement(cypher.QUERY_SCENE_VECTOR_INDEX, "retrieval: similar scenes by the vector index (may_have_vector_index)")
+        RenderedStatement(
+            cypher.VECTOR_INDEX_STATE, "retrieval: vector index state (may_have_vector_index)"
+        )
+    )
+    rendered.append(
+        RenderedStatement(
+            cypher.QUERY_SCENE_VECTOR_INDEX,
+            "retrieval: similar scenes by the vector index (may_have_vector_index)",
+        )
     )
     return rendered

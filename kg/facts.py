@@ -28,7 +28,9 @@ FactKind = Literal["mention", "trait", "status", "relationship", "bible", "merge
 
 class Fact(BaseModel):
     kind: FactKind
-    statement: str = Field(description="what is stated: 'appears', 'trait: brave', 'FRIEND_OF -> Tobias Venn'")
+    statement: str = Field(
+        description="what is stated: 'appears', 'trait: brave', 'FRIEND_OF -> Tobias Venn'"
+    )
     chapter: int | None = None
     scene: int | None = None
     quote: str | None = None
@@ -44,7 +46,9 @@ def source_fact(source: EntitySource) -> Fact:
     """The fact one provenance entry of an entity is evidence of (the codex uses it too)."""
     if source.type in BIBLE_SOURCES:
         kind: FactKind = "bible"
-        statement = "in the story bible" if source.type == "outline" else "in the story bible (your edit)"
+        statement = (
+            "in the story bible" if source.type == "outline" else "in the story bible (your edit)"
+        )
     elif source.type in ("merge", "enrichment"):
         kind = source.type
         statement = f"merged from {source.original_name!r}" if source.original_name else source.type
@@ -56,8 +60,14 @@ def source_fact(source: EntitySource) -> Fact:
         kind = "mention"
         named = source.original_name
         statement = "appears" + (f" as {named!r}" if named and source.quote is None else "")
-    return Fact(kind=kind, statement=statement, chapter=source.chapter, scene=source.scene, quote=source.quote,
-                source=source.type)
+    return Fact(
+        kind=kind,
+        statement=statement,
+        chapter=source.chapter,
+        scene=source.scene,
+        quote=source.quote,
+        source=source.type,
+    )
 
 
 def _facts_tx(tx: ManagedTransaction, entity: Entity) -> list[Fact]:
@@ -65,15 +75,33 @@ def _facts_tx(tx: ManagedTransaction, entity: Entity) -> list[Fact]:
     facts = [source_fact(s) for s in entity.sources]
     rows, names = relationship_rows(tx, [entity.id], _EVERY_CHAPTER)
     for row in rows:
-        other = names.get(row["other"])
-        props = row["props"]
-        arrow = f"{row['type']} -> {other[0] if other else row['other']}" if row["outgoing"] else \
-            f"{row['type']} <- {other[0] if other else row['other']}"
+        other = names.get(row.other)
+        props = row.props
+        arrow = (
+            f"{row.type} -> {other[0] if other else row.other}"
+            if row.outgoing
+            else f"{row.type} <- {other[0] if other else row.other}"
+        )
         chapter = props.get("chapter")
-        facts.append(Fact(kind="relationship", statement=arrow, chapter=chapter, scene=props.get("scene"),
-                          quote=props.get("quote"), source="extraction" if chapter else "outline"))
-    return sorted(facts, key=lambda f: (f.chapter if f.chapter is not None else -1, f.scene or 0,
-                                        f.kind != "mention", f.statement))
+        facts.append(
+            Fact(
+                kind="relationship",
+                statement=arrow,
+                chapter=chapter,
+                scene=props.get("scene"),
+                quote=props.get("quote"),
+                source="extraction" if chapter else "outline",
+            )
+        )
+    return sorted(
+        facts,
+        key=lambda f: (
+            f.chapter if f.chapter is not None else -1,
+            f.scene or 0,
+            f.kind != "mention",
+            f.statement,
+        ),
+    )
 
 
 def entity_facts(store: GraphStore, name: str) -> list[EntityFacts]:
@@ -100,7 +128,10 @@ def format_facts(found: list[EntityFacts]) -> str:
                 where = "bible"
             else:
                 where = f"ch {fact.chapter}" + (f" sc {fact.scene}" if fact.scene else "")
-            quote = f'  "{fact.quote}"' if fact.quote else ("" if fact.kind in ("bible", "merge") else "  (no quote)")
+            quote = (
+                f'  "{fact.quote}"'
+                if fact.quote
+                else ("" if fact.kind in ("bible", "merge") else "  (no quote)")
+            )
             lines.append(f"  {where:<12} {fact.statement:<40}{quote}")
     return "\n".join(lines)
-

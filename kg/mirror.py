@@ -34,6 +34,8 @@ from core.graph_server import GraphEndpoint
 from kg import cypher
 from kg import vocabulary as vocab
 from kg.commit import history
+from kg.ports import GraphReader
+from kg.records import RelationshipRow
 
 if TYPE_CHECKING:
     from core.recall import HybridIndex
@@ -72,12 +74,18 @@ class SceneRow:
     @classmethod
     def of(cls, props: dict[str, Any]) -> SceneRow:
         vector = props.get("embedding")
-        return cls(id=str(props["id"]), chapter=int(props.get("chapter") or 0),
-                   scene=int(props["index"]) if props.get("index") is not None else -1,
-                   title=str(props.get("title") or ""), summary=str(props.get("summary") or ""),
-                   text_ref=props.get("text_ref"), text_sha=props.get("text_sha"),
-                   vector=np.asarray(vector, dtype=np.float64) if vector else None,
-                   characters=tuple(str(c) for c in props.get("characters") or ()), location=props.get("location"))
+        return cls(
+            id=str(props["id"]),
+            chapter=int(props.get("chapter") or 0),
+            scene=int(props["index"]) if props.get("index") is not None else -1,
+            title=str(props.get("title") or ""),
+            summary=str(props.get("summary") or ""),
+            text_ref=props.get("text_ref"),
+            text_sha=props.get("text_sha"),
+            vector=np.asarray(vector, dtype=np.float64) if vector else None,
+            characters=tuple(str(c) for c in props.get("characters") or ()),
+            location=props.get("location"),
+        )
 
 
 @dataclass
@@ -110,8 +118,12 @@ class StoryMirror:
                 self._scan(tx, "first read")
                 return
             rows = self._changesets_from(tx, self.seen["seq"])
-            if not rows or rows[0]["seq"] != self.seen["seq"] or rows[0]["chain_sha"] != self.seen["chain_sha"] \
-                    or (rows[0]["seq"] and not rows[0]["chain_sha"]):
+            if (
+                not rows
+                or rows[0]["seq"] != self.seen["seq"]
+                or rows[0]["chain_sha"] != self.seen["chain_sha"]
+                or (rows[0]["seq"] and not rows[0]["chain_sha"])
+            ):
                 self._scan(tx, "the history changed (a rollback, or a graph without the chain)")
                 return
             if rows[0]["amendments_sha"] != self.seen["amendments_sha"]:
@@ -135,7 +147,11 @@ class StoryMirror:
     def _changesets_from(tx: ManagedTransaction, seq: int) -> list[dict[str, Any]]:
         """Change-sets number `seq` (a placeholder for 0) and on, one indexed read each: the
         numbers are contiguous (kg.commit.history), and usually one or two are new."""
-        first = history.by_seq(tx, seq) if seq else {"seq": 0, "chain_sha": None, "amendments_sha": None}
+        first = (
+            history.by_seq(tx, seq)
+            if seq
+            else {"seq": 0, "chain_sha": None, "amendments_sha": None}
+        )
         if first is None:
             return []
         rows = [first]
@@ -158,15 +174,24 @@ class StoryMirror:
             self.scenes[scene.id] = scene
         newest = history.newest(tx)
         self.seen = newest or {"seq": 0, "chain_sha": None, "amendments_sha": None}
-        self.amendments_seen = len(json.loads(self._changeset(tx, newest["chapter"]).get("amendments_json") or "[]")) \
-            if newest else 0
+        self.amendments_seen = (
+            len(json.loads(self._changeset(tx, newest["chapter"]).get("amendments_json") or "[]"))
+            if newest
+            else 0
+        )
         self.generation += 1
         self.scans += 1
         self._scene_index = None
-        log.info("graph mirror: scanned %d story relationships and %d scenes (%s)", len(self.edges), len(self.scenes),
-                 why)
+        log.info(
+            "graph mirror: scanned %d story relationships and %d scenes (%s)",
+            len(self.edges),
+            len(self.scenes),
+            why,
+        )
 
-    def _add_edge(self, rel_type: str, src: str, tgt: str, props: dict[str, Any], fallback_key: str = "") -> None:
+    def _add_edge(
+        self, rel_type: str, src: str, tgt: str, props: dict[str, Any], fallback_key: str = ""
+    ) -> None:
         key = str(props.get("key") or fallback_key)
         self._drop_edge(key)
         self.edges[key] = Edge(key=key, type=rel_type, src=src, tgt=tgt, props=dict(props))
@@ -201,12 +226,18 @@ class StoryMirror:
         for rel_type, *_, key, _before in json.loads(props.get("updated_rels_json") or "[]"):
             keys[rel_type].append(key)
         self._fetch_edges(tx, keys)
-        nodes = [*json.loads(props.get("created_nodes_json") or "[]"),
-                 *([label, node_id] for label, node_id, _ in json.loads(props.get("updated_nodes_json") or "[]"))]
+        nodes = [
+            *json.loads(props.get("created_nodes_json") or "[]"),
+            *(
+                [label, node_id]
+                for label, node_id, _ in json.loads(props.get("updated_nodes_json") or "[]")
+            ),
+        ]
         self._fetch_scenes(tx, [node_id for label, node_id in nodes if label == vocab.SCENE])
 
-    def _replay_amendments(self, tx: ManagedTransaction, chapter: int, start: int,
-                           props: dict[str, Any] | None = None) -> bool:
+    def _replay_amendments(
+        self, tx: ManagedTransaction, chapter: int, start: int, props: dict[str, Any] | None = None
+    ) -> bool:
         """Apply a change-set's amendments from number `start` on; False when it cannot follow."""
         props = props if props is not None else self._changeset(tx, chapter)
         entries = json.loads(props.get("amendments_json") or "[]")
@@ -230,9 +261,9 @@ class StoryMirror:
 
     # --- reading ---------------------------------------------------------------------------
 
-    def rows_of(self, entity_ids: set[str], as_of: int) -> list[dict[str, Any]]:
-        """The story relationships of the entities up to the chapter, as kg.retrieval's rows:
-        {"id", "type", "outgoing", "props", "other"} (an edge between two of them twice)."""
+    def rows_of(self, entity_ids: set[str], as_of: int) -> list[RelationshipRow]:
+        """The story relationships of the entities up to the chapter, as kg.retrieval's rows
+        (an edge between two of them twice)."""
         with self.lock:
             rows = []
             for eid in sorted(entity_ids):
@@ -243,8 +274,15 @@ class StoryMirror:
                         continue
                     for outgoing, other in ((True, edge.tgt), (False, edge.src)):
                         if (edge.src if outgoing else edge.tgt) == eid:
-                            rows.append({"id": eid, "type": edge.type, "outgoing": outgoing,
-                                         "props": edge.props, "other": other})
+                            rows.append(
+                                RelationshipRow.model_construct(
+                                    id=eid,
+                                    type=edge.type,
+                                    outgoing=outgoing,
+                                    props=edge.props,
+                                    other=other,
+                                )
+                            )
             return rows
 
     def all_edges(self) -> list[Edge]:
@@ -255,7 +293,11 @@ class StoryMirror:
         """The story relationships stated up to the chapter (a chapter that is no number never
         counts, as `r.chapter <= $as_of` in Cypher), in story order: chapter, then key."""
         with self.lock:
-            found = [e for e in self.edges.values() if isinstance(e.props.get("chapter"), int) and e.chapter <= as_of]
+            found = [
+                e
+                for e in self.edges.values()
+                if isinstance(e.props.get("chapter"), int) and e.chapter <= as_of
+            ]
         return sorted(found, key=lambda e: (e.chapter, e.key))
 
     def scenes_as_of(self, as_of: int) -> list[SceneRow]:
@@ -270,10 +312,18 @@ class StoryMirror:
 
         with self.lock:
             cached = self._scene_index
-            if (cached is None or cached.generation != self.generation or cached.dimensions != dimensions
-                    or cached.through > as_of):
-                cached = _SceneIndex(self.generation, dimensions, 0,
-                                     HybridIndex(max(dimensions, 1), neighbours=False))  # a summary stands alone
+            if (
+                cached is None
+                or cached.generation != self.generation
+                or cached.dimensions != dimensions
+                or cached.through > as_of
+            ):
+                cached = _SceneIndex(
+                    self.generation,
+                    dimensions,
+                    0,
+                    HybridIndex(max(dimensions, 1), neighbours=False),
+                )  # a summary stands alone
                 self._scene_index = cached
             if as_of > cached.through:
                 fresh = [s for s in self.scenes_as_of(as_of) if s.chapter > cached.through]
@@ -287,9 +337,17 @@ def _append_scenes(index: HybridIndex, scenes: list[SceneRow], dimensions: int) 
     from core.recall import MemoryDoc
 
     def doc(s: SceneRow) -> MemoryDoc:
-        return MemoryDoc(key=s.id, text=f"{s.title}. {s.summary}".strip(". "), group=str(s.chapter),
-                         meta={"chapter": s.chapter, "scene": s.scene if s.scene >= 0 else None, "title": s.title,
-                               "summary": s.summary})
+        return MemoryDoc(
+            key=s.id,
+            text=f"{s.title}. {s.summary}".strip(". "),
+            group=str(s.chapter),
+            meta={
+                "chapter": s.chapter,
+                "scene": s.scene if s.scene >= 0 else None,
+                "title": s.title,
+                "summary": s.summary,
+            },
+        )
 
     run: list[SceneRow] = []
 
@@ -297,7 +355,9 @@ def _append_scenes(index: HybridIndex, scenes: list[SceneRow], dimensions: int) 
         if not run:
             return
         with_vectors = run[0].vector is not None and run[0].vector.shape == (dimensions,)
-        index.add([doc(s) for s in run], np.stack([s.vector for s in run]) if with_vectors else None)  # type: ignore[misc]
+        index.add(
+            [doc(s) for s in run], np.stack([s.vector for s in run]) if with_vectors else None
+        )  # type: ignore[misc]
         run.clear()
 
     for scene in scenes:
@@ -312,6 +372,14 @@ class _Graph(Protocol):
     """What names a graph: a store (kg.store.GraphStore, which imports this module) has it."""
 
     endpoint: GraphEndpoint
+
+
+class MirroredReader(GraphReader, Protocol):
+    """A graph reader that names its graph: what a read through the graph's story mirror
+    (`mirror_of`) needs. A store (kg.store.GraphStore) is one."""
+
+    @property
+    def endpoint(self) -> GraphEndpoint: ...
 
 
 _mirrors: dict[tuple[str, str], StoryMirror] = {}

@@ -11,11 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kg import vocabulary as vocab
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Scalar = str | bool | int | float
 #: Values an entity attribute or property update may carry (stored as JSON on the node).
@@ -70,7 +74,9 @@ class StatusInterval(_Model):
         return self
 
     def covers(self, chapter: int) -> bool:
-        return self.from_chapter <= chapter and (self.to_chapter is None or chapter <= self.to_chapter)
+        return self.from_chapter <= chapter and (
+            self.to_chapter is None or chapter <= self.to_chapter
+        )
 
 
 def _label_before(data: Any, field: str, raw_field: str) -> Any:
@@ -192,7 +198,8 @@ class PropertyUpdate(_Model):
             if key == "description" and not isinstance(value, str | None):
                 raise ValueError("'description' must be a string or null")
             if key in ("aliases", "traits") and not (
-                value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+                value is None
+                or (isinstance(value, list) and all(isinstance(v, str) for v in value))
             ):
                 raise ValueError(f"{key!r} must be a list of strings or null")
             if key == "is_provisional" and not isinstance(value, bool | None):
@@ -238,7 +245,9 @@ class ChapterDelta(_Model):
     text_ref: str | None = None
     text_sha: str | None = None
     embedding: list[float] | None = None
-    source_type: SourceType = Field("extraction", description="provenance for entities without sources")
+    source_type: SourceType = Field(
+        "extraction", description="provenance for entities without sources"
+    )
     entities: list[Entity] = Field(default_factory=list)
     relationships: list[Relationship] = Field(default_factory=list)
     property_updates: list[PropertyUpdate] = Field(default_factory=list)
@@ -247,7 +256,9 @@ class ChapterDelta(_Model):
     novel_info: dict[str, Scalar | list[str]] | None = None
     # A story-bible sync is its own change-set, keyed by a negative number (-1, -2, ...) so
     # it never collides with a chapter; `chapter` is then the chapter its facts hold from.
-    changeset: int | None = Field(None, lt=0, description="change-set key of a story-bible sync (negative)")
+    changeset: int | None = Field(
+        None, lt=0, description="change-set key of a story-bible sync (negative)"
+    )
 
     @property
     def changeset_key(self) -> int:
@@ -264,11 +275,15 @@ class ChapterDelta(_Model):
 
     @model_validator(mode="after")
     def _initialization_has_no_chapter_content(self) -> ChapterDelta:
-        if self.chapter == 0 and (self.scenes or self.embedding is not None or self.text_ref or self.text_sha):
+        if self.chapter == 0 and (
+            self.scenes or self.embedding is not None or self.text_ref or self.text_sha
+        ):
             raise ValueError(
                 "chapter 0 is the initialization phase: it has no Chapter node, scenes, text or embedding"
             )
-        if self.changeset is not None and (self.scenes or self.embedding is not None or self.text_ref or self.text_sha):
+        if self.changeset is not None and (
+            self.scenes or self.embedding is not None or self.text_ref or self.text_sha
+        ):
             raise ValueError("a story-bible sync has no scenes, text or embedding")
         return self
 
@@ -277,13 +292,17 @@ class ChapterDelta(_Model):
     def _plain_keys(cls, info: dict[str, Any] | None) -> dict[str, Any] | None:
         for key in info or {}:
             if not _PROP_NAME.match(key) or key == "id":
-                raise ValueError(f"novel_info key {key[:40]!r} must be an identifier other than 'id'")
+                raise ValueError(
+                    f"novel_info key {key[:40]!r} must be an identifier other than 'id'"
+                )
         return info
 
     def delta_hash(self) -> str:
         """Content hash: the same delta (whatever its dict ordering) hashes the same."""
         # A chapter's hash leaves out the (unset) bible key, so hashes stored before it existed still match.
-        dumped = self.model_dump(mode="json", exclude={"changeset"} if self.changeset is None else None)
+        dumped = self.model_dump(
+            mode="json", exclude={"changeset"} if self.changeset is None else None
+        )
         canonical = json.dumps(dumped, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -296,7 +315,9 @@ class CommitResult(_Model):
     seq: int
     delta_hash: str
     noop: bool = Field(False, description="the same delta was already committed")
-    replaced: bool = Field(False, description="a different delta for the chapter was rolled back first")
+    replaced: bool = Field(
+        False, description="a different delta for the chapter was rolled back first"
+    )
     created_nodes: int = 0
     updated_nodes: int = 0
     created_relationships: int = 0
@@ -359,7 +380,9 @@ class EntityProfile(_Model):
     as_of_chapter: int
     status: str | None = None
     relationships: list[RelationshipView] = Field(default_factory=list)
-    relationships_left_out: int = Field(0, description="older relationships not read (a read capped to the most recent)")
+    relationships_left_out: int = Field(
+        0, description="older relationships not read (a read capped to the most recent)"
+    )
 
 
 class ChapterSummary(_Model):
@@ -373,7 +396,9 @@ class LocationContext(_Model):
     as_of_chapter: int
     parents: list[Entity] = Field(default_factory=list, description="locations it is PART_OF")
     children: list[Entity] = Field(default_factory=list)
-    occupants: list[Entity] = Field(default_factory=list, description="whose latest LOCATED_IN is here")
+    occupants: list[Entity] = Field(
+        default_factory=list, description="whose latest LOCATED_IN is here"
+    )
     events: list[Entity] = Field(default_factory=list, description="events that HAPPENS_IN here")
     nearby: list[Entity] = Field(default_factory=list)
 
@@ -397,3 +422,25 @@ class SceneContext(_Model):
     location: LocationContext | None = None
     recent_summaries: list[ChapterSummary] = Field(default_factory=list)
     similar_scenes: list[SimilarityHit] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ConsistencyFacts:
+    """What the consistency checks need, keyed by `vocabulary.normalize_name` of the names asked.
+
+    statuses: name -> (status as of the chapter, chapter since which it holds)
+    scene_embeddings: (chapter, scene index, embedding) of every scene up to the chapter
+    relationships: (source name, target name) -> (type, chapter) of the latest relationship
+    relationship_types: (source name, target name) -> {type: latest chapter} of every type
+    traits: name -> the traits the entity has accumulated as of the chapter
+    containers: name -> normalized names of the places it is PART_OF (one hop)
+    scene_texts: (chapter, scene index) -> (content-store path, sha256) of each scene's text
+    """
+
+    statuses: dict[str, tuple[str, int]]
+    scene_embeddings: list[tuple[int, int, list[float] | np.ndarray]]
+    relationships: dict[tuple[str, str], tuple[str, int]]
+    relationship_types: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    traits: dict[str, list[str]] = field(default_factory=dict)
+    containers: dict[str, set[str]] = field(default_factory=dict)
+    scene_texts: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)

@@ -48,9 +48,8 @@ from core.settings import HealingSettings
 from kg import cypher
 from kg import maintenance_cypher as mq
 from kg import vocabulary as vocab
-from kg.mirror import StoryMirror, mirror_of
+from kg.mirror import MirroredReader, StoryMirror, mirror_of
 from kg.records import REVISIONS, decode_value, entity_from_props
-from kg.store import GraphStore
 
 CheckName = Literal[
     "contradictory_traits",
@@ -126,10 +125,22 @@ class _Index:
         return set(self.keys.get(vocab.name_key(ref), ()))
 
 
-def _finding(check: CheckName, severity: Severity, message: str, ids: list[str], names: list[str],
-             chapters: list[int | None]) -> Finding:
-    return Finding(check=check, severity=severity, message=message, entity_ids=ids, entity_names=names,
-                   chapters=sorted({c for c in chapters if c is not None}))
+def _finding(
+    check: CheckName,
+    severity: Severity,
+    message: str,
+    ids: list[str],
+    names: list[str],
+    chapters: list[int | None],
+) -> Finding:
+    return Finding(
+        check=check,
+        severity=severity,
+        message=message,
+        entity_ids=ids,
+        entity_names=names,
+        chapters=sorted({c for c in chapters if c is not None}),
+    )
 
 
 def trait_chapters(props: dict[str, Any]) -> dict[str, int | None]:
@@ -171,22 +182,39 @@ class _View:
     #: complete story relationships: type, chapter, key, and src_/tgt_ id, name, first
     story_rels: list[dict[str, Any]] = field(default_factory=list)
     trait_edges: list[dict[str, Any]] = field(default_factory=list)  # id, name, trait, chapter
-    scenes: list[dict[str, Any]] = field(default_factory=list)  # id, chapter, scene, characters, location
+    scenes: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # id, chapter, scene, characters, location
     chapters: set[int] = field(default_factory=set)  # Chapter nodes there are (of the scope)
     scope: set[int] | None = None  # None: the whole graph
     stale_names: list[dict[str, Any]] = field(default_factory=list)
     broken_rels: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _rel_row(rel_type: str, src: dict[str, Any], tgt: dict[str, Any], chapter: Any, key: Any) -> dict[str, Any]:
-    return {"type": rel_type, "chapter": chapter, "key": key,
-            "src_id": src.get("id"), "src_name": src.get("name"), "src_first": src.get("first_chapter"),
-            "tgt_id": tgt.get("id"), "tgt_name": tgt.get("name"), "tgt_first": tgt.get("first_chapter")}
+def _rel_row(
+    rel_type: str, src: dict[str, Any], tgt: dict[str, Any], chapter: Any, key: Any
+) -> dict[str, Any]:
+    return {
+        "type": rel_type,
+        "chapter": chapter,
+        "key": key,
+        "src_id": src.get("id"),
+        "src_name": src.get("name"),
+        "src_first": src.get("first_chapter"),
+        "tgt_id": tgt.get("id"),
+        "tgt_name": tgt.get("name"),
+        "tgt_first": tgt.get("first_chapter"),
+    }
 
 
 def _index_row(props: dict[str, Any]) -> dict[str, Any]:
-    return {"id": props["id"], "name": props.get("name"), "name_key": props.get("name_key"),
-            "alias_keys": props.get("alias_keys"), "first_chapter": props.get("first_chapter")}
+    return {
+        "id": props["id"],
+        "name": props.get("name"),
+        "name_key": props.get("name_key"),
+        "alias_keys": props.get("alias_keys"),
+        "first_chapter": props.get("first_chapter"),
+    }
 
 
 def _whole_graph_tx(tx: ManagedTransaction) -> _View:
@@ -196,7 +224,9 @@ def _whole_graph_tx(tx: ManagedTransaction) -> _View:
     view.story_rels = _rows(tx, mq.QA_STORY_RELS)
     view.trait_edges = _rows(tx, mq.QA_TRAIT_EDGES)
     view.scenes = _rows(tx, mq.SCENES)
-    view.chapters = {int(r["number"]) for r in _rows(tx, mq.CHAPTER_NUMBERS) if r["number"] is not None}
+    view.chapters = {
+        int(r["number"]) for r in _rows(tx, mq.CHAPTER_NUMBERS) if r["number"] is not None
+    }
     view.stale_names = _rows(tx, mq.QA_STALE_NAMES)
     view.broken_rels = _rows(tx, mq.QA_BROKEN_RELS)
     return view
@@ -207,35 +237,71 @@ def _chapters_tx(tx: ManagedTransaction, mirror: StoryMirror, chapters: set[int]
     mirror.refresh(tx)
     view = _View(scope=set(chapters))
     # What the chapters' change-sets wrote (a relationship may be dated another chapter), and what is dated in them.
-    written = {key for row in _rows(tx, cypher.READ_CHANGESET_PROPS, chapters=sorted(chapters))
-               for _, key in json.loads(row["props"].get("created_rels_json") or "[]")}
-    edges = [e for e in mirror.all_edges() if e.props.get("chapter") in chapters or e.key in written]
+    written = {
+        key
+        for row in _rows(tx, cypher.READ_CHANGESET_PROPS, chapters=sorted(chapters))
+        for _, key in json.loads(row["props"].get("created_rels_json") or "[]")
+    }
+    edges = [
+        e for e in mirror.all_edges() if e.props.get("chapter") in chapters or e.key in written
+    ]
     scenes = [s for s in mirror.scenes_as_of(max(chapters, default=0)) if s.chapter in chapters]
-    view.scenes = [{"id": s.id, "chapter": s.chapter, "scene": s.scene if s.scene >= 0 else None,
-                    "characters": list(s.characters), "location": s.location} for s in scenes]
-    refs = {str(ref) for s in scenes for ref in (*s.characters, *([s.location] if s.location else []))}
+    view.scenes = [
+        {
+            "id": s.id,
+            "chapter": s.chapter,
+            "scene": s.scene if s.scene >= 0 else None,
+            "characters": list(s.characters),
+            "location": s.location,
+        }
+        for s in scenes
+    ]
+    refs = {
+        str(ref) for s in scenes for ref in (*s.characters, *([s.location] if s.location else []))
+    }
     ids = {e.src for e in edges} | {e.tgt for e in edges} | {ref for ref in refs if ":" in ref}
     numbers = sorted(chapters)
     ids |= {r["id"] for r in _rows(tx, mq.TOUCHED_IN_CHAPTERS, chapters=numbers)}
     names = _rows(tx, cypher.READ_NAMES, keys=sorted({vocab.name_key(ref) for ref in refs}))
     ids |= {str(r["entity_id"]) for r in names}
-    view.entities = {str(r["props"]["id"]): r["props"]
-                     for r in _rows(tx, cypher.read_nodes(vocab.ENTITY), ids=sorted(ids))}
+    view.entities = {
+        str(r["props"]["id"]): r["props"]
+        for r in _rows(tx, cypher.read_nodes(vocab.ENTITY), ids=sorted(ids))
+    }
     view.index = _Index([_index_row(p) for p in view.entities.values()])
-    view.stale_names = [{"entity_id": r["entity_id"], "key": r["key"]} for r in names
-                        if str(r["entity_id"]) not in view.entities]
+    view.stale_names = [
+        {"entity_id": r["entity_id"], "key": r["key"]}
+        for r in names
+        if str(r["entity_id"]) not in view.entities
+    ]
     for edge in sorted(edges, key=lambda e: e.key):
-        src, tgt = view.entities.get(edge.src, {"id": edge.src}), view.entities.get(edge.tgt, {"id": edge.tgt})
+        src, tgt = (
+            view.entities.get(edge.src, {"id": edge.src}),
+            view.entities.get(edge.tgt, {"id": edge.tgt}),
+        )
         row = _rel_row(edge.type, src, tgt, edge.props.get("chapter"), edge.props.get("key"))
         if any(p.get(k) is None for p in (src, tgt) for k in ("id", "name", "label")):
-            view.broken_rels.append({**row, "src_labels": [vocab.ENTITY] if edge.src in view.entities else [],
-                                     "tgt_labels": [vocab.ENTITY] if edge.tgt in view.entities else []})
+            view.broken_rels.append(
+                {
+                    **row,
+                    "src_labels": [vocab.ENTITY] if edge.src in view.entities else [],
+                    "tgt_labels": [vocab.ENTITY] if edge.tgt in view.entities else [],
+                }
+            )
         else:
             view.story_rels.append(row)
             if edge.type == "HAS_TRAIT":
-                view.trait_edges.append({"id": edge.src, "name": src.get("name"), "trait": tgt.get("name"),
-                                         "chapter": edge.props.get("chapter")})
-    dated = sorted(set(numbers) | {r["chapter"] for r in view.story_rels if isinstance(r["chapter"], int)})
+                view.trait_edges.append(
+                    {
+                        "id": edge.src,
+                        "name": src.get("name"),
+                        "trait": tgt.get("name"),
+                        "chapter": edge.props.get("chapter"),
+                    }
+                )
+    dated = sorted(
+        set(numbers) | {r["chapter"] for r in view.story_rels if isinstance(r["chapter"], int)}
+    )
     view.chapters = {int(r["number"]) for r in _rows(tx, mq.CHAPTERS_OF, numbers=dated)}
     return view
 
@@ -264,8 +330,14 @@ def contradictory_traits(view: _View, antonyms: list[tuple[str, str]]) -> list[F
             left, right = left.strip().lower(), right.strip().lower()
             if left in held and right in held:
                 findings.append(
-                    _finding("contradictory_traits", "warning", f"{names[eid]} is both {left!r} and {right!r}",
-                             [eid], [names[eid]], [*held[left], *held[right]])
+                    _finding(
+                        "contradictory_traits",
+                        "warning",
+                        f"{names[eid]} is both {left!r} and {right!r}",
+                        [eid],
+                        [names[eid]],
+                        [*held[left], *held[right]],
+                    )
                 )
     return findings
 
@@ -282,7 +354,11 @@ def dead_characters_acting(view: _View) -> list[Finding]:
         if chapter is None:
             return None
         covering = [i for i in dead[eid].status_intervals if i.covers(chapter)]
-        if covering and covering[-1].status.lower() in DEAD_STATUSES and chapter > covering[-1].from_chapter:
+        if (
+            covering
+            and covering[-1].status.lower() in DEAD_STATUSES
+            and chapter > covering[-1].from_chapter
+        ):
             return covering[-1].from_chapter
         return None
 
@@ -293,7 +369,9 @@ def dead_characters_acting(view: _View) -> list[Finding]:
             if eid in dead and row["type"] in ACTION_TYPES:
                 death = died_before(eid, chapter)
                 if death is not None:
-                    acts[eid].append((death, chapter, f"{row['type']} {row['tgt_name']} in chapter {chapter}"))
+                    acts[eid].append(
+                        (death, chapter, f"{row['type']} {row['tgt_name']} in chapter {chapter}")
+                    )
         for scene in view.scenes:
             chapter = scene["chapter"]
             for ref in scene["characters"] or []:
@@ -310,9 +388,14 @@ def dead_characters_acting(view: _View) -> list[Finding]:
         what = "; ".join(w for _, _, w in events)
         name = dead[eid].name
         findings.append(
-            _finding("dead_character_acting", "error",
-                     f"{name} is dead from chapter {', '.join(map(str, deaths))} but acts later: {what}",
-                     [eid], [name], [*deaths, *(c for _, c, _ in events)])
+            _finding(
+                "dead_character_acting",
+                "error",
+                f"{name} is dead from chapter {', '.join(map(str, deaths))} but acts later: {what}",
+                [eid],
+                [name],
+                [*deaths, *(c for _, c, _ in events)],
+            )
         )
     return findings
 
@@ -324,11 +407,19 @@ def dangling_references(view: _View) -> list[Finding]:
         stale[str(row["entity_id"])].append(str(row["key"]))
     for eid, keys in sorted(stale.items()):
         findings.append(
-            _finding("dangling_reference", "error",
-                     f"name lookup(s) {', '.join(repr(k) for k in sorted(keys))} point to entity {eid!r}, "
-                     "which does not exist", [eid], sorted(keys), [])
+            _finding(
+                "dangling_reference",
+                "error",
+                f"name lookup(s) {', '.join(repr(k) for k in sorted(keys))} point to entity {eid!r}, "
+                "which does not exist",
+                [eid],
+                sorted(keys),
+                [],
+            )
         )
-    for row in sorted(view.broken_rels, key=lambda r: (r["type"], str(r.get("key")), str(r.get("src_id")))):
+    for row in sorted(
+        view.broken_rels, key=lambda r: (r["type"], str(r.get("key")), str(r.get("src_id")))
+    ):
         ends = []
         for side in ("src", "tgt"):
             label_ok = vocab.ENTITY in (row[f"{side}_labels"] or [])
@@ -339,11 +430,14 @@ def dangling_references(view: _View) -> list[Finding]:
         missing = [p for p in ("key", "chapter") if row[p] is None]
         detail = f"; missing {', '.join(missing)}" if missing else ""
         findings.append(
-            _finding("dangling_reference", "error",
-                     f"{row['type']} from {ends[0]} to {ends[1]} does not connect two complete entities{detail}",
-                     [str(row[k]) for k in ("src_id", "tgt_id") if row[k] is not None],
-                     [str(row[k]) for k in ("src_name", "tgt_name") if row[k] is not None],
-                     [row["chapter"]])
+            _finding(
+                "dangling_reference",
+                "error",
+                f"{row['type']} from {ends[0]} to {ends[1]} does not connect two complete entities{detail}",
+                [str(row[k]) for k in ("src_id", "tgt_id") if row[k] is not None],
+                [str(row[k]) for k in ("src_name", "tgt_name") if row[k] is not None],
+                [row["chapter"]],
+            )
         )
     # Chapter 0 (initialization) is valid without a Chapter node.
     chapters = {0} | view.chapters
@@ -351,10 +445,15 @@ def dangling_references(view: _View) -> list[Finding]:
         if row["chapter"] is None or row["chapter"] in chapters:
             continue
         findings.append(
-            _finding("dangling_reference", "warning",
-                     f"{row['src_name']} {row['type']} {row['tgt_name']} is dated chapter {row['chapter']}, "
-                     "which does not exist", [str(row["src_id"]), str(row["tgt_id"])],
-                     [str(row["src_name"]), str(row["tgt_name"])], [row["chapter"]])
+            _finding(
+                "dangling_reference",
+                "warning",
+                f"{row['src_name']} {row['type']} {row['tgt_name']} is dated chapter {row['chapter']}, "
+                "which does not exist",
+                [str(row["src_id"]), str(row["tgt_id"])],
+                [str(row["src_name"]), str(row["tgt_name"])],
+                [row["chapter"]],
+            )
         )
     for scene in view.scenes:
         chapter = scene["chapter"]
@@ -364,9 +463,14 @@ def dangling_references(view: _View) -> list[Finding]:
         for kind, ref in refs:
             if not view.index.resolve(ref):
                 findings.append(
-                    _finding("dangling_reference", "warning",
-                             f"scene {chapter}.{scene['scene']} names {kind} {ref!r}, which is no entity", [], [ref],
-                             [chapter])
+                    _finding(
+                        "dangling_reference",
+                        "warning",
+                        f"scene {chapter}.{scene['scene']} names {kind} {ref!r}, which is no entity",
+                        [],
+                        [ref],
+                        [chapter],
+                    )
                 )
     return findings
 
@@ -380,11 +484,15 @@ def provisional_buildup(tx: ManagedTransaction, ratio: float) -> list[Finding]:
     listed = _rows(tx, mq.QA_PROVISIONAL_LIST, limit=MAX_LISTED)
     more = f" (first {len(listed)} listed)" if provisional > len(listed) else ""
     return [
-        _finding("provisional_buildup", "warning",
-                 f"{provisional} of {total} entities ({provisional / total:.0%}) are still provisional, above "
-                 f"{ratio:.0%}: healing is not confirming or merging them{more}",
-                 [str(r["id"]) for r in listed], [str(r["name"]) for r in listed],
-                 [r["first_chapter"] for r in listed])
+        _finding(
+            "provisional_buildup",
+            "warning",
+            f"{provisional} of {total} entities ({provisional / total:.0%}) are still provisional, above "
+            f"{ratio:.0%}: healing is not confirming or merging them{more}",
+            [str(r["id"]) for r in listed],
+            [str(r["name"]) for r in listed],
+            [r["first_chapter"] for r in listed],
+        )
     ]
 
 
@@ -403,10 +511,14 @@ def before_first_appearance(view: _View) -> list[Finding]:
             continue
         who = " and ".join(f"{name} first appears in chapter {first}" for name, first in late)
         findings.append(
-            _finding("before_first_appearance", "warning",
-                     f"{row['src_name']} {row['type']} {row['tgt_name']} is dated chapter {chapter}, but {who}",
-                     [str(row["src_id"]), str(row["tgt_id"])], [str(row["src_name"]), str(row["tgt_name"])],
-                     [chapter, *(f for _, f in late)])
+            _finding(
+                "before_first_appearance",
+                "warning",
+                f"{row['src_name']} {row['type']} {row['tgt_name']} is dated chapter {chapter}, but {who}",
+                [str(row["src_id"]), str(row["tgt_id"])],
+                [str(row["src_name"]), str(row["tgt_name"])],
+                [chapter, *(f for _, f in late)],
+            )
         )
     for scene in view.scenes:
         chapter = scene["chapter"]
@@ -418,15 +530,25 @@ def before_first_appearance(view: _View) -> list[Finding]:
             first = view.index.first.get(eid)
             if first is not None and isinstance(chapter, int) and chapter < first:
                 findings.append(
-                    _finding("before_first_appearance", "warning",
-                             f"scene {chapter}.{scene['scene']} lists {view.index.names[eid]}, who first appears in "
-                             f"chapter {first}", [eid], [view.index.names[eid]], [chapter, first])
+                    _finding(
+                        "before_first_appearance",
+                        "warning",
+                        f"scene {chapter}.{scene['scene']} lists {view.index.names[eid]}, who first appears in "
+                        f"chapter {first}",
+                        [eid],
+                        [view.index.names[eid]],
+                        [chapter, first],
+                    )
                 )
     return findings
 
 
-def run_checks(store: GraphStore, settings: HealingSettings, checks: tuple[CheckName, ...] = CHECKS,
-               chapters: Collection[int] | None = None) -> list[Finding]:
+def run_checks(
+    store: MirroredReader,
+    settings: HealingSettings,
+    checks: tuple[CheckName, ...] = CHECKS,
+    chapters: Collection[int] | None = None,
+) -> list[Finding]:
     """Every selected check, in CHECKS order, over the whole graph (one read transaction), or
     over what `chapters` wrote (see the module docstring)."""
     if chapters is None:
@@ -437,7 +559,9 @@ def run_checks(store: GraphStore, settings: HealingSettings, checks: tuple[Check
         "contradictory_traits": lambda: contradictory_traits(view, list(settings.antonym_pairs)),
         "dead_character_acting": lambda: dead_characters_acting(view),
         "dangling_reference": lambda: dangling_references(view),
-        "provisional_buildup": lambda: store.execute_read(provisional_buildup, settings.provisional_alert_ratio),
+        "provisional_buildup": lambda: store.execute_read(
+            provisional_buildup, settings.provisional_alert_ratio
+        ),
         "before_first_appearance": lambda: before_first_appearance(view),
     }
     findings: list[Finding] = []

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import neo4j.time as ntime
+from pydantic import BaseModel, ConfigDict
 
 from kg import vocabulary as vocab
 from kg.models import Entity, EntitySource, StatusInterval
@@ -68,7 +69,9 @@ def decode_props(data: dict[str, Any]) -> dict[str, Any]:
 
 def canonical_json(data: Any) -> str:
     """Deterministic JSON text: sorted keys, no ASCII escaping, no insignificant spaces."""
-    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return json.dumps(
+        data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    )
 
 
 # --- Entity <-> node properties ----------------------------------------------------------
@@ -110,11 +113,15 @@ def entity_props(entity: Entity) -> dict[str, Any]:
         "description": entity.description,
         "traits": unique(entity.traits),
         "attributes_json": canonical_json(entity.attributes),
-        "sources_json": canonical_json([s.model_dump(mode="json", exclude_none=True) for s in entity.sources]),
+        "sources_json": canonical_json(
+            [s.model_dump(mode="json", exclude_none=True) for s in entity.sources]
+        ),
         "is_provisional": bool(entity.is_provisional),
         "status_values": [i.status for i in entity.status_intervals],
         "status_from": [i.from_chapter for i in entity.status_intervals],
-        "status_to": [OPEN_END if i.to_chapter is None else i.to_chapter for i in entity.status_intervals],
+        "status_to": [
+            OPEN_END if i.to_chapter is None else i.to_chapter for i in entity.status_intervals
+        ],
     }
     if entity.raw_label is not None:
         props["raw_label"] = entity.raw_label
@@ -129,7 +136,10 @@ def entity_from_props(props: dict[str, Any]) -> Entity:
     intervals = [
         StatusInterval(status=s, from_chapter=f, to_chapter=None if t == OPEN_END else t)
         for s, f, t in zip(
-            props.get("status_values") or [], props.get("status_from") or [], props.get("status_to") or [], strict=False
+            props.get("status_values") or [],
+            props.get("status_from") or [],
+            props.get("status_to") or [],
+            strict=False,
         )
     ]
     label = props.get("label")
@@ -144,7 +154,9 @@ def entity_from_props(props: dict[str, Any]) -> Entity:
         description=props.get("description") or "",
         traits=list(props.get("traits") or []),
         attributes=json.loads(props.get("attributes_json") or "{}"),
-        sources=[EntitySource.model_validate(s) for s in json.loads(props.get("sources_json") or "[]")],
+        sources=[
+            EntitySource.model_validate(s) for s in json.loads(props.get("sources_json") or "[]")
+        ],
         is_provisional=bool(props.get("is_provisional", False)),
         first_chapter=props.get("first_chapter"),
         last_chapter=props.get("last_chapter"),
@@ -221,8 +233,12 @@ def encode_undo(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
         if not (isinstance(old, str) and isinstance(new, str) and len(old) >= _PREFIX_MIN_CHARS):
             continue
         old_items, new_items = json.loads(old), json.loads(new)
-        if (isinstance(old_items, list) and isinstance(new_items, list) and len(new_items) >= len(old_items)
-                and canonical_json(new_items[: len(old_items)]) == old):
+        if (
+            isinstance(old_items, list)
+            and isinstance(new_items, list)
+            and len(new_items) >= len(old_items)
+            and canonical_json(new_items[: len(old_items)]) == old
+        ):
             out[key] = {_TAG: _PREFIX, "n": len(old_items)}
     return out
 
@@ -245,7 +261,9 @@ def decode_undo(data: dict[str, Any], current: dict[str, Any] | None = None) -> 
     return props
 
 
-def props_as_of(props: dict[str, Any], chapter: int, *, sources: bool = True) -> dict[str, Any] | None:
+def props_as_of(
+    props: dict[str, Any], chapter: int, *, sources: bool = True
+) -> dict[str, Any] | None:
     """The entity's properties as they were after `chapter` (None: it did not exist yet);
     `sources=False` leaves the provenance out (the longest property, and the only one a read
     for a prompt or a check does not need)."""
@@ -264,14 +282,41 @@ def props_as_of(props: dict[str, Any], chapter: int, *, sources: bool = True) ->
     if not sources:
         state.pop("sources_json", None)
         return state
-    kept = [s for s in json.loads(state.get("sources_json") or "[]") if s.get("chapter") is None or s["chapter"] <= chapter]
+    kept = [
+        s
+        for s in json.loads(state.get("sources_json") or "[]")
+        if s.get("chapter") is None or s["chapter"] <= chapter
+    ]
     state["sources_json"] = canonical_json(kept)
     return state
 
 
-def entity_as_of(props: dict[str, Any], chapter: int | None, *, sources: bool = True) -> Entity | None:
+def entity_as_of(
+    props: dict[str, Any], chapter: int | None, *, sources: bool = True
+) -> Entity | None:
     """Entity view as of a chapter (None = current state); `sources=False`: without provenance."""
     if chapter is None:
-        return entity_from_props(props if sources else {k: v for k, v in props.items() if k != "sources_json"})
+        return entity_from_props(
+            props if sources else {k: v for k, v in props.items() if k != "sources_json"}
+        )
     state = props_as_of(props, chapter, sources=sources)
     return None if state is None else entity_from_props(state)
+
+
+class RelationshipRow(BaseModel):
+    """A story relationship seen from one of its entities `id`: its type, whether it leaves
+    `id`, its properties and the entity at its `other` end. The row of
+    cypher.ENTITY_RELS_AS_OF, and of the story mirror (kg.mirror.StoryMirror.rows_of), which
+    builds it from its own edges without validating them again (`model_construct`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    type: str
+    outgoing: bool
+    props: dict[str, Any]
+    other: str
+
+    @property
+    def chapter(self) -> Any:
+        return self.props.get("chapter")

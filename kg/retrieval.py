@@ -17,25 +17,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from neo4j import ManagedTransaction
 
 from kg import cypher
 from kg import vocabulary as vocab
 from kg.commit import NOVEL_INFO_ID
-from kg.mirror import StoryMirror, mirror_of
+from kg.mirror import MirroredReader, StoryMirror, mirror_of
 from kg.models import (
     ChapterSummary,
+    ConsistencyFacts,
     Entity,
     EntityProfile,
     LocationContext,
     RelationshipView,
     SceneContext,
 )
-from kg.records import entity_as_of, props_as_of
+from kg.ports import GraphReader
+from kg.records import RelationshipRow, entity_as_of, props_as_of
 from kg.similarity import hybrid_scenes_tx, similar_scenes_tx, vector_index_ready
 from kg.similarity import similar_chapters as similar_chapters  # re-exported: part of this API
 from kg.similarity import similar_scenes as similar_scenes  # re-exported: part of this API
@@ -57,7 +57,10 @@ _LABEL_ORDER = {label: i for i, label in enumerate(vocab.ENTITY_LABELS)}
 
 
 def _resolve_names(
-    tx: ManagedTransaction, names: Iterable[str], label: str | None, as_of: int | None = None,
+    tx: ManagedTransaction,
+    names: Iterable[str],
+    label: str | None,
+    as_of: int | None = None,
     read: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, str | None]:
     """Name or alias -> best entity id (exact name before alias, then label order).
@@ -91,8 +94,14 @@ def _resolve_names(
     return {name: (str(best[key][-1]) if key in best else None) for name, key in wanted.items()}
 
 
-def _entities(tx: ManagedTransaction, ids: Iterable[str], as_of: int | None, *, sources: bool = True,
-              read: dict[str, dict[str, Any]] | None = None) -> dict[str, Entity]:
+def _entities(
+    tx: ManagedTransaction,
+    ids: Iterable[str],
+    as_of: int | None,
+    *,
+    sources: bool = True,
+    read: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Entity]:
     """Entities by id as they were after chapter `as_of` (current state when None); entities
     first seen later are left out. `sources=False` leaves their provenance out (a prompt does
     not show it, and it is the longest property); `read`: properties already read."""
@@ -100,22 +109,27 @@ def _entities(tx: ManagedTransaction, ids: Iterable[str], as_of: int | None, *, 
     props = {eid: read[eid] for eid in wanted if read and eid in read}
     missing = [eid for eid in wanted if eid not in props]
     if missing:
-        props.update({r["id"]: r["props"] for r in tx.run(cypher.read_nodes(vocab.ENTITY), ids=missing)})
+        props.update(
+            {r["id"]: r["props"] for r in tx.run(cypher.read_nodes(vocab.ENTITY), ids=missing)}
+        )
     found = {eid: entity_as_of(p, as_of, sources=sources) for eid, p in props.items()}
     return {eid: e for eid, e in found.items() if e is not None}
 
 
 def relationship_rows(
     tx: ManagedTransaction, ids: Iterable[str], as_of: int
-) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str] | None]]:
+) -> tuple[list[RelationshipRow], dict[str, tuple[str, str] | None]]:
     """Story relationships of the entities up to the chapter, and the name and label of each
     other end as of the chapter (None: it did not exist yet). Reads the graph itself (the
     `kg facts` command); the drafting and validation reads go through the story mirror."""
-    rows = [r.data() for r in tx.run(cypher.ENTITY_RELS_AS_OF, ids=sorted(set(ids)), as_of=as_of)]
-    return rows, _names_as_of(tx, {row["other"] for row in rows}, as_of)
+    found = tx.run(cypher.ENTITY_RELS_AS_OF, ids=sorted(set(ids)), as_of=as_of)
+    rows = [RelationshipRow.model_validate(r.data()) for r in found]
+    return rows, _names_as_of(tx, {row.other for row in rows}, as_of)
 
 
-def _names_as_of(tx: ManagedTransaction, ids: Iterable[str], as_of: int) -> dict[str, tuple[str, str] | None]:
+def _names_as_of(
+    tx: ManagedTransaction, ids: Iterable[str], as_of: int
+) -> dict[str, tuple[str, str] | None]:
     """Name and label of each entity as of the chapter (None: it did not exist yet)."""
     names: dict[str, tuple[str, str] | None] = {}
     wanted = sorted(set(ids))
@@ -135,45 +149,54 @@ def _names_as_of(tx: ManagedTransaction, ids: Iterable[str], as_of: int) -> dict
     return names
 
 
-def _latest_rows(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def _latest_rows(rows: list[RelationshipRow]) -> dict[str, list[RelationshipRow]]:
     """Per entity, the latest row per (direction, type, raw type, other entity), newest first."""
-    latest: dict[str, dict[tuple[bool, str, str, str], dict[str, Any]]] = {}
+    latest: dict[str, dict[tuple[bool, str, str, str], RelationshipRow]] = {}
     for row in rows:
-        slot = (row["outgoing"], row["type"], row["props"].get("raw_type") or "", row["other"])
-        mine = latest.setdefault(row["id"], {})
-        if slot not in mine or (row["props"].get("chapter") or 0) >= (mine[slot]["props"].get("chapter") or 0):
+        slot = (row.outgoing, row.type, row.props.get("raw_type") or "", row.other)
+        mine = latest.setdefault(row.id, {})
+        if slot not in mine or (row.chapter or 0) >= (mine[slot].chapter or 0):
             mine[slot] = row
-    return {eid: sorted(found.values(), key=lambda r: (-(r["props"].get("chapter") or 0), r["type"], r["other"]))
-            for eid, found in latest.items()}
+    return {
+        eid: sorted(found.values(), key=lambda r: (-(r.chapter or 0), r.type, r.other))
+        for eid, found in latest.items()
+    }
 
 
-def _recent_views(tx: ManagedTransaction, rows: list[dict[str, Any]], as_of: int,
-                  limit: int | None, left_out: dict[str, int] | None = None) -> dict[str, list[RelationshipView]]:
+def _recent_views(
+    tx: ManagedTransaction,
+    rows: list[RelationshipRow],
+    as_of: int,
+    limit: int | None,
+    left_out: dict[str, int] | None = None,
+) -> dict[str, list[RelationshipView]]:
     """`_latest_views` of the rows, keeping the `limit` most recent per entity (names are read
     for those only): a protagonist's hundred relationships cost what the prompt can show.
     `left_out` receives, per entity, how many older ones were not kept."""
     latest = _latest_rows(rows)
     if left_out is not None and limit:
-        left_out.update({eid: len(found) - limit for eid, found in latest.items() if len(found) > limit})
+        left_out.update(
+            {eid: len(found) - limit for eid, found in latest.items() if len(found) > limit}
+        )
     kept = [r for found in latest.values() for r in (found[:limit] if limit else found)]
-    return _latest_views(kept, _names_as_of(tx, {r["other"] for r in kept}, as_of))
+    return _latest_views(kept, _names_as_of(tx, {r.other for r in kept}, as_of))
 
 
 def _latest_views(
-    rows: list[dict[str, Any]], names: dict[str, tuple[str, str] | None]
+    rows: list[RelationshipRow], names: dict[str, tuple[str, str] | None]
 ) -> dict[str, list[RelationshipView]]:
     """Per entity, the latest relationship per (direction, type, raw type, other entity)."""
     latest: dict[str, dict[tuple[str, str, str, str], RelationshipView]] = {}
     for row in rows:
-        props = row["props"]
-        name_label = names.get(row["other"])
+        props = row.props
+        name_label = names.get(row.other)
         if name_label is None:
             continue  # the other end was first seen after the chapter
         view = RelationshipView(
-            type=row["type"],
+            type=row.type,
             raw_type=props.get("raw_type"),
-            direction="out" if row["outgoing"] else "in",
-            other_id=row["other"],
+            direction="out" if row.outgoing else "in",
+            other_id=row.other,
             other_name=name_label[0],
             other_label=name_label[1],
             chapter=props.get("chapter"),
@@ -183,7 +206,7 @@ def _latest_views(
             quote=props.get("quote"),
         )
         slot = (view.direction, view.type, view.raw_type or "", view.other_id)
-        mine = latest.setdefault(row["id"], {})
+        mine = latest.setdefault(row.id, {})
         if slot not in mine or (view.chapter or 0) >= (mine[slot].chapter or 0):
             mine[slot] = view
     return {
@@ -192,8 +215,14 @@ def _latest_views(
     }
 
 
-def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int, mirror: StoryMirror | None = None,
-                 limit: int | None = None, read: dict[str, dict[str, Any]] | None = None) -> list[EntityProfile]:
+def _profiles_tx(
+    tx: ManagedTransaction,
+    ids: list[str],
+    as_of: int,
+    mirror: StoryMirror | None = None,
+    limit: int | None = None,
+    read: dict[str, dict[str, Any]] | None = None,
+) -> list[EntityProfile]:
     """Profiles of the entities as of the chapter; with `mirror` (the drafting read), their
     relationships come from it (kept current first by the caller), at most `limit` (the most
     recent) per entity, and their provenance is left out; `read`: properties already read."""
@@ -218,8 +247,13 @@ def _profiles_tx(tx: ManagedTransaction, ids: list[str], as_of: int, mirror: Sto
     ]
 
 
-def _location_tx(tx: ManagedTransaction, location: str, as_of: int, mirror: StoryMirror | None = None,
-                 limit: int | None = None) -> LocationContext | None:
+def _location_tx(
+    tx: ManagedTransaction,
+    location: str,
+    as_of: int,
+    mirror: StoryMirror | None = None,
+    limit: int | None = None,
+) -> LocationContext | None:
     entities = _entities(tx, [location], as_of, sources=mirror is None)
     if location not in entities:
         resolved = _resolve_names(tx, [location], "Location", as_of)[location]
@@ -239,7 +273,7 @@ def _location_tx(tx: ManagedTransaction, location: str, as_of: int, mirror: Stor
     groups: dict[str, list[str]] = {"parents": [], "children": [], "events": [], "nearby": []}
     candidates: set[str] = set()
     for row in _latest_rows(rows).get(location, []):
-        other, kind, out = row["other"], row["type"], row["outgoing"]
+        other, kind, out = row.other, row.type, row.outgoing
         if kind == "PART_OF":
             groups["parents" if out else "children"].append(other)
         elif kind == "LOCATED_IN" and not out:
@@ -255,7 +289,9 @@ def _location_tx(tx: ManagedTransaction, location: str, as_of: int, mirror: Stor
     wanted = [*occupants, *(eid for found in groups.values() for eid in found)]
     if mirror is not None:
         names = _names_as_of(tx, wanted, as_of)
-    others = _entities(tx, [eid for eid in wanted if names.get(eid) is not None], as_of, sources=mirror is None)
+    others = _entities(
+        tx, [eid for eid in wanted if names.get(eid) is not None], as_of, sources=mirror is None
+    )
     for name, found in groups.items():
         getattr(context, name).extend(others[eid] for eid in dict.fromkeys(found) if eid in others)
     context.occupants = [others[eid] for eid in occupants if eid in others]
@@ -265,33 +301,64 @@ def _location_tx(tx: ManagedTransaction, location: str, as_of: int, mirror: Stor
     return context
 
 
-def _occupants(tx: ManagedTransaction, location: str, candidates: set[str], as_of: int,
-               mirror: StoryMirror | None) -> list[str]:
+def _occupants(
+    tx: ManagedTransaction,
+    location: str,
+    candidates: set[str],
+    as_of: int,
+    mirror: StoryMirror | None,
+) -> list[str]:
     """Who is here as of the chapter: the candidates whose latest LOCATED_IN points here
     (in a chapter, the later scene wins), in id order."""
     if not candidates:
         return []
     if mirror is not None:
-        rows = [{"id": r["id"], "location": r["other"], "chapter": r["props"].get("chapter"),
-                 "scene": r["props"].get("scene")}
-                for r in mirror.rows_of(candidates, as_of) if r["type"] == "LOCATED_IN" and r["outgoing"]]
+        rows = [
+            {
+                "id": r.id,
+                "location": r.other,
+                "chapter": r.chapter,
+                "scene": r.props.get("scene"),
+            }
+            for r in mirror.rows_of(candidates, as_of)
+            if r.type == "LOCATED_IN" and r.outgoing
+        ]
     else:
-        rows = [r.data() for r in tx.run(cypher.LATEST_LOCATIONS_AS_OF, ids=sorted(candidates), as_of=as_of)]
+        rows = [
+            r.data()
+            for r in tx.run(cypher.LATEST_LOCATIONS_AS_OF, ids=sorted(candidates), as_of=as_of)
+        ]
     latest: dict[str, tuple[int, int, str]] = {}
     for row in rows:
-        when = (row["chapter"] if row["chapter"] is not None else -1, row.get("scene") or 0, row["location"])
+        when = (
+            row["chapter"] if row["chapter"] is not None else -1,
+            row.get("scene") or 0,
+            row["location"],
+        )
         if row["id"] not in latest or when[:2] >= latest[row["id"]][:2]:
             latest[row["id"]] = when
     return [eid for eid in sorted(candidates) if latest.get(eid, (0, 0, ""))[2] == location]
 
 
-def _summaries_tx(tx: ManagedTransaction, as_of: int, k: int, min_chapter: int) -> list[ChapterSummary]:
+def _summaries_tx(
+    tx: ManagedTransaction, as_of: int, k: int, min_chapter: int
+) -> list[ChapterSummary]:
     # The last k chapter numbers by index; only a book with gaps in its numbering needs the range query.
     numbers = list(range(max(min_chapter, as_of - k + 1), as_of + 1))
-    rows = [r.data() for r in tx.run(cypher.SUMMARIES_OF, numbers=numbers)] if numbers and k > 0 else []
+    rows = (
+        [r.data() for r in tx.run(cypher.SUMMARIES_OF, numbers=numbers)]
+        if numbers and k > 0
+        else []
+    )
     if len(rows) < len(numbers) or (len(numbers) < k and numbers and numbers[0] > min_chapter):
-        rows = [r.data() for r in tx.run(cypher.RECENT_SUMMARIES, as_of=as_of, k=k, min_chapter=min_chapter)]
-    found = [ChapterSummary(chapter=r["chapter"], title=r["title"] or "", summary=r["summary"] or "") for r in rows]
+        rows = [
+            r.data()
+            for r in tx.run(cypher.RECENT_SUMMARIES, as_of=as_of, k=k, min_chapter=min_chapter)
+        ]
+    found = [
+        ChapterSummary(chapter=r["chapter"], title=r["title"] or "", summary=r["summary"] or "")
+        for r in rows
+    ]
     return sorted(found, key=lambda s: s.chapter)
 
 
@@ -299,7 +366,11 @@ def _summaries_tx(tx: ManagedTransaction, as_of: int, k: int, min_chapter: int) 
 
 
 def resolve_names(
-    store: GraphStore, names: Iterable[str], *, label: str | None = None, as_of_chapter: int | None = None
+    store: GraphReader,
+    names: Iterable[str],
+    *,
+    label: str | None = None,
+    as_of_chapter: int | None = None,
 ) -> dict[str, str | None]:
     """Map each name (or alias) to the id of the entity it names, or None."""
     names = list(names)
@@ -307,7 +378,11 @@ def resolve_names(
 
 
 def entities_by_name(
-    store: GraphStore, names: Iterable[str], *, as_of_chapter: int | None = None, label: str | None = None
+    store: GraphReader,
+    names: Iterable[str],
+    *,
+    as_of_chapter: int | None = None,
+    label: str | None = None,
 ) -> dict[str, Entity | None]:
     """The entities named in a scene plan (by name or alias); None for unknown names."""
     names = list(names)
@@ -321,7 +396,7 @@ def entities_by_name(
 
 
 def character_profiles(
-    store: GraphStore, *, as_of_chapter: int, names: Iterable[str] = (), ids: Iterable[str] = ()
+    store: GraphReader, *, as_of_chapter: int, names: Iterable[str] = (), ids: Iterable[str] = ()
 ) -> list[EntityProfile]:
     """Profiles (status and latest relationships as of the chapter) of named or given entities."""
     names, wanted = list(names), list(ids)
@@ -334,7 +409,9 @@ def character_profiles(
     return store.execute_read(work)
 
 
-def relationships_as_of(store: GraphStore, entity_id: str, *, as_of_chapter: int) -> list[RelationshipView]:
+def relationships_as_of(
+    store: GraphReader, entity_id: str, *, as_of_chapter: int
+) -> list[RelationshipView]:
     def work(tx: ManagedTransaction) -> list[RelationshipView]:
         return _latest_views(*relationship_rows(tx, [entity_id], as_of_chapter)).get(entity_id, [])
 
@@ -345,7 +422,9 @@ def relationships_as_of(store: GraphStore, entity_id: str, *, as_of_chapter: int
 NOW = 10**9
 
 
-def recent_relationships(store: GraphStore, ids: Iterable[str], limit: int = 40) -> dict[str, list[RelationshipView]]:
+def recent_relationships(
+    store: MirroredReader, ids: Iterable[str], limit: int = 40
+) -> dict[str, list[RelationshipView]]:
     """Each entity's relationships now (the latest of each kind with each other entity), the
     `limit` most recent, oldest first (from the story mirror)."""
     wanted = set(ids)
@@ -354,23 +433,30 @@ def recent_relationships(store: GraphStore, ids: Iterable[str], limit: int = 40)
     def work(tx: ManagedTransaction) -> dict[str, list[RelationshipView]]:
         mirror.refresh(tx)
         views = _recent_views(tx, mirror.rows_of(wanted, NOW), NOW, limit)
-        return {eid: sorted(found, key=lambda v: (v.chapter or 0, v.type, v.other_name)) for eid, found in views.items()}
+        return {
+            eid: sorted(found, key=lambda v: (v.chapter or 0, v.type, v.other_name))
+            for eid, found in views.items()
+        }
 
     return store.execute_read(work)
 
 
-def novel_info(store: GraphStore) -> dict[str, Any]:
+def novel_info(store: GraphReader) -> dict[str, Any]:
     """The NovelInfo properties (title, genre, themes, ... from the initialization phase)."""
     rows = store.read(cypher.READ_NOVEL_INFO, id=NOVEL_INFO_ID)
     return {k: v for k, v in rows[0]["props"].items() if k != "id"} if rows else {}
 
 
-def recent_summaries(store: GraphStore, *, as_of_chapter: int, k: int = 3, min_chapter: int = 1) -> list[ChapterSummary]:
+def recent_summaries(
+    store: GraphReader, *, as_of_chapter: int, k: int = 3, min_chapter: int = 1
+) -> list[ChapterSummary]:
     """The last k chapter summaries up to and including `as_of_chapter`, oldest first."""
     return store.execute_read(_summaries_tx, as_of_chapter, k, min_chapter)
 
 
-def location_context(store: GraphStore, location: str, *, as_of_chapter: int) -> LocationContext | None:
+def location_context(
+    store: GraphReader, location: str, *, as_of_chapter: int
+) -> LocationContext | None:
     """A location (by id, name or alias) with its parents, children, occupants, events and neighbours."""
     return store.execute_read(_location_tx, location, as_of_chapter)
 
@@ -392,7 +478,9 @@ def scene_context(
     with the dialogue memory (core.recall); without it, from vector similarity alone."""
     names = list(dict.fromkeys(characters))
     as_of = chapter - 1
-    use_numpy = query is None and embedding is not None and not vector_index_ready(store, len(embedding))
+    use_numpy = (
+        query is None and embedding is not None and not vector_index_ready(store, len(embedding))
+    )
     mirror = mirror_of(store)
 
     def work(tx: ManagedTransaction) -> SceneContext:
@@ -405,11 +493,15 @@ def scene_context(
             as_of_chapter=as_of,
             characters=_profiles_tx(tx, ids, as_of, mirror, MAX_RELATIONSHIPS, read) if ids else [],
             unresolved_names=[n for n, i in resolved.items() if i is None],
-            location=_location_tx(tx, location, as_of, mirror, MAX_PLACE_ITEMS) if location else None,
+            location=_location_tx(tx, location, as_of, mirror, MAX_PLACE_ITEMS)
+            if location
+            else None,
             recent_summaries=_summaries_tx(tx, as_of, k_summaries, 1),
         )
         if query is not None:
-            context.similar_scenes = hybrid_scenes_tx(tx, query, embedding, k_similar, as_of, mirror)
+            context.similar_scenes = hybrid_scenes_tx(
+                tx, query, embedding, k_similar, as_of, mirror
+            )
         elif use_numpy and embedding is not None:
             context.similar_scenes = similar_scenes_tx(tx, embedding, k_similar, as_of)
         return context
@@ -423,29 +515,9 @@ def scene_context(
 # --- validation support ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ConsistencyFacts:
-    """What the consistency checks need, keyed by `vocabulary.normalize_name` of the names asked.
-
-    statuses: name -> (status as of the chapter, chapter since which it holds)
-    scene_embeddings: (chapter, scene index, embedding) of every scene up to the chapter
-    relationships: (source name, target name) -> (type, chapter) of the latest relationship
-    relationship_types: (source name, target name) -> {type: latest chapter} of every type
-    traits: name -> the traits the entity has accumulated as of the chapter
-    containers: name -> normalized names of the places it is PART_OF (one hop)
-    scene_texts: (chapter, scene index) -> (content-store path, sha256) of each scene's text
-    """
-
-    statuses: dict[str, tuple[str, int]]
-    scene_embeddings: list[tuple[int, int, list[float] | np.ndarray]]
-    relationships: dict[tuple[str, str], tuple[str, int]]
-    relationship_types: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
-    traits: dict[str, list[str]] = field(default_factory=dict)
-    containers: dict[str, set[str]] = field(default_factory=dict)
-    scene_texts: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)
-
-
-def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter: int) -> ConsistencyFacts:
+def consistency_facts(
+    store: MirroredReader, names: Iterable[str], *, as_of_chapter: int
+) -> ConsistencyFacts:
     """What the checks need of the named entities and of every earlier scene, as of the chapter;
     the relationships and scenes come from the story mirror (kg.mirror), kept current first."""
     names = list(dict.fromkeys(names))
@@ -474,29 +546,45 @@ def consistency_facts(store: GraphStore, names: Iterable[str], *, as_of_chapter:
         relationships: dict[tuple[str, str], tuple[str, int]] = {}
         types: dict[tuple[str, str], dict[str, int]] = {}
         containers: dict[str, set[str]] = {}
-        rows = [r for r in mirror.rows_of(ids, as_of_chapter)
-                if r["outgoing"] and (r["other"] in ids or r["type"] == "PART_OF")]
-        other_names = _names_as_of(tx, {r["other"] for r in rows if r["type"] == "PART_OF"}, as_of_chapter)
+        rows = [
+            r
+            for r in mirror.rows_of(ids, as_of_chapter)
+            if r.outgoing and (r.other in ids or r.type == "PART_OF")
+        ]
+        other_names = _names_as_of(
+            tx, {r.other for r in rows if r.type == "PART_OF"}, as_of_chapter
+        )
         for row in rows:
-            other = row["other"]
-            if not row["outgoing"]:
+            other = row.other
+            if not row.outgoing:
                 continue
-            if row["type"] == "PART_OF" and other_names.get(other) is not None:
-                for a in keys_of.get(row["id"], []):
+            if row.type == "PART_OF" and other_names.get(other) is not None:
+                for a in keys_of.get(row.id, []):
                     containers.setdefault(a, set()).add(vocab.normalize_name(other_names[other][0]))
             if other not in ids:
                 continue
-            chapter = row["props"].get("chapter", 0)
-            for a in keys_of.get(row["id"], []):
+            chapter = row.props.get("chapter", 0)
+            for a in keys_of.get(row.id, []):
                 for b in keys_of.get(other, []):
                     if (a, b) not in relationships or chapter >= relationships[(a, b)][1]:
-                        relationships[(a, b)] = (row["type"], chapter)
+                        relationships[(a, b)] = (row.type, chapter)
                     seen = types.setdefault((a, b), {})
-                    seen[row["type"]] = max(chapter, seen.get(row["type"], chapter))
+                    seen[row.type] = max(chapter, seen.get(row.type, chapter))
         earlier = mirror.scenes_as_of(as_of_chapter)
         scenes = [(s.chapter, s.scene, s.vector) for s in earlier if s.vector is not None]
-        texts = {(s.chapter, s.scene): (s.text_ref, s.text_sha) for s in earlier if s.text_ref is not None}
-        return ConsistencyFacts(statuses=statuses, scene_embeddings=scenes, relationships=relationships,
-                                relationship_types=types, traits=traits, containers=containers, scene_texts=texts)
+        texts = {
+            (s.chapter, s.scene): (s.text_ref, s.text_sha)
+            for s in earlier
+            if s.text_ref is not None
+        }
+        return ConsistencyFacts(
+            statuses=statuses,
+            scene_embeddings=scenes,
+            relationships=relationships,
+            relationship_types=types,
+            traits=traits,
+            containers=containers,
+            scene_texts=texts,
+        )
 
     return store.execute_read(work)

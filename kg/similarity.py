@@ -58,7 +58,9 @@ class _VectorCache:
 _vectors = _VectorCache()
 
 
-def _vector_rows(tx: ManagedTransaction, kind: str, as_of: int) -> list[tuple[dict[str, Any], np.ndarray]]:
+def _vector_rows(
+    tx: ManagedTransaction, kind: str, as_of: int
+) -> list[tuple[dict[str, Any], np.ndarray]]:
     """(row, vector) for every Scene (kind "scene") or Chapter with an embedding, as of a chapter."""
     listing, by_id = (
         (cypher.SCENE_VECTORS_AS_OF, cypher.SCENE_EMBEDDINGS_BY_ID)
@@ -84,7 +86,9 @@ def _vector_rows(tx: ManagedTransaction, kind: str, as_of: int) -> list[tuple[di
     return out
 
 
-def _rank(rows: list[tuple[dict[str, Any], np.ndarray]], embedding: list[float], k: int) -> list[SimilarityHit]:
+def _rank(
+    rows: list[tuple[dict[str, Any], np.ndarray]], embedding: list[float], k: int
+) -> list[SimilarityHit]:
     query = np.asarray(embedding, dtype=np.float64)
     usable = [(row, vec) for row, vec in rows if vec.shape == query.shape]
     if not usable or k <= 0:
@@ -107,7 +111,12 @@ def _rank(rows: list[tuple[dict[str, Any], np.ndarray]], embedding: list[float],
 
 
 def hybrid_scenes_tx(
-    tx: ManagedTransaction, query: str, embedding: list[float] | None, k: int, as_of: int, mirror: StoryMirror
+    tx: ManagedTransaction,
+    query: str,
+    embedding: list[float] | None,
+    k: int,
+    as_of: int,
+    mirror: StoryMirror,
 ) -> list[SimilarityHit]:
     """Earlier scenes for a scene query through core.recall's hybrid retrieval (BM25 over
     title + summary, the scene vectors, fused); a scene without a vector is found lexically.
@@ -118,13 +127,21 @@ def hybrid_scenes_tx(
     index = mirror.scene_index(as_of, dims)
     query_vector = np.asarray(embedding, dtype=np.float32) if embedding else None
     return [
-        SimilarityHit(id=hit.key, chapter=hit.meta["chapter"], scene=hit.meta["scene"], score=hit.score,
-                      title=hit.meta["title"], summary=hit.meta["summary"])
+        SimilarityHit(
+            id=hit.key,
+            chapter=hit.meta["chapter"],
+            scene=hit.meta["scene"],
+            score=hit.score,
+            title=hit.meta["title"],
+            summary=hit.meta["summary"],
+        )
         for hit in index.search(query, query_vector, k)
     ]
 
 
-def similar_scenes_tx(tx: ManagedTransaction, embedding: list[float], k: int, as_of: int) -> list[SimilarityHit]:
+def similar_scenes_tx(
+    tx: ManagedTransaction, embedding: list[float], k: int, as_of: int
+) -> list[SimilarityHit]:
     return _rank(_vector_rows(tx, "scene", as_of), embedding, k)
 
 
@@ -163,21 +180,32 @@ def vector_index_ready(store: GraphStore, dimensions: int) -> bool:
     return _vector_state[store] == _VECTOR_READY
 
 
-def similar_scenes(store: GraphStore, embedding: list[float], *, k: int = 5, as_of_chapter: int) -> list[SimilarityHit]:
+def similar_scenes(
+    store: GraphStore, embedding: list[float], *, k: int = 5, as_of_chapter: int
+) -> list[SimilarityHit]:
     """Scenes of chapters <= as_of_chapter most similar (cosine) to `embedding`."""
     if vector_index_ready(store, len(embedding)):
         try:
             rows = store.read(
-                cypher.QUERY_SCENE_VECTOR_INDEX, embedding=list(embedding), k=k, candidates=max(4 * k, 50), as_of=as_of_chapter
+                cypher.QUERY_SCENE_VECTOR_INDEX,
+                embedding=list(embedding),
+                k=k,
+                candidates=max(4 * k, 50),
+                as_of=as_of_chapter,
             )
-            return [SimilarityHit(**{**r, "title": r["title"] or "", "summary": r["summary"] or ""}) for r in rows]
+            return [
+                SimilarityHit(**{**r, "title": r["title"] or "", "summary": r["summary"] or ""})
+                for r in rows
+            ]
         except SkaldError as exc:  # the numpy path below is always correct
             log.info("graph: vector index query failed (%s); using numpy", exc)
             _vector_state[store] = _VECTOR_UNSUPPORTED
     return store.execute_read(similar_scenes_tx, list(embedding), k, as_of_chapter)
 
 
-def similar_chapters(store: GraphStore, embedding: list[float], *, k: int = 3, as_of_chapter: int) -> list[SimilarityHit]:
+def similar_chapters(
+    store: GraphStore, embedding: list[float], *, k: int = 3, as_of_chapter: int
+) -> list[SimilarityHit]:
     """Chapters <= as_of_chapter whose chapter embedding is most similar to `embedding`."""
 
     def work(tx: ManagedTransaction) -> list[SimilarityHit]:

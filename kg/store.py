@@ -119,7 +119,9 @@ class GraphStore:
             retry=tenacity.retry_if_exception_type(_UNREACHABLE),
             before_sleep=lambda state: log.info(
                 "graph at %s not reachable (attempt %d): %s",
-                ep.uri, state.attempt_number, _one_line(state.outcome.exception() if state.outcome else Exception()),
+                ep.uri,
+                state.attempt_number,
+                _one_line(state.outcome.exception() if state.outcome else Exception()),
             ),
             reraise=True,
         )
@@ -150,7 +152,9 @@ class GraphStore:
                 hint="check NEO4J_USERNAME / NEO4J_PASSWORD",
             ) from exc
         except nx.ConfigurationError as exc:
-            raise GraphUnavailableError(f"graph driver configuration refused: {_one_line(exc)}") from exc
+            raise GraphUnavailableError(
+                f"graph driver configuration refused: {_one_line(exc)}"
+            ) from exc
 
     def _open_driver(self) -> tuple[neo4j.Driver, Any]:
         """A verified driver. Server notifications (e.g. "unknown label" on a fresh graph) are
@@ -214,14 +218,20 @@ class GraphStore:
     # --- transactions --------------------------------------------------------------------
 
     def execute_write(
-        self, work: Callable[Concatenate[ManagedTransaction, P], T], *args: P.args, **kwargs: P.kwargs
+        self,
+        work: Callable[Concatenate[ManagedTransaction, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> T:
         """Run `work(tx, ...)` in one managed write transaction (retried on transient errors)."""
         with self._session("write") as session:
             return session.execute_write(work, *args, **kwargs)
 
     def execute_read(
-        self, work: Callable[Concatenate[ManagedTransaction, P], T], *args: P.args, **kwargs: P.kwargs
+        self,
+        work: Callable[Concatenate[ManagedTransaction, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> T:
         with self._session("read") as session:
             return session.execute_read(work, *args, **kwargs)
@@ -249,7 +259,9 @@ class GraphStore:
                     hint="check the graph server and retry",
                 ) from exc
             if kind == "write":
-                raise GraphWriteError(f"graph write failed and was rolled back: {_one_line(exc)}") from exc
+                raise GraphWriteError(
+                    f"graph write failed and was rolled back: {_one_line(exc)}"
+                ) from exc
             raise GraphQueryError(f"graph read failed: {_one_line(exc)}") from exc
 
     def read(self, query: str, **params: Any) -> list[dict[str, Any]]:
@@ -293,7 +305,10 @@ class GraphStore:
                 self.write(statement)
             applied_tags.append(migration.tag)
             self.write(
-                cypher.WRITE_SCHEMA_META, id=schema.SCHEMA_META_ID, version=migration.version, applied=applied_tags
+                cypher.WRITE_SCHEMA_META,
+                id=schema.SCHEMA_META_ID,
+                version=migration.version,
+                applied=applied_tags,
             )
             done.append(migration.tag)
             log.info("graph: applied migration %s", migration.tag)
@@ -324,12 +339,18 @@ class GraphStore:
             retry=tenacity.retry_if_exception(_lost_a_commit_race),
             before_sleep=lambda state: log.info(
                 "graph: chapter %d commit raced another writer (%s); retrying",
-                delta.chapter, state.outcome.exception() if state.outcome else None,
+                delta.chapter,
+                state.outcome.exception() if state.outcome else None,
             ),
             reraise=True,
         )
         result = retrying(
-            self.execute_write, commit_chapter_tx, delta, replace=replace, ops=ops, lock_reads=self.server.locks_reads
+            self.execute_write,
+            commit_chapter_tx,
+            delta,
+            replace=replace,
+            ops=ops,
+            lock_reads=self.server.locks_reads,
         )
         log.info(
             "graph: chapter %d %s (%d nodes created, %d updated, %d relationships) in %.2fs",
@@ -355,7 +376,9 @@ class GraphStore:
     def committed_chapters(self) -> list[ChangeSetInfo]:
         """Change-sets in the graph, in commit order."""
         rows = self.read(cypher.READ_CHANGESET_INFOS)
-        infos = [ChangeSetInfo(**{k: (0 if v is None else v) for k, v in row.items()}) for row in rows]
+        infos = [
+            ChangeSetInfo(**{k: (0 if v is None else v) for k, v in row.items()}) for row in rows
+        ]
         return sorted(infos, key=lambda i: i.seq)
 
     def history_head(self) -> tuple[int, str]:
@@ -363,7 +386,11 @@ class GraphStore:
 
         def work(tx: ManagedTransaction) -> tuple[int, str]:
             newest = history.newest(tx)
-            return (0, "") if newest is None else (int(newest["seq"]), history.fingerprint_before(tx, newest["seq"] + 1))
+            return (
+                (0, "")
+                if newest is None
+                else (int(newest["seq"]), history.fingerprint_before(tx, newest["seq"] + 1))
+            )
 
         return self.execute_read(work)
 
@@ -408,14 +435,19 @@ class GraphStore:
 
         return self.execute_read(work)
 
-    def set_chapter_summary(self, chapter: int, summary: str, key_events: list[str] | tuple[str, ...] = ()) -> None:
+    def set_chapter_summary(
+        self, chapter: int, summary: str, key_events: list[str] | tuple[str, ...] = ()
+    ) -> None:
         """Store the summary written after a chapter's commit on its Chapter node.
 
         Only a committed chapter has a Chapter node (created by its commit), so rolling the
         chapter back removes the summary with it and rollback stays exact.
         """
         rows = self.write(
-            cypher.SET_CHAPTER_SUMMARY, id=f"chapter:{chapter}", summary=summary, key_events=[str(e) for e in key_events]
+            cypher.SET_CHAPTER_SUMMARY,
+            id=f"chapter:{chapter}",
+            summary=summary,
+            key_events=[str(e) for e in key_events],
         )
         if not rows:
             raise ChapterNotCommittedError(
@@ -432,7 +464,10 @@ class GraphStore:
     def entities_with_label(self, label: str) -> list[Entity]:
         """Every entity of one label (e.g. all characters), in id order."""
         label = vocab.normalize_label(label)[0]
-        return [entity_from_props(r["props"]) for r in self.read(cypher.READ_ENTITIES_WITH_LABEL, label=label)]
+        return [
+            entity_from_props(r["props"])
+            for r in self.read(cypher.READ_ENTITIES_WITH_LABEL, label=label)
+        ]
 
     def find_entities(self, name: str, label: str | None = None) -> list[Entity]:
         """Entities whose name or alias normalises like `name` (best match first)."""

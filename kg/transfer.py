@@ -63,7 +63,9 @@ def export_tx(tx: ManagedTransaction) -> dict[str, Any]:
     by_ref: dict[str, list[tuple[str, list[str], dict[str, Any], str]]] = defaultdict(list)
     for row in raw_nodes:
         labels = sorted(row["labels"])
-        operational = frozenset().union(*(vocab.OPERATIONAL_PROPERTIES.get(label, frozenset()) for label in labels))
+        operational = frozenset().union(
+            *(vocab.OPERATIONAL_PROPERTIES.get(label, frozenset()) for label in labels)
+        )
         props = encode_props({k: v for k, v in row["props"].items() if k not in operational})
         by_ref[_node_ref(labels, props)].append((canonical_json(props), labels, props, row["eid"]))
     for ref, group in by_ref.items():
@@ -75,7 +77,12 @@ def export_tx(tx: ManagedTransaction) -> dict[str, Any]:
             nodes.append({"ref": unique, "labels": labels, "properties": props})
     nodes.sort(key=lambda n: n["ref"])
     rels = [
-        {"type": r["type"], "start": ref_of[r["src"]], "end": ref_of[r["tgt"]], "properties": encode_props(r["props"])}
+        {
+            "type": r["type"],
+            "start": ref_of[r["src"]],
+            "end": ref_of[r["tgt"]],
+            "properties": encode_props(r["props"]),
+        }
         for r in raw_rels
     ]
     rels.sort(key=lambda r: (r["type"], r["start"], r["end"], canonical_json(r["properties"])))
@@ -110,17 +117,30 @@ def read_export(path: Path) -> dict[str, Any]:
 def validate_export(data: dict[str, Any]) -> None:
     """Refuse anything but a well-formed export using only vocabulary labels and types."""
     if data.get("format") != FORMAT or data.get("version") != FORMAT_VERSION:
-        raise ImportRefusedError(f"not a {FORMAT} version {FORMAT_VERSION} file", hint="create it with `python -m kg export`")
+        raise ImportRefusedError(
+            f"not a {FORMAT} version {FORMAT_VERSION} file",
+            hint="create it with `python -m kg export`",
+        )
     nodes, rels = data.get("nodes"), data.get("relationships")
     if not isinstance(nodes, list) or not isinstance(rels, list):
         raise ImportRefusedError("import file must have 'nodes' and 'relationships' lists")
     refs: set[str] = set()
     for node in nodes:
-        if not isinstance(node, dict) or not isinstance(node.get("ref"), str) or not isinstance(node.get("properties"), dict):
+        if (
+            not isinstance(node, dict)
+            or not isinstance(node.get("ref"), str)
+            or not isinstance(node.get("properties"), dict)
+        ):
             raise ImportRefusedError(f"malformed node entry: {str(node)[:80]}")
         labels = node.get("labels")
-        if not isinstance(labels, list) or not labels or any(label not in vocab.ALL_LABELS for label in labels):
-            raise ImportRefusedError(f"node {node['ref'][:80]!r} has labels outside the graph vocabulary: {str(labels)[:80]}")
+        if (
+            not isinstance(labels, list)
+            or not labels
+            or any(label not in vocab.ALL_LABELS for label in labels)
+        ):
+            raise ImportRefusedError(
+                f"node {node['ref'][:80]!r} has labels outside the graph vocabulary: {str(labels)[:80]}"
+            )
         if node["ref"] in refs:
             raise ImportRefusedError(f"duplicate node ref {node['ref'][:80]!r}")
         refs.add(node["ref"])
@@ -128,12 +148,16 @@ def validate_export(data: dict[str, Any]) -> None:
         if not isinstance(rel, dict) or not isinstance(rel.get("properties"), dict):
             raise ImportRefusedError(f"malformed relationship entry: {str(rel)[:80]}")
         if rel.get("type") not in vocab.ALL_REL_TYPES:
-            raise ImportRefusedError(f"relationship type {str(rel.get('type'))[:60]!r} is outside the graph vocabulary")
+            raise ImportRefusedError(
+                f"relationship type {str(rel.get('type'))[:60]!r} is outside the graph vocabulary"
+            )
         if rel.get("start") not in refs or rel.get("end") not in refs:
             raise ImportRefusedError(f"relationship {rel['type']} points at an unknown node ref")
 
 
-def import_tx(tx: ManagedTransaction, data: dict[str, Any], *, merge: bool = False) -> dict[str, int]:
+def import_tx(
+    tx: ManagedTransaction, data: dict[str, Any], *, merge: bool = False
+) -> dict[str, int]:
     if not merge:
         existing = tx.run(cypher.COUNT_NON_META_NODES).single()
         if existing and existing["count"]:
@@ -148,7 +172,11 @@ def import_tx(tx: ManagedTransaction, data: dict[str, Any], *, merge: bool = Fal
         if vocab.SCHEMA_META in labels:
             continue  # the schema meta node belongs to the migrations of the target graph
         props = decode_props(node["properties"])
-        keyed = [label for label in labels if label in MERGE_KEYS and all(k in props for k in MERGE_KEYS[label])]
+        keyed = [
+            label
+            for label in labels
+            if label in MERGE_KEYS and all(k in props for k in MERGE_KEYS[label])
+        ]
         if merge and keyed:
             first = keyed[0]
             ordered = (first, *[label for label in labels if label != first])

@@ -7,7 +7,10 @@ reads while writing, with the relationships drawn as an interactive graph.
   event history, milestones);
 - `render`: the page as one self-contained HTML file (template, style, script and the graph
   library inlined: it opens from disk with no network and no server);
-- `cypher`: the page's reads.
+- `cypher`: the page's reads; `records`: their rows as frozen models, and the two read
+  transactions;
+- `relations`: a book's relationships with their statements and the spans they hold in;
+- `quality`: the project's files a book's page shows (quality tables, the newest QA report).
 
 `python -m kg codex` writes it; the novel flow writes `exports/codex.html` after each chapter
 (tasks/codex.py) and `python -m flows.maintenance qa` marks its findings in it.
@@ -20,7 +23,8 @@ from pathlib import Path
 from core.content import write_if_changed
 from kg.codex.dialogue import build_dialogue_codex
 from kg.codex.models import CodexPage
-from kg.codex.novel import build_novel_codex, latest_qa_report
+from kg.codex.novel import build_novel_codex
+from kg.codex.quality import latest_qa_report
 from kg.codex.render import render_codex
 
 #: Where a project's codex lives.
@@ -32,5 +36,12 @@ def write_codex(page: CodexPage, path: Path) -> bool:
     return write_if_changed(path, render_codex(page))
 
 
-__all__ = ["CODEX_FILE", "CodexPage", "build_dialogue_codex", "build_novel_codex", "latest_qa_report",
-           "render_codex", "write_codex"]
+__all__ = [
+    "CODEX_FILE",
+    "CodexPage",
+    "build_dialogue_codex",
+    "build_novel_codex",
+    "latest_qa_report",
+    "render_codex",
+    "write_codex",
+]

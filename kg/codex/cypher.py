@@ -39,7 +39,9 @@ MENTIONS = (
 
 # --- The sidecar's codex: one conversation (every filter is on an indexed conversation_id) ----
 
-_E, _R, _EV, _M = (q(x) for x in (vocab.KG_ENTITY, vocab.KG_REL, vocab.KG_REL_EVENT, vocab.KG_MILESTONE))
+_E, _R, _EV, _M = (
+    q(x) for x in (vocab.KG_ENTITY, vocab.KG_REL, vocab.KG_REL_EVENT, vocab.KG_MILESTONE)
+)
 DIALOGUE_HEAD = (
     f"MATCH (c:{q(vocab.KG_CONVERSATION)} {{conversation_id: $conversation_id}}) "
     "RETURN c.memory_seq AS memory_seq, c.turn_seq AS turn_seq"

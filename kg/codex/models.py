@@ -44,8 +44,8 @@ def shorten_label(text: str, limit: int = CAPTION_LIMIT) -> str:
     if len(text) <= limit:
         return text
     breaks = [m.start() for m in _WORD_BREAK.finditer(text) if 0 < m.start() < limit]
-    kept = text[:breaks[-1]].rstrip(_TRAILING) if breaks else ""
-    return (kept or text[:limit - 1]) + ELLIPSIS
+    kept = text[: breaks[-1]].rstrip(_TRAILING) if breaks else ""
+    return (kept or text[: limit - 1]) + ELLIPSIS
 
 
 def relationship_caption(rel_type: str, raw_type: str | None, limit: int = CAPTION_LIMIT) -> str:
@@ -88,13 +88,17 @@ class EntityCard(_Model):
     aliases: list[str] = Field(default_factory=list)
     description: str = ""
     traits: list[str] = Field(default_factory=list)
-    fields: list[tuple[str, str]] = Field(default_factory=list, description="sheet fields: role, motivation, ...")
+    fields: list[tuple[str, str]] = Field(
+        default_factory=list, description="sheet fields: role, motivation, ..."
+    )
     provisional: bool = False
     statuses: list[StatusSpan] = Field(default_factory=list)
     first: str = Field("", description="where it first appears, in words")
     first_quote: str | None = None
     appears_in: list[int] = Field(default_factory=list, description="chapters (turns) it is in")
-    relations: list[str] = Field(default_factory=list, description="its relationships as of the page, in words")
+    relations: list[str] = Field(
+        default_factory=list, description="its relationships as of the page, in words"
+    )
     facts: list[Evidence] = Field(default_factory=list)
     findings: list[str] = Field(default_factory=list, description="QA findings that name it")
 
@@ -128,7 +132,9 @@ class GraphEdge(_Model):
     target: str
     type: str
     label: str = Field(description="the full type, shown on hover and in the side panel")
-    caption: str = Field(description=f"the label drawn on the canvas, at most {CAPTION_LIMIT} characters")
+    caption: str = Field(
+        description=f"the label drawn on the canvas, at most {CAPTION_LIMIT} characters"
+    )
     #: [start, end): active from `start` until it ended in `end` (None: still active).
     spans: list[tuple[int, int | None]]
     ended_by: str | None = Field(None, description="what ended it, in words")
@@ -142,7 +148,9 @@ class CodexGraph(_Model):
     last: int
     nodes: list[GraphNode] = Field(default_factory=list)
     edges: list[GraphEdge] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict, description="axis position -> its name ('turn 12')")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="axis position -> its name ('turn 12')"
+    )
 
 
 class TimelineItem(_Model):
@@ -167,8 +175,12 @@ class TimelineEntry(_Model):
     summary: str = ""
     key_events: list[str] = Field(default_factory=list)
     scenes: list[SceneLine] = Field(default_factory=list)
-    appears: list[TimelineItem] = Field(default_factory=list, description="characters (speakers) in it")
-    mentioned: list[TimelineItem] = Field(default_factory=list, description="places, items and the rest")
+    appears: list[TimelineItem] = Field(
+        default_factory=list, description="characters (speakers) in it"
+    )
+    mentioned: list[TimelineItem] = Field(
+        default_factory=list, description="places, items and the rest"
+    )
     new_entities: list[TimelineItem] = Field(default_factory=list)
     status_changes: list[TimelineItem] = Field(default_factory=list)
     new_relationships: list[TimelineItem] = Field(default_factory=list)
@@ -216,6 +228,10 @@ class CodexPage(_Model):
     quality: list[QualityChapter] = Field(default_factory=list)
     quality_columns: list[str] = Field(default_factory=list)
     findings: list[FindingView] = Field(default_factory=list)
-    qa_run_at: str | None = Field(None, description="which QA run the marked findings are of (\"after chapter 4\")")
-    notes: list[str] = Field(default_factory=list, description="what the page leaves out, said plainly")
+    qa_run_at: str | None = Field(
+        None, description='which QA run the marked findings are of ("after chapter 4")'
+    )
+    notes: list[str] = Field(
+        default_factory=list, description="what the page leaves out, said plainly"
+    )
     stats: CodexStats = Field(default_factory=CodexStats)

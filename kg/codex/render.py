@@ -12,6 +12,7 @@ multiples need no charting library, and they then show without JavaScript too.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from kg.codex.models import CodexPage
+from kg.codex.models import CodexPage, QualityChapter
 
 HERE = Path(__file__).resolve().parent
 LIBRARY = HERE / "assets" / "cytoscape.min.js"
@@ -37,8 +38,12 @@ CHART_HEIGHT = 64
 @cache
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(HERE), autoescape=True, undefined=jinja2.StrictUndefined,
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        loader=jinja2.FileSystemLoader(HERE),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
     )
 
 
@@ -65,51 +70,135 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def quality_charts(page: CodexPage) -> list[dict[str, Any]]:
-    """Per metric, the bars of a small SVG chart: one bar per chapter, flagged chapters marked."""
+@dataclass(frozen=True)
+class ChartBar:
+    """One rectangle of a chart (SVG units); a dropped part is drawn as flagged, in red."""
+
+    x: int
+    y: float
+    w: int
+    h: float
+    flagged: bool
+    dropped: bool
+    tip: str
+
+
+@dataclass(frozen=True)
+class ChartTick:
+    x: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One small chart of a metric over the chapters, with its range as text."""
+
+    title: str
+    width: int
+    height: int
+    bars: list[ChartBar]
+    ticks: list[ChartTick]
+    low: str
+    high: str
+
+
+def quality_charts(page: CodexPage) -> list[Chart]:
+    """Per metric, the bars of a small SVG chart: one bar per chapter, flagged chapters marked;
+    then the facts grounding kept and dropped, stacked."""
     chapters = page.quality
     if not chapters:
         return []
     step = max(6, min(28, 720 // max(1, len(chapters))))
-    width = step * len(chapters) + 8
     # Chapter numbers under the bars, as many as fit.
     every = max(1, -(-22 // step))
-    ticks = [{"x": 4 + i * step + (step - 2) / 2, "text": str(c.chapter)} for i, c in enumerate(chapters)
-             if i % every == 0]
-    charts = []
-    for key, title, fixed in CHART_METRICS:
-        values = [_number(c.values.get(key)) for c in chapters]
-        present = [v for v in values if v is not None]
-        if not present:
-            continue
-        top = fixed if fixed is not None else max(max(present), 1.0)
-        bars = []
-        for i, (chapter, value) in enumerate(zip(chapters, values, strict=True)):
-            if value is None:
-                continue
-            height = max(1.0, round(CHART_HEIGHT * min(value, top) / top, 1))
-            bars.append({"x": 4 + i * step, "y": round(CHART_HEIGHT - height, 1), "w": max(2, step - 2), "h": height,
-                         "flagged": chapter.flagged, "dropped": False, "tip": f"chapter {chapter.chapter}: {title} {_fmt(value)}"
-                         + (" (flagged)" if chapter.flagged else "")})
-        charts.append({"title": title, "width": width, "height": CHART_HEIGHT, "bars": bars, "ticks": ticks,
-                       "low": _fmt(min(present)), "high": _fmt(max(present))})
-    kept = [(_number(c.values.get("facts_kept")), _number(c.values.get("facts_dropped"))) for c in chapters]
-    if any(k is not None for k, _ in kept):
-        top = max(max((k or 0) + (d or 0) for k, d in kept), 1.0)
-        bars = []
-        for i, (chapter, (k, d)) in enumerate(zip(chapters, kept, strict=True)):
-            k, d = k or 0.0, d or 0.0
-            h_kept = round(CHART_HEIGHT * k / top, 1)
-            h_dropped = round(CHART_HEIGHT * d / top, 1)
-            tip = f"chapter {chapter.chapter}: {int(k)} facts kept, {int(d)} dropped by grounding"
-            bars.append({"x": 4 + i * step, "y": round(CHART_HEIGHT - h_kept, 1), "w": max(2, step - 2), "h": h_kept,
-                         "flagged": False, "dropped": False, "tip": tip})
-            if h_dropped:
-                bars.append({"x": 4 + i * step, "y": round(CHART_HEIGHT - h_kept - h_dropped, 1),
-                             "w": max(2, step - 2), "h": h_dropped, "flagged": True, "dropped": True, "tip": tip})
-        charts.append({"title": "facts kept (dark) and dropped (red)", "width": width, "height": CHART_HEIGHT,
-                       "bars": bars, "ticks": ticks, "low": "0", "high": _fmt(top)})
+    ticks = [
+        ChartTick(x=4 + i * step + (step - 2) / 2, text=str(c.chapter))
+        for i, c in enumerate(chapters)
+        if i % every == 0
+    ]
+    charts = [
+        chart
+        for key, title, fixed in CHART_METRICS
+        if (chart := _metric_chart(chapters, key, title, fixed, step, ticks)) is not None
+    ]
+    if (facts := _facts_chart(chapters, step, ticks)) is not None:
+        charts.append(facts)
     return charts
+
+
+def _metric_chart(
+    chapters: list[QualityChapter],
+    key: str,
+    title: str,
+    fixed: float | None,
+    step: int,
+    ticks: list[ChartTick],
+) -> Chart | None:
+    """One metric's bars, scaled to its fixed maximum (or its largest value); None where no
+    chapter has it."""
+    values = [_number(c.values.get(key)) for c in chapters]
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    top = fixed if fixed is not None else max(max(present), 1.0)
+    bars = []
+    for i, (chapter, value) in enumerate(zip(chapters, values, strict=True)):
+        if value is None:
+            continue
+        height = max(1.0, round(CHART_HEIGHT * min(value, top) / top, 1))
+        flag = " (flagged)" if chapter.flagged else ""
+        bars.append(
+            ChartBar(
+                x=4 + i * step,
+                y=round(CHART_HEIGHT - height, 1),
+                w=max(2, step - 2),
+                h=height,
+                flagged=chapter.flagged,
+                dropped=False,
+                tip=f"chapter {chapter.chapter}: {title} {_fmt(value)}{flag}",
+            )
+        )
+    return Chart(
+        title=title,
+        width=step * len(chapters) + 8,
+        height=CHART_HEIGHT,
+        bars=bars,
+        ticks=ticks,
+        low=_fmt(min(present)),
+        high=_fmt(max(present)),
+    )
+
+
+def _facts_chart(chapters: list[QualityChapter], step: int, ticks: list[ChartTick]) -> Chart | None:
+    """The facts grounding kept (dark) with those it dropped (red) stacked on them; None where
+    no chapter counted them."""
+    kept = [
+        (_number(c.values.get("facts_kept")), _number(c.values.get("facts_dropped")))
+        for c in chapters
+    ]
+    if not any(k is not None for k, _ in kept):
+        return None
+    top = max(max((k or 0) + (d or 0) for k, d in kept), 1.0)
+    bars = []
+    for i, (chapter, (k, d)) in enumerate(zip(chapters, kept, strict=True)):
+        k, d = k or 0.0, d or 0.0
+        h_kept = round(CHART_HEIGHT * k / top, 1)
+        h_dropped = round(CHART_HEIGHT * d / top, 1)
+        tip = f"chapter {chapter.chapter}: {int(k)} facts kept, {int(d)} dropped by grounding"
+        x, w = 4 + i * step, max(2, step - 2)
+        bars.append(ChartBar(x, round(CHART_HEIGHT - h_kept, 1), w, h_kept, False, False, tip))
+        if h_dropped:
+            y = round(CHART_HEIGHT - h_kept - h_dropped, 1)
+            bars.append(ChartBar(x, y, w, h_dropped, True, True, tip))
+    return Chart(
+        title="facts kept (dark) and dropped (red)",
+        width=step * len(chapters) + 8,
+        height=CHART_HEIGHT,
+        bars=bars,
+        ticks=ticks,
+        low="0",
+        high=_fmt(top),
+    )
 
 
 def _fmt(value: float) -> str:
@@ -119,7 +208,16 @@ def _fmt(value: float) -> str:
 def render_codex(page: CodexPage) -> str:
     """The page as HTML text (deterministic: the same page model gives the same bytes)."""
     data = {"graph": page.graph.model_dump(mode="json"), "kind": page.kind, "as_of": page.as_of}
-    return _environment().get_template("codex.html.j2").render(
-        page=page, data_json=script_json(data), charts=quality_charts(page), library_name=LIBRARY_NAME,
-        library=Markup(_inline(LIBRARY)), app=Markup(_inline(HERE / "codex.js")), css=Markup(_inline(HERE / "codex.css")),
+    return (
+        _environment()
+        .get_template("codex.html.j2")
+        .render(
+            page=page,
+            data_json=script_json(data),
+            charts=quality_charts(page),
+            library_name=LIBRARY_NAME,
+            library=Markup(_inline(LIBRARY)),
+            app=Markup(_inline(HERE / "codex.js")),
+            css=Markup(_inline(HERE / "codex.css")),
+        )
     )

@@ -46,26 +46,41 @@ class DeletedRel(BaseModel):
 class Amendment(BaseModel):
     """The undo record of one write made after the newest change-set."""
 
-    created_nodes: list[tuple[str, str]] = Field(default_factory=list, description="(lookup label, id)")
+    created_nodes: list[tuple[str, str]] = Field(
+        default_factory=list, description="(lookup label, id)"
+    )
     updated_nodes: list[tuple[str, str, dict[str, Any]]] = Field(
-        default_factory=list, description="(lookup label, id, previous properties, encoded)")
+        default_factory=list, description="(lookup label, id, previous properties, encoded)"
+    )
     deleted_nodes: list[tuple[list[str], dict[str, Any]]] = Field(
-        default_factory=list, description="(labels, properties, encoded)")
+        default_factory=list, description="(labels, properties, encoded)"
+    )
     created_rels: list[tuple[str, str]] = Field(default_factory=list, description="(type, key)")
     deleted_rels: list[DeletedRel] = Field(default_factory=list)
 
-    def updated(self, label: str, node_id: str, before: dict[str, Any], after: dict[str, Any]) -> None:
+    def updated(
+        self, label: str, node_id: str, before: dict[str, Any], after: dict[str, Any]
+    ) -> None:
         self.updated_nodes.append((label, node_id, encode_undo(before, after)))
 
     def deleted(self, labels: list[str], props: dict[str, Any]) -> None:
         self.deleted_nodes.append((sorted(labels), encode_props(props)))
 
-    def deleted_rel(self, rel_type: str, src: tuple[str, str], tgt: tuple[str, str], props: dict[str, Any]) -> None:
-        self.deleted_rels.append(DeletedRel(type=rel_type, src=src, tgt=tgt, props=encode_props(props)))
+    def deleted_rel(
+        self, rel_type: str, src: tuple[str, str], tgt: tuple[str, str], props: dict[str, Any]
+    ) -> None:
+        self.deleted_rels.append(
+            DeletedRel(type=rel_type, src=src, tgt=tgt, props=encode_props(props))
+        )
 
     def empty(self) -> bool:
-        return not (self.created_nodes or self.updated_nodes or self.deleted_nodes or self.created_rels
-                    or self.deleted_rels)
+        return not (
+            self.created_nodes
+            or self.updated_nodes
+            or self.deleted_nodes
+            or self.created_rels
+            or self.deleted_rels
+        )
 
 
 def amend_newest(tx: ManagedTransaction, amendment: Amendment) -> int | None:
@@ -80,9 +95,15 @@ def amend_newest(tx: ManagedTransaction, amendment: Amendment) -> int | None:
     history = json.loads(newest["amendments_json"] or "[]")
     entry = json.loads(canonical_json(amendment.model_dump(mode="json")))
     history.append(entry)
-    digest = hashlib.sha256(f"{newest['amendments_sha'] or ''}|{canonical_json(entry)}".encode()).hexdigest()[:16]
-    tx.run(cypher.AMEND_CHANGESET, chapter=newest["chapter"], amendments=canonical_json(history),
-           sha=digest).consume()
+    digest = hashlib.sha256(
+        f"{newest['amendments_sha'] or ''}|{canonical_json(entry)}".encode()
+    ).hexdigest()[:16]
+    tx.run(
+        cypher.AMEND_CHANGESET,
+        chapter=newest["chapter"],
+        amendments=canonical_json(history),
+        sha=digest,
+    ).consume()
     return int(newest["chapter"])
 
 
@@ -93,13 +114,17 @@ def _group(items: list[Any], key: Any) -> dict[Any, list[Any]]:
     return dict(sorted(groups.items()))
 
 
-def undo_amendments(tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, result: RollbackResult) -> None:
+def undo_amendments(
+    tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, result: RollbackResult
+) -> None:
     """Undo a change-set's amendments, newest first (before the change-set itself is undone)."""
     for entry in reversed(json.loads(changeset.get("amendments_json") or "[]")):
         _undo_one(tx, Amendment.model_validate(entry), ops, result)
 
 
-def _undo_one(tx: ManagedTransaction, amendment: Amendment, ops: GraphOps, result: RollbackResult) -> None:
+def _undo_one(
+    tx: ManagedTransaction, amendment: Amendment, ops: GraphOps, result: RollbackResult
+) -> None:
     # What the write created goes first: a moved relationship keeps the key of the one it replaced.
     for rel_type, group in _group(amendment.created_rels, lambda r: r[0]).items():
         ops.delete_rels(tx, rel_type, [key for _, key in group])
@@ -108,24 +133,39 @@ def _undo_one(tx: ManagedTransaction, amendment: Amendment, ops: GraphOps, resul
     recreated = [(labels, decode_props(props)) for labels, props in amendment.deleted_nodes]
     for labels, group in _group(recreated, lambda n: tuple(n[0])).items():
         ops.create_nodes(tx, labels, [{"props": props} for _, props in group])
-    for group_key, rels in _group(amendment.deleted_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
-        ops.create_rels(tx, group_key, [{"src": r.src[1], "tgt": r.tgt[1], "props": decode_props(r.props)}
-                                        for r in rels])
+    for group_key, rels in _group(
+        amendment.deleted_rels, lambda r: (r.type, r.src[0], r.tgt[0])
+    ).items():
+        ops.create_rels(
+            tx,
+            group_key,
+            [{"src": r.src[1], "tgt": r.tgt[1], "props": decode_props(r.props)} for r in rels],
+        )
     cut: dict[str, list[str]] = defaultdict(list)
     for label, node_id, props in amendment.updated_nodes:
         if needs_current(props):
             cut[label].append(node_id)
-    current = {(label, node_id): props for label, ids in cut.items()
-               for node_id, props in ops.read_nodes(tx, label, ids).items()}
-    restored = [(label, node_id, decode_undo(props, current.get((label, node_id))))
-                for label, node_id, props in amendment.updated_nodes]
+    current = {
+        (label, node_id): props
+        for label, ids in cut.items()
+        for node_id, props in ops.read_nodes(tx, label, ids).items()
+    }
+    restored = [
+        (label, node_id, decode_undo(props, current.get((label, node_id))))
+        for label, node_id, props in amendment.updated_nodes
+    ]
     for label, group in _group(restored, lambda n: n[0]).items():
-        ops.restore_nodes(tx, label, [{"id": node_id, "props": props} for _, node_id, props in group])
+        ops.restore_nodes(
+            tx, label, [{"id": node_id, "props": props} for _, node_id, props in group]
+        )
     # EntityName lookups are derived from the entities' properties: rebuild them for every
     # entity the write touched.
     entities = [props for labels, props in recreated if vocab.ENTITY in labels]
     entities += [props for label, _, props in restored if label == vocab.ENTITY]
-    touched = sorted({p["id"] for p in entities} | {i for label, i in amendment.created_nodes if label == vocab.ENTITY})
+    touched = sorted(
+        {p["id"] for p in entities}
+        | {i for label, i in amendment.created_nodes if label == vocab.ENTITY}
+    )
     if touched:
         ops.delete_names_of(tx, touched)
         names = [row for props in entities for row in name_rows(props)]

@@ -31,7 +31,9 @@ class GraphOps:
     def read_changesets(self, tx: ManagedTransaction) -> list[dict[str, Any]]:
         return self.rows(tx, cypher.READ_CHANGESETS)
 
-    def read_changeset_props(self, tx: ManagedTransaction, chapters: list[int]) -> dict[int, dict[str, Any]]:
+    def read_changeset_props(
+        self, tx: ManagedTransaction, chapters: list[int]
+    ) -> dict[int, dict[str, Any]]:
         found = self.rows(tx, cypher.READ_CHANGESET_PROPS, chapters=chapters)
         return {row["props"]["chapter"]: row["props"] for row in found}
 
@@ -39,13 +41,23 @@ class GraphOps:
     read_query = staticmethod(cypher.read_nodes)
     lock_query = staticmethod(cypher.lock_nodes)
 
-    def _props_by_id(self, tx: ManagedTransaction, query: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-        return {row["id"]: row["props"] for part in self._chunks(ids) for row in self.rows(tx, query, ids=part)}
+    def _props_by_id(
+        self, tx: ManagedTransaction, query: str, ids: list[str]
+    ) -> dict[str, dict[str, Any]]:
+        return {
+            row["id"]: row["props"]
+            for part in self._chunks(ids)
+            for row in self.rows(tx, query, ids=part)
+        }
 
-    def read_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    def read_nodes(
+        self, tx: ManagedTransaction, label: str, ids: list[str]
+    ) -> dict[str, dict[str, Any]]:
         return self._props_by_id(tx, self.read_query(label), ids)
 
-    def lock_nodes(self, tx: ManagedTransaction, label: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    def lock_nodes(
+        self, tx: ManagedTransaction, label: str, ids: list[str]
+    ) -> dict[str, dict[str, Any]]:
         """Like read_nodes, but takes the nodes' write locks first (read for update)."""
         return self._props_by_id(tx, self.lock_query(label), ids)
 
@@ -55,15 +67,22 @@ class GraphOps:
             found += self.rows(tx, cypher.READ_NAMES, keys=part)
         return found
 
-    def read_rels(self, tx: ManagedTransaction, keys_by_type: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    def read_rels(
+        self, tx: ManagedTransaction, keys_by_type: dict[str, list[str]]
+    ) -> dict[str, dict[str, Any]]:
         types = tuple(sorted(t for t, keys in keys_by_type.items() if keys))
         if not types:
             return {}
         params = {f"k{i}": keys_by_type[t] for i, t in enumerate(types)}
-        return {row["key"]: row["props"] for row in self.rows(tx, cypher.read_rels_by_key(types), **params)}
+        return {
+            row["key"]: row["props"]
+            for row in self.rows(tx, cypher.read_rels_by_key(types), **params)
+        }
 
     # writes
-    def create_nodes(self, tx: ManagedTransaction, labels: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+    def create_nodes(
+        self, tx: ManagedTransaction, labels: tuple[str, ...], rows: list[dict[str, Any]]
+    ) -> None:
         for part in self._chunks(rows):
             self.run(tx, cypher.create_nodes(labels), rows=part)
 
@@ -81,11 +100,15 @@ class GraphOps:
         for part in self._chunks(ids):
             self.run(tx, cypher.delete_nodes(label), ids=part)
 
-    def create_rels(self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]) -> None:
+    def create_rels(
+        self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]
+    ) -> None:
         for part in self._chunks(rows):
             self.run(tx, cypher.create_rels(*group), rows=part)
 
-    def update_rels(self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]) -> None:
+    def update_rels(
+        self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]
+    ) -> None:
         for part in self._chunks(rows):
             self.run(tx, cypher.update_rels(*group), rows=part)
 

@@ -14,7 +14,15 @@ from neo4j import ManagedTransaction
 from kg import vocabulary as vocab
 from kg.commit.ids import NOVEL_INFO_ID, chapter_id, embedding_sha, scene_id
 from kg.commit.ops import GraphOps
-from kg.models import AttrValue, ChapterDelta, Entity, EntitySource, StatusInterval
+from kg.models import (
+    AttrValue,
+    ChapterDelta,
+    Entity,
+    EntitySource,
+    Relationship,
+    StatusChange,
+    StatusInterval,
+)
 from kg.records import (
     CORE_FIELDS,
     add_revision,
@@ -56,12 +64,16 @@ class RelWrite:
 
 
 class ChapterPlanner:
-    def __init__(self, tx: ManagedTransaction, delta: ChapterDelta, ops: GraphOps, *, lock_reads: bool = True) -> None:
+    def __init__(
+        self, tx: ManagedTransaction, delta: ChapterDelta, ops: GraphOps, *, lock_reads: bool = True
+    ) -> None:
         self.tx, self.delta, self.ops = tx, delta, ops
         self.read_for_update = ops.lock_nodes if lock_reads else ops.read_nodes
         self.chapter = delta.chapter
         self.existing: dict[str, dict[str, Any]] = {}  # entity id -> pre-commit properties
-        self.graph_names: dict[str, list[tuple[str, str, str]]] = defaultdict(list)  # key -> (id, kind, label)
+        self.graph_names: dict[str, list[tuple[str, str, str]]] = defaultdict(
+            list
+        )  # key -> (id, kind, label)
         self.local_names: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
         self.work: dict[str, Entity] = {}  # touched entity id -> its state after this commit
         self.resolved: dict[str, str] = {}
@@ -107,7 +119,10 @@ class ChapterPlanner:
         """Best entity whose name or alias key is one of `keys` (the first is the name)."""
         best: tuple[Any, ...] | None = None
         for position, key in enumerate(keys):
-            for eid, kind, found_label in (*self.local_names.get(key, ()), *self.graph_names.get(key, ())):
+            for eid, kind, found_label in (
+                *self.local_names.get(key, ()),
+                *self.graph_names.get(key, ()),
+            ):
                 if label is not None and found_label != label:
                     continue
                 if eid not in self.work and eid not in self.existing:
@@ -126,7 +141,11 @@ class ChapterPlanner:
     def _register(self, eid: str, entity: Entity) -> None:
         previous = self.work.get(eid)
         self.work[eid] = entity
-        if previous is not None and previous.name == entity.name and previous.aliases == entity.aliases:
+        if (
+            previous is not None
+            and previous.name == entity.name
+            and previous.aliases == entity.aliases
+        ):
             return  # same names: already indexed
         self.local_names[vocab.name_key(entity.name)].append((eid, "name", entity.label))
         for alias in entity.aliases:
@@ -206,12 +225,16 @@ class ChapterPlanner:
         description = state.description
         # A description is replaced only by a source at least as authoritative as the best
         # one behind the entity: extraction never overwrites what the user or outline said.
-        if e.description and (not description or _source_rank(new_sources) >= _source_rank(state.sources)):
+        if e.description and (
+            not description or _source_rank(new_sources) >= _source_rank(state.sources)
+        ):
             description = e.description
         provisional = bool(state.is_provisional)
         if e.is_provisional is False or any(s.type in _CONFIRMING_SOURCES for s in e.sources):
             provisional = False
-        intervals = list(state.status_intervals) + [i for i in e.status_intervals if i not in state.status_intervals]
+        intervals = list(state.status_intervals) + [
+            i for i in e.status_intervals if i not in state.status_intervals
+        ]
         return state.model_copy(
             update={
                 "aliases": aliases,
@@ -242,7 +265,12 @@ class ChapterPlanner:
             # Keep the old name as an alias so references to it still resolve.
             update.setdefault("aliases", entity.aliases)
             update["aliases"] = [entity.name, *(update["aliases"] or [])]
-        for key, empty in (("aliases", []), ("traits", []), ("description", ""), ("is_provisional", False)):
+        for key, empty in (
+            ("aliases", []),
+            ("traits", []),
+            ("description", ""),
+            ("is_provisional", False),
+        ):
             if key in update and update[key] is None:
                 update[key] = empty
         if "aliases" in update:
@@ -252,7 +280,9 @@ class ChapterPlanner:
         # Validate the result as a whole: a bad core value fails the commit with a clear message.
         self._register(eid, Entity.model_validate({**entity.model_dump(), **update}))
 
-    def apply_status(self, eid: str, status: str, chapter: int, evidence: EntitySource | None = None) -> None:
+    def apply_status(
+        self, eid: str, status: str, chapter: int, evidence: EntitySource | None = None
+    ) -> None:
         entity = self.work[eid]
         if evidence is not None and evidence not in entity.sources:
             entity = entity.model_copy(update={"sources": [*entity.sources, evidence]})
@@ -264,47 +294,83 @@ class ChapterPlanner:
         for interval in entity.status_intervals:
             if interval.from_chapter == chapter:
                 continue  # superseded by the new status for the same chapter
-            if interval.from_chapter < chapter and (interval.to_chapter is None or interval.to_chapter >= chapter):
+            if interval.from_chapter < chapter and (
+                interval.to_chapter is None or interval.to_chapter >= chapter
+            ):
                 interval = interval.model_copy(update={"to_chapter": chapter - 1})
             intervals.append(interval)
-        intervals.append(StatusInterval(status=status, from_chapter=chapter, to_chapter=min(later) - 1 if later else None))
+        intervals.append(
+            StatusInterval(
+                status=status, from_chapter=chapter, to_chapter=min(later) - 1 if later else None
+            )
+        )
         intervals.sort(key=lambda i: i.from_chapter)
         self._register(eid, entity.model_copy(update={"status_intervals": intervals}))
 
     # -- the whole plan
-    def plan(self) -> tuple[list[NodeWrite], list[RelWrite], list[dict[str, Any]], list[dict[str, Any]]]:
-        d, ch = self.delta, self.chapter
+    def plan(
+        self,
+    ) -> tuple[list[NodeWrite], list[RelWrite], list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every write of the delta, each reference resolved in order: entities before the
+        relationships, property updates and status changes that name them. (node writes,
+        relationship writes, name rows to delete, name rows to create)."""
+        d = self.delta
         self.prefetch()
         for e in d.entities:
             self.add_entity(e)
         rels: dict[str, RelWrite] = {}
         for r in d.relationships:
-            hint_src, hint_tgt = vocab.endpoint_hint(r.type)
-            src = self.resolve_ref(r.source, r.source_label, hint_src)
-            tgt = self.resolve_ref(r.target, r.target_label, hint_tgt)
-            rel_chapter = ch if r.chapter is None else r.chapter
-            key = vocab.rel_key(src, r.type, tgt, rel_chapter, r.raw_type)
-            props: dict[str, Any] = {
-                "key": key,
-                "chapter": rel_chapter,
-                "weight": r.weight,
-                "description": r.description,
-            }
-            for name in ("raw_type", "scene", "confidence", "quote"):
-                if getattr(r, name) is not None:
-                    props[name] = getattr(r, name)
+            rel = self._story_rel(r)
             # A repeated relationship in one delta is one fact: the last mention wins.
-            rels[key] = RelWrite(r.type, (vocab.ENTITY, src), (vocab.ENTITY, tgt), key, props)
+            rels[rel.key] = rel
         for u in d.property_updates:
             self.apply_changes(self.resolve_ref(u.entity, u.label, "Character"), u.changes)
         for s in d.status_changes:
-            status_chapter = ch if s.chapter is None else s.chapter
-            evidence = None
-            if s.quote:
-                evidence = EntitySource(type=d.source_type, chapter=status_chapter, scene=s.scene, quote=s.quote,
-                                        fact="status", value=s.status)
-            self.apply_status(self.resolve_ref(s.entity, s.label, "Character"), s.status, status_chapter, evidence)
+            self._status_change(s)
+        nodes, names_delete, names_create = self._entity_writes()
+        infra, pre_existing = self._infra_nodes()
+        nodes += infra
+        pre_existing |= {(vocab.ENTITY, eid) for eid in self.existing}
+        self._structural_rels(rels)
+        return nodes, self._changed_rels(rels, pre_existing), names_delete, names_create
 
+    def _story_rel(self, r: Relationship) -> RelWrite:
+        hint_src, hint_tgt = vocab.endpoint_hint(r.type)
+        src = self.resolve_ref(r.source, r.source_label, hint_src)
+        tgt = self.resolve_ref(r.target, r.target_label, hint_tgt)
+        rel_chapter = self.chapter if r.chapter is None else r.chapter
+        key = vocab.rel_key(src, r.type, tgt, rel_chapter, r.raw_type)
+        props: dict[str, Any] = {
+            "key": key,
+            "chapter": rel_chapter,
+            "weight": r.weight,
+            "description": r.description,
+        }
+        for name in ("raw_type", "scene", "confidence", "quote"):
+            if getattr(r, name) is not None:
+                props[name] = getattr(r, name)
+        return RelWrite(r.type, (vocab.ENTITY, src), (vocab.ENTITY, tgt), key, props)
+
+    def _status_change(self, s: StatusChange) -> None:
+        status_chapter = self.chapter if s.chapter is None else s.chapter
+        evidence = None
+        if s.quote:
+            evidence = EntitySource(
+                type=self.delta.source_type,
+                chapter=status_chapter,
+                scene=s.scene,
+                quote=s.quote,
+                fact="status",
+                value=s.status,
+            )
+        self.apply_status(
+            self.resolve_ref(s.entity, s.label, "Character"), s.status, status_chapter, evidence
+        )
+
+    def _entity_writes(
+        self,
+    ) -> tuple[list[NodeWrite], list[dict[str, Any]], list[dict[str, Any]]]:
+        """The entities that changed, with the name rows to delete and to create."""
         nodes: list[NodeWrite] = []
         names_delete: list[dict[str, Any]] = []
         names_create: list[dict[str, Any]] = []
@@ -318,29 +384,51 @@ class ChapterPlanner:
             nodes.append(NodeWrite(vocab.ENTITY, (vocab.ENTITY, entity.label), eid, props, before))
             old = {(r["entity_id"], r["key"]): r for r in name_rows(before)} if before else {}
             new = {(r["entity_id"], r["key"]): r for r in name_rows(props)}
-            names_delete += [{"entity_id": k[0], "key": k[1]} for k, row in old.items() if new.get(k) != row]
+            names_delete += [
+                {"entity_id": k[0], "key": k[1]} for k, row in old.items() if new.get(k) != row
+            ]
             names_create += [row for k, row in new.items() if old.get(k) != row]
+        return nodes, names_delete, names_create
 
-        infra, pre_existing = self._infra_nodes()
-        nodes += infra
-        pre_existing |= {(vocab.ENTITY, eid) for eid in self.existing}
+    def _structural_rels(self, rels: dict[str, RelWrite]) -> None:
+        """The chapter's HAS_SCENE edges, and one structural edge per entity it involves."""
+        ch = self.chapter
         cid = chapter_id(ch)
         chapter_node = (vocab.CHAPTER, cid)
-        for scene in d.scenes:
+        for scene in self.delta.scenes:
             sid = scene_id(ch, scene.index)
             key = vocab.rel_key(cid, vocab.HAS_SCENE, sid, ch)
-            rels[key] = RelWrite(vocab.HAS_SCENE, chapter_node, (vocab.SCENE, sid), key, {"key": key, "chapter": ch})
+            rels[key] = RelWrite(
+                vocab.HAS_SCENE, chapter_node, (vocab.SCENE, sid), key, {"key": key, "chapter": ch}
+            )
         # One structural edge per entity the chapter involves (spec 001 section 16):
         # Character -[:APPEARS_IN]-> Chapter, Chapter -[:MENTIONS]-> any other entity.
         # Chapter 0 (initialization) has no Chapter node, so no structural edges either.
         for eid, entity in self.work.items() if ch > 0 else ():
             if entity.label == "Character":
                 key = vocab.rel_key(eid, vocab.APPEARS_IN, cid, ch)
-                rels[key] = RelWrite(vocab.APPEARS_IN, (vocab.ENTITY, eid), chapter_node, key, {"key": key, "chapter": ch})
+                rels[key] = RelWrite(
+                    vocab.APPEARS_IN,
+                    (vocab.ENTITY, eid),
+                    chapter_node,
+                    key,
+                    {"key": key, "chapter": ch},
+                )
             else:
                 key = vocab.rel_key(cid, vocab.MENTIONS, eid, ch)
-                rels[key] = RelWrite(vocab.MENTIONS, chapter_node, (vocab.ENTITY, eid), key, {"key": key, "chapter": ch})
+                rels[key] = RelWrite(
+                    vocab.MENTIONS,
+                    chapter_node,
+                    (vocab.ENTITY, eid),
+                    key,
+                    {"key": key, "chapter": ch},
+                )
 
+    def _changed_rels(
+        self, rels: dict[str, RelWrite], pre_existing: set[tuple[str, str]]
+    ) -> list[RelWrite]:
+        """The relationships to write, each with its before-state (None: new); those already
+        as planned are left out."""
         keys_by_type: dict[str, list[str]] = defaultdict(list)
         for rel in rels.values():
             # Only a relationship between two nodes that already exist can already exist.
@@ -352,7 +440,7 @@ class ChapterPlanner:
             rel.before = existing_rels.get(rel.key)
             if rel.before is None or not same_value(rel.before, rel.props):
                 rel_writes.append(rel)
-        return nodes, rel_writes, names_delete, names_create
+        return rel_writes
 
     def _infra_nodes(self) -> tuple[list[NodeWrite], set[tuple[str, str]]]:
         """Chapter, scene and novel-info writes, and which of those nodes existed before."""

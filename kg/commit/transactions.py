@@ -15,7 +15,7 @@ from kg.commit import history
 from kg.commit.amendments import undo_amendments
 from kg.commit.ids import changeset_id
 from kg.commit.ops import GraphOps
-from kg.commit.planner import ChapterPlanner
+from kg.commit.planner import ChapterPlanner, NodeWrite, RelWrite
 from kg.errors import ChapterConflictError, ChapterNotCommittedError, RollbackOrderError
 from kg.models import ChapterDelta, CommitResult, RollbackResult
 from kg.records import (
@@ -89,47 +89,22 @@ def commit_chapter_tx(
     planner = ChapterPlanner(tx, delta, ops, lock_reads=lock_reads)
     nodes, rels, names_delete, names_create = planner.plan()
 
-    created = [n for n in nodes if n.before is None]
-    updated = [n for n in nodes if n.before is not None]
-    for labels, group in _group(created, lambda n: n.labels).items():
-        ops.create_nodes(tx, labels, [{"props": n.props} for n in group])
-    for lookup, group in _group(updated, lambda n: n.lookup).items():
-        # Only the difference travels: most touched nodes just get a new last_chapter.
-        ops.update_nodes(tx, lookup, [{"id": n.id, "changes": _diff(n.before or {}, n.props)} for n in group])
-    if names_delete:
-        ops.delete_names(tx, names_delete)
-    if names_create:
-        ops.create_names(tx, names_create)
-    new_rels = [r for r in rels if r.before is None]
-    changed_rels = [r for r in rels if r.before is not None]
-    for group_key, group in _group(new_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
-        ops.create_rels(tx, group_key, [{"src": r.src[1], "tgt": r.tgt[1], "props": r.props} for r in group])
-    for group_key, group in _group(changed_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
-        rows = [{"src": r.src[1], "tgt": r.tgt[1], "key": r.key, "props": r.props} for r in group]
-        ops.update_rels(tx, group_key, rows)
-
-    provisional = sorted(n.id for n in created if n.lookup == vocab.ENTITY and n.props.get("is_provisional"))
+    created, updated, new_rels, changed_rels = _write_plan(
+        tx, ops, nodes, rels, names_delete, names_create
+    )
+    provisional = sorted(
+        n.id for n in created if n.lookup == vocab.ENTITY and n.props.get("is_provisional")
+    )
     ops.create_changeset(
         tx,
-        {
-            "id": changeset_id(key),
-            "chapter": key,
-            "seq": seq,
-            "delta_hash": delta_hash,
-            "chain_sha": chain,
-            "created_nodes_json": canonical_json([[n.lookup, n.id] for n in created]),
-            "updated_nodes_json": canonical_json([[n.lookup, n.id, encode_undo(n.before or {}, n.props)]
-                                                  for n in updated]),
-            "created_rels_json": canonical_json([[r.type, r.key] for r in new_rels]),
-            "updated_rels_json": canonical_json(
-                [[r.type, r.src[0], r.src[1], r.tgt[0], r.tgt[1], r.key, encode_props(r.before or {})] for r in changed_rels]
-            ),
-            "resolved_json": canonical_json(planner.resolved),
-            "created_node_count": len(created),
-            "updated_node_count": len(updated),
-            "created_rel_count": len(new_rels),
-            "updated_rel_count": len(changed_rels),
-        },
+        _changeset_props(
+            key,
+            seq,
+            delta_hash,
+            chain,
+            (created, updated, new_rels, changed_rels),
+            planner.resolved,
+        ),
     )
     return CommitResult(
         chapter=delta.chapter,
@@ -144,6 +119,86 @@ def commit_chapter_tx(
         provisional_ids=provisional,
         seconds=time.perf_counter() - started,
     )
+
+
+def _write_plan(
+    tx: ManagedTransaction,
+    ops: GraphOps,
+    nodes: list[NodeWrite],
+    rels: list[RelWrite],
+    names_delete: list[dict[str, Any]],
+    names_create: list[dict[str, Any]],
+) -> tuple[list[NodeWrite], list[NodeWrite], list[RelWrite], list[RelWrite]]:
+    """The planned writes, batched by label and type, in the order the change-set's undo
+    assumes (nodes, names, relationships): (created nodes, updated nodes, new relationships,
+    changed relationships)."""
+    created = [n for n in nodes if n.before is None]
+    updated = [n for n in nodes if n.before is not None]
+    for labels, group in _group(created, lambda n: n.labels).items():
+        ops.create_nodes(tx, labels, [{"props": n.props} for n in group])
+    for lookup, group in _group(updated, lambda n: n.lookup).items():
+        # Only the difference travels: most touched nodes just get a new last_chapter.
+        ops.update_nodes(
+            tx, lookup, [{"id": n.id, "changes": _diff(n.before or {}, n.props)} for n in group]
+        )
+    if names_delete:
+        ops.delete_names(tx, names_delete)
+    if names_create:
+        ops.create_names(tx, names_create)
+    new_rels = [r for r in rels if r.before is None]
+    changed_rels = [r for r in rels if r.before is not None]
+    for group_key, group in _group(new_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
+        ops.create_rels(
+            tx, group_key, [{"src": r.src[1], "tgt": r.tgt[1], "props": r.props} for r in group]
+        )
+    for group_key, group in _group(changed_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
+        rows = [{"src": r.src[1], "tgt": r.tgt[1], "key": r.key, "props": r.props} for r in group]
+        ops.update_rels(tx, group_key, rows)
+    return created, updated, new_rels, changed_rels
+
+
+def _changeset_props(
+    key: int,
+    seq: int,
+    delta_hash: str,
+    chain: str,
+    writes: tuple[list[NodeWrite], list[NodeWrite], list[RelWrite], list[RelWrite]],
+    resolved: dict[str, str],
+) -> dict[str, Any]:
+    """The change-set node's properties: what the commit wrote, with each node's and
+    relationship's before-state, for an exact rollback."""
+    created, updated, new_rels, changed_rels = writes
+    return {
+        "id": changeset_id(key),
+        "chapter": key,
+        "seq": seq,
+        "delta_hash": delta_hash,
+        "chain_sha": chain,
+        "created_nodes_json": canonical_json([[n.lookup, n.id] for n in created]),
+        "updated_nodes_json": canonical_json(
+            [[n.lookup, n.id, encode_undo(n.before or {}, n.props)] for n in updated]
+        ),
+        "created_rels_json": canonical_json([[r.type, r.key] for r in new_rels]),
+        "updated_rels_json": canonical_json(
+            [
+                [
+                    r.type,
+                    r.src[0],
+                    r.src[1],
+                    r.tgt[0],
+                    r.tgt[1],
+                    r.key,
+                    encode_props(r.before or {}),
+                ]
+                for r in changed_rels
+            ]
+        ),
+        "resolved_json": canonical_json(resolved),
+        "created_node_count": len(created),
+        "updated_node_count": len(updated),
+        "created_rel_count": len(new_rels),
+        "updated_rel_count": len(changed_rels),
+    }
 
 
 def rollback_tx(
@@ -175,7 +230,9 @@ def rollback_tx(
     return result
 
 
-def _undo(tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, result: RollbackResult) -> None:
+def _undo(
+    tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, result: RollbackResult
+) -> None:
     undo_amendments(tx, changeset, ops, result)  # what healing did after the commit goes first
     created_nodes: list[list[str]] = json.loads(changeset["created_nodes_json"])
     updated_nodes: list[list[Any]] = json.loads(changeset["updated_nodes_json"])
@@ -184,7 +241,9 @@ def _undo(tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, resu
 
     for rel_type, group in _group(created_rels, lambda r: r[0]).items():
         ops.delete_rels(tx, rel_type, [key for _, key in group])
-    for (rel_type, src_label, tgt_label), group in _group(updated_rels, lambda r: (r[0], r[1], r[3])).items():
+    for (rel_type, src_label, tgt_label), group in _group(
+        updated_rels, lambda r: (r[0], r[1], r[3])
+    ).items():
         rows = [{"src": r[2], "tgt": r[4], "key": r[5], "props": decode_props(r[6])} for r in group]
         ops.update_rels(tx, (rel_type, src_label, tgt_label), rows)
 
@@ -199,7 +258,9 @@ def _undo(tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, resu
     for label, group in _group(updated_nodes, lambda n: n[0]).items():
         cut = [nid for _, nid, props in group if needs_current(props)]
         current = ops.read_nodes(tx, label, cut) if cut else {}
-        rows = [{"id": nid, "props": decode_undo(props, current.get(nid))} for _, nid, props in group]
+        rows = [
+            {"id": nid, "props": decode_undo(props, current.get(nid))} for _, nid, props in group
+        ]
         ops.restore_nodes(tx, label, rows)
         if label == vocab.ENTITY:
             restored += [row["props"] for row in rows]

@@ -41,10 +41,10 @@ LOCK_CREATE_READ_TURN = (
     f"CREATE (l:{_T}) SET l = $props, l.acquired_at = timestamp(), l.expires_at = timestamp() + $lease_ms "
     f"WITH count(*) AS created OPTIONAL MATCH (t:{_T} {{key: $turn}}) RETURN properties(t) AS props"
 )
-LOCK_TAKE = (
-    f"MATCH (l:{_T} {{key: $key}}) SET l.owner = $owner, l.acquired_at = $now, l.expires_at = $expires_at"
+LOCK_TAKE = f"MATCH (l:{_T} {{key: $key}}) SET l.owner = $owner, l.acquired_at = $now, l.expires_at = $expires_at"
+LOCK_RELEASE = (
+    f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner DELETE l RETURN count(*) AS released"
 )
-LOCK_RELEASE = f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner DELETE l RETURN count(*) AS released"
 LOCK_RENEW = (
     # The heartbeat: only the holder moves its expiry, on the graph's clock (the same clock
     # every claimant compares with, whichever host it runs on).
@@ -171,7 +171,9 @@ CREATE_TURN_RECORDS = (
     f"UNWIND $memory AS row CREATE (r:{_MEM}) SET r = row RETURN count(*) AS memory"
 )
 
-DELETE_CONVERSATION_RELS = f"MATCH ()-[r:{_R}]->() WHERE r.conversation_id = $conversation_id DELETE r"
+DELETE_CONVERSATION_RELS = (
+    f"MATCH ()-[r:{_R}]->() WHERE r.conversation_id = $conversation_id DELETE r"
+)
 DELETE_CONVERSATION_NODES: tuple[str, ...] = tuple(
     f"MATCH (n:{label}) WHERE n.conversation_id = $conversation_id DETACH DELETE n"
     for label in (_EV, _M, _T, _MEM, _CONV, _E)
@@ -181,11 +183,11 @@ DELETE_CONVERSATION_LOCK = f"MATCH (l:{_T} {{key: $key}}) DELETE l"
 # Rewind (edits, swipes): remove a turn and every later one exactly, by rebuilding the
 # conversation's facts from the stored writes of the turns that stay.
 LOCK_HELD = f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner RETURN count(l) AS held"
-MEMORY_SEQ_OF = f"MATCH (m:{_MEM} {{key: $key}}) RETURN m.seq AS seq, m.conversation_id AS conversation_id"
-MEMORY_TEXT_OF = f"MATCH (m:{_MEM} {{key: $key}}) RETURN m.text AS text"
-MEMORY_KEYS_FROM = (
-    f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.seq >= $seq RETURN m.key AS key"
+MEMORY_SEQ_OF = (
+    f"MATCH (m:{_MEM} {{key: $key}}) RETURN m.seq AS seq, m.conversation_id AS conversation_id"
 )
+MEMORY_TEXT_OF = f"MATCH (m:{_MEM} {{key: $key}}) RETURN m.text AS text"
+MEMORY_KEYS_FROM = f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.seq >= $seq RETURN m.key AS key"
 DELETE_MEMORY_FROM = (
     f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id AND m.seq >= $seq DELETE m"
 )
@@ -198,12 +200,8 @@ DELETE_CONVERSATION_FACTS: tuple[str, ...] = tuple(
     f"MATCH (n:{label}) WHERE n.conversation_id = $conversation_id DETACH DELETE n"
     for label in (_EV, _M, _E)
 )
-SET_HEADS = (
-    f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) SET c.memory_seq = $memory_seq, c.turn_seq = $turn_seq"
-)
-SET_MEMORY_HEAD_ONLY = (
-    f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) SET c.memory_seq = $memory_seq REMOVE c.turn_seq"
-)
+SET_HEADS = f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) SET c.memory_seq = $memory_seq, c.turn_seq = $turn_seq"
+SET_MEMORY_HEAD_ONLY = f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) SET c.memory_seq = $memory_seq REMOVE c.turn_seq"
 DELETE_CONVERSATION_HEAD = f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) DELETE c"
 
 # Read-back (paged, stable order).
@@ -217,7 +215,9 @@ RELATION_PAGE = (
     "RETURN a.entity_id AS source_id, a.name AS source_name, b.entity_id AS target_id, b.name AS target_name, "
     "properties(r) AS props ORDER BY r.since_seq, r.rel_id SKIP $offset LIMIT $limit"
 )
-RELATION_TOTAL = f"MATCH ()-[r:{_R}]->() WHERE r.conversation_id = $conversation_id RETURN count(r) AS n"
+RELATION_TOTAL = (
+    f"MATCH ()-[r:{_R}]->() WHERE r.conversation_id = $conversation_id RETURN count(r) AS n"
+)
 RELATION_EVENTS = (
     f"MATCH (e:{_EV}) WHERE e.conversation_id = $conversation_id AND e.rel_id IN $rel_ids "
     "RETURN properties(e) AS props ORDER BY e.seq, e.index"

@@ -52,7 +52,12 @@ def _committed(props: dict[str, Any] | None) -> StoredTurn | None:
 
 
 def create_lock_tx(
-    tx: ManagedTransaction, key: str, conversation_id: str, owner: str, lease_ms: int, turn: str | None
+    tx: ManagedTransaction,
+    key: str,
+    conversation_id: str,
+    owner: str,
+    lease_ms: int,
+    turn: str | None,
 ) -> LockClaim:
     props = {"key": key, "status": LOCK_STATUS, "lock_of": conversation_id, "owner": owner}
     if turn is None:
@@ -73,8 +78,12 @@ def take_lock_tx(
     if holder == owner or expires_at is None or int(expires_at) <= now:
         tx.run(dq.LOCK_TAKE, key=key, owner=owner, now=now, expires_at=now + lease_ms).consume()
         stolen = holder if holder not in (None, owner) else None
-        return LockClaim(acquired=True, owner=owner, stolen_from=stolen, stored=_read_stored(tx, turn))
-    return LockClaim(acquired=False, owner=owner, holder=holder, expires_in_ms=int(expires_at) - now)
+        return LockClaim(
+            acquired=True, owner=owner, stolen_from=stolen, stored=_read_stored(tx, turn)
+        )
+    return LockClaim(
+        acquired=False, owner=owner, holder=holder, expires_in_ms=int(expires_at) - now
+    )
 
 
 #: A heartbeat renews the lease this many times per lease period: two renewals can be lost
@@ -89,14 +98,22 @@ class Heartbeat:
     until stopped (a context manager). `lost` is set once a renewal finds the lease no longer
     ours (taken over after a stall): the turn may go on, its commit is refused by the fence."""
 
-    def __init__(self, lease: ConversationLease, conversation_id: str, owner: str, lease_s: float,
-                 guard: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
+    def __init__(
+        self,
+        lease: ConversationLease,
+        conversation_id: str,
+        owner: str,
+        lease_s: float,
+        guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> None:
         self._lease, self._conversation_id, self._owner = lease, conversation_id, owner
         self._lease_s, self._guard = lease_s, guard
         self._stop = threading.Event()
         self.lost = threading.Event()
         self.renewals = 0
-        self._thread = threading.Thread(target=self._run, name=f"lease-heartbeat:{conversation_id}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"lease-heartbeat:{conversation_id}", daemon=True
+        )
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
@@ -116,7 +133,11 @@ class Heartbeat:
             if not held:
                 # Released by the commit transaction a moment ago, or taken over after a stall
                 # (then the commit's fence refuses the turn): nothing more to renew either way.
-                log.info("conversation %s: lease no longer held by %s", self._conversation_id, self._owner)
+                log.info(
+                    "conversation %s: lease no longer held by %s",
+                    self._conversation_id,
+                    self._owner,
+                )
                 self.lost.set()
                 return
             self.renewals += 1
@@ -132,7 +153,9 @@ class Heartbeat:
                     return self._lease.renew_lock(self._conversation_id, self._owner, self._lease_s)
             except Exception as exc:  # noqa: BLE001 - any failure: try again until the next beat
                 if time.monotonic() + RENEW_RETRY_S >= until:
-                    log.warning("conversation %s: lease renewal failed: %s", self._conversation_id, exc)
+                    log.warning(
+                        "conversation %s: lease renewal failed: %s", self._conversation_id, exc
+                    )
                     return None
                 time.sleep(RENEW_RETRY_S)
         return True
@@ -144,7 +167,12 @@ class ConversationLease:
     store: GraphStore
 
     def claim_lock(
-        self, conversation_id: str, owner: str, lease_s: float, *, turn_key: str | None = None,
+        self,
+        conversation_id: str,
+        owner: str,
+        lease_s: float,
+        *,
+        turn_key: str | None = None,
         guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> LockClaim:
         """One attempt to take the lease; `acquired=False` names the current holder.
@@ -155,13 +183,21 @@ class ConversationLease:
         key, lease_ms = lock_key(conversation_id), int(lease_s * 1000)
         # Test before test-and-set: a live lease of another owner is refused without a write.
         peeked = self.store.read(dq.LOCK_PEEK, key=key)
-        if peeked and peeked[0]["owner"] not in (None, owner) and peeked[0]["expires_at"] is not None:
+        if (
+            peeked
+            and peeked[0]["owner"] not in (None, owner)
+            and peeked[0]["expires_at"] is not None
+        ):
             expires_in = int(peeked[0]["expires_at"]) - int(peeked[0]["now"])
             if expires_in > 0:
-                return LockClaim(acquired=False, owner=owner, holder=peeked[0]["owner"], expires_in_ms=expires_in)
+                return LockClaim(
+                    acquired=False, owner=owner, holder=peeked[0]["owner"], expires_in_ms=expires_in
+                )
         try:
             with guard():
-                return self.store.execute_write(create_lock_tx, key, conversation_id, owner, lease_ms, turn_key)
+                return self.store.execute_write(
+                    create_lock_tx, key, conversation_id, owner, lease_ms, turn_key
+                )
         except GraphWriteError as exc:
             if getattr(exc.__cause__, "code", None) not in CLAIM_RACE_CODES:
                 raise
@@ -205,12 +241,19 @@ class ConversationLease:
 
     def renew_lock(self, conversation_id: str, owner: str, lease_s: float) -> bool:
         """Move the lease's expiry to `lease_s` from now if `owner` still holds it."""
-        rows = self.store.write_once(dq.LOCK_RENEW, key=lock_key(conversation_id), owner=owner,
-                                     lease_ms=int(lease_s * 1000))
+        rows = self.store.write_once(
+            dq.LOCK_RENEW, key=lock_key(conversation_id), owner=owner, lease_ms=int(lease_s * 1000)
+        )
         return bool(rows and int(rows[0]["renewed"]))
 
-    def heartbeat(self, conversation_id: str, owner: str, lease_s: float, *,
-                  guard: Callable[[], AbstractContextManager[Any]] = nullcontext) -> Heartbeat:
+    def heartbeat(
+        self,
+        conversation_id: str,
+        owner: str,
+        lease_s: float,
+        *,
+        guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> Heartbeat:
         """A context manager that keeps `owner`'s lease alive while it is open."""
         return Heartbeat(self, conversation_id, owner, lease_s, guard)
 

@@ -24,7 +24,9 @@ from kg.dialogue.records import dialogue_entity, dialogue_milestone, dialogue_re
 
 
 class LoreEntity(DialogueEntity):
-    first_seq: int = Field(0, description="the conversation position of the turn that first named it")
+    first_seq: int = Field(
+        0, description="the conversation position of the turn that first named it"
+    )
 
 
 class LoreRelation(DialogueRelation):
@@ -57,21 +59,37 @@ def lore_tx(tx: ManagedTransaction, conversation_id: str) -> ConversationLore | 
     if tx.run(dq.CONVERSATION_HEAD, conversation_id=conversation_id).single() is None:
         return None
     entities = [
-        LoreEntity(**dialogue_entity(r["props"]).model_dump(), first_seq=_seq(r["props"], "first_seq"))
+        LoreEntity(
+            **dialogue_entity(r["props"]).model_dump(), first_seq=_seq(r["props"], "first_seq")
+        )
         for r in tx.run(dq.LORE_ENTITIES, conversation_id=conversation_id).data()
     ]
     relations = [
-        LoreRelation(**dialogue_relation(r).model_dump(), since_seq=_seq(r["props"], "since_seq"),
-                     updated_seq=_seq(r["props"], "updated_seq"))
+        LoreRelation(
+            **dialogue_relation(r).model_dump(),
+            since_seq=_seq(r["props"], "since_seq"),
+            updated_seq=_seq(r["props"], "updated_seq"),
+        )
         for r in tx.run(dq.LORE_RELATIONS, conversation_id=conversation_id).data()
     ]
-    milestones = [dialogue_milestone(r["props"])
-                  for r in tx.run(dq.LORE_MILESTONES, conversation_id=conversation_id).data()]
+    milestones = [
+        dialogue_milestone(r["props"])
+        for r in tx.run(dq.LORE_MILESTONES, conversation_id=conversation_id).data()
+    ]
     stated = [
-        StatedFacts(seq=int(r["seq"] or 0), turn_id=str(r["turn_id"]), speaker=r["speaker"] or "",
-                    facts=[str(f) for f in r["facts"] or []])
+        StatedFacts(
+            seq=int(r["seq"] or 0),
+            turn_id=str(r["turn_id"]),
+            speaker=r["speaker"] or "",
+            facts=[str(f) for f in r["facts"] or []],
+        )
         for r in tx.run(dq.LORE_STATED_FACTS, conversation_id=conversation_id).data()
         if r["facts"]
     ]
-    return ConversationLore(conversation_id=conversation_id, entities=entities, relations=relations,
-                            milestones=milestones, stated=stated)
+    return ConversationLore(
+        conversation_id=conversation_id,
+        entities=entities,
+        relations=relations,
+        milestones=milestones,
+        stated=stated,
+    )

@@ -40,7 +40,11 @@ def anchor_token(key: str, text: str) -> str:
 
 
 def memory_since_tx(
-    tx: ManagedTransaction, conversation_id: str, after_seq: int, anchor_key: str | None, limit: int | None
+    tx: ManagedTransaction,
+    conversation_id: str,
+    after_seq: int,
+    anchor_key: str | None,
+    limit: int | None,
 ) -> tuple[int, bool, list[MemoryRow]]:
     """(memory head, reset, rows after `after_seq`): index lookups by position only. `anchor_key`
     is the `anchor_token` of the row the caller holds at `after_seq` (a bare key is accepted too)."""
@@ -49,13 +53,20 @@ def memory_since_tx(
     reset = False
     if after_seq > 0:
         at = tx.run(dq.MEMORY_AT, position_key=position_key(conversation_id, after_seq)).single()
-        if at is None or anchor_key not in (anchor_token(at["key"], at["text"] or ""), at["key"]) or after_seq > head:
+        if (
+            at is None
+            or anchor_key not in (anchor_token(at["key"], at["text"] or ""), at["key"])
+            or after_seq > head
+        ):
             # The caller's cache is from another life of this conversation: resend everything.
             after_seq, reset = 0, True
     last = head if limit is None else min(head, after_seq + limit)
     rows: list[MemoryRow] = []
     for start in range(after_seq + 1, last + 1, MEMORY_PAGE):
-        keys = [position_key(conversation_id, s) for s in range(start, min(last, start + MEMORY_PAGE - 1) + 1)]
+        keys = [
+            position_key(conversation_id, s)
+            for s in range(start, min(last, start + MEMORY_PAGE - 1) + 1)
+        ]
         rows += [memory_row(r["props"]) for r in tx.run(dq.MEMORY_ROWS, position_keys=keys)]
     return head, reset, rows
 
@@ -96,7 +107,9 @@ def remember_tx(tx: ManagedTransaction, conversation_id: str, rows: list[MemoryR
         return 0
     claimed = tx.run(dq.MEMORY_CLAIM, conversation_id=conversation_id, count=len(fresh)).single()
     first = int(claimed["last"]) - len(fresh) + 1  # type: ignore[index]
-    tx.run(dq.MEMORY_CREATE, rows=[memory_props(row, first + i) for i, row in enumerate(fresh)]).consume()
+    tx.run(
+        dq.MEMORY_CREATE, rows=[memory_props(row, first + i) for i, row in enumerate(fresh)]
+    ).consume()
     return len(fresh)
 
 

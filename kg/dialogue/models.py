@@ -86,7 +86,9 @@ class ConversationSnapshot(_Model):
     new_turns: list[MemoryRow]
     turn_count: int = Field(description="turns remembered in this conversation")
     max_seq: int
-    reset: bool = Field(False, description="the caller's anchor turn is gone: new_turns holds every turn")
+    reset: bool = Field(
+        False, description="the caller's anchor turn is gone: new_turns holds every turn"
+    )
 
 
 class StoredTurn(_Model):
@@ -97,7 +99,9 @@ class StoredTurn(_Model):
     payload_hash: str
     status: str
     result_json: str
-    trace_json: str = Field("", description="the original commit's trace (operational: not exported)")
+    trace_json: str = Field(
+        "", description="the original commit's trace (operational: not exported)"
+    )
 
 
 class LockClaim(_Model):
@@ -106,7 +110,9 @@ class LockClaim(_Model):
     holder: str | None = None
     expires_in_ms: int = 0
     stolen_from: str | None = None
-    stored: StoredTurn | None = Field(None, description="the turn's committed record, read under the lock")
+    stored: StoredTurn | None = Field(
+        None, description="the turn's committed record, read under the lock"
+    )
 
 
 class EntityWrite(_Model):
@@ -122,7 +128,9 @@ class RelationActionWrite(_Model):
     target_id: str
     type: str = Field(description="EVOLVE/DELETE: the relation's type; REPLACE: the new type")
     raw_type: str | None = None
-    from_type: str | None = Field(None, description="REPLACE: the type ended (None: every other type)")
+    from_type: str | None = Field(
+        None, description="REPLACE: the type ended (None: every other type)"
+    )
     weight_delta: float = 0.0
     weight: float = EVOLVE_BASE_WEIGHT
     reason: str = ""
@@ -158,7 +166,9 @@ class TurnWrite(_Model):
     events: list[str] = Field(default_factory=list)
     embedding: list[float] = Field(default_factory=list)
     committed_at: str
-    memory: MemoryRow | None = Field(None, description="the turn's memory row, written in the same transaction")
+    memory: MemoryRow | None = Field(
+        None, description="the turn's memory row, written in the same transaction"
+    )
     entities: list[EntityWrite] = Field(default_factory=list)
     actions: list[RelationActionWrite] = Field(default_factory=list)
     bio_patches: list[BioPatchWrite] = Field(default_factory=list)

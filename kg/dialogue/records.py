@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from kg import vocabulary as vocab
 from kg.dialogue.models import (
     REL_ACTIVE,
@@ -80,3 +82,17 @@ def dialogue_milestone(props: dict[str, Any]) -> DialogueMilestone:
         entity_ids=list(props.get("entity_ids") or []),
         quote=str(props.get("quote") or ""),
     )
+
+
+class ActiveRelation(BaseModel):
+    """A row of FIND_ACTIVE_RELATIONS: an active relation of a pair, as a turn's action reads it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rel_id: str
+    type: str
+    weight: float | None = None
+
+    @property
+    def weight_or_zero(self) -> float:
+        return float(self.weight or 0.0)

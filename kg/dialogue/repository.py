@@ -79,10 +79,16 @@ class DialogueRepository(ConversationLease):
         return {r["key"] for r in self.store.read(dq.MEMORY_KEYS_PRESENT, keys=keys)}
 
     def memory_since(
-        self, conversation_id: str, after_seq: int = 0, anchor_key: str | None = None, limit: int | None = None
+        self,
+        conversation_id: str,
+        after_seq: int = 0,
+        anchor_key: str | None = None,
+        limit: int | None = None,
     ) -> tuple[int, bool, list[MemoryRow]]:
         """(memory head, reset, the remembered turns after position `after_seq`)."""
-        return self.store.execute_read(memory_since_tx, conversation_id, after_seq, anchor_key, limit)
+        return self.store.execute_read(
+            memory_since_tx, conversation_id, after_seq, anchor_key, limit
+        )
 
     def memory_count(self, conversation_id: str) -> tuple[int, int]:
         """(rows, distinct keys) of a conversation's memory: an audit, scans the conversation."""
@@ -90,12 +96,17 @@ class DialogueRepository(ConversationLease):
         return int(row["n"]), int(row["keys"])
 
     # -- the one commit transaction
-    def commit_turn(self, write: TurnWrite, owner: str, build_result: ResultBuilder) -> CommitOutcome:
+    def commit_turn(
+        self, write: TurnWrite, owner: str, build_result: ResultBuilder
+    ) -> CommitOutcome:
         return self.store.execute_write(commit_tx, write, owner, build_result)
 
     # -- inspection (tests, reports, operators)
     def relations(self, conversation_id: str) -> list[DialogueRelation]:
-        return [dialogue_relation(r) for r in self.store.read(dq.ALL_RELATIONS, conversation_id=conversation_id)]
+        return [
+            dialogue_relation(r)
+            for r in self.store.read(dq.ALL_RELATIONS, conversation_id=conversation_id)
+        ]
 
     def events(self, conversation_id: str) -> list[dict[str, Any]]:
         return [r["props"] for r in self.store.read(dq.ALL_EVENTS, conversation_id=conversation_id)]
@@ -109,12 +120,18 @@ class DialogueRepository(ConversationLease):
 
     def milestones(self, conversation_id: str, limit: int = 10_000) -> list[DialogueMilestone]:
         rows = self.store.read(dq.RECENT_MILESTONES, conversation_id=conversation_id, limit=limit)
-        return sorted((dialogue_milestone(r["props"]) for r in rows), key=lambda m: (m.seq, m.milestone_id))
+        return sorted(
+            (dialogue_milestone(r["props"]) for r in rows), key=lambda m: (m.seq, m.milestone_id)
+        )
 
     # -- edits, swipes, rewinds
     def rewind(
-        self, conversation_id: str, key: str, owner: str,
-        *, guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        self,
+        conversation_id: str,
+        key: str,
+        owner: str,
+        *,
+        guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> RewindOutcome:
         """Remove remembered turn `key` and every later one (the caller holds the lease)."""
         with guard():
@@ -126,8 +143,12 @@ class DialogueRepository(ConversationLease):
         return str(rows[0]["text"]) if rows else None
 
     # -- read-back (paged)
-    def entity_page(self, conversation_id: str, offset: int, limit: int) -> tuple[int, list[DialogueEntity]]:
-        rows = self.store.read(dq.ENTITY_PAGE, conversation_id=conversation_id, offset=offset, limit=limit)
+    def entity_page(
+        self, conversation_id: str, offset: int, limit: int
+    ) -> tuple[int, list[DialogueEntity]]:
+        rows = self.store.read(
+            dq.ENTITY_PAGE, conversation_id=conversation_id, offset=offset, limit=limit
+        )
         total = self.store.read(dq.ENTITY_TOTAL, conversation_id=conversation_id)[0]["n"]
         return int(total), [dialogue_entity(r["props"]) for r in rows]
 
@@ -135,29 +156,53 @@ class DialogueRepository(ConversationLease):
         self, conversation_id: str, offset: int, limit: int
     ) -> tuple[int, list[tuple[DialogueRelation, list[dict[str, Any]]]]]:
         """Relations (active and ended) with their event history, oldest first."""
-        rels = [dialogue_relation(r) for r in self.store.read(dq.RELATION_PAGE, conversation_id=conversation_id,
-                                                      offset=offset, limit=limit)]
+        rels = [
+            dialogue_relation(r)
+            for r in self.store.read(
+                dq.RELATION_PAGE, conversation_id=conversation_id, offset=offset, limit=limit
+            )
+        ]
         total = self.store.read(dq.RELATION_TOTAL, conversation_id=conversation_id)[0]["n"]
         events: dict[str, list[dict[str, Any]]] = {r.rel_id: [] for r in rels}
         if rels:
-            for row in self.store.read(dq.RELATION_EVENTS, conversation_id=conversation_id, rel_ids=list(events)):
+            for row in self.store.read(
+                dq.RELATION_EVENTS, conversation_id=conversation_id, rel_ids=list(events)
+            ):
                 events[row["props"]["rel_id"]].append(row["props"])
         # A relation's evidence is the quote of its latest change that has one.
-        quoted = [r.model_copy(update={"quote": next((str(e["quote"]) for e in reversed(events[r.rel_id])
-                                                      if e.get("quote")), "")}) for r in rels]
+        quoted = [
+            r.model_copy(
+                update={
+                    "quote": next(
+                        (str(e["quote"]) for e in reversed(events[r.rel_id]) if e.get("quote")), ""
+                    )
+                }
+            )
+            for r in rels
+        ]
         return int(total), [(r, events[r.rel_id]) for r in quoted]
 
-    def milestone_page(self, conversation_id: str, offset: int, limit: int) -> tuple[int, list[DialogueMilestone]]:
-        rows = self.store.read(dq.MILESTONE_PAGE, conversation_id=conversation_id, offset=offset, limit=limit)
+    def milestone_page(
+        self, conversation_id: str, offset: int, limit: int
+    ) -> tuple[int, list[DialogueMilestone]]:
+        rows = self.store.read(
+            dq.MILESTONE_PAGE, conversation_id=conversation_id, offset=offset, limit=limit
+        )
         total = self.store.read(dq.MILESTONE_TOTAL, conversation_id=conversation_id)[0]["n"]
         return int(total), [dialogue_milestone(r["props"]) for r in rows]
 
-    def memory_page(self, conversation_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    def memory_page(
+        self, conversation_id: str, offset: int, limit: int
+    ) -> tuple[int, list[dict[str, Any]]]:
         """Remembered turns by position (committed or blocked by the gate): index range reads."""
         head = self.store.read(dq.CONVERSATION_HEAD, conversation_id=conversation_id)
         total = int(head[0]["memory_seq"] or 0) if head else 0
-        rows = self.store.read(dq.MEMORY_PAGE_ROWS, conversation_id=conversation_id, offset=offset,
-                               until=offset + limit)
+        rows = self.store.read(
+            dq.MEMORY_PAGE_ROWS,
+            conversation_id=conversation_id,
+            offset=offset,
+            until=offset + limit,
+        )
         return total, rows
 
     def lore(self, conversation_id: str) -> ConversationLore | None:

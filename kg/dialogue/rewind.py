@@ -35,10 +35,17 @@ def rewind_tx(tx: ManagedTransaction, conversation_id: str, key: str, owner: str
         )
     at = tx.run(dq.MEMORY_SEQ_OF, key=key).single()
     mseq = int(at["seq"]) if at is not None and at["conversation_id"] == conversation_id else None
-    turns = [r.data() for r in tx.run(dq.COMMITTED_TURN_WRITES, conversation_id=conversation_id, committed=TURN_COMMITTED)]
+    turns = [
+        r.data()
+        for r in tx.run(
+            dq.COMMITTED_TURN_WRITES, conversation_id=conversation_id, committed=TURN_COMMITTED
+        )
+    ]
     memory_keys: set[str] = set()
     if mseq is not None:
-        memory_keys = {r["key"] for r in tx.run(dq.MEMORY_KEYS_FROM, conversation_id=conversation_id, seq=mseq)}
+        memory_keys = {
+            r["key"] for r in tx.run(dq.MEMORY_KEYS_FROM, conversation_id=conversation_id, seq=mseq)
+        }
     removed_keys = {key, *memory_keys}
     first_removed = min((int(t["seq"]) for t in turns if t["key"] in removed_keys), default=None)
     if mseq is None and first_removed is None:
@@ -67,10 +74,16 @@ def rewind_tx(tx: ManagedTransaction, conversation_id: str, key: str, owner: str
     if memory_seq == 0 and turn_seq is None:
         tx.run(dq.DELETE_CONVERSATION_HEAD, conversation_id=conversation_id).consume()
     elif turn_seq is None:
-        tx.run(dq.SET_MEMORY_HEAD_ONLY, conversation_id=conversation_id, memory_seq=memory_seq).consume()
+        tx.run(
+            dq.SET_MEMORY_HEAD_ONLY, conversation_id=conversation_id, memory_seq=memory_seq
+        ).consume()
     else:
-        tx.run(dq.SET_HEADS, conversation_id=conversation_id, memory_seq=memory_seq, turn_seq=turn_seq).consume()
+        tx.run(
+            dq.SET_HEADS, conversation_id=conversation_id, memory_seq=memory_seq, turn_seq=turn_seq
+        ).consume()
     return RewindOutcome(
-        status="rewound", removed_turns=[str(t["turn_id"]) for t in removed],
-        removed_memory=len(memory_keys), replayed=len(kept) if removed else 0,
+        status="rewound",
+        removed_turns=[str(t["turn_id"]) for t in removed],
+        removed_memory=len(memory_keys),
+        replayed=len(kept) if removed else 0,
     )

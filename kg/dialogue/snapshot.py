@@ -27,12 +27,17 @@ def snapshot_tx(
     relations = [
         dialogue_relation(r.data())
         for r in tx.run(
-            dq.ACTIVE_RELATIONS, conversation_id=conversation_id, active=REL_ACTIVE, limit=relation_limit
+            dq.ACTIVE_RELATIONS,
+            conversation_id=conversation_id,
+            active=REL_ACTIVE,
+            limit=relation_limit,
         )
     ]
     milestones = [
         dialogue_milestone(r["props"])
-        for r in tx.run(dq.RECENT_MILESTONES, conversation_id=conversation_id, limit=milestone_limit)
+        for r in tx.run(
+            dq.RECENT_MILESTONES, conversation_id=conversation_id, limit=milestone_limit
+        )
     ]
     return ConversationSnapshot(
         entities=entities,

@@ -28,7 +28,7 @@ from kg.dialogue.models import (
     RelationActionWrite,
     TurnWrite,
 )
-from kg.dialogue.records import no_nulls, stored_turn
+from kg.dialogue.records import ActiveRelation, no_nulls, stored_turn
 
 
 def _clamp(value: float) -> float:
@@ -42,24 +42,49 @@ def _apply_action(
     index: int,
     action: RelationActionWrite,
 ) -> AppliedAction:
-    conv = write.conversation_id
-    pair = {"conversation_id": conv, "source_id": action.source_id, "target_id": action.target_id}
-    stamp = {"turn_id": write.turn_id, "seq": seq}
+    """One relation action of the turn (EVOLVE, REPLACE, DELETE), applied to the pair's
+    active relations."""
+    edit = _RelationEdit(tx, write, seq, index, action)
+    if action.action == "EVOLVE":
+        return edit.evolve()
+    if action.action == "REPLACE":
+        return edit.replace()
+    return edit.delete()
 
-    def active(rel_type: str | None) -> list[dict[str, Any]]:
-        return [
-            r.data()
-            for r in tx.run(dq.FIND_ACTIVE_RELATIONS, **pair, type=rel_type, active=REL_ACTIVE)
-        ]
 
-    def create(rel_type: str, weight: float, suffix: str) -> str:
-        rel_id = f"{write.key}#r{index}{suffix}"
+class _RelationEdit:
+    """One relation action inside the turn's transaction: its pair, its turn's stamp, and
+    the reads and writes its three kinds share."""
+
+    def __init__(
+        self,
+        tx: ManagedTransaction,
+        write: TurnWrite,
+        seq: int,
+        index: int,
+        action: RelationActionWrite,
+    ) -> None:
+        self.tx, self.write, self.seq, self.index, self.action = tx, write, seq, index, action
+        self.pair = {
+            "conversation_id": write.conversation_id,
+            "source_id": action.source_id,
+            "target_id": action.target_id,
+        }
+        self.stamp = {"turn_id": write.turn_id, "seq": seq}
+
+    def active(self, rel_type: str | None) -> list[ActiveRelation]:
+        found = self.tx.run(dq.FIND_ACTIVE_RELATIONS, **self.pair, type=rel_type, active=REL_ACTIVE)
+        return [ActiveRelation.model_validate(r.data()) for r in found]
+
+    def create(self, rel_type: str, weight: float) -> str:
+        write, seq = self.write, self.seq
+        rel_id = f"{write.key}#r{self.index}"
         props = no_nulls(
             {
                 "rel_id": rel_id,
-                "conversation_id": conv,
+                "conversation_id": write.conversation_id,
                 "type": rel_type,
-                "raw_type": action.raw_type,
+                "raw_type": self.action.raw_type,
                 "weight": weight,
                 "status": REL_ACTIVE,
                 "since_turn": write.turn_id,
@@ -68,62 +93,96 @@ def _apply_action(
                 "updated_seq": seq,
             }
         )
-        tx.run(dq.CREATE_RELATION, **pair, props=props).consume()
+        self.tx.run(dq.CREATE_RELATION, **self.pair, props=props).consume()
         return rel_id
 
-    if action.action == "EVOLVE":
-        found = active(action.type)
+    def set_weight(self, rel_id: str, weight: float) -> None:
+        self.tx.run(
+            dq.SET_RELATION_WEIGHT, **self.pair, **self.stamp, rel_id=rel_id, weight=weight
+        ).consume()
+
+    def end(self, rel_id: str) -> None:
+        self.tx.run(
+            dq.END_RELATION, **self.pair, **self.stamp, rel_id=rel_id, ended=REL_ENDED
+        ).consume()
+
+    def evolve(self) -> AppliedAction:
+        """The active relation's weight moved by the delta; or a new one from the base weight."""
+        action = self.action
+        ends = {"source_id": action.source_id, "target_id": action.target_id}
+        found = self.active(action.type)
         if found:
-            before = float(found[0]["weight"] or 0.0)
+            before = found[0].weight_or_zero
             after = _clamp(before + action.weight_delta)
-            tx.run(dq.SET_RELATION_WEIGHT, **pair, **stamp, rel_id=found[0]["rel_id"], weight=after).consume()
+            self.set_weight(found[0].rel_id, after)
             return AppliedAction(
-                action="EVOLVE", source_id=action.source_id, target_id=action.target_id,
-                from_type=action.type, to_type=action.type, rel_id=found[0]["rel_id"],
-                weight_before=before, weight_after=after,
+                action="EVOLVE",
+                **ends,
+                from_type=action.type,
+                to_type=action.type,
+                rel_id=found[0].rel_id,
+                weight_before=before,
+                weight_after=after,
             )
         after = _clamp(EVOLVE_BASE_WEIGHT + action.weight_delta)
-        rel_id = create(action.type, after, "")
         return AppliedAction(
-            action="EVOLVE", source_id=action.source_id, target_id=action.target_id,
-            to_type=action.type, rel_id=rel_id, weight_after=after, note="created",
+            action="EVOLVE",
+            **ends,
+            to_type=action.type,
+            rel_id=self.create(action.type, after),
+            weight_after=after,
+            note="created",
         )
 
-    if action.action == "REPLACE":
-        ended = [
-            r for r in active(action.from_type) if r["type"] != action.type
-        ]
+    def replace(self) -> AppliedAction:
+        """The pair's active relations of the old type (any, without one) ended; the new type
+        active at the given weight."""
+        action = self.action
+        ended = [r for r in self.active(action.from_type) if r.type != action.type]
         for rel in ended:
-            tx.run(dq.END_RELATION, **pair, **stamp, rel_id=rel["rel_id"], ended=REL_ENDED).consume()
-        already = active(action.type)
+            self.end(rel.rel_id)
+        already = self.active(action.type)
         weight = _clamp(action.weight)
         if already:
-            rel_id = already[0]["rel_id"]
-            tx.run(dq.SET_RELATION_WEIGHT, **pair, **stamp, rel_id=rel_id, weight=weight).consume()
+            rel_id = already[0].rel_id
+            self.set_weight(rel_id, weight)
         else:
-            rel_id = create(action.type, weight, "")
+            rel_id = self.create(action.type, weight)
         return AppliedAction(
-            action="REPLACE", source_id=action.source_id, target_id=action.target_id,
-            from_type=ended[0]["type"] if ended else action.from_type, to_type=action.type,
+            action="REPLACE",
+            source_id=action.source_id,
+            target_id=action.target_id,
+            from_type=ended[0].type if ended else action.from_type,
+            to_type=action.type,
             rel_id=rel_id,
-            weight_before=float(ended[0]["weight"] or 0.0) if ended else None,
+            weight_before=ended[0].weight_or_zero if ended else None,
             weight_after=weight,
             note="" if ended else "nothing to replace; new relation started",
         )
 
-    found = active(action.type)
-    if not found:
+    def delete(self) -> AppliedAction:
+        """Every active relation of the type ended; none is not applied."""
+        action = self.action
+        ends = {"source_id": action.source_id, "target_id": action.target_id}
+        found = self.active(action.type)
+        if not found:
+            return AppliedAction(
+                action="DELETE",
+                **ends,
+                from_type=action.type,
+                applied=False,
+                note="no active relation of this type",
+            )
+        for rel in found:
+            self.end(rel.rel_id)
         return AppliedAction(
-            action="DELETE", source_id=action.source_id, target_id=action.target_id,
-            from_type=action.type, applied=False, note="no active relation of this type",
+            action="DELETE",
+            **ends,
+            from_type=action.type,
+            rel_id=found[0].rel_id,
+            weight_before=found[0].weight_or_zero,
+            weight_after=0.0,
         )
-    for rel in found:
-        tx.run(dq.END_RELATION, **pair, **stamp, rel_id=rel["rel_id"], ended=REL_ENDED).consume()
-    return AppliedAction(
-        action="DELETE", source_id=action.source_id, target_id=action.target_id,
-        from_type=action.type, rel_id=found[0]["rel_id"],
-        weight_before=float(found[0]["weight"] or 0.0), weight_after=0.0,
-    )
 
 
 #: (seq, applied actions) -> (the result a replay returns, the commit's trace), both JSON.
@@ -139,7 +198,10 @@ def commit_tx(
     # same statement reads what steps 2 and 3 need (the turn's record, the turn counter, its
     # memory row).
     opened = tx.run(
-        dq.COMMIT_OPEN, lock_key=lock_key(write.conversation_id), owner=owner, key=write.key,
+        dq.COMMIT_OPEN,
+        lock_key=lock_key(write.conversation_id),
+        owner=owner,
+        key=write.key,
         conversation_id=write.conversation_id,
     ).single()
     if opened is None or not int(opened["released"]):
@@ -189,8 +251,16 @@ def commit_tx(
             "write_json": write.model_dump_json(exclude={"memory", "embedding", "committed_at"}),
         }
     )
-    memory_rows = [memory_props(memory, int(memory_last))] if memory is not None and append_memory else []
-    tx.run(dq.CREATE_TURN_RECORDS, props=props, events=events, milestones=milestones, memory=memory_rows).consume()
+    memory_rows = (
+        [memory_props(memory, int(memory_last))] if memory is not None and append_memory else []
+    )
+    tx.run(
+        dq.CREATE_TURN_RECORDS,
+        props=props,
+        events=events,
+        milestones=milestones,
+        memory=memory_rows,
+    ).consume()
     return CommitOutcome(status="committed", seq=seq, applied=applied)
 
 
@@ -234,37 +304,56 @@ def apply_changes(
         result = _apply_action(tx, write, seq, index, action)
         if result.applied:
             result.event_id = f"{write.key}#e{index}"
-            events.append(
-                no_nulls(
-                    {
-                        "event_id": result.event_id,
-                        "conversation_id": write.conversation_id,
-                        "turn_id": write.turn_id,
-                        "turn_key": write.key,
-                        "seq": seq,
-                        "index": index,
-                        "rel_id": result.rel_id,
-                        "action": result.action,
-                        "source_id": result.source_id,
-                        "target_id": result.target_id,
-                        "from_type": result.from_type,
-                        "to_type": result.to_type,
-                        "weight_before": result.weight_before,
-                        "weight_after": result.weight_after,
-                        "reason": action.reason,
-                        "quote": action.quote or None,
-                    }
-                )
-            )
+            events.append(_event_row(write, seq, index, action, result))
         applied.append(result)
     # 5. Bio patches, in order, in one statement (a row sees the rows before it: a second
     # patch to an entity builds on the first, as when they were sent one by one).
     if write.bio_patches:
-        rows = [{"entity_id": p.entity_id, "summary": p.summary, "add": p.traits_add, "remove": p.traits_remove}
-                for p in write.bio_patches]
-        tx.run(dq.PATCH_BIOS, conversation_id=write.conversation_id, rows=rows, turn_id=write.turn_id).consume()
+        rows = [
+            {
+                "entity_id": p.entity_id,
+                "summary": p.summary,
+                "add": p.traits_add,
+                "remove": p.traits_remove,
+            }
+            for p in write.bio_patches
+        ]
+        tx.run(
+            dq.PATCH_BIOS, conversation_id=write.conversation_id, rows=rows, turn_id=write.turn_id
+        ).consume()
     # 6. Milestones (their rows).
-    milestones = [
+    return applied, events, _milestone_rows(write, seq)
+
+
+def _event_row(
+    write: TurnWrite, seq: int, index: int, action: RelationActionWrite, result: AppliedAction
+) -> dict[str, Any]:
+    """The logged event of an applied relation action (its node's properties)."""
+    return no_nulls(
+        {
+            "event_id": result.event_id,
+            "conversation_id": write.conversation_id,
+            "turn_id": write.turn_id,
+            "turn_key": write.key,
+            "seq": seq,
+            "index": index,
+            "rel_id": result.rel_id,
+            "action": result.action,
+            "source_id": result.source_id,
+            "target_id": result.target_id,
+            "from_type": result.from_type,
+            "to_type": result.to_type,
+            "weight_before": result.weight_before,
+            "weight_after": result.weight_after,
+            "reason": action.reason,
+            "quote": action.quote or None,
+        }
+    )
+
+
+def _milestone_rows(write: TurnWrite, seq: int) -> list[dict[str, Any]]:
+    """The milestone nodes' properties, numbered in the turn."""
+    return [
         {
             "milestone_id": f"{write.key}#m{i}",
             "conversation_id": write.conversation_id,
@@ -278,7 +367,6 @@ def apply_changes(
         }
         for i, m in enumerate(write.milestones)
     ]
-    return applied, events, milestones
 
 
 def next_turn_seq(
@@ -292,7 +380,11 @@ def next_turn_seq(
         # already (one scan in the conversation's life, never again).
         stats = tx.run(dq.TURN_STATS, conversation_id=conversation_id).single()
         floor = int(stats["max_seq"]) if stats and stats["max_seq"] is not None else 0
-    row = tx.run(dq.TURN_AND_MEMORY_SEQ_NEXT, conversation_id=conversation_id, floor=floor,
-                 memory_count=memory_count).single()
+    row = tx.run(
+        dq.TURN_AND_MEMORY_SEQ_NEXT,
+        conversation_id=conversation_id,
+        floor=floor,
+        memory_count=memory_count,
+    ).single()
     assert row is not None  # MERGE returns its one row
     return int(row["seq"]), row["memory_last"]

@@ -36,19 +36,29 @@ def due_for_enrichment(count: int, done: object, threshold: int) -> bool:
 
 def enrichment_busy_ids(snap: HealingSnapshot, settings: HealingSettings) -> list[str]:
     """Entities with enough story relationships to be enriched at all (the snapshot's counts)."""
-    return sorted(eid for eid, count in snap.rel_counts.items() if count >= settings.enrichment_edge_threshold)
+    return sorted(
+        eid for eid, count in snap.rel_counts.items() if count >= settings.enrichment_edge_threshold
+    )
 
 
-def enrichment_targets(store: GraphStore, snap: HealingSnapshot, settings: HealingSettings,
-                       *, max_relationships: int = 40) -> list[EnrichmentTarget]:
+def enrichment_targets(
+    store: GraphStore,
+    snap: HealingSnapshot,
+    settings: HealingSettings,
+    *,
+    max_relationships: int = 40,
+) -> list[EnrichmentTarget]:
     """Entities whose story-relationship count reached the threshold and were not enriched
     at this size (`due_for_enrichment`), each with its most recent relationships (at most
     `max_relationships`, the latest of each kind with each other entity) for the prompt."""
     threshold = settings.enrichment_edge_threshold
     targets = []
-    due = [eid for eid, count in sorted(snap.rel_counts.items())
-           if (e := snap.entities.get(eid)) is not None
-           and due_for_enrichment(count, e.attributes.get("enriched_edge_count"), threshold)]
+    due = [
+        eid
+        for eid, count in sorted(snap.rel_counts.items())
+        if (e := snap.entities.get(eid)) is not None
+        and due_for_enrichment(count, e.attributes.get("enriched_edge_count"), threshold)
+    ]
     if not due:
         return []
     latest = recent_relationships(store, due, max_relationships)
@@ -63,13 +73,22 @@ def enrichment_targets(store: GraphStore, snap: HealingSnapshot, settings: Heali
             else:
                 lines.append(f"{r.other_name} {r.type} {e.name}{where}{what}")
         targets.append(
-            EnrichmentTarget(id=eid, name=e.name, label=e.label, description=e.description,
-                             relationship_count=snap.rel_counts[eid], relationships=lines, last_chapter=e.last_chapter)
+            EnrichmentTarget(
+                id=eid,
+                name=e.name,
+                label=e.label,
+                description=e.description,
+                relationship_count=snap.rel_counts[eid],
+                relationships=lines,
+                last_chapter=e.last_chapter,
+            )
         )
     return targets
 
 
-def enrich_tx(tx: ManagedTransaction, result: EnrichmentResult, created_at: str, chapter: int = 0) -> bool:
+def enrich_tx(
+    tx: ManagedTransaction, result: EnrichmentResult, created_at: str, chapter: int = 0
+) -> bool:
     """Store an enrichment: attributes + an `enrichment` source; only adds, never removes."""
     rows = tx.run(mq.LOCK_ENTITIES, ids=[result.id]).data()
     if not rows:
@@ -83,8 +102,13 @@ def enrich_tx(tx: ManagedTransaction, result: EnrichmentResult, created_at: str,
         "enrichment_confidence": round(result.confidence, 4),
         "enriched_edge_count": result.relationship_count,
     }
-    source = EntitySource(type="enrichment", chapter=chapter, created_at=created_at, created_by=HEALER,
-                          confidence=result.confidence)
+    source = EntitySource(
+        type="enrichment",
+        chapter=chapter,
+        created_at=created_at,
+        created_by=HEALER,
+        confidence=result.confidence,
+    )
     entity = entity.model_copy(
         update={
             "attributes": attributes,

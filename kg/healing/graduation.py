@@ -27,7 +27,9 @@ def graduation_score(snap: HealingSnapshot, eid: str) -> Graduation:
     e = snap.entities[eid]
     connectivity = min(1.0, len(snap.neighbours.get(eid, ())) / CONNECTIVITY_FULL)
     completeness = (
-        0.6 * bool(e.description.strip()) + 0.2 * bool(e.traits) + 0.2 * bool(e.attributes or e.aliases)
+        0.6 * bool(e.description.strip())
+        + 0.2 * bool(e.traits)
+        + 0.2 * bool(e.attributes or e.aliases)
     )
     latest = snap.latest_chapter
     if e.first_chapter is None or latest is None:
@@ -35,16 +37,26 @@ def graduation_score(snap: HealingSnapshot, eid: str) -> Graduation:
     else:
         age = min(1.0, max(0, latest - e.first_chapter + 1) / AGE_FULL)
     confidence = W_CONNECTIVITY * connectivity + W_COMPLETENESS * completeness + W_AGE * age
-    return Graduation(id=eid, name=e.name, confidence=round(confidence, 4), connectivity=round(connectivity, 4),
-                      completeness=round(completeness, 4), age=round(age, 4))
+    return Graduation(
+        id=eid,
+        name=e.name,
+        confidence=round(confidence, 4),
+        connectivity=round(connectivity, 4),
+        completeness=round(completeness, 4),
+        age=round(age, 4),
+    )
 
 
 def graduation_candidates(snap: HealingSnapshot, settings: HealingSettings) -> list[Graduation]:
-    scores = [graduation_score(snap, eid) for eid, e in sorted(snap.entities.items()) if e.is_provisional]
+    scores = [
+        graduation_score(snap, eid) for eid, e in sorted(snap.entities.items()) if e.is_provisional
+    ]
     return [g for g in scores if g.confidence >= settings.graduation_confidence]
 
 
-def graduate_tx(tx: ManagedTransaction, graduations: list[Graduation], chapter: int = 0) -> list[Graduation]:
+def graduate_tx(
+    tx: ManagedTransaction, graduations: list[Graduation], chapter: int = 0
+) -> list[Graduation]:
     """Confirm the entities (still provisional ones only); returns those changed."""
     by_id = {g.id: g for g in graduations}
     rows, done = [], []
@@ -56,7 +68,10 @@ def graduate_tx(tx: ManagedTransaction, graduations: list[Graduation], chapter: 
         entity = entity_from_props(before)
         grad = by_id[row["id"]]
         entity = entity.model_copy(
-            update={"is_provisional": False, "attributes": {**entity.attributes, "graduation_confidence": grad.confidence}}
+            update={
+                "is_provisional": False,
+                "attributes": {**entity.attributes, "graduation_confidence": grad.confidence},
+            }
         )
         after = node_props(before, entity, chapter)
         rows.append({"id": row["id"], "props": after})

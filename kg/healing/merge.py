@@ -24,6 +24,7 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from neo4j import ManagedTransaction
@@ -32,9 +33,10 @@ from kg import cypher
 from kg import maintenance_cypher as mq
 from kg import vocabulary as vocab
 from kg.commit.amendments import Amendment, amend_newest
-from kg.healing.models import MergePlan, MergeResult, PairEvidence
+from kg.healing.models import AttachedRel, MergePlan, MergeResult, PairEvidence
 from kg.healing.node_writes import HEALER, node_props
-from kg.models import Entity, EntitySource
+from kg.models import Entity, EntitySource, StatusInterval
+from kg.ports import GraphReader
 from kg.records import (
     canonical_json,
     entity_from_props,
@@ -43,17 +45,19 @@ from kg.records import (
     name_rows,
     unique,
 )
-from kg.store import GraphStore
 
 
-def merged_entity(survivor: Entity, others: Sequence[Entity], *, created_at: str, confidence: float | None = None,
-                  chapter: int | None = None) -> Entity:
+def merged_entity(
+    survivor: Entity,
+    others: Sequence[Entity],
+    *,
+    created_at: str,
+    confidence: float | None = None,
+    chapter: int | None = None,
+) -> Entity:
     """The survivor after absorbing `others`: nothing they knew is dropped (pure function)."""
     aliases = list(survivor.aliases)
-    description = survivor.description
-    description_history = [str(x) for x in _as_list(survivor.attributes.get("description_history"))]
-    attribute_history = [str(x) for x in _as_list(survivor.attributes.get("attribute_history"))]
-    attributes = {k: v for k, v in survivor.attributes.items() if k not in ("description_history", "attribute_history")}
+    known = _Knowledge.of(survivor)
     traits = list(survivor.traits)
     sources = list(survivor.sources)
     intervals = list(survivor.status_intervals)
@@ -62,46 +66,29 @@ def merged_entity(survivor: Entity, others: Sequence[Entity], *, created_at: str
     raw_label = survivor.raw_label
     for other in others:
         aliases += [other.name, *other.aliases]
-        if other.description and other.description != description:
-            if not description:
-                description = other.description
-            elif other.description not in description_history:
-                description_history.append(other.description)
-        for key, value in other.attributes.items():
-            if key in ("description_history", "attribute_history"):
-                target = description_history if key == "description_history" else attribute_history
-                target += [str(x) for x in _as_list(value) if str(x) not in target]
-            elif key not in attributes:
-                attributes[key] = value
-            elif attributes[key] != value:
-                attribute_history.append(canonical_json({"key": key, "value": value, "from": other.id}))
+        known.absorb(other)
         traits += other.traits
         sources += [s for s in other.sources if s not in sources]
         sources.append(
-            EntitySource(type="merge", chapter=chapter, original_name=other.name, created_by=HEALER,
-                         created_at=created_at, confidence=None if confidence is None else max(0.0, min(1.0, confidence)))
+            EntitySource(
+                type="merge",
+                chapter=chapter,
+                original_name=other.name,
+                created_by=HEALER,
+                created_at=created_at,
+                confidence=None if confidence is None else max(0.0, min(1.0, confidence)),
+            )
         )
-        for interval in other.status_intervals:
-            clash = next((i for i in intervals if i.from_chapter == interval.from_chapter), None)
-            if clash is None:
-                intervals.append(interval)
-            elif clash != interval:
-                attribute_history.append(
-                    canonical_json({"key": "status", "value": interval.model_dump(mode="json"), "from": other.id})
-                )
+        known.absorb_statuses(intervals, other)
         first, last = min_present(first, other.first_chapter), max_present(last, other.last_chapter)
         provisional = provisional and bool(other.is_provisional)
         raw_label = raw_label or other.raw_label
-    if description_history:
-        attributes["description_history"] = description_history
-    if attribute_history:
-        attributes["attribute_history"] = attribute_history
     return survivor.model_copy(
         update={
             "aliases": unique(a for a in aliases if a != survivor.name),
-            "description": description,
+            "description": known.description,
             "traits": unique(traits),
-            "attributes": attributes,
+            "attributes": known.merged_attributes(),
             "sources": sources,
             "is_provisional": provisional,
             "raw_label": raw_label,
@@ -112,13 +99,86 @@ def merged_entity(survivor: Entity, others: Sequence[Entity], *, created_at: str
     )
 
 
+_HISTORIES = ("description_history", "attribute_history")
+
+
+@dataclass
+class _Knowledge:
+    """The survivor's description and attributes while it absorbs others, with the history of
+    every value it did not take (another description, a clashing attribute or status)."""
+
+    description: str
+    attributes: dict[str, Any]
+    description_history: list[str]
+    attribute_history: list[str]
+
+    @classmethod
+    def of(cls, survivor: Entity) -> _Knowledge:
+        history = survivor.attributes
+        return cls(
+            description=survivor.description,
+            attributes={k: v for k, v in history.items() if k not in _HISTORIES},
+            description_history=[str(x) for x in _as_list(history.get("description_history"))],
+            attribute_history=[str(x) for x in _as_list(history.get("attribute_history"))],
+        )
+
+    def absorb(self, other: Entity) -> None:
+        """Another's description (kept as history unless the survivor has none) and its
+        attributes (new keys taken, clashing values kept as history)."""
+        if other.description and other.description != self.description:
+            if not self.description:
+                self.description = other.description
+            elif other.description not in self.description_history:
+                self.description_history.append(other.description)
+        for key, value in other.attributes.items():
+            if key in _HISTORIES:
+                target = (
+                    self.description_history
+                    if key == "description_history"
+                    else self.attribute_history
+                )
+                target += [str(x) for x in _as_list(value) if str(x) not in target]
+            elif key not in self.attributes:
+                self.attributes[key] = value
+            elif self.attributes[key] != value:
+                self.attribute_history.append(
+                    canonical_json({"key": key, "value": value, "from": other.id})
+                )
+
+    def absorb_statuses(self, intervals: list[StatusInterval], other: Entity) -> None:
+        """Another's status intervals into `intervals`; one that clashes with an interval
+        from the same chapter is kept as history."""
+        for interval in other.status_intervals:
+            clash = next((i for i in intervals if i.from_chapter == interval.from_chapter), None)
+            if clash is None:
+                intervals.append(interval)
+            elif clash != interval:
+                self.attribute_history.append(
+                    canonical_json(
+                        {
+                            "key": "status",
+                            "value": interval.model_dump(mode="json"),
+                            "from": other.id,
+                        }
+                    )
+                )
+
+    def merged_attributes(self) -> dict[str, Any]:
+        attributes = dict(self.attributes)
+        if self.description_history:
+            attributes["description_history"] = self.description_history
+        if self.attribute_history:
+            attributes["attribute_history"] = self.attribute_history
+        return attributes
+
+
 def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, list) else [value]
 
 
-def _lookup_label(labels: list[str]) -> str | None:
+def _lookup_label(labels: Sequence[str]) -> str | None:
     for label in (vocab.ENTITY, vocab.CHAPTER, vocab.SCENE):
         if label in labels:
             return label
@@ -131,12 +191,18 @@ def merge_audit_id(plan: MergePlan, chapter: int) -> str:
     return "merge:" + hashlib.sha256(canonical_json([chapter, ids]).encode()).hexdigest()[:16]
 
 
-def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: int = 0) -> MergeResult:
+def merge_tx(
+    tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: int = 0
+) -> MergeResult:
     """Merge `plan.merged_ids` into the survivor; one transaction (see the module docstring).
     `created_at` is a story stamp (which chapter and change-set the merge amends), not a time."""
     ids = [plan.survivor_id, *plan.merged_ids]
-    result = MergeResult(survivor_id=plan.survivor_id, name=plan.survivor_name, merged_ids=plan.merged_ids,
-                         merged_names=plan.merged_names)
+    result = MergeResult(
+        survivor_id=plan.survivor_id,
+        name=plan.survivor_name,
+        merged_ids=plan.merged_ids,
+        merged_names=plan.merged_names,
+    )
     locked = tx.run(mq.LOCK_ENTITIES, ids=ids).data()
     nodes = {r["id"]: r["props"] for r in locked}
     labels = {r["id"]: list(r["labels"]) for r in locked}
@@ -151,43 +217,15 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
         return result
     survivor = entities[plan.survivor_id]
     others = [entities[i] for i in plan.merged_ids]
-    merged = merged_entity(survivor, others, created_at=created_at, confidence=plan.score, chapter=chapter)
+    merged = merged_entity(
+        survivor, others, created_at=created_at, confidence=plan.score, chapter=chapter
+    )
     props = node_props(nodes[plan.survivor_id], merged, chapter)
     tx.run(mq.REPLACE_ENTITIES, rows=[{"id": plan.survivor_id, "props": props}]).consume()
     undo = Amendment()
     undo.updated(vocab.ENTITY, plan.survivor_id, nodes[plan.survivor_id], props)
 
-    rels = [r.data() for r in tx.run(mq.RELS_OF, ids=ids)]
-    inside = set(ids)
-    _record_deleted_rels(undo, rels, set(plan.merged_ids))
-    # A fact is (type, direction, other end, chapter): the survivor keeps one copy of each.
-    have = {(r["type"], r["outgoing"], r["other"], r["props"].get("chapter")) for r in rels if r["id"] == plan.survivor_id}
-    creates: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in rels:
-        if r["id"] == plan.survivor_id:
-            continue
-        if r["other"] in inside:
-            result.relationships_dropped += 1
-            continue
-        other_label = _lookup_label(r["other_labels"])
-        if other_label is None or r["other"] is None:
-            result.relationships_dropped += 1
-            continue
-        fact = (r["type"], r["outgoing"], r["other"], r["props"].get("chapter"))
-        if fact in have:
-            result.relationships_deduplicated += 1
-            continue
-        have.add(fact)
-        if r["outgoing"]:
-            group, row = (r["type"], vocab.ENTITY, other_label), {"src": plan.survivor_id, "tgt": r["other"]}
-        else:
-            group, row = (r["type"], other_label, vocab.ENTITY), {"src": r["other"], "tgt": plan.survivor_id}
-        # Same properties, key included: rolling back the chapter that made the fact removes it.
-        creates[group].append({**row, "props": r["props"]})
-        undo.created_rels.append((r["type"], r["props"]["key"]))
-        result.relationships_moved += 1
-    for (rel_type, src_label, tgt_label), rows in sorted(creates.items()):
-        tx.run(cypher.create_rels(rel_type, src_label, tgt_label), rows=rows).consume()
+    _move_relationships(tx, plan, undo, result)
 
     tx.run(cypher.DELETE_NAMES_OF, ids=ids).consume()
     tx.run(cypher.CREATE_NAMES, rows=name_rows(props)).consume()
@@ -195,6 +233,72 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
     for merged_id in plan.merged_ids:
         undo.deleted(labels[merged_id], nodes[merged_id])
 
+    audit_id = _write_audit(tx, plan, merged, entities, result, created_at, chapter)
+    undo.created_nodes.append((vocab.MERGE_AUDIT, audit_id))
+    amend_newest(tx, undo)
+    result.audit_id = audit_id
+    result.name = merged.name
+    result.aliases = merged.aliases
+    result.sources = len(merged.sources)
+    return result
+
+
+def _move_relationships(
+    tx: ManagedTransaction, plan: MergePlan, undo: Amendment, result: MergeResult
+) -> None:
+    """The merged entities' relationships moved to the survivor, each fact once (the set of
+    facts the survivor has grows across the whole loop); those between the merged and the
+    survivor, or to an end with no entity label, dropped. Counts go to `result`."""
+    ids = [plan.survivor_id, *plan.merged_ids]
+    rels = [AttachedRel.model_validate(r.data()) for r in tx.run(mq.RELS_OF, ids=ids)]
+    inside = set(ids)
+    _record_deleted_rels(undo, rels, set(plan.merged_ids))
+    # A fact is (type, direction, other end, chapter): the survivor keeps one copy of each.
+    have = {r.fact for r in rels if r.id == plan.survivor_id}
+    creates: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rels:
+        if r.id == plan.survivor_id:
+            continue
+        if r.other in inside:
+            result.relationships_dropped += 1
+            continue
+        other_label = _lookup_label(r.other_labels)
+        if other_label is None or r.other is None:
+            result.relationships_dropped += 1
+            continue
+        fact = r.fact
+        if fact in have:
+            result.relationships_deduplicated += 1
+            continue
+        have.add(fact)
+        if r.outgoing:
+            group, row = (
+                (r.type, vocab.ENTITY, other_label),
+                {"src": plan.survivor_id, "tgt": r.other},
+            )
+        else:
+            group, row = (
+                (r.type, other_label, vocab.ENTITY),
+                {"src": r.other, "tgt": plan.survivor_id},
+            )
+        # Same properties, key included: rolling back the chapter that made the fact removes it.
+        creates[group].append({**row, "props": r.props})
+        undo.created_rels.append((r.type, r.props["key"]))
+        result.relationships_moved += 1
+    for (rel_type, src_label, tgt_label), rows in sorted(creates.items()):
+        tx.run(cypher.create_rels(rel_type, src_label, tgt_label), rows=rows).consume()
+
+
+def _write_audit(
+    tx: ManagedTransaction,
+    plan: MergePlan,
+    merged: Entity,
+    entities: dict[str, Entity],
+    result: MergeResult,
+    created_at: str,
+    chapter: int,
+) -> str:
+    """The merge's audit node (who was merged into whom, why, what moved); its id."""
     audit_id = merge_audit_id(plan, chapter)
     tx.run(
         mq.CREATE_MERGE_AUDIT,
@@ -214,28 +318,27 @@ def merge_tx(tx: ManagedTransaction, plan: MergePlan, created_at: str, chapter: 
             "relationships_deduplicated": result.relationships_deduplicated,
         },
     ).consume()
-    undo.created_nodes.append((vocab.MERGE_AUDIT, audit_id))
-    amend_newest(tx, undo)
-    result.audit_id = audit_id
-    result.name = merged.name
-    result.aliases = merged.aliases
-    result.sources = len(merged.sources)
-    return result
+    return audit_id
 
 
-def _record_deleted_rels(undo: Amendment, rels: list[dict[str, Any]], merged: set[str]) -> None:
+def _record_deleted_rels(undo: Amendment, rels: list[AttachedRel], merged: set[str]) -> None:
     """Every relationship of a merged node goes with it (DETACH DELETE): keep each once, with both ends."""
     seen: set[tuple[str, str]] = set()
     for r in rels:
-        if r["id"] not in merged or r["other"] is None:
+        if r.id not in merged or r.other is None:
             continue
-        other = _lookup_label(r["other_labels"])
-        key = r["props"].get("key")
-        if other is None or key is None or (r["type"], key) in seen:
+        other = _lookup_label(r.other_labels)
+        key = r.props.get("key")
+        if other is None or key is None or (r.type, key) in seen:
             continue
-        seen.add((r["type"], key))
-        here, there = (vocab.ENTITY, r["id"]), (other, r["other"])
-        undo.deleted_rel(r["type"], here if r["outgoing"] else there, there if r["outgoing"] else here, r["props"])
+        seen.add((r.type, key))
+        here, there = (vocab.ENTITY, r.id), (other, r.other)
+        undo.deleted_rel(
+            r.type,
+            here if r.outgoing else there,
+            there if r.outgoing else here,
+            r.props,
+        )
 
 
 def _reason(ev: PairEvidence) -> str:
@@ -243,7 +346,7 @@ def _reason(ev: PairEvidence) -> str:
     return f"{ev.a_name!r}~{ev.b_name!r}: name {ev.name_score:.2f}, {ev.shared_neighbours} shared neighbours{emb}"
 
 
-def merge_audits(store: GraphStore) -> list[dict[str, Any]]:
+def merge_audits(store: GraphReader) -> list[dict[str, Any]]:
     rows = store.read(mq.MERGE_AUDITS)
     audits = [r["props"] for r in rows]
     for audit in audits:

@@ -4,7 +4,7 @@ enrichment records (tasks/healing.py reports them; nothing here touches the grap
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -76,7 +76,9 @@ class MergeResult(_Model):
     sources: int = 0
     relationships_moved: int = 0
     relationships_deduplicated: int = 0
-    relationships_dropped: int = Field(0, description="between merged entities (would be self-loops)")
+    relationships_dropped: int = Field(
+        0, description="between merged entities (would be self-loops)"
+    )
     skipped: str | None = Field(None, description="why nothing was written")
 
 
@@ -106,3 +108,22 @@ class EnrichmentResult(_Model):
     summary: str
     facets: list[str] = Field(default_factory=list)
     confidence: float
+
+
+class AttachedRel(BaseModel):
+    """A relationship of an entity a merge touches (maintenance_cypher.RELS_OF), seen from the
+    entity `id`; its `other` end may be any node (no id, or no entity label)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    type: str
+    outgoing: bool
+    props: dict[str, Any]
+    other: str | None
+    other_labels: tuple[str, ...] = ()
+
+    @property
+    def fact(self) -> tuple[str, bool, str | None, Any]:
+        """What the survivor keeps one copy of: (type, direction, other end, chapter)."""
+        return (self.type, self.outgoing, self.other, self.props.get("chapter"))

@@ -101,8 +101,14 @@ def token_similarity(a: tuple[str, ...], b: tuple[str, ...]) -> float:
 
 def soundex(token: str) -> str:
     """American Soundex of one token (letters only): a typo-tolerant block key."""
-    codes = {**dict.fromkeys("bfpv", "1"), **dict.fromkeys("cgjkqsxz", "2"), **dict.fromkeys("dt", "3"),
-             "l": "4", **dict.fromkeys("mn", "5"), "r": "6"}
+    codes = {
+        **dict.fromkeys("bfpv", "1"),
+        **dict.fromkeys("cgjkqsxz", "2"),
+        **dict.fromkeys("dt", "3"),
+        "l": "4",
+        **dict.fromkeys("mn", "5"),
+        "r": "6",
+    }
     letters = [c for c in token if "a" <= c <= "z"]
     if not letters:
         return token

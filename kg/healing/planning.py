@@ -46,10 +46,14 @@ def _survivor_rank(snap: HealingSnapshot, eid: str) -> tuple[Any, ...]:
 
 
 def _incompatible(snap: HealingSnapshot, x: str, y: str, settings: HealingSettings) -> bool:
-    return veto_reason(snap, x, y) is not None or names_conflict(snap, x, y, settings.name_similarity)
+    return veto_reason(snap, x, y) is not None or names_conflict(
+        snap, x, y, settings.name_similarity
+    )
 
 
-def drop_ambiguous(snap: HealingSnapshot, accepted: list[PairEvidence], settings: HealingSettings) -> list[PairEvidence]:
+def drop_ambiguous(
+    snap: HealingSnapshot, accepted: list[PairEvidence], settings: HealingSettings
+) -> list[PairEvidence]:
     """Refuse an entity's matches when its best one is not better supported than a match
     with someone who cannot be the same (a "Maeve" whose friends are also those of two
     namesake Maeve Garnets): guessing would merge the wrong person. The refused pairs get
@@ -65,16 +69,22 @@ def drop_ambiguous(snap: HealingSnapshot, accepted: list[PairEvidence], settings
         mine.sort(key=lambda t: (-t[0].shared_neighbours, -t[0].score, t[1]))
         best, partner = mine[0]
         for ev, other in mine[1:]:
-            if ev.shared_neighbours >= best.shared_neighbours and _incompatible(snap, partner, other, settings):
+            if ev.shared_neighbours >= best.shared_neighbours and _incompatible(
+                snap, partner, other, settings
+            ):
                 name = snap.entities[node].name
-                refused[id(best)] = refused[id(ev)] = f"ambiguous: {name!r} matches two different entities"
+                refused[id(best)] = refused[id(ev)] = (
+                    f"ambiguous: {name!r} matches two different entities"
+                )
     for ev in accepted:
         if id(ev) in refused:
             ev.accepted, ev.veto = False, refused[id(ev)]
     return [ev for ev in accepted if ev.accepted]
 
 
-def cluster_pairs(snap: HealingSnapshot, accepted: list[PairEvidence], settings: HealingSettings) -> list[list[str]]:
+def cluster_pairs(
+    snap: HealingSnapshot, accepted: list[PairEvidence], settings: HealingSettings
+) -> list[list[str]]:
     """Greedy constrained clustering, best evidence first (see the module docstring)."""
     parent: dict[str, str] = {}
     members: dict[str, list[str]] = {}
@@ -130,8 +140,15 @@ def detect_duplicates(
     plans.sort(key=lambda p: p.survivor_id)
     vetoed = [ev for ev in evidence if ev.veto is not None]
     stats = DetectionStats(
-        entities=len(snap.entities), blocks=blocks, candidate_pairs=len(pairs), name_matches=len(evidence),
-        accepted_pairs=len(accepted), vetoed_pairs=len(vetoed), embedded_entities=embedded,
+        entities=len(snap.entities),
+        blocks=blocks,
+        candidate_pairs=len(pairs),
+        name_matches=len(evidence),
+        accepted_pairs=len(accepted),
+        vetoed_pairs=len(vetoed),
+        embedded_entities=embedded,
         seconds=round(time.perf_counter() - started, 4),
     )
-    return DetectionResult(plans=plans, stats=stats, vetoed=vetoed, latest_chapter=snap.latest_chapter)
+    return DetectionResult(
+        plans=plans, stats=stats, vetoed=vetoed, latest_chapter=snap.latest_chapter
+    )

@@ -85,14 +85,25 @@ def score_pairs(
         overlap = shared / len(na | nb) if na and nb else 0.0  # Jaccard: more shared, more overlap
         evidence.append(
             PairEvidence(
-                a_id=a, b_id=b, a_name=snap.entities[a].name, b_name=snap.entities[b].name,
-                name_score=round(score, 4), name_match=kind, shared_neighbours=shared, overlap=round(overlap, 4),
+                a_id=a,
+                b_id=b,
+                a_name=snap.entities[a].name,
+                b_name=snap.entities[b].name,
+                name_score=round(score, 4),
+                name_match=kind,
+                shared_neighbours=shared,
+                overlap=round(overlap, 4),
                 veto=veto_reason(snap, a, b),
             )
         )
     embedded = 0
     if embed is not None:
-        texts = {i: entity_text(snap.entities[i]) for ev in evidence if ev.veto is None for i in (ev.a_id, ev.b_id)}
+        texts = {
+            i: entity_text(snap.entities[i])
+            for ev in evidence
+            if ev.veto is None
+            for i in (ev.a_id, ev.b_id)
+        }
         ids = sorted(i for i, text in texts.items() if text)
         if ids:
             vectors = _unit_rows(np.asarray(embed([texts[i] for i in ids]), dtype=np.float32))
@@ -100,16 +111,23 @@ def score_pairs(
             embedded = len(ids)
             for ev in evidence:
                 if ev.veto is None and ev.a_id in row and ev.b_id in row:
-                    ev.embedding_score = round(float(vectors[row[ev.a_id]] @ vectors[row[ev.b_id]]), 4)
+                    ev.embedding_score = round(
+                        float(vectors[row[ev.a_id]] @ vectors[row[ev.b_id]]), 4
+                    )
     for ev in evidence:
         # An embedding (of name + description) corroborates an exact or contained name on its
         # own; a merely similar name ("Salt Hill" / "Salt Mill") also needs a shared neighbour.
-        similar_text = ev.embedding_score is not None and ev.embedding_score >= settings.embedding_similarity
+        similar_text = (
+            ev.embedding_score is not None and ev.embedding_score >= settings.embedding_similarity
+        )
         # The same full name ("Dr. Samuel Ashdown" / "Samuel Ashdown") or a one-letter typo of
         # it ("Hwzel Marsh") is strong evidence: one shared neighbour corroborates it unless
         # the descriptions say otherwise.
         full = min(len(snap.variants(ev.a_id)[0]), len(snap.variants(ev.b_id)[0])) > 1
-        near_same = full and (ev.name_match == "same" or (ev.name_match == "similar" and ev.name_score >= NEAR_IDENTICAL))
+        near_same = full and (
+            ev.name_match == "same"
+            or (ev.name_match == "similar" and ev.name_score >= NEAR_IDENTICAL)
+        )
         described_alike = ev.embedding_score is None or ev.embedding_score >= DESCRIPTION_FLOOR
         corroborated = (
             ev.shared_neighbours >= MIN_SHARED_NEIGHBOURS
@@ -117,5 +135,7 @@ def score_pairs(
             or (near_same and ev.shared_neighbours >= 1 and described_alike)
         )
         ev.accepted = ev.veto is None and corroborated
-        ev.score = round(0.5 * ev.name_score + 0.3 * ev.overlap + 0.2 * max(ev.embedding_score or 0.0, 0.0), 4)
+        ev.score = round(
+            0.5 * ev.name_score + 0.3 * ev.overlap + 0.2 * max(ev.embedding_score or 0.0, 0.0), 4
+        )
     return evidence, embedded

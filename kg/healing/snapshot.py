@@ -18,8 +18,9 @@ from kg import cypher
 from kg import maintenance_cypher as mq
 from kg import vocabulary as vocab
 from kg.healing.names import canonical_tokens
-from kg.mirror import StoryMirror, mirror_of
+from kg.mirror import MirroredReader, StoryMirror, mirror_of
 from kg.models import Entity
+from kg.ports import GraphReader
 from kg.records import entity_from_props
 from kg.store import GraphStore
 
@@ -45,7 +46,11 @@ class HealingSnapshot:
         found = self._variants.get(eid)
         if found is None:
             e = self.entities[eid]
-            found = list(dict.fromkeys(t for t in (canonical_tokens(n, e.label) for n in (e.name, *e.aliases)) if t))
+            found = list(
+                dict.fromkeys(
+                    t for t in (canonical_tokens(n, e.label) for n in (e.name, *e.aliases)) if t
+                )
+            )
             self._variants[eid] = found
         return found
 
@@ -63,7 +68,9 @@ def key_index(entities: dict[str, Entity]) -> dict[str, set[str]]:
     return index
 
 
-def resolve_scene_refs(refs: Iterable[str], entities: dict[str, Entity], keys: dict[str, set[str]]) -> list[set[str]]:
+def resolve_scene_refs(
+    refs: Iterable[str], entities: dict[str, Entity], keys: dict[str, set[str]]
+) -> list[set[str]]:
     """Entity ids each scene reference may mean: an id, else every entity with that name/alias.
 
     A name listed twice in one scene ("Anna", "Anna") therefore yields two entries that
@@ -72,10 +79,16 @@ def resolve_scene_refs(refs: Iterable[str], entities: dict[str, Entity], keys: d
     return [{ref} if ref in entities else set(keys.get(vocab.name_key(ref), ())) for ref in refs]
 
 
-def _snapshot_tx(tx: ManagedTransaction, mirror: StoryMirror, ids: list[str] | None) -> HealingSnapshot:
+def _snapshot_tx(
+    tx: ManagedTransaction, mirror: StoryMirror, ids: list[str] | None
+) -> HealingSnapshot:
     mirror.refresh(tx)
     entities: dict[str, Entity] = {}
-    rows = tx.run(mq.ALL_ENTITIES) if ids is None else tx.run(cypher.read_nodes(vocab.ENTITY), ids=sorted(set(ids)))
+    rows = (
+        tx.run(mq.ALL_ENTITIES)
+        if ids is None
+        else tx.run(cypher.read_nodes(vocab.ENTITY), ids=sorted(set(ids)))
+    )
     for row in rows:
         entity = entity_from_props(row["props"])
         assert entity.id is not None
@@ -107,12 +120,12 @@ def _snapshot_tx(tx: ManagedTransaction, mirror: StoryMirror, ids: list[str] | N
     return snap
 
 
-def load_snapshot(store: GraphStore, ids: list[str] | None = None) -> HealingSnapshot:
+def load_snapshot(store: MirroredReader, ids: list[str] | None = None) -> HealingSnapshot:
     """The snapshot of every entity, or of the entities `ids` (relationships and counts of all)."""
     return store.execute_read(_snapshot_tx, mirror_of(store), ids)
 
 
-def provisional_ids(store: GraphStore) -> list[str]:
+def provisional_ids(store: GraphReader) -> list[str]:
     return [r["id"] for r in store.read(mq.PROVISIONAL_IDS)]
 
 

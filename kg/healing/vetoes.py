@@ -36,7 +36,10 @@ def veto_reason(snap: HealingSnapshot, a: str, b: str) -> str | None:
     if _canonical(ea) and _canonical(eb):
         return "both given by the user/outline"
     # "Deckhand 1" / "Deckhand 2", "Henry VII" / "Henry VIII": numbered names are distinct.
-    numbers_a, numbers_b = _numbers(canonical_tokens(ea.name, ea.label)), _numbers(canonical_tokens(eb.name, eb.label))
+    numbers_a, numbers_b = (
+        _numbers(canonical_tokens(ea.name, ea.label)),
+        _numbers(canonical_tokens(eb.name, eb.label)),
+    )
     if numbers_a and numbers_b and numbers_a != numbers_b:
         return "different numbers in their names"
     return None

@@ -54,13 +54,19 @@ BIBLE_NOTE = "Story bible"
 CHAPTERS_FOLDER = "Chapters"
 SCENES_FOLDER = "Scenes"
 #: Codex section anchor -> the vault folder of its entities.
-ENTITY_FOLDERS = {"characters": "Characters", "places": "Places", "items": "Items", "other": "Other"}
+ENTITY_FOLDERS = {
+    "characters": "Characters",
+    "places": "Places",
+    "items": "Items",
+    "other": "Other",
+}
 #: The `type` of an entity note, by graph label (other labels: the label in lower case).
 ENTITY_TYPES = {"Character": "character", "Location": "place", "Item": "item"}
 _MAX_STEM_BYTES = 120
 _UNSAFE = re.compile(r'[\\/:*?"<>|#^\[\]\x00-\x1f\x7f]+')
-_WINDOWS_RESERVED = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)),
-                               *(f"lpt{i}" for i in range(10))})
+_WINDOWS_RESERVED = frozenset(
+    {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+)
 # Markdown (and Obsidian: tags, comments, highlights, maths) characters escaped in free text.
 _MARKUP = re.compile(r"([\\\[\]#<>`*$%=~|^])")
 
@@ -72,7 +78,9 @@ class VaultNote(BaseModel):
 
     path: str
     text: str
-    links: list[str] = Field(default_factory=list, description="the note names its [[links]] point to")
+    links: list[str] = Field(
+        default_factory=list, description="the note names its [[links]] point to"
+    )
 
 
 # --- text ---------------------------------------------------------------------------------------
@@ -117,7 +125,9 @@ def linkable(alias: str) -> bool:
 def front_matter(fields: dict[str, object]) -> str:
     """YAML front matter between `---` lines (keys in the given order)."""
     plain = {key: _no_link(value) for key, value in fields.items()}
-    body = yaml.safe_dump(plain, sort_keys=False, allow_unicode=True, default_flow_style=False, width=10_000)
+    body = yaml.safe_dump(
+        plain, sort_keys=False, allow_unicode=True, default_flow_style=False, width=10_000
+    )
     return f"---\n{body}---\n"
 
 
@@ -135,7 +145,9 @@ class _Names:
             if candidate.casefold() not in self.taken:
                 self.taken.add(candidate.casefold())
                 return candidate
-        raise ValueError(f"no free note name among {candidates}")  # the last candidate is unique by construction
+        raise ValueError(
+            f"no free note name among {candidates}"
+        )  # the last candidate is unique by construction
 
 
 def entity_type(label: str) -> str:
@@ -147,7 +159,9 @@ def _entity_stem(names: _Names, card: EntityCard) -> str:
     base = safe_stem(card.name)
     kind = entity_type(card.kind).capitalize()
     digest = hashlib.sha256(card.id.encode("utf-8", "surrogatepass")).hexdigest()
-    return names.claim(base, f"{base} ({kind})", f"{base} ({kind} {digest[:8]})", f"{base} ({kind} {digest})")
+    return names.claim(
+        base, f"{base} ({kind})", f"{base} ({kind} {digest[:8]})", f"{base} ({kind} {digest})"
+    )
 
 
 def scene_stem(chapter: int, scene: int) -> str:
@@ -176,7 +190,9 @@ class _Vault:
         for entry in self.chapters:
             for scene in entry.scenes:
                 base = scene_stem(entry.at, scene.index)
-                self.scene_stems[(entry.at, scene.index)] = names.claim(base, *(f"{base} ({n})" for n in range(2, 99)))
+                self.scene_stems[(entry.at, scene.index)] = names.claim(
+                    base, *(f"{base} ({n})" for n in range(2, 99))
+                )
         order = sorted(self.cards, key=lambda item: (self.first(item[1].id) or 0, item[1].id))
         self.entity_stems = {card.id: _entity_stem(names, card) for _, card in order}
         self.entity_names = {card.id: card.name for _, card in self.cards}
@@ -194,7 +210,9 @@ class _Vault:
 
     def link(self, stem: str, shown: str | None = None) -> str:
         self.links.append(stem)
-        shown_text = " ".join((shown or "").replace("|", "/").replace("[", "(").replace("]", ")").split())
+        shown_text = " ".join(
+            (shown or "").replace("|", "/").replace("[", "(").replace("]", ")").split()
+        )
         return f"[[{stem}|{shown_text}]]" if shown_text and shown_text != stem else f"[[{stem}]]"
 
     def entity(self, entity_id: str) -> str:
@@ -218,7 +236,9 @@ class _Vault:
 
     # --- notes ---
 
-    def note(self, folder: str, stem: str, fields: dict[str, object], lines: Iterable[str]) -> VaultNote:
+    def note(
+        self, folder: str, stem: str, fields: dict[str, object], lines: Iterable[str]
+    ) -> VaultNote:
         body = "\n".join(lines).strip("\n")
         path = f"{folder}/{stem}.md" if folder else f"{stem}.md"
         note = VaultNote(path=path, text=f"{front_matter(fields)}\n{body}\n", links=self.links)
@@ -240,29 +260,43 @@ class _Vault:
         lines = [f"# {escape(page.title)}", ""]
         if page.subtitle:
             lines += [escape(page.subtitle), ""]
-        lines += [f"The world as of {self.chapter(page.as_of)}: {page.stats.entities} entries, "
-                  f"{page.stats.relationships} relationships, {page.stats.chapters} chapters.", "",
-                  "Skald rewrites a note here only while it holds exactly what Skald last wrote: edit one, "
-                  "or add notes of your own, and later exports leave them alone.", ""]
+        lines += [
+            f"The world as of {self.chapter(page.as_of)}: {page.stats.entities} entries, "
+            f"{page.stats.relationships} relationships, {page.stats.chapters} chapters.",
+            "",
+            "Skald rewrites a note here only while it holds exactly what Skald last wrote: edit one, "
+            "or add notes of your own, and later exports leave them alone.",
+            "",
+        ]
         if self.bible is not None or self.chapters:
             lines += ["## Chapters", ""]
             if self.bible is not None:
                 lines.append(f"- {self.chapter(0, capital=True)}")
-            lines += [f"- {self.chapter(e.at)}" + (f": {escape(e.title)}" if e.title else "") for e in self.chapters]
+            lines += [
+                f"- {self.chapter(e.at)}" + (f": {escape(e.title)}" if e.title else "")
+                for e in self.chapters
+            ]
             lines.append("")
         for section in page.sections:
             lines += [f"## {escape(section.title)}", ""]
             lines += [f"- {self.entity(card.id)}" for card in section.cards]
             lines.append("")
         lines += [f"- {escape(note)}" for note in page.notes]
-        return self.note("", INDEX_NOTE, {"type": "index", "title": page.title, "as_of_chapter": page.as_of}, lines)
+        return self.note(
+            "",
+            INDEX_NOTE,
+            {"type": "index", "title": page.title, "as_of_chapter": page.as_of},
+            lines,
+        )
 
     def entity_note(self, anchor: str, card: EntityCard) -> VaultNote:
         first = self.first(card.id)
         aliases = [a for a in dict.fromkeys(card.aliases) if linkable(a)]
         stem = self.entity_stems[card.id]
         if stem != card.name and card.name not in aliases and linkable(card.name):
-            aliases.insert(0, card.name)  # [[Name]] still finds the note whose file name had to change
+            aliases.insert(
+                0, card.name
+            )  # [[Name]] still finds the note whose file name had to change
         fields: dict[str, object] = {
             "type": entity_type(card.kind),
             "name": card.name,
@@ -274,8 +308,14 @@ class _Vault:
         if card.provisional:
             fields["provisional"] = True
         seen = self.place(first, card.first) if first is not None else escape(card.first)
-        lines = [f"# {escape(card.name)}", "", escape(entity_type(card.kind).capitalize()) + (f", first seen: {seen}" if seen else "")
-                 + (f" {quoted(card.first_quote)}" if card.first_quote else ""), ""]
+        lines = [
+            f"# {escape(card.name)}",
+            "",
+            escape(entity_type(card.kind).capitalize())
+            + (f", first seen: {seen}" if seen else "")
+            + (f" {quoted(card.first_quote)}" if card.first_quote else ""),
+            "",
+        ]
         if card.description:
             lines += [escape(card.description), ""]
         sheet = [f"- **{escape(k.capitalize())}:** {escape(v)}" for k, v in card.fields]
@@ -285,19 +325,29 @@ class _Vault:
             lines += [*sheet, ""]
         if card.statuses:
             lines += ["## Status", "", *(self.status_line(span) for span in card.statuses), ""]
-        relations = [self.relation_line(edge, card.id) for edge in self.page.graph.edges
-                     if card.id in (edge.source, edge.target)]
+        relations = [
+            self.relation_line(edge, card.id)
+            for edge in self.page.graph.edges
+            if card.id in (edge.source, edge.target)
+        ]
         if relations:
             lines += ["## Relationships", "", *relations, ""]
         if card.facts:
             lines += ["## Facts", ""]
             for fact in card.facts:
                 quote = quoted(fact.quote)
-                lines.append(f"- {self.place(fact.at, fact.where)}: {escape(fact.statement)}"
-                             + (f" {quote}" if quote else ""))
+                lines.append(
+                    f"- {self.place(fact.at, fact.where)}: {escape(fact.statement)}"
+                    + (f" {quote}" if quote else "")
+                )
             lines.append("")
         if card.appears_in:
-            lines += ["## Appears in", "", " \u00b7 ".join(self.chapter(n) for n in card.appears_in), ""]
+            lines += [
+                "## Appears in",
+                "",
+                " \u00b7 ".join(self.chapter(n) for n in card.appears_in),
+                "",
+            ]
         if card.findings:
             lines += ["## QA findings", "", *(f"- {escape(f)}" for f in card.findings), ""]
         return self.note(ENTITY_FOLDERS.get(anchor, "Other"), stem, fields, lines)
@@ -318,14 +368,20 @@ class _Vault:
         parts = []
         for start, end in spans:
             since = f"from {self.chapter(start)}"
-            parts.append(f"{since}, ended in {self.chapter(end)}" if end is not None else f"{since} on")
+            parts.append(
+                f"{since}, ended in {self.chapter(end)}" if end is not None else f"{since} on"
+            )
         return "; ".join(parts)
 
     def relation_line(self, edge: GraphEdge, entity_id: str) -> str:
         outgoing = edge.source == entity_id
         other = edge.target if outgoing else edge.source
         arrow = "\u2192" if outgoing else "\u2190"
-        ended = f" (then {escape(edge.ended_by)})" if edge.ended_by and edge.spans[-1][1] is not None else ""
+        ended = (
+            f" (then {escape(edge.ended_by)})"
+            if edge.ended_by and edge.spans[-1][1] is not None
+            else ""
+        )
         return f"- {escape(edge.label)} {arrow} {self.entity(other)}: {self.span_text(edge.spans)}{ended}"
 
     def chapter_note(self, entry: TimelineEntry) -> VaultNote:
@@ -340,14 +396,23 @@ class _Vault:
             "first_chapter": number,
             "aliases": [entry.title] if linkable(entry.title) and not is_bible else [],
         }
-        heading = BIBLE_NOTE if is_bible else f"Chapter {number}" + (f": {escape(entry.title)}" if entry.title else "")
+        heading = (
+            BIBLE_NOTE
+            if is_bible
+            else f"Chapter {number}" + (f": {escape(entry.title)}" if entry.title else "")
+        )
         lines = [f"# {heading}", ""]
         if is_bible:
             lines += [escape(entry.title), ""]
         else:
             before = [self.chapter(n) for n in (number - 1,) if n in self.chapter_stems or n == 0]
             after = [self.chapter(n) for n in (number + 1,) if n in self.chapter_stems]
-            lines += [" \u00b7 ".join([*(f"\u2190 {b}" for b in before), *(f"{a} \u2192" for a in after)]), ""]
+            lines += [
+                " \u00b7 ".join(
+                    [*(f"\u2190 {b}" for b in before), *(f"{a} \u2192" for a in after)]
+                ),
+                "",
+            ]
         if entry.summary:
             lines += [escape(entry.summary), ""]
         if entry.key_events:
@@ -357,21 +422,33 @@ class _Vault:
             for scene in entry.scenes:
                 stem = self.scene_stems[(number, scene.index)]
                 title = f"Scene {scene.index}" + (f": {scene.title}" if scene.title else "")
-                where = f" \u00b7 at {self.named(scene.location, 'Location')}" if scene.location else ""
+                where = (
+                    f" \u00b7 at {self.named(scene.location, 'Location')}" if scene.location else ""
+                )
                 lines.append(f"{scene.index}. {self.link(stem, title)}{where}")
             lines.append("")
         groups = (("Characters", entry.appears), ("Mentioned", entry.mentioned))
         for title, items in groups:
-            linked = [self.entity(eid) for item in items if (eid := self.by_anchor.get(item.anchor or ""))]
+            linked = [
+                self.entity(eid) for item in items if (eid := self.by_anchor.get(item.anchor or ""))
+            ]
             if linked:
                 lines += [f"## {title}", "", " \u00b7 ".join(linked), ""]
-        new = [f"- {self.entity(card.id)} ({escape(entity_type(card.kind))})" + (f" {quoted(card.first_quote)}"
-                                                                    if card.first_quote else "")
-               for _, card in self.cards if self.first(card.id) == number]
+        new = [
+            f"- {self.entity(card.id)} ({escape(entity_type(card.kind))})"
+            + (f" {quoted(card.first_quote)}" if card.first_quote else "")
+            for _, card in self.cards
+            if self.first(card.id) == number
+        ]
         if new:
             lines += ["## New here" if not is_bible else "## Entries", "", *new, ""]
-        changes = [f"- {self.entity(card.id)}: {escape(span.status)}" + (f" {quoted(span.quote)}" if span.quote else "")
-                   for _, card in self.cards for span in card.statuses if span.start == number and number > 0]
+        changes = [
+            f"- {self.entity(card.id)}: {escape(span.status)}"
+            + (f" {quoted(span.quote)}" if span.quote else "")
+            for _, card in self.cards
+            for span in card.statuses
+            if span.start == number and number > 0
+        ]
         if changes:
             lines += ["## Status changes", "", *changes, ""]
         begun, ended = self.chapter_relations(number)
@@ -394,7 +471,9 @@ class _Vault:
                     continue
                 pair = f"{self.entity(edge.source)} {escape(edge.label)} {self.entity(edge.target)}"
                 if start == number:
-                    quote = next((e.quote for e in edge.events if (e.at or 0) == number and e.quote), None)
+                    quote = next(
+                        (e.quote for e in edge.events if (e.at or 0) == number and e.quote), None
+                    )
                     begun.append(f"- {pair}" + (f" {quoted(quote)}" if quote else ""))
                 else:  # what ended it is known for its last span only
                     last = edge.ended_by and end == edge.spans[-1][1]
@@ -412,11 +491,22 @@ class _Vault:
             "characters": list(scene.characters),
             "aliases": [],
         }
-        title = f"Chapter {entry.at}, scene {scene.index}" + (f": {escape(scene.title)}" if scene.title else "")
-        lines = [f"# {title}", "", f"In {self.chapter(entry.at)}"
-                 + (f" \u00b7 at {self.named(scene.location, 'Location')}" if scene.location else ""), ""]
+        title = f"Chapter {entry.at}, scene {scene.index}" + (
+            f": {escape(scene.title)}" if scene.title else ""
+        )
+        lines = [
+            f"# {title}",
+            "",
+            f"In {self.chapter(entry.at)}"
+            + (f" \u00b7 at {self.named(scene.location, 'Location')}" if scene.location else ""),
+            "",
+        ]
         if scene.characters:
-            lines += ["**Characters:** " + " \u00b7 ".join(self.named(c, "Character") for c in scene.characters), ""]
+            lines += [
+                "**Characters:** "
+                + " \u00b7 ".join(self.named(c, "Character") for c in scene.characters),
+                "",
+            ]
         if scene.summary:
             lines += [escape(scene.summary), ""]
         return self.note(SCENES_FOLDER, stem, fields, lines)

@@ -48,8 +48,12 @@ class VaultReport(BaseModel):
     written: list[str] = Field(default_factory=list, description="new or rewritten notes")
     unchanged: list[str] = Field(default_factory=list, description="already held the new text")
     kept: list[str] = Field(default_factory=list, description="the writer's: left as they are")
-    removed: list[str] = Field(default_factory=list, description="stale notes of Skald's, unchanged, deleted")
-    released: list[str] = Field(default_factory=list, description="stale notes the writer edited: left, now theirs")
+    removed: list[str] = Field(
+        default_factory=list, description="stale notes of Skald's, unchanged, deleted"
+    )
+    released: list[str] = Field(
+        default_factory=list, description="stale notes the writer edited: left, now theirs"
+    )
 
 
 def _sha(data: bytes) -> str:
@@ -64,13 +68,17 @@ def _read_record(vault: Path) -> WrittenRecord:
         return WrittenRecord.model_validate_json(path.read_bytes())
     except (OSError, ValidationError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else first_problem(exc, "record").message
-        raise InvalidInputError(f"{path} is not Skald's record of the notes it wrote: {reason}",
-                                hint="remove it to start over: Skald then takes every existing note as yours") from None
+        raise InvalidInputError(
+            f"{path} is not Skald's record of the notes it wrote: {reason}",
+            hint="remove it to start over: Skald then takes every existing note as yours",
+        ) from None
 
 
 def _save_record(vault: Path, notes: dict[str, list[str]]) -> None:
     ordered = {path: sorted(set(shas)) for path, shas in sorted(notes.items())}
-    atomic_write(vault / RECORD_FILE, (json.dumps({"notes": ordered}, indent=1) + "\n").encode("utf-8"))
+    atomic_write(
+        vault / RECORD_FILE, (json.dumps({"notes": ordered}, indent=1) + "\n").encode("utf-8")
+    )
 
 
 def _current(path: Path) -> bytes | None:
@@ -104,7 +112,10 @@ def write_vault(notes: Sequence[VaultNote], vault: Path) -> VaultReport:
     stale = sorted(set(owned) - set(wanted))
     if plan or stale or owned != record.notes:
         # Saved first: a note left half-way by a crash is still Skald's, old text or new.
-        _save_record(vault, {**owned, **{rel: [*owned.get(rel, []), _sha(data)] for rel, data in plan.items()}})
+        _save_record(
+            vault,
+            {**owned, **{rel: [*owned.get(rel, []), _sha(data)] for rel, data in plan.items()}},
+        )
     for rel, data in plan.items():
         atomic_write(vault / rel, data)
         owned[rel] = [_sha(data)]
