@@ -40,7 +40,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from api import CORS_ENV, TOKEN_ENV, create_app, serve_security
-from core.cli import run_main, setup_logging
+from core.cli import project_prefect_settings, run_main, setup_logging
 from core.embedder import EmbedderUnavailableError, local_embedder
 from core.errors import InvalidInputError
 from core.settings import Settings, load_settings
@@ -225,6 +225,42 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m flows.dialogue",
         description="Dialogue memory sidecar: commit conversation turns to the knowledge graph.",
     )
+    common = _common_options()
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{serve,commit,ingest,rewind,lorebook,openapi}"
+    )
+    _serve_parser(sub.add_parser("serve", parents=[common], help="run the HTTP adapter"))
+    _commit_parser(
+        sub.add_parser("commit", parents=[common], help="commit one turn from a JSON file")
+    )
+    _ingest_parser(
+        sub.add_parser(
+            "ingest",
+            parents=[common],
+            help="import whole transcripts into turn memory (resumable, exactly once)",
+        )
+    )
+    _rewind_parser(
+        sub.add_parser(
+            "rewind",
+            parents=[common],
+            help="rewind a conversation to before a turn (that turn and later ones removed exactly)",
+        )
+    )
+    _lorebook_parser(
+        sub.add_parser(
+            "lorebook",
+            parents=[common],
+            help="write a conversation's memory as a SillyTavern World Info book (JSON)",
+        )
+    )
+    openapi = sub.add_parser("openapi", parents=[common], help="write the OpenAPI document")
+    openapi.add_argument("--out", type=Path, default=None, help="file to write (default stdout)")
+    return parser
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """The options every sub-command takes (a parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--project-dir",
@@ -251,11 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a turn may take before it is rolled back (default 300)",
     )
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{serve,commit,ingest,rewind,lorebook,openapi}"
-    )
+    return common
 
-    serve = sub.add_parser("serve", parents=[common], help="run the HTTP adapter")
+
+def _serve_parser(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8787, help="port (default 8787)")
     serve.add_argument(
@@ -297,7 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
         "memory queries a front end waits for (default 5; 0: the same)",
     )
 
-    commit = sub.add_parser("commit", parents=[common], help="commit one turn from a JSON file")
+
+def _commit_parser(commit: argparse.ArgumentParser) -> None:
     commit.add_argument(
         "--request", required=True, help="turn-commit request JSON file ('-' for stdin)"
     )
@@ -310,11 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run as the dialogue-turn Prefect flow (slots as task runs)",
     )
 
-    ingest = sub.add_parser(
-        "ingest",
-        parents=[common],
-        help="import whole transcripts into turn memory (resumable, exactly once)",
-    )
+
+def _ingest_parser(ingest: argparse.ArgumentParser) -> None:
     ingest.add_argument(
         "--dialogue",
         dest="dialogues",
@@ -347,19 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --extract: conversations processed at once (default 2)",
     )
 
-    rewind = sub.add_parser(
-        "rewind",
-        parents=[common],
-        help="rewind a conversation to before a turn (that turn and later ones removed exactly)",
-    )
+
+def _rewind_parser(rewind: argparse.ArgumentParser) -> None:
     rewind.add_argument("--conversation-id", required=True, help="the conversation")
     rewind.add_argument("--before-turn", required=True, help="the first turn id to remove")
 
-    lorebook = sub.add_parser(
-        "lorebook",
-        parents=[common],
-        help="write a conversation's memory as a SillyTavern World Info book (JSON)",
-    )
+
+def _lorebook_parser(lorebook: argparse.ArgumentParser) -> None:
     lorebook.add_argument(
         "--conversation",
         "--conversation-id",
@@ -373,10 +400,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="file to write (default stdout); SillyTavern names the imported book after it",
     )
-
-    openapi = sub.add_parser("openapi", parents=[common], help="write the OpenAPI document")
-    openapi.add_argument("--out", type=Path, default=None, help="file to write (default stdout)")
-    return parser
 
 
 def _options(args: argparse.Namespace) -> SidecarOptions:
@@ -420,109 +443,103 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.verbose)
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     settings = load_settings(args.project_dir, args.config)
-    options = _options(args)
+    return _COMMANDS[args.command](args, settings, _options(args))
 
-    if args.command == "openapi":
-        service = DialogueService(
-            settings, options=options
-        )  # never connects: the document needs no graph
-        try:
-            text = json.dumps(create_app(service).openapi(), indent=2, sort_keys=True) + "\n"
-        finally:
-            service.close()
-        _write_text(text, args.out)
-        return 0
 
-    if args.command == "lorebook":
-        service = DialogueService(settings, options=options)
-        try:
-            book = conversation_lorebook(DialogueRepository(service.store), args.conversation_id)
-        finally:
-            service.close()
-        if book is None:
-            raise InvalidInputError(
-                f"no conversation {args.conversation_id!r} in the graph ({settings.project_dir})"
+def _openapi(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    service = DialogueService(
+        settings, options=options
+    )  # never connects: the document needs no graph
+    try:
+        text = json.dumps(create_app(service).openapi(), indent=2, sort_keys=True) + "\n"
+    finally:
+        service.close()
+    _write_text(text, args.out)
+    return 0
+
+
+def _lorebook(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    service = DialogueService(settings, options=options)
+    try:
+        book = conversation_lorebook(DialogueRepository(service.store), args.conversation_id)
+    finally:
+        service.close()
+    if book is None:
+        raise InvalidInputError(
+            f"no conversation {args.conversation_id!r} in the graph ({settings.project_dir})"
+        )
+    _write_text(book.model_dump_json(indent=2) + "\n", args.out)
+    return 0
+
+
+def _serve(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    import uvicorn
+
+    # Before anything starts: a refused bind costs nothing.
+    security = serve_security(args.host, args.token_file, args.cors_origins)
+    service = DialogueService(settings, options=options)
+    try:
+        log.info("graph: %s", service.store.endpoint.label)  # connect (and migrate) before serving
+        if settings.embedding_base_url is None:
+            _warm_up_embedder()
+        log.info(
+            "auth: %s; CORS origins: %s",
+            "bearer token" if security.token else "none (loopback only)",
+            ", ".join(security.cors_origins) or "none",
+        )
+        uvicorn.run(create_app(service, security), host=args.host, port=args.port, log_level="info")
+    finally:
+        service.close()
+    return 0
+
+
+def _warm_up_embedder() -> None:
+    """Start the embedded model's ONNX and tokenizer threads here, at the server's priority:
+    threads inherit their creator's, and a first embedding asked for by a turn's slot (niced,
+    core.priority) would leave the queries' embeddings on niced threads."""
+    try:
+        local_embedder().encode(["warm up", "the embedder"])
+    except EmbedderUnavailableError as exc:  # each request that embeds says so, as before
+        log.warning("embedder: %s", exc)
+
+
+def _rewind(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    service = DialogueService(settings, options=options)
+    try:
+        outcome: RewindResult = service.rewind(args.conversation_id, args.before_turn)
+    finally:
+        service.close()
+    print(outcome.model_dump_json(indent=2))
+    if not outcome.ok:
+        print(f"dialogue: {outcome.code}: {outcome.reason}", file=sys.stderr)
+        return EXIT_CODES.get(outcome.code or "ROLLED_BACK", 1)
+    return 0
+
+
+def _ingest(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    if args.batch_size < 1 or args.concurrency < 1:
+        raise InvalidInputError("--batch-size and --concurrency must be at least 1")
+    try:
+        with project_prefect_settings(settings.project_dir):
+            reports = dialogue_ingest_flow(
+                [str(p) for p in args.dialogues],
+                str(settings.project_dir),
+                args.conversation_id,
+                args.extract,
+                args.batch_size,
+                args.concurrency,
             )
-        _write_text(book.model_dump_json(indent=2) + "\n", args.out)
-        return 0
+    finally:
+        close_services()
+    print(json.dumps(reports, indent=2))
+    return 0
 
-    if args.command == "serve":
-        import uvicorn
 
-        # Before anything starts: a refused bind costs nothing.
-        security = serve_security(args.host, args.token_file, args.cors_origins)
-        service = DialogueService(settings, options=options)
-        try:
-            log.info(
-                "graph: %s", service.store.endpoint.label
-            )  # connect (and migrate) before serving
-            if settings.embedding_base_url is None:
-                # The embedded model's ONNX and tokenizer threads start here, at the server's
-                # priority: threads inherit their creator's, and a first embedding asked for by a
-                # turn's slot (niced, core.priority) would leave the queries' embeddings on niced threads.
-                try:
-                    local_embedder().encode(["warm up", "the embedder"])
-                except (
-                    EmbedderUnavailableError
-                ) as exc:  # each request that embeds says so, as before
-                    log.warning("embedder: %s", exc)
-            log.info(
-                "auth: %s; CORS origins: %s",
-                "bearer token" if security.token else "none (loopback only)",
-                ", ".join(security.cors_origins) or "none",
-            )
-            uvicorn.run(
-                create_app(service, security), host=args.host, port=args.port, log_level="info"
-            )
-        finally:
-            service.close()
-        return 0
-
-    if args.command == "rewind":
-        service = DialogueService(settings, options=options)
-        try:
-            outcome: RewindResult = service.rewind(args.conversation_id, args.before_turn)
-        finally:
-            service.close()
-        print(outcome.model_dump_json(indent=2))
-        if not outcome.ok:
-            print(f"dialogue: {outcome.code}: {outcome.reason}", file=sys.stderr)
-            return EXIT_CODES.get(outcome.code or "ROLLED_BACK", 1)
-        return 0
-
-    if args.command == "ingest":
-        if args.batch_size < 1 or args.concurrency < 1:
-            raise InvalidInputError("--batch-size and --concurrency must be at least 1")
-        from core.cli import project_prefect_settings
-
-        try:
-            with project_prefect_settings(settings.project_dir):
-                reports = dialogue_ingest_flow(
-                    [str(p) for p in args.dialogues],
-                    str(settings.project_dir),
-                    args.conversation_id,
-                    args.extract,
-                    args.batch_size,
-                    args.concurrency,
-                )
-        finally:
-            close_services()
-        print(json.dumps(reports, indent=2))
-        return 0
-
+def _commit(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
     raw = _read_request_file(args.request)
     attempt: Literal["commit", "retry"] = "retry" if args.retry else "commit"
     if args.prefect:
-        parsed = parse_request(raw)
-        if isinstance(parsed, TurnResult):
-            result = parsed
-        else:
-            from core.cli import project_prefect_settings
-
-            with project_prefect_settings(settings.project_dir):
-                data = dialogue_turn_flow(parsed, str(settings.project_dir), attempt, options)
-            result = TurnResult.model_validate(data)
-        close_services()
+        result = _commit_as_flow(raw, attempt, settings, options)
     else:
         service = DialogueService(settings, options=options)
         try:
@@ -533,6 +550,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result.reason:
         print(f"dialogue: {result.code}: {result.reason}", file=sys.stderr)
     return EXIT_CODES.get(result.code or "COMMITTED", 1)
+
+
+def _commit_as_flow(
+    raw: bytes, attempt: Literal["commit", "retry"], settings: Settings, options: SidecarOptions
+) -> TurnResult:
+    """The turn as the `dialogue-turn` flow; a request that does not parse never starts it."""
+    parsed = parse_request(raw)
+    if isinstance(parsed, TurnResult):
+        result = parsed
+    else:
+        with project_prefect_settings(settings.project_dir):
+            data = dialogue_turn_flow(parsed, str(settings.project_dir), attempt, options)
+        result = TurnResult.model_validate(data)
+    close_services()
+    return result
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings, SidecarOptions], int]] = {
+    "openapi": _openapi,
+    "lorebook": _lorebook,
+    "serve": _serve,
+    "rewind": _rewind,
+    "ingest": _ingest,
+    "commit": _commit,
+}
 
 
 if __name__ == "__main__":
