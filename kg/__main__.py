@@ -78,7 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _graph_data_commands(commands)
+    _codex_command(commands)
+    _vault_command(commands)
+    _serve_command(commands)
+    _rollback_command(commands)
+    return parser
 
+
+def _graph_data_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """migrate, stats, export, import, facts: the schema and the graph's data."""
     sub = commands.add_parser("migrate", help="apply pending schema migrations (idempotent)")
     _common(sub, top=False)
 
@@ -110,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--entity", required=True, help="the entity's name or one of its aliases")
     sub.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+
+def _codex_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """codex: the world (or a sidecar conversation) as one HTML page."""
     sub = commands.add_parser(
         "codex",
         help="write the world as one HTML page: cards, the relationship graph, the timeline, quality",
@@ -134,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
         "exports/codex-<conversation>.html)",
     )
 
+
+def _vault_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """vault: the world as an Obsidian vault."""
     sub = commands.add_parser(
         "vault",
         help="write the world as an Obsidian vault: a note per character, place, chapter and scene",
@@ -153,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the vault folder (default: <project-dir>/exports/vault); may be an existing vault",
     )
 
+
+def _serve_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """serve: the embedded graph as a process of its own."""
     sub = commands.add_parser(
         "serve",
         help="run the project's embedded graph in the foreground, for many processes, until Ctrl-C/SIGTERM",
@@ -171,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="ArcadeDB Studio/HTTP port (default: a free one)",
     )
 
+
+def _rollback_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """rollback: the graph as it was before a chapter's commit."""
     sub = commands.add_parser(
         "rollback", help="restore the exact graph state from before a chapter's commit"
     )
@@ -186,7 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also roll back chapters committed after it (newest first)",
     )
-    return parser
 
 
 def _print_stats(store: GraphStore, as_json: bool) -> None:
