@@ -48,7 +48,6 @@ from pathlib import Path
 
 import polars as pl
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.client.schemas.objects import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -72,6 +71,7 @@ from flows.regression_plan import (
     outcome,
     plan_dialogues,
     plan_run,
+    publish,
     turns_per_dialogue,
     verdict,
 )
@@ -171,15 +171,13 @@ def replay_mode(
         {"params": params.model_dump(mode="json"), "summary": summary.model_dump(mode="json")},
     )
     service.gateway.write_records(run.out_dir)
-    create_table_artifact(
-        table=summary_frame.to_dicts(),
-        key="long-dialogue-regression",
-        description=f"Regression {run.run_id}: {verdict(summary)}",
-    )
-    create_markdown_artifact(
-        markdown=report,
-        key="long-dialogue-regression-report",
-        description=f"Regression report {run.run_id}",
+    publish(
+        "long-dialogue-regression",
+        summary_frame.to_dicts(),
+        f"Regression {run.run_id}: {verdict(summary)}",
+        report,
+        run.run_id,
+        "Regression",
     )
     get_run_logger().info(
         "run %s %s: report %s",
@@ -246,12 +244,8 @@ def _replay_summary(
     failed: list[str],
 ) -> RegressionSummary:
     """The replay's figures: turns by outcome, throughput, mean turn time and its parts."""
-    return RegressionSummary(
-        run_id=run.run_id,
-        out_dir=str(run.out_dir),
-        passed=not failed,
-        failed_gates=failed,
-        dialogues=len(run.specs),
+    return run.summary(
+        failed,
         turns=len(rows),
         committed=sum(r.committed for r in rows),
         rolled_back=sum(r.state == "ROLLED_BACK" for r in rows),

@@ -13,7 +13,6 @@ from typing import Any
 
 import polars as pl
 from prefect import get_run_logger
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.client.schemas.objects import State
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
@@ -25,6 +24,7 @@ from flows.regression_plan import (
     RegressionSummary,
     failed_gates,
     outcome,
+    publish,
     verdict,
 )
 from flows.regression_tasks import ingest_dialogue_task, whole_dialogue_probe_task
@@ -147,12 +147,8 @@ def _summary(run: RegressionRun, results: IngestResults) -> RegressionSummary:
     failed = failed_gates(results.gates)
     turns = sum(len(s.turns) for s in run.specs)
     seconds = results.seconds
-    return RegressionSummary(
-        run_id=run.run_id,
-        out_dir=str(run.out_dir),
-        passed=not failed,
-        failed_gates=failed,
-        dialogues=len(run.specs),
+    return run.summary(
+        failed,
         turns=turns,
         committed=sum(
             sum(v for k, v in r["extract_outcomes"].items() if k == "COMMITTED")
@@ -210,15 +206,13 @@ def _publish(
 ) -> None:
     at_k = recall_at_k(results.probe)
     table = recall_table(results.probe)
-    create_table_artifact(
-        table=table.to_dicts() if table.height else [],
-        key="whole-dialogue-recall",
-        description=f"Recall {run.run_id}: recall@10 (1-4) {at_k['10']['all']}, {verdict(summary)}",
-    )
-    create_markdown_artifact(
-        markdown=report,
-        key="whole-dialogue-recall-report",
-        description=f"Recall report {run.run_id}",
+    publish(
+        "whole-dialogue-recall",
+        table.to_dicts() if table.height else [],
+        f"Recall {run.run_id}: recall@10 (1-4) {at_k['10']['all']}, {verdict(summary)}",
+        report,
+        run.run_id,
+        "Recall",
     )
     get_run_logger().info(
         "run %s %s: recall@10 (categories 1-4) %s, recall@5 %s; report %s",

@@ -13,8 +13,9 @@ import re
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.client.schemas.objects import State
 from prefect.states import Failed
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -113,6 +114,17 @@ class RegressionRun(BaseModel):
     def conversation(self, spec: DialogueSpec) -> str:
         return self.conversations[spec.dialogue_id]
 
+    def summary(self, failed_gates: list[str], **figures: Any) -> RegressionSummary:
+        """The run's summary: passed when no gate failed, with the mode's `figures`."""
+        return RegressionSummary(
+            run_id=self.run_id,
+            out_dir=str(self.out_dir),
+            passed=not failed_gates,
+            failed_gates=failed_gates,
+            dialogues=len(self.specs),
+            **figures,
+        )
+
 
 def turns_per_dialogue(params: RegressionParams) -> int | None:
     if params.turns is not None:
@@ -189,4 +201,15 @@ def outcome(summary: RegressionSummary) -> RegressionSummary | State:
     return Failed(
         message=f"gate(s) failed: {'; '.join(summary.failed_gates)}; report {summary.out_dir}/report.md",
         data=summary,
+    )
+
+
+def publish(
+    key: str, table: list[dict[str, Any]], description: str, report: str, run_id: str, kind: str
+) -> None:
+    """The run's Prefect artifacts: a table under `key` and the Markdown report under
+    `key`-report, described as "`kind` report `run_id`"."""
+    create_table_artifact(table=table, key=key, description=description)
+    create_markdown_artifact(
+        markdown=report, key=f"{key}-report", description=f"{kind} report {run_id}"
     )

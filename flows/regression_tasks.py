@@ -51,6 +51,15 @@ def _graph_failed(task: Any, task_run: TaskRun, state: State) -> bool:
     return isinstance(state.result(raise_on_failure=False), GraphUnavailableError)
 
 
+#: The options of the tasks that talk to the graph turn by turn (replay, recall probe).
+_RETRIED_ON_GRAPH_FAILURE: dict[str, Any] = {
+    "cache_policy": NO_CACHE,
+    "persist_result": False,
+    "retries": GRAPH_RETRIES,
+    "retry_delay_seconds": GRAPH_RETRY_DELAY_S,
+    "retry_condition_fn": _graph_failed,
+}
+
 _services: dict[str, DialogueService] = {}
 _services_lock = threading.Lock()
 _stops: dict[str, threading.Event] = {}
@@ -95,11 +104,7 @@ def stop_on_interrupt(run_id: str) -> Iterator[None]:
 @task(
     name="replay-dialogue",
     task_run_name="replay-{conversation_id}",
-    cache_policy=NO_CACHE,
-    persist_result=False,
-    retries=GRAPH_RETRIES,
-    retry_delay_seconds=GRAPH_RETRY_DELAY_S,
-    retry_condition_fn=_graph_failed,
+    **_RETRIED_ON_GRAPH_FAILURE,
 )
 def replay_dialogue_task(
     run_id: str,
@@ -127,11 +132,7 @@ def replay_dialogue_task(
 @task(
     name="recall-probe",
     task_run_name="recall-{conversation_id}",
-    cache_policy=NO_CACHE,
-    persist_result=False,
-    retries=GRAPH_RETRIES,
-    retry_delay_seconds=GRAPH_RETRY_DELAY_S,
-    retry_condition_fn=_graph_failed,
+    **_RETRIED_ON_GRAPH_FAILURE,
 )
 def recall_probe_task(
     run_id: str, spec: DialogueSpec, conversation_id: str, k: int, committed_refs: list[str]
