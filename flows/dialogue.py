@@ -40,7 +40,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from api import CORS_ENV, TOKEN_ENV, create_app, serve_security
-from core.cli import run_main, setup_logging
+from core.cli import project_prefect_settings, run_main, setup_logging
 from core.embedder import EmbedderUnavailableError, local_embedder
 from core.errors import InvalidInputError
 from core.settings import Settings, load_settings
@@ -106,7 +106,12 @@ def dialogue_turn_flow(
     """One turn through the six slots, each slot a task run. Returns the TurnResult as JSON."""
     service = service_for(load_settings(project_dir), options)
     result = service.commit(request, attempt=attempt, run_slot=prefect_slot_runner)
-    log.info("turn %s: %s%s", result.key, result.state.value, f" ({result.reason})" if result.reason else "")
+    log.info(
+        "turn %s: %s%s",
+        result.key,
+        result.state.value,
+        f" ({result.reason})" if result.reason else "",
+    )
     return result.model_dump(mode="json")
 
 
@@ -126,11 +131,20 @@ class IngestProgress:
 
         self.total, self.done = max(total, 1), 0
         self._lock = threading.Lock()
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TimeRemainingColumn(), transient=False, console=Console(stderr=True))
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            transient=False,
+            console=Console(stderr=True),
+        )
         self._task = self._bar.add_task(description, total=total)
-        self._artifact = create_progress_artifact(progress=0.0, key="dialogue-ingest",
-                                                  description=f"{description}: turns handled, percent")
+        self._artifact = create_progress_artifact(
+            progress=0.0,
+            key="dialogue-ingest",
+            description=f"{description}: turns handled, percent",
+        )
         self._reported = 0.0
 
     def __enter__(self) -> IngestProgress:
@@ -147,7 +161,9 @@ class IngestProgress:
             self.done += turns
             self._bar.advance(self._task, turns)
             percent = 100.0 * self.done / self.total
-            if self._artifact is not None and (percent - self._reported >= 5 or self.done >= self.total):
+            if self._artifact is not None and (
+                percent - self._reported >= 5 or self.done >= self.total
+            ):
                 update_progress_artifact(self._artifact, progress=round(percent, 1))
                 self._reported = percent
                 log.info("ingest: %d/%d turns (%s)", self.done, self.total, conversation_id)
@@ -167,20 +183,39 @@ def dialogue_ingest_flow(
     from tasks.dialogue.benchmarks import dialogue_files, load_dialogues
     from tasks.dialogue.ingest import ingest
 
-    specs = [spec for path in dialogue_files([Path(d) for d in dialogues]) for spec in load_dialogues(path)]
+    specs = [
+        spec
+        for path in dialogue_files([Path(d) for d in dialogues])
+        for spec in load_dialogues(path)
+    ]
     if conversation_id is not None and len(specs) > 1:
-        raise InvalidInputError("--conversation-id names one conversation, but several dialogues were given",
-                                hint="ingest one dialogue per --conversation-id, or leave it out")
+        raise InvalidInputError(
+            "--conversation-id names one conversation, but several dialogues were given",
+            hint="ingest one dialogue per --conversation-id, or leave it out",
+        )
     items = [(spec, conversation_id or spec.dialogue_id) for spec in specs]
     service = service_for(load_settings(project_dir))
     total = sum(len(spec.turns) for spec in specs)
     with IngestProgress(total, "extracting turns" if extract else "remembering turns") as progress:
-        reports = ingest(service, items, extract=extract, batch_size=batch_size, concurrency=concurrency,
-                         progress=progress)
+        reports = ingest(
+            service,
+            items,
+            extract=extract,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            progress=progress,
+        )
     for report in reports:
-        log.info("ingest %s -> %s: %d turns, %d added, %d already there, %.1f turns/s%s",
-                 report.dialogue_id, report.conversation_id, report.turns, report.added, report.already,
-                 report.turns_per_s, f", {report.extract_outcomes}" if report.extract_outcomes else "")
+        log.info(
+            "ingest %s -> %s: %d turns, %d added, %d already there, %.1f turns/s%s",
+            report.dialogue_id,
+            report.conversation_id,
+            report.turns,
+            report.added,
+            report.already,
+            report.turns_per_s,
+            f", {report.extract_outcomes}" if report.extract_outcomes else "",
+        )
     return [r.model_dump(mode="json") for r in reports]
 
 
@@ -190,66 +225,181 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m flows.dialogue",
         description="Dialogue memory sidecar: commit conversation turns to the knowledge graph.",
     )
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--project-dir", type=Path, default=Path("."), help="project whose graph holds the memory (default .)")
-    common.add_argument("--config", type=Path, default=None, help="TOML settings file (default <project-dir>/skald.toml)")
-    common.add_argument("--lock-wait", type=float, default=None, help="seconds a turn waits for its conversation lock before IN_PROGRESS (default 30)")
-    common.add_argument("--turn-timeout", type=float, default=None, help="seconds a turn may take before it is rolled back (default 300)")
-    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,commit,ingest,rewind,lorebook,openapi}")
-
-    serve = sub.add_parser("serve", parents=[common], help="run the HTTP adapter")
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8787, help="port (default 8787)")
-    serve.add_argument("--allow-request-db", action="store_true",
-                       help="honour a request's config.db that names another graph or carries a password "
-                       "(off: such requests are refused); credentials are never logged")
-    serve.add_argument("--cors-origin", dest="cors_origins", action="append", default=None, metavar="ORIGIN",
-                       help=f"browser origin allowed to call the API, e.g. http://127.0.0.1:8000 (repeatable; "
-                       f"default: {CORS_ENV}, comma-separated; none: browsers are refused)")
-    serve.add_argument("--token-file", type=Path, default=None,
-                       help=f"file holding the bearer token callers must send (default: {TOKEN_ENV}); "
-                       "required when --host is not a loopback address")
-    serve.add_argument("--max-call-records", type=int, default=20_000,
-                       help="LLM call records kept in memory; older ones go to Parquet under "
-                       "<project>/.saga/runs/sidecar (default 20000)")
-    serve.add_argument("--background-nice", type=int, default=None, choices=range(20), metavar="0-19",
-                       help="how much nicer (OS priority) the threads running a turn's slots are than the "
-                       "memory queries a front end waits for (default 5; 0: the same)")
-
-    commit = sub.add_parser("commit", parents=[common], help="commit one turn from a JSON file")
-    commit.add_argument("--request", required=True, help="turn-commit request JSON file ('-' for stdin)")
-    commit.add_argument("--retry", action="store_true", help="mark the attempt as a retry in the trace")
-    commit.add_argument("--prefect", action="store_true", help="run as the dialogue-turn Prefect flow (slots as task runs)")
-
-    ingest = sub.add_parser("ingest", parents=[common],
-                            help="import whole transcripts into turn memory (resumable, exactly once)")
-    ingest.add_argument("--dialogue", dest="dialogues", type=Path, nargs="+", required=True, metavar="FILE.jsonl",
-                        help="transcripts in the shared JSONL turn format (a directory: its *.turns.jsonl)")
-    ingest.add_argument("--conversation-id", default=None,
-                        help="conversation to import into (default: each file's conversation_id)")
-    ingest.add_argument("--extract", action="store_true",
-                        help="also run the LLM slots and the commit gate on every turn (graph facts)")
-    ingest.add_argument("--batch-size", type=int, default=INGEST_BATCH_SIZE,
-                        help=f"turns per embedding call and transaction (default {INGEST_BATCH_SIZE})")
-    ingest.add_argument("--concurrency", type=int, default=2,
-                        help="with --extract: conversations processed at once (default 2)")
-
-    rewind = sub.add_parser("rewind", parents=[common],
-                            help="rewind a conversation to before a turn (that turn and later ones removed exactly)")
-    rewind.add_argument("--conversation-id", required=True, help="the conversation")
-    rewind.add_argument("--before-turn", required=True, help="the first turn id to remove")
-
-    lorebook = sub.add_parser("lorebook", parents=[common],
-                              help="write a conversation's memory as a SillyTavern World Info book (JSON)")
-    lorebook.add_argument("--conversation", "--conversation-id", dest="conversation_id", required=True,
-                          help="the conversation")
-    lorebook.add_argument("--out", type=Path, default=None,
-                          help="file to write (default stdout); SillyTavern names the imported book after it")
-
+    common = _common_options()
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{serve,commit,ingest,rewind,lorebook,openapi}"
+    )
+    _serve_parser(sub.add_parser("serve", parents=[common], help="run the HTTP adapter"))
+    _commit_parser(
+        sub.add_parser("commit", parents=[common], help="commit one turn from a JSON file")
+    )
+    _ingest_parser(
+        sub.add_parser(
+            "ingest",
+            parents=[common],
+            help="import whole transcripts into turn memory (resumable, exactly once)",
+        )
+    )
+    _rewind_parser(
+        sub.add_parser(
+            "rewind",
+            parents=[common],
+            help="rewind a conversation to before a turn (that turn and later ones removed exactly)",
+        )
+    )
+    _lorebook_parser(
+        sub.add_parser(
+            "lorebook",
+            parents=[common],
+            help="write a conversation's memory as a SillyTavern World Info book (JSON)",
+        )
+    )
     openapi = sub.add_parser("openapi", parents=[common], help="write the OpenAPI document")
     openapi.add_argument("--out", type=Path, default=None, help="file to write (default stdout)")
     return parser
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """The options every sub-command takes (a parent parser)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--project-dir",
+        type=Path,
+        default=Path("."),
+        help="project whose graph holds the memory (default .)",
+    )
+    common.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="TOML settings file (default <project-dir>/skald.toml)",
+    )
+    common.add_argument(
+        "--lock-wait",
+        type=float,
+        default=None,
+        help="seconds a turn waits for its conversation lock before IN_PROGRESS (default 30)",
+    )
+    common.add_argument(
+        "--turn-timeout",
+        type=float,
+        default=None,
+        help="seconds a turn may take before it is rolled back (default 300)",
+    )
+    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return common
+
+
+def _serve_parser(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8787, help="port (default 8787)")
+    serve.add_argument(
+        "--allow-request-db",
+        action="store_true",
+        help="honour a request's config.db that names another graph or carries a password "
+        "(off: such requests are refused); credentials are never logged",
+    )
+    serve.add_argument(
+        "--cors-origin",
+        dest="cors_origins",
+        action="append",
+        default=None,
+        metavar="ORIGIN",
+        help=f"browser origin allowed to call the API, e.g. http://127.0.0.1:8000 (repeatable; "
+        f"default: {CORS_ENV}, comma-separated; none: browsers are refused)",
+    )
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        help=f"file holding the bearer token callers must send (default: {TOKEN_ENV}); "
+        "required when --host is not a loopback address",
+    )
+    serve.add_argument(
+        "--max-call-records",
+        type=int,
+        default=20_000,
+        help="LLM call records kept in memory; older ones go to Parquet under "
+        "<project>/.saga/runs/sidecar (default 20000)",
+    )
+    serve.add_argument(
+        "--background-nice",
+        type=int,
+        default=None,
+        choices=range(20),
+        metavar="0-19",
+        help="how much nicer (OS priority) the threads running a turn's slots are than the "
+        "memory queries a front end waits for (default 5; 0: the same)",
+    )
+
+
+def _commit_parser(commit: argparse.ArgumentParser) -> None:
+    commit.add_argument(
+        "--request", required=True, help="turn-commit request JSON file ('-' for stdin)"
+    )
+    commit.add_argument(
+        "--retry", action="store_true", help="mark the attempt as a retry in the trace"
+    )
+    commit.add_argument(
+        "--prefect",
+        action="store_true",
+        help="run as the dialogue-turn Prefect flow (slots as task runs)",
+    )
+
+
+def _ingest_parser(ingest: argparse.ArgumentParser) -> None:
+    ingest.add_argument(
+        "--dialogue",
+        dest="dialogues",
+        type=Path,
+        nargs="+",
+        required=True,
+        metavar="FILE.jsonl",
+        help="transcripts in the shared JSONL turn format (a directory: its *.turns.jsonl)",
+    )
+    ingest.add_argument(
+        "--conversation-id",
+        default=None,
+        help="conversation to import into (default: each file's conversation_id)",
+    )
+    ingest.add_argument(
+        "--extract",
+        action="store_true",
+        help="also run the LLM slots and the commit gate on every turn (graph facts)",
+    )
+    ingest.add_argument(
+        "--batch-size",
+        type=int,
+        default=INGEST_BATCH_SIZE,
+        help=f"turns per embedding call and transaction (default {INGEST_BATCH_SIZE})",
+    )
+    ingest.add_argument(
+        "--concurrency",
+        type=int,
+        default=2,
+        help="with --extract: conversations processed at once (default 2)",
+    )
+
+
+def _rewind_parser(rewind: argparse.ArgumentParser) -> None:
+    rewind.add_argument("--conversation-id", required=True, help="the conversation")
+    rewind.add_argument("--before-turn", required=True, help="the first turn id to remove")
+
+
+def _lorebook_parser(lorebook: argparse.ArgumentParser) -> None:
+    lorebook.add_argument(
+        "--conversation",
+        "--conversation-id",
+        dest="conversation_id",
+        required=True,
+        help="the conversation",
+    )
+    lorebook.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="file to write (default stdout); SillyTavern names the imported book after it",
+    )
 
 
 def _options(args: argparse.Namespace) -> SidecarOptions:
@@ -293,93 +443,103 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.verbose)
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     settings = load_settings(args.project_dir, args.config)
-    options = _options(args)
+    return _COMMANDS[args.command](args, settings, _options(args))
 
-    if args.command == "openapi":
-        service = DialogueService(settings, options=options)  # never connects: the document needs no graph
-        try:
-            text = json.dumps(create_app(service).openapi(), indent=2, sort_keys=True) + "\n"
-        finally:
-            service.close()
-        _write_text(text, args.out)
-        return 0
 
-    if args.command == "lorebook":
-        service = DialogueService(settings, options=options)
-        try:
-            book = conversation_lorebook(DialogueRepository(service.store), args.conversation_id)
-        finally:
-            service.close()
-        if book is None:
-            raise InvalidInputError(f"no conversation {args.conversation_id!r} in the graph "
-                                    f"({settings.project_dir})")
-        _write_text(book.model_dump_json(indent=2) + "\n", args.out)
-        return 0
+def _openapi(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    service = DialogueService(
+        settings, options=options
+    )  # never connects: the document needs no graph
+    try:
+        text = json.dumps(create_app(service).openapi(), indent=2, sort_keys=True) + "\n"
+    finally:
+        service.close()
+    _write_text(text, args.out)
+    return 0
 
-    if args.command == "serve":
-        import uvicorn
 
-        # Before anything starts: a refused bind costs nothing.
-        security = serve_security(args.host, args.token_file, args.cors_origins)
-        service = DialogueService(settings, options=options)
-        try:
-            log.info("graph: %s", service.store.endpoint.label)  # connect (and migrate) before serving
-            if settings.embedding_base_url is None:
-                # The embedded model's ONNX and tokenizer threads start here, at the server's
-                # priority: threads inherit their creator's, and a first embedding asked for by a
-                # turn's slot (niced, core.priority) would leave the queries' embeddings on niced threads.
-                try:
-                    local_embedder().encode(["warm up", "the embedder"])
-                except EmbedderUnavailableError as exc:  # each request that embeds says so, as before
-                    log.warning("embedder: %s", exc)
-            log.info("auth: %s; CORS origins: %s", "bearer token" if security.token else "none (loopback only)",
-                     ", ".join(security.cors_origins) or "none")
-            uvicorn.run(create_app(service, security), host=args.host, port=args.port, log_level="info")
-        finally:
-            service.close()
-        return 0
+def _lorebook(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    service = DialogueService(settings, options=options)
+    try:
+        book = conversation_lorebook(DialogueRepository(service.store), args.conversation_id)
+    finally:
+        service.close()
+    if book is None:
+        raise InvalidInputError(
+            f"no conversation {args.conversation_id!r} in the graph ({settings.project_dir})"
+        )
+    _write_text(book.model_dump_json(indent=2) + "\n", args.out)
+    return 0
 
-    if args.command == "rewind":
-        service = DialogueService(settings, options=options)
-        try:
-            outcome: RewindResult = service.rewind(args.conversation_id, args.before_turn)
-        finally:
-            service.close()
-        print(outcome.model_dump_json(indent=2))
-        if not outcome.ok:
-            print(f"dialogue: {outcome.code}: {outcome.reason}", file=sys.stderr)
-            return EXIT_CODES.get(outcome.code or "ROLLED_BACK", 1)
-        return 0
 
-    if args.command == "ingest":
-        if args.batch_size < 1 or args.concurrency < 1:
-            raise InvalidInputError("--batch-size and --concurrency must be at least 1")
-        from core.cli import project_prefect_settings
+def _serve(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    import uvicorn
 
-        try:
-            with project_prefect_settings(settings.project_dir):
-                reports = dialogue_ingest_flow(
-                    [str(p) for p in args.dialogues], str(settings.project_dir), args.conversation_id,
-                    args.extract, args.batch_size, args.concurrency,
-                )
-        finally:
-            close_services()
-        print(json.dumps(reports, indent=2))
-        return 0
+    # Before anything starts: a refused bind costs nothing.
+    security = serve_security(args.host, args.token_file, args.cors_origins)
+    service = DialogueService(settings, options=options)
+    try:
+        log.info("graph: %s", service.store.endpoint.label)  # connect (and migrate) before serving
+        if settings.embedding_base_url is None:
+            _warm_up_embedder()
+        log.info(
+            "auth: %s; CORS origins: %s",
+            "bearer token" if security.token else "none (loopback only)",
+            ", ".join(security.cors_origins) or "none",
+        )
+        uvicorn.run(create_app(service, security), host=args.host, port=args.port, log_level="info")
+    finally:
+        service.close()
+    return 0
 
+
+def _warm_up_embedder() -> None:
+    """Start the embedded model's ONNX and tokenizer threads here, at the server's priority:
+    threads inherit their creator's, and a first embedding asked for by a turn's slot (niced,
+    core.priority) would leave the queries' embeddings on niced threads."""
+    try:
+        local_embedder().encode(["warm up", "the embedder"])
+    except EmbedderUnavailableError as exc:  # each request that embeds says so, as before
+        log.warning("embedder: %s", exc)
+
+
+def _rewind(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    service = DialogueService(settings, options=options)
+    try:
+        outcome: RewindResult = service.rewind(args.conversation_id, args.before_turn)
+    finally:
+        service.close()
+    print(outcome.model_dump_json(indent=2))
+    if not outcome.ok:
+        print(f"dialogue: {outcome.code}: {outcome.reason}", file=sys.stderr)
+        return EXIT_CODES.get(outcome.code or "ROLLED_BACK", 1)
+    return 0
+
+
+def _ingest(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    if args.batch_size < 1 or args.concurrency < 1:
+        raise InvalidInputError("--batch-size and --concurrency must be at least 1")
+    try:
+        with project_prefect_settings(settings.project_dir):
+            reports = dialogue_ingest_flow(
+                [str(p) for p in args.dialogues],
+                str(settings.project_dir),
+                args.conversation_id,
+                args.extract,
+                args.batch_size,
+                args.concurrency,
+            )
+    finally:
+        close_services()
+    print(json.dumps(reports, indent=2))
+    return 0
+
+
+def _commit(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
     raw = _read_request_file(args.request)
     attempt: Literal["commit", "retry"] = "retry" if args.retry else "commit"
     if args.prefect:
-        parsed = parse_request(raw)
-        if isinstance(parsed, TurnResult):
-            result = parsed
-        else:
-            from core.cli import project_prefect_settings
-
-            with project_prefect_settings(settings.project_dir):
-                data = dialogue_turn_flow(parsed, str(settings.project_dir), attempt, options)
-            result = TurnResult.model_validate(data)
-        close_services()
+        result = _commit_as_flow(raw, attempt, settings, options)
     else:
         service = DialogueService(settings, options=options)
         try:
@@ -390,6 +550,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result.reason:
         print(f"dialogue: {result.code}: {result.reason}", file=sys.stderr)
     return EXIT_CODES.get(result.code or "COMMITTED", 1)
+
+
+def _commit_as_flow(
+    raw: bytes, attempt: Literal["commit", "retry"], settings: Settings, options: SidecarOptions
+) -> TurnResult:
+    """The turn as the `dialogue-turn` flow; a request that does not parse never starts it."""
+    parsed = parse_request(raw)
+    if isinstance(parsed, TurnResult):
+        result = parsed
+    else:
+        with project_prefect_settings(settings.project_dir):
+            data = dialogue_turn_flow(parsed, str(settings.project_dir), attempt, options)
+        result = TurnResult.model_validate(data)
+    close_services()
+    return result
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings, SidecarOptions], int]] = {
+    "openapi": _openapi,
+    "lorebook": _lorebook,
+    "serve": _serve,
+    "rewind": _rewind,
+    "ingest": _ingest,
+    "commit": _commit,
+}
 
 
 if __name__ == "__main__":

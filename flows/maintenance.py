@@ -98,14 +98,21 @@ def heal_flow(
         services = rt.services()
         moment = story_moment(services)
         detection = find_duplicates(services, use_embeddings)
-        report = HealReport(project_dir=str(rt.settings.project_dir), started_at=run_at, story_at=moment.stamp,
-                            dry_run=dry_run, detection=detection.stats, planned=detection.plans,
-                            vetoed=detection.vetoed)
+        report = HealReport(
+            project_dir=str(rt.settings.project_dir),
+            started_at=run_at,
+            story_at=moment.stamp,
+            dry_run=dry_run,
+            detection=detection.stats,
+            planned=detection.plans,
+            vetoed=detection.vetoed,
+        )
         if not dry_run:
             report.merges = merge_duplicates(services, detection.plans, moment)
             if enrich:
-                report.enriched, report.enrichment_failures = enrich_entities(services, moment,
-                                                                              max_enrichments)
+                report.enriched, report.enrichment_failures = enrich_entities(
+                    services, moment, max_enrichments
+                )
         report.graduated = graduate_provisional(services, dry_run)
         report.seconds = round(time.monotonic() - started, 2)
         path = write_heal_history(report, rt.settings.saga_dir)
@@ -126,25 +133,41 @@ def qa_flow(project_dir: str, incremental: bool = False) -> QAReport:
         findings = run_qa_checks(services, scope.chapters)
         path = write_qa_report(findings, scope.state, rt.settings.saga_dir)
         save_qa_state(rt.settings.saga_dir, scope.state)
-        report = QAReport(project_dir=str(rt.settings.project_dir), run_at=run_at, story_at=scope.state.stamp,
-                          findings=findings,
-                          report_path=str(path), seconds=round(time.monotonic() - started, 2),
-                          scope=scope.describe())
+        report = QAReport(
+            project_dir=str(rt.settings.project_dir),
+            run_at=run_at,
+            story_at=scope.state.stamp,
+            findings=findings,
+            report_path=str(path),
+            seconds=round(time.monotonic() - started, 2),
+            scope=scope.describe(),
+        )
         publish_qa_artifacts(report)
-        write_codex_or_log(services,
-                           "with the QA findings")  # the findings marked in exports/codex.html
+        write_codex_or_log(
+            services, "with the QA findings"
+        )  # the findings marked in exports/codex.html
         return report
 
 
-def serve_deployments(project_dir: str, heal_cron: str = DEFAULT_HEAL_CRON, qa_cron: str = DEFAULT_QA_CRON) -> None:
+def serve_deployments(
+    project_dir: str, heal_cron: str = DEFAULT_HEAL_CRON, qa_cron: str = DEFAULT_QA_CRON
+) -> None:
     """Register both deployments and run them on schedule in this process (Ctrl-C stops)."""
     from prefect import serve
 
     parameters = {"project_dir": project_dir}
-    heal = heal_flow.to_deployment(name=HEAL_DEPLOYMENT, cron=heal_cron, parameters=parameters,
-                                   description="Merge duplicate entities, enrich and graduate provisional ones")
-    qa = qa_flow.to_deployment(name=QA_DEPLOYMENT, cron=qa_cron, parameters=parameters,
-                               description="Nightly graph QA report")
+    heal = heal_flow.to_deployment(
+        name=HEAL_DEPLOYMENT,
+        cron=heal_cron,
+        parameters=parameters,
+        description="Merge duplicate entities, enrich and graduate provisional ones",
+    )
+    qa = qa_flow.to_deployment(
+        name=QA_DEPLOYMENT,
+        cron=qa_cron,
+        parameters=parameters,
+        description="Nightly graph QA report",
+    )
     # One run at a time: healing and QA of one graph should not interleave.
     serve(heal, qa, limit=1)
 
@@ -157,29 +180,60 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{heal,qa,serve}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--project-dir", type=Path, required=True, help="the novel's project directory")
-    common.add_argument("--config", type=Path, default=None, help="TOML settings (default <project-dir>/skald.toml)")
+    common.add_argument(
+        "--project-dir", type=Path, required=True, help="the novel's project directory"
+    )
+    common.add_argument(
+        "--config", type=Path, default=None, help="TOML settings (default <project-dir>/skald.toml)"
+    )
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    heal = sub.add_parser("heal", parents=[common], help="merge duplicates, enrich, graduate provisional entities")
-    heal.add_argument("--dry-run", action="store_true", help="report planned merges and graduations, write nothing")
+    heal = sub.add_parser(
+        "heal", parents=[common], help="merge duplicates, enrich, graduate provisional entities"
+    )
+    heal.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="report planned merges and graduations, write nothing",
+    )
     heal.add_argument("--no-enrich", action="store_true", help="skip LLM enrichment")
-    heal.add_argument("--no-embeddings", action="store_true", help="match on names and relationships only")
-    heal.add_argument("--max-enrichments", type=int, default=20, help="LLM enrichments per run (default 20)")
-    qa = sub.add_parser("qa", parents=[common],
-                        help="run the QA checks, write the report and mark the findings in exports/codex.html")
-    qa.add_argument("--fail-on", choices=("never", "error", "warning"), default="never",
-                    help="exit 1 when findings of this severity (or worse) exist (default never)")
-    serve = sub.add_parser("serve", parents=[common], help="serve heal-graph and qa-nightly on cron schedules")
-    serve.add_argument("--heal-cron", default=DEFAULT_HEAL_CRON, help=f"healing schedule (default {DEFAULT_HEAL_CRON!r})")
-    serve.add_argument("--qa-cron", default=DEFAULT_QA_CRON, help=f"QA schedule (default {DEFAULT_QA_CRON!r})")
+    heal.add_argument(
+        "--no-embeddings", action="store_true", help="match on names and relationships only"
+    )
+    heal.add_argument(
+        "--max-enrichments", type=int, default=20, help="LLM enrichments per run (default 20)"
+    )
+    qa = sub.add_parser(
+        "qa",
+        parents=[common],
+        help="run the QA checks, write the report and mark the findings in exports/codex.html",
+    )
+    qa.add_argument(
+        "--fail-on",
+        choices=("never", "error", "warning"),
+        default="never",
+        help="exit 1 when findings of this severity (or worse) exist (default never)",
+    )
+    serve = sub.add_parser(
+        "serve", parents=[common], help="serve heal-graph and qa-nightly on cron schedules"
+    )
+    serve.add_argument(
+        "--heal-cron",
+        default=DEFAULT_HEAL_CRON,
+        help=f"healing schedule (default {DEFAULT_HEAL_CRON!r})",
+    )
+    serve.add_argument(
+        "--qa-cron", default=DEFAULT_QA_CRON, help=f"QA schedule (default {DEFAULT_QA_CRON!r})"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.project_dir.is_dir():
-        raise InvalidInputError(f"--project-dir {args.project_dir} is not a directory",
-                                hint="point it at a project written by python -m flows.novel")
+        raise InvalidInputError(
+            f"--project-dir {args.project_dir} is not a directory",
+            hint="point it at a project written by python -m flows.novel",
+        )
     setup_logging(args.verbose)
     settings = load_settings(args.project_dir, args.config)
     project = str(settings.project_dir)
@@ -190,7 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 CronSchedule(cron=cron)
             except ValueError as exc:
-                raise InvalidInputError(f"{option} {cron!r} is not a valid cron expression: {exc}") from None
+                raise InvalidInputError(
+                    f"{option} {cron!r} is not a valid cron expression: {exc}"
+                ) from None
         serve_deployments(project, args.heal_cron, args.qa_cron)
         return 0
     if args.command == "heal" and args.max_enrichments < 0:
@@ -199,14 +255,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rt.graph.schema_version()  # connect (bounded retries) or fail with one line before Prefect starts
         if args.command == "heal":
-            heal = heal_flow(project, enrich=not args.no_enrich, use_embeddings=not args.no_embeddings,
-                             dry_run=args.dry_run, max_enrichments=args.max_enrichments)
-            print(json.dumps({"dry_run": heal.dry_run, **heal.counts(), "planned_merges": len(heal.planned),
-                              "seconds": heal.seconds}))
+            heal = heal_flow(
+                project,
+                enrich=not args.no_enrich,
+                use_embeddings=not args.no_embeddings,
+                dry_run=args.dry_run,
+                max_enrichments=args.max_enrichments,
+            )
+            print(
+                json.dumps(
+                    {
+                        "dry_run": heal.dry_run,
+                        **heal.counts(),
+                        "planned_merges": len(heal.planned),
+                        "seconds": heal.seconds,
+                    }
+                )
+            )
             return 0
         qa = qa_flow(project)
-        print(json.dumps({"findings": len(qa.findings), "errors": qa.errors, **qa.counts(), "report": qa.report_path}))
-        failing = {"never": set(), "error": {"error"}, "warning": {"error", "warning"}}[args.fail_on]
+        print(
+            json.dumps(
+                {
+                    "findings": len(qa.findings),
+                    "errors": qa.errors,
+                    **qa.counts(),
+                    "report": qa.report_path,
+                }
+            )
+        )
+        failing = {"never": set(), "error": {"error"}, "warning": {"error", "warning"}}[
+            args.fail_on
+        ]
         return 1 if any(f.severity in failing for f in qa.findings) else 0
     finally:
         rt.close()

@@ -40,16 +40,34 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     # overwriting a value given before the command.
     default = None if top else argparse.SUPPRESS
     parser.add_argument(
-        "--project-dir", type=Path, default=Path(".") if top else argparse.SUPPRESS,
+        "--project-dir",
+        type=Path,
+        default=Path(".") if top else argparse.SUPPRESS,
         help="project directory (default: the current directory)",
     )
-    parser.add_argument("--config", type=Path, default=default, help="TOML settings file (default <project-dir>/skald.toml)")
-    parser.add_argument("-v", "--verbose", action="store_true", default=False if top else argparse.SUPPRESS, help="debug logging")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=default,
+        help="TOML settings file (default <project-dir>/skald.toml)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="debug logging",
+    )
 
 
 def _as_of(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--as-of-chapter", type=int, default=None, metavar="N",
-                        help="the world as of chapter N (default: the latest chapter; 0: the story bible)")
+    parser.add_argument(
+        "--as-of-chapter",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the world as of chapter N (default: the latest chapter; 0: the story bible)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,30 +78,53 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _graph_data_commands(commands)
+    _codex_command(commands)
+    _vault_command(commands)
+    _serve_command(commands)
+    _rollback_command(commands)
+    return parser
 
+
+def _graph_data_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """migrate, stats, export, import, facts: the schema and the graph's data."""
     sub = commands.add_parser("migrate", help="apply pending schema migrations (idempotent)")
     _common(sub, top=False)
 
-    sub = commands.add_parser("stats", help="node counts per label and relationship counts per type")
+    sub = commands.add_parser(
+        "stats", help="node counts per label and relationship counts per type"
+    )
     _common(sub, top=False)
     sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    sub = commands.add_parser("export", help="write every node and relationship as deterministic JSON")
+    sub = commands.add_parser(
+        "export", help="write every node and relationship as deterministic JSON"
+    )
     _common(sub, top=False)
     sub.add_argument("--out", type=Path, required=True, help="output file")
 
-    sub = commands.add_parser("import", help="load an export file (into an empty graph unless --merge)")
+    sub = commands.add_parser(
+        "import", help="load an export file (into an empty graph unless --merge)"
+    )
     _common(sub, top=False)
     sub.add_argument("file", type=Path, help="a file written by `python -m kg export`")
-    sub.add_argument("--merge", action="store_true", help="merge nodes by id into a non-empty graph")
+    sub.add_argument(
+        "--merge", action="store_true", help="merge nodes by id into a non-empty graph"
+    )
 
-    sub = commands.add_parser("facts", help="every fact about an entity, with its chapter, scene and quote")
+    sub = commands.add_parser(
+        "facts", help="every fact about an entity, with its chapter, scene and quote"
+    )
     _common(sub, top=False)
     sub.add_argument("--entity", required=True, help="the entity's name or one of its aliases")
     sub.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+
+def _codex_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """codex: the world (or a sidecar conversation) as one HTML page."""
     sub = commands.add_parser(
-        "codex", help="write the world as one HTML page: cards, the relationship graph, the timeline, quality",
+        "codex",
+        help="write the world as one HTML page: cards, the relationship graph, the timeline, quality",
         description="Write the codex: one self-contained HTML file (opens from disk, no network) with every "
         "character, place and item, the relationships as an interactive graph, a timeline of the chapters, each "
         "fact's evidence, the chapter quality chart and the latest QA findings. With --conversation-id, the same "
@@ -91,14 +132,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(sub, top=False)
     _as_of(sub)
-    sub.add_argument("--conversation-id", default=None, metavar="ID",
-                     help="a sidecar conversation's codex instead of the book's")
-    sub.add_argument("--out", type=Path, default=None,
-                     help="file to write (default: <project-dir>/exports/codex.html, or "
-                     "exports/codex-<conversation>.html)")
+    sub.add_argument(
+        "--conversation-id",
+        default=None,
+        metavar="ID",
+        help="a sidecar conversation's codex instead of the book's",
+    )
+    sub.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="file to write (default: <project-dir>/exports/codex.html, or "
+        "exports/codex-<conversation>.html)",
+    )
 
+
+def _vault_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """vault: the world as an Obsidian vault."""
     sub = commands.add_parser(
-        "vault", help="write the world as an Obsidian vault: a note per character, place, chapter and scene",
+        "vault",
+        help="write the world as an Obsidian vault: a note per character, place, chapter and scene",
         description="Write the world as an Obsidian vault: one Markdown note per character, place, item and other "
         "entry, per chapter and per scene, with YAML front matter (type, status, first chapter, aliases), a "
         "[[link]] for every relationship with its chapter range, and every fact with its quote and chapter. A "
@@ -108,25 +161,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(sub, top=False)
     _as_of(sub)
-    sub.add_argument("--out", type=Path, default=None,
-                     help="the vault folder (default: <project-dir>/exports/vault); may be an existing vault")
+    sub.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the vault folder (default: <project-dir>/exports/vault); may be an existing vault",
+    )
 
+
+def _serve_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """serve: the embedded graph as a process of its own."""
     sub = commands.add_parser(
-        "serve", help="run the project's embedded graph in the foreground, for many processes, until Ctrl-C/SIGTERM",
+        "serve",
+        help="run the project's embedded graph in the foreground, for many processes, until Ctrl-C/SIGTERM",
         description="Run the project's embedded ArcadeDB (Bolt) as a process of its own until Ctrl-C or SIGTERM, "
         "so that it outlives the processes using it. Processes given the same --project-dir find it by "
         "themselves (.saga/graph/server.json); others take the NEO4J_* settings from .saga/graph/neo4j.env.",
     )
     _common(sub, top=False)
-    sub.add_argument("--bolt-port", type=int, default=None, help="Bolt port on 127.0.0.1 (default: a free one)")
-    sub.add_argument("--http-port", type=int, default=None, help="ArcadeDB Studio/HTTP port (default: a free one)")
+    sub.add_argument(
+        "--bolt-port", type=int, default=None, help="Bolt port on 127.0.0.1 (default: a free one)"
+    )
+    sub.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="ArcadeDB Studio/HTTP port (default: a free one)",
+    )
 
-    sub = commands.add_parser("rollback", help="restore the exact graph state from before a chapter's commit")
+
+def _rollback_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """rollback: the graph as it was before a chapter's commit."""
+    sub = commands.add_parser(
+        "rollback", help="restore the exact graph state from before a chapter's commit"
+    )
     _common(sub, top=False)
-    sub.add_argument("--chapter", type=int, required=True,
-                     help="chapter number; story-bible syncs are -1, -2, ... (see `stats`)")
-    sub.add_argument("--cascade", action="store_true", help="also roll back chapters committed after it (newest first)")
-    return parser
+    sub.add_argument(
+        "--chapter",
+        type=int,
+        required=True,
+        help="chapter number; story-bible syncs are -1, -2, ... (see `stats`)",
+    )
+    sub.add_argument(
+        "--cascade",
+        action="store_true",
+        help="also roll back chapters committed after it (newest first)",
+    )
 
 
 def _print_stats(store: GraphStore, as_json: bool) -> None:
@@ -148,8 +228,10 @@ def _print_stats(store: GraphStore, as_json: bool) -> None:
 def _check_book_args(args: argparse.Namespace) -> None:
     """Refuse a codex or vault request for no project or a chapter before the first."""
     if not args.project_dir.is_dir():
-        raise InvalidInputError(f"--project-dir {args.project_dir} is not a directory",
-                                hint="point it at a project written by python -m flows.novel")
+        raise InvalidInputError(
+            f"--project-dir {args.project_dir} is not a directory",
+            hint="point it at a project written by python -m flows.novel",
+        )
     if args.as_of_chapter is not None and args.as_of_chapter < 0:
         raise InvalidInputError(f"--as-of-chapter must be 0 or more (got {args.as_of_chapter})")
 
@@ -159,11 +241,15 @@ def _check_codex_args(args: argparse.Namespace) -> None:
     _check_book_args(args)
     if args.conversation_id is not None:
         if args.as_of_chapter is not None:
-            raise InvalidInputError("--as-of-chapter is for a book; a conversation's codex shows all its turns")
+            raise InvalidInputError(
+                "--as-of-chapter is for a book; a conversation's codex shows all its turns"
+            )
         if not args.conversation_id.strip():
             raise InvalidInputError("--conversation-id must not be empty")
     if args.out is not None and args.out.is_dir():
-        raise InvalidInputError(f"--out {args.out} is a directory", hint="give the file to write, e.g. codex.html")
+        raise InvalidInputError(
+            f"--out {args.out} is a directory", hint="give the file to write, e.g. codex.html"
+        )
 
 
 def _check_vault_args(args: argparse.Namespace) -> None:
@@ -174,10 +260,14 @@ def _check_vault_args(args: argparse.Namespace) -> None:
 
 
 def _novel_page(store: GraphStore, settings: Settings, as_of: int | None) -> CodexPage:
-    page = build_novel_codex(store, settings.saga_dir, as_of, project_name=settings.project_dir.name)
+    page = build_novel_codex(
+        store, settings.saga_dir, as_of, project_name=settings.project_dir.name
+    )
     if not page.stats.entities and not page.stats.chapters:
-        raise InvalidInputError(f"the graph of {settings.project_dir} holds no story yet",
-                                hint="write a chapter first: python -m flows.novel --project-dir ...")
+        raise InvalidInputError(
+            f"the graph of {settings.project_dir} holds no story yet",
+            hint="write a chapter first: python -m flows.novel --project-dir ...",
+        )
     return page
 
 
@@ -192,9 +282,11 @@ def _vault(store: GraphStore, settings: Settings, args: argparse.Namespace) -> N
         report = write_vault(vault_notes(page), out)
     except OSError as exc:
         raise InvalidInputError(f"cannot write the vault in {out}: {exc.strerror or exc}") from None
-    print(f"vault of {page.title!r} as of {_as_of_words(page)} in {out}: {report.notes} notes, {report.links} links; "
-          f"{len(report.written)} written, {len(report.unchanged)} unchanged, {len(report.kept)} kept as yours, "
-          f"{len(report.removed)} stale removed, {len(report.released)} stale left as yours")
+    print(
+        f"vault of {page.title!r} as of {_as_of_words(page)} in {out}: {report.notes} notes, {report.links} links; "
+        f"{len(report.written)} written, {len(report.unchanged)} unchanged, {len(report.kept)} kept as yours, "
+        f"{len(report.removed)} stale removed, {len(report.released)} stale left as yours"
+    )
     for rel in report.kept:
         print(f"  kept (you changed it): {rel}")
     for rel in report.released:
@@ -217,25 +309,36 @@ def _codex(store: GraphStore, settings: Settings, args: argparse.Namespace) -> N
     except OSError as exc:
         raise InvalidInputError(f"cannot write --out {out}: {exc.strerror or exc}") from None
     size = out.stat().st_size
-    print(f"codex of {what} ({page.stats.entities} entities, {page.stats.relationships} relationships) "
-          f"written to {out} ({size / 1024:.0f} KiB)")
+    print(
+        f"codex of {what} ({page.stats.entities} entities, {page.stats.relationships} relationships) "
+        f"written to {out} ({size / 1024:.0f} KiB)"
+    )
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
     for name in ("bolt_port", "http_port"):
         port = getattr(args, name)
         if port is not None and not 0 < port < 65536:
-            raise InvalidInputError(f"--{name.replace('_', '-')} must be a port number 1-65535 (got {port})")
+            raise InvalidInputError(
+                f"--{name.replace('_', '-')} must be a port number 1-65535 (got {port})"
+            )
 
     def ready(endpoint: GraphEndpoint, env_file: Path) -> None:
         # The schema is migrated once here, not raced by the first clients.
         with GraphStore(endpoint) as store:
             store.migrate()
-        print(f"graph: serving {endpoint.label} for {settings.project_dir} (stop with Ctrl-C or SIGTERM)")
-        print(f"clients with --project-dir {settings.project_dir} find it by themselves; any other: "
-              f"set -a; . {env_file}; set +a")
-        print(f"NEO4J_URI={endpoint.uri} NEO4J_USERNAME={endpoint.username} NEO4J_DATABASE={endpoint.database} "
-              f"(NEO4J_PASSWORD in {env_file})", flush=True)
+        print(
+            f"graph: serving {endpoint.label} for {settings.project_dir} (stop with Ctrl-C or SIGTERM)"
+        )
+        print(
+            f"clients with --project-dir {settings.project_dir} find it by themselves; any other: "
+            f"set -a; . {env_file}; set +a"
+        )
+        print(
+            f"NEO4J_URI={endpoint.uri} NEO4J_USERNAME={endpoint.username} NEO4J_DATABASE={endpoint.database} "
+            f"(NEO4J_PASSWORD in {env_file})",
+            flush=True,
+        )
 
     serve_embedded(settings, bolt_port=args.bolt_port, http_port=args.http_port, ready=ready)
     print("graph: stopped", flush=True)
@@ -262,23 +365,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "migrate":
             applied = store.migrate()
             version = store.schema_version()
-            print(f"applied {', '.join(applied)}; schema version {version}" if applied else f"schema up to date (version {version})")
+            print(
+                f"applied {', '.join(applied)}; schema version {version}"
+                if applied
+                else f"schema up to date (version {version})"
+            )
         elif args.command == "stats":
             _print_stats(store, args.json)
         elif args.command == "export":
             data = store.export_data()
             path = write_export(data, args.out)
-            print(f"exported {len(data['nodes'])} nodes and {len(data['relationships'])} relationships to {path}")
+            print(
+                f"exported {len(data['nodes'])} nodes and {len(data['relationships'])} relationships to {path}"
+            )
         elif args.command == "import":
             counts = store.import_json(args.file, merge=args.merge)
-            print(f"imported {counts['nodes']} nodes and {counts['relationships']} relationships from {args.file}")
+            print(
+                f"imported {counts['nodes']} nodes and {counts['relationships']} relationships from {args.file}"
+            )
         elif args.command == "facts":
             found = entity_facts(store, args.entity)
             if not found:
-                raise InvalidInputError(f"no entity is named or aliased {args.entity!r} in the graph",
-                                        hint="names are matched whole, case and accents aside; see the bible files")
+                raise InvalidInputError(
+                    f"no entity is named or aliased {args.entity!r} in the graph",
+                    hint="names are matched whole, case and accents aside; see the bible files",
+                )
             if args.json:
-                print(json.dumps([f.model_dump(mode="json") for f in found], indent=1, ensure_ascii=False))
+                print(
+                    json.dumps(
+                        [f.model_dump(mode="json") for f in found], indent=1, ensure_ascii=False
+                    )
+                )
             else:
                 print(format_facts(found))
         elif args.command == "codex":
