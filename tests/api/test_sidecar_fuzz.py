@@ -31,9 +31,16 @@ CI_EXAMPLES = 20
 OPERATIONS = 12
 #: Checks that must have judged responses, and never failed.
 REQUIRED_CHECKS = {
-    "not_a_server_error", "status_code_conformance", "response_schema_conformance",
-    "response_headers_conformance", "content_type_conformance", "negative_data_rejection",
-    "positive_data_acceptance", "ignored_auth", "unsupported_method", "missing_required_header",
+    "not_a_server_error",
+    "status_code_conformance",
+    "response_schema_conformance",
+    "response_headers_conformance",
+    "content_type_conformance",
+    "negative_data_rejection",
+    "positive_data_acceptance",
+    "ignored_auth",
+    "unsupported_method",
+    "missing_required_header",
 }
 
 
@@ -44,9 +51,25 @@ def test_generated_requests_hold_the_contract(tmp_path: Path) -> None:
     # ArcadeDB's stop at exit (2 runs of 2); the same traffic in a process of its own exits cleanly.
     summary_file = tmp_path / "summary.json"
     done = subprocess.run(
-        [sys.executable, "-m", "tests.support.sidecar_fuzz", "--max-examples", str(CI_EXAMPLES), "--seed", str(DEFAULT_SEED),
-         "--workers", "1", "--out", str(tmp_path / "fuzz"), "--summary", str(summary_file)],
-        cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": child_pythonpath()}, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.sidecar_fuzz",
+            "--max-examples",
+            str(CI_EXAMPLES),
+            "--seed",
+            str(DEFAULT_SEED),
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "fuzz"),
+            "--summary",
+            str(summary_file),
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": child_pythonpath()},
+        capture_output=True,
+        text=True,
         timeout=900,
     )
     assert summary_file.exists(), done.stdout[-3000:] + done.stderr[-3000:]
@@ -70,7 +93,13 @@ def test_generated_requests_hold_the_contract(tmp_path: Path) -> None:
     assert not {s for s in statuses if s.startswith("5")}, statuses
     # Schema-valid requests not answered 2xx got only documented answers for valid requests (404:
     # the lorebook of a conversation the graph does not hold).
-    assert {key.split()[0] for key in report["positive_refusals"]} <= {"401", "403", "404", "409", "413"}, report
+    assert {key.split()[0] for key in report["positive_refusals"]} <= {
+        "401",
+        "403",
+        "404",
+        "409",
+        "413",
+    }, report
 
 
 # --- the document states what the server enforces ---------------------------------------------
@@ -107,7 +136,10 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("content of 65537 characters", {"messages": [_msg(content="x" * 65537)]}),
     ("retriever override", {"config": {"models": {"retriever": "m"}}}),
     ("actor override, recorded", {"config": {"models": {"actor": "m"}}}),
-    ("actor override, generate", {"config": {"models": {"actor": "m"}, "actor": {"mode": "generate"}}}),
+    (
+        "actor override, generate",
+        {"config": {"models": {"actor": "m"}, "actor": {"mode": "generate"}}},
+    ),
     ("model name with a space", {"config": {"models": {"extractor": "a b"}}}),
     ("db uri not bolt", {"config": {"db": {"uri": "http://localhost:7687"}}}),
     ("db uri with a bad port", {"config": {"db": {"uri": "bolt://localhost:70000"}}}),
@@ -116,13 +148,20 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("case", "fields"), CASES, ids=[c for c, _ in CASES])
-def test_the_document_and_the_server_agree_on_each_rule(client: TestClient, case: str, fields: dict[str, Any]) -> None:
+def test_the_document_and_the_server_agree_on_each_rule(
+    client: TestClient, case: str, fields: dict[str, Any]
+) -> None:
     spec = client.get("/openapi.json").json()
     commit = {"conversation_id": _conv(), "turn_id": 1, "messages": [_msg()], **fields}
     query = {k: v for k, v in commit.items() if k != "turn_id"}
-    for path, body, schema in ((COMMIT_PATH, commit, "TurnCommitRequest"), (MEMORY_QUERY_PATH, query, "MemoryQueryRequest")):
+    for path, body, schema in (
+        (COMMIT_PATH, commit, "TurnCommitRequest"),
+        (MEMORY_QUERY_PATH, query, "MemoryQueryRequest"),
+    ):
         valid = _validator(spec, schema).is_valid(body)
-        response = client.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+        response = client.post(
+            path, content=json.dumps(body), headers={"content-type": "application/json"}
+        )
         refused = response.status_code == 400
         assert valid != refused, (case, path, valid, response.status_code, response.text[:300])
         if refused:
@@ -130,10 +169,16 @@ def test_the_document_and_the_server_agree_on_each_rule(client: TestClient, case
             assert response.json()["code"] == "INVALID_REQUEST" and "\n" not in reason
 
 
-@pytest.mark.parametrize("before_turn", ["\u0001", "   ", "x" * 101, 1.5, -1, True, None, "tab\there"])
-def test_rewind_to_a_turn_id_no_turn_may_hold_is_refused_with_one_line(client: TestClient, before_turn: Any) -> None:
+@pytest.mark.parametrize(
+    "before_turn", ["\u0001", "   ", "x" * 101, 1.5, -1, True, None, "tab\there"]
+)
+def test_rewind_to_a_turn_id_no_turn_may_hold_is_refused_with_one_line(
+    client: TestClient, before_turn: Any
+) -> None:
     """The issue's 500: a rewind's `before_turn` that a turn id may not hold."""
-    response = client.post(REWIND_PATH, json={"conversation_id": _conv(), "before_turn": before_turn})
+    response = client.post(
+        REWIND_PATH, json={"conversation_id": _conv(), "before_turn": before_turn}
+    )
     assert response.status_code == 400, response.text
     data = response.json()
     assert data["code"] == "INVALID_REQUEST" and data["error_kind"] == "malformed"
@@ -151,6 +196,8 @@ def test_the_document_documents_every_answer(client: TestClient) -> None:
     commit = spec["paths"][COMMIT_PATH]["post"]
     links = commit["responses"]["200"]["links"]
     assert links["rewind_from_here"]["operationId"] == "rewind_conversation"
-    assert links["read_turns"]["parameters"] == {"path.conversation_id": "$response.body#/conversation_id"}
+    assert links["read_turns"]["parameters"] == {
+        "path.conversation_id": "$response.body#/conversation_id"
+    }
     config = spec["components"]["schemas"]["TurnConfig"]
     assert config["else"] == {"properties": {"models": {"properties": {"actor": {"type": "null"}}}}}

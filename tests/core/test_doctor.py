@@ -18,16 +18,30 @@ from tests.support.scripted_llm import ScriptedLLM
 def _env(settings: Settings, llm_url: str, tmp_path: Path) -> dict[str, str]:
     endpoint = graph_endpoint(settings)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_"))}
-    env.update({"OPENAI_BASE_URL": llm_url, "SKALD_EMBEDDING_BASE_URL": llm_url, "NEO4J_URI": endpoint.uri,
-                "NEO4J_USERNAME": endpoint.username, "NEO4J_PASSWORD": endpoint.password,
-                "NEO4J_DATABASE": endpoint.database, "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "2",
-                "PREFECT_HOME": str(tmp_path / "prefect")})
+    env.update(
+        {
+            "OPENAI_BASE_URL": llm_url,
+            "SKALD_EMBEDDING_BASE_URL": llm_url,
+            "NEO4J_URI": endpoint.uri,
+            "NEO4J_USERNAME": endpoint.username,
+            "NEO4J_PASSWORD": endpoint.password,
+            "NEO4J_DATABASE": endpoint.database,
+            "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "2",
+            "PREFECT_HOME": str(tmp_path / "prefect"),
+        }
+    )
     return env
 
 
 def _doctor(env: dict[str, str], tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "core.doctor", "--project-dir", str(tmp_path), *args],
-                          env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "core.doctor", "--project-dir", str(tmp_path), *args],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_doctor_reports_every_component_up(graph_settings: Settings, tmp_path: Path) -> None:
@@ -43,8 +57,12 @@ def test_doctor_reports_every_component_up(graph_settings: Settings, tmp_path: P
     assert schemas == ["DoctorPing"]  # the LLM check is a real structured call
 
 
-def test_doctor_exits_non_zero_with_one_line_reason(graph_settings: Settings, tmp_path: Path) -> None:
-    result = _doctor(_env(graph_settings, "http://127.0.0.1:9/v1", tmp_path), tmp_path, "--skip", "prefect")
+def test_doctor_exits_non_zero_with_one_line_reason(
+    graph_settings: Settings, tmp_path: Path
+) -> None:
+    result = _doctor(
+        _env(graph_settings, "http://127.0.0.1:9/v1", tmp_path), tmp_path, "--skip", "prefect"
+    )
     assert result.returncode == 1
     reasons = [line for line in result.stderr.splitlines() if line.startswith("doctor:")]
     assert [r.split()[1] for r in reasons] == ["llm", "embeddings"]

@@ -62,7 +62,12 @@ def export(project: Path, env: dict[str, str], name: str) -> str:
 
 
 def write_book(
-    llm: ScriptedLLM, settings: Settings, prefect_home: Path, project: Path, *args: str, **extra: str
+    llm: ScriptedLLM,
+    settings: Settings,
+    prefect_home: Path,
+    project: Path,
+    *args: str,
+    **extra: str,
 ) -> dict[str, str]:
     """On an empty graph, `python -m flows.novel` for `project` with `args`, which must succeed;
     returns the run's environment for the next commands."""
