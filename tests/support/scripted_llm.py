@@ -288,8 +288,14 @@ class ScriptedLLM:
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
             self._in_flight_changed.notify_all()
             if self.rendezvous > 1 and not self._rendezvous_met:
+                # The request that sees n in flight marks the rendezvous met and wakes the rest.
+                # They wait on that mark, not on the count: by the time they wake, a request
+                # that went through may have finished, and a recount would wait out the timeout.
+                if self._in_flight >= self.rendezvous:
+                    self._rendezvous_met = True
+                    self._in_flight_changed.notify_all()
                 self._in_flight_changed.wait_for(
-                    lambda: self._in_flight >= self.rendezvous, timeout=self.rendezvous_timeout_s
+                    lambda: self._rendezvous_met, timeout=self.rendezvous_timeout_s
                 )
                 self._rendezvous_met = True  # met (or given up on): later requests go straight
         try:
