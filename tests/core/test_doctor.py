@@ -11,7 +11,7 @@ from core.doctor import PROBE_LABEL
 from core.graph_server import graph_endpoint
 from core.settings import Settings
 from kg import vocabulary as vocab
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, prefect_api_env
 from tests.support.scripted_llm import ScriptedLLM
 
 
@@ -44,9 +44,14 @@ def _doctor(env: dict[str, str], tmp_path: Path, *args: str) -> subprocess.Compl
     )
 
 
-def test_doctor_reports_every_component_up(graph_settings: Settings, tmp_path: Path) -> None:
+def test_doctor_reports_every_component_up(
+    graph_settings: Settings, prefect_api: str, tmp_path: Path
+) -> None:
+    # The Prefect check runs its no-op flow on the session's API: without PREFECT_API_URL the
+    # doctor would start Prefect's temporary server first, tens of seconds on a loaded machine.
     with ScriptedLLM() as llm:
-        result = _doctor(_env(graph_settings, llm.base_url, tmp_path), tmp_path)
+        env = {**_env(graph_settings, llm.base_url, tmp_path), **prefect_api_env()}
+        result = _doctor(env, tmp_path)
         schemas = [r.schema_name for r in llm.requests if r.schema_name]
     assert result.returncode == 0, result.stderr[-2000:]
     rows = {line.split()[0]: line for line in result.stdout.splitlines()[2:]}
@@ -54,6 +59,7 @@ def test_doctor_reports_every_component_up(graph_settings: Settings, tmp_path: P
     assert all(" up " in row for row in rows.values()), result.stdout
     assert "gone after rollback" in rows["graph"]
     assert "dimension 64" in rows["embeddings"]
+    assert prefect_api in rows["prefect"]
     assert schemas == ["DoctorPing"]  # the LLM check is a real structured call
 
 
