@@ -10,7 +10,6 @@ and the two must agree."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -22,7 +21,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api import COMMIT_PATH, MEMORY_QUERY_PATH, REWIND_PATH
-from tests.conftest import REPO_ROOT, child_pythonpath
+from core.settings import Settings
+from tests.conftest import REPO_ROOT
+from tests.support.cli import graph_env
 from tests.support.sidecar_fuzz import DEFAULT_SEED
 
 #: Examples per operation in CI: the coverage phase alone sends ~1,600 requests whatever this
@@ -44,11 +45,12 @@ REQUIRED_CHECKS = {
 }
 
 
-def test_generated_requests_hold_the_contract(tmp_path: Path) -> None:
+def test_generated_requests_hold_the_contract(graph_settings: Settings, tmp_path: Path) -> None:
     # In a process of its own (`python -m tests.support.sidecar_fuzz`, which `make fuzz` runs
-    # too): its own embedded graph (NEO4J_URI when set) and scripted LLM. Served from this test
-    # process and its session graph, the run passed but the process then died with SIGSEGV in
-    # ArcadeDB's stop at exit (2 runs of 2); the same traffic in a process of its own exits cleanly.
+    # too), with its own scripted LLM. Served from this test process, the run passed but the
+    # process then died with SIGSEGV in ArcadeDB's stop at exit (2 runs of 2); the same traffic
+    # in a process of its own exits cleanly. Its graph is the session's, through NEO4J_URI as
+    # for any client: an embedded graph of its own would start a JVM for this one test.
     summary_file = tmp_path / "summary.json"
     done = subprocess.run(
         [
@@ -67,7 +69,7 @@ def test_generated_requests_hold_the_contract(tmp_path: Path) -> None:
             str(summary_file),
         ],
         cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": child_pythonpath()},
+        env=graph_env(graph_settings),
         capture_output=True,
         text=True,
         timeout=900,
