@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import GraphOwnerGoneError
-from core.graph_server import EmbeddedArcadeDB, owner_gone
+from core.graph_server import EmbeddedArcadeDB, GraphEndpoint, owner_exited, owner_gone
 from kg.store import GraphStore
 from tests.conftest import REPO_ROOT, child_pythonpath
 
@@ -164,3 +164,20 @@ def test_serve_refuses_bad_ports_and_a_configured_neo4j(tmp_path: Path) -> None:
     )
     assert neo4j.returncode != 0 and "NEO4J_URI is set" in neo4j.stderr
     assert not (tmp_path / ".saga" / "graph" / "server.json").exists()
+
+
+def test_an_exited_owner_is_told_from_a_live_one_before_any_transaction(tmp_path: Path) -> None:
+    # GraphStore asks this before each transaction: against a dead owner's port the driver
+    # would retry the transaction for 30 s before failing.
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+
+    def served_by(pid: int | None, *, embedded: bool = True) -> GraphEndpoint:
+        return GraphEndpoint("bolt://127.0.0.1:9", "root", "pw", "skald", embedded, tmp_path, pid)
+
+    assert owner_exited(served_by(exited.pid))
+    # The look-alikes: a live owner, this process, no owner, a Neo4j server.
+    assert not owner_exited(served_by(os.getppid()))
+    assert not owner_exited(served_by(os.getpid()))
+    assert not owner_exited(served_by(None))
+    assert not owner_exited(served_by(exited.pid, embedded=False))
