@@ -243,9 +243,10 @@ class GraphStore:
     @contextlib.contextmanager
     def _session(self, kind: Literal["read", "write"]) -> Iterator[neo4j.Session]:
         """A session whose driver errors surface as the project's one-line errors."""
-        if owner_exited(self.endpoint):
+        if self._driver is not None and owner_exited(self.endpoint):
             # Asked first: against the dead port the driver would retry the managed
-            # transaction for max_transaction_retry_time (30 s) before failing.
+            # transaction for max_transaction_retry_time (30 s) before failing. (Without a
+            # driver, the next connect finds the graph's current owner by itself.)
             self._raise_if_owner_gone(None)
         try:
             with self.driver.session(database=self.endpoint.database) as session:
