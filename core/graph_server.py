@@ -330,6 +330,14 @@ def graph_endpoint(settings: Settings) -> GraphEndpoint:
     return EmbeddedArcadeDB.for_dir(settings.saga_dir / "graph").endpoint()
 
 
+def owner_exited(endpoint: GraphEndpoint) -> bool:
+    """Whether the other process serving this embedded graph has exited: one signal-0 probe,
+    cheap enough to ask before every transaction (`owner_gone` says why, and is the verdict)."""
+    if not endpoint.embedded or endpoint.owner_pid in (None, os.getpid()):
+        return False
+    return not _pid_alive(endpoint.owner_pid or -1)
+
+
 def owner_gone(endpoint: GraphEndpoint) -> str | None:
     """Why an embedded graph served by ANOTHER process is no longer there, or None.
 

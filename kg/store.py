@@ -26,7 +26,13 @@ from neo4j import GraphDatabase, ManagedTransaction
 from neo4j import exceptions as nx
 
 from core.errors import GraphOwnerGoneError, GraphUnavailableError, GraphWriteError, SkaldError
-from core.graph_server import EmbeddedArcadeDB, GraphEndpoint, graph_endpoint, owner_gone
+from core.graph_server import (
+    EmbeddedArcadeDB,
+    GraphEndpoint,
+    graph_endpoint,
+    owner_exited,
+    owner_gone,
+)
 from core.settings import Settings
 from kg import cypher, mirror, schema, transfer
 from kg import vocabulary as vocab
@@ -181,6 +187,14 @@ class GraphStore:
                 raise
         raise AssertionError("unreachable")
 
+    def _raise_if_owner_gone(self, cause: BaseException | None) -> None:
+        """GraphOwnerGoneError when the other process that served this embedded graph exited
+        (the connection is dropped first, so the next use finds a new owner)."""
+        gone = owner_gone(self.endpoint)
+        if gone is not None:
+            self._forget_lost_owner()
+            raise GraphOwnerGoneError(gone) from cause
+
     def _forget_lost_owner(self) -> None:
         """Drop the connection to a server whose process exited; the next use reconnects."""
         with self._connecting:
@@ -239,6 +253,11 @@ class GraphStore:
     @contextlib.contextmanager
     def _session(self, kind: Literal["read", "write"]) -> Iterator[neo4j.Session]:
         """A session whose driver errors surface as the project's one-line errors."""
+        if self._driver is not None and owner_exited(self.endpoint):
+            # Asked first: against the dead port the driver would retry the managed
+            # transaction for max_transaction_retry_time (30 s) before failing. (Without a
+            # driver, the next connect finds the graph's current owner by itself.)
+            self._raise_if_owner_gone(None)
         try:
             with self.driver.session(database=self.endpoint.database) as session:
                 yield session
@@ -248,10 +267,7 @@ class GraphStore:
             # An embedded graph served by another process that exited: whatever the driver
             # says (connection refused, "BEGIN not expected in state: AUTHENTICATION" from a
             # server half way through stopping), one line naming it and what to do instead.
-            gone = owner_gone(self.endpoint)
-            if gone is not None:
-                self._forget_lost_owner()
-                raise GraphOwnerGoneError(gone) from exc
+            self._raise_if_owner_gone(exc)
             if isinstance(exc, nx.ServiceUnavailable | nx.SessionExpired):
                 lost = "; the transaction was not committed" if kind == "write" else ""
                 raise GraphUnavailableError(

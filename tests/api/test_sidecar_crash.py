@@ -27,8 +27,11 @@ TURNS = 16
 @pytest.fixture(scope="module")
 def llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLMProcess]:
     speakers = sorted({t.speaker for t in load_dialogue(DIALOGUE).turns})
-    process = LLMProcess(tmp_path_factory.mktemp("crash-llm"), speakers,
-                         {**os.environ, "PYTHONPATH": child_pythonpath()})
+    process = LLMProcess(
+        tmp_path_factory.mktemp("crash-llm"),
+        speakers,
+        {**os.environ, "PYTHONPATH": child_pythonpath()},
+    )
     yield process
     process.close()
 
@@ -41,23 +44,45 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def clean(llm: LLMProcess, work: Path) -> RunResult:
     """The uninterrupted run, under PYTHONHASHSEED=1."""
-    return one_run("clean-hashseed-1", work, llm, turn_bodies(DIALOGUE, TURNS, require_actions=True), hash_seed="1")
+    return one_run(
+        "clean-hashseed-1",
+        work,
+        llm,
+        turn_bodies(DIALOGUE, TURNS, require_actions=True),
+        hash_seed="1",
+    )
 
 
-@pytest.mark.skipif(os.environ.get("NEO4J_URI") is not None, reason="each run needs its own embedded graph")
+@pytest.mark.skipif(
+    os.environ.get("NEO4J_URI") is not None, reason="each run needs its own embedded graph"
+)
 def test_two_clean_runs_under_different_hash_seeds_are_byte_identical(
     llm: LLMProcess, work: Path, clean: RunResult
 ) -> None:
-    twin = one_run("clean-hashseed-2", work, llm, turn_bodies(DIALOGUE, TURNS, require_actions=True), hash_seed="2")
+    twin = one_run(
+        "clean-hashseed-2",
+        work,
+        llm,
+        turn_bodies(DIALOGUE, TURNS, require_actions=True),
+        hash_seed="2",
+    )
     assert same(clean, twin) == [], (clean, twin)
-    assert '"recalled_turns"' in clean.files["packets"].read_text(encoding="utf-8")  # packets that do recall
+    assert '"recalled_turns"' in clean.files["packets"].read_text(
+        encoding="utf-8"
+    )  # packets that do recall
 
 
-@pytest.mark.skipif(os.environ.get("NEO4J_URI") is not None, reason="each run needs its own embedded graph")
+@pytest.mark.skipif(
+    os.environ.get("NEO4J_URI") is not None, reason="each run needs its own embedded graph"
+)
 def test_a_sidecar_killed_at_seeded_moments_ends_identical_to_an_uninterrupted_one(
     llm: LLMProcess, work: Path, clean: RunResult
 ) -> None:
     bodies = turn_bodies(DIALOGUE, TURNS, require_actions=True)
-    killed = one_run("killed", work, llm, bodies, hash_seed="random", moments=kill_moments(7, 2, 0.3, 2.5))
+    killed = one_run(
+        "killed", work, llm, bodies, hash_seed="random", moments=kill_moments(7, 2, 0.3, 2.5)
+    )
     assert killed.kills >= 1
-    assert same(clean, killed) == [], f"differs after {killed.kills} kills: see {work / killed.name}"
+    assert same(clean, killed) == [], (
+        f"differs after {killed.kills} kills: see {work / killed.name}"
+    )

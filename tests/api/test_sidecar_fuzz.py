@@ -10,7 +10,6 @@ and the two must agree."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -22,7 +21,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api import COMMIT_PATH, MEMORY_QUERY_PATH, REWIND_PATH
-from tests.conftest import REPO_ROOT, child_pythonpath
+from core.settings import Settings
+from tests.conftest import REPO_ROOT
+from tests.support.cli import graph_env
 from tests.support.sidecar_fuzz import DEFAULT_SEED
 
 #: Examples per operation in CI: the coverage phase alone sends ~1,600 requests whatever this
@@ -31,22 +32,46 @@ CI_EXAMPLES = 20
 OPERATIONS = 12
 #: Checks that must have judged responses, and never failed.
 REQUIRED_CHECKS = {
-    "not_a_server_error", "status_code_conformance", "response_schema_conformance",
-    "response_headers_conformance", "content_type_conformance", "negative_data_rejection",
-    "positive_data_acceptance", "ignored_auth", "unsupported_method", "missing_required_header",
+    "not_a_server_error",
+    "status_code_conformance",
+    "response_schema_conformance",
+    "response_headers_conformance",
+    "content_type_conformance",
+    "negative_data_rejection",
+    "positive_data_acceptance",
+    "ignored_auth",
+    "unsupported_method",
+    "missing_required_header",
 }
 
 
-def test_generated_requests_hold_the_contract(tmp_path: Path) -> None:
+def test_generated_requests_hold_the_contract(graph_settings: Settings, tmp_path: Path) -> None:
     # In a process of its own (`python -m tests.support.sidecar_fuzz`, which `make fuzz` runs
-    # too): its own embedded graph (NEO4J_URI when set) and scripted LLM. Served from this test
-    # process and its session graph, the run passed but the process then died with SIGSEGV in
-    # ArcadeDB's stop at exit (2 runs of 2); the same traffic in a process of its own exits cleanly.
+    # too), with its own scripted LLM. Served from this test process, the run passed but the
+    # process then died with SIGSEGV in ArcadeDB's stop at exit (2 runs of 2); the same traffic
+    # in a process of its own exits cleanly. Its graph is the session's, through NEO4J_URI as
+    # for any client: an embedded graph of its own would start a JVM for this one test.
     summary_file = tmp_path / "summary.json"
     done = subprocess.run(
-        [sys.executable, "-m", "tests.support.sidecar_fuzz", "--max-examples", str(CI_EXAMPLES), "--seed", str(DEFAULT_SEED),
-         "--workers", "1", "--out", str(tmp_path / "fuzz"), "--summary", str(summary_file)],
-        cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": child_pythonpath()}, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.sidecar_fuzz",
+            "--max-examples",
+            str(CI_EXAMPLES),
+            "--seed",
+            str(DEFAULT_SEED),
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "fuzz"),
+            "--summary",
+            str(summary_file),
+        ],
+        cwd=REPO_ROOT,
+        env=graph_env(graph_settings),
+        capture_output=True,
+        text=True,
         timeout=900,
     )
     assert summary_file.exists(), done.stdout[-3000:] + done.stderr[-3000:]
@@ -70,7 +95,13 @@ def test_generated_requests_hold_the_contract(tmp_path: Path) -> None:
     assert not {s for s in statuses if s.startswith("5")}, statuses
     # Schema-valid requests not answered 2xx got only documented answers for valid requests (404:
     # the lorebook of a conversation the graph does not hold).
-    assert {key.split()[0] for key in report["positive_refusals"]} <= {"401", "403", "404", "409", "413"}, report
+    assert {key.split()[0] for key in report["positive_refusals"]} <= {
+        "401",
+        "403",
+        "404",
+        "409",
+        "413",
+    }, report
 
 
 # --- the document states what the server enforces ---------------------------------------------
@@ -107,7 +138,10 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("content of 65537 characters", {"messages": [_msg(content="x" * 65537)]}),
     ("retriever override", {"config": {"models": {"retriever": "m"}}}),
     ("actor override, recorded", {"config": {"models": {"actor": "m"}}}),
-    ("actor override, generate", {"config": {"models": {"actor": "m"}, "actor": {"mode": "generate"}}}),
+    (
+        "actor override, generate",
+        {"config": {"models": {"actor": "m"}, "actor": {"mode": "generate"}}},
+    ),
     ("model name with a space", {"config": {"models": {"extractor": "a b"}}}),
     ("db uri not bolt", {"config": {"db": {"uri": "http://localhost:7687"}}}),
     ("db uri with a bad port", {"config": {"db": {"uri": "bolt://localhost:70000"}}}),
@@ -116,13 +150,20 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("case", "fields"), CASES, ids=[c for c, _ in CASES])
-def test_the_document_and_the_server_agree_on_each_rule(client: TestClient, case: str, fields: dict[str, Any]) -> None:
+def test_the_document_and_the_server_agree_on_each_rule(
+    client: TestClient, case: str, fields: dict[str, Any]
+) -> None:
     spec = client.get("/openapi.json").json()
     commit = {"conversation_id": _conv(), "turn_id": 1, "messages": [_msg()], **fields}
     query = {k: v for k, v in commit.items() if k != "turn_id"}
-    for path, body, schema in ((COMMIT_PATH, commit, "TurnCommitRequest"), (MEMORY_QUERY_PATH, query, "MemoryQueryRequest")):
+    for path, body, schema in (
+        (COMMIT_PATH, commit, "TurnCommitRequest"),
+        (MEMORY_QUERY_PATH, query, "MemoryQueryRequest"),
+    ):
         valid = _validator(spec, schema).is_valid(body)
-        response = client.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+        response = client.post(
+            path, content=json.dumps(body), headers={"content-type": "application/json"}
+        )
         refused = response.status_code == 400
         assert valid != refused, (case, path, valid, response.status_code, response.text[:300])
         if refused:
@@ -130,10 +171,16 @@ def test_the_document_and_the_server_agree_on_each_rule(client: TestClient, case
             assert response.json()["code"] == "INVALID_REQUEST" and "\n" not in reason
 
 
-@pytest.mark.parametrize("before_turn", ["\u0001", "   ", "x" * 101, 1.5, -1, True, None, "tab\there"])
-def test_rewind_to_a_turn_id_no_turn_may_hold_is_refused_with_one_line(client: TestClient, before_turn: Any) -> None:
+@pytest.mark.parametrize(
+    "before_turn", ["\u0001", "   ", "x" * 101, 1.5, -1, True, None, "tab\there"]
+)
+def test_rewind_to_a_turn_id_no_turn_may_hold_is_refused_with_one_line(
+    client: TestClient, before_turn: Any
+) -> None:
     """The issue's 500: a rewind's `before_turn` that a turn id may not hold."""
-    response = client.post(REWIND_PATH, json={"conversation_id": _conv(), "before_turn": before_turn})
+    response = client.post(
+        REWIND_PATH, json={"conversation_id": _conv(), "before_turn": before_turn}
+    )
     assert response.status_code == 400, response.text
     data = response.json()
     assert data["code"] == "INVALID_REQUEST" and data["error_kind"] == "malformed"
@@ -151,6 +198,8 @@ def test_the_document_documents_every_answer(client: TestClient) -> None:
     commit = spec["paths"][COMMIT_PATH]["post"]
     links = commit["responses"]["200"]["links"]
     assert links["rewind_from_here"]["operationId"] == "rewind_conversation"
-    assert links["read_turns"]["parameters"] == {"path.conversation_id": "$response.body#/conversation_id"}
+    assert links["read_turns"]["parameters"] == {
+        "path.conversation_id": "$response.body#/conversation_id"
+    }
     config = spec["components"]["schemas"]["TurnConfig"]
     assert config["else"] == {"properties": {"models": {"properties": {"actor": {"type": "null"}}}}}

@@ -269,18 +269,30 @@ def test_bounded_schema_closes_every_string_and_list_for_the_tiny_local_model() 
     # printable ASCII only: an escape or emoji would cost several tokens per character
     assert props["code"]["pattern"] == r"^[\x20\x21\x23-\x5b\x5d-\x7e]{0,8}$"
     assert re.fullmatch(props["essay"]["pattern"], "x" * (LOCAL_MAX_STRING_CHARS + 50))
-    assert not re.fullmatch(props["essay"]["pattern"], "x" * LOCAL_MAX_STRING_CHARS)  # below minLength
-    assert not re.fullmatch(props["code"]["pattern"], "caf\u00e9") and not re.fullmatch(props["code"]["pattern"], 'a"b')
+    assert not re.fullmatch(
+        props["essay"]["pattern"], "x" * LOCAL_MAX_STRING_CHARS
+    )  # below minLength
+    assert not re.fullmatch(props["code"]["pattern"], "caf\u00e9") and not re.fullmatch(
+        props["code"]["pattern"], 'a"b'
+    )
     # floats with both bounds become grammar-enforceable steps; the rest is left alone
     assert props["score"]["enum"][:3] == [0.0, 0.05, 0.1] and props["score"]["enum"][-1] == 1.0
-    assert len(props["score"]["enum"]) == 21 and all(0.0 <= v <= 1.0 for v in props["score"]["enum"])
-    assert props["delta"]["enum"][0] == -1.0 and props["delta"]["enum"][10] == 0.0 and props["delta"]["enum"][-1] == 1.0
+    assert len(props["score"]["enum"]) == 21 and all(
+        0.0 <= v <= 1.0 for v in props["score"]["enum"]
+    )
+    assert (
+        props["delta"]["enum"][0] == -1.0
+        and props["delta"]["enum"][10] == 0.0
+        and props["delta"]["enum"][-1] == 1.0
+    )
     assert "enum" not in props["ratio"] and "enum" not in props["count"]
     card = bounded_response_format_for(SceneCard, 1024)["json_schema"]["schema"]
     assert card["properties"]["title"]["maxLength"] == LOCAL_MAX_STRING_CHARS
     assert card["properties"]["beats"]["maxItems"] == LOCAL_MAX_ITEMS
     # the strict format sent to real endpoints is untouched
-    assert "maxLength" not in str(response_format_for(SceneCard)["json_schema"]["schema"]["properties"]["title"])
+    assert "maxLength" not in str(
+        response_format_for(SceneCard)["json_schema"]["schema"]["properties"]["title"]
+    )
 
 
 def _longest_instance(node: Any, root: dict[str, Any]) -> Any:
@@ -288,7 +300,9 @@ def _longest_instance(node: Any, root: dict[str, Any]) -> Any:
     if "$ref" in node:
         return _longest_instance(root["$defs"][node["$ref"].rsplit("/", 1)[1]], root)
     if "anyOf" in node:
-        return max((_longest_instance(b, root) for b in node["anyOf"]), key=lambda v: len(json.dumps(v)))
+        return max(
+            (_longest_instance(b, root) for b in node["anyOf"]), key=lambda v: len(json.dumps(v))
+        )
     if "enum" in node:
         return max(node["enum"], key=lambda v: len(json.dumps(v)))
     kind = node.get("type")
@@ -309,9 +323,16 @@ def test_bounded_string_caps_shrink_so_the_longest_answer_fits_the_token_cap() -
     longest = json.dumps(_longest_instance(tight, tight), indent=2)
     assert len(longest) <= 1024 * LOCAL_CHARS_PER_TOKEN  # it fits, even indented
     assert len(json.dumps(_longest_instance(roomy, roomy), indent=2)) > 1024 * LOCAL_CHARS_PER_TOKEN
-    caps = {n["maxLength"] for n in tight["$defs"]["ExtractedEntity"]["properties"].values() if "maxLength" in n}
+    caps = {
+        n["maxLength"]
+        for n in tight["$defs"]["ExtractedEntity"]["properties"].values()
+        if "maxLength" in n
+    }
     assert caps and max(caps) < LOCAL_MAX_STRING_CHARS
-    assert roomy["$defs"]["ExtractedEntity"]["properties"]["name"]["maxLength"] == LOCAL_MAX_STRING_CHARS
+    assert (
+        roomy["$defs"]["ExtractedEntity"]["properties"]["name"]["maxLength"]
+        == LOCAL_MAX_STRING_CHARS
+    )
 
 
 def test_a_cut_off_answer_of_the_tiny_local_model_is_asked_again_under_a_tighter_grammar(
@@ -321,7 +342,9 @@ def test_a_cut_off_answer_of_the_tiny_local_model_is_asked_again_under_a_tighter
     from prompts.knowledge.models import SceneExtraction
 
     # Only the process launcher is replaced: the HTTP calls go to the scripted server.
-    monkeypatch.setattr(core.llm_server, "local_llm_endpoint", lambda settings: (server.base_url, LOCAL_CHAT_MODEL))
+    monkeypatch.setattr(
+        core.llm_server, "local_llm_endpoint", lambda settings: (server.base_url, LOCAL_CHAT_MODEL)
+    )
     settings = Settings(openai_base_url=None, limits=RunLimits(), local_max_tokens=1024)
     server.fail_next("truncated_json", n=2)
     LLMGateway(settings, retry=FAST).structured("small", PROMPT, SceneExtraction)
@@ -330,7 +353,9 @@ def test_a_cut_off_answer_of_the_tiny_local_model_is_asked_again_under_a_tighter
     assert len(longest) == 3 and longest[0] > longest[1] > longest[2]  # tighter after each cut-off
     assert [r.body["max_tokens"] for r in server.requests] == [1024] * 3  # not more room
     names = [s["$defs"]["ExtractedEntity"]["properties"]["name"] for s in schemas]
-    assert all(n["maxLength"] >= LOCAL_MIN_STRING_CHARS for n in names)  # fewer items, not garbled names
+    assert all(
+        n["maxLength"] >= LOCAL_MIN_STRING_CHARS for n in names
+    )  # fewer items, not garbled names
     assert [s["properties"]["entities"]["maxItems"] for s in schemas][-1] < LOCAL_MAX_ITEMS
 
 
@@ -420,8 +445,11 @@ def test_retry_after_http_date_is_honoured(server: ScriptedLLM) -> None:
 
 def test_retry_after_http_date_is_read_as_the_wait_until_that_date() -> None:
     def rate_limited(when: datetime) -> openai.RateLimitError:
-        response = httpx.Response(429, headers={"retry-after": email.utils.format_datetime(when, usegmt=True)},
-                                  request=httpx.Request("POST", "http://127.0.0.1/v1/chat/completions"))
+        response = httpx.Response(
+            429,
+            headers={"retry-after": email.utils.format_datetime(when, usegmt=True)},
+            request=httpx.Request("POST", "http://127.0.0.1/v1/chat/completions"),
+        )
         return openai.RateLimitError("rate limited", response=response, body=None)
 
     in_an_hour = rate_limited(datetime.now(UTC) + timedelta(hours=1))

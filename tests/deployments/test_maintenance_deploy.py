@@ -45,8 +45,11 @@ def _env(project_dir: Path) -> dict[str, str]:
     from prefect.settings import PREFECT_API_URL
 
     env = dict(os.environ)
-    env.update(PREFECT_API_URL=str(PREFECT_API_URL.value()), SKALD_PROJECT_DIR=str(project_dir),
-               PYTHONPATH=child_pythonpath())
+    env.update(
+        PREFECT_API_URL=str(PREFECT_API_URL.value()),
+        SKALD_PROJECT_DIR=str(project_dir),
+        PYTHONPATH=child_pythonpath(),
+    )
     return env
 
 
@@ -101,17 +104,25 @@ def test_prefect_yaml_deploys_and_a_worker_runs_qa(seeded: Settings) -> None:
     asyncio.run(_ensure_pool())
     deploy = subprocess.run(
         [PREFECT, "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert deploy.returncode == 0, deploy.stdout[-2000:] + deploy.stderr[-2000:]
 
     registered = asyncio.run(_deployments())
     assert registered["graph-healing/heal-graph"] == {
-        "pool": POOL, "crons": ["30 2 * * *"], "parameters": {"project_dir": str(project)},
+        "pool": POOL,
+        "crons": ["30 2 * * *"],
+        "parameters": {"project_dir": str(project)},
         "entrypoint": "flows/maintenance.py:heal_flow",
     }
     assert registered["graph-qa/qa-nightly"] == {
-        "pool": POOL, "crons": ["0 3 * * *"], "parameters": {"project_dir": str(project)},
+        "pool": POOL,
+        "crons": ["0 3 * * *"],
+        "parameters": {"project_dir": str(project)},
         "entrypoint": "flows/maintenance.py:qa_flow",
     }
 
@@ -122,22 +133,35 @@ def test_prefect_yaml_deploys_and_a_worker_runs_qa(seeded: Settings) -> None:
     flow_run = run_deployment("graph-qa/qa-nightly", timeout=0)
     worker = subprocess.run(
         [PREFECT, "worker", "start", "--pool", POOL, "--run-once", "--limit", "1"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=400,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
     state = asyncio.run(_wait_final(flow_run.id, timeout=60))
     assert state == "COMPLETED", worker.stdout[-3000:] + worker.stderr[-3000:]
     reports = sorted((project / ".saga" / "qa").glob("qa-*.parquet"))
     assert [r.name[:12] for r in reports] == ["qa-ch0005-cs"]
     findings = pq.read_table(reports[0]).to_pylist()
-    assert {f["check"] for f in findings} == {"contradictory_traits", "dead_character_acting", "dangling_reference",
-                                              "provisional_buildup", "before_first_appearance"}
+    assert {f["check"] for f in findings} == {
+        "contradictory_traits",
+        "dead_character_acting",
+        "dangling_reference",
+        "provisional_buildup",
+        "before_first_appearance",
+    }
 
 
 def test_serve_builds_both_scheduled_deployments(tmp_path: Path) -> None:
     from flows.maintenance import DEFAULT_QA_CRON, heal_flow, qa_flow
 
-    heal = heal_flow.to_deployment(name="heal-graph", cron="0 */6 * * *", parameters={"project_dir": str(tmp_path)})
-    qa = qa_flow.to_deployment(name="qa-nightly", cron=DEFAULT_QA_CRON, parameters={"project_dir": str(tmp_path)})
+    heal = heal_flow.to_deployment(
+        name="heal-graph", cron="0 */6 * * *", parameters={"project_dir": str(tmp_path)}
+    )
+    qa = qa_flow.to_deployment(
+        name="qa-nightly", cron=DEFAULT_QA_CRON, parameters={"project_dir": str(tmp_path)}
+    )
     assert [s.schedule.cron for s in heal.schedules] == ["0 */6 * * *"]  # type: ignore[union-attr]
     assert [s.schedule.cron for s in qa.schedules] == ["0 3 * * *"]  # type: ignore[union-attr]
     assert heal.parameters == qa.parameters == {"project_dir": str(tmp_path)}

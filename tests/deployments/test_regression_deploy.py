@@ -43,11 +43,20 @@ STOP_DEADLINE_S = 60.0
 class Proc:
     """A child process in a session of its own, its output in a log file."""
 
-    def __init__(self, cmd: list[str], log: Path, env: dict[str, str], cwd: Path = REPO_ROOT) -> None:
+    def __init__(
+        self, cmd: list[str], log: Path, env: dict[str, str], cwd: Path = REPO_ROOT
+    ) -> None:
         self.log = log
         with log.open("ab") as out:
-            self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -55,8 +64,12 @@ class Proc:
     def wait_for(self, text: str, deadline_s: float = START_DEADLINE_S) -> None:
         deadline = time.monotonic() + deadline_s
         while text not in self.output():
-            assert self.proc.poll() is None, f"{self.log.name}: exited {self.proc.returncode}: {self.output()[-3000:]}"
-            assert time.monotonic() < deadline, f"{self.log.name}: no {text!r}: {self.output()[-3000:]}"
+            assert self.proc.poll() is None, (
+                f"{self.log.name}: exited {self.proc.returncode}: {self.output()[-3000:]}"
+            )
+            assert time.monotonic() < deadline, (
+                f"{self.log.name}: no {text!r}: {self.output()[-3000:]}"
+            )
             time.sleep(0.3)
 
     def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
@@ -67,7 +80,9 @@ class Proc:
             return self.proc.wait(timeout=STOP_DEADLINE_S)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"{self.log.name} ignored {sig.name}: {self.output()[-3000:]}") from None
+            raise AssertionError(
+                f"{self.log.name} ignored {sig.name}: {self.output()[-3000:]}"
+            ) from None
 
     def kill(self) -> None:
         try:
@@ -87,9 +102,12 @@ def procs() -> Iterator[list[Proc]]:
 
 
 def _api(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    request = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Content-Type": "application/json"},
-                                     method="POST" if body is not None else "GET")
+    request = urllib.request.Request(
+        f"{url}{path}",
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json"},
+        method="POST" if body is not None else "GET",
+    )
     with urllib.request.urlopen(request, timeout=60) as reply:
         return json.loads(reply.read() or b"null")
 
@@ -146,80 +164,140 @@ def _dialogue(source: Path, turns: int, target: Path) -> Path:
     return target
 
 
-def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(tmp_path: Path, procs: list[Proc]) -> None:
+def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(
+    tmp_path: Path, procs: list[Proc]
+) -> None:
     project, elsewhere, logs = tmp_path / "regression", tmp_path / "elsewhere", tmp_path / "logs"
     for d in (project, elsewhere, logs):
         d.mkdir()
     dialogues = tmp_path / "dialogues"
     dialogues.mkdir()
-    short = _dialogue(DIALOGUES_DIR / "locomo-30.turns.jsonl", SHORT_TURNS, dialogues / "a-short.turns.jsonl")
-    long = _dialogue(DIALOGUES_DIR / "locomo-26.turns.jsonl", LONG_TURNS, dialogues / "b-long.turns.jsonl")
+    short = _dialogue(
+        DIALOGUES_DIR / "locomo-30.turns.jsonl", SHORT_TURNS, dialogues / "a-short.turns.jsonl"
+    )
+    long = _dialogue(
+        DIALOGUES_DIR / "locomo-26.turns.jsonl", LONG_TURNS, dialogues / "b-long.turns.jsonl"
+    )
 
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     with ScriptedLLM() as llm:
         DialogueScript(SPEAKERS).install(llm)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "PREFECT_"))}
-        env.update(PYTHONPATH=child_pythonpath(), PREFECT_HOME=str(tmp_path / "prefect-home"),
-                   PREFECT_API_URL=api_url, PREFECT_SERVER_ANALYTICS_ENABLED="false",
-                   # Workers poll often, so the second worker takes the second shard while the
-                   # first is busy with its one (--limit 1), however slow the machine.
-                   PREFECT_WORKER_QUERY_SECONDS="1",
-                   OPENAI_BASE_URL=llm.base_url, SKALD_EMBEDDING_BASE_URL=llm.base_url)
+        env.update(
+            PYTHONPATH=child_pythonpath(),
+            PREFECT_HOME=str(tmp_path / "prefect-home"),
+            PREFECT_API_URL=api_url,
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            # Workers poll often, so the second worker takes the second shard while the
+            # first is busy with its one (--limit 1), however slow the machine.
+            PREFECT_WORKER_QUERY_SECONDS="1",
+            OPENAI_BASE_URL=llm.base_url,
+            SKALD_EMBEDDING_BASE_URL=llm.base_url,
+        )
 
-        server = Proc([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                      logs / "prefect-server.log", env)
+        server = Proc(
+            [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            logs / "prefect-server.log",
+            env,
+        )
         procs.append(server)
-        graph = Proc([sys.executable, "-m", "kg", "serve", "--project-dir", str(project)], logs / "kg-serve.log", env)
+        graph = Proc(
+            [sys.executable, "-m", "kg", "serve", "--project-dir", str(project)],
+            logs / "kg-serve.log",
+            env,
+        )
         procs.append(graph)
         _wait_healthy(server, api_url)
         graph.wait_for("NEO4J_URI=")
 
         def run(*cmd: str, cwd: Path = REPO_ROOT) -> str:
-            done = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+            )
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
             return done.stdout
 
         run(PREFECT, "work-pool", "create", POOL, "--type", "process")
-        run(sys.executable, "-m", "deployments.regression", "deploy", "--work-pool", POOL,
-            "--project-dir", str(project), "--dialogues", str(short), str(long))
+        run(
+            sys.executable,
+            "-m",
+            "deployments.regression",
+            "deploy",
+            "--work-pool",
+            POOL,
+            "--project-dir",
+            str(project),
+            "--dialogues",
+            str(short),
+            str(long),
+        )
         workers = {}
         for name in ("worker-a", "worker-b"):
-            worker = Proc([sys.executable, "-m", "deployments.worker", "--pool", POOL,
-                           "--worker-name", name], logs / f"{name}.log", env)
+            worker = Proc(
+                [sys.executable, "-m", "deployments.worker", "--pool", POOL, "--worker-name", name],
+                logs / f"{name}.log",
+                env,
+            )
             procs.append(worker)
             workers[name] = worker
         for worker in workers.values():
             worker.wait_for("started")
 
         # From another directory, without --project-dir: the deployment's stored project is used.
-        out = run(sys.executable, "-m", "deployments.regression", "submit", "--shards", "2", "--turns",
-                  str(LONG_TURNS), "--run-id", "ci-batch", cwd=elsewhere)
+        out = run(
+            sys.executable,
+            "-m",
+            "deployments.regression",
+            "submit",
+            "--shards",
+            "2",
+            "--turns",
+            str(LONG_TURNS),
+            "--run-id",
+            "ci-batch",
+            cwd=elsewhere,
+        )
         assert f"project {project.resolve()}" in out
-        flow_runs = re.findall(r"flow run ([0-9a-f-]{36}) \(.*\): shard (\d)/2 of run ci-batch", out)
+        flow_runs = re.findall(
+            r"flow run ([0-9a-f-]{36}) \(.*\): shard (\d)/2 of run ci-batch", out
+        )
         assert sorted(s for _, s in flow_runs) == ["0", "1"], out
 
-        worker_pids = {int(re.search(r"pid (\d+)", w.output()).group(1)): name  # type: ignore[union-attr]
-                       for name, w in workers.items()}
+        worker_pids = {
+            int(re.search(r"pid (\d+)", w.output()).group(1)): name  # type: ignore[union-attr]
+            for name, w in workers.items()
+        }
         ran_by, finals = _watch(api_url, dict(flow_runs))
         diagnostics = "\n".join(w.output()[-2000:] for w in workers.values())
-        assert {s: r["state"]["type"] for s, r in finals.items()} == {"0": "COMPLETED", "1": "COMPLETED"}, diagnostics
+        assert {s: r["state"]["type"] for s, r in finals.items()} == {
+            "0": "COMPLETED",
+            "1": "COMPLETED",
+        }, diagnostics
 
         # Each worker ran one shard: the flow run's process (its infrastructure_pid in the API)
         # was a child of that worker's Prefect process.
-        assert sorted(worker_pids.get(ppid, f"pid {ppid}") for ppid in ran_by.values()) == ["worker-a", "worker-b"], (
-            ran_by, worker_pids, diagnostics)
+        assert sorted(worker_pids.get(ppid, f"pid {ppid}") for ppid in ran_by.values()) == [
+            "worker-a",
+            "worker-b",
+        ], (ran_by, worker_pids, diagnostics)
 
         assert not (elsewhere / ".saga").exists()
         batch = project / ".saga" / "regression" / "ci-batch"
         turns = pl.read_parquet(str(batch / "shard-*" / "turns.parquet"))
         keys = sorted(zip(turns["dialogue_id"].to_list(), turns["turn_id"].to_list(), strict=True))
-        expected = sorted([("locomo-30", t) for t in range(1, SHORT_TURNS + 1)]
-                          + [("locomo-26", t) for t in range(1, LONG_TURNS + 1)])
+        expected = sorted(
+            [("locomo-30", t) for t in range(1, SHORT_TURNS + 1)]
+            + [("locomo-26", t) for t in range(1, LONG_TURNS + 1)]
+        )
         assert turns.height == SHORT_TURNS + LONG_TURNS and keys == expected
-        assert turns["code"].dtype == pl.String  # null in every row of the short shard: typed all the same
+        assert (
+            turns["code"].dtype == pl.String
+        )  # null in every row of the short shard: typed all the same
         assert set(turns["run_id"]) == {"ci-batch"}
-        assert (batch / "shard-0-of-2" / "report.md").exists() and (batch / "shard-1-of-2" / "report.md").exists()
+        assert (batch / "shard-0-of-2" / "report.md").exists() and (
+            batch / "shard-1-of-2" / "report.md"
+        ).exists()
 
         # SIGTERM stops each worker, and the graph service, as a service manager would.
         for worker in workers.values():

@@ -37,16 +37,23 @@ def book(prefect_api: str) -> Book:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(server: ScriptedServer, book: Book, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+def uninterrupted(
+    server: ScriptedServer, book: Book, tmp_path_factory: pytest.TempPathFactory
+) -> RunResult:
     result = clean_run(server, tmp_path_factory.mktemp("clean"), book, hash_seed=1)
     assert result.exit_code == 0, (result.project.parent / "run.log").read_text()[-4000:]
     return result
 
 
 def test_two_hash_seeds_in_two_directories_write_the_same_bytes(
-        server: ScriptedServer, book: Book, uninterrupted: RunResult, tmp_path_factory: pytest.TempPathFactory,
+    server: ScriptedServer,
+    book: Book,
+    uninterrupted: RunResult,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    other = clean_run(server, tmp_path_factory.mktemp("another") / "deeper" / "place", book, hash_seed=2)
+    other = clean_run(
+        server, tmp_path_factory.mktemp("another") / "deeper" / "place", book, hash_seed=2
+    )
     assert other.exit_code == 0, (other.project.parent / "run.log").read_text()[-4000:]
     assert GRAPH_EXPORT in uninterrupted.digest
     assert {f"chapters/chapter_{n:03d}.md" for n in (1, 2)} <= set(uninterrupted.digest)
@@ -58,11 +65,21 @@ def test_two_hash_seeds_in_two_directories_write_the_same_bytes(
 
 
 def test_a_killed_and_resumed_run_writes_what_the_uninterrupted_run_wrote(
-        server: ScriptedServer, book: Book, uninterrupted: RunResult, tmp_path_factory: pytest.TempPathFactory,
+    server: ScriptedServer,
+    book: Book,
+    uninterrupted: RunResult,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     # Each kill comes once the series has made a seeded number of LLM calls (and up to 2 s more),
     # so it lands in the work however slow the machine; one after the end would be harmless.
-    resumed, series = killed_by_progress(server, tmp_path_factory.mktemp("killed"), book, hash_seed=7, seed=3,
-                                         kills=2, calls=uninterrupted.requests)
+    resumed, series = killed_by_progress(
+        server,
+        tmp_path_factory.mktemp("killed"),
+        book,
+        hash_seed=7,
+        seed=3,
+        kills=2,
+        calls=uninterrupted.requests,
+    )
     assert series.final_exit == 0, (resumed.project.parent / "run.log").read_text()[-4000:]
     assert differing(uninterrupted.digest, resumed.digest) == []

@@ -78,7 +78,10 @@ def test_first_run_writes_files_and_graph(first_run: tuple[Path, dict[str, str],
     assert "Mara Quill met Tobias Venn" in (project / "chapters/chapter_002.md").read_text()
     assert "Mara Quill met Tobias Venn" in (project / "exports/manuscript.md").read_text()
     title = (project / "exports/manuscript.md").read_text().splitlines()[0].removeprefix("# ")
-    epub, docx = read_epub(project / "exports/manuscript.epub"), read_docx(project / "exports/manuscript.docx")
+    epub, docx = (
+        read_epub(project / "exports/manuscript.epub"),
+        read_docx(project / "exports/manuscript.docx"),
+    )
     assert epub.title == docx.title == title
     assert len(epub.chapter_headings) == 2 and epub.chapter_headings == docx.headings
     assert [h.split(":")[0] for h in epub.chapter_headings] == ["Chapter 1", "Chapter 2"]
@@ -257,7 +260,9 @@ def test_sigkill_during_chapter_two_then_resume(
             proc.kill()
     assert any("uvicorn" in c.cmdline for c in children), [c.cmdline for c in children]
     left = process_guard.wait_until_gone({c.pid for c in children}, deadline_s=60)
-    assert left == [], f"SIGKILL of flows.novel left processes behind: {[(p.pid, p.cmdline) for p in left]}"
+    assert left == [], (
+        f"SIGKILL of flows.novel left processes behind: {[(p.pid, p.cmdline) for p in left]}"
+    )
     finished_before_kill = [
         _key(r) for r in llm.requests[start:] if "Chapter 2, scene 2 of 2" not in r.text
     ]
@@ -292,10 +297,25 @@ def test_dead_embeddings_endpoint_degrades_gracefully(
     """Embeddings are optional (spec 001 section 7): the book is written without vectors."""
     wipe_graph(graph_settings)
     project = tmp_path / "novectors"
-    env = run_env(llm, graph_settings, prefect_home, SKALD_EMBEDDING_BASE_URL="http://127.0.0.1:9/v1")
-    result = novel(project, env, "--premise", PREMISE, "--chapters", "1", "--scenes-per-chapter", "2", "--acts", "1")
+    env = run_env(
+        llm, graph_settings, prefect_home, SKALD_EMBEDDING_BASE_URL="http://127.0.0.1:9/v1"
+    )
+    result = novel(
+        project,
+        env,
+        "--premise",
+        PREMISE,
+        "--chapters",
+        "1",
+        "--scenes-per-chapter",
+        "2",
+        "--acts",
+        "1",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "continuing without vectors" in result.stderr
     assert (project / "chapters/chapter_001.md").is_file()
-    scenes = [n for n in json.loads(export(project, env, "novectors"))["nodes"] if "Scene" in n["labels"]]
+    scenes = [
+        n for n in json.loads(export(project, env, "novectors"))["nodes"] if "Scene" in n["labels"]
+    ]
     assert len(scenes) == 2 and all("embedding" not in n["properties"] for n in scenes)

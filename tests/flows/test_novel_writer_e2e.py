@@ -35,8 +35,10 @@ SMALL = ("--scenes-per-chapter", "1", "--acts", "1")
 
 def _summary(request: ScriptedRequest) -> dict[str, object]:
     number = re.search(r"Chapter (\d+):", request.last_user)
-    return {"summary": f"SUMMARY-OF-CHAPTER-{number.group(1) if number else 0}: Mara and Tobias talk.",
-            "key_events": ["talk"]}
+    return {
+        "summary": f"SUMMARY-OF-CHAPTER-{number.group(1) if number else 0}: Mara and Tobias talk.",
+        "key_events": ["talk"],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +81,24 @@ def one_error_line(stderr: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def three_chapters(llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path,
-                   tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+def three_chapters(
+    llm: ScriptedLLM,
+    graph_settings: Settings,
+    prefect_home: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, str]]:
     project = tmp_path_factory.mktemp("steer") / "book"
-    env = write_book(llm, graph_settings, prefect_home, project, "--premise", PREMISE + " (guidance)",
-                     "--chapters", "3", *SMALL)
+    env = write_book(
+        llm,
+        graph_settings,
+        prefect_home,
+        project,
+        "--premise",
+        PREMISE + " (guidance)",
+        "--chapters",
+        "3",
+        *SMALL,
+    )
     return project, env
 
 
@@ -92,10 +107,15 @@ def test_guidance_steers_its_chapter_and_redrafts_only_from_it(
 ) -> None:
     project, env = three_chapters
     chapters = project / "chapters"
-    first = (chapters / "chapter_001.md").stat().st_mtime_ns, (chapters / "chapter_001.md").read_text()
+    first = (
+        (chapters / "chapter_001.md").stat().st_mtime_ns,
+        (chapters / "chapter_001.md").read_text(),
+    )
     old_second = (chapters / "chapter_002.md").read_text()
     (project / "guidance").mkdir()
-    (project / "guidance" / "chapter_002.md").write_text("Mara must lie to Tobias about the letter. GUIDE-MARK-7\n")
+    (project / "guidance" / "chapter_002.md").write_text(
+        "Mara must lie to Tobias about the letter. GUIDE-MARK-7\n"
+    )
     start = len(llm.requests)
     result = novel(project, env, "--chapters", "3", *SMALL)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -106,17 +126,26 @@ def test_guidance_steers_its_chapter_and_redrafts_only_from_it(
     assert 1 not in by_chapter, "chapter 1 must replay from the cache"
     assert None not in by_chapter, [r.last_user[:200] for r in by_chapter.get(None, [])]
     second = by_chapter[2]
-    kinds = {"outline": "Outline chapter 2:", "plan": "Plan exactly", "draft": "Chapter 2, scene 1 of"}
+    kinds = {
+        "outline": "Outline chapter 2:",
+        "plan": "Plan exactly",
+        "draft": "Chapter 2, scene 1 of",
+    }
     for kind, marker in kinds.items():
         steered = [r for r in second if marker in r.last_user]
         assert steered and all("GUIDE-MARK-7" in r.text for r in steered), kind
     # Chapter 3 depends on chapter 2, so it is written again too (its draft is asked again only
     # if its prompt changed: the scripted drafts of chapter 2 end as before), never with the guidance.
     assert not any("GUIDE-MARK-7" in r.text for r in by_chapter.get(3, []))
-    assert ((chapters / "chapter_001.md").stat().st_mtime_ns, (chapters / "chapter_001.md").read_text()) == first
+    assert (
+        (chapters / "chapter_001.md").stat().st_mtime_ns,
+        (chapters / "chapter_001.md").read_text(),
+    ) == first
     assert (chapters / "chapter_002.md").read_text() != old_second
     kept = {p.name: p.read_text() for p in (chapters / "replaced").glob("*/chapter_*.md")}
-    assert set(kept) == {"chapter_002.md", "chapter_003.md"} and kept["chapter_002.md"] == old_second
+    assert (
+        set(kept) == {"chapter_002.md", "chapter_003.md"} and kept["chapter_002.md"] == old_second
+    )
     assert (chapters / "chapter_003.md").is_file()
     # Nothing changed since: the same command asks nothing.
     start = len(llm.requests)
@@ -132,7 +161,9 @@ def test_chapters_past_the_plan_are_outlined_from_the_summaries(
     result = novel(project, env, "--chapters", "5", *SMALL)
     assert result.returncode == 0, result.stderr[-4000:]
     made = requests_since(llm, start)
-    assert not any(chapter_of(r) in (1, 2, 3) for r in made), "chapters 1-3 must replay from the cache"
+    assert not any(chapter_of(r) in (1, 2, 3) for r in made), (
+        "chapters 1-3 must replay from the cache"
+    )
     for number in (4, 5):
         outline = [r for r in made if f"Outline chapter {number}:" in r.last_user]
         assert len(outline) == 1, number
@@ -149,26 +180,43 @@ def test_bible_edit_reaches_graph_and_prompts_and_is_never_overwritten(
     llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
 ) -> None:
     project = tmp_path / "bible"
-    env = write_book(llm, graph_settings, prefect_home, project, "--premise", PREMISE + " (bible)", *SMALL,
-                     "--chapters", "1")
+    env = write_book(
+        llm,
+        graph_settings,
+        prefect_home,
+        project,
+        "--premise",
+        PREMISE + " (bible)",
+        *SMALL,
+        "--chapters",
+        "1",
+    )
     before = export(project, env, "before")
     sheet_path = project / "characters" / "mara_quill.yaml"
     sheet = yaml.safe_load(sheet_path.read_text())
 
     # Invalid edits: one line naming file, field and what is allowed; nothing asked or written.
-    for bad, field, allowed in (({**sheet, "mood": "grim"}, "mood", "allowed fields: name, role"),
-                                ({**sheet, "traits": "brave"}, "traits", "list")):
+    for bad, field, allowed in (
+        ({**sheet, "mood": "grim"}, "mood", "allowed fields: name, role"),
+        ({**sheet, "traits": "brave"}, "traits", "list"),
+    ):
         sheet_path.write_text(yaml.safe_dump(bad, sort_keys=False))
         start = len(llm.requests)
         result = novel(project, env, "--chapters", "2", *SMALL)
         assert result.returncode == 2, result.stderr[-3000:]
         line = one_error_line(result.stderr)
-        assert "characters/mara_quill.yaml" in line and f"'{field}'" in line and allowed in line, line
+        assert "characters/mara_quill.yaml" in line and f"'{field}'" in line and allowed in line, (
+            line
+        )
         assert len(llm.requests) == start
         assert export(project, env, "after-bad") == before
         assert not (project / "chapters" / "chapter_002.md").exists()
 
-    edited = {**sheet, "traits": [*sheet["traits"], "haunted"], "motivation": "find her sister alive"}
+    edited = {
+        **sheet,
+        "traits": [*sheet["traits"], "haunted"],
+        "motivation": "find her sister alive",
+    }
     sheet_path.write_text(yaml.safe_dump(edited, sort_keys=False))
     written = sheet_path.read_bytes()
     start = len(llm.requests)
@@ -176,10 +224,14 @@ def test_bible_edit_reaches_graph_and_prompts_and_is_never_overwritten(
     assert result.returncode == 0, result.stderr[-4000:]
     assert sheet_path.read_bytes() == written, "Skald must not overwrite the writer's file"
     graph = json.loads(export(project, env, "edited"))
-    mara = next(n["properties"] for n in graph["nodes"] if n["properties"].get("name") == "Mara Quill")
+    mara = next(
+        n["properties"] for n in graph["nodes"] if n["properties"].get("name") == "Mara Quill"
+    )
     assert "haunted" in mara["traits"]
     assert "find her sister alive" in json.dumps(mara)
-    changesets = sorted(n["properties"]["chapter"] for n in graph["nodes"] if "ChangeSet" in n["labels"])
+    changesets = sorted(
+        n["properties"]["chapter"] for n in graph["nodes"] if "ChangeSet" in n["labels"]
+    )
     assert changesets == [-1, 0, 1, 2]
     drafts = [r for r in requests_since(llm, start) if "Chapter 2, scene 1 of" in r.last_user]
     assert drafts and all("find her sister alive" in r.text and "haunted" in r.text for r in drafts)
@@ -230,11 +282,14 @@ def test_redo_from_two_rewrites_chapters_two_and_three_exactly(
     assert export(project, env, "redo-minus") == after_one
 
 
-def test_bad_redo_from_fails_with_one_line(llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path,
-                                           tmp_path: Path) -> None:
+def test_bad_redo_from_fails_with_one_line(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
     env = run_env(llm, graph_settings, prefect_home)
     start = len(llm.requests)
-    result = novel(tmp_path / "nope", env, "--premise", PREMISE, "--chapters", "2", "--redo-from", "3")
+    result = novel(
+        tmp_path / "nope", env, "--premise", PREMISE, "--chapters", "2", "--redo-from", "3"
+    )
     assert result.returncode == 2
     assert "--redo-from must be between 1 and --chapters 2" in one_error_line(result.stderr)
     assert len(llm.requests) == start
@@ -264,10 +319,21 @@ Captain Oren Hale sailed out of Saltmere harbor on the night tide with Ilse Marr
 
 def _imported_extraction(request: ScriptedRequest) -> dict[str, object]:
     text = scene_text_of(request)
-    entities = [{"name": "Saltmere harbor", "kind": "Location", "description": "A grey port."},
-                {"name": "Ilse Marrow", "kind": "Character", "description": "A customs clerk.", "traits": ["watchful"]},
-                {"name": "Captain Oren Hale", "kind": "Character", "description": "A smuggler captain.",
-                 "traits": ["bold"]}]
+    entities = [
+        {"name": "Saltmere harbor", "kind": "Location", "description": "A grey port."},
+        {
+            "name": "Ilse Marrow",
+            "kind": "Character",
+            "description": "A customs clerk.",
+            "traits": ["watchful"],
+        },
+        {
+            "name": "Captain Oren Hale",
+            "kind": "Character",
+            "description": "A smuggler captain.",
+            "traits": ["bold"],
+        },
+    ]
     rels = [{"source": "Ilse Marrow", "target": "Captain Oren Hale", "type": "DISTRUSTS"}]
     extraction = quoting_extraction(text, entities, rels)
     if len(extraction["entities"]) < 3:  # the relationship only where the scene has both
@@ -284,8 +350,19 @@ def test_import_manuscript_then_continue_it(
     source = tmp_path / "salt_road.md"
     source.write_text(MANUSCRIPT)
     llm.on(schema="SceneExtraction", contains="Saltmere", respond=_imported_extraction)
-    cmd = [sys.executable, "-m", "flows.novel", "import", "--project-dir", str(project), "--manuscript", str(source)]
-    result = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    cmd = [
+        sys.executable,
+        "-m",
+        "flows.novel",
+        "import",
+        "--project-dir",
+        str(project),
+        "--manuscript",
+        str(source),
+    ]
+    result = subprocess.run(
+        cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["title"] == "The Salt Road" and report["chapters"] == 3
@@ -293,16 +370,25 @@ def test_import_manuscript_then_continue_it(
     assert (project / "characters" / "ilse_marrow.yaml").is_file()
     assert "Night Tide" in (project / "chapters" / "chapter_003.md").read_text()
     imported_headings = ["Chapter 1: Harbor", "Chapter 2: The Ledger", "Chapter 3: Night Tide"]
-    assert report["ebooks"] == [str(project / "exports" / f"manuscript.{fmt}") for fmt in ("epub", "docx")]
-    epub, docx = read_epub(project / "exports/manuscript.epub"), read_docx(project / "exports/manuscript.docx")
+    assert report["ebooks"] == [
+        str(project / "exports" / f"manuscript.{fmt}") for fmt in ("epub", "docx")
+    ]
+    epub, docx = (
+        read_epub(project / "exports/manuscript.epub"),
+        read_docx(project / "exports/manuscript.docx"),
+    )
     assert epub.title == docx.title == "The Salt Road"
     assert epub.chapter_headings == docx.headings == imported_headings
     graph = json.loads(export(project, env, "imported"))
     chapters = sorted(n["properties"]["number"] for n in graph["nodes"] if "Chapter" in n["labels"])
     assert chapters == [1, 2, 3]
-    changesets = sorted(n["properties"]["chapter"] for n in graph["nodes"] if "ChangeSet" in n["labels"])
+    changesets = sorted(
+        n["properties"]["chapter"] for n in graph["nodes"] if "ChangeSet" in n["labels"]
+    )
     assert changesets == [0, 1, 2, 3]
-    scenes = [n for n in graph["nodes"] if "Scene" in n["labels"] and n["properties"].get("chapter") == 1]
+    scenes = [
+        n for n in graph["nodes"] if "Scene" in n["labels"] and n["properties"].get("chapter") == 1
+    ]
     assert len(scenes) == 2
 
     start = len(llm.requests)
@@ -319,13 +405,20 @@ def test_import_manuscript_then_continue_it(
     assert (project / "chapters" / "chapter_004.md").is_file()
     continued = read_epub(project / "exports/manuscript.epub")
     assert continued.title == "The Salt Road" and continued.identifier == epub.identifier
-    assert continued.chapter_headings[:3] == imported_headings and len(continued.chapter_headings) == 4
+    assert (
+        continued.chapter_headings[:3] == imported_headings and len(continued.chapter_headings) == 4
+    )
     assert read_docx(project / "exports/manuscript.docx").headings == continued.chapter_headings
     # Chapter 4 brought new people in (the scripted drafts name them): learned, next to the bible.
     learned = yaml.safe_load((project / "characters" / "learned" / "mara_quill.yaml").read_text())
-    assert learned["name"] == "Mara Quill" and not (project / "characters" / "mara_quill.yaml").exists()
+    assert (
+        learned["name"] == "Mara Quill"
+        and not (project / "characters" / "mara_quill.yaml").exists()
+    )
     assert "Night Tide" in (project / "chapters" / "chapter_003.md").read_text()
-    names = {n["properties"].get("name") for n in json.loads(export(project, env, "continued"))["nodes"]}
+    names = {
+        n["properties"].get("name") for n in json.loads(export(project, env, "continued"))["nodes"]
+    }
     assert {"Ilse Marrow", "Captain Oren Hale", "Saltmere harbor"} <= names
 
 
@@ -334,13 +427,18 @@ def test_import_manuscript_then_continue_it(
 
 def _enrich(request: ScriptedRequest) -> str:
     draft = request.last_user.split('"""')[1].strip()
-    return draft + " Brine stung her lips, and somewhere below ENRICHED-MARK-3 the bell buoy tolled for the drowned."
+    return (
+        draft
+        + " Brine stung her lips, and somewhere below ENRICHED-MARK-3 the bell buoy tolled for the drowned."
+    )
 
 
 def test_enrichment_is_off_by_default_and_when_on_is_what_is_committed(
     llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
 ) -> None:
-    assert not any("Enrich this scene" in r.text for r in llm.requests), "enrichment must be off by default"
+    assert not any("Enrich this scene" in r.text for r in llm.requests), (
+        "enrichment must be off by default"
+    )
     wipe_graph(graph_settings)
     project = tmp_path / "enriched"
     env = run_env(llm, graph_settings, prefect_home, SKALD_LIMITS__ENRICH_NARRATIVE="true")

@@ -59,7 +59,11 @@ def _lease(store: GraphStore, conversation_id: str) -> dict[str, int | str] | No
     rows = store.write(dq.LOCK_PROBE, key=lock_key(conversation_id))
     if not rows:
         return None
-    return {"owner": rows[0]["owner"], "expires_at": int(rows[0]["expires_at"]), "now": int(rows[0]["now"])}
+    return {
+        "owner": rows[0]["owner"],
+        "expires_at": int(rows[0]["expires_at"]),
+        "now": int(rows[0]["now"]),
+    }
 
 
 @pytest.fixture
@@ -67,8 +71,21 @@ def holder(graph_settings: Settings) -> Iterator[subprocess.Popen[str]]:
     env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     conversation = f"lease-{time.time_ns()}"
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(graph_settings.project_dir), conversation, "holder-process", str(LEASE_S)],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-c",
+            HOLDER,
+            str(graph_settings.project_dir),
+            conversation,
+            "holder-process",
+            str(LEASE_S),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     proc.conversation = conversation  # type: ignore[attr-defined]
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     yield proc
@@ -98,7 +115,9 @@ def test_a_heartbeating_holder_is_never_robbed_and_a_killed_one_frees_the_conver
             refused_after_expiry += 1
         time.sleep(0.2)
     renewed = _lease(graph, conversation)
-    assert renewed is not None and int(renewed["expires_at"]) > int(first["expires_at"])  # the heartbeat moved it
+    assert renewed is not None and int(renewed["expires_at"]) > int(
+        first["expires_at"]
+    )  # the heartbeat moved it
 
     # The look-alike: the same holder, dead. Its lease is no longer renewed and runs out.
     os.killpg(holder.pid, signal.SIGKILL)
@@ -119,9 +138,14 @@ def slow_llm() -> Iterator[ScriptedLLM]:
 def test_a_slow_live_turn_keeps_its_lease_against_every_claimant_and_commits(
     graph_settings: Settings, slow_llm: ScriptedLLM
 ) -> None:
-    settings = load_settings(graph_settings.project_dir, openai_base_url=slow_llm.base_url,
-                             embedding_base_url=slow_llm.base_url)
-    service = DialogueService(settings, options=SidecarOptions(lock_lease_s=SLOW_LEASE_S, lock_wait_s=0))
+    settings = load_settings(
+        graph_settings.project_dir,
+        openai_base_url=slow_llm.base_url,
+        embedding_base_url=slow_llm.base_url,
+    )
+    service = DialogueService(
+        settings, options=SidecarOptions(lock_lease_s=SLOW_LEASE_S, lock_wait_s=0)
+    )
     try:
         conversation = f"slow-{time.time_ns()}"
         request = dialogue_requests("locomo-26", conversation, 1)[0]
@@ -133,7 +157,9 @@ def test_a_slow_live_turn_keeps_its_lease_against_every_claimant_and_commits(
             time.sleep(0.01)
         refusals = 0
         while turn.is_alive():  # another sidecar claims the conversation the whole time
-            claim = repo.claim_lock(conversation, "other-sidecar", lease_s=SLOW_LEASE_S, turn_key=request.key)
+            claim = repo.claim_lock(
+                conversation, "other-sidecar", lease_s=SLOW_LEASE_S, turn_key=request.key
+            )
             if claim.acquired:  # only once the turn committed (and so released it)
                 assert claim.stored is not None, "a live slow turn was robbed of its lease"
                 assert repo.release_lock(conversation, "other-sidecar")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import GraphOwnerGoneError
-from core.graph_server import EmbeddedArcadeDB, owner_gone
+from core.graph_server import EmbeddedArcadeDB, GraphEndpoint, owner_exited, owner_gone
 from kg.store import GraphStore
 from tests.conftest import REPO_ROOT, child_pythonpath
 
@@ -29,7 +29,9 @@ STOP_DEADLINE_S = 60.0
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEO4J_")}  # the embedded graph, always
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("NEO4J_")
+    }  # the embedded graph, always
     env["PYTHONPATH"] = child_pythonpath()
     return env
 
@@ -40,8 +42,13 @@ class Served:
     def __init__(self, project: Path, log: Path, *extra: str) -> None:
         self.log = log
         with log.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "kg", "serve", "--project-dir", str(project), *extra],
-                                         cwd=REPO_ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kg", "serve", "--project-dir", str(project), *extra],
+                cwd=REPO_ROOT,
+                env=_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -49,7 +56,9 @@ class Served:
     def wait_ready(self) -> str:
         deadline = time.monotonic() + START_DEADLINE_S
         while "NEO4J_URI=" not in self.output():
-            assert self.proc.poll() is None, f"kg serve exited {self.proc.returncode}: {self.output()[-3000:]}"
+            assert self.proc.poll() is None, (
+                f"kg serve exited {self.proc.returncode}: {self.output()[-3000:]}"
+            )
             assert time.monotonic() < deadline, f"kg serve not ready: {self.output()[-3000:]}"
             time.sleep(0.2)
         return self.output()
@@ -91,8 +100,14 @@ def test_a_served_graph_outlives_clients_and_a_client_names_a_lost_owner_then_re
     assert oct(env_file.stat().st_mode & 0o777) == "0o600"
 
     # A second server on the same project is refused in one line: the graph is served already.
-    second = subprocess.run([sys.executable, "-m", "kg", "serve", "--project-dir", str(project)], cwd=REPO_ROOT,
-                            env=_env(), capture_output=True, text=True, timeout=START_DEADLINE_S)
+    second = subprocess.run(
+        [sys.executable, "-m", "kg", "serve", "--project-dir", str(project)],
+        cwd=REPO_ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=START_DEADLINE_S,
+    )
     assert second.returncode != 0
     assert f"already served by process {first.proc.pid}" in second.stderr
     assert len(second.stderr.strip().splitlines()) == 1, second.stderr
@@ -130,11 +145,39 @@ def test_a_served_graph_outlives_clients_and_a_client_names_a_lost_owner_then_re
 
 
 def test_serve_refuses_bad_ports_and_a_configured_neo4j(tmp_path: Path) -> None:
-    bad = subprocess.run([sys.executable, "-m", "kg", "serve", "--project-dir", str(tmp_path), "--bolt-port", "0"],
-                         cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "kg", "serve", "--project-dir", str(tmp_path), "--bolt-port", "0"],
+        cwd=REPO_ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "--bolt-port must be a port number" in bad.stderr
-    neo4j = subprocess.run([sys.executable, "-m", "kg", "serve", "--project-dir", str(tmp_path)], cwd=REPO_ROOT,
-                           env={**_env(), "NEO4J_URI": "bolt://127.0.0.1:1"}, capture_output=True, text=True,
-                           timeout=120)
+    neo4j = subprocess.run(
+        [sys.executable, "-m", "kg", "serve", "--project-dir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        env={**_env(), "NEO4J_URI": "bolt://127.0.0.1:1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert neo4j.returncode != 0 and "NEO4J_URI is set" in neo4j.stderr
     assert not (tmp_path / ".saga" / "graph" / "server.json").exists()
+
+
+def test_an_exited_owner_is_told_from_a_live_one_before_any_transaction(tmp_path: Path) -> None:
+    # GraphStore asks this before each transaction: against a dead owner's port the driver
+    # would retry the transaction for 30 s before failing.
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+
+    def served_by(pid: int | None, *, embedded: bool = True) -> GraphEndpoint:
+        return GraphEndpoint("bolt://127.0.0.1:9", "root", "pw", "skald", embedded, tmp_path, pid)
+
+    assert owner_exited(served_by(exited.pid))
+    # The look-alikes: a live owner, this process, no owner, a Neo4j server.
+    assert not owner_exited(served_by(os.getppid()))
+    assert not owner_exited(served_by(os.getpid()))
+    assert not owner_exited(served_by(None))
+    assert not owner_exited(served_by(exited.pid, embedded=False))

@@ -1,6 +1,6 @@
 """`python -m flows.novel` and `python -m kg` as a user runs them, in subprocesses on the
 session's graph (via NEO4J_URI) and the session's Prefect API: the environment, the commands,
-an export, a whole book on an empty graph, the graph wiped.
+a whole book on an empty graph, the graph wiped; and the graph's export, read in this process.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from core.graph_server import graph_endpoint
-from core.settings import Settings
+from core.settings import Settings, load_settings
 from tests.conftest import REPO_ROOT, child_pythonpath, prefect_api_env
 from tests.support.scripted_llm import ScriptedLLM
 
@@ -55,14 +55,35 @@ def kg(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPr
 
 
 def export(project: Path, env: dict[str, str], name: str) -> str:
-    out = project.parent / f"{project.name}-{name}.json"
-    result = kg(project, env, "export", "--out", str(out))
-    assert result.returncode == 0, result.stderr[-2000:]
+    """The graph `env` points at, as `python -m kg export --project-dir project` writes it
+    (the same store call and kg.transfer.dumps_export), read in this process and kept beside
+    the project as `<project>-<name>.json`. A `python -m kg` per export cost a Python start-up
+    each, a dozen per test file; the command itself is tested in tests/kg/test_kg_cli.py."""
+    from kg.store import GraphStore
+    from kg.transfer import write_export
+
+    settings = load_settings(
+        project,
+        neo4j_uri=env["NEO4J_URI"],
+        neo4j_username=env["NEO4J_USERNAME"],
+        neo4j_password=env["NEO4J_PASSWORD"],
+        neo4j_database=env["NEO4J_DATABASE"],
+    )
+    store = GraphStore.open(settings)
+    try:
+        out = write_export(store.export_data(), project.parent / f"{project.name}-{name}.json")
+    finally:
+        store.close()
     return out.read_text(encoding="utf-8")
 
 
 def write_book(
-    llm: ScriptedLLM, settings: Settings, prefect_home: Path, project: Path, *args: str, **extra: str
+    llm: ScriptedLLM,
+    settings: Settings,
+    prefect_home: Path,
+    project: Path,
+    *args: str,
+    **extra: str,
 ) -> dict[str, str]:
     """On an empty graph, `python -m flows.novel` for `project` with `args`, which must succeed;
     returns the run's environment for the next commands."""

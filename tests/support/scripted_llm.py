@@ -288,8 +288,15 @@ class ScriptedLLM:
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
             self._in_flight_changed.notify_all()
             if self.rendezvous > 1 and not self._rendezvous_met:
-                self._in_flight_changed.wait_for(lambda: self._in_flight >= self.rendezvous,
-                                                 timeout=self.rendezvous_timeout_s)
+                # The request that sees n in flight marks the rendezvous met and wakes the rest.
+                # They wait on that mark, not on the count: by the time they wake, a request
+                # that went through may have finished, and a recount would wait out the timeout.
+                if self._in_flight >= self.rendezvous:
+                    self._rendezvous_met = True
+                    self._in_flight_changed.notify_all()
+                self._in_flight_changed.wait_for(
+                    lambda: self._rendezvous_met, timeout=self.rendezvous_timeout_s
+                )
                 self._rendezvous_met = True  # met (or given up on): later requests go straight
         try:
             yield
@@ -304,7 +311,9 @@ class ScriptedLLM:
         path = path.split("?", 1)[0].rstrip("/")
         if method == "GET" and path.endswith(STATS_PATH):  # a probe, not a request: counts nothing
             with self._lock:
-                return _Reply(200, {"requests": self.request_count, "by_path": dict(self.counts_by_path)})
+                return _Reply(
+                    200, {"requests": self.request_count, "by_path": dict(self.counts_by_path)}
+                )
         request = _describe(path, body)
         with self._lock:
             self.request_count += 1
@@ -730,8 +739,32 @@ if __name__ == "__main__":
     main()
 
 
-_SYLLABLES = ("ka", "lo", "mir", "ven", "tas", "ru", "bel", "on", "dre", "si", "gul", "ha", "pen", "or", "vi", "struk",
-              "ma", "tel", "quo", "rin", "ad", "fen", "lu", "sar")
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mir",
+    "ven",
+    "tas",
+    "ru",
+    "bel",
+    "on",
+    "dre",
+    "si",
+    "gul",
+    "ha",
+    "pen",
+    "or",
+    "vi",
+    "struk",
+    "ma",
+    "tel",
+    "quo",
+    "rin",
+    "ad",
+    "fen",
+    "lu",
+    "sar",
+)
 
 
 def _pseudo_word(*key: int) -> str:
@@ -774,8 +807,12 @@ def sentence_naming(text: str, *names: str) -> str:
     return ""
 
 
-def quoting_extraction(text: str, entities: list[dict[str, Any]], relationships: list[dict[str, Any]] = (),  # type: ignore[assignment]
-                       status_changes: list[dict[str, Any]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+def quoting_extraction(
+    text: str,
+    entities: list[dict[str, Any]],
+    relationships: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    status_changes: list[dict[str, Any]] = (),
+) -> dict[str, Any]:  # type: ignore[assignment]
     """A SceneExtraction answer as a careful model gives it: only the entities `text` names,
     each fact with the sentence of `text` that states it as its quote. Traits may be plain
     words; a fact given with its own "quote" keeps it (tests of made-up evidence)."""
@@ -787,9 +824,22 @@ def quoting_extraction(text: str, entities: list[dict[str, Any]], relationships:
         if not source.names(entity["name"]) and "quote" not in entity:
             continue
         quote = entity.get("quote", sentence_naming(text, entity["name"]))
-        traits = [t if isinstance(t, dict) else {"trait": t, "quote": quote} for t in entity.get("traits", [])]
-        kept.append({"description": "", "presence": "present", **entity, "quote": quote, "traits": traits})
-    rels = [{"description": "", **r, "quote": r.get("quote", sentence_naming(text, r["source"], r["target"]))}
-            for r in relationships]
-    statuses = [{**s, "quote": s.get("quote", sentence_naming(text, s["name"]))} for s in status_changes]
+        traits = [
+            t if isinstance(t, dict) else {"trait": t, "quote": quote}
+            for t in entity.get("traits", [])
+        ]
+        kept.append(
+            {"description": "", "presence": "present", **entity, "quote": quote, "traits": traits}
+        )
+    rels = [
+        {
+            "description": "",
+            **r,
+            "quote": r.get("quote", sentence_naming(text, r["source"], r["target"])),
+        }
+        for r in relationships
+    ]
+    statuses = [
+        {**s, "quote": s.get("quote", sentence_naming(text, s["name"]))} for s in status_changes
+    ]
     return {"entities": kept, "relationships": rels, "status_changes": statuses}

@@ -77,23 +77,37 @@ class FuzzReport:
 
     def summary(self) -> dict[str, Any]:
         """What a caller asserts on (tests/api/test_sidecar_fuzz.py), as JSON."""
-        return {"exit_code": self.exit_code, "ok": self.ok, "generated": self.generated, "requests": self.requests,
-                "checks": {name: dict(counts) for name, counts in self.checks.items()},
-                "failures": self.failures, "statuses": dict(self.statuses), "modes": dict(self.modes),
-                "positive_refusals": dict(self.positive_refusals),
-                "documented_rejections": self.documented_rejections, "output": self.output}
+        return {
+            "exit_code": self.exit_code,
+            "ok": self.ok,
+            "generated": self.generated,
+            "requests": self.requests,
+            "checks": {name: dict(counts) for name, counts in self.checks.items()},
+            "failures": self.failures,
+            "statuses": dict(self.statuses),
+            "modes": dict(self.modes),
+            "positive_refusals": dict(self.positive_refusals),
+            "documented_rejections": self.documented_rejections,
+            "output": self.output,
+        }
 
     def table(self) -> str:
         lines = [f"{'check':32} {'passed':>8} {'failed':>8}"]
         for name in sorted(self.checks):
             counts = self.checks[name]
             lines.append(f"{name:32} {counts['passed']:>8} {counts['failed']:>8}")
-        lines.append(f"test cases generated: {self.generated}; HTTP requests sent: {self.requests} "
-                     f"({dict(sorted(self.modes.items()))}); statuses: {dict(sorted(self.statuses.items()))}")
-        lines.append(f"schema-valid requests refused with the documented 413 (body over the size limit): "
-                     f"{len(self.documented_rejections)}")
-        lines.append("schema-valid requests not answered 2xx, by status and error_kind (each a documented "
-                     f"answer): {dict(sorted(self.positive_refusals.items()))}")
+        lines.append(
+            f"test cases generated: {self.generated}; HTTP requests sent: {self.requests} "
+            f"({dict(sorted(self.modes.items()))}); statuses: {dict(sorted(self.statuses.items()))}"
+        )
+        lines.append(
+            f"schema-valid requests refused with the documented 413 (body over the size limit): "
+            f"{len(self.documented_rejections)}"
+        )
+        lines.append(
+            "schema-valid requests not answered 2xx, by status and error_kind (each a documented "
+            f"answer): {dict(sorted(self.positive_refusals.items()))}"
+        )
         return "\n".join(lines)
 
 
@@ -110,8 +124,14 @@ def served_sidecar(settings: Any, *, token: str = TOKEN, lock_wait_s: float = 5.
     try:
         _ = service.store.endpoint  # connect (and migrate) before serving
         port = free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(service, SidecarSecurity(token)), host="127.0.0.1",
-                                               port=port, log_level="warning"))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(service, SidecarSecurity(token)),
+                host="127.0.0.1",
+                port=port,
+                log_level="warning",
+            )
+        )
         thread = threading.Thread(target=server.run, name="sidecar-fuzz-server", daemon=True)
         thread.start()
         deadline = time.monotonic() + 600
@@ -150,19 +170,34 @@ def run_schemathesis(
     report_dir.mkdir(parents=True, exist_ok=True)
     ndjson = report_dir / "events.ndjson"
     command = [
-        *_st(), "--config-file", str(CONFIG_FILE), "run", f"{base_url}/openapi.json",
-        "--checks", "all",
-        "--seed", str(seed),
-        "--max-examples", str(max_examples),
-        "--workers", str(workers),
-        "--header", f"Authorization: Bearer {token}",
-        "--request-timeout", "120",
-        "--report", "ndjson", "--report-ndjson-path", str(ndjson),
+        *_st(),
+        "--config-file",
+        str(CONFIG_FILE),
+        "run",
+        f"{base_url}/openapi.json",
+        "--checks",
+        "all",
+        "--seed",
+        str(seed),
+        "--max-examples",
+        str(max_examples),
+        "--workers",
+        str(workers),
+        "--header",
+        f"Authorization: Bearer {token}",
+        "--request-timeout",
+        "120",
+        "--report",
+        "ndjson",
+        "--report-ndjson-path",
+        str(ndjson),
         "--no-color",
         *(extra or []),
     ]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "", "NO_COLOR": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=report_dir)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=report_dir
+    )
     report = FuzzReport(exit_code=done.returncode, output=done.stdout + done.stderr)
     if ndjson.exists():
         _count(report, ndjson)
@@ -186,7 +221,9 @@ def _error_kind(response: dict[str, Any]) -> str:
     content = response.get("content") or {}
     raw = content.get("$base64") if isinstance(content, dict) else None
     try:
-        body = json.loads(base64.b64decode(raw)) if raw else json.loads(response.get("body") or "null")
+        body = (
+            json.loads(base64.b64decode(raw)) if raw else json.loads(response.get("body") or "null")
+        )
     except (ValueError, TypeError):
         return "?"
     if not isinstance(body, dict):
@@ -212,7 +249,9 @@ def _count_recorder(report: FuzzReport, recorder: dict[str, Any]) -> None:
             report.positive_refusals[f"{status} {_error_kind(response)}"] += 1
         if mode == "positive" and status == "413":
             # The documented exception: schema-valid, over the body limit JSON Schema cannot state.
-            report.documented_rejections.append(f"{interaction['request']['method']} {interaction['request']['uri']}")
+            report.documented_rejections.append(
+                f"{interaction['request']['method']} {interaction['request']['uri']}"
+            )
     for checks in (recorder.get("checks") or {}).values():
         for check in checks or []:
             name = check.get("name", "?")
@@ -240,39 +279,71 @@ def scripted_settings() -> Iterator[Any]:
     try:
         with ScriptedLLM() as llm:
             DialogueScript(SPEAKERS).install(llm)
-            yield load_settings(project, openai_base_url=llm.base_url, embedding_base_url=llm.base_url)
+            yield load_settings(
+                project, openai_base_url=llm.base_url, embedding_base_url=llm.base_url
+            )
     finally:
         shutil.rmtree(project, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.support.sidecar_fuzz", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-examples", type=int, default=1000, help="examples per operation and phase (default 1000)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"schemathesis' seed (default {DEFAULT_SEED})")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="concurrent schemathesis workers (default 1; more need Python >= 3.11.8)")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "fuzz", help="report folder")
-    parser.add_argument("--summary", type=Path, default=None, help="also write the counts as JSON to this file")
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.sidecar_fuzz", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--max-examples",
+        type=int,
+        default=1000,
+        help="examples per operation and phase (default 1000)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULT_SEED,
+        help=f"schemathesis' seed (default {DEFAULT_SEED})",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="concurrent schemathesis workers (default 1; more need Python >= 3.11.8)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=REPO_ROOT / "build" / "fuzz", help="report folder"
+    )
+    parser.add_argument(
+        "--summary", type=Path, default=None, help="also write the counts as JSON to this file"
+    )
     args = parser.parse_args(argv)
     if args.workers > 1 and sys.version_info < (3, 11, 8):
         # CPython before 3.11.8 (gh-106905): ast.parse in two threads at once can raise "AST
         # constructor recursion depth mismatch"; hypothesis parses lambdas' source to describe
         # schemathesis' filters, so two workers crashed its coverage phase (CI, Python 3.11.7).
-        print(f"fuzz: one worker, not {args.workers}: ast.parse is not thread-safe on Python "
-              f"{sys.version.split()[0]} (gh-106905, fixed in 3.11.8)", file=sys.stderr)
+        print(
+            f"fuzz: one worker, not {args.workers}: ast.parse is not thread-safe on Python "
+            f"{sys.version.split()[0]} (gh-106905, fixed in 3.11.8)",
+            file=sys.stderr,
+        )
         args.workers = 1
     started = time.monotonic()
     with scripted_settings() as settings, served_sidecar(settings) as url:
-        report = run_schemathesis(url, max_examples=args.max_examples, seed=args.seed, workers=args.workers,
-                                  report_dir=args.out)
+        report = run_schemathesis(
+            url,
+            max_examples=args.max_examples,
+            seed=args.seed,
+            workers=args.workers,
+            report_dir=args.out,
+        )
     if args.summary is not None:
         args.summary.write_text(json.dumps(report.summary(), indent=1), encoding="utf-8")
     print(report.output)
     print(report.table())
     for failure in report.failures[:50]:
         print("FAILED", failure)
-    print(f"fuzz: {'passed' if report.ok else 'FAILED'} in {time.monotonic() - started:.0f}s "
-          f"(seed {args.seed}, max examples {args.max_examples}, report {args.out})")
+    print(
+        f"fuzz: {'passed' if report.ok else 'FAILED'} in {time.monotonic() - started:.0f}s "
+        f"(seed {args.seed}, max examples {args.max_examples}, report {args.out})"
+    )
     return 0 if report.ok else 1
 
 
