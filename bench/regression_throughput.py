@@ -29,11 +29,22 @@ SPEAKERS = ["Caroline", "Melanie", "Jon", "Gina"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.regression_throughput", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.regression_throughput", description=__doc__
+    )
     parser.add_argument("--turns", type=int, default=10, help="turns per dialogue (default 10)")
-    parser.add_argument("--latency", type=float, default=0.2, help="seconds per scripted model call (default 0.2)")
-    parser.add_argument("--concurrency", type=int, default=4, help="the parallel run's concurrency (default 4)")
-    parser.add_argument("--project-dir", type=Path, default=None, help="project (graph) to use (default: a temp dir)")
+    parser.add_argument(
+        "--latency", type=float, default=0.2, help="seconds per scripted model call (default 0.2)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=4, help="the parallel run's concurrency (default 4)"
+    )
+    parser.add_argument(
+        "--project-dir",
+        type=Path,
+        default=None,
+        help="project (graph) to use (default: a temp dir)",
+    )
     args = parser.parse_args(argv)
 
     # Keep the measurement honest: the scripted server, never a configured provider.
@@ -52,17 +63,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Registered before the embedded graph starts, so it runs after the graph's own
         # shutdown hook (atexit is last-in, first-out).
         atexit.register(shutil.rmtree, project, ignore_errors=True)
-    files = [str(DIALOGUES / f"{d}.turns.jsonl") for d in ("locomo-26", "locomo-30", "locomo-26", "locomo-30")]
+    files = [
+        str(DIALOGUES / f"{d}.turns.jsonl")
+        for d in ("locomo-26", "locomo-30", "locomo-26", "locomo-30")
+    ]
     with ScriptedLLM(latency_s=args.latency) as llm:
         DialogueScript(SPEAKERS).install(llm)
         os.environ["OPENAI_BASE_URL"] = llm.base_url
         os.environ["SKALD_EMBEDDING_BASE_URL"] = llm.base_url
         from flows.regression import RegressionParams, RegressionSummary, run_regression
 
-        def run(concurrency: int, turns: int, dialogues: list[str], *, warm_up: bool = False
-                ) -> tuple[RegressionSummary, pl.DataFrame]:
-            summary = run_regression(RegressionParams(
-                project_dir=str(project), dialogues=dialogues, turns=turns, concurrency=concurrency))
+        def run(
+            concurrency: int, turns: int, dialogues: list[str], *, warm_up: bool = False
+        ) -> tuple[RegressionSummary, pl.DataFrame]:
+            summary = run_regression(
+                RegressionParams(
+                    project_dir=str(project),
+                    dialogues=dialogues,
+                    turns=turns,
+                    concurrency=concurrency,
+                )
+            )
             if not summary.passed and not warm_up:
                 print(f"warning: gates failed: {summary.failed_gates}", file=sys.stderr)
             return summary, pl.read_parquet(Path(summary.out_dir) / "turns.parquet")
@@ -71,8 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(1, 2, files[:1], warm_up=True)
         results = {c: run(c, args.turns, files) for c in (1, args.concurrency)}
 
-    print(f"regression throughput: {len(files)} dialogues x {args.turns} turns, scripted model "
-          f"{args.latency * 1000:.0f} ms per call, graph {project}")
+    print(
+        f"regression throughput: {len(files)} dialogues x {args.turns} turns, scripted model "
+        f"{args.latency * 1000:.0f} ms per call, graph {project}"
+    )
     for concurrency, (summary, turns) in results.items():
         overhead = turns["total_ms"] - turns["llm_ms"]
         print(

@@ -37,10 +37,19 @@ def _pcts(values: list[float]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.rewrite_wait", description=__doc__)
-    parser.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.2, 1.0],
-                        help="seconds per scripted model call (default 0 0.2 1)")
-    parser.add_argument("--edits", type=int, default=10, help="edits measured per latency (default 10)")
-    parser.add_argument("--history", type=int, default=20, help="turns in the conversation before (default 20)")
+    parser.add_argument(
+        "--latencies",
+        type=float,
+        nargs="+",
+        default=[0.0, 0.2, 1.0],
+        help="seconds per scripted model call (default 0 0.2 1)",
+    )
+    parser.add_argument(
+        "--edits", type=int, default=10, help="edits measured per latency (default 10)"
+    )
+    parser.add_argument(
+        "--history", type=int, default=20, help="turns in the conversation before (default 20)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -60,29 +69,57 @@ def main(argv: Sequence[str] | None = None) -> int:
                     conv = f"bench-{uuid.uuid4().hex[:8]}"
 
                     def turn(n: int, text: str, conv: str = conv) -> dict[str, object]:
-                        return {"conversation_id": conv, "turn_id": n, "messages": [
-                            {"role": "user", "name": "Tester", "content": text},
-                            {"role": "assistant", "name": "Seraphina", "content": f"I see, Tester. ({n})"}]}
+                        return {
+                            "conversation_id": conv,
+                            "turn_id": n,
+                            "messages": [
+                                {"role": "user", "name": "Tester", "content": text},
+                                {
+                                    "role": "assistant",
+                                    "name": "Seraphina",
+                                    "content": f"I see, Tester. ({n})",
+                                },
+                            ],
+                        }
 
                     for n in range(args.history):
-                        service.commit(turn(n, f"Day {n}: I walked to the harbour and counted {n} boats, Seraphina."))
+                        service.commit(
+                            turn(
+                                n,
+                                f"Day {n}: I walked to the harbour and counted {n} boats, Seraphina.",
+                            )
+                        )
                     replaces, rewinds, queries = [], [], []
                     last = args.history - 1
                     for i in range(args.edits):
                         started = time.perf_counter()
-                        result = service.commit(turn(last, f"Edit {i}: it was sunny, so I hiked to the lighthouse."),
-                                                replace=True)
+                        result = service.commit(
+                            turn(last, f"Edit {i}: it was sunny, so I hiked to the lighthouse."),
+                            replace=True,
+                        )
                         replaces.append((time.perf_counter() - started) * 1000)
                         assert result.code is None or result.code == "ROLLED_BACK", result.reason
                         started = time.perf_counter()
-                        answer = service.memory_query({"conversation_id": conv, "messages": [
-                            {"role": "user", "name": "Tester", "content": "What did I do when it was sunny?"}]})
+                        answer = service.memory_query(
+                            {
+                                "conversation_id": conv,
+                                "messages": [
+                                    {
+                                        "role": "user",
+                                        "name": "Tester",
+                                        "content": "What did I do when it was sunny?",
+                                    }
+                                ],
+                            }
+                        )
                         queries.append((time.perf_counter() - started) * 1000)
                         assert answer.ok, answer.reason
                         started = time.perf_counter()
                         assert service.rewind(conv, str(last)).ok
                         rewinds.append((time.perf_counter() - started) * 1000)
-                        service.commit(turn(last, f"Day {last}: I walked to the harbour again, Seraphina."))
+                        service.commit(
+                            turn(last, f"Day {last}: I walked to the harbour again, Seraphina.")
+                        )
                     print(f"model latency {latency:g} s/call ({args.history} turns of history):")
                     print(f"  replace (edit) {_pcts(replaces)}")
                     print(f"  rewind (delete){_pcts(rewinds)}")

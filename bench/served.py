@@ -14,8 +14,16 @@ HEALTH_PATH = "/api/kg-sidecar/health"
 START_TIMEOUT_S = 300.0
 
 
-def wait_healthy(client: httpx.Client, base: str, running: Callable[[], bool], log: Path, bench: str,
-                 *, timeout_s: float = START_TIMEOUT_S, poll_s: float = 0.3) -> None:
+def wait_healthy(
+    client: httpx.Client,
+    base: str,
+    running: Callable[[], bool],
+    log: Path,
+    bench: str,
+    *,
+    timeout_s: float = START_TIMEOUT_S,
+    poll_s: float = 0.3,
+) -> None:
     """Poll the sidecar at `base` until its health answers 200. Exit with the tail of its log
     if the process ends first (`running()` false), or saying where the log is after `timeout_s`."""
     deadline = time.monotonic() + timeout_s

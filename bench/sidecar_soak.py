@@ -54,14 +54,26 @@ def lines() -> list[tuple[str, str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.sidecar_soak", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.sidecar_soak",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--turns", type=int, default=2000, help="turns in all (default 2000)")
     parser.add_argument("--conversations", type=int, default=20, help="conversations (default 20)")
-    parser.add_argument("--window", type=int, default=200, help="turns compared at start and end (default 200)")
+    parser.add_argument(
+        "--window", type=int, default=200, help="turns compared at start and end (default 200)"
+    )
     parser.add_argument("--clients", type=int, default=4, help="client threads (default 4)")
-    parser.add_argument("--max-call-records", type=int, default=2000, help="the server's in-memory cap (default 2000)")
-    parser.add_argument("--max-seconds", type=float, default=1800, help="give up after this long (default 1800)")
+    parser.add_argument(
+        "--max-call-records",
+        type=int,
+        default=2000,
+        help="the server's in-memory cap (default 2000)",
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=1800, help="give up after this long (default 1800)"
+    )
     args = parser.parse_args(argv)
     if args.turns < 2 * args.window:
         parser.error("--turns must be at least twice --window")
@@ -80,18 +92,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     started_at = time.monotonic()
     with ScriptedLLM() as llm:
         DialogueScript(speakers).install(llm)
-        env = {**os.environ, "OPENAI_BASE_URL": llm.base_url, "SKALD_EMBEDDING_BASE_URL": llm.base_url}
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": llm.base_url,
+            "SKALD_EMBEDDING_BASE_URL": llm.base_url,
+        }
         for name in ("OPENAI_API_KEY", "NEO4J_URI", "SKALD_SIDECAR_TOKEN"):
             env.pop(name, None)
-        server_log = (project / "serve.log").open("w")  # a file: an unread pipe would fill and block the server
+        server_log = (project / "serve.log").open(
+            "w"
+        )  # a file: an unread pipe would fill and block the server
         server = subprocess.Popen(
-            [sys.executable, "-m", "flows.dialogue", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--project-dir", str(project), "--max-call-records", str(args.max_call_records)],
-            cwd=REPO_ROOT, env=env, stdout=server_log, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "flows.dialogue",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--project-dir",
+                str(project),
+                "--max-call-records",
+                str(args.max_call_records),
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=server_log,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         try:
             with httpx.Client(timeout=120) as client:
-                wait_healthy(client, base, lambda: server.poll() is None, project / "serve.log", "soak")
+                wait_healthy(
+                    client, base, lambda: server.poll() is None, project / "serve.log", "soak"
+                )
 
                 per_conversation = args.turns // args.conversations
                 done = 0
@@ -108,25 +144,39 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 if time.monotonic() - started_at > args.max_seconds:
                                     return
                                 speaker, text = corpus[(conv * 97 + turn) % len(corpus)]
-                                body = {"conversation_id": f"soak-{conv}", "turn_id": turn,
-                                        "messages": [{"role": "user", "name": speaker, "content": text}],
-                                        "config": {"require_actions": False}}
-                                response = session.post(f"{base}/api/kg-sidecar/turn/commit", json=body)
+                                body = {
+                                    "conversation_id": f"soak-{conv}",
+                                    "turn_id": turn,
+                                    "messages": [
+                                        {"role": "user", "name": speaker, "content": text}
+                                    ],
+                                    "config": {"require_actions": False},
+                                }
+                                response = session.post(
+                                    f"{base}/api/kg-sidecar/turn/commit", json=body
+                                )
                                 data = response.json()
                                 with lock:
                                     done += 1
                                     n = done
                                     if response.status_code != 200 or not data.get("trace"):
-                                        failures.append(f"{response.status_code} {data.get('reason')}")
+                                        failures.append(
+                                            f"{response.status_code} {data.get('reason')}"
+                                        )
                                     else:
                                         overheads.append((n, float(data["trace"]["overhead_ms"])))
                                     if n == args.window:
                                         rss_at_window.append(rss_mb(server.pid))
                                     if n % 200 == 0:
-                                        print(f"  {n} turns, {time.monotonic() - started_at:.0f} s, "
-                                              f"server RSS {rss_mb(server.pid):.0f} MB", flush=True)
+                                        print(
+                                            f"  {n} turns, {time.monotonic() - started_at:.0f} s, "
+                                            f"server RSS {rss_mb(server.pid):.0f} MB",
+                                            flush=True,
+                                        )
 
-                groups = [list(range(i, args.conversations, args.clients)) for i in range(args.clients)]
+                groups = [
+                    list(range(i, args.conversations, args.clients)) for i in range(args.clients)
+                ]
                 threads = [threading.Thread(target=run_conversations, args=(g,)) for g in groups]
                 for thread in threads:
                     thread.start()
@@ -140,18 +190,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(project, ignore_errors=True)
 
     if done < args.turns - args.turns % args.conversations:
-        print(f"soak: stopped after {done} turns (--max-seconds {args.max_seconds:g})", file=sys.stderr)
+        print(
+            f"soak: stopped after {done} turns (--max-seconds {args.max_seconds:g})",
+            file=sys.stderr,
+        )
         return 1
     overheads.sort()
     first = np.array([o for n, o in overheads if n <= args.window])
     last = np.array([o for n, o in overheads if n > done - args.window])
     p95_first, p95_last = float(np.percentile(first, 95)), float(np.percentile(last, 95))
-    print(f"sidecar soak: {done} turns over {args.conversations} conversations through HTTP in "
-          f"{time.monotonic() - started_at:.0f} s, {len(failures)} failed requests")
-    print(f"  server RSS after turn {args.window}: {rss_at_window[0]:.0f} MB; after turn {done}: {rss_end:.0f} MB; "
-          f"ratio {rss_end / rss_at_window[0]:.2f} (goal <= 1.2)")
-    print(f"  p95 non-LLM time per turn: first {args.window} {p95_first:.0f} ms, last {args.window} "
-          f"{p95_last:.0f} ms; ratio {p95_last / p95_first:.2f} (goal <= 1.2)")
+    print(
+        f"sidecar soak: {done} turns over {args.conversations} conversations through HTTP in "
+        f"{time.monotonic() - started_at:.0f} s, {len(failures)} failed requests"
+    )
+    print(
+        f"  server RSS after turn {args.window}: {rss_at_window[0]:.0f} MB; after turn {done}: {rss_end:.0f} MB; "
+        f"ratio {rss_end / rss_at_window[0]:.2f} (goal <= 1.2)"
+    )
+    print(
+        f"  p95 non-LLM time per turn: first {args.window} {p95_first:.0f} ms, last {args.window} "
+        f"{p95_last:.0f} ms; ratio {p95_last / p95_first:.2f} (goal <= 1.2)"
+    )
     return 0 if not failures else 1
 
 
