@@ -1,7 +1,9 @@
-"""What the benchmarks that serve a sidecar share: waiting for the server they started."""
+"""What the benchmarks that serve a sidecar share: the command that serves it on loopback, and
+waiting for the server they started."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,3 +40,20 @@ def wait_healthy(
         except httpx.HTTPError:
             pass
         time.sleep(poll_s)
+
+
+def serve_command(port: int, project: Path, *extra: str) -> list[str]:
+    """`python -m flows.dialogue serve` on 127.0.0.1:`port` for `project`, then `extra`."""
+    return [
+        sys.executable,
+        "-m",
+        "flows.dialogue",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--project-dir",
+        str(project),
+        *extra,
+    ]

@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--turns must be at least twice --window")
 
     sys.path.insert(0, str(REPO_ROOT))
-    from bench.served import wait_healthy
+    from bench.served import serve_command, wait_healthy
     from core.graph_server import free_port
     from tests.support.dialogue_script import DialogueScript
     from tests.support.scripted_llm import ScriptedLLM
@@ -103,20 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "w"
         )  # a file: an unread pipe would fill and block the server
         server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "flows.dialogue",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--project-dir",
-                str(project),
-                "--max-call-records",
-                str(args.max_call_records),
-            ],
+            serve_command(port, project, "--max-call-records", str(args.max_call_records)),
             cwd=REPO_ROOT,
             env=env,
             stdout=server_log,

@@ -49,7 +49,7 @@ from typing import Any
 import httpx
 
 from bench.crash.harness import GroupRun, kill_moments
-from bench.served import wait_healthy
+from bench.served import serve_command, wait_healthy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIALOGUES = REPO_ROOT.parent / "shared" / "data" / "dialogues"
@@ -139,20 +139,7 @@ class Sidecar:
         self.starts = 0
 
     def start(self) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "flows.dialogue",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--project-dir",
-            str(self.project),
-            "--lock-wait",
-            "0",
-        ]
+        cmd = serve_command(self.port, self.project, "--lock-wait", "0")
         self.run = GroupRun(cmd, REPO_ROOT, self.env, self.log).start()
         self.starts += 1
         with httpx.Client(timeout=10) as client:
