@@ -74,11 +74,10 @@ def _quote(rng: random.Random, *names: str) -> str:
     return f"{' and '.join(names)} stood there as {filler}."
 
 
-def chapter_delta(number: int, rng: random.Random, cast: list[str]) -> ChapterDelta:
-    """One synthetic chapter: new people, a place and an item, returning characters, relationships."""
-    new = [f"Person {number}-{i}" for i in range(2)]
-    place, item = f"Place {number}", f"Relic {number}"
-    present = rng.sample(cast, min(6, len(cast))) + new
+def _entities(
+    number: int, rng: random.Random, present: list[str], place: str, item: str
+) -> list[Entity]:
+    """The chapter's characters (a trait each, quoted), its place and its item."""
     entities = []
     for name in present:
         q = _quote(rng, name)
@@ -114,6 +113,13 @@ def chapter_delta(number: int, rng: random.Random, cast: list[str]) -> ChapterDe
                 ],
             )
         )
+    return entities
+
+
+def _relationships(
+    rng: random.Random, present: list[str], place: str, item: str
+) -> list[Relationship]:
+    """Where the first is, what the second owns, and eight relationships among those present."""
     relationships = [
         Relationship(
             source=present[0],
@@ -141,6 +147,16 @@ def chapter_delta(number: int, rng: random.Random, cast: list[str]) -> ChapterDe
                 quote=_quote(rng, a, b),
             )
         )
+    return relationships
+
+
+def chapter_delta(number: int, rng: random.Random, cast: list[str]) -> ChapterDelta:
+    """One synthetic chapter: new people, a place and an item, returning characters, relationships."""
+    new = [f"Person {number}-{i}" for i in range(2)]
+    place, item = f"Place {number}", f"Relic {number}"
+    present = rng.sample(cast, min(6, len(cast))) + new
+    entities = _entities(number, rng, present, place, item)
+    relationships = _relationships(rng, present, place, item)
     statuses = []
     if number % 7 == 0:
         who = present[-3]
@@ -204,6 +220,54 @@ def measure(store: GraphStore, saga_dir: Path, rounds: int) -> dict[str, float]:
     }
 
 
+def _outline(store: GraphStore) -> list[str]:
+    """The outline's six characters committed as chapter 0: the cast (grows with the book)."""
+    cast = [
+        "Mara Quill",
+        "Tobias Venn",
+        "Ilse Marrow",
+        "Old Captain",
+        "Harbour Master",
+        "Ferry Girl",
+    ]
+    store.commit_chapter(
+        ChapterDelta(
+            chapter=0,
+            source_type="outline",
+            entities=[
+                Entity(
+                    label="Character",
+                    name=n,
+                    sources=[EntitySource(type="outline", chapter=0)],
+                    first_chapter=0,
+                    status_intervals=[{"status": "alive", "from_chapter": 0}],
+                )
+                for n in cast
+            ],
+        )
+    )
+    return cast
+
+
+def _print_results(results: list[dict[str, float]]) -> None:
+    print(
+        f"{'chapters':>9} {'entities':>9} {'relationships':>14} {'read s':>8} {'render s':>9} {'total s':>8} "
+        f"{'page KiB':>9}"
+    )
+    for r in results:
+        print(
+            f"{r['chapters']:>9.0f} {r['entities']:>9.0f} {r['relationships']:>14.0f} {r['read']:>8.3f} "
+            f"{r['render']:>9.3f} {r['read'] + r['render']:>8.3f} {r['kib']:>9.0f}"
+        )
+    small, large = results
+    size = large["entities"] + large["relationships"]
+    print(
+        f"ratio large/small: chapters {large['chapters'] / small['chapters']:.1f}, world (entities + relationships) "
+        f"{size / (small['entities'] + small['relationships']):.2f}, page size {large['kib'] / small['kib']:.2f}, "
+        f"time {(large['read'] + large['render']) / (small['read'] + small['render']):.2f}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.codex_build", description=__doc__.splitlines()[0]
@@ -232,30 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         store.migrate()
         try:
             print(f"graph: {endpoint.label} ({store.server.agent})")
-            cast = [
-                "Mara Quill",
-                "Tobias Venn",
-                "Ilse Marrow",
-                "Old Captain",
-                "Harbour Master",
-                "Ferry Girl",
-            ]
-            store.commit_chapter(
-                ChapterDelta(
-                    chapter=0,
-                    source_type="outline",
-                    entities=[
-                        Entity(
-                            label="Character",
-                            name=n,
-                            sources=[EntitySource(type="outline", chapter=0)],
-                            first_chapter=0,
-                            status_intervals=[{"status": "alive", "from_chapter": 0}],
-                        )
-                        for n in cast
-                    ],
-                )
-            )
+            cast = _outline(store)
             results = []
             started = time.perf_counter()
             for number in range(1, args.large + 1):
@@ -273,22 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
         finally:
             store.close()
-    print(
-        f"{'chapters':>9} {'entities':>9} {'relationships':>14} {'read s':>8} {'render s':>9} {'total s':>8} "
-        f"{'page KiB':>9}"
-    )
-    for r in results:
-        print(
-            f"{r['chapters']:>9.0f} {r['entities']:>9.0f} {r['relationships']:>14.0f} {r['read']:>8.3f} "
-            f"{r['render']:>9.3f} {r['read'] + r['render']:>8.3f} {r['kib']:>9.0f}"
-        )
-    small, large = results
-    size = large["entities"] + large["relationships"]
-    print(
-        f"ratio large/small: chapters {large['chapters'] / small['chapters']:.1f}, world (entities + relationships) "
-        f"{size / (small['entities'] + small['relationships']):.2f}, page size {large['kib'] / small['kib']:.2f}, "
-        f"time {(large['read'] + large['render']) / (small['read'] + small['render']):.2f}"
-    )
+    _print_results(results)
     return 0
 
 

@@ -348,6 +348,61 @@ def bench_retrieval(store: GraphStore, chapters: int, queries: int) -> dict[str,
     return results
 
 
+def _print_commit(commit: dict[str, Any], existing: int) -> None:
+    """The batched and per-row commits' medians, their ratio, and the rollback's."""
+    b, r = statistics.median(commit["batched"]), statistics.median(commit["per_row"])
+    rb = statistics.median(commit["rollback"])
+    nodes, rels, updated = commit["created"]
+    print(
+        f"chapter delta: 300 entities, 1000 relationships, 200 property updates on a graph of "
+        f"{existing} entities -> {nodes} nodes created (entities + Chapter), {rels} relationships "
+        f"created (story + one APPEARS_IN/MENTIONS per entity involved), {updated} nodes updated "
+        f"(property updates + last_chapter of existing entities involved)"
+    )
+    print(
+        f"commit, batched UNWIND (one transaction)      median {b * 1000:8.1f} ms  runs: "
+        + ", ".join(f"{x * 1000:.0f}" for x in commit["batched"])
+    )
+    print(
+        f"commit, one statement per row (one transaction) median {r * 1000:8.1f} ms  runs: "
+        + ", ".join(f"{x * 1000:.0f}" for x in commit["per_row"])
+    )
+    bc, rc = (
+        statistics.median(commit["batched_cpu"]),
+        statistics.median(commit["per_row_cpu"]),
+    )
+    print(
+        f"speed-up batched vs per-row: {r / b:.1f}x wall time (goal >= 10x); "
+        f"CPU of client + embedded server: {bc * 1000:.0f} ms vs {rc * 1000:.0f} ms = {rc / bc:.1f}x"
+    )
+    print(
+        f"rollback of the batched commit (one transaction) median {rb * 1000:8.1f} ms  runs: "
+        + ", ".join(f"{x * 1000:.0f}" for x in commit["rollback"])
+    )
+
+
+def _print_retrieval(ret: dict[str, Any], chapters: int) -> None:
+    """The retrieval graph built, and scene_context's p50 / p95 with and without embeddings."""
+    st = ret["stats"]
+    print(
+        f"retrieval graph: {chapters} chapters, {st.labels.get('Entity', 0)} entities, "
+        f"{st.labels.get('Scene', 0)} scenes ({EMBEDDING_DIM}-dim embeddings), {st.relationships} relationships; "
+        f"built in {ret['build']:.1f} s"
+    )
+    for key, label in (
+        (
+            "with_embedding",
+            "scene_context (4 profiles + location + 3 summaries + top-3 similar scenes)",
+        ),
+        ("graph_only", "scene_context without the embedding search"),
+    ):
+        values = ret[key]
+        print(
+            f"{label}: p50 {percentile(values, 50):6.1f} ms  p95 {percentile(values, 95):6.1f} ms  "
+            f"(n={len(values)}, goal p95 < 50 ms)"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.graph_commit", description=__doc__.split("\n\n")[0]
@@ -381,56 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             store.migrate()
             print(f"graph: {endpoint.label} ({store.server.agent})")
-            commit = bench_commit(store, args.rounds, args.existing)
-            b, r = statistics.median(commit["batched"]), statistics.median(commit["per_row"])
-            rb = statistics.median(commit["rollback"])
-            nodes, rels, updated = commit["created"]
-            print(
-                f"chapter delta: 300 entities, 1000 relationships, 200 property updates on a graph of "
-                f"{args.existing} entities -> {nodes} nodes created (entities + Chapter), {rels} relationships "
-                f"created (story + one APPEARS_IN/MENTIONS per entity involved), {updated} nodes updated "
-                f"(property updates + last_chapter of existing entities involved)"
-            )
-            print(
-                f"commit, batched UNWIND (one transaction)      median {b * 1000:8.1f} ms  runs: "
-                + ", ".join(f"{x * 1000:.0f}" for x in commit["batched"])
-            )
-            print(
-                f"commit, one statement per row (one transaction) median {r * 1000:8.1f} ms  runs: "
-                + ", ".join(f"{x * 1000:.0f}" for x in commit["per_row"])
-            )
-            bc, rc = (
-                statistics.median(commit["batched_cpu"]),
-                statistics.median(commit["per_row_cpu"]),
-            )
-            print(
-                f"speed-up batched vs per-row: {r / b:.1f}x wall time (goal >= 10x); "
-                f"CPU of client + embedded server: {bc * 1000:.0f} ms vs {rc * 1000:.0f} ms = {rc / bc:.1f}x"
-            )
-            print(
-                f"rollback of the batched commit (one transaction) median {rb * 1000:8.1f} ms  runs: "
-                + ", ".join(f"{x * 1000:.0f}" for x in commit["rollback"])
-            )
-
-            ret = bench_retrieval(store, args.chapters, args.queries)
-            st = ret["stats"]
-            print(
-                f"retrieval graph: {args.chapters} chapters, {st.labels.get('Entity', 0)} entities, "
-                f"{st.labels.get('Scene', 0)} scenes ({EMBEDDING_DIM}-dim embeddings), {st.relationships} relationships; "
-                f"built in {ret['build']:.1f} s"
-            )
-            for key, label in (
-                (
-                    "with_embedding",
-                    "scene_context (4 profiles + location + 3 summaries + top-3 similar scenes)",
-                ),
-                ("graph_only", "scene_context without the embedding search"),
-            ):
-                values = ret[key]
-                print(
-                    f"{label}: p50 {percentile(values, 50):6.1f} ms  p95 {percentile(values, 95):6.1f} ms  "
-                    f"(n={len(values)}, goal p95 < 50 ms)"
-                )
+            _print_commit(bench_commit(store, args.rounds, args.existing), args.existing)
+            _print_retrieval(bench_retrieval(store, args.chapters, args.queries), args.chapters)
         finally:
             store.close()
     return 0

@@ -20,12 +20,41 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from flows.regression import RegressionSummary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DIALOGUES = REPO_ROOT.parent / "shared" / "data" / "dialogues"
 SPEAKERS = ["Caroline", "Melanie", "Jon", "Gina"]
+
+
+def _print_results(
+    results: dict[int, tuple[RegressionSummary, pl.DataFrame]],
+    dialogues: int,
+    args: argparse.Namespace,
+    project: Path,
+) -> None:
+    """Turns/s and the per-turn split at each concurrency, and the speed-up."""
+    print(
+        f"regression throughput: {dialogues} dialogues x {args.turns} turns, scripted model "
+        f"{args.latency * 1000:.0f} ms per call, graph {project}"
+    )
+    for concurrency, (summary, turns) in results.items():
+        overhead = turns["total_ms"] - turns["llm_ms"]
+        print(
+            f"  concurrency {concurrency}: {summary.turns_per_second:6.2f} turns/s "
+            f"({summary.turns} turns in {summary.replay_seconds:.1f} s, {summary.committed} committed); "
+            f"per turn: wall {turns['total_ms'].mean():.0f} ms, LLM {turns['llm_ms'].mean():.0f} ms "
+            f"in {turns['llm_calls'].mean():.1f} calls, non-LLM overhead mean {overhead.mean():.0f} ms "
+            f"/ p50 {overhead.median():.0f} ms"
+        )
+    one, many = results[1][0], results[args.concurrency][0]
+    ratio = many.turns_per_second / one.turns_per_second if one.turns_per_second else 0.0
+    print(f"  speed-up at concurrency {args.concurrency}: {ratio:.2f}x (goal >= 3x)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         DialogueScript(SPEAKERS).install(llm)
         os.environ["OPENAI_BASE_URL"] = llm.base_url
         os.environ["SKALD_EMBEDDING_BASE_URL"] = llm.base_url
-        from flows.regression import RegressionParams, RegressionSummary, run_regression
+        from flows.regression import RegressionParams, run_regression
 
         def run(
             concurrency: int, turns: int, dialogues: list[str], *, warm_up: bool = False
@@ -92,22 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(1, 2, files[:1], warm_up=True)
         results = {c: run(c, args.turns, files) for c in (1, args.concurrency)}
 
-    print(
-        f"regression throughput: {len(files)} dialogues x {args.turns} turns, scripted model "
-        f"{args.latency * 1000:.0f} ms per call, graph {project}"
-    )
-    for concurrency, (summary, turns) in results.items():
-        overhead = turns["total_ms"] - turns["llm_ms"]
-        print(
-            f"  concurrency {concurrency}: {summary.turns_per_second:6.2f} turns/s "
-            f"({summary.turns} turns in {summary.replay_seconds:.1f} s, {summary.committed} committed); "
-            f"per turn: wall {turns['total_ms'].mean():.0f} ms, LLM {turns['llm_ms'].mean():.0f} ms "
-            f"in {turns['llm_calls'].mean():.1f} calls, non-LLM overhead mean {overhead.mean():.0f} ms "
-            f"/ p50 {overhead.median():.0f} ms"
-        )
-    one, many = results[1][0], results[args.concurrency][0]
-    ratio = many.turns_per_second / one.turns_per_second if one.turns_per_second else 0.0
-    print(f"  speed-up at concurrency {args.concurrency}: {ratio:.2f}x (goal >= 3x)")
+    _print_results(results, len(files), args, project)
     return 0
 
 
