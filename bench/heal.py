@@ -35,7 +35,7 @@ from itertools import combinations
 from pathlib import Path
 
 from core.llm import LLMGateway
-from core.settings import load_settings
+from core.settings import HealingSettings, load_settings
 from kg import healing as h
 from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta
 from kg.store import GraphStore
@@ -345,6 +345,88 @@ def pairs_of(clusters: list[set[str]]) -> set[frozenset[str]]:
     return {frozenset(p) for c in clusters for p in combinations(sorted(c), 2)}
 
 
+def _blocking(store: GraphStore, snap: h.HealingSnapshot, cfg: HealingSettings) -> None:
+    """Candidate pairs by blocking against all pairs (timed, printed), and what blocking missed."""
+    started = time.perf_counter()
+    blocked, blocks = h.candidate_pairs(snap)
+    blocked_matches = h.score_pairs(snap, blocked, cfg)[0]
+    t_blocked = time.perf_counter() - started
+    snap_naive = h.load_snapshot(store)  # cold memo, same data
+    started = time.perf_counter()
+    naive = h.naive_pairs(snap_naive)
+    naive_matches = h.score_pairs(snap_naive, naive, cfg)[0]
+    t_naive = time.perf_counter() - started
+    lost = {(e.a_id, e.b_id) for e in naive_matches} - {(e.a_id, e.b_id) for e in blocked_matches}
+    print(
+        f"candidates: blocked {len(blocked):,} pairs from {blocks:,} blocks in {t_blocked:.2f}s; "
+        f"naive all-pairs {len(naive):,} pairs in {t_naive:.2f}s; ratio {t_naive / t_blocked:.1f}x faster; "
+        f"name matches {len(blocked_matches)} vs {len(naive_matches)} (missed by blocking: {len(lost)})"
+    )
+
+
+def _detect_and_merge(
+    store: GraphStore,
+    snap: h.HealingSnapshot,
+    cfg: HealingSettings,
+    embed: h.Embedder | None,
+    world: World,
+) -> tuple[h.DetectionResult, set[frozenset[str]], set[frozenset[str]]]:
+    """Detection and one merge transaction a plan (timed, printed): the detection, the pairs
+    merged and the planted pairs."""
+    started = time.perf_counter()
+    detection = h.detect_duplicates(snap, cfg, embed)
+    t_detect = time.perf_counter() - started
+    started = time.perf_counter()
+    results = [
+        store.execute_write(h.merge_tx, plan, "2026-01-01T00:00:00+00:00", CHAPTERS)
+        for plan in detection.plans
+    ]
+    t_merge = time.perf_counter() - started
+    merged_clusters = [{r.survivor_id, *r.merged_ids} for r in results if r.skipped is None]
+    predicted, truth = pairs_of(merged_clusters), pairs_of(world.truth)
+    s = detection.stats
+    print(
+        f"detection: {s.name_matches} name matches, {s.accepted_pairs} accepted, {s.vetoed_pairs} vetoed, "
+        f"{s.embedded_entities} entities embedded, {len(detection.plans)} merges planned in {t_detect:.2f}s"
+    )
+    print(
+        f"merge: {len(merged_clusters)} merges ({sum(r.relationships_moved for r in results)} relationships "
+        f"moved) in {t_merge:.2f}s, one transaction each; entities now {len(h.load_snapshot(store).entities)}"
+    )
+    return detection, predicted, truth
+
+
+def _print_misses(
+    world: World,
+    detection: h.DetectionResult,
+    predicted: set[frozenset[str]],
+    truth: set[frozenset[str]],
+) -> None:
+    """Recall by kind of planted variant, and the first misses and wrong merges."""
+    hits = predicted & truth
+    missed = [c for c in world.truth if frozenset(c) not in hits]
+    by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for c in world.truth:
+        dup = next(i for i in c if i in world.kinds)
+        by_kind[world.kinds[dup]][1] += 1
+        by_kind[world.kinds[dup]][0] += frozenset(c) in hits
+    print(
+        "recall by variant: " + ", ".join(f"{k} {a}/{b}" for k, (a, b) in sorted(by_kind.items()))
+    )
+    for c in missed[:5]:
+        names = " / ".join(repr(world.entities[i].name) for i in sorted(c))
+        print(f"  missed: {names}")
+    for pair in sorted(predicted - truth, key=sorted)[:5]:
+        names = " / ".join(f"{world.entities[i].name!r} ({i})" for i in sorted(pair))
+        plan = next(p for p in detection.plans if pair <= {p.survivor_id, *p.merged_ids})
+        why = "; ".join(
+            f"{e.a_name}~{e.b_name}: name {e.name_score}, shared {e.shared_neighbours}, "
+            f"embedding {e.embedding_score}"
+            for e in plan.evidence
+        )
+        print(f"  wrongly merged: {names} [{why}]")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.heal", description=__doc__.split("\n\n")[0]
@@ -382,74 +464,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             assert len(snap.entities) == args.entities, len(snap.entities)
 
             cfg = settings.healing
-            started = time.perf_counter()
-            blocked, blocks = h.candidate_pairs(snap)
-            blocked_matches = h.score_pairs(snap, blocked, cfg)[0]
-            t_blocked = time.perf_counter() - started
-            snap_naive = h.load_snapshot(store)  # cold memo, same data
-            started = time.perf_counter()
-            naive = h.naive_pairs(snap_naive)
-            naive_matches = h.score_pairs(snap_naive, naive, cfg)[0]
-            t_naive = time.perf_counter() - started
-            lost = {(e.a_id, e.b_id) for e in naive_matches} - {
-                (e.a_id, e.b_id) for e in blocked_matches
-            }
-            print(
-                f"candidates: blocked {len(blocked):,} pairs from {blocks:,} blocks in {t_blocked:.2f}s; "
-                f"naive all-pairs {len(naive):,} pairs in {t_naive:.2f}s; ratio {t_naive / t_blocked:.1f}x faster; "
-                f"name matches {len(blocked_matches)} vs {len(naive_matches)} (missed by blocking: {len(lost)})"
-            )
-
+            _blocking(store, snap, cfg)
             embed = (
                 None
                 if args.no_embeddings
                 else (lambda texts: gateway.embed(list(texts), purpose="bench"))
             )
-            started = time.perf_counter()
-            detection = h.detect_duplicates(snap, cfg, embed)
-            t_detect = time.perf_counter() - started
-            started = time.perf_counter()
-            results = [
-                store.execute_write(h.merge_tx, plan, "2026-01-01T00:00:00+00:00", CHAPTERS)
-                for plan in detection.plans
-            ]
-            t_merge = time.perf_counter() - started
-            merged_clusters = [{r.survivor_id, *r.merged_ids} for r in results if r.skipped is None]
-            predicted, truth = pairs_of(merged_clusters), pairs_of(world.truth)
+            detection, predicted, truth = _detect_and_merge(store, snap, cfg, embed, world)
             hits = predicted & truth
             precision = len(hits) / len(predicted) if predicted else 1.0
             recall = len(hits) / len(truth) if truth else 1.0
-            s = detection.stats
-            print(
-                f"detection: {s.name_matches} name matches, {s.accepted_pairs} accepted, {s.vetoed_pairs} vetoed, "
-                f"{s.embedded_entities} entities embedded, {len(detection.plans)} merges planned in {t_detect:.2f}s"
-            )
-            print(
-                f"merge: {len(merged_clusters)} merges ({sum(r.relationships_moved for r in results)} relationships "
-                f"moved) in {t_merge:.2f}s, one transaction each; entities now {len(h.load_snapshot(store).entities)}"
-            )
-            missed = [c for c in world.truth if frozenset(c) not in hits]
-            by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-            for c in world.truth:
-                dup = next(i for i in c if i in world.kinds)
-                by_kind[world.kinds[dup]][1] += 1
-                by_kind[world.kinds[dup]][0] += frozenset(c) in hits
-            print(
-                "recall by variant: "
-                + ", ".join(f"{k} {a}/{b}" for k, (a, b) in sorted(by_kind.items()))
-            )
-            for c in missed[:5]:
-                names = " / ".join(repr(world.entities[i].name) for i in sorted(c))
-                print(f"  missed: {names}")
-            for pair in sorted(predicted - truth, key=sorted)[:5]:
-                names = " / ".join(f"{world.entities[i].name!r} ({i})" for i in sorted(pair))
-                plan = next(p for p in detection.plans if pair <= {p.survivor_id, *p.merged_ids})
-                why = "; ".join(
-                    f"{e.a_name}~{e.b_name}: name {e.name_score}, shared {e.shared_neighbours}, "
-                    f"embedding {e.embedding_score}"
-                    for e in plan.evidence
-                )
-                print(f"  wrongly merged: {names} [{why}]")
+            _print_misses(world, detection, predicted, truth)
             ok = precision >= GOAL_PRECISION and recall >= GOAL_RECALL
             print(
                 f"precision {precision:.3f} (goal {GOAL_PRECISION}), recall {recall:.3f} (goal >= {GOAL_RECALL}): "

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import polars as pl
 
-from bench.crash.harness import GroupRun, differing, run_with_kills, tree_digest
+from bench.crash.harness import GroupRun, KillSeries, differing, run_with_kills, tree_digest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIALOGUES = REPO_ROOT.parent / "shared" / "data" / "dialogues"
@@ -232,6 +232,60 @@ def _command(project: Path, args: argparse.Namespace) -> list[str]:
     ]
 
 
+def _reference(
+    reference: Path, args: argparse.Namespace, env: dict[str, str], work: Path, llm: LLMProcess
+) -> tuple[int, int, float]:
+    """The uninterrupted run (printed): its exit, its LLM calls, its seconds."""
+    before = llm.requests()
+    started = time.monotonic()
+    reference_exit = (
+        GroupRun(_command(reference, args), REPO_ROOT, env, work / "reference.log")
+        .start()
+        .wait(timeout=1800)
+    )
+    reference_s = time.monotonic() - started
+    reference_calls = llm.requests() - before
+    print(
+        f"reference: exit {reference_exit}, {reference_calls} LLM calls ({reference_s:.0f} s; log {work / 'reference.log'})"
+    )
+    return reference_exit, reference_calls, reference_s
+
+
+def _crashed(
+    crashed: Path,
+    args: argparse.Namespace,
+    env: dict[str, str],
+    work: Path,
+    llm: LLMProcess,
+    reference_s: float,
+) -> tuple[KillSeries, int]:
+    """The run killed at seeded moments and resumed (printed): the kills, its LLM calls."""
+    # Start-up (Prefect's API, the JVM) takes a share of a run that depends on the machine's
+    # load: by default the kills fall in the later part of the reference's own time.
+    low = args.low if args.low is not None else round(0.4 * reference_s, 1)
+    high = max(low, args.high if args.high is not None else round(0.9 * reference_s, 1))
+    before = llm.requests()
+    series = run_with_kills(
+        _command(crashed, args),
+        cwd=REPO_ROOT,
+        env=env,
+        log=work / "crashed.log",
+        seed=args.seed,
+        kills=args.kills,
+        low_s=low,
+        high_s=high,
+    )
+    crashed_calls = llm.requests() - before
+    moments = ", ".join(
+        f"{k.delay_s:.1f}s{'' if k.killed else ' (finished first)'}" for k in series.kills
+    )
+    print(
+        f"crashed: seed {args.seed}, kill window {low:g}-{high:g} s, kills landed {series.landed}/{args.kills} at {moments}; final exit "
+        f"{series.final_exit}, {crashed_calls} LLM calls (log {work / 'crashed.log'})"
+    )
+    return series, crashed_calls
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.kills < 1 or (
@@ -261,42 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(project, ignore_errors=True)
             project.mkdir(parents=True)
 
-        before = llm.requests()
-        started = time.monotonic()
-        reference_exit = (
-            GroupRun(_command(reference, args), REPO_ROOT, env, work / "reference.log")
-            .start()
-            .wait(timeout=1800)
-        )
-        reference_s = time.monotonic() - started
-        reference_calls = llm.requests() - before
-        print(
-            f"reference: exit {reference_exit}, {reference_calls} LLM calls ({reference_s:.0f} s; log {work / 'reference.log'})"
-        )
-
-        # Start-up (Prefect's API, the JVM) takes a share of a run that depends on the machine's
-        # load: by default the kills fall in the later part of the reference's own time.
-        low = args.low if args.low is not None else round(0.4 * reference_s, 1)
-        high = max(low, args.high if args.high is not None else round(0.9 * reference_s, 1))
-        before = llm.requests()
-        series = run_with_kills(
-            _command(crashed, args),
-            cwd=REPO_ROOT,
-            env=env,
-            log=work / "crashed.log",
-            seed=args.seed,
-            kills=args.kills,
-            low_s=low,
-            high_s=high,
-        )
-        crashed_calls = llm.requests() - before
-        moments = ", ".join(
-            f"{k.delay_s:.1f}s{'' if k.killed else ' (finished first)'}" for k in series.kills
-        )
-        print(
-            f"crashed: seed {args.seed}, kill window {low:g}-{high:g} s, kills landed {series.landed}/{args.kills} at {moments}; final exit "
-            f"{series.final_exit}, {crashed_calls} LLM calls (log {work / 'crashed.log'})"
-        )
+        reference_exit, reference_calls, reference_s = _reference(reference, args, env, work, llm)
+        series, crashed_calls = _crashed(crashed, args, env, work, llm, reference_s)
     finally:
         llm.stop()
 
