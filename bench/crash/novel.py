@@ -278,7 +278,7 @@ def print_hashes(label: str, digest: Mapping[str, str]) -> None:
         print(f"    {sha}  {name}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.crash.novel",
         description=__doc__.split("\n\n")[0],
@@ -345,6 +345,74 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="keep the projects here (default: a temporary directory, removed when all is identical)",
     )
+    return parser
+
+
+def _kill_window(args: argparse.Namespace, base: RunResult) -> tuple[float, float]:
+    """The seconds after a start the kills fall in (by time), and the kill moments printed."""
+    low = args.low if args.low is not None else max(2.0, 0.1 * base.wall_s)
+    high = args.high if args.high is not None else max(low + 1.0, 0.6 * base.wall_s)
+    if args.seeds and args.kill_by == "time":
+        print(
+            f"kill moments: {args.kills} per seed, uniform in [{low:.1f}, {high:.1f}] s after each start"
+        )
+    elif args.seeds:
+        print(
+            f"kill moments: {args.kills} per seed, each once the series has made a seeded number of LLM calls "
+            f"(of the uninterrupted run's {base.requests}) and up to 2 s more"
+        )
+    return low, high
+
+
+def _seed(
+    seed: int,
+    args: argparse.Namespace,
+    server: Server,
+    work: Path,
+    book: Book,
+    base: RunResult,
+    low: float,
+    high: float,
+) -> tuple[bool, int]:
+    """One seed's series of kills and its resumed run (printed): whether it wrote the
+    uninterrupted run's bytes, and how many kills landed."""
+    # Each series under a hash seed of its own: a resumed run must not depend on it either.
+    if args.kill_by == "time":
+        result, series = killed_run(
+            server, work / f"seed-{seed}", book, 100 + seed, seed, args.kills, low, high
+        )
+    else:
+        result, series = killed_by_progress(
+            server, work / f"seed-{seed}", book, 100 + seed, seed, args.kills, base.requests
+        )
+    log, requests = work / f"seed-{seed}" / "run.log", result.requests
+    extra = 100.0 * (requests - base.requests) / max(base.requests, 1)
+    if series.final_exit != 0:
+        print(
+            f"seed {seed}: kills landed {series.landed}/{args.kills}; the resumed run FAILED "
+            f"(exit {series.final_exit}); see {log}"
+        )
+        return False, series.landed
+    diff = differing(base.digest, result.digest)
+    targets = dict(enumerate(progress_targets(seed, args.kills, base.requests), start=1))
+    moments = ", ".join(
+        (f"after {targets[k.attempt][0]} calls, " if args.kill_by == "calls" else "")
+        + f"{k.delay_s:.1f}s into its start"
+        + ("" if k.killed else " (finished first)")
+        for k in series.kills
+    )
+    print(
+        f"seed {seed}: kills landed {series.landed}/{args.kills} ({moments}); identical "
+        f"{'yes' if not diff else 'NO'}"
+        + (f" (differ: {', '.join(diff)})" if diff else "")
+        + f"; LLM calls {requests}, {requests - base.requests:+d} beyond the uninterrupted run's "
+        f"({extra:+.1f}%)"
+    )
+    return not diff, series.landed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if (
         args.chapters < 1
@@ -397,54 +465,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_hashes("PYTHONHASHSEED=1", base.digest)
             print_hashes("PYTHONHASHSEED=2", other.digest)
             ok &= not diff
-        low = args.low if args.low is not None else max(2.0, 0.1 * base.wall_s)
-        high = args.high if args.high is not None else max(low + 1.0, 0.6 * base.wall_s)
-        if args.seeds and args.kill_by == "time":
-            print(
-                f"kill moments: {args.kills} per seed, uniform in [{low:.1f}, {high:.1f}] s after each start"
-            )
-        elif args.seeds:
-            print(
-                f"kill moments: {args.kills} per seed, each once the series has made a seeded number of LLM calls "
-                f"(of the uninterrupted run's {base.requests}) and up to 2 s more"
-            )
+        low, high = _kill_window(args, base)
         total_kills = 0
         for seed in range(1, args.seeds + 1):
-            # Each series under a hash seed of its own: a resumed run must not depend on it either.
-            if args.kill_by == "time":
-                result, series = killed_run(
-                    server, work / f"seed-{seed}", book, 100 + seed, seed, args.kills, low, high
-                )
-            else:
-                result, series = killed_by_progress(
-                    server, work / f"seed-{seed}", book, 100 + seed, seed, args.kills, base.requests
-                )
-            log, requests = work / f"seed-{seed}" / "run.log", result.requests
-            total_kills += series.landed
-            extra = 100.0 * (requests - base.requests) / max(base.requests, 1)
-            if series.final_exit != 0:
-                print(
-                    f"seed {seed}: kills landed {series.landed}/{args.kills}; the resumed run FAILED "
-                    f"(exit {series.final_exit}); see {log}"
-                )
-                ok = False
-                continue
-            diff = differing(base.digest, result.digest)
-            targets = dict(enumerate(progress_targets(seed, args.kills, base.requests), start=1))
-            moments = ", ".join(
-                (f"after {targets[k.attempt][0]} calls, " if args.kill_by == "calls" else "")
-                + f"{k.delay_s:.1f}s into its start"
-                + ("" if k.killed else " (finished first)")
-                for k in series.kills
-            )
-            print(
-                f"seed {seed}: kills landed {series.landed}/{args.kills} ({moments}); identical "
-                f"{'yes' if not diff else 'NO'}"
-                + (f" (differ: {', '.join(diff)})" if diff else "")
-                + f"; LLM calls {requests}, {requests - base.requests:+d} beyond the uninterrupted run's "
-                f"({extra:+.1f}%)"
-            )
-            ok &= not diff
+            seed_ok, landed = _seed(seed, args, server, work, book, base, low, high)
+            total_kills += landed
+            ok &= seed_ok
         if args.seeds:
             print(f"kills landed in all: {total_kills}")
         print(

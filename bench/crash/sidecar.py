@@ -379,7 +379,7 @@ def same(a: RunResult, b: RunResult) -> list[str]:
     ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.crash.sidecar",
         description=__doc__,
@@ -422,6 +422,82 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--serve-llm", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("speakers", nargs="*", help=argparse.SUPPRESS)
+    return parser
+
+
+def _mode(
+    mode: str, args: argparse.Namespace, work: Path, llm: LLMProcess, failures: list[str]
+) -> None:
+    """One mode's runs, printed: two clean ingests under different hash seeds, a graceful
+    restart, then each seed's kills; what differed from the clean ingest goes to `failures`
+    as it is found (a run that raises leaves the ones before it recorded)."""
+    bodies = turn_bodies(args.dialogue, args.turns, MODES[mode])
+    reference = one_run(f"{mode}-clean-hashseed-1", work, llm, bodies, hash_seed="1")
+    twin = one_run(f"{mode}-clean-hashseed-2", work, llm, bodies, hash_seed="2")
+    differ = same(reference, twin)
+    print(
+        f"[{mode}] require_actions={MODES[mode]}: clean ingests under PYTHONHASHSEED=1 and =2 "
+        f"(different directories): {'identical' if not differ else 'DIFFERENT: ' + ', '.join(differ)}"
+    )
+    for run in (reference, twin):
+        print(
+            f"  {run.name}: export sha256 {run.export_sha}\n"
+            f"  {' ' * len(run.name)}  read-back sha256 {run.readback_sha}\n"
+            f"  {' ' * len(run.name)}  packets sha256 {run.packets_sha}; {run.llm_requests} LLM requests"
+        )
+    if differ:
+        failures.append(f"{mode}: hash seeds 1 and 2 differ in {', '.join(differ)}")
+    restarted = one_run(
+        f"{mode}-graceful-restart",
+        work,
+        llm,
+        bodies,
+        hash_seed="random",
+        restart_after=args.turns // 2,
+    )
+    differ = same(reference, restarted)
+    print(
+        f"  graceful restart after turn {args.turns // 2}: "
+        f"{'identical' if not differ else 'DIFFERENT: ' + ', '.join(differ)}"
+    )
+    if differ:
+        failures.append(f"{mode}: a graceful restart changed {', '.join(differ)}")
+    total_kills = 0
+    for seed in args.seeds:
+        moments = kill_moments(seed, args.kills, args.low, args.high)
+        run = one_run(
+            f"{mode}-kills-seed-{seed}",
+            work,
+            llm,
+            bodies,
+            hash_seed="random",
+            moments=moments,
+        )
+        total_kills += run.kills
+        differ = same(reference, run)
+        extra = 100.0 * (run.llm_requests - reference.llm_requests) / max(reference.llm_requests, 1)
+        print(
+            f"  seed {seed}: kills landed {run.kills}/{len(moments)} ({run.takeovers} while a turn held the "
+            f"lease); identical "
+            f"{'yes' if not differ else 'NO (' + ', '.join(differ) + ')'}; LLM requests "
+            f"{run.llm_requests} vs {reference.llm_requests} (+{extra:.1f}%); longest refusal after a "
+            f"kill {run.longest_refusal_s:.1f} s (goal < 10 s); longest kill -> next acknowledged turn "
+            f"{run.longest_gap_s:.1f} s (restart included)",
+            flush=True,
+        )
+        if differ:
+            failures.append(
+                f"{mode} seed {seed}: {', '.join(differ)} differ (see {work / run.name})"
+            )
+        if extra > args.max_extra:
+            failures.append(
+                f"{mode} seed {seed}: {extra:.1f}% extra LLM requests (> {args.max_extra:g}%)"
+            )
+    print(f"  [{mode}] {total_kills} kills over {len(args.seeds)} seeds", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.serve_llm is not None:
         return serve_llm(args.serve_llm, args.speakers)
@@ -446,73 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         for mode in args.modes:
-            bodies = turn_bodies(args.dialogue, args.turns, MODES[mode])
-            reference = one_run(f"{mode}-clean-hashseed-1", work, llm, bodies, hash_seed="1")
-            twin = one_run(f"{mode}-clean-hashseed-2", work, llm, bodies, hash_seed="2")
-            differ = same(reference, twin)
-            print(
-                f"[{mode}] require_actions={MODES[mode]}: clean ingests under PYTHONHASHSEED=1 and =2 "
-                f"(different directories): {'identical' if not differ else 'DIFFERENT: ' + ', '.join(differ)}"
-            )
-            for run in (reference, twin):
-                print(
-                    f"  {run.name}: export sha256 {run.export_sha}\n"
-                    f"  {' ' * len(run.name)}  read-back sha256 {run.readback_sha}\n"
-                    f"  {' ' * len(run.name)}  packets sha256 {run.packets_sha}; {run.llm_requests} LLM requests"
-                )
-            if differ:
-                failures.append(f"{mode}: hash seeds 1 and 2 differ in {', '.join(differ)}")
-            restarted = one_run(
-                f"{mode}-graceful-restart",
-                work,
-                llm,
-                bodies,
-                hash_seed="random",
-                restart_after=args.turns // 2,
-            )
-            differ = same(reference, restarted)
-            print(
-                f"  graceful restart after turn {args.turns // 2}: "
-                f"{'identical' if not differ else 'DIFFERENT: ' + ', '.join(differ)}"
-            )
-            if differ:
-                failures.append(f"{mode}: a graceful restart changed {', '.join(differ)}")
-            total_kills = 0
-            for seed in args.seeds:
-                moments = kill_moments(seed, args.kills, args.low, args.high)
-                run = one_run(
-                    f"{mode}-kills-seed-{seed}",
-                    work,
-                    llm,
-                    bodies,
-                    hash_seed="random",
-                    moments=moments,
-                )
-                total_kills += run.kills
-                differ = same(reference, run)
-                extra = (
-                    100.0
-                    * (run.llm_requests - reference.llm_requests)
-                    / max(reference.llm_requests, 1)
-                )
-                print(
-                    f"  seed {seed}: kills landed {run.kills}/{len(moments)} ({run.takeovers} while a turn held the "
-                    f"lease); identical "
-                    f"{'yes' if not differ else 'NO (' + ', '.join(differ) + ')'}; LLM requests "
-                    f"{run.llm_requests} vs {reference.llm_requests} (+{extra:.1f}%); longest refusal after a "
-                    f"kill {run.longest_refusal_s:.1f} s (goal < 10 s); longest kill -> next acknowledged turn "
-                    f"{run.longest_gap_s:.1f} s (restart included)",
-                    flush=True,
-                )
-                if differ:
-                    failures.append(
-                        f"{mode} seed {seed}: {', '.join(differ)} differ (see {work / run.name})"
-                    )
-                if extra > args.max_extra:
-                    failures.append(
-                        f"{mode} seed {seed}: {extra:.1f}% extra LLM requests (> {args.max_extra:g}%)"
-                    )
-            print(f"  [{mode}] {total_kills} kills over {len(args.seeds)} seeds", flush=True)
+            _mode(mode, args, work, llm, failures)
     finally:
         llm.close()
         if args.work_dir is None and not failures:
