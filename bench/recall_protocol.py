@@ -122,6 +122,30 @@ def _print_summary(summary: dict[str, object], rows: list[dict[str, object]]) ->
     )
 
 
+def _fold_row(
+    held_out: Dialogue,
+    train: list[Dialogue],
+    params: RecallParams,
+    held: list[Row],
+    key: str,
+    chosen: object,
+) -> dict[str, object]:
+    """A fold's figures as printed and written: what it chose (`key`), tuned-on beside
+    held-out recall, per category. The tuned-on recall@10 is what `tune` maximised."""
+    tuned = [r for d in train for r in scores(d, params)]
+    return {
+        "held_out": held_out.name,
+        "tuned_on": [d.name for d in train],
+        key: chosen,
+        "tuned_on_recall_at_10": round(pooled(tuned), 4),
+        "tuned_on_recall_at_5": round(pooled(tuned, 1), 4),
+        "recall_at_10": round(pooled(held), 4),
+        "recall_at_5": round(pooled(held, 1), 4),
+        "categories": {str(c): round(pooled(held, 2, c), 4) for c in CATEGORIES},
+        "tuned_on_categories": {str(c): round(pooled(tuned, 2, c), 4) for c in CATEGORIES},
+    }
+
+
 def _learned_fold(
     held_out: Dialogue, train: list[Dialogue]
 ) -> tuple[dict[str, object], LearnedFusion, list[Row], float, str]:
@@ -132,18 +156,7 @@ def _learned_fold(
     without_parts = pooled(scores(held_out, params.model_copy(update={"part_budget": 0})))
     budget = f"{params.part_budget}/{params.part_depth}" if params.part_budget else "0"
     held = scores(held_out, params)
-    tuned = [r for d in train for r in scores(d, params)]
-    row = {
-        "held_out": held_out.name,
-        "tuned_on": [d.name for d in train],
-        "fusion": fusion.model_dump(),
-        "tuned_on_recall_at_10": round(pooled(tuned), 4),
-        "tuned_on_recall_at_5": round(pooled(tuned, 1), 4),
-        "recall_at_10": round(pooled(held), 4),
-        "recall_at_5": round(pooled(held, 1), 4),
-        "categories": {str(c): round(pooled(held, 2, c), 4) for c in CATEGORIES},
-        "tuned_on_categories": {str(c): round(pooled(tuned, 2, c), 4) for c in CATEGORIES},
-    }
+    row = _fold_row(held_out, train, params, held, "fusion", fusion.model_dump())
     print(
         f"{held_out.name} | {'+'.join(short_name(d.name) for d in train)} | "
         f"{row['tuned_on_recall_at_10']:.3f} | "
@@ -228,20 +241,9 @@ def _tuned_fold(
     held_out: Dialogue, train: list[Dialogue]
 ) -> tuple[RecallParams, dict[str, object]]:
     """One fold of the reciprocal-rank fusion: the knobs tuned on `train`, its row (printed)."""
-    params, tuned_value = tune(train)
+    params, _ = tune(train)
     held = scores(held_out, params)
-    tuned = [r for d in train for r in scores(d, params)]
-    row = {
-        "held_out": held_out.name,
-        "tuned_on": [d.name for d in train],
-        "params": params.model_dump(),
-        "tuned_on_recall_at_10": round(tuned_value, 4),
-        "tuned_on_recall_at_5": round(pooled(tuned, 1), 4),
-        "recall_at_10": round(pooled(held), 4),
-        "recall_at_5": round(pooled(held, 1), 4),
-        "categories": {str(c): round(pooled(held, 2, c), 4) for c in CATEGORIES},
-        "tuned_on_categories": {str(c): round(pooled(tuned, 2, c), 4) for c in CATEGORIES},
-    }
+    row = _fold_row(held_out, train, params, held, "params", params.model_dump())
     cats = " | ".join(f"{row['categories'][str(c)]:.3f}" for c in CATEGORIES)
     print(
         f"{held_out.name} | {'+'.join(short_name(d.name) for d in train)} | "

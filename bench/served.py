@@ -1,8 +1,9 @@
-"""What the benchmarks that serve a sidecar share: the command that serves it on loopback, and
-waiting for the server they started."""
+"""What the benchmarks that serve a sidecar share: the command that serves it on loopback, its
+start with the output to a log file, and waiting for the server they started."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 HEALTH_PATH = "/api/kg-sidecar/health"
 #: A cold start loads the embedding model and starts the JVM graph: a minute on a loaded
 #: 2-core machine; five is a server that will not come up.
@@ -57,3 +59,19 @@ def serve_command(port: int, project: Path, *extra: str) -> list[str]:
         str(project),
         *extra,
     ]
+
+
+def start_sidecar(
+    port: int, project: Path, env: dict[str, str], log: Path, *extra: str
+) -> subprocess.Popen[str]:
+    """`serve_command` started from the repository with `env`, its output to `log` (a file:
+    an unread pipe would fill and block the server; the child keeps its own handle)."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            serve_command(port, project, *extra),
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )

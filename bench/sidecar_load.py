@@ -158,7 +158,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -301,7 +300,7 @@ def _run_levels(
     args: argparse.Namespace, dialogues: list[list[dict[str, Any]]]
 ) -> list[LevelReport]:
     """The served sidecar against its scripted LLM, then each level in order."""
-    from bench.served import serve_command, wait_healthy
+    from bench.served import start_sidecar, wait_healthy
     from core.graph_server import free_port
     from tests.support.dialogue_script import DialogueScript
     from tests.support.scripted_llm import ScriptedLLM
@@ -323,15 +322,7 @@ def _run_levels(
         ):
             env.pop(name, None)
         log_path = project / "serve.log"
-        server_log = log_path.open("w")  # a file: an unread pipe would fill and block the server
-        server = subprocess.Popen(
-            serve_command(port, project, *args.serve_args),
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=server_log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        server = start_sidecar(port, project, env, log_path, *args.serve_args)
         try:
             with httpx.Client(timeout=120) as client:
                 wait_healthy(client, base, lambda: server.poll() is None, log_path, "sidecar_load")
@@ -350,7 +341,6 @@ def _run_levels(
         finally:
             server.terminate()
             server.wait(timeout=60)
-            server_log.close()
             shutil.rmtree(project, ignore_errors=True)
     return levels
 

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -147,7 +146,7 @@ class Soak:
 
 def _soak(args: argparse.Namespace, started_at: float) -> tuple[Soak, float]:
     """The served sidecar against its scripted LLM, soaked: the soak and the RSS at its end."""
-    from bench.served import serve_command, wait_healthy
+    from bench.served import start_sidecar, wait_healthy
     from core.graph_server import free_port
     from tests.support.dialogue_script import DialogueScript
     from tests.support.scripted_llm import ScriptedLLM
@@ -166,15 +165,13 @@ def _soak(args: argparse.Namespace, started_at: float) -> tuple[Soak, float]:
         }
         for name in ("OPENAI_API_KEY", "NEO4J_URI", "SKALD_SIDECAR_TOKEN"):
             env.pop(name, None)
-        # A file: an unread pipe would fill and block the server.
-        server_log = (project / "serve.log").open("w")
-        server = subprocess.Popen(
-            serve_command(port, project, "--max-call-records", str(args.max_call_records)),
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=server_log,
-            stderr=subprocess.STDOUT,
-            text=True,
+        server = start_sidecar(
+            port,
+            project,
+            env,
+            project / "serve.log",
+            "--max-call-records",
+            str(args.max_call_records),
         )
         try:
             with httpx.Client(timeout=120) as client:
@@ -186,7 +183,6 @@ def _soak(args: argparse.Namespace, started_at: float) -> tuple[Soak, float]:
         finally:
             server.terminate()
             server.wait(timeout=60)
-            server_log.close()
             shutil.rmtree(project, ignore_errors=True)
     return soak, rss_end
 
