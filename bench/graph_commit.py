@@ -44,7 +44,17 @@ from kg.models import (
 from kg.store import GraphStore
 from kg.transfer import dumps_export
 
-REL_TYPES = ["knows", "friend of", "enemy of", "loves", "distrusts", "serves", "protects", "ally of", "rival of"]
+REL_TYPES = [
+    "knows",
+    "friend of",
+    "enemy of",
+    "loves",
+    "distrusts",
+    "serves",
+    "protects",
+    "ally of",
+    "rival of",
+]
 EMBEDDING_DIM = 384
 
 
@@ -54,13 +64,19 @@ class PerRowOps(GraphOps):
     read_query = staticmethod(cypher.row_read_node)
     lock_query = staticmethod(cypher.row_lock_node)
 
-    def _props_by_id(self, tx: ManagedTransaction, query: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-        return {row["id"]: row["props"] for node_id in ids for row in self.rows(tx, query, id=node_id)}
+    def _props_by_id(
+        self, tx: ManagedTransaction, query: str, ids: list[str]
+    ) -> dict[str, dict[str, Any]]:
+        return {
+            row["id"]: row["props"] for node_id in ids for row in self.rows(tx, query, id=node_id)
+        }
 
     def read_names(self, tx: ManagedTransaction, keys: list[str]) -> list[dict[str, Any]]:
         return [row for key in keys for row in self.rows(tx, cypher.ROW_READ_NAME, key=key)]
 
-    def read_rels(self, tx: ManagedTransaction, keys_by_type: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    def read_rels(
+        self, tx: ManagedTransaction, keys_by_type: dict[str, list[str]]
+    ) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
         for rel_type, keys in keys_by_type.items():
             for key in keys:
@@ -68,7 +84,9 @@ class PerRowOps(GraphOps):
                     found[row["key"]] = row["props"]
         return found
 
-    def create_nodes(self, tx: ManagedTransaction, labels: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+    def create_nodes(
+        self, tx: ManagedTransaction, labels: tuple[str, ...], rows: list[dict[str, Any]]
+    ) -> None:
         for row in rows:
             self.run(tx, cypher.row_create_node(labels), props=row["props"])
 
@@ -76,13 +94,30 @@ class PerRowOps(GraphOps):
         for row in rows:
             self.run(tx, cypher.row_update_node(label), id=row["id"], changes=row["changes"])
 
-    def create_rels(self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]) -> None:
+    def create_rels(
+        self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]
+    ) -> None:
         for row in rows:
-            self.run(tx, cypher.row_create_rel(*group), src=row["src"], tgt=row["tgt"], props=row["props"])
+            self.run(
+                tx,
+                cypher.row_create_rel(*group),
+                src=row["src"],
+                tgt=row["tgt"],
+                props=row["props"],
+            )
 
-    def update_rels(self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]) -> None:
+    def update_rels(
+        self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]
+    ) -> None:
         for row in rows:
-            self.run(tx, cypher.row_update_rel(*group), src=row["src"], tgt=row["tgt"], key=row["key"], props=row["props"])
+            self.run(
+                tx,
+                cypher.row_update_rel(*group),
+                src=row["src"],
+                tgt=row["tgt"],
+                key=row["key"],
+                props=row["props"],
+            )
 
     def create_names(self, tx: ManagedTransaction, rows: list[dict[str, Any]]) -> None:
         for row in rows:
@@ -102,8 +137,13 @@ def seed_delta(existing: int) -> ChapterDelta:
         chapter=0,
         source_type="outline",
         entities=[
-            Entity(label="Character", name=f"Founder {i}", description=f"Founder number {i}.", sources=[source],
-                   status_intervals=[{"status": "alive", "from_chapter": 0}])
+            Entity(
+                label="Character",
+                name=f"Founder {i}",
+                description=f"Founder number {i}.",
+                sources=[source],
+                status_intervals=[{"status": "alive", "from_chapter": 0}],
+            )
             for i in range(existing)
         ],
     )
@@ -118,16 +158,26 @@ def commit_delta(rng: random.Random, existing: int) -> ChapterDelta:
         title="Benchmark chapter",
         summary="A chapter with many entities.",
         entities=[
-            Entity(label=rng.choice(["Character", "Character", "Location", "Item", "Event"]), name=name,
-                   description=f"{name} in detail. " * 4, traits=["curious"], attributes={"rank": i})
+            Entity(
+                label=rng.choice(["Character", "Character", "Location", "Item", "Event"]),
+                name=name,
+                description=f"{name} in detail. " * 4,
+                traits=["curious"],
+                attributes={"rank": i},
+            )
             for i, name in enumerate(new)
         ],
         relationships=[
-            Relationship(source=a, target=b, type=rng.choice(REL_TYPES), weight=round(rng.random(), 3))
+            Relationship(
+                source=a, target=b, type=rng.choice(REL_TYPES), weight=round(rng.random(), 3)
+            )
             for a, b in ((rng.choice(everyone), rng.choice(everyone)) for _ in range(1000))
         ],
         property_updates=[
-            PropertyUpdate(entity=f"Founder {i}", changes={"description": f"Changed in chapter 1 ({i}).", "mood": "tense"})
+            PropertyUpdate(
+                entity=f"Founder {i}",
+                changes={"description": f"Changed in chapter 1 ({i}).", "mood": "tense"},
+            )
             for i in range(200)
         ],
     )
@@ -137,26 +187,47 @@ def embedding(rng: random.Random) -> list[float]:
     return [round(rng.gauss(0.0, 1.0), 6) for _ in range(EMBEDDING_DIM)]
 
 
-def story_chapter(rng: random.Random, chapter: int, cast: list[str], places: list[str]) -> ChapterDelta:
-    fresh = [f"Ch{chapter} Person {i}" for i in range(20)] + [f"Ch{chapter} Place {i}" for i in range(5)]
+def story_chapter(
+    rng: random.Random, chapter: int, cast: list[str], places: list[str]
+) -> ChapterDelta:
+    fresh = [f"Ch{chapter} Person {i}" for i in range(20)] + [
+        f"Ch{chapter} Place {i}" for i in range(5)
+    ]
     present = rng.sample(cast, 15) + fresh[:20]
     relationships = [
-        Relationship(source=rng.choice(present), target=rng.choice(present), type=rng.choice(REL_TYPES))
+        Relationship(
+            source=rng.choice(present), target=rng.choice(present), type=rng.choice(REL_TYPES)
+        )
         for _ in range(100)
-    ] + [Relationship(source=p, target=rng.choice(places + fresh[20:]), type="located in") for p in present[:15]]
+    ] + [
+        Relationship(source=p, target=rng.choice(places + fresh[20:]), type="located in")
+        for p in present[:15]
+    ]
     delta = ChapterDelta(
         chapter=chapter,
         title=f"Chapter {chapter}",
         summary=f"Summary of chapter {chapter}: " + "events unfold. " * 20,
         embedding=embedding(rng),
-        entities=[Entity(label="Character", name=n, description=f"{n} appears.") for n in fresh[:20]]
+        entities=[
+            Entity(label="Character", name=n, description=f"{n} appears.") for n in fresh[:20]
+        ]
         + [Entity(label="Location", name=n, description=f"{n} is a place.") for n in fresh[20:]],
         relationships=relationships,
-        property_updates=[PropertyUpdate(entity=n, changes={"last_mood": f"mood {chapter}"}) for n in rng.sample(cast, 10)],
-        status_changes=[StatusChange(entity=rng.choice(cast), status="wounded")] if chapter % 7 == 0 else [],
+        property_updates=[
+            PropertyUpdate(entity=n, changes={"last_mood": f"mood {chapter}"})
+            for n in rng.sample(cast, 10)
+        ],
+        status_changes=[StatusChange(entity=rng.choice(cast), status="wounded")]
+        if chapter % 7 == 0
+        else [],
         scenes=[
-            SceneDelta(index=i, title=f"Scene {i}", summary=f"Scene {i} of chapter {chapter}.",
-                       characters=rng.sample(present, 4), embedding=embedding(rng))
+            SceneDelta(
+                index=i,
+                title=f"Scene {i}",
+                summary=f"Scene {i} of chapter {chapter}.",
+                characters=rng.sample(present, 4),
+                embedding=embedding(rng),
+            )
             for i in (1, 2, 3)
         ],
     )
@@ -245,7 +316,12 @@ def bench_retrieval(store: GraphStore, chapters: int, queries: int) -> dict[str,
             + [Entity(label="Location", name=n, sources=[source]) for n in places],
         )
     )
-    build_seconds, _ = timed(lambda: [store.commit_chapter(story_chapter(rng, c, cast, places)) for c in range(1, chapters + 1)])
+    build_seconds, _ = timed(
+        lambda: [
+            store.commit_chapter(story_chapter(rng, c, cast, places))
+            for c in range(1, chapters + 1)
+        ]
+    )
     stats = store.stats()
 
     def one_query(with_embedding: bool) -> float:
@@ -266,61 +342,102 @@ def bench_retrieval(store: GraphStore, chapters: int, queries: int) -> dict[str,
     for with_embedding in (True, False):
         for _ in range(20):
             one_query(with_embedding)  # warm-up
-        results["with_embedding" if with_embedding else "graph_only"] = [one_query(with_embedding) for _ in range(queries)]
+        results["with_embedding" if with_embedding else "graph_only"] = [
+            one_query(with_embedding) for _ in range(queries)
+        ]
     return results
 
 
+def _print_commit(commit: dict[str, Any], existing: int) -> None:
+    """The batched and per-row commits' medians, their ratio, and the rollback's."""
+    b, r = statistics.median(commit["batched"]), statistics.median(commit["per_row"])
+    rb = statistics.median(commit["rollback"])
+    nodes, rels, updated = commit["created"]
+    print(
+        f"chapter delta: 300 entities, 1000 relationships, 200 property updates on a graph of "
+        f"{existing} entities -> {nodes} nodes created (entities + Chapter), {rels} relationships "
+        f"created (story + one APPEARS_IN/MENTIONS per entity involved), {updated} nodes updated "
+        f"(property updates + last_chapter of existing entities involved)"
+    )
+    print(
+        f"commit, batched UNWIND (one transaction)      median {b * 1000:8.1f} ms  runs: "
+        + ", ".join(f"{x * 1000:.0f}" for x in commit["batched"])
+    )
+    print(
+        f"commit, one statement per row (one transaction) median {r * 1000:8.1f} ms  runs: "
+        + ", ".join(f"{x * 1000:.0f}" for x in commit["per_row"])
+    )
+    bc, rc = (
+        statistics.median(commit["batched_cpu"]),
+        statistics.median(commit["per_row_cpu"]),
+    )
+    print(
+        f"speed-up batched vs per-row: {r / b:.1f}x wall time (goal >= 10x); "
+        f"CPU of client + embedded server: {bc * 1000:.0f} ms vs {rc * 1000:.0f} ms = {rc / bc:.1f}x"
+    )
+    print(
+        f"rollback of the batched commit (one transaction) median {rb * 1000:8.1f} ms  runs: "
+        + ", ".join(f"{x * 1000:.0f}" for x in commit["rollback"])
+    )
+
+
+def _print_retrieval(ret: dict[str, Any], chapters: int) -> None:
+    """The retrieval graph built, and scene_context's p50 / p95 with and without embeddings."""
+    st = ret["stats"]
+    print(
+        f"retrieval graph: {chapters} chapters, {st.labels.get('Entity', 0)} entities, "
+        f"{st.labels.get('Scene', 0)} scenes ({EMBEDDING_DIM}-dim embeddings), {st.relationships} relationships; "
+        f"built in {ret['build']:.1f} s"
+    )
+    for key, label in (
+        (
+            "with_embedding",
+            "scene_context (4 profiles + location + 3 summaries + top-3 similar scenes)",
+        ),
+        ("graph_only", "scene_context without the embedding search"),
+    ):
+        values = ret[key]
+        print(
+            f"{label}: p50 {percentile(values, 50):6.1f} ms  p95 {percentile(values, 95):6.1f} ms  "
+            f"(n={len(values)}, goal p95 < 50 ms)"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.graph_commit", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="timed commits per path (median reported)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.graph_commit", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="timed commits per path (median reported)"
+    )
     parser.add_argument("--chapters", type=int, default=50, help="chapters in the retrieval graph")
     parser.add_argument("--queries", type=int, default=200, help="timed scene_context queries")
-    parser.add_argument("--existing", type=int, default=400, help="entities in the graph before the benchmark chapter")
-    parser.add_argument("--use-configured-graph", action="store_true",
-                        help="use NEO4J_URI / the current project's graph instead of a temporary one (it is WIPED)")
+    parser.add_argument(
+        "--existing",
+        type=int,
+        default=400,
+        help="entities in the graph before the benchmark chapter",
+    )
+    parser.add_argument(
+        "--use-configured-graph",
+        action="store_true",
+        help="use NEO4J_URI / the current project's graph instead of a temporary one (it is WIPED)",
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="skald-bench-graph-") as tmp:
-        settings = load_settings(tmp) if args.use_configured_graph else load_settings(tmp).model_copy(update={"neo4j_uri": None})
+        settings = (
+            load_settings(tmp)
+            if args.use_configured_graph
+            else load_settings(tmp).model_copy(update={"neo4j_uri": None})
+        )
         endpoint = graph_endpoint(settings)
         store = GraphStore(endpoint).connect()
         try:
             store.migrate()
             print(f"graph: {endpoint.label} ({store.server.agent})")
-            commit = bench_commit(store, args.rounds, args.existing)
-            b, r = statistics.median(commit["batched"]), statistics.median(commit["per_row"])
-            rb = statistics.median(commit["rollback"])
-            nodes, rels, updated = commit["created"]
-            print(
-                f"chapter delta: 300 entities, 1000 relationships, 200 property updates on a graph of "
-                f"{args.existing} entities -> {nodes} nodes created (entities + Chapter), {rels} relationships "
-                f"created (story + one APPEARS_IN/MENTIONS per entity involved), {updated} nodes updated "
-                f"(property updates + last_chapter of existing entities involved)"
-            )
-            print(f"commit, batched UNWIND (one transaction)      median {b * 1000:8.1f} ms  runs: "
-                  + ", ".join(f"{x * 1000:.0f}" for x in commit["batched"]))
-            print(f"commit, one statement per row (one transaction) median {r * 1000:8.1f} ms  runs: "
-                  + ", ".join(f"{x * 1000:.0f}" for x in commit["per_row"]))
-            bc, rc = statistics.median(commit["batched_cpu"]), statistics.median(commit["per_row_cpu"])
-            print(f"speed-up batched vs per-row: {r / b:.1f}x wall time (goal >= 10x); "
-                  f"CPU of client + embedded server: {bc * 1000:.0f} ms vs {rc * 1000:.0f} ms = {rc / bc:.1f}x")
-            print(f"rollback of the batched commit (one transaction) median {rb * 1000:8.1f} ms  runs: "
-                  + ", ".join(f"{x * 1000:.0f}" for x in commit["rollback"]))
-
-            ret = bench_retrieval(store, args.chapters, args.queries)
-            st = ret["stats"]
-            print(
-                f"retrieval graph: {args.chapters} chapters, {st.labels.get('Entity', 0)} entities, "
-                f"{st.labels.get('Scene', 0)} scenes ({EMBEDDING_DIM}-dim embeddings), {st.relationships} relationships; "
-                f"built in {ret['build']:.1f} s"
-            )
-            for key, label in (
-                ("with_embedding", "scene_context (4 profiles + location + 3 summaries + top-3 similar scenes)"),
-                ("graph_only", "scene_context without the embedding search"),
-            ):
-                values = ret[key]
-                print(f"{label}: p50 {percentile(values, 50):6.1f} ms  p95 {percentile(values, 95):6.1f} ms  "
-                      f"(n={len(values)}, goal p95 < 50 ms)")
+            _print_commit(bench_commit(store, args.rounds, args.existing), args.existing)
+            _print_retrieval(bench_retrieval(store, args.chapters, args.queries), args.chapters)
         finally:
             store.close()
     return 0

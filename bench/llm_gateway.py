@@ -92,6 +92,30 @@ def _describe(samples: Sequence[float]) -> tuple[float, float, float]:
     return statistics.fmean(ms), statistics.median(ms), ms[int(0.9 * (len(ms) - 1))]
 
 
+def _abba(
+    bare: Callable[[], object], through_gateway: Callable[[], object], calls: int, block: int
+) -> tuple[list[float], list[float]]:
+    """`calls` of each path timed in blocks of `block`, alternating which goes first (ABBA)."""
+    bare_s: list[float] = []
+    gateway_s: list[float] = []
+    gc.collect()
+    done = 0
+    flip = False
+    while done < calls:
+        n = min(block, calls - done)
+        # ABBA: alternate which path goes first in each block.
+        first, second = (
+            ((through_gateway, gateway_s), (bare, bare_s))
+            if flip
+            else ((bare, bare_s), (through_gateway, gateway_s))
+        )
+        _time_block(first[0], n, first[1])
+        _time_block(second[0], n, second[1])
+        done += n
+        flip = not flip
+    return bare_s, gateway_s
+
+
 def run(calls: int, block: int, warmup: int, in_process: bool) -> float:
     with scripted_server(in_process) as base_url:
         settings = Settings(openai_base_url=base_url, embedding_base_url=base_url)
@@ -125,23 +149,7 @@ def run(calls: int, block: int, warmup: int, in_process: bool) -> float:
             bare()
             through_gateway()
 
-        bare_s: list[float] = []
-        gateway_s: list[float] = []
-        gc.collect()
-        done = 0
-        flip = False
-        while done < calls:
-            n = min(block, calls - done)
-            # ABBA: alternate which path goes first in each block.
-            first, second = (
-                ((through_gateway, gateway_s), (bare, bare_s))
-                if flip
-                else ((bare, bare_s), (through_gateway, gateway_s))
-            )
-            _time_block(first[0], n, first[1])
-            _time_block(second[0], n, second[1])
-            done += n
-            flip = not flip
+        bare_s, gateway_s = _abba(bare, through_gateway, calls, block)
         client.close()
         gateway.close()
 

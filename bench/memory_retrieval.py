@@ -64,19 +64,29 @@ def _questions(limit: int) -> list[str]:
     return [questions[i % len(questions)] for i in range(limit)]
 
 
-def _rows(turns: list[dict[str, object]], vectors: np.ndarray, n: int, rng: np.random.Generator) -> list[MemoryRow]:
+def _rows(
+    turns: list[dict[str, object]], vectors: np.ndarray, n: int, rng: np.random.Generator
+) -> list[MemoryRow]:
     rows = []
     for i in range(n):
         t = turns[i % len(turns)]
         copy = i // len(turns)
         v = vectors[i % len(turns)] + rng.normal(0, 0.02, vectors.shape[1]).astype(np.float32)
         v /= np.linalg.norm(v)
-        rows.append(MemoryRow(
-            key=f"bench:{i + 1}", conversation_id="bench", turn_id=str(i + 1), seq=i + 1, speaker=str(t["speaker"]),
-            text=f"{t['speaker']}: {t['text']}" + (f" (retold {copy})" if copy else ""),
-            when=str(t["session_time"]), group=f"{copy}-{t['session']}", source_refs=[str(t["dia_id"])],
-            embedding=v.tolist(),
-        ))
+        rows.append(
+            MemoryRow(
+                key=f"bench:{i + 1}",
+                conversation_id="bench",
+                turn_id=str(i + 1),
+                seq=i + 1,
+                speaker=str(t["speaker"]),
+                text=f"{t['speaker']}: {t['text']}" + (f" (retold {copy})" if copy else ""),
+                when=str(t["session_time"]),
+                group=f"{copy}-{t['session']}",
+                source_refs=[str(t["dia_id"])],
+                embedding=v.tolist(),
+            )
+        )
     return rows
 
 
@@ -84,8 +94,9 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def bench_retrieval(queries: int, model_name: str = DEFAULT,
-                    sizes: tuple[int, ...] = SIZES) -> dict[int, tuple[float, float, float]]:
+def bench_retrieval(
+    queries: int, model_name: str = DEFAULT, sizes: tuple[int, ...] = SIZES
+) -> dict[int, tuple[float, float, float]]:
     model = embedder(model_name)
     turns = _turns()
     vectors = model.passages([f"{t['speaker']}: {t['text']}" for t in turns])
@@ -118,26 +129,41 @@ def bench_retrieval(queries: int, model_name: str = DEFAULT,
             # As tasks.dialogue.retriever.recall asks: the question, the question without the
             # speakers' names when it names one, and a two-event question's parts, in one call.
             texts = query_texts(question, speakers)
-            vector, plain_vector, parts = embedded_query(question, speakers,
-                                                         dict(zip(texts, model.queries(texts), strict=True)))
-            hits = indexes[size].search(question, vector, 10, speakers, plain_vector=plain_vector, parts=parts)
+            vector, plain_vector, parts = embedded_query(
+                question, speakers, dict(zip(texts, model.queries(texts), strict=True))
+            )
+            hits = indexes[size].search(
+                question, vector, 10, speakers, plain_vector=plain_vector, parts=parts
+            )
             latencies[size].append((time.perf_counter() - t0) * 1000)
             assert len(hits) == 10
     results: dict[int, tuple[float, float, float]] = {}
     for size in sizes:
-        results[size] = (_percentile(latencies[size], 50), _percentile(latencies[size], 95), build_rate[size])
-        print(f"{size:>7} turns: recall p50 {results[size][0]:6.1f} ms, p95 {results[size][1]:6.1f} ms "
-              f"(index built at {results[size][2]:,.0f} turns/s)", flush=True)
+        results[size] = (
+            _percentile(latencies[size], 50),
+            _percentile(latencies[size], 95),
+            build_rate[size],
+        )
+        print(
+            f"{size:>7} turns: recall p50 {results[size][0]:6.1f} ms, p95 {results[size][1]:6.1f} ms "
+            f"(index built at {results[size][2]:,.0f} turns/s)",
+            flush=True,
+        )
     return results
 
 
 def _ingest_rows(turn_count: int, conversation_id: str) -> list[MemoryRow]:
     turns = _turns()
     return [
-        MemoryRow(key=f"{conversation_id}:{i + 1}", conversation_id=conversation_id, turn_id=str(i + 1),
-                  speaker=str(turns[i % len(turns)]["speaker"]),
-                  text=f"{turns[i % len(turns)]['speaker']}: {turns[i % len(turns)]['text']}",
-                  when=str(turns[i % len(turns)]["session_time"]), source_refs=[str(turns[i % len(turns)]["dia_id"])])
+        MemoryRow(
+            key=f"{conversation_id}:{i + 1}",
+            conversation_id=conversation_id,
+            turn_id=str(i + 1),
+            speaker=str(turns[i % len(turns)]["speaker"]),
+            text=f"{turns[i % len(turns)]['speaker']}: {turns[i % len(turns)]['text']}",
+            when=str(turns[i % len(turns)]["session_time"]),
+            source_refs=[str(turns[i % len(turns)]["dia_id"])],
+        )
         for i in range(turn_count)
     ]
 
@@ -180,48 +206,90 @@ def bench_encode(turn_count: int, model_name: str = DEFAULT, runs: int = 3) -> f
             model.passages(texts[start : start + BATCH_SIZE])
         rates.append(turn_count / (time.perf_counter() - started))
     rate = statistics.median(rates)
-    print(f"encode alone ({model_name}): {rate:.0f} turns/s (median of {runs}: "
-          + ", ".join(f"{r:.0f}" for r in rates) + f"; {turn_count} turns in calls of {BATCH_SIZE})", flush=True)
+    print(
+        f"encode alone ({model_name}): {rate:.0f} turns/s (median of {runs}: "
+        + ", ".join(f"{r:.0f}" for r in rates)
+        + f"; {turn_count} turns in calls of {BATCH_SIZE})",
+        flush=True,
+    )
     return rate
 
 
 def run_ingest(turn_count: int, runs: int) -> None:
     cold = bench_ingest(turn_count, cold=True)
-    print(f"ingest without LLM, cold (graph start + model load in the clock): {cold:.0f} turns/s "
-          f"({turn_count} turns)", flush=True)
+    print(
+        f"ingest without LLM, cold (graph start + model load in the clock): {cold:.0f} turns/s "
+        f"({turn_count} turns)",
+        flush=True,
+    )
     rates = []
     for _ in range(runs):
         rates.append(bench_ingest(turn_count))
-        print(f"ingest without LLM: {rates[-1]:.0f} turns/s ({turn_count} turns, embeddings + graph writes, "
-              "steady state)", flush=True)
+        print(
+            f"ingest without LLM: {rates[-1]:.0f} turns/s ({turn_count} turns, embeddings + graph writes, "
+            "steady state)",
+            flush=True,
+        )
     if runs > 1:
         print(f"ingest without LLM, median of {runs}: {statistics.median(rates):.0f} turns/s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.memory_retrieval", description=" ".join(__doc__.split("\n\n")[0].split()),
+        prog="python -m bench.memory_retrieval",
+        description=" ".join(__doc__.split("\n\n")[0].split()),
         epilog="Figures vary with load: run on a quiet machine (`uptime`) and compare runs of one session.",
     )
-    parser.add_argument("--only", choices=("retrieval", "ingest", "encode"), default=None,
-                        help="run one part: `ingest` for the throughput figures alone (fast), `retrieval` for "
-                             "the latency per size, `encode` for the model alone (default: ingest and retrieval)")
-    parser.add_argument("--queries", type=int, default=600,
-                        help="queries timed per size, cycling through the 304 LoCoMo questions (default 600)")
-    parser.add_argument("--ingest-turns", type=int, default=1000, help="turns ingested for throughput (default 1000)")
-    parser.add_argument("--ingest-runs", type=int, default=1,
-                        help="steady-state ingest runs (each on a fresh graph); several print their median (default 1)")
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), metavar="N",
-                        help="memory sizes (turns) the retrieval part times (default " + " ".join(map(str, SIZES)) + ")")
-    parser.add_argument("--embedder", choices=sorted(CANDIDATES), default=DEFAULT,
-                        help=f"the embedding model of the retrieval and encode parts (bench.embedders; default "
-                             f"{DEFAULT}, the product's)")
+    parser.add_argument(
+        "--only",
+        choices=("retrieval", "ingest", "encode"),
+        default=None,
+        help="run one part: `ingest` for the throughput figures alone (fast), `retrieval` for "
+        "the latency per size, `encode` for the model alone (default: ingest and retrieval)",
+    )
+    parser.add_argument(
+        "--queries",
+        type=int,
+        default=600,
+        help="queries timed per size, cycling through the 304 LoCoMo questions (default 600)",
+    )
+    parser.add_argument(
+        "--ingest-turns",
+        type=int,
+        default=1000,
+        help="turns ingested for throughput (default 1000)",
+    )
+    parser.add_argument(
+        "--ingest-runs",
+        type=int,
+        default=1,
+        help="steady-state ingest runs (each on a fresh graph); several print their median (default 1)",
+    )
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=list(SIZES),
+        metavar="N",
+        help="memory sizes (turns) the retrieval part times (default "
+        + " ".join(map(str, SIZES))
+        + ")",
+    )
+    parser.add_argument(
+        "--embedder",
+        choices=sorted(CANDIDATES),
+        default=DEFAULT,
+        help=f"the embedding model of the retrieval and encode parts (bench.embedders; default "
+        f"{DEFAULT}, the product's)",
+    )
     args = parser.parse_args()
     if any(size < 10 for size in args.sizes):
         parser.error("--sizes: each memory needs at least 10 turns (recall returns 10)")
     sizes = tuple(sorted(set(args.sizes)))
     try:
-        if args.embedder != DEFAULT:  # a candidate's package may be missing; the product's loads in the clock of cold ingest
+        if (
+            args.embedder != DEFAULT
+        ):  # a candidate's package may be missing; the product's loads in the clock of cold ingest
             embedder(args.embedder)
     except EmbedderUnavailableError as exc:
         raise SystemExit(f"error: {exc}") from None
@@ -232,7 +300,9 @@ def main() -> None:
     if args.only in (None, "retrieval"):
         results = bench_retrieval(args.queries, args.embedder, sizes)
         small, large = results[sizes[0]][1], results[sizes[-1]][1]
-        print(f"p95 {sizes[-1]:,}/{sizes[0]:,} ratio: {large / small:.2f} (p95 at {sizes[-1]:,} {large:.1f} ms)")
+        print(
+            f"p95 {sizes[-1]:,}/{sizes[0]:,} ratio: {large / small:.2f} (p95 at {sizes[-1]:,} {large:.1f} ms)"
+        )
         print(f"median of p50s: {statistics.median(r[0] for r in results.values()):.1f} ms")
 
 

@@ -25,6 +25,10 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tasks.dialogue.pipeline import DialogueService
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,12 +39,69 @@ def _pcts(values: list[float]) -> str:
     return f"p50 {statistics.median(ordered):7.0f} ms  p95 {p95:7.0f} ms  max {ordered[-1]:7.0f} ms  (n={len(ordered)})"
 
 
+def _turn(conv: str, n: int, text: str) -> dict[str, object]:
+    return {
+        "conversation_id": conv,
+        "turn_id": n,
+        "messages": [
+            {"role": "user", "name": "Tester", "content": text},
+            {
+                "role": "assistant",
+                "name": "Seraphina",
+                "content": f"I see, Tester. ({n})",
+            },
+        ],
+    }
+
+
+def _edits(service: DialogueService, conv: str, last: int, edits: int) -> list[list[float]]:
+    """Milliseconds of each replace of turn `last`, memory query and rewind, `edits` times."""
+    replaces, rewinds, queries = [], [], []
+    for i in range(edits):
+        started = time.perf_counter()
+        result = service.commit(
+            _turn(conv, last, f"Edit {i}: it was sunny, so I hiked to the lighthouse."),
+            replace=True,
+        )
+        replaces.append((time.perf_counter() - started) * 1000)
+        assert result.code is None or result.code == "ROLLED_BACK", result.reason
+        started = time.perf_counter()
+        answer = service.memory_query(
+            {
+                "conversation_id": conv,
+                "messages": [
+                    {
+                        "role": "user",
+                        "name": "Tester",
+                        "content": "What did I do when it was sunny?",
+                    }
+                ],
+            }
+        )
+        queries.append((time.perf_counter() - started) * 1000)
+        assert answer.ok, answer.reason
+        started = time.perf_counter()
+        assert service.rewind(conv, str(last)).ok
+        rewinds.append((time.perf_counter() - started) * 1000)
+        service.commit(_turn(conv, last, f"Day {last}: I walked to the harbour again, Seraphina."))
+    return [replaces, rewinds, queries]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.rewrite_wait", description=__doc__)
-    parser.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.2, 1.0],
-                        help="seconds per scripted model call (default 0 0.2 1)")
-    parser.add_argument("--edits", type=int, default=10, help="edits measured per latency (default 10)")
-    parser.add_argument("--history", type=int, default=20, help="turns in the conversation before (default 20)")
+    parser.add_argument(
+        "--latencies",
+        type=float,
+        nargs="+",
+        default=[0.0, 0.2, 1.0],
+        help="seconds per scripted model call (default 0 0.2 1)",
+    )
+    parser.add_argument(
+        "--edits", type=int, default=10, help="edits measured per latency (default 10)"
+    )
+    parser.add_argument(
+        "--history", type=int, default=20, help="turns in the conversation before (default 20)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -58,31 +119,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 service = DialogueService(load_settings(project, openai_base_url=llm.base_url))
                 try:
                     conv = f"bench-{uuid.uuid4().hex[:8]}"
-
-                    def turn(n: int, text: str, conv: str = conv) -> dict[str, object]:
-                        return {"conversation_id": conv, "turn_id": n, "messages": [
-                            {"role": "user", "name": "Tester", "content": text},
-                            {"role": "assistant", "name": "Seraphina", "content": f"I see, Tester. ({n})"}]}
-
                     for n in range(args.history):
-                        service.commit(turn(n, f"Day {n}: I walked to the harbour and counted {n} boats, Seraphina."))
-                    replaces, rewinds, queries = [], [], []
-                    last = args.history - 1
-                    for i in range(args.edits):
-                        started = time.perf_counter()
-                        result = service.commit(turn(last, f"Edit {i}: it was sunny, so I hiked to the lighthouse."),
-                                                replace=True)
-                        replaces.append((time.perf_counter() - started) * 1000)
-                        assert result.code is None or result.code == "ROLLED_BACK", result.reason
-                        started = time.perf_counter()
-                        answer = service.memory_query({"conversation_id": conv, "messages": [
-                            {"role": "user", "name": "Tester", "content": "What did I do when it was sunny?"}]})
-                        queries.append((time.perf_counter() - started) * 1000)
-                        assert answer.ok, answer.reason
-                        started = time.perf_counter()
-                        assert service.rewind(conv, str(last)).ok
-                        rewinds.append((time.perf_counter() - started) * 1000)
-                        service.commit(turn(last, f"Day {last}: I walked to the harbour again, Seraphina."))
+                        service.commit(
+                            _turn(
+                                conv,
+                                n,
+                                f"Day {n}: I walked to the harbour and counted {n} boats, Seraphina.",
+                            )
+                        )
+                    replaces, rewinds, queries = _edits(service, conv, args.history - 1, args.edits)
                     print(f"model latency {latency:g} s/call ({args.history} turns of history):")
                     print(f"  replace (edit) {_pcts(replaces)}")
                     print(f"  rewind (delete){_pcts(rewinds)}")

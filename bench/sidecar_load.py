@@ -156,208 +156,26 @@ halving the CPU per turn. The query goal is a question of who gets the CPU first
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
-from pydantic import BaseModel, Field
+
+from bench.sidecar_load_level import (
+    API,
+    Level,
+    LevelReport,
+    LoadReport,
+    dialogue_turns,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DIALOGUES = REPO_ROOT.parent / "shared" / "data" / "dialogues"
-DIALOGUE_NAMES = ("locomo-26", "locomo-30", "locomo-41", "locomo-42")
-API = "/api/kg-sidecar"
-#: Earlier messages sent as the turn's `window`, as a front end shows the model its recent chat.
-WINDOW = 4
-
-
-class Figures(BaseModel):
-    """p50 / p95 / max in milliseconds."""
-
-    p50: float
-    p95: float
-    max: float
-
-    @classmethod
-    def of(cls, samples: Sequence[float]) -> Figures:
-        if not samples:
-            return cls(p50=0.0, p95=0.0, max=0.0)
-        values = np.asarray(samples, dtype=np.float64)
-        return cls(p50=round(float(np.percentile(values, 50)), 1), p95=round(float(np.percentile(values, 95)), 1),
-                   max=round(float(values.max()), 1))
-
-
-class LevelReport(BaseModel):
-    conversations: int
-    turns_sent: int
-    turns_committed: int
-    turns_read_back: int
-    seconds: float
-    turns_per_s: float
-    query_ms: Figures
-    commit_ms: Figures
-    query_service_ms: Figures = Field(description="the query's own elapsed_ms, as the server measured it")
-    commit_non_llm_ms: Figures = Field(description="the commit's trace.overhead_ms: its time with no LLM call in flight")
-    commit_states_ms: dict[str, float] = Field(
-        default_factory=dict, description="mean time from entering each state to the next, over the committed turns")
-    errors: dict[str, int] = Field(default_factory=dict, description="'<operation> <status>' -> count")
-    finished: bool
-    write_lock_held_ms_per_turn: float = Field(
-        0.0, description="the serialised graph writes (health's graph_write_lock) held, per committed turn")
-    write_lock_waited_ms_per_turn: float = Field(0.0, description="and waited for, per committed turn")
-    server_cpu_s_per_turn: float = Field(
-        0.0, description="the server process's CPU seconds (user + system, all its threads: Python, ONNX, the "
-        "graph's JVM) over the level, per committed turn: a figure other jobs on the machine barely move")
-
-
-class LoadReport(BaseModel):
-    latency_s: float
-    turns_per_conversation: int
-    load_before: list[float]
-    load_after: list[float]
-    levels: list[LevelReport]
-    ratios: dict[str, dict[str, float]] = Field(default_factory=dict, description="'16:1' -> query_p95, commit_p95")
-
-
-def dialogue_turns() -> list[list[dict[str, Any]]]:
-    """Each shared dialogue's turns, in order."""
-    out = []
-    for name in DIALOGUE_NAMES:
-        raw = (DIALOGUES / f"{name}.turns.jsonl").read_text(encoding="utf-8").splitlines()
-        out.append([json.loads(line) for line in raw if line.strip()])
-    return out
-
-
-def message(row: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "user", "name": row["speaker"], "content": row["text"], "time": row["session_time"]}
-
-
-class Level:
-    """N conversations at once; each client thread runs one conversation's turns in order."""
-
-    def __init__(self, base: str, n: int, turns: int, dialogues: list[list[dict[str, Any]]], deadline: float) -> None:
-        self.base, self.n, self.turns, self.deadline = base, n, turns, deadline
-        self.dialogues = dialogues
-        self.lock = threading.Lock()
-        self.query_ms: list[float] = []
-        self.commit_ms: list[float] = []
-        self.query_service_ms: list[float] = []
-        self.commit_non_llm_ms: list[float] = []
-        self.states_ms: dict[str, list[float]] = {}
-        self.errors: Counter[str] = Counter()
-        self.committed: dict[str, dict[str, str]] = {}  # conversation -> turn id -> text sent
-        self.start = threading.Barrier(n)
-
-    def conversation_id(self, i: int) -> str:
-        return f"load-{self.n}-{i}"
-
-    def script(self, i: int) -> list[dict[str, Any]]:
-        """Conversation i: `turns` consecutive turns of one dialogue, starting where the others
-        of its level on the same dialogue do not."""
-        dialogue = self.dialogues[i % len(self.dialogues)]
-        start = (i // len(self.dialogues)) * self.turns % max(1, len(dialogue) - self.turns)
-        return dialogue[start : start + self.turns]
-
-    def _post(self, client: httpx.Client, operation: str, path: str, body: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
-        started = time.perf_counter()
-        try:
-            response = client.post(f"{self.base}{API}{path}", json=body)
-        except httpx.HTTPError as exc:
-            with self.lock:
-                self.errors[f"{operation} {type(exc).__name__}"] += 1
-            return 0.0, None
-        elapsed = (time.perf_counter() - started) * 1000.0
-        if response.status_code != 200:
-            with self.lock:
-                self.errors[f"{operation} {response.status_code}"] += 1
-            return elapsed, None
-        return elapsed, response.json()
-
-    def run_conversation(self, i: int) -> None:
-        conversation = self.conversation_id(i)
-        rows = self.script(i)
-        config = {"require_actions": False}
-        with httpx.Client(timeout=120) as client:
-            self.start.wait()
-            for number, row in enumerate(rows, start=1):
-                if time.monotonic() > self.deadline:
-                    return
-                window = [message(r) for r in rows[max(0, number - 1 - WINDOW) : number - 1]]
-                messages = [message(row)]
-                query = {"conversation_id": conversation, "messages": messages, "window": window, "config": config}
-                query_ms, answer = self._post(client, "query", "/memory/query", query)
-                if answer is not None:
-                    with self.lock:
-                        self.query_ms.append(query_ms)
-                        self.query_service_ms.append(float(answer.get("elapsed_ms") or 0.0))
-                commit_ms, result = self._post(client, "commit", "/turn/commit", {**query, "turn_id": number})
-                if result is None:
-                    continue
-                if not result.get("committed"):
-                    with self.lock:
-                        self.errors[f"commit 200-not-committed ({result.get('error_kind')})"] += 1
-                    continue
-                with self.lock:
-                    self.commit_ms.append(commit_ms)
-                    self.record_trace(result.get("trace") or {})
-                    self.committed.setdefault(conversation, {})[str(number)] = f"{row['speaker']}: {row['text']}"
-
-    def record_trace(self, trace: dict[str, Any]) -> None:
-        """The turn's non-LLM time and the time spent in each state (under self.lock)."""
-        self.commit_non_llm_ms.append(float(trace.get("overhead_ms", 0.0)))
-        states = trace.get("states", [])
-        for state, following in zip(states, states[1:], strict=False):
-            self.states_ms.setdefault(state["state"], []).append(following["elapsed_ms"] - state["elapsed_ms"])
-
-    def read_back(self, client: httpx.Client) -> int:
-        """Turns whose remembered text is the one sent, read through the paged API."""
-        matched = 0
-        for conversation, sent in self.committed.items():
-            offset, held = 0, {}
-            while True:
-                response = client.get(f"{self.base}{API}/conversations/{conversation}/turns",
-                                      params={"offset": offset, "limit": 200})
-                if response.status_code != 200:
-                    self.errors[f"read-back {response.status_code}"] += 1
-                    break
-                page = response.json()
-                held.update({item["turn_id"]: item for item in page["items"]})
-                offset += len(page["items"])
-                if not page["items"] or offset >= page["page"]["total"]:
-                    break
-            matched += sum(1 for turn_id, text in sent.items()
-                           if turn_id in held and held[turn_id]["committed"] and held[turn_id]["text"] == text)
-        return matched
-
-    def run(self, client: httpx.Client) -> LevelReport:
-        threads = [threading.Thread(target=self.run_conversation, args=(i,), name=f"conversation-{i}")
-                   for i in range(self.n)]
-        started = time.monotonic()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        seconds = time.monotonic() - started
-        committed = sum(len(turns) for turns in self.committed.values())
-        read_back = self.read_back(client)
-        return LevelReport(
-            conversations=self.n, turns_sent=self.n * self.turns, turns_committed=committed,
-            turns_read_back=read_back, seconds=round(seconds, 1), turns_per_s=round(committed / seconds, 2),
-            query_ms=Figures.of(self.query_ms), commit_ms=Figures.of(self.commit_ms),
-            query_service_ms=Figures.of(self.query_service_ms), commit_non_llm_ms=Figures.of(self.commit_non_llm_ms),
-            commit_states_ms={state: round(float(np.mean(values)), 1) for state, values in self.states_ms.items()},
-            errors=dict(sorted(self.errors.items())), finished=time.monotonic() <= self.deadline,
-        )
 
 
 def process_cpu_s(pid: int) -> float:
@@ -382,74 +200,129 @@ def warm_up(base: str, dialogues: list[list[dict[str, Any]]], turns: int) -> Non
 
 
 def print_report(report: LoadReport) -> None:
-    print(f"sidecar load: {report.turns_per_conversation} turns per conversation, a memory query before each, "
-          f"scripted LLM at {report.latency_s * 1000:.0f} ms a call, require_actions false")
-    print(f"  load average before {report.load_before}, after {report.load_after} (2 = both cores busy)")
-    print(f"  {'N':>3} | {'query p50 / p95 / max ms':>26} | {'commit p50 / p95 / max ms':>27} | {'turns/s':>7} | "
-          f"{'read back':>11} | errors")
+    print(
+        f"sidecar load: {report.turns_per_conversation} turns per conversation, a memory query before each, "
+        f"scripted LLM at {report.latency_s * 1000:.0f} ms a call, require_actions false"
+    )
+    print(
+        f"  load average before {report.load_before}, after {report.load_after} (2 = both cores busy)"
+    )
+    print(
+        f"  {'N':>3} | {'query p50 / p95 / max ms':>26} | {'commit p50 / p95 / max ms':>27} | {'turns/s':>7} | "
+        f"{'read back':>11} | errors"
+    )
     for lv in report.levels:
         q, c = lv.query_ms, lv.commit_ms
         errors = ", ".join(f"{k}: {v}" for k, v in lv.errors.items()) or "0"
-        print(f"  {lv.conversations:>3} | {q.p50:>7.0f} / {q.p95:>6.0f} / {q.max:>7.0f} | "
-              f"{c.p50:>7.0f} / {c.p95:>7.0f} / {c.max:>7.0f} | {lv.turns_per_s:>7.2f} | "
-              f"{lv.turns_read_back:>4}/{lv.turns_sent:<4}  | {errors}{'' if lv.finished else ' (stopped: --max-seconds)'}")
-    print(f"  {'N':>3} | {'query in server p50 / p95':>26} | {'commit non-LLM p50 / p95':>27} | "
-          "CPU s | lock held / waited ms | mean ms in each commit state (per turn)")
+        print(
+            f"  {lv.conversations:>3} | {q.p50:>7.0f} / {q.p95:>6.0f} / {q.max:>7.0f} | "
+            f"{c.p50:>7.0f} / {c.p95:>7.0f} / {c.max:>7.0f} | {lv.turns_per_s:>7.2f} | "
+            f"{lv.turns_read_back:>4}/{lv.turns_sent:<4}  | {errors}{'' if lv.finished else ' (stopped: --max-seconds)'}"
+        )
+    print(
+        f"  {'N':>3} | {'query in server p50 / p95':>26} | {'commit non-LLM p50 / p95':>27} | "
+        "CPU s | lock held / waited ms | mean ms in each commit state (per turn)"
+    )
     for lv in report.levels:
         q, c = lv.query_service_ms, lv.commit_non_llm_ms
         states = ", ".join(f"{state.lower()} {ms:.0f}" for state, ms in lv.commit_states_ms.items())
-        print(f"  {lv.conversations:>3} | {q.p50:>16.0f} / {q.p95:>6.0f} | {c.p50:>17.0f} / {c.p95:>7.0f} | "
-              f"{lv.server_cpu_s_per_turn:>5.3f} | {lv.write_lock_held_ms_per_turn:>7.1f} / "
-              f"{lv.write_lock_waited_ms_per_turn:>6.0f} | {states}")
+        print(
+            f"  {lv.conversations:>3} | {q.p50:>16.0f} / {q.p95:>6.0f} | {c.p50:>17.0f} / {c.p95:>7.0f} | "
+            f"{lv.server_cpu_s_per_turn:>5.3f} | {lv.write_lock_held_ms_per_turn:>7.1f} / "
+            f"{lv.write_lock_waited_ms_per_turn:>6.0f} | {states}"
+        )
     for name, ratio in report.ratios.items():
-        print(f"  p95 ratio {name}: query {ratio['query_p95']:.2f}x, commit {ratio['commit_p95']:.2f}x")
+        print(
+            f"  p95 ratio {name}: query {ratio['query_p95']:.2f}x, commit {ratio['commit_p95']:.2f}x"
+        )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.sidecar_load", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16],
-                        help="conversations at once, one level after the other (default 1 4 16)")
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.sidecar_load",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--levels",
+        type=int,
+        nargs="+",
+        default=[1, 4, 16],
+        help="conversations at once, one level after the other (default 1 4 16)",
+    )
     parser.add_argument("--turns", type=int, default=40, help="turns per conversation (default 40)")
-    parser.add_argument("--latency", type=float, default=0.2, help="seconds per scripted LLM call (default 0.2)")
-    parser.add_argument("--warm-up-turns", type=int, default=5, help="turns of an untimed conversation first (default 5)")
-    parser.add_argument("--max-seconds", type=float, default=600, help="give up on a level after this long (default 600)")
-    parser.add_argument("--serve-arg", dest="serve_args", action="append", default=[], metavar="ARG",
-                        help="pass ARG to `flows.dialogue serve` (repeatable), e.g. --serve-arg=--lock-wait=60")
-    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
-    args = parser.parse_args(argv)
-    if not args.levels or min(args.levels) < 1 or args.turns < 1 or args.latency < 0 or args.warm_up_turns < 0:
-        parser.error("--levels and --turns must be >= 1, --latency and --warm-up-turns >= 0")
+    parser.add_argument(
+        "--latency", type=float, default=0.2, help="seconds per scripted LLM call (default 0.2)"
+    )
+    parser.add_argument(
+        "--warm-up-turns",
+        type=int,
+        default=5,
+        help="turns of an untimed conversation first (default 5)",
+    )
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=600,
+        help="give up on a level after this long (default 600)",
+    )
+    parser.add_argument(
+        "--serve-arg",
+        dest="serve_args",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="pass ARG to `flows.dialogue serve` (repeatable), e.g. --serve-arg=--lock-wait=60",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON"
+    )
+    return parser
 
-    sys.path.insert(0, str(REPO_ROOT))
-    from bench.served import wait_healthy
+
+def _measured_level(client: httpx.Client, base: str, server_pid: int, level: Level) -> LevelReport:
+    """`level` run, with the server's CPU and its serialised writes per committed turn."""
+    cpu_before, lock_before = process_cpu_s(server_pid), write_lock(client, base)
+    report_n = level.run(client)
+    cpu, lock_after = process_cpu_s(server_pid) - cpu_before, write_lock(client, base)
+    turns = max(1, report_n.turns_committed)
+    report_n.server_cpu_s_per_turn = round(cpu / turns, 3)
+    report_n.write_lock_held_ms_per_turn = round(
+        (lock_after.get("held_s", 0.0) - lock_before.get("held_s", 0.0)) * 1000 / turns, 1
+    )
+    report_n.write_lock_waited_ms_per_turn = round(
+        (lock_after.get("waited_s", 0.0) - lock_before.get("waited_s", 0.0)) * 1000 / turns, 1
+    )
+    return report_n
+
+
+def _run_levels(
+    args: argparse.Namespace, dialogues: list[list[dict[str, Any]]]
+) -> list[LevelReport]:
+    """The served sidecar against its scripted LLM, then each level in order."""
+    from bench.served import start_sidecar, wait_healthy
     from core.graph_server import free_port
     from tests.support.dialogue_script import DialogueScript
     from tests.support.scripted_llm import ScriptedLLM
 
-    dialogues = dialogue_turns()
-    too_short = [len(d) for d in dialogues if len(d) < args.turns]
-    if too_short:
-        parser.error(f"--turns {args.turns} is longer than a shared dialogue ({min(too_short)} turns)")
     speakers = sorted({row["speaker"] for dialogue in dialogues for row in dialogue})
     project = Path(tempfile.mkdtemp(prefix="skald-load-"))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    load_before = [round(x, 2) for x in os.getloadavg()]
     levels: list[LevelReport] = []
     with ScriptedLLM(latency_s=args.latency) as llm:
         DialogueScript(speakers).install(llm)
         env = {**os.environ, "OPENAI_BASE_URL": llm.base_url}
         # The embedded embedder, as a user's sidecar runs; no token: loopback.
-        for name in ("OPENAI_API_KEY", "NEO4J_URI", "SKALD_SIDECAR_TOKEN", "SKALD_EMBEDDING_BASE_URL"):
+        for name in (
+            "OPENAI_API_KEY",
+            "NEO4J_URI",
+            "SKALD_SIDECAR_TOKEN",
+            "SKALD_EMBEDDING_BASE_URL",
+        ):
             env.pop(name, None)
         log_path = project / "serve.log"
-        server_log = log_path.open("w")  # a file: an unread pipe would fill and block the server
-        server = subprocess.Popen(
-            [sys.executable, "-m", "flows.dialogue", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--project-dir", str(project), *args.serve_args],
-            cwd=REPO_ROOT, env=env, stdout=server_log, stderr=subprocess.STDOUT, text=True,
-        )
+        server = start_sidecar(port, project, env, log_path, *args.serve_args)
         try:
             with httpx.Client(timeout=120) as client:
                 wait_healthy(client, base, lambda: server.poll() is None, log_path, "sidecar_load")
@@ -457,38 +330,70 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if args.warm_up_turns:
                     warm_up(base, dialogues, args.warm_up_turns)
                 for n in args.levels:
-                    level = Level(base, n, args.turns, dialogues, time.monotonic() + args.max_seconds)
-                    cpu_before, lock_before = process_cpu_s(server.pid), write_lock(client, base)
-                    report_n = level.run(client)
-                    cpu, lock_after = process_cpu_s(server.pid) - cpu_before, write_lock(client, base)
-                    turns = max(1, report_n.turns_committed)
-                    report_n.server_cpu_s_per_turn = round(cpu / turns, 3)
-                    report_n.write_lock_held_ms_per_turn = round(
-                        (lock_after.get("held_s", 0.0) - lock_before.get("held_s", 0.0)) * 1000 / turns, 1)
-                    report_n.write_lock_waited_ms_per_turn = round(
-                        (lock_after.get("waited_s", 0.0) - lock_before.get("waited_s", 0.0)) * 1000 / turns, 1)
-                    levels.append(report_n)
-                    print(f"  N={n}: {levels[-1].turns_committed} turns in {levels[-1].seconds:.0f} s", flush=True)
+                    level = Level(
+                        base, n, args.turns, dialogues, time.monotonic() + args.max_seconds
+                    )
+                    levels.append(_measured_level(client, base, server.pid, level))
+                    print(
+                        f"  N={n}: {levels[-1].turns_committed} turns in {levels[-1].seconds:.0f} s",
+                        flush=True,
+                    )
         finally:
             server.terminate()
             server.wait(timeout=60)
-            server_log.close()
             shutil.rmtree(project, ignore_errors=True)
+    return levels
 
+
+def _ratios(levels: list[LevelReport]) -> dict[str, dict[str, float]]:
+    """Each level's p95s over one conversation's, the largest level first."""
     one = next((lv for lv in levels if lv.conversations == 1), None)
     ratios = {}
     if one is not None and one.query_ms.p95 > 0 and one.commit_ms.p95 > 0:
         for lv in levels:
             if lv.conversations > 1:
-                ratios[f"{lv.conversations}:1"] = {"query_p95": round(lv.query_ms.p95 / one.query_ms.p95, 2),
-                                                   "commit_p95": round(lv.commit_ms.p95 / one.commit_ms.p95, 2)}
-    report = LoadReport(latency_s=args.latency, turns_per_conversation=args.turns, load_before=load_before,
-                        load_after=[round(x, 2) for x in os.getloadavg()], levels=levels,
-                        ratios=dict(sorted(ratios.items(), key=lambda kv: -int(kv[0].split(":")[0]))))
+                ratios[f"{lv.conversations}:1"] = {
+                    "query_p95": round(lv.query_ms.p95 / one.query_ms.p95, 2),
+                    "commit_p95": round(lv.commit_ms.p95 / one.commit_ms.p95, 2),
+                }
+    return dict(sorted(ratios.items(), key=lambda kv: -int(kv[0].split(":")[0])))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if (
+        not args.levels
+        or min(args.levels) < 1
+        or args.turns < 1
+        or args.latency < 0
+        or args.warm_up_turns < 0
+    ):
+        parser.error("--levels and --turns must be >= 1, --latency and --warm-up-turns >= 0")
+
+    sys.path.insert(0, str(REPO_ROOT))
+    dialogues = dialogue_turns()
+    too_short = [len(d) for d in dialogues if len(d) < args.turns]
+    if too_short:
+        parser.error(
+            f"--turns {args.turns} is longer than a shared dialogue ({min(too_short)} turns)"
+        )
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    levels = _run_levels(args, dialogues)
+    report = LoadReport(
+        latency_s=args.latency,
+        turns_per_conversation=args.turns,
+        load_before=load_before,
+        load_after=[round(x, 2) for x in os.getloadavg()],
+        levels=levels,
+        ratios=_ratios(levels),
+    )
     print_report(report)
     if args.json is not None:
         args.json.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    clean = all(not lv.errors and lv.finished and lv.turns_read_back == lv.turns_sent for lv in levels)
+    clean = all(
+        not lv.errors and lv.finished and lv.turns_read_back == lv.turns_sent for lv in levels
+    )
     return 0 if clean else 1
 
 

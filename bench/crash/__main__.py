@@ -18,9 +18,15 @@ PARTS = ("novel", "sidecar", "regression")
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help") or args[0] not in PARTS:
-        print(__doc__.strip(), file=sys.stderr if args and args[0] not in ("-h", "--help") else sys.stdout)
+        print(
+            __doc__.strip(),
+            file=sys.stderr if args and args[0] not in ("-h", "--help") else sys.stdout,
+        )
         if args and args[0] not in ("-h", "--help"):
-            print(f"bench.crash: unknown part {args[0]!r}; choose one of {', '.join(PARTS)}", file=sys.stderr)
+            print(
+                f"bench.crash: unknown part {args[0]!r}; choose one of {', '.join(PARTS)}",
+                file=sys.stderr,
+            )
             return 2
         return 0 if args else 2
     part = importlib.import_module(f"bench.crash.{args[0]}")

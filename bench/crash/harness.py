@@ -37,9 +37,15 @@ class GroupRun:
     def start(self) -> GroupRun:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(list(self.cmd), cwd=self.cwd, env=dict(self.env), stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                list(self.cmd),
+                cwd=self.cwd,
+                env=dict(self.env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         return self
 
     @property
@@ -94,8 +100,18 @@ def kill_moments(seed: int, count: int, low_s: float, high_s: float) -> list[flo
     return [round(rng.uniform(low_s, high_s), 3) for _ in range(count)]
 
 
-def run_with_kills(cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str], log: Path, seed: int,
-                   kills: int, low_s: float, high_s: float, timeout_s: float = 1800.0) -> KillSeries:
+def run_with_kills(
+    cmd: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log: Path,
+    seed: int,
+    kills: int,
+    low_s: float,
+    high_s: float,
+    timeout_s: float = 1800.0,
+) -> KillSeries:
     """Start `cmd`, SIGKILL its process group after each seeded delay (restarting it each time),
     then let the last start run to its end. A start that ends before its kill moment ends the
     series early (the run is done; later kills would have nothing to interrupt)."""
@@ -122,7 +138,9 @@ def tree_digest(root: Path, patterns: Sequence[str]) -> dict[str, str]:
     for pattern in patterns:
         for path in sorted(root.glob(pattern)):
             if path.is_file():
-                out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+                out[path.relative_to(root).as_posix()] = hashlib.sha256(
+                    path.read_bytes()
+                ).hexdigest()
     return dict(sorted(out.items()))
 
 

@@ -41,15 +41,37 @@ from pathlib import Path
 
 import polars as pl
 
-from bench.crash.harness import GroupRun, differing, run_with_kills, tree_digest
+from bench.crash.harness import GroupRun, KillSeries, differing, run_with_kills, tree_digest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIALOGUES = REPO_ROOT.parent / "shared" / "data" / "dialogues"
-SPEAKERS = ["Caroline", "Melanie", "Jon", "Gina", "John", "Maria", "Joanna", "Nate"]  # every shared dialogue's
+SPEAKERS = [
+    "Caroline",
+    "Melanie",
+    "Jon",
+    "Gina",
+    "John",
+    "Maria",
+    "Joanna",
+    "Nate",
+]  # every shared dialogue's
 RUN_ID = "crash-bench"
 #: turns.parquet columns that measure wall time: they differ between any two runs.
-TIMING_COLUMNS = ("started_at", "wall_ms", "total_ms", "llm_ms", "overhead_ms", "retriever_ms", "injector_ms",
-                  "actor_ms", "extractor_ms", "judge_ms", "historian_ms", "commit_ms", "state_elapsed_ms")
+TIMING_COLUMNS = (
+    "started_at",
+    "wall_ms",
+    "total_ms",
+    "llm_ms",
+    "overhead_ms",
+    "retriever_ms",
+    "injector_ms",
+    "actor_ms",
+    "extractor_ms",
+    "judge_ms",
+    "historian_ms",
+    "commit_ms",
+    "state_elapsed_ms",
+)
 #: report.md table columns that are timings.
 REPORT_TIMING_COLUMNS = ("p50_turn_ms", "p95_turn_ms", "mean_overhead_ms")
 BYTE_FOR_BYTE = ("gates.parquet", "recall.parquet")
@@ -74,7 +96,11 @@ class LLMProcess:
     def __init__(self, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from bench.crash.regression import serve_llm; serve_llm()"],
-            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True)
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         self.base_url = self.proc.stdout.readline().strip()
         if not self.base_url.startswith("http"):
@@ -130,7 +156,9 @@ def normalise_report(text: str) -> str:
 def output_digests(out_dir: Path) -> dict[str, str]:
     digests = tree_digest(out_dir, BYTE_FOR_BYTE)
     if (out_dir / "turns.parquet").exists():
-        digests["turns.parquet (without wall-time columns)"] = turns_digest(out_dir / "turns.parquet")
+        digests["turns.parquet (without wall-time columns)"] = turns_digest(
+            out_dir / "turns.parquet"
+        )
     if (out_dir / "report.md").exists():
         text = normalise_report((out_dir / "report.md").read_text(encoding="utf-8"))
         digests["report.md (timings blanked)"] = hashlib.sha256(text.encode()).hexdigest()
@@ -139,69 +167,156 @@ def output_digests(out_dir: Path) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- the bench
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench.crash.regression",
-                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, default=1, help="names the sequence of kill moments (default 1)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.crash.regression",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--seed", type=int, default=1, help="names the sequence of kill moments (default 1)"
+    )
     parser.add_argument("--kills", type=int, default=3, help="kills to attempt (default 3)")
-    parser.add_argument("--low", type=float, default=None,
-                        help="earliest kill, seconds after a start (default: 40%% of the reference run's time)")
-    parser.add_argument("--high", type=float, default=None,
-                        help="latest kill, seconds after a start (default: 90%% of the reference run's time)")
+    parser.add_argument(
+        "--low",
+        type=float,
+        default=None,
+        help="earliest kill, seconds after a start (default: 40%% of the reference run's time)",
+    )
+    parser.add_argument(
+        "--high",
+        type=float,
+        default=None,
+        help="latest kill, seconds after a start (default: 90%% of the reference run's time)",
+    )
     parser.add_argument("--turns", type=int, default=20, help="turns per dialogue (default 20)")
-    parser.add_argument("--concurrency", type=int, default=1,
-                        help="dialogues at once (default 1: turns of several dialogues interleave in the shared "
-                        "recall index in thread order, which approximate search can see)")
-    parser.add_argument("--dialogues", nargs="+", type=Path, default=[DIALOGUES], metavar="PATH",
-                        help=f"dialogue files or directories (default {DIALOGUES})")
-    parser.add_argument("--work-dir", type=Path, default=None, help="where both projects go (default: a temp dir, "
-                        "removed at the end unless --keep)")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="dialogues at once (default 1: turns of several dialogues interleave in the shared "
+        "recall index in thread order, which approximate search can see)",
+    )
+    parser.add_argument(
+        "--dialogues",
+        nargs="+",
+        type=Path,
+        default=[DIALOGUES],
+        metavar="PATH",
+        help=f"dialogue files or directories (default {DIALOGUES})",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where both projects go (default: a temp dir, removed at the end unless --keep)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     return parser
 
 
 def _command(project: Path, args: argparse.Namespace) -> list[str]:
-    return [sys.executable, "-m", "flows.regression", "--project-dir", str(project),
-            "--dialogues", *[str(d) for d in args.dialogues], "--turns", str(args.turns),
-            "--concurrency", str(args.concurrency), "--run-id", RUN_ID]
+    return [
+        sys.executable,
+        "-m",
+        "flows.regression",
+        "--project-dir",
+        str(project),
+        "--dialogues",
+        *[str(d) for d in args.dialogues],
+        "--turns",
+        str(args.turns),
+        "--concurrency",
+        str(args.concurrency),
+        "--run-id",
+        RUN_ID,
+    ]
+
+
+def _reference(
+    reference: Path, args: argparse.Namespace, env: dict[str, str], work: Path, llm: LLMProcess
+) -> tuple[int, int, float]:
+    """The uninterrupted run (printed): its exit, its LLM calls, its seconds."""
+    before = llm.requests()
+    started = time.monotonic()
+    reference_exit = (
+        GroupRun(_command(reference, args), REPO_ROOT, env, work / "reference.log")
+        .start()
+        .wait(timeout=1800)
+    )
+    reference_s = time.monotonic() - started
+    reference_calls = llm.requests() - before
+    print(
+        f"reference: exit {reference_exit}, {reference_calls} LLM calls ({reference_s:.0f} s; log {work / 'reference.log'})"
+    )
+    return reference_exit, reference_calls, reference_s
+
+
+def _crashed(
+    crashed: Path,
+    args: argparse.Namespace,
+    env: dict[str, str],
+    work: Path,
+    llm: LLMProcess,
+    reference_s: float,
+) -> tuple[KillSeries, int]:
+    """The run killed at seeded moments and resumed (printed): the kills, its LLM calls."""
+    # Start-up (Prefect's API, the JVM) takes a share of a run that depends on the machine's
+    # load: by default the kills fall in the later part of the reference's own time.
+    low = args.low if args.low is not None else round(0.4 * reference_s, 1)
+    high = max(low, args.high if args.high is not None else round(0.9 * reference_s, 1))
+    before = llm.requests()
+    series = run_with_kills(
+        _command(crashed, args),
+        cwd=REPO_ROOT,
+        env=env,
+        log=work / "crashed.log",
+        seed=args.seed,
+        kills=args.kills,
+        low_s=low,
+        high_s=high,
+    )
+    crashed_calls = llm.requests() - before
+    moments = ", ".join(
+        f"{k.delay_s:.1f}s{'' if k.killed else ' (finished first)'}" for k in series.kills
+    )
+    print(
+        f"crashed: seed {args.seed}, kill window {low:g}-{high:g} s, kills landed {series.landed}/{args.kills} at {moments}; final exit "
+        f"{series.final_exit}, {crashed_calls} LLM calls (log {work / 'crashed.log'})"
+    )
+    return series, crashed_calls
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.kills < 1 or (args.low is not None and args.high is not None and not 0 < args.low <= args.high):
-        print("bench.crash.regression: error: need --kills >= 1 and 0 < --low <= --high", file=sys.stderr)
+    if args.kills < 1 or (
+        args.low is not None and args.high is not None and not 0 < args.low <= args.high
+    ):
+        print(
+            "bench.crash.regression: error: need --kills >= 1 and 0 < --low <= --high",
+            file=sys.stderr,
+        )
         return 2
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="skald-crash-regression-"))
     work.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "OPENAI_"))}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
+    )
     env.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     llm = LLMProcess(env)
     try:
-        env.update(OPENAI_BASE_URL=llm.base_url, SKALD_EMBEDDING_BASE_URL=llm.base_url, OPENAI_API_KEY="scripted")
+        env.update(
+            OPENAI_BASE_URL=llm.base_url,
+            SKALD_EMBEDDING_BASE_URL=llm.base_url,
+            OPENAI_API_KEY="scripted",
+        )
         reference, crashed = work / "reference", work / "crashed"
         for project in (reference, crashed):
             shutil.rmtree(project, ignore_errors=True)
             project.mkdir(parents=True)
 
-        before = llm.requests()
-        started = time.monotonic()
-        reference_exit = GroupRun(_command(reference, args), REPO_ROOT, env, work / "reference.log").start().wait(
-            timeout=1800)
-        reference_s = time.monotonic() - started
-        reference_calls = llm.requests() - before
-        print(f"reference: exit {reference_exit}, {reference_calls} LLM calls ({reference_s:.0f} s; log {work / 'reference.log'})")
-
-        # Start-up (Prefect's API, the JVM) takes a share of a run that depends on the machine's
-        # load: by default the kills fall in the later part of the reference's own time.
-        low = args.low if args.low is not None else round(0.4 * reference_s, 1)
-        high = max(low, args.high if args.high is not None else round(0.9 * reference_s, 1))
-        before = llm.requests()
-        series = run_with_kills(_command(crashed, args), cwd=REPO_ROOT, env=env, log=work / "crashed.log",
-                                seed=args.seed, kills=args.kills, low_s=low, high_s=high)
-        crashed_calls = llm.requests() - before
-        moments = ", ".join(f"{k.delay_s:.1f}s{'' if k.killed else ' (finished first)'}" for k in series.kills)
-        print(f"crashed: seed {args.seed}, kill window {low:g}-{high:g} s, kills landed {series.landed}/{args.kills} at {moments}; final exit "
-              f"{series.final_exit}, {crashed_calls} LLM calls (log {work / 'crashed.log'})")
+        reference_exit, reference_calls, reference_s = _reference(reference, args, env, work, llm)
+        series, crashed_calls = _crashed(crashed, args, env, work, llm, reference_s)
     finally:
         llm.stop()
 
@@ -210,10 +325,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     diff = differing(a, b)
     identical = not diff and bool(a) and series.final_exit == reference_exit
     for name, digest in a.items():
-        print(f"  {name}: {digest[:16]}{'' if b.get(name) == digest else '  DIFFERS: ' + b.get(name, 'missing')[:16]}")
+        print(
+            f"  {name}: {digest[:16]}{'' if b.get(name) == digest else '  DIFFERS: ' + b.get(name, 'missing')[:16]}"
+        )
     extra = (crashed_calls - reference_calls) / reference_calls * 100.0 if reference_calls else 0.0
-    print(f"kills landed: {series.landed}; identical: {'yes' if identical else 'no'}; "
-          f"extra LLM calls: {crashed_calls - reference_calls} ({extra:+.1f}%)")
+    print(
+        f"kills landed: {series.landed}; identical: {'yes' if identical else 'no'}; "
+        f"extra LLM calls: {crashed_calls - reference_calls} ({extra:+.1f}%)"
+    )
     if diff:
         print(f"differing: {', '.join(diff)}", file=sys.stderr)
     if series.final_exit != reference_exit:

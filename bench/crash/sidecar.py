@@ -49,7 +49,7 @@ from typing import Any
 import httpx
 
 from bench.crash.harness import GroupRun, kill_moments
-from bench.served import wait_healthy
+from bench.served import serve_command, wait_healthy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIALOGUES = REPO_ROOT.parent / "shared" / "data" / "dialogues"
@@ -91,12 +91,26 @@ class LLMProcess:
         self.port_file = work / "llm.url"
         self.log = (work / "llm.log").open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.crash.sidecar", "--serve-llm", str(self.port_file), *speakers],
-            cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "bench.crash.sidecar",
+                "--serve-llm",
+                str(self.port_file),
+                *speakers,
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 120
         while not self.port_file.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"crash.sidecar: the scripted LLM server did not start (see {work / 'llm.log'})")
+                raise SystemExit(
+                    f"crash.sidecar: the scripted LLM server did not start (see {work / 'llm.log'})"
+                )
             time.sleep(0.05)
         self.base_url = self.port_file.read_text(encoding="utf-8").strip()
 
@@ -125,8 +139,7 @@ class Sidecar:
         self.starts = 0
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "flows.dialogue", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--project-dir", str(self.project), "--lock-wait", "0"]
+        cmd = serve_command(self.port, self.project, "--lock-wait", "0")
         self.run = GroupRun(cmd, REPO_ROOT, self.env, self.log).start()
         self.starts += 1
         with httpx.Client(timeout=10) as client:
@@ -181,8 +194,13 @@ def turn_bodies(dialogue: Path, turns: int, require_actions: bool) -> list[dict[
     return bodies
 
 
-def send_turns(sidecar: Sidecar, bodies: list[dict[str, Any]], *, moments: list[float] | None = None,
-               restart_after: int | None = None) -> tuple[int, float, float]:
+def send_turns(
+    sidecar: Sidecar,
+    bodies: list[dict[str, Any]],
+    *,
+    moments: list[float] | None = None,
+    restart_after: int | None = None,
+) -> tuple[int, float, float]:
     """Send every turn until acknowledged; SIGKILL and restart the sidecar at `moments`
     (seconds after each start), or stop and restart it gracefully after turn `restart_after`.
     Returns (kills landed, longest refusal after a kill, longest kill -> acknowledgement)."""
@@ -225,8 +243,10 @@ def send_turns(sidecar: Sidecar, bodies: list[dict[str, Any]], *, moments: list[
                 if response.status_code == 409 and data.get("code") == "IN_PROGRESS":
                     refused_since = refused_since or time.monotonic()
                 elif response.status_code != 503:
-                    raise SystemExit(f"crash.sidecar: turn {body['turn_id']}: HTTP {response.status_code} "
-                                     f"{data.get('code')}: {data.get('reason')}")
+                    raise SystemExit(
+                        f"crash.sidecar: turn {body['turn_id']}: HTTP {response.status_code} "
+                        f"{data.get('code')}: {data.get('reason')}"
+                    )
                 time.sleep(RETRY_PAUSE_S)
             now = time.monotonic()
             with lock:
@@ -247,15 +267,32 @@ def collect(sidecar: Sidecar, out: Path, result: RunResult) -> None:
     """Export the graph, read every page back and pull the stored packets out of the export."""
     out.mkdir(parents=True, exist_ok=True)
     export = out / "graph.json"
-    subprocess.run([sys.executable, "-m", "kg", "export", "--out", str(export), "--project-dir", str(sidecar.project)],
-                   cwd=REPO_ROOT, env=sidecar.env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kg",
+            "export",
+            "--out",
+            str(export),
+            "--project-dir",
+            str(sidecar.project),
+        ],
+        cwd=REPO_ROOT,
+        env=sidecar.env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pages: dict[str, list[Any]] = {}
     with httpx.Client(timeout=120) as client:
         for name in READBACK_PAGES:
             items: list[Any] = []
             while True:
-                response = client.get(f"{sidecar.base}/api/kg-sidecar/conversations/{CONVERSATION}/{name}",
-                                      params={"offset": len(items), "limit": PAGE_LIMIT})
+                response = client.get(
+                    f"{sidecar.base}/api/kg-sidecar/conversations/{CONVERSATION}/{name}",
+                    params={"offset": len(items), "limit": PAGE_LIMIT},
+                )
                 response.raise_for_status()
                 page = response.json()
                 items += page["items"]
@@ -263,7 +300,9 @@ def collect(sidecar: Sidecar, out: Path, result: RunResult) -> None:
                     break
             pages[name] = items
     readback = out / "readback.json"
-    readback.write_text(json.dumps(pages, sort_keys=True, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    readback.write_text(
+        json.dumps(pages, sort_keys=True, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     graph = json.loads(export.read_text(encoding="utf-8"))
     packets = {}
     for node in graph["nodes"]:
@@ -272,15 +311,25 @@ def collect(sidecar: Sidecar, out: Path, result: RunResult) -> None:
             stored = json.loads(props["result_json"])
             packets[props["key"]] = stored.get("injection_packet")
     packets_file = out / "packets.json"
-    packets_file.write_text(json.dumps(packets, sort_keys=True, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    packets_file.write_text(
+        json.dumps(packets, sort_keys=True, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     result.files = {"export": export, "readback": readback, "packets": packets_file}
     result.export_sha = sha(export.read_bytes())
     result.readback_sha = sha(readback.read_bytes())
     result.packets_sha = sha(packets_file.read_bytes())
 
 
-def one_run(name: str, work: Path, llm: LLMProcess, bodies: list[dict[str, Any]], *, hash_seed: str,
-            moments: list[float] | None = None, restart_after: int | None = None) -> RunResult:
+def one_run(
+    name: str,
+    work: Path,
+    llm: LLMProcess,
+    bodies: list[dict[str, Any]],
+    *,
+    hash_seed: str,
+    moments: list[float] | None = None,
+    restart_after: int | None = None,
+) -> RunResult:
     from core.graph_server import free_port
 
     run_dir = work / name
@@ -289,8 +338,13 @@ def one_run(name: str, work: Path, llm: LLMProcess, bodies: list[dict[str, Any]]
     project.mkdir(parents=True)
     # This checkout first; a PYTHONPATH already set stays (the test session's Cypher recorder).
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "OPENAI_BASE_URL": llm.base_url, "SKALD_EMBEDDING_BASE_URL": llm.base_url,
-           "PYTHONPATH": pythonpath, "PYTHONHASHSEED": hash_seed}
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": llm.base_url,
+        "SKALD_EMBEDDING_BASE_URL": llm.base_url,
+        "PYTHONPATH": pythonpath,
+        "PYTHONHASHSEED": hash_seed,
+    }
     for unset in ("OPENAI_API_KEY", "NEO4J_URI", "SKALD_SIDECAR_TOKEN"):
         env.pop(unset, None)
     sidecar = Sidecar(project, free_port(), env, run_dir / "serve.log")
@@ -299,38 +353,151 @@ def one_run(name: str, work: Path, llm: LLMProcess, bodies: list[dict[str, Any]]
     sidecar.start()
     try:
         result.kills, result.longest_refusal_s, result.longest_gap_s = send_turns(
-            sidecar, bodies, moments=moments, restart_after=restart_after)
+            sidecar, bodies, moments=moments, restart_after=restart_after
+        )
         result.llm_requests = llm.requests() - before
         collect(sidecar, run_dir / "out", result)
     finally:
         sidecar.stop()
     # The log line, not the source line a warning may be shown with ("... lock of %s").
-    result.takeovers = len(TAKEOVER.findall(sidecar.log.read_text(encoding="utf-8", errors="replace")))
+    result.takeovers = len(
+        TAKEOVER.findall(sidecar.log.read_text(encoding="utf-8", errors="replace"))
+    )
     return result
 
 
 def same(a: RunResult, b: RunResult) -> list[str]:
     """What differs between two runs: export, readback, packets."""
-    return [what for what, x, y in (("export", a.export_sha, b.export_sha), ("readback", a.readback_sha, b.readback_sha),
-                                    ("packets", a.packets_sha, b.packets_sha)) if x != y]
+    return [
+        what
+        for what, x, y in (
+            ("export", a.export_sha, b.export_sha),
+            ("readback", a.readback_sha, b.readback_sha),
+            ("packets", a.packets_sha, b.packets_sha),
+        )
+        if x != y
+    ]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.crash.sidecar",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--dialogue",
+        type=Path,
+        default=DIALOGUES / "locomo-26.turns.jsonl",
+        help="transcript in the shared JSONL turn format (default locomo-26)",
+    )
+    parser.add_argument(
+        "--turns", type=int, default=40, help="turns sent, from the first (default 40)"
+    )
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[1, 2, 3], help="kill seeds (default 1 2 3)"
+    )
+    parser.add_argument("--kills", type=int, default=4, help="kill moments per seed (default 4)")
+    parser.add_argument(
+        "--low", type=float, default=0.5, help="earliest kill, seconds after a start (default 0.5)"
+    )
+    parser.add_argument(
+        "--high", type=float, default=8.0, help="latest kill, seconds after a start (default 8)"
+    )
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=sorted(MODES),
+        default=sorted(MODES),
+        help="gated: require_actions true; open: require_actions false (default both)",
+    )
+    parser.add_argument(
+        "--max-extra", type=float, default=10.0, help="extra LLM requests allowed, %% (default 10)"
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="keep the runs here (default: a temp dir, removed)",
+    )
+    parser.add_argument("--serve-llm", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("speakers", nargs="*", help=argparse.SUPPRESS)
+    return parser
+
+
+def _mode(
+    mode: str, args: argparse.Namespace, work: Path, llm: LLMProcess, failures: list[str]
+) -> None:
+    """One mode's runs, printed: two clean ingests under different hash seeds, a graceful
+    restart, then each seed's kills; what differed from the clean ingest goes to `failures`
+    as it is found (a run that raises leaves the ones before it recorded)."""
+    bodies = turn_bodies(args.dialogue, args.turns, MODES[mode])
+    reference = one_run(f"{mode}-clean-hashseed-1", work, llm, bodies, hash_seed="1")
+    twin = one_run(f"{mode}-clean-hashseed-2", work, llm, bodies, hash_seed="2")
+    differ = same(reference, twin)
+    print(
+        f"[{mode}] require_actions={MODES[mode]}: clean ingests under PYTHONHASHSEED=1 and =2 "
+        f"(different directories): {'identical' if not differ else 'DIFFERENT: ' + ', '.join(differ)}"
+    )
+    for run in (reference, twin):
+        print(
+            f"  {run.name}: export sha256 {run.export_sha}\n"
+            f"  {' ' * len(run.name)}  read-back sha256 {run.readback_sha}\n"
+            f"  {' ' * len(run.name)}  packets sha256 {run.packets_sha}; {run.llm_requests} LLM requests"
+        )
+    if differ:
+        failures.append(f"{mode}: hash seeds 1 and 2 differ in {', '.join(differ)}")
+    restarted = one_run(
+        f"{mode}-graceful-restart",
+        work,
+        llm,
+        bodies,
+        hash_seed="random",
+        restart_after=args.turns // 2,
+    )
+    differ = same(reference, restarted)
+    print(
+        f"  graceful restart after turn {args.turns // 2}: "
+        f"{'identical' if not differ else 'DIFFERENT: ' + ', '.join(differ)}"
+    )
+    if differ:
+        failures.append(f"{mode}: a graceful restart changed {', '.join(differ)}")
+    total_kills = 0
+    for seed in args.seeds:
+        moments = kill_moments(seed, args.kills, args.low, args.high)
+        run = one_run(
+            f"{mode}-kills-seed-{seed}",
+            work,
+            llm,
+            bodies,
+            hash_seed="random",
+            moments=moments,
+        )
+        total_kills += run.kills
+        differ = same(reference, run)
+        extra = 100.0 * (run.llm_requests - reference.llm_requests) / max(reference.llm_requests, 1)
+        print(
+            f"  seed {seed}: kills landed {run.kills}/{len(moments)} ({run.takeovers} while a turn held the "
+            f"lease); identical "
+            f"{'yes' if not differ else 'NO (' + ', '.join(differ) + ')'}; LLM requests "
+            f"{run.llm_requests} vs {reference.llm_requests} (+{extra:.1f}%); longest refusal after a "
+            f"kill {run.longest_refusal_s:.1f} s (goal < 10 s); longest kill -> next acknowledged turn "
+            f"{run.longest_gap_s:.1f} s (restart included)",
+            flush=True,
+        )
+        if differ:
+            failures.append(
+                f"{mode} seed {seed}: {', '.join(differ)} differ (see {work / run.name})"
+            )
+        if extra > args.max_extra:
+            failures.append(
+                f"{mode} seed {seed}: {extra:.1f}% extra LLM requests (> {args.max_extra:g}%)"
+            )
+    print(f"  [{mode}] {total_kills} kills over {len(args.seeds)} seeds", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.crash.sidecar", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dialogue", type=Path, default=DIALOGUES / "locomo-26.turns.jsonl",
-                        help="transcript in the shared JSONL turn format (default locomo-26)")
-    parser.add_argument("--turns", type=int, default=40, help="turns sent, from the first (default 40)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="kill seeds (default 1 2 3)")
-    parser.add_argument("--kills", type=int, default=4, help="kill moments per seed (default 4)")
-    parser.add_argument("--low", type=float, default=0.5, help="earliest kill, seconds after a start (default 0.5)")
-    parser.add_argument("--high", type=float, default=8.0, help="latest kill, seconds after a start (default 8)")
-    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=sorted(MODES),
-                        help="gated: require_actions true; open: require_actions false (default both)")
-    parser.add_argument("--max-extra", type=float, default=10.0, help="extra LLM requests allowed, %% (default 10)")
-    parser.add_argument("--work-dir", type=Path, default=None, help="keep the runs here (default: a temp dir, removed)")
-    parser.add_argument("--serve-llm", type=Path, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("speakers", nargs="*", help=argparse.SUPPRESS)
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.serve_llm is not None:
         return serve_llm(args.serve_llm, args.speakers)
@@ -349,46 +516,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     llm = LLMProcess(work, speakers, env)
     failures: list[str] = []
     try:
-        print(f"crash.sidecar: {args.turns} turns of {args.dialogue.name}, seeds {args.seeds}, "
-              f"{args.kills} kill moments each in [{args.low:g}, {args.high:g}] s after a start", flush=True)
+        print(
+            f"crash.sidecar: {args.turns} turns of {args.dialogue.name}, seeds {args.seeds}, "
+            f"{args.kills} kill moments each in [{args.low:g}, {args.high:g}] s after a start",
+            flush=True,
+        )
         for mode in args.modes:
-            bodies = turn_bodies(args.dialogue, args.turns, MODES[mode])
-            reference = one_run(f"{mode}-clean-hashseed-1", work, llm, bodies, hash_seed="1")
-            twin = one_run(f"{mode}-clean-hashseed-2", work, llm, bodies, hash_seed="2")
-            differ = same(reference, twin)
-            print(f"[{mode}] require_actions={MODES[mode]}: clean ingests under PYTHONHASHSEED=1 and =2 "
-                  f"(different directories): {'identical' if not differ else 'DIFFERENT: ' + ', '.join(differ)}")
-            for run in (reference, twin):
-                print(f"  {run.name}: export sha256 {run.export_sha}\n"
-                      f"  {' ' * len(run.name)}  read-back sha256 {run.readback_sha}\n"
-                      f"  {' ' * len(run.name)}  packets sha256 {run.packets_sha}; {run.llm_requests} LLM requests")
-            if differ:
-                failures.append(f"{mode}: hash seeds 1 and 2 differ in {', '.join(differ)}")
-            restarted = one_run(f"{mode}-graceful-restart", work, llm, bodies, hash_seed="random",
-                                restart_after=args.turns // 2)
-            differ = same(reference, restarted)
-            print(f"  graceful restart after turn {args.turns // 2}: "
-                  f"{'identical' if not differ else 'DIFFERENT: ' + ', '.join(differ)}")
-            if differ:
-                failures.append(f"{mode}: a graceful restart changed {', '.join(differ)}")
-            total_kills = 0
-            for seed in args.seeds:
-                moments = kill_moments(seed, args.kills, args.low, args.high)
-                run = one_run(f"{mode}-kills-seed-{seed}", work, llm, bodies, hash_seed="random", moments=moments)
-                total_kills += run.kills
-                differ = same(reference, run)
-                extra = 100.0 * (run.llm_requests - reference.llm_requests) / max(reference.llm_requests, 1)
-                print(f"  seed {seed}: kills landed {run.kills}/{len(moments)} ({run.takeovers} while a turn held the "
-                      f"lease); identical "
-                      f"{'yes' if not differ else 'NO (' + ', '.join(differ) + ')'}; LLM requests "
-                      f"{run.llm_requests} vs {reference.llm_requests} (+{extra:.1f}%); longest refusal after a "
-                      f"kill {run.longest_refusal_s:.1f} s (goal < 10 s); longest kill -> next acknowledged turn "
-                      f"{run.longest_gap_s:.1f} s (restart included)", flush=True)
-                if differ:
-                    failures.append(f"{mode} seed {seed}: {', '.join(differ)} differ (see {work / run.name})")
-                if extra > args.max_extra:
-                    failures.append(f"{mode} seed {seed}: {extra:.1f}% extra LLM requests (> {args.max_extra:g}%)")
-            print(f"  [{mode}] {total_kills} kills over {len(args.seeds)} seeds", flush=True)
+            _mode(mode, args, work, llm, failures)
     finally:
         llm.close()
         if args.work_dir is None and not failures:
