@@ -56,7 +56,9 @@ def imported_artifacts_path(saga_dir: Path) -> Path:
 
 
 def load_imported_artifacts(saga_dir: Path) -> InitArtifacts:
-    return InitArtifacts.model_validate_json(imported_artifacts_path(saga_dir).read_text(encoding="utf-8"))
+    return InitArtifacts.model_validate_json(
+        imported_artifacts_path(saga_dir).read_text(encoding="utf-8")
+    )
 
 
 @flow(name="import-manuscript", log_prints=True)
@@ -69,49 +71,99 @@ def import_flow(manuscript: Manuscript, genre: str) -> ImportReport:
     refs_by_chapter, extraction_refs, extractions, texts, summaries = [], [], [], [], []
     for chapter in manuscript.chapters:
         refs = scene_refs(services, chapter)
-        extracted = tuple(extract_scene(services, ref, chapter.number, index, tuple(known))
-                          for index, ref in enumerate(refs, 1))
+        extracted = tuple(
+            extract_scene(services, ref, chapter.number, index, tuple(known))
+            for index, ref in enumerate(refs, 1)
+        )
         # Only what the manuscript's own words support becomes the bible and the graph.
-        found = ground_scenes(services, chapter.number, refs, extracted, tuple(known),
-                              titles).extractions
+        found = ground_scenes(
+            services, chapter.number, refs, extracted, tuple(known), titles
+        ).extractions
         models = [rt.content.get_model(ref, SceneExtraction) for ref in found]
         for scene in models:
-            known += [e.name for e in scene.entities if e.kind == "Character" and e.name not in known]
+            known += [
+                e.name for e in scene.entities if e.kind == "Character" and e.name not in known
+            ]
         text = assemble_chapter(services, chapter.number, 1, refs)
         summaries.append(summarize_chapter(services, chapter.number, chapter.title, text))
         refs_by_chapter.append(refs)
         extraction_refs.append(tuple(found))
         extractions.append(models)
         texts.append(text)
-        log.info("import: chapter %d %r: %d scenes extracted and summarized", chapter.number, chapter.title,
-                 len(refs))
-    artifacts = imported_artifacts(services, manuscript.title, genre, manuscript.chapters,
-                                   extractions, summaries)
+        log.info(
+            "import: chapter %d %r: %d scenes extracted and summarized",
+            chapter.number,
+            chapter.title,
+            len(refs),
+        )
+    artifacts = imported_artifacts(
+        services, manuscript.title, genre, manuscript.chapters, extractions, summaries
+    )
     commit_initialization(services, artifacts, genre)
     steering = load_steering(rt.settings.saga_dir)
-    for chapter, refs, found, models, text, summary in zip(manuscript.chapters, refs_by_chapter, extraction_refs,
-                                                           extractions, texts, summaries, strict=True):
-        plan = ScenePlan(scenes=[
-            SceneDetail(title=f"Scene {index}", pov="", setting="",
-                        characters=[e.name for e in scene.entities if e.kind == "Character"], beats=[])
-            for index, scene in enumerate(models, start=1)
-        ])
-        plan_ref = rt.content.put_json("chapter_plan", f"chapter_{chapter.number:03d}/imported", plan)
-        embeddings = embed_scenes_or_none(services, f"chapter_{chapter.number:03d}/imported/scenes",
-                                          tuple(chapter.scenes))
-        delta = build_chapter_delta(services, ChapterParts(
-            number=chapter.number, title=chapter.title, iteration=1, plan=plan_ref, scenes=refs,
-            extractions=found, embeddings=embeddings, chapter_text=text))
+    for chapter, refs, found, models, text, summary in zip(
+        manuscript.chapters,
+        refs_by_chapter,
+        extraction_refs,
+        extractions,
+        texts,
+        summaries,
+        strict=True,
+    ):
+        plan = ScenePlan(
+            scenes=[
+                SceneDetail(
+                    title=f"Scene {index}",
+                    pov="",
+                    setting="",
+                    characters=[e.name for e in scene.entities if e.kind == "Character"],
+                    beats=[],
+                )
+                for index, scene in enumerate(models, start=1)
+            ]
+        )
+        plan_ref = rt.content.put_json(
+            "chapter_plan", f"chapter_{chapter.number:03d}/imported", plan
+        )
+        embeddings = embed_scenes_or_none(
+            services, f"chapter_{chapter.number:03d}/imported/scenes", tuple(chapter.scenes)
+        )
+        delta = build_chapter_delta(
+            services,
+            ChapterParts(
+                number=chapter.number,
+                title=chapter.title,
+                iteration=1,
+                plan=plan_ref,
+                scenes=refs,
+                extractions=found,
+                embeddings=embeddings,
+                chapter_text=text,
+            ),
+        )
         commit_chapter(services, delta, chapter_commit_state(services, chapter.number))
         store_chapter_summary(services, chapter.number, summary)
         finalize_chapter(services, chapter.number, chapter.title, text)
-        steering.imported[chapter.number] = ImportedChapter(title=chapter.title, summary=summary.summary,
-                                                            ending=tail_from_sentence(chapter.scenes[-1], ENDING_CHARS))
+        steering.imported[chapter.number] = ImportedChapter(
+            title=chapter.title,
+            summary=summary.summary,
+            ending=tail_from_sentence(chapter.scenes[-1], ENDING_CHARS),
+        )
     save_steering(rt.settings.saga_dir, steering)
     persist_initialization_files(services, artifacts)
-    atomic_write(imported_artifacts_path(rt.settings.saga_dir), artifacts.model_dump_json(indent=2).encode("utf-8"))
+    atomic_write(
+        imported_artifacts_path(rt.settings.saga_dir),
+        artifacts.model_dump_json(indent=2).encode("utf-8"),
+    )
     path = export_manuscript(services, manuscript.title, len(manuscript.chapters))
     ebooks = export_ebooks_or_log(path)
     write_codex_or_log(services, "of the imported book")
-    return ImportReport(title=manuscript.title, chapters=len(manuscript.chapters), manuscript=path, ebooks=ebooks,
-                        characters=[c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters])
+    return ImportReport(
+        title=manuscript.title,
+        chapters=len(manuscript.chapters),
+        manuscript=path,
+        ebooks=ebooks,
+        characters=[
+            c.name for c in rt.content.get_model(artifacts.characters, CharacterSheets).characters
+        ],
+    )
