@@ -52,8 +52,8 @@ from prefect.client.schemas.objects import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from core.cli import project_prefect_settings, run_main, setup_logging
+from core.phases import PhaseTimer
 from core.settings import load_settings
-from flows.phases import PhaseTimer
 from flows.regression_cli import (
     build_parser,
     params_from_args,

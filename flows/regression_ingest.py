@@ -17,7 +17,7 @@ from prefect.client.schemas.objects import State
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
-from flows.phases import PhaseTimer
+from core.phases import PhaseTimer
 from flows.regression_plan import (
     RegressionParams,
     RegressionRun,
