@@ -33,10 +33,17 @@ def sidecar_speakers() -> list[str]:
     return participants("locomo-26")
 
 
-def _body(conv: str, turn: int = 1, content: str = "Hey Mel! I went to a support group yesterday.") -> dict[str, Any]:
-    return {"conversation_id": conv, "turn_id": turn,
-            "messages": [{"role": "user", "name": "Caroline", "content": content}],
-            "window": [{"role": "assistant", "name": "Melanie", "content": "Hi Caroline, how have you been?"}]}
+def _body(
+    conv: str, turn: int = 1, content: str = "Hey Mel! I went to a support group yesterday."
+) -> dict[str, Any]:
+    return {
+        "conversation_id": conv,
+        "turn_id": turn,
+        "messages": [{"role": "user", "name": "Caroline", "content": content}],
+        "window": [
+            {"role": "assistant", "name": "Melanie", "content": "Hi Caroline, how have you been?"}
+        ],
+    }
 
 
 def _conv() -> str:
@@ -60,15 +67,26 @@ def test_commit_then_replay_over_http(client: TestClient) -> None:
     [
         (b'{"turn_id": 1, "messages": [{"role": "user", "content": "x"}]}', "conversation_id"),
         (b'{"conversation_id": "c", "messages": [{"role": "user", "content": "x"}]}', "turn_id"),
-        (b'{"conversation_id": 5, "turn_id": 1, "messages": [{"role": "user", "content": "x"}]}', "conversation_id"),
-        (b'{"conversation_id": "c", "turn_id": {"a": 1}, "messages": [{"role": "user", "content": "x"}]}', "turn_id"),
+        (
+            b'{"conversation_id": 5, "turn_id": 1, "messages": [{"role": "user", "content": "x"}]}',
+            "conversation_id",
+        ),
+        (
+            b'{"conversation_id": "c", "turn_id": {"a": 1}, "messages": [{"role": "user", "content": "x"}]}',
+            "turn_id",
+        ),
         (b'{"conversation_id": "c", "turn_id": 1, "messages": "x"}', "messages"),
-        (b'{"conversation_id": "c", "turn_id": 1, "messages": [{"role": "user", "content": "\xff\xfe"}]}', "UTF-8"),
+        (
+            b'{"conversation_id": "c", "turn_id": 1, "messages": [{"role": "user", "content": "\xff\xfe"}]}',
+            "UTF-8",
+        ),
         (b"not json", "JSON"),
         (b"", "JSON"),
     ],
 )
-def test_malformed_requests_get_invalid_request(client: TestClient, body: bytes, fragment: str) -> None:
+def test_malformed_requests_get_invalid_request(
+    client: TestClient, body: bytes, fragment: str
+) -> None:
     response = client.post(COMMIT_PATH, content=body, headers={"content-type": "application/json"})
     assert response.status_code == 400
     data = response.json()
@@ -76,7 +94,9 @@ def test_malformed_requests_get_invalid_request(client: TestClient, body: bytes,
     assert fragment in data["reason"] and "\n" not in data["reason"]
 
 
-def test_a_one_megabyte_message_is_refused_before_it_is_read(client: TestClient, scripted: ScriptedLLM) -> None:
+def test_a_one_megabyte_message_is_refused_before_it_is_read(
+    client: TestClient, scripted: ScriptedLLM
+) -> None:
     calls = scripted.request_count
     big = _body(_conv(), content="x" * (1024 * 1024))
     response = client.post(COMMIT_PATH, json=big)
@@ -105,14 +125,22 @@ def test_conflict_busy_gate_and_retryable_rollback_statuses(
     assert busy.json()["code"] == "IN_PROGRESS"
     repo.delete_conversation(busy_conv)
 
-    scripted.on(schema="TurnExtraction", times=1,
-                respond={"entities": [], "actions": [], "bio_patches": [], "facts": []})
+    scripted.on(
+        schema="TurnExtraction",
+        times=1,
+        respond={"entities": [], "actions": [], "bio_patches": [], "facts": []},
+    )
     gated = client.post(COMMIT_PATH, json=_body(_conv()))
     assert gated.status_code == 200
     assert (gated.json()["state"], gated.json()["committed"], gated.json()["retryable"]) == (
-        "ROLLED_BACK", False, False)
+        "ROLLED_BACK",
+        False,
+        False,
+    )
 
-    scripted.on(schema="HistorianReport", fault="http_500", times=service.settings.limits.llm_max_attempts)
+    scripted.on(
+        schema="HistorianReport", fault="http_500", times=service.settings.limits.llm_max_attempts
+    )
     failing = client.post(COMMIT_PATH, json=_body(_conv()))
     assert failing.status_code == 503 and failing.headers["retry-after"] == "1"
     assert failing.json()["retryable"] is True and failing.json()["code"] == "ROLLED_BACK"
@@ -122,26 +150,52 @@ def test_openapi_describes_both_endpoints_and_the_request(client: TestClient) ->
     spec = client.get("/openapi.json").json()
     for path in (COMMIT_PATH, RETRY_PATH):
         op = spec["paths"][path]["post"]
-        assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/TurnCommitRequest")
+        assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+            "/TurnCommitRequest"
+        )
         assert set(op["responses"]) == {"200", "400", "401", "403", "409", "413", "500", "503"}
     request = spec["components"]["schemas"]["TurnCommitRequest"]
     assert {"conversation_id", "turn_id", "messages"} <= set(request["required"])
-    assert "ChatMessage" in spec["components"]["schemas"] and "TurnResult" in spec["components"]["schemas"]
+    assert (
+        "ChatMessage" in spec["components"]["schemas"]
+        and "TurnResult" in spec["components"]["schemas"]
+    )
     assert client.get(HEALTH_PATH).json()["status"] == "ok"
 
 
 def _env(graph_settings: Settings, scripted: ScriptedLLM) -> dict[str, str]:
     ep = graph_endpoint(graph_settings)
-    return {**os.environ, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
-            "NEO4J_DATABASE": ep.database, "OPENAI_BASE_URL": scripted.base_url,
-            "SKALD_EMBEDDING_BASE_URL": scripted.base_url}
+    return {
+        **os.environ,
+        "NEO4J_URI": ep.uri,
+        "NEO4J_USERNAME": ep.username,
+        "NEO4J_PASSWORD": ep.password,
+        "NEO4J_DATABASE": ep.database,
+        "OPENAI_BASE_URL": scripted.base_url,
+        "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
+    }
 
 
-def test_serve_runs_a_real_http_server(graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path) -> None:
+def test_serve_runs_a_real_http_server(
+    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path
+) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.dialogue", "serve", "--port", str(port), "--project-dir", str(tmp_path)],
-        cwd=REPO_ROOT, env=_env(graph_settings, scripted), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "flows.dialogue",
+            "serve",
+            "--port",
+            str(port),
+            "--project-dir",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        env=_env(graph_settings, scripted),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         base = f"http://127.0.0.1:{port}"
@@ -157,7 +211,9 @@ def test_serve_runs_a_real_http_server(graph_settings: Settings, scripted: Scrip
             time.sleep(0.3)
         response = httpx.post(base + COMMIT_PATH, json=_body(_conv()), timeout=60)
         assert response.status_code == 200 and response.json()["committed"], response.text
-        bad = httpx.post(base + COMMIT_PATH, content=b"\xff\xfe", headers={"content-type": "application/json"})
+        bad = httpx.post(
+            base + COMMIT_PATH, content=b"\xff\xfe", headers={"content-type": "application/json"}
+        )
         assert bad.status_code == 400 and bad.json()["code"] == "INVALID_REQUEST"
         assert COMMIT_PATH in httpx.get(base + "/openapi.json").json()["paths"]
     finally:
@@ -166,22 +222,44 @@ def test_serve_runs_a_real_http_server(graph_settings: Settings, scripted: Scrip
 
 
 def test_cli_commit_and_help(
-    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    graph_settings: Settings,
+    scripted: ScriptedLLM,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     env = _env(graph_settings, scripted)
     request = tmp_path / "turn.json"
     request.write_text(json.dumps(_body(_conv())))
     done = subprocess.run(
-        [sys.executable, "-m", "flows.dialogue", "commit", "--request", str(request), "--project-dir", str(tmp_path)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "flows.dialogue",
+            "commit",
+            "--request",
+            str(request),
+            "--project-dir",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["state"] == "COMMITTED"
 
     # The rest in-process (each interpreter start costs seconds here): same entry point.
-    for name in ("NEO4J_URI", "NEO4J_USERNAME", "NEO4J_PASSWORD", "NEO4J_DATABASE", "OPENAI_BASE_URL",
-                 "SKALD_EMBEDDING_BASE_URL"):
+    for name in (
+        "NEO4J_URI",
+        "NEO4J_USERNAME",
+        "NEO4J_PASSWORD",
+        "NEO4J_DATABASE",
+        "OPENAI_BASE_URL",
+        "SKALD_EMBEDDING_BASE_URL",
+    ):
         monkeypatch.setenv(name, env[name])
 
     def run(*args: str) -> int:
@@ -193,7 +271,9 @@ def test_cli_commit_and_help(
     assert run("commit", "--request", str(request), "--project-dir", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert "INVALID_REQUEST" in err and "turn_id" in err
-    assert run("commit", "--request", str(tmp_path / "nope.json"), "--project-dir", str(tmp_path)) == 2
+    assert (
+        run("commit", "--request", str(tmp_path / "nope.json"), "--project-dir", str(tmp_path)) == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("dialogue: error: cannot read request file")
     for command in ([], ["serve"], ["commit"], ["openapi"]):

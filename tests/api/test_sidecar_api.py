@@ -55,7 +55,12 @@ def _conv() -> str:
 
 def _msg(speaker: str, content: str, n: int) -> dict[str, Any]:
     # A fixed time per message: the remembered `when` must not depend on the wall clock.
-    return {"role": "user", "name": speaker, "content": content, "time": f"1:{n:02d} pm on 8 May, 2023"}
+    return {
+        "role": "user",
+        "name": speaker,
+        "content": content,
+        "time": f"1:{n:02d} pm on 8 May, 2023",
+    }
 
 
 def _turn(conv: str, n: int, content: str, speaker: str | None = None) -> dict[str, Any]:
@@ -63,8 +68,12 @@ def _turn(conv: str, n: int, content: str, speaker: str | None = None) -> dict[s
     # The chat before the turn, as front ends send it: the other participant is in it, so a
     # relation between the two is grounded in the conversation.
     other = next(s for s in SPEAKERS if s != speaker)
-    return {"conversation_id": conv, "turn_id": n, "messages": [_msg(speaker, content, n)],
-            "window": [_msg(other, f"Hi {speaker}, how are you?", 0)]}
+    return {
+        "conversation_id": conv,
+        "turn_id": n,
+        "messages": [_msg(speaker, content, n)],
+        "window": [_msg(other, f"Hi {speaker}, how are you?", 0)],
+    }
 
 
 LINES = [
@@ -92,8 +101,12 @@ def test_memory_query_before_a_reply_returns_facts_committed_earlier(
         assert client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n - 1])).json()["committed"]
     before = _export(service)
     chats = scripted.counts_by_path.get("/v1/chat/completions", 0)
-    pending = {"conversation_id": conv,
-               "messages": [{"role": "user", "name": "Melanie", "content": "How was the support group, Caroline?"}]}
+    pending = {
+        "conversation_id": conv,
+        "messages": [
+            {"role": "user", "name": "Melanie", "content": "How was the support group, Caroline?"}
+        ],
+    }
     response = client.post(MEMORY_QUERY_PATH, json=pending)
     assert response.status_code == 200, response.text
     data = response.json()
@@ -111,10 +124,21 @@ def test_memory_query_before_a_reply_returns_facts_committed_earlier(
 
 
 def test_memory_query_bad_input_gets_one_line(client: TestClient) -> None:
-    bad = client.post(MEMORY_QUERY_PATH, json={"conversation_id": "c", "turn_id": 1,
-                                               "messages": [{"role": "user", "content": "x"}]})
-    assert bad.status_code == 400 and bad.json()["code"] == "INVALID_REQUEST" and "turn_id" in bad.json()["reason"]
-    assert client.post(MEMORY_QUERY_PATH, content=b"{", headers={"content-type": "application/json"}).status_code == 400
+    bad = client.post(
+        MEMORY_QUERY_PATH,
+        json={"conversation_id": "c", "turn_id": 1, "messages": [{"role": "user", "content": "x"}]},
+    )
+    assert (
+        bad.status_code == 400
+        and bad.json()["code"] == "INVALID_REQUEST"
+        and "turn_id" in bad.json()["reason"]
+    )
+    assert (
+        client.post(
+            MEMORY_QUERY_PATH, content=b"{", headers={"content-type": "application/json"}
+        ).status_code
+        == 400
+    )
 
 
 # --- 3. replace and rewind --------------------------------------------------------------------
@@ -126,16 +150,24 @@ def _kg_export_cli(graph_settings: Settings, out: Path, monkeypatch: pytest.Monk
     from kg.__main__ import main as kg_main
 
     ep = graph_endpoint(graph_settings)
-    for name, value in (("NEO4J_URI", ep.uri), ("NEO4J_USERNAME", ep.username),
-                        ("NEO4J_PASSWORD", ep.password), ("NEO4J_DATABASE", ep.database)):
+    for name, value in (
+        ("NEO4J_URI", ep.uri),
+        ("NEO4J_USERNAME", ep.username),
+        ("NEO4J_PASSWORD", ep.password),
+        ("NEO4J_DATABASE", ep.database),
+    ):
         monkeypatch.setenv(name, value)
     assert kg_main(["export", "--out", str(out), "--project-dir", str(out.parent)]) == 0
     return out.read_bytes()
 
 
 def test_rewind_leaves_the_export_byte_identical_to_never_having_the_turns(
-    client: TestClient, service: DialogueService, scripted: ScriptedLLM, graph_settings: Settings,
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    client: TestClient,
+    service: DialogueService,
+    scripted: ScriptedLLM,
+    graph_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     conv = _conv()
     for n in (1, 2):
@@ -144,7 +176,11 @@ def test_rewind_leaves_the_export_byte_identical_to_never_having_the_turns(
     never_had_file = _kg_export_cli(graph_settings, tmp_path / "before.json", monkeypatch)
     assert client.post(COMMIT_PATH, json=_turn(conv, 3, LINES[2])).json()["committed"]
     # Turn 4 blocked by the commit gate (remembered, no facts); turn 5 committed after it.
-    scripted.on(schema="TurnExtraction", times=1, respond={"entities": [], "actions": [], "bio_patches": [], "facts": []})
+    scripted.on(
+        schema="TurnExtraction",
+        times=1,
+        respond={"entities": [], "actions": [], "bio_patches": [], "facts": []},
+    )
     assert client.post(COMMIT_PATH, json=_turn(conv, 4, LINES[3])).json()["state"] == "ROLLED_BACK"
     assert client.post(COMMIT_PATH, json=_turn(conv, 5, LINES[4])).json()["committed"]
     assert _export(service) != never_had
@@ -166,7 +202,10 @@ def test_rewind_leaves_the_export_byte_identical_to_never_having_the_turns(
 
 
 def test_replace_removes_the_old_turns_facts_exactly_and_commits_the_new_text(
-    client: TestClient, service: DialogueService, graph_settings: Settings, tmp_path: Path,
+    client: TestClient,
+    service: DialogueService,
+    graph_settings: Settings,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     conv = _conv()
@@ -175,7 +214,9 @@ def test_replace_removes_the_old_turns_facts_exactly_and_commits_the_new_text(
     # What the graph looks like when turn 3 was only ever the edited text: commit it, export, rewind.
     assert client.post(COMMIT_PATH, json=_turn(conv, 3, LINES[5])).json()["committed"]
     only_new = _kg_export_cli(graph_settings, tmp_path / "only-new.json", monkeypatch)
-    assert client.post(REWIND_PATH, json={"conversation_id": conv, "before_turn": 3}).json()["found"]
+    assert client.post(REWIND_PATH, json={"conversation_id": conv, "before_turn": 3}).json()[
+        "found"
+    ]
 
     # The history with the old turn 3 (and a later turn 4), then the edit of turn 3.
     for n in (3, 4):
@@ -200,7 +241,11 @@ def test_replace_removes_the_old_turns_facts_exactly_and_commits_the_new_text(
     # The graph still holds the commit's trace for operators: the replay names it.
     assert replay["trace"]["replay_of"] == response.json()["trace"]["trace_id"]
     texts = [t["text"] for t in client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["items"]]
-    assert texts == [f"{SPEAKERS[1]}: {LINES[0]}", f"{SPEAKERS[0]}: {LINES[1]}", f"{SPEAKERS[1]}: {LINES[5]}"]
+    assert texts == [
+        f"{SPEAKERS[1]}: {LINES[0]}",
+        f"{SPEAKERS[0]}: {LINES[1]}",
+        f"{SPEAKERS[1]}: {LINES[5]}",
+    ]
 
 
 # --- 5. read-back -----------------------------------------------------------------------------
@@ -212,25 +257,41 @@ def test_read_back_pages_and_search(client: TestClient) -> None:
         assert client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n - 1])).json()["committed"]
     base = f"{CONVERSATIONS_PATH}/{conv}"
     entities = client.get(f"{base}/entities").json()
-    assert {e["name"] for e in entities["items"]} == set(SPEAKERS) and entities["page"]["total"] == 2
+    assert {e["name"] for e in entities["items"]} == set(SPEAKERS) and entities["page"][
+        "total"
+    ] == 2
     relations = client.get(f"{base}/relations").json()["items"]
-    friend = next(r for r in relations if r["type"] == "FRIEND_OF" and r["source_name"] == "Melanie")
+    friend = next(
+        r for r in relations if r["type"] == "FRIEND_OF" and r["source_name"] == "Melanie"
+    )
     assert [e["turn_id"] for e in friend["events"]] == ["1", "3", "5"]
-    assert friend["events"][0]["action"] == "EVOLVE" and friend["weight"] == friend["events"][-1]["weight_after"]
+    assert (
+        friend["events"][0]["action"] == "EVOLVE"
+        and friend["weight"] == friend["events"][-1]["weight_after"]
+    )
     # Each change carries its evidence, the words of its turn; the relation, its latest one's.
-    assert [e["quote"] in " ".join(LINES[int(e["turn_id"]) - 1].split()) for e in friend["events"]] == [True] * 3
+    assert [
+        e["quote"] in " ".join(LINES[int(e["turn_id"]) - 1].split()) for e in friend["events"]
+    ] == [True] * 3
     assert friend["quote"] == friend["events"][-1]["quote"] and len(friend["quote"].split()) >= 3
     first = client.get(f"{base}/turns", params={"offset": 0, "limit": 2}).json()
     rest = client.get(f"{base}/turns", params={"offset": 2, "limit": 10}).json()
     assert first["page"]["total"] == 5 and [t["turn_id"] for t in first["items"]] == ["1", "2"]
-    assert [t["turn_id"] for t in rest["items"]] == ["3", "4", "5"] and all(t["committed"] for t in rest["items"])
+    assert [t["turn_id"] for t in rest["items"]] == ["3", "4", "5"] and all(
+        t["committed"] for t in rest["items"]
+    )
     milestones = client.get(f"{base}/milestones").json()
     assert milestones["page"]["total"] == len(milestones["items"])
-    assert all(m["quote"] and m["quote"] in " ".join(LINES[int(m["turn_id"]) - 1].split()) for m in milestones["items"])
+    assert all(
+        m["quote"] and m["quote"] in " ".join(LINES[int(m["turn_id"]) - 1].split())
+        for m in milestones["items"]
+    )
     found = client.get(f"{base}/search", params={"q": "adoption agency interview", "k": 3}).json()
     # Turn 5 holds these words (a turn's lexical document also holds its neighbour, so 4 may rank too).
     assert "5" in [t["turn_id"] for t in found["turns"][:2]]
-    assert [e["name"] for e in client.get(f"{base}/search", params={"q": "Melanie"}).json()["entities"]] == ["Melanie"]
+    assert [
+        e["name"] for e in client.get(f"{base}/search", params={"q": "Melanie"}).json()["entities"]
+    ] == ["Melanie"]
     bad_limit = client.get(f"{base}/turns", params={"limit": 0})
     assert bad_limit.status_code == 400 and bad_limit.json()["code"] == "INVALID_REQUEST"
     assert "limit" in bad_limit.json()["reason"] and "\n" not in bad_limit.json()["reason"]
@@ -239,21 +300,29 @@ def test_read_back_pages_and_search(client: TestClient) -> None:
         assert f"{CONVERSATIONS_PATH}/{{conversation_id}}/{suffix}" in spec["paths"]
     for path in (MEMORY_QUERY_PATH, REPLACE_PATH, REWIND_PATH):
         assert path in spec["paths"]
-    assert {"MemoryQueryRequest", "RewindRequest", "RelationPage"} <= set(spec["components"]["schemas"])
+    assert {"MemoryQueryRequest", "RewindRequest", "RelationPage"} <= set(
+        spec["components"]["schemas"]
+    )
 
 
 # --- 2/4. security ----------------------------------------------------------------------------
 
 
-def test_cors_preflight_from_allowed_origin_passes_and_from_another_fails(service: DialogueService) -> None:
+def test_cors_preflight_from_allowed_origin_passes_and_from_another_fails(
+    service: DialogueService,
+) -> None:
     app = create_app(service, SidecarSecurity(TOKEN, [ALLOWED]))
     with TestClient(app) as secured:
-        preflight = {"Access-Control-Request-Method": "POST",
-                     "Access-Control-Request-Headers": "authorization,content-type"}
+        preflight = {
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type",
+        }
         ok = secured.options(MEMORY_QUERY_PATH, headers={"Origin": ALLOWED, **preflight})
         assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == ALLOWED
         assert "authorization" in ok.headers["access-control-allow-headers"].lower()
-        other = secured.options(MEMORY_QUERY_PATH, headers={"Origin": "http://evil.example", **preflight})
+        other = secured.options(
+            MEMORY_QUERY_PATH, headers={"Origin": "http://evil.example", **preflight}
+        )
         assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
 
 
@@ -264,10 +333,15 @@ def test_bearer_token_required_when_configured(service: DialogueService) -> None
         assert wrong.status_code == 401 and wrong.json()["code"] == "UNAUTHORIZED"
         body = {"conversation_id": _conv(), "messages": [{"role": "user", "content": "hi"}]}
         assert secured.post(MEMORY_QUERY_PATH, json=body).status_code == 401
-        assert secured.get(HEALTH_PATH, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert (
+            secured.get(HEALTH_PATH, headers={"Authorization": f"Bearer {TOKEN}"}).status_code
+            == 200
+        )
         # A browser can read the 401 (CORS headers on it), so the extension can say why.
         denied = secured.get(HEALTH_PATH, headers={"Origin": ALLOWED})
-        assert denied.status_code == 401 and denied.headers["access-control-allow-origin"] == ALLOWED
+        assert (
+            denied.status_code == 401 and denied.headers["access-control-allow-origin"] == ALLOWED
+        )
     # Without a configured token (loopback), no header is needed.
     with TestClient(create_app(service)) as open_client:
         assert open_client.get(HEALTH_PATH).status_code == 200
@@ -286,8 +360,19 @@ def test_binding_all_interfaces_without_a_token_refuses_to_start(
     short = tmp_path / "token"
     short.write_text("short")
     with pytest.raises(SystemExit):
-        run_main(main, "dialogue", ["serve", "--host", "0.0.0.0", "--token-file", str(short),
-                                    "--project-dir", str(tmp_path)])
+        run_main(
+            main,
+            "dialogue",
+            [
+                "serve",
+                "--host",
+                "0.0.0.0",
+                "--token-file",
+                str(short),
+                "--project-dir",
+                str(tmp_path),
+            ],
+        )
     assert "shorter than 16" in capsys.readouterr().err
 
 
@@ -303,10 +388,18 @@ def test_request_db_credentials_are_refused_and_never_logged(
     body = {**_turn(_conv(), 1, LINES[0]), "config": {"db": {"password": secret}}}
     with caplog.at_level("DEBUG"):
         response = client.post(COMMIT_PATH, json=body)
-        query = client.post(MEMORY_QUERY_PATH, json={"conversation_id": "c", "messages": body["messages"],
-                                                     "config": {"db": {"password": secret}}})
+        query = client.post(
+            MEMORY_QUERY_PATH,
+            json={
+                "conversation_id": "c",
+                "messages": body["messages"],
+                "config": {"db": {"password": secret}},
+            },
+        )
     # Valid requests this server's configuration refuses: 403, not 400.
-    assert response.status_code == 403 and "config.db.password is refused" in response.json()["reason"]
+    assert (
+        response.status_code == 403 and "config.db.password is refused" in response.json()["reason"]
+    )
     assert query.status_code == 403 and "config.db.password is refused" in query.json()["reason"]
     assert response.json()["error_kind"] == query.json()["error_kind"] == "forbidden"
     assert secret not in response.text + query.text + caplog.text
@@ -316,25 +409,39 @@ def test_request_db_credentials_are_refused_and_never_logged(
 
 
 def test_overrides_that_cannot_apply_are_refused(client: TestClient) -> None:
-    for models, fragment in (({"retriever": "m"}, "config.models.retriever"),
-                             ({"injector": "m"}, "config.models.injector"),
-                             ({"actor": "m"}, "config.models.actor")):
+    for models, fragment in (
+        ({"retriever": "m"}, "config.models.retriever"),
+        ({"injector": "m"}, "config.models.injector"),
+        ({"actor": "m"}, "config.models.actor"),
+    ):
         body = {**_turn(_conv(), 1, LINES[0]), "config": {"models": models}}
         response = client.post(COMMIT_PATH, json=body)
         assert response.status_code == 400 and fragment in response.json()["reason"], models
         assert "cannot apply" in response.json()["reason"]
-        query = client.post(MEMORY_QUERY_PATH, json={"conversation_id": "c", "messages": body["messages"],
-                                                     "config": {"models": models}})
+        query = client.post(
+            MEMORY_QUERY_PATH,
+            json={
+                "conversation_id": "c",
+                "messages": body["messages"],
+                "config": {"models": models},
+            },
+        )
         assert query.status_code == 400
     # The look-alikes that do apply: an extractor override, an actor override when it generates.
-    ok = client.post(COMMIT_PATH, json={**_turn(_conv(), 1, LINES[0]), "config": {"models": {"extractor": "m2"}}})
+    ok = client.post(
+        COMMIT_PATH, json={**_turn(_conv(), 1, LINES[0]), "config": {"models": {"extractor": "m2"}}}
+    )
     assert ok.status_code == 200 and ok.json()["committed"]
-    generating = {**_turn(_conv(), 1, LINES[0]),
-                  "config": {"models": {"actor": "m3"}, "actor": {"mode": "generate", "speaker": "Melanie"}}}
+    generating = {
+        **_turn(_conv(), 1, LINES[0]),
+        "config": {"models": {"actor": "m3"}, "actor": {"mode": "generate", "speaker": "Melanie"}},
+    }
     assert client.post(COMMIT_PATH, json=generating).status_code == 200
 
 
-def test_judge_and_historian_run_at_the_same_time(client: TestClient, scripted: ScriptedLLM) -> None:
+def test_judge_and_historian_run_at_the_same_time(
+    client: TestClient, scripted: ScriptedLLM
+) -> None:
     historian_started = threading.Event()
     seen: list[bool] = []
     script = DialogueScript(SPEAKERS)
@@ -406,7 +513,9 @@ def test_slot_timeouts_setting_is_checked() -> None:
 # --- 6. long-run bounds -----------------------------------------------------------------------
 
 
-def test_call_records_are_bounded_and_flushed_to_parquet(settings: Settings, tmp_path: Path) -> None:
+def test_call_records_are_bounded_and_flushed_to_parquet(
+    settings: Settings, tmp_path: Path
+) -> None:
     import polars as pl
 
     with LLMGateway(settings, max_records=100, flush_dir=tmp_path) as gateway:
@@ -435,8 +544,11 @@ def test_conversation_locks_are_evicted_and_rolled_back_traces_persisted(
         for _ in range(40):
             assert svc.rewind(_conv(), "1").ok
         assert svc.conversation_lock_count() == 16
-        scripted.on(schema="TurnExtraction", times=1,
-                    respond={"entities": [], "actions": [], "bio_patches": [], "facts": []})
+        scripted.on(
+            schema="TurnExtraction",
+            times=1,
+            respond={"entities": [], "actions": [], "bio_patches": [], "facts": []},
+        )
         conv = _conv()
         blocked = svc.commit(_turn(conv, 1, LINES[0]))
         assert blocked.state == "ROLLED_BACK" and svc.rolled_back_count == 1
@@ -466,16 +578,27 @@ def test_deep_health_asks_the_llm(client: TestClient, settings: Settings) -> Non
         svc.close()
 
 
-def test_cli_rewind(client: TestClient, graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path,
-                    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_rewind(
+    client: TestClient,
+    graph_settings: Settings,
+    scripted: ScriptedLLM,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from core.graph_server import graph_endpoint
 
     conv = _conv()
     for n in (1, 2):
         assert client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n - 1])).json()["committed"]
     ep = graph_endpoint(graph_settings)
-    for name, value in (("NEO4J_URI", ep.uri), ("NEO4J_USERNAME", ep.username), ("NEO4J_PASSWORD", ep.password),
-                        ("NEO4J_DATABASE", ep.database), ("OPENAI_BASE_URL", scripted.base_url)):
+    for name, value in (
+        ("NEO4J_URI", ep.uri),
+        ("NEO4J_USERNAME", ep.username),
+        ("NEO4J_PASSWORD", ep.password),
+        ("NEO4J_DATABASE", ep.database),
+        ("OPENAI_BASE_URL", scripted.base_url),
+    ):
         monkeypatch.setenv(name, value)
 
     def run(*args: str) -> int:
@@ -483,11 +606,29 @@ def test_cli_rewind(client: TestClient, graph_settings: Settings, scripted: Scri
             run_main(main, "dialogue", list(args))
         return int(exited.value.code or 0)
 
-    assert run("rewind", "--conversation-id", conv, "--before-turn", "2", "--project-dir", str(tmp_path)) == 0
+    assert (
+        run(
+            "rewind",
+            "--conversation-id",
+            conv,
+            "--before-turn",
+            "2",
+            "--project-dir",
+            str(tmp_path),
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["found"] and out["removed_turns"] == ["2"]
-    assert [t["turn_id"] for t in client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["items"]] == ["1"]
-    assert run("rewind", "--conversation-id", " ", "--before-turn", "2", "--project-dir", str(tmp_path)) == 2
+    assert [
+        t["turn_id"] for t in client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["items"]
+    ] == ["1"]
+    assert (
+        run(
+            "rewind", "--conversation-id", " ", "--before-turn", "2", "--project-dir", str(tmp_path)
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "conversation_id" in err
     assert run("rewind", "--help") == 0
@@ -498,18 +639,28 @@ def test_replace_with_the_same_text_of_a_blocked_turn_keeps_later_turns(
 ) -> None:
     conv = _conv()
     assert client.post(COMMIT_PATH, json=_turn(conv, 1, LINES[0])).json()["committed"]
-    scripted.on(schema="TurnExtraction", times=1, respond={"entities": [], "actions": [], "bio_patches": [], "facts": []})
+    scripted.on(
+        schema="TurnExtraction",
+        times=1,
+        respond={"entities": [], "actions": [], "bio_patches": [], "facts": []},
+    )
     assert client.post(COMMIT_PATH, json=_turn(conv, 2, LINES[1])).json()["state"] == "ROLLED_BACK"
     assert client.post(COMMIT_PATH, json=_turn(conv, 3, LINES[2])).json()["committed"]
     # Sent again unchanged through /turn/replace: retried in place (and committed this time).
     again = client.post(REPLACE_PATH, json=_turn(conv, 2, LINES[1])).json()
     assert again["committed"]
     turns = client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["items"]
-    assert [(t["turn_id"], t["committed"]) for t in turns] == [("1", True), ("2", True), ("3", True)]
+    assert [(t["turn_id"], t["committed"]) for t in turns] == [
+        ("1", True),
+        ("2", True),
+        ("3", True),
+    ]
     # The look-alike: changed text does rewind turn 2 and the later turn 3.
     changed = client.post(REPLACE_PATH, json=_turn(conv, 2, LINES[4])).json()
     assert changed["committed"]
-    assert [t["turn_id"] for t in client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["items"]] == ["1", "2"]
+    assert [
+        t["turn_id"] for t in client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["items"]
+    ] == ["1", "2"]
 
 
 def test_allowed_request_db_password_is_used_but_never_logged(
@@ -518,10 +669,20 @@ def test_allowed_request_db_password_is_used_but_never_logged(
     from core.graph_server import free_port
 
     secret = "s3cret-request-password"
-    svc = DialogueService(settings.model_copy(update={"graph_connect_attempts": 1}),
-                          options=SidecarOptions(allow_request_db=True))
-    body = {**_turn(_conv(), 1, LINES[0]),
-            "config": {"db": {"uri": f"bolt://127.0.0.1:{free_port()}", "username": "neo4j", "password": secret}}}
+    svc = DialogueService(
+        settings.model_copy(update={"graph_connect_attempts": 1}),
+        options=SidecarOptions(allow_request_db=True),
+    )
+    body = {
+        **_turn(_conv(), 1, LINES[0]),
+        "config": {
+            "db": {
+                "uri": f"bolt://127.0.0.1:{free_port()}",
+                "username": "neo4j",
+                "password": secret,
+            }
+        },
+    }
     try:
         with caplog.at_level("DEBUG"):
             result = svc.commit(body)
@@ -530,7 +691,9 @@ def test_allowed_request_db_password_is_used_but_never_logged(
         assert secret not in result.model_dump_json() and secret not in caplog.text
         from core.graph_server import GraphEndpoint
 
-        assert secret not in repr(GraphEndpoint("bolt://127.0.0.1:1", "neo4j", secret, "neo4j", embedded=False))
+        assert secret not in repr(
+            GraphEndpoint("bolt://127.0.0.1:1", "neo4j", secret, "neo4j", embedded=False)
+        )
     finally:
         svc.close()
 
@@ -553,11 +716,19 @@ def test_a_conversation_id_holding_a_slash_is_read_back_whole(client: TestClient
     # route once, and answered an undocumented 404).
     for part in ("entities", "relations", "milestones", "turns"):
         broken = client.get(f"{CONVERSATIONS_PATH}/a%0Ab/{part}")
-        assert broken.status_code == 400 and "conversation_id" in broken.json()["reason"], (part, broken.text)
+        assert broken.status_code == 400 and "conversation_id" in broken.json()["reason"], (
+            part,
+            broken.text,
+        )
     # A query parameter given twice is refused, not read as its last value; look-alike: once each.
     twice = client.get(f"{CONVERSATIONS_PATH}/locomo-26/relations?offset=M&offset=0&limit=1")
-    assert twice.status_code == 400 and twice.json()["reason"] == "invalid query parameter offset: given more than once"
-    assert client.get(f"{CONVERSATIONS_PATH}/locomo-26/relations?offset=0&limit=1").status_code == 200
+    assert (
+        twice.status_code == 400
+        and twice.json()["reason"] == "invalid query parameter offset: given more than once"
+    )
+    assert (
+        client.get(f"{CONVERSATIONS_PATH}/locomo-26/relations?offset=0&limit=1").status_code == 200
+    )
 
 
 def test_a_bug_is_a_documented_500_and_nothing_is_written(
@@ -573,7 +744,11 @@ def test_a_bug_is_a_documented_500_and_nothing_is_written(
     response = client.post(COMMIT_PATH, json=_turn(conv, 1, LINES[0]))
     assert response.status_code == 500
     data = response.json()
-    assert (data["state"], data["error_kind"], data["retryable"]) == ("ROLLED_BACK", "internal", False)
+    assert (data["state"], data["error_kind"], data["retryable"]) == (
+        "ROLLED_BACK",
+        "internal",
+        False,
+    )
     assert "a planted bug" in data["reason"] and "\n" not in data["reason"]
     assert DialogueRepository(service.store).get_turn(f"{conv}:1") is None
     monkeypatch.undo()
@@ -590,7 +765,9 @@ def test_a_bug_is_a_documented_500_and_nothing_is_written(
 def test_an_unreachable_graph_gets_each_operations_documented_503(settings: Settings) -> None:
     from core.graph_server import free_port
 
-    dead = settings.model_copy(update={"neo4j_uri": f"bolt://127.0.0.1:{free_port()}", "graph_connect_attempts": 1})
+    dead = settings.model_copy(
+        update={"neo4j_uri": f"bolt://127.0.0.1:{free_port()}", "graph_connect_attempts": 1}
+    )
     svc = DialogueService(dead)
     try:
         with TestClient(create_app(svc)) as down:
@@ -598,7 +775,11 @@ def test_an_unreachable_graph_gets_each_operations_documented_503(settings: Sett
             calls = [
                 ("post", COMMIT_PATH, {"json": _turn(_conv(), 1, LINES[0])}),
                 ("post", REWIND_PATH, {"json": {"conversation_id": _conv(), "before_turn": 1}}),
-                ("post", MEMORY_QUERY_PATH, {"json": {"conversation_id": _conv(), "messages": [_msg("A", "hi", 1)]}}),
+                (
+                    "post",
+                    MEMORY_QUERY_PATH,
+                    {"json": {"conversation_id": _conv(), "messages": [_msg("A", "hi", 1)]}},
+                ),
                 ("get", f"{CONVERSATIONS_PATH}/{_conv()}/turns", {}),
                 ("get", HEALTH_PATH, {}),
             ]
@@ -607,7 +788,11 @@ def test_an_unreachable_graph_gets_each_operations_documented_503(settings: Sett
                 assert response.status_code == 503, (path, response.text)
                 assert response.headers["retry-after"] == "1", path
                 assert "unreachable" in response.json()["reason"], path
-                template = path if path in spec["paths"] else f"{CONVERSATIONS_PATH}/{{conversation_id}}/turns"
+                template = (
+                    path
+                    if path in spec["paths"]
+                    else f"{CONVERSATIONS_PATH}/{{conversation_id}}/turns"
+                )
                 assert "503" in spec["paths"][template][method]["responses"], path
     finally:
         svc.close()
@@ -618,11 +803,14 @@ def test_the_service_answers_bad_rewind_ids_without_raising(settings: Settings) 
     try:
         for before in ("\x01", "  ", "x" * 101, -1):
             outcome = svc.rewind(_conv(), before)  # type: ignore[arg-type]
-            assert not outcome.ok and outcome.code == "INVALID_REQUEST" and "before_turn" in (outcome.reason or "")
+            assert (
+                not outcome.ok
+                and outcome.code == "INVALID_REQUEST"
+                and "before_turn" in (outcome.reason or "")
+            )
         assert svc.rewind(" ", "1").code == "INVALID_REQUEST"
     finally:
         svc.close()
-
 
 
 def test_a_turns_slots_run_below_the_memory_querys_priority_and_health_counts_serialised_writes(
@@ -634,7 +822,12 @@ def test_a_turns_slots_run_below_the_memory_querys_priority_and_health_counts_se
     embed = service.gateway.embed
 
     def embed_noting_priority(*args: Any, **kwargs: Any) -> Any:
-        seen.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        seen.append(
+            (
+                threading.current_thread().name,
+                os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+            )
+        )
         return embed(*args, **kwargs)
 
     monkeypatch.setattr(service.gateway, "embed", embed_noting_priority)
@@ -643,7 +836,10 @@ def test_a_turns_slots_run_below_the_memory_querys_priority_and_health_counts_se
     for n in (1, 2):
         assert client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n - 1])).json()["committed"]
     committed, seen[:] = list(seen), []
-    query = {"conversation_id": conv, "messages": [_msg("Caroline", "How was the support group?", 3)]}
+    query = {
+        "conversation_id": conv,
+        "messages": [_msg("Caroline", "How was the support group?", 3)],
+    }
     assert client.post(MEMORY_QUERY_PATH, json=query).status_code == 200
     assert seen and not any(name.startswith("dialogue-slot") for name, _ in seen)
     query_nice = seen[0][1]

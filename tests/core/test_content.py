@@ -285,8 +285,13 @@ def test_missing_file_raises(store: ContentStore) -> None:
 
 def _draft_ref(stem: str, ext: str, sha: str, size: int) -> ContentRef:
     """A ref to version 1 of drafts/`stem`, named as the store names its files."""
-    return ContentRef(path=f"drafts/{stem}.v1.{sha[:12]}.{ext}", content_type="drafts", version=1,
-                      size_bytes=size, sha256=sha)
+    return ContentRef(
+        path=f"drafts/{stem}.v1.{sha[:12]}.{ext}",
+        content_type="drafts",
+        version=1,
+        size_bytes=size,
+        sha256=sha,
+    )
 
 
 @pytest.mark.parametrize("ext", ["pkl", "pickle", "PKL"])
@@ -479,8 +484,17 @@ def test_concurrent_processes_allocate_distinct_versions(store: ContentStore) ->
     # context leaves multiprocessing's resource tracker running after the session.
     texts = ["same"] * 3 + [f"different {i}" for i in range(3)]
     env = {**os.environ, "PYTHONPATH": child_pythonpath()}
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(store.root), t], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for t in texts]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(store.root), t],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for t in texts
+    ]
     for p in procs:
         assert p.stdin is not None
         p.stdin.write("go\n")

@@ -24,7 +24,7 @@ def _grown(texts: list[str], batches: list[int], vectors: np.ndarray | None = No
     start = 0
     for size in batches:
         docs = [_scene(i, texts[i]) for i in range(start, start + size)]
-        index.add(docs, vectors[start:start + size] if vectors is not None else None)
+        index.add(docs, vectors[start : start + size] if vectors is not None else None)
         start += size
     return index
 
@@ -34,14 +34,23 @@ def test_equal_lexical_scores_rank_by_position_however_the_index_grew() -> None:
     # one that does not match at all: grown batch by batch (a segment per batch, as a book
     # grows chapter by chapter) and built at once (as after a restart). Without the tie rule a
     # grown index ranked them [3, 4, 5, 0, 1] here, and in another order in each new process.
-    texts = [f"Mara waited at the {place} lighthouse" for place in ("north", "south", "east", "west", "old")]
+    texts = [
+        f"Mara waited at the {place} lighthouse"
+        for place in ("north", "south", "east", "west", "old")
+    ]
     texts.insert(2, "Tobias rowed across the harbour")
     grown = _grown(texts, [1, 1, 1, 1, 1, 1])
     rebuilt = _grown(texts, [6])
     grown_ranking = grown.lexical.ranking("lighthouse", 100, len(grown))
-    assert grown_ranking == rebuilt.lexical.ranking("lighthouse", 100, len(rebuilt)) == [0, 1, 3, 4, 5]
+    assert (
+        grown_ranking == rebuilt.lexical.ranking("lighthouse", 100, len(rebuilt)) == [0, 1, 3, 4, 5]
+    )
     # The cut of a tie group keeps the first positions, also when only part of it fits.
-    assert grown.lexical.ranking("lighthouse", 2, len(grown)) == rebuilt.lexical.ranking("lighthouse", 2, len(rebuilt)) == [0, 1]
+    assert (
+        grown.lexical.ranking("lighthouse", 2, len(grown))
+        == rebuilt.lexical.ranking("lighthouse", 2, len(rebuilt))
+        == [0, 1]
+    )
     # Look-alike: a better score still wins over an earlier position.
     assert grown.lexical.ranking("Mara old lighthouse", 2, len(grown))[0] == 5
 
@@ -54,7 +63,11 @@ def test_equal_distances_rank_by_position_and_the_fused_search_agrees() -> None:
     query = np.asarray([1.0, 0.0, 0.0, 0.0], dtype=np.float32)
     assert grown.dense.ranking(query, 100) == rebuilt.dense.ranking(query, 100) == [0, 1, 2, 3]
     keys = [hit.key for hit in grown.search("ledger", query, 3, params=RRF)]
-    assert keys == [hit.key for hit in rebuilt.search("ledger", query, 3, params=RRF)] == ["s0", "s1", "s2"]
+    assert (
+        keys
+        == [hit.key for hit in rebuilt.search("ledger", query, 3, params=RRF)]
+        == ["s0", "s1", "s2"]
+    )
     # Look-alike: a closer vector comes first whatever its position.
     closer = np.asarray([0.0, 1.0, 0.0, 0.0], dtype=np.float32)
     vectors = np.stack([query, query, closer, query])
@@ -63,8 +76,19 @@ def test_equal_distances_rank_by_position_and_the_fused_search_agrees() -> None:
 
 def _qa_report(saga: Path, stamp: str) -> None:
     (saga / "qa").mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist([{"run_at": "x", "check": "c", "severity": "warning", "message": "m",
-                                   "entity_ids": [], "entity_names": [], "chapters": [2]}])
+    table = pa.Table.from_pylist(
+        [
+            {
+                "run_at": "x",
+                "check": "c",
+                "severity": "warning",
+                "message": "m",
+                "entity_ids": [],
+                "entity_names": [],
+                "chapters": [2],
+            }
+        ]
+    )
     pq.write_table(table, saga / "qa" / f"qa-{stamp}.parquet")
 
 
@@ -88,7 +112,9 @@ def test_the_codex_reads_the_qa_report_of_the_chapter_qa_got_to(tmp_path: Path) 
     from kg.codex import latest_qa_report
 
     saga = tmp_path / ".saga"
-    _qa_report(saga, "20270101T100000Z")  # an old, clock-named report: older than any story-named one
+    _qa_report(
+        saga, "20270101T100000Z"
+    )  # an old, clock-named report: older than any story-named one
     _qa_report(saga, "ch0002-cs000003")
     _qa_report(saga, "ch0004-cs000010")
     _qa_report(saga, "ch0012-cs000009")

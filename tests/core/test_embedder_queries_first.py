@@ -33,7 +33,9 @@ def _until(condition: Callable[[], bool]) -> None:
         time.sleep(0.005)
 
 
-def _holder(lock: QueriesFirstLock, is_interactive: bool, order: list[str], name: str) -> threading.Thread:
+def _holder(
+    lock: QueriesFirstLock, is_interactive: bool, order: list[str], name: str
+) -> threading.Thread:
     def run() -> None:
         with lock.hold(is_interactive):
             order.append(name)
@@ -94,8 +96,10 @@ def test_interactive_marks_only_its_own_context() -> None:
 
 def test_recent_calls_answer_the_models_own_bytes() -> None:
     embedder = local_embedder()
-    texts = [f"Caroline: I went to the support group yesterday ({uuid.uuid4().hex[:6]}).",
-             "I went to the support group yesterday."]
+    texts = [
+        f"Caroline: I went to the support group yesterday ({uuid.uuid4().hex[:6]}).",
+        "I went to the support group yesterday.",
+    ]
     fresh = embedder.encode(texts)
     first = embedder.encode_recent(texts)
     first[:] = 0.0  # the caller's copy: what is remembered stays as computed
@@ -108,7 +112,9 @@ def test_recent_calls_answer_the_models_own_bytes() -> None:
 
 
 @pytest.fixture(scope="module")
-def local_embedding_service(graph_settings: Settings, scripted: ScriptedLLM) -> Iterator[DialogueService]:
+def local_embedding_service(
+    graph_settings: Settings, scripted: ScriptedLLM
+) -> Iterator[DialogueService]:
     """Chat on the scripted server, embeddings by the embedded model (the default)."""
     settings = load_settings(graph_settings.project_dir, openai_base_url=scripted.base_url)
     assert settings.embedding_base_url is None
@@ -117,7 +123,9 @@ def local_embedding_service(graph_settings: Settings, scripted: ScriptedLLM) -> 
     service.close()
 
 
-def test_the_memory_query_embeds_ahead_of_waiting_background_work(local_embedding_service: DialogueService) -> None:
+def test_the_memory_query_embeds_ahead_of_waiting_background_work(
+    local_embedding_service: DialogueService,
+) -> None:
     """The session is busy and a background embedding waits: the memory query's embedding
     waits as interactive, and the query answers."""
     conversation = f"test-queries-first-{uuid.uuid4().hex[:8]}"
@@ -127,14 +135,18 @@ def test_the_memory_query_embeds_ahead_of_waiting_background_work(local_embeddin
     answers: list[MemoryQueryResult] = []
     release = _keep_busy(lock)
     try:
-        background = threading.Thread(target=lambda: local_embedder().encode([f"later {uuid.uuid4().hex}"]),
-                                      daemon=True)
+        background = threading.Thread(
+            target=lambda: local_embedder().encode([f"later {uuid.uuid4().hex}"]), daemon=True
+        )
         background.start()
         _until(lambda: lock.waiting[False] == 1)
-        body = {"conversation_id": conversation,
-                "messages": [m.model_dump(exclude_none=True) for m in second.messages]}
-        query = threading.Thread(target=lambda: answers.append(local_embedding_service.memory_query(body)),
-                                 daemon=True)
+        body = {
+            "conversation_id": conversation,
+            "messages": [m.model_dump(exclude_none=True) for m in second.messages],
+        }
+        query = threading.Thread(
+            target=lambda: answers.append(local_embedding_service.memory_query(body)), daemon=True
+        )
         query.start()
         _until(lambda: lock.waiting[True] == 1)
     finally:

@@ -32,8 +32,12 @@ sys.stdin.read()
 
 def test_children_die_with_a_sigkilled_parent_but_a_plain_child_survives() -> None:
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": child_pythonpath()},
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", PARENT],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": child_pythonpath()},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert parent.stdout is not None
@@ -51,11 +55,18 @@ def test_children_die_with_a_sigkilled_parent_but_a_plain_child_survives() -> No
         if parent.poll() is None:
             parent.kill()
             parent.wait()
-        process_guard.kill([p for p in process_guard.descendants(os.getpid()) if p.cmdline == "sleep 600"])
+        process_guard.kill(
+            [p for p in process_guard.descendants(os.getpid()) if p.cmdline == "sleep 600"]
+        )
 
 
 def test_the_guard_sees_orphans_of_the_session_but_not_other_processes() -> None:
-    shell = subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True)
+    shell = subprocess.run(
+        ["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     orphan = int(shell.stdout)
     try:
         ours = {p.pid: p for p in process_guard.descendants(os.getpid())}

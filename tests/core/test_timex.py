@@ -12,52 +12,64 @@ from core.timex import asks_when, parse_when, query_dates, resolve
 SAID = parse_when("1:56 pm on 8 May, 2023")
 
 
-@pytest.mark.parametrize(("text", "start", "end"), [
-    ("I went to a LGBTQ support group yesterday and it was so powerful.", "2023-05-07", "2023-05-07"),
-    ("My mom and I made some dinner together last night!", "2023-05-07", "2023-05-07"),
-    ("We're flying out tomorrow.", "2023-05-09", "2023-05-09"),
-    ("It's my birthday today", "2023-05-08", "2023-05-08"),
-    ("I joined a gym last week!", "2023-05-01", "2023-05-07"),
-    ("Here's a pic from last Friday with some veterans.", "2023-05-05", "2023-05-05"),
-    ("My car broke down last Fri on my way to work.", "2023-05-05", "2023-05-05"),
-    ("We went camping two weekends ago.", "2023-04-29", "2023-04-30"),
-    ("Last weekend I ran a charity race.", "2023-05-06", "2023-05-07"),
-    ("I'm starting a new job next month.", "2023-06-01", "2023-06-30"),
-    ("We're going to Paris in May.", "2023-05-01", "2023-05-31"),
-    ("I painted that lake sunrise last year.", "2022-01-01", "2022-12-31"),
-    ("I had painted it the week before, so it was dry.", "2023-05-01", "2023-05-07"),
-    ("We met the week before last.", "2023-04-24", "2023-04-30"),
-    ("I donated my old car a few days ago.", "2023-05-04", "2023-05-06"),
-    ("I first watched it around 3 years ago.", "2020-01-01", "2020-12-31"),
-    ("Last summer we saw the meteor shower.", "2022-06-01", "2022-08-31"),
-    ("I'll be back next Tuesday.", "2023-05-09", "2023-05-09"),
-    ("The show is on 3 June 2023.", "2023-06-03", "2023-06-03"),
-    # A duration up to the time said (present perfect): when it began.
-    ("I've had them for three years now.", "2020-01-01", "2020-12-31"),
-    ("We have been married for 5 years!", "2018-01-01", "2018-12-31"),
-    ("She's been with us for 2 months, and she's a delight.", "2023-03-01", "2023-03-31"),
-])
-def test_each_relative_form_resolves_against_the_session_date(text: str, start: str, end: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "start", "end"),
+    [
+        (
+            "I went to a LGBTQ support group yesterday and it was so powerful.",
+            "2023-05-07",
+            "2023-05-07",
+        ),
+        ("My mom and I made some dinner together last night!", "2023-05-07", "2023-05-07"),
+        ("We're flying out tomorrow.", "2023-05-09", "2023-05-09"),
+        ("It's my birthday today", "2023-05-08", "2023-05-08"),
+        ("I joined a gym last week!", "2023-05-01", "2023-05-07"),
+        ("Here's a pic from last Friday with some veterans.", "2023-05-05", "2023-05-05"),
+        ("My car broke down last Fri on my way to work.", "2023-05-05", "2023-05-05"),
+        ("We went camping two weekends ago.", "2023-04-29", "2023-04-30"),
+        ("Last weekend I ran a charity race.", "2023-05-06", "2023-05-07"),
+        ("I'm starting a new job next month.", "2023-06-01", "2023-06-30"),
+        ("We're going to Paris in May.", "2023-05-01", "2023-05-31"),
+        ("I painted that lake sunrise last year.", "2022-01-01", "2022-12-31"),
+        ("I had painted it the week before, so it was dry.", "2023-05-01", "2023-05-07"),
+        ("We met the week before last.", "2023-04-24", "2023-04-30"),
+        ("I donated my old car a few days ago.", "2023-05-04", "2023-05-06"),
+        ("I first watched it around 3 years ago.", "2020-01-01", "2020-12-31"),
+        ("Last summer we saw the meteor shower.", "2022-06-01", "2022-08-31"),
+        ("I'll be back next Tuesday.", "2023-05-09", "2023-05-09"),
+        ("The show is on 3 June 2023.", "2023-06-03", "2023-06-03"),
+        # A duration up to the time said (present perfect): when it began.
+        ("I've had them for three years now.", "2020-01-01", "2020-12-31"),
+        ("We have been married for 5 years!", "2018-01-01", "2018-12-31"),
+        ("She's been with us for 2 months, and she's a delight.", "2023-03-01", "2023-03-31"),
+    ],
+)
+def test_each_relative_form_resolves_against_the_session_date(
+    text: str, start: str, end: str
+) -> None:
     spans = resolve(text, SAID)
     assert len(spans) == 1, spans
     assert (spans[0].start.isoformat(), spans[0].end.isoformat()) == (start, end)
 
 
-@pytest.mark.parametrize("text", [
-    "The day I was born was rainy.",            # a day, anchored on an event we cannot date
-    "We had a week of rain.",                   # a duration
-    "I'll be away for 3 years.",                # a duration, not up to the time said
-    "I had a fever for 3 days.",                # ... over in the past
-    "I have to leave for two weeks.",           # ... "have to" is not a perfect
-    "We took a course for 3 years.",            # ... past, no perfect in the clause
-    "I've seen it. We stayed for 2 weeks.",     # ... the perfect is in another sentence
-    "The week before the wedding was chaos.",   # relative to an event, not to the session
-    "Last time we talked you were moving.",     # last + a noun
-    "What's your next step?",                   # next + a noun
-    "I may go there, march on!",                # "may" and "march" the verbs
-    "May I ask you something?",                 # a capital at the start of a question
-    "I met Jan 5 times.",                       # a name, not January
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The day I was born was rainy.",  # a day, anchored on an event we cannot date
+        "We had a week of rain.",  # a duration
+        "I'll be away for 3 years.",  # a duration, not up to the time said
+        "I had a fever for 3 days.",  # ... over in the past
+        "I have to leave for two weeks.",  # ... "have to" is not a perfect
+        "We took a course for 3 years.",  # ... past, no perfect in the clause
+        "I've seen it. We stayed for 2 weeks.",  # ... the perfect is in another sentence
+        "The week before the wedding was chaos.",  # relative to an event, not to the session
+        "Last time we talked you were moving.",  # last + a noun
+        "What's your next step?",  # next + a noun
+        "I may go there, march on!",  # "may" and "march" the verbs
+        "May I ask you something?",  # a capital at the start of a question
+        "I met Jan 5 times.",  # a name, not January
+    ],
+)
 def test_look_alikes_do_not_resolve(text: str) -> None:
     assert resolve(text, SAID) == []
 
@@ -78,25 +90,32 @@ def test_without_a_session_date_nothing_resolves() -> None:
 
 def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() -> None:
     (day,) = query_dates("Who did Maria have dinner with on May 3, 2023?")
-    assert day.span is not None and day.span.start == day.span.end == date(2023, 5, 3) and day.precise
+    assert (
+        day.span is not None and day.span.start == day.span.end == date(2023, 5, 3) and day.precise
+    )
     (month,) = query_dates("Which outdoor spot did Joanna visit in May?")
     assert month.span is None and month.month == 5 and not month.precise
     (year,) = query_dates("What did Melanie paint in 2022?")
     assert year.span is not None and year.span.days == 365 and not year.precise
-    assert query_dates("What did she do last week, maybe?") == []  # relative, no anchor in a question
+    assert (
+        query_dates("What did she do last week, maybe?") == []
+    )  # relative, no anchor in a question
     assert asks_when("When did Caroline go to the support group?")
     assert asks_when("In what year did John get his dog?")
     assert not asks_when("What did Caroline do when she got home?")  # "when" not asking for a time
 
 
-@pytest.mark.parametrize(("text", "described"), [
-    ("I went to the support group yesterday.", "yesterday = Sunday 7 May 2023"),
-    ("I joined a gym last week!", "last week = 1-7 May 2023"),
-    ("We went camping two weekends ago.", "two weekends ago = 29-30 April 2023"),
-    ("I'm starting a new job next month.", "next month = June 2023"),
-    ("I first watched it around 3 years ago.", "3 years ago = 2020"),
-    ("Last summer we saw the meteor shower.", "Last summer = 1 June - 31 August 2022"),
-    ("I've had them for three years now.", "for three years now = since 2020"),
-])
+@pytest.mark.parametrize(
+    ("text", "described"),
+    [
+        ("I went to the support group yesterday.", "yesterday = Sunday 7 May 2023"),
+        ("I joined a gym last week!", "last week = 1-7 May 2023"),
+        ("We went camping two weekends ago.", "two weekends ago = 29-30 April 2023"),
+        ("I'm starting a new job next month.", "next month = June 2023"),
+        ("I first watched it around 3 years ago.", "3 years ago = 2020"),
+        ("Last summer we saw the meteor shower.", "Last summer = 1 June - 31 August 2022"),
+        ("I've had them for three years now.", "for three years now = since 2020"),
+    ],
+)
 def test_a_resolved_span_is_spelled_out_for_a_reader(text: str, described: str) -> None:
     assert [f"{span.phrase} = {span.describe()}" for span in resolve(text, SAID)] == [described]

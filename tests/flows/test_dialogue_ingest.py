@@ -40,9 +40,15 @@ def scripted() -> Iterator[ScriptedLLM]:
 def _env(graph_settings: Settings, scripted: ScriptedLLM) -> dict[str, str]:
     ep = graph_endpoint(graph_settings)
     # Embeddings from the scripted server: this test is about exactly-once, not recall.
-    return {**os.environ, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
-            "NEO4J_DATABASE": ep.database, "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
-            "PYTHONPATH": child_pythonpath()}
+    return {
+        **os.environ,
+        "NEO4J_URI": ep.uri,
+        "NEO4J_USERNAME": ep.username,
+        "NEO4J_PASSWORD": ep.password,
+        "NEO4J_DATABASE": ep.database,
+        "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
+        "PYTHONPATH": child_pythonpath(),
+    }
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
@@ -50,8 +56,20 @@ def test_a_killed_ingest_run_again_leaves_every_turn_exactly_once(
     graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str
 ) -> None:
     conv = f"ingest-kill-{uuid.uuid4().hex[:8]}"
-    command = [sys.executable, "-m", "flows.dialogue", "ingest", "--project-dir", str(tmp_path),
-               "--dialogue", str(DIALOGUE), "--conversation-id", conv, "--batch-size", "8"]
+    command = [
+        sys.executable,
+        "-m",
+        "flows.dialogue",
+        "ingest",
+        "--project-dir",
+        str(tmp_path),
+        "--dialogue",
+        str(DIALOGUE),
+        "--conversation-id",
+        conv,
+        "--batch-size",
+        "8",
+    ]
     env = {**_env(graph_settings, scripted), **prefect_api_env()}
     store = GraphStore.open(graph_settings)
     try:
@@ -60,8 +78,14 @@ def test_a_killed_ingest_run_again_leaves_every_turn_exactly_once(
         with log.open("w") as stderr:
             # Its own process group: the kill takes the whole ingest down (not the session's
             # Prefect API it reports to).
-            child = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
-                                     start_new_session=True)
+            child = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+            )
             try:
                 deadline = time.monotonic() + 300
                 remembered = 0
@@ -74,9 +98,13 @@ def test_a_killed_ingest_run_again_leaves_every_turn_exactly_once(
                 child.wait(timeout=60)
         assert child.returncode == -signal.SIGKILL, log.read_text()[-2000:]
         at_kill = repo.memory_count(conv)
-        assert 0 < at_kill[0] < TURNS and at_kill[0] == at_kill[1]  # killed mid-way, nothing doubled
+        assert (
+            0 < at_kill[0] < TURNS and at_kill[0] == at_kill[1]
+        )  # killed mid-way, nothing doubled
 
-        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         report = json.loads(done.stdout)[0]
         assert report["turns"] == TURNS and report["already"] >= at_kill[0]
@@ -87,7 +115,9 @@ def test_a_killed_ingest_run_again_leaves_every_turn_exactly_once(
         head, reset, rows = repo.memory_since(conv)
         assert head == TURNS and not reset
         assert [r.seq for r in rows] == list(range(1, TURNS + 1))
-        assert [r.turn_id for r in rows] == [str(i) for i in range(1, TURNS + 1)]  # transcript order
+        assert [r.turn_id for r in rows] == [
+            str(i) for i in range(1, TURNS + 1)
+        ]  # transcript order
         assert all(len(r.embedding) > 0 and r.source_refs for r in rows)
     finally:
         store.close()
@@ -106,22 +136,38 @@ def test_remembering_a_partly_remembered_transcript_embeds_only_the_missing_turn
         assert service.store_connected
         scripted.reset()
         assert remember_rows(service, conv, rows, batch_size=64) == (TURNS - 100, 100)
-        embedded = [text for r in scripted.requests if r.path.endswith("/embeddings") for text in r.body["input"]]
-        assert sorted(embedded) == sorted(r.text for r in rows[100:])  # each missing turn once, no other
+        embedded = [
+            text
+            for r in scripted.requests
+            if r.path.endswith("/embeddings")
+            for text in r.body["input"]
+        ]
+        assert sorted(embedded) == sorted(
+            r.text for r in rows[100:]
+        )  # each missing turn once, no other
 
-        assert remember_rows(service, conv, rows, batch_size=64) == (0, TURNS)  # a third run: nothing to do
+        assert remember_rows(service, conv, rows, batch_size=64) == (
+            0,
+            TURNS,
+        )  # a third run: nothing to do
         repo = DialogueRepository(service.store)
         assert repo.memory_count(conv) == (TURNS, TURNS)
         head, _, stored = repo.memory_since(conv)
-        assert head == TURNS and [r.turn_id for r in stored] == [r.turn_id for r in rows]  # transcript order
+        assert head == TURNS and [r.turn_id for r in stored] == [
+            r.turn_id for r in rows
+        ]  # transcript order
         assert all(len(r.embedding) == len(stored[0].embedding) > 0 for r in stored)
     finally:
         service.close()
 
 
 def test_regression_ingest_mode_reports_recall_per_category_and_gates_on_it(
-    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: None,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    graph_settings: Settings,
+    scripted: ScriptedLLM,
+    tmp_path: Path,
+    prefect_api: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     for name, value in _env(graph_settings, scripted).items():
         monkeypatch.setenv(name, value)
@@ -129,14 +175,21 @@ def test_regression_ingest_mode_reports_recall_per_category_and_gates_on_it(
     # The gate is on by default in this mode; the scripted bag-of-words embeddings are no
     # sentence model, so 0.99 cannot be met and the run must fail, naming the gate.
     with pytest.raises(SystemExit) as exited:
-        run_main(regression_main, "regression", [*args, "--min-recall", "0.99", "--run-id", "strict"])
+        run_main(
+            regression_main, "regression", [*args, "--min-recall", "0.99", "--run-id", "strict"]
+        )
     assert exited.value.code == 1
     captured = capsys.readouterr()
     assert "gate failed: (all):recall@10 (categories 1-4)" in captured.err
-    assert "recall@10 categories 1-4:" in captured.out and "category 5 (adversarial, apart)" in captured.out
+    assert (
+        "recall@10 categories 1-4:" in captured.out
+        and "category 5 (adversarial, apart)" in captured.out
+    )
 
     with pytest.raises(SystemExit) as exited:
-        run_main(regression_main, "regression", [*args, "--min-recall", "0.3", "--run-id", "lenient"])
+        run_main(
+            regression_main, "regression", [*args, "--min-recall", "0.3", "--run-id", "lenient"]
+        )
     assert exited.value.code == 0
     out = tmp_path / ".saga" / "regression" / "lenient"
     summary = json.loads((out / "summary.json").read_text())
@@ -159,5 +212,6 @@ def test_regression_ingest_mode_reports_recall_per_category_and_gates_on_it(
 
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["whole-dialogue-recall"])))
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["whole-dialogue-recall"]))
+        )
     assert any(a.type == "table" and "lenient" in (a.description or "") for a in artifacts)

@@ -34,7 +34,11 @@ def draft_requests(llm: ScriptedLLM, chapter: int, scene: int) -> list[ScriptedR
     found = []
     for request in llm.requests:
         where = SCENE.search(request.text)
-        if "Write the scene" in request.text and where and (int(where[1]), int(where[2])) == (chapter, scene):
+        if (
+            "Write the scene" in request.text
+            and where
+            and (int(where[1]), int(where[2])) == (chapter, scene)
+        ):
             found.append(request)
     return found
 
@@ -49,7 +53,9 @@ class InFlight:
         self.lock = threading.Lock()
         self.wide_enough = threading.Event()
 
-    def __call__(self, answer: Callable[[ScriptedRequest], dict]) -> Callable[[ScriptedRequest], dict]:
+    def __call__(
+        self, answer: Callable[[ScriptedRequest], dict]
+    ) -> Callable[[ScriptedRequest], dict]:
         def respond(request: ScriptedRequest) -> dict:
             with self.lock:
                 self.now += 1
@@ -91,10 +97,25 @@ def test_looping_draft_is_redrafted_with_penalties_and_the_prompt_has_what_a_nov
     llm.on(schema="SceneExtraction", respond=extraction(scripted_extraction))
     wipe_graph(graph_settings)
     project = tmp_path / "book"
-    env = run_env(llm, graph_settings, prefect_home, SKALD_LIMITS__EXTRACTION_CONCURRENCY="2",
-                  SKALD_TIERS__NARRATIVE__ANTI_REPETITION__SERVER_FIELDS='{"repeat_penalty": 1.15, "dry_multiplier": 0.8}')
-    result = novel(project, env, "--premise", "A keeper finds a letter.", "--chapters", "2",
-                   "--scenes-per-chapter", "3", "--acts", "2")
+    env = run_env(
+        llm,
+        graph_settings,
+        prefect_home,
+        SKALD_LIMITS__EXTRACTION_CONCURRENCY="2",
+        SKALD_TIERS__NARRATIVE__ANTI_REPETITION__SERVER_FIELDS='{"repeat_penalty": 1.15, "dry_multiplier": 0.8}',
+    )
+    result = novel(
+        project,
+        env,
+        "--premise",
+        "A keeper finds a letter.",
+        "--chapters",
+        "2",
+        "--scenes-per-chapter",
+        "3",
+        "--acts",
+        "2",
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert extraction.peak == 2  # limits.extraction_concurrency: three scenes, two at a time
 
@@ -114,7 +135,11 @@ def test_looping_draft_is_redrafted_with_penalties_and_the_prompt_has_what_a_nov
         assert chapter["distinct_trigrams"] >= 0.8 and chapter["max_sentence_repeats"] <= 3, chapter
     rows = json.loads((project / ".saga/quality/chapter_001.json").read_text())
     assert [(r["part"], r["drafts"], r["clean"]) for r in rows] == [
-        ("scene 1", 2, True), ("scene 2", 1, True), ("scene 3", 1, True), ("chapter", 4, True)]
+        ("scene 1", 2, True),
+        ("scene 2", 1, True),
+        ("scene 3", 1, True),
+        ("chapter", 4, True),
+    ]
 
     # The first scene of chapter 2: what a novelist needs, within the narrative tier's budget.
     (prompt,) = draft_requests(llm, 2, 1)
@@ -124,7 +149,9 @@ def test_looping_draft_is_redrafted_with_penalties_and_the_prompt_has_what_a_nov
     assert "<- THIS SCENE" in text.split("2. Scene 2")[0]
     assert "Logline: A keeper chases a ghost's letter." in text and "Themes: grief" in text
     assert "motivation: learn the truth" in text and "voice: Clipped, salty sentences." in text
-    assert "motivation: protect Mara" in text and "voice: Slow and gentle, full of tide lore." in text
+    assert (
+        "motivation: protect Mara" in text and "voice: Slow and gentle, full of tide lore." in text
+    )
     ending = chapter_one.strip()[-120:]
     assert "The previous chapter ended:" in text and ending in text
     assert "third person, past tense" in text and "Show through action and dialogue" in text
@@ -145,10 +172,26 @@ def test_scene_that_never_comes_clean_flags_the_chapter_in_the_exit_summary(
     llm.on(schema="SceneExtraction", respond=extraction(scripted_extraction))
     wipe_graph(graph_settings)
     project = tmp_path / "book"
-    env = run_env(llm, graph_settings, prefect_home, SKALD_LIMITS__MAX_ITERATIONS="1",
-                  SKALD_PROSE__MAX_DRAFT_ATTEMPTS="2", SKALD_LIMITS__EXTRACTION_CONCURRENCY="1")
-    result = novel(project, env, "--premise", "A keeper finds a letter.", "--chapters", "1",
-                   "--scenes-per-chapter", "2", "--acts", "1")
+    env = run_env(
+        llm,
+        graph_settings,
+        prefect_home,
+        SKALD_LIMITS__MAX_ITERATIONS="1",
+        SKALD_PROSE__MAX_DRAFT_ATTEMPTS="2",
+        SKALD_LIMITS__EXTRACTION_CONCURRENCY="1",
+    )
+    result = novel(
+        project,
+        env,
+        "--premise",
+        "A keeper finds a letter.",
+        "--chapters",
+        "1",
+        "--scenes-per-chapter",
+        "2",
+        "--acts",
+        "1",
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert extraction.peak == 1  # limits.extraction_concurrency 1: one scene at a time
 
@@ -160,6 +203,12 @@ def test_scene_that_never_comes_clean_flags_the_chapter_in_the_exit_summary(
     assert any("scene 2 never passed the degeneration guard" in flag for flag in chapter["flags"])
     assert chapter["max_sentence_repeats"] > 3
     assert "FLAGGED chapter 1" in result.stderr
-    rows = {r["part"]: r for r in json.loads((project / ".saga/quality/chapter_001.json").read_text())}
-    assert (rows["scene 1"]["clean"], rows["scene 2"]["clean"], rows["scene 2"]["drafts"]) == (True, False, 2)
+    rows = {
+        r["part"]: r for r in json.loads((project / ".saga/quality/chapter_001.json").read_text())
+    }
+    assert (rows["scene 1"]["clean"], rows["scene 2"]["clean"], rows["scene 2"]["drafts"]) == (
+        True,
+        False,
+        2,
+    )
     assert rows["chapter"]["clean"] is False and "scene 2" in rows["chapter"]["failures"]

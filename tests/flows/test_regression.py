@@ -43,20 +43,42 @@ def scripted() -> Iterator[ScriptedLLM]:
 
 def _graph_env(graph_settings: Settings) -> dict[str, str]:
     ep = graph_endpoint(graph_settings)
-    return {"NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
-            "NEO4J_DATABASE": ep.database}
+    return {
+        "NEO4J_URI": ep.uri,
+        "NEO4J_USERNAME": ep.username,
+        "NEO4J_PASSWORD": ep.password,
+        "NEO4J_DATABASE": ep.database,
+    }
 
 
 def test_the_batch_over_both_dialogues_passes_and_writes_its_report(
     graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str
 ) -> None:
     DialogueScript(SPEAKERS).install(scripted)
-    env = {**os.environ, **_graph_env(graph_settings), "OPENAI_BASE_URL": scripted.base_url,
-           "SKALD_EMBEDDING_BASE_URL": scripted.base_url, **prefect_api_env()}
+    env = {
+        **os.environ,
+        **_graph_env(graph_settings),
+        "OPENAI_BASE_URL": scripted.base_url,
+        "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
+        **prefect_api_env(),
+    }
     done = subprocess.run(
-        [sys.executable, "-m", "flows.regression", "--project-dir", str(tmp_path), "--dialogues", *FILES,
-         "--concurrency", "2"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "flows.regression",
+            "--project-dir",
+            str(tmp_path),
+            "--dialogues",
+            *FILES,
+            "--concurrency",
+            "2",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     # locomo-26 opens with "Hey Mel!": nobody the memory knows yet, so the relation its
@@ -73,12 +95,18 @@ def test_the_batch_over_both_dialogues_passes_and_writes_its_report(
 
     turns = pl.read_parquet(out / "turns.parquet")
     assert turns.height == 40 and turns["committed"].sum() == 39
-    opening = turns.filter((pl.col("dialogue_id") == "locomo-26") & (pl.col("turn_id") == 1)).row(0, named=True)
+    opening = turns.filter((pl.col("dialogue_id") == "locomo-26") & (pl.col("turn_id") == 1)).row(
+        0, named=True
+    )
     assert not opening["committed"] and opening["reason"] == "commit gate: no relation actions"
-    assert turns.filter(pl.col("dialogue_id") == "locomo-26")["turn_id"].to_list() == list(range(1, 21))
+    assert turns.filter(pl.col("dialogue_id") == "locomo-26")["turn_id"].to_list() == list(
+        range(1, 21)
+    )
     turns = turns.filter(pl.col("committed"))
     assert sorted(turns["dialogue_id"].unique().to_list()) == ["locomo-26", "locomo-30"]
-    assert turns["states"][0].to_list()[-1] == "COMMITTED" and len(turns["state_elapsed_ms"][0]) == 10
+    assert (
+        turns["states"][0].to_list()[-1] == "COMMITTED" and len(turns["state_elapsed_ms"][0]) == 10
+    )
     assert (turns["extractor_ms"] > 0).all() and (turns["prompt_tokens"] > 0).all()
     assert (turns["actions_evolve"] > 0).all() and turns["milestones"].sum() > 0
     assert turns["conversation_id"][0].startswith("regression-")
@@ -90,17 +118,33 @@ def test_the_batch_over_both_dialogues_passes_and_writes_its_report(
 
 
 def test_a_planted_gate_failure_exits_non_zero_and_names_the_gate(
-    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    graph_settings: Settings,
+    scripted: ScriptedLLM,
+    tmp_path: Path,
+    prefect_api: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # The planted failure: an extractor that never proposes a relation action. Turns still
     # commit (--no-require-actions), so only the relation-mutation gate can catch it.
     DialogueScript(SPEAKERS, mutations="none").install(scripted)
-    for name, value in {**_graph_env(graph_settings), "OPENAI_BASE_URL": scripted.base_url,
-                        "SKALD_EMBEDDING_BASE_URL": scripted.base_url}.items():
+    for name, value in {
+        **_graph_env(graph_settings),
+        "OPENAI_BASE_URL": scripted.base_url,
+        "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
+    }.items():
         monkeypatch.setenv(name, value)
-    args = ["--project-dir", str(tmp_path), "--dialogues", FILES[0], "--turns", "3", "--no-require-actions",
-            "--run-id", "planted-failure"]
+    args = [
+        "--project-dir",
+        str(tmp_path),
+        "--dialogues",
+        FILES[0],
+        "--turns",
+        "3",
+        "--no-require-actions",
+        "--run-id",
+        "planted-failure",
+    ]
     with pytest.raises(SystemExit) as exited:
         run_main(main, "regression", args)
     assert exited.value.code == 1
@@ -114,7 +158,8 @@ def test_a_planted_gate_failure_exits_non_zero_and_names_the_gate(
 
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["long-dialogue-regression"])))
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["long-dialogue-regression"]))
+        )
     assert any(a.type == "table" and "planted-failure" in (a.description or "") for a in artifacts)
 
     # With the default commit gate the same script blocks every turn: the commit ratio fails too.
@@ -125,20 +170,33 @@ def test_a_planted_gate_failure_exits_non_zero_and_names_the_gate(
 
 
 def test_a_failed_gate_ends_the_flow_run_failed_with_its_report_written(
-    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str,
+    graph_settings: Settings,
+    scripted: ScriptedLLM,
+    tmp_path: Path,
+    prefect_api: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     DialogueScript(SPEAKERS, mutations="none").install(scripted)
-    for name, value in {**_graph_env(graph_settings), "OPENAI_BASE_URL": scripted.base_url,
-                        "SKALD_EMBEDDING_BASE_URL": scripted.base_url}.items():
+    for name, value in {
+        **_graph_env(graph_settings),
+        "OPENAI_BASE_URL": scripted.base_url,
+        "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
+    }.items():
         monkeypatch.setenv(name, value)
-    params = RegressionParams(project_dir=str(tmp_path), dialogues=[FILES[0]], turns=3, run_id="failed-state",
-                              turn_config=TurnConfig(require_actions=False))
+    params = RegressionParams(
+        project_dir=str(tmp_path),
+        dialogues=[FILES[0]],
+        turns=3,
+        run_id="failed-state",
+        turn_config=TurnConfig(require_actions=False),
+    )
     state = regression_flow(params, return_state=True)
     assert state.is_failed() and "relation_mutations" in (state.message or "")
     summary = state.result(raise_on_failure=False)
     assert isinstance(summary, RegressionSummary) and not summary.passed
-    assert "FAILED" in (tmp_path / ".saga" / "regression" / "failed-state" / "report.md").read_text()
+    assert (
+        "FAILED" in (tmp_path / ".saga" / "regression" / "failed-state" / "report.md").read_text()
+    )
 
     from prefect.client.orchestration import get_client
 
@@ -148,29 +206,51 @@ def test_a_failed_gate_ends_the_flow_run_failed_with_its_report_written(
     assert recorded.run_count == 1  # a failed gate is not retried
 
     # The look-alike: the same batch with the gate off passes and ends Completed.
-    passing = regression_flow(params.model_copy(update={
-        "run_id": "completed-state", "gates": GateConfig(require_relation_mutations=False)}), return_state=True)
+    passing = regression_flow(
+        params.model_copy(
+            update={
+                "run_id": "completed-state",
+                "gates": GateConfig(require_relation_mutations=False),
+            }
+        ),
+        return_state=True,
+    )
     assert passing.is_completed() and passing.result().passed
 
 
 def test_gates_count_rollbacks_timeouts_and_recall() -> None:
     rows = []
     for turn in range(10):
-        rows.append({"dialogue_id": "d", "committed": turn < 8, "state": "COMMITTED" if turn < 8 else "ROLLED_BACK",
-                     "timed_out": turn == 9, "actions_evolve": 1, "actions_replace": 0, "actions_delete": 0,
-                     "milestones": 0})
+        rows.append(
+            {
+                "dialogue_id": "d",
+                "committed": turn < 8,
+                "state": "COMMITTED" if turn < 8 else "ROLLED_BACK",
+                "timed_out": turn == 9,
+                "actions_evolve": 1,
+                "actions_replace": 0,
+                "actions_delete": 0,
+                "milestones": 0,
+            }
+        )
     turns = pl.DataFrame(rows)
-    recall = pl.DataFrame({"dialogue_id": ["d", "d"], "recall": [1.0, 0.0], "hit": [True, False],
-                           "category": [1, 2]})
-    results = {g.gate: g for g in evaluate_gates(
-        turns, recall, GateConfig(max_rollbacks=1, min_recall=0.6, require_milestones=True))}
+    recall = pl.DataFrame(
+        {"dialogue_id": ["d", "d"], "recall": [1.0, 0.0], "hit": [True, False], "category": [1, 2]}
+    )
+    results = {
+        g.gate: g
+        for g in evaluate_gates(
+            turns, recall, GateConfig(max_rollbacks=1, min_recall=0.6, require_milestones=True)
+        )
+    }
     assert (results["commit_ratio"].value, results["commit_ratio"].passed) == (0.8, False)
     assert (results["rollbacks"].value, results["rollbacks"].passed) == (2, False)
     assert (results["timeouts"].value, results["timeouts"].passed) == (1, False)
     assert results["relation_mutations"].passed and not results["milestones"].passed
     assert (results["recall@5"].value, results["recall@5"].passed) == (0.5, False)
-    relaxed = evaluate_gates(turns, recall, GateConfig(min_commit_ratio=0.8, max_timeouts=1,
-                                                       require_milestones=False))
+    relaxed = evaluate_gates(
+        turns, recall, GateConfig(min_commit_ratio=0.8, max_timeouts=1, require_milestones=False)
+    )
     assert all(g.passed for g in relaxed)
 
 
@@ -185,5 +265,7 @@ def test_shards_split_the_dialogues_and_share_one_run() -> None:
     assert [s.dialogue_id for s in twice] == ["locomo-26", "locomo-26-2"]
     with pytest.raises(ValueError, match="I/N"):
         RegressionParams(dialogues=FILES, shard="2/2")
-    deployment = regression_flow.to_deployment(name="test", parameters={"params": base.model_dump(mode="json")})
+    deployment = regression_flow.to_deployment(
+        name="test", parameters={"params": base.model_dump(mode="json")}
+    )
     assert deployment.parameters["params"]["turns"] == 2

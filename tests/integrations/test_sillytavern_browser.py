@@ -45,7 +45,8 @@ from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 
 ST_DIR = os.environ.get("SILLYTAVERN_DIR", "").strip()
 pytestmark = pytest.mark.skipif(
-    not ST_DIR, reason="SILLYTAVERN_DIR is not set: no SillyTavern checkout to test the extension in (see README)"
+    not ST_DIR,
+    reason="SILLYTAVERN_DIR is not set: no SillyTavern checkout to test the extension in (see README)",
 )
 DRIVER = REPO_ROOT / "tests" / "sillytavern" / "drive.mjs"
 TOKEN = "browser-test-token-0123456789"
@@ -57,8 +58,14 @@ LOREBOOK_NAME = "skald-memory-lorebook"
 
 
 def _chromium() -> str:
-    found = os.environ.get("SKALD_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    assert found, "chromium is needed: apt-get update && apt-get install -y chromium (or set SKALD_CHROMIUM)"
+    found = (
+        os.environ.get("SKALD_CHROMIUM")
+        or shutil.which("chromium")
+        or shutil.which("chromium-browser")
+    )
+    assert found, (
+        "chromium is needed: apt-get update && apt-get install -y chromium (or set SKALD_CHROMIUM)"
+    )
     return found
 
 
@@ -67,7 +74,9 @@ def _wait_http(url: str, timeout_s: float, headers: dict[str, str] | None = None
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=5) as answer:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, headers=headers or {}), timeout=5
+            ) as answer:
                 if answer.status == 200:
                     return
         except Exception as exc:  # not up yet
@@ -99,7 +108,9 @@ class ChatBackend:
             n = len(self.replies) + 1
             # Never echoing the user's words: the prompts' assertions are about what memory adds.
             text = f"(reply {n}) I hear you, Tester. {len(last.split())} words; tell me more."
-            self.replies.append({"at_ms": time.time() * 1000.0, "prompt": request.messages, "text": text})
+            self.replies.append(
+                {"at_ms": time.time() * 1000.0, "prompt": request.messages, "text": text}
+            )
         return text
 
     def __enter__(self) -> ChatBackend:
@@ -138,8 +149,15 @@ class Stack:
 
     def start_sidecar(self) -> None:
         ep = graph_endpoint(self.graph_settings)
-        env = {**os.environ, "SKALD_SIDECAR_TOKEN": TOKEN, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username,
-               "NEO4J_PASSWORD": ep.password, "NEO4J_DATABASE": ep.database, "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "SKALD_SIDECAR_TOKEN": TOKEN,
+            "NEO4J_URI": ep.uri,
+            "NEO4J_USERNAME": ep.username,
+            "NEO4J_PASSWORD": ep.password,
+            "NEO4J_DATABASE": ep.database,
+            "PYTHONUNBUFFERED": "1",
+        }
         env.pop("OPENAI_API_KEY", None)
         env.pop("OPENAI_BASE_URL", None)
         if self.memory_llm_url:
@@ -147,11 +165,30 @@ class Stack:
         project = self.tmp / "sidecar"
         project.mkdir()
         log = (self.tmp / "sidecar.log").open("w")
-        self.processes.append(subprocess.Popen(
-            [sys.executable, "-m", "flows.dialogue", "serve", "--project-dir", str(project), "--port",
-             str(self.sidecar_port), "--cors-origin", self.origin],
-            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        _wait_http(f"{self.sidecar_url}/api/kg-sidecar/health", 300, {"Authorization": f"Bearer {TOKEN}"})
+        self.processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "flows.dialogue",
+                    "serve",
+                    "--project-dir",
+                    str(project),
+                    "--port",
+                    str(self.sidecar_port),
+                    "--cors-origin",
+                    self.origin,
+                ],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        _wait_http(
+            f"{self.sidecar_url}/api/kg-sidecar/health", 300, {"Authorization": f"Bearer {TOKEN}"}
+        )
 
     def start_sillytavern(self, backend_url: str) -> None:
         st = Path(ST_DIR)
@@ -159,35 +196,72 @@ class Stack:
         assert (st / "node_modules").is_dir(), f"run `npm ci` in {ST_DIR} first"
         data = self.tmp / "st-data"
         log = (self.tmp / "sillytavern.log").open("w")
-        self.processes.append(subprocess.Popen(
-            ["node", "server.js", "--port", str(self.st_port), "--listen", "false", "--autorun", "false",
-             "--dataRoot", str(data)],
-            cwd=st, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        self.processes.append(
+            subprocess.Popen(
+                [
+                    "node",
+                    "server.js",
+                    "--port",
+                    str(self.st_port),
+                    "--listen",
+                    "false",
+                    "--autorun",
+                    "false",
+                    "--dataRoot",
+                    str(data),
+                ],
+                cwd=st,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         _wait_http(self.origin + "/", 300)
         # SillyTavern 1.12+ keeps a user's third-party extensions in <data root>/<user>/extensions/
         # (served as /scripts/extensions/third-party/<name>/), read on every page load.
-        shutil.copytree(REPO_ROOT / "integrations" / "sillytavern", data / "default-user" / "extensions" / "skald-memory",
-                        ignore=shutil.ignore_patterns("*.test.js", "*.py", "__pycache__"))
+        shutil.copytree(
+            REPO_ROOT / "integrations" / "sillytavern",
+            data / "default-user" / "extensions" / "skald-memory",
+            ignore=shutil.ignore_patterns("*.test.js", "*.py", "__pycache__"),
+        )
         settings_file = data / "default-user" / "settings.json"
         settings = json.loads(settings_file.read_text(encoding="utf-8"))
         settings.update(firstRun=False, username="Tester", main_api="openai")
         settings["power_user"]["auto_connect"] = True
-        settings["oai_settings"].update(chat_completion_source="custom", custom_url=backend_url,
-                                        custom_model="scripted-model", stream_openai=False)
-        settings["extension_settings"]["skald_memory"] = {"baseUrl": self.sidecar_url, "token": TOKEN, "enabled": True}
+        settings["oai_settings"].update(
+            chat_completion_source="custom",
+            custom_url=backend_url,
+            custom_model="scripted-model",
+            stream_openai=False,
+        )
+        settings["extension_settings"]["skald_memory"] = {
+            "baseUrl": self.sidecar_url,
+            "token": TOKEN,
+            "enabled": True,
+        }
         settings_file.write_text(json.dumps(settings, indent=4), encoding="utf-8")
 
     def drive(self, scenario: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         shots = REPO_ROOT / "build" / "sillytavern-screenshots" / scenario["scenario"]
         shutil.rmtree(shots, ignore_errors=True)
         shots.mkdir(parents=True)
-        config = {"url": self.origin + "/", "chromium": _chromium(), "profileDir": str(self.tmp / "chromium-profile"),
-                  "screenshots": str(shots), "out": str(self.tmp / "drive.json"), **scenario}
+        config = {
+            "url": self.origin + "/",
+            "chromium": _chromium(),
+            "profileDir": str(self.tmp / "chromium-profile"),
+            "screenshots": str(shots),
+            "out": str(self.tmp / "drive.json"),
+            **scenario,
+        }
         (self.tmp / "drive-config.json").write_text(json.dumps(config), encoding="utf-8")
-        assert (REPO_ROOT / "tests" / "sillytavern" / "node_modules" / "playwright-core").is_dir(), \
-            "run `npm ci --prefix tests/sillytavern` first (make sillytavern-test does)"
-        driver = subprocess.Popen(["node", str(DRIVER), str(self.tmp / "drive-config.json")], cwd=REPO_ROOT,
-                                  start_new_session=True)
+        assert (
+            REPO_ROOT / "tests" / "sillytavern" / "node_modules" / "playwright-core"
+        ).is_dir(), "run `npm ci --prefix tests/sillytavern` first (make sillytavern-test does)"
+        driver = subprocess.Popen(
+            ["node", str(DRIVER), str(self.tmp / "drive-config.json")],
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
         try:
             driver.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -210,7 +284,10 @@ def backend() -> Iterator[ChatBackend]:
 
 def _send_delays(result: dict[str, Any], backend: ChatBackend) -> list[float]:
     """Per generation: ms from the chat backend's reply to the send button shown again."""
-    assert len(backend.replies) == len(result["generations"]), (len(backend.replies), len(result["generations"]))
+    assert len(backend.replies) == len(result["generations"]), (
+        len(backend.replies),
+        len(result["generations"]),
+    )
     delays = []
     for reply, generation in zip(backend.replies, result["generations"], strict=True):
         shown = [t for t in generation["shown"] if t >= reply["at_ms"] - 5]
@@ -227,15 +304,24 @@ def _report(result: dict[str, Any], delays: list[float]) -> None:
     for generation, delay in zip(result["generations"], delays, strict=True):
         query = generation.get("query") or {}
         said = generation["text"] or "(swipe: a new alternative of the last reply)"
-        print(f"  {generation['kind']:5} {said[:60]!r:64} send button back {delay:4.0f} ms after the reply; "
-              f"query waited {query.get('waitedMs')} ms, pending_turns "
-              f"{[p['turn_id'] for p in query.get('pendingTurns', [])]}, held back {query.get('heldBack')}")
+        print(
+            f"  {generation['kind']:5} {said[:60]!r:64} send button back {delay:4.0f} ms after the reply; "
+            f"query waited {query.get('waitedMs')} ms, pending_turns "
+            f"{[p['turn_id'] for p in query.get('pendingTurns', [])]}, held back {query.get('heldBack')}"
+        )
         packet = generation.get("packet") or ""
-        passages = packet.split("## Related earlier passages")[-1].strip().splitlines() if "## Related" in packet else []
+        passages = (
+            packet.split("## Related earlier passages")[-1].strip().splitlines()
+            if "## Related" in packet
+            else []
+        )
         for line in [p for p in passages if p.startswith("- [turn")][:5]:
             print(f"        memory: {line[:110]}")
     print("  badge log:", [(b["status"], b["detail"][:70]) for b in result["badges"]])
-    print("  writes (since the last page load):", [(o["step"], o["turnId"], o["status"]) for o in result.get("outcomes", [])])
+    print(
+        "  writes (since the last page load):",
+        [(o["step"], o["turnId"], o["status"]) for o in result.get("outcomes", [])],
+    )
     print("  screenshots:", *result["screenshots"], sep="\n    ")
 
 
@@ -248,10 +334,18 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
         try:
             stack.start_sidecar()
             stack.start_sillytavern(backend.llm.base_url)
-            lorebook = {"sidecarUrl": stack.sidecar_url, "token": TOKEN, "fact": STATED_FACT,
-                        "file": str(tmp_path / f"{LOREBOOK_NAME}.json")}
+            lorebook = {
+                "sidecarUrl": stack.sidecar_url,
+                "token": TOKEN,
+                "fact": STATED_FACT,
+                "file": str(tmp_path / f"{LOREBOOK_NAME}.json"),
+            }
             result = stack.drive({"scenario": "full", "lorebook": lorebook}, timeout_s=1500)
-            print((tmp_path / "sillytavern.log").read_text(errors="replace")[-1500:] if not result.get("ok") else "")
+            print(
+                (tmp_path / "sillytavern.log").read_text(errors="replace")[-1500:]
+                if not result.get("ok")
+                else ""
+            )
             assert result.get("ok"), result["errors"]
             delays = _send_delays(result, backend)
             print(f"\nreal SillyTavern, sidecar LLM at {MEMORY_LATENCY_S:g} s a call:")
@@ -273,12 +367,18 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
             # Once the replace landed, recall returns the new text and never the old.
             assert after_edit["packet"] and "sunny all week" in after_edit["packet"]
             assert "rainy all week" not in _prompt_text(backend.replies[6])
-            assert not [b for b in result["badges"] if b["status"] in ("error", "rollback")], result["badges"]
+            assert not [b for b in result["badges"] if b["status"] in ("error", "rollback")], (
+                result["badges"]
+            )
 
             # After the delete and the reload, memory holds exactly the chat's turns.
-            turns = _get_json(f"{stack.sidecar_url}/api/kg-sidecar/conversations/"
-                              f"{urllib.request.quote(result['chatId'], safe='')}/turns?limit=500")["items"]
-            assert [(t["turn_id"], t["text"]) for t in turns] == [(str(t["turnId"]), t["text"]) for t in result["chatTurns"]]
+            turns = _get_json(
+                f"{stack.sidecar_url}/api/kg-sidecar/conversations/"
+                f"{urllib.request.quote(result['chatId'], safe='')}/turns?limit=500"
+            )["items"]
+            assert [(t["turn_id"], t["text"]) for t in turns] == [
+                (str(t["turnId"]), t["text"]) for t in result["chatTurns"]
+            ]
 
             _check_lorebook(result, tmp_path)
         finally:
@@ -295,11 +395,14 @@ def _check_lorebook(result: dict[str, Any], tmp_path: Path) -> None:
     shown = result["lorebookShown"]
     print("  lorebook in SillyTavern's World Info editor:")
     for entry in shown:
-        print(f"    uid {entry['uid']} {entry['comment']!r} keys {entry['keys']}: {entry['content'][:300]!r}")
+        print(
+            f"    uid {entry['uid']} {entry['comment']!r} keys {entry['keys']}: {entry['content'][:300]!r}"
+        )
     print("  lorebook screenshot:", result["lorebookScreenshot"])
     # Every entry, as the sidecar wrote it (the editor sorts them its own way).
     assert {e["uid"]: (e["comment"], e["content"]) for e in shown} == {
-        uid: (e["comment"], e["content"]) for uid, e in book["entries"].items()}
+        uid: (e["comment"], e["content"]) for uid, e in book["entries"].items()
+    }
     holding = [e for e in shown if STATED_FACT in e["content"]]
     assert holding and holding[0]["uid"] == result["lorebookOpened"], shown
     assert "Tester" in holding[0]["keys"], holding
@@ -316,13 +419,20 @@ def _check_lorebook(result: dict[str, Any], tmp_path: Path) -> None:
     assert json.loads(saved.read_text(encoding="utf-8")) == book
 
 
-@pytest.mark.skipif(not os.environ.get("SKALD_ST_TINY"), reason="SKALD_ST_TINY=1 runs the tiny local model (minutes)")
+@pytest.mark.skipif(
+    not os.environ.get("SKALD_ST_TINY"),
+    reason="SKALD_ST_TINY=1 runs the tiny local model (minutes)",
+)
 def test_real_sillytavern_ordinary_chat_with_the_tiny_model_shows_no_participant_conflicts(
     graph_settings: Settings, backend: ChatBackend, tmp_path: Path
 ) -> None:
-    messages = ["Hi Seraphina, thanks for finding me in the forest.", "I am feeling much better now, really.",
-                "What is this place? It looks so peaceful.", "I love the smell of the pine trees here.",
-                "Do you live here all alone, Seraphina?"]
+    messages = [
+        "Hi Seraphina, thanks for finding me in the forest.",
+        "I am feeling much better now, really.",
+        "What is this place? It looks so peaceful.",
+        "I love the smell of the pine trees here.",
+        "Do you live here all alone, Seraphina?",
+    ]
     stack = Stack(tmp_path, graph_settings, None)
     try:
         stack.start_sidecar()
@@ -332,13 +442,27 @@ def test_real_sillytavern_ordinary_chat_with_the_tiny_model_shows_no_participant
         delays = _send_delays(result, backend)
         print("\nreal SillyTavern, the tiny default model in the sidecar:")
         _report(result, delays)
-        turns = _get_json(f"{stack.sidecar_url}/api/kg-sidecar/conversations/"
-                          f"{urllib.request.quote(result['chatId'], safe='')}/turns?limit=500")["items"]
+        turns = _get_json(
+            f"{stack.sidecar_url}/api/kg-sidecar/conversations/"
+            f"{urllib.request.quote(result['chatId'], safe='')}/turns?limit=500"
+        )["items"]
         print("  memory:", [(t["turn_id"], t["committed"]) for t in turns])
-        shown = [b for b in result["badges"] if b["status"] == "rollback" and "identity conflicts" in b["detail"]
-                 and "Seraphina" in b["detail"] and "Tester" in b["detail"]]
-        written = [o for o in result["outcomes"] if o["status"] == "rollback" and "identity conflicts" in o["detail"]
-                   and "Seraphina" in o["detail"] and "Tester" in o["detail"]]
+        shown = [
+            b
+            for b in result["badges"]
+            if b["status"] == "rollback"
+            and "identity conflicts" in b["detail"]
+            and "Seraphina" in b["detail"]
+            and "Tester" in b["detail"]
+        ]
+        written = [
+            o
+            for o in result["outcomes"]
+            if o["status"] == "rollback"
+            and "identity conflicts" in o["detail"]
+            and "Seraphina" in o["detail"]
+            and "Tester" in o["detail"]
+        ]
         assert shown == [] and written == [], (shown, written)
         assert len(turns) == len(result["chatTurns"])
     finally:

@@ -17,11 +17,23 @@ def test_node_test_runner_passes_the_extension_tests(graph_settings: Settings) -
     node = shutil.which("node")
     assert node, "node (>= 20) is needed to test integrations/sillytavern (apt-get install nodejs)"
     ep = graph_endpoint(graph_settings)
-    env = {**os.environ, "SKALD_PYTHON": sys.executable, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username,
-           "NEO4J_PASSWORD": ep.password, "NEO4J_DATABASE": ep.database}
+    env = {
+        **os.environ,
+        "SKALD_PYTHON": sys.executable,
+        "NEO4J_URI": ep.uri,
+        "NEO4J_USERNAME": ep.username,
+        "NEO4J_PASSWORD": ep.password,
+        "NEO4J_DATABASE": ep.database,
+    }
     env.pop("OPENAI_API_KEY", None)
-    done = subprocess.run([node, "--test", "integrations/sillytavern/"], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [node, "--test", "integrations/sillytavern/"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     failed = done.stdout.find("    not ok")  # the first failing test, not the suite's summary
-    assert done.returncode == 0, done.stdout[max(0, failed):][:4000] + done.stderr[-2000:]
+    assert done.returncode == 0, done.stdout[max(0, failed) :][:4000] + done.stderr[-2000:]
     assert "# fail 0" in done.stdout and "# pass 11" in done.stdout, done.stdout[-2000:]

@@ -39,7 +39,10 @@ def store(graph_settings: Settings) -> Iterator[GraphStore]:
         ChapterDelta(
             chapter=0,
             source_type="outline",
-            entities=[Entity(label="Character", name="Aragorn"), Entity(label="Location", name="Bree")],
+            entities=[
+                Entity(label="Character", name="Aragorn"),
+                Entity(label="Location", name="Bree"),
+            ],
             relationships=[Relationship(source="Aragorn", target="Bree", type="located in")],
         )
     )
@@ -48,16 +51,22 @@ def store(graph_settings: Settings) -> Iterator[GraphStore]:
 
 
 def test_help_lists_every_command() -> None:
-    result = subprocess.run([sys.executable, "-m", "kg", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "kg", "--help"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0
     for command in ("migrate", "stats", "export", "import", "rollback"):
         assert command in result.stdout
 
 
-def test_migrate_stats_export_rollback_import(store: GraphStore, graph_settings: Settings, tmp_path: Path) -> None:
+def test_migrate_stats_export_rollback_import(
+    store: GraphStore, graph_settings: Settings, tmp_path: Path
+) -> None:
     project = graph_settings.project_dir
     migrated = kg(project, "migrate")
-    assert migrated.returncode == 0 and "schema up to date" in migrated.stdout, migrated.stderr[-2000:]
+    assert migrated.returncode == 0 and "schema up to date" in migrated.stdout, migrated.stderr[
+        -2000:
+    ]
 
     stats = kg(project, "stats", "--json")
     assert stats.returncode == 0, stats.stderr[-2000:]
@@ -77,11 +86,15 @@ def test_migrate_stats_export_rollback_import(store: GraphStore, graph_settings:
         ChapterDelta(
             chapter=1,
             entities=[Entity(label="Character", name="Strider Impostor")],
-            property_updates=[PropertyUpdate(entity="Aragorn", changes={"description": "Changed", "mood": "dark"})],
+            property_updates=[
+                PropertyUpdate(entity="Aragorn", changes={"description": "Changed", "mood": "dark"})
+            ],
         )
     )
     rolled = kg(project, "rollback", "--chapter", "1")
-    assert rolled.returncode == 0 and "rolled back chapter(s) 1" in rolled.stdout, rolled.stderr[-2000:]
+    assert rolled.returncode == 0 and "rolled back chapter(s) 1" in rolled.stdout, rolled.stderr[
+        -2000:
+    ]
     after = tmp_path / "after.json"
     assert kg(project, "export", "--out", str(after)).returncode == 0
     assert after.read_bytes() == first.read_bytes()
@@ -97,7 +110,9 @@ def test_migrate_stats_export_rollback_import(store: GraphStore, graph_settings:
     assert again.read_bytes() == first.read_bytes()
 
 
-def test_errors_are_one_line_with_a_non_zero_exit(store: GraphStore, graph_settings: Settings, tmp_path: Path) -> None:
+def test_errors_are_one_line_with_a_non_zero_exit(
+    store: GraphStore, graph_settings: Settings, tmp_path: Path
+) -> None:
     project = graph_settings.project_dir
     missing = kg(project, "rollback", "--chapter", "7")
     assert missing.returncode == 1
@@ -105,13 +120,18 @@ def test_errors_are_one_line_with_a_non_zero_exit(store: GraphStore, graph_setti
     assert last == "kg: error: chapter 7 has no committed change-set to roll back (committed: 0)"
     store.commit_chapter(ChapterDelta(chapter=1, entities=[Entity(label="Character", name="Sam")]))
     ordered = kg(project, "rollback", "--chapter", "0")
-    assert ordered.returncode == 1 and "roll those back first" in ordered.stderr.strip().splitlines()[-1]
+    assert (
+        ordered.returncode == 1
+        and "roll those back first" in ordered.stderr.strip().splitlines()[-1]
+    )
     cascade = kg(project, "rollback", "--chapter", "0", "--cascade")
     assert cascade.returncode == 0 and "chapter(s) 1, 0" in cascade.stdout
     bad = tmp_path / "bad.json"
     bad.write_text("{not json", encoding="utf-8")
     broken = kg(project, "import", str(bad))
-    assert broken.returncode == 1 and broken.stderr.strip().splitlines()[-1].startswith("kg: error: import file")
+    assert broken.returncode == 1 and broken.stderr.strip().splitlines()[-1].startswith(
+        "kg: error: import file"
+    )
     usage = kg(project, "rollback")
     assert usage.returncode == 2 and "--chapter" in usage.stderr
 
@@ -128,7 +148,12 @@ def test_a_process_that_forgets_to_close_its_store_still_exits(tmp_path: Path) -
         "print(store.schema_version())\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180
+        [sys.executable, "-c", script, str(tmp_path)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == str(LATEST_VERSION)

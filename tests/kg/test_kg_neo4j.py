@@ -13,7 +13,8 @@ pytestmark = pytest.mark.neo4j
 
 
 @pytest.mark.skipif(
-    not os.environ.get("NEO4J_URI"), reason="NEO4J_URI not set: Neo4j contract run skipped (ArcadeDB run covers CI)"
+    not os.environ.get("NEO4J_URI"),
+    reason="NEO4J_URI not set: Neo4j contract run skipped (ArcadeDB run covers CI)",
 )
 def test_the_session_graph_is_neo4j(graph_settings: Settings) -> None:
     store = GraphStore.open(graph_settings)

@@ -29,13 +29,27 @@ def story() -> list[ChapterDelta]:
             chapter=0,
             source_type="outline",
             entities=[
-                Entity(label="Character", name="Aragorn", aliases=["Strider"], sources=[OUTLINE],
-                       status_intervals=[{"status": "alive", "from_chapter": 0}]),
-                Entity(label="Character", name="Boromir", sources=[OUTLINE],
-                       status_intervals=[{"status": "alive", "from_chapter": 0}]),
+                Entity(
+                    label="Character",
+                    name="Aragorn",
+                    aliases=["Strider"],
+                    sources=[OUTLINE],
+                    status_intervals=[{"status": "alive", "from_chapter": 0}],
+                ),
+                Entity(
+                    label="Character",
+                    name="Boromir",
+                    sources=[OUTLINE],
+                    status_intervals=[{"status": "alive", "from_chapter": 0}],
+                ),
                 Entity(label="Character", name="Frodo", sources=[OUTLINE]),
                 Entity(label="Location", name="Middle-earth", sources=[OUTLINE]),
-                Entity(label="Location", name="Rivendell", description="Elven refuge", sources=[OUTLINE]),
+                Entity(
+                    label="Location",
+                    name="Rivendell",
+                    description="Elven refuge",
+                    sources=[OUTLINE],
+                ),
                 Entity(label="Location", name="Moria", sources=[OUTLINE]),
             ],
             relationships=[
@@ -49,8 +63,12 @@ def story() -> list[ChapterDelta]:
             summary="The council meets in Rivendell.",
             embedding=[1.0, 0.0, 0.0],
             scenes=[
-                SceneDelta(index=1, title="Arrival", summary="Frodo arrives.", embedding=[1.0, 0.0, 0.0]),
-                SceneDelta(index=2, title="Debate", summary="They argue.", embedding=[0.0, 1.0, 0.0]),
+                SceneDelta(
+                    index=1, title="Arrival", summary="Frodo arrives.", embedding=[1.0, 0.0, 0.0]
+                ),
+                SceneDelta(
+                    index=2, title="Debate", summary="They argue.", embedding=[0.0, 1.0, 0.0]
+                ),
             ],
             entities=[Entity(label="Event", name="Council of Elrond")],
             relationships=[
@@ -67,16 +85,28 @@ def story() -> list[ChapterDelta]:
             summary="Into Moria; Boromir falls.",
             embedding=[0.0, 0.0, 1.0],
             scenes=[
-                SceneDelta(index=1, title="Gate", summary="The gate opens.", embedding=[0.0, 0.0, 1.0]),
-                SceneDelta(index=2, title="Bridge", summary="The bridge.", embedding=[0.7, 0.7, 0.0]),
+                SceneDelta(
+                    index=1, title="Gate", summary="The gate opens.", embedding=[0.0, 0.0, 1.0]
+                ),
+                SceneDelta(
+                    index=2, title="Bridge", summary="The bridge.", embedding=[0.7, 0.7, 0.0]
+                ),
             ],
             relationships=[
                 Relationship(source="Strider", target="Moria", type="located in"),
                 Relationship(source="Aragorn", target="Boromir", type="distrusts"),
             ],
             status_changes=[StatusChange(entity="Boromir", status="dead")],
-            property_updates=[PropertyUpdate(entity="Frodo", changes={"description": "Wounded by a blade.", "scar": True})],
-            entities=[Entity(label="Character", name="Frodo", aliases=["Mr. Underhill"], traits=["stubborn"])],
+            property_updates=[
+                PropertyUpdate(
+                    entity="Frodo", changes={"description": "Wounded by a blade.", "scar": True}
+                )
+            ],
+            entities=[
+                Entity(
+                    label="Character", name="Frodo", aliases=["Mr. Underhill"], traits=["stubborn"]
+                )
+            ],
         ),
         ChapterDelta(
             chapter=3,
@@ -97,20 +127,29 @@ def store(graph_settings: Settings) -> Iterator[GraphStore]:
 
 
 def test_profiles_as_of_a_chapter(store: GraphStore) -> None:
-    profiles = retrieval.character_profiles(store, as_of_chapter=1, names=["Strider", "Boromir", "Nobody"])
+    profiles = retrieval.character_profiles(
+        store, as_of_chapter=1, names=["Strider", "Boromir", "Nobody"]
+    )
     by_name = {p.entity.name: p for p in profiles}
     assert set(by_name) == {"Aragorn", "Boromir"}
     assert by_name["Boromir"].status == "alive"
     aragorn = {(r.type, r.direction, r.other_name) for r in by_name["Aragorn"].relationships}
     assert aragorn == {("FRIEND_OF", "out", "Boromir"), ("LOCATED_IN", "out", "Rivendell")}
 
-    later = {p.entity.name: p for p in retrieval.character_profiles(store, as_of_chapter=2, names=["Aragorn", "Boromir"])}
+    later = {
+        p.entity.name: p
+        for p in retrieval.character_profiles(store, as_of_chapter=2, names=["Aragorn", "Boromir"])
+    }
     assert later["Boromir"].status == "dead"
-    assert [(r.type, r.chapter) for r in later["Aragorn"].relationships if r.other_name == "Boromir"] == [
+    assert [
+        (r.type, r.chapter) for r in later["Aragorn"].relationships if r.other_name == "Boromir"
+    ] == [
         ("DISTRUSTS", 2),
         ("FRIEND_OF", 1),
     ]
-    assert retrieval.character_profiles(store, as_of_chapter=0, ids=["event:council-of-elrond"]) == []
+    assert (
+        retrieval.character_profiles(store, as_of_chapter=0, ids=["event:council-of-elrond"]) == []
+    )
 
 
 def test_entity_content_is_read_as_of_the_chapter(store: GraphStore) -> None:
@@ -118,14 +157,25 @@ def test_entity_content_is_read_as_of_the_chapter(store: GraphStore) -> None:
     # so a re-run after later chapters were committed builds the very same context.
     (before,) = retrieval.character_profiles(store, as_of_chapter=1, names=["Frodo"])
     (after,) = retrieval.character_profiles(store, as_of_chapter=2, names=["Frodo"])
-    assert (before.entity.description, before.entity.attributes, before.entity.traits) == ("", {}, [])
+    assert (before.entity.description, before.entity.attributes, before.entity.traits) == (
+        "",
+        {},
+        [],
+    )
     assert before.entity.aliases == [] and before.entity.last_chapter == 1
     assert [s.chapter for s in before.entity.sources] == [0]
-    assert (after.entity.description, after.entity.attributes) == ("Wounded by a blade.", {"scar": True})
+    assert (after.entity.description, after.entity.attributes) == (
+        "Wounded by a blade.",
+        {"scar": True},
+    )
     assert after.entity.traits == ["stubborn"] and after.entity.aliases == ["Mr. Underhill"]
     assert [s.chapter for s in after.entity.sources] == [0, 2]
-    assert retrieval.resolve_names(store, ["Mr. Underhill"], as_of_chapter=1) == {"Mr. Underhill": None}
-    assert retrieval.resolve_names(store, ["Mr. Underhill"], as_of_chapter=2) == {"Mr. Underhill": "character:frodo"}
+    assert retrieval.resolve_names(store, ["Mr. Underhill"], as_of_chapter=1) == {
+        "Mr. Underhill": None
+    }
+    assert retrieval.resolve_names(store, ["Mr. Underhill"], as_of_chapter=2) == {
+        "Mr. Underhill": "character:frodo"
+    }
     current = store.get_entity("character:frodo")
     assert current is not None and current.model_dump() == after.entity.model_dump()
 
@@ -146,7 +196,10 @@ def test_recent_summaries(store: GraphStore) -> None:
     summaries = retrieval.recent_summaries(store, as_of_chapter=2, k=5)
     assert [(s.chapter, s.title) for s in summaries] == [(1, "The Council"), (2, "The Mines")]
     store.set_chapter_summary(2, "Gandalf falls at the bridge.", ["bridge"])
-    assert retrieval.recent_summaries(store, as_of_chapter=2, k=1)[0].summary == "Gandalf falls at the bridge."
+    assert (
+        retrieval.recent_summaries(store, as_of_chapter=2, k=1)[0].summary
+        == "Gandalf falls at the bridge."
+    )
 
 
 def test_location_context_follows_moves(store: GraphStore) -> None:
@@ -163,7 +216,9 @@ def test_location_context_follows_moves(store: GraphStore) -> None:
 
 
 def test_entities_named_in_a_scene_plan(store: GraphStore) -> None:
-    found = retrieval.entities_by_name(store, ["strider", "Nobody", "Council of Elrond"], as_of_chapter=0)
+    found = retrieval.entities_by_name(
+        store, ["strider", "Nobody", "Council of Elrond"], as_of_chapter=0
+    )
     assert found["strider"] is not None and found["strider"].name == "Aragorn"
     assert found["Nobody"] is None and found["Council of Elrond"] is None  # first seen in chapter 1
     assert retrieval.resolve_names(store, ["Rivendell"], label="Character") == {"Rivendell": None}
@@ -172,20 +227,34 @@ def test_entities_named_in_a_scene_plan(store: GraphStore) -> None:
 def test_vector_similarity_over_scenes_and_chapters(store: GraphStore) -> None:
     hits = retrieval.similar_scenes(store, [1.0, 0.0, 0.0], k=2, as_of_chapter=2)
     assert [h.id for h in hits] == ["scene:1:1", "scene:2:2"]
-    assert math.isclose(hits[0].score, 1.0) and math.isclose(hits[1].score, 0.7 / math.hypot(0.7, 0.7))
-    assert {h.chapter for h in retrieval.similar_scenes(store, [0.0, 0.0, 1.0], k=5, as_of_chapter=1)} == {1}
-    assert [h.chapter for h in retrieval.similar_chapters(store, [0.0, 0.1, 1.0], k=1, as_of_chapter=2)] == [2]
-    assert retrieval.similar_scenes(store, [1.0, 0.0], k=3, as_of_chapter=2) == []  # other dimension
+    assert math.isclose(hits[0].score, 1.0) and math.isclose(
+        hits[1].score, 0.7 / math.hypot(0.7, 0.7)
+    )
+    assert {
+        h.chapter for h in retrieval.similar_scenes(store, [0.0, 0.0, 1.0], k=5, as_of_chapter=1)
+    } == {1}
+    assert [
+        h.chapter for h in retrieval.similar_chapters(store, [0.0, 0.1, 1.0], k=1, as_of_chapter=2)
+    ] == [2]
+    assert (
+        retrieval.similar_scenes(store, [1.0, 0.0], k=3, as_of_chapter=2) == []
+    )  # other dimension
 
 
 def test_scene_context_gathers_everything_for_drafting(store: GraphStore) -> None:
     context = retrieval.scene_context(
-        store, chapter=3, characters=["Strider", "Frodo", "Nobody"], location="Moria", embedding=[0.0, 0.0, 1.0]
+        store,
+        chapter=3,
+        characters=["Strider", "Frodo", "Nobody"],
+        location="Moria",
+        embedding=[0.0, 0.0, 1.0],
     )
     assert context.as_of_chapter == 2
     assert [p.entity.name for p in context.characters] == ["Aragorn", "Frodo"]
     assert context.unresolved_names == ["Nobody"]
-    assert context.location is not None and [e.name for e in context.location.occupants] == ["Aragorn"]
+    assert context.location is not None and [e.name for e in context.location.occupants] == [
+        "Aragorn"
+    ]
     assert [s.chapter for s in context.recent_summaries] == [1, 2]
     assert context.similar_scenes[0].id == "scene:2:1"
 
@@ -205,10 +274,19 @@ def test_scene_context_with_the_scene_text_uses_the_hybrid_retrieval(store: Grap
     # lexical side of the shared hybrid retrieval (core.recall) brings the Bridge scene first.
     vector_only = retrieval.scene_context(store, chapter=3, embedding=[1.0, 0.0, 0.0], k_similar=1)
     assert [s.id for s in vector_only.similar_scenes] == ["scene:1:1"]
-    hybrid = retrieval.scene_context(store, chapter=3, embedding=[1.0, 0.0, 0.0], query="On the bridge", k_similar=1)
-    assert [(s.id, s.chapter, s.scene, s.title) for s in hybrid.similar_scenes] == [("scene:2:2", 2, 2, "Bridge")]
+    hybrid = retrieval.scene_context(
+        store, chapter=3, embedding=[1.0, 0.0, 0.0], query="On the bridge", k_similar=1
+    )
+    assert [(s.id, s.chapter, s.scene, s.title) for s in hybrid.similar_scenes] == [
+        ("scene:2:2", 2, 2, "Bridge")
+    ]
     # Without a vector (embeddings failed) the words alone still find the scene, as of the chapter.
     lexical = retrieval.scene_context(store, chapter=3, query="the gate opens", k_similar=1)
     assert [s.id for s in lexical.similar_scenes] == ["scene:2:1"]
     # Drafting chapter 2 sees chapter 1 only, where no scene mentions a gate.
-    assert retrieval.scene_context(store, chapter=2, query="the gate opens", k_similar=3).similar_scenes == []
+    assert (
+        retrieval.scene_context(
+            store, chapter=2, query="the gate opens", k_similar=3
+        ).similar_scenes
+        == []
+    )

@@ -75,7 +75,9 @@ def base_delta() -> ChapterDelta:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
-def test_sigkill_mid_commit_leaves_the_graph_exactly_as_before(graph_settings: Settings, tmp_path: Path) -> None:
+def test_sigkill_mid_commit_leaves_the_graph_exactly_as_before(
+    graph_settings: Settings, tmp_path: Path
+) -> None:
     store = GraphStore.open(graph_settings)
     try:
         store.wipe()
@@ -102,9 +104,13 @@ def test_sigkill_mid_commit_leaves_the_graph_exactly_as_before(graph_settings: S
             deadline = time.monotonic() + 600
             while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
-            assert marker.exists(), f"child never started writing: {child.stderr.read().decode()[-2000:] if child.stderr else ''}"
+            assert marker.exists(), (
+                f"child never started writing: {child.stderr.read().decode()[-2000:] if child.stderr else ''}"
+            )
             time.sleep(0.5)
-            assert child.poll() is None and marker.read_text() == "writing", "the commit ended before the kill"
+            assert child.poll() is None and marker.read_text() == "writing", (
+                "the commit ended before the kill"
+            )
             os.kill(child.pid, signal.SIGKILL)
             child.wait(timeout=30)
         finally:

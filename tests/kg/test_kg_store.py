@@ -74,12 +74,30 @@ def chapter_one() -> ChapterDelta:
         summary="Frodo reaches Rivendell.",
         embedding=[0.1, 0.2, 0.3],
         scenes=[
-            SceneDelta(index=1, title="Road", summary="On the road.", characters=["Frodo"], embedding=[1.0, 0.0, 0.0]),
-            SceneDelta(index=2, title="Ford", summary="At the ford.", location="Rivendell", embedding=[0.0, 1.0, 0.0]),
+            SceneDelta(
+                index=1,
+                title="Road",
+                summary="On the road.",
+                characters=["Frodo"],
+                embedding=[1.0, 0.0, 0.0],
+            ),
+            SceneDelta(
+                index=2,
+                title="Ford",
+                summary="At the ford.",
+                location="Rivendell",
+                embedding=[0.0, 1.0, 0.0],
+            ),
         ],
         entities=[
-            Entity(label="Character", name="strider", description="Heir of Isildur.", traits=["wary"]),
-            Entity(label="Character", name="Arwen", sources=[EntitySource(type="extraction", chapter=1, confidence=0.7)]),
+            Entity(
+                label="Character", name="strider", description="Heir of Isildur.", traits=["wary"]
+            ),
+            Entity(
+                label="Character",
+                name="Arwen",
+                sources=[EntitySource(type="extraction", chapter=1, confidence=0.7)],
+            ),
             Entity(label="Item", name="The One Ring", aliases=["the Ring"]),
         ],
         relationships=[
@@ -90,7 +108,9 @@ def chapter_one() -> ChapterDelta:
             Relationship(source="Witch-king", target="Frodo", type="hunts relentlessly"),
         ],
         property_updates=[
-            PropertyUpdate(entity="Rivendell", changes={"description": "Last Homely House.", "climate": "mild"}),
+            PropertyUpdate(
+                entity="Rivendell", changes={"description": "Last Homely House.", "climate": "mild"}
+            ),
             PropertyUpdate(entity="Aragorn", changes={"age": None, "rank": "captain"}),
         ],
         status_changes=[StatusChange(entity="Frodo", status="wounded")],
@@ -101,7 +121,12 @@ def test_migrations_are_versioned_and_idempotent(store: GraphStore) -> None:
     assert store.migrate() == []
     assert store.schema_version() == schema.LATEST_VERSION
     names = store.index_names()
-    for expected in ("kg_entityname_key", "kg_entity_name_key", "kg_rel_key_friend_of", "kg_kgturn_status"):
+    for expected in (
+        "kg_entityname_key",
+        "kg_entity_name_key",
+        "kg_rel_key_friend_of",
+        "kg_kgturn_status",
+    ):
         assert expected in names, sorted(names)
     # The uniqueness constraints are enforced, and a failed write keeps nothing.
     store.commit_chapter(outline())
@@ -127,7 +152,12 @@ def test_commit_resolves_entities_and_creates_provisional_ones(store: GraphStore
     assert result.resolved["the Ring"] == result.resolved["The One Ring"] == "item:one-ring"
     # unresolved names become provisional entities with a label implied by the type
     assert result.resolved["Sam"] == "character:sam"
-    assert set(result.provisional_ids) == {"character:arwen", "character:sam", "character:witch-king", "item:one-ring"}
+    assert set(result.provisional_ids) == {
+        "character:arwen",
+        "character:sam",
+        "character:witch-king",
+        "item:one-ring",
+    }
 
     aragorn = store.get_entity("character:aragorn")
     assert aragorn is not None
@@ -138,19 +168,37 @@ def test_commit_resolves_entities_and_creates_provisional_ones(store: GraphStore
     assert (aragorn.first_chapter, aragorn.last_chapter, aragorn.is_provisional) == (0, 1, False)
     assert [s.type for s in aragorn.sources] == ["outline", "extraction"]
     frodo = store.get_entity("character:frodo-baggins")
-    assert frodo is not None and frodo.status_as_of(0) is None and frodo.status_as_of(1) == "wounded"
+    assert (
+        frodo is not None and frodo.status_as_of(0) is None and frodo.status_as_of(1) == "wounded"
+    )
 
     # Chapter 0 is the initialization phase: no Chapter node; its title/summary describe the novel.
     info = retrieval.novel_info(store)
-    assert info == {"title": "The Ring", "genre": "fantasy", "themes": ["friendship", "power"],
-                    "summary": "A ring must be destroyed."}
+    assert info == {
+        "title": "The Ring",
+        "genre": "fantasy",
+        "themes": ["friendship", "power"],
+        "summary": "A ring must be destroyed.",
+    }
     stats = store.stats()
     assert stats.committed_chapters == [0, 1]
-    assert stats.labels["Chapter"] == 1 and stats.labels["Scene"] == 2 and stats.labels["NovelInfo"] == 1
-    assert stats.relationship_types["RELATES_TO"] == 1  # "hunts relentlessly" is not in the vocabulary
-    assert {"FRIEND_OF", "LOVES", "TRAVELS_TO", "OWNS", "MENTIONS", "APPEARS_IN", "HAS_SCENE"} <= set(
-        stats.relationship_types
+    assert (
+        stats.labels["Chapter"] == 1
+        and stats.labels["Scene"] == 2
+        and stats.labels["NovelInfo"] == 1
     )
+    assert (
+        stats.relationship_types["RELATES_TO"] == 1
+    )  # "hunts relentlessly" is not in the vocabulary
+    assert {
+        "FRIEND_OF",
+        "LOVES",
+        "TRAVELS_TO",
+        "OWNS",
+        "MENTIONS",
+        "APPEARS_IN",
+        "HAS_SCENE",
+    } <= set(stats.relationship_types)
     assert [e.id for e in store.find_entities("STRIDER")] == ["character:aragorn"]
     assert store.find_entities("Rivendell", label="Character") == []
 
@@ -168,7 +216,9 @@ def test_same_delta_twice_gives_the_same_graph(store: GraphStore) -> None:
     assert snapshot(store) == once
 
 
-def test_the_neo4j_commit_path_reads_for_update_and_writes_the_same_graph(store: GraphStore) -> None:
+def test_the_neo4j_commit_path_reads_for_update_and_writes_the_same_graph(
+    store: GraphStore,
+) -> None:
     """On Neo4j (`ServerInfo.locks_reads`) a commit reads its pre-state through
     `cypher.lock_nodes`; that path runs here too and must write byte-for-byte the same graph."""
     from kg.commit import commit_chapter_tx
@@ -228,7 +278,9 @@ def test_a_different_delta_for_a_committed_chapter(store: GraphStore) -> None:
 class _FailingOps(GraphOps):
     """Fails after the nodes and some relationships are written, inside the transaction."""
 
-    def create_rels(self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]) -> None:
+    def create_rels(
+        self, tx: ManagedTransaction, group: tuple[str, str, str], rows: list[dict[str, Any]]
+    ) -> None:
         super().create_rels(tx, group, rows)
         raise RuntimeError("injected failure half-way through the commit")
 
@@ -242,7 +294,7 @@ def test_a_commit_failing_half_way_writes_nothing(store: GraphStore) -> None:
 
 
 HOSTILE = [
-    "O'Brien \"the\" `Tick`",
+    'O\'Brien "the" `Tick`',
     "}) DETACH DELETE n //",
     "x') MATCH (m) DETACH DELETE m; //",
     "Zoë 😀🔥 \u202eevil",
@@ -259,14 +311,27 @@ def test_hostile_names_are_stored_verbatim_and_harm_nothing(store: GraphStore) -
         chapter=1,
         title=HOSTILE[1],
         summary=HOSTILE[6],
-        entities=[Entity(label="Character", name=name, description=name, traits=[name]) for name in HOSTILE]
-        + [Entity(label="`Entity`) DETACH DELETE n //", name="Weird Thing", attributes={HOSTILE[1]: HOSTILE[2]})],
+        entities=[
+            Entity(label="Character", name=name, description=name, traits=[name])
+            for name in HOSTILE
+        ]
+        + [
+            Entity(
+                label="`Entity`) DETACH DELETE n //",
+                name="Weird Thing",
+                attributes={HOSTILE[1]: HOSTILE[2]},
+            )
+        ],
         relationships=[
-            Relationship(source=HOSTILE[i], target=HOSTILE[i + 1], type=HOSTILE[(i + 2) % len(HOSTILE)])
+            Relationship(
+                source=HOSTILE[i], target=HOSTILE[i + 1], type=HOSTILE[(i + 2) % len(HOSTILE)]
+            )
             for i in range(len(HOSTILE) - 1)
         ]
         + [Relationship(source="Aragorn", target=HOSTILE[0], type="]->() DETACH DELETE r //")],
-        property_updates=[PropertyUpdate(entity="Rivendell", changes={HOSTILE[2]: HOSTILE[3], "note": HOSTILE[6]})],
+        property_updates=[
+            PropertyUpdate(entity="Rivendell", changes={HOSTILE[2]: HOSTILE[3], "note": HOSTILE[6]})
+        ],
         status_changes=[StatusChange(entity=HOSTILE[3], status=HOSTILE[1][:60])],
     )
     result = store.commit_chapter(delta)
@@ -276,13 +341,25 @@ def test_hostile_names_are_stored_verbatim_and_harm_nothing(store: GraphStore) -
         assert (entity.name, entity.description, entity.traits) == (name, name, [name])
         assert [e.id for e in store.find_entities(name)] == [result.resolved[name]]
     weird = store.get_entity(result.resolved["Weird Thing"])
-    assert weird is not None and weird.label == "Concept" and weird.raw_label == "`Entity`) DETACH DELETE n //"
+    assert (
+        weird is not None
+        and weird.label == "Concept"
+        and weird.raw_label == "`Entity`) DETACH DELETE n //"
+    )
     assert weird.attributes == {HOSTILE[1]: HOSTILE[2]}
     rivendell = store.get_entity("location:rivendell")
-    assert rivendell is not None and rivendell.attributes == {HOSTILE[2]: HOSTILE[3], "note": HOSTILE[6]}
+    assert rivendell is not None and rivendell.attributes == {
+        HOSTILE[2]: HOSTILE[3],
+        "note": HOSTILE[6],
+    }
     stats = store.stats()
     assert set(stats.relationship_types) <= {
-        "RELATES_TO", "LOCATED_IN", "PROTECTS", "MENTIONS", "APPEARS_IN", "HAS_SCENE"
+        "RELATES_TO",
+        "LOCATED_IN",
+        "PROTECTS",
+        "MENTIONS",
+        "APPEARS_IN",
+        "HAS_SCENE",
     }
     # The outline's data is intact, and the whole chapter rolls back exactly.
     assert store.get_entity("character:frodo-baggins") is not None
@@ -301,7 +378,10 @@ def test_export_import_round_trip(store: GraphStore) -> None:
         store.import_data(exported)
     store.wipe()
     counts = store.import_data(exported)
-    assert counts == {"nodes": len(exported["nodes"]), "relationships": len(exported["relationships"])}
+    assert counts == {
+        "nodes": len(exported["nodes"]),
+        "relationships": len(exported["relationships"]),
+    }
     assert snapshot(store) == text
     # The imported change-sets still work: rollback of chapter 1 after the import.
     store.rollback_chapter(1)
@@ -316,16 +396,33 @@ def test_export_leaves_out_operational_properties_only(store: GraphStore) -> Non
     export; a merge audit's created_at (a story stamp since issue 33, not a clock: healing
     writes the same bytes whenever it runs, so it is content like any other) and the turn's
     content are exported."""
-    turn = {"key": "c:1", "conversation_id": "c", "turn_id": "1", "seq": 1, "status": "COMMITTED",
-            "result_json": "{}", "committed_at": "2026-11-23T21:00:00+00:00", "committed_by": "host:1:ab",
-            "trace_json": "{\"total_ms\": 5.0}"}
+    turn = {
+        "key": "c:1",
+        "conversation_id": "c",
+        "turn_id": "1",
+        "seq": 1,
+        "status": "COMMITTED",
+        "result_json": "{}",
+        "committed_at": "2026-11-23T21:00:00+00:00",
+        "committed_by": "host:1:ab",
+        "trace_json": '{"total_ms": 5.0}',
+    }
     audit = {"id": "merge-audit:1", "created_at": "after chapter 4, change-set 9", "chapter": 4}
-    store.import_data({"format": "skald-kg-export", "version": 1, "relationships": [], "nodes": [
-        {"ref": "KGTurn/c:1", "labels": ["KGTurn"], "properties": turn},
-        {"ref": "MergeAudit/merge-audit:1", "labels": ["MergeAudit"], "properties": audit},
-    ]})
+    store.import_data(
+        {
+            "format": "skald-kg-export",
+            "version": 1,
+            "relationships": [],
+            "nodes": [
+                {"ref": "KGTurn/c:1", "labels": ["KGTurn"], "properties": turn},
+                {"ref": "MergeAudit/merge-audit:1", "labels": ["MergeAudit"], "properties": audit},
+            ],
+        }
+    )
     exported = {n["labels"][0]: n["properties"] for n in store.export_data()["nodes"]}
-    assert exported["KGTurn"] == {k: v for k, v in turn.items() if k not in ("committed_at", "committed_by", "trace_json")}
+    assert exported["KGTurn"] == {
+        k: v for k, v in turn.items() if k not in ("committed_at", "committed_by", "trace_json")
+    }
     assert exported["MergeAudit"] == audit
     # Kept in the graph: a replay reads the trace back.
     from kg.dialogue import DialogueRepository
@@ -338,13 +435,17 @@ def test_import_refuses_labels_outside_the_vocabulary(store: GraphStore) -> None
     bad = {
         "format": "skald-kg-export",
         "version": 1,
-        "nodes": [{"ref": "x", "labels": ["Entity`) DETACH DELETE n //"], "properties": {"id": "x"}}],
+        "nodes": [
+            {"ref": "x", "labels": ["Entity`) DETACH DELETE n //"], "properties": {"id": "x"}}
+        ],
         "relationships": [],
     }
     with pytest.raises(ImportRefusedError, match="outside the graph vocabulary"):
         store.import_data(bad)
     bad["nodes"] = [{"ref": "x", "labels": ["Entity"], "properties": {"id": "x"}}]
-    bad["relationships"] = [{"type": "X]->() DELETE r //", "start": "x", "end": "x", "properties": {}}]
+    bad["relationships"] = [
+        {"type": "X]->() DELETE r //", "start": "x", "end": "x", "properties": {}}
+    ]
     with pytest.raises(ImportRefusedError, match="outside the graph vocabulary"):
         store.import_data(bad)
     assert store.stats().nodes == 1  # only the schema meta node
@@ -356,14 +457,20 @@ def test_embeddings_and_numbers_round_trip_exactly(store: GraphStore) -> None:
         chapter=1,
         embedding=vector,
         scenes=[SceneDelta(index=1, embedding=vector)],
-        entities=[Entity(label="Item", name="Stone", attributes={"weight": 1.0, "count": 1, "big": 2**62})],
+        entities=[
+            Entity(label="Item", name="Stone", attributes={"weight": 1.0, "count": 1, "big": 2**62})
+        ],
     )
     store.commit_chapter(delta)
     scenes = retrieval.consistency_facts(store, [], as_of_chapter=1).scene_embeddings
-    assert [(chapter, index, [float(x) for x in v]) for chapter, index, v in scenes] == [(1, 1, vector)]
+    assert [(chapter, index, [float(x) for x in v]) for chapter, index, v in scenes] == [
+        (1, 1, vector)
+    ]
     stone = store.get_entity("item:stone")
     assert stone is not None and stone.attributes == {"weight": 1.0, "count": 1, "big": 2**62}
-    assert isinstance(stone.attributes["weight"], float) and isinstance(stone.attributes["count"], int)
+    assert isinstance(stone.attributes["weight"], float) and isinstance(
+        stone.attributes["count"], int
+    )
 
 
 def test_concurrent_commits_of_overlapping_chapters_all_land(store: GraphStore) -> None:
@@ -373,7 +480,10 @@ def test_concurrent_commits_of_overlapping_chapters_all_land(store: GraphStore) 
     def commit(chapter: int) -> None:
         delta = ChapterDelta(
             chapter=chapter,
-            entities=[Entity(label="Character", name="Gandalf"), Entity(label="Character", name=f"Guest {chapter}")],
+            entities=[
+                Entity(label="Character", name="Gandalf"),
+                Entity(label="Character", name=f"Guest {chapter}"),
+            ],
             relationships=[Relationship(source="Gandalf", target="Frodo", type="mentors")],
             property_updates=[PropertyUpdate(entity="Aragorn", changes={f"seen_{chapter}": True})],
         )
@@ -393,7 +503,9 @@ def test_concurrent_commits_of_overlapping_chapters_all_land(store: GraphStore) 
     assert [i.seq for i in infos] == [1, 2, 3, 4]
     aragorn = store.get_entity("character:aragorn")
     assert aragorn is not None and {k for k in aragorn.attributes if k.startswith("seen_")} == {
-        "seen_1", "seen_2", "seen_3"
+        "seen_1",
+        "seen_2",
+        "seen_3",
     }
     assert len(store.find_entities("Gandalf")) == 1
 
@@ -418,13 +530,29 @@ def test_a_change_set_holds_what_changed_not_the_entitys_history(store: GraphSto
     sizes = []
     for chapter in range(1, 13):
         quote = f"Aragorn spoke with the rangers again in chapter {chapter}, long into the night."
-        store.commit_chapter(ChapterDelta(chapter=chapter, entities=[Entity(
-            label="Character", name="Aragorn", traits=["weary"],
-            sources=[EntitySource(type="extraction", chapter=chapter, confidence=0.6, quote=quote)])]))
+        store.commit_chapter(
+            ChapterDelta(
+                chapter=chapter,
+                entities=[
+                    Entity(
+                        label="Character",
+                        name="Aragorn",
+                        traits=["weary"],
+                        sources=[
+                            EntitySource(
+                                type="extraction", chapter=chapter, confidence=0.6, quote=quote
+                            )
+                        ],
+                    )
+                ],
+            )
+        )
         props = store.read(cypher.READ_CHANGESET_PROPS, chapters=[chapter])[0]["props"]
         sizes.append(len(props["updated_nodes_json"]))
     aragorn = store.get_entity("character:aragorn")
     assert aragorn is not None and len(aragorn.sources) >= 12
-    assert max(sizes[3:]) - min(sizes[3:]) < 40, sizes  # flat: the undo keeps lengths, not the history
+    assert max(sizes[3:]) - min(sizes[3:]) < 40, (
+        sizes
+    )  # flat: the undo keeps lengths, not the history
     store.rollback_chapter(1, cascade=True)
     assert dumps_export(store.export_data()) == after_outline

@@ -30,7 +30,9 @@ from kg.records import decode_value, encode_value, entity_from_props, entity_pro
         ("", ("RELATES_TO", "")),
     ],
 )
-def test_relationship_types_normalise_into_the_vocabulary(raw: str, expected: tuple[str, str | None]) -> None:
+def test_relationship_types_normalise_into_the_vocabulary(
+    raw: str, expected: tuple[str, str | None]
+) -> None:
     assert vocab.normalize_rel_type(raw) == expected
 
 
@@ -61,8 +63,14 @@ def test_name_keys_ignore_case_punctuation_and_leading_article() -> None:
 
 
 def test_entity_ids_are_deterministic_readable_and_bounded() -> None:
-    assert vocab.entity_id("Character", "Aragorn son of Arathorn") == "character:aragorn-son-of-arathorn"
-    assert vocab.entity_id("Character", "ARAGORN son of arathorn") == "character:aragorn-son-of-arathorn"
+    assert (
+        vocab.entity_id("Character", "Aragorn son of Arathorn")
+        == "character:aragorn-son-of-arathorn"
+    )
+    assert (
+        vocab.entity_id("Character", "ARAGORN son of arathorn")
+        == "character:aragorn-son-of-arathorn"
+    )
     # Punctuation is dropped from ids; what is left is plain text, never Cypher.
     assert vocab.entity_id("Item", "}) DETACH DELETE n //") == "item:detach-delete-n"
     assert "~" in vocab.entity_id("Item", "Ærø")  # non-ASCII: slug plus hash
@@ -74,7 +82,9 @@ def test_rel_keys_distinguish_raw_types_only_for_relates_to() -> None:
     a = vocab.rel_key("x", "RELATES_TO", "y", 3, "owes")
     b = vocab.rel_key("x", "RELATES_TO", "y", 3, "fears the dark of")
     assert a != b
-    assert vocab.rel_key("x", "FRIEND_OF", "y", 3, "friends with") == vocab.rel_key("x", "FRIEND_OF", "y", 3, None)
+    assert vocab.rel_key("x", "FRIEND_OF", "y", 3, "friends with") == vocab.rel_key(
+        "x", "FRIEND_OF", "y", 3, None
+    )
     assert vocab.rel_key("x", "FRIEND_OF", "y", 3) != vocab.rel_key("x", "FRIEND_OF", "y", 4)
 
 
@@ -105,8 +115,12 @@ def test_models_normalise_and_keep_raw_values() -> None:
 
 
 def test_delta_hash_ignores_dict_order() -> None:
-    a = ChapterDelta(chapter=1, entities=[Entity(label="Character", name="A", attributes={"x": 1, "y": 2})])
-    b = ChapterDelta(chapter=1, entities=[Entity(label="Character", name="A", attributes={"y": 2, "x": 1})])
+    a = ChapterDelta(
+        chapter=1, entities=[Entity(label="Character", name="A", attributes={"x": 1, "y": 2})]
+    )
+    b = ChapterDelta(
+        chapter=1, entities=[Entity(label="Character", name="A", attributes={"y": 2, "x": 1})]
+    )
     assert a.delta_hash() == b.delta_hash()
     assert a.delta_hash() != a.model_copy(update={"chapter": 2}).delta_hash()
 
@@ -183,7 +197,16 @@ class _FakeNeo4j:
         self.statements.append(query)
         if query == cypher.VECTOR_INDEX_STATE:
             return [{"type": "VECTOR", "state": "ONLINE" if self.online else "POPULATING"}]
-        return [{"id": "scene:1:1", "chapter": 1, "scene": 1, "title": None, "summary": "s", "score": 0.9}]
+        return [
+            {
+                "id": "scene:1:1",
+                "chapter": 1,
+                "scene": 1,
+                "title": None,
+                "summary": "s",
+                "score": 0.9,
+            }
+        ]
 
     def execute_read(self, work: object, *args: object) -> list[object]:
         return []  # the numpy path (exercised against the real graph in test_kg_retrieval)
@@ -193,7 +216,9 @@ def test_neo4j_vector_index_is_created_once_and_used_when_online() -> None:
     from kg import retrieval
 
     store = _FakeNeo4j(online=False)
-    assert retrieval.similar_scenes(store, [1.0, 0.0], k=1, as_of_chapter=3) == []  # populating: numpy
+    assert (
+        retrieval.similar_scenes(store, [1.0, 0.0], k=1, as_of_chapter=3) == []
+    )  # populating: numpy
     store.online = True
     hits = retrieval.similar_scenes(store, [1.0, 0.0], k=1, as_of_chapter=3)
     assert [(h.id, h.score, h.title) for h in hits] == [("scene:1:1", 0.9, "")]

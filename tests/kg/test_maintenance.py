@@ -56,15 +56,23 @@ from tests.support.story_seed import (
 @pytest.fixture
 def llm() -> Iterator[ScriptedLLM]:
     with ScriptedLLM() as server:
-        server.on(schema="EntityEnrichment",
-                  respond={"summary": "A central figure of Eastport.", "facets": ["harbour", "town"], "confidence": 0.8})
+        server.on(
+            schema="EntityEnrichment",
+            respond={
+                "summary": "A central figure of Eastport.",
+                "facets": ["harbour", "town"],
+                "confidence": 0.8,
+            },
+        )
         yield server
 
 
 @pytest.fixture
 def runtime_with_llm(graph_settings: Settings, llm: ScriptedLLM) -> Iterator[Runtime]:
     """The flows' runtime for the session graph's project, LLM and embeddings scripted."""
-    settings = graph_settings.model_copy(update={"openai_base_url": llm.base_url, "embedding_base_url": llm.base_url})
+    settings = graph_settings.model_copy(
+        update={"openai_base_url": llm.base_url, "embedding_base_url": llm.base_url}
+    )
     rt = set_runtime(Runtime(settings))
     yield rt
     rt.close()
@@ -73,8 +81,11 @@ def runtime_with_llm(graph_settings: Settings, llm: ScriptedLLM) -> Iterator[Run
 def rels_of(store: GraphStore, ids: list[str]) -> set[tuple[Any, ...]]:
     """(type, outgoing, other, chapter, key) of every relationship of `ids`, other ends outside `ids`."""
     rows = store.read(mq.RELS_OF, ids=ids)
-    return {(r["type"], r["outgoing"], r["other"], r["props"].get("chapter"), r["props"].get("key"))
-            for r in rows if r["other"] not in ids}
+    return {
+        (r["type"], r["outgoing"], r["other"], r["props"].get("chapter"), r["props"].get("key"))
+        for r in rows
+        if r["other"] not in ids
+    }
 
 
 # --- Names, blocking, scoring (pure) ----------------------------------------------------------
@@ -90,7 +101,10 @@ def test_canonical_tokens_drop_titles_and_map_nicknames() -> None:
 
 def test_token_similarity_containment_typos_and_different_people() -> None:
     john_smith = h.canonical_tokens("John Smith", "Character")
-    assert h.token_similarity(h.canonical_tokens("John", "Character"), john_smith) == h.CONTAINMENT_SCORE
+    assert (
+        h.token_similarity(h.canonical_tokens("John", "Character"), john_smith)
+        == h.CONTAINMENT_SCORE
+    )
     assert h.token_similarity(h.canonical_tokens("Jhon Smith", "Character"), john_smith) >= 0.85
     assert h.token_similarity(h.canonical_tokens("John Baker", "Character"), john_smith) < 0.85
     assert h.token_similarity(h.canonical_tokens("Smith John", "Character"), john_smith) == 1.0
@@ -101,7 +115,9 @@ def test_soundex_blocks_typos_together() -> None:
     assert h.soundex("robert") == h.soundex("rupert") == "R163"
 
 
-def _snap(entities: list[Entity], edges: list[tuple[str, str]] = (), scenes: list[list[str]] = ()) -> h.HealingSnapshot:
+def _snap(
+    entities: list[Entity], edges: list[tuple[str, str]] = (), scenes: list[list[str]] = ()
+) -> h.HealingSnapshot:
     """An in-memory snapshot (the shape load_snapshot returns)."""
     by_id = {e.id: e for e in entities if e.id}
     snap = h.HealingSnapshot(entities=by_id)
@@ -115,7 +131,7 @@ def _snap(entities: list[Entity], edges: list[tuple[str, str]] = (), scenes: lis
     for n, refs in enumerate(scenes):
         resolved = h.resolve_scene_refs(refs, by_id, keys)
         for i, left in enumerate(resolved):
-            for right in resolved[i + 1:]:
+            for right in resolved[i + 1 :]:
                 for x in left:
                     for y in right:
                         if x != y:
@@ -124,14 +140,20 @@ def _snap(entities: list[Entity], edges: list[tuple[str, str]] = (), scenes: lis
 
 
 def _c(eid: str, name: str, **extra: Any) -> Entity:
-    return Entity.model_validate({"id": eid, "label": "Character", "name": name, "is_provisional": True, **extra})
+    return Entity.model_validate(
+        {"id": eid, "label": "Character", "name": name, "is_provisional": True, **extra}
+    )
 
 
 def test_a_name_listed_twice_in_a_scene_means_two_people() -> None:
-    snap = _snap([_c("c:a1", "Anna"), _c("c:a2", "Anna"), _c("c:b", "Bob")], scenes=[["Anna", "Anna"]])
+    snap = _snap(
+        [_c("c:a1", "Anna"), _c("c:a2", "Anna"), _c("c:b", "Bob")], scenes=[["Anna", "Anna"]]
+    )
     assert h.veto_reason(snap, "c:a1", "c:a2") == "appear together in scene 0"
     # Listed once, an ambiguous name proves nothing about the two Annas.
-    snap = _snap([_c("c:a1", "Anna"), _c("c:a2", "Anna"), _c("c:b", "Bob")], scenes=[["Anna", "Bob"]])
+    snap = _snap(
+        [_c("c:a1", "Anna"), _c("c:a2", "Anna"), _c("c:b", "Bob")], scenes=[["Anna", "Bob"]]
+    )
     assert h.veto_reason(snap, "c:a1", "c:a2") is None
 
 
@@ -140,8 +162,18 @@ def test_first_name_joins_the_better_supported_full_name_only() -> None:
     people = [_c("c:js", "John Smith"), _c("c:jb", "John Baker"), _c("c:j", "John")]
     # John shares three places with John Smith and two with John Baker: both pairs pass on
     # their own, but one John cannot be two people.
-    edges = [("c:js", "l:0"), ("c:js", "l:1"), ("c:js", "l:2"), ("c:j", "l:0"), ("c:j", "l:1"), ("c:j", "l:2"),
-             ("c:jb", "l:3"), ("c:jb", "l:4"), ("c:j", "l:3"), ("c:j", "l:4")]
+    edges = [
+        ("c:js", "l:0"),
+        ("c:js", "l:1"),
+        ("c:js", "l:2"),
+        ("c:j", "l:0"),
+        ("c:j", "l:1"),
+        ("c:j", "l:2"),
+        ("c:jb", "l:3"),
+        ("c:jb", "l:4"),
+        ("c:j", "l:3"),
+        ("c:j", "l:4"),
+    ]
     snap = _snap([*people, *places], edges)
     result = h.detect_duplicates(snap, HealingSettings())
     assert [(p.survivor_id, p.merged_ids) for p in result.plans] == [("c:js", ["c:j"])]
@@ -150,8 +182,16 @@ def test_first_name_joins_the_better_supported_full_name_only() -> None:
 def test_an_ambiguous_first_name_is_refused() -> None:
     places = [Entity(id=f"l:{n}", label="Location", name=f"Place {n}") for n in range(4)]
     people = [_c("c:js", "John Smith"), _c("c:jb", "John Baker"), _c("c:j", "John")]
-    edges = [("c:js", "l:0"), ("c:js", "l:1"), ("c:j", "l:0"), ("c:j", "l:1"),
-             ("c:jb", "l:2"), ("c:jb", "l:3"), ("c:j", "l:2"), ("c:j", "l:3")]
+    edges = [
+        ("c:js", "l:0"),
+        ("c:js", "l:1"),
+        ("c:j", "l:0"),
+        ("c:j", "l:1"),
+        ("c:jb", "l:2"),
+        ("c:jb", "l:3"),
+        ("c:j", "l:2"),
+        ("c:j", "l:3"),
+    ]
     result = h.detect_duplicates(_snap([*people, *places], edges), HealingSettings())
     assert result.plans == []
     assert {(v.a_id, v.b_id, v.veto) for v in result.vetoed if "c:j" in (v.a_id, v.b_id)} == {
@@ -161,36 +201,60 @@ def test_an_ambiguous_first_name_is_refused() -> None:
 
 
 def test_similar_names_need_a_shared_relationship_besides_alike_descriptions() -> None:
-    hill = Entity(id="l:h", label="Location", name="Salt Hill", description="a windy hill by the sea")
-    mill = Entity(id="l:m", label="Location", name="Salt Mill", description="a windy hill by the sea")
+    hill = Entity(
+        id="l:h", label="Location", name="Salt Hill", description="a windy hill by the sea"
+    )
+    mill = Entity(
+        id="l:m", label="Location", name="Salt Mill", description="a windy hill by the sea"
+    )
     alike = lambda texts: np.ones((len(texts), 4))  # noqa: E731
     assert h.detect_duplicates(_snap([hill, mill]), HealingSettings(), alike).plans == []
     ferry = Entity(id="c:f", label="Character", name="Ferryman")
     both = _snap([hill, mill, ferry], [("c:f", "l:h"), ("c:f", "l:m")])
-    assert [p.merged_ids for p in h.detect_duplicates(both, HealingSettings(), alike).plans] == [["l:m"]]
+    assert [p.merged_ids for p in h.detect_duplicates(both, HealingSettings(), alike).plans] == [
+        ["l:m"]
+    ]
 
 
 def test_a_nickname_match_is_weaker_than_the_same_name() -> None:
     friend = _c("c:f", "Friend")
-    same = _snap([_c("c:a", "Dr. Eleanor Venn"), _c("c:b", "Eleanor Venn"), friend], [("c:a", "c:f"), ("c:b", "c:f")])
+    same = _snap(
+        [_c("c:a", "Dr. Eleanor Venn"), _c("c:b", "Eleanor Venn"), friend],
+        [("c:a", "c:f"), ("c:b", "c:f")],
+    )
     assert [p.merged_ids for p in h.detect_duplicates(same, HealingSettings()).plans] == [["c:b"]]
-    nick = _snap([_c("c:a", "Nora Venn"), _c("c:b", "Eleanor Venn"), friend], [("c:a", "c:f"), ("c:b", "c:f")])
+    nick = _snap(
+        [_c("c:a", "Nora Venn"), _c("c:b", "Eleanor Venn"), friend],
+        [("c:a", "c:f"), ("c:b", "c:f")],
+    )
     assert h.name_match(nick, "c:a", "c:b") == (1.0, "nickname")
-    assert h.detect_duplicates(nick, HealingSettings()).plans == []  # one shared friend: maybe sisters
+    assert (
+        h.detect_duplicates(nick, HealingSettings()).plans == []
+    )  # one shared friend: maybe sisters
 
 
 def test_numbered_names_are_never_merged() -> None:
-    snap = _snap([_c("c:d1", "Deckhand 1"), _c("c:d2", "Deckhand 2"), Entity(id="l:x", label="Location", name="X"),
-                  Entity(id="l:y", label="Location", name="Y")],
-                 [("c:d1", "l:x"), ("c:d2", "l:x"), ("c:d1", "l:y"), ("c:d2", "l:y")])
+    snap = _snap(
+        [
+            _c("c:d1", "Deckhand 1"),
+            _c("c:d2", "Deckhand 2"),
+            Entity(id="l:x", label="Location", name="X"),
+            Entity(id="l:y", label="Location", name="Y"),
+        ],
+        [("c:d1", "l:x"), ("c:d2", "l:x"), ("c:d1", "l:y"), ("c:d2", "l:y")],
+    )
     result = h.detect_duplicates(snap, HealingSettings())
     assert result.plans == []
     assert [v.veto for v in result.vetoed] == ["different numbers in their names"]
 
 
 def test_embeddings_corroborate_a_name_match_without_shared_relationships() -> None:
-    snap = _snap([_c("c:wt", "William Turner", description="a ship's carpenter"),
-                  _c("c:bt", "Bill Turner", description="a ship's carpenter")])
+    snap = _snap(
+        [
+            _c("c:wt", "William Turner", description="a ship's carpenter"),
+            _c("c:bt", "Bill Turner", description="a ship's carpenter"),
+        ]
+    )
     same = h.detect_duplicates(snap, HealingSettings(), lambda texts: np.ones((len(texts), 4)))
     assert [p.merged_ids for p in same.plans] == [["c:bt"]]
     orthogonal = h.detect_duplicates(snap, HealingSettings(), lambda texts: np.eye(len(texts), 4))
@@ -199,8 +263,21 @@ def test_embeddings_corroborate_a_name_match_without_shared_relationships() -> N
 
 
 def test_blocking_finds_every_pair_the_naive_comparison_accepts() -> None:
-    names = ["John Smith", "John", "Johnny Smith", "Jonh Smith", "Dr. John Smith", "Mary Reed", "Mary", "Maria Reed",
-             "Bill Turner", "William Turner", "Will", "Anna Vale", "Anna Vance"]
+    names = [
+        "John Smith",
+        "John",
+        "Johnny Smith",
+        "Jonh Smith",
+        "Dr. John Smith",
+        "Mary Reed",
+        "Mary",
+        "Maria Reed",
+        "Bill Turner",
+        "William Turner",
+        "Will",
+        "Anna Vale",
+        "Anna Vance",
+    ]
     snap = _snap([_c(f"c:{i}", n) for i, n in enumerate(names)])
     blocked, _ = h.candidate_pairs(snap)
     naive = h.naive_pairs(snap)
@@ -211,18 +288,43 @@ def test_blocking_finds_every_pair_the_naive_comparison_accepts() -> None:
 
 
 def test_merged_entity_keeps_every_source_and_conflicting_value() -> None:
-    survivor = _c("c:js", "John Smith", description="A fisherman", attributes={"age": 40},
-                  sources=[EntitySource(type="outline", chapter=0)], is_provisional=False,
-                  status_intervals=[{"status": "alive", "from_chapter": 0}], first_chapter=0, last_chapter=2)
-    other = _c("c:j", "John", aliases=["Jack"], description="A sailor", attributes={"age": 41, "boat": "Gull"},
-               traits=["brave"], sources=[EntitySource(type="extraction", chapter=3, original_name="John")],
-               status_intervals=[{"status": "dead", "from_chapter": 5}], first_chapter=3, last_chapter=5)
-    merged = h.merged_entity(survivor, [other], created_at="2026-01-01T00:00:00+00:00", confidence=0.9, chapter=5)
-    assert merged.id == "c:js" and merged.name == "John Smith" and merged.description == "A fisherman"
+    survivor = _c(
+        "c:js",
+        "John Smith",
+        description="A fisherman",
+        attributes={"age": 40},
+        sources=[EntitySource(type="outline", chapter=0)],
+        is_provisional=False,
+        status_intervals=[{"status": "alive", "from_chapter": 0}],
+        first_chapter=0,
+        last_chapter=2,
+    )
+    other = _c(
+        "c:j",
+        "John",
+        aliases=["Jack"],
+        description="A sailor",
+        attributes={"age": 41, "boat": "Gull"},
+        traits=["brave"],
+        sources=[EntitySource(type="extraction", chapter=3, original_name="John")],
+        status_intervals=[{"status": "dead", "from_chapter": 5}],
+        first_chapter=3,
+        last_chapter=5,
+    )
+    merged = h.merged_entity(
+        survivor, [other], created_at="2026-01-01T00:00:00+00:00", confidence=0.9, chapter=5
+    )
+    assert (
+        merged.id == "c:js" and merged.name == "John Smith" and merged.description == "A fisherman"
+    )
     assert merged.aliases == ["John", "Jack"]
     assert merged.attributes["age"] == 40 and merged.attributes["boat"] == "Gull"
     assert merged.attributes["description_history"] == ["A sailor"]
-    assert json.loads(merged.attributes["attribute_history"][0]) == {"from": "c:j", "key": "age", "value": 41}
+    assert json.loads(merged.attributes["attribute_history"][0]) == {
+        "from": "c:j",
+        "key": "age",
+        "value": 41,
+    }
     assert [s.type for s in merged.sources] == ["outline", "extraction", "merge"]
     assert merged.sources[-1].original_name == "John" and merged.sources[-1].chapter == 5
     assert [i.status for i in merged.status_intervals] == ["alive", "dead"]
@@ -230,12 +332,20 @@ def test_merged_entity_keeps_every_source_and_conflicting_value() -> None:
 
 
 def test_graduation_confidence_formula() -> None:
-    snap = _snap([_c("c:x", "X", description="someone", traits=["kind"], first_chapter=2),
-                  *(Entity(id=f"l:{n}", label="Location", name=f"L{n}") for n in range(3))],
-                 [("c:x", "l:0"), ("c:x", "l:1")])
+    snap = _snap(
+        [
+            _c("c:x", "X", description="someone", traits=["kind"], first_chapter=2),
+            *(Entity(id=f"l:{n}", label="Location", name=f"L{n}") for n in range(3)),
+        ],
+        [("c:x", "l:0"), ("c:x", "l:1")],
+    )
     snap.chapters = [1, 2, 3]
     grad = h.graduation_score(snap, "c:x")
-    assert (grad.connectivity, grad.completeness, grad.age) == (round(2 / 3, 4), 0.8, round(2 / 3, 4))
+    assert (grad.connectivity, grad.completeness, grad.age) == (
+        round(2 / 3, 4),
+        0.8,
+        round(2 / 3, 4),
+    )
     assert grad.confidence == round(0.4 * 2 / 3 + 0.3 * 0.8 + 0.3 * 2 / 3, 4)
 
 
@@ -258,18 +368,40 @@ def test_merge_is_one_transaction(store: GraphStore) -> None:
 
 
 def test_merge_deduplicates_facts_and_drops_links_between_the_merged(store: GraphStore) -> None:
-    store.commit_chapter(ChapterDelta(chapter=0, source_type="outline", entities=[character("Tom Reed"), character("Ann")],
-                                      relationships=[Relationship(source="Tom Reed", target="Ann", type="KNOWS",
-                                                                  chapter=1)]))
-    store.commit_chapter(ChapterDelta(chapter=1, entities=[character("Tom")],
-                                      relationships=[Relationship(source="Tom", target="Ann", type="KNOWS"),
-                                                     Relationship(source="Tom", target="Tom Reed", type="KNOWS")]))
-    plan = h.MergePlan(label="Character", survivor_id="character:tom-reed", survivor_name="Tom Reed",
-                       merged_ids=["character:tom"], merged_names=["Tom"], evidence=[])
+    store.commit_chapter(
+        ChapterDelta(
+            chapter=0,
+            source_type="outline",
+            entities=[character("Tom Reed"), character("Ann")],
+            relationships=[Relationship(source="Tom Reed", target="Ann", type="KNOWS", chapter=1)],
+        )
+    )
+    store.commit_chapter(
+        ChapterDelta(
+            chapter=1,
+            entities=[character("Tom")],
+            relationships=[
+                Relationship(source="Tom", target="Ann", type="KNOWS"),
+                Relationship(source="Tom", target="Tom Reed", type="KNOWS"),
+            ],
+        )
+    )
+    plan = h.MergePlan(
+        label="Character",
+        survivor_id="character:tom-reed",
+        survivor_name="Tom Reed",
+        merged_ids=["character:tom"],
+        merged_names=["Tom"],
+        evidence=[],
+    )
     result = store.execute_write(h.merge_tx, plan, "2026-01-01T00:00:00+00:00", 1)
     # KNOWS Ann in chapter 1 and APPEARS_IN chapter 1 are already Tom Reed's (he was the
     # object of Tom's KNOWS in chapter 1); Tom KNOWS Tom Reed would be a self-loop.
-    assert (result.relationships_moved, result.relationships_deduplicated, result.relationships_dropped) == (0, 2, 1)
+    assert (
+        result.relationships_moved,
+        result.relationships_deduplicated,
+        result.relationships_dropped,
+    ) == (0, 2, 1)
     knows = [r for r in rels_of(store, ["character:tom-reed"]) if r[0] == "KNOWS"]
     assert [(r[2], r[3]) for r in knows] == [("character:ann", 1)]
     assert [e.id for e in store.find_entities("Tom")] == ["character:tom-reed"]
@@ -290,17 +422,41 @@ def test_rollback_past_healing_is_exact(store: GraphStore) -> None:
     for plan in h.detect_duplicates(h.load_snapshot(store), settings).plans:
         store.execute_write(h.merge_tx, plan, "2026-01-01T00:00:00+00:00", 4)
     store.execute_write(h.graduate_tx, h.graduation_candidates(h.load_snapshot(store), settings), 4)
-    store.execute_write(h.enrich_tx, h.EnrichmentResult(id=MARY, name="Mary Reed", relationship_count=9,
-                                                        summary="The harbour's memory.", confidence=0.7),
-                        "2026-01-01T00:00:00+00:00", 4)
-    assert store.get_entity(JOHN) is None and store.get_entity(JOHNNY) is None  # merged into John Smith
+    store.execute_write(
+        h.enrich_tx,
+        h.EnrichmentResult(
+            id=MARY,
+            name="Mary Reed",
+            relationship_count=9,
+            summary="The harbour's memory.",
+            confidence=0.7,
+        ),
+        "2026-01-01T00:00:00+00:00",
+        4,
+    )
+    assert (
+        store.get_entity(JOHN) is None and store.get_entity(JOHNNY) is None
+    )  # merged into John Smith
     assert not store.get_entity(COMPASS).is_provisional  # type: ignore[union-attr]
     # A later chapter refers to the merged name; then healing runs again on top of it.
-    store.commit_chapter(ChapterDelta(chapter=5, relationships=[
-        Relationship(source="Johnny", target="Old Pier", type="TRAVELS_TO")]))
-    store.execute_write(h.enrich_tx, h.EnrichmentResult(id=JOHN_SMITH, name="John Smith", relationship_count=12,
-                                                        summary="A fisherman.", confidence=0.6),
-                        "2026-01-01T00:00:00+00:00", 5)
+    store.commit_chapter(
+        ChapterDelta(
+            chapter=5,
+            relationships=[Relationship(source="Johnny", target="Old Pier", type="TRAVELS_TO")],
+        )
+    )
+    store.execute_write(
+        h.enrich_tx,
+        h.EnrichmentResult(
+            id=JOHN_SMITH,
+            name="John Smith",
+            relationship_count=12,
+            summary="A fisherman.",
+            confidence=0.6,
+        ),
+        "2026-01-01T00:00:00+00:00",
+        5,
+    )
     result = store.rollback_chapter(2, cascade=True)
     assert result.chapters == [5, 4, 3, 2]
     assert store.export_data() == before_chapter_2
@@ -308,7 +464,9 @@ def test_rollback_past_healing_is_exact(store: GraphStore) -> None:
 
 
 @pytest.mark.usefixtures("prefect_api")
-def test_heal_flow_merges_exactly_the_true_duplicates(store: GraphStore, runtime_with_llm: Runtime) -> None:
+def test_heal_flow_merges_exactly_the_true_duplicates(
+    store: GraphStore, runtime_with_llm: Runtime
+) -> None:
     from flows.maintenance import heal_flow, qa_flow
 
     seed_story(store)
@@ -319,12 +477,16 @@ def test_heal_flow_merges_exactly_the_true_duplicates(store: GraphStore, runtime
 
     report = heal_flow(str(runtime_with_llm.settings.project_dir))
 
-    assert [(m.survivor_id, sorted(m.merged_ids)) for m in report.merges] == [(JOHN_SMITH, sorted([JOHN, JOHNNY]))]
+    assert [(m.survivor_id, sorted(m.merged_ids)) for m in report.merges] == [
+        (JOHN_SMITH, sorted([JOHN, JOHNNY]))
+    ]
     john = store.get_entity(JOHN_SMITH)
     assert john is not None and john.name == "John Smith"  # the outline's name wins
     assert {"John", "Johnny"} <= set(john.aliases)
     assert store.get_entity(JOHN) is None and store.get_entity(JOHNNY) is None
-    assert rels_of(store, [JOHN_SMITH]) == rels_before  # every relationship, type, chapter and key kept
+    assert (
+        rels_of(store, [JOHN_SMITH]) == rels_before
+    )  # every relationship, type, chapter and key kept
     assert all(s in john.sources for s in sources_before)
     assert sorted(s.original_name for s in john.sources if s.type == "merge") == ["John", "Johnny"]
     assert "A fisherman" in john.attributes["description_history"]
@@ -333,7 +495,9 @@ def test_heal_flow_merges_exactly_the_true_duplicates(store: GraphStore, runtime
     # The Annas: same name, shared friends, but they met in one scene: never merged.
     for eid, before in annas_before.items():
         after = store.get_entity(eid)
-        assert after is not None and after.name == "Anna" and after.description == before.description  # type: ignore[union-attr]
+        assert (
+            after is not None and after.name == "Anna" and after.description == before.description
+        )  # type: ignore[union-attr]
     assert [(v.a_id, v.b_id) for v in report.vetoed] == [(ANNA_BAKER, ANNA_SAILOR)]
     assert "appear together in chapter 2 scene 1" in (report.vetoed[0].veto or "")
     audits = h.merge_audits(store)
@@ -341,14 +505,20 @@ def test_heal_flow_merges_exactly_the_true_duplicates(store: GraphStore, runtime
     assert audits[0]["evidence"] and audits[0]["created_by"] == "heal_graph"
     # Stamped with story time (after chapter 4, the change-set healing amends), never the clock.
     moment = f"after chapter 4, change-set {store.history_head()[0]}"
-    assert (audits[0]["created_at"], audits[0]["chapter"]) == (moment, 4) and report.story_at == moment
+    assert (audits[0]["created_at"], audits[0]["chapter"]) == (
+        moment,
+        4,
+    ) and report.story_at == moment
     assert {s.created_at for s in john.sources if s.type == "merge"} == {moment}
 
     # Enrichment: the busy entities (>= 5 story relationships) got the LLM summary.
     enriched = {e.id for e in report.enriched}
     assert {JOHN_SMITH, MARY} <= enriched
     mary = store.get_entity(MARY)
-    assert mary is not None and mary.attributes["enrichment_summary"] == "A central figure of Eastport."
+    assert (
+        mary is not None
+        and mary.attributes["enrichment_summary"] == "A central figure of Eastport."
+    )
     assert mary.description == "The harbour master"  # enrichment adds, never overwrites
     assert [s.type for s in mary.sources][-1] == "enrichment"
     # Graduation: provisional entities that became well connected and described.
@@ -357,7 +527,10 @@ def test_heal_flow_merges_exactly_the_true_duplicates(store: GraphStore, runtime
     assert all(g.confidence >= 0.6 for g in report.graduated)
     history = sorted((runtime_with_llm.settings.saga_dir / "healing").glob("heal-*.json"))
     assert history and json.loads(history[-1].read_text())["merges"][0]["survivor_id"] == JOHN_SMITH
-    assert artifact_keys("graph-healing-summary", "graph-healing-merges") == {"graph-healing-summary", "graph-healing-merges"}
+    assert artifact_keys("graph-healing-summary", "graph-healing-merges") == {
+        "graph-healing-summary",
+        "graph-healing-merges",
+    }
 
     again = heal_flow(str(runtime_with_llm.settings.project_dir))
     assert again.merges == [] and again.enriched == []  # healed: nothing left to do
@@ -369,8 +542,9 @@ def test_heal_flow_merges_exactly_the_true_duplicates(store: GraphStore, runtime
 
 
 @pytest.mark.usefixtures("prefect_api")
-def test_healing_at_another_moment_writes_the_same_graph(store: GraphStore, runtime_with_llm: Runtime,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_healing_at_another_moment_writes_the_same_graph(
+    store: GraphStore, runtime_with_llm: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same graph healed at two wall-clock moments (years apart) exports the same bytes:
     merges, MergeAudit nodes and enrichments carry story time and content-derived ids."""
     import flows.maintenance
@@ -385,7 +559,10 @@ def test_healing_at_another_moment_writes_the_same_graph(store: GraphStore, runt
         seed_story(store)
         reports.append(heal_flow(str(runtime_with_llm.settings.project_dir)))
         exports.append(json.dumps(store.export_data(), sort_keys=True))
-    assert [r.started_at for r in reports] == ["2026-01-01T00:00:00+00:00", "2031-06-15T12:34:56+00:00"]
+    assert [r.started_at for r in reports] == [
+        "2026-01-01T00:00:00+00:00",
+        "2031-06-15T12:34:56+00:00",
+    ]
     assert all(r.merges and r.enriched for r in reports)  # something was written each time
     assert exports[0] == exports[1]
     assert "2026-01-01" not in exports[0] and "2031-06-15" not in exports[1]
@@ -394,15 +571,27 @@ def test_healing_at_another_moment_writes_the_same_graph(store: GraphStore, runt
 def test_merge_audit_id_comes_from_the_merge_plan() -> None:
     """Same plan after the same chapter: same id (a resumed or repeated healing run). Another
     merged entity, survivor or chapter: another id."""
-    plan = h.MergePlan(label="Character", survivor_id=JOHN_SMITH, survivor_name="John Smith",
-                       merged_ids=[JOHN, JOHNNY], merged_names=["John", "Johnny"], evidence=[])
+    plan = h.MergePlan(
+        label="Character",
+        survivor_id=JOHN_SMITH,
+        survivor_name="John Smith",
+        merged_ids=[JOHN, JOHNNY],
+        merged_names=["John", "Johnny"],
+        evidence=[],
+    )
     same = plan.model_copy(update={"survivor_name": "John S.", "evidence": []})
     other_merged = plan.model_copy(update={"merged_ids": [JOHN]})
-    other_survivor = plan.model_copy(update={"survivor_id": JOHN, "merged_ids": [JOHN_SMITH, JOHNNY]})
+    other_survivor = plan.model_copy(
+        update={"survivor_id": JOHN, "merged_ids": [JOHN_SMITH, JOHNNY]}
+    )
     assert h.merge_audit_id(plan, 4) == h.merge_audit_id(same, 4)
     assert h.merge_audit_id(plan, 4).startswith("merge:")
-    ids = {h.merge_audit_id(plan, 4), h.merge_audit_id(other_merged, 4), h.merge_audit_id(other_survivor, 4),
-           h.merge_audit_id(plan, 5)}
+    ids = {
+        h.merge_audit_id(plan, 4),
+        h.merge_audit_id(other_merged, 4),
+        h.merge_audit_id(other_survivor, 4),
+        h.merge_audit_id(plan, 5),
+    }
     assert len(ids) == 4
 
 
@@ -429,12 +618,17 @@ def test_qa_finds_every_planted_problem(store: GraphStore, runtime_with_llm: Run
         ("dangling_reference", ("character:stub", MARY), (5,)),
         ("dangling_reference", (MARY, COMPASS), (9,)),
         ("dangling_reference", (), (5,)),
-        ("provisional_buildup", tuple(next(f.entity_ids for f in report.findings if f.check == "provisional_buildup")),
-         (1, 2, 5)),
+        (
+            "provisional_buildup",
+            tuple(next(f.entity_ids for f in report.findings if f.check == "provisional_buildup")),
+            (1, 2, 5),
+        ),
         ("before_first_appearance", (MARY, "event:harbour-ball"), (2, 5)),
     }
     by_check = {f.check: f for f in report.findings}
-    assert "Ghost Sailor" in next(f.entity_names for f in report.findings if not f.entity_ids and f.chapters == [5])
+    assert "Ghost Sailor" in next(
+        f.entity_names for f in report.findings if not f.entity_ids and f.chapters == [5]
+    )
     assert "'brave' and 'cowardly'" in by_check["contradictory_traits"].message
     assert "TRAVELS_TO Old Pier in chapter 5" in by_check["dead_character_acting"].message
     assert by_check["dead_character_acting"].severity == "error"
@@ -446,9 +640,14 @@ def test_qa_finds_every_planted_problem(store: GraphStore, runtime_with_llm: Run
     # Named and stamped by the chapter and change-set it checked through, never the clock.
     head = store.history_head()[0]
     assert Path(report.report_path).name == f"qa-ch0005-cs{head:06d}.parquet"
-    assert all(r["story_at"] == report.story_at == f"after chapter 5, change-set {head}" for r in table)
+    assert all(
+        r["story_at"] == report.story_at == f"after chapter 5, change-set {head}" for r in table
+    )
     assert "run_at" not in table[0]
-    assert artifact_keys("graph-qa-findings", "graph-qa-summary") == {"graph-qa-findings", "graph-qa-summary"}
+    assert artifact_keys("graph-qa-findings", "graph-qa-summary") == {
+        "graph-qa-findings",
+        "graph-qa-summary",
+    }
 
 
 def test_qa_of_a_few_chapters_finds_what_they_wrote(store: GraphStore) -> None:
@@ -457,13 +656,22 @@ def test_qa_of_a_few_chapters_finds_what_they_wrote(store: GraphStore) -> None:
     outside the change-sets needs the whole graph."""
     seed_story(store)
     plant_qa_problems(store)
-    whole = {(f.check, tuple(f.entity_ids), tuple(f.chapters)) for f in qa.run_checks(store, HealingSettings())}
-    scoped = {(f.check, tuple(f.entity_ids), tuple(f.chapters))
-              for f in qa.run_checks(store, HealingSettings(), chapters=[5])}
+    whole = {
+        (f.check, tuple(f.entity_ids), tuple(f.chapters))
+        for f in qa.run_checks(store, HealingSettings())
+    }
+    scoped = {
+        (f.check, tuple(f.entity_ids), tuple(f.chapters))
+        for f in qa.run_checks(store, HealingSettings(), chapters=[5])
+    }
     assert scoped == whole - {("dangling_reference", ("item:lost-letter",), ())}
     # Chapters 1-2 wrote none of the chapter 5 problems (Mary's traits are hers whenever she is checked).
     early = qa.run_checks(store, HealingSettings(), chapters=[1, 2])
-    assert {f.check for f in early} == {"contradictory_traits", "provisional_buildup", "before_first_appearance"}
+    assert {f.check for f in early} == {
+        "contradictory_traits",
+        "provisional_buildup",
+        "before_first_appearance",
+    }
     assert all(f.chapters != [5] and "Ghost Sailor" not in f.entity_names for f in early)
 
 
@@ -471,8 +679,14 @@ def test_qa_of_a_few_chapters_finds_what_they_wrote(store: GraphStore) -> None:
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "flows.maintenance", *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "flows.maintenance", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_cli_help_and_one_line_errors(tmp_path: Path) -> None:
@@ -485,17 +699,24 @@ def test_cli_help_and_one_line_errors(tmp_path: Path) -> None:
     assert bad_cron.returncode == 2 and "not a valid cron expression" in bad_cron.stderr
 
 
-def test_cli_qa_exits_1_on_errors_when_asked(store: GraphStore, graph_settings: Settings,
-                                             prefect_api: None) -> None:
+def test_cli_qa_exits_1_on_errors_when_asked(
+    store: GraphStore, graph_settings: Settings, prefect_api: None
+) -> None:
     from prefect.settings import PREFECT_API_URL
 
     seed_story(store)
     plant_qa_problems(store)
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-    done = _cli("qa", "--project-dir", str(graph_settings.project_dir), "--fail-on", "error", env=env)
+    done = _cli(
+        "qa", "--project-dir", str(graph_settings.project_dir), "--fail-on", "error", env=env
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["findings"] == 8 and summary["errors"] == 3 and summary["dead_character_acting"] == 1
+    assert (
+        summary["findings"] == 8
+        and summary["errors"] == 3
+        and summary["dead_character_acting"] == 1
+    )
     assert Path(summary["report"]).exists()
 
 

@@ -18,13 +18,26 @@ def graph_env(graph_settings: Settings, **extra: str) -> dict[str, str]:
     graph."""
     ep = graph_endpoint(graph_settings)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_"))}
-    return {**env, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username,
-            "NEO4J_PASSWORD": ep.password, "NEO4J_DATABASE": ep.database,
-            "PYTHONPATH": child_pythonpath(), **extra}
+    return {
+        **env,
+        "NEO4J_URI": ep.uri,
+        "NEO4J_USERNAME": ep.username,
+        "NEO4J_PASSWORD": ep.password,
+        "NEO4J_DATABASE": ep.database,
+        "PYTHONPATH": child_pythonpath(),
+        **extra,
+    }
 
 
-def run_module(module: str, *args: str, env: dict[str, str],
-               timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_module(
+    module: str, *args: str, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """`python -m MODULE ARGS` from the checkout, its output captured."""
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

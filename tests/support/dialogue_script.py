@@ -37,7 +37,9 @@ def _capped(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
     answers however many messages a turn has."""
     out = dict(data)
     for name, info in model.model_fields.items():
-        limit = next((m.max_length for m in info.metadata if isinstance(m, annotated_types.MaxLen)), None)
+        limit = next(
+            (m.max_length for m in info.metadata if isinstance(m, annotated_types.MaxLen)), None
+        )
         if limit is not None and isinstance(out.get(name), list):
             out[name] = out[name][:limit]
     return out
@@ -89,37 +91,76 @@ class DialogueScript:
             other = self._other(speaker, request)
             # The evidence a careful model gives: the speaker's own words.
             quote = content[:160]
-            entities.append({"name": speaker, "kind": "Character", "aliases": [], "quote": f"{speaker}: {quote}"})
+            entities.append(
+                {
+                    "name": speaker,
+                    "kind": "Character",
+                    "aliases": [],
+                    "quote": f"{speaker}: {quote}",
+                }
+            )
             facts.append(f"{speaker} said: {content[:120]}")
             if other is None or self.mutations == "none":
                 continue
             h = _digest(content)
             actions.append(
-                {"action": "EVOLVE", "source": speaker, "target": other, "type": "FRIEND_OF",
-                 "from_type": None, "weight_delta": 0.1 if "!" in content else 0.05, "weight": 0.5,
-                 "reason": "they keep talking", "quote": quote}
+                {
+                    "action": "EVOLVE",
+                    "source": speaker,
+                    "target": other,
+                    "type": "FRIEND_OF",
+                    "from_type": None,
+                    "weight_delta": 0.1 if "!" in content else 0.05,
+                    "weight": 0.5,
+                    "reason": "they keep talking",
+                    "quote": quote,
+                }
             )
             if self.mutations == "evolve":
                 pass
             elif h % 5 == 0:
                 actions.append(
-                    {"action": "REPLACE", "source": speaker, "target": other, "type": "TRUSTS",
-                     "from_type": "DISTRUSTS", "weight_delta": 0.0, "weight": 0.6, "reason": "opened up",
-                     "quote": quote}
+                    {
+                        "action": "REPLACE",
+                        "source": speaker,
+                        "target": other,
+                        "type": "TRUSTS",
+                        "from_type": "DISTRUSTS",
+                        "weight_delta": 0.0,
+                        "weight": 0.6,
+                        "reason": "opened up",
+                        "quote": quote,
+                    }
                 )
             elif h % 5 == 1:
                 actions.append(
-                    {"action": "DELETE", "source": speaker, "target": other, "type": "TRUSTS",
-                     "from_type": None, "weight_delta": 0.0, "weight": 0.5, "reason": "a doubt",
-                     "quote": quote}
+                    {
+                        "action": "DELETE",
+                        "source": speaker,
+                        "target": other,
+                        "type": "TRUSTS",
+                        "from_type": None,
+                        "weight_delta": 0.0,
+                        "weight": 0.5,
+                        "reason": "a doubt",
+                        "quote": quote,
+                    }
                 )
             patches.append(
-                {"entity": speaker, "summary": f"{speaker} recently said: {content[:80]}",
-                 "traits_add": ["enthusiastic"] if "!" in content else [], "traits_remove": [], "quote": quote}
+                {
+                    "entity": speaker,
+                    "summary": f"{speaker} recently said: {content[:80]}",
+                    "traits_add": ["enthusiastic"] if "!" in content else [],
+                    "traits_remove": [],
+                    "quote": quote,
+                }
             )
-        return TurnExtraction.model_validate(_capped(
-            TurnExtraction, {"entities": entities, "actions": actions, "bio_patches": patches, "facts": facts}
-        )).model_dump()
+        return TurnExtraction.model_validate(
+            _capped(
+                TurnExtraction,
+                {"entities": entities, "actions": actions, "bio_patches": patches, "facts": facts},
+            )
+        ).model_dump()
 
     def judge(self, request: ScriptedRequest) -> dict[str, Any]:
         return JudgeVerdict().model_dump()
@@ -129,10 +170,17 @@ class DialogueScript:
         for speaker, content in new_lines(request):
             events.append(f"{speaker}: {content[:100]}")
             if self.milestone_every and _digest(content) % self.milestone_every == 0:
-                milestones.append({"text": f"{speaker} shared: {content[:100]}", "entities": [speaker],
-                                   "importance": 0.7, "quote": content[:160]})
+                milestones.append(
+                    {
+                        "text": f"{speaker} shared: {content[:100]}",
+                        "entities": [speaker],
+                        "importance": 0.7,
+                        "quote": content[:160],
+                    }
+                )
         return HistorianReport.model_validate(
-            _capped(HistorianReport, {"events": events, "milestones": milestones})).model_dump()
+            _capped(HistorianReport, {"events": events, "milestones": milestones})
+        ).model_dump()
 
     def install(self, server: ScriptedLLM) -> ScriptedLLM:
         server.on(schema="TurnExtraction", respond=self.extractor)
@@ -143,7 +191,9 @@ class DialogueScript:
 
 def dialogue_turns(dialogue_id: str, limit: int | None = None) -> list[dict[str, Any]]:
     path = DIALOGUES / f"{dialogue_id}.turns.jsonl"
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     return rows[:limit] if limit else rows
 
 
@@ -151,11 +201,15 @@ def participants(dialogue_id: str) -> list[str]:
     return list(dict.fromkeys(row["speaker"] for row in dialogue_turns(dialogue_id, 50)))
 
 
-def dialogue_requests(dialogue_id: str, conversation_id: str, turns: int) -> list[TurnCommitRequest]:
+def dialogue_requests(
+    dialogue_id: str, conversation_id: str, turns: int
+) -> list[TurnCommitRequest]:
     """The dialogue's first turns as commit requests. The first one gets the context a chat
     front end sends (the other participant's greeting in its window), so a relation between
     the two participants is grounded from the first turn on, as in a real chat."""
-    requests = turn_requests(load_dialogue(DIALOGUES / f"{dialogue_id}.turns.jsonl", turns), conversation_id)
+    requests = turn_requests(
+        load_dialogue(DIALOGUES / f"{dialogue_id}.turns.jsonl", turns), conversation_id
+    )
     first, *others = participants(dialogue_id)
     if others and not requests[0].window:
         greeting = ChatMessage(role="assistant", name=others[0], content=f"Hi {first}!")

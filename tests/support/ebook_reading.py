@@ -54,12 +54,16 @@ def read_epub(path: Path) -> EpubBook:
         opf = ElementTree.fromstring(book.read(str(opf_path)))
         metadata = opf.find("opf:metadata", NS)
         assert metadata is not None
-        hrefs = {item.attrib["id"]: (item.attrib["href"], item.attrib.get("properties", ""))
-                 for item in opf.iterfind("opf:manifest/opf:item", NS)}
+        hrefs = {
+            item.attrib["id"]: (item.attrib["href"], item.attrib.get("properties", ""))
+            for item in opf.iterfind("opf:manifest/opf:item", NS)
+        }
         headings, front = [], []
         for itemref in opf.iterfind("opf:spine/opf:itemref", NS):
             href, _ = hrefs[itemref.attrib["idref"]]
-            body = ElementTree.fromstring(book.read(str(opf_path.parent / href))).find("xhtml:body", NS)
+            body = ElementTree.fromstring(book.read(str(opf_path.parent / href))).find(
+                "xhtml:body", NS
+            )
             assert body is not None
             if body.attrib.get(f"{{{NS['epub']}}}type") == "bodymatter":
                 h1 = body.find(".//xhtml:h1", NS)
@@ -68,12 +72,18 @@ def read_epub(path: Path) -> EpubBook:
                 front.append(_text(body))
         nav_href = next(href for href, properties in hrefs.values() if "nav" in properties.split())
         nav = ElementTree.fromstring(book.read(str(opf_path.parent / nav_href)))
-        toc = next(n for n in nav.iterfind(".//xhtml:nav", NS) if n.attrib.get(f"{{{NS['epub']}}}type") == "toc")
+        toc = next(
+            n
+            for n in nav.iterfind(".//xhtml:nav", NS)
+            if n.attrib.get(f"{{{NS['epub']}}}type") == "toc"
+        )
         return EpubBook(
             title=_text(metadata.find("dc:title", NS)),  # type: ignore[arg-type]
             language=_text(metadata.find("dc:language", NS)),  # type: ignore[arg-type]
             identifier=_text(metadata.find("dc:identifier", NS)),  # type: ignore[arg-type]
-            title_page="\n".join(front), chapter_headings=headings, toc=[_text(a) for a in toc.iterfind(".//xhtml:a", NS)],
+            title_page="\n".join(front),
+            chapter_headings=headings,
+            toc=[_text(a) for a in toc.iterfind(".//xhtml:a", NS)],
         )
 
 
@@ -84,11 +94,20 @@ def read_docx(path: Path) -> DocxBook:
     styled: list[tuple[str, str]] = []
     for paragraph in document.iterfind(".//w:body/w:p", NS):
         style = paragraph.find("w:pPr/w:pStyle", NS)
-        styled.append((style.attrib[f"{{{NS['w']}}}val"] if style is not None else "", _text(paragraph)))
-    breaks = [br for br in document.iterfind(".//w:br", NS) if br.attrib.get(f"{{{NS['w']}}}type") == "page"]
-    return DocxBook(title=_text(core.find("dc:title", NS)),  # type: ignore[arg-type]
-                    title_paragraph=next(text for style, text in styled if style == "Title"),
-                    headings=[text for style, text in styled if style == "Heading1"], page_breaks=len(breaks))
+        styled.append(
+            (style.attrib[f"{{{NS['w']}}}val"] if style is not None else "", _text(paragraph))
+        )
+    breaks = [
+        br
+        for br in document.iterfind(".//w:br", NS)
+        if br.attrib.get(f"{{{NS['w']}}}type") == "page"
+    ]
+    return DocxBook(
+        title=_text(core.find("dc:title", NS)),  # type: ignore[arg-type]
+        title_paragraph=next(text for style, text in styled if style == "Title"),
+        headings=[text for style, text in styled if style == "Heading1"],
+        page_breaks=len(breaks),
+    )
 
 
 def epubcheck_command() -> list[str] | None:
@@ -102,7 +121,11 @@ def epubcheck_command() -> list[str] | None:
         java = shutil.which("java")
         # One short run: the quick compiler and one GC thread start it in a third of the time
         # on a loaded machine (14 s against 46 s measured).
-        return [java, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-jar", str(real)] if java else None
+        return (
+            [java, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-jar", str(real)]
+            if java
+            else None
+        )
     return [found]
 
 
@@ -120,5 +143,11 @@ def run_epubcheck(command: list[str], path: Path) -> EpubcheckResult:
     output = done.stdout + done.stderr
     found = re.search(r"Messages: (\d+) fatals? / (\d+) errors? / (\d+) warnings?[^\n]*", output)
     assert found, output[-3000:]
-    return EpubcheckResult(exit_code=done.returncode, fatals=int(found.group(1)), errors=int(found.group(2)),
-                           warnings=int(found.group(3)), summary=found.group(0), output=output)
+    return EpubcheckResult(
+        exit_code=done.returncode,
+        fatals=int(found.group(1)),
+        errors=int(found.group(2)),
+        warnings=int(found.group(3)),
+        summary=found.group(0),
+        output=output,
+    )

@@ -53,10 +53,10 @@ TEST_KINDS: dict[str, frozenset[str]] = {
     "test_codex::test_kg_codex_writes_the_file_and_refuses_bad_requests_in_one_line": E2E,
     "test_codex::test_the_sidecar_codex_shows_a_conversations_entities_relations_and_milestones": E2E_BROWSER,
     "test_codex_browser::test_the_codex_opens_offline_in_chromium_with_the_world": E2E_BROWSER,
-    "test_codex_browser::test_the_canvas_draws_long_relationship_types_short_and_the_panel_tells_them_whole":
-        E2E_BROWSER,
-    "test_dialogue_concurrency::test_threads_and_two_service_instances_in_one_process_serialise_too":
-        frozenset({"unit"}),
+    "test_codex_browser::test_the_canvas_draws_long_relationship_types_short_and_the_panel_tells_them_whole": E2E_BROWSER,
+    "test_dialogue_concurrency::test_threads_and_two_service_instances_in_one_process_serialise_too": frozenset(
+        {"unit"}
+    ),
     "test_dialogue_http::test_serve_runs_a_real_http_server": E2E,
     "test_dialogue_http::test_cli_commit_and_help": E2E,
     "test_dialogue_ingest::test_a_killed_ingest_run_again_leaves_every_turn_exactly_once": E2E,
@@ -71,22 +71,33 @@ TEST_KINDS: dict[str, frozenset[str]] = {
 
 def kinds_of(item: pytest.Item) -> frozenset[str]:
     """The kinds of one collected test (parametrized cases share their function's)."""
-    module = item.module.__name__.rpartition(".")[2] if isinstance(item, pytest.Function) else item.path.stem
+    module = (
+        item.module.__name__.rpartition(".")[2]
+        if isinstance(item, pytest.Function)
+        else item.path.stem
+    )
     function = item.originalname if isinstance(item, pytest.Function) else item.name
-    return TEST_KINDS.get(f"{module}::{function}") or MODULE_KINDS.get(module) or frozenset({"unit"})
+    return (
+        TEST_KINDS.get(f"{module}::{function}") or MODULE_KINDS.get(module) or frozenset({"unit"})
+    )
 
 
 def mark_kinds(items: list[pytest.Item]) -> None:
     """Put each test's kind markers on it (conftest's pytest_collection_modifyitems). An entry of
     TEST_KINDS naming a function its (collected) module does not have is a usage error: a renamed
     test would otherwise silently fall back to its module's kind."""
-    modules = {item.module.__name__.rpartition(".")[2]: item.module for item in items
-               if isinstance(item, pytest.Function)}
+    modules = {
+        item.module.__name__.rpartition(".")[2]: item.module
+        for item in items
+        if isinstance(item, pytest.Function)
+    }
     for key in TEST_KINDS:
         module, _, function = key.partition("::")
         if module in modules and not hasattr(modules[module], function):
-            raise pytest.UsageError(f"tests/support/kinds.py: TEST_KINDS names {key}, "
-                                     f"which {modules[module].__name__} does not define")
+            raise pytest.UsageError(
+                f"tests/support/kinds.py: TEST_KINDS names {key}, "
+                f"which {modules[module].__name__} does not define"
+            )
     for item in items:
         for kind in sorted(kinds_of(item)):
             item.add_marker(getattr(pytest.mark, kind))

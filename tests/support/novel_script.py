@@ -81,7 +81,12 @@ def scripted_draft(request: ScriptedRequest) -> str:
 
 def scripted_extraction(request: ScriptedRequest) -> dict[str, object]:
     entities = [
-        {"name": "Mara Quill", "kind": "Character", "description": "The keeper.", "traits": ["brave"]},
+        {
+            "name": "Mara Quill",
+            "kind": "Character",
+            "description": "The keeper.",
+            "traits": ["brave"],
+        },
         {"name": "Tobias Venn", "kind": "Character", "description": "The ferryman."},
         {"name": "Gull Rock lighthouse", "kind": "Location", "description": "A lighthouse."},
         {"name": "Drowned Phantom", "kind": "Character", "description": "A ghost."},

@@ -16,7 +16,8 @@ def artifact_keys(*wanted: str) -> set[str]:
     async def read() -> set[str]:
         async with get_client() as client:
             found = await client.read_artifacts(
-                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=list(wanted))))
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=list(wanted)))
+            )
             return {a.key for a in found if a.key}
 
     return asyncio.run(read())

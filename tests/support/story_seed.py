@@ -35,7 +35,9 @@ COMPASS = "item:silver-compass"
 
 def character(name: str, description: str = "", **extra: object) -> Entity:
     """A Character entity."""
-    return Entity.model_validate({"label": "Character", "name": name, "description": description, **extra})
+    return Entity.model_validate(
+        {"label": "Character", "name": name, "description": description, **extra}
+    )
 
 
 def seed_story(store: GraphStore) -> None:
@@ -50,14 +52,20 @@ def story_deltas() -> list[ChapterDelta]:
             chapter=0,
             source_type="outline",
             entities=[
-                character("John Smith", "A fisherman of Eastport who lost his boat", traits=["stubborn"],
-                      status_intervals=[{"status": "alive", "from_chapter": 0}]),
+                character(
+                    "John Smith",
+                    "A fisherman of Eastport who lost his boat",
+                    traits=["stubborn"],
+                    status_intervals=[{"status": "alive", "from_chapter": 0}],
+                ),
                 character("Anna", "The baker of Eastport", id=ANNA_BAKER),
                 character("Mary Reed", "The harbour master", traits=["brave"]),
                 character("Old Captain", "A retired sea captain"),
                 Entity(label="Location", name="Eastport", description="A fishing town"),
                 Entity(label="Location", name="Old Pier", description="A rotting pier"),
-                Entity(label="Event", name="Autumn Storm", description="The storm that sank the boats"),
+                Entity(
+                    label="Event", name="Autumn Storm", description="The storm that sank the boats"
+                ),
             ],
             relationships=[
                 Relationship(source="John Smith", target="Mary Reed", type="FRIEND_OF"),
@@ -75,17 +83,28 @@ def story_deltas() -> list[ChapterDelta]:
                 Entity(label="Item", name="Silver Compass", description="An heirloom compass"),
             ],
             relationships=[
-                Relationship(source="John", target="Mary Reed", type="FRIEND_OF", description="old friends"),
+                Relationship(
+                    source="John", target="Mary Reed", type="FRIEND_OF", description="old friends"
+                ),
                 Relationship(source="John", target="Eastport", type="LOCATED_IN"),
                 Relationship(source="John", target="Silver Compass", type="OWNS"),
                 Relationship(source="Mary Reed", target="Autumn Storm", type="PARTICIPATES_IN"),
             ],
-            scenes=[SceneDelta(index=1, title="At the harbour", characters=["John", "Mary Reed"], location="Eastport")],
+            scenes=[
+                SceneDelta(
+                    index=1,
+                    title="At the harbour",
+                    characters=["John", "Mary Reed"],
+                    location="Eastport",
+                )
+            ],
         ),
         ChapterDelta(
             chapter=2,
             entities=[
-                character("Johnny", "A young fisherman with a silver compass", attributes={"age": 34}),
+                character(
+                    "Johnny", "A young fisherman with a silver compass", attributes={"age": 34}
+                ),
                 character("Anna", "A sailor from the north", id=ANNA_SAILOR),
             ],
             relationships=[
@@ -97,21 +116,46 @@ def story_deltas() -> list[ChapterDelta]:
             ],
             scenes=[
                 # The two Annas meet: by id, the only unambiguous way to list two namesakes.
-                SceneDelta(index=1, title="Two Annas", characters=[ANNA_BAKER, ANNA_SAILOR], location="Old Pier"),
-                SceneDelta(index=2, title="The compass", characters=["Johnny", "Mary Reed"], location="Eastport"),
+                SceneDelta(
+                    index=1,
+                    title="Two Annas",
+                    characters=[ANNA_BAKER, ANNA_SAILOR],
+                    location="Old Pier",
+                ),
+                SceneDelta(
+                    index=2,
+                    title="The compass",
+                    characters=["Johnny", "Mary Reed"],
+                    location="Eastport",
+                ),
             ],
         ),
         ChapterDelta(
             chapter=3,
-            relationships=[Relationship(source="Old Captain", target="Autumn Storm", type="PARTICIPATES_IN")],
+            relationships=[
+                Relationship(source="Old Captain", target="Autumn Storm", type="PARTICIPATES_IN")
+            ],
             status_changes=[StatusChange(entity="Old Captain", status="dead")],
-            scenes=[SceneDelta(index=1, title="The captain's last night", characters=["Old Captain", "Mary Reed"],
-                               location="Old Pier")],
+            scenes=[
+                SceneDelta(
+                    index=1,
+                    title="The captain's last night",
+                    characters=["Old Captain", "Mary Reed"],
+                    location="Old Pier",
+                )
+            ],
         ),
         ChapterDelta(
             chapter=4,
             relationships=[Relationship(source="Mary Reed", target="Old Pier", type="TRAVELS_TO")],
-            scenes=[SceneDelta(index=1, title="Mourning", characters=["Mary Reed", "John Smith"], location="Old Pier")],
+            scenes=[
+                SceneDelta(
+                    index=1,
+                    title="Mourning",
+                    characters=["Mary Reed", "John Smith"],
+                    location="Old Pier",
+                )
+            ],
         ),
     ]
 
@@ -132,12 +176,20 @@ def plant_qa_problems(store: GraphStore) -> None:
                 # a relationship dated in a chapter that does not exist
                 Relationship(source="Mary Reed", target="Silver Compass", type="SEEKS", chapter=9),
                 # an event dated before its first appearance (the ball first appears in chapter 5)
-                Relationship(source="Mary Reed", target="Harbour Ball", type="PARTICIPATES_IN", chapter=2),
+                Relationship(
+                    source="Mary Reed", target="Harbour Ball", type="PARTICIPATES_IN", chapter=2
+                ),
             ],
-            property_updates=[PropertyUpdate(entity="Mary Reed", changes={"traits": ["brave", "Cowardly"]})],
+            property_updates=[
+                PropertyUpdate(entity="Mary Reed", changes={"traits": ["brave", "Cowardly"]})
+            ],
             scenes=[
-                SceneDelta(index=1, title="A ghost", characters=["Old Captain", "Mary Reed", "Ghost Sailor"],
-                           location="Old Pier"),
+                SceneDelta(
+                    index=1,
+                    title="A ghost",
+                    characters=["Old Captain", "Mary Reed", "Ghost Sailor"],
+                    location="Old Pier",
+                ),
             ],
         )
     )
@@ -146,15 +198,24 @@ def plant_qa_problems(store: GraphStore) -> None:
     # A relationship to an incomplete node, as an untrusted import could bring in.
     exported = store.export_data()
     mary = next(n for n in exported["nodes"] if n["properties"].get("id") == MARY)
-    stub = {"ref": "Character:Entity/character:stub", "labels": ["Character", "Entity"],
-            "properties": {"id": "character:stub", "label": "Character"}}
+    stub = {
+        "ref": "Character:Entity/character:stub",
+        "labels": ["Character", "Entity"],
+        "properties": {"id": "character:stub", "label": "Character"},
+    }
     store.import_data(
         {
             "format": exported["format"],
             "version": exported["version"],
             "nodes": [mary, stub],
-            "relationships": [{"type": "KNOWS", "start": stub["ref"], "end": mary["ref"],
-                               "properties": {"key": "knows:5:stub", "chapter": 5}}],
+            "relationships": [
+                {
+                    "type": "KNOWS",
+                    "start": stub["ref"],
+                    "end": mary["ref"],
+                    "properties": {"key": "knows:5:stub", "chapter": 5},
+                }
+            ],
         },
         merge=True,
     )

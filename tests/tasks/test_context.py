@@ -5,7 +5,14 @@ from tasks.context import allocate, build_envelope, estimate_tokens
 
 
 def test_allocate_reallocates_absent_sections_proportionally() -> None:
-    shares = {"history": 0.3, "summaries": 0.1, "lore": 0.15, "characters": 0.2, "relationships": 0.1, "guidance": 0.15}
+    shares = {
+        "history": 0.3,
+        "summaries": 0.1,
+        "lore": 0.15,
+        "characters": 0.2,
+        "relationships": 0.1,
+        "guidance": 0.15,
+    }
     budgets = allocate(shares, {"history", "summaries"}, 1000)
     # history:summaries keep their 3:1 ratio and together take the whole budget.
     assert budgets == {"history": 750, "summaries": 250}
@@ -39,7 +46,14 @@ def test_empty_sections_give_empty_envelope() -> None:
 
 
 def test_allocate_gives_what_a_section_does_not_need_to_the_ones_that_need_more() -> None:
-    shares = {"history": 0.3, "summaries": 0.1, "lore": 0.15, "characters": 0.2, "relationships": 0.1, "guidance": 0.15}
+    shares = {
+        "history": 0.3,
+        "summaries": 0.1,
+        "lore": 0.15,
+        "characters": 0.2,
+        "relationships": 0.1,
+        "guidance": 0.15,
+    }
     present = {"history", "lore", "characters", "relationships"}
     needs = {"history": 100, "lore": 50, "characters": 900, "relationships": 400}
     budgets = allocate(shares, present, 1000, needs)
@@ -53,8 +67,16 @@ def test_allocate_gives_what_a_section_does_not_need_to_the_ones_that_need_more(
 
 def test_envelope_reports_what_it_cut_and_why() -> None:
     relationships = [f"Mara Quill knows person {i} (since chapter {i})" for i in range(200)]
-    envelope = build_envelope({"relationships": relationships, "lore": ["Gull Rock: a lighthouse"],
-                               "characters": ["Mara Quill (character): the keeper"]}, ContextBudget(), 4096, 3000)
+    envelope = build_envelope(
+        {
+            "relationships": relationships,
+            "lore": ["Gull Rock: a lighthouse"],
+            "characters": ["Mara Quill (character): the keeper"],
+        },
+        ContextBudget(),
+        4096,
+        3000,
+    )
     by_name = {s.name: s for s in envelope.sections}
     assert by_name["lore"].cut == "" and by_name["characters"].cut == ""
     cut = by_name["relationships"].cut

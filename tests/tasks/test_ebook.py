@@ -25,11 +25,22 @@ HEADINGS = ["Chapter 1: Harbor", "Chapter 2: The Ledger", "Chapter 3: Night Tide
 # be copied into the XHTML), dollar amounts (would be maths), an image and a link whose
 # targets the book cannot hold.
 CHAPTERS = [
-    chapter_markdown(1, "Harbor", "Ilse counted the crates on the quay.\n\n* * *\n\nThe captain asked for the ledger."),
-    chapter_markdown(2, "Chapter 2: The Ledger",
-                     "The ledger paid $5 and $10 a crate.\n\n---\ntitle: Not the book\n...\n\n"
-                     "Her note said <br> and <div>nothing</div>."),
-    chapter_markdown(3, "Night Tide", "She drew ![the reef](reef.png) on the chart, as [the map](map.html) showed."),
+    chapter_markdown(
+        1,
+        "Harbor",
+        "Ilse counted the crates on the quay.\n\n* * *\n\nThe captain asked for the ledger.",
+    ),
+    chapter_markdown(
+        2,
+        "Chapter 2: The Ledger",
+        "The ledger paid $5 and $10 a crate.\n\n---\ntitle: Not the book\n...\n\n"
+        "Her note said <br> and <div>nothing</div>.",
+    ),
+    chapter_markdown(
+        3,
+        "Night Tide",
+        "She drew ![the reef](reef.png) on the chart, as [the map](map.html) showed.",
+    ),
 ]
 
 
@@ -53,7 +64,10 @@ def epub_page_text(path: Path, number: int) -> str:
 
 
 def test_epub_is_the_book_with_its_chapters_in_order(books: dict[str, Path]) -> None:
-    assert books["epub"].name == "manuscript.epub" and books["epub"].parent == books["manuscript"].parent
+    assert (
+        books["epub"].name == "manuscript.epub"
+        and books["epub"].parent == books["manuscript"].parent
+    )
     book = read_epub(books["epub"])
     assert book.title == TITLE
     assert book.language == "en"
@@ -62,9 +76,15 @@ def test_epub_is_the_book_with_its_chapters_in_order(books: dict[str, Path]) -> 
     assert book.chapter_headings == HEADINGS
     assert book.toc == HEADINGS
     ledger, night = epub_page_text(books["epub"], 2), epub_page_text(books["epub"], 3)
-    assert "title: Not the book" in ledger, "a YAML-looking block in the prose stays prose, not metadata"
+    assert "title: Not the book" in ledger, (
+        "a YAML-looking block in the prose stays prose, not metadata"
+    )
     assert "$5 and $10" in ledger
-    assert "&lt;br&gt;" in ledger and "<br" not in ledger and "&lt;div&gt;nothing&lt;/div&gt;" in ledger
+    assert (
+        "&lt;br&gt;" in ledger
+        and "<br" not in ledger
+        and "&lt;div&gt;nothing&lt;/div&gt;" in ledger
+    )
     assert "as the map showed" in night and "map.html" not in night and "reef.png" not in night
 
 
@@ -77,7 +97,9 @@ def test_epubcheck_reports_no_error(books: dict[str, Path]) -> None:
     assert result.exit_code == 0, result.output[-3000:]
 
 
-def test_epubcheck_finds_the_error_a_broken_epub_has(books: dict[str, Path], tmp_path: Path) -> None:
+def test_epubcheck_finds_the_error_a_broken_epub_has(
+    books: dict[str, Path], tmp_path: Path
+) -> None:
     """The look-alike: the same book with a chapter its spine names taken out is not valid."""
     command = epubcheck_command()
     if command is None:
@@ -97,7 +119,9 @@ def test_docx_is_the_book_with_a_heading_and_a_page_per_chapter(books: dict[str,
     assert book.page_breaks == len(HEADINGS)
 
 
-def test_same_manuscript_same_bytes_in_another_process_and_hash_seed(books: dict[str, Path], tmp_path: Path) -> None:
+def test_same_manuscript_same_bytes_in_another_process_and_hash_seed(
+    books: dict[str, Path], tmp_path: Path
+) -> None:
     """`python -m flows.novel export` in a child with another PYTHONHASHSEED writes the bytes
     this process wrote."""
     project = tmp_path / "project"
@@ -105,10 +129,14 @@ def test_same_manuscript_same_bytes_in_another_process_and_hash_seed(books: dict
     (project / "exports" / "manuscript.md").write_bytes(books["manuscript"].read_bytes())
     env = {**os.environ, "PYTHONPATH": child_pythonpath(), "PYTHONHASHSEED": "4242"}
     cmd = [sys.executable, "-m", "flows.novel", "export", "--project-dir", str(project)]
-    result = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     for fmt in ("epub", "docx"):
-        assert (project / "exports" / f"manuscript.{fmt}").read_bytes() == books[fmt].read_bytes(), fmt
+        assert (project / "exports" / f"manuscript.{fmt}").read_bytes() == books[
+            fmt
+        ].read_bytes(), fmt
 
 
 def test_files_are_rewritten_only_when_the_book_changed(tmp_path: Path) -> None:
@@ -123,11 +151,18 @@ def test_files_are_rewritten_only_when_the_book_changed(tmp_path: Path) -> None:
     source.write_text(manuscript(revised), encoding="utf-8")
     assert write_ebooks(source, ["epub"]) == [epub]
     assert epub.read_bytes() != stamps[epub][1] and docx.read_bytes() == stamps[docx][1]
-    assert read_epub(epub).identifier == book_metadata(manuscript()).identifier, "a revision is the same book"
-    assert book_metadata(manuscript(title="The Salt Road Home")).identifier != read_epub(epub).identifier
+    assert read_epub(epub).identifier == book_metadata(manuscript()).identifier, (
+        "a revision is the same book"
+    )
+    assert (
+        book_metadata(manuscript(title="The Salt Road Home")).identifier
+        != read_epub(epub).identifier
+    )
 
 
-@pytest.mark.parametrize("text", ["## Chapter 1: Harbor\n\nText.\n", "#The Salt Road\n\nText.\n", "\n# Late title\n", ""])
+@pytest.mark.parametrize(
+    "text", ["## Chapter 1: Harbor\n\nText.\n", "#The Salt Road\n\nText.\n", "\n# Late title\n", ""]
+)
 def test_a_manuscript_without_its_title_line_is_refused(text: str) -> None:
     with pytest.raises(InvalidInputError, match="does not start with its title line"):
         render_ebook(text, "epub")

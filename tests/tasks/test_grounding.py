@@ -24,40 +24,62 @@ from prompts.narrative.models import SceneDetail
 from tasks.grounding import ground_extraction
 from tasks.planning import tidy_plan
 
-TITLES = ("The Great Sinking: Lighthouse Keeper's Tale", "Chapter 1: Aria's Journey Begins", "The Drowned Letter")
+TITLES = (
+    "The Great Sinking: Lighthouse Keeper's Tale",
+    "Chapter 1: Aria's Journey Begins",
+    "The Drowned Letter",
+)
 
 
 # --- names -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "why"), [
-    ("Loca-Lina-Lina-Lina-Lina-Lina-Lina-Ll-", "cut short"),
-    ("Loca-Lina-Lina-Lina", "repeated fragment"),
-    ("LIGHTNIGHBELLE_LIGHTNIGHBELLE_LIGHTNIGH", "repeated fragment"),
-    ("The Great Sinking Lighthouse Keeper's Ta", "words"),
-    ("Aria's journey begins", "sentence"),
-    ("Mara finds the letter", "sentence"),
-    ("Aria, the keeper", "punctuation"),
-    ("She ran. He hid", "punctuation"),
-    ("Chapter 3", "heading"),
-    ("## Harbor", "heading"),
-    ("The Drowned Letter", "title"),
-    ("Aria's Journey Begins", "title"),
-    ("The Great Sinking Lighthouse", "title"),
-    ("Luna_Luna12", "identifier"),
-    ("Luna12", "identifier"),
-])
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("Loca-Lina-Lina-Lina-Lina-Lina-Lina-Ll-", "cut short"),
+        ("Loca-Lina-Lina-Lina", "repeated fragment"),
+        ("LIGHTNIGHBELLE_LIGHTNIGHBELLE_LIGHTNIGH", "repeated fragment"),
+        ("The Great Sinking Lighthouse Keeper's Ta", "words"),
+        ("Aria's journey begins", "sentence"),
+        ("Mara finds the letter", "sentence"),
+        ("Aria, the keeper", "punctuation"),
+        ("She ran. He hid", "punctuation"),
+        ("Chapter 3", "heading"),
+        ("## Harbor", "heading"),
+        ("The Drowned Letter", "title"),
+        ("Aria's Journey Begins", "title"),
+        ("The Great Sinking Lighthouse", "title"),
+        ("Luna_Luna12", "identifier"),
+        ("Luna12", "identifier"),
+    ],
+)
 def test_degenerate_names_are_refused(name: str, why: str) -> None:
     problem = name_problem(name, TITLES)
     assert problem is not None and why in problem, (name, problem)
 
 
-@pytest.mark.parametrize("name", [
-    "Mary-Jane", "Jean-Luc Picard", "The Hollow Library", "Ilse's father", "Zoë Brontë", "Baden-Baden",
-    "Dr. Venn", "J. R. Hale", "Church of Saint Mary of the Angels", "the old mill", "Gull Rock lighthouse",
-    "Aria",  # a character named in the title of chapter 1 is still a character
-    "R2-D2", "HAL 9000", "Louis XIV", "C-3PO",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Mary-Jane",
+        "Jean-Luc Picard",
+        "The Hollow Library",
+        "Ilse's father",
+        "Zoë Brontë",
+        "Baden-Baden",
+        "Dr. Venn",
+        "J. R. Hale",
+        "Church of Saint Mary of the Angels",
+        "the old mill",
+        "Gull Rock lighthouse",
+        "Aria",  # a character named in the title of chapter 1 is still a character
+        "R2-D2",
+        "HAL 9000",
+        "Louis XIV",
+        "C-3PO",
+    ],
+)
 def test_look_alike_names_pass(name: str) -> None:
     assert name_problem(name, TITLES) is None
 
@@ -81,21 +103,29 @@ def test_known_names_are_referred_to_by_a_distinctive_word_or_alias() -> None:
 # --- quotes ------------------------------------------------------------------------------
 
 
-TEXT = ("Mara Quill climbed the stairs of Gull Rock lighthouse. “It’s late,” Tobias said, and he "
-        "handed her the letter. The lamp room smelled of paraffin.")
+TEXT = (
+    "Mara Quill climbed the stairs of Gull Rock lighthouse. “It’s late,” Tobias said, and he "
+    "handed her the letter. The lamp room smelled of paraffin."
+)
 
 
 def test_quotes_match_normalised_and_forgive_small_copy_errors() -> None:
     source = SourceText(TEXT)
     assert source.quote_problem("Mara Quill climbed the stairs of Gull Rock lighthouse") is None
     assert source.quote_problem('"It\'s late," Tobias said') is None  # straight for curly quotes
-    assert source.quote_problem("mara quill climbed the stair of gull rock lighthouse") is None  # a slip
-    assert source.quote_problem("Mara Quill's lamp room smelled of paraffin") is not None  # not what it says
+    assert (
+        source.quote_problem("mara quill climbed the stair of gull rock lighthouse") is None
+    )  # a slip
+    assert (
+        source.quote_problem("Mara Quill's lamp room smelled of paraffin") is not None
+    )  # not what it says
 
 
 def test_invented_or_empty_quotes_are_refused() -> None:
     source = SourceText(TEXT)
-    assert "not in the text" in (source.quote_problem("Mara ran to the harbour with Tobias at dawn") or "")
+    assert "not in the text" in (
+        source.quote_problem("Mara ran to the harbour with Tobias at dawn") or ""
+    )
     assert source.quote_problem("") == "no quote"
     assert "shorter" in (source.quote_problem("Tobias said") or "")
 
@@ -104,26 +134,50 @@ def test_invented_or_empty_quotes_are_refused() -> None:
 
 
 def _extraction(**parts: object) -> SceneExtraction:
-    return SceneExtraction.model_validate({"entities": [], "relationships": [], "status_changes": [], **parts})
+    return SceneExtraction.model_validate(
+        {"entities": [], "relationships": [], "status_changes": [], **parts}
+    )
 
 
 def test_grounding_drops_invented_names_made_up_quotes_and_titles() -> None:
     extraction = _extraction(
         entities=[
-            {"name": "Mara Quill", "kind": "Character", "quote": "Mara Quill climbed the stairs",
-             "traits": [{"trait": "tired", "quote": "It's late, Tobias said"},
-                        {"trait": "brave", "quote": "Mara faced the storm without fear"}]},
+            {
+                "name": "Mara Quill",
+                "kind": "Character",
+                "quote": "Mara Quill climbed the stairs",
+                "traits": [
+                    {"trait": "tired", "quote": "It's late, Tobias said"},
+                    {"trait": "brave", "quote": "Mara faced the storm without fear"},
+                ],
+            },
             {"name": "Elise Marrow", "kind": "Character", "quote": "Elise Marrow waited below"},
-            {"name": "The Drowned Letter", "kind": "Character", "quote": "he handed her the letter"},
+            {
+                "name": "The Drowned Letter",
+                "kind": "Character",
+                "quote": "he handed her the letter",
+            },
             {"name": "Tobias", "kind": "Character", "quote": "Mara Quill climbed the stairs"},
         ],
         relationships=[
-            {"source": "Tobias", "target": "Mara Quill", "type": "FRIEND_OF",
-             "quote": "Tobias said, and he handed her the letter"},
-            {"source": "Mara Quill", "target": "The Drowned Letter", "type": "FAMILY_OF",
-             "quote": "he handed her the letter"},
-            {"source": "Mara Quill", "target": "Gull Rock lighthouse", "type": "LOCATED_IN",
-             "quote": "Mara Quill rested at Gull Rock lighthouse all night"},
+            {
+                "source": "Tobias",
+                "target": "Mara Quill",
+                "type": "FRIEND_OF",
+                "quote": "Tobias said, and he handed her the letter",
+            },
+            {
+                "source": "Mara Quill",
+                "target": "The Drowned Letter",
+                "type": "FAMILY_OF",
+                "quote": "he handed her the letter",
+            },
+            {
+                "source": "Mara Quill",
+                "target": "Gull Rock lighthouse",
+                "type": "LOCATED_IN",
+                "quote": "Mara Quill rested at Gull Rock lighthouse all night",
+            },
         ],
         status_changes=[{"name": "Tobias", "status": "dead", "quote": "Tobias drowned in the bay"}],
     )
@@ -145,17 +199,40 @@ def test_grounding_drops_invented_names_made_up_quotes_and_titles() -> None:
 
 
 def test_grounding_keeps_look_alikes_and_known_aliases() -> None:
-    text = ("Mary-Jane and Jean-Luc Picard met Ilse's father at The Hollow Library. Zoë Brontë followed. "
-            "The ferryman rowed them home, and Quill watched from the tower.")
-    names = ["Mary-Jane", "Jean-Luc Picard", "Ilse's father", "The Hollow Library", "Zoë Brontë", "the ferryman"]
+    text = (
+        "Mary-Jane and Jean-Luc Picard met Ilse's father at The Hollow Library. Zoë Brontë followed. "
+        "The ferryman rowed them home, and Quill watched from the tower."
+    )
+    names = [
+        "Mary-Jane",
+        "Jean-Luc Picard",
+        "Ilse's father",
+        "The Hollow Library",
+        "Zoë Brontë",
+        "the ferryman",
+    ]
     extraction = _extraction(
-        entities=[{"name": n, "kind": "Location" if "Library" in n else "Character",
-                   "quote": "Mary-Jane and Jean-Luc Picard met Ilse's father at The Hollow Library"
-                   if n not in ("Zoë Brontë", "the ferryman") else
-                   ("Zoe Bronte followed" if n == "Zoë Brontë" else "The ferryman rowed them home")} for n in names]
+        entities=[
+            {
+                "name": n,
+                "kind": "Location" if "Library" in n else "Character",
+                "quote": "Mary-Jane and Jean-Luc Picard met Ilse's father at The Hollow Library"
+                if n not in ("Zoë Brontë", "the ferryman")
+                else (
+                    "Zoe Bronte followed" if n == "Zoë Brontë" else "The ferryman rowed them home"
+                ),
+            }
+            for n in names
+        ]
         + [{"name": "Mara Quill", "kind": "Character", "quote": "Quill watched from the tower"}],
-        relationships=[{"source": "the ferryman", "target": "Zoë Brontë", "type": "KNOWS",
-                        "quote": "The ferryman rowed them home"}],
+        relationships=[
+            {
+                "source": "the ferryman",
+                "target": "Zoë Brontë",
+                "type": "KNOWS",
+                "quote": "The ferryman rowed them home",
+            }
+        ],
     )
     known = KnownNames([["Tobias Venn", "the ferryman"], ["Mara Quill"]])
     grounded, report = ground_extraction(extraction, text, 2, known, TITLES)
@@ -167,79 +244,153 @@ def test_grounding_keeps_look_alikes_and_known_aliases() -> None:
 
 
 def test_cut_text_ends_at_a_sentence_or_clause() -> None:
-    cut = "Aria is a compassionate soul. She has dedicated her life to the light, and she never lets "
-    assert finish_cut_text(cut) == "Aria is a compassionate soul. She has dedicated her life to the light."
-    assert finish_cut_text("A keeper, the last one to remember, and the one most often referred to in a 1") \
+    cut = (
+        "Aria is a compassionate soul. She has dedicated her life to the light, and she never lets "
+    )
+    assert (
+        finish_cut_text(cut)
+        == "Aria is a compassionate soul. She has dedicated her life to the light."
+    )
+    assert (
+        finish_cut_text(
+            "A keeper, the last one to remember, and the one most often referred to in a 1"
+        )
         == "A keeper, the last one to remember."
+    )
     assert finish_cut_text("no punctuation here so nothing is left") == ""
     assert finish_cut_text("Complete already.") == "Complete already."
     assert clip_to_sentence("Dr. Venn came. He stayed long.", 20) == "Dr. Venn came."
-    assert tail_from_sentence("Alpha beta gamma. Delta epsilon zeta. Eta theta.", 30) == "Delta epsilon zeta. Eta theta."
+    assert (
+        tail_from_sentence("Alpha beta gamma. Delta epsilon zeta. Eta theta.", 30)
+        == "Delta epsilon zeta. Eta theta."
+    )
 
 
 def test_grammar_cut_strings_of_a_bounded_answer_are_mended() -> None:
     schema = bounded_response_format_for(CharacterSheets, 256)["json_schema"]["schema"]
     sheet_schema = schema["$defs"]["CharacterSheet"]
     cap = sheet_schema["properties"]["description"]["maxLength"]
-    cut = ("Aria keeps the light. She has dedicated a lifetime to the lamp and the storm " * 4)[:cap]
-    answer = {"characters": [{"name": "Aria", "role": "keeper", "description": cut, "traits": [],
-                              "motivation": "x" * cap, "backstory": "Short.", "voice": "Plain, low"}]}
+    cut = ("Aria keeps the light. She has dedicated a lifetime to the lamp and the storm " * 4)[
+        :cap
+    ]
+    answer = {
+        "characters": [
+            {
+                "name": "Aria",
+                "role": "keeper",
+                "description": cut,
+                "traits": [],
+                "motivation": "x" * cap,
+                "backstory": "Short.",
+                "voice": "Plain, low",
+            }
+        ]
+    }
     mended = mend_cut_strings(answer, schema)["characters"][0]
     assert mended["description"] == "Aria keeps the light." and ends_sentence(mended["description"])
     assert mended["motivation"] == ""  # nothing to cut at: dropped, not left mid-word
-    assert mended["backstory"] == "Short." and mended["voice"] == "Plain, low"  # not cut: left alone
+    assert (
+        mended["backstory"] == "Short." and mended["voice"] == "Plain, low"
+    )  # not cut: left alone
     assert normalise(mended["name"]) == "aria"
 
 
-@pytest.mark.parametrize(("title", "why"), [
-    ("2016: 2016: 2016: 2016", "no words"),
-    ("Chapter 2: 2017-01-21. 2020-01-32.", "no words"),
-    ("]/*/ 2016: 2016", "no words"),
-    ("Chapter 2: Lynx: 2016: 2016", "repeated fragment"),
-    ("The Storm The Storm The Storm", "repeated fragment"),
-    ("", "blank"),
-    ("Title 1", "placeholder"),
-    ("Chapter 2: Title 2", "placeholder"),
-    ("Chapter Title", "placeholder"),
-    ("[Title]", "placeholder"),
-    ("Untitled", "placeholder"),
-    ("TBD", "placeholder"),
-    ("Title goes here", "placeholder"),
-    ("Lynx walked to the lighthouse and then she looked at the sea for a very long time, thinking of home", "words"),
-])
+@pytest.mark.parametrize(
+    ("title", "why"),
+    [
+        ("2016: 2016: 2016: 2016", "no words"),
+        ("Chapter 2: 2017-01-21. 2020-01-32.", "no words"),
+        ("]/*/ 2016: 2016", "no words"),
+        ("Chapter 2: Lynx: 2016: 2016", "repeated fragment"),
+        ("The Storm The Storm The Storm", "repeated fragment"),
+        ("", "blank"),
+        ("Title 1", "placeholder"),
+        ("Chapter 2: Title 2", "placeholder"),
+        ("Chapter Title", "placeholder"),
+        ("[Title]", "placeholder"),
+        ("Untitled", "placeholder"),
+        ("TBD", "placeholder"),
+        ("Title goes here", "placeholder"),
+        (
+            "Lynx walked to the lighthouse and then she looked at the sea for a very long time, thinking of home",
+            "words",
+        ),
+    ],
+)
 def test_loops_and_paragraphs_are_not_titles(title: str, why: str) -> None:
     problem = title_problem(title)
     assert problem is not None and why in problem
 
 
-@pytest.mark.parametrize("title", [
-    "The Lion, the Witch and the Wardrobe", "Bora Bora", "Summer of 1984", "The Sea, The Sea", "Chapter 3: The Letter",
-    "Title Fight", "The Title", "Untitled Love Song", "Book of Names", "Chapter 3",
-])
+@pytest.mark.parametrize(
+    "title",
+    [
+        "The Lion, the Witch and the Wardrobe",
+        "Bora Bora",
+        "Summer of 1984",
+        "The Sea, The Sea",
+        "Chapter 3: The Letter",
+        "Title Fight",
+        "The Title",
+        "Untitled Love Song",
+        "Book of Names",
+        "Chapter 3",
+    ],
+)
 def test_look_alike_titles_pass(title: str) -> None:
     assert title_problem(title) is None
 
 
 def test_a_plan_keeps_its_names_and_loses_its_loops() -> None:
     scenes = [
-        SceneDetail(title="2016: 2016: 2016", pov="Lynx", setting="Lynx: 2016: 2016: 2016",
-                    characters=["Lynx", "2016: 2016: 2016", "Loca-Lina-Lina-Lina", "Old Tom", "fleets",
-                                "A Tribute to a Heroine"], beats=["x"]),
-        SceneDetail(title="The Lamp Room", pov="Lynx Lynx Lynx", setting="the lamp room at dusk",
-                    characters=["Eleanor"], beats=["y"]),
+        SceneDetail(
+            title="2016: 2016: 2016",
+            pov="Lynx",
+            setting="Lynx: 2016: 2016: 2016",
+            characters=[
+                "Lynx",
+                "2016: 2016: 2016",
+                "Loca-Lina-Lina-Lina",
+                "Old Tom",
+                "fleets",
+                "A Tribute to a Heroine",
+            ],
+            beats=["x"],
+        ),
+        SceneDetail(
+            title="The Lamp Room",
+            pov="Lynx Lynx Lynx",
+            setting="the lamp room at dusk",
+            characters=["Eleanor"],
+            beats=["y"],
+        ),
     ]
-    tidy, dropped = tidy_plan(scenes, ("Lynx", "Eleanor"), ("Lysa the Keeper: A Tribute to a Heroine", "The Letter"))
+    tidy, dropped = tidy_plan(
+        scenes, ("Lynx", "Eleanor"), ("Lysa the Keeper: A Tribute to a Heroine", "The Letter")
+    )
     assert [s.title for s in tidy] == ["Scene 1", "The Lamp Room"]
-    assert tidy[0].characters == ["Lynx", "Old Tom"] and tidy[0].setting == "" and tidy[0].pov == "Lynx"
+    assert (
+        tidy[0].characters == ["Lynx", "Old Tom"]
+        and tidy[0].setting == ""
+        and tidy[0].pov == "Lynx"
+    )
     # The look-alike scene keeps its title, setting and bible name; only its looping point of view goes.
-    assert tidy[1].characters == ["Eleanor"] and tidy[1].setting == "the lamp room at dusk" and tidy[1].pov == ""
+    assert (
+        tidy[1].characters == ["Eleanor"]
+        and tidy[1].setting == "the lamp room at dusk"
+        and tidy[1].pov == ""
+    )
     assert len(dropped) == 7 and any("point of view" in d for d in dropped)
 
 
-def test_a_field_stopped_mid_sentence_loses_that_sentence_and_a_finished_one_gets_its_stop() -> None:
+def test_a_field_stopped_mid_sentence_loses_that_sentence_and_a_finished_one_gets_its_stop() -> (
+    None
+):
     # Seen in a make run: the tiny model ended a description on "the", and a full stop made it look done.
-    assert as_sentence("Lysa keeps the lighthouse on a storm-bound island. She is the") == \
-        "Lysa keeps the lighthouse on a storm-bound island."
+    assert (
+        as_sentence("Lysa keeps the lighthouse on a storm-bound island. She is the")
+        == "Lysa keeps the lighthouse on a storm-bound island."
+    )
     assert as_sentence("She realizes the importance of the fact that the") == ""
     assert as_sentence("He loved her and") == ""
     # Look-alikes: sentences that end on a preposition, an auxiliary or a pronoun are finished.

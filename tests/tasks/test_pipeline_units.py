@@ -20,20 +20,43 @@ from tasks.validation import contradictory_traits, duplicate_scenes
 from tests.support.scripted_llm import ScriptedLLM
 
 
-def _extraction(entities: list[dict], relationships: list[dict] | None = None, statuses: list[dict] | None = None) -> SceneExtraction:
-    return SceneExtraction.model_validate({"entities": entities, "relationships": relationships or [],
-                                           "status_changes": statuses or []})
+def _extraction(
+    entities: list[dict],
+    relationships: list[dict] | None = None,
+    statuses: list[dict] | None = None,
+) -> SceneExtraction:
+    return SceneExtraction.model_validate(
+        {
+            "entities": entities,
+            "relationships": relationships or [],
+            "status_changes": statuses or [],
+        }
+    )
 
 
 def test_merge_keeps_one_entity_per_name_with_every_scene_as_source() -> None:
-    scene1 = _extraction([{"name": "Mara Quill", "kind": "Character", "description": "keeper", "traits": ["brave"]}],
-                         [{"source": "Mara Quill", "target": "Tobias", "type": "is friends with"},
-                          {"source": "Mara Quill", "target": "Mara Quill", "type": "LOVES"}])
-    scene2 = _extraction([{"name": "mara quill", "kind": "Character", "description": "the lighthouse keeper",
-                           "traits": ["Brave", "stubborn"]},
-                          {"name": "The Guild", "kind": "Organization"}],
-                         [{"source": "Mara Quill", "target": "Tobias", "type": "FRIEND_OF"},
-                          {"source": "Mara Quill", "target": "Tobias", "type": "owes money to"}])
+    scene1 = _extraction(
+        [{"name": "Mara Quill", "kind": "Character", "description": "keeper", "traits": ["brave"]}],
+        [
+            {"source": "Mara Quill", "target": "Tobias", "type": "is friends with"},
+            {"source": "Mara Quill", "target": "Mara Quill", "type": "LOVES"},
+        ],
+    )
+    scene2 = _extraction(
+        [
+            {
+                "name": "mara quill",
+                "kind": "Character",
+                "description": "the lighthouse keeper",
+                "traits": ["Brave", "stubborn"],
+            },
+            {"name": "The Guild", "kind": "Organization"},
+        ],
+        [
+            {"source": "Mara Quill", "target": "Tobias", "type": "FRIEND_OF"},
+            {"source": "Mara Quill", "target": "Tobias", "type": "owes money to"},
+        ],
+    )
     entities, rels, _ = merge_extractions(3, [scene1, scene2])
     mara = next(e for e in entities if e.name == "Mara Quill")
     assert [s.scene for s in mara.sources] == [1, 2]
@@ -42,20 +65,33 @@ def test_merge_keeps_one_entity_per_name_with_every_scene_as_source() -> None:
     assert next(e for e in entities if e.name == "The Guild").label == "Faction"
     # "is friends with" and FRIEND_OF are one relationship; the self-loop is dropped;
     # an unknown type is kept as RELATES_TO with its raw text.
-    assert sorted((r.type, r.raw_type) for r in rels) == [("FRIEND_OF", "is friends with"), ("RELATES_TO", "owes money to")]
+    assert sorted((r.type, r.raw_type) for r in rels) == [
+        ("FRIEND_OF", "is friends with"),
+        ("RELATES_TO", "owes money to"),
+    ]
 
 
 def test_contradictory_traits_and_clean_case() -> None:
-    delta = ChapterDelta(chapter=2, entities=[Entity(label="Character", name="Tobias", traits=["Brave", "cowardly"]),
-                                              Entity(label="Character", name="Mara", traits=["brave"])])
+    delta = ChapterDelta(
+        chapter=2,
+        entities=[
+            Entity(label="Character", name="Tobias", traits=["Brave", "cowardly"]),
+            Entity(label="Character", name="Mara", traits=["brave"]),
+        ],
+    )
     found = contradictory_traits(delta, [("brave", "cowardly")])
     assert [p.entities for p in found] == [["Tobias"]]
 
 
 def test_duplicate_scenes_within_and_across_chapters() -> None:
-    delta = ChapterDelta(chapter=4, scenes=[SceneDelta(index=1, embedding=[1.0, 0.0, 0.0]),
-                                            SceneDelta(index=2, embedding=[0.999, 0.01, 0.0]),
-                                            SceneDelta(index=3, embedding=[0.0, 0.0, 1.0])])
+    delta = ChapterDelta(
+        chapter=4,
+        scenes=[
+            SceneDelta(index=1, embedding=[1.0, 0.0, 0.0]),
+            SceneDelta(index=2, embedding=[0.999, 0.01, 0.0]),
+            SceneDelta(index=3, embedding=[0.0, 0.0, 1.0]),
+        ],
+    )
     problems = duplicate_scenes(delta, earlier=[(2, 1, [0.0, 0.0, 1.0]), (2, 2, [0.0, 1.0, 0.0])])
     messages = sorted(p.message for p in problems)
     assert len(problems) == 2
@@ -70,7 +106,9 @@ def test_act_ranges_cover_every_chapter_once() -> None:
 def test_chapter_heading_numbers_a_title_once() -> None:
     from tasks.export import chapter_heading
 
-    assert chapter_heading(1, "Chapter 1: Chapter 1: The Rising Tide") == "Chapter 1: The Rising Tide"
+    assert (
+        chapter_heading(1, "Chapter 1: Chapter 1: The Rising Tide") == "Chapter 1: The Rising Tide"
+    )
     assert chapter_heading(3, "chapter III - The Ford") == "Chapter 3: The Ford"
     assert chapter_heading(2, "The Chapter 7 Problem") == "Chapter 2: The Chapter 7 Problem"
     assert chapter_heading(4, "Chapter 4") == "Chapter 4"
@@ -79,8 +117,15 @@ def test_chapter_heading_numbers_a_title_once() -> None:
 
 # --- Character sheets: a first answer with no usable name is asked again, saying why ---------------
 
-GOOD_SHEET = {"name": "Amara Vell", "role": "protagonist", "description": "The keeper.", "traits": ["stubborn"],
-              "motivation": "", "backstory": "", "voice": ""}
+GOOD_SHEET = {
+    "name": "Amara Vell",
+    "role": "protagonist",
+    "description": "The keeper.",
+    "traits": ["stubborn"],
+    "motivation": "",
+    "backstory": "",
+    "voice": "",
+}
 IDENTIFIER_SHEET = {**GOOD_SHEET, "name": "Lighthouse_Lady_Amara"}
 
 
@@ -93,8 +138,9 @@ def _sheets(llm: ScriptedLLM, tmp_path: Path) -> CharacterSheets:
     from tasks.services import Services
 
     rt = Runtime(load_settings(tmp_path, openai_base_url=llm.base_url))
-    services = Services(settings=rt.settings, llm=rt,
-                        content=rt.content)  # no graph: the stage reads none
+    services = Services(
+        settings=rt.settings, llm=rt, content=rt.content
+    )  # no graph: the stage reads none
     with disable_run_logger():  # the task's body, without a Prefect run around it
         ref = generate_character_sheets.fn(services, "A keeper finds a letter.", "mystery", 2)
     return ContentStore(rt.settings.saga_dir / "content").get_model(ref, CharacterSheets)
@@ -104,7 +150,9 @@ def _sheet_requests(llm: ScriptedLLM) -> list[str]:
     return [r.last_user for r in llm.requests if r.schema_name == "CharacterSheets"]
 
 
-def test_character_sheets_with_no_usable_name_are_asked_for_again_naming_what_was_refused(tmp_path: Path) -> None:
+def test_character_sheets_with_no_usable_name_are_asked_for_again_naming_what_was_refused(
+    tmp_path: Path,
+) -> None:
     with ScriptedLLM() as llm:
         llm.on(schema="CharacterSheets", respond={"characters": [GOOD_SHEET]})
         llm.on(schema="CharacterSheets", respond={"characters": [IDENTIFIER_SHEET]}, times=1)
@@ -128,19 +176,30 @@ def test_usable_character_sheets_are_asked_for_once(tmp_path: Path) -> None:
 def test_character_sheets_never_usable_fail_in_one_line_after_three_answers(tmp_path: Path) -> None:
     with ScriptedLLM() as llm:
         llm.on(schema="CharacterSheets", respond={"characters": [IDENTIFIER_SHEET]})
-        with pytest.raises(LLMBadOutputError, match="wrote 3 character sheets in 3 answers and none has a usable name"):
+        with pytest.raises(
+            LLMBadOutputError,
+            match="wrote 3 character sheets in 3 answers and none has a usable name",
+        ):
             _sheets(llm, tmp_path)
         assert len(_sheet_requests(llm)) == 3
 
 
 # --- Scene plans: a plan short of scenes is completed by a re-ask that names what is planned ------
 
+
 def _scene(title: str) -> dict:
-    return {"title": title, "pov": "Amara Vell", "setting": "The lighthouse", "characters": ["Amara Vell"],
-            "beats": ["She climbs the stairs."]}
+    return {
+        "title": title,
+        "pov": "Amara Vell",
+        "setting": "The lighthouse",
+        "characters": ["Amara Vell"],
+        "beats": ["She climbs the stairs."],
+    }
 
 
-def test_a_short_scene_plan_is_completed_by_a_re_ask_naming_the_planned_scenes(tmp_path: Path) -> None:
+def test_a_short_scene_plan_is_completed_by_a_re_ask_naming_the_planned_scenes(
+    tmp_path: Path,
+) -> None:
     from prefect.logging import disable_run_logger
 
     from core.content import ContentStore
@@ -152,13 +211,21 @@ def test_a_short_scene_plan_is_completed_by_a_re_ask_naming_the_planned_scenes(t
 
     outline = ChapterOutline(number=1, title="The Letter", summary="Amara finds the letter.")
     with ScriptedLLM() as llm:
-        llm.on(schema="ScenePlan", respond={"scenes": [_scene("The Stairs"), _scene("The Lamp Room")]})
+        llm.on(
+            schema="ScenePlan", respond={"scenes": [_scene("The Stairs"), _scene("The Lamp Room")]}
+        )
         llm.on(schema="ScenePlan", respond={"scenes": [_scene("The Harbor")]}, times=1)
         rt = Runtime(load_settings(tmp_path, openai_base_url=llm.base_url))
         services = Services(settings=rt.settings, llm=rt, content=rt.content)
         with disable_run_logger():
-            request = PlanRequest(title="The Salt Road", genre="mystery", chapter=outline, scene_count=3,
-                                  character_names=("Amara Vell",), iteration=1)
+            request = PlanRequest(
+                title="The Salt Road",
+                genre="mystery",
+                chapter=outline,
+                scene_count=3,
+                character_names=("Amara Vell",),
+                iteration=1,
+            )
             ref = plan_scenes.fn(services, request)
         asked = [r.last_user for r in llm.requests if r.schema_name == "ScenePlan"]
     plan = ContentStore(rt.settings.saga_dir / "content").get_model(ref, ScenePlan)

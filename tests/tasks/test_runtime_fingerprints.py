@@ -11,7 +11,9 @@ from core.settings import load_settings
 from tasks.runtime import Runtime
 
 
-def test_the_in_process_model_is_named_by_its_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_in_process_model_is_named_by_its_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("SKALD_EMBEDDING_BASE_URL", raising=False)
     runtime = Runtime(load_settings(project_dir=tmp_path))
     before = runtime.embedding_fingerprint()
@@ -21,7 +23,9 @@ def test_the_in_process_model_is_named_by_its_weights(tmp_path: Path, monkeypatc
     assert runtime.embedding_fingerprint() != before
 
 
-def test_an_endpoints_model_is_named_by_its_url_and_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_endpoints_model_is_named_by_its_url_and_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SKALD_EMBEDDING_BASE_URL", "http://127.0.0.1:9/v1")
     fingerprint = Runtime(load_settings(project_dir=tmp_path)).embedding_fingerprint()
     assert fingerprint.startswith("http://127.0.0.1:9/v1|")

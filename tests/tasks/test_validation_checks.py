@@ -33,15 +33,18 @@ from tests.support.prose_samples import CLEAN_PROSE, LOOP
 
 
 def scene(entities: list[dict], relationships: list[dict] | None = None) -> SceneExtraction:
-    return SceneExtraction.model_validate({"entities": entities, "relationships": relationships or [],
-                                           "status_changes": []})
+    return SceneExtraction.model_validate(
+        {"entities": entities, "relationships": relationships or [], "status_changes": []}
+    )
 
 
 def character(name: str, presence: str = "present", traits: list[str] | None = None) -> dict:
     return {"name": name, "kind": "Character", "presence": presence, "traits": traits or []}
 
 
-GOOD = QualityScores(coherence=0.8, prose_quality=0.8, plot_advancement=0.8, pacing=0.8, tone_consistency=0.8)
+GOOD = QualityScores(
+    coherence=0.8, prose_quality=0.8, plot_advancement=0.8, pacing=0.8, tone_consistency=0.8
+)
 
 
 # --- dead characters acting ------------------------------------------------------------------
@@ -50,9 +53,12 @@ GOOD = QualityScores(coherence=0.8, prose_quality=0.8, plot_advancement=0.8, pac
 def test_dead_character_acting_is_found() -> None:
     delta = ChapterDelta(chapter=5)
     extractions = [scene([character("Mara")]), scene([character("Elsa"), character("Mara")])]
-    problems = dead_characters_acting(delta, extractions, {"elsa": ("dead", 3), "mara": ("alive", 0)})
+    problems = dead_characters_acting(
+        delta, extractions, {"elsa": ("dead", 3), "mara": ("alive", 0)}
+    )
     assert [(p.kind, p.entities, p.chapters, p.severity) for p in problems] == [
-        ("dead_character_acting", ["Elsa"], [3, 5], "error")]
+        ("dead_character_acting", ["Elsa"], [3, 5], "error")
+    ]
     assert "scene 2" in problems[0].message
 
 
@@ -65,8 +71,12 @@ def test_dead_character_mourned_or_remembered_is_not_flagged() -> None:
 def test_only_a_return_to_life_excuses_a_dead_character_acting() -> None:
     extractions = [scene([character("Elsa")])]
     statuses = {"elsa": ("dead", 3)}
-    injured = ChapterDelta(chapter=5, status_changes=[StatusChange(entity="Elsa", status="injured")])
-    assert [p.entities for p in dead_characters_acting(injured, extractions, statuses)] == [["Elsa"]]
+    injured = ChapterDelta(
+        chapter=5, status_changes=[StatusChange(entity="Elsa", status="injured")]
+    )
+    assert [p.entities for p in dead_characters_acting(injured, extractions, statuses)] == [
+        ["Elsa"]
+    ]
     revived = ChapterDelta(chapter=5, status_changes=[StatusChange(entity="Elsa", status="alive")])
     assert dead_characters_acting(revived, extractions, statuses) == []
 
@@ -78,22 +88,29 @@ ANTONYMS = [("brave", "cowardly"), ("kind", "cruel")]
 
 
 def test_trait_contradicting_accumulated_traits_is_found() -> None:
-    delta = ChapterDelta(chapter=4, entities=[Entity(label="Character", name="Tobias", traits=["Cowardly", "tall"])])
+    delta = ChapterDelta(
+        chapter=4, entities=[Entity(label="Character", name="Tobias", traits=["Cowardly", "tall"])]
+    )
     found = contradictory_traits(delta, ANTONYMS, {"tobias": ["brave", "stubborn"]})
     assert [(p.kind, p.entities) for p in found] == [("contradictory_traits", ["Tobias"])]
     assert "cowardly" in found[0].message and "brave" in found[0].message
 
 
 def test_trait_contradiction_within_the_chapter_is_found() -> None:
-    delta = ChapterDelta(chapter=2, entities=[Entity(label="Character", name="Tobias", traits=["brave", "cowardly"])])
+    delta = ChapterDelta(
+        chapter=2, entities=[Entity(label="Character", name="Tobias", traits=["brave", "cowardly"])]
+    )
     assert [p.entities for p in contradictory_traits(delta, ANTONYMS, {})] == [["Tobias"]]
 
 
 def test_consistent_or_other_characters_traits_are_not_flagged() -> None:
-    delta = ChapterDelta(chapter=4, entities=[
-        Entity(label="Character", name="Tobias", traits=["brave", "kind"]),  # same as before
-        Entity(label="Character", name="Mara", traits=["cowardly"]),  # someone else was brave
-    ])
+    delta = ChapterDelta(
+        chapter=4,
+        entities=[
+            Entity(label="Character", name="Tobias", traits=["brave", "kind"]),  # same as before
+            Entity(label="Character", name="Mara", traits=["cowardly"]),  # someone else was brave
+        ],
+    )
     assert contradictory_traits(delta, ANTONYMS, {"tobias": ["brave"], "elsa": ["brave"]}) == []
 
 
@@ -101,19 +118,26 @@ def test_consistent_or_other_characters_traits_are_not_flagged() -> None:
 
 
 def enemies(chapter: int) -> ChapterDelta:
-    return ChapterDelta(chapter=chapter, relationships=[Relationship(source="Mara", target="Tobias", type="ENEMY_OF")])
+    return ChapterDelta(
+        chapter=chapter,
+        relationships=[Relationship(source="Mara", target="Tobias", type="ENEMY_OF")],
+    )
 
 
 def test_flip_against_a_state_from_many_chapters_ago_is_found() -> None:
     # FRIEND_OF was set in chapter 1 and nothing changed it since: chapter 6 is still a flip.
     found = relationship_flips(enemies(6), {("mara", "tobias"): {"FRIEND_OF": 1, "LOCATED_IN": 5}})
     assert [(p.kind, p.chapters) for p in found] == [("relationship_flip", [1, 6])]
-    assert relationship_flips(enemies(6), {("tobias", "mara"): {"FRIEND_OF": 2}})  # either direction
+    assert relationship_flips(
+        enemies(6), {("tobias", "mara"): {"FRIEND_OF": 2}}
+    )  # either direction
 
 
 def test_change_the_story_already_made_is_not_a_flip() -> None:
     # Friends in chapter 1, enemies since chapter 3: enemies again in chapter 6 is no news.
-    assert relationship_flips(enemies(6), {("mara", "tobias"): {"FRIEND_OF": 1, "ENEMY_OF": 3}}) == []
+    assert (
+        relationship_flips(enemies(6), {("mara", "tobias"): {"FRIEND_OF": 1, "ENEMY_OF": 3}}) == []
+    )
     # Unrelated pair, and a pair with no opposable history.
     assert relationship_flips(enemies(6), {("mara", "elsa"): {"FRIEND_OF": 1}}) == []
     assert relationship_flips(enemies(6), {("mara", "tobias"): {"FAMILY_OF": 1}}) == []
@@ -127,24 +151,55 @@ def located(who: str, where: str, kind: str = "LOCATED_IN") -> dict:
 
 
 def test_character_in_two_places_in_one_scene_is_found() -> None:
-    extractions = [scene([character("Mara")], [located("Mara", "the lighthouse"), located("Mara", "Kirkwall harbour")])]
+    extractions = [
+        scene(
+            [character("Mara")],
+            [located("Mara", "the lighthouse"), located("Mara", "Kirkwall harbour")],
+        )
+    ]
     found = two_places_at_once(3, extractions, {})
     assert [(p.kind, p.entities) for p in found] == [
-        ("two_places_at_once", ["Mara", "the lighthouse", "Kirkwall harbour"])]
+        ("two_places_at_once", ["Mara", "the lighthouse", "Kirkwall harbour"])
+    ]
     assert "scene 1" in found[0].message
 
 
 def test_nested_places_travel_and_different_scenes_are_not_two_places() -> None:
-    nested_in_scene = scene([character("Mara")], [located("Mara", "the lamp room"), located("Mara", "the lighthouse"),
-                                                  located("the lamp room", "the lighthouse", "PART_OF")])
-    nested_in_graph = scene([character("Mara")], [located("Mara", "the gallery"), located("Mara", "the lighthouse")])
-    travels = scene([character("Mara")], [located("Mara", "the cottage"), located("Mara", "the lighthouse"),
-                                          located("Mara", "the lighthouse", "went to")])
-    two_people = scene([character("Mara"), character("Tobias")],
-                       [located("Mara", "the lighthouse"), located("Tobias", "Kirkwall harbour")])
-    scene_one, scene_two = scene([], [located("Mara", "the lighthouse")]), scene([], [located("Mara", "Kirkwall")])
+    nested_in_scene = scene(
+        [character("Mara")],
+        [
+            located("Mara", "the lamp room"),
+            located("Mara", "the lighthouse"),
+            located("the lamp room", "the lighthouse", "PART_OF"),
+        ],
+    )
+    nested_in_graph = scene(
+        [character("Mara")], [located("Mara", "the gallery"), located("Mara", "the lighthouse")]
+    )
+    travels = scene(
+        [character("Mara")],
+        [
+            located("Mara", "the cottage"),
+            located("Mara", "the lighthouse"),
+            located("Mara", "the lighthouse", "went to"),
+        ],
+    )
+    two_people = scene(
+        [character("Mara"), character("Tobias")],
+        [located("Mara", "the lighthouse"), located("Tobias", "Kirkwall harbour")],
+    )
+    scene_one, scene_two = (
+        scene([], [located("Mara", "the lighthouse")]),
+        scene([], [located("Mara", "Kirkwall")]),
+    )
     graph_containers = {"gallery": {"lighthouse"}}  # normalized names (no leading article)
-    for extractions in ([nested_in_scene], [nested_in_graph], [travels], [two_people], [scene_one, scene_two]):
+    for extractions in (
+        [nested_in_scene],
+        [nested_in_graph],
+        [travels],
+        [two_people],
+        [scene_one, scene_two],
+    ):
         assert two_places_at_once(3, extractions, graph_containers) == []
 
 
@@ -157,7 +212,9 @@ def test_revision_decision_combines_editor_metrics_and_findings() -> None:
     assert clean.clean and not looping.clean
     assert decide_revision(GOOD, [], [clean], clean, 0.5).revise is False
     # The editor's praise does not save a looping scene.
-    decision = decide_revision(GOOD, [], [clean, looping], measure(CLEAN_PROSE + " " + LOOP, 300, thresholds), 0.5)
+    decision = decide_revision(
+        GOOD, [], [clean, looping], measure(CLEAN_PROSE + " " + LOOP, 300, thresholds), 0.5
+    )
     assert decision.revise and any("scene 2 prose" in r for r in decision.reasons)
     error = Problem(kind="dead_character_acting", severity="error", message="Elsa acts")
     warning = Problem(kind="relationship_flip", severity="warning", message="flip")
@@ -175,14 +232,27 @@ def test_chapter_looping_across_clean_scenes_is_flagged() -> None:
     scenes = [measure(p, 80, thresholds) for p in parts]
     chapter = measure(" ".join(parts), 160, thresholds)
     assert all(m.clean for m in scenes) and chapter.max_sentence_repeats == 6
-    assert degeneration_flags(scenes, chapter) and decide_revision(GOOD, [], scenes, chapter, 0.5).revise
-    assert degeneration_flags([measure(CLEAN_PROSE, 150, thresholds)], measure(CLEAN_PROSE, 150, thresholds)) == []
+    assert (
+        degeneration_flags(scenes, chapter)
+        and decide_revision(GOOD, [], scenes, chapter, 0.5).revise
+    )
+    assert (
+        degeneration_flags(
+            [measure(CLEAN_PROSE, 150, thresholds)], measure(CLEAN_PROSE, 150, thresholds)
+        )
+        == []
+    )
 
 
 # --- the text against its plan, and run-on sentences -----------------------------------------
 
-PLAN = SceneDetail(title="The letter", pov="Mara Quill", setting="the lamp room of Gull Rock lighthouse",
-                   characters=["Mara Quill", "Tobias Venn"], beats=["Mara reads the letter"])
+PLAN = SceneDetail(
+    title="The letter",
+    pov="Mara Quill",
+    setting="the lamp room of Gull Rock lighthouse",
+    characters=["Mara Quill", "Tobias Venn"],
+    beats=["Mara reads the letter"],
+)
 CAST = ("Mara Quill", "Tobias Venn")
 THRESHOLDS = ProseThresholds()
 # The tiny model's word salad: few full stops, sentences of 40-90 words, nobody from the plan.
@@ -205,15 +275,26 @@ def test_scene_written_to_plan_passes() -> None:
 
 
 def test_scene_that_leaves_its_plan_is_found() -> None:
-    elsewhere = SceneDetail(title="x", pov="Mara Quill", setting="the Kirkwall ferry terminal",
-                            characters=["Mara Quill", "Ilse Marrow"], beats=[])
+    elsewhere = SceneDetail(
+        title="x",
+        pov="Mara Quill",
+        setting="the Kirkwall ferry terminal",
+        characters=["Mara Quill", "Ilse Marrow"],
+        beats=[],
+    )
     [check] = check_scenes([CLEAN_PROSE], [elsewhere], CAST, THRESHOLDS)
     assert check.missing_characters == ["Ilse Marrow"]
     assert any("planned character Ilse Marrow" in p for p in check.problems)
     assert check.setting_named is True  # "Kirkwall" is named (in passing), which is enough
-    [check] = check_scenes([CLEAN_PROSE], [elsewhere.model_copy(update={"setting": "the Bergen fish market"})],
-                           CAST, THRESHOLDS)
-    assert check.setting_named is False and any("not set where planned" in p for p in check.problems)
+    [check] = check_scenes(
+        [CLEAN_PROSE],
+        [elsewhere.model_copy(update={"setting": "the Bergen fish market"})],
+        CAST,
+        THRESHOLDS,
+    )
+    assert check.setting_named is False and any(
+        "not set where planned" in p for p in check.problems
+    )
 
 
 def test_word_salad_runs_on_and_a_long_grammatical_sentence_does_not() -> None:
@@ -228,59 +309,108 @@ def test_word_salad_runs_on_and_a_long_grammatical_sentence_does_not() -> None:
         "leave the island at all."
     )
     assert 60 <= len(long_sentence.split()) <= THRESHOLDS.max_sentence_words
-    [check] = check_scenes([CLEAN_PROSE + " " + long_sentence + " Tobias Venn came at dawn."], [PLAN], CAST,
-                           THRESHOLDS)
+    [check] = check_scenes(
+        [CLEAN_PROSE + " " + long_sentence + " Tobias Venn came at dawn."], [PLAN], CAST, THRESHOLDS
+    )
     assert check.problems == [] and check.max_sentence_words >= 60
 
 
 def test_a_scene_off_plan_is_revised_even_when_the_editor_loves_it() -> None:
     [check] = check_scenes([WORD_SALAD], [PLAN], CAST, THRESHOLDS)
-    perfect = QualityScores(coherence=1.0, prose_quality=1.0, plot_advancement=1.0, pacing=1.0, tone_consistency=1.0)
+    perfect = QualityScores(
+        coherence=1.0, prose_quality=1.0, plot_advancement=1.0, pacing=1.0, tone_consistency=1.0
+    )
     metrics = measure(WORD_SALAD, 100, THRESHOLDS)
     decision = decide_revision(perfect, [], [metrics], metrics, 0.5, [check])
-    assert decision.revise and any("scene 1 does not name its planned characters" in r for r in decision.reasons)
+    assert decision.revise and any(
+        "scene 1 does not name its planned characters" in r for r in decision.reasons
+    )
 
 
 def test_scores_use_one_scale_and_ambiguous_values_are_rejected() -> None:
-    scores = QualityScores(coherence=0.8, prose_quality=1.0, plot_advancement=0, pacing=0.35, tone_consistency=0.5)
+    scores = QualityScores(
+        coherence=0.8, prose_quality=1.0, plot_advancement=0, pacing=0.35, tone_consistency=0.5
+    )
     assert scores.prose_quality == 1.0 and scores.plot_advancement == 0.0
     for bad in (8, 1, 10, 85, 7.5, -0.1, True):
         with pytest.raises(ValidationError):
-            QualityScores(coherence=bad, prose_quality=0.5, plot_advancement=0.5, pacing=0.5, tone_consistency=0.5)
+            QualityScores(
+                coherence=bad,
+                prose_quality=0.5,
+                plot_advancement=0.5,
+                pacing=0.5,
+                tone_consistency=0.5,
+            )
     # The JSON a model sends: "1" is ambiguous (perfect on 0-1, poor on 0-10), "1.0" is not.
     with pytest.raises(ValidationError, match="ambiguous"):
-        QualityScores.model_validate_json('{"coherence": 1, "prose_quality": 0.5, "plot_advancement": 0.5, '
-                                          '"pacing": 0.5, "tone_consistency": 0.5}')
-    assert QualityScores.model_validate_json('{"coherence": 1.0, "prose_quality": 0.5, "plot_advancement": 0.5, '
-                                             '"pacing": 0.5, "tone_consistency": 0.5}').coherence == 1.0
+        QualityScores.model_validate_json(
+            '{"coherence": 1, "prose_quality": 0.5, "plot_advancement": 0.5, '
+            '"pacing": 0.5, "tone_consistency": 0.5}'
+        )
+    assert (
+        QualityScores.model_validate_json(
+            '{"coherence": 1.0, "prose_quality": 0.5, "plot_advancement": 0.5, '
+            '"pacing": 0.5, "tone_consistency": 0.5}'
+        ).coherence
+        == 1.0
+    )
 
 
 # --- what the checks read from the graph ------------------------------------------------------
 
 
-def test_consistency_facts_carry_accumulated_traits_latest_states_and_containment(store: GraphStore) -> None:
+def test_consistency_facts_carry_accumulated_traits_latest_states_and_containment(
+    store: GraphStore,
+) -> None:
     outline = EntitySource(type="outline", chapter=0)
-    store.commit_chapter(ChapterDelta(chapter=0, source_type="outline", entities=[
-        Entity(label="Character", name="Mara", traits=["brave"], sources=[outline]),
-        Entity(label="Character", name="Tobias", sources=[outline]),
-        Entity(label="Location", name="Gull Rock lighthouse", sources=[outline]),
-        Entity(label="Location", name="the lamp room", sources=[outline]),
-    ], relationships=[Relationship(source="the lamp room", target="Gull Rock lighthouse", type="PART_OF")]))
-    store.commit_chapter(ChapterDelta(chapter=1, relationships=[
-        Relationship(source="Mara", target="Tobias", type="FRIEND_OF")],
-        scenes=[SceneDelta(index=1, text_ref="scenes/chapter_001/scene_01.txt", text_sha="ab" * 32)]))
-    store.commit_chapter(ChapterDelta(chapter=2, entities=[Entity(label="Character", name="Mara", traits=["stubborn"])],
-                                      relationships=[Relationship(source="Mara", target="Tobias", type="KNOWS")]))
+    store.commit_chapter(
+        ChapterDelta(
+            chapter=0,
+            source_type="outline",
+            entities=[
+                Entity(label="Character", name="Mara", traits=["brave"], sources=[outline]),
+                Entity(label="Character", name="Tobias", sources=[outline]),
+                Entity(label="Location", name="Gull Rock lighthouse", sources=[outline]),
+                Entity(label="Location", name="the lamp room", sources=[outline]),
+            ],
+            relationships=[
+                Relationship(source="the lamp room", target="Gull Rock lighthouse", type="PART_OF")
+            ],
+        )
+    )
+    store.commit_chapter(
+        ChapterDelta(
+            chapter=1,
+            relationships=[Relationship(source="Mara", target="Tobias", type="FRIEND_OF")],
+            scenes=[
+                SceneDelta(index=1, text_ref="scenes/chapter_001/scene_01.txt", text_sha="ab" * 32)
+            ],
+        )
+    )
+    store.commit_chapter(
+        ChapterDelta(
+            chapter=2,
+            entities=[Entity(label="Character", name="Mara", traits=["stubborn"])],
+            relationships=[Relationship(source="Mara", target="Tobias", type="KNOWS")],
+        )
+    )
     facts = retrieval.consistency_facts(store, ["Mara", "Tobias", "the lamp room"], as_of_chapter=3)
     assert set(facts.traits["mara"]) == {"brave", "stubborn"}
     assert facts.relationship_types[("mara", "tobias")]["FRIEND_OF"] == 1
     assert facts.containers["lamp room"] == {"gull rock lighthouse"}
     assert facts.scene_texts == {(1, 1): ("scenes/chapter_001/scene_01.txt", "ab" * 32)}
     # Chapter 4 makes them enemies and calls Mara cowardly: both are found against the graph.
-    delta = ChapterDelta(chapter=4, entities=[Entity(label="Character", name="Mara", traits=["cowardly"])],
-                         relationships=[Relationship(source="Tobias", target="Mara", type="ENEMY_OF")])
-    assert [p.kind for p in relationship_flips(delta, facts.relationship_types)] == ["relationship_flip"]
-    assert [p.kind for p in contradictory_traits(delta, ANTONYMS, facts.traits)] == ["contradictory_traits"]
+    delta = ChapterDelta(
+        chapter=4,
+        entities=[Entity(label="Character", name="Mara", traits=["cowardly"])],
+        relationships=[Relationship(source="Tobias", target="Mara", type="ENEMY_OF")],
+    )
+    assert [p.kind for p in relationship_flips(delta, facts.relationship_types)] == [
+        "relationship_flip"
+    ]
+    assert [p.kind for p in contradictory_traits(delta, ANTONYMS, facts.traits)] == [
+        "contradictory_traits"
+    ]
 
 
 # --- duplicate scenes: an embedding match confirmed on the words ------------------------------
@@ -288,13 +418,26 @@ def test_consistency_facts_carry_accumulated_traits_latest_states_and_containmen
 
 def test_duplicate_scene_needs_the_words_to_repeat_too() -> None:
     # A chat model's pooled states put any two scenes above the cosine threshold.
-    delta = ChapterDelta(chapter=2, scenes=[SceneDelta(index=1, embedding=[1.0, 0.0]),
-                                            SceneDelta(index=2, embedding=[0.999, 0.02])])
+    delta = ChapterDelta(
+        chapter=2,
+        scenes=[
+            SceneDelta(index=1, embedding=[1.0, 0.0]),
+            SceneDelta(index=2, embedding=[0.999, 0.02]),
+        ],
+    )
     earlier = [(1, 1, [1.0, 0.01])]
     other = "Tobias rowed out past the reef at dawn, cursing the fog and the broken oarlock. " * 2
-    distinct = {(2, 1): CLEAN_PROSE, (2, 2): other, (1, 1): "The ferry bell rang across an empty harbour."}
+    distinct = {
+        (2, 1): CLEAN_PROSE,
+        (2, 2): other,
+        (1, 1): "The ferry bell rang across an empty harbour.",
+    }
     assert duplicate_scenes(delta, earlier, lambda c, s: distinct.get((c, s))) == []
-    repeated = {(2, 1): CLEAN_PROSE, (2, 2): "Mara sighed. " + CLEAN_PROSE, (1, 1): CLEAN_PROSE[:300]}
+    repeated = {
+        (2, 1): CLEAN_PROSE,
+        (2, 2): "Mara sighed. " + CLEAN_PROSE,
+        (1, 1): CLEAN_PROSE[:300],
+    }
     found = duplicate_scenes(delta, earlier, lambda c, s: repeated.get((c, s)))
     assert sorted(p.chapters for p in found) == [[1, 2], [1, 2], [2]]
     # Without texts the embedding alone decides, as before.

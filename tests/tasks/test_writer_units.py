@@ -13,8 +13,15 @@ from tasks.bible import StoryBible, bible_delta, load_story_bible, write_owned
 from tasks.manuscript import split_manuscript
 from tasks.steering import Steering, chapter_guidance, fingerprint, first_stale_chapter
 
-MARA = {"name": "Mara Quill", "role": "protagonist", "description": "The keeper.", "traits": ["stubborn"],
-        "motivation": "learn the truth", "backstory": "", "voice": ""}
+MARA = {
+    "name": "Mara Quill",
+    "role": "protagonist",
+    "description": "The keeper.",
+    "traits": ["stubborn"],
+    "motivation": "learn the truth",
+    "backstory": "",
+    "voice": "",
+}
 
 
 def _project(tmp_path: Path, **sheet: object) -> Path:
@@ -26,22 +33,39 @@ def _project(tmp_path: Path, **sheet: object) -> Path:
 def test_valid_bible_loads(tmp_path: Path) -> None:
     root = _project(tmp_path)
     (root / "world").mkdir()
-    (root / "world" / "locations.yaml").write_text(yaml.safe_dump([{"name": "Gull Rock", "description": "A rock."}]))
+    (root / "world" / "locations.yaml").write_text(
+        yaml.safe_dump([{"name": "Gull Rock", "description": "A rock."}])
+    )
     bible = load_story_bible(root)
-    assert [c.name for c in bible.characters] == ["Mara Quill"] and bible.locations[0].name == "Gull Rock"
+    assert [c.name for c in bible.characters] == ["Mara Quill"] and bible.locations[
+        0
+    ].name == "Gull Rock"
 
 
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        ({"mood": "grim"}, "characters/mara_quill.yaml: field 'mood': unknown field; allowed fields: name, role"),
-        ({"traits": "brave"}, "characters/mara_quill.yaml: field 'traits': Input should be a valid list"),
-        ({"motivation": 3}, "characters/mara_quill.yaml: field 'motivation': Input should be a valid string"),
-        ({"name": ""}, "characters/mara_quill.yaml: field 'name': String should have at least 1 character"),
+        (
+            {"mood": "grim"},
+            "characters/mara_quill.yaml: field 'mood': unknown field; allowed fields: name, role",
+        ),
+        (
+            {"traits": "brave"},
+            "characters/mara_quill.yaml: field 'traits': Input should be a valid list",
+        ),
+        (
+            {"motivation": 3},
+            "characters/mara_quill.yaml: field 'motivation': Input should be a valid string",
+        ),
+        (
+            {"name": ""},
+            "characters/mara_quill.yaml: field 'name': String should have at least 1 character",
+        ),
     ],
 )
-def test_bad_bible_edit_names_file_field_and_what_is_allowed(tmp_path: Path, edit: dict[str, object],
-                                                              expected: str) -> None:
+def test_bad_bible_edit_names_file_field_and_what_is_allowed(
+    tmp_path: Path, edit: dict[str, object], expected: str
+) -> None:
     root = _project(tmp_path, **edit)
     with pytest.raises(InvalidInputError) as caught:
         load_story_bible(root)
@@ -52,11 +76,17 @@ def test_bad_bible_edit_names_file_field_and_what_is_allowed(tmp_path: Path, edi
 def test_bad_yaml_and_bad_list_entry(tmp_path: Path) -> None:
     root = _project(tmp_path)
     (root / "world").mkdir()
-    (root / "world" / "relationships.yaml").write_text("- source: Mara\n  target: Tobias\n  type: FRIEND_OF\n  since: 3\n")
-    with pytest.raises(InvalidInputError, match=r"world/relationships.yaml: entry 1, field 'since': unknown field"):
+    (root / "world" / "relationships.yaml").write_text(
+        "- source: Mara\n  target: Tobias\n  type: FRIEND_OF\n  since: 3\n"
+    )
+    with pytest.raises(
+        InvalidInputError, match=r"world/relationships.yaml: entry 1, field 'since': unknown field"
+    ):
         load_story_bible(root)
     (root / "world" / "relationships.yaml").write_text("- source: [unclosed\n")
-    with pytest.raises(InvalidInputError, match=r"world/relationships.yaml: not valid YAML at line"):
+    with pytest.raises(
+        InvalidInputError, match=r"world/relationships.yaml: not valid YAML at line"
+    ):
         load_story_bible(root)
 
 
@@ -78,12 +108,24 @@ def test_write_owned_never_overwrites_the_writers_edit(tmp_path: Path) -> None:
 def test_bible_delta_pushes_only_what_the_writer_changed() -> None:
     baseline = StoryBible.model_validate({"characters": [MARA]})
     assert bible_delta(baseline, baseline, 1, -1) is None
-    edited = StoryBible.model_validate({"characters": [{**MARA, "motivation": "find her sister", "traits": ["stubborn", "haunted"]},
-                                                       {**MARA, "name": "Tobias Venn", "role": "supporting"}]})
+    edited = StoryBible.model_validate(
+        {
+            "characters": [
+                {**MARA, "motivation": "find her sister", "traits": ["stubborn", "haunted"]},
+                {**MARA, "name": "Tobias Venn", "role": "supporting"},
+            ]
+        }
+    )
     delta = bible_delta(baseline, edited, 2, -1)
-    assert delta is not None and delta.changeset == -1 and delta.chapter == 2 and delta.source_type == "user"
+    assert (
+        delta is not None
+        and delta.changeset == -1
+        and delta.chapter == 2
+        and delta.source_type == "user"
+    )
     assert [(u.entity, u.changes) for u in delta.property_updates] == [
-        ("Mara Quill", {"traits": ["stubborn", "haunted"], "motivation": "find her sister"})]
+        ("Mara Quill", {"traits": ["stubborn", "haunted"], "motivation": "find her sister"})
+    ]
     assert [e.name for e in delta.entities] == ["Tobias Venn"]
     assert delta.delta_hash() != delta.model_copy(update={"changeset": -2}).delta_hash()
 
@@ -99,14 +141,19 @@ def test_guidance_marks_its_chapter_stale_and_nothing_else(tmp_path: Path) -> No
     assert first_stale_chapter(steering, tmp_path, [1, 2]) is None
     steering.takes[1] = 2  # a redo of chapter 1
     assert first_stale_chapter(steering, tmp_path, [1, 2]) == 1
-    assert "take 2" in chapter_guidance(tmp_path, 1, 2) and "Mara lies." in chapter_guidance(tmp_path, 2, 1)
+    assert "take 2" in chapter_guidance(tmp_path, 1, 2) and "Mara lies." in chapter_guidance(
+        tmp_path, 2, 1
+    )
 
 
 def test_split_manuscript_by_level_two_headings_with_title() -> None:
     text = "# My Book\n\nfront matter\n\n## Chapter 1: One\n\nA.\n\n* * *\n\nB.\n\n## Chapter 2\n\nC.\n"
     book = split_manuscript(text, "fallback")
     assert book.title == "My Book"
-    assert [(c.number, c.title, c.scenes) for c in book.chapters] == [(1, "One", ["A.", "B."]), (2, "Chapter 2", ["C."])]
+    assert [(c.number, c.title, c.scenes) for c in book.chapters] == [
+        (1, "One", ["A.", "B."]),
+        (2, "Chapter 2", ["C."]),
+    ]
 
 
 def test_split_manuscript_by_level_one_headings() -> None:

@@ -28,17 +28,29 @@ needs_linter = pytest.mark.skipif(
 )
 
 
-def lint(tmp_path: Path, *statements: tuple[str, list[str]], accepted: list[dict[str, str]] | None = None) -> subprocess.CompletedProcess[str]:
+def lint(
+    tmp_path: Path, *statements: tuple[str, list[str]], accepted: list[dict[str, str]] | None = None
+) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "statements.jsonl"
-    lines = [{"vocabulary": True, "labels": sorted(vocab.ALL_LABELS), "relationship_types": sorted(vocab.ALL_REL_TYPES)}]
-    lines += [{"text": text, "param_sets": [params], "origin": "recorded"} for text, params in statements]
+    lines = [
+        {
+            "vocabulary": True,
+            "labels": sorted(vocab.ALL_LABELS),
+            "relationship_types": sorted(vocab.ALL_REL_TYPES),
+        }
+    ]
+    lines += [
+        {"text": text, "param_sets": [params], "origin": "recorded"} for text, params in statements
+    ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     accepted_path = tmp_path / "accepted.json"
     accepted_path.write_text(json.dumps(accepted or []))
     assert NODE is not None
     return subprocess.run(
         [NODE, str(LINT_DIR / "lint.js"), str(path), "--accepted", str(accepted_path)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -66,7 +78,9 @@ def test_what_only_arcadedb_accepts_or_an_undeclared_parameter_fails(tmp_path: P
     assert arcadedb_only in result.stdout
     unaliased = "MATCH (c:`Chapter`) WITH c, c.number RETURN c.number AS n"
     result = lint(tmp_path, (unaliased, []))
-    assert result.returncode == 1 and "must be aliased" in result.stdout and unaliased in result.stdout
+    assert (
+        result.returncode == 1 and "must be aliased" in result.stdout and unaliased in result.stdout
+    )
 
     # The same text sent without the parameter it uses: Neo4j would refuse to run it.
     result = lint(tmp_path, (cypher.read_nodes(vocab.ENTITY), []))
@@ -83,7 +97,9 @@ def test_a_deprecation_fails_unless_listed_with_a_reason(tmp_path: Path) -> None
     assert result.returncode == 1 and "deprecated" in result.stdout and deprecated in result.stdout
 
     reason = "kept for a server that lacks the scope clause"
-    accepted = [{"message": "CALL subquery without a variable scope clause is deprecated", "reason": reason}]
+    accepted = [
+        {"message": "CALL subquery without a variable scope clause is deprecated", "reason": reason}
+    ]
     result = lint(tmp_path, (deprecated, []), accepted=accepted)
     assert result.returncode == 0, result.stdout
     assert reason in result.stdout and "1 accepted warnings" in result.stdout

@@ -40,7 +40,10 @@ def test_a_locomo_sample_reads_as_the_converted_jsonl_dialogue() -> None:
     assert [t.model_dump() for t in spec.turns] == [t.model_dump() for t in converted.turns]
     assert [q.model_dump() for q in spec.qa] == [q.model_dump() for q in converted.qa]
     captioned = [t for t in spec.turns if t.image_caption]
-    assert [t.dia_id for t in captioned] == ["D1:3", "D3:3"]  # blip_caption kept, img_url and query not
+    assert [t.dia_id for t in captioned] == [
+        "D1:3",
+        "D3:3",
+    ]  # blip_caption kept, img_url and query not
     adversarial = next(q for q in spec.qa if q.category == 5)
     assert adversarial.answer == "film music"  # LoCoMo calls it adversarial_answer
     assert load_dialogues(LOCOMO_JSON, max_turns=7)[0].turns[-1].dia_id == "D2:1"
@@ -48,12 +51,17 @@ def test_a_locomo_sample_reads_as_the_converted_jsonl_dialogue() -> None:
 
 def test_a_longmemeval_instance_is_one_session_scored_dialogue() -> None:
     specs = load_dialogues(LONGMEMEVAL_JSON)
-    assert [s.dialogue_id for s in specs] == ["longmemeval-q-cello", "longmemeval-q-trips",
-                                             "longmemeval-q-dentist_abs"]
+    assert [s.dialogue_id for s in specs] == [
+        "longmemeval-q-cello",
+        "longmemeval-q-trips",
+        "longmemeval-q-dentist_abs",
+    ]
     trips = specs[1]
     assert trips.scoring == "session" and len(trips.turns) == 16
     assert {t.speaker for t in trips.turns} == {"user", "assistant"}
-    assert trips.turns[4].dia_id == "answer_trip_1_1" and trips.turns[4].session_id == "answer_trip_1"
+    assert (
+        trips.turns[4].dia_id == "answer_trip_1_1" and trips.turns[4].session_id == "answer_trip_1"
+    )
     assert trips.turns[4].session_time == "2023/05/11 (Wed) 09:11"
     [question] = trips.qa
     assert question.evidence_sessions == ["answer_trip_1", "answer_trip_2"]
@@ -72,26 +80,42 @@ def test_session_recall_counts_distinct_sessions_as_longmemeval_does() -> None:
     assert session_recall(ranked, ["d"], 3) == (0.0, 0.0)
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ('[{"turns": []}]', "in no layout Skald reads"),
-    ('{"conversation": {}, "qa": [{"question": "q"}]}', "record 0: sample_id: Field required"),
-    ('[{"sample_id": "conv-1", "conversation": {"session_1": [{"speaker": "A", "dia_id": "D1:1"}]}, "qa": []}]',
-     "sample conv-1, session_1.0: text: Field required"),
-    ('[{"question_id": "x", "question": "q", "haystack_sessions": [[{"role": "user"}]], '
-     '"haystack_session_ids": ["s"], "haystack_dates": ["d"]}]', "haystack_sessions.0.0.content: Field required"),
-    ("[1, 2", "is not valid JSON"),
-])
-def test_a_file_in_no_layout_stops_with_one_line_naming_it(tmp_path: Path, content: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('[{"turns": []}]', "in no layout Skald reads"),
+        ('{"conversation": {}, "qa": [{"question": "q"}]}', "record 0: sample_id: Field required"),
+        (
+            '[{"sample_id": "conv-1", "conversation": {"session_1": [{"speaker": "A", "dia_id": "D1:1"}]}, "qa": []}]',
+            "sample conv-1, session_1.0: text: Field required",
+        ),
+        (
+            '[{"question_id": "x", "question": "q", "haystack_sessions": [[{"role": "user"}]], '
+            '"haystack_session_ids": ["s"], "haystack_dates": ["d"]}]',
+            "haystack_sessions.0.0.content: Field required",
+        ),
+        ("[1, 2", "is not valid JSON"),
+    ],
+)
+def test_a_file_in_no_layout_stops_with_one_line_naming_it(
+    tmp_path: Path, content: str, message: str
+) -> None:
     path = tmp_path / "bench.json"
     path.write_text(content)
     with pytest.raises(InvalidInputError) as raised:
         load_dialogues(path)
-    assert message in str(raised.value) and str(path) in str(raised.value) and "\n" not in str(raised.value)
+    assert (
+        message in str(raised.value)
+        and str(path) in str(raised.value)
+        and "\n" not in str(raised.value)
+    )
 
 
 def test_the_layout_is_read_from_the_file_not_its_name() -> None:
     assert detect_layout(LOCOMO_JSON, json.loads(LOCOMO_JSON.read_text())) == "locomo"
-    assert detect_layout(LONGMEMEVAL_JSON, json.loads(LONGMEMEVAL_JSON.read_text())) == "longmemeval"
+    assert (
+        detect_layout(LONGMEMEVAL_JSON, json.loads(LONGMEMEVAL_JSON.read_text())) == "longmemeval"
+    )
 
 
 @pytest.fixture()
@@ -100,52 +124,103 @@ def regression_env(graph_settings: Settings, monkeypatch: pytest.MonkeyPatch) ->
     layouts, not the sentence model)."""
     ep = graph_endpoint(graph_settings)
     with ScriptedLLM() as scripted:
-        for name, value in {"NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
-                            "NEO4J_DATABASE": ep.database, "PYTHONPATH": child_pythonpath(),
-                            "SKALD_EMBEDDING_BASE_URL": scripted.base_url}.items():
+        for name, value in {
+            "NEO4J_URI": ep.uri,
+            "NEO4J_USERNAME": ep.username,
+            "NEO4J_PASSWORD": ep.password,
+            "NEO4J_DATABASE": ep.database,
+            "PYTHONPATH": child_pythonpath(),
+            "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
+        }.items():
             monkeypatch.setenv(name, value)
         yield
 
 
-def _ingest(project: Path, dialogues: Path, run_id: str, *extra: str) -> tuple[int, dict, pl.DataFrame]:  # type: ignore[type-arg]
+def _ingest(
+    project: Path, dialogues: Path, run_id: str, *extra: str
+) -> tuple[int, dict, pl.DataFrame]:  # type: ignore[type-arg]
     with pytest.raises(SystemExit) as exited:
-        run_main(regression_main, "regression", ["--project-dir", str(project), "--dialogues", str(dialogues),
-                                                 "--mode", "ingest", "--run-id", run_id, *extra])
+        run_main(
+            regression_main,
+            "regression",
+            [
+                "--project-dir",
+                str(project),
+                "--dialogues",
+                str(dialogues),
+                "--mode",
+                "ingest",
+                "--run-id",
+                run_id,
+                *extra,
+            ],
+        )
     out = project / ".saga" / "regression" / run_id
-    return int(exited.value.code or 0), json.loads((out / "summary.json").read_text()), pl.read_parquet(
-        out / "recall.parquet")
+    return (
+        int(exited.value.code or 0),
+        json.loads((out / "summary.json").read_text()),
+        pl.read_parquet(out / "recall.parquet"),
+    )
 
 
 def test_the_batch_gives_the_same_recall_on_locomo_json_as_on_its_jsonl(
-    regression_env: None, prefect_api: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    regression_env: None,
+    prefect_api: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code_json, published, probe_json = _ingest(tmp_path / "a", LOCOMO_JSON, "published", "--no-recall-gate")
-    code_jsonl, converted, probe_jsonl = _ingest(tmp_path / "b", LOCOMO_JSONL, "converted", "--no-recall-gate")
+    code_json, published, probe_json = _ingest(
+        tmp_path / "a", LOCOMO_JSON, "published", "--no-recall-gate"
+    )
+    code_jsonl, converted, probe_jsonl = _ingest(
+        tmp_path / "b", LOCOMO_JSONL, "converted", "--no-recall-gate"
+    )
     assert code_json == code_jsonl == 0
     assert published["recall_at_k"] == converted["recall_at_k"]
     assert published["recall_at_k"]["10"]["all"] is not None
     assert published["questions"] == converted["questions"]
     assert published["questions"]["probed"] == 6  # 7 items, one without evidence
     assert published["questions"]["skipped"] == {"locomo-901": {"no evidence listed": 1}}
-    columns = ["dialogue_id", "category", "question", "evidence", "retrieved", "recall_at_5", "recall_at_10"]
+    columns = [
+        "dialogue_id",
+        "category",
+        "question",
+        "evidence",
+        "retrieved",
+        "recall_at_5",
+        "recall_at_10",
+    ]
     assert probe_json.select(columns).equals(probe_jsonl.select(columns))
     assert published["session_recall_at_k"] is None
     assert "recall@10 categories 1-4:" in capsys.readouterr().out
 
 
 def test_a_longmemeval_file_is_scored_as_session_recall_and_gated_on_it(
-    regression_env: None, prefect_api: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    regression_env: None,
+    prefect_api: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, summary, probe = _ingest(tmp_path, LONGMEMEVAL_JSON, "lme", "--min-recall", "0.5")
     out = capsys.readouterr().out
     sessions = summary["session_recall_at_k"]
     assert sessions["questions"] == 2 and probe.height == 2
     assert summary["questions"]["skipped"]["longmemeval-q-dentist_abs"] == {
-        "abstention question (no evidence by design; LongMemEval skips it too)": 1}
+        "abstention question (no evidence by design; LongMemEval skips it too)": 1
+    }
     # Haystacks of four sessions: every session is among the first 5 distinct ones.
-    assert sessions["5"] == {"any": 1.0, "all": 1.0, "by_type": {"multi-session": 1.0, "single-session-user": 1.0}}
+    assert sessions["5"] == {
+        "any": 1.0,
+        "all": 1.0,
+        "by_type": {"multi-session": 1.0, "single-session-user": 1.0},
+    }
     trips = probe.filter(pl.col("dialogue_id") == "longmemeval-q-trips").row(0, named=True)
-    assert sorted(trips["retrieved_sessions"]) == ["answer_trip_1", "answer_trip_2", "s_garden", "s_tax"]
+    assert sorted(trips["retrieved_sessions"]) == [
+        "answer_trip_1",
+        "answer_trip_2",
+        "s_garden",
+        "s_tax",
+    ]
     assert summary["recall_at_k"]["10"]["all"] is None  # no LoCoMo categories in this run
     gates = pl.read_parquet(tmp_path / ".saga" / "regression" / "lme" / "gates.parquet")
     assert "session recall_any@10 (LongMemEval)" in gates["gate"].to_list()

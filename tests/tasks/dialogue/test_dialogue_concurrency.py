@@ -51,13 +51,24 @@ def _state(repo: DialogueRepository, conv: str) -> dict[str, Any]:
         for r in repo.relations(conv)
     )
     events = [
-        (e["turn_id"], e["index"], e["action"], e.get("from_type"), e.get("to_type"),
-         e.get("weight_before"), e.get("weight_after"))
+        (
+            e["turn_id"],
+            e["index"],
+            e["action"],
+            e.get("from_type"),
+            e.get("to_type"),
+            e.get("weight_before"),
+            e.get("weight_after"),
+        )
         for e in repo.events(conv)
     ]
     turns = [(t["turn_id"], t["seq"]) for t in repo.turns(conv)]
-    return {"relations": relations, "events": sorted(events), "turns": turns,
-            "event_ids": [e["event_id"] for e in repo.events(conv)]}
+    return {
+        "relations": relations,
+        "events": sorted(events),
+        "turns": turns,
+        "event_ids": [e["event_id"] for e in repo.events(conv)],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +78,9 @@ def scripted() -> Iterator[ScriptedLLM]:
 
 
 def _settings(graph_settings: Settings, llm: ScriptedLLM) -> Settings:
-    return load_settings(graph_settings.project_dir, openai_base_url=llm.base_url, embedding_base_url=llm.base_url)
+    return load_settings(
+        graph_settings.project_dir, openai_base_url=llm.base_url, embedding_base_url=llm.base_url
+    )
 
 
 def _sequential(graph_settings: Settings, scripted: ScriptedLLM, mutations: str) -> dict[str, Any]:
@@ -82,22 +95,50 @@ def _sequential(graph_settings: Settings, scripted: ScriptedLLM, mutations: str)
         service.close()
 
 
-def _run_workers(graph_settings: Settings, tmp_path: Path, conv: str, mutations: str,
-                 selections: list[str]) -> list[list[dict[str, Any]]]:
+def _run_workers(
+    graph_settings: Settings, tmp_path: Path, conv: str, mutations: str, selections: list[str]
+) -> list[list[dict[str, Any]]]:
     ep = graph_endpoint(graph_settings)
-    env = {**os.environ, "NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
-           "NEO4J_DATABASE": ep.database, "PYTHONPATH": child_pythonpath()}
+    env = {
+        **os.environ,
+        "NEO4J_URI": ep.uri,
+        "NEO4J_USERNAME": ep.username,
+        "NEO4J_PASSWORD": ep.password,
+        "NEO4J_DATABASE": ep.database,
+        "PYTHONPATH": child_pythonpath(),
+    }
     go = tmp_path / "go"
     procs, outputs = [], []
     for i, selection in enumerate(selections):
         out = tmp_path / f"worker-{i}.json"
         outputs.append(out)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tests.tasks.dialogue.test_dialogue_concurrency", "worker", "--conversation", conv,
-             "--turns", selection, "--mutations", mutations, "--go", str(go), "--out", str(out),
-             "--project-dir", str(tmp_path / f"project-{i}")],
-            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.tasks.dialogue.test_dialogue_concurrency",
+                    "worker",
+                    "--conversation",
+                    conv,
+                    "--turns",
+                    selection,
+                    "--mutations",
+                    mutations,
+                    "--go",
+                    str(go),
+                    "--out",
+                    str(out),
+                    "--project-dir",
+                    str(tmp_path / f"project-{i}"),
+                ],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     ready = [tmp_path / f"worker-{i}.json.ready" for i in range(len(selections))]
     deadline = time.monotonic() + 600
     while not all(p.exists() for p in ready):
@@ -121,7 +162,9 @@ def test_two_processes_committing_the_same_turns_serialise_them(
     for turn in range(TURNS):
         outcomes = [results[w][turn] for w in range(2)]
         assert all(o["committed"] for o in outcomes), outcomes
-        assert sorted(o["idempotent_hit"] for o in outcomes) == [False, True], outcomes  # exactly once
+        assert sorted(o["idempotent_hit"] for o in outcomes) == [False, True], (
+            outcomes
+        )  # exactly once
         assert outcomes[0]["seq"] == outcomes[1]["seq"] == turn + 1
     service = DialogueService(_settings(graph_settings, scripted))
     try:
@@ -146,7 +189,9 @@ def test_two_processes_committing_alternate_turns_lose_no_update(
         state = _state(DialogueRepository(service.store), conv)
     finally:
         service.close()
-    assert sorted(seq for _, seq in state["turns"]) == list(range(1, TURNS + 1))  # no duplicate, no gap
+    assert sorted(seq for _, seq in state["turns"]) == list(
+        range(1, TURNS + 1)
+    )  # no duplicate, no gap
     assert sorted(t for t, _ in state["turns"]) == sorted(t for t, _ in expected["turns"])
     assert len(state["event_ids"]) == len(set(state["event_ids"])) == len(expected["event_ids"])
     final = {(s, t, typ): (status, w) for s, t, typ, status, w, *_ in state["relations"]}
@@ -202,7 +247,9 @@ def _worker(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     with ScriptedLLM() as llm:
         DialogueScript(participants(DIALOGUE), mutations=args.mutations).install(llm)
-        settings = load_settings(args.project_dir, openai_base_url=llm.base_url, embedding_base_url=llm.base_url)
+        settings = load_settings(
+            args.project_dir, openai_base_url=llm.base_url, embedding_base_url=llm.base_url
+        )
         service = DialogueService(settings, options=SidecarOptions(lock_wait_s=60))
         try:
             requests = _requests(args.conversation)
@@ -216,11 +263,21 @@ def _worker(argv: list[str]) -> int:
             results = [service.commit(r) for r in mine]
         finally:
             service.close()
-    args.out.write_text(json.dumps([
-        {"turn": r.turn_id, "committed": r.committed, "idempotent_hit": r.idempotent_hit, "seq": r.seq,
-         "code": r.code, "reason": r.reason}
-        for r in results
-    ]))
+    args.out.write_text(
+        json.dumps(
+            [
+                {
+                    "turn": r.turn_id,
+                    "committed": r.committed,
+                    "idempotent_hit": r.idempotent_hit,
+                    "seq": r.seq,
+                    "code": r.code,
+                    "reason": r.reason,
+                }
+                for r in results
+            ]
+        )
+    )
     return 0
 
 

@@ -9,22 +9,34 @@ from tests.support.scripted_llm import ScriptedRequest
 
 
 def _request(text: str, schema: str) -> ScriptedRequest:
-    return ScriptedRequest(path="/v1/chat/completions", body={}, messages=[{"role": "user", "content": text}],
-                           schema_name=schema, response_format="json_schema")
+    return ScriptedRequest(
+        path="/v1/chat/completions",
+        body={},
+        messages=[{"role": "user", "content": text}],
+        schema_name=schema,
+        response_format="json_schema",
+    )
 
 
 def test_script_extractor_proposes_actions_between_the_participants() -> None:
     script = DialogueScript(["Caroline", "Melanie"])
-    prompt = ("Earlier messages, for context only:\nMelanie: Hi Caroline!\n\n"
-              "NEW messages:\nCaroline: Hey Mel! Good to see you!\n\nRelation actions: ...")
+    prompt = (
+        "Earlier messages, for context only:\nMelanie: Hi Caroline!\n\n"
+        "NEW messages:\nCaroline: Hey Mel! Good to see you!\n\nRelation actions: ..."
+    )
     out = TurnExtraction.model_validate(script.extractor(_request(prompt, "TurnExtraction")))
     assert [e.name for e in out.entities] == ["Caroline"]
     assert out.actions[0].action == "EVOLVE" and out.actions[0].target == "Melanie"
-    assert out.actions[0].weight_delta == 0.1 and out.actions[0].quote == "Hey Mel! Good to see you!"
+    assert (
+        out.actions[0].weight_delta == 0.1 and out.actions[0].quote == "Hey Mel! Good to see you!"
+    )
     assert out.facts == ["Caroline said: Hey Mel! Good to see you!"]
     # With nobody else in sight, the script relates the speaker to no one.
-    alone = TurnExtraction.model_validate(script.extractor(_request(
-        "NEW messages:\nCaroline: Hey Mel! Good to see you!\n", "TurnExtraction")))
+    alone = TurnExtraction.model_validate(
+        script.extractor(
+            _request("NEW messages:\nCaroline: Hey Mel! Good to see you!\n", "TurnExtraction")
+        )
+    )
     assert alone.actions == [] and [e.name for e in alone.entities] == ["Caroline"]
 
 
@@ -41,6 +53,8 @@ def test_script_milestones_appear_in_the_first_twenty_turns_of_each_dialogue() -
         script = DialogueScript(participants(dialogue))
         found = 0
         for row in dialogue_turns(dialogue, 20):
-            report = script.historian(_request(f"NEW messages:\n{row['speaker']}: {row['text']}\n", "HistorianReport"))
+            report = script.historian(
+                _request(f"NEW messages:\n{row['speaker']}: {row['text']}\n", "HistorianReport")
+            )
             found += len(report["milestones"])
         assert found >= 2, dialogue

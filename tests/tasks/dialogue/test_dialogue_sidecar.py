@@ -32,8 +32,16 @@ from tests.support.dialogue_script import (
 from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 
 FULL_TIMELINE = [
-    "RECEIVED", "RETRIEVING", "INJECTING", "ACTING", "EXTRACTING", "JUDGING", "HISTORIANING",
-    "PREPARED", "COMMITTING", "COMMITTED",
+    "RECEIVED",
+    "RETRIEVING",
+    "INJECTING",
+    "ACTING",
+    "EXTRACTING",
+    "JUDGING",
+    "HISTORIANING",
+    "PREPARED",
+    "COMMITTING",
+    "COMMITTED",
 ]
 
 
@@ -71,7 +79,9 @@ def _conv(name: str) -> str:
     return f"test-{name}-{uuid.uuid4().hex[:8]}"
 
 
-def _requests(conversation_id: str, turns: int, dialogue: str = "locomo-26") -> list[TurnCommitRequest]:
+def _requests(
+    conversation_id: str, turns: int, dialogue: str = "locomo-26"
+) -> list[TurnCommitRequest]:
     return dialogue_requests(dialogue, conversation_id, turns)
 
 
@@ -90,8 +100,20 @@ def _facts_export(service: DialogueService, path: Path) -> list[dict]:
 def _cli_export(settings: Settings, path: Path) -> bytes:
     """`python -m kg export`, as an operator would run it (finds the session's graph server)."""
     done = subprocess.run(
-        [sys.executable, "-m", "kg", "export", "--out", str(path), "--project-dir", str(settings.project_dir)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "kg",
+            "export",
+            "--out",
+            str(path),
+            "--project-dir",
+            str(settings.project_dir),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     return path.read_bytes()
@@ -103,7 +125,9 @@ def test_first_20_turns_of_locomo26_commit_and_a_replay_writes_nothing(
     conv = _conv("locomo26")
     requests = _requests(conv, 20)
     first = [service.commit(r) for r in requests]
-    assert [r.state for r in first] == [TurnState.COMMITTED] * 20, [r.reason for r in first if not r.committed]
+    assert [r.state for r in first] == [TurnState.COMMITTED] * 20, [
+        r.reason for r in first if not r.committed
+    ]
     assert not any(r.idempotent_hit for r in first)
     assert [s.state.value for s in first[5].trace.states] == FULL_TIMELINE  # type: ignore[union-attr]
     assert [r.seq for r in first] == list(range(1, 21))
@@ -140,12 +164,20 @@ def test_a_different_payload_under_a_committed_key_is_a_conflict(service: Dialog
     conv = _conv("conflict")
     request = _requests(conv, 1)[0]
     assert service.commit(request).committed
-    changed = request.model_copy(update={"messages": [request.messages[0].model_copy(update={"content": "edited"})]})
+    changed = request.model_copy(
+        update={"messages": [request.messages[0].model_copy(update={"content": "edited"})]}
+    )
     result = service.commit(changed)
-    assert (result.code, result.error_kind, result.committed) == ("INVALID_REQUEST", "conflict", False)
+    assert (result.code, result.error_kind, result.committed) == (
+        "INVALID_REQUEST",
+        "conflict",
+        False,
+    )
     assert "idempotency conflict" in (result.reason or "")
     # Another model for a retry is the same payload: still the stored result.
-    rerouted = request.model_copy(update={"config": request.config.model_copy(update={"token_budget": 300})})
+    rerouted = request.model_copy(
+        update={"config": request.config.model_copy(update={"token_budget": 300})}
+    )
     assert service.commit(rerouted).idempotent_hit
 
 
@@ -160,7 +192,11 @@ def test_forced_extractor_failure_rolls_back_and_the_graph_is_byte_identical(
 
     scripted.on(schema="TurnExtraction", fault="http_401", times=1)
     fatal = service.commit(requests[3])
-    assert (fatal.state, fatal.code, fatal.error_kind) == (TurnState.ROLLED_BACK, "ROLLED_BACK", "llm")
+    assert (fatal.state, fatal.code, fatal.error_kind) == (
+        TurnState.ROLLED_BACK,
+        "ROLLED_BACK",
+        "llm",
+    )
     assert fatal.retryable is False and "401" in (fatal.reason or "")
     assert [s.state.value for s in fatal.trace.states][-2:] == ["EXTRACTING", "ROLLED_BACK"]  # type: ignore[union-attr]
 
@@ -183,13 +219,21 @@ def test_an_llm_request_that_timed_out_rolls_back_as_a_timeout_and_a_500_as_llm(
         request = _requests(_conv("llm-timeout"), 1)[0]
         scripted.on(schema="TurnExtraction", fault="timeout", times=1)
         timed_out = impatient.commit(request)
-        assert (timed_out.state, timed_out.error_kind, timed_out.timed_out, timed_out.retryable) == (
-            TurnState.ROLLED_BACK, "timeout", True, True)
+        assert (
+            timed_out.state,
+            timed_out.error_kind,
+            timed_out.timed_out,
+            timed_out.retryable,
+        ) == (TurnState.ROLLED_BACK, "timeout", True, True)
         # The look-alike: the model unavailable for another reason is an llm failure, not a timeout.
         scripted.on(schema="TurnExtraction", fault="http_500", times=1)
         refused = impatient.commit(request)
         assert (refused.state, refused.error_kind, refused.timed_out, refused.retryable) == (
-            TurnState.ROLLED_BACK, "llm", False, True)
+            TurnState.ROLLED_BACK,
+            "llm",
+            False,
+            True,
+        )
         assert impatient.commit(request).committed  # the faults are used up
     finally:
         impatient.close()
@@ -203,19 +247,45 @@ def test_a_failure_inside_the_commit_transaction_writes_nothing_and_frees_the_lo
     assert service.commit(requests[0]).committed
     before = _export(service, tmp_path / "before.json")
     # The turn record is the transaction's last statement: everything before it must vanish.
-    monkeypatch.setattr(dialogue_cypher, "CREATE_TURN_RECORDS", "CREATE (t:KGTurn) SET t = $props RETURN 1/0 AS boom")
+    monkeypatch.setattr(
+        dialogue_cypher,
+        "CREATE_TURN_RECORDS",
+        "CREATE (t:KGTurn) SET t = $props RETURN 1/0 AS boom",
+    )
     failed = service.commit(requests[1])
-    assert (failed.state, failed.error_kind, failed.retryable) == (TurnState.ROLLED_BACK, "graph", True)
+    assert (failed.state, failed.error_kind, failed.retryable) == (
+        TurnState.ROLLED_BACK,
+        "graph",
+        True,
+    )
     assert _export(service, tmp_path / "after.json") == before
     monkeypatch.undo()
     assert service.commit(requests[1]).committed  # the lease was released
     assert service.commit(requests[2]).seq == 3
 
 
-def _action(action: str, source: str, target: str, rel: str, *, delta: float = 0.0, weight: float = 0.5,
-            from_type: str | None = None, quote: str = "") -> dict[str, Any]:
-    return {"action": action, "source": source, "target": target, "type": rel, "from_type": from_type,
-            "weight_delta": delta, "weight": weight, "reason": f"{action} {rel}", "quote": quote}
+def _action(
+    action: str,
+    source: str,
+    target: str,
+    rel: str,
+    *,
+    delta: float = 0.0,
+    weight: float = 0.5,
+    from_type: str | None = None,
+    quote: str = "",
+) -> dict[str, Any]:
+    return {
+        "action": action,
+        "source": source,
+        "target": target,
+        "type": rel,
+        "from_type": from_type,
+        "weight_delta": delta,
+        "weight": weight,
+        "reason": f"{action} {rel}",
+        "quote": quote,
+    }
 
 
 def test_relation_actions_log_events_and_patch_bios_and_milestones(
@@ -229,49 +299,121 @@ def test_relation_actions_log_events_and_patch_bios_and_milestones(
         "turn three": "This is turn three. I do not love Bob anymore, and I was never an enemy of Bob.",
     }
     plans = {
-        "turn one": {"entities": [{"name": "Ann", "kind": "Character", "aliases": ["Annie"],
-                                   "quote": "People call me Annie"},
-                                  {"name": "Bob", "kind": "Character", "aliases": [], "quote": "Bob is my friend now"}],
-                     "actions": [_action("EVOLVE", "Ann", "Bob", "FRIEND_OF", delta=0.2, quote="Bob is my friend now")],
-                     "bio_patches": [{"entity": "Annie", "summary": "A painter.", "traits_add": ["kind", "shy"],
-                                      "traits_remove": [], "quote": "I paint and I am kind and shy"}],
-                     "facts": ["Ann paints."]},
-        "turn two": {"entities": [],
-                     "actions": [_action("EVOLVE", "Annie", "Bob", "friends with", delta=0.1,
-                                         quote="Annie and Bob are friends still"),
-                                 _action("REPLACE", "Ann", "Bob", "LOVES", weight=0.9, from_type="FRIEND_OF",
-                                         quote="I love Bob now")],
-                     "bio_patches": [{"entity": "Ann", "summary": None, "traits_add": ["bold"],
-                                      "traits_remove": ["shy"], "quote": "I am bold, not shy"}],
-                     "facts": []},
-        "turn three": {"entities": [], "actions": [_action("DELETE", "Ann", "Bob", "LOVES",
-                                                           quote="I do not love Bob anymore"),
-                                                   _action("DELETE", "Ann", "Bob", "ENEMY_OF",
-                                                           quote="I was never an enemy of Bob")],
-                       "bio_patches": [], "facts": []},
+        "turn one": {
+            "entities": [
+                {
+                    "name": "Ann",
+                    "kind": "Character",
+                    "aliases": ["Annie"],
+                    "quote": "People call me Annie",
+                },
+                {
+                    "name": "Bob",
+                    "kind": "Character",
+                    "aliases": [],
+                    "quote": "Bob is my friend now",
+                },
+            ],
+            "actions": [
+                _action(
+                    "EVOLVE", "Ann", "Bob", "FRIEND_OF", delta=0.2, quote="Bob is my friend now"
+                )
+            ],
+            "bio_patches": [
+                {
+                    "entity": "Annie",
+                    "summary": "A painter.",
+                    "traits_add": ["kind", "shy"],
+                    "traits_remove": [],
+                    "quote": "I paint and I am kind and shy",
+                }
+            ],
+            "facts": ["Ann paints."],
+        },
+        "turn two": {
+            "entities": [],
+            "actions": [
+                _action(
+                    "EVOLVE",
+                    "Annie",
+                    "Bob",
+                    "friends with",
+                    delta=0.1,
+                    quote="Annie and Bob are friends still",
+                ),
+                _action(
+                    "REPLACE",
+                    "Ann",
+                    "Bob",
+                    "LOVES",
+                    weight=0.9,
+                    from_type="FRIEND_OF",
+                    quote="I love Bob now",
+                ),
+            ],
+            "bio_patches": [
+                {
+                    "entity": "Ann",
+                    "summary": None,
+                    "traits_add": ["bold"],
+                    "traits_remove": ["shy"],
+                    "quote": "I am bold, not shy",
+                }
+            ],
+            "facts": [],
+        },
+        "turn three": {
+            "entities": [],
+            "actions": [
+                _action("DELETE", "Ann", "Bob", "LOVES", quote="I do not love Bob anymore"),
+                _action("DELETE", "Ann", "Bob", "ENEMY_OF", quote="I was never an enemy of Bob"),
+            ],
+            "bio_patches": [],
+            "facts": [],
+        },
     }
 
     def extractor(request: ScriptedRequest) -> dict[str, Any]:
         return next(plan for marker, plan in plans.items() if marker in request.text)
 
     scripted.on(schema="TurnExtraction", respond=extractor)
-    scripted.on(schema="HistorianReport", contains="This is turn", respond={"events": [], "milestones": []})
-    scripted.on(schema="HistorianReport", contains="turn two",
-                respond={"events": ["Ann fell for Bob."],
-                         "milestones": [{"text": "Ann and Bob became a couple", "entities": ["Annie", "Bob"],
-                                         "importance": 0.9, "quote": "I love Bob now"}]})
+    scripted.on(
+        schema="HistorianReport", contains="This is turn", respond={"events": [], "milestones": []}
+    )
+    scripted.on(
+        schema="HistorianReport",
+        contains="turn two",
+        respond={
+            "events": ["Ann fell for Bob."],
+            "milestones": [
+                {
+                    "text": "Ann and Bob became a couple",
+                    "entities": ["Annie", "Bob"],
+                    "importance": 0.9,
+                    "quote": "I love Bob now",
+                }
+            ],
+        },
+    )
     results = []
     for i, marker in enumerate(plans, start=1):
-        request = TurnCommitRequest(conversation_id=conv, turn_id=i,
-                                    messages=[{"role": "user", "name": "Ann", "content": said[marker]}])
+        request = TurnCommitRequest(
+            conversation_id=conv,
+            turn_id=i,
+            messages=[{"role": "user", "name": "Ann", "content": said[marker]}],
+        )
         results.append(service.commit(request))
     assert all(r.committed for r in results), [r.reason for r in results]
 
     first, second, third = (r.actions for r in results)
     assert (first[0].weight_before, first[0].weight_after, first[0].note) == (None, 0.7, "created")
     assert (second[0].weight_before, second[0].weight_after) == (0.7, 0.8)
-    assert (second[1].from_type, second[1].to_type, second[1].weight_before, second[1].weight_after) == (
-        "FRIEND_OF", "LOVES", 0.8, 0.9)
+    assert (
+        second[1].from_type,
+        second[1].to_type,
+        second[1].weight_before,
+        second[1].weight_after,
+    ) == ("FRIEND_OF", "LOVES", 0.8, 0.9)
     assert third[0].applied and third[0].weight_before == 0.9
     assert not third[1].applied and third[1].event_id is None  # nothing to end: no event
 
@@ -281,25 +423,39 @@ def test_relation_actions_log_events_and_patch_bios_and_milestones(
     assert (relations["LOVES"].status, relations["LOVES"].ended_turn) == ("ended", "3")
     events = repo.events(conv)
     assert [(e["action"], e.get("from_type"), e.get("to_type")) for e in events] == [
-        ("EVOLVE", None, "FRIEND_OF"), ("EVOLVE", "FRIEND_OF", "FRIEND_OF"),
-        ("REPLACE", "FRIEND_OF", "LOVES"), ("DELETE", "LOVES", None),
+        ("EVOLVE", None, "FRIEND_OF"),
+        ("EVOLVE", "FRIEND_OF", "FRIEND_OF"),
+        ("REPLACE", "FRIEND_OF", "LOVES"),
+        ("DELETE", "LOVES", None),
     ]
     assert [e["turn_id"] for e in events] == ["1", "2", "2", "3"]
     ann = next(e for e in repo.entities(conv) if e.name == "Ann")
     assert ann.aliases == ["Annie"] and ann.bio_summary == "A painter."
     assert ann.bio_traits == ["kind", "bold"]
     milestones = repo.milestones(conv)
-    assert [(m.turn_id, m.text, m.quote) for m in milestones] == [("2", "Ann and Bob became a couple", "I love Bob now")]
-    assert [e.get("quote") for e in events] == ["Bob is my friend now", "Annie and Bob are friends still",
-                                                "I love Bob now", "I do not love Bob anymore"]
+    assert [(m.turn_id, m.text, m.quote) for m in milestones] == [
+        ("2", "Ann and Bob became a couple", "I love Bob now")
+    ]
+    assert [e.get("quote") for e in events] == [
+        "Bob is my friend now",
+        "Annie and Bob are friends still",
+        "I love Bob now",
+        "I do not love Bob anymore",
+    ]
     assert sorted(milestones[0].entity_ids) == ["entity:ann", "entity:bob"]
 
 
-def _said(conversation_id: str, turn: int, speaker: str, text: str, window: list[tuple[str, str]]) -> TurnCommitRequest:
-    return TurnCommitRequest.model_validate({
-        "conversation_id": conversation_id, "turn_id": turn,
-        "messages": [{"role": "user", "name": speaker, "content": text}],
-        "window": [{"role": "user", "name": n, "content": c} for n, c in window]})
+def _said(
+    conversation_id: str, turn: int, speaker: str, text: str, window: list[tuple[str, str]]
+) -> TurnCommitRequest:
+    return TurnCommitRequest.model_validate(
+        {
+            "conversation_id": conversation_id,
+            "turn_id": turn,
+            "messages": [{"role": "user", "name": speaker, "content": text}],
+            "window": [{"role": "user", "name": n, "content": c} for n, c in window],
+        }
+    )
 
 
 def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
@@ -313,17 +469,30 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
     # The model reports the chat's own two speakers as an identity conflict: the graph shows no
     # name bound twice, so it is dismissed (with why) and the turn commits.
     speaker = requests[1].messages[0].speaker
-    scripted.on(schema="JudgeVerdict", times=1, respond={
-        "identity_conflicts": [{"entity": speaker, "conflicts_with": "Caroline", "reason": "two people"}],
-        "contradictions": []})
+    scripted.on(
+        schema="JudgeVerdict",
+        times=1,
+        respond={
+            "identity_conflicts": [
+                {"entity": speaker, "conflicts_with": "Caroline", "reason": "two people"}
+            ],
+            "contradictions": [],
+        },
+    )
     speakers = service.commit(requests[2])
-    assert speakers.committed and speakers.gate and speakers.gate.identity_conflicts == 0, speakers.reason
+    assert speakers.committed and speakers.gate and speakers.gate.identity_conflicts == 0, (
+        speakers.reason
+    )
     assert speakers.judge and speakers.judge.dismissed == [
-        f"{speaker} vs Caroline: a participant of the chat (the chat names its speakers)"]
+        f"{speaker} vs Caroline: a participant of the chat (the chat names its speakers)"
+    ]
     assert service.rewind(conv, requests[2].turn).ok
 
-    scripted.on(schema="TurnExtraction", times=1, respond={"entities": [], "actions": [], "bio_patches": [],
-                                                           "facts": []})
+    scripted.on(
+        schema="TurnExtraction",
+        times=1,
+        respond={"entities": [], "actions": [], "bio_patches": [], "facts": []},
+    )
     empty = service.commit(requests[1])
     assert empty.error_kind == "gate" and "no relation actions" in (empty.reason or "")
     assert empty.nothing_new and empty.gate and empty.gate.nothing_new  # not a failure: nothing new
@@ -339,9 +508,16 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
     assert hits[0].source_refs == [m.message_id for m in requests[1].messages if m.message_id]
 
     # A conflict the model invents about something the turn does not touch is not grounded.
-    scripted.on(schema="JudgeVerdict", times=1, respond={
-        "identity_conflicts": [{"entity": "Gandalf", "conflicts_with": "Saruman", "reason": "?"}],
-        "contradictions": [{"statement": "x", "contradicts": "y", "severity": "low"}]})
+    scripted.on(
+        schema="JudgeVerdict",
+        times=1,
+        respond={
+            "identity_conflicts": [
+                {"entity": "Gandalf", "conflicts_with": "Saruman", "reason": "?"}
+            ],
+            "contradictions": [{"statement": "x", "contradicts": "y", "severity": "low"}],
+        },
+    )
     passed = service.commit(requests[1])
     assert passed.committed and passed.judge and passed.judge.contradictions
     assert repo.memory_count(conv) == (2, 2)  # committed later: the same row, now marked committed
@@ -352,19 +528,74 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
 
     # A name the graph binds to a place, bound to a person by this turn: blocked, with the facts
     # of both sides; the turn's text is still remembered.
-    lisbon = {"name": "Lisbon", "kind": "Location", "aliases": [], "quote": "I finally visited Lisbon last week"}
-    scripted.on(schema="TurnExtraction", times=1, respond={"entities": [lisbon], "actions": [
-        {"action": "EVOLVE", "source": "Caroline", "target": "Lisbon", "type": "VISITED", "weight_delta": 0.2,
-         "weight": 0.5, "reason": "a trip", "quote": "I finally visited Lisbon last week"}], "bio_patches": [], "facts": []})
-    visited = service.commit(_said(conv, 10, "Caroline", "I finally visited Lisbon last week, what a city!", []))
+    lisbon = {
+        "name": "Lisbon",
+        "kind": "Location",
+        "aliases": [],
+        "quote": "I finally visited Lisbon last week",
+    }
+    scripted.on(
+        schema="TurnExtraction",
+        times=1,
+        respond={
+            "entities": [lisbon],
+            "actions": [
+                {
+                    "action": "EVOLVE",
+                    "source": "Caroline",
+                    "target": "Lisbon",
+                    "type": "VISITED",
+                    "weight_delta": 0.2,
+                    "weight": 0.5,
+                    "reason": "a trip",
+                    "quote": "I finally visited Lisbon last week",
+                }
+            ],
+            "bio_patches": [],
+            "facts": [],
+        },
+    )
+    visited = service.commit(
+        _said(conv, 10, "Caroline", "I finally visited Lisbon last week, what a city!", [])
+    )
     assert visited.committed, visited.reason
-    scripted.on(schema="TurnExtraction", times=1, respond={"entities": [
-        {**lisbon, "kind": "Character", "quote": "Lisbon is the name of my new puppy"}], "actions": [
-        {"action": "EVOLVE", "source": "Melanie", "target": "Lisbon", "type": "OWNS", "weight_delta": 0.2,
-         "weight": 0.5, "reason": "a puppy", "quote": "Lisbon is the name of my new puppy"}], "bio_patches": [], "facts": []})
-    puppy = service.commit(_said(conv, 11, "Melanie", "Lisbon is the name of my new puppy, Caroline!",
-                                 [("Caroline", "I finally visited Lisbon last week, what a city!")]))
-    assert (puppy.state, puppy.error_kind, puppy.nothing_new) == (TurnState.ROLLED_BACK, "gate", False)
+    scripted.on(
+        schema="TurnExtraction",
+        times=1,
+        respond={
+            "entities": [
+                {**lisbon, "kind": "Character", "quote": "Lisbon is the name of my new puppy"}
+            ],
+            "actions": [
+                {
+                    "action": "EVOLVE",
+                    "source": "Melanie",
+                    "target": "Lisbon",
+                    "type": "OWNS",
+                    "weight_delta": 0.2,
+                    "weight": 0.5,
+                    "reason": "a puppy",
+                    "quote": "Lisbon is the name of my new puppy",
+                }
+            ],
+            "bio_patches": [],
+            "facts": [],
+        },
+    )
+    puppy = service.commit(
+        _said(
+            conv,
+            11,
+            "Melanie",
+            "Lisbon is the name of my new puppy, Caroline!",
+            [("Caroline", "I finally visited Lisbon last week, what a city!")],
+        )
+    )
+    assert (puppy.state, puppy.error_kind, puppy.nothing_new) == (
+        TurnState.ROLLED_BACK,
+        "gate",
+        False,
+    )
     assert puppy.reason == "commit gate: identity conflicts (Lisbon)"
     conflict = puppy.judge.identity_conflicts[0]  # type: ignore[union-attr]
     assert conflict.reason == "known as a Location, proposed as a Character"
@@ -405,39 +636,67 @@ def test_a_holder_whose_lease_was_taken_over_cannot_commit(service: DialogueServ
     time.sleep(0.5)
     claim = repo.claim_lock(conv, "fast", lease_s=30)
     assert claim.acquired and claim.stolen_from == "slow"
-    write = TurnWrite(key=f"{conv}:1", conversation_id=conv, turn_id="1", payload_hash="h", text="x",
-                      committed_at="2026-01-01T00:00:00Z")
+    write = TurnWrite(
+        key=f"{conv}:1",
+        conversation_id=conv,
+        turn_id="1",
+        payload_hash="h",
+        text="x",
+        committed_at="2026-01-01T00:00:00Z",
+    )
     with pytest.raises(LostLockError):
         repo.commit_turn(write, "slow", lambda seq, applied: "{}")
     assert repo.turns(conv) == []
     assert repo.release_lock(conv, "fast")
 
 
-
-def test_bio_patches_of_one_turn_apply_in_order_a_repeat_building_on_the_first(service: DialogueService) -> None:
+def test_bio_patches_of_one_turn_apply_in_order_a_repeat_building_on_the_first(
+    service: DialogueService,
+) -> None:
     # The patches go to the graph in one UNWIND statement: the second patch to Ann must see
     # what her first one wrote, Bob's patch in between is his own.
     repo = DialogueRepository(service.store)
     conv = _conv("bio-order")
     assert repo.claim_lock(conv, "writer", lease_s=30).acquired
     write = TurnWrite(
-        key=f"{conv}:1", conversation_id=conv, turn_id="1", payload_hash="h", text="x",
+        key=f"{conv}:1",
+        conversation_id=conv,
+        turn_id="1",
+        payload_hash="h",
+        text="x",
         committed_at="2026-01-01T00:00:00Z",
-        entities=[EntityWrite(entity_id="ann", name="Ann", kind="person"),
-                  EntityWrite(entity_id="bob", name="Bob", kind="person")],
-        bio_patches=[BioPatchWrite(entity_id="ann", summary="A painter.", traits_add=["shy", "kind"]),
-                     BioPatchWrite(entity_id="bob", traits_add=["bold"]),
-                     BioPatchWrite(entity_id="ann", traits_add=["calm"], traits_remove=["shy"])],
+        entities=[
+            EntityWrite(entity_id="ann", name="Ann", kind="person"),
+            EntityWrite(entity_id="bob", name="Bob", kind="person"),
+        ],
+        bio_patches=[
+            BioPatchWrite(entity_id="ann", summary="A painter.", traits_add=["shy", "kind"]),
+            BioPatchWrite(entity_id="bob", traits_add=["bold"]),
+            BioPatchWrite(entity_id="ann", traits_add=["calm"], traits_remove=["shy"]),
+        ],
     )
-    assert repo.commit_turn(write, "writer", lambda seq, applied: ("{}", "{}")).status == "committed"
+    assert (
+        repo.commit_turn(write, "writer", lambda seq, applied: ("{}", "{}")).status == "committed"
+    )
     bios = {e.entity_id: (e.bio_summary, e.bio_traits) for e in repo.entities(conv)}
     assert bios == {"ann": ("A painter.", ["kind", "calm"]), "bob": ("", ["bold"])}
 
 
-def test_model_routing_overrides_reach_the_model_server(service: DialogueService, scripted: ScriptedLLM) -> None:
+def test_model_routing_overrides_reach_the_model_server(
+    service: DialogueService, scripted: ScriptedLLM
+) -> None:
     request = _requests(_conv("routing"), 1)[0]
-    request = request.model_copy(update={"config": request.config.model_copy(
-        update={"models": request.config.models.model_copy(update={"extractor": "request-extractor"})})})
+    request = request.model_copy(
+        update={
+            "config": request.config.model_copy(
+                update={
+                    "models": request.config.models.model_copy(
+                        update={"extractor": "request-extractor"}
+                    )
+                }
+            )
+        }
+    )
     result = service.commit(request)
     assert result.committed
     models = {r.schema_name: r.model for r in scripted.requests if r.schema_name}
@@ -452,14 +711,27 @@ def test_model_routing_overrides_reach_the_model_server(service: DialogueService
     assert extractor.llm_calls == 1 and extractor.prompt_tokens > 0
 
 
-def test_the_actor_generates_the_reply_in_generate_mode(service: DialogueService, scripted: ScriptedLLM) -> None:
-    scripted.on(contains="Write Melanie's next message", respond="Melanie: That sounds amazing, Caroline!")
+def test_the_actor_generates_the_reply_in_generate_mode(
+    service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    scripted.on(
+        contains="Write Melanie's next message", respond="Melanie: That sounds amazing, Caroline!"
+    )
     conv = _conv("actor")
-    request = TurnCommitRequest.model_validate({
-        "conversation_id": conv, "turn_id": 1,
-        "messages": [{"role": "user", "name": "Caroline", "content": "I went to a support group yesterday."}],
-        "config": {"actor": {"mode": "generate", "speaker": "Melanie"}},
-    })
+    request = TurnCommitRequest.model_validate(
+        {
+            "conversation_id": conv,
+            "turn_id": 1,
+            "messages": [
+                {
+                    "role": "user",
+                    "name": "Caroline",
+                    "content": "I went to a support group yesterday.",
+                }
+            ],
+            "config": {"actor": {"mode": "generate", "speaker": "Melanie"}},
+        }
+    )
     result = service.commit(request)
     assert result.committed and result.reply == "That sounds amazing, Caroline!"
     stored = DialogueRepository(service.store).snapshot(conv).new_turns[0]
@@ -471,9 +743,16 @@ def test_the_actor_generates_the_reply_in_generate_mode(service: DialogueService
 def test_config_db_is_honoured_only_for_the_served_graph(service: DialogueService) -> None:
     ep = service.store.endpoint
     base = json.loads(_requests(_conv("db"), 1)[0].model_dump_json())
-    same = {**base, "config": {"db": {"uri": ep.uri, "username": ep.username, "database": ep.database}}}
+    same = {
+        **base,
+        "config": {"db": {"uri": ep.uri, "username": ep.username, "database": ep.database}},
+    }
     assert service.commit(same).committed
-    other = {**base, "turn_id": 2, "config": {"db": {"uri": "bolt://10.0.0.1:7687", "password": "secret"}}}
+    other = {
+        **base,
+        "turn_id": 2,
+        "config": {"db": {"uri": "bolt://10.0.0.1:7687", "password": "secret"}},
+    }
     refused = service.commit(other)
     assert refused.code == "INVALID_REQUEST" and "allow-request-db" in (refused.reason or "")
     assert "secret" not in refused.model_dump_json()
@@ -495,23 +774,34 @@ def test_results_round_trip_as_json(service: DialogueService) -> None:
     assert again == result
 
 
-def test_a_turn_past_its_deadline_rolls_back_as_a_timeout(settings: Settings, tmp_path: Path) -> None:
+def test_a_turn_past_its_deadline_rolls_back_as_a_timeout(
+    settings: Settings, tmp_path: Path
+) -> None:
     hasty = DialogueService(settings, options=SidecarOptions(turn_timeout_s=0.001))
     try:
         conv = _conv("timeout")
         before = _export(hasty, tmp_path / "before.json")
         result = hasty.commit(_requests(conv, 1)[0])
         assert (result.state, result.error_kind, result.timed_out, result.retryable) == (
-            TurnState.ROLLED_BACK, "timeout", True, True)
+            TurnState.ROLLED_BACK,
+            "timeout",
+            True,
+            True,
+        )
         assert "deadline" in (result.reason or "")
         assert _export(hasty, tmp_path / "after.json") == before
-        assert DialogueRepository(hasty.store).claim_lock(conv, "next", lease_s=1).acquired  # lock freed
+        assert (
+            DialogueRepository(hasty.store).claim_lock(conv, "next", lease_s=1).acquired
+        )  # lock freed
     finally:
         hasty.close()
 
 
 def test_the_prefect_turn_flow_runs_each_slot_as_a_task(
-    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: None,
+    graph_settings: Settings,
+    scripted: ScriptedLLM,
+    tmp_path: Path,
+    prefect_api: None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from prefect.client.orchestration import get_client
@@ -521,9 +811,14 @@ def test_the_prefect_turn_flow_runs_each_slot_as_a_task(
     from flows.dialogue import close_services, dialogue_turn_flow
 
     ep = graph_endpoint(graph_settings)
-    for name, value in {"NEO4J_URI": ep.uri, "NEO4J_USERNAME": ep.username, "NEO4J_PASSWORD": ep.password,
-                        "NEO4J_DATABASE": ep.database, "OPENAI_BASE_URL": scripted.base_url,
-                        "SKALD_EMBEDDING_BASE_URL": scripted.base_url}.items():
+    for name, value in {
+        "NEO4J_URI": ep.uri,
+        "NEO4J_USERNAME": ep.username,
+        "NEO4J_PASSWORD": ep.password,
+        "NEO4J_DATABASE": ep.database,
+        "OPENAI_BASE_URL": scripted.base_url,
+        "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
+    }.items():
         monkeypatch.setenv(name, value)
     request = _requests(_conv("flow"), 1)[0]
     try:
@@ -539,7 +834,10 @@ def test_the_prefect_turn_flow_runs_each_slot_as_a_task(
     with get_client(sync_client=True) as client:
         while True:
             runs = client.read_task_runs(
-                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
+                flow_run_filter=FlowRunFilter(
+                    id=FlowRunFilterId(any_=[state.state_details.flow_run_id])
+                )
+            )
             names = sorted(r.name.rsplit("-", 1)[0] for r in runs)
             if len(names) >= len(slots) or time.monotonic() > deadline:
                 break
@@ -554,18 +852,38 @@ def test_recall_follows_an_edit_of_the_last_turn_in_every_reader(
     reader's cached index (another process) must not keep recalling the old text."""
     conv = _conv("edit-last")
     window = [("Seraphina", "Welcome back, Tester.")]
-    first = _said(conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window)
-    rainy = _said(conv, 3, "Tester", "The weather has been rainy all week, so I stayed in and read a novel.", window)
-    sunny = _said(conv, 3, "Tester", "The weather has been sunny all week, so I went hiking up to the old lighthouse.",
-                  window)
-    other = DialogueService(settings, store=service.store, gateway=service.gateway)  # its own recall cache
+    first = _said(
+        conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window
+    )
+    rainy = _said(
+        conv,
+        3,
+        "Tester",
+        "The weather has been rainy all week, so I stayed in and read a novel.",
+        window,
+    )
+    sunny = _said(
+        conv,
+        3,
+        "Tester",
+        "The weather has been sunny all week, so I went hiking up to the old lighthouse.",
+        window,
+    )
+    other = DialogueService(
+        settings, store=service.store, gateway=service.gateway
+    )  # its own recall cache
     try:
         for request in (first, rainy):
             assert service.commit(request).state in (TurnState.COMMITTED, TurnState.ROLLED_BACK)
         question = "What did I do this week when the weather was sunny?"
-        assert any("rainy" in t.text for t in other.recall(conv, question, 5))  # the other reader caches it
+        assert any(
+            "rainy" in t.text for t in other.recall(conv, question, 5)
+        )  # the other reader caches it
         replaced = service.commit(sunny, replace=True)
-        assert replaced.state in (TurnState.COMMITTED, TurnState.ROLLED_BACK) and replaced.code != "INVALID_REQUEST"
+        assert (
+            replaced.state in (TurnState.COMMITTED, TurnState.ROLLED_BACK)
+            and replaced.code != "INVALID_REQUEST"
+        )
         for reader in (service, other):
             texts = [t.text for t in reader.recall(conv, question, 5)]
             assert any("hiking" in t for t in texts) and not any("rainy" in t for t in texts), texts
@@ -578,27 +896,57 @@ def test_a_memory_query_during_a_pending_edit_never_injects_the_old_text(
 ) -> None:
     conv = _conv("pending-edit")
     window = [("Seraphina", "Welcome back, Tester.")]
-    for request in (_said(conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window),
-                    _said(conv, 3, "Tester", "The weather has been rainy all week, so I stayed in and read a novel.",
-                          window)):
+    for request in (
+        _said(conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window),
+        _said(
+            conv,
+            3,
+            "Tester",
+            "The weather has been rainy all week, so I stayed in and read a novel.",
+            window,
+        ),
+    ):
         service.commit(request)
-    query = {"conversation_id": conv, "messages": [
-        {"role": "user", "name": "Tester", "content": "What did I do this week when the weather was rainy?"}]}
+    query = {
+        "conversation_id": conv,
+        "messages": [
+            {
+                "role": "user",
+                "name": "Tester",
+                "content": "What did I do this week when the weather was rainy?",
+            }
+        ],
+    }
     # Look-alike first: with no pending write, the remembered text is recalled.
     plain = service.memory_query(query)
     assert plain.ok and "rainy all week" in plain.injection_packet.text  # type: ignore[union-attr]
-    edited = "Tester: The weather has been sunny all week, so I went hiking up to the old lighthouse."
+    edited = (
+        "Tester: The weather has been sunny all week, so I went hiking up to the old lighthouse."
+    )
     during = service.memory_query({**query, "pending_turns": [{"turn_id": 3, "text": edited}]})
     assert during.ok and during.held_back == ["3"]
     assert "rainy all week" not in during.injection_packet.text  # type: ignore[union-attr]
     assert "Ilse" in during.injection_packet.text  # type: ignore[union-attr]  # the rest of memory still comes
     # A turn whose pending text is what memory holds already is recalled as usual.
-    same = service.memory_query({**query, "pending_turns": [
-        {"turn_id": 3, "text": "Tester: The weather has been rainy all week, so I stayed in and read a novel."}]})
+    same = service.memory_query(
+        {
+            **query,
+            "pending_turns": [
+                {
+                    "turn_id": 3,
+                    "text": "Tester: The weather has been rainy all week, so I stayed in and read a novel.",
+                }
+            ],
+        }
+    )
     assert same.held_back == [] and "rainy all week" in same.injection_packet.text  # type: ignore[union-attr]
     # Bad input: one line, nothing lost.
     bad = service.memory_query({**query, "pending_turns": [{"turn_id": 3, "text": 5}]})
-    assert bad.code == "INVALID_REQUEST" and "pending_turns" in (bad.reason or "") and "\n" not in (bad.reason or "")
+    assert (
+        bad.code == "INVALID_REQUEST"
+        and "pending_turns" in (bad.reason or "")
+        and "\n" not in (bad.reason or "")
+    )
 
 
 def test_an_edit_whose_slots_fail_still_leaves_the_new_text_in_memory(
@@ -608,11 +956,25 @@ def test_an_edit_whose_slots_fail_still_leaves_the_new_text_in_memory(
     rolls back (retryable), and memory must hold the new text, not neither."""
     conv = _conv("edit-fails")
     window = [("Seraphina", "Welcome back, Tester.")]
-    service.commit(_said(conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window))
-    service.commit(_said(conv, 3, "Tester", "The weather has been rainy all week, so I stayed in and read a novel.",
-                         window))
-    sunny = _said(conv, 3, "Tester", "The weather has been sunny all week, so I went hiking up to the old lighthouse.",
-                  window)
+    service.commit(
+        _said(conv, 1, "Tester", "My sister Ilse moved to Bergen to study marine biology.", window)
+    )
+    service.commit(
+        _said(
+            conv,
+            3,
+            "Tester",
+            "The weather has been rainy all week, so I stayed in and read a novel.",
+            window,
+        )
+    )
+    sunny = _said(
+        conv,
+        3,
+        "Tester",
+        "The weather has been sunny all week, so I went hiking up to the old lighthouse.",
+        window,
+    )
     scripted.on(schema="TurnExtraction", fault="http_500")  # every extraction fails from now on
     failed = service.commit(sunny, replace=True)
     assert (failed.state, failed.retryable) == (TurnState.ROLLED_BACK, True), failed.reason
@@ -623,8 +985,13 @@ def test_an_edit_whose_slots_fail_still_leaves_the_new_text_in_memory(
     texts = [t.text for t in service.recall(conv, "What did I do when the weather was sunny?", 5)]
     assert any("hiking" in t for t in texts) and not any("rainy" in t for t in texts), texts
     # Look-alike: a plain commit that fails remembers nothing (its client retries it).
-    failed_plain = service.commit(_said(conv, 5, "Tester", "I met an old friend at the harbour today.", window))
-    assert failed_plain.retryable and [r["turn_id"] for r in repo.memory_page(conv, 0, 10)[1]] == ["1", "3"]
+    failed_plain = service.commit(
+        _said(conv, 5, "Tester", "I met an old friend at the harbour today.", window)
+    )
+    assert failed_plain.retryable and [r["turn_id"] for r in repo.memory_page(conv, 0, 10)[1]] == [
+        "1",
+        "3",
+    ]
 
 
 def test_a_memory_query_recalls_the_speaker_a_message_is_about_not_its_sender(
@@ -633,13 +1000,18 @@ def test_a_memory_query_recalls_the_speaker_a_message_is_about_not_its_sender(
     """Melanie asking Caroline about Caroline's adoption must recall what Caroline said, not
     Melanie's own remark on the same subject: the sender's "Melanie:" label is not a mention."""
     conv = _conv("about-whom")
-    caroline = "I've been researching adoption agencies all month, it's a huge step toward my own family."
+    caroline = (
+        "I've been researching adoption agencies all month, it's a huge step toward my own family."
+    )
     melanie = "A friend of mine adopted last year and the adoption went smoothly, so I keep thinking about it."
     for turn, (speaker, text) in enumerate((("Caroline", caroline), ("Melanie", melanie)), start=1):
         service.commit(_said(conv, turn, speaker, text, []))
 
     def first_recalled(content: str) -> str:
-        query = {"conversation_id": conv, "messages": [{"role": "user", "name": "Melanie", "content": content}]}
+        query = {
+            "conversation_id": conv,
+            "messages": [{"role": "user", "name": "Melanie", "content": content}],
+        }
         answer = service.memory_query(query)
         assert answer.ok and answer.recalled, answer
         return answer.recalled[0].speaker

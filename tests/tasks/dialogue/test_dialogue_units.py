@@ -109,26 +109,42 @@ def test_one_megabyte_message_is_invalid_as_object_and_as_body() -> None:
     assert "content" in _invalid(_req(messages=[{"role": "user", "content": big}]))
     reason = _invalid(json.dumps(_req(messages=[{"role": "user", "content": big}])).encode())
     assert "limit" in reason
-    assert parse_request(json.dumps(_req(messages=[{"role": "user", "content": big}])).encode()).error_kind == "too_large"  # type: ignore[union-attr]
+    assert (
+        parse_request(
+            json.dumps(_req(messages=[{"role": "user", "content": big}])).encode()
+        ).error_kind
+        == "too_large"
+    )  # type: ignore[union-attr]
 
 
 def test_message_size_counts_characters_and_the_whole_body_is_capped_in_bytes() -> None:
     # Characters, as the schema's maxLength counts them: 30,000 three-byte characters pass.
-    assert isinstance(parse_request(_req(messages=[{"role": "user", "content": "\u20ac" * 30_000}])), TurnCommitRequest)
-    assert "at most 65536 characters" in _invalid(_req(messages=[{"role": "user", "content": "x" * (MAX_MESSAGE_CHARS + 1)}]))
+    assert isinstance(
+        parse_request(_req(messages=[{"role": "user", "content": "\u20ac" * 30_000}])),
+        TurnCommitRequest,
+    )
+    assert "at most 65536 characters" in _invalid(
+        _req(messages=[{"role": "user", "content": "x" * (MAX_MESSAGE_CHARS + 1)}])
+    )
     # The body is capped in bytes (what JSON Schema cannot state): too_large, whatever it holds.
     window = [{"role": "user", "content": "y" * 60_000} for _ in range(6)]
     body = json.dumps(_req(window=window)).encode()
     assert len(body) > MAX_BODY_BYTES
     refused = parse_request(body)
-    assert isinstance(refused, TurnResult) and refused.error_kind == "too_large" and str(MAX_BODY_BYTES) in (refused.reason or "")
+    assert (
+        isinstance(refused, TurnResult)
+        and refused.error_kind == "too_large"
+        and str(MAX_BODY_BYTES) in (refused.reason or "")
+    )
 
 
 def test_non_utf8_and_lone_surrogates_are_invalid() -> None:
     body = json.dumps(_req()).encode().replace(b"Hello", b"H\xff\xfello")
     assert "UTF-8" in _invalid(body)
     # A JSON "\ud800" escape is refused by the JSON parser.
-    assert "JSON" in _invalid('{"conversation_id": "c", "turn_id": 1, "messages": [{"role": "user", "content": "\\ud800"}]}')
+    assert "JSON" in _invalid(
+        '{"conversation_id": "c", "turn_id": 1, "messages": [{"role": "user", "content": "\\ud800"}]}'
+    )
     assert "not valid JSON" in _invalid(b"{not json")
     assert _invalid(b"[1, 2]")
 
@@ -148,11 +164,17 @@ def test_payload_hash_covers_messages_and_actor_but_not_model_choices() -> None:
 
 
 def test_routing_precedence_request_then_settings_then_tier(tmp_path: object) -> None:
-    settings = load_settings(str(tmp_path), slot_models={"judge": "settings-judge", "extractor": "settings-ex"})
+    settings = load_settings(
+        str(tmp_path), slot_models={"judge": "settings-judge", "extractor": "settings-ex"}
+    )
     routes = resolve_routes(settings, {"extractor": "request-ex"})
     assert (routes["extractor"].model, routes["extractor"].source) == ("request-ex", "request")
     assert (routes["judge"].model, routes["judge"].source) == ("settings-judge", "settings")
-    assert (routes["historian"].model, routes["historian"].source, routes["historian"].tier) == (None, "tier", "small")
+    assert (routes["historian"].model, routes["historian"].source, routes["historian"].tier) == (
+        None,
+        "tier",
+        "small",
+    )
     assert routes["actor"].tier == "narrative"
     assert routes["retriever"].source == "none"
 
@@ -165,61 +187,140 @@ KNOWN = [
 ]
 
 
-TURN = ("Caroline: Mel and I are friends now. I trust Mel again, I used to distrust her. Mel knows Melanie, ha. "
-        "I attend the support group weekly. Mel paints and is kind.")
+TURN = (
+    "Caroline: Mel and I are friends now. I trust Mel again, I used to distrust her. Mel knows Melanie, ha. "
+    "I attend the support group weekly. Mel paints and is kind."
+)
 
 
-def _action(verb: str, source: str, target: str, rel: str, quote: str, **extra: object) -> dict[str, object]:
-    return {"action": verb, "source": source, "target": target, "type": rel, "from_type": None,
-            "weight_delta": 0.1, "weight": 0.5, "reason": "", "quote": quote, **extra}
+def _action(
+    verb: str, source: str, target: str, rel: str, quote: str, **extra: object
+) -> dict[str, object]:
+    return {
+        "action": verb,
+        "source": source,
+        "target": target,
+        "type": rel,
+        "from_type": None,
+        "weight_delta": 0.1,
+        "weight": 0.5,
+        "reason": "",
+        "quote": quote,
+        **extra,
+    }
 
 
 def test_plan_extraction_resolves_aliases_normalises_types_and_drops_self_loops() -> None:
     raw = TurnExtraction.model_validate(
         {
-            "entities": [{"name": "Caroline", "kind": "person", "aliases": [], "quote": "Caroline: Mel and I are friends"}],
-            "actions": [
-                _action("EVOLVE", "Caroline", "Mel", "friends with", "Mel and I are friends now", weight_delta=0.2),
-                _action("REPLACE", "Caroline", "Mel", "trusts", "I trust Mel again", from_type="distrusts", weight=0.7),
-                _action("DELETE", "Mel", "Melanie", "KNOWS", "Mel knows Melanie, ha"),
-                _action("EVOLVE", "Caroline", "the support group", "attends weekly", "I attend the support group weekly"),
+            "entities": [
+                {
+                    "name": "Caroline",
+                    "kind": "person",
+                    "aliases": [],
+                    "quote": "Caroline: Mel and I are friends",
+                }
             ],
-            "bio_patches": [{"entity": "Mel", "summary": "  Paints  ", "traits_add": ["kind", "kind", "calm"],
-                             "traits_remove": ["calm"], "quote": "Mel paints and is kind"}],
+            "actions": [
+                _action(
+                    "EVOLVE",
+                    "Caroline",
+                    "Mel",
+                    "friends with",
+                    "Mel and I are friends now",
+                    weight_delta=0.2,
+                ),
+                _action(
+                    "REPLACE",
+                    "Caroline",
+                    "Mel",
+                    "trusts",
+                    "I trust Mel again",
+                    from_type="distrusts",
+                    weight=0.7,
+                ),
+                _action("DELETE", "Mel", "Melanie", "KNOWS", "Mel knows Melanie, ha"),
+                _action(
+                    "EVOLVE",
+                    "Caroline",
+                    "the support group",
+                    "attends weekly",
+                    "I attend the support group weekly",
+                ),
+            ],
+            "bio_patches": [
+                {
+                    "entity": "Mel",
+                    "summary": "  Paints  ",
+                    "traits_add": ["kind", "kind", "calm"],
+                    "traits_remove": ["calm"],
+                    "quote": "Mel paints and is kind",
+                }
+            ],
             "facts": ["Caroline went to a group.", "Caroline went to a group.", " "],
         }
     )
     plan = plan_extraction(raw, KNOWN, TURN, ["Caroline"])
     ids = {e.entity_id: e for e in plan.entities}
     assert ids["entity:caroline"].kind == "Character"
-    assert "entity:melanie" in ids and ids["entity:melanie"].name == "Melanie"  # alias resolved, name kept
+    assert (
+        "entity:melanie" in ids and ids["entity:melanie"].name == "Melanie"
+    )  # alias resolved, name kept
     evolve, replace, unknown = plan.actions
-    assert (evolve.source_id, evolve.target_id, evolve.type) == ("entity:caroline", "entity:melanie", "FRIEND_OF")
+    assert (evolve.source_id, evolve.target_id, evolve.type) == (
+        "entity:caroline",
+        "entity:melanie",
+        "FRIEND_OF",
+    )
     assert evolve.quote == "Mel and I are friends now"
     assert (replace.type, replace.from_type) == ("TRUSTS", "DISTRUSTS")
     assert (unknown.type, unknown.raw_type) == ("RELATES_TO", "attends weekly")
     assert "entity:support-group" in ids
-    assert plan.dropped == ["DELETE Mel -KNOWS-> Melanie itself"] or any("itself" in d for d in plan.dropped)
+    assert plan.dropped == ["DELETE Mel -KNOWS-> Melanie itself"] or any(
+        "itself" in d for d in plan.dropped
+    )
     assert plan.bio_patches[0].entity_id == "entity:melanie"
-    assert plan.bio_patches[0].summary == "Paints" and plan.bio_patches[0].quote == "Mel paints and is kind"
-    assert plan.bio_patches[0].traits_add == ["kind"] and plan.bio_patches[0].traits_remove == ["calm"]
+    assert (
+        plan.bio_patches[0].summary == "Paints"
+        and plan.bio_patches[0].quote == "Mel paints and is kind"
+    )
+    assert plan.bio_patches[0].traits_add == ["kind"] and plan.bio_patches[0].traits_remove == [
+        "calm"
+    ]
     assert plan.facts == ["Caroline went to a group."]
 
 
 def test_plan_extraction_refuses_facts_the_turn_does_not_state() -> None:
     raw = TurnExtraction.model_validate(
         {
-            "entities": [{"name": "Loca-Lina-Lina-Lina", "kind": "Character", "quote": "Mel and I are friends now"},
-                         {"name": "Ilse", "kind": "Character", "quote": "Ilse moved to Bergen"},
-                         {"name": "Mel", "kind": "Character", "quote": "Mel paints and is kind"}],
+            "entities": [
+                {
+                    "name": "Loca-Lina-Lina-Lina",
+                    "kind": "Character",
+                    "quote": "Mel and I are friends now",
+                },
+                {"name": "Ilse", "kind": "Character", "quote": "Ilse moved to Bergen"},
+                {"name": "Mel", "kind": "Character", "quote": "Mel paints and is kind"},
+            ],
             "actions": [
-                _action("EVOLVE", "Caroline", "Ilse", "FAMILY_OF", "My sister Ilse moved to Bergen"),
-                _action("EVOLVE", "Caroline", "Mel", "LOVES", "Caroline loves Mel more than anyone"),
+                _action(
+                    "EVOLVE", "Caroline", "Ilse", "FAMILY_OF", "My sister Ilse moved to Bergen"
+                ),
+                _action(
+                    "EVOLVE", "Caroline", "Mel", "LOVES", "Caroline loves Mel more than anyone"
+                ),
                 _action("EVOLVE", "Caroline", "Mel", "KNOWS", ""),
                 _action("EVOLVE", "Melanie", "Caroline", "TRUSTS", "I trust Mel again"),
             ],
-            "bio_patches": [{"entity": "Mel", "summary": "A sailor.", "traits_add": [], "traits_remove": [],
-                             "quote": "Mel sails every summer"}],
+            "bio_patches": [
+                {
+                    "entity": "Mel",
+                    "summary": "A sailor.",
+                    "traits_add": [],
+                    "traits_remove": [],
+                    "quote": "Mel sails every summer",
+                }
+            ],
         }
     )
     plan = plan_extraction(raw, KNOWN, TURN, ["Caroline"])
@@ -237,7 +338,9 @@ def test_plan_extraction_refuses_facts_the_turn_does_not_state() -> None:
     assert len(plan.dropped) == 6
 
 
-def _entity(name: str, kind: str, quote: str, aliases: list[str] | None = None) -> dict[str, object]:
+def _entity(
+    name: str, kind: str, quote: str, aliases: list[str] | None = None
+) -> dict[str, object]:
     return {"name": name, "kind": kind, "aliases": aliases or [], "quote": quote}
 
 
@@ -245,16 +348,28 @@ def test_rule_conflicts_flag_kind_clashes_and_merging_aliases_with_evidence() ->
     known = [*KNOWN, DialogueEntity(entity_id="entity:caroline", name="Caroline", kind="Character")]
     retrieval = Retrieval(known_entities=known)
     text = "Caroline: Paris is my neighbour now. Melanie, we call her Paris too. Mel paints."
-    raw = TurnExtraction.model_validate({"entities": [
-        _entity("Paris", "Character", "Paris is my neighbour now"),                     # a Location, now a person
-        _entity("Melanie", "Character", "Melanie, we call her Paris too", ["Paris"]),  # binds Paris twice
-        _entity("Mel", "Character", "Mel paints"),                                      # look-alike: her own alias
-        _entity("Caroline", "Location", "Caroline: Paris is my neighbour"),             # look-alike: a participant
-    ]})
+    raw = TurnExtraction.model_validate(
+        {
+            "entities": [
+                _entity(
+                    "Paris", "Character", "Paris is my neighbour now"
+                ),  # a Location, now a person
+                _entity(
+                    "Melanie", "Character", "Melanie, we call her Paris too", ["Paris"]
+                ),  # binds Paris twice
+                _entity("Mel", "Character", "Mel paints"),  # look-alike: her own alias
+                _entity(
+                    "Caroline", "Location", "Caroline: Paris is my neighbour"
+                ),  # look-alike: a participant
+            ]
+        }
+    )
     plan = plan_extraction(raw, known, text, ["Caroline"])
     conflicts = rule_conflicts(plan, retrieval)
-    assert sorted(c.reason for c in conflicts) == ["alias 'Paris' belongs to another known entity",
-                                                   "known as a Location, proposed as a Character"]
+    assert sorted(c.reason for c in conflicts) == [
+        "alias 'Paris' belongs to another known entity",
+        "known as a Location, proposed as a Character",
+    ]
     assert all(c.source == "rule" and c.has_evidence for c in conflicts)
     alias = next(c for c in conflicts if c.name == "Paris" and c.entity == "Melanie")
     assert alias.graph_evidence[0] == "'Paris' names Paris (Location)"
@@ -263,10 +378,18 @@ def test_rule_conflicts_flag_kind_clashes_and_merging_aliases_with_evidence() ->
 
 def test_a_participants_name_is_never_another_entitys_alias() -> None:
     text = "Seraphina: Welcome, traveller. Tester: Thanks, Seraphina, my sister Ilse sends her regards."
-    raw = TurnExtraction.model_validate({"entities": [
-        _entity("Seraphina", "Character", "Seraphina: Welcome, traveller", ["Tester"]),  # merges the speakers
-        _entity("Ilse", "Character", "my sister Ilse sends her regards", ["Ilsa"]),  # look-alike: kept
-    ]})
+    raw = TurnExtraction.model_validate(
+        {
+            "entities": [
+                _entity(
+                    "Seraphina", "Character", "Seraphina: Welcome, traveller", ["Tester"]
+                ),  # merges the speakers
+                _entity(
+                    "Ilse", "Character", "my sister Ilse sends her regards", ["Ilsa"]
+                ),  # look-alike: kept
+            ]
+        }
+    )
     plan = plan_extraction(raw, [], text, ["Seraphina", "Tester"])
     assert "alias 'Tester' of 'Seraphina': another participant of the chat" in plan.dropped
     by_name = {e.name: e.aliases for e in plan.entities}
@@ -274,63 +397,113 @@ def test_a_participants_name_is_never_another_entitys_alias() -> None:
     assert rule_conflicts(plan, Retrieval()) == []
 
 
-ILSE = DialogueEntity(entity_id="entity:ilse", name="Ilse", kind="Character", bio_summary="Tester's sister, lives in Bergen.",
-                      first_turn="2")
-SERAPHINA = DialogueEntity(entity_id="entity:seraphina", name="Seraphina", kind="Character", bio_summary="A guardian.")
+ILSE = DialogueEntity(
+    entity_id="entity:ilse",
+    name="Ilse",
+    kind="Character",
+    bio_summary="Tester's sister, lives in Bergen.",
+    first_turn="2",
+)
+SERAPHINA = DialogueEntity(
+    entity_id="entity:seraphina", name="Seraphina", kind="Character", bio_summary="A guardian."
+)
 TESTER = DialogueEntity(entity_id="entity:tester", name="Tester", kind="Character")
 BARE = DialogueEntity(entity_id="entity:bjorn", name="Bjorn", kind="Character")
 
 
 def _reported(*pairs: tuple[str, str]) -> list[IdentityConflictOut]:
-    return [IdentityConflictOut(entity=a, conflicts_with=b, reason="the model says so") for a, b in pairs]
+    return [
+        IdentityConflictOut(entity=a, conflicts_with=b, reason="the model says so")
+        for a, b in pairs
+    ]
 
 
 def test_reported_conflicts_count_only_when_the_graph_can_show_them() -> None:
     known = [ILSE, SERAPHINA, TESTER, BARE]
-    retrieval = Retrieval(known_entities=known, relations=[DialogueRelation(
-        rel_id="r1", source_id="entity:tester", source_name="Tester", target_id="entity:ilse", target_name="Ilse",
-        type="SIBLING_OF", weight=0.8, status="active", quote="My sister Ilse moved to Bergen")])
-    text = ("Tester: Ilse from work, my new colleague, met Bjorn. Seraphina: I am glad, Tester.")
-    raw = TurnExtraction.model_validate({"entities": [
-        _entity("Ilse", "Character", "Ilse from work, my new colleague"),
-        _entity("Bjorn", "Character", "my new colleague, met Bjorn"),
-        _entity("Seraphina", "Character", "I am glad, Tester"),
-        _entity("Tester", "Character", "I am glad, Tester"),
-    ]})
+    retrieval = Retrieval(
+        known_entities=known,
+        relations=[
+            DialogueRelation(
+                rel_id="r1",
+                source_id="entity:tester",
+                source_name="Tester",
+                target_id="entity:ilse",
+                target_name="Ilse",
+                type="SIBLING_OF",
+                weight=0.8,
+                status="active",
+                quote="My sister Ilse moved to Bergen",
+            )
+        ],
+    )
+    text = "Tester: Ilse from work, my new colleague, met Bjorn. Seraphina: I am glad, Tester."
+    raw = TurnExtraction.model_validate(
+        {
+            "entities": [
+                _entity("Ilse", "Character", "Ilse from work, my new colleague"),
+                _entity("Bjorn", "Character", "my new colleague, met Bjorn"),
+                _entity("Seraphina", "Character", "I am glad, Tester"),
+                _entity("Tester", "Character", "I am glad, Tester"),
+            ]
+        }
+    )
     plan = plan_extraction(raw, known, text, ["Tester", "Seraphina"])
-    kept, dismissed = vet_reported(_reported(
-        ("Ilse", "Ilse (Tester's sister)"),   # true case: a known Ilse with facts, a new "Ilse from work"
-        ("Seraphina", "Tester"),             # the chat's own two speakers
-        ("Seraphina (Character)", ""),       # a participant
-        ("Bjorn", "someone else"),           # known, but the graph holds no fact about him
-        ("Gandalf", "Saruman"),              # nothing the graph holds
-        ("Ilse", "Bjorn"),                   # two known entities, no name of one bound to the other
-    ), plan, retrieval, [])
+    kept, dismissed = vet_reported(
+        _reported(
+            (
+                "Ilse",
+                "Ilse (Tester's sister)",
+            ),  # true case: a known Ilse with facts, a new "Ilse from work"
+            ("Seraphina", "Tester"),  # the chat's own two speakers
+            ("Seraphina (Character)", ""),  # a participant
+            ("Bjorn", "someone else"),  # known, but the graph holds no fact about him
+            ("Gandalf", "Saruman"),  # nothing the graph holds
+            ("Ilse", "Bjorn"),  # two known entities, no name of one bound to the other
+        ),
+        plan,
+        retrieval,
+        [],
+    )
     assert [(c.entity, c.name) for c in kept] == [("Ilse", "Ilse")]
-    assert kept[0].graph_evidence == ["'Ilse' names Ilse (Character) since turn 2", "bio of Ilse: Tester's sister, "
-                                      "lives in Bergen.", 'Tester -SIBLING_OF-> Ilse ("My sister Ilse moved to Bergen")']
+    assert kept[0].graph_evidence == [
+        "'Ilse' names Ilse (Character) since turn 2",
+        "bio of Ilse: Tester's sister, lives in Bergen.",
+        'Tester -SIBLING_OF-> Ilse ("My sister Ilse moved to Bergen")',
+    ]
     assert kept[0].turn_evidence == ["Ilse from work, my new colleague"]
     why = [d.split(": ", 1)[1] for d in dismissed]
-    assert why == ["a participant of the chat (the chat names its speakers)",
-                       "a participant of the chat (the chat names its speakers)",
-                       "the graph holds no facts about Bjorn to contradict",
-                       "the graph holds no entity named 'Gandalf'",
-                       "two different known entities, and this turn binds no name of one to the other"]
+    assert why == [
+        "a participant of the chat (the chat names its speakers)",
+        "a participant of the chat (the chat names its speakers)",
+        "the graph holds no facts about Bjorn to contradict",
+        "the graph holds no entity named 'Gandalf'",
+        "two different known entities, and this turn binds no name of one to the other",
+    ]
 
 
 def test_a_reported_conflict_needs_the_turn_to_bind_the_name() -> None:
     # Look-alike of the true case above: Ilse is known with facts, but this turn does not mention her.
     retrieval = Retrieval(known_entities=[ILSE, TESTER])
-    plan = plan_extraction(TurnExtraction.model_validate({"entities": [_entity("Tester", "Character", "I baked")]}),
-                           [ILSE, TESTER], "Tester: I baked sourdough today.", ["Tester", "Seraphina"])
+    plan = plan_extraction(
+        TurnExtraction.model_validate({"entities": [_entity("Tester", "Character", "I baked")]}),
+        [ILSE, TESTER],
+        "Tester: I baked sourdough today.",
+        ["Tester", "Seraphina"],
+    )
     kept, dismissed = vet_reported(_reported(("Ilse", "")), plan, retrieval, [])
-    assert kept == [] and dismissed == ["Ilse vs ?: this turn's grounded proposals do not bind Ilse"]
+    assert kept == [] and dismissed == [
+        "Ilse vs ?: this turn's grounded proposals do not bind Ilse"
+    ]
 
 
 def test_commit_gate_blocks_without_actions_or_with_identity_conflicts() -> None:
     raw = TurnExtraction.model_validate(
-        {"entities": [], "actions": [_action("EVOLVE", "Ann", "Ben", "KNOWS", "I have known Ben for years")],
-         "bio_patches": [], "facts": []}
+        {
+            "entities": [],
+            "actions": [_action("EVOLVE", "Ann", "Ben", "KNOWS", "I have known Ben for years")],
+            "bio_patches": [],
+            "facts": [],
+        }
     )
     with_action = plan_extraction(raw, [], "Ann: I have known Ben for years.", ["Ann"])
     assert len(with_action.actions) == 1, with_action.dropped
@@ -342,22 +515,38 @@ def test_commit_gate_blocks_without_actions_or_with_identity_conflicts() -> None
     assert not blocked.passed and blocked.reasons == ["no relation actions"]
     assert commit_gate(empty, clean, require_actions=False).passed
     both = commit_gate(empty, conflicted)
-    assert not both.passed and both.identity_conflicts == 0 and both.reasons == ["no relation actions"], \
-        "a conflict without evidence is no conflict"
+    assert (
+        not both.passed and both.identity_conflicts == 0 and both.reasons == ["no relation actions"]
+    ), "a conflict without evidence is no conflict"
     assert blocked.nothing_new and not both.passed and both.nothing_new
 
 
 def test_the_gate_blocks_a_conflict_with_evidence_and_reports_nothing_new_apart() -> None:
     raw = TurnExtraction.model_validate(
-        {"actions": [_action("EVOLVE", "Ann", "Ben", "KNOWS", "I have known Ben for years")]})
+        {"actions": [_action("EVOLVE", "Ann", "Ben", "KNOWS", "I have known Ben for years")]}
+    )
     with_action = plan_extraction(raw, [], "Ann: I have known Ben for years.", ["Ann"])
     empty = plan_extraction(TurnExtraction(), [], "")
-    evidenced = JudgeSummary(identity_conflicts=[IdentityConflict(
-        entity="Ben", reason="x", graph_evidence=["'Ben' names Ben (Location)"], turn_evidence=["known Ben"])])
+    evidenced = JudgeSummary(
+        identity_conflicts=[
+            IdentityConflict(
+                entity="Ben",
+                reason="x",
+                graph_evidence=["'Ben' names Ben (Location)"],
+                turn_evidence=["known Ben"],
+            )
+        ]
+    )
     blocked = commit_gate(with_action, evidenced)
-    assert not blocked.passed and blocked.reasons == ["identity conflicts (Ben)"] and not blocked.nothing_new
+    assert (
+        not blocked.passed
+        and blocked.reasons == ["identity conflicts (Ben)"]
+        and not blocked.nothing_new
+    )
     both = commit_gate(empty, evidenced)
-    assert both.reasons == ["no relation actions", "identity conflicts (Ben)"] and not both.nothing_new
+    assert (
+        both.reasons == ["no relation actions", "identity conflicts (Ben)"] and not both.nothing_new
+    )
     nothing = commit_gate(empty, JudgeSummary())
     result = TurnResult(ok=False, state=TurnState.ROLLED_BACK, gate=nothing)
     assert result.nothing_new and json.loads(result.model_dump_json())["nothing_new"] is True
@@ -366,29 +555,53 @@ def test_the_gate_blocks_a_conflict_with_evidence_and_reports_nothing_new_apart(
 
 def test_chronicle_dedupes_and_links_milestone_entities() -> None:
     report = HistorianReport.model_validate(
-        {"events": ["Ann moved.", "Ann  moved.", ""],
-         "milestones": [{"text": "Ann adopted a dog", "entities": ["Mel", "Nobody"], "importance": 0.9,
-                         "quote": "I adopted a dog with Mel"},
-                        {"text": "Ann adopted a dog", "entities": [], "importance": 0.1, "quote": "a dog"},
-                        {"text": "Ann won the lottery", "entities": [], "importance": 0.9,
-                         "quote": "I won the lottery yesterday"}]}
+        {
+            "events": ["Ann moved.", "Ann  moved.", ""],
+            "milestones": [
+                {
+                    "text": "Ann adopted a dog",
+                    "entities": ["Mel", "Nobody"],
+                    "importance": 0.9,
+                    "quote": "I adopted a dog with Mel",
+                },
+                {"text": "Ann adopted a dog", "entities": [], "importance": 0.1, "quote": "a dog"},
+                {
+                    "text": "Ann won the lottery",
+                    "entities": [],
+                    "importance": 0.9,
+                    "quote": "I won the lottery yesterday",
+                },
+            ],
+        }
     )
     text = "Ann: I moved last month, and I adopted a dog with Mel!"
-    chronicle = chronicle_from(report, Retrieval(known_entities=KNOWN), plan_extraction(TurnExtraction(), [], text),
-                               text)
+    chronicle = chronicle_from(
+        report, Retrieval(known_entities=KNOWN), plan_extraction(TurnExtraction(), [], text), text
+    )
     assert chronicle.events == ["Ann moved."]
-    assert len(chronicle.milestones) == 1 and chronicle.milestones[0].entity_ids == ["entity:melanie"]
+    assert len(chronicle.milestones) == 1 and chronicle.milestones[0].entity_ids == [
+        "entity:melanie"
+    ]
     assert chronicle.milestones[0].quote == "I adopted a dog with Mel"
-    assert chronicle.dropped == ["milestone 'Ann won the lottery': quote not in the text (best match 58/100)"] \
-        or (len(chronicle.dropped) == 1 and "lottery" in chronicle.dropped[0])
+    assert chronicle.dropped == [
+        "milestone 'Ann won the lottery': quote not in the text (best match 58/100)"
+    ] or (len(chronicle.dropped) == 1 and "lottery" in chronicle.dropped[0])
 
 
 # --- retrieval and injection ------------------------------------------------------------------
 
 
 def _rel(i: int, source: str, target: str, weight: float) -> DialogueRelation:
-    return DialogueRelation(rel_id=f"r{i}", source_id=source, source_name=source, target_id=target,
-                            target_name=target, type="KNOWS", weight=weight, status="active")
+    return DialogueRelation(
+        rel_id=f"r{i}",
+        source_id=source,
+        source_name=source,
+        target_id=target,
+        target_name=target,
+        type="KNOWS",
+        weight=weight,
+        status="active",
+    )
 
 
 def test_mentions_and_relation_selection_prefer_the_focus() -> None:
@@ -413,38 +626,78 @@ def test_injection_packet_stays_within_its_token_budget() -> None:
 
 
 def test_recalled_passages_carry_the_time_they_were_said() -> None:
-    said = RecalledTurn(key="c:3", turn_id="3", seq=3, speaker="Caroline", score=1.0,
-                        text="Caroline: I went to a LGBTQ support group yesterday.", when="1:56 pm on 8 May, 2023")
-    undated = RecalledTurn(key="c:4", turn_id="4", seq=4, speaker="Melanie", score=0.5, text="Melanie: Wow!")
+    said = RecalledTurn(
+        key="c:3",
+        turn_id="3",
+        seq=3,
+        speaker="Caroline",
+        score=1.0,
+        text="Caroline: I went to a LGBTQ support group yesterday.",
+        when="1:56 pm on 8 May, 2023",
+    )
+    undated = RecalledTurn(
+        key="c:4", turn_id="4", seq=4, speaker="Melanie", score=0.5, text="Melanie: Wow!"
+    )
     packet = build_packet(Retrieval(recalled=[said, undated]), token_budget=256)
-    assert "[turn 3, 1:56 pm on 8 May, 2023] Caroline: I went to a LGBTQ support group" in packet.text
+    assert (
+        "[turn 3, 1:56 pm on 8 May, 2023] Caroline: I went to a LGBTQ support group" in packet.text
+    )
     assert "[turn 4] Melanie: Wow!" in packet.text
 
 
 def test_recalled_passages_spell_out_the_dates_their_time_expressions_mean() -> None:
     index = HybridIndex(3)
-    index.add([MemoryDoc(key="c:1", text="Caroline: I went to a LGBTQ support group yesterday.", speaker="Caroline",
-                   when="1:56 pm on 8 May, 2023", meta={"turn_id": "1", "seq": 1}),
-               MemoryDoc(key="c:2", text="Caroline: We had a week of rain at the support group.", speaker="Caroline",
-                   when="1:56 pm on 8 May, 2023", meta={"turn_id": "2", "seq": 2})], None)
+    index.add(
+        [
+            MemoryDoc(
+                key="c:1",
+                text="Caroline: I went to a LGBTQ support group yesterday.",
+                speaker="Caroline",
+                when="1:56 pm on 8 May, 2023",
+                meta={"turn_id": "1", "seq": 1},
+            ),
+            MemoryDoc(
+                key="c:2",
+                text="Caroline: We had a week of rain at the support group.",
+                speaker="Caroline",
+                when="1:56 pm on 8 May, 2023",
+                meta={"turn_id": "2", "seq": 2},
+            ),
+        ],
+        None,
+    )
     hits = {hit.key: recalled(hit) for hit in index.search("support group", None, 2)}
     assert hits["c:1"].event_dates == ["yesterday = Sunday 7 May 2023"]
     assert hits["c:2"].event_dates == []  # a duration is no date
     packet = build_packet(Retrieval(recalled=[hits["c:1"], hits["c:2"]]), token_budget=256)
-    assert ("[turn 1, 1:56 pm on 8 May, 2023; yesterday = Sunday 7 May 2023] Caroline: I went to a LGBTQ"
-            in packet.text)
+    assert (
+        "[turn 1, 1:56 pm on 8 May, 2023; yesterday = Sunday 7 May 2023] Caroline: I went to a LGBTQ"
+        in packet.text
+    )
     assert "[turn 2, 1:56 pm on 8 May, 2023] Caroline: We had a week of rain" in packet.text
 
 
-def _row(seq: int, text: str, vector: list[float], *, key: str | None = None, speaker: str = "Ann") -> MemoryRow:
-    return MemoryRow(key=key or f"c:{seq}", conversation_id="c", turn_id=str(seq), seq=seq, speaker=speaker,
-                     text=f"{speaker}: {text}", group=f"session {seq}", embedding=vector)
+def _row(
+    seq: int, text: str, vector: list[float], *, key: str | None = None, speaker: str = "Ann"
+) -> MemoryRow:
+    return MemoryRow(
+        key=key or f"c:{seq}",
+        conversation_id="c",
+        turn_id=str(seq),
+        seq=seq,
+        speaker=speaker,
+        text=f"{speaker}: {text}",
+        group=f"session {seq}",
+        embedding=vector,
+    )
 
 
 def test_turn_memory_index_appends_by_position_and_resets_on_a_new_life() -> None:
     index = TurnMemoryIndex()
-    index.sync([_row(1, "the lighthouse lamp", [1.0, 0.0]), _row(2, "a boat in the harbour", [0.6, 0.8])],
-               reset=False)
+    index.sync(
+        [_row(1, "the lighthouse lamp", [1.0, 0.0]), _row(2, "a boat in the harbour", [0.6, 0.8])],
+        reset=False,
+    )
     assert index.cursor()[0] == 2 and index.cursor()[1].startswith("c:2#") and len(index) == 2
     assert [h.turn_id for h in index.search("boat", np.array([0.6, 0.8]), 1, [])] == ["2"]
     index.sync([_row(2, "a boat in the harbour", [0.6, 0.8])], reset=False)  # already known
@@ -476,57 +729,120 @@ def test_http_status_mapping() -> None:
 
 def test_a_reader_from_before_a_rewind_adds_nothing_to_the_index_built_after_it() -> None:
     index = TurnMemoryIndex()
-    index.sync([_row(1, "sister Ilse moved to Bergen", [1.0, 0.0]), _row(2, "the weather has been rainy", [0.0, 1.0])],
-               reset=False)
+    index.sync(
+        [
+            _row(1, "sister Ilse moved to Bergen", [1.0, 0.0]),
+            _row(2, "the weather has been rainy", [0.0, 1.0]),
+        ],
+        reset=False,
+    )
     _, _, generation = index.read_cursor()
-    index.sync([], reset=True)  # a rewind (VectorIndexRegistry.forget) while the reader was in the graph
-    assert not index.sync([_row(3, "rainy all week, stayed in", [0.0, 1.0])], reset=False, generation=generation)
+    index.sync(
+        [], reset=True
+    )  # a rewind (VectorIndexRegistry.forget) while the reader was in the graph
+    assert not index.sync(
+        [_row(3, "rainy all week, stayed in", [0.0, 1.0])], reset=False, generation=generation
+    )
     assert len(index) == 0
     # Look-alike: a reader that took its cursor after the reset adds its rows.
     _, _, generation = index.read_cursor()
-    assert index.sync([_row(1, "sunny all week, went hiking", [0.0, 1.0])], reset=False, generation=generation)
-    assert [h.text for h in index.search("hiking", None, 5, [])] == ["Ann: sunny all week, went hiking"]
+    assert index.sync(
+        [_row(1, "sunny all week, went hiking", [0.0, 1.0])], reset=False, generation=generation
+    )
+    assert [h.text for h in index.search("hiking", None, 5, [])] == [
+        "Ann: sunny all week, went hiking"
+    ]
 
 
 def test_a_pending_write_holds_back_the_old_text_of_its_turn_only() -> None:
     def turn(turn_id: str, text: str) -> RecalledTurn:
-        return RecalledTurn(key=f"c:{turn_id}", turn_id=turn_id, seq=int(turn_id), speaker="Tester", text=text, score=1.0)
+        return RecalledTurn(
+            key=f"c:{turn_id}",
+            turn_id=turn_id,
+            seq=int(turn_id),
+            speaker="Tester",
+            text=text,
+            score=1.0,
+        )
 
     retrieval = Retrieval(
-        recalled=[turn("3", "Tester: My sister Ilse moved to Bergen."), turn("7", "Tester: It was rainy all week."),
-                  turn("9", "Tester: I baked sourdough.")],
-        milestones=[DialogueMilestone(milestone_id="m1", turn_id="3", seq=3, text="Ilse moved"),
-                    DialogueMilestone(milestone_id="m2", turn_id="9", seq=9, text="sourdough")],
-        relations=[DialogueRelation(rel_id="r1", source_id="a", source_name="Tester", target_id="b", target_name="Ilse",
-                                    type="SIBLING_OF", weight=0.5, status="active", since_turn="3")],
-        known_entities=[DialogueEntity(entity_id="a", name="Tester", bio_summary="Tester said it was rainy all week.",
-                                       last_turn="7"),
-                        DialogueEntity(entity_id="b", name="Ilse", bio_summary="Tester's sister.", last_turn="3")],
+        recalled=[
+            turn("3", "Tester: My sister Ilse moved to Bergen."),
+            turn("7", "Tester: It was rainy all week."),
+            turn("9", "Tester: I baked sourdough."),
+        ],
+        milestones=[
+            DialogueMilestone(milestone_id="m1", turn_id="3", seq=3, text="Ilse moved"),
+            DialogueMilestone(milestone_id="m2", turn_id="9", seq=9, text="sourdough"),
+        ],
+        relations=[
+            DialogueRelation(
+                rel_id="r1",
+                source_id="a",
+                source_name="Tester",
+                target_id="b",
+                target_name="Ilse",
+                type="SIBLING_OF",
+                weight=0.5,
+                status="active",
+                since_turn="3",
+            )
+        ],
+        known_entities=[
+            DialogueEntity(
+                entity_id="a",
+                name="Tester",
+                bio_summary="Tester said it was rainy all week.",
+                last_turn="7",
+            ),
+            DialogueEntity(
+                entity_id="b", name="Ilse", bio_summary="Tester's sister.", last_turn="3"
+            ),
+        ],
     )
-    pending = {"7": "Tester: It was sunny all week.",       # an edit not written yet: the old text goes
-               "3": "Tester: My sister Ilse moved to Bergen.",  # look-alike: same text, kept
-               "9": None}                                     # a delete: its milestone goes (its text is stale)
+    pending = {
+        "7": "Tester: It was sunny all week.",  # an edit not written yet: the old text goes
+        "3": "Tester: My sister Ilse moved to Bergen.",  # look-alike: same text, kept
+        "9": None,
+    }  # a delete: its milestone goes (its text is stale)
     kept, held = without_pending(retrieval, pending, k=5)
     assert held == ["7", "9"]
     assert [t.turn_id for t in kept.recalled] == ["3"]
-    assert [m.turn_id for m in kept.milestones] == ["3"] and [r.rel_id for r in kept.relations] == ["r1"]
-    assert [e.bio_summary for e in kept.known_entities] == ["", "Tester's sister."]  # the old words of turn 7 go
+    assert [m.turn_id for m in kept.milestones] == ["3"] and [r.rel_id for r in kept.relations] == [
+        "r1"
+    ]
+    assert [e.bio_summary for e in kept.known_entities] == [
+        "",
+        "Tester's sister.",
+    ]  # the old words of turn 7 go
     assert without_pending(retrieval, {}, k=2)[0].recalled == retrieval.recalled[:2]
     # A pending turn that was not recalled still holds back the bio it wrote last, when memory
     # holds another text for it; look-alike: memory already holds the new text.
     not_recalled = retrieval.model_copy(update={"recalled": []})
-    kept, held = without_pending(not_recalled, {"7": "Tester: It was sunny all week."}, 5,
-                                 {"7": "Tester: It was rainy all week."})
+    kept, held = without_pending(
+        not_recalled,
+        {"7": "Tester: It was sunny all week."},
+        5,
+        {"7": "Tester: It was rainy all week."},
+    )
     assert held == [] and kept.known_entities[0].bio_summary == ""
-    kept, _ = without_pending(not_recalled, {"7": "Tester: It was sunny all week."}, 5,
-                              {"7": "Tester: It was sunny all week."})
+    kept, _ = without_pending(
+        not_recalled,
+        {"7": "Tester: It was sunny all week."},
+        5,
+        {"7": "Tester: It was sunny all week."},
+    )
     assert kept.known_entities[0].bio_summary == "Tester said it was rainy all week."
     # Mid-replace: memory holds no text for turn 7 (rewound, not yet written again) while the bio
     # was read before the rewind; look-alike: a turn never committed holds back nothing.
-    kept, held = without_pending(not_recalled, {"7": "Tester: It was sunny all week."}, 5, {"7": None})
+    kept, held = without_pending(
+        not_recalled, {"7": "Tester: It was sunny all week."}, 5, {"7": None}
+    )
     assert held == [] and kept.known_entities[0].bio_summary == ""
     kept, _ = without_pending(not_recalled, {"12": "Tester: Hello again."}, 5, {"12": None})
-    assert [e.bio_summary for e in kept.known_entities] == [e.bio_summary for e in retrieval.known_entities]
+    assert [e.bio_summary for e in kept.known_entities] == [
+        e.bio_summary for e in retrieval.known_entities
+    ]
     assert kept.milestones == retrieval.milestones and kept.relations == retrieval.relations
 
 
@@ -543,4 +859,7 @@ def test_recall_query_names_whom_a_message_is_about() -> None:
     assert asked("Did you see what I painted?") == "Did you see what I painted?"
     assert asked("How are you all?", among={"Caroline", "Melanie", "Jon"}) == "How are you all?"
     # Words that only contain a pronoun are not one ("Iris", "youth", "mine" in "mineral" ...).
-    assert asked("Iris told the youth about mineral water.") == "Iris told the youth about mineral water."
+    assert (
+        asked("Iris told the youth about mineral water.")
+        == "Iris told the youth about mineral water."
+    )

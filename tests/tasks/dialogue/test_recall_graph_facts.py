@@ -38,11 +38,22 @@ class _FactScript(DialogueScript):
         proposal = super().extractor(request)
         if any("newest member of the family" in content for _, content in new_lines(request)):
             quote = "Meet Max, the newest member of the family!"
-            proposal["entities"].append({"name": "Max", "kind": "Character", "aliases": ["the puppy"],
-                                         "quote": quote})
-            proposal["actions"].append({"action": "EVOLVE", "source": "Nate", "target": "Max", "type": "OWNS",
-                                        "from_type": None, "weight_delta": 0.3, "weight": 0.9,
-                                        "reason": "Nate got a dog", "quote": quote})
+            proposal["entities"].append(
+                {"name": "Max", "kind": "Character", "aliases": ["the puppy"], "quote": quote}
+            )
+            proposal["actions"].append(
+                {
+                    "action": "EVOLVE",
+                    "source": "Nate",
+                    "target": "Max",
+                    "type": "OWNS",
+                    "from_type": None,
+                    "weight_delta": 0.3,
+                    "weight": 0.9,
+                    "reason": "Nate got a dog",
+                    "quote": quote,
+                }
+            )
             proposal["facts"].append("Nate adopted a dog named Max")
         return TurnExtraction.model_validate(proposal).model_dump()
 
@@ -56,8 +67,11 @@ def server() -> Iterator[ScriptedLLM]:
 
 @pytest.fixture()
 def service(graph_settings: Settings, server: ScriptedLLM) -> Iterator[DialogueService]:
-    settings = load_settings(graph_settings.project_dir, openai_base_url=server.base_url,
-                             embedding_base_url=server.base_url)
+    settings = load_settings(
+        graph_settings.project_dir,
+        openai_base_url=server.base_url,
+        embedding_base_url=server.base_url,
+    )
     svc = DialogueService(settings, options=SidecarOptions(lock_wait_s=2.0))
     yield svc
     svc.close()
@@ -65,13 +79,22 @@ def service(graph_settings: Settings, server: ScriptedLLM) -> Iterator[DialogueS
 
 def _commit_all(service: DialogueService, conversation_id: str) -> None:
     for i, (speaker, text) in enumerate(TURNS, start=1):
-        message = ChatMessage(role="user" if speaker == "Nate" else "assistant", name=speaker, content=text,
-                              message_id=f"D1:{i}", time="7:49 pm on 20 May, 2022")
-        result = service.commit(TurnCommitRequest(conversation_id=conversation_id, turn_id=i, messages=[message]))
+        message = ChatMessage(
+            role="user" if speaker == "Nate" else "assistant",
+            name=speaker,
+            content=text,
+            message_id=f"D1:{i}",
+            time="7:49 pm on 20 May, 2022",
+        )
+        result = service.commit(
+            TurnCommitRequest(conversation_id=conversation_id, turn_id=i, messages=[message])
+        )
         assert result.committed, result.reason
 
 
-def test_a_question_about_an_entity_reaches_the_turn_its_facts_came_from(service: DialogueService) -> None:
+def test_a_question_about_an_entity_reaches_the_turn_its_facts_came_from(
+    service: DialogueService,
+) -> None:
     conversation_id = f"test-facts-{uuid.uuid4().hex[:8]}"
     _commit_all(service, conversation_id)
     hits = service.recall(conversation_id, "When did Nate get the puppy?", 3)
