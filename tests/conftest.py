@@ -60,11 +60,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SUBREAPER] = process_guard.become_subreaper()
     config.stash[_BEFORE] = {p.pid for p in process_guard.descendants(os.getpid())}
     record_dir = STATEMENTS_FILE.parent / "cypher-record"
-    if not is_xdist_worker(config):  # under xdist the controller clears it, before any worker records
+    if not is_xdist_worker(
+        config
+    ):  # under xdist the controller clears it, before any worker records
         for old in record_dir.glob("*.jsonl"):
             old.unlink()
     # Subprocesses load tests/record_hook/sitecustomize.py and record into the same folder.
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(RECORD_HOOK_DIR), os.environ.get("PYTHONPATH")) if p)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(RECORD_HOOK_DIR), os.environ.get("PYTHONPATH")) if p
+    )
     skald_cypher_recorder.install(record_dir)
     config.stash[_RECORD_DIR] = record_dir
 
@@ -120,9 +124,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     stop_local_servers()  # what an atexit hook would stop later: the session's own servers
     started = {p.pid for p in process_guard.descendants(os.getpid())} - config.stash[_BEFORE]
     left = process_guard.wait_until_gone(started, PROCESS_EXIT_GRACE_S)
-    how = "orphans re-parented to this session included" if config.stash[_SUBREAPER] else "direct descendants only"
+    how = (
+        "orphans re-parented to this session included"
+        if config.stash[_SUBREAPER]
+        else "direct descendants only"
+    )
     if left:
-        say(f"process guard: FAILED: {len(left)} process(es) started by the test session outlived it ({how}):")
+        say(
+            f"process guard: FAILED: {len(left)} process(es) started by the test session outlived it ({how}):"
+        )
         for info in left:
             say(f"  pid {info.pid} (parent {info.ppid}): {info.cmdline[:200]}")
         process_guard.kill(left)
@@ -140,12 +150,21 @@ def _write_statements(record_dir: Path) -> str:
     rendered = [r for r in every_rendered if r.text not in recorded]
     STATEMENTS_FILE.parent.mkdir(parents=True, exist_ok=True)
     with STATEMENTS_FILE.open("w", encoding="utf-8") as out:
-        vocabulary = {"labels": sorted(vocab.ALL_LABELS), "relationship_types": sorted(vocab.ALL_REL_TYPES)}
+        vocabulary = {
+            "labels": sorted(vocab.ALL_LABELS),
+            "relationship_types": sorted(vocab.ALL_REL_TYPES),
+        }
         out.write(json.dumps({"vocabulary": True, **vocabulary}) + "\n")
         for text, param_sets in recorded.items():
-            out.write(json.dumps({"text": text, "param_sets": param_sets, "origin": "recorded"}) + "\n")
+            out.write(
+                json.dumps({"text": text, "param_sets": param_sets, "origin": "recorded"}) + "\n"
+            )
         for r in rendered:
-            line = {"text": r.text, "param_sets": [list(r.parameters)], "origin": f"neo4j-only: {r.path}"}
+            line = {
+                "text": r.text,
+                "param_sets": [list(r.parameters)],
+                "origin": f"neo4j-only: {r.path}",
+            }
             out.write(json.dumps(line) + "\n")
     return (
         f"cypher record: {len(recorded)} distinct statements sent, {len(every_rendered)} Neo4j-only "
@@ -218,8 +237,11 @@ def scripted(sidecar_speakers: list[str]) -> Iterator[ScriptedLLM]:
 @pytest.fixture(scope="module")
 def settings(graph_settings: Settings, scripted: ScriptedLLM) -> Settings:
     """The session graph, with chat and embeddings on the scripted server."""
-    return load_settings(graph_settings.project_dir, openai_base_url=scripted.base_url,
-                         embedding_base_url=scripted.base_url)
+    return load_settings(
+        graph_settings.project_dir,
+        openai_base_url=scripted.base_url,
+        embedding_base_url=scripted.base_url,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +284,7 @@ def prefect_api_env() -> dict[str, str]:
 
     url = PREFECT_API_URL.value()
     if not url:
-        raise RuntimeError("prefect_api_env() outside the prefect_api fixture: no session Prefect API is up")
+        raise RuntimeError(
+            "prefect_api_env() outside the prefect_api fixture: no session Prefect API is up"
+        )
     return {"PREFECT_API_URL": str(url)}
-
