@@ -1,5 +1,10 @@
 """Shared fixtures: one embedded ArcadeDB (or NEO4J_URI) and one Prefect test API per session.
 
+Under pytest-xdist (`make test` runs `pytest -n 2`) each worker is a session of its own: its
+own graph server and Prefect API on free ports, its own temporary folders (pytest gives each
+worker a base folder), so no test depends on what or when the other worker runs. Workers take
+whole modules, the modules with subprocess tests first (`subprocess_modules_first`).
+
 Two session-wide checks run around every test run as well:
 
 - Every Cypher text sent through the neo4j driver, by the session or by any Python
@@ -74,10 +79,36 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from tests.support.kinds import mark_kinds
 
     mark_kinds(items)
+    if is_xdist_worker(config):
+        items[:] = subprocess_modules_first(items)
+
+
+#: The kinds whose tests start commands, servers or a browser in subprocesses: the minutes of
+#: the suite. A module with any such test is scheduled before the modules of unit tests only.
+SLOW_KINDS = frozenset({"e2e", "fuzz", "browser"})
+
+
+def subprocess_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The collection with every module holding an e2e, fuzz or browser test moved ahead of the
+    unit-only modules, each part in collection order and each module's tests kept together.
+
+    Why: under `pytest -n 2` (pyproject: `--dist loadfile --no-loadscope-reorder`) a worker takes
+    one whole test module at a time, in this order, and a free worker takes the next. Started
+    first, the long modules (a scripted novel in a subprocess takes a minute or more) run beside
+    each other, and the many short unit modules fill in at the end, so both workers finish close
+    together; a long module left to the end would run alone on one worker while the other idles.
+    Every worker collects the same order (the controller checks that), and a serial run keeps
+    pytest's own order."""
+    slow_modules = {
+        item.path for item in items if any(item.get_closest_marker(kind) for kind in SLOW_KINDS)
+    }
+    return [item for item in items if item.path in slow_modules] + [
+        item for item in items if item.path not in slow_modules
+    ]
 
 
 def child_pythonpath() -> str:
