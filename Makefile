@@ -25,8 +25,11 @@ $(VENV)/.skald-installed: pyproject.toml
 run: install
 	$(PY) -m flows.novel --project-dir "$(PROJECT)" --premise "$(PREMISE)" --chapters $(CHAPTERS)
 
+# The suite on TEST_WORKERS pytest-xdist workers (each with its own embedded graph, Prefect API,
+# ports and temp dirs; see tests/conftest.py); TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 smoke: install
 	SKALD_SMOKE_CHAPTER=1 $(PY) -m pytest -m smoke -v

@@ -1,5 +1,10 @@
 """Shared fixtures: one embedded ArcadeDB (or NEO4J_URI) and one Prefect test API per session.
 
+Under pytest-xdist (`make test` runs `pytest -n 2`) each worker is a session of its own: its
+own graph server and Prefect API on free ports, its own temporary folders (pytest gives each
+worker a base folder), so no test depends on what or when the other worker runs. Workers take
+whole modules, the modules with subprocess tests first (`subprocess_modules_first`).
+
 Two session-wide checks run around every test run as well:
 
 - Every Cypher text sent through the neo4j driver, by the session or by any Python
@@ -60,20 +65,50 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SUBREAPER] = process_guard.become_subreaper()
     config.stash[_BEFORE] = {p.pid for p in process_guard.descendants(os.getpid())}
     record_dir = STATEMENTS_FILE.parent / "cypher-record"
-    if not is_xdist_worker(config):  # under xdist the controller clears it, before any worker records
+    if not is_xdist_worker(
+        config
+    ):  # under xdist the controller clears it, before any worker records
         for old in record_dir.glob("*.jsonl"):
             old.unlink()
     # Subprocesses load tests/record_hook/sitecustomize.py and record into the same folder.
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(RECORD_HOOK_DIR), os.environ.get("PYTHONPATH")) if p)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(RECORD_HOOK_DIR), os.environ.get("PYTHONPATH")) if p
+    )
     skald_cypher_recorder.install(record_dir)
     config.stash[_RECORD_DIR] = record_dir
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from tests.support.kinds import mark_kinds
 
     mark_kinds(items)
+    if is_xdist_worker(config):
+        items[:] = subprocess_modules_first(items)
+
+
+#: The kinds whose tests start commands, servers or a browser in subprocesses: the minutes of
+#: the suite. A module with any such test is scheduled before the modules of unit tests only.
+SLOW_KINDS = frozenset({"e2e", "fuzz", "browser"})
+
+
+def subprocess_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The collection with every module holding an e2e, fuzz or browser test moved ahead of the
+    unit-only modules, each part in collection order and each module's tests kept together.
+
+    Why: under `pytest -n 2` (pyproject: `--dist loadfile --no-loadscope-reorder`) a worker takes
+    one whole test module at a time, in this order, and a free worker takes the next. Started
+    first, the long modules (a scripted novel in a subprocess takes a minute or more) run beside
+    each other, and the many short unit modules fill in at the end, so both workers finish close
+    together; a long module left to the end would run alone on one worker while the other idles.
+    Every worker collects the same order (the controller checks that), and a serial run keeps
+    pytest's own order."""
+    slow_modules = {
+        item.path for item in items if any(item.get_closest_marker(kind) for kind in SLOW_KINDS)
+    }
+    return [item for item in items if item.path in slow_modules] + [
+        item for item in items if item.path not in slow_modules
+    ]
 
 
 def child_pythonpath() -> str:
@@ -120,9 +155,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     stop_local_servers()  # what an atexit hook would stop later: the session's own servers
     started = {p.pid for p in process_guard.descendants(os.getpid())} - config.stash[_BEFORE]
     left = process_guard.wait_until_gone(started, PROCESS_EXIT_GRACE_S)
-    how = "orphans re-parented to this session included" if config.stash[_SUBREAPER] else "direct descendants only"
+    how = (
+        "orphans re-parented to this session included"
+        if config.stash[_SUBREAPER]
+        else "direct descendants only"
+    )
     if left:
-        say(f"process guard: FAILED: {len(left)} process(es) started by the test session outlived it ({how}):")
+        say(
+            f"process guard: FAILED: {len(left)} process(es) started by the test session outlived it ({how}):"
+        )
         for info in left:
             say(f"  pid {info.pid} (parent {info.ppid}): {info.cmdline[:200]}")
         process_guard.kill(left)
@@ -140,12 +181,21 @@ def _write_statements(record_dir: Path) -> str:
     rendered = [r for r in every_rendered if r.text not in recorded]
     STATEMENTS_FILE.parent.mkdir(parents=True, exist_ok=True)
     with STATEMENTS_FILE.open("w", encoding="utf-8") as out:
-        vocabulary = {"labels": sorted(vocab.ALL_LABELS), "relationship_types": sorted(vocab.ALL_REL_TYPES)}
+        vocabulary = {
+            "labels": sorted(vocab.ALL_LABELS),
+            "relationship_types": sorted(vocab.ALL_REL_TYPES),
+        }
         out.write(json.dumps({"vocabulary": True, **vocabulary}) + "\n")
         for text, param_sets in recorded.items():
-            out.write(json.dumps({"text": text, "param_sets": param_sets, "origin": "recorded"}) + "\n")
+            out.write(
+                json.dumps({"text": text, "param_sets": param_sets, "origin": "recorded"}) + "\n"
+            )
         for r in rendered:
-            line = {"text": r.text, "param_sets": [list(r.parameters)], "origin": f"neo4j-only: {r.path}"}
+            line = {
+                "text": r.text,
+                "param_sets": [list(r.parameters)],
+                "origin": f"neo4j-only: {r.path}",
+            }
             out.write(json.dumps(line) + "\n")
     return (
         f"cypher record: {len(recorded)} distinct statements sent, {len(every_rendered)} Neo4j-only "
@@ -218,8 +268,11 @@ def scripted(sidecar_speakers: list[str]) -> Iterator[ScriptedLLM]:
 @pytest.fixture(scope="module")
 def settings(graph_settings: Settings, scripted: ScriptedLLM) -> Settings:
     """The session graph, with chat and embeddings on the scripted server."""
-    return load_settings(graph_settings.project_dir, openai_base_url=scripted.base_url,
-                         embedding_base_url=scripted.base_url)
+    return load_settings(
+        graph_settings.project_dir,
+        openai_base_url=scripted.base_url,
+        embedding_base_url=scripted.base_url,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +315,7 @@ def prefect_api_env() -> dict[str, str]:
 
     url = PREFECT_API_URL.value()
     if not url:
-        raise RuntimeError("prefect_api_env() outside the prefect_api fixture: no session Prefect API is up")
+        raise RuntimeError(
+            "prefect_api_env() outside the prefect_api fixture: no session Prefect API is up"
+        )
     return {"PREFECT_API_URL": str(url)}
-

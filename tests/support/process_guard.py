@@ -37,7 +37,13 @@ class ProcessInfo:
 def _stat(pid: int) -> ProcessInfo | None:
     try:
         raw = (_PROC / str(pid) / "stat").read_text()
-        cmd = (_PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        cmd = (
+            (_PROC / str(pid) / "cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode(errors="replace")
+            .strip()
+        )
     except OSError:
         return None
     # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split at the last ')'.
