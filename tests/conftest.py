@@ -47,7 +47,7 @@ PROCESS_EXIT_GRACE_S = 60.0
 # OPENAI_BASE_URL at the scripted server (or, for smoke tests, the local llama-server).
 for _var in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "SKALD_EMBEDDING_BASE_URL"):
     os.environ.pop(_var, None)
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")
 # No telemetry from the session's Prefect API: its heartbeat, written as the server starts,
 # met the server's own start-up writes in SQLite ("database is locked", logged, harmless).
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -304,7 +304,7 @@ def prefect_api() -> Iterator[str]:
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=600):
         yield str(PREFECT_API_URL.value())
 
 

@@ -129,7 +129,9 @@ def novel_env(base_url: str, prefect_home: Path, hash_seed: int, book: Book) -> 
             "PREFECT_HOME": str(prefect_home),
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "PREFECT_LOGGING_LEVEL": "WARNING",
-            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": os.environ.get(
+                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120"
+            ),
             "PYTHONHASHSEED": str(hash_seed),
             "PYTHONPATH": os.pathsep.join(
                 p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
