@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from kg import cypher
 from kg import vocabulary as vocab
-from kg.commit.ops import GraphOps
+from kg.commit.ops import GraphOps, grouped
 from kg.models import RollbackResult
 from kg.records import (
     canonical_json,
@@ -107,13 +107,6 @@ def amend_newest(tx: ManagedTransaction, amendment: Amendment) -> int | None:
     return int(newest["chapter"])
 
 
-def _group(items: list[Any], key: Any) -> dict[Any, list[Any]]:
-    groups: dict[Any, list[Any]] = defaultdict(list)
-    for item in items:
-        groups[key(item)].append(item)
-    return dict(sorted(groups.items()))
-
-
 def undo_amendments(
     tx: ManagedTransaction, changeset: dict[str, Any], ops: GraphOps, result: RollbackResult
 ) -> None:
@@ -126,14 +119,14 @@ def _undo_one(
     tx: ManagedTransaction, amendment: Amendment, ops: GraphOps, result: RollbackResult
 ) -> None:
     # What the write created goes first: a moved relationship keeps the key of the one it replaced.
-    for rel_type, group in _group(amendment.created_rels, lambda r: r[0]).items():
+    for rel_type, group in grouped(amendment.created_rels, lambda r: r[0]).items():
         ops.delete_rels(tx, rel_type, [key for _, key in group])
-    for label, group in _group(amendment.created_nodes, lambda n: n[0]).items():
+    for label, group in grouped(amendment.created_nodes, lambda n: n[0]).items():
         ops.delete_nodes(tx, label, [node_id for _, node_id in group])
     recreated = [(labels, decode_props(props)) for labels, props in amendment.deleted_nodes]
-    for labels, group in _group(recreated, lambda n: tuple(n[0])).items():
+    for labels, group in grouped(recreated, lambda n: tuple(n[0])).items():
         ops.create_nodes(tx, labels, [{"props": props} for _, props in group])
-    for group_key, rels in _group(
+    for group_key, rels in grouped(
         amendment.deleted_rels, lambda r: (r.type, r.src[0], r.tgt[0])
     ).items():
         ops.create_rels(
@@ -154,7 +147,7 @@ def _undo_one(
         (label, node_id, decode_undo(props, current.get((label, node_id))))
         for label, node_id, props in amendment.updated_nodes
     ]
-    for label, group in _group(restored, lambda n: n[0]).items():
+    for label, group in grouped(restored, lambda n: n[0]).items():
         ops.restore_nodes(
             tx, label, [{"id": node_id, "props": props} for _, node_id, props in group]
         )

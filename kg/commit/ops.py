@@ -3,11 +3,22 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from neo4j import ManagedTransaction
 
 from kg import cypher
+
+
+def grouped(items: list[Any], key: Callable[[Any], Hashable]) -> dict[Any, list[Any]]:
+    """`items` in groups by `key`, the groups in sorted key order: batched writes (one
+    statement a label or relationship type) run in the same order on every run."""
+    groups: dict[Any, list[Any]] = defaultdict(list)
+    for item in items:
+        groups[key(item)].append(item)
+    return dict(sorted(groups.items()))
 
 
 class GraphOps:

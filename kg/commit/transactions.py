@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import defaultdict
 from typing import Any
 
 from neo4j import ManagedTransaction
@@ -14,7 +13,7 @@ from kg import vocabulary as vocab
 from kg.commit import history
 from kg.commit.amendments import undo_amendments
 from kg.commit.ids import changeset_id
-from kg.commit.ops import GraphOps
+from kg.commit.ops import GraphOps, grouped
 from kg.commit.planner import ChapterPlanner, NodeWrite, RelWrite
 from kg.errors import ChapterConflictError, ChapterNotCommittedError, RollbackOrderError
 from kg.models import ChapterDelta, CommitResult, RollbackResult
@@ -35,13 +34,6 @@ def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     changes = {k: v for k, v in after.items() if k not in before or not same_value(before[k], v)}
     changes.update({k: None for k in before if k not in after})
     return changes
-
-
-def _group(items: list[Any], key: Any) -> dict[Any, list[Any]]:
-    groups: dict[Any, list[Any]] = defaultdict(list)
-    for item in items:
-        groups[key(item)].append(item)
-    return dict(sorted(groups.items()))
 
 
 def commit_chapter_tx(
@@ -134,9 +126,9 @@ def _write_plan(
     changed relationships)."""
     created = [n for n in nodes if n.before is None]
     updated = [n for n in nodes if n.before is not None]
-    for labels, group in _group(created, lambda n: n.labels).items():
+    for labels, group in grouped(created, lambda n: n.labels).items():
         ops.create_nodes(tx, labels, [{"props": n.props} for n in group])
-    for lookup, group in _group(updated, lambda n: n.lookup).items():
+    for lookup, group in grouped(updated, lambda n: n.lookup).items():
         # Only the difference travels: most touched nodes just get a new last_chapter.
         ops.update_nodes(
             tx, lookup, [{"id": n.id, "changes": _diff(n.before or {}, n.props)} for n in group]
@@ -147,11 +139,11 @@ def _write_plan(
         ops.create_names(tx, names_create)
     new_rels = [r for r in rels if r.before is None]
     changed_rels = [r for r in rels if r.before is not None]
-    for group_key, group in _group(new_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
+    for group_key, group in grouped(new_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
         ops.create_rels(
             tx, group_key, [{"src": r.src[1], "tgt": r.tgt[1], "props": r.props} for r in group]
         )
-    for group_key, group in _group(changed_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
+    for group_key, group in grouped(changed_rels, lambda r: (r.type, r.src[0], r.tgt[0])).items():
         rows = [{"src": r.src[1], "tgt": r.tgt[1], "key": r.key, "props": r.props} for r in group]
         ops.update_rels(tx, group_key, rows)
     return created, updated, new_rels, changed_rels
@@ -239,9 +231,9 @@ def _undo(
     created_rels: list[list[str]] = json.loads(changeset["created_rels_json"])
     updated_rels: list[list[Any]] = json.loads(changeset["updated_rels_json"])
 
-    for rel_type, group in _group(created_rels, lambda r: r[0]).items():
+    for rel_type, group in grouped(created_rels, lambda r: r[0]).items():
         ops.delete_rels(tx, rel_type, [key for _, key in group])
-    for (rel_type, src_label, tgt_label), group in _group(
+    for (rel_type, src_label, tgt_label), group in grouped(
         updated_rels, lambda r: (r[0], r[1], r[3])
     ).items():
         rows = [{"src": r[2], "tgt": r[4], "key": r[5], "props": decode_props(r[6])} for r in group]
@@ -252,10 +244,10 @@ def _undo(
     touched = [nid for label, nid, *_ in (*created_nodes, *updated_nodes) if label == vocab.ENTITY]
     if touched:
         ops.delete_names_of(tx, touched)
-    for label, group in _group(created_nodes, lambda n: n[0]).items():
+    for label, group in grouped(created_nodes, lambda n: n[0]).items():
         ops.delete_nodes(tx, label, [nid for _, nid in group])
     restored: list[dict[str, Any]] = []
-    for label, group in _group(updated_nodes, lambda n: n[0]).items():
+    for label, group in grouped(updated_nodes, lambda n: n[0]).items():
         cut = [nid for _, nid, props in group if needs_current(props)]
         current = ops.read_nodes(tx, label, cut) if cut else {}
         rows = [

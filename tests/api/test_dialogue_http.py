@@ -18,12 +18,13 @@ from fastapi.testclient import TestClient
 
 from api import COMMIT_PATH, HEALTH_PATH, RETRY_PATH
 from core.cli import run_main
-from core.graph_server import free_port, graph_endpoint
+from core.graph_server import free_port
 from core.settings import Settings
 from flows.dialogue import main
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.pipeline import DialogueService
 from tests.conftest import REPO_ROOT
+from tests.support.cli import graph_vars
 from tests.support.dialogue_script import participants
 from tests.support.scripted_llm import ScriptedLLM
 
@@ -164,13 +165,9 @@ def test_openapi_describes_both_endpoints_and_the_request(client: TestClient) ->
 
 
 def _env(graph_settings: Settings, scripted: ScriptedLLM) -> dict[str, str]:
-    ep = graph_endpoint(graph_settings)
     return {
         **os.environ,
-        "NEO4J_URI": ep.uri,
-        "NEO4J_USERNAME": ep.username,
-        "NEO4J_PASSWORD": ep.password,
-        "NEO4J_DATABASE": ep.database,
+        **graph_vars(graph_settings),
         "OPENAI_BASE_URL": scripted.base_url,
         "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
     }

@@ -36,6 +36,7 @@ from flows.dialogue import main
 from kg.dialogue import DialogueRepository
 from kg.transfer import dumps_export
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+from tests.support.cli import graph_vars
 from tests.support.dialogue_script import DialogueScript
 from tests.support.scripted_llm import ScriptedLLM
 
@@ -146,16 +147,9 @@ def test_memory_query_bad_input_gets_one_line(client: TestClient) -> None:
 
 def _kg_export_cli(graph_settings: Settings, out: Path, monkeypatch: pytest.MonkeyPatch) -> bytes:
     """`python -m kg export` (its main, in-process) against the session graph: the file's bytes."""
-    from core.graph_server import graph_endpoint
     from kg.__main__ import main as kg_main
 
-    ep = graph_endpoint(graph_settings)
-    for name, value in (
-        ("NEO4J_URI", ep.uri),
-        ("NEO4J_USERNAME", ep.username),
-        ("NEO4J_PASSWORD", ep.password),
-        ("NEO4J_DATABASE", ep.database),
-    ):
+    for name, value in graph_vars(graph_settings).items():
         monkeypatch.setenv(name, value)
     assert kg_main(["export", "--out", str(out), "--project-dir", str(out.parent)]) == 0
     return out.read_bytes()
@@ -586,19 +580,13 @@ def test_cli_rewind(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from core.graph_server import graph_endpoint
-
     conv = _conv()
     for n in (1, 2):
         assert client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n - 1])).json()["committed"]
-    ep = graph_endpoint(graph_settings)
-    for name, value in (
-        ("NEO4J_URI", ep.uri),
-        ("NEO4J_USERNAME", ep.username),
-        ("NEO4J_PASSWORD", ep.password),
-        ("NEO4J_DATABASE", ep.database),
-        ("OPENAI_BASE_URL", scripted.base_url),
-    ):
+    for name, value in {
+        **graph_vars(graph_settings),
+        "OPENAI_BASE_URL": scripted.base_url,
+    }.items():
         monkeypatch.setenv(name, value)
 
     def run(*args: str) -> int:

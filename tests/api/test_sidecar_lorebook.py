@@ -20,6 +20,7 @@ from core.settings import Settings
 from flows.dialogue import main
 from kg.dialogue import ConversationLore, DialogueMilestone, LoreEntity, LoreRelation, StatedFacts
 from tasks.dialogue.lorebook import build_lorebook
+from tests.support.cli import graph_vars
 
 SPEAKERS = ["Caroline", "Melanie"]
 #: The fields of SillyTavern 1.12's entry template (world-info.js newWorldInfoEntryDefinition),
@@ -196,18 +197,10 @@ def test_cli_lorebook_writes_the_apis_book_byte_identical_and_refuses_an_unknown
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from core.graph_server import graph_endpoint
-
     conv = _conv()
     _commit(client, conv, 1, "Caroline", "My garden is full of tomatoes this year.")
     _commit(client, conv, 2, "Melanie", "I painted the fence blue yesterday.")
-    ep = graph_endpoint(graph_settings)
-    for name, value in (
-        ("NEO4J_URI", ep.uri),
-        ("NEO4J_USERNAME", ep.username),
-        ("NEO4J_PASSWORD", ep.password),
-        ("NEO4J_DATABASE", ep.database),
-    ):
+    for name, value in graph_vars(graph_settings).items():
         monkeypatch.setenv(name, value)
 
     def run(*args: str) -> int:

@@ -16,7 +16,6 @@ import polars as pl
 import pytest
 
 from core.cli import run_main
-from core.graph_server import graph_endpoint
 from core.settings import Settings, load_settings
 from flows.regression import main as regression_main
 from kg.dialogue import DialogueRepository
@@ -25,6 +24,7 @@ from tasks.dialogue.ingest import memory_rows, remember_rows
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.replay import load_dialogue
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath, prefect_api_env
+from tests.support.cli import graph_vars
 from tests.support.scripted_llm import ScriptedLLM
 
 DIALOGUE = DIALOGUES_DIR / "locomo-30.turns.jsonl"
@@ -38,14 +38,10 @@ def scripted() -> Iterator[ScriptedLLM]:
 
 
 def _env(graph_settings: Settings, scripted: ScriptedLLM) -> dict[str, str]:
-    ep = graph_endpoint(graph_settings)
     # Embeddings from the scripted server: this test is about exactly-once, not recall.
     return {
         **os.environ,
-        "NEO4J_URI": ep.uri,
-        "NEO4J_USERNAME": ep.username,
-        "NEO4J_PASSWORD": ep.password,
-        "NEO4J_DATABASE": ep.database,
+        **graph_vars(graph_settings),
         "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
         "PYTHONPATH": child_pythonpath(),
     }

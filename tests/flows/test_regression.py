@@ -15,7 +15,6 @@ import polars as pl
 import pytest
 
 from core.cli import run_main
-from core.graph_server import graph_endpoint
 from core.settings import Settings
 from deployments.regression import shard_parameters
 from flows.regression import (
@@ -28,6 +27,7 @@ from flows.regression import (
 from tasks.dialogue.models import TurnConfig
 from tasks.dialogue.report import GateConfig, evaluate_gates
 from tests.conftest import REPO_ROOT, prefect_api_env
+from tests.support.cli import graph_vars
 from tests.support.dialogue_script import DIALOGUES, DialogueScript
 from tests.support.scripted_llm import ScriptedLLM
 
@@ -41,23 +41,13 @@ def scripted() -> Iterator[ScriptedLLM]:
         yield llm
 
 
-def _graph_env(graph_settings: Settings) -> dict[str, str]:
-    ep = graph_endpoint(graph_settings)
-    return {
-        "NEO4J_URI": ep.uri,
-        "NEO4J_USERNAME": ep.username,
-        "NEO4J_PASSWORD": ep.password,
-        "NEO4J_DATABASE": ep.database,
-    }
-
-
 def test_the_batch_over_both_dialogues_passes_and_writes_its_report(
     graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str
 ) -> None:
     DialogueScript(SPEAKERS).install(scripted)
     env = {
         **os.environ,
-        **_graph_env(graph_settings),
+        **graph_vars(graph_settings),
         "OPENAI_BASE_URL": scripted.base_url,
         "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
         **prefect_api_env(),
@@ -129,7 +119,7 @@ def test_a_planted_gate_failure_exits_non_zero_and_names_the_gate(
     # commit (--no-require-actions), so only the relation-mutation gate can catch it.
     DialogueScript(SPEAKERS, mutations="none").install(scripted)
     for name, value in {
-        **_graph_env(graph_settings),
+        **graph_vars(graph_settings),
         "OPENAI_BASE_URL": scripted.base_url,
         "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
     }.items():
@@ -178,7 +168,7 @@ def test_a_failed_gate_ends_the_flow_run_failed_with_its_report_written(
 ) -> None:
     DialogueScript(SPEAKERS, mutations="none").install(scripted)
     for name, value in {
-        **_graph_env(graph_settings),
+        **graph_vars(graph_settings),
         "OPENAI_BASE_URL": scripted.base_url,
         "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
     }.items():

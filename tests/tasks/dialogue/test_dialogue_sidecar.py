@@ -24,6 +24,7 @@ from kg.dialogue import cypher as dialogue_cypher
 from tasks.dialogue.models import TurnCommitRequest, TurnResult, TurnState
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tests.conftest import REPO_ROOT
+from tests.support.cli import graph_vars
 from tests.support.dialogue_script import (
     DialogueScript,
     dialogue_requests,
@@ -807,15 +808,10 @@ def test_the_prefect_turn_flow_runs_each_slot_as_a_task(
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    from core.graph_server import graph_endpoint
     from flows.dialogue import close_services, dialogue_turn_flow
 
-    ep = graph_endpoint(graph_settings)
     for name, value in {
-        "NEO4J_URI": ep.uri,
-        "NEO4J_USERNAME": ep.username,
-        "NEO4J_PASSWORD": ep.password,
-        "NEO4J_DATABASE": ep.database,
+        **graph_vars(graph_settings),
         "OPENAI_BASE_URL": scripted.base_url,
         "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
     }.items():
