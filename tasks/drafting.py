@@ -14,6 +14,8 @@ all drafts is kept, which is not "call again until it succeeds".
 
 from __future__ import annotations
 
+import re
+
 from prefect import get_run_logger
 from pydantic import BaseModel, Field
 
@@ -94,9 +96,19 @@ def fixed_prompt_tokens(brief: SceneBrief) -> int:
     )
 
 
+#: A Markdown heading line ("## Scene 2", " # CHAPTER ONE"): up to three spaces, 1-6 '#', a space.
+_HEADING = re.compile(r"^ {0,3}#{1,6}(?:\s|$)")
+
+
 def clean_prose(text: str) -> str:
-    """Strip what chat models wrap prose in (code fences, 'Here is the scene:' lines)."""
-    lines = [line for line in text.strip().splitlines() if not line.strip().startswith("```")]
+    """Strip what chat models wrap prose in: code fences, 'Here is the scene:' lines, and
+    Markdown headings (the chapter file has its own title; a scene's "### CHAPTER ONE" or
+    "## Scene 2" would show in the manuscript as a chapter inside the chapter)."""
+    lines = [
+        line
+        for line in text.strip().splitlines()
+        if not line.strip().startswith("```") and not _HEADING.match(line)
+    ]
     if lines and lines[0].lower().rstrip(":").startswith(("here is", "here's", "sure")):
         lines = lines[1:]
     return "\n".join(lines).strip()

@@ -20,7 +20,13 @@ from core.settings import (
 from kg.models import Entity, EntityProfile
 from prompts.narrative.models import SceneDetail
 from tasks.context import build_envelope, estimate_tokens
-from tasks.drafting import SceneBrief, fixed_prompt_tokens, prompt_tokens, scene_messages
+from tasks.drafting import (
+    SceneBrief,
+    clean_prose,
+    fixed_prompt_tokens,
+    prompt_tokens,
+    scene_messages,
+)
 from tasks.retrieval import _profile_line
 from tests.support.prose_samples import CLEAN_PROSE, LOOP
 from tests.support.scripted_llm import ScriptedLLM, scripted_prose
@@ -234,3 +240,15 @@ def test_guard_style_and_sampling_settings_from_toml_and_bad_values(tmp_path) ->
         (tmp_path / "skald.toml").write_text(bad)
         with pytest.raises(ConfigError, match=setting):
             load_settings(tmp_path)
+
+
+def test_a_drafts_headings_fences_and_preamble_go_and_its_prose_stays() -> None:
+    draft = (
+        "Here is the scene:\n```\n### CHAPTER ONE\n # THE LAST DAY\n## Scene 2: The Storm\n"
+        "Mara lit the lamp.\n#1 on her list was the letter, #hashtag-free.\n"
+        "    # an indented code line is not a heading\nShe read it twice.\n```"
+    )
+    assert clean_prose(draft) == (
+        "Mara lit the lamp.\n#1 on her list was the letter, #hashtag-free.\n"
+        "    # an indented code line is not a heading\nShe read it twice."
+    )
