@@ -151,6 +151,20 @@ halving the CPU per turn. The query goal is a question of who gets the CPU first
   the slots does not explain). Nice 5 is the default as the smaller step; the commit side
   wants a pair on a quiet machine. Still short of the goal on this machine: query p95 <= 2x
   and <= 300 ms, commit p95 <= 2x.
+
+On a quiet machine (load average under 1 before the first run), three runs back to back, the
+embedded graph's JVM flags set through `ARCADEDB_JVM_ARGS` (read by arcadedb_embedded):
+
+| JVM flags | query p95 at 1 / 16 | query p95 16:1 | commit p95 at 1 / 16 | turns/s at 16 | lock held ms/turn at 1 / 16 | CPU s/turn at 1 / 16 |
+|---|---|---|---|---|---|---|
+| none (as shipped) | 82 / 392 ms | 4.80x | 556 / 2,199 ms | 8.10 | 45 / 115 | 0.250 / 0.191 |
+| `-XX:TieredStopAtLevel=1` (C1 only) | 73 / 421 ms | 5.79x | 528 / 2,276 ms | 7.87 | 41 / 119 | 0.193 / 0.182 |
+| `-XX:+UseSerialGC` | 76 / 517 ms | 6.75x | 764 / 2,627 ms | 6.99 | 66 / 131 | 0.278 / 0.219 |
+
+Neither flag pays at 16: the JIT's warm-up is paid early (C1 only is cheaper at one
+conversation), and the serial collector's pauses hold the write lock longer. At 16 the write
+lock is busy ~93% of the time (8.1 turns/s x 115 ms), held 2.6x as long as at one conversation
+because its holder shares two cores with everything else: the commit's latency is that queue.
 """
 
 from __future__ import annotations
