@@ -414,7 +414,8 @@ def dangling_references(view: _View) -> list[Finding]:
             _finding(
                 "dangling_reference",
                 "error",
-                f"name lookup(s) {', '.join(repr(k) for k in sorted(keys))} point to entity {eid!r}, "
+                f"name lookup(s) {', '.join(repr(k) for k in sorted(keys))} "
+                f"point to entity {eid!r}, "
                 "which does not exist",
                 [eid],
                 sorted(keys),
@@ -439,7 +440,8 @@ def dangling_references(view: _View) -> list[Finding]:
             _finding(
                 "dangling_reference",
                 "error",
-                f"{row.type} from {ends[0]} to {ends[1]} does not connect two complete entities{detail}",
+                f"{row.type} from {ends[0]} to {ends[1]} "
+                f"does not connect two complete entities{detail}",
                 [i for i in (row.src_id, row.tgt_id) if i is not None],
                 [n for n in (row.src_name, row.tgt_name) if n is not None],
                 [row.chapter],
@@ -493,7 +495,8 @@ def provisional_buildup(tx: ManagedTransaction, ratio: float) -> list[Finding]:
         _finding(
             "provisional_buildup",
             "warning",
-            f"{provisional} of {total} entities ({provisional / total:.0%}) are still provisional, above "
+            f"{provisional} of {total} entities ({provisional / total:.0%}) "
+            "are still provisional, above "
             f"{ratio:.0%}: healing is not confirming or merging them{more}",
             [r.id for r in listed],
             [r.name for r in listed],
@@ -539,7 +542,8 @@ def before_first_appearance(view: _View) -> list[Finding]:
                     _finding(
                         "before_first_appearance",
                         "warning",
-                        f"scene {chapter}.{scene.scene} lists {view.index.names[eid]}, who first appears in "
+                        f"scene {chapter}.{scene.scene} lists {view.index.names[eid]}, "
+                        "who first appears in "
                         f"chapter {first}",
                         [eid],
                         [view.index.names[eid]],

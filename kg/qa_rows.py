@@ -8,9 +8,10 @@ hold (a chapter that is no whole number, a missing column) stops QA with one lin
 which row and why (kg.errors.GraphQueryError) instead of a KeyError or TypeError inside a check.
 
 The parsers keep what the checks did with the raw values: an id, a name key or a lookup key
-is its text (`str(value)`, None as "None"); a name that may be missing stays None; a chapter
-is a whole number or None, nothing else. Pydantic, as the other rows of kg/ (kg.records,
-kg.codex.records): the graph is an outside input, and its validation errors read as one line.
+is its text (`str(value)`, None as "None"); a name that may be missing stays None (a number
+as its text); a chapter is a whole number or None, nothing else. Pydantic, as the other rows
+of kg/ (kg.records, kg.codex.records): the graph is an outside input, and its validation
+errors read as one line. Each row is validated once; the checks then only read attributes.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from kg.errors import GraphQueryError
 
 #: An id or a key the checks index by: always text (`str(value)`).
 Key = Annotated[str, BeforeValidator(str)]
-#: Text that may be missing: None stays None, anything else is its text.
-Text = Annotated[str | None, BeforeValidator(lambda v: None if v is None else str(v))]
+#: Text that may be missing: None stays None, a number is its text (`coerce_numbers_to_str`,
+#: in pydantic's core: no Python call per field on the rows there are most of).
+Text = str | None
 #: A list that may be missing: None is empty; its items as text.
 Texts = Annotated[tuple[str, ...], BeforeValidator(lambda v: tuple(str(x) for x in v or ()))]
 #: A chapter as the graph writes it: a whole number, or missing.
@@ -44,7 +46,7 @@ Row = TypeVar("Row", bound="QaRow")
 
 
 class QaRow(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", coerce_numbers_to_str=True)
 
     #: What one row is, for the error that names a malformed one.
     what: ClassVar[str] = "row"
