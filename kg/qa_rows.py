@@ -171,6 +171,8 @@ class NameLookup(QaRow):
 
 
 class EntityId(QaRow):
+    """An entity's id (the entities a set of chapters touched)."""
+
     what: ClassVar[str] = "entity id"
 
     id: Key
