@@ -9,7 +9,7 @@ which row and why (kg.errors.GraphQueryError) instead of a KeyError or TypeError
 
 The parsers keep what the checks did with the raw values: an id, a name key or a lookup key
 is its text (`str(value)`, None as "None"); a name that may be missing stays None (a number
-as its text); a chapter is a whole number or None, nothing else. Pydantic, as the other rows
+as its text); a chapter is a whole number (3.0 included) or None, nothing else. Pydantic, as the other rows
 of kg/ (kg.records, kg.codex.records): the graph is an outside input, and its validation
 errors read as one line. Each row is validated once; the checks then only read attributes.
 """
@@ -24,7 +24,6 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
-    StrictInt,
     ValidationError,
     field_validator,
 )
@@ -39,8 +38,10 @@ Key = Annotated[str, BeforeValidator(str)]
 Text = str | None
 #: A list that may be missing: None is empty; its items as text.
 Texts = Annotated[tuple[str, ...], BeforeValidator(lambda v: tuple(str(x) for x in v or ()))]
-#: A chapter as the graph writes it: a whole number, or missing.
-Chapter = StrictInt | None
+#: A chapter as the graph writes it: a whole number, or missing. Lax on purpose: 3.0 (a graph
+#: written by another tool, a Neo4j float) is chapter 3, as the checks always read it; 'five',
+#: 3.5 or a list is no chapter and stops QA.
+Chapter = int | None
 
 Row = TypeVar("Row", bound="QaRow")
 
@@ -156,7 +157,7 @@ class SceneCast(QaRow):
 
     id: Text
     chapter: Chapter
-    scene: StrictInt | None
+    scene: int | None
     characters: Texts
     location: Text
 
