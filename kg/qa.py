@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,7 +48,23 @@ from core.settings import HealingSettings
 from kg import cypher
 from kg import maintenance_cypher as mq
 from kg import vocabulary as vocab
-from kg.mirror import MirroredReader, StoryMirror, mirror_of
+from kg.mirror import Edge, MirroredReader, StoryMirror, mirror_of
+from kg.qa_rows import (
+    BrokenRel,
+    ChangesetNode,
+    ChapterNumber,
+    EntityId,
+    EntityNode,
+    IndexEntry,
+    NameLookup,
+    ProvisionalCount,
+    ProvisionalEntity,
+    SceneCast,
+    StoryRel,
+    TraitEdge,
+    parse,
+    read,
+)
 from kg.records import REVISIONS, decode_value, entity_from_props
 
 CheckName = Literal[
@@ -99,25 +115,19 @@ class Finding(BaseModel):
     chapters: list[int] = Field(default_factory=list)
 
 
-def _rows(tx: ManagedTransaction, query: str, **params: Any) -> list[dict[str, Any]]:
-    return [r.data() for r in tx.run(query, **params)]
-
-
 class _Index:
     """Entity ids by id, name key and alias key; first chapters; for scene references."""
 
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
+    def __init__(self, rows: list[IndexEntry]) -> None:
         self.names: dict[str, str] = {}
         self.first: dict[str, int | None] = {}
         self.keys: dict[str, set[str]] = defaultdict(set)
         for row in rows:
-            eid = str(row["id"])
-            self.names[eid] = str(row["name"] or eid)
-            first = row["first_chapter"]
-            self.first[eid] = int(first) if isinstance(first, int) else None
-            for key in [row["name_key"], *(row["alias_keys"] or [])]:
+            self.names[row.id] = row.name or row.id
+            self.first[row.id] = row.first_chapter
+            for key in [row.name_key, *row.alias_keys]:
                 if key:
-                    self.keys[str(key)].add(eid)
+                    self.keys[key].add(row.id)
 
     def resolve(self, ref: str) -> set[str]:
         if ref in self.names:
@@ -143,7 +153,7 @@ def _finding(
     )
 
 
-def trait_chapters(props: dict[str, Any]) -> dict[str, int | None]:
+def trait_chapters(props: Mapping[str, Any]) -> dict[str, int | None]:
     """Each current trait (lower-cased) -> the chapter it was first held, replaying the
     entity's revision history (kg.records) once, newest entry first; None when the history
     cannot say."""
@@ -177,83 +187,102 @@ def trait_chapters(props: dict[str, Any]) -> dict[str, int | None]:
 class _View:
     """What the checks read, from the whole graph or from a set of chapters."""
 
-    entities: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> properties
+    #: id -> the entity's properties: an open property bag (kg.qa_rows.EntityNode)
+    entities: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     index: _Index = field(default_factory=lambda: _Index([]))
-    #: complete story relationships: type, chapter, key, and src_/tgt_ id, name, first
-    story_rels: list[dict[str, Any]] = field(default_factory=list)
-    trait_edges: list[dict[str, Any]] = field(default_factory=list)  # id, name, trait, chapter
-    scenes: list[dict[str, Any]] = field(
-        default_factory=list
-    )  # id, chapter, scene, characters, location
+    story_rels: list[StoryRel] = field(default_factory=list)  # between complete entities
+    trait_edges: list[TraitEdge] = field(default_factory=list)
+    scenes: list[SceneCast] = field(default_factory=list)
     chapters: set[int] = field(default_factory=set)  # Chapter nodes there are (of the scope)
     scope: set[int] | None = None  # None: the whole graph
-    stale_names: list[dict[str, Any]] = field(default_factory=list)
-    broken_rels: list[dict[str, Any]] = field(default_factory=list)
+    stale_names: list[NameLookup] = field(default_factory=list)
+    broken_rels: list[BrokenRel] = field(default_factory=list)
 
 
-def _rel_row(
-    rel_type: str, src: dict[str, Any], tgt: dict[str, Any], chapter: Any, key: Any
-) -> dict[str, Any]:
-    return {
-        "type": rel_type,
-        "chapter": chapter,
-        "key": key,
-        "src_id": src.get("id"),
-        "src_name": src.get("name"),
-        "src_first": src.get("first_chapter"),
-        "tgt_id": tgt.get("id"),
-        "tgt_name": tgt.get("name"),
-        "tgt_first": tgt.get("first_chapter"),
-    }
-
-
-def _index_row(props: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": props["id"],
-        "name": props.get("name"),
-        "name_key": props.get("name_key"),
-        "alias_keys": props.get("alias_keys"),
-        "first_chapter": props.get("first_chapter"),
-    }
+def _entities(rows: list[EntityNode]) -> dict[str, Mapping[str, Any]]:
+    """Entity property maps by id (EntityNode refuses a node without an id)."""
+    return {str(row.props["id"]): row.props for row in rows}
 
 
 def _whole_graph_tx(tx: ManagedTransaction) -> _View:
     view = _View()
-    view.entities = {str(r["props"]["id"]): r["props"] for r in _rows(tx, mq.ALL_ENTITIES)}
-    view.index = _Index(_rows(tx, mq.QA_ENTITY_INDEX))
-    view.story_rels = _rows(tx, mq.QA_STORY_RELS)
-    view.trait_edges = _rows(tx, mq.QA_TRAIT_EDGES)
-    view.scenes = _rows(tx, mq.SCENES)
+    view.entities = _entities(read(tx, EntityNode, mq.ALL_ENTITIES))
+    view.index = _Index(read(tx, IndexEntry, mq.QA_ENTITY_INDEX))
+    view.story_rels = read(tx, StoryRel, mq.QA_STORY_RELS)
+    view.trait_edges = read(tx, TraitEdge, mq.QA_TRAIT_EDGES)
+    view.scenes = read(tx, SceneCast, mq.SCENES)
     view.chapters = {
-        int(r["number"]) for r in _rows(tx, mq.CHAPTER_NUMBERS) if r["number"] is not None
+        r.number for r in read(tx, ChapterNumber, mq.CHAPTER_NUMBERS) if r.number is not None
     }
-    view.stale_names = _rows(tx, mq.QA_STALE_NAMES)
-    view.broken_rels = _rows(tx, mq.QA_BROKEN_RELS)
+    view.stale_names = read(tx, NameLookup, mq.QA_STALE_NAMES)
+    view.broken_rels = read(tx, BrokenRel, mq.QA_BROKEN_RELS)
     return view
+
+
+def _edge_rows(view: _View, edges: list[Edge]) -> None:
+    """`edges` (of the story mirror) as the whole-graph statements would read them: a
+    relationship between complete entities into `story_rels` (and `trait_edges`), any other
+    into `broken_rels`."""
+    for edge in sorted(edges, key=lambda e: e.key):
+        src = view.entities.get(edge.src, {"id": edge.src})
+        tgt = view.entities.get(edge.tgt, {"id": edge.tgt})
+        row = {
+            "type": edge.type,
+            "chapter": edge.props.get("chapter"),
+            "key": edge.props.get("key"),
+            "src_id": src.get("id"),
+            "src_name": src.get("name"),
+            "src_first": src.get("first_chapter"),
+            "tgt_id": tgt.get("id"),
+            "tgt_name": tgt.get("name"),
+            "tgt_first": tgt.get("first_chapter"),
+        }
+        at = f"mirror edge {edge.key!r}"
+        if any(p.get(k) is None for p in (src, tgt) for k in ("id", "name", "label")):
+            labels = {
+                "src_labels": [vocab.ENTITY] if edge.src in view.entities else [],
+                "tgt_labels": [vocab.ENTITY] if edge.tgt in view.entities else [],
+            }
+            view.broken_rels.append(parse(BrokenRel, {**row, **labels}, at))
+            continue
+        view.story_rels.append(parse(StoryRel, row, at))
+        if edge.type == "HAS_TRAIT":
+            trait = {
+                "id": edge.src,
+                "name": src.get("name"),
+                "trait": tgt.get("name"),
+                "chapter": edge.props.get("chapter"),
+            }
+            view.trait_edges.append(parse(TraitEdge, trait, at))
 
 
 def _chapters_tx(tx: ManagedTransaction, mirror: StoryMirror, chapters: set[int]) -> _View:
     """The view of what `chapters` wrote (see the module docstring)."""
     mirror.refresh(tx)
     view = _View(scope=set(chapters))
-    # What the chapters' change-sets wrote (a relationship may be dated another chapter), and what is dated in them.
+    # What the chapters' change-sets wrote (a relationship may be dated another chapter), and
+    # what is dated in them.
     written = {
         key
-        for row in _rows(tx, cypher.READ_CHANGESET_PROPS, chapters=sorted(chapters))
-        for _, key in json.loads(row["props"].get("created_rels_json") or "[]")
+        for row in read(tx, ChangesetNode, cypher.READ_CHANGESET_PROPS, chapters=sorted(chapters))
+        for _, key in json.loads(row.props.get("created_rels_json") or "[]")
     }
     edges = [
         e for e in mirror.all_edges() if e.props.get("chapter") in chapters or e.key in written
     ]
     scenes = [s for s in mirror.scenes_as_of(max(chapters, default=0)) if s.chapter in chapters]
     view.scenes = [
-        {
-            "id": s.id,
-            "chapter": s.chapter,
-            "scene": s.scene if s.scene >= 0 else None,
-            "characters": list(s.characters),
-            "location": s.location,
-        }
+        parse(
+            SceneCast,
+            {
+                "id": s.id,
+                "chapter": s.chapter,
+                "scene": s.scene if s.scene >= 0 else None,
+                "characters": s.characters,
+                "location": s.location,
+            },
+            f"mirror scene {s.id!r}",
+        )
         for s in scenes
     ]
     refs = {
@@ -261,48 +290,24 @@ def _chapters_tx(tx: ManagedTransaction, mirror: StoryMirror, chapters: set[int]
     }
     ids = {e.src for e in edges} | {e.tgt for e in edges} | {ref for ref in refs if ":" in ref}
     numbers = sorted(chapters)
-    ids |= {r["id"] for r in _rows(tx, mq.TOUCHED_IN_CHAPTERS, chapters=numbers)}
-    names = _rows(tx, cypher.READ_NAMES, keys=sorted({vocab.name_key(ref) for ref in refs}))
-    ids |= {str(r["entity_id"]) for r in names}
-    view.entities = {
-        str(r["props"]["id"]): r["props"]
-        for r in _rows(tx, cypher.read_nodes(vocab.ENTITY), ids=sorted(ids))
-    }
-    view.index = _Index([_index_row(p) for p in view.entities.values()])
-    view.stale_names = [
-        {"entity_id": r["entity_id"], "key": r["key"]}
-        for r in names
-        if str(r["entity_id"]) not in view.entities
-    ]
-    for edge in sorted(edges, key=lambda e: e.key):
-        src, tgt = (
-            view.entities.get(edge.src, {"id": edge.src}),
-            view.entities.get(edge.tgt, {"id": edge.tgt}),
-        )
-        row = _rel_row(edge.type, src, tgt, edge.props.get("chapter"), edge.props.get("key"))
-        if any(p.get(k) is None for p in (src, tgt) for k in ("id", "name", "label")):
-            view.broken_rels.append(
-                {
-                    **row,
-                    "src_labels": [vocab.ENTITY] if edge.src in view.entities else [],
-                    "tgt_labels": [vocab.ENTITY] if edge.tgt in view.entities else [],
-                }
-            )
-        else:
-            view.story_rels.append(row)
-            if edge.type == "HAS_TRAIT":
-                view.trait_edges.append(
-                    {
-                        "id": edge.src,
-                        "name": src.get("name"),
-                        "trait": tgt.get("name"),
-                        "chapter": edge.props.get("chapter"),
-                    }
-                )
-    dated = sorted(
-        set(numbers) | {r["chapter"] for r in view.story_rels if isinstance(r["chapter"], int)}
+    ids |= {r.id for r in read(tx, EntityId, mq.TOUCHED_IN_CHAPTERS, chapters=numbers)}
+    keys = sorted({vocab.name_key(ref) for ref in refs})
+    names = read(tx, NameLookup, cypher.READ_NAMES, keys=keys)
+    ids |= {r.entity_id for r in names}
+    view.entities = _entities(
+        read(tx, EntityNode, cypher.read_nodes(vocab.ENTITY), ids=sorted(ids))
     )
-    view.chapters = {int(r["number"]) for r in _rows(tx, mq.CHAPTERS_OF, numbers=dated)}
+    view.index = _Index(
+        [parse(IndexEntry, p, f"entity {eid!r}") for eid, p in view.entities.items()]
+    )
+    view.stale_names = [r for r in names if r.entity_id not in view.entities]
+    _edge_rows(view, edges)
+    dated = sorted(set(numbers) | {r.chapter for r in view.story_rels if r.chapter is not None})
+    view.chapters = {
+        r.number
+        for r in read(tx, ChapterNumber, mq.CHAPTERS_OF, numbers=dated)
+        if r.number is not None
+    }
     return view
 
 
@@ -320,9 +325,8 @@ def contradictory_traits(view: _View, antonyms: list[tuple[str, str]]) -> list[F
         for trait, chapter in trait_chapters(props).items():
             traits[eid][trait].append(chapter)
     for row in view.trait_edges:
-        eid = str(row["id"])
-        names[eid] = str(row["name"])
-        traits[eid][str(row["trait"]).strip().lower()].append(row["chapter"])
+        names[row.id] = str(row.name)
+        traits[row.id][str(row.trait).strip().lower()].append(row.chapter)
     findings = []
     for eid in sorted(traits):
         held = traits[eid]
@@ -365,22 +369,22 @@ def dead_characters_acting(view: _View) -> list[Finding]:
     acts: dict[str, list[tuple[int, int, str]]] = defaultdict(list)  # id -> (death, chapter, what)
     if dead:
         for row in view.story_rels:
-            eid, chapter = str(row["src_id"]), row["chapter"]
-            if eid in dead and row["type"] in ACTION_TYPES:
+            eid, chapter = str(row.src_id), row.chapter
+            if eid in dead and row.type in ACTION_TYPES:
                 death = died_before(eid, chapter)
                 if death is not None:
                     acts[eid].append(
-                        (death, chapter, f"{row['type']} {row['tgt_name']} in chapter {chapter}")
+                        (death, chapter, f"{row.type} {row.tgt_name} in chapter {chapter}")
                     )
         for scene in view.scenes:
-            chapter = scene["chapter"]
-            for ref in scene["characters"] or []:
-                ids = view.index.resolve(str(ref))
+            chapter = scene.chapter
+            for ref in scene.characters:
+                ids = view.index.resolve(ref)
                 # Only an unambiguous reference proves who was there.
                 if len(ids) == 1 and (eid := next(iter(ids))) in dead:
                     death = died_before(eid, chapter)
                     if death is not None:
-                        acts[eid].append((death, chapter, f"in scene {chapter}.{scene['scene']}"))
+                        acts[eid].append((death, chapter, f"in scene {chapter}.{scene.scene}"))
     findings = []
     for eid in sorted(acts):
         events = sorted(set(acts[eid]))
@@ -404,69 +408,73 @@ def dangling_references(view: _View) -> list[Finding]:
     findings = []
     stale: dict[str, list[str]] = defaultdict(list)
     for row in view.stale_names:
-        stale[str(row["entity_id"])].append(str(row["key"]))
+        stale[row.entity_id].append(row.key)
     for eid, keys in sorted(stale.items()):
         findings.append(
             _finding(
                 "dangling_reference",
                 "error",
-                f"name lookup(s) {', '.join(repr(k) for k in sorted(keys))} point to entity {eid!r}, "
+                f"name lookup(s) {', '.join(repr(k) for k in sorted(keys))} "
+                f"point to entity {eid!r}, "
                 "which does not exist",
                 [eid],
                 sorted(keys),
                 [],
             )
         )
-    for row in sorted(
-        view.broken_rels, key=lambda r: (r["type"], str(r.get("key")), str(r.get("src_id")))
-    ):
+    for row in sorted(view.broken_rels, key=lambda r: (r.type, str(r.key), str(r.src_id))):
         ends = []
-        for side in ("src", "tgt"):
-            label_ok = vocab.ENTITY in (row[f"{side}_labels"] or [])
-            what = str(row[f"{side}_name"] or row[f"{side}_id"] or "a node without id")
-            if not label_ok or row[f"{side}_id"] is None or row[f"{side}_name"] is None:
+        for labels, end_id, end_name in (
+            (row.src_labels, row.src_id, row.src_name),
+            (row.tgt_labels, row.tgt_id, row.tgt_name),
+        ):
+            what = end_name or end_id or "a node without id"
+            if vocab.ENTITY not in labels or end_id is None or end_name is None:
                 what += " (incomplete)"
             ends.append(what)
-        missing = [p for p in ("key", "chapter") if row[p] is None]
+        missing = [
+            name for name, value in (("key", row.key), ("chapter", row.chapter)) if value is None
+        ]
         detail = f"; missing {', '.join(missing)}" if missing else ""
         findings.append(
             _finding(
                 "dangling_reference",
                 "error",
-                f"{row['type']} from {ends[0]} to {ends[1]} does not connect two complete entities{detail}",
-                [str(row[k]) for k in ("src_id", "tgt_id") if row[k] is not None],
-                [str(row[k]) for k in ("src_name", "tgt_name") if row[k] is not None],
-                [row["chapter"]],
+                f"{row.type} from {ends[0]} to {ends[1]} "
+                f"does not connect two complete entities{detail}",
+                [i for i in (row.src_id, row.tgt_id) if i is not None],
+                [n for n in (row.src_name, row.tgt_name) if n is not None],
+                [row.chapter],
             )
         )
     # Chapter 0 (initialization) is valid without a Chapter node.
     chapters = {0} | view.chapters
     for row in view.story_rels:
-        if row["chapter"] is None or row["chapter"] in chapters:
+        if row.chapter is None or row.chapter in chapters:
             continue
         findings.append(
             _finding(
                 "dangling_reference",
                 "warning",
-                f"{row['src_name']} {row['type']} {row['tgt_name']} is dated chapter {row['chapter']}, "
+                f"{row.src_name} {row.type} {row.tgt_name} is dated chapter {row.chapter}, "
                 "which does not exist",
-                [str(row["src_id"]), str(row["tgt_id"])],
-                [str(row["src_name"]), str(row["tgt_name"])],
-                [row["chapter"]],
+                [str(row.src_id), str(row.tgt_id)],
+                [str(row.src_name), str(row.tgt_name)],
+                [row.chapter],
             )
         )
     for scene in view.scenes:
-        chapter = scene["chapter"]
-        refs = [("character", str(r)) for r in scene["characters"] or []]
-        if scene["location"]:
-            refs.append(("location", str(scene["location"])))
+        chapter = scene.chapter
+        refs = [("character", r) for r in scene.characters]
+        if scene.location:
+            refs.append(("location", scene.location))
         for kind, ref in refs:
             if not view.index.resolve(ref):
                 findings.append(
                     _finding(
                         "dangling_reference",
                         "warning",
-                        f"scene {chapter}.{scene['scene']} names {kind} {ref!r}, which is no entity",
+                        f"scene {chapter}.{scene.scene} names {kind} {ref!r}, which is no entity",
                         [],
                         [ref],
                         [chapter],
@@ -476,22 +484,23 @@ def dangling_references(view: _View) -> list[Finding]:
 
 
 def provisional_buildup(tx: ManagedTransaction, ratio: float) -> list[Finding]:
-    counts = _rows(tx, mq.QA_PROVISIONAL)
-    total = int(counts[0]["total"] or 0) if counts else 0
-    provisional = int(counts[0]["provisional"] or 0) if counts else 0
+    counts = read(tx, ProvisionalCount, mq.QA_PROVISIONAL)
+    total = counts[0].total if counts else 0
+    provisional = counts[0].provisional if counts else 0
     if total < MIN_ENTITIES_FOR_RATIO or provisional / total <= ratio:
         return []
-    listed = _rows(tx, mq.QA_PROVISIONAL_LIST, limit=MAX_LISTED)
+    listed = read(tx, ProvisionalEntity, mq.QA_PROVISIONAL_LIST, limit=MAX_LISTED)
     more = f" (first {len(listed)} listed)" if provisional > len(listed) else ""
     return [
         _finding(
             "provisional_buildup",
             "warning",
-            f"{provisional} of {total} entities ({provisional / total:.0%}) are still provisional, above "
+            f"{provisional} of {total} entities ({provisional / total:.0%}) "
+            "are still provisional, above "
             f"{ratio:.0%}: healing is not confirming or merging them{more}",
-            [str(r["id"]) for r in listed],
-            [str(r["name"]) for r in listed],
-            [r["first_chapter"] for r in listed],
+            [r.id for r in listed],
+            [r.name for r in listed],
+            [r.first_chapter for r in listed],
         )
     ]
 
@@ -499,13 +508,13 @@ def provisional_buildup(tx: ManagedTransaction, ratio: float) -> list[Finding]:
 def before_first_appearance(view: _View) -> list[Finding]:
     findings = []
     for row in view.story_rels:
-        chapter = row["chapter"]
+        chapter = row.chapter
         if chapter is None:
             continue
         late = [
-            (str(row[f"{s}_name"]), row[f"{s}_first"])
-            for s in ("src", "tgt")
-            if row[f"{s}_first"] is not None and chapter < row[f"{s}_first"]
+            (str(name), first)
+            for name, first in ((row.src_name, row.src_first), (row.tgt_name, row.tgt_first))
+            if first is not None and chapter < first
         ]
         if not late:
             continue
@@ -514,16 +523,16 @@ def before_first_appearance(view: _View) -> list[Finding]:
             _finding(
                 "before_first_appearance",
                 "warning",
-                f"{row['src_name']} {row['type']} {row['tgt_name']} is dated chapter {chapter}, but {who}",
-                [str(row["src_id"]), str(row["tgt_id"])],
-                [str(row["src_name"]), str(row["tgt_name"])],
+                f"{row.src_name} {row.type} {row.tgt_name} is dated chapter {chapter}, but {who}",
+                [str(row.src_id), str(row.tgt_id)],
+                [str(row.src_name), str(row.tgt_name)],
                 [chapter, *(f for _, f in late)],
             )
         )
     for scene in view.scenes:
-        chapter = scene["chapter"]
-        for ref in scene["characters"] or []:
-            ids = view.index.resolve(str(ref))
+        chapter = scene.chapter
+        for ref in scene.characters:
+            ids = view.index.resolve(ref)
             if len(ids) != 1:
                 continue
             eid = next(iter(ids))
@@ -533,7 +542,8 @@ def before_first_appearance(view: _View) -> list[Finding]:
                     _finding(
                         "before_first_appearance",
                         "warning",
-                        f"scene {chapter}.{scene['scene']} lists {view.index.names[eid]}, who first appears in "
+                        f"scene {chapter}.{scene.scene} lists {view.index.names[eid]}, "
+                        "who first appears in "
                         f"chapter {first}",
                         [eid],
                         [view.index.names[eid]],

@@ -23,6 +23,7 @@ from core.settings import HealingSettings, Settings
 from kg import healing as h
 from kg import maintenance_cypher as mq
 from kg import qa
+from kg.errors import GraphQueryError
 from kg.models import (
     ChapterDelta,
     Entity,
@@ -673,6 +674,49 @@ def test_qa_of_a_few_chapters_finds_what_they_wrote(store: GraphStore) -> None:
         "before_first_appearance",
     }
     assert all(f.chapters != [5] and "Ghost Sailor" not in f.entity_names for f in early)
+
+
+def _import_knows(store: GraphStore, props: dict[str, Any]) -> None:
+    """A KNOWS relationship from Mary to the captain with `props`, as an untrusted import
+    could bring it in."""
+    exported = store.export_data()
+    nodes = [n for n in exported["nodes"] if n["properties"].get("id") in (MARY, CAPTAIN)]
+    refs = {n["properties"]["id"]: n["ref"] for n in nodes}
+    store.import_data(
+        {
+            "format": exported["format"],
+            "version": exported["version"],
+            "nodes": nodes,
+            "relationships": [
+                {"type": "KNOWS", "start": refs[MARY], "end": refs[CAPTAIN], "properties": props}
+            ],
+        },
+        merge=True,
+    )
+
+
+def test_qa_stops_on_a_chapter_that_is_no_number_and_reports_a_missing_one(
+    store: GraphStore,
+) -> None:
+    """A relationship dated 'five' is a row QA cannot read: one line naming the row and the
+    value (not a TypeError inside a check). One with no chapter at all is
+    what QA looks for: a finding."""
+    seed_story(store)
+    _import_knows(store, {"key": "knows:undated"})
+    missing = [f for f in qa.run_checks(store, HealingSettings()) if "missing" in f.message]
+    assert [(f.check, f.entity_ids, f.message) for f in missing] == [
+        (
+            "dangling_reference",
+            [MARY, CAPTAIN],
+            "KNOWS from Mary Reed to Old Captain does not connect two complete entities; "
+            "missing chapter",
+        )
+    ]
+    _import_knows(store, {"key": "knows:text", "chapter": "five"})
+    with pytest.raises(GraphQueryError) as raised:
+        qa.run_checks(store, HealingSettings())
+    assert "malformed story relationship" in str(raised.value)
+    assert "chapter: Input should be a valid integer (got 'five')" in str(raised.value)
 
 
 # --- Command line ---------------------------------------------------------------------------------
