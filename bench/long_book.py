@@ -50,6 +50,7 @@ from bench.long_book_report import (
     prompt_sections,
     request_tokens,
 )
+from bench.served import stop_process
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -96,11 +97,7 @@ class ScriptedServer:
             return int(json.loads(answer.read())["requests"])
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc, grace_s=10)
 
 
 # --- Prefect's API server: a child process of this one -----------------------------------------------------

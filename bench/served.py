@@ -1,5 +1,6 @@
 """What the benchmarks that serve a sidecar share: the command that serves it on loopback, its
-start with the output to a log file, and waiting for the server they started."""
+start with the output to a log file, waiting for the server they started, and stopping a server
+process (the sidecar or the scripted LLM) when they are done."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -75,3 +77,16 @@ def start_sidecar(
             stderr=subprocess.STDOUT,
             text=True,
         )
+
+
+def stop_process(proc: subprocess.Popen[Any], *, grace_s: float) -> None:
+    """Ask `proc` to end (SIGTERM); kill it if it has not ended after `grace_s` seconds. Returns
+    once it has ended (reaped: no zombie left)."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -40,7 +40,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from api import CORS_ENV, TOKEN_ENV, create_app, serve_security
-from core.cli import project_prefect_settings, run_main, setup_logging
+from core.cli import add_settings_options, project_prefect_settings, run_main, setup_logging
 from core.embedder import EmbedderUnavailableError, local_embedder
 from core.errors import InvalidInputError
 from core.settings import Settings, load_settings
@@ -269,12 +269,6 @@ def _common_options() -> argparse.ArgumentParser:
         help="project whose graph holds the memory (default .)",
     )
     common.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        help="TOML settings file (default <project-dir>/skald.toml)",
-    )
-    common.add_argument(
         "--lock-wait",
         type=float,
         default=None,
@@ -286,7 +280,7 @@ def _common_options() -> argparse.ArgumentParser:
         default=None,
         help="seconds a turn may take before it is rolled back (default 300)",
     )
-    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_settings_options(common)
     return common
 
 

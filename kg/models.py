@@ -135,6 +135,21 @@ class Entity(_Model):
         return self.first_chapter is None or self.first_chapter <= chapter
 
 
+def user_location(
+    name: str, description: str, source: EntitySource, *, first_chapter: int | None = None
+) -> Entity:
+    """A Location the user wrote (the outline, the story bible): canonical, its source keeping
+    the name as written."""
+    return Entity(
+        label="Location",
+        name=name.strip(),
+        description=description,
+        sources=[source.model_copy(update={"original_name": name})],
+        is_provisional=False,
+        first_chapter=first_chapter,
+    )
+
+
 class Relationship(_Model):
     """A relationship between two entities, each given by id or by name/alias."""
 

@@ -33,7 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from core.content import atomic_write
 from core.errors import InvalidInputError, first_problem
 from kg import vocabulary as vocab
-from kg.models import ChapterDelta, Entity, EntitySource, PropertyUpdate, Relationship
+from kg.models import (
+    ChapterDelta,
+    Entity,
+    EntitySource,
+    PropertyUpdate,
+    Relationship,
+    user_location,
+)
 from prompts.initialization.models import (
     ChapterOutline,
     CharacterSheet,
@@ -330,15 +337,7 @@ def _location_changes(
     for place in current.locations:
         old_place = places.get(vocab.normalize_name(place.name))
         if old_place is None and place.name.strip():
-            entities.append(
-                Entity(
-                    label="Location",
-                    name=place.name.strip(),
-                    description=place.description,
-                    sources=[source.model_copy(update={"original_name": place.name})],
-                    is_provisional=False,
-                )
-            )
+            entities.append(user_location(place.name, place.description, source))
         elif old_place is not None and old_place.description != place.description:
             updates.append(
                 PropertyUpdate(

@@ -14,7 +14,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.content import ContentRef
 from core.sentences import as_sentence
 from kg import vocabulary as vocab
-from kg.models import ChapterDelta, Entity, EntitySource, Relationship, SceneDelta, StatusChange
+from kg.models import (
+    ChapterDelta,
+    Entity,
+    EntitySource,
+    Relationship,
+    SceneDelta,
+    StatusChange,
+    user_location,
+)
 from prompts.initialization.models import CharacterSheets, GlobalOutline, OutlineRelationships
 from prompts.knowledge.models import ExtractedEntity, SceneExtraction
 from prompts.narrative.models import ScenePlan
@@ -243,14 +251,7 @@ def initialization_delta(
         if location.name.strip() and vocab.normalize_name(location.name) not in known:
             known.add(vocab.normalize_name(location.name))
             entities.append(
-                Entity(
-                    label="Location",
-                    name=location.name.strip(),
-                    description=location.description,
-                    sources=[source.model_copy(update={"original_name": location.name})],
-                    is_provisional=False,
-                    first_chapter=0,
-                )
+                user_location(location.name, location.description, source, first_chapter=0)
             )
     relationships = []
     seen: set[tuple[str, str, str]] = set()

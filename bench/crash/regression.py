@@ -42,6 +42,7 @@ from pathlib import Path
 import polars as pl
 
 from bench.crash.harness import GroupRun, KillSeries, differing, run_with_kills, tree_digest
+from bench.served import stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIALOGUES = REPO_ROOT.parent / "shared" / "data" / "dialogues"
@@ -112,13 +113,7 @@ class LLMProcess:
             return int(json.loads(reply.read())["requests"])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, grace_s=10)
 
 
 # --------------------------------------------------------------------------- comparing outputs

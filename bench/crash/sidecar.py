@@ -49,7 +49,7 @@ from typing import Any
 import httpx
 
 from bench.crash.harness import GroupRun, kill_moments
-from bench.served import serve_command, wait_healthy
+from bench.served import serve_command, stop_process, wait_healthy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIALOGUES = REPO_ROOT.parent / "shared" / "data" / "dialogues"
@@ -119,12 +119,7 @@ class LLMProcess:
         return int(httpx.get(stats_url, timeout=30).json()["requests"])
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, grace_s=30)
         self.log.close()
 
 

@@ -21,6 +21,7 @@ pattern dialect of JSON Schema), so all three read them the same way.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import (
@@ -367,6 +368,7 @@ class TurnResult(BaseModel):
 
 
 M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R")
 #: What a pattern means, for the one-line reason (the pattern itself is in the schema).
 _PATTERN_RULES = {
     NAME_PATTERN: "must hold a visible character and no control character",
@@ -410,14 +412,18 @@ def parse_model(model: type[M], raw: bytes | str | dict[str, Any]) -> Result[M, 
         return Err(validation_reason(exc), "malformed")
 
 
+def parse_or_invalid(
+    model: type[M], raw: bytes | str | dict[str, Any], invalid: Callable[..., R]
+) -> M | R:
+    """The validated `model`, or `invalid(reason, kind=...)`: the caller's result type saying
+    INVALID_REQUEST with a one-line reason."""
+    parsed = parse_model(model, raw)
+    return parsed.value if isinstance(parsed, Ok) else invalid(parsed.reason, kind=parsed.kind)
+
+
 def parse_request(raw: bytes | str | dict[str, Any]) -> TurnCommitRequest | TurnResult:
     """A validated request, or an INVALID_REQUEST result with a one-line reason."""
-    parsed = parse_model(TurnCommitRequest, raw)
-    return (
-        parsed.value
-        if isinstance(parsed, Ok)
-        else TurnResult.invalid(parsed.reason, kind=parsed.kind)
-    )
+    return parse_or_invalid(TurnCommitRequest, raw, TurnResult.invalid)
 
 
 # --- Memory before the reply, rewinds ----------------------------------------------------------
@@ -457,12 +463,7 @@ class MemoryQueryRequest(_Request):
 
     @classmethod
     def parse(cls, raw: bytes | str | dict[str, Any]) -> MemoryQueryRequest | MemoryQueryResult:
-        parsed = parse_model(cls, raw)
-        return (
-            parsed.value
-            if isinstance(parsed, Ok)
-            else MemoryQueryResult.invalid(parsed.reason, kind=parsed.kind)
-        )
+        return parse_or_invalid(cls, raw, MemoryQueryResult.invalid)
 
 
 class RecalledTurnOut(BaseModel):

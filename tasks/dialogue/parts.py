@@ -11,7 +11,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from kg.dialogue import BioPatchWrite
 
 
 class TurnState(StrEnum):
@@ -140,9 +142,10 @@ class JudgeSummary(BaseModel):
     )
 
 
-class BioPatchResult(BaseModel):
-    entity_id: str
-    summary: str | None = None
-    traits_add: list[str] = Field(default_factory=list)
-    traits_remove: list[str] = Field(default_factory=list)
+class BioPatchResult(BioPatchWrite):
+    # The patch as written, echoed in the turn's result: a stored result read back keeps
+    # ignoring keys it does not know (the written model forbids them), and the API documents
+    # the quote in its own words. No docstring: it would enter the OpenAPI document.
+    model_config = ConfigDict(extra="ignore")
+
     quote: str = Field("", description="the words of the turn that state it (its evidence)")

@@ -14,8 +14,9 @@ their own way, which would change the report the regression runs have written so
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 from pydantic import BaseModel, Field
@@ -131,16 +132,17 @@ def turns_frame(rows: Sequence[TurnRow]) -> pl.DataFrame:
     return pl.DataFrame([r.model_dump() for r in rows], schema_overrides=NULLABLE_TURN_COLUMNS)
 
 
-def recall_frame(rows: Sequence[RecallRow]) -> pl.DataFrame:
+def _rows_frame(rows: Sequence[BaseModel], empty_schema: Mapping[str, Any]) -> pl.DataFrame:
+    """The rows as a frame; with no rows, an empty frame with the columns the summaries read."""
     if rows:
         return pl.DataFrame([r.model_dump() for r in rows])
-    return pl.DataFrame(
-        schema={
-            "dialogue_id": pl.String,
-            "category": pl.Int64,
-            "recall": pl.Float64,
-            "hit": pl.Boolean,
-        }
+    return pl.DataFrame(schema=dict(empty_schema))
+
+
+def recall_frame(rows: Sequence[RecallRow]) -> pl.DataFrame:
+    return _rows_frame(
+        rows,
+        {"dialogue_id": pl.String, "category": pl.Int64, "recall": pl.Float64, "hit": pl.Boolean},
     )
 
 
@@ -292,15 +294,14 @@ RECALL_KS = (5, 10)
 
 
 def probe_frame(rows: Sequence[ProbeRow]) -> pl.DataFrame:
-    if rows:
-        return pl.DataFrame([r.model_dump() for r in rows])
-    return pl.DataFrame(
-        schema={
+    return _rows_frame(
+        rows,
+        {
             "dialogue_id": pl.String,
             "category": pl.Int64,
             "recall_at_5": pl.Float64,
             "recall_at_10": pl.Float64,
-        }
+        },
     )
 
 
