@@ -165,6 +165,12 @@ Neither flag pays at 16: the JIT's warm-up is paid early (C1 only is cheaper at 
 conversation), and the serial collector's pauses hold the write lock longer. At 16 the write
 lock is busy ~93% of the time (8.1 turns/s x 115 ms), held 2.6x as long as at one conversation
 because its holder shares two cores with everything else: the commit's latency is that queue.
+
+Also tried, then back to back with the shipped server: the interpreter's switch interval at 1 ms
+instead of 5 (`sys.setswitchinterval`, set from a sitecustomize for the bench's processes), in
+case the query waited for the GIL behind commit threads. Query p95 at 16: 393 ms with it, 464
+ms after it without (392 ms in the quiet run above); 16:1 ratios 5.88x and 5.66x. Within this
+machine's run-to-run spread, so not adopted: the query waits for CPU, not for the GIL.
 """
 
 from __future__ import annotations
