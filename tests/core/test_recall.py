@@ -530,3 +530,33 @@ def test_recall_embeds_a_two_event_questions_parts_in_the_same_call_and_hands_th
         == []
     )
     assert query_texts(question, speakers, RecallParams(part_budget=0)) == texts[:2]
+
+
+def test_exact_cosines_are_each_rows_own_float64_dot_product_whatever_its_block() -> None:
+    from core.recall.dense import COSINE_BLOCK_ROWS, exact_cosines
+
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(2 * COSINE_BLOCK_ROWS + 5, 384)).astype(np.float32)
+    unit = rng.normal(size=384).astype(np.float32)
+    own = np.array([np.sum(row.astype(np.float64) * unit.astype(np.float64)) for row in rows])
+    assert np.array_equal(exact_cosines(rows, unit), own)
+    some = np.array([0, 7, COSINE_BLOCK_ROWS - 1, COSINE_BLOCK_ROWS, len(rows) - 1])
+    assert np.array_equal(exact_cosines(rows[some], unit), own[some])
+
+
+def test_dense_ranking_is_the_same_with_every_vector_held_and_with_one_missing() -> None:
+    from core.recall.dense import DenseIndex
+
+    rng = np.random.default_rng(5)
+    vectors = list(rng.normal(size=(300, 16)).astype(np.float32))
+    query = rng.normal(size=16).astype(np.float32)
+    units = np.array([v / np.linalg.norm(v) for v in vectors], dtype=np.float32)
+    cosine = units.astype(np.float64) @ (query / np.linalg.norm(query)).astype(np.float64)
+    order = [int(i) for i in np.argsort(-cosine, kind="stable")]
+    missing = order[3]  # a vector that would rank: the gapped index must skip it, not others
+    full, gapped = DenseIndex(16), DenseIndex(16)
+    full.append(vectors)
+    gapped.append([None if i == missing else v for i, v in enumerate(vectors)])
+    assert full.ranking(query, 20) == order[:20]
+    assert gapped.ranking(query, 20) == [i for i in order if i != missing][:20]
+    assert gapped.ranking(query, 300) == [i for i in order if i != missing]  # never the gap
