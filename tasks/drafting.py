@@ -100,14 +100,28 @@ def fixed_prompt_tokens(brief: SceneBrief) -> int:
 _HEADING = re.compile(r"^ {0,3}#{1,6}(?:\s|$)")
 
 
-def clean_prose(text: str) -> str:
+def _title_key(line: str) -> str:
+    """A line reduced to compare with a title: no emphasis marks, case or leading article."""
+    words = line.strip().strip("*_").strip().rstrip(".").casefold().split()
+    if words and words[0] in ("a", "an", "the"):
+        words = words[1:]
+    return " ".join(words)
+
+
+def clean_prose(text: str, *, titles: tuple[str, ...] = ()) -> str:
     """Strip what chat models wrap prose in: code fences, 'Here is the scene:' lines, and
     Markdown headings (the chapter file has its own title; a scene's "### CHAPTER ONE" or
-    "## Scene 2" would show in the manuscript as a chapter inside the chapter)."""
+    "## Scene 2" would show in the manuscript as a chapter inside the chapter). A line that is
+    only one of `titles` (the book's or the chapter's, with or without its article: a small
+    model echoes "The Lighthouse's Secret" for "A Lighthouse's Secret") goes too; a sentence
+    that names a title stays."""
+    title_keys = {_title_key(title) for title in titles if _title_key(title)}
     lines = [
         line
         for line in text.strip().splitlines()
-        if not line.strip().startswith("```") and not _HEADING.match(line)
+        if not line.strip().startswith("```")
+        and not _HEADING.match(line)
+        and _title_key(line) not in title_keys
     ]
     if lines and lines[0].lower().rstrip(":").startswith(("here is", "here's", "sure")):
         lines = lines[1:]
@@ -143,7 +157,8 @@ def draft_scene(
                 purpose="draft_scene",
                 max_tokens=int(target_tokens * 1.5),
                 anti_repetition=penalize,
-            )
+            ),
+            titles=(brief.title, brief.chapter_title),
         )
         if not text:
             raise LLMBadOutputError(

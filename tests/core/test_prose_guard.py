@@ -252,3 +252,20 @@ def test_a_drafts_headings_fences_and_preamble_go_and_its_prose_stays() -> None:
         "Mara lit the lamp.\n#1 on her list was the letter, #hashtag-free.\n"
         "    # an indented code line is not a heading\nShe read it twice."
     )
+
+
+def test_a_line_that_only_echoes_a_title_goes_and_a_sentence_naming_it_stays() -> None:
+    titles = ("A Littlestone's Journey: The Unshakened Hero", "Liza's journey")
+    draft = (
+        "Agnes watched the harbor.\nThe Littlestone's Journey: The Unshakened Hero\n"
+        "**Liza's Journey**\nShe had read A Littlestone's Journey: The Unshakened Hero twice.\n"
+        "Liza's journey began at dawn."
+    )
+    assert clean_prose(draft, titles=titles) == (
+        "Agnes watched the harbor.\n"
+        "She had read A Littlestone's Journey: The Unshakened Hero twice.\n"
+        "Liza's journey began at dawn."
+    )
+    # Without titles (and with an empty chapter title) nothing of the kind is dropped.
+    assert clean_prose(draft) == draft
+    assert clean_prose("Dawn.\n\nDusk.", titles=("", "The")) == "Dawn.\n\nDusk."
