@@ -51,6 +51,21 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")
 # No telemetry from the session's Prefect API: its heartbeat, written as the server starts,
 # met the server's own start-up writes in SQLite ("database is locked", logged, harmless).
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Every task run reaches the session's Prefect API as events that its server's services write to
+# SQLite. Prefect's defaults read and insert task runs one at a time and evaluate each event for
+# automations, which made that server the largest single consumer of CPU in the flow tests
+# (91 of ~245 s in the novel-writer module; docs/decisions/test-suite-time.md). Batched, and
+# without the automations' triggers (no test and no part of Skald defines an automation), it
+# records the same runs: the novel-writer module went from 252 s to 188 s, the server from 91 s
+# of CPU to 42 s. A test that reads task runs waits for them (they always arrived later).
+for _var, _value in {
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_READ_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "200",
+    "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
+}.items():
+    os.environ.setdefault(_var, _value)
 
 sys.path.insert(0, str(RECORD_HOOK_DIR))
 import skald_cypher_recorder  # noqa: E402 - lives in RECORD_HOOK_DIR, put on the path just above
