@@ -115,7 +115,7 @@ def clean_prose(text: str, *, titles: tuple[str, ...] = ()) -> str:
     only one of `titles` (the book's or the chapter's, with or without its article: a small
     model echoes "The Lighthouse's Secret" for "A Lighthouse's Secret") goes too; a sentence
     that names a title stays."""
-    title_keys = {_title_key(title) for title in titles if _title_key(title)}
+    title_keys = {_title_key(title) for title in titles} - {""}
     lines = [
         line
         for line in text.strip().splitlines()
