@@ -237,9 +237,12 @@ def test_the_codex_opens_offline_in_chromium_with_the_world(
             "window.codex.cy.nodes().filter(n => n.hasClass('dead')).map(n => n.data('name'))"
         ) == ["Ilse Marrow"]
         page.screenshot(path=str(SCREENSHOTS / "codex-browser.png"), full_page=False)
-        # Clicking a relationship tells its story, with the quote that states it.
+        # Clicking a relationship tells its story, with the quote that states it. (The scripts
+        # return nothing: Playwright would serialise the cytoscape collection `emit` returns, the
+        # whole graph through its back references, which took it 11 s a call.)
         page.evaluate(
-            "window.codex.cy.edges().filter(e => e.data('label') === 'FRIEND_OF').emit('tap')"
+            "() => { window.codex.cy.edges().filter(e => e.data('label') === 'FRIEND_OF')"
+            ".emit('tap'); }"
         )
         details = page.inner_text("#details")
         assert (
@@ -249,7 +252,8 @@ def test_the_codex_opens_offline_in_chromium_with_the_world(
         assert "ENEMY_OF" in details  # what ended it
         # Hovering one shows its type and history.
         page.evaluate(
-            "window.codex.cy.edges().filter(e => e.data('label') === 'ENEMY_OF').emit('mouseover')"
+            "() => { window.codex.cy.edges().filter(e => e.data('label') === 'ENEMY_OF')"
+            ".emit('mouseover'); }"
         )
         assert "ENEMY_OF" in page.inner_text("#tip") and "ch 3 sc 1" in page.inner_text("#tip")
         # Back to chapter 1: no enemies yet, the friendship active, nobody dead, Ilse not yet there.
