@@ -98,6 +98,20 @@ def fixed_prompt_tokens(brief: SceneBrief) -> int:
 
 #: A Markdown heading line ("## Scene 2", " # CHAPTER ONE"): up to three spaces, 1-6 '#', a space.
 _HEADING = re.compile(r"^ {0,3}#{1,6}(?:\s|$)")
+#: An HTML tag a chat model writes into prose ("<br><br>", "</p >", '<span class="x">'): only the
+#: elements of text markup, lower case, with attributes only as name=value, so that prose with
+#: angle brackets ("5 < 7 > 3", "the sign said <CLOSED>", "I <3 you") is never taken for one.
+#: A pattern rather than an HTML parser: a parser reads every "<" as markup, and the task here is
+#: to leave everything but these tags exactly as written.
+_HTML_TAGS = re.compile(
+    r"(?: *</?(?:a|b|big|blockquote|br|center|code|div|em|font|h[1-6]|hr|i|li|ol|p|pre|s|small"
+    r"|span|strong|sub|sup|u|ul)(?:\s+[a-z-]+=(?:\"[^\"<>]*\"|'[^'<>]*'|[^\s<>]+))*\s*/?> *)+"
+)
+
+
+def _without_html_tags(line: str) -> str:
+    """`line` with each run of HTML tags (and the spaces around it) as one space, trimmed."""
+    return _HTML_TAGS.sub(" ", line).strip() if _HTML_TAGS.search(line) else line
 
 
 def _title_key(line: str) -> str:
@@ -109,16 +123,16 @@ def _title_key(line: str) -> str:
 
 
 def clean_prose(text: str, *, titles: tuple[str, ...] = ()) -> str:
-    """Strip what chat models wrap prose in: code fences, 'Here is the scene:' lines, and
-    Markdown headings (the chapter file has its own title; a scene's "### CHAPTER ONE" or
-    "## Scene 2" would show in the manuscript as a chapter inside the chapter). A line that is
-    only one of `titles` (the book's or the chapter's, with or without its article: a small
-    model echoes "The Lighthouse's Secret" for "A Lighthouse's Secret") goes too; a sentence
-    that names a title stays."""
+    """Strip what chat models wrap prose in: code fences, 'Here is the scene:' lines, HTML tags
+    (a run of tags becomes one space; the manuscript is Markdown, where a stray "</p >" is
+    markup) and Markdown headings (the chapter file has its own title; a scene's "### CHAPTER
+    ONE" or "## Scene 2" would show in the manuscript as a chapter inside the chapter). A line that is only one of `titles` (the book's or the chapter's, with or
+    without its article: a small model echoes "The Lighthouse's Secret" for "A Lighthouse's
+    Secret") goes too; a sentence that names a title stays."""
     title_keys = {_title_key(title) for title in titles} - {""}
     lines = [
         line
-        for line in text.strip().splitlines()
+        for line in map(_without_html_tags, text.strip().splitlines())
         if not line.strip().startswith("```")
         and not _HEADING.match(line)
         and _title_key(line) not in title_keys

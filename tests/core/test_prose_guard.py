@@ -254,6 +254,24 @@ def test_a_drafts_headings_fences_and_preamble_go_and_its_prose_stays() -> None:
     )
 
 
+def test_a_drafts_html_tags_go_and_angle_brackets_in_prose_stay() -> None:
+    # As the embedded 135M model wrote them into a chapter of a fresh `make run`.
+    draft = (
+        "So many went to sail<br><br>He decided not to leave.</p >\n"
+        '<p class="scene">Mara lit the <i>brass</i> lamp.<br/>\n<br />\nShe read it twice.'
+    )
+    assert clean_prose(draft) == (
+        "So many went to sail He decided not to leave.\nMara lit the brass lamp.\n\n"
+        "She read it twice."
+    )
+    # The look-alikes: angle brackets that are prose, and tag-shaped words that are no markup.
+    prose = (
+        "Five < seven > three, she counted.\nThe sign said <CLOSED>.\nI <3 you, he wrote.\n"
+        "<- back, the arrow said; <b and c> were the marks on the chart."
+    )
+    assert clean_prose(prose) == prose
+
+
 def test_a_line_that_only_echoes_a_title_goes_and_a_sentence_naming_it_stays() -> None:
     titles = ("A Littlestone's Journey: The Unshakened Hero", "Liza's journey")
     draft = (
