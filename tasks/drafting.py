@@ -126,9 +126,10 @@ def clean_prose(text: str, *, titles: tuple[str, ...] = ()) -> str:
     """Strip what chat models wrap prose in: code fences, 'Here is the scene:' lines, HTML tags
     (a run of tags becomes one space; the manuscript is Markdown, where a stray "</p >" is
     markup) and Markdown headings (the chapter file has its own title; a scene's "### CHAPTER
-    ONE" or "## Scene 2" would show in the manuscript as a chapter inside the chapter). A line that is only one of `titles` (the book's or the chapter's, with or
-    without its article: a small model echoes "The Lighthouse's Secret" for "A Lighthouse's
-    Secret") goes too; a sentence that names a title stays."""
+    ONE" or "## Scene 2" would show in the manuscript as a chapter inside the chapter). A line
+    that is only one of `titles` (the book's or the chapter's, with or without its article: a
+    small model echoes "The Lighthouse's Secret" for "A Lighthouse's Secret") goes too; a
+    sentence that names a title stays."""
     title_keys = {_title_key(title) for title in titles} - {""}
     lines = [
         line
