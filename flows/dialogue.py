@@ -64,13 +64,14 @@ EXIT_CODES = {"COMMITTED": 0, "ROLLED_BACK": 1, "INVALID_REQUEST": 2, "IN_PROGRE
 
 # ----------------------------------------------------------------------------- Prefect
 @task(name="dialogue-slot", cache_policy=NO_CACHE, persist_result=False)
-def _slot_task(slot: str, work: Callable[[], Any]) -> Any:
+def _slot_task(work: Callable[[], Any]) -> Any:
     return work()
 
 
 def prefect_slot_runner(slot: str, work: Callable[[], T]) -> T:
-    """Run one slot as a Prefect task run named after the slot."""
-    return _slot_task.with_options(name=slot)(slot, work)  # type: ignore[no-any-return]
+    """Run one slot as a Prefect task run named after the slot (the name is all the run needs
+    of it: the slot's inputs are in `work`)."""
+    return _slot_task.with_options(name=slot)(work)  # type: ignore[no-any-return]
 
 
 _services: dict[tuple[str, str], DialogueService] = {}
