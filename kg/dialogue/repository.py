@@ -143,26 +143,33 @@ class DialogueRepository(ConversationLease):
         return str(rows[0]["text"]) if rows else None
 
     # -- read-back (paged)
+    def _page(
+        self, page_query: str, total_query: str, conversation_id: str, offset: int, limit: int
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """The total a page is counted in and the page's rows, read in one transaction: read
+        apart, a turn committed between the two reads made the total disagree with the rows."""
+
+        def read(tx: ManagedTransaction) -> tuple[int, list[dict[str, Any]]]:
+            params = {"conversation_id": conversation_id}
+            rows = [r.data() for r in tx.run(page_query, **params, offset=offset, limit=limit)]
+            return int(tx.run(total_query, **params).single()["n"]), rows
+
+        return self.store.execute_read(read)
+
     def entity_page(
         self, conversation_id: str, offset: int, limit: int
     ) -> tuple[int, list[DialogueEntity]]:
-        rows = self.store.read(
-            dq.ENTITY_PAGE, conversation_id=conversation_id, offset=offset, limit=limit
-        )
-        total = self.store.read(dq.ENTITY_TOTAL, conversation_id=conversation_id)[0]["n"]
-        return int(total), [dialogue_entity(r["props"]) for r in rows]
+        total, rows = self._page(dq.ENTITY_PAGE, dq.ENTITY_TOTAL, conversation_id, offset, limit)
+        return total, [dialogue_entity(r["props"]) for r in rows]
 
     def relation_page(
         self, conversation_id: str, offset: int, limit: int
     ) -> tuple[int, list[tuple[DialogueRelation, list[dict[str, Any]]]]]:
         """Relations (active and ended) with their event history, oldest first."""
-        rels = [
-            dialogue_relation(r)
-            for r in self.store.read(
-                dq.RELATION_PAGE, conversation_id=conversation_id, offset=offset, limit=limit
-            )
-        ]
-        total = self.store.read(dq.RELATION_TOTAL, conversation_id=conversation_id)[0]["n"]
+        total, rows = self._page(
+            dq.RELATION_PAGE, dq.RELATION_TOTAL, conversation_id, offset, limit
+        )
+        rels = [dialogue_relation(r) for r in rows]
         events: dict[str, list[dict[str, Any]]] = {r.rel_id: [] for r in rels}
         if rels:
             for row in self.store.read(
@@ -180,16 +187,15 @@ class DialogueRepository(ConversationLease):
             )
             for r in rels
         ]
-        return int(total), [(r, events[r.rel_id]) for r in quoted]
+        return total, [(r, events[r.rel_id]) for r in quoted]
 
     def milestone_page(
         self, conversation_id: str, offset: int, limit: int
     ) -> tuple[int, list[DialogueMilestone]]:
-        rows = self.store.read(
-            dq.MILESTONE_PAGE, conversation_id=conversation_id, offset=offset, limit=limit
+        total, rows = self._page(
+            dq.MILESTONE_PAGE, dq.MILESTONE_TOTAL, conversation_id, offset, limit
         )
-        total = self.store.read(dq.MILESTONE_TOTAL, conversation_id=conversation_id)[0]["n"]
-        return int(total), [dialogue_milestone(r["props"]) for r in rows]
+        return total, [dialogue_milestone(r["props"]) for r in rows]
 
     def memory_page(
         self, conversation_id: str, offset: int, limit: int
