@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Protocol, TypeVar
 
 import neo4j.time as ntime
 from pydantic import BaseModel, ConfigDict
@@ -320,3 +320,26 @@ class RelationshipRow(BaseModel):
     @property
     def chapter(self) -> Any:
         return self.props.get("chapter")
+
+
+class _Dated(Protocol):
+    @property
+    def chapter(self) -> int | None: ...
+
+
+_D = TypeVar("_D", bound=_Dated)
+
+
+def latest_per_slot(
+    owned: Iterable[tuple[str, _D]], slot: Callable[[_D], Hashable]
+) -> dict[str, list[_D]]:
+    """Per owning entity, the latest item per slot (a later or the same chapter replaces what
+    the slot held), in the order the slots were first seen: the one rule for which version of
+    a relationship an entity shows, over rows and over views."""
+    latest: dict[str, dict[Hashable, _D]] = {}
+    for owner, item in owned:
+        mine = latest.setdefault(owner, {})
+        key = slot(item)
+        if key not in mine or (item.chapter or 0) >= (mine[key].chapter or 0):
+            mine[key] = item
+    return {owner: list(found.values()) for owner, found in latest.items()}

@@ -35,7 +35,7 @@ from kg.models import (
     SceneContext,
 )
 from kg.ports import GraphReader
-from kg.records import RelationshipRow, entity_as_of, props_as_of
+from kg.records import RelationshipRow, entity_as_of, latest_per_slot, props_as_of
 from kg.similarity import hybrid_scenes_tx, similar_scenes_tx, vector_index_ready
 from kg.similarity import similar_chapters as similar_chapters  # re-exported: part of this API
 from kg.similarity import similar_scenes as similar_scenes  # re-exported: part of this API
@@ -151,14 +151,12 @@ def _names_as_of(
 
 def _latest_rows(rows: list[RelationshipRow]) -> dict[str, list[RelationshipRow]]:
     """Per entity, the latest row per (direction, type, raw type, other entity), newest first."""
-    latest: dict[str, dict[tuple[bool, str, str, str], RelationshipRow]] = {}
-    for row in rows:
-        slot = (row.outgoing, row.type, row.props.get("raw_type") or "", row.other)
-        mine = latest.setdefault(row.id, {})
-        if slot not in mine or (row.chapter or 0) >= (mine[slot].chapter or 0):
-            mine[slot] = row
+    latest = latest_per_slot(
+        ((row.id, row) for row in rows),
+        lambda r: (r.outgoing, r.type, r.props.get("raw_type") or "", r.other),
+    )
     return {
-        eid: sorted(found.values(), key=lambda r: (-(r.chapter or 0), r.type, r.other))
+        eid: sorted(found, key=lambda r: (-(r.chapter or 0), r.type, r.other))
         for eid, found in latest.items()
     }
 
@@ -186,7 +184,7 @@ def _latest_views(
     rows: list[RelationshipRow], names: dict[str, tuple[str, str] | None]
 ) -> dict[str, list[RelationshipView]]:
     """Per entity, the latest relationship per (direction, type, raw type, other entity)."""
-    latest: dict[str, dict[tuple[str, str, str, str], RelationshipView]] = {}
+    owned: list[tuple[str, RelationshipView]] = []
     for row in rows:
         props = row.props
         name_label = names.get(row.other)
@@ -205,12 +203,10 @@ def _latest_views(
             description=props.get("description", ""),
             quote=props.get("quote"),
         )
-        slot = (view.direction, view.type, view.raw_type or "", view.other_id)
-        mine = latest.setdefault(row.id, {})
-        if slot not in mine or (view.chapter or 0) >= (mine[slot].chapter or 0):
-            mine[slot] = view
+        owned.append((row.id, view))
+    latest = latest_per_slot(owned, lambda v: (v.direction, v.type, v.raw_type or "", v.other_id))
     return {
-        eid: sorted(views.values(), key=lambda v: (-(v.chapter or 0), v.type, v.other_name))
+        eid: sorted(views, key=lambda v: (-(v.chapter or 0), v.type, v.other_name))
         for eid, views in latest.items()
     }
 

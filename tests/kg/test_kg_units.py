@@ -12,7 +12,15 @@ from pydantic import ValidationError
 from kg import cypher
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta, Entity, PropertyUpdate, Relationship, StatusChange
-from kg.records import decode_value, encode_value, entity_from_props, entity_props, name_rows
+from kg.records import (
+    RelationshipRow,
+    decode_value,
+    encode_value,
+    entity_from_props,
+    entity_props,
+    latest_per_slot,
+    name_rows,
+)
 
 
 @pytest.mark.parametrize(
@@ -235,3 +243,24 @@ def test_neo4j_vector_index_is_created_once_and_used_when_online() -> None:
     assert not ServerInfo("Neo4j/5.26.0 compatible (ArcadeDB 26.10.2)", "x").may_have_vector_index
     assert not ServerInfo("Neo4j/5.10.0", "x").may_have_vector_index
     assert ServerInfo("Neo4j/2025.01.0", "x").may_have_vector_index
+
+
+def _row(owner: str, other: str, chapter: int | None, marker: str) -> RelationshipRow:
+    props = {"marker": marker} if chapter is None else {"chapter": chapter, "marker": marker}
+    return RelationshipRow(id=owner, type="ALLY_OF", outgoing=True, props=props, other=other)
+
+
+def test_the_latest_version_of_a_relationship_holds_its_slot_and_an_older_one_does_not() -> None:
+    rows = [
+        _row("mara", "tobias", 2, "ch2"),
+        _row("mara", "ilse", 1, "ilse"),
+        _row("mara", "tobias", 1, "older"),  # earlier chapter: keeps ch2
+        _row("mara", "tobias", 2, "same-chapter-later"),  # same chapter, later: replaces
+        _row("tobias", "mara", None, "undated"),  # no chapter counts as 0
+        _row("tobias", "mara", 0, "chapter-0"),  # 0 >= 0: replaces
+    ]
+    latest = latest_per_slot(((r.id, r) for r in rows), lambda r: (r.type, r.other))
+    assert {owner: [r.props["marker"] for r in found] for owner, found in latest.items()} == {
+        "mara": ["same-chapter-later", "ilse"],  # slots in the order first seen
+        "tobias": ["chapter-0"],
+    }
