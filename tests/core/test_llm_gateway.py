@@ -42,6 +42,7 @@ from core.llm import (
     summarize_records,
 )
 from core.llm.failures import retry_after_s
+from core.llm.records import CALL_RECORD_SCHEMA, CallStats, write_parquet
 from core.llm_server import LOCAL_CHAT_MODEL
 from core.settings import RunLimits, Settings
 from tests.support.scripted_llm import ScriptedLLM, hashed_embedding, instance_from_schema
@@ -613,3 +614,15 @@ def test_scripted_server_routes_and_counters(server: ScriptedLLM) -> None:
     server.reset()
     assert server.request_count == 0 and not server.requests and not server.counts_by_path
     client.close()
+
+
+def test_every_field_of_a_call_record_reaches_its_parquet_file(tmp_path: Path) -> None:
+    """The record's fields are written three times (the model, the Parquet schema, the stats an
+    attempt accumulates); pyarrow drops a key its schema lacks without a word, so they must agree."""
+    assert CALL_RECORD_SCHEMA.names == list(CallRecord.model_fields)
+    stats = CallStats(tier="draft", purpose="scene", schema_name=None, model="m", endpoint="e")
+    stats.fallback_reasons.append("timeout")
+    stats.outcome, stats.attempts = "ok", 2
+    record = stats.to_record("run-1", datetime(2026, 11, 27, tzinfo=UTC), 12.5)
+    write_parquet([record], tmp_path / "calls.parquet")
+    assert pl.read_parquet(tmp_path / "calls.parquet").to_dicts() == [record.model_dump()]
