@@ -33,7 +33,7 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from core.cli import run_main, setup_logging
+from core.cli import add_settings_options, run_main, setup_logging
 from core.errors import InvalidInputError
 from core.settings import load_settings
 from tasks.codex import write_codex_or_log
@@ -183,10 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--project-dir", type=Path, required=True, help="the novel's project directory"
     )
-    common.add_argument(
-        "--config", type=Path, default=None, help="TOML settings (default <project-dir>/skald.toml)"
-    )
-    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_settings_options(common)
     heal = sub.add_parser(
         "heal", parents=[common], help="merge duplicates, enrich, graduate provisional entities"
     )
