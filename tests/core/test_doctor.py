@@ -8,24 +8,20 @@ import sys
 from pathlib import Path
 
 from core.doctor import PROBE_LABEL
-from core.graph_server import graph_endpoint
 from core.settings import Settings
 from kg import vocabulary as vocab
 from tests.conftest import REPO_ROOT, prefect_api_env
+from tests.support.cli import graph_vars
 from tests.support.scripted_llm import ScriptedLLM
 
 
 def _env(settings: Settings, llm_url: str, tmp_path: Path) -> dict[str, str]:
-    endpoint = graph_endpoint(settings)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_"))}
     env.update(
         {
             "OPENAI_BASE_URL": llm_url,
             "SKALD_EMBEDDING_BASE_URL": llm_url,
-            "NEO4J_URI": endpoint.uri,
-            "NEO4J_USERNAME": endpoint.username,
-            "NEO4J_PASSWORD": endpoint.password,
-            "NEO4J_DATABASE": endpoint.database,
+            **graph_vars(settings),
             "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "2",
             "PREFECT_HOME": str(tmp_path / "prefect"),
         }

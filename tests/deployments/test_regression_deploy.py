@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import pytest
 from core.graph_server import free_port
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath
 from tests.support.dialogue_script import DialogueScript
+from tests.support.logged_process import START_DEADLINE_S, LoggedProcess
 from tests.support.scripted_llm import ScriptedLLM
 
 PREFECT = str(Path(sys.executable).with_name("prefect"))
@@ -35,66 +35,12 @@ SPEAKERS = ["Caroline", "Melanie", "Jon", "Gina"]
 #: The uneven shards: a few turns of one dialogue, twenty of the other.
 SHORT_TURNS, LONG_TURNS = 6, 20
 #: Bounds for a loaded machine (never asserted as durations).
-START_DEADLINE_S = 240.0
 RUN_DEADLINE_S = 600.0
-STOP_DEADLINE_S = 60.0
-
-
-class Proc:
-    """A child process in a session of its own, its output in a log file."""
-
-    def __init__(
-        self, cmd: list[str], log: Path, env: dict[str, str], cwd: Path = REPO_ROOT
-    ) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                cmd,
-                cwd=cwd,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_for(self, text: str, deadline_s: float = START_DEADLINE_S) -> None:
-        deadline = time.monotonic() + deadline_s
-        while text not in self.output():
-            assert self.proc.poll() is None, (
-                f"{self.log.name}: exited {self.proc.returncode}: {self.output()[-3000:]}"
-            )
-            assert time.monotonic() < deadline, (
-                f"{self.log.name}: no {text!r}: {self.output()[-3000:]}"
-            )
-            time.sleep(0.3)
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
-        """Signal the process itself (as a service manager would) and wait for it."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout=STOP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(
-                f"{self.log.name} ignored {sig.name}: {self.output()[-3000:]}"
-            ) from None
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
 
 
 @pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
+def procs() -> Iterator[list[LoggedProcess]]:
+    started: list[LoggedProcess] = []
     yield started
     for proc in reversed(started):
         if proc.proc.poll() is None:
@@ -112,7 +58,7 @@ def _api(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
         return json.loads(reply.read() or b"null")
 
 
-def _wait_healthy(server: Proc, api_url: str) -> None:
+def _wait_healthy(server: LoggedProcess, api_url: str) -> None:
     deadline = time.monotonic() + START_DEADLINE_S
     while True:
         assert server.proc.poll() is None, f"prefect server exited: {server.output()[-3000:]}"
@@ -165,7 +111,7 @@ def _dialogue(source: Path, turns: int, target: Path) -> Path:
 
 
 def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(
-    tmp_path: Path, procs: list[Proc]
+    tmp_path: Path, procs: list[LoggedProcess]
 ) -> None:
     project, elsewhere, logs = tmp_path / "regression", tmp_path / "elsewhere", tmp_path / "logs"
     for d in (project, elsewhere, logs):
@@ -196,16 +142,18 @@ def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(
             SKALD_EMBEDDING_BASE_URL=llm.base_url,
         )
 
-        server = Proc(
+        server = LoggedProcess(
             [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
             logs / "prefect-server.log",
             env,
+            new_session=True,
         )
         procs.append(server)
-        graph = Proc(
+        graph = LoggedProcess(
             [sys.executable, "-m", "kg", "serve", "--project-dir", str(project)],
             logs / "kg-serve.log",
             env,
+            new_session=True,
         )
         procs.append(graph)
         _wait_healthy(server, api_url)
@@ -234,10 +182,11 @@ def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(
         )
         workers = {}
         for name in ("worker-a", "worker-b"):
-            worker = Proc(
+            worker = LoggedProcess(
                 [sys.executable, "-m", "deployments.worker", "--pool", POOL, "--worker-name", name],
                 logs / f"{name}.log",
                 env,
+                new_session=True,
             )
             procs.append(worker)
             workers[name] = worker

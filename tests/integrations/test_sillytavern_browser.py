@@ -37,9 +37,10 @@ from typing import Any
 
 import pytest
 
-from core.graph_server import free_port, graph_endpoint
+from core.graph_server import free_port
 from core.settings import Settings
 from tests.conftest import REPO_ROOT
+from tests.support.cli import graph_vars
 from tests.support.dialogue_script import DialogueScript
 from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 
@@ -148,14 +149,10 @@ class Stack:
         self.processes: list[subprocess.Popen[Any]] = []
 
     def start_sidecar(self) -> None:
-        ep = graph_endpoint(self.graph_settings)
         env = {
             **os.environ,
             "SKALD_SIDECAR_TOKEN": TOKEN,
-            "NEO4J_URI": ep.uri,
-            "NEO4J_USERNAME": ep.username,
-            "NEO4J_PASSWORD": ep.password,
-            "NEO4J_DATABASE": ep.database,
+            **graph_vars(self.graph_settings),
             "PYTHONUNBUFFERED": "1",
         }
         env.pop("OPENAI_API_KEY", None)

@@ -8,22 +8,18 @@ import shutil
 import subprocess
 import sys
 
-from core.graph_server import graph_endpoint
 from core.settings import Settings
 from tests.conftest import REPO_ROOT
+from tests.support.cli import graph_vars
 
 
 def test_node_test_runner_passes_the_extension_tests(graph_settings: Settings) -> None:
     node = shutil.which("node")
     assert node, "node (>= 20) is needed to test integrations/sillytavern (apt-get install nodejs)"
-    ep = graph_endpoint(graph_settings)
     env = {
         **os.environ,
         "SKALD_PYTHON": sys.executable,
-        "NEO4J_URI": ep.uri,
-        "NEO4J_USERNAME": ep.username,
-        "NEO4J_PASSWORD": ep.password,
-        "NEO4J_DATABASE": ep.database,
+        **graph_vars(graph_settings),
     }
     env.pop("OPENAI_API_KEY", None)
     done = subprocess.run(

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,10 +21,7 @@ from core.errors import GraphOwnerGoneError
 from core.graph_server import EmbeddedArcadeDB, GraphEndpoint, owner_exited, owner_gone
 from kg.store import GraphStore
 from tests.conftest import REPO_ROOT, child_pythonpath
-
-#: Generous bounds for a loaded machine: how long a server may take to start or to stop.
-START_DEADLINE_S = 240.0
-STOP_DEADLINE_S = 60.0
+from tests.support.logged_process import START_DEADLINE_S, LoggedProcess
 
 
 def _env() -> dict[str, str]:
@@ -36,42 +32,15 @@ def _env() -> dict[str, str]:
     return env
 
 
-class Served:
+class Served(LoggedProcess):
     """One `python -m kg serve` process, its output in a log file."""
 
     def __init__(self, project: Path, log: Path, *extra: str) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kg", "serve", "--project-dir", str(project), *extra],
-                cwd=REPO_ROOT,
-                env=_env(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        cmd = [sys.executable, "-m", "kg", "serve", "--project-dir", str(project), *extra]
+        super().__init__(cmd, log, _env())
 
     def wait_ready(self) -> str:
-        deadline = time.monotonic() + START_DEADLINE_S
-        while "NEO4J_URI=" not in self.output():
-            assert self.proc.poll() is None, (
-                f"kg serve exited {self.proc.returncode}: {self.output()[-3000:]}"
-            )
-            assert time.monotonic() < deadline, f"kg serve not ready: {self.output()[-3000:]}"
-            time.sleep(0.2)
-        return self.output()
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout=STOP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"kg serve ignored {sig.name}: {self.output()[-3000:]}") from None
+        return self.wait_for("NEO4J_URI=")
 
 
 @pytest.fixture

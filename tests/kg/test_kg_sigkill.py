@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from core.graph_server import graph_endpoint
 from core.settings import Settings
 from kg.models import ChapterDelta, Entity, EntitySource, Relationship
 from kg.store import GraphStore
 from kg.transfer import dumps_export
+from tests.support.cli import graph_vars
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,13 +84,9 @@ def test_sigkill_mid_commit_leaves_the_graph_exactly_as_before(
         store.commit_chapter(base_delta())
         before = dumps_export(store.export_data())
 
-        endpoint = graph_endpoint(graph_settings)
         env = {
             **os.environ,
-            "NEO4J_URI": endpoint.uri,
-            "NEO4J_USERNAME": endpoint.username,
-            "NEO4J_PASSWORD": endpoint.password,
-            "NEO4J_DATABASE": endpoint.database,
+            **graph_vars(graph_settings),
         }
         marker = tmp_path / "marker"
         child = subprocess.Popen(

@@ -5,39 +5,29 @@ a whole book on an empty graph, the graph wiped; and the graph's export, read in
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from core.graph_server import graph_endpoint
 from core.settings import Settings, load_settings
-from tests.conftest import REPO_ROOT, child_pythonpath, prefect_api_env
+from tests.conftest import REPO_ROOT, prefect_api_env
+from tests.support.cli import graph_env
 from tests.support.scripted_llm import ScriptedLLM
 
 
 def run_env(
     llm: ScriptedLLM, settings: Settings, prefect_home: Path, **extra: str
 ) -> dict[str, str]:
-    endpoint = graph_endpoint(settings)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKALD_", "NEO4J_", "OPENAI_"))}
-    env.update(
-        {
-            "OPENAI_BASE_URL": llm.base_url,
-            "OPENAI_API_KEY": "test-key",
-            "SKALD_EMBEDDING_BASE_URL": llm.base_url,
-            "NEO4J_URI": endpoint.uri,
-            "NEO4J_USERNAME": endpoint.username,
-            "NEO4J_PASSWORD": endpoint.password,
-            "NEO4J_DATABASE": endpoint.database,
-            "PREFECT_HOME": str(prefect_home),
-            "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "2",
-            "PYTHONPATH": child_pythonpath(),
-            **prefect_api_env(),  # `prefect_home` starts the session's API
-        }
-    )
-    env.update(extra)
-    return env
+    """The environment of a novel run on the session graph and API; `extra` overrides any of it."""
+    run = {
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "test-key",
+        "SKALD_EMBEDDING_BASE_URL": llm.base_url,
+        "PREFECT_HOME": str(prefect_home),
+        "SKALD_LIMITS__LLM_MAX_ATTEMPTS": "2",
+        **prefect_api_env(),  # `prefect_home` starts the session's API
+    }
+    return graph_env(settings, **{**run, **extra})
 
 
 def novel(

@@ -19,12 +19,12 @@ import pytest
 
 from core.cli import run_main
 from core.errors import InvalidInputError
-from core.graph_server import graph_endpoint
 from core.settings import Settings
 from flows.regression import main as regression_main
 from tasks.dialogue.benchmarks import detect_layout, load_dialogues
 from tasks.dialogue.replay import distinct_sessions, load_dialogue, session_recall
 from tests.conftest import REPO_ROOT, child_pythonpath
+from tests.support.cli import graph_vars
 from tests.support.scripted_llm import ScriptedLLM
 
 DATA = REPO_ROOT / "tests" / "data"
@@ -122,13 +122,9 @@ def test_the_layout_is_read_from_the_file_not_its_name() -> None:
 def regression_env(graph_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The session's graph, and embeddings from the scripted server (these tests compare
     layouts, not the sentence model)."""
-    ep = graph_endpoint(graph_settings)
     with ScriptedLLM() as scripted:
         for name, value in {
-            "NEO4J_URI": ep.uri,
-            "NEO4J_USERNAME": ep.username,
-            "NEO4J_PASSWORD": ep.password,
-            "NEO4J_DATABASE": ep.database,
+            **graph_vars(graph_settings),
             "PYTHONPATH": child_pythonpath(),
             "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
         }.items():

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from core.graph_server import graph_endpoint
 from core.settings import Settings, load_settings
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tests.conftest import REPO_ROOT, child_pythonpath
+from tests.support.cli import graph_vars
 from tests.support.dialogue_script import (
     DialogueScript,
     dialogue_requests,
@@ -98,13 +98,9 @@ def _sequential(graph_settings: Settings, scripted: ScriptedLLM, mutations: str)
 def _run_workers(
     graph_settings: Settings, tmp_path: Path, conv: str, mutations: str, selections: list[str]
 ) -> list[list[dict[str, Any]]]:
-    ep = graph_endpoint(graph_settings)
     env = {
         **os.environ,
-        "NEO4J_URI": ep.uri,
-        "NEO4J_USERNAME": ep.username,
-        "NEO4J_PASSWORD": ep.password,
-        "NEO4J_DATABASE": ep.database,
+        **graph_vars(graph_settings),
         "PYTHONPATH": child_pythonpath(),
     }
     go = tmp_path / "go"
