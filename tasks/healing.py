@@ -35,6 +35,7 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.content import atomic_write
 from core.errors import EmbeddedServiceError, LLMBadOutputError, LLMError
 from kg.healing.enrichment import enrich_tx, enrichment_busy_ids, enrichment_targets
 from kg.healing.graduation import graduate_tx, graduation_candidates
@@ -337,13 +338,9 @@ def graduate_provisional(services: Services, dry_run: bool = False) -> list[Grad
 
 def write_heal_history(report: HealReport, saga_dir: Path) -> Path:
     """The healing history (spec 001 section 8.1): one JSON file per run."""
-    directory = saga_dir / "healing"
-    directory.mkdir(parents=True, exist_ok=True)
     stamp = report.started_at.replace(":", "").replace("-", "").replace("+0000", "Z")
-    path = directory / f"heal-{stamp}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(report.model_dump_json(indent=2), encoding="utf-8")
-    tmp.replace(path)
+    path = saga_dir / "healing" / f"heal-{stamp}.json"
+    atomic_write(path, report.model_dump_json(indent=2).encode("utf-8"))
     return path
 
 
