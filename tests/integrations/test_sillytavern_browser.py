@@ -444,22 +444,16 @@ def test_real_sillytavern_ordinary_chat_with_the_tiny_model_shows_no_participant
             f"{urllib.request.quote(result['chatId'], safe='')}/turns?limit=500"
         )["items"]
         print("  memory:", [(t["turn_id"], t["committed"]) for t in turns])
-        shown = [
-            b
-            for b in result["badges"]
-            if b["status"] == "rollback"
-            and "identity conflicts" in b["detail"]
-            and "Seraphina" in b["detail"]
-            and "Tester" in b["detail"]
-        ]
-        written = [
-            o
-            for o in result["outcomes"]
-            if o["status"] == "rollback"
-            and "identity conflicts" in o["detail"]
-            and "Seraphina" in o["detail"]
-            and "Tester" in o["detail"]
-        ]
+
+        def persona_conflict(event: dict[str, Any]) -> bool:
+            """A rollback blaming the identity conflict of the character and the persona."""
+            detail = event["detail"]
+            return event["status"] == "rollback" and all(
+                part in detail for part in ("identity conflicts", "Seraphina", "Tester")
+            )
+
+        shown = [b for b in result["badges"] if persona_conflict(b)]
+        written = [o for o in result["outcomes"] if persona_conflict(o)]
         assert shown == [] and written == [], (shown, written)
         assert len(turns) == len(result["chatTurns"])
     finally:

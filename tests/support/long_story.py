@@ -28,7 +28,6 @@ import argparse
 import hashlib
 import random
 import re
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -881,11 +880,7 @@ def main(argv: list[str] | None = None) -> None:
     story = LongStory(args.chapters, args.scenes)
     with ScriptedLLM(port=args.port) as server:
         story.install(server)
-        print(f"scripted LLM listening on {server.base_url}", flush=True)
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
+        server.serve_until_interrupted()
 
 
 if __name__ == "__main__":

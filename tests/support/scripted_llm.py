@@ -186,6 +186,15 @@ class ScriptedLLM:
         self._thread.start()
         return self
 
+    def serve_until_interrupted(self) -> None:
+        """For the standalone commands: say where the server listens (the line their callers
+        wait for), then serve until Ctrl-C or SIGINT."""
+        print(f"scripted LLM listening on {self.base_url}", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is not None:
@@ -728,11 +737,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds of sleep per request")
     args = parser.parse_args(argv)
     with ScriptedLLM(port=args.port, latency_s=args.latency) as server:
-        print(f"scripted LLM listening on {server.base_url}", flush=True)
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
+        server.serve_until_interrupted()
 
 
 if __name__ == "__main__":
