@@ -111,7 +111,8 @@ _HTML_TAGS = re.compile(
 
 def _without_html_tags(line: str) -> str:
     """`line` with each run of HTML tags (and the spaces around it) as one space, trimmed."""
-    return _HTML_TAGS.sub(" ", line).strip() if _HTML_TAGS.search(line) else line
+    cleaned, tags = _HTML_TAGS.subn(" ", line)
+    return cleaned.strip() if tags else line
 
 
 def _title_key(line: str) -> str:
