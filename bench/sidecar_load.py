@@ -171,6 +171,46 @@ instead of 5 (`sys.setswitchinterval`, set from a sitecustomize for the bench's 
 case the query waited for the GIL behind commit threads. Query p95 at 16: 393 ms with it, 464
 ms after it without (392 ms in the quiet run above); 16:1 ratios 5.88x and 5.66x. Within this
 machine's run-to-run spread, so not adopted: the query waits for CPU, not for the GIL.
+
+The JVM's collector ran Python's (2026-11-27, a quiet 2-core AMD EPYC machine, load average
+under 2 before each run). Per-thread CPU of the server at 16 conversations (/proc/<pid>/task,
+15 s): JPype's "Python Reference Queue" thread used 12% of a core, and `py-spy record --gil`
+found it holding the GIL with no Python frame in 118 of 464 samples, a quarter of the GIL's
+busy time. JPype links the two collectors (jp_gc.cpp): every Java collection that frees its
+sentinel runs a full Python collection, the GIL held throughout. Timed with a `gc.callbacks`
+probe over one `--levels 16` run: 41 full collections of ~160 ms (6.5 s) with the link, 17
+(2.4 s) without it, 16 (1.2 s, ~75 ms each) with the startup's objects frozen as well. Chosen:
+core.graph_server.detach_jvm_gc_link when the JVM starts, and core.heap.
+freeze_startup_objects when `serve` has started. `--levels 1 16`, before (main 84fa77e) and
+after, each run on its own:
+
+| | query p50 / p95 at 1 | query p50 / p95 / max at 16 | query p95 16:1 | commit p95 at 1 / 16 | commit p95 16:1 | turns/s at 16 |
+|---|---|---|---|---|---|---|
+| before | 33 / 49 ms | 94 / 253 / 441 ms | 5.20x | 495 / 1,223 ms | 2.47x | 14.68 |
+| after | 30 / 43 ms | 98 / 158 / 231 ms | 3.66x | 463 / 1,011 ms | 2.18x | 16.49 |
+| after, again | 31 / 48 ms | 103 / 179 / 312 ms | 3.71x | 476 / 1,161 ms | 2.44x | 14.97 |
+
+`python -m bench.sidecar_soak` (2,000 turns), before / after: RSS after turn 200 683 / 612 MB,
+after turn 2,000 675 / 688 MB, ratio 0.99 / 1.12 (goal <= 1.2); p95 non-LLM time per turn,
+first and last 200 turns, 337 and 269 / 167 and 154 ms.
+
+Tried on top of it, not adopted (the same machine, back to back):
+- Every commit on a niced pool as well as its slots (nice 19 both): query p95 at 16 108 and
+  96 ms (2.20x, 2.17x), but commit p95 1,166 and 1,280 ms (2.53x, 2.72x): the serialised
+  writes' holder runs niced and the others wait longer (lock waited 315-339 ms a turn against
+  186-242). Nice 5 both: query 2.99x, commit 2.57x. On a machine shared with other jobs a
+  niced commit loses more (the earlier rounds above), so the commit keeps the server's priority.
+- Every serialised write run on one writer thread at the server's priority while the commits
+  ran niced: the lock was held 50.2 ms a turn against 50.7, the query p95 worse (142 ms).
+- A switch interval of 1 ms: the lock held 53.7 ms a turn against 50.7.
+
+What is left. At 16 every graph statement takes 4-5 times as long as alone (timed around the
+driver's `Transaction.run` in the server: the snapshot's reads 0.7-1.0 ms p50 at one, 3.5-5.3
+ms at 16, p95 ~20 ms; the commit's ~9 statements under the write lock likewise), so the lock
+is held ~55 ms a turn instead of ~20 and is busy ~85% of the time at 16 turns/s: the commit's
+p95 is that queue. Fewer statements under the lock (the lease's release folded into the
+commit transaction, the relation actions batched) is the next cut for the commit; for the
+query, a snapshot read in one statement instead of four.
 """
 
 from __future__ import annotations

@@ -101,6 +101,30 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def detach_jvm_gc_link() -> int:
+    """Unlink JPype's collectors from Python's; how many `gc.callbacks` entries it removed.
+
+    JPype ties the two garbage collectors together (its jp_gc.cpp): each Java collection that
+    frees its sentinel runs a full Python collection (`PyGC_Collect`, the GIL held throughout)
+    on its reference-queue thread, and a Python collection after which the C heap grew calls
+    Java's `System.gc()`. The link is for programs whose Python objects hold Java objects;
+    Skald holds one (the server handle) and talks to the graph over Bolt, while the embedded
+    ArcadeDB allocates on every statement, so under load the JVM's young collections ran a
+    full Python collection of the whole process every few seconds: in one `python -m
+    bench.sidecar_load --levels 16` run, 41 full collections of ~160 ms each (6.5 s holding
+    the GIL), against 17 (2.4 s) without the link; the effect on the query's p95 is in that
+    bench's docstring.
+    Both directions start in Python's `gc.callbacks` (JPype's `_collect`, which tells the link
+    when Python collects): without it, the link runs at most one more Python collection and
+    then stays idle. Python's own collector is untouched."""
+    import gc
+
+    linked = [cb for cb in gc.callbacks if getattr(cb, "__module__", None) == "_jpype"]
+    for callback in linked:
+        gc.callbacks.remove(callback)
+    return len(linked)
+
+
 class EmbeddedArcadeDB:
     """One ArcadeDB server per graph directory per process; shared with other processes."""
 
@@ -245,6 +269,7 @@ class EmbeddedArcadeDB:
                 )
             except Exception as exc:  # already started in this process with another config
                 log.debug("JVM already running: %s", exc)
+            detach_jvm_gc_link()
             bolt_port, http_port = bolt_port or free_port(), http_port or free_port()
             server = ArcadeDBServer(
                 root_path=str(self.root / "data"),

@@ -43,6 +43,7 @@ from api import CORS_ENV, TOKEN_ENV, create_app, serve_security
 from core.cli import add_settings_options, project_prefect_settings, run_main, setup_logging
 from core.embedder import EmbedderUnavailableError, local_embedder
 from core.errors import InvalidInputError
+from core.heap import freeze_startup_objects
 from core.settings import Settings, load_settings
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.ingest import BATCH_SIZE as INGEST_BATCH_SIZE
@@ -477,6 +478,7 @@ def _serve(args: argparse.Namespace, settings: Settings, options: SidecarOptions
         log.info("graph: %s", service.store.endpoint.label)  # connect (and migrate) before serving
         if settings.embedding_base_url is None:
             _warm_up_embedder()
+        log.info("heap: %d objects of the startup frozen", freeze_startup_objects())
         log.info(
             "auth: %s; CORS origins: %s",
             "bearer token" if security.token else "none (loopback only)",

@@ -1,0 +1,62 @@
+"""Python's cyclic collector in a process that runs the embedded graph: JPype's link between
+the JVM's collector and Python's is cut once the JVM starts (core.graph_server.
+detach_jvm_gc_link), and only that link; a server's startup objects leave the collector's
+scans (core.heap.freeze_startup_objects)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from typing import Any
+
+from core.graph_server import detach_jvm_gc_link
+from core.heap import freeze_startup_objects
+from core.settings import Settings
+
+
+def _jpype_callbacks() -> list[Callable[..., Any]]:
+    return [cb for cb in gc.callbacks if getattr(cb, "__module__", None) == "_jpype"]
+
+
+def test_the_running_embedded_graph_leaves_no_jvm_link_in_pythons_collector(
+    graph_settings: Settings,
+) -> None:
+    # graph_settings started the embedded ArcadeDB in this process (its JVM, through JPype).
+    import jpype
+
+    assert jpype.isJVMStarted()
+    assert _jpype_callbacks() == []
+
+
+def test_detaching_removes_jpypes_callbacks_and_keeps_everyone_elses() -> None:
+    seen: list[str] = []
+
+    def jpype_like(phase: str, info: dict[str, int]) -> None:  # a stand-in for _jpype._collect
+        seen.append(phase)
+
+    def own(phase: str, info: dict[str, int]) -> None:  # e.g. a profiler's: not JPype's
+        seen.append(phase)
+
+    jpype_like.__module__ = "_jpype"
+    gc.callbacks.extend([jpype_like, own])
+    try:
+        assert detach_jvm_gc_link() == 1
+        assert jpype_like not in gc.callbacks
+        assert own in gc.callbacks
+        assert detach_jvm_gc_link() == 0  # nothing left to remove
+    finally:
+        for callback in (jpype_like, own):
+            if callback in gc.callbacks:
+                gc.callbacks.remove(callback)
+
+
+def test_freezing_moves_the_live_objects_out_of_the_collectors_scans() -> None:
+    before = gc.get_freeze_count()
+    kept = [[] for _ in range(1000)]  # tracked containers alive at the freeze
+    try:
+        frozen = freeze_startup_objects()
+        assert frozen == gc.get_freeze_count()
+        assert frozen >= before + len(kept)
+        assert not any(id(x) == id(kept[0]) for x in gc.get_objects())
+    finally:
+        gc.unfreeze()
