@@ -203,6 +203,14 @@ Tried on top of it, not adopted (the same machine, back to back):
 - Every serialised write run on one writer thread at the server's priority while the commits
   ran niced: the lock was held 50.2 ms a turn against 50.7, the query p95 worse (142 ms).
 - A switch interval of 1 ms: the lock held 53.7 ms a turn against 50.7.
+- Only the slots nicer (`--background-nice 19` against the default 5, alternating, two runs
+  each): query p95 16:1 3.49x and 3.52x against 3.74x and 3.80x, the write lock held 43 ms a
+  turn against 59-60 and waited for 106-109 ms against 228-236, but the slots themselves
+  slower (extracting 297-304 ms against 245-248, the historian 338-343 against 260-262):
+  commit p95 16:1 2.69x and 2.66x against 2.44x and 2.52x. The default stays 5.
+- The memory query's embeddings on an ONNX session of their own (a second session for
+  background callers, so a query never waits for a commit's batch): query p95 16:1 3.65x and
+  2.98x against 3.21x between them, within the spread; not adopted.
 
 What is left. At 16 every graph statement takes 4-5 times as long as alone (timed around the
 driver's `Transaction.run` in the server: the snapshot's reads 0.7-1.0 ms p50 at one, 3.5-5.3
