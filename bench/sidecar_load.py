@@ -212,6 +212,31 @@ Tried on top of it, not adopted (the same machine, back to back):
   background callers, so a query never waits for a commit's batch): query p95 16:1 3.65x and
   2.98x against 3.21x between them, within the spread; not adopted.
 
+The JIT's second tier (the same day, after the change above). With the collectors unlinked,
+a 15 s per-thread sample at 16 conversations showed the JVM's C2 compiler threads at 15.5% of
+the server's CPU (3.7 s), still compiling in the measured level: a load run changes the
+graph's code paths as it goes, and C2 does not pay back its compiles in a run's minutes
+(the earlier C1 trial above was made on a machine busy with other jobs, while JPype's link
+still ran Python's collector). Back to back, `ARCADEDB_JVM_ARGS=-XX:TieredStopAtLevel=1`
+against the default, alternating, then the product with C1 as its default
+(core.graph_server.JIT_TIER_ARGS):
+
+| JIT | query p95 at 1 / 16 | query 16:1 | commit p95 at 1 / 16 | commit 16:1 | turns/s at 16 | CPU s/turn at 1 / 16 | lock held ms/turn at 16 |
+|---|---|---|---|---|---|---|---|
+| C1 only | 41 / 132 ms | 3.21x | 454 / 925 ms | 2.04x | 18.03 | 0.091 / 0.081 | 47.1 |
+| default | 50 / 154 ms | 3.05x | 464 / 1,010 ms | 2.18x | 17.50 | 0.117 / 0.091 | 47.4 |
+| C1 only | 39 / 134 ms | 3.44x | 452 / 862 ms | 1.91x | 19.49 | 0.084 / 0.075 | 42.9 |
+| default | 39 / 163 ms | 4.16x | 456 / 974 ms | 2.13x | 17.54 | 0.109 / 0.090 | 47.7 |
+| product, C1 by default | 41 / 126 ms | 3.06x | 451 / 888 ms | 1.97x | 18.77 | 0.087 / 0.077 | 43.7 |
+
+0 errors and 640/640 read back in every run. C1 only costs less CPU at both levels, and the
+query and the commit are faster in absolute terms at 16; the ratios move less, because one
+conversation is faster too. `bench.sidecar_soak` with C1 only: 2,000 turns in 67 s (84 s
+with the default), RSS 578 -> 645 MB (ratio 1.12), p95 non-LLM time per turn 134 / 107 ms
+over the first and last 200 turns (167 / 154 with the default): C2 had not paid for itself
+after 2,000 turns either. `bench.memory_retrieval` with it: ingest 180 turns/s steady, 124
+cold; recall p95 20.9 ms at 100k turns.
+
 What is left. At 16 every graph statement takes 4-5 times as long as alone (timed around the
 driver's `Transaction.run` in the server: the snapshot's reads 0.7-1.0 ms p50 at one, 3.5-5.3
 ms at 16, p95 ~20 ms; the commit's ~9 statements under the write lock likewise), so the lock

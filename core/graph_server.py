@@ -43,6 +43,21 @@ _JVM_HEAP = os.environ.get("SKALD_ARCADEDB_HEAP", "1g")
 _JVM_INITIAL_HEAP = os.environ.get("SKALD_ARCADEDB_INITIAL_HEAP", "256m")
 
 
+#: The JIT's first tier only (C1). The embedded graph's JVM runs short statements whose code
+#: paths change with the workload, so C2 kept recompiling through a whole load run: its
+#: compiler threads took 15-23% of the sidecar's CPU at 16 conversations (/proc per thread).
+#: Measured with C1 only, back to back with the default (bench/sidecar_load.py's docstring):
+#: CPU per turn 0.075-0.081 s against 0.090-0.091 at 16 conversations, commit p95 862-925 ms
+#: against 974-1,010; the 2,000-turn soak 67 s against 84 s, its last 200 turns' p95 non-LLM
+#: time 107 ms against 154. A user's own tier setting in ARCADEDB_JVM_ARGS wins.
+JIT_TIER_ARGS = ["-XX:TieredStopAtLevel=1"]
+
+
+def _jit_args() -> list[str]:
+    """JIT_TIER_ARGS, unless ARCADEDB_JVM_ARGS (read by arcadedb_embedded) sets the tiers."""
+    return [] if "Tiered" in os.environ.get("ARCADEDB_JVM_ARGS", "") else list(JIT_TIER_ARGS)
+
+
 def _heap_bytes(size: str) -> int:
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
     size = size.strip().lower()
@@ -265,7 +280,11 @@ class EmbeddedArcadeDB:
             try:
                 start_jvm(
                     heap_size=_JVM_HEAP,
-                    jvm_args=[f"-Xms{_initial_heap()}", f"-Djava.util.logging.config.file={props}"],
+                    jvm_args=[
+                        f"-Xms{_initial_heap()}",
+                        f"-Djava.util.logging.config.file={props}",
+                        *_jit_args(),
+                    ],
                 )
             except Exception as exc:  # already started in this process with another config
                 log.debug("JVM already running: %s", exc)

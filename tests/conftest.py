@@ -66,12 +66,6 @@ for _var, _value in {
     "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
 }.items():
     os.environ.setdefault(_var, _value)
-# The embedded graph's JVM compiles with C1 only in the session (read by arcadedb_embedded; the
-# product keeps the JVM's default tiers, for its long runs). Most of the suite's JVMs live for
-# seconds (each crash-equivalence run opens its own graph), and C2 spends CPU on code those
-# processes never run long enough to gain from: tests/flows/test_crash_novel.py used 133 s of
-# CPU instead of 159 s for the same 125 s (`CI=true pytest -n 0`, quiet machine).
-os.environ.setdefault("ARCADEDB_JVM_ARGS", "-XX:TieredStopAtLevel=1")
 
 sys.path.insert(0, str(RECORD_HOOK_DIR))
 import skald_cypher_recorder  # noqa: E402 - lives in RECORD_HOOK_DIR, put on the path just above

@@ -1,7 +1,8 @@
-"""Python's cyclic collector in a process that runs the embedded graph: JPype's link between
-the JVM's collector and Python's is cut once the JVM starts (core.graph_server.
-detach_jvm_gc_link), and only that link; a server's startup objects leave the collector's
-scans (core.heap.freeze_startup_objects)."""
+"""The embedded graph's JVM in the process that runs it: JPype's link between the JVM's
+collector and Python's is cut once the JVM starts (core.graph_server.detach_jvm_gc_link), and
+only that link; the JIT runs its first tier only unless the user's ARCADEDB_JVM_ARGS sets the
+tiers (core.graph_server.JIT_TIER_ARGS); a server's startup objects leave the collector's scans
+(core.heap.freeze_startup_objects)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import gc
 from collections.abc import Callable
 from typing import Any
 
-from core.graph_server import detach_jvm_gc_link
+import pytest
+
+from core.graph_server import JIT_TIER_ARGS, _jit_args, detach_jvm_gc_link
 from core.heap import freeze_startup_objects
 from core.settings import Settings
 
@@ -26,6 +29,29 @@ def test_the_running_embedded_graph_leaves_no_jvm_link_in_pythons_collector(
 
     assert jpype.isJVMStarted()
     assert _jpype_callbacks() == []
+
+
+def test_the_running_embedded_graphs_jvm_compiles_with_the_first_tier_only(
+    graph_settings: Settings,
+) -> None:
+    import jpype
+
+    arguments = [
+        str(a)
+        for a in jpype.JClass("java.lang.management.ManagementFactory")
+        .getRuntimeMXBean()
+        .getInputArguments()
+    ]
+    assert set(JIT_TIER_ARGS) <= set(arguments), arguments
+
+
+def test_the_users_own_tier_setting_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ARCADEDB_JVM_ARGS", raising=False)
+    assert _jit_args() == JIT_TIER_ARGS
+    monkeypatch.setenv("ARCADEDB_JVM_ARGS", "-XX:MaxDirectMemorySize=1g")  # not about tiers
+    assert _jit_args() == JIT_TIER_ARGS
+    monkeypatch.setenv("ARCADEDB_JVM_ARGS", "-XX:-TieredCompilation")
+    assert _jit_args() == []
 
 
 def test_detaching_removes_jpypes_callbacks_and_keeps_everyone_elses() -> None:
