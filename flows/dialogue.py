@@ -478,7 +478,9 @@ def _serve(args: argparse.Namespace, settings: Settings, options: SidecarOptions
         log.info("graph: %s", service.store.endpoint.label)  # connect (and migrate) before serving
         if settings.embedding_base_url is None:
             _warm_up_embedder()
-        log.info("heap: %d objects of the startup frozen", freeze_startup_objects())
+        log.info(
+            "heap: %d startup objects frozen out of the collector's scans", freeze_startup_objects()
+        )
         log.info(
             "auth: %s; CORS origins: %s",
             "bearer token" if security.token else "none (loopback only)",
