@@ -80,8 +80,9 @@ def test_freezing_moves_the_live_objects_out_of_the_collectors_scans() -> None:
     before = gc.get_freeze_count()
     kept = [[] for _ in range(1000)]  # tracked containers alive at the freeze
     try:
+        # Other threads of the session keep allocating and freeing (a frozen object that dies
+        # leaves the count): the count only says the freeze took the objects alive then.
         frozen = freeze_startup_objects()
-        assert frozen == gc.get_freeze_count()
         assert frozen >= before + len(kept)
         assert not any(id(x) == id(kept[0]) for x in gc.get_objects())
     finally:
