@@ -36,6 +36,7 @@ orchestration cost per turn; `run_slot` lets the Prefect flow run each slot as a
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import socket
@@ -43,6 +44,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any, Literal
 
@@ -82,6 +84,7 @@ from tasks.dialogue.retriever import (
     VectorIndexRegistry,
     recall,
     retrieve,
+    start_query_vectors,
     turn_text,
     without_pending,
 )
@@ -91,6 +94,10 @@ from tasks.dialogue.trace import TraceRecorder
 from tasks.dialogue.turn import TurnContext, TurnRun
 
 log = logging.getLogger("skald.dialogue")
+
+#: Threads that embed memory queries' messages: the ONNX session runs one batch at a time,
+#: so a few suffice for queries arriving together.
+QUERY_EMBED_WORKERS = 4
 
 
 class DialogueService:
@@ -128,6 +135,9 @@ class DialogueService:
         self._pool = BackgroundPool(
             self.options.slot_workers, "dialogue-slot", self.options.background_nice
         )
+        # A memory query embeds its messages on a thread of this pool while its own thread reads
+        # the graph (the two overlap); at the queries' priority, not on the niced slot pool.
+        self._query_pool = ThreadPoolExecutor(QUERY_EMBED_WORKERS, "memory-query")
         self.outcomes = Outcomes(settings.saga_dir, lambda: self._gateway)
 
     @property
@@ -176,6 +186,7 @@ class DialogueService:
         if gateway is not None:
             gateway.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._query_pool.shutdown(wait=False, cancel_futures=True)
 
     def write_lock_totals(self) -> dict[str, float]:
         """The serialised graph writes so far (TimedLock.totals; all 0 where writes are not serialised)."""
@@ -325,6 +336,17 @@ class DialogueService:
                     return MemoryQueryResult.invalid(opened.reason, kind=opened.kind)
                 store = opened.value
                 index = self.vectors.get(store.endpoint.label, request.conversation_id)
+                purpose = trace.purpose("retriever")
+                query_vectors = start_query_vectors(
+                    index,
+                    request.messages,
+                    request.config.recall_k,
+                    lambda texts: self.gateway.embed(texts, purpose=purpose),
+                    # The copied context carries interactive() to the pool's thread.
+                    lambda work, *args: self._query_pool.submit(
+                        contextvars.copy_context().run, work, *args
+                    ),
+                )
                 pending = request.stale_turns()
                 # The turns a pending write holds back make room for as many others.
                 extra = min(len(pending), 50) if request.config.recall_k else 0
@@ -343,7 +365,8 @@ class DialogueService:
                     request.messages,
                     recall_k=request.config.recall_k + extra,
                     relation_limit=self.options.relation_limit,
-                    purpose=trace.purpose("retriever"),
+                    purpose=purpose,
+                    query_vectors=query_vectors,
                 )
                 remembered = {
                     turn_id: held

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -427,6 +428,28 @@ def _snapshot_reader(
     return read
 
 
+QueryVectors = Callable[[], dict[str, Any]]
+
+
+def start_query_vectors(
+    index: TurnMemoryIndex,
+    messages: list[ChatMessage],
+    recall_k: int,
+    embed: Callable[[list[str]], Any],
+    submit: Callable[..., Future[Any]],
+) -> QueryVectors | None:
+    """Start embedding what recall will ask for `messages` (`query_texts` with the speakers the
+    index holds now) on `submit`'s thread, so the embedding overlaps `retrieve`'s graph read;
+    returns the getter `retrieve` takes as `query_vectors`. None when there is nothing to search
+    yet (nothing remembered, or `recall_k` 0): no embedding call at all."""
+    if recall_k <= 0 or not len(index):
+        return None
+    speakers = index.pinned().speakers
+    texts = query_texts(recall_query(messages, speakers), speakers)
+    pending = submit(embed, texts)
+    return lambda: dict(zip(texts, pending.result(), strict=True))
+
+
 def retrieve(
     repo: DialogueRepository,
     gateway: LLMGateway,
@@ -437,7 +460,7 @@ def retrieve(
     recall_k: int,
     relation_limit: int = 12,
     purpose: str = "",
-    query_vectors: Callable[[], dict[str, Any]] | None = None,
+    query_vectors: QueryVectors | None = None,
 ) -> Retrieval:
     """`query_vectors`: returns embeddings computed elsewhere, by text (the pipeline starts
     them before the graph read, so the two overlap: `query_texts` of the messages with the

@@ -50,9 +50,8 @@ from tasks.dialogue.retriever import (
     Retrieval,
     VectorIndexRegistry,
     memory_row,
-    query_texts,
-    recall_query,
     retrieve,
+    start_query_vectors,
     turn_text,
 )
 from tasks.dialogue.routing import Route
@@ -126,17 +125,17 @@ class TurnRun:
     def retrieve(self) -> Retrieval:
         """RETRIEVING: the graph's view of the conversation and the recalled earlier turns."""
         request, config = self.request, self.config
-        query: Future[Any] | None = None
-        texts: list[str] = []
-        if config.recall_k > 0 and len(self.index):
-            # The query embeddings overlap the retriever's graph read (they need only the text
-            # and the speakers the index holds): what memory is asked for the messages and, in
-            # the same call, that without the speakers' names (for the dense ranker).
-            speakers = self.index.pinned().speakers
-            texts = query_texts(recall_query(request.messages, speakers), speakers)
-            query = self.slots.submit(
-                self.gateway.embed, texts, purpose=self.trace.purpose("retriever")
-            )
+        # The query embeddings overlap the retriever's graph read (they need only the text and
+        # the speakers the index holds): what memory is asked for the messages and, in the same
+        # call, that without the speakers' names (for the dense ranker).
+        purpose = self.trace.purpose("retriever")
+        query_vectors = start_query_vectors(
+            self.index,
+            request.messages,
+            config.recall_k,
+            lambda texts: self.gateway.embed(texts, purpose=purpose),
+            self.slots.submit,
+        )
         return self.slots.step(
             TurnState.RETRIEVING,
             "retriever",
@@ -148,10 +147,8 @@ class TurnRun:
                 request.messages,
                 recall_k=config.recall_k,
                 relation_limit=self.ctx.relation_limit,
-                purpose=self.trace.purpose("retriever"),
-                query_vectors=None
-                if query is None
-                else (lambda: dict(zip(texts, query.result(), strict=True))),
+                purpose=purpose,
+                query_vectors=query_vectors,
             ),
         )
 
