@@ -103,6 +103,37 @@ ACTIVE_RELATIONS = (
     "RETURN a.entity_id AS source_id, a.name AS source_name, b.entity_id AS target_id, b.name AS target_name, "
     "properties(r) AS props ORDER BY r.weight DESC, r.rel_id LIMIT $limit"
 )
+SNAPSHOT = (
+    # What the retriever reads for a turn, in one round trip (a statement costs more in driver
+    # and server overhead than these index lookups do): the memory head, the row at the reader's
+    # position (is its cache current?), the rows at the next positions, then ENTITIES,
+    # ACTIVE_RELATIONS and RECENT_MILESTONES. Each part is collected before the next MATCH, so
+    # the parts never multiply; an empty part is an empty list (OPTIONAL MATCH, nulls are not
+    # collected). The lists' order is restored by the caller (kg.dialogue.snapshot).
+    f"OPTIONAL MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) "
+    "WITH c.memory_seq AS memory_seq "
+    f"OPTIONAL MATCH (at:{_MEM} {{position_key: $at_key}}) "
+    "WITH memory_seq, at.key AS at_key, at.text AS at_text "
+    "UNWIND (CASE WHEN size($position_keys) = 0 THEN [null] ELSE $position_keys END) AS pk "
+    f"OPTIONAL MATCH (m:{_MEM} {{position_key: pk}}) "
+    "WITH memory_seq, at_key, at_text, collect(properties(m)) AS rows "
+    f"OPTIONAL MATCH (e:{_E}) WHERE e.conversation_id = $conversation_id "
+    "WITH memory_seq, at_key, at_text, rows, e "
+    "ORDER BY e.last_seq DESC, e.entity_id LIMIT $entity_limit "
+    "WITH memory_seq, at_key, at_text, rows, collect(properties(e)) AS entities "
+    f"OPTIONAL MATCH (a:{_E})-[r:{_R}]->(b:{_E}) "
+    "WHERE r.conversation_id = $conversation_id AND r.status = $active "
+    "WITH memory_seq, at_key, at_text, rows, entities, a, r, b "
+    "ORDER BY r.weight DESC, r.rel_id LIMIT $relation_limit "
+    "WITH memory_seq, at_key, at_text, rows, entities, collect(CASE WHEN r IS NULL THEN null ELSE "
+    "{source_id: a.entity_id, source_name: a.name, target_id: b.entity_id, target_name: b.name, "
+    "props: properties(r)} END) AS relations "
+    f"OPTIONAL MATCH (ms:{_M}) WHERE ms.conversation_id = $conversation_id "
+    "WITH memory_seq, at_key, at_text, rows, entities, relations, ms "
+    "ORDER BY ms.seq DESC, ms.milestone_id DESC LIMIT $milestone_limit "
+    "RETURN memory_seq, at_key, at_text, rows, entities, relations, "
+    "collect(properties(ms)) AS milestones"
+)
 ALL_RELATIONS = (
     f"MATCH (a:{_E})-[r:{_R}]->(b:{_E}) WHERE r.conversation_id = $conversation_id "
     "RETURN a.entity_id AS source_id, a.name AS source_name, b.entity_id AS target_id, b.name AS target_name, "

@@ -53,22 +53,46 @@ def memory_since_tx(
     reset = False
     if after_seq > 0:
         at = tx.run(dq.MEMORY_AT, position_key=position_key(conversation_id, after_seq)).single()
-        if (
-            at is None
-            or anchor_key not in (anchor_token(at["key"], at["text"] or ""), at["key"])
-            or after_seq > head
+        if not cache_is_current(
+            after_seq,
+            anchor_key,
+            head,
+            None if at is None else at["key"],
+            None if at is None else at["text"],
         ):
             # The caller's cache is from another life of this conversation: resend everything.
             after_seq, reset = 0, True
     last = head if limit is None else min(head, after_seq + limit)
+    return head, reset, memory_rows_tx(tx, conversation_id, after_seq + 1, last)
+
+
+def memory_rows_tx(
+    tx: ManagedTransaction, conversation_id: str, first: int, last: int
+) -> list[MemoryRow]:
+    """The rows at positions `first`..`last`, in position order, `MEMORY_PAGE` lookups a statement."""
     rows: list[MemoryRow] = []
-    for start in range(after_seq + 1, last + 1, MEMORY_PAGE):
+    for start in range(first, last + 1, MEMORY_PAGE):
         keys = [
             position_key(conversation_id, s)
             for s in range(start, min(last, start + MEMORY_PAGE - 1) + 1)
         ]
         rows += [memory_row(r["props"]) for r in tx.run(dq.MEMORY_ROWS, position_keys=keys)]
-    return head, reset, rows
+    return rows
+
+
+def cache_is_current(
+    after_seq: int, anchor_key: str | None, head: int, at_key: str | None, at_text: str | None
+) -> bool:
+    """Whether a reader's cache up to `after_seq` (`anchor_key`: see `anchor_token`) is still this
+    conversation's memory, given the row now at that position (`at_key`, `at_text`; None: none)
+    and the memory head. Position 0 (nothing cached) always is."""
+    if after_seq <= 0:
+        return True
+    return (
+        at_key is not None
+        and anchor_key in (anchor_token(at_key, at_text or ""), at_key)
+        and after_seq <= head
+    )
 
 
 def memory_props(row: MemoryRow, seq: int) -> dict[str, Any]:
