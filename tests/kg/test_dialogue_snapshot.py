@@ -1,0 +1,66 @@
+"""The retriever's graph read (kg.dialogue.snapshot): one statement for a reader one or two turns
+behind, the rest of the rows paged in the same transaction for a reader further behind, and a
+reset whenever the reader's cache is not this conversation's memory any more."""
+
+from __future__ import annotations
+
+import uuid
+
+from kg.dialogue import DialogueRepository, MemoryRow, anchor_token, turn_key
+from kg.dialogue.snapshot import SNAPSHOT_ROWS
+from kg.store import GraphStore
+
+TURNS = SNAPSHOT_ROWS + 9  # more than the statement reads past position 0
+
+
+def _remember(store: GraphStore, turns: int) -> tuple[DialogueRepository, str, list[MemoryRow]]:
+    conversation = f"test-snapshot-{uuid.uuid4().hex[:8]}"
+    rows = [
+        MemoryRow(
+            key=turn_key(conversation, str(i)),
+            conversation_id=conversation,
+            turn_id=str(i),
+            speaker="Caroline",
+            text=f"turn {i} of {conversation}",
+        )
+        for i in range(1, turns + 1)
+    ]
+    repo = DialogueRepository(store)
+    assert repo.remember(conversation, rows) == turns
+    return repo, conversation, rows
+
+
+def test_a_reader_at_any_position_gets_exactly_the_rows_after_it(store: GraphStore) -> None:
+    repo, conversation, rows = _remember(store, TURNS)
+    cold = repo.snapshot(conversation)
+    assert (cold.turn_count, cold.reset) == (TURNS, False)
+    assert [r.seq for r in cold.new_turns] == list(range(1, TURNS + 1))
+    assert [r.text for r in cold.new_turns] == [r.text for r in rows]
+    for after in (1, 2, SNAPSHOT_ROWS, TURNS - 1, TURNS):
+        held = cold.new_turns[after - 1]
+        read = repo.snapshot(
+            conversation, after_seq=after, anchor_key=anchor_token(held.key, held.text)
+        )
+        assert not read.reset, after
+        assert [r.seq for r in read.new_turns] == list(range(after + 1, TURNS + 1)), after
+
+
+def test_a_stale_cache_is_reset_and_gets_every_row(store: GraphStore) -> None:
+    """The look-alikes of a current cache: the right key with other text (a replaced turn), a
+    position past the head, a position nothing is at. Each resends every row."""
+    repo, conversation, _ = _remember(store, TURNS)
+    held = repo.snapshot(conversation).new_turns[4]
+    for after, anchor in (
+        (5, anchor_token(held.key, "an older text of turn 5")),
+        (TURNS + 3, anchor_token(held.key, held.text)),
+        (5, "some other conversation's key"),
+    ):
+        read = repo.snapshot(conversation, after_seq=after, anchor_key=anchor)
+        assert read.reset, (after, anchor)
+        assert [r.seq for r in read.new_turns] == list(range(1, TURNS + 1))
+
+
+def test_a_conversation_nothing_was_remembered_in_reads_empty(store: GraphStore) -> None:
+    read = DialogueRepository(store).snapshot(f"test-snapshot-none-{uuid.uuid4().hex[:8]}")
+    assert (read.turn_count, read.reset, read.new_turns) == (0, False, [])
+    assert (read.entities, read.relations, read.milestones) == ([], [], [])
