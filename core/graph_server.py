@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -50,7 +51,7 @@ _JVM_INITIAL_HEAP = os.environ.get("SKALD_ARCADEDB_INITIAL_HEAP", "256m")
 #: CPU per turn 0.075-0.081 s against 0.090-0.091 at 16 conversations, commit p95 862-925 ms
 #: against 974-1,010; the 2,000-turn soak 67 s against 84 s, its last 200 turns' p95 non-LLM
 #: time 107 ms against 154. A user's own tier setting in ARCADEDB_JVM_ARGS wins.
-JIT_TIER_ARGS = ["-XX:TieredStopAtLevel=1"]
+JIT_TIER_ARGS = ("-XX:TieredStopAtLevel=1",)
 
 
 def _jit_args() -> list[str]:
@@ -132,8 +133,6 @@ def detach_jvm_gc_link() -> int:
     Both directions start in Python's `gc.callbacks` (JPype's `_collect`, which tells the link
     when Python collects): without it, the link runs at most one more Python collection and
     then stays idle. Python's own collector is untouched."""
-    import gc
-
     linked = [cb for cb in gc.callbacks if getattr(cb, "__module__", None) == "_jpype"]
     for callback in linked:
         gc.callbacks.remove(callback)

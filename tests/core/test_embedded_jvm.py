@@ -47,9 +47,9 @@ def test_the_running_embedded_graphs_jvm_compiles_with_the_first_tier_only(
 
 def test_the_users_own_tier_setting_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ARCADEDB_JVM_ARGS", raising=False)
-    assert _jit_args() == JIT_TIER_ARGS
+    assert _jit_args() == list(JIT_TIER_ARGS)
     monkeypatch.setenv("ARCADEDB_JVM_ARGS", "-XX:MaxDirectMemorySize=1g")  # not about tiers
-    assert _jit_args() == JIT_TIER_ARGS
+    assert _jit_args() == list(JIT_TIER_ARGS)
     monkeypatch.setenv("ARCADEDB_JVM_ARGS", "-XX:-TieredCompilation")
     assert _jit_args() == []
 
