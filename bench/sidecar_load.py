@@ -237,13 +237,60 @@ over the first and last 200 turns (167 / 154 with the default): C2 had not paid 
 after 2,000 turns either. `bench.memory_retrieval` with it: ingest 180 turns/s steady, 124
 cold; recall p95 20.9 ms at 100k turns.
 
-What is left. At 16 every graph statement takes 4-5 times as long as alone (timed around the
-driver's `Transaction.run` in the server: the snapshot's reads 0.7-1.0 ms p50 at one, 3.5-5.3
-ms at 16, p95 ~20 ms; the commit's ~9 statements under the write lock likewise), so the lock
-is held ~55 ms a turn instead of ~20 and is busy ~85% of the time at 16 turns/s: the commit's
-p95 is that queue. Fewer statements under the lock (the lease's release folded into the
-commit transaction, the relation actions batched) is the next cut for the commit; for the
-query, a snapshot read in one statement instead of four.
+Where the query's time went then (the same day, C1 only; each step timed in the server at 16
+conversations, means over one level): 67 ms in all, of which the graph read 27 (six statements),
+the embedding 34 (started only after the read) and the search 7; alone 24 ms (read 7, embedding
+17). Two changes:
+
+- The memory query's embedding runs on a thread of its own (a small pool at the query's
+  priority, `interactive()` carried over in the copied context) while its thread reads the
+  graph, as a commit's retrieval already did (tasks.dialogue.retriever `start_query_vectors`,
+  now shared by both). In-server mean at 16 67 -> 51 ms.
+- The retriever's graph read is one statement (kg.dialogue.cypher `SNAPSHOT`: the head, the
+  reader's cache check, the next 16 memory rows, entities, relations, milestones) instead of
+  six; a reader further behind pages the rest in the same transaction. Alone 2.25 -> 1.44 ms
+  p50; at 16 the read 33 -> 18 ms mean, in-server query mean 51 -> 48 ms.
+
+`--levels 1 16` on the product after both, eleven runs within an hour (the ones made as the
+"without" half of the trials below included), quiet machine but a noisy host: the same code's
+CPU per turn at one conversation ranged 0.082-0.114 s:
+
+| | before (one run) | after: median of 11 (range) |
+|---|---|---|
+| query p95 at 1 / 16 | 38 / 118 ms | 42 (35-53) / 102 (96-115) ms |
+| query p95 16:1 | 3.09x | 2.60x (1.88-2.95x) |
+| commit p95 16:1 | 1.75x | 2.05x (1.71-2.39x) |
+
+0 errors and 640/640 read back in every run. The query at 16 is faster by ~14% at p95 and
+~25% at p50 (75 -> 56 ms, 54-63); so is the query alone, which the ratio divides by, and a p95
+over 40 queries at one conversation swings by half between runs. The commit's ratio moved the other
+way within its spread: the query now keeps two threads busy at once.
+
+Tried on top of them, alternating with the product, not adopted:
+- A commit's small embeddings on a single-threaded ONNX session of their own, in the calling
+  (niced) thread and never waiting for the session a query uses (its vectors are bit-identical
+  to the shared session's, checked on 100 calls): query 16:1 2.53x and 2.54x against 2.14x and
+  2.61x, commit 2.16x and 2.29x against 1.76x and 2.31x.
+- The lease claims and renewals (one statement each) taking the serialised writes before the
+  commits waiting for them: the claim's wait fell (`received` 50 ms a turn against 104-111) and
+  the commit's rose (`committing` 138 against 100-107); commit p95 1,056 and 950 ms against
+  1,062 and 1,007.
+- uvloop and httptools under uvicorn: query p95 at 16 95 and 103 ms against 102 and 98, commit
+  p95 841 and 916 against 866 and 869. No new dependency for that.
+- One ONNX thread instead of two for a query's two texts, measured alone beside CPU hogs: idle
+  18.3 against 12.4 ms p50, two hogs 25.8 against 34.3 ms p50 and 82 against 80 ms p95.
+- A switch interval of 1 ms, again: in-server query p95 at 16 109 against 110 ms.
+
+What is left. At 16 the server uses ~1.5 of the two cores and the load generator ~0.1, and
+the query's embedding (two texts, ~15 ms of ONNX alone) is now the longest leg: its wait for
+the one session (mean 5 ms, p95 23) and its run (25 ms mean against 17 alone) while the other
+core runs the commits. The embedding model is about a fifth to a quarter of the server's CPU
+at 16 (its one ONNX worker thread took 2.0 of 17.7 CPU s in a 12 s per-thread sample, and the
+calling threads run the other half of each batch): a query's two texts and, for about two turns
+in three, the commit's turn text (a message not about its sender is asked under another name,
+so its query is not the text stored). Query p95 within 2x at 16 on two cores needs
+either less of that work per turn or the CPU given to the query first across the JVM's and
+ONNX's threads too, which per-thread nice values give only to Python's.
 """
 
 from __future__ import annotations
