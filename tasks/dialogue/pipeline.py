@@ -80,7 +80,9 @@ from tasks.dialogue.outcomes import Ids, Outcomes
 from tasks.dialogue.parts import TurnState
 from tasks.dialogue.resources import ConversationLocks, RequestGraphs, SidecarOptions
 from tasks.dialogue.retriever import (
+    QueryVectors,
     RecalledTurn,
+    TurnMemoryIndex,
     VectorIndexRegistry,
     recall,
     retrieve,
@@ -337,16 +339,7 @@ class DialogueService:
                 store = opened.value
                 index = self.vectors.get(store.endpoint.label, request.conversation_id)
                 purpose = trace.purpose("retriever")
-                query_vectors = start_query_vectors(
-                    index,
-                    request.messages,
-                    request.config.recall_k,
-                    lambda texts: self.gateway.embed(texts, purpose=purpose),
-                    # The copied context carries interactive() to the pool's thread.
-                    lambda work, *args: self._query_pool.submit(
-                        contextvars.copy_context().run, work, *args
-                    ),
-                )
+                query_vectors = self._start_query_embedding(index, request, purpose)
                 pending = request.stale_turns()
                 # The turns a pending write holds back make room for as many others.
                 extra = min(len(pending), 50) if request.config.recall_k else 0
@@ -397,6 +390,21 @@ class DialogueService:
             stored_turns=retrieval.stored_turns,
             held_back=held_back,
             elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
+        )
+
+    def _start_query_embedding(
+        self, index: TurnMemoryIndex, request: MemoryQueryRequest, purpose: str
+    ) -> QueryVectors | None:
+        """`start_query_vectors` for a memory query, on the memory-query pool (the copied context
+        carries `interactive()` to the pool's thread)."""
+        return start_query_vectors(
+            index,
+            request.messages,
+            request.config.recall_k,
+            lambda texts: self.gateway.embed(texts, purpose=purpose),
+            lambda work, *args: self._query_pool.submit(
+                contextvars.copy_context().run, work, *args
+            ),
         )
 
     def recall(
