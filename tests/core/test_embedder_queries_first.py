@@ -11,12 +11,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 
 from core.embedder import RECENT_MAX_TEXTS, QueriesFirstLock, interactive, local_embedder
 from core.settings import Settings, load_settings
+from kg.dialogue import DialogueRepository
 from tasks.dialogue.models import MemoryQueryResult
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tests.support.dialogue_script import dialogue_requests
@@ -153,4 +155,50 @@ def test_the_memory_query_embeds_ahead_of_waiting_background_work(
         release.set()
     query.join(FAILSAFE_S)
     background.join(FAILSAFE_S)
+    assert len(answers) == 1 and answers[0].ok and answers[0].stored_turns == 1, answers
+
+
+def test_the_memory_query_embeds_while_its_graph_read_runs(
+    local_embedding_service: DialogueService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query's embedding does not wait for its graph read (the two overlap): with the read
+    held back and the model busy, the query's embedding is already waiting for the model."""
+    conversation = f"test-query-overlap-{uuid.uuid4().hex[:8]}"
+    first, second = dialogue_requests("locomo-26", conversation, 2)
+    assert local_embedding_service.commit(first).committed
+    messages = [m.model_dump(exclude_none=True) for m in second.messages]
+    # A first query fills this process's index of the conversation, so the next one has turns
+    # to search and embeds its messages (new words: nothing remembered answers them).
+    assert local_embedding_service.memory_query(
+        {"conversation_id": conversation, "messages": messages}
+    ).ok
+    reading, read_on = threading.Event(), threading.Event()
+    snapshot = DialogueRepository.snapshot
+
+    def held_back(repo: DialogueRepository, *args: Any, **kwargs: Any) -> Any:
+        reading.set()
+        assert read_on.wait(FAILSAFE_S)
+        return snapshot(repo, *args, **kwargs)
+
+    monkeypatch.setattr(DialogueRepository, "snapshot", held_back)
+    lock = local_embedder()._session_lock
+    answers: list[MemoryQueryResult] = []
+    release = _keep_busy(lock)
+    try:
+        fresh = [{**messages[0], "content": f"{messages[0]['content']} ({uuid.uuid4().hex[:6]})"}]
+        query = threading.Thread(
+            target=lambda: answers.append(
+                local_embedding_service.memory_query(
+                    {"conversation_id": conversation, "messages": fresh}
+                )
+            ),
+            daemon=True,
+        )
+        query.start()
+        assert reading.wait(FAILSAFE_S)
+        _until(lambda: lock.waiting[True] == 1)
+    finally:
+        read_on.set()
+        release.set()
+    query.join(FAILSAFE_S)
     assert len(answers) == 1 and answers[0].ok and answers[0].stored_turns == 1, answers
