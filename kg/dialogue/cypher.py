@@ -98,16 +98,12 @@ ENTITIES = (
     f"MATCH (e:{_E}) WHERE e.conversation_id = $conversation_id "
     "RETURN properties(e) AS props ORDER BY e.last_seq DESC, e.entity_id LIMIT $limit"
 )
-ACTIVE_RELATIONS = (
-    f"MATCH (a:{_E})-[r:{_R}]->(b:{_E}) WHERE r.conversation_id = $conversation_id AND r.status = $active "
-    "RETURN a.entity_id AS source_id, a.name AS source_name, b.entity_id AS target_id, b.name AS target_name, "
-    "properties(r) AS props ORDER BY r.weight DESC, r.rel_id LIMIT $limit"
-)
 SNAPSHOT = (
     # What the retriever reads for a turn, in one round trip (a statement costs more in driver
     # and server overhead than these index lookups do): the memory head, the row at the reader's
-    # position (is its cache current?), the rows at the next positions, then ENTITIES,
-    # ACTIVE_RELATIONS and RECENT_MILESTONES. Each part is collected before the next MATCH, so
+    # position (is its cache current?), the rows at the next positions, then the entities (as
+    # ENTITIES reads them), the active relations with their ends' names, and the recent
+    # milestones (as RECENT_MILESTONES). Each part is collected before the next MATCH, so
     # the parts never multiply; an empty part is an empty list (OPTIONAL MATCH, nulls are not
     # collected). The lists' order is restored by the caller (kg.dialogue.snapshot).
     f"OPTIONAL MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) "
