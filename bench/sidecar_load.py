@@ -280,6 +280,19 @@ Tried on top of them, alternating with the product, not adopted:
 - One ONNX thread instead of two for a query's two texts, measured alone beside CPU hogs: idle
   18.3 against 12.4 ms p50, two hogs 25.8 against 34.3 ms p50 and 82 against 80 ms p95.
 - A switch interval of 1 ms, again: in-server query p95 at 16 109 against 110 ms.
+- A commit in five statements instead of about nine (branch `s12-commit`, c84be4b): the relation
+  actions worked out in Python from the pairs' active relations read with the seq, their writes
+  and the bio patches folded into the last statement; the crash bench's hashes unchanged. Four
+  back-to-back pairs against the product: the write lock held 34-42 ms a turn at 16 against
+  44-46, waited for 70-102 against 130-157, commit p95 845-916 ms against 884-978, but query p95
+  at 16 rose in every pair (104-123 ms against 94-100; in the server 87-106 against 79-84):
+  commits that wait less for the lock spend that time on the CPU the queries need.
+
+Checked, not the cause: the scripted LLM in the bench's own process (its threads share the
+client's GIL) against one in a process of its own, as llama.cpp is: query p95 at 16 103 against
+100 ms. The HTTP layer around the query at 16 (probed in the server): reading the body 0.75 ms
+mean, the thread pool's hand-over 1.0 ms and back 1.6 ms, the response 0.15 ms; the service's
+own run 46 ms mean (24 ms alone).
 
 What is left. At 16 the server uses ~1.5 of the two cores and the load generator ~0.1, and
 the query's embedding (two texts, ~15 ms of ONNX alone) is now the longest leg: its wait for
