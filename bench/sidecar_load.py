@@ -287,6 +287,13 @@ Tried on top of them, alternating with the product, not adopted:
   44-46, waited for 70-102 against 130-157, commit p95 845-916 ms against 884-978, but query p95
   at 16 rose in every pair (104-123 ms against 94-100; in the server 87-106 against 79-84):
   commits that wait less for the lock spend that time on the CPU the queries need.
+- Interactive embeddings on two single-threaded ONNX sessions of their own (two queries embed at
+  once, each on a core, and never wait for a background batch; vectors bit-identical to the
+  shared session's on 100 random calls), two pairs alternating with the product: query p95 at
+  16 89 and 93 ms against 90 and 88, at 1 47 and 45 against 39 and 36 (one thread runs a
+  query's two texts in 12.3 ms, two threads in 9.0); the ratio fell (1.89x, 2.04x against 2.31x,
+  2.47x) only because the query alone got slower, and commit p95 at 16 rose (810, 854 ms
+  against 770, 773).
 
 Checked, not the cause: the scripted LLM in the bench's own process (its threads share the
 client's GIL) against one in a process of its own, as llama.cpp is: query p95 at 16 103 against
