@@ -287,6 +287,10 @@ Tried on top of them, alternating with the product, not adopted:
   44-46, waited for 70-102 against 130-157, commit p95 845-916 ms against 884-978, but query p95
   at 16 rose in every pair (104-123 ms against 94-100; in the server 87-106 against 79-84):
   commits that wait less for the lock spend that time on the CPU the queries need.
+  With the slots niced 10 instead of 5 on top of it, two pairs: query p95 at 16 100 and 108 ms
+  against 94 and 86, commit p95 858 and 921 against 832 and 802 (the lock waited 49-57 ms a turn
+  against 101-120, but extraction and the historian ran 25-45 ms longer): the serialised writes
+  also ration the commits' CPU, to the queries' benefit.
 - Interactive embeddings on two single-threaded ONNX sessions of their own (two queries embed at
   once, each on a core, and never wait for a background batch; vectors bit-identical to the
   shared session's on 100 random calls), two pairs alternating with the product: query p95 at
