@@ -26,8 +26,8 @@ from core.recall import (
     LearnedFusion,
     Prepared,
     RecallParams,
+    embedded_text,
     part_text,
-    plain_query,
     query_parts,
 )
 from tasks.dialogue.ingest import memory_rows
@@ -151,9 +151,10 @@ def load(path: Path, cache_dir: Path | None) -> Dialogue:
     index = memory.index
     refs = [str((d.meta.get("source_refs") or [d.key])[0]) for d in index.docs]
     asked = _evidence(spec)
-    question_vectors = _embed([q for _, q, _ in asked], cache_dir, "query")
     names = sorted(memory.speakers)
-    plain_vectors = _embed([plain_query(q, names) for _, q, _ in asked], cache_dir, "query")
+    # Each question embedded once, as recall embeds it: without the speakers' names
+    # (core.recall.embedded_text); both dense rankings are asked with that vector.
+    question_vectors = _embed([embedded_text(q, names) for _, q, _ in asked], cache_dir, "query")
     # Two-event questions' parts (core.recall.query_parts), each embedded without the names.
     parts = [query_parts(q, names) for _, q, _ in asked]
     every_part = list(dict.fromkeys(part_text(p, names) for ps in parts for p in ps))
@@ -161,14 +162,11 @@ def load(path: Path, cache_dir: Path | None) -> Dialogue:
         zip(every_part, _embed(every_part, cache_dir, "query") if every_part else [], strict=True)
     )
     dialogue = Dialogue(spec.dialogue_id, index, refs, vectors)
-    for (category, text, evidence), vector, plain, own in zip(
-        asked, question_vectors, plain_vectors, parts, strict=True
-    ):
+    for (category, text, evidence), vector, own in zip(asked, question_vectors, parts, strict=True):
         prepared = index.prepare(
             text,
             vector,
             names=names,
-            plain_vector=plain,
             parts=[(p, part_vectors[part_text(p, names)]) for p in own],
         )
         dialogue.questions.append(Question(category, text, set(evidence), prepared, vector))

@@ -299,6 +299,14 @@ Tried on top of them, alternating with the product, not adopted:
   2.47x) only because the query alone got slower, and commit p95 at 16 rose (810, 854 ms
   against 770, 773).
 
+Adopted after these: a memory query embeds one text instead of two (the query without the
+speakers' names; the query as asked added nothing held out: recall 0.829 against 0.826,
+docs/decisions/recall-fusion.md). Two pairs alternating with the product before it: query p50
+/ p95 at 1 16 / 28 and 16 / 31 ms against 21 / 35 and 20 / 33; at 16 43 / 77 and 46 / 87 ms
+against 55 / 98 and 51 / 93; commit p95 at 16 807 and 868 against 824 and 830. The query is
+about a fifth faster at both levels, so its 16:1 ratio stays where it was (2.81x and 2.84x
+against 2.81x and 2.84x).
+
 Checked, not the cause: the scripted LLM in the bench's own process (its threads share the
 client's GIL) against one in a process of its own, as llama.cpp is: query p95 at 16 103 against
 100 ms. The HTTP layer around the query at 16 (probed in the server): reading the body 0.75 ms

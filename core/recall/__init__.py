@@ -62,6 +62,7 @@ from core.recall.query import (
     Prepared,
     asked_about,
     embedded_query,
+    embedded_text,
     part_text,
     plain_query,
     query_parts,
@@ -97,5 +98,6 @@ __all__ = [
     "query_parts",
     "asked_about",
     "embedded_query",
+    "embedded_text",
     "query_texts",
 ]

@@ -12,8 +12,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 #: What the learned fusion weighs for each candidate document (`HybridIndex.features`): the
-#: reciprocal rank in each ranker at two depths (lexical; dense with the query as asked; dense
-#: with the query without the speakers' names, `plain_query`), the cosines themselves, the
+#: reciprocal rank in each ranker at two depths (lexical; dense with the query's vector; dense
+#: with its plain vector: conversation turns are asked with one vector, of the query without
+#: the speakers' names, so for them the two dense columns are one ranking and the fit splits
+#: its weight between them), the cosines themselves, the
 #: best of the in-group neighbours (lexical rank, cosine), the group's best match (session
 #: relevance), whether the document's speaker is the one the query names or the other one,
 #: a date the query names matched by the document's own date or by one it speaks of, a
@@ -113,27 +115,27 @@ class RecallParams(BaseModel):
 #: measured: docs/decisions/recall-fusion.md.
 LEARNED_FUSION = LearnedFusion(
     weights=(
-        49.3925,
-        -50.0081,
-        0.5058,
-        -12.348,
-        36.5211,
-        74.5864,
-        4.7401,
-        -5.0786,
-        73.5814,
-        1.6704,
-        67.2727,
-        -0.1092,
-        -2.849,
-        1.1431,
-        0.8577,
-        0.8865,
-        0.5518,
-        0.598,
-        -41.7929,
+        50.0912,
+        -64.5414,
+        17.7947,
+        34.2512,
+        17.7947,
+        34.2512,
+        -0.8839,
+        -0.8839,
+        76.7882,
+        1.5459,
+        57.5755,
+        -0.151,
+        -3.2645,
+        1.0848,
+        1.103,
+        0.9054,
+        0.5341,
+        0.3145,
+        -33.4042,
     ),
-    bias=-7.5632,
+    bias=-5.0,
 )
 #: The constants in use (see RecallParams).
 DEFAULT_PARAMS = RecallParams(fusion=LEARNED_FUSION)

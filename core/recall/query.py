@@ -204,15 +204,24 @@ def query_texts(
     speakers: list[str] | set[str] | frozenset[str],
     params: RecallParams = DEFAULT_PARAMS,
 ) -> list[str]:
-    """What recall embeds for `query`, in one call: the query and, when it names any of the
-    speakers, the query without their names (core.recall.plain_query, for the dense ranker);
-    for a question about two events or entities, each part (core.recall.query_parts, as
-    core.recall.part_text)."""
-    plain = plain_query(query, speakers)
-    texts = [query, plain] if plain and plain != query else [query]
+    """What recall embeds for `query`, in one call: the query without the speakers' names
+    (core.recall.plain_query; the query itself when that leaves nothing), the one text both
+    dense rankers are asked with; for a question about two events or entities, each part
+    (core.recall.query_parts, as core.recall.part_text). The query as asked, names and all, is
+    not embedded: held out it added nothing (docs/decisions/recall-fusion.md)."""
     return list(
-        dict.fromkeys([*texts, *(part_text(p, speakers) for p in _parts(query, speakers, params))])
+        dict.fromkeys(
+            [
+                embedded_text(query, speakers),
+                *(part_text(p, speakers) for p in _parts(query, speakers, params)),
+            ]
+        )
     )
+
+
+def embedded_text(query: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
+    """The text whose embedding recall searches with for `query` (see `query_texts`)."""
+    return plain_query(query, speakers) or query
 
 
 def _parts(
@@ -229,11 +238,11 @@ def embedded_query(
     params: RecallParams = DEFAULT_PARAMS,
 ) -> tuple[Any, np.ndarray | None, list[tuple[str, np.ndarray | None]]]:
     """(vector, plain_vector, parts) for `HybridIndex.search`, from the embeddings of
-    `query_texts(query, speakers, params)` by text (`known`)."""
-    plain = plain_query(query, speakers)
-    plain_vector = np.asarray(known[plain], dtype=np.float32) if plain and plain != query else None
+    `query_texts(query, speakers, params)` by text (`known`): the one vector, of the query
+    without the speakers' names, and no separate plain vector (the index asks both dense
+    rankings with it)."""
     parts = [
         (p, np.asarray(known[part_text(p, speakers)], dtype=np.float32))
         for p in _parts(query, speakers, params)
     ]
-    return known[query], plain_vector, parts
+    return known[embedded_text(query, speakers)], None, parts

@@ -31,6 +31,7 @@ from core.recall import (
     MemoryDoc,
     asked_about,
     embedded_query,
+    embedded_text,
     query_texts,
 )
 from kg import vocabulary as vocab
@@ -504,8 +505,12 @@ def retrieve(
         stored_turns=snapshot.turn_count,
         speakers=sorted(memory.speakers),
         # The commit stores the embedding of the turn's text: the query's is that text's only
-        # when the two are one (a message about its sender).
-        query_vector=[float(x) for x in vector] if vector is not None and query == text else None,
+        # when the text embedded for the query is the turn's own.
+        query_vector=(
+            [float(x) for x in vector]
+            if vector is not None and embedded_text(query, memory.speakers) == text
+            else None
+        ),
     )
 
 

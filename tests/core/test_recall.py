@@ -505,31 +505,30 @@ def test_recall_embeds_a_two_event_questions_parts_in_the_same_call_and_hands_th
     question = "What have Ann and Bob both painted?"
     with_parts = RecallParams(part_budget=1)
     texts = query_texts(question, speakers, with_parts)
-    # The two parts differ by the speaker only: their text without the names is one (one embedding).
-    assert texts == [question, "What have and both painted?", "What have painted?"]
+    # The question is embedded once, without the speakers' names; the two parts differ by the
+    # speaker only: their text without the names is one (one embedding).
+    assert texts == ["What have and both painted?", "What have painted?"]
     known = {text: np.full(2, float(i + 1), dtype=np.float32) for i, text in enumerate(texts)}
     vector, plain_vector, parts = embedded_query(question, speakers, known, with_parts)
-    assert vector is known[question] and plain_vector is not None and plain_vector[0] == 2.0
+    assert vector is known["What have and both painted?"] and plain_vector is None
     assert [(p, v[0]) for p, v in parts] == [
-        ("What have Ann painted?", 3.0),
-        ("What have Bob painted?", 3.0),
+        ("What have Ann painted?", 2.0),
+        ("What have Bob painted?", 2.0),
     ]
-    # Look-alikes: one event, one speaker: the question alone (and its plain form); and no
-    # parts are embedded where the fusion gives them no slots.
-    assert query_texts("What did Ann paint?", speakers, with_parts) == [
-        "What did Ann paint?",
-        "What did paint?",
-    ]
+    # Look-alikes: one event, one speaker: the question without the name alone; and no parts
+    # are embedded where the fusion gives them no slots.
+    assert query_texts("What did Ann paint?", speakers, with_parts) == ["What did paint?"]
     assert (
         embedded_query(
-            "What did Ann paint?",
-            speakers,
-            {"What did Ann paint?": np.ones(2), "What did paint?": np.ones(2)},
-            with_parts,
+            "What did Ann paint?", speakers, {"What did paint?": np.ones(2)}, with_parts
         )[2]
         == []
     )
-    assert query_texts(question, speakers, RecallParams(part_budget=0)) == texts[:2]
+    assert query_texts(question, speakers, RecallParams(part_budget=0)) == texts[:1]
+    # A query of nothing but a name is embedded as it is (removing the name leaves nothing);
+    # one without a name is its own plain form.
+    assert query_texts("Ann", speakers) == ["Ann"]
+    assert query_texts("What did she paint?", speakers) == ["What did she paint?"]
 
 
 def test_exact_cosines_are_each_rows_own_float64_dot_product_whatever_its_block() -> None:
