@@ -530,7 +530,7 @@ def recall(
     snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
     if not len(memory):
         return []
-    # One embedding call for all: the question as asked, without the speakers' names, its parts.
+    # One embedding call for all: the question without the speakers' names, and its parts.
     texts = query_texts(query, memory.speakers)
     vector, plain_vector, parts = embedded_query(
         query, memory.speakers, dict(zip(texts, gateway.embed(texts, purpose=purpose), strict=True))
