@@ -39,6 +39,7 @@ import numpy as np
 
 from bench.embedders import CANDIDATES, DEFAULT, embedder
 from core.embedder import EmbedderUnavailableError
+from core.recall import embedded_text
 from kg.dialogue import MemoryRow
 from tasks.dialogue.retriever import TurnMemoryIndex, embedded_query, query_texts
 
@@ -99,7 +100,9 @@ def bench_retrieval(
 ) -> dict[int, tuple[float, float, float]]:
     model = embedder(model_name)
     turns = _turns()
-    vectors = model.passages([f"{t['speaker']}: {t['text']}" for t in turns])
+    names = {str(t["speaker"]) for t in turns}
+    # Each turn embedded as the product embeds a memory row (core.recall.embedded_text).
+    vectors = model.passages([embedded_text(f"{t['speaker']}: {t['text']}", names) for t in turns])
     questions = _questions(queries)
     rng = np.random.default_rng(7)
     speakers = sorted({str(t["speaker"]) for t in turns})

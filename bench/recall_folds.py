@@ -32,7 +32,7 @@ from core.recall import (
 )
 from tasks.dialogue.ingest import memory_rows
 from tasks.dialogue.replay import DialogueSpec, load_dialogue
-from tasks.dialogue.retriever import TurnMemoryIndex
+from tasks.dialogue.retriever import TurnMemoryIndex, row_texts
 
 DIALOGUES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "dialogues"
 CATEGORIES = (1, 2, 3, 4)
@@ -138,7 +138,7 @@ def _evidence(spec: DialogueSpec) -> list[tuple[int, str, list[str]]]:
 def load(path: Path, cache_dir: Path | None) -> Dialogue:
     spec = load_dialogue(path)
     rows = memory_rows(spec, spec.dialogue_id)
-    vectors = _embed([r.text for r in rows], cache_dir)
+    vectors = _embed(row_texts(rows), cache_dir)  # each row as the product embeds it
     memory = TurnMemoryIndex()
     memory.sync(
         [

@@ -219,9 +219,26 @@ def query_texts(
     )
 
 
-def embedded_text(query: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
-    """The text whose embedding recall searches with for `query` (see `query_texts`)."""
-    return plain_query(query, speakers) or query
+#: What a "Name:" label or a "Name," address leaves at the start of a line once the name is
+#: taken out (":", ",", ":," ...).
+_LEFT_OVER = re.compile(r"^[\s:,;]+")
+_WORD = re.compile(r"\w")
+
+
+def embedded_text(text: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
+    """What the dense model embeds for a query and for a memory row alike: each line without
+    the speakers' names (`plain_query`) and without what a "Name:" label or a "Name," address
+    leaves at its start, the lines joined by a space; the text itself when that leaves no word.
+
+    One function for both sides, so a chat message asked as a query ("Caroline: I went ...",
+    under the other speaker's name, or under none) and the turn it is stored as ("Caroline: I
+    went ...") embed as one text, and the commit stores the vector the query computed. Held
+    out, rows embedded this way recall 0.836 against 0.829 with the names and labels in
+    (docs/decisions/recall-fusion.md)."""
+    lines = (plain_query(line, speakers) for line in text.splitlines())
+    stripped = (_LEFT_OVER.sub("", line, count=1) for line in lines)
+    joined = " ".join(line for line in stripped if line)
+    return joined if _WORD.search(joined) else text
 
 
 def _parts(

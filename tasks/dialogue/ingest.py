@@ -29,7 +29,7 @@ from kg.dialogue import DialogueRepository, MemoryRow, turn_key
 from tasks.dialogue.models import ChatMessage, TurnCommitRequest
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow, turn_requests
-from tasks.dialogue.retriever import memory_row
+from tasks.dialogue.retriever import memory_row, row_texts
 
 #: Turns per embedding call and write transaction. The embedder sorts one call's texts by
 #: token count so that texts of similar length share an ONNX batch (less padding): over 256 turns
@@ -119,12 +119,14 @@ def remember_rows(
     transcript."""
     gateway = service.gateway
     batches = [rows[start : start + batch_size] for start in range(0, len(rows), batch_size)]
+    # What each row embeds, with the speakers of the rows up to it: as if committed one by one.
+    embedded = dict(zip((r.key for r in rows), row_texts(rows), strict=True))
     present: set[str] | None = None
 
     def embed(batch: list[MemoryRow]) -> list[MemoryRow]:
         if not batch:
             return batch
-        vectors = gateway.embed([r.text for r in batch], purpose="dialogue.ingest")
+        vectors = gateway.embed([embedded[r.key] for r in batch], purpose="dialogue.ingest")
         values = np.round(np.asarray(vectors, dtype=np.float64), 7).tolist()
         return [r.model_copy(update={"embedding": v}) for r, v in zip(batch, values, strict=True)]
 

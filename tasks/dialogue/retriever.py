@@ -14,7 +14,7 @@ keys, including turns other processes remembered.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,8 +70,8 @@ class Retrieval(BaseModel):
     )
     query_vector: list[float] | None = Field(
         None,
-        description="the embedding of the turn's text (`turn_text`) when recall asked with that"
-        " very text (the commit reuses it)",
+        description="the embedding of what the turn's memory row embeds (`row_text`) when recall"
+        " asked with that very text (the commit reuses it)",
     )
 
 
@@ -193,9 +193,7 @@ class TurnMemoryIndex:
                 )
                 self.index.add([memory_doc(r) for r in chunk], vectors)
                 start = end
-            self.speakers.update(
-                s.strip() for r in fresh for s in r.speaker.split(",") if s.strip()
-            )
+            self.speakers.update(s for r in fresh for s in speakers_of(r.speaker))
             self.max_seq, self.anchor_key = (
                 fresh[-1].seq,
                 anchor_token(fresh[-1].key, fresh[-1].text),
@@ -346,6 +344,29 @@ def turn_text(messages: list[ChatMessage]) -> str:
     """The turn's messages as one text, each line with its speaker's name: what the memory
     stores and embeds, and the extractor's evidence."""
     return "\n".join(m.line() for m in messages)
+
+
+def speakers_of(speaker: str) -> list[str]:
+    """The names in a memory row's `speaker` field (a turn by several speakers lists them all)."""
+    return [s.strip() for s in speaker.split(",") if s.strip()]
+
+
+def row_text(messages: list[ChatMessage], speakers: Iterable[str]) -> str:
+    """What a turn's memory row embeds: `core.recall.embedded_text` of its text (`turn_text`),
+    with the speakers of the rows before it (`speakers`) and its own: the text a memory query
+    for the same messages embeds, so the commit can store the query's vector."""
+    return embedded_text(turn_text(messages), {*speakers, *(m.speaker for m in messages)})
+
+
+def row_texts(rows: list[MemoryRow]) -> list[str]:
+    """What each of a transcript's memory rows embeds, in order, each with the speakers of the
+    rows up to it (as `row_text` has them when the turns are committed one by one)."""
+    known: set[str] = set()
+    texts = []
+    for row in rows:
+        known.update(speakers_of(row.speaker))
+        texts.append(embedded_text(row.text, known))
+    return texts
 
 
 def recall_query(
@@ -504,11 +525,12 @@ def retrieve(
         recalled=recalled_turns,
         stored_turns=snapshot.turn_count,
         speakers=sorted(memory.speakers),
-        # The commit stores the embedding of the turn's text: the query's is that text's only
-        # when the text embedded for the query is the turn's own.
+        # The commit stores the embedding of the turn's row text: the query's is that one when
+        # the two texts are the same (a message asked under either speaker's name or none).
         query_vector=(
             [float(x) for x in vector]
-            if vector is not None and embedded_text(query, memory.speakers) == text
+            if vector is not None
+            and embedded_text(query, memory.speakers) == row_text(messages, memory.speakers)
             else None
         ),
     )

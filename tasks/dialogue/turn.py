@@ -51,6 +51,7 @@ from tasks.dialogue.retriever import (
     VectorIndexRegistry,
     memory_row,
     retrieve,
+    row_text,
     start_query_vectors,
     turn_text,
 )
@@ -175,12 +176,18 @@ class TurnRun:
         )
 
     def embed_for_commit(self, retrieval: Retrieval, acted: ActorOutput) -> Future[Any] | None:
-        """The embedding of the turn's text, started now so it overlaps the extractor; None when
-        the retriever's query vector is already that (recorded mode, not the first turn)."""
-        text = turn_text(acted.messages)
-        if retrieval.query_vector is not None and text == turn_text(self.request.messages):
+        """The embedding of the turn's row text (`row_text`), started now so it overlaps the
+        extractor; None when the retriever's query vector is already that (recorded mode, not
+        the first turn)."""
+        if retrieval.query_vector is not None and turn_text(acted.messages) == turn_text(
+            self.request.messages
+        ):
             return None
-        return self.slots.submit(self.gateway.embed, [text], purpose=self.trace.purpose("commit"))
+        return self.slots.submit(
+            self.gateway.embed,
+            [row_text(acted.messages, retrieval.speakers)],
+            purpose=self.trace.purpose("commit"),
+        )
 
     def extract(
         self, acted: ActorOutput, retrieval: Retrieval
@@ -277,7 +284,7 @@ class TurnRun:
         blocked again."""
         assert base.gate is not None
         known = retrieval.query_vector if commit_embedding is None else None
-        self._remember(acted.messages, known)
+        self._remember(acted.messages, known, retrieval.speakers)
         return self.ctx.outcomes.finish_rolled_back(
             base,
             self.trace,
@@ -387,18 +394,22 @@ class TurnRun:
     def remember_text(self) -> None:
         """Remember the turn's text without its facts (an edit whose slots failed), its
         embedding call kept out of the gateway's records (the turn's trace is finished)."""
-        self._remember(self.request.messages, None)
+        # No retrieval ran to completion: the speakers are those the conversation's index holds.
+        self._remember(self.request.messages, None, sorted(self.index.pinned().speakers))
         self.ctx.outcomes.drop_records(self.trace)
 
-    def _remember(self, messages: list[Any], vector: list[float] | None) -> None:
+    def _remember(
+        self, messages: list[Any], vector: list[float] | None, speakers: list[str]
+    ) -> None:
         """Remember a gate-blocked turn's text (its own small transaction, idempotent by key).
-        A failure here is logged, not raised: the turn's outcome is the gate's."""
+        A failure here is logged, not raised: the turn's outcome is the gate's. `speakers`:
+        those of the rows before it (`row_text`)."""
         request = self.request
         try:
-            if vector is None:  # the retriever's query vector is this text's when it had one
+            if vector is None:  # the retriever's query vector is this row's when it had one
                 vector = list(
                     self.gateway.embed(
-                        [turn_text(messages)], purpose=self.trace.purpose("remember")
+                        [row_text(messages, speakers)], purpose=self.trace.purpose("remember")
                     )[0]
                 )
             row = memory_row(

@@ -15,6 +15,7 @@ from core.recall import (
     IndexRegistry,
     MemoryDoc,
     RecallParams,
+    embedded_text,
     plain_query,
     query_parts,
 )
@@ -559,3 +560,23 @@ def test_dense_ranking_is_the_same_with_every_vector_held_and_with_one_missing()
     assert full.ranking(query, 20) == order[:20]
     assert gapped.ranking(query, 20) == [i for i in order if i != missing][:20]
     assert gapped.ranking(query, 300) == [i for i in order if i != missing]  # never the gap
+
+
+def test_a_memory_row_and_a_query_embed_their_words_without_the_speakers_names_and_labels() -> None:
+    speakers = {"Caroline", "Melanie"}
+    # A stored turn: its "Name:" label and the address at its start go with the names.
+    assert (
+        embedded_text("Caroline: Melanie, I went to a support group yesterday.", speakers)
+        == "I went to a support group yesterday."
+    )
+    # A turn of several messages: each line loses its own label, the lines join with a space.
+    assert embedded_text("Caroline: Hi Melanie!\nMelanie: Hey!", speakers) == "Hi! Hey!"
+    # A question keeps everything but the names (as `plain_query` has it).
+    assert (
+        embedded_text("When did Caroline go to the LGBTQ support group?", speakers)
+        == "When did go to the LGBTQ support group?"
+    )
+    # Look-alikes: a label that is not a speaker's stays; a line that is nothing but names
+    # (no word left) is embedded as it is.
+    assert embedded_text("Note: bring the map", speakers) == "Note: bring the map"
+    assert embedded_text("Caroline: Melanie!", speakers) == "Caroline: Melanie!"

@@ -23,6 +23,7 @@ from kg.store import GraphStore
 from tasks.dialogue.ingest import memory_rows, remember_rows
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.replay import load_dialogue
+from tasks.dialogue.retriever import row_texts
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath, prefect_api_env
 from tests.support.cli import graph_vars
 from tests.support.scripted_llm import ScriptedLLM
@@ -139,8 +140,8 @@ def test_remembering_a_partly_remembered_transcript_embeds_only_the_missing_turn
             for text in r.body["input"]
         ]
         assert sorted(embedded) == sorted(
-            r.text for r in rows[100:]
-        )  # each missing turn once, no other
+            row_texts(rows)[100:]
+        )  # each missing turn once, as a memory row embeds it, no other
 
         assert remember_rows(service, conv, rows, batch_size=64) == (
             0,

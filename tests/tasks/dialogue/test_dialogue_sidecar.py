@@ -1015,3 +1015,52 @@ def test_a_memory_query_recalls_the_speaker_a_message_is_about_not_its_sender(
     assert first_recalled("How is your adoption going?") == "Caroline"
     # The look-alike: a question about the sender's own words recalls the sender's.
     assert first_recalled("What did I say about my friend's adoption last year?") == "Melanie"
+
+
+def test_a_commit_stores_the_vector_its_memory_query_embedded_and_embeds_nothing_more(
+    service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    """A turn's retrieval embeds the text its memory row embeds (core.recall.embedded_text:
+    the words without the speakers' names and labels), so the commit makes no embedding call
+    of its own and stores that vector."""
+    from tests.support.scripted_llm import hashed_embedding
+
+    conv = _conv("one-embedding")
+    first = (("Caroline", "I went to a support group yesterday."), ("Melanie", "How did it go?"))
+
+    def said(turn: int, speaker: str, text: str) -> TurnCommitRequest:
+        # Plain chat: the scripted extractor finds no facts in these lines.
+        request = _said(conv, turn, speaker, text, [])
+        return request.model_copy(
+            update={"config": request.config.model_copy(update={"require_actions": False})}
+        )
+
+    for turn, (speaker, text) in enumerate(first, start=1):
+        assert service.commit(said(turn, speaker, text)).committed
+
+    def embedded_during(turn: int, speaker: str, text: str) -> list[list[str]]:
+        # As a chat front end does: a memory query for the message, then its commit.
+        message = {"role": "user", "name": speaker, "content": text}
+        assert service.memory_query({"conversation_id": conv, "messages": [message]}).ok
+        before = len(scripted.requests)
+        result = service.commit(said(turn, speaker, text))
+        assert result.committed, result.reason
+        return [
+            r.body["input"] for r in scripted.requests[before:] if r.path.endswith("/embeddings")
+        ]
+
+    assert embedded_during(3, "Caroline", "Melanie, it was great, I felt accepted.") == [
+        ["it was great, I felt accepted."]
+    ]
+    _, _, rows = DialogueRepository(service.store).memory_since(conv)
+    stored = {r.turn_id: r for r in rows}["3"]
+    assert stored.text == "Caroline: Melanie, it was great, I felt accepted."
+    expected = hashed_embedding("it was great, I felt accepted.", len(stored.embedding))
+    assert stored.embedding == [round(float(x), 7) for x in expected]
+    # The look-alike: a speaker the conversation has not heard yet. The retrieval asks with
+    # the name the index does not know as a speaker's; the row, whose speakers include its
+    # own, embeds the words without it: a second call, for the row.
+    assert embedded_during(4, "Dave", "Dave here, I paint lakes.") == [
+        ["Dave: Dave here, I paint lakes."],
+        ["here, I paint lakes."],
+    ]

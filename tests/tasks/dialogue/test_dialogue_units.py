@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from api import turn_status
-from core.recall import HybridIndex, MemoryDoc
+from core.recall import HybridIndex, MemoryDoc, embedded_text
 from core.settings import load_settings
 from kg.dialogue import DialogueEntity, DialogueMilestone, DialogueRelation, MemoryRow
 from prompts.dialogue.models import HistorianReport, IdentityConflictOut, TurnExtraction
@@ -33,9 +33,12 @@ from tasks.dialogue.retriever import (
     RecalledTurn,
     Retrieval,
     TurnMemoryIndex,
+    memory_row,
     mentioned_entities,
     recall_query,
     recalled,
+    row_text,
+    row_texts,
     select_relations,
     without_pending,
 )
@@ -844,6 +847,43 @@ def test_a_pending_write_holds_back_the_old_text_of_its_turn_only() -> None:
         e.bio_summary for e in retrieval.known_entities
     ]
     assert kept.milestones == retrieval.milestones and kept.relations == retrieval.relations
+
+
+def test_a_memory_query_embeds_the_text_its_turn_is_stored_under_whomever_it_is_asked_about() -> (
+    None
+):
+    """The commit stores the vector the memory query computed when the two texts are one:
+    whichever speaker's name the message is asked under (or none), the text embedded for the
+    query is the row's (`row_text`)."""
+    speakers = {"Caroline", "Melanie"}
+
+    def texts(content: str, name: str = "Melanie") -> tuple[str, str]:
+        messages = [ChatMessage(role="user", name=name, content=content)]
+        return embedded_text(recall_query(messages, speakers), speakers), row_text(
+            messages, speakers
+        )
+
+    for content in (
+        "How is your adoption going, Caroline?",  # asked under Caroline's name
+        "I painted a lake last week.",  # under the sender's
+        "How is the adoption going?",  # under no name
+    ):
+        query, row = texts(content)
+        assert query == row, content
+    assert texts("I painted a lake last week.")[1] == "I painted a lake last week."
+    # The look-alike: a sender the conversation has not heard yet. The row drops the new
+    # name (its speakers include its own), the query the index knew could not: two texts.
+    query, row = texts("I'm Dave, I painted a lake last week.", name="Dave")
+    assert row == "I'm, I painted a lake last week." and query != row
+    # A turn of several messages is stored as one row: its text is every line's words.
+    both = [
+        ChatMessage(role="user", name="Caroline", content="I went to a support group."),
+        ChatMessage(role="user", name="Melanie", content="How was it?"),
+    ]
+    assert row_text(both, speakers) == "I went to a support group. How was it?"
+    assert row_texts(
+        [memory_row("c", "c:1", "1", both[:1]), memory_row("c", "c:2", "2", both[1:])]
+    ) == ["I went to a support group.", "How was it?"]
 
 
 def test_recall_query_names_whom_a_message_is_about() -> None:
