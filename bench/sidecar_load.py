@@ -313,16 +313,56 @@ client's GIL) against one in a process of its own, as llama.cpp is: query p95 at
 mean, the thread pool's hand-over 1.0 ms and back 1.6 ms, the response 0.15 ms; the service's
 own run 46 ms mean (24 ms alone).
 
-What is left. At 16 the server uses ~1.5 of the two cores and the load generator ~0.1, and
-the query's embedding (two texts, ~15 ms of ONNX alone) is now the longest leg: its wait for
-the one session (mean 5 ms, p95 23) and its run (25 ms mean against 17 alone) while the other
-core runs the commits. The embedding model is about a fifth to a quarter of the server's CPU
-at 16 (its one ONNX worker thread took 2.0 of 17.7 CPU s in a 12 s per-thread sample, and the
-calling threads run the other half of each batch): a query's two texts and, for about two turns
-in three, the commit's turn text (a message not about its sender is asked under another name,
-so its query is not the text stored). Query p95 within 2x at 16 on two cores needs
-either less of that work per turn or the CPU given to the query first across the JVM's and
-ONNX's threads too, which per-thread nice values give only to Python's.
+Adopted next: each stored turn is embedded as its memory query is (core.recall.embedded_text on
+both sides: the words without the speakers' names and "Name:" labels; held out 0.836 against
+0.829, docs/decisions/recall-fusion.md). Since 1269bf3 the commit had embedded its turn's text
+itself for every turn, because the query's text ("Caroline: ..." without the names) was never
+the stored "Caroline: ..." text; now it is, and the commit stores the query's vector. One
+`--levels 16` run with the embedder's calls counted in the server: background (commit)
+embeddings 640 -> 18, the query's wait for the ONNX session 4.9 -> 0.7 ms mean (p95 20.6 ->
+4.8). Before it, on the same day: query p50 / p95 at 16 44 / 78, 42 / 72 and 42 / 77 ms, CPU
+0.068-0.071 s a turn. After it, nine `--levels 1 16` runs of the product (a GC probe loaded
+in one, which does not change the code paths; two with `--background-nice=5`, the default):
+
+| | range | median |
+|---|---|---|
+| query p95 at 1 | 24-32 ms | 29 ms |
+| query p95 at 16 | 59-72 ms | 64 ms |
+| query p95 16:1 | 2.13-2.68x | 2.18x |
+| commit p95 16:1 | 1.59-1.93x | 1.77x |
+| CPU s a turn at 16 (six of them) | 0.053-0.063 | 0.057 |
+
+0 errors and 640/640 read back in every run. Timed in the server at 16 (means): the query 25
+ms, its graph read 12 (beside the embedding), the wait for the embedding after the read 7.7,
+the search 4.2; the ASGI layer around it 6.5 ms more at p50 and 13 at p95 (client 33 / 60 ms,
+ASGI 31 / 58, the service 24 / 45).
+
+Tried on top of it, not adopted:
+- The five-statement commit again (branch `s12-commit` cherry-picked): query p95 at 16 71 and
+  69 ms against 64 and 62, alternating: as before, commits that wait less for the writes
+  take the CPU the queries need.
+- The memory query's embedding on a single-threaded ONNX session of its own (alone a text
+  takes 10.1 ms p50 on one thread against 6.9 on two): query p95 at 16 66 and 67 ms.
+- Nicer slots (`--background-nice 12` against 5, alternating): query p95 at 16 58 and 62 ms
+  against 67 and 72, query 16:1 2.17x and 2.44x against 2.15x and 2.46x: the one-conversation
+  p95 over 40 queries (24-32 ms between runs of the same code) moves the ratio more than
+  this does; the default stays 5.
+- Skipping the commit's own search (a probe only: its recall would be empty): CPU 0.052 s a
+  turn against 0.056, query p95 at 16 62 ms, within the spread.
+- The graph's Bolt threads niced 5 (a probe renicing the JVM's threads): query p95 at 16 60 ms,
+  within the spread.
+
+Python's collector at 16 (a gc.callbacks probe): 7 full collections in the level, 17-36 ms
+each (the startup's objects frozen; the big ones, up to 132 ms, run before the freeze), and
+~146 young-generation ones of 2.7 ms: a stall for about 1% of queries, not the p95.
+
+What is left. At 16 the server uses ~1.3 of the two cores and the load generator the rest of
+what is busy; the query's embedding (one text, ~7 ms of ONNX alone on two threads) takes about
+twice as long as alone while the commits' JVM, driver and HTTP work share the CPU, and the
+ratio's denominator, a p95 over 40 queries at one conversation, varies by a quarter between
+runs of the same code (its tail is the longest messages). Query p95 within 2x at 16 on two
+cores needs less of the commits' nice-0 work (the turn's own thread, the JVM's Bolt threads,
+the event loop) while a query runs, or the query's CPU given to it first across those too.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """What a query is made of before any index is asked: its words for BM25 (`STOP_WORDS`), the
-query without the speakers' names for the dense model (`plain_query`), the parts of a question
+query without the speakers' names for the dense model (`plain_query`; `embedded_text`, the
+text embedded for a query and for a stored turn alike), the parts of a question
 about two entities or two events (`query_parts`, `part_text`), and what the rankers hand the
 fusion for it (`Prepared`), the texts embedded for it (`query_texts`, `embedded_query`), and
 a chat message worded as a query about the speaker it is about (`asked_about`).
@@ -39,9 +40,10 @@ what when where which while who whom why will with would you your yours yourself
 
 def plain_query(query: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
     """The query without the conversation's speakers' names (and their possessive 's), for the
-    dense model. Every turn is embedded as "Speaker: text" and speakers call each other by name,
-    so a name in the question draws the greetings that name the speaker, not what was said;
-    who said it is the speaker feature's business (measured: docs/decisions/recall-fusion.md)."""
+    dense model. Speakers call each other by name, so a name in the question drew the greetings
+    that name the speaker, not what was said; who said it is the speaker feature's business
+    (measured: docs/decisions/recall-fusion.md). `embedded_text` applies it to every line of a
+    query and of a stored turn."""
     for name in sorted(speakers, key=len, reverse=True):
         if name:
             query = re.sub(rf"\b{re.escape(name)}(?:'s|\u2019s)?\b", "", query, flags=re.IGNORECASE)
@@ -204,9 +206,9 @@ def query_texts(
     speakers: list[str] | set[str] | frozenset[str],
     params: RecallParams = DEFAULT_PARAMS,
 ) -> list[str]:
-    """What recall embeds for `query`, in one call: the query without the speakers' names
-    (core.recall.plain_query; the query itself when that leaves nothing), the one text both
-    dense rankers are asked with; for a question about two events or entities, each part
+    """What recall embeds for `query`, in one call: `embedded_text` (the query without the
+    speakers' names, as a stored turn is embedded), the one text both dense rankers are asked
+    with; for a question about two events or entities, each part
     (core.recall.query_parts, as core.recall.part_text). The query as asked, names and all, is
     not embedded: held out it added nothing (docs/decisions/recall-fusion.md)."""
     return list(

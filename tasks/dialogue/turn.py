@@ -126,9 +126,9 @@ class TurnRun:
     def retrieve(self) -> Retrieval:
         """RETRIEVING: the graph's view of the conversation and the recalled earlier turns."""
         request, config = self.request, self.config
-        # The query embeddings overlap the retriever's graph read (they need only the text and
-        # the speakers the index holds): what memory is asked for the messages and, in the same
-        # call, that without the speakers' names (for the dense ranker).
+        # The query embedding overlaps the retriever's graph read (it needs only the text and
+        # the speakers the index holds); after a memory query for the same messages the
+        # embedder has it already (core.embedder `encode_recent`).
         purpose = self.trace.purpose("retriever")
         query_vectors = start_query_vectors(
             self.index,
