@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError, EmbeddedGraphError
+from core.priority import lower_threads, process_threads
 from core.settings import Settings
 
 log = logging.getLogger("skald.graph")
@@ -147,6 +148,9 @@ class EmbeddedArcadeDB:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        #: How much nicer (OS priority, Linux per thread) the server's threads run than the
+        #: thread that starts it, when this process starts it (`prefer_clients`).
+        self.server_nice = 0
         self._server: Any = None
         self._endpoint: GraphEndpoint | None = None
         self._lock = threading.Lock()
@@ -299,7 +303,13 @@ class EmbeddedArcadeDB:
                     "bolt_port": bolt_port,
                 },
             )
+            before = process_threads()
             server.start()
+            if self.server_nice:
+                # Its listener's and timers' threads: the connections' threads it starts later
+                # inherit the listener's nice value (core.priority).
+                niced = lower_threads(process_threads() - before, self.server_nice)
+                log.info("graph: %d server threads run %d steps nicer", niced, self.server_nice)
             if not (self.root / "data" / "databases" / EMBEDDED_DATABASE).exists():
                 server.create_database(EMBEDDED_DATABASE)
         except Exception as exc:
@@ -371,6 +381,15 @@ def graph_endpoint(settings: Settings) -> GraphEndpoint:
             False,
         )
     return EmbeddedArcadeDB.for_dir(settings.saga_dir / "graph").endpoint()
+
+
+def prefer_clients(settings: Settings, nice: int) -> None:
+    """If this process starts the project's embedded graph, its server threads run `nice`
+    steps nicer than the process's own (the sidecar's: a memory query's embedding and Python
+    get the CPU before the graph's work for the commits; core.priority). No effect on a
+    configured Neo4j, or on an embedded graph another process serves."""
+    if not settings.neo4j_uri:
+        EmbeddedArcadeDB.for_dir(settings.saga_dir / "graph").server_nice = nice
 
 
 def owner_exited(endpoint: GraphEndpoint) -> bool:

@@ -11,6 +11,12 @@ speed. The turn's own thread is not niced: it takes the process's serialised gra
 and a niced holder keeps every other commit waiting longer (measured in
 bench/sidecar_load.py: niced, the write lock was held 429 instead of 287 ms a turn).
 
+The embedded graph's server threads (its Bolt connections above all: each runs the Cypher of
+one client connection, a commit's writes and a query's read alike) can be started niced as
+well (`lower_threads` over the threads its start created; a connection's thread, started by
+the niced listener, inherits it): the query's graph read runs beside its embedding, which is
+the longer of the two, so the embedding and the query's Python get the CPU first.
+
 A thread can make itself nicer but, without CAP_SYS_NICE, never less nice again, so the
 niced threads are a pool of their own (`BackgroundPool`) whose workers are niced once, when
 they start; a thread they start inherits their nice value. Where per-thread priority is not
@@ -29,9 +35,28 @@ log = logging.getLogger("skald.priority")
 
 def lower_this_thread(by: int) -> bool:
     """Make the calling OS thread `by` nicer (Linux); whether it took effect."""
-    if by <= 0 or not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
+    if not hasattr(threading, "get_native_id"):
         return False
-    tid = threading.get_native_id()
+    return _lower(threading.get_native_id(), by)
+
+
+def process_threads() -> set[int]:
+    """The OS thread ids of this process now (Linux: /proc/self/task; elsewhere none)."""
+    try:
+        return {int(tid) for tid in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+def lower_threads(tids: set[int], by: int) -> int:
+    """Make the OS threads `tids` of this process `by` nicer (Linux); how many took it (a
+    thread that has exited meanwhile does not)."""
+    return sum(_lower(tid, by) for tid in sorted(tids))
+
+
+def _lower(tid: int, by: int) -> bool:
+    if by <= 0 or not hasattr(os, "setpriority"):
+        return False
     try:
         os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
     except OSError as exc:

@@ -43,6 +43,7 @@ from api import CORS_ENV, TOKEN_ENV, create_app, serve_security
 from core.cli import add_settings_options, project_prefect_settings, run_main, setup_logging
 from core.embedder import EmbedderUnavailableError, local_embedder
 from core.errors import InvalidInputError
+from core.graph_server import prefer_clients
 from core.heap import freeze_startup_objects
 from core.settings import Settings, load_settings
 from kg.dialogue import DialogueRepository
@@ -327,6 +328,15 @@ def _serve_parser(serve: argparse.ArgumentParser) -> None:
         help="how much nicer (OS priority) the threads running a turn's slots are than the "
         "memory queries a front end waits for (default 5; 0: the same)",
     )
+    serve.add_argument(
+        "--graph-nice",
+        type=int,
+        default=None,
+        choices=range(20),
+        metavar="0-19",
+        help="how much nicer (OS priority) the embedded graph's threads are than the memory "
+        "queries, when serve starts the graph (default 5; 0: the same; no effect on Neo4j)",
+    )
 
 
 def _commit_parser(commit: argparse.ArgumentParser) -> None:
@@ -410,6 +420,8 @@ def _options(args: argparse.Namespace) -> SidecarOptions:
         values["max_call_records"] = args.max_call_records
     if getattr(args, "background_nice", None) is not None:
         values["background_nice"] = args.background_nice
+    if getattr(args, "graph_nice", None) is not None:
+        values["graph_nice"] = args.graph_nice
     return SidecarOptions(**values)
 
 
@@ -473,6 +485,7 @@ def _serve(args: argparse.Namespace, settings: Settings, options: SidecarOptions
 
     # Before anything starts: a refused bind costs nothing.
     security = serve_security(args.host, args.token_file, args.cors_origins)
+    prefer_clients(settings, options.graph_nice)  # before the graph starts (below)
     service = DialogueService(settings, options=options)
     try:
         log.info("graph: %s", service.store.endpoint.label)  # connect (and migrate) before serving

@@ -87,6 +87,14 @@ class SidecarOptions(BaseModel):
         "extraction, judge, historian) are than the server's, so a memory query a person waits for gets the CPU "
         "first (0: same priority)",
     )
+    graph_nice: int = Field(
+        5,
+        ge=0,
+        le=19,
+        description="how much nicer (OS priority, Linux per thread) the embedded graph's server threads are than "
+        "the server's when `serve` starts that graph: they run the commits' Cypher and the queries' reads, and a "
+        "query's read runs beside its embedding, the longer of the two (0: same priority)",
+    )
     serialize_writes: bool | None = Field(
         None,
         description="one graph write transaction at a time in this process; None: only on ArcadeDB, where "

@@ -3,13 +3,17 @@ the threads they start inherit it); nice 0 leaves them as they are."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
-from core.priority import BackgroundPool, lower_this_thread
+from core.priority import BackgroundPool, lower_this_thread, lower_threads, process_threads
+from tests.conftest import REPO_ROOT, child_pythonpath
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="per-thread nice is Linux's"
@@ -48,3 +52,82 @@ def test_nice_zero_leaves_the_workers_at_the_callers_priority() -> None:
     finally:
         pool.shutdown()
     assert lower_this_thread(0) is False
+
+
+def test_lower_threads_nices_the_threads_named_and_no_other() -> None:
+    base = _nice()
+    release = threading.Event()
+    seen: list[int] = []
+    before = process_threads()
+    waiting = threading.Thread(target=lambda: (release.wait(), seen.append(_nice())))
+    waiting.start()
+    try:
+        started = process_threads() - before
+        assert started == {waiting.native_id}
+        assert lower_threads(started, 3) == 1
+    finally:
+        release.set()
+        waiting.join()
+    assert seen == [min(19, base + 3)]
+    assert _nice() == base  # the look-alike: the calling thread, not among them
+    assert lower_threads(started, 3) == 0  # a thread that has exited takes nothing
+
+
+_GRAPH_THREADS = """
+import json, os, sys
+from pathlib import Path
+from neo4j import GraphDatabase
+from core.graph_server import EmbeddedArcadeDB
+
+db = EmbeddedArcadeDB.for_dir(Path(sys.argv[1]))
+db.server_nice = int(sys.argv[2])
+endpoint = db.serve()
+with GraphDatabase.driver(endpoint.uri, auth=(endpoint.username, endpoint.password)) as driver:
+    driver.execute_query("RETURN 1", database_=endpoint.database)  # a Bolt connection's thread
+    nice = {}
+    for tid in os.listdir("/proc/self/task"):
+        comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        nice.setdefault(comm.split("-")[0].split("#")[0], set()).add(
+            os.getpriority(os.PRIO_PROCESS, int(tid))
+        )
+print(json.dumps({"base": os.getpriority(os.PRIO_PROCESS, 0), "nice": {k: sorted(v) for k, v in nice.items()}}))
+db.stop()
+"""
+
+
+@pytest.mark.parametrize("server_nice", [4, 0])
+def test_an_embedded_graph_started_niced_runs_its_bolt_connections_niced(
+    tmp_path: Path, server_nice: int
+) -> None:
+    """The sidecar starts its graph with `prefer_clients`: the threads the server's start
+    creates run niced, and so do the Bolt connections' threads its listener starts later. The
+    JVM's own threads (its collector's), started before, keep the process's priority."""
+    done = subprocess.run(
+        [sys.executable, "-c", _GRAPH_THREADS, str(tmp_path / "graph"), str(server_nice)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": child_pythonpath()},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    base, nice = seen["base"], seen["nice"]
+    assert nice["BOLT"] == [min(19, base + server_nice)]
+    assert nice["GC Thread"] == [base]
+
+
+@pytest.mark.skipif(
+    os.environ.get("NEO4J_URI") is not None, reason="the first project needs the embedded graph"
+)
+def test_prefer_clients_applies_to_the_projects_embedded_graph_only(tmp_path: Path) -> None:
+    from core.graph_server import EmbeddedArcadeDB, prefer_clients
+    from core.settings import load_settings
+
+    embedded = load_settings(tmp_path)
+    prefer_clients(embedded, 5)
+    assert EmbeddedArcadeDB.for_dir(embedded.saga_dir / "graph").server_nice == 5
+    # The look-alike: a configured Neo4j is another server; no embedded graph is touched.
+    other = load_settings(tmp_path / "other", neo4j_uri="bolt://127.0.0.1:7687")
+    prefer_clients(other, 5)
+    assert EmbeddedArcadeDB.for_dir(other.saga_dir / "graph").server_nice == 0
