@@ -380,7 +380,7 @@ cores would be), `--levels 4 --turns 20`, one run each:
 
 At 10 the niced lock holder's statements lose the CPU to the other processes, as the niced
 commits did before: the default is 5. Six `--levels 1 16` runs of the product with it: query
-p95 at 1 28-30 ms, at 16 54-65 ms (median 61), 16:1 1.86-2.38x (median 2.15x); commit 16:1
+p95 at 1 24-30 ms, at 16 54-65 ms (median 61), 16:1 1.86-2.38x (median 2.15x); commit 16:1
 1.52-1.96x; 0 errors, 640/640 read back.
 
 What is left. At 16 the server uses ~1.3 of the two cores and the load generator the rest of
