@@ -69,13 +69,14 @@ def sha(data: bytes) -> str:
 
 
 # ----------------------------------------------------------------------------- the LLM server
-def serve_llm(port_file: Path, speakers: list[str]) -> int:
-    """The scripted LLM server, in this process until killed; its URL goes to `port_file`."""
+def serve_llm(port_file: Path, speakers: list[str], latency_s: float = 0.0) -> int:
+    """The scripted LLM server, in this process until killed; its URL goes to `port_file`;
+    each request answered after `latency_s`."""
     sys.path.insert(0, str(REPO_ROOT))
     from tests.support.dialogue_script import DialogueScript
     from tests.support.scripted_llm import ScriptedLLM
 
-    with ScriptedLLM() as llm:
+    with ScriptedLLM(latency_s=latency_s) as llm:
         DialogueScript(speakers).install(llm)
         tmp = port_file.with_suffix(".tmp")
         tmp.write_text(llm.base_url, encoding="utf-8")
@@ -85,9 +86,13 @@ def serve_llm(port_file: Path, speakers: list[str]) -> int:
 
 
 class LLMProcess:
-    """The scripted LLM server as a child process (not in the sidecar's process group)."""
+    """The scripted LLM server as a child process (not in the sidecar's process group).
+    `latency_s`: each request answered after that long (a floor under a run's duration, so a
+    kill moment earlier than turns x latency lands whatever the machine's speed)."""
 
-    def __init__(self, work: Path, speakers: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, work: Path, speakers: list[str], env: dict[str, str], latency_s: float = 0.0
+    ) -> None:
         self.port_file = work / "llm.url"
         self.log = (work / "llm.log").open("wb")
         self.proc = subprocess.Popen(
@@ -97,6 +102,8 @@ class LLMProcess:
                 "bench.crash.sidecar",
                 "--serve-llm",
                 str(self.port_file),
+                "--llm-latency",
+                str(latency_s),
                 *speakers,
             ],
             cwd=REPO_ROOT,
@@ -416,6 +423,7 @@ def _parser() -> argparse.ArgumentParser:
         help="keep the runs here (default: a temp dir, removed)",
     )
     parser.add_argument("--serve-llm", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--llm-latency", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("speakers", nargs="*", help=argparse.SUPPRESS)
     return parser
 
@@ -495,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.serve_llm is not None:
-        return serve_llm(args.serve_llm, args.speakers)
+        return serve_llm(args.serve_llm, args.speakers, args.llm_latency)
     if args.turns < 2 or args.kills < 0 or args.low <= 0 or args.high < args.low:
         parser.error("--turns must be at least 2, --kills at least 0, and 0 < --low <= --high")
     if not args.dialogue.is_file():

@@ -5,7 +5,11 @@ runs under different PYTHONHASHSEEDs, in different directories, are byte-identic
 
 Each run is a real `python -m flows.dialogue serve` (its own process group, its embedded
 graph inside) and the scripted LLM server in its own process. Nothing depends on timing: a
-kill lands wherever it lands, and the result must be the same."""
+kill lands wherever it lands, and the result must be the same. That the first kill lands at
+all does not depend on the machine's speed either: every turn waits for at least one LLM
+answer, each answered after LLM_LATENCY_S, so the turns take at least TURNS x LLM_LATENCY_S,
+longer than the first kill moment (without the latency, all 16 turns sometimes ended
+before it)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ from tests.conftest import DIALOGUES_DIR, child_pythonpath
 
 DIALOGUE = DIALOGUES_DIR / "locomo-26.turns.jsonl"
 TURNS = 16
+LLM_LATENCY_S = 0.1
+KILL_MOMENTS = kill_moments(7, 2, 0.3, 2.5)
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +37,7 @@ def llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLMProcess]:
         tmp_path_factory.mktemp("crash-llm"),
         speakers,
         {**os.environ, "PYTHONPATH": child_pythonpath()},
+        latency_s=LLM_LATENCY_S,
     )
     yield process
     process.close()
@@ -79,9 +86,8 @@ def test_a_sidecar_killed_at_seeded_moments_ends_identical_to_an_uninterrupted_o
     llm: LLMProcess, work: Path, clean: RunResult
 ) -> None:
     bodies = turn_bodies(DIALOGUE, TURNS, require_actions=True)
-    killed = one_run(
-        "killed", work, llm, bodies, hash_seed="random", moments=kill_moments(7, 2, 0.3, 2.5)
-    )
+    killed = one_run("killed", work, llm, bodies, hash_seed="random", moments=KILL_MOMENTS)
+    assert KILL_MOMENTS[0] < TURNS * LLM_LATENCY_S
     assert killed.kills >= 1
     assert same(clean, killed) == [], (
         f"differs after {killed.kills} kills: see {work / killed.name}"
