@@ -4,11 +4,14 @@ conversation, and the memory query before a reply.
 Each reads the raw body (capped, api.statuses.read_body), hands it to the service, which
 validates it against the request model and never raises for bad input, and answers with the
 service's result and the status it calls for (api.statuses). The service blocks (graph and
-LLM clients are synchronous): it runs on the thread pool, off the event loop.
+LLM clients are synchronous), so it runs off the event loop: the memory query on the thread
+pool, at the server's priority (a person waits for it before the reply); a turn's write on
+the service's turn-write pool, a few steps nicer (`DialogueService.submit_turn_write`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request
@@ -60,8 +63,8 @@ async def _turn(
     if isinstance(body, Err):
         result = TurnResult.invalid(body.reason, kind=body.kind)
     else:
-        result = await run_in_threadpool(
-            service.commit, body.value, attempt=attempt, replace=replace
+        result = await asyncio.wrap_future(
+            service.submit_turn_write(service.commit, body.value, attempt=attempt, replace=replace)
         )
     return answer(result, turn_status(result), result.retryable)
 
@@ -128,7 +131,7 @@ async def rewind_conversation(request: Request, service: Service) -> JSONRespons
         if isinstance(parsed, RewindResult):
             outcome = parsed
         else:
-            outcome = await run_in_threadpool(service.rewind, parsed)
+            outcome = await asyncio.wrap_future(service.submit_turn_write(service.rewind, parsed))
     return answer(outcome, rewind_status(outcome), outcome.retryable)
 
 

@@ -383,13 +383,48 @@ commits did before: the default is 5. Six `--levels 1 16` runs of the product wi
 p95 at 1 24-30 ms, at 16 54-65 ms (median 61), 16:1 1.86-2.38x (median 2.15x); commit 16:1
 1.52-1.96x; 0 errors, 640/640 read back.
 
+Adopted next: the HTTP API's turn writes (commit, retry, replace, rewind) run on a pool of
+their own, `--turn-nice` steps nicer than the memory queries (default 3;
+DialogueService.submit_turn_write), instead of anyio's thread pool that the queries use; and a
+BackgroundPool's workers are niced from the priority of the thread that made the pool, so the
+slots, whose first workers a niced turn's thread starts, stay 5 below the queries (not 3 + 5).
+Per-thread CPU at 16 (15 s of /proc/<pid>/task, the threads named by a probe) showed what still
+ran at the queries' priority: the anyio workers (the turns' own threads and the queries') 25% of
+the server's CPU, the memory-query pool's embeddings 17%, the event loop and ONNX's own thread
+15%, against the niced slots' 24% and Bolt threads' 16%. A probe first (each commit handed to a
+niced pool from its anyio worker), `--levels 1 16`, alternating with the product:
+
+| turn's thread | query p95 at 16 | query 16:1 | commit p95 at 16 | lock held ms/turn at 16 |
+|---|---|---|---|---|
+| nice 3 | 55, 50, 56, 54 ms | 2.02x, 1.82x, 1.81x, 1.79x | 731, 726, 760, 691 ms | 32-33 |
+| nice 5 | 56, 55 ms | 1.94x, 2.03x | 787, 801 ms | |
+| nice 0 (product) | 57, 63, 65, 55 ms | 1.97x, 2.47x, 2.43x, 2.15x | 749, 782, 807, 740 ms | 34-39 |
+
+Beside two CPU-bound processes, `--levels 4 --turns 20`, nice 3 then 0, twice: commit p95 776
+and 723 ms against 748 and 722, the write lock held 63 and 64 ms a turn against 63 and 60,
+query p95 56 and 53 against 60 and 58: a holder 3 steps nicer does not keep the others waiting
+measurably longer, as 10 steps did. Then the product, `--levels 1 16`, `--turn-nice` 3 (the
+default) and 0 alternating, three pairs:
+
+| --turn-nice | query p50 / p95 at 16 | query 16:1 | commit p95 at 16 / 16:1 | CPU s a turn at 16 |
+|---|---|---|---|---|
+| 3 | 27 / 54, 28 / 54, 31 / 62 ms | 1.91x, 1.92x, 2.36x | 737, 776, 800 ms / 1.64x, 1.71x, 1.79x | 0.051-0.058 |
+| 0 | 33 / 58, 34 / 63, 32 / 65 ms | 2.05x, 2.33x, 2.09x | 798, 837, 768 ms / 1.78x, 1.85x, 1.69x | 0.056-0.061 |
+
+0 errors and 640/640 read back in every run. Over the seven runs at nice 3 (probe and product):
+query p95 at 16 50-62 ms, median 54 (nice 0: 55-65, median 63); 16:1 1.79-2.36x, median 1.91x
+(nice 0: 1.97-2.47x, median 2.15x); five of the seven within 2x.
+
+Tried before it, not adopted: every transaction's BEGIN sent with its first statement (the
+driver does so only inside `execute_query`; a probe forced it for the managed transactions, one
+round trip less each): query p95 at 16 57, 57 and 61 ms against 58, 58 and 62, alternating.
+
 What is left. At 16 the server uses ~1.3 of the two cores and the load generator the rest of
 what is busy; the query's embedding (one text, ~7 ms of ONNX alone on two threads) takes about
 twice as long as alone while the commits' JVM, driver and HTTP work share the CPU, and the
 ratio's denominator, a p95 over 40 queries at one conversation, varies by a quarter between
-runs of the same code (its tail is the longest messages). Query p95 within 2x at 16 on two
-cores needs less of the commits' nice-0 work (the turn's own thread, the JVM's Bolt threads,
-the event loop) while a query runs, or the query's CPU given to it first across those too.
+runs of the same code (its tail is the longest messages). What still runs at the queries'
+priority besides them: the event loop and the JVM's own threads.
 """
 
 from __future__ import annotations

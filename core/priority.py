@@ -7,9 +7,10 @@ schedules threads, not processes, and each thread has its own nice value
 (`setpriority(PRIO_PROCESS, <thread id>, n)`), so the threads that run a turn's slots
 (retrieval, extraction, judge, historian) are started niced: when the cores are busy the
 scheduler gives a query's thread the CPU first, and idle cores still run the slots at full
-speed. The turn's own thread is not niced: it takes the process's serialised graph writes,
-and a niced holder keeps every other commit waiting longer (measured in
-bench/sidecar_load.py: niced, the write lock was held 429 instead of 287 ms a turn).
+speed. The turn's own thread (which takes the process's serialised graph writes) is niced
+less than its slots: a niced holder of those writes keeps every other commit waiting longer
+(measured in bench/sidecar_load.py: at nice 10 the write lock was held 429 instead of 287 ms a
+turn), while 3 steps cost the holder nothing measurable and gave the queries the CPU sooner.
 
 The embedded graph's server threads (its Bolt connections above all: each runs the Cypher of
 one client connection, a commit's writes and a query's read alike) can be started niced as
@@ -18,26 +19,23 @@ the niced listener, inherits it): the query's graph read runs beside its embeddi
 the longer of the two, so the embedding and the query's Python get the CPU first.
 
 A thread can make itself nicer but, without CAP_SYS_NICE, never less nice again, so the
-niced threads are a pool of their own (`BackgroundPool`) whose workers are niced once, when
-they start; a thread they start inherits their nice value. Where per-thread priority is not
-available (not Linux, or setpriority refused) the pool is an ordinary one.
+niced threads are pools of their own (`BackgroundPool`) whose workers are niced once, when
+they start; a thread they start inherits their nice value. A pool's workers are niced
+relative to the thread that made the pool, not to the thread whose submit happened to start
+them (a turn's thread, niced itself, starts the slot pool's workers): so the slots run at the
+server's priority plus their own steps whatever the turn's. Where per-thread priority is not
+available (not Linux, or setpriority refused) the pools are ordinary ones.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger("skald.priority")
-
-
-def lower_this_thread(by: int) -> bool:
-    """Make the calling OS thread `by` nicer (Linux); whether it took effect."""
-    if not hasattr(threading, "get_native_id"):
-        return False
-    return _lower(threading.get_native_id(), by)
 
 
 def process_threads() -> set[int]:
@@ -65,15 +63,37 @@ def _lower(tid: int, by: int) -> bool:
     return True
 
 
+def this_thread_nice() -> int | None:
+    """The calling OS thread's nice value (Linux), or None where it cannot be read."""
+    if not sys.platform.startswith("linux"):  # elsewhere a native thread id is no PRIO_PROCESS id
+        return None
+    try:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    except OSError:
+        return None
+
+
+def nice_this_thread_to(target: int) -> bool:
+    """Make the calling OS thread at least `target` nice (Linux); whether it is now exactly
+    that (a thread already nicer stays as it is: it cannot be made less nice)."""
+    now = this_thread_nice()
+    if now is None:
+        return False
+    if now < target and not _lower(threading.get_native_id(), target - now):
+        return False
+    return this_thread_nice() == target
+
+
 class BackgroundPool(ThreadPoolExecutor):
-    """A thread pool whose workers run `nice` steps below the thread that made them (0: not
-    lowered)."""
+    """A thread pool whose workers run `nice` steps below the thread that made the pool (0:
+    its priority), whichever thread's submit starts them."""
 
     def __init__(self, max_workers: int, thread_name_prefix: str, nice: int) -> None:
         self.nice = nice
+        base = this_thread_nice()
         super().__init__(
             max_workers=max_workers,
             thread_name_prefix=thread_name_prefix,
-            initializer=lower_this_thread,
-            initargs=(nice,),
+            initializer=nice_this_thread_to if base is not None else None,
+            initargs=(min(19, base + nice),) if base is not None else (),
         )

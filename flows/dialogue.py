@@ -319,24 +319,27 @@ def _serve_parser(serve: argparse.ArgumentParser) -> None:
         help="LLM call records kept in memory; older ones go to Parquet under "
         "<project>/.saga/runs/sidecar (default 20000)",
     )
-    serve.add_argument(
-        "--background-nice",
-        type=int,
-        default=None,
-        choices=range(20),
-        metavar="0-19",
-        help="how much nicer (OS priority) the threads running a turn's slots are than the "
-        "memory queries a front end waits for (default 5; 0: the same)",
-    )
-    serve.add_argument(
-        "--graph-nice",
-        type=int,
-        default=None,
-        choices=range(20),
-        metavar="0-19",
-        help="how much nicer (OS priority) the embedded graph's threads are than the memory "
-        "queries, when serve starts the graph (default 5; 0: the same; no effect on Neo4j)",
-    )
+    # How much nicer (OS priority, Linux per thread) than the memory queries a front end
+    # waits for: SidecarOptions' fields of the same names say why each default is what it is.
+    niced = {
+        "background": ("the threads running a turn's slots", ""),
+        "turn": ("the threads running turn writes (commit, retry, replace, rewind)", ""),
+        "graph": (
+            "the embedded graph's threads",
+            "; only when serve starts it: no effect on Neo4j",
+        ),
+    }
+    for what, (threads, note) in niced.items():
+        default = SidecarOptions.model_fields[f"{what}_nice"].default
+        serve.add_argument(
+            f"--{what}-nice",
+            type=int,
+            default=None,
+            choices=range(20),
+            metavar="0-19",
+            help=f"how much nicer (OS priority) {threads} are than the memory queries "
+            f"(default {default}; 0: the same{note})",
+        )
 
 
 def _commit_parser(commit: argparse.ArgumentParser) -> None:
@@ -418,10 +421,9 @@ def _options(args: argparse.Namespace) -> SidecarOptions:
         values["allow_request_db"] = True
     if getattr(args, "max_call_records", None) is not None:
         values["max_call_records"] = args.max_call_records
-    if getattr(args, "background_nice", None) is not None:
-        values["background_nice"] = args.background_nice
-    if getattr(args, "graph_nice", None) is not None:
-        values["graph_nice"] = args.graph_nice
+    for niced in ("background_nice", "turn_nice", "graph_nice"):
+        if getattr(args, niced, None) is not None:
+            values[niced] = getattr(args, niced)
     return SidecarOptions(**values)
 
 

@@ -44,9 +44,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from core.embedder import interactive
 from core.errors import Err, Ok, Result, SkaldError, classify
@@ -96,6 +96,7 @@ from tasks.dialogue.trace import TraceRecorder
 from tasks.dialogue.turn import TurnContext, TurnRun
 
 log = logging.getLogger("skald.dialogue")
+T = TypeVar("T")
 
 #: Threads that embed memory queries' messages: the ONNX session runs one batch at a time,
 #: so a few suffice for queries arriving together.
@@ -140,6 +141,11 @@ class DialogueService:
         # A memory query embeds its messages on a thread of this pool while its own thread reads
         # the graph (the two overlap); at the queries' priority, not on the niced slot pool.
         self._query_pool = ThreadPoolExecutor(QUERY_EMBED_WORKERS, "memory-query")
+        # The HTTP API's turn writes run a little below the queries too (SidecarOptions.turn_nice):
+        # nobody waits for a commit before the next reply; a query is what a person waits for.
+        self._turn_pool = BackgroundPool(
+            self.options.turn_workers, "dialogue-turn", self.options.turn_nice
+        )
         self.outcomes = Outcomes(settings.saga_dir, lambda: self._gateway)
 
     @property
@@ -189,6 +195,7 @@ class DialogueService:
             gateway.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._query_pool.shutdown(wait=False, cancel_futures=True)
+        self._turn_pool.shutdown(wait=False, cancel_futures=True)
 
     def write_lock_totals(self) -> dict[str, float]:
         """The serialised graph writes so far (TimedLock.totals; all 0 where writes are not serialised)."""
@@ -202,6 +209,12 @@ class DialogueService:
         return len(self._conversation_locks)
 
     # ------------------------------------------------------------------ public API
+    def submit_turn_write(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+        """`work(*args, **kwargs)` (commit, retry, replace, rewind) on the turn-write pool, in a
+        copy of the caller's context: the HTTP API's way to run a turn's write, below the
+        memory queries' priority (SidecarOptions.turn_nice)."""
+        return self._turn_pool.submit(contextvars.copy_context().run, work, *args, **kwargs)
+
     def commit(
         self,
         raw: TurnCommitRequest | bytes | str | dict[str, Any],

@@ -87,6 +87,21 @@ class SidecarOptions(BaseModel):
         "extraction, judge, historian) are than the server's, so a memory query a person waits for gets the CPU "
         "first (0: same priority)",
     )
+    turn_nice: int = Field(
+        3,
+        ge=0,
+        le=19,
+        description="how much nicer (OS priority, Linux per thread) the threads running the HTTP API's turn writes "
+        "(commit, retry, replace, rewind: nobody waits for them before the next reply) are than the memory queries; "
+        "their slots run `background_nice` below the queries whatever this is, unless this is more. Small: the turn's "
+        "thread takes the serialised graph writes, and a niced holder keeps the other commits waiting (0: same priority)",
+    )
+    turn_workers: int = Field(
+        40,
+        ge=1,
+        le=512,
+        description="threads running the HTTP API's turn writes at once; more wait for a free one",
+    )
     graph_nice: int = Field(
         5,
         ge=0,

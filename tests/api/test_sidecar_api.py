@@ -801,24 +801,32 @@ def test_the_service_answers_bad_rewind_ids_without_raising(settings: Settings) 
         svc.close()
 
 
-def test_a_turns_slots_run_below_the_memory_querys_priority_and_health_counts_serialised_writes(
+def test_a_turns_write_and_slots_run_below_the_memory_querys_priority_and_health_counts_serialised_writes(
     client: TestClient, service: DialogueService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Both the memory query and the turn's retrieval slot embed the message: note each
-    # caller thread's nice value (the request threads are the server's; slots are niced).
+    # caller thread's nice value (the request threads are the server's; slots are niced),
+    # and the thread each commit runs on (the turn-write pool, niced less than its slots).
     seen: list[tuple[str, int]] = []
-    embed = service.gateway.embed
+    turn_threads: list[tuple[str, int]] = []
+    embed, commit = service.gateway.embed, service.commit
+
+    def priority() -> tuple[str, int]:
+        return (
+            threading.current_thread().name,
+            os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+        )
 
     def embed_noting_priority(*args: Any, **kwargs: Any) -> Any:
-        seen.append(
-            (
-                threading.current_thread().name,
-                os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
-            )
-        )
+        seen.append(priority())
         return embed(*args, **kwargs)
 
+    def commit_noting_priority(*args: Any, **kwargs: Any) -> Any:
+        turn_threads.append(priority())
+        return commit(*args, **kwargs)
+
     monkeypatch.setattr(service.gateway, "embed", embed_noting_priority)
+    monkeypatch.setattr(service, "commit", commit_noting_priority)
     before = client.get(HEALTH_PATH).json()["graph_write_lock"]
     conv = _conv()
     for n in (1, 2):
@@ -834,6 +842,11 @@ def test_a_turns_slots_run_below_the_memory_querys_priority_and_health_counts_se
     slots = [nice for name, nice in committed if name.startswith("dialogue-slot")]
     assert service.options.background_nice > 0
     assert slots and set(slots) == {min(19, query_nice + service.options.background_nice)}
+    assert 0 < service.options.turn_nice < service.options.background_nice
+    assert len(turn_threads) == 2 and {name.split("_")[0] for name, _ in turn_threads} == {
+        "dialogue-turn"
+    }
+    assert {nice for _, nice in turn_threads} == {min(19, query_nice + service.options.turn_nice)}
     after = client.get(HEALTH_PATH).json()["graph_write_lock"]
     if service.store.server.is_arcadedb:  # serialised there only (SidecarOptions.serialize_writes)
         # At least the lease claim and the commit transaction, each held for some time.

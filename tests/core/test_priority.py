@@ -1,5 +1,6 @@
-"""core.priority: a BackgroundPool's workers run nicer than the thread that made them (and
-the threads they start inherit it); nice 0 leaves them as they are."""
+"""core.priority: a BackgroundPool's workers run nicer than the thread that made the pool (and
+the threads they start inherit it), whichever thread's submit started them; nice 0 leaves them
+as they are."""
 
 from __future__ import annotations
 
@@ -8,12 +9,22 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-from core.priority import BackgroundPool, lower_this_thread, lower_threads, process_threads
+from core.priority import (
+    BackgroundPool,
+    lower_threads,
+    nice_this_thread_to,
+    process_threads,
+    this_thread_nice,
+)
 from tests.conftest import REPO_ROOT, child_pythonpath
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="per-thread nice is Linux's"
@@ -51,7 +62,49 @@ def test_nice_zero_leaves_the_workers_at_the_callers_priority() -> None:
         assert pool.submit(_nice).result() == base
     finally:
         pool.shutdown()
-    assert lower_this_thread(0) is False
+
+
+def _in_thread_niced(by: int, work: Callable[[], T]) -> T:
+    """`work()` on a new thread made `by` nicer than this one first (a thread cannot be made
+    less nice again, so the test's own thread never is)."""
+    done: list[T] = []
+
+    def run() -> None:
+        assert nice_this_thread_to(min(19, _nice() + by))
+        done.append(work())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return done[0]
+
+
+def test_a_pools_workers_are_niced_from_its_makers_priority_not_their_submitters() -> None:
+    # A turn's thread (niced 3) submits the first slots, which starts the slot pool's workers
+    # from that thread: they still run 5 below the server, not 3 + 5.
+    base = _nice()
+    pool = BackgroundPool(2, "test-slots", 5)
+    try:
+        assert _in_thread_niced(3, lambda: pool.submit(_nice).result()) == min(19, base + 5)
+    finally:
+        pool.shutdown()
+    # The look-alike: a pool made on a niced thread counts from that thread's priority.
+    made_niced = _in_thread_niced(3, lambda: BackgroundPool(1, "test-made-niced", 5))
+    try:
+        assert made_niced.submit(_nice).result() == min(19, base + 3 + 5)
+    finally:
+        made_niced.shutdown()
+    assert _nice() == base == this_thread_nice()
+
+
+def test_nice_this_thread_to_never_makes_a_thread_less_nice() -> None:
+    base = _nice()
+    assert _in_thread_niced(0, lambda: _nice()) == base
+    # Asked for less than it has, a niced thread stays where it is and says so.
+    assert _in_thread_niced(4, lambda: (nice_this_thread_to(base), _nice())) == (
+        False,
+        min(19, base + 4),
+    )
 
 
 def test_lower_threads_nices_the_threads_named_and_no_other() -> None:
