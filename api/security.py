@@ -11,12 +11,14 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.schemas import ApiError
 from core.errors import InvalidInputError
@@ -47,22 +49,10 @@ class SidecarSecurity:
         )
 
     def install(self, app: FastAPI) -> None:
-        """The token check, and CORS around it (added last, so outermost: a preflight, which
-        carries no token, is answered before the check)."""
-
-        @app.middleware("http")
-        async def bearer_token(
-            request: Request, call_next: Callable[[Request], Awaitable[Response]]
-        ) -> Response:
-            if not self.authorized(request.headers.get("authorization")):
-                body = ApiError(code="UNAUTHORIZED", reason="missing or wrong bearer token")
-                return JSONResponse(
-                    body.model_dump(mode="json"),
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-            return await call_next(request)
-
+        """The token check (none without a token), and CORS around it (added last, so
+        outermost: a preflight, which carries no token, is answered before the check)."""
+        if self.token is not None:
+            app.add_middleware(BearerTokenCheck, security=self)
         app.add_middleware(
             CORSMiddleware,
             allow_origins=self.cors_origins,
@@ -70,6 +60,28 @@ class SidecarSecurity:
             allow_headers=["Authorization", "Content-Type"],
             max_age=600,
         )
+
+
+class BearerTokenCheck:
+    """Plain ASGI middleware answering 401 to an HTTP request without the token. Not
+    Starlette's `@app.middleware("http")`: that runs every request's app in a task of its own
+    behind memory streams, hops the memory query a person waits for pays on a busy event loop."""
+
+    def __init__(self, app: ASGIApp, security: SidecarSecurity) -> None:
+        self.app = app
+        self.security = security
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.security.authorized(
+            Headers(scope=scope).get("authorization")
+        ):
+            await self.app(scope, receive, send)
+            return
+        body = ApiError(code="UNAUTHORIZED", reason="missing or wrong bearer token")
+        response = JSONResponse(
+            body.model_dump(mode="json"), status_code=401, headers={"WWW-Authenticate": "Bearer"}
+        )
+        await response(scope, receive, send)
 
 
 def is_loopback(host: str) -> bool:

@@ -43,8 +43,9 @@ from tasks.dialogue.models import (
 from tasks.dialogue.pipeline import DialogueService
 
 
-def service_of(request: Request) -> DialogueService:
-    """The app's DialogueService (api.app.create_app puts it on the app's state)."""
+async def service_of(request: Request) -> DialogueService:
+    """The app's DialogueService (api.app.create_app puts it on the app's state). A coroutine:
+    FastAPI runs a plain function dependency on the thread pool, one more hop per request."""
     service: DialogueService = request.app.state.service
     return service
 

@@ -415,6 +415,17 @@ default) and 0 alternating, three pairs:
 query p95 at 16 50-62 ms, median 54 (nice 0: 55-65, median 63); 16:1 1.79-2.36x, median 1.91x
 (nice 0: 1.97-2.47x, median 2.15x); five of the seven within 2x.
 
+Then two hops less per request on the event loop: the API's `service_of` dependency is a
+coroutine (FastAPI ran the plain function on the thread pool, a hand-over and back for every
+request), and the bearer-token check is plain ASGI middleware installed only when there is a
+token (Starlette's `@app.middleware("http")` ran each request's app in a task of its own behind
+memory streams). Three pairs, alternating: query p50 / p95 at 16 29 / 56, 28 / 53, 29 / 57 ms
+against 31 / 53, 33 / 60, 31 / 59; the gap between the client's p50 and the server's own 5-6 ms
+against 7-8; query 16:1 1.89x, 2.16x, 1.94x against 2.16x, 2.09x, 1.79x (the denominator moved
+25-33 ms between runs of the same code); commit p95 at 16 778, 778, 826 against 771, 876, 834 ms.
+An interpreter switch interval of 1 ms instead of 5, once more, on top of the niced turn writes,
+three pairs: query p95 at 16 63, 65, 68 ms against 58, 67, 63.
+
 Tried before it, not adopted: every transaction's BEGIN sent with its first statement (the
 driver does so only inside `execute_query`; a probe forced it for the managed transactions, one
 round trip less each): query p95 at 16 57, 57 and 61 ms against 58, 58 and 62, alternating.
