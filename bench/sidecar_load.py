@@ -430,6 +430,12 @@ Tried before it, not adopted: every transaction's BEGIN sent with its first stat
 driver does so only inside `execute_query`; a probe forced it for the managed transactions, one
 round trip less each): query p95 at 16 57, 57 and 61 ms against 58, 58 and 62, alternating.
 
+With both changes, nine runs of the product: seven `--levels 1 16` (three of them the pairs
+above) and the default `--levels 1 4 16` twice. Query p95 at 16 49-57 ms, 16:1 1.80x, 1.83x,
+1.85x, 1.90x, 1.89x, 2.16x, 1.94x and, in the default runs, 1.71x and 1.96x (4:1 1.16x and
+1.37x): median 1.89x, eight of nine within 2x. Commit p95 16:1 1.55-1.82x. 0 errors and every
+turn read back in all nine.
+
 What is left. At 16 the server uses ~1.3 of the two cores and the load generator the rest of
 what is busy; the query's embedding (one text, ~7 ms of ONNX alone on two threads) takes about
 twice as long as alone while the commits' JVM, driver and HTTP work share the CPU, and the
