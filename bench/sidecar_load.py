@@ -435,6 +435,10 @@ above) and the default `--levels 1 4 16` twice. Query p95 at 16 49-57 ms, 16:1 1
 1.85x, 1.90x, 1.89x, 2.16x, 1.94x and, in the default runs, 1.71x and 1.96x (4:1 1.16x and
 1.37x): median 1.89x, eight of nine within 2x. Commit p95 16:1 1.55-1.82x. 0 errors and every
 turn read back in all nine.
+Three more default runs right after, on a slower spell of the host (turns/s at 16 21.65,
+21.35, 18.75 against 23-25): query p95 at 16 52, 62, 64 ms, 16:1 1.76x, 2.26x, 2.14x, commit
+16:1 1.73x, 1.86x, 2.14x. Over the twelve: query 16:1 about 1.9x at the median, nine within 2x;
+not yet every run.
 
 What is left. At 16 the server uses ~1.3 of the two cores and the load generator the rest of
 what is busy; the query's embedding (one text, ~7 ms of ONNX alone on two threads) takes about
