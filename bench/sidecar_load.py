@@ -468,6 +468,7 @@ from bench.sidecar_load_level import (
     LevelReport,
     LoadReport,
     dialogue_turns,
+    p95_ratio_interval,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -528,7 +529,9 @@ def print_report(report: LoadReport) -> None:
         )
     for name, ratio in report.ratios.items():
         print(
-            f"  p95 ratio {name}: query {ratio['query_p95']:.2f}x, commit {ratio['commit_p95']:.2f}x"
+            f"  p95 ratio {name}: query {ratio['query_p95']:.2f}x, commit {ratio['commit_p95']:.2f}x "
+            f"(95% bootstrap intervals: query {ratio['query_p95_low']:.2f}-{ratio['query_p95_high']:.2f}x, "
+            f"commit {ratio['commit_p95_low']:.2f}-{ratio['commit_p95_high']:.2f}x)"
         )
 
 
@@ -647,9 +650,19 @@ def _ratios(levels: list[LevelReport]) -> dict[str, dict[str, float]]:
     if one is not None and one.query_ms.p95 > 0 and one.commit_ms.p95 > 0:
         for lv in levels:
             if lv.conversations > 1:
+                query_low, query_high = p95_ratio_interval(
+                    lv.query_samples_ms, one.query_samples_ms
+                )
+                commit_low, commit_high = p95_ratio_interval(
+                    lv.commit_samples_ms, one.commit_samples_ms
+                )
                 ratios[f"{lv.conversations}:1"] = {
                     "query_p95": round(lv.query_ms.p95 / one.query_ms.p95, 2),
+                    "query_p95_low": query_low,
+                    "query_p95_high": query_high,
                     "commit_p95": round(lv.commit_ms.p95 / one.commit_ms.p95, 2),
+                    "commit_p95_low": commit_low,
+                    "commit_p95_high": commit_high,
                 }
     return dict(sorted(ratios.items(), key=lambda kv: -int(kv[0].split(":")[0])))
 

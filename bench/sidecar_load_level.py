@@ -45,6 +45,32 @@ class Figures(BaseModel):
         )
 
 
+def p95_ratio_interval(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    *,
+    resamples: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The central `level` interval of p95(numerator) / p95(denominator) over `resamples`
+    bootstrap resamples (each sample list resampled on its own, with replacement; percentile
+    interval). How far one run's ratio can move by which queries happened to be slow: a p95
+    over 40 queries is about their second slowest. numpy's own, with a fixed seed so the same
+    samples print the same interval (scipy.stats.bootstrap would be the one dependency more for
+    these few lines)."""
+    top, bottom = np.asarray(numerator, dtype=np.float64), np.asarray(denominator, dtype=np.float64)
+    if not len(top) or not len(bottom):
+        return (0.0, 0.0)
+    rng = np.random.default_rng(seed)
+    over = np.percentile(rng.choice(top, size=(resamples, len(top))), 95, axis=1)
+    under = np.percentile(rng.choice(bottom, size=(resamples, len(bottom))), 95, axis=1)
+    ratios = over / np.maximum(under, 1e-9)
+    tail = (1.0 - level) / 2.0 * 100.0
+    low, high = np.percentile(ratios, [tail, 100.0 - tail])
+    return (round(float(low), 2), round(float(high), 2))
+
+
 class LevelReport(BaseModel):
     conversations: int
     turns_sent: int
@@ -54,6 +80,12 @@ class LevelReport(BaseModel):
     turns_per_s: float
     query_ms: Figures
     commit_ms: Figures
+    query_samples_ms: list[float] = Field(
+        default_factory=list, description="every query's round trip, in the order they ended"
+    )
+    commit_samples_ms: list[float] = Field(
+        default_factory=list, description="every commit's round trip, in the order they ended"
+    )
     query_service_ms: Figures = Field(
         description="the query's own elapsed_ms, as the server measured it"
     )
@@ -89,7 +121,9 @@ class LoadReport(BaseModel):
     load_after: list[float]
     levels: list[LevelReport]
     ratios: dict[str, dict[str, float]] = Field(
-        default_factory=dict, description="'16:1' -> query_p95, commit_p95"
+        default_factory=dict,
+        description="'16:1' -> query_p95, commit_p95, and each one's bootstrap interval "
+        "(query_p95_low / _high, commit_p95_low / _high: p95_ratio_interval)",
     )
 
 
@@ -250,6 +284,8 @@ class Level:
             turns_per_s=round(committed / seconds, 2),
             query_ms=Figures.of(self.query_ms),
             commit_ms=Figures.of(self.commit_ms),
+            query_samples_ms=[round(ms, 2) for ms in self.query_ms],
+            commit_samples_ms=[round(ms, 2) for ms in self.commit_ms],
             query_service_ms=Figures.of(self.query_service_ms),
             commit_non_llm_ms=Figures.of(self.commit_non_llm_ms),
             commit_states_ms={
