@@ -1,6 +1,6 @@
-"""core.priority: a BackgroundPool's workers run nicer than the thread that made the pool (and
-the threads they start inherit it), whichever thread's submit started them; nice 0 leaves them
-as they are."""
+"""core.priority: a BackgroundPool's workers run nicer than the thread that made the pool, as
+batch threads (and the threads they start inherit both), whichever thread's submit started them;
+nice 0 leaves them as they are."""
 
 from __future__ import annotations
 
@@ -35,31 +35,41 @@ def _nice() -> int:
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
+def _policy() -> int:
+    return os.sched_getscheduler(threading.get_native_id())
+
+
+def _nice_and_policy() -> tuple[int, int]:
+    return _nice(), _policy()
+
+
 def test_background_workers_are_niced_and_their_threads_inherit_it() -> None:
     base = _nice()
     pool = BackgroundPool(2, "test-background", 5)
     try:
-        assert pool.submit(_nice).result() == min(19, base + 5)
+        # Niced, and batch threads (their wake-ups do not preempt a running query).
+        assert pool.submit(_nice_and_policy).result() == (min(19, base + 5), os.SCHED_BATCH)
 
-        def started_by_a_worker() -> int:
-            seen: list[int] = []
-            child = threading.Thread(target=lambda: seen.append(_nice()))
+        def started_by_a_worker() -> tuple[int, int]:
+            seen: list[tuple[int, int]] = []
+            child = threading.Thread(target=lambda: seen.append(_nice_and_policy()))
             child.start()
             child.join()
             return seen[0]
 
-        assert pool.submit(started_by_a_worker).result() == min(19, base + 5)
+        assert pool.submit(started_by_a_worker).result() == (min(19, base + 5), os.SCHED_BATCH)
     finally:
         pool.shutdown()
-    # The caller's own priority is untouched.
-    assert _nice() == base
+    # The caller's own priority and policy are untouched.
+    assert (_nice(), _policy()) == (base, os.SCHED_OTHER)
 
 
 def test_nice_zero_leaves_the_workers_at_the_callers_priority() -> None:
     base = _nice()
     pool = BackgroundPool(1, "test-same", 0)
     try:
-        assert pool.submit(_nice).result() == base
+        # The look-alike of the niced pool: neither nicer nor a batch thread (the memory query's).
+        assert pool.submit(_nice_and_policy).result() == (base, os.SCHED_OTHER)
     finally:
         pool.shutdown()
 
@@ -110,9 +120,9 @@ def test_nice_this_thread_to_never_makes_a_thread_less_nice() -> None:
 def test_lower_threads_nices_the_threads_named_and_no_other() -> None:
     base = _nice()
     release = threading.Event()
-    seen: list[int] = []
+    seen: list[tuple[int, int]] = []
     before = process_threads()
-    waiting = threading.Thread(target=lambda: (release.wait(), seen.append(_nice())))
+    waiting = threading.Thread(target=lambda: (release.wait(), seen.append(_nice_and_policy())))
     waiting.start()
     try:
         # Other threads of the test process may come and go meanwhile: only the one started here
@@ -122,8 +132,9 @@ def test_lower_threads_nices_the_threads_named_and_no_other() -> None:
     finally:
         release.set()
         waiting.join()
-    assert seen == [min(19, base + 3)]
-    assert _nice() == base  # the look-alike: the calling thread, not among them
+    assert seen == [(min(19, base + 3), os.SCHED_BATCH)]
+    # The look-alike: the calling thread, not among them.
+    assert (_nice(), _policy()) == (base, os.SCHED_OTHER)
     # A thread id that is no thread (above Linux's largest, 2**22) takes nothing. (Not the
     # joined thread's: join() returns before its OS thread has quite gone.)
     assert lower_threads({2**30}, 3) == 0
@@ -140,13 +151,17 @@ db.server_nice = int(sys.argv[2])
 endpoint = db.serve()
 with GraphDatabase.driver(endpoint.uri, auth=(endpoint.username, endpoint.password)) as driver:
     driver.execute_query("RETURN 1", database_=endpoint.database)  # a Bolt connection's thread
-    nice = {}
+    nice, policy = {}, {}
     for tid in os.listdir("/proc/self/task"):
         comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
-        nice.setdefault(comm.split("-")[0].split("#")[0], set()).add(
-            os.getpriority(os.PRIO_PROCESS, int(tid))
-        )
-print(json.dumps({"base": os.getpriority(os.PRIO_PROCESS, 0), "nice": {k: sorted(v) for k, v in nice.items()}}))
+        name = comm.split("-")[0].split("#")[0]
+        nice.setdefault(name, set()).add(os.getpriority(os.PRIO_PROCESS, int(tid)))
+        policy.setdefault(name, set()).add(os.sched_getscheduler(int(tid)))
+print(json.dumps({
+    "base": os.getpriority(os.PRIO_PROCESS, 0),
+    "nice": {k: sorted(v) for k, v in nice.items()},
+    "policy": {k: sorted(v) for k, v in policy.items()},
+}))
 db.stop()
 """
 
@@ -168,9 +183,11 @@ def test_an_embedded_graph_started_niced_runs_its_bolt_connections_niced(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    base, nice = seen["base"], seen["nice"]
+    base, nice, policy = seen["base"], seen["nice"], seen["policy"]
     assert nice["BOLT"] == [min(19, base + server_nice)]
+    assert policy["BOLT"] == [os.SCHED_BATCH if server_nice else os.SCHED_OTHER]
     assert nice["VM Thread"] == [base]
+    assert policy["VM Thread"] == [os.SCHED_OTHER]
 
 
 @pytest.mark.skipif(
