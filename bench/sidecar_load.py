@@ -440,6 +440,40 @@ Three more default runs right after, on a slower spell of the host (turns/s at 1
 16:1 1.73x, 1.86x, 2.14x. Over the twelve: query 16:1 about 1.9x at the median, nine within 2x;
 not yet every run.
 
+Adopted next (2026-11-27, later): every thread core.priority makes nicer (the turn writes' and
+the slots' pool workers, the embedded graph's server threads and so its Bolt connections) is
+also a SCHED_BATCH thread (core.priority.batch_thread). The scheduler treats it as CPU-bound and
+never lets its wake-up preempt the thread that runs: the query's threads keep their slices while
+a commit's slot, a turn's thread or a Bolt connection wakes. Unlike SCHED_IDLE it keeps its
+nice-weighted share, so beside a model server on the same cores the commits are not starved.
+Six `--levels 1 16` pairs against the same code without it (the first three a probe that set the
+policy where core.priority nices, the last three the product against a probe that turned it
+off), alternating:
+
+| | query p50 / p95 at 16 | query 16:1 | commit p95 at 16 | turns/s at 16 |
+|---|---|---|---|---|
+| SCHED_BATCH | 26 / 48, 31 / 58, 27 / 48, 26 / 51, 26 / 47, 27 / 51 ms | 1.60x, 2.05x, 1.85x, 1.47x, 1.72x, 1.85x | 737, 920, 812, 775, 754, 767 ms | 23.99, 19.35, 22.51, 22.83, 23.91, 23.36 |
+| without | 31 / 59, 34 / 68, 30 / 55, 30 / 55, 28 / 51, 28 / 52 ms | 1.77x, 2.22x, 1.79x, 1.90x, 1.57x, 2.02x | 796, 962, 805, 816, 736, 743 ms | 21.48, 18.58, 21.82, 22.12, 23.90, 23.65 |
+
+The second pair ran on a slow spell of the host (turns/s 19 against 22-24). Beside two CPU-bound
+processes (`--levels 4 --turns 20`, two pairs): commit p95 823 and 792 ms against 781 and 832,
+the write lock held 77.6 and 72.4 ms a turn against 66.7 and 73.0, query p95 61 and 51 against
+54 and 61: no loss the spread can show. Then the default command three times on the product:
+query p95 at 1 / 16 28 / 45, 26 / 47 and 30 / 48 ms, 16:1 1.62x, 1.79x and 1.61x, commit 16:1
+1.59x, 1.59x and 1.67x, 0 errors and every turn read back.
+
+Since then the bench prints each ratio with a 95% bootstrap interval (both levels' round trips
+resampled, `p95_ratio_interval`): in those three default runs the query's 16:1 came with 1.45-2.00x,
+1.39-2.24x and 1.02-1.95x. Most of that width is the one conversation's 40 queries.
+
+Tried, not adopted:
+- The memory query's graph reads on Bolt connections of their own whose server threads run at
+  the query's priority (a probe: a second driver whose eight connections were opened first and
+  their threads reniced to 0, the commits' connections left 5 nicer), alternating with the same
+  probe at 5: query p95 at 16 59 and 55 ms against 52 and 52, commit p95 796 and 880 against
+  769 and 761. The read then competes with the query's own embedding, which is the longer of
+  the two.
+
 What is left. At 16 the server uses ~1.3 of the two cores and the load generator the rest of
 what is busy; the query's embedding (one text, ~7 ms of ONNX alone on two threads) takes about
 twice as long as alone while the commits' JVM, driver and HTTP work share the CPU, and the
