@@ -462,6 +462,13 @@ the write lock held 77.6 and 72.4 ms a turn against 66.7 and 73.0, query p95 61 
 query p95 at 1 / 16 28 / 45, 26 / 47 and 30 / 48 ms, 16:1 1.62x, 1.79x and 1.61x, commit 16:1
 1.59x, 1.59x and 1.67x, 0 errors and every turn read back.
 
+Seven more default runs and six more `--levels 1 16` runs of the product, on a quiet machine:
+query p95 at 16 49, 47, 48, 52, 47, 49, 48 and 46, 44, 48, 50, 46, 46 ms; 16:1 1.53x, 1.66x,
+1.77x, **2.07x** (its slowest query at 16 took 260 ms), 1.69x, 1.94x, 1.74x and 1.92x, 1.86x,
+1.82x, 1.88x, 1.58x, 1.56x; commit 16:1 1.54-1.71x. Over the nineteen product runs with
+SCHED_BATCH (ten default, nine `--levels 1 16`): query 16:1 1.47-2.07x, median 1.74x, 18 within
+2x (before it: median about 1.9x, 9 of 12); commit 1.54-1.71x.
+
 Since then the bench prints each ratio with a 95% bootstrap interval (both levels' round trips
 resampled, `p95_ratio_interval`): in those three default runs the query's 16:1 came with 1.45-2.00x,
 1.39-2.24x and 1.02-1.95x. Most of that width is the one conversation's 40 queries.
