@@ -5,7 +5,10 @@ project, the embedded MiniLM embedder in process, as a user's sidecar runs) agai
 scripted OpenAI-compatible server (tests/support/scripted_llm.py) answering every chat call after
 `--latency` seconds (default 0.2). Then, for each N in `--levels` (default 1, 4, 16), N
 conversations run at once, one client thread each, each sending `--turns` (default 40)
-consecutive turns of a shared LoCoMo dialogue (/work/shared/data/dialogues) as a chat front
+consecutive turns of a shared LoCoMo dialogue (/work/shared/data/dialogues); every level sends
+the same conversations (as many as the largest N: sixteen by default), N at a time, so one
+conversation's p95 is measured alone on the very queries that sixteen's is measured on together.
+Each conversation acts as a chat front
 end does: a memory query (POST memory/query, the pending message) before each turn, then the
 turn's commit (POST turn/commit, `require_actions: false`). Every conversation is new (its own
 id), so the levels do not share memory. After each level every committed turn is read back
@@ -541,6 +544,7 @@ def print_report(report: LoadReport) -> None:
         f"sidecar load: {report.turns_per_conversation} turns per conversation, a memory query before each, "
         f"scripted LLM at {report.latency_s * 1000:.0f} ms a call, require_actions false"
     )
+    print(f"  every level sends the same {report.conversations} conversations' turns, N at a time")
     print(
         f"  load average before {report.load_before}, after {report.load_after} (2 = both cores busy)"
     )
@@ -587,7 +591,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         nargs="+",
         default=[1, 4, 16],
-        help="conversations at once, one level after the other (default 1 4 16)",
+        help="conversations at once, one level after the other (default 1 4 16); every level "
+        "sends the largest level's conversations, N at a time",
     )
     parser.add_argument("--turns", type=int, default=40, help="turns per conversation (default 40)")
     parser.add_argument(
@@ -670,7 +675,12 @@ def _run_levels(
                     warm_up(base, dialogues, args.warm_up_turns)
                 for n in args.levels:
                     level = Level(
-                        base, n, args.turns, dialogues, time.monotonic() + args.max_seconds
+                        base,
+                        n,
+                        args.turns,
+                        dialogues,
+                        time.monotonic() + args.max_seconds,
+                        scripts=max(args.levels),
                     )
                     levels.append(_measured_level(client, base, server.pid, level))
                     print(
@@ -732,6 +742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = LoadReport(
         latency_s=args.latency,
         turns_per_conversation=args.turns,
+        conversations=max(args.levels),
         load_before=load_before,
         load_after=[round(x, 2) for x in os.getloadavg()],
         levels=levels,

@@ -72,7 +72,7 @@ def p95_ratio_interval(
 
 
 class LevelReport(BaseModel):
-    conversations: int
+    conversations: int = Field(description="N: conversations at once")
     turns_sent: int
     turns_committed: int
     turns_read_back: int
@@ -117,6 +117,9 @@ class LevelReport(BaseModel):
 class LoadReport(BaseModel):
     latency_s: float
     turns_per_conversation: int
+    conversations: int = Field(
+        description="conversations every level sends (the largest level's N), N at a time"
+    )
     load_before: list[float]
     load_after: list[float]
     levels: list[LevelReport]
@@ -146,12 +149,26 @@ def message(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class Level:
-    """N conversations at once; each client thread runs one conversation's turns in order."""
+    """N conversations at once; each client thread runs one conversation's turns in order.
+
+    With `scripts` > N the level runs conversations 0 .. scripts-1 in waves of N (the next
+    wave starts when the last one has ended), so every level of a run can send the same
+    conversations' turns: one conversation's p95 is then measured on the same queries as
+    sixteen's, not on whichever conversation came first (conversation 0's messages are among
+    the longest, and a query's time grows with its message)."""
 
     def __init__(
-        self, base: str, n: int, turns: int, dialogues: list[list[dict[str, Any]]], deadline: float
+        self,
+        base: str,
+        n: int,
+        turns: int,
+        dialogues: list[list[dict[str, Any]]],
+        deadline: float,
+        *,
+        scripts: int = 0,
     ) -> None:
         self.base, self.n, self.turns, self.deadline = base, n, turns, deadline
+        self.scripts = max(n, scripts)
         self.dialogues = dialogues
         self.lock = threading.Lock()
         self.query_ms: list[float] = []
@@ -161,7 +178,7 @@ class Level:
         self.states_ms: dict[str, list[float]] = {}
         self.errors: Counter[str] = Counter()
         self.committed: dict[str, dict[str, str]] = {}  # conversation -> turn id -> text sent
-        self.start = threading.Barrier(n)
+        self.start = threading.Barrier(n)  # each wave's conversations start together
 
     def conversation_id(self, i: int) -> str:
         return f"load-{self.n}-{i}"
@@ -263,21 +280,24 @@ class Level:
         return matched
 
     def run(self, client: httpx.Client) -> LevelReport:
-        threads = [
-            threading.Thread(target=self.run_conversation, args=(i,), name=f"conversation-{i}")
-            for i in range(self.n)
-        ]
         started = time.monotonic()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        for first in range(0, self.scripts, self.n):
+            wave = range(first, min(first + self.n, self.scripts))
+            self.start = threading.Barrier(len(wave))
+            threads = [
+                threading.Thread(target=self.run_conversation, args=(i,), name=f"conversation-{i}")
+                for i in wave
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
         seconds = time.monotonic() - started
         committed = sum(len(turns) for turns in self.committed.values())
         read_back = self.read_back(client)
         return LevelReport(
             conversations=self.n,
-            turns_sent=self.n * self.turns,
+            turns_sent=self.scripts * self.turns,
             turns_committed=committed,
             turns_read_back=read_back,
             seconds=round(seconds, 1),
