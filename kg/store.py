@@ -250,6 +250,22 @@ class GraphStore:
         with self._session("read") as session:
             return session.execute_read(work, *args, **kwargs)
 
+    def read_in_one_round_trip(
+        self,
+        work: Callable[Concatenate[neo4j.Session, P], T | None],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T | None:
+        """`work(session, ...)`, whose statements run as auto-commit transactions: one round
+        trip each (no BEGIN, no COMMIT) and no retry. None when `work` says so or a transient
+        error met it: the caller then reads in a managed transaction (`execute_read`), which
+        retries."""
+        with self._session("read") as session:
+            try:
+                return work(session, *args, **kwargs)
+            except nx.TransientError:
+                return None
+
     @contextlib.contextmanager
     def _session(self, kind: Literal["read", "write"]) -> Iterator[neo4j.Session]:
         """A session whose driver errors surface as the project's one-line errors."""
@@ -259,7 +275,12 @@ class GraphStore:
             # driver, the next connect finds the graph's current owner by itself.)
             self._raise_if_owner_gone(None)
         try:
-            with self.driver.session(database=self.endpoint.database) as session:
+            # The access mode routes a session's auto-commit statements on a cluster (managed
+            # transactions route themselves).
+            access = neo4j.READ_ACCESS if kind == "read" else neo4j.WRITE_ACCESS
+            with self.driver.session(
+                database=self.endpoint.database, default_access_mode=access
+            ) as session:
                 yield session
         except SkaldError:
             raise

@@ -27,7 +27,7 @@ from kg.dialogue.models import (
 )
 from kg.dialogue.records import dialogue_entity, dialogue_milestone, dialogue_relation, stored_turn
 from kg.dialogue.rewind import rewind_tx
-from kg.dialogue.snapshot import snapshot_tx
+from kg.dialogue.snapshot import snapshot_in_one_statement, snapshot_tx
 from kg.dialogue.turn_commit import ResultBuilder, commit_tx
 from kg.store import GraphStore
 
@@ -60,8 +60,7 @@ class DialogueRepository(ConversationLease):
     ) -> ConversationSnapshot:
         """Entities, active relations, recent milestones, and the turns after `after_seq`
         (`anchor_key` is the key the caller holds for turn `after_seq`, checked for staleness)."""
-        return self.store.execute_read(
-            snapshot_tx,
+        args = (
             conversation_id,
             after_seq,
             anchor_key,
@@ -69,6 +68,8 @@ class DialogueRepository(ConversationLease):
             relation_limit,
             milestone_limit,
         )
+        quick = self.store.read_in_one_round_trip(snapshot_in_one_statement, *args)
+        return quick if quick is not None else self.store.execute_read(snapshot_tx, *args)
 
     # -- turn memory (independent of the commit gate)
     def remember(self, conversation_id: str, rows: list[MemoryRow]) -> int:

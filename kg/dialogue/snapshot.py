@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from neo4j import ManagedTransaction
+from neo4j import ManagedTransaction, Record, Session
 
 from kg.dialogue import cypher as dq
 from kg.dialogue.keys import position_key
 from kg.dialogue.memory import cache_is_current, memory_row, memory_rows_tx
-from kg.dialogue.models import REL_ACTIVE, ConversationSnapshot
+from kg.dialogue.models import REL_ACTIVE, ConversationSnapshot, MemoryRow
 from kg.dialogue.records import dialogue_entity, dialogue_milestone, dialogue_relation
 
 #: Memory rows past the reader's position that the snapshot statement reads: a chat's reader is
@@ -34,7 +34,52 @@ def snapshot_tx(
     relation_limit: int,
     milestone_limit: int,
 ) -> ConversationSnapshot:
-    record = tx.run(
+    record = _snapshot_record(
+        tx, conversation_id, after_seq, entity_limit, relation_limit, milestone_limit
+    )
+    head = int(record["memory_seq"] or 0)
+    if cache_is_current(after_seq, anchor_key, head, record["at_key"], record["at_text"]):
+        more = memory_rows_tx(tx, conversation_id, after_seq + SNAPSHOT_ROWS + 1, head)
+        return _snapshot(record, reset=False, more_rows=more)
+    # The reader's cache is from another life of this conversation: resend everything.
+    return _snapshot(record, reset=True, more_rows=memory_rows_tx(tx, conversation_id, 1, head))
+
+
+def snapshot_in_one_statement(
+    session: Session,
+    conversation_id: str,
+    after_seq: int,
+    anchor_key: str | None,
+    entity_limit: int,
+    relation_limit: int,
+    milestone_limit: int,
+) -> ConversationSnapshot | None:
+    """The snapshot of a reader at most `SNAPSHOT_ROWS` behind, whose cache is current: the
+    statement as an auto-commit transaction, one round trip instead of three (BEGIN, the
+    statement, COMMIT). Each round trip wakes the graph's niced Bolt thread again, which under
+    load waits for a core each time. None when the reader needs more (a reset, or rows past
+    the statement's): those are read in one transaction (`snapshot_tx`), for one consistent
+    view."""
+    record = _snapshot_record(
+        session, conversation_id, after_seq, entity_limit, relation_limit, milestone_limit
+    )
+    head = int(record["memory_seq"] or 0)
+    if head > after_seq + SNAPSHOT_ROWS or not cache_is_current(
+        after_seq, anchor_key, head, record["at_key"], record["at_text"]
+    ):
+        return None
+    return _snapshot(record, reset=False, more_rows=[])
+
+
+def _snapshot_record(
+    runner: ManagedTransaction | Session,
+    conversation_id: str,
+    after_seq: int,
+    entity_limit: int,
+    relation_limit: int,
+    milestone_limit: int,
+) -> Record:
+    record: Record = runner.run(
         dq.SNAPSHOT,
         conversation_id=conversation_id,
         at_key=position_key(conversation_id, after_seq) if after_seq > 0 else "",
@@ -47,16 +92,18 @@ def snapshot_tx(
         relation_limit=relation_limit,
         milestone_limit=milestone_limit,
     ).single(strict=True)
+    return record
+
+
+def _snapshot(record: Record, *, reset: bool, more_rows: list[MemoryRow]) -> ConversationSnapshot:
+    """The snapshot from the statement's record; `more_rows`: the rows past its own (for a
+    reset, every row: the statement's are then not read)."""
     head = int(record["memory_seq"] or 0)
-    if cache_is_current(after_seq, anchor_key, head, record["at_key"], record["at_text"]):
-        reset = False
-        read = sorted((memory_row(p) for p in record["rows"]), key=lambda row: row.seq)
-        new_turns = [row for row in read if row.seq <= head]
-        new_turns += memory_rows_tx(tx, conversation_id, after_seq + SNAPSHOT_ROWS + 1, head)
+    if reset:
+        new_turns = more_rows
     else:
-        # The reader's cache is from another life of this conversation: resend everything.
-        reset = True
-        new_turns = memory_rows_tx(tx, conversation_id, 1, head)
+        read = sorted((memory_row(p) for p in record["rows"]), key=lambda row: row.seq)
+        new_turns = [row for row in read if row.seq <= head] + more_rows
     return ConversationSnapshot(
         entities=[
             dialogue_entity(props) for props in sorted(record["entities"], key=_entity_order)

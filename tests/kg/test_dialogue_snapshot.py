@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import uuid
 
+import neo4j
+import neo4j.exceptions as nx
+import pytest
+
 from kg.dialogue import DialogueRepository, MemoryRow, anchor_token, turn_key
-from kg.dialogue.snapshot import SNAPSHOT_ROWS
+from kg.dialogue.snapshot import SNAPSHOT_ROWS, snapshot_in_one_statement
+from kg.errors import GraphQueryError
 from kg.store import GraphStore
 
 TURNS = SNAPSHOT_ROWS + 9  # more than the statement reads past position 0
@@ -64,3 +69,46 @@ def test_a_conversation_nothing_was_remembered_in_reads_empty(store: GraphStore)
     read = DialogueRepository(store).snapshot(f"test-snapshot-none-{uuid.uuid4().hex[:8]}")
     assert (read.turn_count, read.reset, read.new_turns) == (0, False, [])
     assert (read.entities, read.relations, read.milestones) == ([], [], [])
+
+
+def test_a_reader_one_turn_behind_is_answered_by_one_auto_commit_statement(
+    store: GraphStore,
+) -> None:
+    """The quick path answers a current reader within the statement's rows; a reader further
+    behind or a stale one gets None (and `snapshot` then reads in one transaction)."""
+    repo, conversation, _ = _remember(store, TURNS)
+    cold = repo.snapshot(conversation)
+    held = cold.new_turns[TURNS - 2]
+    anchor = anchor_token(held.key, held.text)
+    quick = store.read_in_one_round_trip(
+        snapshot_in_one_statement, conversation, TURNS - 1, anchor, 500, 500, 8
+    )
+    assert quick is not None and not quick.reset
+    assert [r.seq for r in quick.new_turns] == [TURNS]
+    assert quick == repo.snapshot(conversation, after_seq=TURNS - 1, anchor_key=anchor)
+    far = cold.new_turns[TURNS - SNAPSHOT_ROWS - 2]
+    for after, anchor_key in (
+        (0, None),  # the statement reads SNAPSHOT_ROWS rows, the reader needs TURNS
+        (TURNS - SNAPSHOT_ROWS - 1, anchor_token(far.key, far.text)),
+        (TURNS - 1, anchor_token(held.key, "an older text")),  # stale: a reset
+    ):
+        assert (
+            store.read_in_one_round_trip(
+                snapshot_in_one_statement, conversation, after, anchor_key, 500, 500, 8
+            )
+            is None
+        ), after
+
+
+def test_a_transient_error_in_one_round_trip_asks_for_the_managed_read(
+    store: GraphStore,
+) -> None:
+    def conflict(session: object) -> str:
+        raise nx.TransientError("a concurrent change")
+
+    def bad_statement(session: neo4j.Session) -> list[dict[str, object]]:
+        return [r.data() for r in session.run("THIS IS NOT CYPHER")]
+
+    assert store.read_in_one_round_trip(conflict) is None
+    with pytest.raises(GraphQueryError):  # the look-alike: not transient, so not retried
+        store.read_in_one_round_trip(bad_statement)
