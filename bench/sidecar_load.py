@@ -484,12 +484,49 @@ Tried, not adopted:
   769 and 761. The read then competes with the query's own embedding, which is the longer of
   the two.
 
-What is left. At 16 the server uses ~1.3 of the two cores and the load generator the rest of
-what is busy; the query's embedding (one text, ~7 ms of ONNX alone on two threads) takes about
-twice as long as alone while the commits' JVM, driver and HTTP work share the CPU, and the
-ratio's denominator, a p95 over 40 queries at one conversation, varies by a quarter between
-runs of the same code (its tail is the longest messages). What still runs at the queries'
-priority besides them: the event loop and the JVM's own threads.
+Measured on the same conversations (2026-11-27, later). Until then the one-conversation level
+sent conversation 0's 40 turns (locomo-26's first) and the sixteen-conversation level sixteen
+others; a query's time grows with its message, and conversation 0's are among the longest.
+Each of the sixteen alone, one after another (a scratch run of this bench): p95 30.3 ms for
+conversation 0, 18.3-34.4 for the other fifteen, 24.5 over all 640 queries. So the ratios above
+divided by a p95 higher than one conversation's over the same queries: they flattered the query
+by about a fifth. Since then every level sends the same conversations (the largest level's,
+N at a time), and each ratio compares the same 640 queries, alone and together; the interval
+narrows (the denominator is a p95 over 640 queries, not 40). The default command now takes ~7
+minutes (the one-conversation level ~290 s). On the code of the runs above: query 16:1 2.08x
+(95% interval 1.91-2.46x) and, in the scratch run, 2.15x (1.90-2.51x); commit 1.72x and 1.67x.
+
+Adopted then: the retriever's snapshot of a reader at most SNAPSHOT_ROWS behind is one
+auto-commit statement (kg.dialogue.snapshot `snapshot_in_one_statement`, GraphStore
+`read_in_one_round_trip`): one round trip instead of three (BEGIN, the statement, COMMIT), each
+of which wakes the graph's niced Bolt thread again; a reader further behind, a stale cache or a
+transient error reads in one managed transaction as before. Four `--levels 16` runs against
+two of the code before (alternating): query p95 at 16 45, 49, 45, 41 ms against 49, 48; the
+commit's retrieving state 14-16 ms a turn against 21-22; CPU 0.052-0.054 s a turn against
+0.055-0.057. Timed in the server (a probe), the read's p50 at 16 fell from 10.0 to 6.0 ms, and
+the query then waits that much longer for its own embedding, now the whole critical path.
+Two default runs after it: query p95 at 1 / 16 23 / 48 and 24 / 47 ms, 16:1 2.07x (1.88-2.32x)
+and 1.96x (1.79-2.13x); commit 1.68x and 1.70x; 0 errors, 640/640 read back at every level.
+
+Tried then, not adopted (alternating `--levels 16` runs):
+- A short EEVDF slice (sched_setattr's sched_runtime, 0.1 ms instead of the kernel's 1.4 ms:
+  Linux 6.12 and later let a waking thread with a shorter slice preempt) for every thread but
+  the niced ones, so a query's ONNX and Python threads cut in on a running commit: query p95 at
+  16 56 and 50 ms against 49 and 45.
+- A second ONNX session, single-threaded, for a query that finds the shared one busy (another
+  query, a background batch) instead of queueing (its vectors were bit-identical to the shared
+  session's on every turn of the four dialogues): 46 and 43 ms against 44 and 46, and the first
+  query to need it waited ~300 ms for it to load.
+- Slots and graph threads 10 steps nicer instead of 5: 42 and 44 ms against 41 and 42.
+
+What is left. At 16 the server uses ~1.3 of the two cores (0.05 CPU s a turn at ~24 turns/s;
+the load generator ~0.1): the slots ~0.3, the turn writes ~0.2, the graph's Bolt threads ~0.2,
+all niced; the queries' embeddings ~0.2, their handlers and the event loop ~0.25. The query's
+embedding (one text, ~7 ms of ONNX alone on two threads) is its critical path and takes about
+twice as long as alone, on two cores that the commits' niced threads share; in the server
+the query's p50 / p95 is 12-13 / 20-21 ms alone and 20 / 37-38 at 16, and the HTTP layer around
+it (the event loop's hops, shared with every commit's request) adds ~3 ms at p95 alone and ~10
+at 16. Measured fairly the query's 16:1 is about 2x, not yet within it in every run.
 """
 
 from __future__ import annotations
