@@ -253,7 +253,9 @@ def send_turns(
             now = time.monotonic()
             with lock:
                 if refused_since is not None and killed_at is not None:
-                    longest_refusal = max(longest_refusal, now - refused_since)
+                    # From the latest kill: a refusal that began before it (the kill before,
+                    # when the kills come seconds apart) is that kill's until this one lands.
+                    longest_refusal = max(longest_refusal, now - max(refused_since, killed_at))
                 if killed_at is not None:
                     longest_gap = max(longest_gap, now - killed_at)
                     killed_at = None
