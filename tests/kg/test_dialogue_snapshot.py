@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 
-import neo4j
 import neo4j.exceptions as nx
 import pytest
 
@@ -106,9 +105,9 @@ def test_a_transient_error_in_one_round_trip_asks_for_the_managed_read(
     def conflict(session: object) -> str:
         raise nx.TransientError("a concurrent change")
 
-    def bad_statement(session: neo4j.Session) -> list[dict[str, object]]:
-        return [r.data() for r in session.run("THIS IS NOT CYPHER")]
+    def refused(session: object) -> str:
+        raise nx.ClientError("a statement the server refuses")
 
     assert store.read_in_one_round_trip(conflict) is None
     with pytest.raises(GraphQueryError):  # the look-alike: not transient, so not retried
-        store.read_in_one_round_trip(bad_statement)
+        store.read_in_one_round_trip(refused)
