@@ -505,8 +505,10 @@ two of the code before (alternating): query p95 at 16 45, 49, 45, 41 ms against 
 commit's retrieving state 14-16 ms a turn against 21-22; CPU 0.052-0.054 s a turn against
 0.055-0.057. Timed in the server (a probe), the read's p50 at 16 fell from 10.0 to 6.0 ms, and
 the query then waits that much longer for its own embedding, now the whole critical path.
-Two default runs after it: query p95 at 1 / 16 23 / 48 and 24 / 47 ms, 16:1 2.07x (1.88-2.32x)
-and 1.96x (1.79-2.13x); commit 1.68x and 1.70x; 0 errors, 640/640 read back at every level.
+Three default runs after it: query p95 at 1 / 16 23 / 48, 24 / 47 and 27 / 48 ms, 16:1 2.07x
+(1.88-2.32x), 1.96x (1.79-2.13x) and 1.82x (1.70-1.97x; a slower spell of the host, 0.064 CPU s
+a turn alone against 0.051-0.055); commit 1.68x, 1.70x and 1.77x; 0 errors, 640/640 read back at
+every level.
 
 Tried then, not adopted (alternating `--levels 16` runs):
 - A short EEVDF slice (sched_setattr's sched_runtime, 0.1 ms instead of the kernel's 1.4 ms:
