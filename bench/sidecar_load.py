@@ -529,6 +529,32 @@ twice as long as alone, on two cores that the commits' niced threads share; in t
 the query's p50 / p95 is 12-13 / 20-21 ms alone and 20 / 37-38 at 16, and the HTTP layer around
 it (the event loop's hops, shared with every commit's request) adds ~3 ms at p95 alone and ~10
 at 16. Measured fairly the query's 16:1 is about 2x, not yet within it in every run.
+
+Measured next (2026-11-27, the session after), each against the product in alternating
+`--levels 16` runs (40 turns, the same sixteen conversations), none adopted:
+
+- A process boundary: the memory queries served by a second `serve` process on the same project
+  (it finds the first one's embedded graph through discovery and reads it over Bolt), so a query
+  has its own interpreter, GIL and event loop and no commit runs beside it in that process (a
+  scratch copy of this bench sent the queries there, the commits to the first). Query p95 at 16
+  54 and 53 ms against 52 and 46; in the server 42 and 41 against 41 and 34. The commits then
+  embed their turns again (retrieving 44-45 ms a turn against 15-20). What the query waits for
+  is the two cores, not the interpreter: the boundary that the session before thought was left
+  buys nothing.
+- The niced threads (every thread core.priority makes a SCHED_BATCH one) pinned to one core
+  (`sched_setaffinity`), so the queries have the other to themselves: 55 and 62 ms against 52
+  and 59.
+- Queries that arrive while the ONNX session is busy embedded together in one batch: the model
+  costs the same per text whatever the batch (alone, on a quiet machine: 7.05, 7.08, 6.61, 6.51
+  and 7.34 ms a text in batches of 1, 2, 3, 4 and 8; a batch's vectors are bit-identical to the
+  same texts one at a time), so a waiting query would wait as long. Not built.
+- The scripted LLM in a process of its own instead of the bench's (its threads share the
+  clients' GIL): 46 and 48 ms against 49 and 49, within the spread; the bench keeps it in process.
+
+A py-spy profile of the server at one conversation (1,000 Hz, 20 s) finds the query's own
+thread on the CPU ~1 ms a query (the snapshot read's Bolt handling, the search); the rest of
+its 12-13 ms is the embedding, ~7 ms of ONNX on both cores, which at 16 shares them with the
+commits.
 """
 
 from __future__ import annotations
