@@ -560,6 +560,13 @@ Two default runs of the product that session, on a slower spell of the host (0.0
 a turn alone against 0.051-0.055; 19-20 turns/s at 16 against 22-25): query p95 at 1 / 16 28 /
 56 and 28 / 58 ms, 16:1 1.98x (1.80-2.16x) and 2.03x (1.86-2.20x); commit 16:1 1.96x (1.92-1.99x)
 and 2.10x (2.05-2.14x); 0 errors, 640/640 read back at every level.
+
+The session after (2026-11-27), on a quiet machine (load average under 0.9 before each run), two
+default runs: query p95 at 1 / 16 28 / 49 and 26 / 52 ms, 16:1 1.78x (1.61-1.96x) and 2.01x
+(1.80-2.26x); commit 1.72x (1.68-1.74x) and 1.78x (1.76-1.81x); 0 errors, 640/640 read back at
+every level. uvloop and httptools under uvicorn, again at today's figures (an earlier trial was
+at twice the query time), alternating `--levels 16` runs: query p95 at 16 45, 46 and 48 ms
+against 45, 47 and 48; commit p95 728, 724, 792 against 744, 744, 748. Still no gain.
 """
 
 from __future__ import annotations
