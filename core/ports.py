@@ -52,9 +52,11 @@ class LanguageModel(Protocol):
         purpose: str = "",
         max_tokens: int | None = None,
         anti_repetition: bool = False,
+        sample: int = 0,
     ) -> str:
         """The reply text (never empty); `anti_repetition` adds the tier's anti-repetition
-        sampling."""
+        sampling; `sample` > 0 asks the same prompt for another answer than sample 0 gets (the
+        same prompt and sample get the same answer from a seeded model)."""
         ...
 
     def embed(self, texts: Sequence[str], *, purpose: str = "") -> np.ndarray:

@@ -289,6 +289,11 @@ class Settings(BaseSettings):
     )
     # Completion cap for the embedded SmolLM2 default (a tiny model can loop until any cap).
     local_max_tokens: int = Field(1024, ge=32, le=8192)
+    # The base of every chat request's sampling seed (core.llm.sampling): the same settings and
+    # prompts give the same answers from a seeded server (the embedded llama-server, vLLM,
+    # OpenAI at its best effort), so a book is the same from run to run and a resumed run
+    # writes what the uninterrupted one would have. "off" sends no seed.
+    llm_seed: int | None = Field(0, ge=0, le=2**31 - 1)
     tiers: dict[TierName, TierSettings] = Field(default_factory=_default_tiers)
     # Dialogue sidecar slot -> model (request `config.models.<slot>` overrides these).
     slot_models: dict[str, str] = Field(default_factory=dict)
@@ -362,6 +367,13 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("llm_seed", mode="before")
+    @classmethod
+    def _off_sends_no_seed(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("off", "none"):
+            return None
+        return value
 
     @field_validator("openai_base_url", "embedding_base_url")
     @classmethod

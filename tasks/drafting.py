@@ -173,6 +173,8 @@ def draft_scene(
                 purpose="draft_scene",
                 max_tokens=int(target_tokens * 1.5),
                 anti_repetition=penalize,
+                # Another take each attempt: the same prompt and sample get the same answer.
+                sample=attempt - 1,
             ),
             titles=(brief.title, brief.chapter_title),
         )

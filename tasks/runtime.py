@@ -102,9 +102,15 @@ class Runtime:
         purpose: str = "",
         max_tokens: int | None = None,
         anti_repetition: bool = False,
+        sample: int = 0,
     ) -> str:
         return self.gateway.text(
-            tier, messages, purpose=purpose, max_tokens=max_tokens, anti_repetition=anti_repetition
+            tier,
+            messages,
+            purpose=purpose,
+            max_tokens=max_tokens,
+            anti_repetition=anti_repetition,
+            sample=sample,
         )
 
     def embed(self, texts: Sequence[str], *, purpose: str = "") -> np.ndarray:
@@ -118,7 +124,10 @@ class Runtime:
         tier_settings = self.settings.tier(tier)
         models = ",".join(c.model for c in tier_settings.models) or self.settings.default_model
         sampling = tier_settings.anti_repetition.model_dump_json()
-        return f"{self.settings.openai_base_url or 'local'}|{tier}|{models}|{tier_settings.temperature}|{sampling}"
+        # The default seed adds nothing, so the caches of a project begun before requests were
+        # seeded stay valid (their answers are kept, as a resumed run keeps any answer it has).
+        seed = "" if self.settings.llm_seed == 0 else f"|seed={self.settings.llm_seed}"
+        return f"{self.settings.openai_base_url or 'local'}|{tier}|{models}|{tier_settings.temperature}|{sampling}{seed}"
 
     def embedding_fingerprint(self) -> str:
         """What decides a vector besides the text: an endpoint's model by name, the in-process

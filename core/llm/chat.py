@@ -5,7 +5,8 @@ whether the answer is one.
 - `ChatRequest.first(...)`: the first request to a candidate: the caller's or the tier's token
   budget and the output model's strict response format; for the embedded tiny model a shorter
   cap and a grammar bounded to it.
-- `kwargs(...)`: the `chat.completions.create` arguments of the next attempt.
+- `kwargs(...)`: the `chat.completions.create` arguments of the next attempt, with the seed
+  derived from them (core.llm.sampling.request_seed) unless the settings send none.
 - `answer(reply, output_model)`: Ok(the text, never blank, or the validated output model,
   near-JSON repaired and the tiny model's cut strings ended cleanly), or Err(why not,
   `bad_output`).
@@ -26,7 +27,7 @@ from pydantic import BaseModel
 from core.errors import Err, Ok, Result
 from core.llm.records import CallStats
 from core.llm.repair import parse_answer
-from core.llm.sampling import anti_repetition_kwargs
+from core.llm.sampling import anti_repetition_kwargs, request_seed
 from core.llm.schemas import bounded_response_format_for, mend_cut_strings, response_format_for
 from core.settings import TierSettings
 
@@ -68,6 +69,11 @@ class ChatRequest:
     response_format: dict[str, Any] | None
     tiny: bool
     feedback_echo_chars: int
+    #: The settings' base seed (`llm_seed`; None: no seed is sent) and which answer of several to
+    #: the same request the caller asks for; with the bad answers so far they make the seed.
+    seed: int | None = None
+    sample: int = 0
+    bad_answers: int = 0
 
     @classmethod
     def first(
@@ -80,8 +86,11 @@ class ChatRequest:
         tiny: bool,
         tiny_max_tokens: int,
         feedback_echo_chars: int,
+        seed: int | None = None,
+        sample: int = 0,
     ) -> ChatRequest:
-        """The first request to a candidate (`tiny`: the embedded model)."""
+        """The first request to a candidate (`tiny`: the embedded model; `seed`, `sample`: see
+        core.llm.sampling.request_seed)."""
         tokens = max_tokens or tier.max_tokens
         token_cap = tier.context_window
         response_format = response_format_for(output_model) if output_model is not None else None
@@ -93,7 +102,17 @@ class ChatRequest:
             if output_model is not None:
                 response_format = bounded_response_format_for(output_model, tokens)
         return cls(
-            tier, base, base, tokens, token_cap, tokens, response_format, tiny, feedback_echo_chars
+            tier,
+            base,
+            base,
+            tokens,
+            token_cap,
+            tokens,
+            response_format,
+            tiny,
+            feedback_echo_chars,
+            seed,
+            sample,
         )
 
     def kwargs(self, model: str, temperature: float, anti_repetition: bool) -> dict[str, Any]:
@@ -108,6 +127,10 @@ class ChatRequest:
             kwargs["response_format"] = self.response_format
         if anti_repetition:
             kwargs.update(anti_repetition_kwargs(self.tier.anti_repetition, embedded=self.tiny))
+        if self.seed is not None:
+            kwargs["seed"] = request_seed(
+                self.seed, kwargs, sample=self.sample, bad_answers=self.bad_answers
+            )
         return kwargs
 
     def answer(
@@ -128,6 +151,7 @@ class ChatRequest:
         self, reply: Reply, problem: str, output_model: type[BaseModel] | None
     ) -> None:
         """Reshape this request for the attempt after a bad answer (`problem`: why bad)."""
+        self.bad_answers += 1
         if (
             reply.finish == "length"
             and self.tiny

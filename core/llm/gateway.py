@@ -119,11 +119,14 @@ class LLMGateway:
         max_tokens: int | None = None,
         temperature: float | None = None,
         anti_repetition: bool = False,
+        sample: int = 0,
     ) -> str:
         """The assistant's reply text (never empty). `anti_repetition` adds the tier's
-        anti-repetition sampling (settings `tiers.<tier>.anti_repetition`) to the request."""
+        anti-repetition sampling (settings `tiers.<tier>.anti_repetition`) to the request;
+        `sample` > 0 asks the same request for another answer (a seeded server gives the same
+        request the same answer: core.llm.sampling)."""
         steps = self._chat_steps(
-            tier, messages, None, purpose, model, max_tokens, temperature, anti_repetition
+            tier, messages, None, purpose, model, max_tokens, temperature, anti_repetition, sample
         )
         return drive(steps)  # type: ignore[no-any-return]
 
@@ -157,9 +160,10 @@ class LLMGateway:
         max_tokens: int | None = None,
         temperature: float | None = None,
         anti_repetition: bool = False,
+        sample: int = 0,
     ) -> str:
         steps = self._chat_steps(
-            tier, messages, None, purpose, model, max_tokens, temperature, anti_repetition
+            tier, messages, None, purpose, model, max_tokens, temperature, anti_repetition, sample
         )
         return await adrive(steps)  # type: ignore[no-any-return]
 
@@ -289,6 +293,7 @@ class LLMGateway:
         max_tokens: int | None,
         temperature: float | None,
         anti_repetition: bool = False,
+        sample: int = 0,
     ) -> Steps:
         schema_name = output_model.__name__ if output_model is not None else None
         stats = CallStats(tier=tier_name, purpose=purpose, schema_name=schema_name)
@@ -304,6 +309,7 @@ class LLMGateway:
                     max_tokens,
                     temperature,
                     anti_repetition,
+                    sample,
                 )
             )
         except BaseException as exc:
@@ -323,6 +329,7 @@ class LLMGateway:
         max_tokens: int | None,
         temperature: float | None,
         anti_repetition: bool = False,
+        sample: int = 0,
     ) -> Steps:
         """The tier's candidates in health order, each asked until it answers or its attempts
         run out (`_candidate_attempts`): the first answer, or the last candidate's failure
@@ -345,6 +352,7 @@ class LLMGateway:
                 max_tokens,
                 temperature,
                 anti_repetition,
+                sample,
             )
             if isinstance(outcome, Ok):
                 return outcome.value
@@ -361,6 +369,7 @@ class LLMGateway:
         max_tokens: int | None,
         temperature: float | None,
         anti_repetition: bool,
+        sample: int,
     ) -> Generator[Call | Sleep, Any, Result[Any, _ChatFailure]]:
         """One candidate, up to `llm_max_attempts` calls: Ok(its answer), or Err(its last
         failure: unavailable, timeout or bad_output). A failed call is retried after the
@@ -376,6 +385,8 @@ class LLMGateway:
             tiny=self.settings.openai_base_url is None and target.model == LOCAL_CHAT_MODEL,
             tiny_max_tokens=self.settings.local_max_tokens,
             feedback_echo_chars=self.retry.feedback_echo_chars,
+            seed=self.settings.llm_seed,
+            sample=sample,
         )
         failed: Err[_ChatFailure] = Err("", "unavailable")
         transient_failures = 0

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import os
 import re
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -43,8 +46,10 @@ from core.llm import (
 )
 from core.llm.failures import retry_after_s
 from core.llm.records import CALL_RECORD_SCHEMA, CallStats, write_parquet
+from core.llm.sampling import request_seed
 from core.llm_server import LOCAL_CHAT_MODEL
 from core.settings import RunLimits, Settings
+from tests.conftest import REPO_ROOT
 from tests.support.scripted_llm import ScriptedLLM, hashed_embedding, instance_from_schema
 
 FAST = RetryPolicy(backoff_base_s=0.005, backoff_max_s=0.05)
@@ -370,6 +375,65 @@ def test_bad_output_is_retried_with_the_validation_error(server: ScriptedLLM) ->
     feedback = retry_messages[-1]["content"]
     assert feedback.startswith("Your previous answer was invalid: title: Field required")
     assert gateway.records[-1].retries_bad_output == 1
+
+
+def test_every_chat_request_carries_a_seed_made_from_the_request_itself(
+    server: ScriptedLLM,
+) -> None:
+    def seeds(settings: Settings, *calls: dict[str, Any], fail: str | None = None) -> list[Any]:
+        server.reset()
+        if fail is not None:
+            server.fail_next(fail)
+        gateway = LLMGateway(settings, retry=FAST)
+        for call in calls:
+            gateway.text("narrative", PROMPT, anti_repetition=True, **call)
+        return [r.body.get("seed") for r in server.requests]
+
+    settings = _settings(server)
+    first = seeds(settings, {})
+    assert len(first) == 1 and isinstance(first[0], int) and 0 <= first[0] < 2**31
+    # Another gateway (another run, another process) sends the same request the same seed;
+    # another take of the same prompt, another prompt or another base seed gets another one.
+    again, take, other_prompt = seeds(settings, {}, {"sample": 1}, {"max_tokens": 300})
+    assert again == first[0] and len({again, take, other_prompt}) == 3
+    assert seeds(_settings(server).model_copy(update={"llm_seed": 7}), {}) != first
+    # A request asked again after a failure that gave no answer keeps its seed: the answer
+    # does not depend on the crash history.
+    assert seeds(settings, {}, fail="http_500") == [first[0], first[0]]
+    # "off" sends none.
+    assert seeds(_settings(server).model_copy(update={"llm_seed": None}), {}) == [None]
+
+
+def test_a_bad_answer_asked_again_gets_another_seed(server: ScriptedLLM) -> None:
+    server.fail_next("schema_invalid")
+    LLMGateway(_settings(server), retry=FAST).structured("small", PROMPT, SceneCard)
+    first, second = (r.body["seed"] for r in server.requests)
+    assert first != second
+    # The look-alike: an answer cut off and asked again with more room is a new request too,
+    # and a seed is a function of the request, so no two attempts of one call share one.
+    server.reset()
+    server.fail_next("truncated_json")
+    LLMGateway(_settings(server), retry=FAST).structured("small", PROMPT, SceneCard)
+    assert len({r.body["seed"] for r in server.requests}) == 2
+
+
+def test_a_request_seed_is_the_same_under_another_hash_seed() -> None:
+    body = {"model": "m", "messages": PROMPT, "temperature": 0.8, "extra_body": {"b": 1, "a": 2}}
+    here = request_seed(0, body, sample=2, bad_answers=1)
+    code = (
+        "import json, sys; from core.llm.sampling import request_seed; "
+        "print(request_seed(0, json.loads(sys.argv[1]), sample=2, bad_answers=1))"
+    )
+    for hash_seed in ("1", "2"):
+        there = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(body)],
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert there == str(here)
 
 
 def test_truncated_answer_is_reasked_with_more_room(server: ScriptedLLM) -> None:

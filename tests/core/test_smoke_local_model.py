@@ -56,6 +56,30 @@ def test_structured_call_on_the_local_model(tmp_path: Path) -> None:
     )
 
 
+def test_the_local_model_gives_the_same_prompt_the_same_answer_in_another_server(
+    tmp_path: Path,
+) -> None:
+    from core.llm import LLMGateway
+    from core.llm_server import stop_local_servers
+
+    prompt = [{"role": "user", "content": "Write two sentences about a lighthouse in a storm."}]
+
+    def answers(*samples: int) -> list[str]:
+        # A server of its own each time: what a resumed run in a new process starts.
+        stop_local_servers()
+        with LLMGateway(load_settings(tmp_path), run_id="smoke") as gateway:
+            return [
+                gateway.text("narrative", prompt, max_tokens=40, anti_repetition=True, sample=n)
+                for n in samples
+            ]
+
+    first, other_take = answers(0, 1)
+    # Sampled at the narrative tier's temperature (0.8), yet the same request answers the same
+    # way in a new server; another take of it is another answer.
+    assert answers(0) == [first]
+    assert other_take != first
+
+
 def test_the_embedded_embedding_model_runs_in_process_on_a_long_scene(tmp_path: Path) -> None:
     from core.llm import LLMGateway
 

@@ -73,6 +73,7 @@ class TableModel:
         purpose: str = "",
         max_tokens: int | None = None,
         anti_repetition: bool = False,
+        sample: int = 0,
     ) -> str:
         raise AssertionError("this test's stage asks for no prose")
 
