@@ -417,6 +417,28 @@ def test_a_bad_answer_asked_again_gets_another_seed(server: ScriptedLLM) -> None
     assert len({r.body["seed"] for r in server.requests}) == 2
 
 
+def test_the_embedded_server_is_asked_not_to_reuse_a_cached_prompt_when_seeded(
+    server: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import core.llm_server
+
+    # Only the process launcher is replaced: the HTTP calls go to the scripted server.
+    monkeypatch.setattr(
+        core.llm_server, "local_llm_endpoint", lambda settings: (server.base_url, LOCAL_CHAT_MODEL)
+    )
+    for seed in (0, None):
+        embedded = Settings(openai_base_url=None, limits=RunLimits(), llm_seed=seed)
+        LLMGateway(embedded, retry=FAST).text("narrative", PROMPT, anti_repetition=True)
+    LLMGateway(_settings(server), retry=FAST).text("narrative", PROMPT, anti_repetition=True)
+    seeded, unseeded, configured = (r.body for r in server.requests)
+    assert seeded["cache_prompt"] is False and "seed" in seeded
+    assert seeded["repeat_penalty"] == 1.15  # merged with the anti-repetition fields
+    # The look-alikes: no seed, nothing to reproduce, so the cache stays on; and a configured
+    # endpoint may reject a field it does not know.
+    assert "cache_prompt" not in unseeded and "seed" not in unseeded
+    assert "cache_prompt" not in configured and "seed" in configured
+
+
 def test_a_request_seed_is_the_same_under_another_hash_seed() -> None:
     body = {"model": "m", "messages": PROMPT, "temperature": 0.8, "extra_body": {"b": 1, "a": 2}}
     here = request_seed(0, body, sample=2, bad_answers=1)

@@ -62,21 +62,28 @@ def test_the_local_model_gives_the_same_prompt_the_same_answer_in_another_server
     from core.llm import LLMGateway
     from core.llm_server import stop_local_servers
 
-    prompt = [{"role": "user", "content": "Write two sentences about a lighthouse in a storm."}]
+    facts = " ".join(f"Lamp {i} of the coast was lit at dusk by keeper {i}." for i in range(50))
 
-    def answers(*samples: int) -> list[str]:
+    def prompt(ask: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": f"{facts}\n{ask}"}]
+
+    def answers(*asks: tuple[str, int]) -> list[str]:
         # A server of its own each time: what a resumed run in a new process starts.
         stop_local_servers()
         with LLMGateway(load_settings(tmp_path), run_id="smoke") as gateway:
             return [
-                gateway.text("narrative", prompt, max_tokens=40, anti_repetition=True, sample=n)
-                for n in samples
+                gateway.text(
+                    "narrative", prompt(ask), max_tokens=40, anti_repetition=True, sample=n
+                )
+                for ask, n in asks
             ]
 
-    first, other_take = answers(0, 1)
+    storm, harbour = "Write two sentences about a storm.", "Describe the harbour at dawn."
+    first, other_take = answers((storm, 0), (storm, 1))
     # Sampled at the narrative tier's temperature (0.8), yet the same request answers the same
-    # way in a new server; another take of it is another answer.
-    assert answers(0) == [first]
+    # way in a new server, also after a request that shares its long beginning (a server that
+    # reused that prefix's cache answered otherwise); another take of it is another answer.
+    assert answers((harbour, 0), (storm, 0))[1] == first
     assert other_take != first
 
 
