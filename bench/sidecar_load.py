@@ -567,6 +567,13 @@ default runs: query p95 at 1 / 16 28 / 49 and 26 / 52 ms, 16:1 1.78x (1.61-1.96x
 every level. uvloop and httptools under uvicorn, again at today's figures (an earlier trial was
 at twice the query time), alternating `--levels 16` runs: query p95 at 16 45, 46 and 48 ms
 against 45, 47 and 48; commit p95 728, 724, 792 against 744, 744, 748. Still no gain.
+
+Then every chat request became seeded (core.llm.sampling: its body hashed, ~0.2 ms a call).
+Alternating `--levels 16` runs against the same code with `SKALD_LLM_SEED=off`: CPU 0.055 and
+0.062 s a turn against 0.055 and 0.062, commit p95 772 and 864 ms against 780 and 870, query
+p95 52 and 55 against 49 and 54 (the host slowed between the pairs). A default run on it, in a
+slower spell (0.066 CPU s a turn alone, 18.55 turns/s at 16): query p95 at 1 / 16 28 / 57 ms,
+16:1 2.02x (1.87-2.23x), commit 2.27x (2.21-2.32x); 0 errors, 640/640 read back.
 """
 
 from __future__ import annotations
