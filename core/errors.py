@@ -56,6 +56,12 @@ class InvalidInputError(SkaldError):
     exit_code = 2
 
 
+class ProjectBusyError(SkaldError):
+    """Another process is writing this project (core.project_lock): try again after it ends."""
+
+    exit_code = 3
+
+
 class ContentIntegrityError(SkaldError):
     """A stored artifact does not match its recorded size or SHA-256."""
 

@@ -108,7 +108,8 @@ def _port_open(port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (signal 0 checks without sending anything)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -205,7 +206,7 @@ class EmbeddedArcadeDB:
         except (OSError, ValueError):
             return None
         pid, port = int(info.get("pid", -1)), int(info.get("bolt_port", -1))
-        if pid == os.getpid() or not _pid_alive(pid) or not _port_open(port):
+        if pid == os.getpid() or not pid_alive(pid) or not _port_open(port):
             return None
         if announce:
             log.info(
@@ -397,7 +398,7 @@ def owner_exited(endpoint: GraphEndpoint) -> bool:
     cheap enough to ask before every transaction (`owner_gone` says why, and is the verdict)."""
     if not endpoint.embedded or endpoint.owner_pid in (None, os.getpid()):
         return False
-    return not _pid_alive(endpoint.owner_pid or -1)
+    return not pid_alive(endpoint.owner_pid or -1)
 
 
 def owner_gone(endpoint: GraphEndpoint) -> str | None:
@@ -417,7 +418,7 @@ def owner_gone(endpoint: GraphEndpoint) -> str | None:
         )
     except (OSError, ValueError):
         same = False
-    if same and _pid_alive(endpoint.owner_pid or -1) and _port_open(port):
+    if same and pid_alive(endpoint.owner_pid or -1) and _port_open(port):
         return None
     project = endpoint.root.parent.parent  # <project>/.saga/graph
     return (

@@ -35,7 +35,8 @@ from prefect import flow, get_run_logger
 
 from core.cli import add_settings_options, run_main, setup_logging
 from core.errors import InvalidInputError
-from core.settings import load_settings
+from core.project_lock import project_writer
+from core.settings import Settings, load_settings
 from tasks.codex import write_codex_or_log
 from tasks.healing import (
     HealReport,
@@ -94,7 +95,7 @@ def heal_flow(
 ) -> HealReport:
     """Merge duplicates -> enrich busy entities -> graduate confident provisional ones."""
     started, run_at = time.monotonic(), now_iso()
-    with _project_runtime(project_dir) as rt:
+    with project_writer(Path(project_dir), "graph-healing"), _project_runtime(project_dir) as rt:
         services = rt.services()
         moment = story_moment(services)
         detection = find_duplicates(services, use_embeddings)
@@ -127,7 +128,7 @@ def qa_flow(project_dir: str, incremental: bool = False) -> QAReport:
     chapters written since the last run plus a rotating sample; write the Parquet report and
     the Prefect artifacts."""
     started, run_at = time.monotonic(), now_iso()
-    with _project_runtime(project_dir) as rt:
+    with project_writer(Path(project_dir), "graph-qa"), _project_runtime(project_dir) as rt:
         services = rt.services()
         scope = qa_scope(services, incremental)
         findings = run_qa_checks(services, scope.chapters)
@@ -248,6 +249,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "heal" and args.max_enrichments < 0:
         raise InvalidInputError(f"--max-enrichments must be >= 0 (got {args.max_enrichments})")
+    # Held before the graph is opened (opening migrates its schema) until it is closed.
+    with project_writer(settings.project_dir, f"python -m flows.maintenance {args.command}"):
+        return _run_once(settings, args)
+
+
+def _run_once(settings: Settings, args: argparse.Namespace) -> int:
+    project = str(settings.project_dir)
     rt = set_runtime(Runtime(settings))
     try:
         rt.graph.schema_version()  # connect (bounded retries) or fail with one line before Prefect starts

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from core.cli import add_settings_options, project_prefect_settings, run_main, setup_logging
 from core.errors import InvalidInputError
 from core.phases import PhaseTimer
+from core.project_lock import project_writer
 from core.settings import load_settings
 from core.stages import LEDGER, stage
 from flows.book import (
@@ -80,22 +81,24 @@ def novel_flow(
     redo_from: int | None = None,
 ) -> NovelReport:
     """The main job: initialization once, the writer's steering and story bible, then chapters
-    1..`chapters` (finished ones replay from cache), then the codex and the exports."""
-    rt = _runtime_for(project_dir)
-    phases = PhaseTimer()
-    LEDGER.checkpoint("start")
-    book = start_book(rt, project_dir, spec, chapters, scenes_per_chapter, redo_from, phases)
-    progress = BookProgress(costs=[ChapterCost.of(0, LEDGER.checkpoint("initialization"))])
-    for number in range(1, chapters + 1):
-        with stage("steering and story bible"):
-            steering = load_steering(rt.settings.saga_dir)
-        imported = steering.imported.get(number)
-        if imported is not None:  # the writer's own chapter, brought in by `import`
-            progress.follow_imported(number, imported)
-            continue
-        write_chapter(book, progress, steering, number, phases)
-        after_chapter(book, progress, number, phases)
-    return finish_book(book, progress, phases)
+    1..`chapters` (finished ones replay from cache), then the codex and the exports. One run
+    at a time per project (core.project_lock): a deployment run refuses while another writes."""
+    with project_writer(Path(project_dir), "novel flow"):
+        rt = _runtime_for(project_dir)
+        phases = PhaseTimer()
+        LEDGER.checkpoint("start")
+        book = start_book(rt, project_dir, spec, chapters, scenes_per_chapter, redo_from, phases)
+        progress = BookProgress(costs=[ChapterCost.of(0, LEDGER.checkpoint("initialization"))])
+        for number in range(1, chapters + 1):
+            with stage("steering and story bible"):
+                steering = load_steering(rt.settings.saga_dir)
+            imported = steering.imported.get(number)
+            if imported is not None:  # the writer's own chapter, brought in by `import`
+                progress.follow_imported(number, imported)
+                continue
+            write_chapter(book, progress, steering, number, phases)
+            after_chapter(book, progress, number, phases)
+        return finish_book(book, progress, phases)
 
 
 def finish_book(book: Book, progress: BookProgress, phases: PhaseTimer) -> NovelReport:
@@ -313,23 +316,24 @@ def import_main(argv: Sequence[str]) -> int:
             f"{args.project_dir} already holds a book", hint="import into a new --project-dir"
         )
     settings.project_dir.mkdir(parents=True, exist_ok=True)
-    rt = set_runtime(Runtime(settings))
-    try:
-        preflight(rt)
-        with project_prefect_settings(settings.project_dir):
-            report = import_flow(manuscript, args.genre.strip() or "literary fiction")
-        spec = ProjectSpec(
-            premise=f"{manuscript.title} (imported from {args.manuscript.name})",
-            genre=args.genre,
-            initial_chapters=report.chapters,
-            acts=1,
-            characters=max(1, min(20, len(report.characters))),
-            imported_from=str(args.manuscript),
-        )
-        save_project(settings.project_dir, spec)
-        print(json.dumps(report.model_dump()))
-    finally:
-        rt.close()
+    with project_writer(settings.project_dir, "python -m flows.novel import"):
+        rt = set_runtime(Runtime(settings))
+        try:
+            preflight(rt)
+            with project_prefect_settings(settings.project_dir):
+                report = import_flow(manuscript, args.genre.strip() or "literary fiction")
+            spec = ProjectSpec(
+                premise=f"{manuscript.title} (imported from {args.manuscript.name})",
+                genre=args.genre,
+                initial_chapters=report.chapters,
+                acts=1,
+                characters=max(1, min(20, len(report.characters))),
+                imported_from=str(args.manuscript),
+            )
+            save_project(settings.project_dir, spec)
+            print(json.dumps(report.model_dump()))
+        finally:
+            rt.close()
     return 0
 
 
@@ -361,7 +365,8 @@ def export_main(argv: Sequence[str]) -> int:
             f"{args.project_dir} has no manuscript ({manuscript} is missing)",
             hint="write the book with `python -m flows.novel` or import one first",
         )
-    paths = write_ebooks(manuscript, args.formats or EBOOK_FORMATS)
+    with project_writer(args.project_dir, "python -m flows.novel export"):
+        paths = write_ebooks(manuscript, args.formats or EBOOK_FORMATS)
     print(json.dumps({"manuscript": str(manuscript), "ebooks": [str(path) for path in paths]}))
     return 0
 
@@ -406,29 +411,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             digits = path.stem.removeprefix("chapter_")
             if digits.isdigit():
                 read_guidance(settings.project_dir, int(digits))
-    spec = resolve_project(
-        settings.project_dir, args.premise, args.genre, args.chapters, args.acts, args.characters
-    )
-    rt = set_runtime(Runtime(settings))
-    try:
-        preflight(rt)
-        started = time.monotonic()
-        with project_prefect_settings(settings.project_dir):
-            report = novel_flow(
-                str(settings.project_dir),
-                spec,
-                args.chapters,
-                settings.limits.scenes_per_chapter,
-                args.redo_from,
-            )
-        print(json.dumps(run_summary(report, time.monotonic() - started)))
-        flagged = [c for c in report.chapters if c.flagged]
-        for chapter in flagged:
-            print(
-                f"FLAGGED chapter {chapter.number}: " + " | ".join(chapter.flags), file=sys.stderr
-            )
-    finally:
-        rt.close()
+    # Held from before the project file and the schema are written until the graph is closed.
+    with project_writer(settings.project_dir, "python -m flows.novel"):
+        spec = resolve_project(
+            settings.project_dir,
+            args.premise,
+            args.genre,
+            args.chapters,
+            args.acts,
+            args.characters,
+        )
+        rt = set_runtime(Runtime(settings))
+        try:
+            preflight(rt)
+            started = time.monotonic()
+            with project_prefect_settings(settings.project_dir):
+                report = novel_flow(
+                    str(settings.project_dir),
+                    spec,
+                    args.chapters,
+                    settings.limits.scenes_per_chapter,
+                    args.redo_from,
+                )
+            print(json.dumps(run_summary(report, time.monotonic() - started)))
+        finally:
+            rt.close()
+    for chapter in (c for c in report.chapters if c.flagged):
+        print(f"FLAGGED chapter {chapter.number}: " + " | ".join(chapter.flags), file=sys.stderr)
     return 0
 
 

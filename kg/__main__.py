@@ -22,11 +22,13 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
 from core.graph_server import GraphEndpoint, serve_embedded
+from core.project_lock import project_writer
 from core.settings import Settings, load_settings
 from kg.codex import CODEX_FILE, CodexPage, build_dialogue_codex, build_novel_codex, write_codex
 from kg.facts import entity_facts, format_facts
@@ -360,6 +362,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings(args.project_dir, args.config)
     if args.command == "serve":
         return _serve(settings, args)
+    # A migration, import or rollback while a run writes the book would change the graph under
+    # it: these refuse while another process holds the project (core.project_lock).
+    writes = args.command in ("migrate", "import", "rollback")
+    with (
+        project_writer(settings.project_dir, f"python -m kg {args.command}")
+        if writes
+        else nullcontext()
+    ):
+        return _run_command(settings, args)
+
+
+def _run_command(settings: Settings, args: argparse.Namespace) -> int:
     store = GraphStore.open(settings, migrate=args.command != "migrate")
     try:
         if args.command == "migrate":
