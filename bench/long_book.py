@@ -202,12 +202,12 @@ def run_novel(
     from tasks.runtime import Runtime, set_runtime
 
     settings = load_settings(project)
-    spec = resolve_project(settings.project_dir, _premise(), "gothic mystery", planned, 4, 4)
+    resolve_project(settings.project_dir, _premise(), "gothic mystery", planned, 4, 4)
     rt = set_runtime(Runtime(settings))
     try:
         preflight(rt)
         with project_prefect_settings(settings.project_dir):
-            report = novel_flow(str(settings.project_dir), spec, chapters, scenes)
+            report = novel_flow(str(settings.project_dir), chapters, scenes_per_chapter=scenes)
         purposes = ", ".join(
             f"{k} x{v}" for k, v in Counter(r.purpose for r in rt.gateway.records).most_common()
         )

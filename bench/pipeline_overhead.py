@@ -44,12 +44,12 @@ def _run_novel(
 
     settings = load_settings(project, **overrides)  # type: ignore[arg-type]
     settings.project_dir.mkdir(parents=True, exist_ok=True)
-    spec = resolve_project(settings.project_dir, PREMISE, "fantasy", chapters, 2, 3)
+    resolve_project(settings.project_dir, PREMISE, "fantasy", chapters, 2, 3)
     rt = set_runtime(Runtime(settings))
     try:
         rt.graph.schema_version()
         started = time.perf_counter()
-        report = novel_flow(str(settings.project_dir), spec, chapters, scenes)
+        report = novel_flow(str(settings.project_dir), chapters, scenes_per_chapter=scenes)
         wall = time.perf_counter() - started
         records = rt.gateway.records
         return wall, _llm_busy_s(records), len(records), report

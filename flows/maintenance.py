@@ -27,8 +27,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 from prefect import flow, get_run_logger
@@ -57,32 +56,13 @@ from tasks.qa import (
     save_qa_state,
     write_qa_report,
 )
-from tasks.runtime import Runtime, runtime, set_runtime
+from tasks.runtime import Runtime, project_runtime, set_runtime
 
 HEAL_DEPLOYMENT = "heal-graph"
 QA_DEPLOYMENT = "qa-nightly"
 #: Healing just before the nightly QA, so QA reports on a healed graph.
 DEFAULT_HEAL_CRON = "30 2 * * *"
 DEFAULT_QA_CRON = "0 3 * * *"
-
-
-@contextmanager
-def _project_runtime(project_dir: str) -> Iterator[Runtime]:
-    """The caller's runtime when it is for this project (the novel flow, the CLI), else a
-    new one for the run (a deployment run), whose graph connection is closed afterwards:
-    an open driver would keep an embedded graph's process from exiting."""
-    try:
-        current = runtime()
-        if current.settings.project_dir == Path(project_dir).resolve():
-            yield current
-            return
-    except RuntimeError:
-        pass
-    own = set_runtime(Runtime(load_settings(project_dir)))
-    try:
-        yield own
-    finally:
-        own.close()
 
 
 @flow(name="graph-healing", log_prints=True)
@@ -95,7 +75,7 @@ def heal_flow(
 ) -> HealReport:
     """Merge duplicates -> enrich busy entities -> graduate confident provisional ones."""
     started, run_at = time.monotonic(), now_iso()
-    with project_writer(Path(project_dir), "graph-healing"), _project_runtime(project_dir) as rt:
+    with project_writer(Path(project_dir), "graph-healing"), project_runtime(project_dir) as rt:
         services = rt.services()
         moment = story_moment(services)
         detection = find_duplicates(services, use_embeddings)
@@ -128,7 +108,7 @@ def qa_flow(project_dir: str, incremental: bool = False) -> QAReport:
     chapters written since the last run plus a rotating sample; write the Parquet report and
     the Prefect artifacts."""
     started, run_at = time.monotonic(), now_iso()
-    with project_writer(Path(project_dir), "graph-qa"), _project_runtime(project_dir) as rt:
+    with project_writer(Path(project_dir), "graph-qa"), project_runtime(project_dir) as rt:
         services = rt.services()
         scope = qa_scope(services, incremental)
         findings = run_qa_checks(services, scope.chapters)

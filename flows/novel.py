@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Annotated
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -43,7 +44,7 @@ from tasks.bible import load_story_bible, write_learned_characters
 from tasks.codex import write_codex_or_log
 from tasks.ebook import EBOOK_FORMATS, export_ebooks_or_log, write_ebooks
 from tasks.export import export_manuscript, manuscript_path
-from tasks.runtime import Runtime, runtime, set_runtime
+from tasks.runtime import Runtime, project_runtime, set_runtime
 from tasks.steering import load_steering, read_guidance
 
 __all__ = [
@@ -75,19 +76,42 @@ class NovelReport(BaseModel):
 @flow(name="novel", log_prints=True)
 def novel_flow(
     project_dir: str,
-    spec: ProjectSpec,
-    chapters: int,
-    scenes_per_chapter: int,
-    redo_from: int | None = None,
+    chapters: Annotated[int, Field(ge=1)],
+    premise: str | None = None,
+    genre: str | None = None,
+    acts: Annotated[int, Field(ge=1, le=10)] = 3,
+    characters: Annotated[int, Field(ge=1, le=20)] = 4,
+    scenes_per_chapter: Annotated[int, Field(ge=1, le=20)] | None = None,
+    redo_from: Annotated[int, Field(ge=1)] | None = None,
 ) -> NovelReport:
-    """The main job: initialization once, the writer's steering and story bible, then chapters
-    1..`chapters` (finished ones replay from cache), then the codex and the exports. One run
-    at a time per project (core.project_lock): a deployment run refuses while another writes."""
-    with project_writer(Path(project_dir), "novel flow"):
-        rt = _runtime_for(project_dir)
+    """Write or continue the novel in `project_dir`: what `python -m flows.novel` runs, and the
+    `write-novel` deployment (deployments/prefect.yaml) from the Prefect UI. Initialization once,
+    the writer's steering and story bible, then chapters 1..`chapters` (finished ones replay
+    from the project's cache, whoever started the run), then the codex and the exports. One
+    run at a time per project (core.project_lock): a run refuses while another writes.
+
+    Args:
+        project_dir: the book's directory (chapters/, outline/, .saga/ ...), on the worker.
+        chapters: total chapters to have written; a larger number continues the book.
+        premise: the story premise; required for a new project, else it must match.
+        genre: the genre of a new project (default "literary fiction").
+        acts: acts in a new project's global outline.
+        characters: main characters a new project creates.
+        scenes_per_chapter: scenes per chapter (default: settings limits.scenes_per_chapter).
+        redo_from: write chapters N.. again with the current story bible and guidance.
+    """
+    check_run_request(chapters, redo_from)
+    with (
+        project_writer(Path(project_dir), "novel flow"),
+        project_runtime(project_dir) as rt,
+    ):
+        check_writer_files(rt.settings.project_dir)
+        spec = resolve_project(rt.settings.project_dir, premise, genre, chapters, acts, characters)
+        preflight(rt)
+        scenes = scenes_per_chapter or rt.settings.limits.scenes_per_chapter
         phases = PhaseTimer()
         LEDGER.checkpoint("start")
-        book = start_book(rt, project_dir, spec, chapters, scenes_per_chapter, redo_from, phases)
+        book = start_book(rt, project_dir, spec, chapters, scenes, redo_from, phases)
         progress = BookProgress(costs=[ChapterCost.of(0, LEDGER.checkpoint("initialization"))])
         for number in range(1, chapters + 1):
             with stage("steering and story bible"):
@@ -99,6 +123,28 @@ def novel_flow(
             write_chapter(book, progress, steering, number, phases)
             after_chapter(book, progress, number, phases)
         return finish_book(book, progress, phases)
+
+
+def check_run_request(chapters: int, redo_from: int | None) -> None:
+    """What the CLI's parser cannot check alone (and a deployment run's form does not)."""
+    if chapters < 1:
+        raise InvalidInputError(f"--chapters must be at least 1 (got {chapters})")
+    if redo_from is not None and not 1 <= redo_from <= chapters:
+        raise InvalidInputError(
+            f"--redo-from must be between 1 and --chapters {chapters} (got {redo_from})"
+        )
+
+
+def check_writer_files(project_dir: Path) -> None:
+    """The writer's story bible and guidance of an existing project, validated before anything
+    is written or asked (one line naming the file on a bad one)."""
+    if not (project_dir / ".saga" / PROJECT_FILE).exists():
+        return
+    load_story_bible(project_dir)
+    for path in sorted((project_dir / "guidance").glob("chapter_*.md")):
+        digits = path.stem.removeprefix("chapter_")
+        if digits.isdigit():
+            read_guidance(project_dir, int(digits))
 
 
 def finish_book(book: Book, progress: BookProgress, phases: PhaseTimer) -> NovelReport:
@@ -116,17 +162,6 @@ def finish_book(book: Book, progress: BookProgress, phases: PhaseTimer) -> Novel
     report.costs = progress.costs
     _publish_artifacts(report)
     return report
-
-
-def _runtime_for(project_dir: str) -> Runtime:
-    """The CLI sets the runtime up front; a deployment run builds it from the project dir."""
-    try:
-        rt = runtime()
-        if rt.settings.project_dir == Path(project_dir).resolve():
-            return rt
-    except RuntimeError:
-        pass
-    return set_runtime(Runtime(load_settings(project_dir)))
 
 
 def _report(
@@ -378,12 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["export"]:
         return export_main(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.chapters < 1:
-        raise InvalidInputError(f"--chapters must be at least 1 (got {args.chapters})")
-    if args.redo_from is not None and not 1 <= args.redo_from <= args.chapters:
-        raise InvalidInputError(
-            f"--redo-from must be between 1 and --chapters {args.chapters} (got {args.redo_from})"
-        )
+    check_run_request(args.chapters, args.redo_from)
     if args.scenes_per_chapter is not None and not 1 <= args.scenes_per_chapter <= 20:
         raise InvalidInputError(
             f"--scenes-per-chapter must be between 1 and 20 (got {args.scenes_per_chapter})"
@@ -396,24 +426,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"cannot read --premise-file {args.premise_file}: {exc}"
             ) from None
     setup_logging(args.verbose)
-    overrides = {}
     settings = load_settings(args.project_dir, args.config)
-    if args.scenes_per_chapter is not None:
-        overrides["limits"] = settings.limits.model_copy(
-            update={"scenes_per_chapter": args.scenes_per_chapter}
-        )
-        settings = settings.model_copy(update=overrides)
     settings.project_dir.mkdir(parents=True, exist_ok=True)
-    if (settings.saga_dir / PROJECT_FILE).exists():
-        # The writer's story bible and guidance are validated before anything is written or asked.
-        load_story_bible(settings.project_dir)
-        for path in sorted((settings.project_dir / "guidance").glob("chapter_*.md")):
-            digits = path.stem.removeprefix("chapter_")
-            if digits.isdigit():
-                read_guidance(settings.project_dir, int(digits))
+    check_writer_files(settings.project_dir)
     # Held from before the project file and the schema are written until the graph is closed.
     with project_writer(settings.project_dir, "python -m flows.novel"):
-        spec = resolve_project(
+        # Checked and stored before Prefect starts, so a bad premise or a graph that is down
+        # fails in one line with no flow run; the flow finds the spec and the runtime again.
+        resolve_project(
             settings.project_dir,
             args.premise,
             args.genre,
@@ -428,10 +448,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             with project_prefect_settings(settings.project_dir):
                 report = novel_flow(
                     str(settings.project_dir),
-                    spec,
                     args.chapters,
-                    settings.limits.scenes_per_chapter,
-                    args.redo_from,
+                    premise=args.premise,
+                    scenes_per_chapter=args.scenes_per_chapter,
+                    redo_from=args.redo_from,
                 )
             print(json.dumps(run_summary(report, time.monotonic() - started)))
         finally:

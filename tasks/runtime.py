@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from core.content import ContentStore
 from core.llm import LLMGateway
 from core.ports import M, Message
-from core.settings import Settings
+from core.settings import Settings, load_settings
 from kg.store import GraphStore
 from tasks.services import Services
 
@@ -163,3 +165,23 @@ def runtime() -> Runtime:
             "no Runtime set: flows call tasks.runtime.set_runtime() before running tasks"
         )
     return _current
+
+
+@contextmanager
+def project_runtime(project_dir: str | Path) -> Iterator[Runtime]:
+    """The caller's runtime when it is for this project (the CLI, or the novel flow around its
+    healing and QA), else a new one for the run (a deployment run), whose graph connection is
+    closed afterwards (an open driver would keep an embedded graph's process from exiting) and
+    the caller's runtime, if any, current again."""
+    global _current
+    previous = _current
+    if previous is not None and previous.settings.project_dir == Path(project_dir).resolve():
+        yield previous
+        return
+    own = set_runtime(Runtime(load_settings(project_dir)))
+    try:
+        yield own
+    finally:
+        own.close()
+        with _current_lock:
+            _current = previous

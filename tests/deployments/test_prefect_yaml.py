@@ -1,10 +1,12 @@
-"""The maintenance deployments: deployments/prefect.yaml registered against a temporary
-Prefect API with the real CLI (`prefect --no-prompt deploy --all`), one run triggered
-and executed by a real `process` worker, and the `serve` deployments' schedules.
+"""The deployments of deployments/prefect.yaml, registered against a temporary Prefect API with
+the real CLI (`prefect --no-prompt deploy`), their runs triggered and executed by a real
+`process` worker; and the `serve` deployments' schedules.
 
-The run is the QA deployment on the session graph (seeded through the real commit
-path): the worker's flow process finds the graph the test process serves (its
-`server.json`) and writes the Parquet report into the project directory.
+- QA on the session graph (seeded through the real commit path): the worker's flow process
+  finds the graph the test process serves (its `server.json`) and writes the Parquet report
+  into the project directory.
+- The novel, as a writer starts it from the UI: the worker's run writes the book against the
+  scripted LLM, and `python -m flows.novel` afterwards replays it from the same cache.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import pytest
 from core.settings import Settings
 from kg.store import GraphStore
 from tests.conftest import REPO_ROOT, child_pythonpath
+from tests.support.novel_runs import novel, run_env, wipe_graph
+from tests.support.novel_script import PREMISE, script_novel
+from tests.support.scripted_llm import ScriptedLLM
 from tests.support.story_seed import plant_qa_problems, seed_story
 
 POOL = "skald-process"
@@ -41,16 +46,22 @@ def seeded(graph_settings: Settings) -> Iterator[Settings]:
     yield graph_settings
 
 
-def _env(project_dir: Path) -> dict[str, str]:
+def _env(project_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     from prefect.settings import PREFECT_API_URL
 
-    env = dict(os.environ)
+    env = dict(os.environ if base is None else base)
     env.update(
         PREFECT_API_URL=str(PREFECT_API_URL.value()),
         SKALD_PROJECT_DIR=str(project_dir),
         PYTHONPATH=child_pythonpath(),
     )
     return env
+
+
+def _prefect(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PREFECT, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 async def _ensure_pool() -> None:
@@ -102,13 +113,8 @@ def test_prefect_yaml_deploys_and_a_worker_runs_qa(seeded: Settings) -> None:
     project = seeded.project_dir
     env = _env(project)
     asyncio.run(_ensure_pool())
-    deploy = subprocess.run(
-        [PREFECT, "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    deploy = _prefect(
+        env, "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"
     )
     assert deploy.returncode == 0, deploy.stdout[-2000:] + deploy.stderr[-2000:]
 
@@ -131,14 +137,7 @@ def test_prefect_yaml_deploys_and_a_worker_runs_qa(seeded: Settings) -> None:
     for old in (project / ".saga" / "qa").glob("qa-*.parquet"):
         old.unlink()
     flow_run = run_deployment("graph-qa/qa-nightly", timeout=0)
-    worker = subprocess.run(
-        [PREFECT, "worker", "start", "--pool", POOL, "--run-once", "--limit", "1"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+    worker = _prefect(env, "worker", "start", "--pool", POOL, "--run-once", "--limit", "1")
     state = asyncio.run(_wait_final(flow_run.id, timeout=60))
     assert state == "COMPLETED", worker.stdout[-3000:] + worker.stderr[-3000:]
     reports = sorted((project / ".saga" / "qa").glob("qa-*.parquet"))
@@ -151,6 +150,76 @@ def test_prefect_yaml_deploys_and_a_worker_runs_qa(seeded: Settings) -> None:
         "provisional_buildup",
         "before_first_appearance",
     }
+
+
+def _book_files(project: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(project)): path.read_bytes()
+        for folder in ("chapters", "characters", "outline", "world", "exports")
+        for path in sorted((project / folder).rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_worker_writes_the_novel_and_the_cli_replays_it(
+    graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    from prefect.deployments import run_deployment
+
+    project = tmp_path / "book"
+    wipe_graph(graph_settings)
+    asyncio.run(_ensure_pool())
+    with ScriptedLLM() as llm:
+        script_novel(llm)
+        env = _env(project, run_env(llm, graph_settings, prefect_home))
+        deploy = _prefect(
+            env,
+            "--no-prompt",
+            "deploy",
+            "--name",
+            "write-novel",
+            "--prefect-file",
+            "deployments/prefect.yaml",
+        )
+        assert deploy.returncode == 0, deploy.stdout[-2000:] + deploy.stderr[-2000:]
+        registered = asyncio.run(_deployments())["novel/write-novel"]
+        assert registered["parameters"] == {"project_dir": str(project)}
+        assert registered["crons"] == []  # started by a writer, never by the clock
+
+        flow_run = run_deployment(
+            "novel/write-novel",
+            parameters={"chapters": 2, "premise": PREMISE, "scenes_per_chapter": 2, "acts": 2},
+            timeout=0,
+        )
+        worker = _prefect(env, "worker", "start", "--pool", POOL, "--run-once", "--limit", "1")
+        state = asyncio.run(_wait_final(flow_run.id, timeout=60))
+        assert state == "COMPLETED", worker.stdout[-3000:] + worker.stderr[-3000:]
+        written = _book_files(project)
+        assert {"chapters/chapter_001.md", "chapters/chapter_002.md"} <= set(written)
+        assert "exports/manuscript.epub" in written
+
+        # The CLI continues the same book: the deployment run filled the project's own cache
+        # with what the CLI would have asked, so it asks nothing and writes the same bytes.
+        asked = llm.request_count
+        replay = novel(project, env, "--chapters", "2", "--scenes-per-chapter", "2")
+        assert replay.returncode == 0, replay.stderr[-3000:]
+        assert llm.request_count == asked
+        assert _book_files(project) == written
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_novel_run_without_a_premise_for_a_new_project_fails_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    from flows.novel import novel_flow
+
+    project = tmp_path / "new-book"
+    state = novel_flow(str(project), 2, return_state=True)
+    assert state.is_failed()
+    assert "a new project needs a premise" in str(state.message)
+    assert not (project / ".saga" / "project.json").exists()
+    assert not (project / "chapters").exists()
 
 
 def test_serve_builds_both_scheduled_deployments(tmp_path: Path) -> None:
