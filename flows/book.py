@@ -139,12 +139,13 @@ def resolve_project(
         if premise is not None and premise.strip() != spec.premise:
             raise InvalidInputError(
                 f"{project_dir} was started with a different premise",
-                hint="omit --premise to continue it, or use a new --project-dir",
+                hint="omit --premise (a deployment run: leave `premise` empty) to continue it, or use a new --project-dir",
             )
         return spec
     if premise is None or not premise.strip():
         raise InvalidInputError(
-            "a new project needs a premise", hint="pass --premise TEXT or --premise-file FILE"
+            "a new project needs a premise",
+            hint="pass --premise TEXT or --premise-file FILE (a deployment run: the `premise` parameter)",
         )
     spec = ProjectSpec(
         premise=premise.strip(),

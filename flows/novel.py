@@ -77,8 +77,8 @@ class NovelReport(BaseModel):
 def novel_flow(
     project_dir: str,
     chapters: Annotated[int, Field(ge=1)],
-    premise: str | None = None,
-    genre: str | None = None,
+    premise: str = "",
+    genre: str = "literary fiction",
     acts: Annotated[int, Field(ge=1, le=10)] = 3,
     characters: Annotated[int, Field(ge=1, le=20)] = 4,
     scenes_per_chapter: Annotated[int, Field(ge=1, le=20)] | None = None,
@@ -93,8 +93,8 @@ def novel_flow(
     Args:
         project_dir: the book's directory (chapters/, outline/, .saga/ ...), on the worker.
         chapters: total chapters to have written; a larger number continues the book.
-        premise: the story premise; required for a new project, else it must match.
-        genre: the genre of a new project (default "literary fiction").
+        premise: the story premise; required for a new project, else empty or the same.
+        genre: the genre of a new project.
         acts: acts in a new project's global outline.
         characters: main characters a new project creates.
         scenes_per_chapter: scenes per chapter (default: settings limits.scenes_per_chapter).
@@ -106,7 +106,9 @@ def novel_flow(
         project_runtime(project_dir) as rt,
     ):
         check_writer_files(rt.settings.project_dir)
-        spec = resolve_project(rt.settings.project_dir, premise, genre, chapters, acts, characters)
+        spec = resolve_project(
+            rt.settings.project_dir, premise.strip() or None, genre, chapters, acts, characters
+        )
         preflight(rt)
         scenes = scenes_per_chapter or rt.settings.limits.scenes_per_chapter
         phases = PhaseTimer()
@@ -449,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report = novel_flow(
                     str(settings.project_dir),
                     args.chapters,
-                    premise=args.premise,
+                    premise=args.premise or "",
                     scenes_per_chapter=args.scenes_per_chapter,
                     redo_from=args.redo_from,
                 )
