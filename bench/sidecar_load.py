@@ -574,6 +574,12 @@ Alternating `--levels 16` runs against the same code with `SKALD_LLM_SEED=off`: 
 p95 52 and 55 against 49 and 54 (the host slowed between the pairs). A default run on it, in a
 slower spell (0.066 CPU s a turn alone, 18.55 turns/s at 16): query p95 at 1 / 16 28 / 57 ms,
 16:1 2.02x (1.87-2.23x), commit 2.27x (2.21-2.32x); 0 errors, 640/640 read back.
+
+Measured 2026-11-28, not adopted: the query's embedding in integer arithmetic. The shipped
+int8 build computes in float32 (its weights are dequantized at load); requantized with
+activations quantized at run time, a 12-token text takes 1.6 ms on one thread instead of 4.9,
+but every such build loses 0.007-0.009 held-out recall@10 (docs/decisions/embedding-models.md,
+"Integer arithmetic"), and recall is short of issue 34's goal already.
 """
 
 from __future__ import annotations
