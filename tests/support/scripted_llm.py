@@ -81,6 +81,9 @@ class ScriptedRequest:
     schema_name: str | None = None
     schema: dict[str, Any] | None = None
     response_format: str | None = None  # "json_schema" | "json_object" | "text" | None
+    #: Wall-clock ms (time.time()) when it arrived: its answer leaves `latency_s` later at the
+    #: earliest, so a test can order what another process did against it.
+    received_ms: float = field(default_factory=lambda: time.time() * 1000.0)
 
     @property
     def is_json(self) -> bool:
