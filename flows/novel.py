@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
-from prefect import flow
+from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.runtime import flow_run
 from pydantic import BaseModel, Field
 
 from core.cli import add_settings_options, project_prefect_settings, run_main, setup_logging
@@ -102,6 +103,9 @@ def novel_flow(
     """
     check_run_request(chapters, redo_from)
     with (
+        # Its sub-flows (initialization, chapters, maintenance) carry the run's tags, so a
+        # deployment run's `crash-detection` watches them too (deployments/automations.yaml).
+        tags(*flow_run.tags),
         project_writer(Path(project_dir), "novel flow"),
         project_runtime(project_dir) as rt,
     ):

@@ -9,66 +9,28 @@ Everything is polled with generous deadlines; nothing asserts a duration.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pytest
 
-from core.graph_server import free_port
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath
 from tests.support.dialogue_script import DialogueScript
-from tests.support.logged_process import START_DEADLINE_S, LoggedProcess
+from tests.support.logged_process import LoggedProcess
+from tests.support.prefect_server import PREFECT, api, start_prefect_server
 from tests.support.scripted_llm import ScriptedLLM
 
-PREFECT = str(Path(sys.executable).with_name("prefect"))
 POOL = "skald-regression"
 SPEAKERS = ["Caroline", "Melanie", "Jon", "Gina"]
 #: The uneven shards: a few turns of one dialogue, twenty of the other.
 SHORT_TURNS, LONG_TURNS = 6, 20
 #: Bounds for a loaded machine (never asserted as durations).
 RUN_DEADLINE_S = 600.0
-
-
-@pytest.fixture
-def procs() -> Iterator[list[LoggedProcess]]:
-    started: list[LoggedProcess] = []
-    yield started
-    for proc in reversed(started):
-        if proc.proc.poll() is None:
-            proc.kill()
-
-
-def _api(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    request = urllib.request.Request(
-        f"{url}{path}",
-        data=json.dumps(body).encode() if body is not None else None,
-        headers={"Content-Type": "application/json"},
-        method="POST" if body is not None else "GET",
-    )
-    with urllib.request.urlopen(request, timeout=60) as reply:
-        return json.loads(reply.read() or b"null")
-
-
-def _wait_healthy(server: LoggedProcess, api_url: str) -> None:
-    deadline = time.monotonic() + START_DEADLINE_S
-    while True:
-        assert server.proc.poll() is None, f"prefect server exited: {server.output()[-3000:]}"
-        try:
-            if _api(api_url, "/health") is True:
-                return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"prefect server not healthy: {server.output()[-3000:]}"
-        time.sleep(0.5)
 
 
 def _parent_pid(pid: int) -> int | None:
@@ -90,7 +52,7 @@ def _watch(api_url: str, runs: dict[str, str]) -> tuple[dict[str, int], dict[str
             if shard in finals:
                 continue
             try:
-                run = _api(api_url, f"/flow_runs/{run_id}")
+                run = api(api_url, f"/flow_runs/{run_id}")
             except OSError:  # a busy server answered late: ask again (within the deadline)
                 continue
             state = run["state"]["type"] if run["state"] else "NONE"
@@ -125,15 +87,12 @@ def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(
         DIALOGUES_DIR / "locomo-26.turns.jsonl", LONG_TURNS, dialogues / "b-long.turns.jsonl"
     )
 
-    port = free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
     with ScriptedLLM() as llm:
         DialogueScript(SPEAKERS).install(llm)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "PREFECT_"))}
         env.update(
             PYTHONPATH=child_pythonpath(),
             PREFECT_HOME=str(tmp_path / "prefect-home"),
-            PREFECT_API_URL=api_url,
             PREFECT_SERVER_ANALYTICS_ENABLED="false",
             # Workers poll often, so the second worker takes the second shard while the
             # first is busy with its one (--limit 1), however slow the machine.
@@ -142,12 +101,7 @@ def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(
             SKALD_EMBEDDING_BASE_URL=llm.base_url,
         )
 
-        server = LoggedProcess(
-            [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-            logs / "prefect-server.log",
-            env,
-            new_session=True,
-        )
+        server, api_url = start_prefect_server(env, logs / "prefect-server.log")
         procs.append(server)
         graph = LoggedProcess(
             [sys.executable, "-m", "kg", "serve", "--project-dir", str(project)],
@@ -156,7 +110,6 @@ def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(
             new_session=True,
         )
         procs.append(graph)
-        _wait_healthy(server, api_url)
         graph.wait_for("NEO4J_URI=")
 
         def run(*cmd: str, cwd: Path = REPO_ROOT) -> str:

@@ -17,6 +17,8 @@ subprocess wrote is e2e too). `make test` runs every kind.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 KINDS = ("unit", "e2e", "browser", "fuzz")
@@ -28,6 +30,7 @@ E2E_BROWSER = frozenset({"e2e", "browser"})
 MODULE_KINDS: dict[str, frozenset[str]] = {
     "test_crash_novel": E2E,
     "test_codex_browser": E2E,
+    "test_crash_detection": E2E,
     "test_dialogue_concurrency": E2E,
     "test_dialogue_lease": E2E,
     "test_doctor": E2E,
@@ -36,10 +39,10 @@ MODULE_KINDS: dict[str, frozenset[str]] = {
     "test_kg_cli": E2E,
     "test_kg_sigkill": E2E,
     "test_long_story": E2E,
-    "test_maintenance_deploy": E2E,
     "test_no_orphans": E2E,
     "test_novel_e2e": E2E,
     "test_novel_writer_e2e": E2E,
+    "test_prefect_yaml": E2E,
     "test_prose_guard_e2e": E2E,
     "test_regression_deploy": E2E,
     "test_sidecar_crash": E2E,
@@ -52,6 +55,9 @@ MODULE_KINDS: dict[str, frozenset[str]] = {
 TEST_KINDS: dict[str, frozenset[str]] = {
     "test_codex::test_kg_codex_writes_the_file_and_refuses_bad_requests_in_one_line": E2E,
     "test_codex::test_the_sidecar_codex_shows_a_conversations_entities_relations_and_milestones": E2E_BROWSER,
+    "test_crash_detection::test_the_automation_watches_only_runs_that_beat_often_enough": frozenset(
+        {"unit"}
+    ),
     "test_codex_browser::test_the_codex_opens_offline_in_chromium_with_the_world": E2E_BROWSER,
     "test_codex_browser::test_the_canvas_draws_long_relationship_types_short_and_the_panel_tells_them_whole": E2E_BROWSER,
     "test_dialogue_concurrency::test_threads_and_two_service_instances_in_one_process_serialise_too": frozenset(
@@ -86,6 +92,10 @@ def mark_kinds(items: list[pytest.Item]) -> None:
     """Put each test's kind markers on it (conftest's pytest_collection_modifyitems). An entry of
     TEST_KINDS naming a function its (collected) module does not have is a usage error: a renamed
     test would otherwise silently fall back to its module's kind."""
+    on_disk = {path.stem for path in Path(__file__).parents[1].rglob("test_*.py")}
+    stale = sorted({*MODULE_KINDS, *(key.partition("::")[0] for key in TEST_KINDS)} - on_disk)
+    if stale:  # a renamed module would otherwise silently become "unit" and be scheduled last
+        raise pytest.UsageError(f"tests/support/kinds.py names no test module {stale}")
     modules = {
         item.module.__name__.rpartition(".")[2]: item.module
         for item in items
