@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,11 +26,11 @@ from kg.store import GraphStore
 from tests.conftest import REPO_ROOT, child_pythonpath
 from tests.support.novel_runs import novel, run_env, wipe_graph
 from tests.support.novel_script import PREMISE, script_novel
+from tests.support.prefect_server import PREFECT
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.story_seed import plant_qa_problems, seed_story
 
 POOL = "skald-process"
-PREFECT = str(Path(sys.executable).with_name("prefect"))
 
 
 @pytest.fixture

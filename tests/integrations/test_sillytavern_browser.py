@@ -284,12 +284,17 @@ def _send_delays(result: dict[str, Any], backend: ChatBackend) -> list[float]:
         len(backend.replies),
         len(result["generations"]),
     )
-    delays = []
-    for reply, generation in zip(backend.replies, result["generations"], strict=True):
-        shown = [t for t in generation["shown"] if t >= reply["at_ms"] - 5]
-        assert shown, f"the send button never came back after {reply['text']!r}"
-        delays.append(round(shown[0] - reply["at_ms"], 1))
-    return delays
+    return [
+        round(_shown_again(reply, generation) - reply["at_ms"], 1)
+        for reply, generation in zip(backend.replies, result["generations"], strict=True)
+    ]
+
+
+def _shown_again(reply: dict[str, Any], generation: dict[str, Any]) -> float:
+    """When the send button was first shown again after the chat backend's reply."""
+    shown = [t for t in generation["shown"] if t >= reply["at_ms"] - 5]
+    assert shown, f"the send button never came back after {reply['text']!r}"
+    return float(shown[0])
 
 
 def _memory_waits(
@@ -306,8 +311,7 @@ def _memory_waits(
     for reply, generation in zip(backend.replies, result["generations"], strict=True):
         later = [t for t in asked if t >= reply["at_ms"]]
         if later:
-            shown = [t for t in generation["shown"] if t >= reply["at_ms"] - 5]
-            out.append((shown[0], later[0] + latency_ms))
+            out.append((_shown_again(reply, generation), later[0] + latency_ms))
     return out
 
 
