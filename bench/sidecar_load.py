@@ -580,6 +580,20 @@ int8 build computes in float32 (its weights are dequantized at load); requantize
 activations quantized at run time, a 12-token text takes 1.6 ms on one thread instead of 4.9,
 but every such build loses 0.007-0.009 held-out recall@10 (docs/decisions/embedding-models.md,
 "Integer arithmetic"), and recall is short of issue 34's goal already.
+
+On a machine about half as fast per core (2026-11-28, a new host: 10 million additions in a
+Python loop 1.74 s; `bench.memory_retrieval --only encode` 113 turns/s), no code changed, two
+default runs (load average 2.3 and 1.4 before):
+
+| | query p95 at 1 / 16 | query 16:1 | commit p95 at 1 / 16 | commit 16:1 | turns/s at 16 | CPU s/turn at 1 / 16 | lock held / waited ms a turn at 16 |
+|---|---|---|---|---|---|---|---|
+| run 1 | 46 / 109 ms | 2.38x (2.10-2.67x) | 489 / 1,676 ms | 3.43x | 10.89 | 0.118 / 0.123 | 83.7 / 664 |
+| run 2 | 41 / 90 ms | 2.17x (1.93-2.37x) | 478 / 1,438 ms | 3.01x | 12.58 | 0.108 / 0.107 | 73.4 / 536 |
+
+0 errors, 640/640 read back. The serialised writes are busy ~90% of the time at 16 (held
+73-84 ms a turn at 11-13 turns/s), so the commits wait ~0.5 s for them before their claim and
+again before their transaction: the commit's ratio is that queue, and the query's shares the
+two slower cores with it.
 """
 
 from __future__ import annotations
