@@ -25,8 +25,8 @@ turn after a kill (409s from a restarted server; goal < 10 s; the server runs wi
 `--lock-wait 0`, so a locked conversation answers at once and the client's retries measure
 the refusal). The default is 160 turns: with 40, a run often ended before its later kill
 moments came (2026-11-28, a 2-core machine: 2 kills of 12 landed per mode with 40 turns; 8 of
-12 with 160, 7 of them while a turn held the lease, in about 4 minutes a mode). Exits 1 on any difference. Loopback only; minutes of load: a benchmark, not part
-of the suite.
+12 with 160, 7 of them while a turn held the lease, in about 4 minutes a mode). Exits 1 on any
+difference. Loopback only; minutes of load: a benchmark, not part of the suite.
 """
 
 from __future__ import annotations
