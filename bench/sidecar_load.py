@@ -594,6 +594,25 @@ default runs (load average 2.3 and 1.4 before):
 73-84 ms a turn at 11-13 turns/s), so the commits wait ~0.5 s for them before their claim and
 again before their transaction: the commit's ratio is that queue, and the query's shares the
 two slower cores with it.
+
+The bench now also prints, per level, the share of the machine's CPU that was busy (/proc/stat)
+and the share of the level's time the serialised writes were held. The next session on that
+machine (2026-11-28), a default run: at 16 the machine 75% busy and the writes held 92% of the
+time (at 1: 14% and 5%; at 4: 45% and 29%); query p95 at 1 / 16 46 / 114 ms (2.49x), commit 492
+/ 1,836 ms (3.73x), 9.57 turns/s, CPU 0.139 s a turn at 16, 0 errors, 640/640 read back. So the
+queue is the serialised writes, not the CPU as a whole. Why their holder is slow there (a probe
+timing the commit transaction in the server, `--levels 1 16 --turns 20`): alone the transaction
+took 18.7 ms (median; its statements 12.9 ms, of which the holding thread's own CPU 6.4), at 16
+55.9 ms (statements 44.0, own CPU 8.1). The rest is waiting for each statement's round trip:
+the graph's thread and then the holder woken again on two cores shared with everything else.
+Without the memory queries (a probe that skips them) the writes were still held 71 ms a turn
+and the statements took 37.5 ms, so it is not the queries' reads that slow them.
+
+What that leaves for this machine: commit p95 within 2x of one conversation's (~490 ms) means
+a commit p50 near 800 ms at 16, so ~17-18 turns/s (16 conversations, each a query and a commit
+with no pause), and at 0.12-0.14 CPU s a turn the server alone would need 2.1-2.5 cores. Fewer
+round trips under the writes' lock would shorten the queue, but not below that bound: the goal
+needs the CPU per turn about halved on this machine.
 """
 
 from __future__ import annotations
@@ -626,6 +645,14 @@ def process_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) process `pid` has used so far, from /proc/<pid>/stat."""
     fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_ticks() -> tuple[int, int]:
+    """(all, idle) CPU ticks of the whole machine so far, from /proc/stat's first line."""
+    fields = [
+        int(v) for v in Path("/proc/stat").read_text(encoding="ascii").split("\n")[0].split()[1:]
+    ]
+    return sum(fields), fields[3] + fields[4]  # idle and iowait
 
 
 def write_lock(client: httpx.Client, base: str) -> dict[str, float]:
@@ -666,7 +693,7 @@ def print_report(report: LoadReport) -> None:
         )
     print(
         f"  {'N':>3} | {'query in server p50 / p95':>26} | {'commit non-LLM p50 / p95':>27} | "
-        "CPU s | lock held / waited ms | mean ms in each commit state (per turn)"
+        "CPU s | lock held / waited ms | busy: machine, lock | mean ms in each commit state (per turn)"
     )
     for lv in report.levels:
         q, c = lv.query_service_ms, lv.commit_non_llm_ms
@@ -674,7 +701,8 @@ def print_report(report: LoadReport) -> None:
         print(
             f"  {lv.conversations:>3} | {q.p50:>16.0f} / {q.p95:>6.0f} | {c.p50:>17.0f} / {c.p95:>7.0f} | "
             f"{lv.server_cpu_s_per_turn:>5.3f} | {lv.write_lock_held_ms_per_turn:>7.1f} / "
-            f"{lv.write_lock_waited_ms_per_turn:>6.0f} | {states}"
+            f"{lv.write_lock_waited_ms_per_turn:>6.0f} | {lv.machine_busy_share:>7.0%}, "
+            f"{lv.write_lock_busy_share:>4.0%} | {states}"
         )
     for name, ratio in report.ratios.items():
         print(
@@ -731,13 +759,17 @@ def _parser() -> argparse.ArgumentParser:
 def _measured_level(client: httpx.Client, base: str, server_pid: int, level: Level) -> LevelReport:
     """`level` run, with the server's CPU and its serialised writes per committed turn."""
     cpu_before, lock_before = process_cpu_s(server_pid), write_lock(client, base)
+    ticks_before, started = machine_cpu_ticks(), time.monotonic()
     report_n = level.run(client)
+    seconds, ticks_after = time.monotonic() - started, machine_cpu_ticks()
     cpu, lock_after = process_cpu_s(server_pid) - cpu_before, write_lock(client, base)
     turns = max(1, report_n.turns_committed)
     report_n.server_cpu_s_per_turn = round(cpu / turns, 3)
-    report_n.write_lock_held_ms_per_turn = round(
-        (lock_after.get("held_s", 0.0) - lock_before.get("held_s", 0.0)) * 1000 / turns, 1
-    )
+    held_s = lock_after.get("held_s", 0.0) - lock_before.get("held_s", 0.0)
+    report_n.write_lock_held_ms_per_turn = round(held_s * 1000 / turns, 1)
+    report_n.write_lock_busy_share = round(held_s / max(seconds, 1e-9), 3)
+    all_ticks = max(1, ticks_after[0] - ticks_before[0])
+    report_n.machine_busy_share = round(1 - (ticks_after[1] - ticks_before[1]) / all_ticks, 3)
     report_n.write_lock_waited_ms_per_turn = round(
         (lock_after.get("waited_s", 0.0) - lock_before.get("waited_s", 0.0)) * 1000 / turns, 1
     )

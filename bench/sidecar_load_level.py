@@ -112,6 +112,16 @@ class LevelReport(BaseModel):
         description="the server process's CPU seconds (user + system, all its threads: Python, ONNX, the "
         "graph's JVM) over the level, per committed turn: a figure other jobs on the machine barely move",
     )
+    machine_busy_share: float = Field(
+        0.0,
+        description="the share of all the machine's CPU time over the level that was not idle "
+        "(/proc/stat: every process, this bench's clients and scripted LLM included)",
+    )
+    write_lock_busy_share: float = Field(
+        0.0,
+        description="the share of the level's wall time the serialised graph writes were held: "
+        "near 1 they, not the CPU, are where the commits queue",
+    )
 
 
 class LoadReport(BaseModel):
