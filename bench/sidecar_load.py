@@ -607,6 +607,14 @@ took 18.7 ms (median; its statements 12.9 ms, of which the holding thread's own 
 the graph's thread and then the holder woken again on two cores shared with everything else.
 Without the memory queries (a probe that skips them) the writes were still held 71 ms a turn
 and the statements took 37.5 ms, so it is not the queries' reads that slow them.
+Nor the scheduling of the holder's threads, in two alternating `--levels 16` pairs each:
+- the turn's thread and the graph's threads not niced and not batch threads (`--turn-nice 0
+  --graph-nice 0`), so their wake-ups preempt: the writes held 91 and 89 ms a turn against 83
+  and 81, query p95 123 and 123 ms against 98 and 103, commit p95 1,676 and 1,632 against
+  1,557 and 1,528;
+- the interpreter's switch interval at 1 ms (a sitecustomize): held 90 and 83 ms against 81
+  and 82, query p95 114 and 110 ms against 96 and 99, commit p95 1,684 and 1,564 against
+  1,529 and 1,524.
 
 What that leaves for this machine: commit p95 within 2x of one conversation's (~490 ms) means
 a commit p50 near 800 ms at 16, so ~17-18 turns/s (16 conversations, each a query and a commit
