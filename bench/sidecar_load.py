@@ -656,9 +656,10 @@ def process_cpu_s(pid: int) -> float:
 
 
 def machine_cpu_ticks() -> tuple[int, int]:
-    """(all, idle) CPU ticks of the whole machine so far, from /proc/stat's first line."""
+    """(all, idle) CPU ticks of the whole machine so far, from /proc/stat's first line: user,
+    nice, system, idle, iowait, irq, softirq, steal (guest time is counted in user already)."""
     fields = [
-        int(v) for v in Path("/proc/stat").read_text(encoding="ascii").split("\n")[0].split()[1:]
+        int(v) for v in Path("/proc/stat").read_text(encoding="ascii").split("\n")[0].split()[1:9]
     ]
     return sum(fields), fields[3] + fields[4]  # idle and iowait
 
