@@ -621,6 +621,23 @@ a commit p50 near 800 ms at 16, so ~17-18 turns/s (16 conversations, each a quer
 with no pause), and at 0.12-0.14 CPU s a turn the server alone would need 2.1-2.5 cores. Fewer
 round trips under the writes' lock would shorten the queue, but not below that bound: the goal
 needs the CPU per turn about halved on this machine.
+
+Checked the session after (the same machine), by removing the queue instead of shortening it:
+the serialised writes off (a probe) with every type in 16 buckets instead of one a core
+(`ARCADEDB_JVM_ARGS=-Darcadedb.typeDefaultBuckets=16`; 26.10.2 also merges concurrent writes
+to different slots of one page), `--levels 16 --turns 20`, against a default run just before:
+query p50 / p95 at 16 108 / 254 ms against 51 / 96, commit 1,335 / 1,674 ms (max 3,088, a
+conflict's ~1 s retry) against 1,342 / 1,546, 10.46 turns/s against 11.23, CPU 0.135 s a turn
+against 0.117, 0 errors. Without the lock the commits' statements take the CPU at once, the
+queries wait for it instead, and the commit is no faster: the bound is the CPU. Where one
+conversation's 0.11 CPU s a turn goes (/proc/<pid>/task over 120 s of the first level, the
+threads named by `py-spy dump`), a turn being a memory query and a commit: the graph's Bolt
+thread 20 ms, the two slot threads together 28 ms (two LLM calls: ~4.8 ms of the calling
+thread's CPU each through core.llm.gateway, of which the `openai` client ~3.1 and a bare httpx
+POST ~0.8, measured alone), the turn's own thread 16 ms, the memory query's thread 14 ms (it
+runs the embedding) and a thread with no Python frame 9 ms (by its share, ONNX's second worker),
+the anyio worker 9 ms, the event loop 8 ms, the JVM's other threads 8 ms. No one part holds
+half.
 """
 
 from __future__ import annotations
