@@ -55,6 +55,11 @@ def _lost_a_commit_race(exc: BaseException) -> bool:
     return isinstance(exc, GraphWriteError) and isinstance(exc.__cause__, nx.ConstraintError)
 
 
+def _rows_of(session: neo4j.Session, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every row of `query` run auto-commit in `session`."""
+    return [record.data() for record in session.run(query, params)]
+
+
 def _one_line(exc: BaseException, limit: int = 300) -> str:
     if isinstance(exc, nx.Neo4jError):
         text = f"{exc.code}: {exc.message}" if exc.code else str(exc.message or exc)
@@ -257,13 +262,13 @@ class GraphStore:
         **kwargs: P.kwargs,
     ) -> T | None:
         """`work(session, ...)`, whose statements run as auto-commit transactions: one round
-        trip each (no BEGIN, no COMMIT) and no retry. None when `work` says so or a transient
-        error met it: the caller then reads in a managed transaction (`execute_read`), which
-        retries."""
+        trip each (no BEGIN, no COMMIT) and no retry. None when `work` says so or an error the
+        driver would retry met it (transient, a lost connection, an expired session): the caller
+        then reads in a managed transaction (`execute_read`), which retries as before."""
         with self._session("read") as session:
             try:
                 return work(session, *args, **kwargs)
-            except nx.TransientError:
+            except (nx.TransientError, nx.ServiceUnavailable, nx.SessionExpired):
                 return None
 
     @contextlib.contextmanager
@@ -302,7 +307,14 @@ class GraphStore:
             raise GraphQueryError(f"graph read failed: {_one_line(exc)}") from exc
 
     def read(self, query: str, **params: Any) -> list[dict[str, Any]]:
-        """Rows of one read query (queries come from kg.cypher)."""
+        """Rows of one read query (queries come from kg.cypher). One statement needs no
+        transaction of its own: it runs auto-commit, one round trip instead of three (BEGIN,
+        the statement, COMMIT), and a sidecar's turn reads twice before its lease (the turn's
+        stored record, the lease's holder). An error the driver would retry reads it again
+        in a managed transaction, which retries."""
+        rows = self.read_in_one_round_trip(_rows_of, query, params)
+        if rows is not None:
+            return rows
         return self.execute_read(lambda tx: [r.data() for r in tx.run(query, **params)])
 
     def write(self, query: str, **params: Any) -> list[dict[str, Any]]:

@@ -5,11 +5,14 @@ reset whenever the reader's cache is not this conversation's memory any more."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
+import neo4j
 import neo4j.exceptions as nx
 import pytest
 
 from kg.dialogue import DialogueRepository, MemoryRow, anchor_token, turn_key
+from kg.dialogue import cypher as dq
 from kg.dialogue.snapshot import SNAPSHOT_ROWS, snapshot_in_one_statement
 from kg.errors import GraphQueryError
 from kg.store import GraphStore
@@ -99,15 +102,55 @@ def test_a_reader_one_turn_behind_is_answered_by_one_auto_commit_statement(
         ), after
 
 
-def test_a_transient_error_in_one_round_trip_asks_for_the_managed_read(
-    store: GraphStore,
+@pytest.mark.parametrize(
+    "error",
+    [
+        nx.TransientError("a concurrent change"),
+        nx.ServiceUnavailable("the connection was lost"),
+        nx.SessionExpired("the session expired"),
+    ],
+    ids=["transient", "service-unavailable", "session-expired"],
+)
+def test_an_error_the_driver_would_retry_in_one_round_trip_asks_for_the_managed_read(
+    store: GraphStore, error: Exception
 ) -> None:
-    def conflict(session: object) -> str:
-        raise nx.TransientError("a concurrent change")
+    def failing(session: object) -> str:
+        raise error
 
     def refused(session: object) -> str:
         raise nx.ClientError("a statement the server refuses")
 
-    assert store.read_in_one_round_trip(conflict) is None
-    with pytest.raises(GraphQueryError):  # the look-alike: not transient, so not retried
+    assert store.read_in_one_round_trip(failing) is None
+    with pytest.raises(GraphQueryError):  # the look-alike: not retried by the driver, so not here
         store.read_in_one_round_trip(refused)
+
+
+def test_a_one_statement_read_runs_without_a_managed_transaction(
+    store: GraphStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`GraphStore.read` is one auto-commit statement (one round trip, no BEGIN or COMMIT);
+    only when that meets an error the driver would retry does it read in a managed transaction."""
+    _, conversation, _ = _remember(store, 3)
+    managed: list[str] = []
+    real_execute_read = GraphStore.execute_read
+
+    def counted_execute_read(self: GraphStore, work: Any, *args: Any, **kwargs: Any) -> Any:
+        managed.append("read")
+        return real_execute_read(self, work, *args, **kwargs)
+
+    def run_failing_with(error: Exception) -> Any:
+        def failing_run(self: neo4j.Session, *args: Any, **kwargs: Any) -> Any:
+            raise error
+
+        return failing_run
+
+    monkeypatch.setattr(GraphStore, "execute_read", counted_execute_read)
+    assert store.read(dq.MEMORY_COUNT, conversation_id=conversation) == [{"n": 3, "keys": 3}]
+    assert managed == []
+    monkeypatch.setattr(neo4j.Session, "run", run_failing_with(nx.TransientError("a conflict")))
+    assert store.read(dq.MEMORY_COUNT, conversation_id=conversation) == [{"n": 3, "keys": 3}]
+    assert managed == ["read"]  # read again, in a managed transaction
+    monkeypatch.setattr(neo4j.Session, "run", run_failing_with(nx.ClientError("refused")))
+    with pytest.raises(GraphQueryError):  # the look-alike: the driver would not retry it
+        store.read(dq.MEMORY_COUNT, conversation_id=conversation)
+    assert managed == ["read"]
