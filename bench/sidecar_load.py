@@ -638,6 +638,26 @@ POST ~0.8, measured alone), the turn's own thread 16 ms, the memory query's thre
 runs the embedding) and a thread with no Python frame 9 ms (by its share, ONNX's second worker),
 the anyio worker 9 ms, the event loop 8 ms, the JVM's other threads 8 ms. No one part holds
 half.
+Counted then (a sitecustomize wrapping the driver's sends, `--levels 1 --turns 40`): each turn
+took ~26 round trips to the graph, ~6 transactions of BEGIN and COMMIT around ~14 statements. Two
+of those transactions were single-statement reads before the lease (the turn's stored record,
+the lease's holder). Adopted: `GraphStore.read` runs one statement auto-commit (one round trip;
+an error the driver would retry reads it again in a managed transaction), ~22 round trips a turn.
+`--levels 1 16 --turns 20`, alternating with the code before (A, B, B, A):
+
+| | CPU s a turn at 1 / 16 | turns/s at 16 | commit p95 at 16 | commit 16:1 | lock held ms a turn at 16 | query p95 at 16 |
+|---|---|---|---|---|---|---|
+| before | 0.123 / 0.119, 0.120 / 0.105 | 10.29, 11.97 | 1,702, 1,490 ms | 3.41x, 3.03x | 87.7, 76.0 | 110, 98 ms |
+| after | 0.116 / 0.096, 0.108 / 0.100 | 13.01, 12.61 | 1,350, 1,389 ms | 2.71x, 2.86x | 69.6, 71.6 | 98, 91 ms |
+
+Two more runs of it later, alternating with a probe: 0.118 / 0.108 and 0.114 / 0.104 CPU s a
+turn, 11.45 and 11.96 turns/s, commit 16:1 3.09x and 3.13x: the host moves as much as the first
+pair's gain. Over all six runs the CPU a turn fell ~6% at one conversation (0.122 -> 0.114 s, the
+means) and ~9% at 16 (0.112 -> 0.102), not the first pair's 19%. 0 errors, every turn read back. The
+probe, not adopted: every managed transaction's BEGIN sent with its first statement (the
+driver's private `Session._pipelined_begin`, which only its `execute_query` uses): 0.119 / 0.111
+and 0.119 / 0.100 CPU s a turn, 11.28 and 12.59 turns/s, commit 16:1 3.09x and 2.73x: no gain
+the spread shows, and not worth a private attribute.
 """
 
 from __future__ import annotations
