@@ -1,6 +1,8 @@
 """The retriever's graph read (kg.dialogue.snapshot): one statement for a reader one or two turns
 behind, the rest of the rows paged in the same transaction for a reader further behind, and a
-reset whenever the reader's cache is not this conversation's memory any more."""
+reset whenever the reader's cache is not this conversation's memory any more. And the one-round-trip
+reads it is built on (GraphStore.read_in_one_round_trip, GraphStore.read): auto-commit, read again
+in a managed transaction only on an error the driver would retry."""
 
 from __future__ import annotations
 
