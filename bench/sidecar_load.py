@@ -625,9 +625,10 @@ needs the CPU per turn about halved on this machine.
 Checked the session after (the same machine), by removing the queue instead of shortening it:
 the serialised writes off (a probe) with every type in 16 buckets instead of one a core
 (`ARCADEDB_JVM_ARGS=-Darcadedb.typeDefaultBuckets=16`; 26.10.2 also merges concurrent writes
-to different slots of one page), `--levels 16 --turns 20`, against a default run just before:
-query p50 / p95 at 16 108 / 254 ms against 51 / 96, commit 1,335 / 1,674 ms (max 3,088, a
-conflict's ~1 s retry) against 1,342 / 1,546, 10.46 turns/s against 11.23, CPU 0.135 s a turn
+to different slots of one page), `--levels 16 --turns 20`, against the level 16 of a `--levels
+1 16` run of the product just before: query p50 / p95 at 16 108 / 254 ms against 51 / 96, commit
+1,335 / 1,674 ms (max 3,088, ~1 s above the product's slowest: the cost of one conflict's driver
+retry, not confirmed as one) against 1,342 / 1,546, 10.46 turns/s against 11.23, CPU 0.135 s a turn
 against 0.117, 0 errors. Without the lock the commits' statements take the CPU at once, the
 queries wait for it instead, and the commit is no faster: the bound is the CPU. Where one
 conversation's 0.11 CPU s a turn goes (/proc/<pid>/task over 120 s of the first level, the

@@ -55,9 +55,11 @@ def _lost_a_commit_race(exc: BaseException) -> bool:
     return isinstance(exc, GraphWriteError) and isinstance(exc.__cause__, nx.ConstraintError)
 
 
-def _rows_of(session: neo4j.Session, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every row of `query` run auto-commit in `session`."""
-    return [record.data() for record in session.run(query, params)]
+def _rows_of(
+    runner: neo4j.Session | ManagedTransaction, query: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every row of `query` run in `runner` (a session: auto-commit; or a managed transaction)."""
+    return [record.data() for record in runner.run(query, params)]
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
@@ -313,9 +315,7 @@ class GraphStore:
         stored record, the lease's holder). An error the driver would retry reads it again
         in a managed transaction, which retries."""
         rows = self.read_in_one_round_trip(_rows_of, query, params)
-        if rows is not None:
-            return rows
-        return self.execute_read(lambda tx: [r.data() for r in tx.run(query, **params)])
+        return rows if rows is not None else self.execute_read(_rows_of, query, params)
 
     def write(self, query: str, **params: Any) -> list[dict[str, Any]]:
         return self.execute_write(lambda tx: [r.data() for r in tx.run(query, **params)])
