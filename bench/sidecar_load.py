@@ -660,23 +660,17 @@ driver's private `Session._pipelined_begin`, which only its `execute_query` uses
 and 0.119 / 0.100 CPU s a turn, 11.28 and 12.59 turns/s, commit 16:1 3.09x and 2.73x: no gain
 the spread shows, and not worth a private attribute.
 
-Adopted next (2026-11-28, the session after; the host faster again: 0.096-0.108 CPU s a turn
-alone): the lease claim's CREATE runs auto-commit too (GraphStore `write_in_one_round_trip`),
-one round trip under the serialised writes instead of three; a conflict or a lost connection
-claims again in a managed transaction, which finds our own lease if the first had committed.
-Counted (`--levels 16 --turns 10`, the sitecustomize above): each turn then sends ~11 round trips
-under the lock: the claim, and the commit's BEGIN, COMMIT_OPEN, the seq, the entities, ~2.7
-relation-action statements (a read and a write per action), the bio patches, the records and
-COMMIT. `--levels 1 16 --turns 20`, alternating with the code before (B, A, A, B):
-
-| | lock held ms a turn at 1 / 16 | lock waited at 16 | turns/s at 16 | commit p95 at 16 | commit 16:1 | query 16:1 | CPU s a turn at 16 |
-|---|---|---|---|---|---|---|---|
-| before | 20.4 / 61.3, 21.2 / 74.9 | 406, 581 ms | 14.71, 12.13 | 1,233, 1,413 ms | 2.58x, 2.93x | 2.28x, 2.11x | 0.085, 0.104 |
-| after | 19.3 / 52.4, 21.9 / 68.3 | 284, 471 ms | 16.28, 12.96 | 1,175, 1,411 ms | 2.46x, 2.95x | 1.68x, 2.20x | 0.076, 0.098 |
-
-The lock is held 6-9 ms less a turn at 16 in both pairs, and waited for 110-120 ms less; the
-host slowed between the pairs by more than the change moves. 0 errors, 320/320 read back in all
-four.
+Tried next and reverted (2026-11-28, the session after; the host faster again: 0.096-0.108 CPU
+s a turn alone): the lease claim's CREATE run auto-commit, one round trip under the serialised
+writes instead of three. `--levels 1 16 --turns 20`, alternating with the code before (B, A, A,
+B): the lock held 52.4 and 68.3 ms a turn at 16 against 61.3 and 74.9, waited 284 and 471 ms
+against 406 and 581, 16.28 and 12.96 turns/s against 14.71 and 12.13, commit 16:1 2.46x and
+2.95x against 2.58x and 2.93x. But the suite's kill test (tests/api/test_sidecar_crash.py) then
+found two empty KGTurn nodes in the graph of a run killed twice: after a restart the claim's
+CREATE met the killed holder's lease, failed on the key's uniqueness, and ArcadeDB 26.10's Bolt
+auto-commit kept the node the statement had created before its SET failed (a managed
+transaction rolls it back). A write that may fail part way must not run auto-commit on
+ArcadeDB; tests/kg/test_dialogue_lease.py now checks that a refused claim leaves nothing.
 """
 
 from __future__ import annotations

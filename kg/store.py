@@ -267,29 +267,7 @@ class GraphStore:
         trip each (no BEGIN, no COMMIT) and no retry. None when `work` says so or an error the
         driver would retry met it (transient, a lost connection, an expired session): the caller
         then reads in a managed transaction (`execute_read`), which retries as before."""
-        return self._in_one_round_trip("read", work, *args, **kwargs)
-
-    def write_in_one_round_trip(
-        self,
-        work: Callable[Concatenate[neo4j.Session, P], T | None],
-        *args: P.args,
-        **kwargs: P.kwargs,
-    ) -> T | None:
-        """`read_in_one_round_trip` for a write of one statement (a sidecar's lease claim, made
-        under the process's serialised writes: two round trips fewer held there). None on an
-        error the driver would retry: the caller then writes in `execute_write`, which retries.
-        After a lost connection the statement may have committed or not; the caller's managed
-        write must be correct either way (the lease claim: its own lease is found and taken)."""
-        return self._in_one_round_trip("write", work, *args, **kwargs)
-
-    def _in_one_round_trip(
-        self,
-        kind: Literal["read", "write"],
-        work: Callable[Concatenate[neo4j.Session, P], T | None],
-        *args: P.args,
-        **kwargs: P.kwargs,
-    ) -> T | None:
-        with self._session(kind) as session:
+        with self._session("read") as session:
             try:
                 return work(session, *args, **kwargs)
             except (nx.TransientError, nx.ServiceUnavailable, nx.SessionExpired):

@@ -41,6 +41,11 @@ LOCK_CREATE_READ_TURN = (
     f"CREATE (l:{_T}) SET l = $props, l.acquired_at = timestamp(), l.expires_at = timestamp() + $lease_ms "
     f"WITH count(*) AS created OPTIONAL MATCH (t:{_T} {{key: $turn}}) RETURN properties(t) AS props"
 )
+TURN_NODE_AUDIT = (
+    # Every node of the turns' label (leases included), and how many carry a key: a node without
+    # one is a write that should have been rolled back (tests/kg/test_dialogue_lease.py).
+    f"MATCH (t:{_T}) RETURN count(t) AS nodes, count(t.key) AS keyed"
+)
 LOCK_TAKE = f"MATCH (l:{_T} {{key: $key}}) SET l.owner = $owner, l.acquired_at = $now, l.expires_at = $expires_at"
 LOCK_RELEASE = (
     f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner DELETE l RETURN count(*) AS released"

@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import tenacity
-from neo4j import ManagedTransaction, Session
+from neo4j import ManagedTransaction
 
 from core.errors import GraphWriteError
 from kg.dialogue import cypher as dq
@@ -52,15 +52,13 @@ def _committed(props: dict[str, Any] | None) -> StoredTurn | None:
 
 
 def create_lock_tx(
-    tx: ManagedTransaction | Session,
+    tx: ManagedTransaction,
     key: str,
     conversation_id: str,
     owner: str,
     lease_ms: int,
     turn: str | None,
 ) -> LockClaim:
-    """Create the lease (one statement, reading the turn's committed record with it), in a
-    managed transaction or auto-commit in a session."""
     props = {"key": key, "status": LOCK_STATUS, "lock_of": conversation_id, "owner": owner}
     if turn is None:
         tx.run(dq.LOCK_CREATE, props=props, lease_ms=lease_ms).consume()
@@ -195,16 +193,11 @@ class ConversationLease:
                 return LockClaim(
                     acquired=False, owner=owner, holder=peeked[0]["owner"], expires_in_ms=expires_in
                 )
-        args = (key, conversation_id, owner, lease_ms, turn_key)
         try:
             with guard():
-                # Auto-commit: one round trip under the serialised writes instead of three. A
-                # conflict or a lost connection claims again in a managed transaction (retried);
-                # if the first had committed, that one finds our own lease and takes it.
-                created = self.store.write_in_one_round_trip(create_lock_tx, *args)
-                if created is not None:
-                    return created
-                return self.store.execute_write(create_lock_tx, *args)
+                return self.store.execute_write(
+                    create_lock_tx, key, conversation_id, owner, lease_ms, turn_key
+                )
         except GraphWriteError as exc:
             if getattr(exc.__cause__, "code", None) not in CLAIM_RACE_CODES:
                 raise
