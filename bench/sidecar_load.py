@@ -671,6 +671,22 @@ CREATE met the killed holder's lease, failed on the key's uniqueness, and Arcade
 auto-commit kept the node the statement had created before its SET failed (a managed
 transaction rolls it back). A write that may fail part way must not run auto-commit on
 ArcadeDB; tests/kg/test_dialogue_lease.py now checks that a refused claim leaves nothing.
+
+Tried then, not adopted: fewer statements in the commit transaction itself. Counted first (the
+sitecustomize above, `--levels 16 --turns 10`): a turn's commit sent BEGIN, COMMIT_OPEN, the
+seq, the entities, ~2.7 relation-action statements (a read and a write for each of ~1.4 actions),
+the bio patches (95% of turns), the records and COMMIT. The probe read every pair's active
+relations with the entities' upsert (one statement), ran the actions in memory, and sent their
+writes and the bio patches with the records: ~3.7 statements fewer a turn, all inside the one
+managed transaction (the suite's kill and rewind tests passed on it). `--levels 1 16 --turns 20`
+alternating (B, A, A, B): the lock held 19.9 / 58.9 and 19.7 / 68.0 ms a turn at 1 / 16 against
+21.3 / 68.0 and 20.3 / 67.0; commit 16:1 2.44x and 2.77x against 2.81x and 2.66x. Then six
+`--levels 16 --turns 20` runs (A, B, B, A, A, B): held 61.6, 68.1, 75.8 ms against 67.3, 69.0,
+69.7, means 68.5 against 68.7. About 1 ms a turn at one conversation and nothing the spread
+shows at 16: the statements' round trips are not where the holder's time goes here, so the
+commit keeps one statement per action, the simpler code. The test that an action sees the
+earlier ones of its turn and of the turns before (tests/tasks/dialogue/test_dialogue_sidecar.py)
+was written for the probe and kept.
 """
 
 from __future__ import annotations

@@ -19,7 +19,14 @@ import pytest
 
 from core.settings import Settings, load_settings
 from kg import vocabulary as vocab
-from kg.dialogue import BioPatchWrite, DialogueRepository, EntityWrite, LostLockError, TurnWrite
+from kg.dialogue import (
+    BioPatchWrite,
+    DialogueRepository,
+    EntityWrite,
+    LostLockError,
+    RelationActionWrite,
+    TurnWrite,
+)
 from kg.dialogue import cypher as dialogue_cypher
 from tasks.dialogue.models import TurnCommitRequest, TurnResult, TurnState
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
@@ -681,6 +688,85 @@ def test_bio_patches_of_one_turn_apply_in_order_a_repeat_building_on_the_first(
     )
     bios = {e.entity_id: (e.bio_summary, e.bio_traits) for e in repo.entities(conv)}
     assert bios == {"ann": ("A painter.", ["kind", "calm"]), "bob": ("", ["bold"])}
+
+
+def test_relation_actions_of_one_turn_build_on_each_other_and_on_the_turns_before(
+    service: DialogueService,
+) -> None:
+    """Each relation action sees every earlier one of its turn (a relation created, then moved,
+    ended, replaced) and of the turns before; an action whose end is not an entity creates
+    nothing, and one that finds nothing to end is not applied. (Guards any change to how the
+    commit runs the actions: a batched form was tried, see bench/sidecar_load.py.)"""
+    repo = DialogueRepository(service.store)
+    conv = _conv("action-order")
+    people = [
+        EntityWrite(entity_id=e, name=e.title(), kind="person") for e in ("ann", "bob", "dan")
+    ]
+
+    def act(action: str, target: str, rel_type: str, **values: Any) -> RelationActionWrite:
+        return RelationActionWrite(
+            action=action, source_id="ann", target_id=target, type=rel_type, **values
+        )
+
+    turns = {
+        "1": [
+            act("EVOLVE", "bob", "FRIEND_OF", weight_delta=0.2),  # created at 0.7
+            act("EVOLVE", "bob", "FRIEND_OF", weight_delta=0.1),  # the one just created: 0.8
+            act("EVOLVE", "dan", "KNOWS", weight_delta=0.0),  # created at 0.5
+            act("REPLACE", "dan", "LOVES", weight=0.9, from_type="KNOWS"),  # KNOWS ended
+            act("DELETE", "dan", "LOVES"),  # the LOVES just created, ended
+            act("EVOLVE", "nobody", "KNOWS"),  # no such entity: nothing created
+            act("EVOLVE", "nobody", "KNOWS"),  # and so nothing to move either
+        ],
+        "2": [
+            act("EVOLVE", "bob", "FRIEND_OF", weight_delta=-0.3),  # turn 1's, read: 0.5
+            act("REPLACE", "bob", "ENEMY_OF", weight=0.4),  # FRIEND_OF ended
+            act("DELETE", "dan", "LOVES"),  # ended in turn 1: not applied
+        ],
+    }
+    applied: dict[str, list[tuple[Any, ...]]] = {}
+    for turn_id, actions in turns.items():
+        assert repo.claim_lock(conv, "writer", lease_s=30).acquired
+        write = TurnWrite(
+            key=f"{conv}:{turn_id}",
+            conversation_id=conv,
+            turn_id=turn_id,
+            payload_hash="h",
+            text="x",
+            committed_at="2026-01-01T00:00:00Z",
+            entities=people if turn_id == "1" else [],
+            actions=actions,
+        )
+        outcome = repo.commit_turn(write, "writer", lambda seq, applied: ("{}", "{}"))
+        assert outcome.status == "committed"
+        applied[turn_id] = [
+            (a.action, a.rel_id, a.weight_before, a.weight_after, a.applied)
+            for a in outcome.applied
+        ]
+    r = f"{conv}:1#r"
+    assert applied["1"] == [
+        ("EVOLVE", f"{r}0", None, 0.7, True),
+        ("EVOLVE", f"{r}0", 0.7, 0.8, True),
+        ("EVOLVE", f"{r}2", None, 0.5, True),
+        ("REPLACE", f"{r}3", 0.5, 0.9, True),
+        ("DELETE", f"{r}3", 0.9, 0.0, True),
+        ("EVOLVE", f"{r}5", None, 0.5, True),
+        ("EVOLVE", f"{r}6", None, 0.5, True),
+    ]
+    assert applied["2"] == [
+        ("EVOLVE", f"{r}0", 0.8, 0.5, True),
+        ("REPLACE", f"{conv}:2#r1", 0.5, 0.4, True),
+        ("DELETE", None, None, None, False),
+    ]
+    rows = service.store.read(dialogue_cypher.ALL_RELATIONS, conversation_id=conv)
+    stamps = ("type", "weight", "status", "since_seq", "updated_seq", "ended_seq")
+    found = {row["props"]["rel_id"]: tuple(row["props"].get(k) for k in stamps) for row in rows}
+    assert found == {
+        f"{r}0": ("FRIEND_OF", 0.5, "ended", 1, 2, 2),
+        f"{r}2": ("KNOWS", 0.5, "ended", 1, 1, 1),
+        f"{r}3": ("LOVES", 0.9, "ended", 1, 1, 1),
+        f"{conv}:2#r1": ("ENEMY_OF", 0.4, "active", 2, 2, None),
+    }
 
 
 def test_model_routing_overrides_reach_the_model_server(
