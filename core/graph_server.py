@@ -14,6 +14,7 @@ as a process of its own that outlives its clients, for batches of many processes
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import gc
 import json
@@ -24,7 +25,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,29 @@ _JVM_INITIAL_HEAP = os.environ.get("SKALD_ARCADEDB_INITIAL_HEAP", "256m")
 #: against 974-1,010; the 2,000-turn soak 67 s against 84 s, its last 200 turns' p95 non-LLM
 #: time 107 ms against 154. A user's own tier setting in ARCADEDB_JVM_ARGS wins.
 JIT_TIER_ARGS = ("-XX:TieredStopAtLevel=1",)
+
+
+#: The variable arcadedb_embedded reads for the JVM's crash log (-XX:ErrorFile).
+JVM_ERROR_FILE_VAR = "ARCADEDB_JVM_ERROR_FILE"
+
+
+@contextlib.contextmanager
+def _jvm_error_file(log_dir: Path) -> Iterator[None]:
+    """While the JVM starts: its crash log (hs_err_pid*.log) goes to the graph's log folder.
+    arcadedb_embedded's default is ./log/, relative to wherever the user ran the command, and a
+    JVM without that folder writes into the current directory itself: a sidecar sent SIGTERM
+    while its JVM started (JPype's signal handler segfaults then) left one in the repository
+    the bench had started it from. A user's own ARCADEDB_JVM_ERROR_FILE wins. Set only for the
+    start (the JVM reads it once), so child processes do not inherit this project's folder."""
+    own = os.environ.get(JVM_ERROR_FILE_VAR)
+    os.environ[JVM_ERROR_FILE_VAR] = own or str(log_dir / "hs_err_pid%p.log")
+    try:
+        yield
+    finally:
+        if own is None:
+            os.environ.pop(JVM_ERROR_FILE_VAR, None)
+        else:
+            os.environ[JVM_ERROR_FILE_VAR] = own
 
 
 def _jit_args() -> list[str]:
@@ -282,14 +306,15 @@ class EmbeddedArcadeDB:
             from arcadedb_embedded.jvm import start_jvm
 
             try:
-                start_jvm(
-                    heap_size=_JVM_HEAP,
-                    jvm_args=[
-                        f"-Xms{_initial_heap()}",
-                        f"-Djava.util.logging.config.file={props}",
-                        *_jit_args(),
-                    ],
-                )
+                with _jvm_error_file(log_dir):
+                    start_jvm(
+                        heap_size=_JVM_HEAP,
+                        jvm_args=[
+                            f"-Xms{_initial_heap()}",
+                            f"-Djava.util.logging.config.file={props}",
+                            *_jit_args(),
+                        ],
+                    )
             except Exception as exc:  # already started in this process with another config
                 log.debug("JVM already running: %s", exc)
             detach_jvm_gc_link()

@@ -1,18 +1,27 @@
 """The embedded graph's JVM in the process that runs it: JPype's link between the JVM's
 collector and Python's is cut once the JVM starts (core.graph_server.detach_jvm_gc_link), and
 only that link; the JIT runs its first tier only unless the user's ARCADEDB_JVM_ARGS sets the
-tiers (core.graph_server.JIT_TIER_ARGS); a server's startup objects leave the collector's scans
+tiers (core.graph_server.JIT_TIER_ARGS); its crash log goes to the graph's log folder; a
+server's startup objects leave the collector's scans
 (core.heap.freeze_startup_objects)."""
 
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from core.graph_server import JIT_TIER_ARGS, _jit_args, detach_jvm_gc_link
+from core.graph_server import (
+    JIT_TIER_ARGS,
+    JVM_ERROR_FILE_VAR,
+    _jit_args,
+    _jvm_error_file,
+    detach_jvm_gc_link,
+)
 from core.heap import freeze_startup_objects
 from core.settings import Settings
 
@@ -87,3 +96,35 @@ def test_freezing_moves_the_live_objects_out_of_the_collectors_scans() -> None:
         assert not any(id(x) == id(kept[0]) for x in gc.get_objects())
     finally:
         gc.unfreeze()
+
+
+def test_the_running_embedded_graphs_jvm_writes_a_crash_log_into_the_graphs_log_folder(
+    graph_settings: Settings,
+) -> None:
+    """Not into the directory the command was run from (arcadedb_embedded's ./log/, or the
+    current directory itself when that is missing); and the variable is not left set."""
+    import jpype
+
+    arguments = [
+        str(a)
+        for a in jpype.JClass("java.lang.management.ManagementFactory")
+        .getRuntimeMXBean()
+        .getInputArguments()
+    ]
+    error_files = [a for a in arguments if a.startswith("-XX:ErrorFile=")]
+    log_dir = graph_settings.saga_dir / "graph" / "log"
+    assert error_files[-1] == f"-XX:ErrorFile={log_dir}/hs_err_pid%p.log", error_files
+    assert JVM_ERROR_FILE_VAR not in os.environ
+
+
+def test_the_users_own_crash_log_place_wins_and_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(JVM_ERROR_FILE_VAR, "/var/crash/jvm-%p.log")
+    with _jvm_error_file(tmp_path):
+        assert os.environ[JVM_ERROR_FILE_VAR] == "/var/crash/jvm-%p.log"
+    assert os.environ[JVM_ERROR_FILE_VAR] == "/var/crash/jvm-%p.log"
+    monkeypatch.delenv(JVM_ERROR_FILE_VAR)
+    with _jvm_error_file(tmp_path):
+        assert os.environ[JVM_ERROR_FILE_VAR] == f"{tmp_path}/hs_err_pid%p.log"
+    assert JVM_ERROR_FILE_VAR not in os.environ
