@@ -305,19 +305,7 @@ class EmbeddedArcadeDB:
             from arcadedb_embedded import ArcadeDBServer
             from arcadedb_embedded.jvm import start_jvm
 
-            try:
-                with _jvm_error_file(log_dir):
-                    start_jvm(
-                        heap_size=_JVM_HEAP,
-                        jvm_args=[
-                            f"-Xms{_initial_heap()}",
-                            f"-Djava.util.logging.config.file={props}",
-                            *_jit_args(),
-                        ],
-                    )
-            except Exception as exc:  # already started in this process with another config
-                log.debug("JVM already running: %s", exc)
-            detach_jvm_gc_link()
+            _start_jvm(start_jvm, log_dir, props)
             bolt_port, http_port = bolt_port or free_port(), http_port or free_port()
             server = ArcadeDBServer(
                 root_path=str(self.root / "data"),
@@ -385,6 +373,24 @@ class EmbeddedArcadeDB:
                 server.stop()
             except Exception as exc:  # stopping is best effort at interpreter exit
                 log.debug("ArcadeDB stop failed: %s", exc)
+
+
+def _start_jvm(start_jvm: Callable[..., Any], log_dir: Path, props: Path) -> None:
+    """Start the embedded graph's JVM (arcadedb_embedded's `start_jvm`, passed in: imported
+    only where the graph starts) with the project's settings, its crash log in `log_dir`."""
+    try:
+        with _jvm_error_file(log_dir):
+            start_jvm(
+                heap_size=_JVM_HEAP,
+                jvm_args=[
+                    f"-Xms{_initial_heap()}",
+                    f"-Djava.util.logging.config.file={props}",
+                    *_jit_args(),
+                ],
+            )
+    except Exception as exc:  # already started in this process with another config
+        log.debug("JVM already running: %s", exc)
+    detach_jvm_gc_link()
 
 
 def _exit_cleanly_on_sigterm() -> None:
