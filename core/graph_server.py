@@ -303,9 +303,8 @@ class EmbeddedArcadeDB:
         )
         try:
             from arcadedb_embedded import ArcadeDBServer
-            from arcadedb_embedded.jvm import start_jvm
 
-            _start_jvm(start_jvm, log_dir, props)
+            _start_jvm(log_dir, props)
             bolt_port, http_port = bolt_port or free_port(), http_port or free_port()
             server = ArcadeDBServer(
                 root_path=str(self.root / "data"),
@@ -375,9 +374,10 @@ class EmbeddedArcadeDB:
                 log.debug("ArcadeDB stop failed: %s", exc)
 
 
-def _start_jvm(start_jvm: Callable[..., Any], log_dir: Path, props: Path) -> None:
-    """Start the embedded graph's JVM (arcadedb_embedded's `start_jvm`, passed in: imported
-    only where the graph starts) with the project's settings, its crash log in `log_dir`."""
+def _start_jvm(log_dir: Path, props: Path) -> None:
+    """Start the embedded graph's JVM with the project's settings, its crash log in `log_dir`."""
+    from arcadedb_embedded.jvm import start_jvm
+
     try:
         with _jvm_error_file(log_dir):
             start_jvm(

@@ -318,7 +318,7 @@ class GraphStore:
         return rows if rows is not None else self.execute_read(_rows_of, query, params)
 
     def write(self, query: str, **params: Any) -> list[dict[str, Any]]:
-        return self.execute_write(lambda tx: [r.data() for r in tx.run(query, **params)])
+        return self.execute_write(_rows_of, query, params)
 
     def write_once(self, query: str, **params: Any) -> list[dict[str, Any]]:
         """Rows of one write query in one attempt: no driver retry (its first backoff is ~1 s).
