@@ -56,6 +56,15 @@ _JVM_INITIAL_HEAP = os.environ.get("SKALD_ARCADEDB_INITIAL_HEAP", "256m")
 JIT_TIER_ARGS = ("-XX:TieredStopAtLevel=1",)
 
 
+#: The JVM leaves SIGTERM, SIGINT and SIGHUP to Python (-Xrs). Without it the JVM takes them
+#: over at its start and JPype forwards them to Python from a JVM thread that holds no GIL
+#: (PyErr_SetInterruptEx) and interrupts the Java thread that started the JVM. While Python's
+#: SIGTERM handler was still the default that crashed the process (see `_signals_held`); in a
+#: process whose graph started in another thread, a SIGTERM failed the start
+#: (InterruptedException), did not end the process, and its exit then hung. Python's handlers
+#: close the graph (atexit), which runs the JVM's shutdown hooks as before.
+JVM_SIGNAL_ARGS = ("-Xrs",)
+
 #: The variable arcadedb_embedded reads for the JVM's crash log (-XX:ErrorFile).
 JVM_ERROR_FILE_VAR = "ARCADEDB_JVM_ERROR_FILE"
 
@@ -287,6 +296,11 @@ class EmbeddedArcadeDB:
         return path
 
     def _start(self, bolt_port: int | None = None, http_port: int | None = None) -> GraphEndpoint:
+        """Start the graph in this process; a SIGTERM or SIGINT meanwhile acts once it is up."""
+        with _signals_held():
+            return self._start_server(bolt_port, http_port)
+
+    def _start_server(self, bolt_port: int | None, http_port: int | None) -> GraphEndpoint:
         started = time.monotonic()
         password = self._credentials()
         log_dir = self.root / "log"
@@ -337,7 +351,6 @@ class EmbeddedArcadeDB:
         )
         tmp.replace(self._discovery_file)
         atexit.register(self.stop)
-        _exit_cleanly_on_sigterm()
         log.info(
             "graph: embedded ArcadeDB started in %.1fs (bolt://127.0.0.1:%s, studio http://127.0.0.1:%s, data %s)",
             time.monotonic() - started,
@@ -383,6 +396,7 @@ def _start_jvm(log_dir: Path, props: Path) -> None:
             start_jvm(
                 heap_size=_JVM_HEAP,
                 jvm_args=[
+                    *JVM_SIGNAL_ARGS,
                     f"-Xms{_initial_heap()}",
                     f"-Djava.util.logging.config.file={props}",
                     *_jit_args(),
@@ -393,12 +407,64 @@ def _start_jvm(log_dir: Path, props: Path) -> None:
     detach_jvm_gc_link()
 
 
-def _exit_cleanly_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit so atexit hooks close the database files cleanly."""
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """While the embedded graph starts in this process, SIGTERM, SIGINT and SIGHUP are held;
+    once the start is over (done or failed) the handlers are back, SIGTERM's and SIGHUP's turned
+    into SystemExit (`_exit_cleanly_on_termination`), and a signal held meanwhile is handed to
+    its handler then.
+
+    Why: a signal that cut the start short took the process down in JPype. Measured with
+    `python -m flows.dialogue serve` sent SIGTERM 4.8, 4.9 ... 7.2 s after it started (about
+    when its JVM starts on a 2-core machine): 9 of 25 runs ended in SIGSEGV (exit 134, a JVM
+    crash log), in JPype's handler thread (JPypeSignal.interruptPy -> PyObject_RichCompare) or
+    in the main thread (JPMethodDispatch::findOverload, a SystemExit raised inside JPype's own
+    start), and one in a false "could not start the embedded ArcadeDB graph"
+    (InterruptedException); with the signals held and -Xrs (JVM_SIGNAL_ARGS), 25 of 25 ended
+    with exit 143. Only the main thread may set handlers: a start from another thread runs
+    without holding."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # getsignal is None for a handler set outside Python: that one is left alone.
+    previous = {
+        sig: handler
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        if (handler := signal.getsignal(sig)) is not None
+    }
+    held: list[int] = []
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _exit_cleanly_on_termination()
+        for sig in dict.fromkeys(held):
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                handler(sig, None)
+
+
+#: The signals that end a process holding the embedded graph, each with the exit status its
+#: default action would give (128 + the signal). SIGHUP too: the JVM used to close the graph on
+#: a hangup (a closed terminal) by itself, before it left the signals to Python (-Xrs).
+_ENDING_SIGNALS = {signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(_ENDING_SIGNALS[signum])
+
+
+def _exit_cleanly_on_termination() -> None:
+    """Turn SIGTERM and SIGHUP into SystemExit so atexit hooks close the database files cleanly
+    (a signal whose handler someone set, or that is ignored, is left as it is)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(SystemExit(143)))
+    for sig in _ENDING_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _raise_exit)
 
 
 def graph_endpoint(settings: Settings) -> GraphEndpoint:
@@ -481,9 +547,9 @@ def serve_embedded(
     db = EmbeddedArcadeDB.for_dir(settings.saga_dir / "graph")
     try:
         endpoint = db.serve(bolt_port, http_port)
-        # After the JVM started (it installs handlers of its own), and also when SIGINT came
-        # in ignored (a background job of a script): Ctrl-C and SIGTERM both stop the server
-        # cleanly, its files closed.
+        # After the start (a signal during it was held until now: _signals_held), and also
+        # when SIGINT came in ignored (a background job of a script): Ctrl-C and SIGTERM both
+        # stop the server cleanly, its files closed.
         for sig in handlers:
             signal.signal(sig, lambda signum, frame: stop.set())
         env_file = db.write_env_file(endpoint)
