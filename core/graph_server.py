@@ -296,7 +296,7 @@ class EmbeddedArcadeDB:
         return path
 
     def _start(self, bolt_port: int | None = None, http_port: int | None = None) -> GraphEndpoint:
-        """Start the graph in this process; a SIGTERM or SIGINT meanwhile acts once it is up."""
+        """Start the graph in this process; a SIGTERM, SIGINT or SIGHUP meanwhile acts once it is up."""
         with _signals_held():
             return self._start_server(bolt_port, http_port)
 
