@@ -73,6 +73,28 @@ def _sub_flows(url: str, run_id: str) -> dict[str, str]:
     return {r["name"]: (r["state"] or {}).get("type", "NONE") for r in runs if r["id"] != run_id}
 
 
+def _running_sub_flow_beating(url: str, run_id: str) -> bool:
+    """Whether a sub-flow of `run_id` is Running and the server recorded a heartbeat of it."""
+    runs: list[dict[str, Any]] = api(url, "/flow_runs/filter", {})
+    running = [
+        r["id"] for r in runs if r["id"] != run_id and (r["state"] or {}).get("type") == "RUNNING"
+    ]
+    if not running:
+        return False
+    beats = api(
+        url,
+        "/events/filter",
+        {
+            "filter": {
+                "event": {"name": ["prefect.flow-run.heartbeat"]},
+                "resource": {"id": [f"prefect.flow-run.{i}" for i in running]},
+            },
+            "limit": 1,
+        },
+    )
+    return bool(beats["events"])
+
+
 def test_a_killed_novel_run_is_marked_crashed_and_a_live_one_is_not(
     graph_settings: Settings, tmp_path: Path, procs: list[LoggedProcess]
 ) -> None:
@@ -133,10 +155,21 @@ def test_a_killed_novel_run_is_marked_crashed_and_a_live_one_is_not(
         assert _state(url, run_id)[0] == "RUNNING", worker.output()[-3000:]
         assert not (project / "chapters" / "chapter_002.md").exists()
 
-        # Its machine goes down: the worker and the flow run's process (a session of its own,
-        # started by the worker) die at once, with no word to Prefect.
+        # Its machine goes down while one of its sub-flows runs: the model holds the run's
+        # next request, so a sub-flow (the initialization or a chapter: the book's parent flow
+        # asks the model nothing between them) is surely running at the kill, and the server
+        # has its first heartbeat (the automation watches a run from its first heartbeat on).
+        # Killed at a set time instead, the run once died between two sub-flows, none running.
+        llm.hold()
+        _wait_for(
+            lambda: llm.held > 0 and _running_sub_flow_beating(url, run_id),
+            "a sub-flow waiting on the model, its heartbeat recorded",
+        )
+        # The worker and the flow run's process (a session of its own, started by the worker)
+        # die at once, with no word to Prefect.
         kill(descendants(worker.proc.pid))
         worker.kill()
+        llm.release()
         asked = llm.request_count
         _wait_for(lambda: _state(url, run_id)[0] == "CRASHED", "the killed run marked Crashed")
         assert "no heartbeat" in _state(url, run_id)[1]

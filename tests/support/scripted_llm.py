@@ -174,6 +174,12 @@ class ScriptedLLM:
         self._rendezvous_met = False
         self._in_flight = 0
         self._in_flight_changed = threading.Condition()
+        # A gate a test closes (`hold`) to keep every request it receives waiting until
+        # `release`, e.g. to kill a client at a moment it surely waits on the model; `held`
+        # counts the requests waiting there.
+        self._gate = threading.Event()
+        self._gate.set()
+        self.held = 0
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> ScriptedLLM:
@@ -199,6 +205,7 @@ class ScriptedLLM:
             pass
 
     def stop(self) -> None:
+        self._gate.set()  # no request is left held
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
@@ -292,6 +299,14 @@ class ScriptedLLM:
             self.rendezvous, self.max_in_flight, self._rendezvous_met = 0, 0, False
 
     # ----------------------------------------------------------------- handling
+    def hold(self) -> None:
+        """From now on every request waits (counted, before its answer) until `release`."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        """Let the held requests, and the ones after them, be answered."""
+        self._gate.set()
+
     @contextlib.contextmanager
     def in_flight(self) -> Iterator[None]:
         """One POST being answered (the handler threads wrap each in this)."""
@@ -340,6 +355,12 @@ class ScriptedLLM:
                     fault = rule.fault if _applies(rule.fault, request) else None
             if fault is not None:
                 self.faults_injected[fault] += 1
+        if not self._gate.is_set():
+            with self._lock:
+                self.held += 1
+            self._gate.wait()
+            with self._lock:
+                self.held -= 1
         if self.latency_s > 0:
             time.sleep(self.latency_s)
 
