@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from core.graph_server import _signals_held
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO_ROOT
 
 # The child: the graph's start with a signal sent to the process right after its JVM started
 # (the moment that crashed in JPype's native code before the signals were held).
@@ -26,6 +25,11 @@ SIGNAL_INSIDE_THE_START = """
 import os, signal, sys, threading
 from pathlib import Path
 import core.graph_server as graph_server
+
+# The dispositions of a command started from a terminal, whatever this test's runner left
+# ignored (nohup ignores SIGHUP; an ignored signal is inherited and stays ignored).
+for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_DFL)
 
 start_jvm = graph_server._start_jvm
 def start_jvm_then_signal(*args, **kwargs):
