@@ -74,8 +74,8 @@ def _jvm_error_file(log_dir: Path) -> Iterator[None]:
     """While the JVM starts: its crash log (hs_err_pid*.log) goes to the graph's log folder.
     arcadedb_embedded's default is ./log/, relative to wherever the user ran the command, and a
     JVM without that folder writes into the current directory itself: a sidecar sent SIGTERM
-    while its JVM started (JPype's signal handler segfaults then) left one in the repository
-    the bench had started it from. A user's own ARCADEDB_JVM_ERROR_FILE wins. Set only for the
+    while its JVM started (JPype's signal handler segfaulted then, before `_signals_held`)
+    left one in the repository the bench had started it from. A user's own ARCADEDB_JVM_ERROR_FILE wins. Set only for the
     start (the JVM reads it once), so child processes do not inherit this project's folder."""
     own = os.environ.get(JVM_ERROR_FILE_VAR)
     os.environ[JVM_ERROR_FILE_VAR] = own or str(log_dir / "hs_err_pid%p.log")
