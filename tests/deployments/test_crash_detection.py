@@ -156,14 +156,24 @@ def test_a_killed_novel_run_is_marked_crashed_and_a_live_one_is_not(
         assert not (project / "chapters" / "chapter_002.md").exists()
 
         # Its machine goes down while one of its sub-flows runs: the model holds the run's
-        # next request, so a sub-flow (the initialization or a chapter: the book's parent flow
-        # asks the model nothing between them) is surely running at the kill, and the server
-        # has its first heartbeat (the automation watches a run from its first heartbeat on).
-        # Killed at a set time instead, the run once died between two sub-flows, none running.
+        # requests, and the test kills it once a request waits while a sub-flow runs (the
+        # initialization or a chapter; a request of the parent flow between them, e.g. a
+        # chapter's outline, is let through) and the server has that sub-flow's first heartbeat
+        # (the automation watches a run from its first heartbeat on). Killed at a set time
+        # instead, the run once died between two sub-flows, none running.
         llm.hold()
+
+        def sub_flow_waits_on_the_model() -> bool:
+            if llm.held == 0:
+                return False
+            if _running_sub_flow_beating(url, run_id):
+                return True
+            llm.release()  # the parent flow's request: let the held ones go, hold the next
+            llm.hold()
+            return False
+
         _wait_for(
-            lambda: llm.held > 0 and _running_sub_flow_beating(url, run_id),
-            "a sub-flow waiting on the model, its heartbeat recorded",
+            sub_flow_waits_on_the_model, "a sub-flow waiting on the model, its heartbeat recorded"
         )
         # The worker and the flow run's process (a session of its own, started by the worker)
         # die at once, with no word to Prefect.
