@@ -708,6 +708,12 @@ within 2x; it rose with the server's CPU a turn at 16 (0.034 -> 0.045 s) from ru
 same code. On the host half as fast per core (above) neither ratio held in any run: what decides
 them is a turn's CPU against the two cores, as the Little's-law bound above says, and the query's
 2x is still not reached in every run.
+
+Tried then, not adopted: a turn's response (its result dumped and rendered as JSON) built on the
+turn-write thread instead of the event loop, which every memory query passes through. Alternating
+`--levels 16` runs (B, A, A, B, B, A): query p95 at 16 30, 34 and 31 ms against 29, 34 and 36
+(in the server 23, 26, 25 against 22, 25, 28); commit p95 626, 637, 632 against 635, 659, 712 ms.
+Within the spread.
 """
 
 from __future__ import annotations
