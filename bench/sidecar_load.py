@@ -714,6 +714,12 @@ turn-write thread instead of the event loop, which every memory query passes thr
 `--levels 16` runs (B, A, A, B, B, A): query p95 at 16 30, 34 and 31 ms against 29, 34 and 36
 (in the server 23, 26, 25 against 22, 25, 28); commit p95 626, 637, 632 against 635, 659, 712 ms.
 Within the spread.
+And the bench's own clients as the cause of the query's tail at 16 (its sixteen client threads share
+one interpreter; a chat front end's users do not): each conversation's client in a process of its
+own (a probe; `multiprocessing`, spawned), alternating `--levels 16` runs (P, A, A, P, P, A): query
+p95 at 16 38, 35 and 33 ms with processes against 33, 30 and 31 with threads (in the server 30, 26,
+24 against 25, 23, 24), the machine 67-71% busy against 63-64%. The threads are not what the query
+waits for; the bench keeps them.
 """
 
 from __future__ import annotations
