@@ -689,7 +689,7 @@ earlier ones of its turn and of the turns before (tests/tasks/dialogue/test_dial
 was written for the probe and kept.
 
 On a faster host again (2026-11-29: 10 million additions in a Python loop 0.48 s against 1.74 s
-on the host above; load average under 1.2 before each run), main 60d65ca, no code changed, the
+on the host above; load average 0.0-1.7 before each run), main 60d65ca, no code changed, the
 default command six times back to back (the last three right after this suite's CI had run):
 
 | run | query p95 at 1 / 4 / 16 | query 16:1 (95% interval) | commit p95 at 1 / 4 / 16 | commit 16:1 (95% interval) | turns/s at 16 | CPU s/turn at 1 / 16 | lock held / waited ms a turn at 16 | busy at 16: machine, lock |
@@ -720,7 +720,7 @@ own (a probe; `multiprocessing`, spawned), alternating `--levels 16` runs (P, A,
 p95 at 16 38, 35 and 33 ms with processes against 33, 30 and 31 with threads (in the server 30, 26,
 24 against 25, 23, 24), the machine 67-71% busy against 63-64%. The threads are not what the query
 waits for; the bench keeps them.
-Nor did onnxruntime's dynamic block sizing of parallel loops (`session.dynamic_block_base` 4, so a
+Nor did onnxruntime's dynamic block sizing of parallel loops help (`session.dynamic_block_base` 4, so a
 query's loop is not held back by a worker thread that another thread has off the CPU; its vectors
 were bit-identical to the shipped session's on 300 turns, one by one and batched, and it costs the
 same alone, 5.2 ms a text): alternating `--levels 16` runs (D, A, A, D, D, A), query p95 at 16 33,
