@@ -264,6 +264,7 @@ async def health(
         "rolled_back_turns": service.rolled_back_count,
         "conversation_locks": service.conversation_lock_count(),
         "graph_write_lock": service.write_lock_totals(),
+        "yielded_to_queries": service.yielded_to_queries(),
     }
     status = 200
     if deep:

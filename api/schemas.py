@@ -37,6 +37,11 @@ class HealthReport(BaseModel):
         description="the serialised graph writes since start (on ArcadeDB): acquired, "
         "waited_s, held_s; the held seconds per turn bound the turns per second",
     )
+    yielded_to_queries: dict[str, float] = Field(
+        default_factory=dict,
+        description="turns' background steps that found a memory query in flight and waited for "
+        "it since start: yields, waited_s, timed_out (gave up after --yield-to-queries-ms)",
+    )
     llm: str | None = Field(None, description="deep=true: the LLM endpoint that answered")
     llm_error: str | None = Field(
         None, description="deep=true: why the LLM endpoint did not answer"

@@ -31,6 +31,7 @@ from api.statuses import (
     turn_status,
 )
 from core.errors import Err
+from core.priority import QUERIES
 from tasks.dialogue.models import (
     MemoryQueryRequest,
     MemoryQueryResult,
@@ -146,9 +147,12 @@ async def rewind_conversation(request: Request, service: Service) -> JSONRespons
     "would get (the same retrieval and injector), nothing written",
 )
 async def query_memory(request: Request, service: Service) -> JSONResponse:
-    body = await read_body(request)
-    if isinstance(body, Err):
-        result = MemoryQueryResult.invalid(body.reason, kind=body.kind)
-    else:
-        result = await run_in_threadpool(service.memory_query, body.value)
-    return answer(result, memory_status(result), result.retryable)
+    # In flight from its body to its answer, hand-overs included: the turns' background steps
+    # wait for it meanwhile (core.priority).
+    with QUERIES.serving():
+        body = await read_body(request)
+        if isinstance(body, Err):
+            result = MemoryQueryResult.invalid(body.reason, kind=body.kind)
+        else:
+            result = await run_in_threadpool(service.memory_query, body.value)
+        return answer(result, memory_status(result), result.retryable)

@@ -725,6 +725,25 @@ query's loop is not held back by a worker thread that another thread has off the
 were bit-identical to the shipped session's on 300 turns, one by one and batched, and it costs the
 same alone, 5.2 ms a text): alternating `--levels 16` runs (D, A, A, D, D, A), query p95 at 16 33,
 32 and 35 ms with it against 34, 30 and 35 without.
+
+Adopted then (2026-11-29, the same day): background work yields to the memory queries in flight
+at its step boundaries (core.priority `QUERIES`; `serve --yield-to-queries-ms`, default 30). OS
+priority decides who runs when both are runnable, but a commit's next burst of CPU still starts
+while a query runs, and on two cores it takes a core the query's embedding would have used. Now
+a turn's retrieval, each of its slots, the processing of each LLM answer (an httpx response
+hook on the openai client) and its commit transaction (before the write lock, so nobody waits
+behind the wait) first wait while a query is in flight, at most 30 ms each; a query is in
+flight from the HTTP edge (its body read) to its answer, and its own work never waits. Health
+reports the waits (`yielded_to_queries`) and the bench prints them per turn. Alternating
+`--levels 16` runs:
+- a probe counted the query from the service's call only (gate on, off, off, on, on, off): query
+  p95 at 16 31, 27, 28 ms against 33, 31, 31 (in the server 22, 21, 21 against 25, 24, 24);
+  commit p95 673, 640, 642 against 651, 595, 615 ms;
+- counted from the HTTP edge instead (the body read and the thread hand-overs too): 27, 27, 26
+  ms against 29, 28, 30;
+- a bound of 60 ms instead of 30: 26, 27, 26 against 24, 26, 27 ms; the shorter bound stays.
+One `--levels 16` run of the product: query p50 / p95 at 16 14 / 26 ms, commit p95 595 ms, the
+steps waited 18.6 ms a turn (31 gave up after 30 ms), 0 errors, 640/640 read back.
 """
 
 from __future__ import annotations
@@ -768,9 +787,13 @@ def machine_cpu_ticks() -> tuple[int, int]:
     return sum(fields), fields[3] + fields[4]  # idle and iowait
 
 
-def write_lock(client: httpx.Client, base: str) -> dict[str, float]:
-    """The server's serialised-write totals (GET health)."""
-    totals: dict[str, float] = client.get(f"{base}{API}/health").json().get("graph_write_lock", {})
+def server_totals(client: httpx.Client, base: str) -> dict[str, float]:
+    """The server's serialised-write totals and its background steps' waits for queries (GET
+    health), as one map: held_s, waited_s, ... and yield_<name>."""
+    health = client.get(f"{base}{API}/health").json()
+    totals: dict[str, float] = dict(health.get("graph_write_lock", {}))
+    for name, value in health.get("yielded_to_queries", {}).items():
+        totals[f"yield_{name}"] = value
     return totals
 
 
@@ -806,7 +829,8 @@ def print_report(report: LoadReport) -> None:
         )
     print(
         f"  {'N':>3} | {'query in server p50 / p95':>26} | {'commit non-LLM p50 / p95':>27} | "
-        "CPU s | lock held / waited ms | busy: machine, lock | mean ms in each commit state (per turn)"
+        "CPU s | lock held / waited ms | busy: machine, lock | yielded ms (gave up) "
+        "| mean ms in each commit state (per turn)"
     )
     for lv in report.levels:
         q, c = lv.query_service_ms, lv.commit_non_llm_ms
@@ -815,7 +839,8 @@ def print_report(report: LoadReport) -> None:
             f"  {lv.conversations:>3} | {q.p50:>16.0f} / {q.p95:>6.0f} | {c.p50:>17.0f} / {c.p95:>7.0f} | "
             f"{lv.server_cpu_s_per_turn:>5.3f} | {lv.write_lock_held_ms_per_turn:>7.1f} / "
             f"{lv.write_lock_waited_ms_per_turn:>6.0f} | {lv.machine_busy_share:>7.0%}, "
-            f"{lv.write_lock_busy_share:>4.0%} | {states}"
+            f"{lv.write_lock_busy_share:>4.0%} | {lv.yielded_ms_per_turn:>6.1f} ({lv.yields_timed_out}) "
+            f"| {states}"
         )
     for name, ratio in report.ratios.items():
         print(
@@ -871,11 +896,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _measured_level(client: httpx.Client, base: str, server_pid: int, level: Level) -> LevelReport:
     """`level` run, with the server's CPU and its serialised writes per committed turn."""
-    cpu_before, lock_before = process_cpu_s(server_pid), write_lock(client, base)
+    cpu_before, lock_before = process_cpu_s(server_pid), server_totals(client, base)
     ticks_before, started = machine_cpu_ticks(), time.monotonic()
     report_n = level.run(client)
     seconds, ticks_after = time.monotonic() - started, machine_cpu_ticks()
-    cpu, lock_after = process_cpu_s(server_pid) - cpu_before, write_lock(client, base)
+    cpu, lock_after = process_cpu_s(server_pid) - cpu_before, server_totals(client, base)
     turns = max(1, report_n.turns_committed)
     report_n.server_cpu_s_per_turn = round(cpu / turns, 3)
     held_s = lock_after.get("held_s", 0.0) - lock_before.get("held_s", 0.0)
@@ -885,6 +910,11 @@ def _measured_level(client: httpx.Client, base: str, server_pid: int, level: Lev
     report_n.machine_busy_share = round(1 - (ticks_after[1] - ticks_before[1]) / all_ticks, 3)
     report_n.write_lock_waited_ms_per_turn = round(
         (lock_after.get("waited_s", 0.0) - lock_before.get("waited_s", 0.0)) * 1000 / turns, 1
+    )
+    yielded_s = lock_after.get("yield_waited_s", 0.0) - lock_before.get("yield_waited_s", 0.0)
+    report_n.yielded_ms_per_turn = round(yielded_s * 1000 / turns, 1)
+    report_n.yields_timed_out = int(
+        lock_after.get("yield_timed_out", 0) - lock_before.get("yield_timed_out", 0)
     )
     return report_n
 

@@ -117,6 +117,14 @@ class LevelReport(BaseModel):
         description="the share of all the machine's CPU time over the level that was not idle "
         "(/proc/stat: every process, this bench's clients and scripted LLM included)",
     )
+    yielded_ms_per_turn: float = Field(
+        0.0,
+        description="how long the turns' background steps waited for memory queries in flight "
+        "(health's yielded_to_queries), per committed turn",
+    )
+    yields_timed_out: int = Field(
+        0, description="background steps that gave up waiting after --yield-to-queries-ms"
+    )
     write_lock_busy_share: float = Field(
         0.0,
         description="the share of the level's wall time the serialised graph writes were held: "

@@ -340,6 +340,14 @@ def _serve_parser(serve: argparse.ArgumentParser) -> None:
             help=f"how much nicer (OS priority) {threads} are than the memory queries "
             f"(default {default}; 0: the same{note})",
         )
+    serve.add_argument(
+        "--yield-to-queries-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="longest a turn's background step waits for the memory queries in flight before it "
+        f"starts (default {SidecarOptions.model_fields['yield_to_queries_ms'].default:g}; 0: no waiting)",
+    )
 
 
 def _commit_parser(commit: argparse.ArgumentParser) -> None:
@@ -421,9 +429,9 @@ def _options(args: argparse.Namespace) -> SidecarOptions:
         values["allow_request_db"] = True
     if getattr(args, "max_call_records", None) is not None:
         values["max_call_records"] = args.max_call_records
-    for niced in ("background_nice", "turn_nice", "graph_nice"):
-        if getattr(args, niced, None) is not None:
-            values[niced] = getattr(args, niced)
+    for knob in ("background_nice", "turn_nice", "graph_nice", "yield_to_queries_ms"):
+        if getattr(args, knob, None) is not None:
+            values[knob] = getattr(args, knob)
     return SidecarOptions(**values)
 
 

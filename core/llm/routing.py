@@ -12,12 +12,17 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from openai import AsyncOpenAI, OpenAI
+from openai import AsyncOpenAI, DefaultHttpxClient, OpenAI
 
 from core.errors import LLMFatalError
+from core.priority import QUERIES
 from core.settings import Settings
 
 NO_API_KEY = "not-needed"  # local servers ignore the key, but the openai client wants one
+
+
+def _yield_to_queries(_response: object) -> None:
+    QUERIES.yield_to_queries()
 
 
 class Endpoint:
@@ -45,6 +50,13 @@ class Endpoint:
                         api_key=self._api_key,
                         max_retries=0,
                         timeout=self._timeout,
+                        # openai's own defaults, plus: an answer's processing (the CPU burst
+                        # after the wait) starts once the memory queries in flight are
+                        # answered (core.priority). Not on the async clients: it blocks.
+                        http_client=DefaultHttpxClient(
+                            timeout=self._timeout,
+                            event_hooks={"response": [_yield_to_queries]},
+                        ),
                     )
                 client = self._sync
         return client

@@ -52,7 +52,7 @@ from core.embedder import interactive
 from core.errors import Err, Ok, Result, SkaldError, classify
 from core.heap import HeapTrimmer
 from core.llm import LLMGateway
-from core.priority import BackgroundPool
+from core.priority import QUERIES, BackgroundPool
 from core.settings import Settings
 from kg.dialogue import (
     DialogueRepository,
@@ -146,6 +146,8 @@ class DialogueService:
         self._turn_pool = BackgroundPool(
             self.options.turn_workers, "dialogue-turn", self.options.turn_nice
         )
+        # ... and each of a turn's steps waits (bounded) for the queries in flight to be answered.
+        QUERIES.max_wait_s = self.options.yield_to_queries_ms / 1000.0
         self.outcomes = Outcomes(settings.saga_dir, lambda: self._gateway)
 
     @property
@@ -200,6 +202,10 @@ class DialogueService:
     def write_lock_totals(self) -> dict[str, float]:
         """The serialised graph writes so far (TimedLock.totals; all 0 where writes are not serialised)."""
         return self.graphs.write_lock.totals()
+
+    def yielded_to_queries(self) -> dict[str, float]:
+        """What the turns' background steps waited for memory queries so far (core.priority)."""
+        return QUERIES.totals()
 
     def write_guard(self) -> AbstractContextManager[Any]:
         """The write serialisation this process uses for the default graph (see SidecarOptions)."""
@@ -345,7 +351,7 @@ class DialogueService:
         trace = TraceRecorder(None, "commit")
         try:
             # A person waits for this one: the embedder serves it before background callers.
-            with interactive():
+            with interactive(), QUERIES.serving():
                 opened = self.graphs.open(request.config.db)
                 if isinstance(opened, Err):
                     return MemoryQueryResult.invalid(opened.reason, kind=opened.kind)

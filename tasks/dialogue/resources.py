@@ -96,6 +96,15 @@ class SidecarOptions(BaseModel):
         "their slots run `background_nice` below the queries whatever this is, unless this is more. Small: the turn's "
         "thread takes the serialised graph writes, and a niced holder keeps the other commits waiting (0: same priority)",
     )
+    yield_to_queries_ms: float = Field(
+        30.0,
+        ge=0,
+        le=1000,
+        description="how long each background step of a turn (its retrieval, each slot, each LLM answer's "
+        "processing, the commit) waits at most for the memory queries in flight to be answered before it "
+        "starts, so they get the cores first (core.priority); bounds what sustained queries delay a commit "
+        "by (0: no waiting)",
+    )
     turn_workers: int = Field(
         40,
         ge=1,

@@ -17,6 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, TypeVar
 
 from core.errors import DeadlineError
+from core.priority import QUERIES
 from tasks.dialogue.parts import TurnState
 from tasks.dialogue.routing import Route
 from tasks.dialogue.trace import TraceRecorder
@@ -72,6 +73,7 @@ class SlotScheduler:
         route = self.routes[slot]
 
         def traced() -> T:
+            QUERIES.yield_to_queries()  # a memory query in flight gets the cores first
             with self.trace.slot(route):
                 return self.run_slot(slot, work)  # type: ignore[no-any-return]
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from core.errors import SkaldError
 from core.llm import LLMGateway
+from core.priority import QUERIES
 from kg.dialogue import AppliedAction, CommitOutcome, DialogueRepository, TurnWrite
 from kg.store import GraphStore
 from prompts.dialogue.models import TurnExtraction
@@ -107,6 +108,9 @@ class TurnRun:
     def run(self) -> tuple[TurnResult, bool]:
         """(result, whether the lease is still held): the commit transaction releases it."""
         try:
+            # Each CPU step of a turn starts only once the memory queries in flight are answered
+            # (bounded: core.priority); the slots yield the same way (tasks.dialogue.slots).
+            QUERIES.yield_to_queries()
             retrieval = self.retrieve()
             packet = self.inject(retrieval)
             acted = self.act(packet)
@@ -117,6 +121,7 @@ class TurnRun:
             if base.gate is not None and not base.gate.passed:
                 return self.blocked(base, acted, retrieval, commit_embedding), True
             self.slots.check_deadline(TurnState.COMMITTING)
+            QUERIES.yield_to_queries()  # before the write lock: nobody waits behind this wait
             outcome = self.commit(base, acted, plan, chronicle, retrieval, commit_embedding)
         except Exception as exc:  # a bug must not leave a lease behind or kill the server
             return self.ctx.outcomes.failed(self.request.ids(), self.trace, exc), True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from api import (
 )
 from core.cli import run_main
 from core.llm import LLMGateway
+from core.priority import QUERIES
 from core.settings import Settings, load_settings
 from flows.dialogue import main
 from kg.dialogue import DialogueRepository
@@ -799,6 +801,42 @@ def test_the_service_answers_bad_rewind_ids_without_raising(settings: Settings) 
         assert svc.rewind(" ", "1").code == "INVALID_REQUEST"
     finally:
         svc.close()
+
+
+def test_a_turn_waits_for_a_memory_query_in_flight_and_a_query_never_waits_for_another(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A query a person waits for is in flight (held open here): a commit's first step waits for
+    # it, and goes on once it is answered. Another memory query meanwhile does not wait: its
+    # embedding's HTTP answer (the scripted endpoint here) is its own work. Bounds of 60 s that
+    # no passing run comes near: no timing margin.
+    monkeypatch.setattr(QUERIES, "max_wait_s", 60.0)
+    conv = _conv()
+    assert client.post(COMMIT_PATH, json=_turn(conv, 1, LINES[0])).json()["committed"]
+    before = client.get(HEALTH_PATH).json()["yielded_to_queries"]
+    events: list[str] = []
+    done: list[dict[str, Any]] = []
+
+    def commit() -> None:
+        done.append(client.post(COMMIT_PATH, json=_turn(conv, 2, LINES[1])).json())
+        events.append("committed")
+
+    with QUERIES.serving():
+        query = {"conversation_id": conv, "messages": [_msg("Caroline", "Any news?", 3)]}
+        answer = client.post(MEMORY_QUERY_PATH, json=query)
+        assert answer.status_code == 200 and answer.json()["stored_turns"] == 1
+        assert client.get(HEALTH_PATH).json()["yielded_to_queries"] == before
+        writer = threading.Thread(target=commit, daemon=True)
+        writer.start()
+        deadline = time.monotonic() + 60
+        while QUERIES.waiting == 0 and time.monotonic() < deadline and writer.is_alive():
+            time.sleep(0.005)
+        assert QUERIES.waiting >= 1 and not done, "the turn did not wait for the query"
+        events.append("query answered")
+    writer.join(60)
+    assert events == ["query answered", "committed"] and done[0]["committed"]
+    after = client.get(HEALTH_PATH).json()["yielded_to_queries"]
+    assert after["yields"] >= before["yields"] + 1 and after["timed_out"] == before["timed_out"]
 
 
 def test_a_turns_write_and_slots_run_below_the_memory_querys_priority_and_health_counts_serialised_writes(
