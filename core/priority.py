@@ -43,8 +43,11 @@ and a background step about to start (a turn's retrieval, each slot, the process
 LLM answer, the commit transaction) first waits while any query is in flight, at most
 `max_wait_s` (default 30 ms; `SidecarOptions.yield_to_queries_ms`), so sustained queries
 delay a commit by a bounded amount and never starve it. A thread that serves a query never
-waits for itself. Measured in bench/sidecar_load.py: query p95 at 16 conversations 27, 27,
-26 ms against 33, 31, 31 without, commit p95 within its spread.
+waits for itself. Measured in bench/sidecar_load.py, on the same host: query p95 at 16
+conversations 31, 27, 28 ms against 33, 31, 31 without (alternating runs, the query counted from
+the service's call; from the HTTP edge 27, 27, 26 against 29, 28, 30), and over six default
+runs its 16:1 ratio 1.48-1.95x (median 1.63x) against 1.74-2.07x (median 1.92x) before; the
+commit's ratio stays within its spread.
 """
 
 from __future__ import annotations
