@@ -147,6 +147,8 @@ class DialogueService:
             self.options.turn_workers, "dialogue-turn", self.options.turn_nice
         )
         # ... and each of a turn's steps waits (bounded) for the queries in flight to be answered.
+        # One setting per process (the queries in flight are the process's): the last service made
+        # sets it; `serve` makes one.
         QUERIES.max_wait_s = self.options.yield_to_queries_ms / 1000.0
         self.outcomes = Outcomes(settings.saga_dir, lambda: self._gateway)
 

@@ -121,7 +121,7 @@ class TurnRun:
             if base.gate is not None and not base.gate.passed:
                 return self.blocked(base, acted, retrieval, commit_embedding), True
             self.slots.check_deadline(TurnState.COMMITTING)
-            QUERIES.yield_to_queries()  # before the write lock: nobody waits behind this wait
+            QUERIES.yield_to_queries()  # before the serialised writes: no other commit waits on it
             outcome = self.commit(base, acted, plan, chronicle, retrieval, commit_embedding)
         except Exception as exc:  # a bug must not leave a lease behind or kill the server
             return self.ctx.outcomes.failed(self.request.ids(), self.trace, exc), True
