@@ -41,7 +41,8 @@ runs made back to back, never with a quiet machine):
   (core.embedder `encode_recent`), so the commit's retrieval does not embed again (the
   commits' ONNX samples went from 446 to 0 in 25 s of profile, the commit's RETRIEVING
   state at 16 from 1,170 to 101 ms); and the memory query's embedding takes the ONNX
-  session before background callers that wait (`interactive()`), so it never queues behind
+  session before background callers that wait (`interactive()`, now core.priority's
+  `QUERIES.serving()`), so it never queues behind
   a commit's or an ingest's batch.
 - Tried and dropped: bounding the commits' non-LLM steps to 2 at a time, each yielding up
   to 0.1 s to queries in flight. At 16 it doubled commit p95 (4,251 -> 9,254 ms) and cut

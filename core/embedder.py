@@ -13,14 +13,13 @@ by their exact list of texts (a chat front end's query and commit embed the same
 keyed by the whole call, a hit returns the bytes the same call computes. The LRU is
 cachetools' (not thread-safe: used under a lock). Why: docs/decisions/embedding-model.md.
 
-Queries first: one ONNX session runs one batch at a time, and a caller inside `interactive()`
-(the memory query a person waits for) takes the session before the callers already waiting
+Queries first: one ONNX session runs one batch at a time, and a caller that serves a memory
+query (inside core.priority's `QUERIES.serving()`: a person waits for it) takes the session before the callers already waiting
 that are not (a commit's embedding, ingest). It waits at most for the batch running.
 """
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import importlib.util
 import threading
@@ -31,6 +30,8 @@ from pathlib import Path
 
 import cachetools
 import numpy as np
+
+from core.priority import serving_query
 
 MODEL_NAME = "all-MiniLM-L6-v2-int8"
 DIMENSIONS = 384
@@ -45,22 +46,6 @@ BATCH_SIZE = 16
 RECENT_CALLS = 256
 #: Calls with more texts than this (bulk ingest) are never remembered: they do not repeat.
 RECENT_MAX_TEXTS = 4
-
-
-_INTERACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "skald_embed_interactive", default=False
-)
-
-
-@contextmanager
-def interactive() -> Iterator[None]:
-    """Embeddings asked for in this context (this thread, or a task it spawns with a copy of it)
-    are for a person waiting: they take the model before background callers."""
-    token = _INTERACTIVE.set(True)
-    try:
-        yield
-    finally:
-        _INTERACTIVE.reset(token)
 
 
 class QueriesFirstLock:
@@ -181,7 +166,7 @@ class LocalEmbedder:
                 ids[row, : lengths[i]] = encoded[i].ids
                 mask[row, : lengths[i]] = 1
             with self._session_lock.hold(
-                _INTERACTIVE.get()
+                serving_query()
             ):  # one session, many threads: one batch at a time
                 hidden = self._session.run(
                     None,

@@ -145,6 +145,12 @@ _SERVING: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 
 
+def serving_query() -> bool:
+    """Whether this context serves a memory query a person waits for: inside
+    `QUERIES.serving()`, or in a thread handed a copy of such a context (the query's embedding)."""
+    return _SERVING.get()
+
+
 class QueriesInFlight:
     """The memory queries in flight, and the background steps that yield to them (see the
     module docstring). Thread-safe; one per process (`QUERIES`)."""
@@ -176,7 +182,7 @@ class QueriesInFlight:
     def yield_to_queries(self) -> float:
         """Wait while a query is in flight, at most `max_wait_s`; the seconds waited. At once
         when none is, when waiting is off (0) or when the caller serves a query itself."""
-        if not self._in_flight or self.max_wait_s <= 0 or _SERVING.get():
+        if not self._in_flight or self.max_wait_s <= 0 or serving_query():
             return 0.0
         started = time.perf_counter()
         with self._cond:

@@ -48,7 +48,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar
 
-from core.embedder import interactive
 from core.errors import Err, Ok, Result, SkaldError, classify
 from core.heap import HeapTrimmer
 from core.llm import LLMGateway
@@ -352,8 +351,9 @@ class DialogueService:
         started = time.perf_counter()
         trace = TraceRecorder(None, "commit")
         try:
-            # A person waits for this one: the embedder serves it before background callers.
-            with interactive(), QUERIES.serving():
+            # A person waits for this one: the embedder serves it before background callers, and
+            # the turns' background steps wait for it (core.priority).
+            with QUERIES.serving():
                 opened = self.graphs.open(request.config.db)
                 if isinstance(opened, Err):
                     return MemoryQueryResult.invalid(opened.reason, kind=opened.kind)
@@ -417,7 +417,7 @@ class DialogueService:
         self, index: TurnMemoryIndex, request: MemoryQueryRequest, purpose: str
     ) -> QueryVectors | None:
         """`start_query_vectors` for a memory query, on the memory-query pool (the copied context
-        carries `interactive()` to the pool's thread)."""
+        carries `QUERIES.serving()` to the pool's thread)."""
         return start_query_vectors(
             index,
             request.messages,

@@ -1,5 +1,5 @@
 """The embedded model serves memory queries first (core.embedder QueriesFirstLock,
-`interactive()`), and its recent calls (encode_recent) answer the bytes the model computes.
+`QUERIES.serving()`), and its recent calls (encode_recent) answer the bytes the model computes.
 
 No timing: a waiting thread is seen through the lock's own gauge, and every wait that a
 failure would turn into a hang has a generous failsafe deadline.
@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.embedder import RECENT_MAX_TEXTS, QueriesFirstLock, interactive, local_embedder
+from core.embedder import RECENT_MAX_TEXTS, QueriesFirstLock, local_embedder
+from core.priority import QUERIES, serving_query
 from core.settings import Settings, load_settings
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.models import MemoryQueryResult
@@ -87,13 +88,11 @@ def test_background_waiters_run_in_turn_when_no_query_waits() -> None:
     assert sorted(order) == ["commit-0", "commit-1"]
 
 
-def test_interactive_marks_only_its_own_context() -> None:
-    from core.embedder import _INTERACTIVE
-
-    assert not _INTERACTIVE.get()
-    with interactive():
-        assert _INTERACTIVE.get()
-    assert not _INTERACTIVE.get()
+def test_serving_a_query_marks_only_its_own_context() -> None:
+    assert not serving_query()
+    with QUERIES.serving():
+        assert serving_query()
+    assert not serving_query()
 
 
 def test_recent_calls_answer_the_models_own_bytes() -> None:
