@@ -388,9 +388,19 @@ class EmbeddedArcadeDB:
 
 
 def _start_jvm(log_dir: Path, props: Path) -> None:
-    """Start the embedded graph's JVM with the project's settings, its crash log in `log_dir`."""
+    """Start the embedded graph's JVM with the project's settings, its crash log in `log_dir`.
+
+    Started from a thread other than the main one (a task's worker thread that becomes the
+    graph's owner when the process serving it exited mid-run), that thread is detached from
+    the JVM at once: the JVM adopts the thread that starts it as its own non-daemon "main"
+    thread, which never ends in Java's eyes once the Python thread has, so the JVM's shutdown
+    at interpreter exit waited for it forever (measured: a regression shard whose graph owner
+    exited wrote its report and then hung in JPype's `_JTerminate`). Its next call into Java
+    attaches it again, as JPype attaches every other thread: as a daemon."""
+    import jpype
     from arcadedb_embedded.jvm import start_jvm
 
+    started_here = not jpype.isJVMStarted()
     try:
         with _jvm_error_file(log_dir):
             start_jvm(
@@ -404,6 +414,8 @@ def _start_jvm(log_dir: Path, props: Path) -> None:
             )
     except Exception as exc:  # already started in this process with another config
         log.debug("JVM already running: %s", exc)
+    if started_here and threading.current_thread() is not threading.main_thread():
+        jpype.java.lang.Thread.detach()
     detach_jvm_gc_link()
 
 

@@ -30,8 +30,9 @@ A run is resumable: each dialogue's turns are journaled as they end
 start) goes on where a killed run stopped, without sending a finished turn again. A graph
 failure (its serving process exited, say) is not counted as a rolled-back turn: the
 dialogue's task fails with it, and Prefect retries the task (`GRAPH_RETRIES`), which
-reconnects and resumes from the journal. A failed gate ends the flow run Failed (after the
-report is written).
+reconnects (serving an embedded graph itself when its owner is gone) and resumes from the
+journal; an ingest's retry skips the turns already stored. A failed gate ends the flow run
+Failed (after the report is written).
 
 A big batch spreads over workers with `--shard I/N` (each replays every N-th dialogue;
 give them one `--run-id` and they write side by side under `<run_id>/shard-I-of-N/`), most

@@ -51,7 +51,9 @@ def _graph_failed(task: Any, task_run: TaskRun, state: State) -> bool:
     return isinstance(state.result(raise_on_failure=False), GraphUnavailableError)
 
 
-#: The options of the tasks that talk to the graph turn by turn (replay, recall probe).
+#: The options of the tasks that talk to the graph turn by turn (replay, ingest, recall probes):
+#: each is safe to run again (a replay resumes from its journal, an ingest skips the turns
+#: already stored, a probe only reads).
 _RETRIED_ON_GRAPH_FAILURE: dict[str, Any] = {
     "cache_policy": NO_CACHE,
     "persist_result": False,
@@ -145,8 +147,7 @@ def recall_probe_task(
 @task(
     name="ingest-dialogue",
     task_run_name="ingest-{conversation_id}",
-    cache_policy=NO_CACHE,
-    persist_result=False,
+    **_RETRIED_ON_GRAPH_FAILURE,
 )
 def ingest_dialogue_task(
     run_id: str, spec: DialogueSpec, conversation_id: str, extract: bool
@@ -166,8 +167,7 @@ def ingest_dialogue_task(
 @task(
     name="whole-dialogue-recall",
     task_run_name="recall-{conversation_id}",
-    cache_policy=NO_CACHE,
-    persist_result=False,
+    **_RETRIED_ON_GRAPH_FAILURE,
 )
 def whole_dialogue_probe_task(
     run_id: str,

@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 from core.cli import run_main
+from core.graph_server import EmbeddedArcadeDB
 from core.settings import Settings, load_settings
 from flows.regression import main as regression_main
 from kg.dialogue import DialogueRepository
@@ -26,10 +27,16 @@ from tasks.dialogue.replay import load_dialogue
 from tasks.dialogue.retriever import row_texts
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath, prefect_api_env
 from tests.support.cli import graph_vars
+from tests.support.logged_process import START_DEADLINE_S, LoggedProcess
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.served_graph import Served, embedded_graph_env
 
 DIALOGUE = DIALOGUES_DIR / "locomo-30.turns.jsonl"
 TURNS = 369
+#: Enough turns for more than one write batch of the ingest.
+OWNER_GONE_TURNS = 80
+#: A bound on a finished run's exit, for a loaded machine: the exit used to hang for ever.
+EXIT_BOUND_S = 600
 
 
 @pytest.fixture()
@@ -212,3 +219,86 @@ def test_regression_ingest_mode_reports_recall_per_category_and_gates_on_it(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["whole-dialogue-recall"]))
         )
     assert any(a.type == "table" and "lenient" in (a.description or "") for a in artifacts)
+
+
+def test_an_ingest_shard_whose_graph_owner_exits_takes_the_graph_over_and_exits(
+    scripted: ScriptedLLM, tmp_path: Path, prefect_api: str
+) -> None:
+    # The shard of a batch on the embedded default: another process (here `kg serve`, in a
+    # batch the first shard) serves the project's graph, and exits while this shard's
+    # dialogue is between its embedding and its first write. The task fails with the one
+    # line naming the lost owner, Prefect retries it, the retry serves the graph from this
+    # process (started from the task's worker thread) and skips nothing, and the process
+    # then exits: it used to hang at exit in the JVM's shutdown, waiting for that thread.
+    project = tmp_path / "project"
+    project.mkdir()
+    owner = Served(project, tmp_path / "owner.log")
+    try:
+        owner.wait_ready()
+        scripted.hold()  # every embedding request waits until the owner is gone
+        shard = LoggedProcess(
+            [
+                sys.executable,
+                "-m",
+                "flows.regression",
+                "--project-dir",
+                str(project),
+                "--dialogues",
+                str(DIALOGUE),
+                "--mode",
+                "ingest",
+                "--turns",
+                str(OWNER_GONE_TURNS),
+                "--conversation-prefix",
+                "",
+                "--min-recall",
+                "0",
+                "--run-id",
+                "owner-gone",
+            ],
+            tmp_path / "shard.log",
+            {
+                **embedded_graph_env(),
+                "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
+                **prefect_api_env(),
+            },
+        )
+        deadline = time.monotonic() + START_DEADLINE_S
+        while scripted.held == 0:
+            assert shard.proc.poll() is None, shard.output()[-3000:]
+            assert time.monotonic() < deadline, shard.output()[-3000:]
+            time.sleep(0.1)
+        served_uri = EmbeddedArcadeDB.for_dir(project / ".saga" / "graph").endpoint().uri
+        assert served_uri in shard.output()  # the shard is the served graph's client
+        assert owner.stop(signal.SIGTERM) == 0
+    finally:
+        scripted.release()
+        if owner.proc.poll() is None:
+            owner.proc.kill()
+    try:
+        returncode = shard.proc.wait(timeout=EXIT_BOUND_S)
+    finally:
+        if shard.proc.poll() is None:
+            shard.proc.kill()
+    output = shard.output()
+    assert returncode == 0, output[-3000:]
+    assert f"process {owner.proc.pid}, which exited mid-run" in output
+    ingested = pl.read_parquet(
+        project / ".saga" / "regression" / "owner-gone" / "ingest.parquet"
+    ).to_dicts()
+    assert [(r["turns"], r["added"] + r["already"]) for r in ingested] == [
+        (OWNER_GONE_TURNS, OWNER_GONE_TURNS)
+    ]
+
+    # Every turn is in the graph once, in order (read through a new owner).
+    again = Served(project, tmp_path / "owner-again.log")
+    try:
+        again.wait_ready()
+        with GraphStore(EmbeddedArcadeDB.for_dir(project / ".saga" / "graph").endpoint()) as store:
+            repo = DialogueRepository(store)
+            assert repo.memory_count("locomo-30") == (OWNER_GONE_TURNS, OWNER_GONE_TURNS)
+            head, _, rows = repo.memory_since("locomo-30")
+            assert head == OWNER_GONE_TURNS
+            assert [r.turn_id for r in rows] == [str(i) for i in range(1, OWNER_GONE_TURNS + 1)]
+    finally:
+        assert again.stop(signal.SIGTERM) == 0

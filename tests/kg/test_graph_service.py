@@ -20,27 +20,9 @@ import pytest
 from core.errors import GraphOwnerGoneError
 from core.graph_server import EmbeddedArcadeDB, GraphEndpoint, owner_exited, owner_gone
 from kg.store import GraphStore
-from tests.conftest import REPO_ROOT, child_pythonpath
-from tests.support.logged_process import START_DEADLINE_S, LoggedProcess
-
-
-def _env() -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("NEO4J_")
-    }  # the embedded graph, always
-    env["PYTHONPATH"] = child_pythonpath()
-    return env
-
-
-class Served(LoggedProcess):
-    """One `python -m kg serve` process, its output in a log file."""
-
-    def __init__(self, project: Path, log: Path, *extra: str) -> None:
-        cmd = [sys.executable, "-m", "kg", "serve", "--project-dir", str(project), *extra]
-        super().__init__(cmd, log, _env())
-
-    def wait_ready(self) -> str:
-        return self.wait_for("NEO4J_URI=")
+from tests.conftest import REPO_ROOT
+from tests.support.logged_process import START_DEADLINE_S
+from tests.support.served_graph import Served, embedded_graph_env
 
 
 @pytest.fixture
@@ -72,7 +54,7 @@ def test_a_served_graph_outlives_clients_and_a_client_names_a_lost_owner_then_re
     second = subprocess.run(
         [sys.executable, "-m", "kg", "serve", "--project-dir", str(project)],
         cwd=REPO_ROOT,
-        env=_env(),
+        env=embedded_graph_env(),
         capture_output=True,
         text=True,
         timeout=START_DEADLINE_S,
@@ -117,7 +99,7 @@ def test_serve_refuses_bad_ports_and_a_configured_neo4j(tmp_path: Path) -> None:
     bad = subprocess.run(
         [sys.executable, "-m", "kg", "serve", "--project-dir", str(tmp_path), "--bolt-port", "0"],
         cwd=REPO_ROOT,
-        env=_env(),
+        env=embedded_graph_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -126,7 +108,7 @@ def test_serve_refuses_bad_ports_and_a_configured_neo4j(tmp_path: Path) -> None:
     neo4j = subprocess.run(
         [sys.executable, "-m", "kg", "serve", "--project-dir", str(tmp_path)],
         cwd=REPO_ROOT,
-        env={**_env(), "NEO4J_URI": "bolt://127.0.0.1:1"},
+        env={**embedded_graph_env(), "NEO4J_URI": "bolt://127.0.0.1:1"},
         capture_output=True,
         text=True,
         timeout=120,
