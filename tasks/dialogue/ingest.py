@@ -11,8 +11,11 @@ exactly once.
 With extraction (`extract=True`) each turn runs the sidecar's full turn pipeline (the LLM
 slots, the commit gate, the graph facts) in order, which remembers the turn as well; turns
 the pipeline could not finish (an LLM outage, say) are remembered without facts afterwards,
-so memory still holds every turn. Conversations run concurrently, at most `concurrency` at
-a time; the turns of one conversation stay in order.
+so memory still holds every turn. A turn the graph failed under (its serving process exited,
+say) is not such a turn: the ingest fails with GraphUnavailableError, and the same ingest
+again (Prefect's retry in `flows.regression`) commits it with its facts, the turns before it
+being idempotent hits. Conversations run concurrently, at most `concurrency` at a time; the
+turns of one conversation stay in order.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 from pydantic import BaseModel, Field
 
+from core.errors import GraphUnavailableError
 from kg.dialogue import DialogueRepository, MemoryRow, turn_key
-from tasks.dialogue.models import ChatMessage, TurnCommitRequest
+from tasks.dialogue.models import ChatMessage, TurnCommitRequest, TurnState
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow, turn_requests
 from tasks.dialogue.retriever import memory_row, row_texts
@@ -169,6 +173,14 @@ def _extract_conversation(
     requests: list[TurnCommitRequest] = turn_requests(spec, conversation_id)
     for request in requests:
         result = service.commit(request)
+        if result.state == TurnState.ROLLED_BACK and result.error_kind == "graph":
+            # As in a replay (tasks.dialogue.replay): the graph failed, not the turn. Failing
+            # here lets the caller's retry commit this turn again (the turns before it are
+            # idempotent hits with their stored outcomes) instead of remembering it without
+            # its facts.
+            raise GraphUnavailableError(
+                f"dialogue {spec.dialogue_id} turn {request.turn}: the graph failed, not the turn: {result.reason}"
+            )
         label = (
             result.state.value
             if result.code != "ROLLED_BACK"
