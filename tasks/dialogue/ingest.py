@@ -13,8 +13,9 @@ slots, the commit gate, the graph facts) in order, which remembers the turn as w
 the pipeline could not finish (an LLM outage, say) are remembered without facts afterwards,
 so memory still holds every turn. A turn the graph failed under (its serving process exited,
 say) is not such a turn: the ingest fails with GraphUnavailableError, and the same ingest
-again (Prefect's retry in `flows.regression`) commits it with its facts, the turns before it
-being idempotent hits. Conversations run concurrently, at most `concurrency` at a time; the
+again (Prefect's retry in `flows.regression`) commits it with its facts; the turns committed
+before it are idempotent hits, and one rolled back before it (the graph keeps nothing of such a
+turn) runs again. Conversations run concurrently, at most `concurrency` at a time; the
 turns of one conversation stay in order.
 """
 
@@ -175,9 +176,8 @@ def _extract_conversation(
         result = service.commit(request)
         if result.state == TurnState.ROLLED_BACK and result.error_kind == "graph":
             # As in a replay (tasks.dialogue.replay): the graph failed, not the turn. Failing
-            # here lets the caller's retry commit this turn again (the turns before it are
-            # idempotent hits with their stored outcomes) instead of remembering it without
-            # its facts.
+            # here lets the caller's retry commit this turn again (see the module docstring)
+            # instead of remembering it without its facts.
             raise GraphUnavailableError(
                 f"dialogue {spec.dialogue_id} turn {request.turn}: the graph failed, not the turn: {result.reason}"
             )
