@@ -33,7 +33,7 @@ from tests.support.served_graph import Served, embedded_graph_env
 
 DIALOGUE = DIALOGUES_DIR / "locomo-30.turns.jsonl"
 TURNS = 369
-#: Enough turns for more than one write batch of the ingest.
+#: A short ingest (one write batch): the test is about the lost owner, not throughput.
 OWNER_GONE_TURNS = 80
 #: A bound on a finished run's exit, for a loaded machine: the exit used to hang for ever.
 EXIT_BOUND_S = 600
