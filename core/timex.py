@@ -15,12 +15,16 @@ Forms resolved (the anchor is the session's date `d`):
 | yesterday, last night, the day before (end of clause); the day before yesterday | d-1; d-2 |
 | tomorrow; the day after tomorrow | d+1; d+2 |
 | N days ago, a couple of / a few / several days ago, the other day | d-N; a range of days |
+| N weeks back, a fortnight ago, a month or so ago, a week or two ago | as "ago" (a fortnight: two weeks) |
+| on Friday, over / on / at the weekend (no last/next) | the last one, or the coming one when the clause speaks of the future |
+| last / this / next Christmas (Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one |
 | last / this past / next / this Friday (and Fri, Tues, Thurs, Wed) | that weekday's date |
 | last / this / next week, N weeks ago, the week before last, the week before (end of clause) | that Monday-Sunday week |
 | last / this past / this / next weekend, N weekends ago, the weekend before last | that Saturday-Sunday |
 | last / this / next month, N months ago, the month before last | that calendar month |
 | last / this / next year, N years ago, a few years ago | that calendar year (or years) |
 | last / this / next summer (spring, fall, autumn, winter) | that season (northern, by months) |
+| the summer of 2021, fall 2022 | that season of that year |
 | in May, last May, next May, early June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after) |
 | in 2022, since 2019, back in 2020 | that year |
 
@@ -33,7 +37,9 @@ Look-alikes left alone: a duration that does not run up to the time said ("a wee
 "a course for 3 years", "I had a fever for 3 days", "I have to leave for two weeks"), a relative phrase
 anchored on an event ("the week before the wedding", "the day I was born"), a noun after
 last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a capital
-letter there, or a preposition or a day or year beside it).
+letter there, or a preposition or a day or year beside it), a habit ("on Fridays", "on
+weekends"), "back" as a place ("a few days back home"), a holiday as a kind of thing ("a
+Christmas tree", "my Halloween costume": a holiday needs last/next or a preposition).
 
 Why our own grammar (python-dateutil parses the session times and does the calendar
 arithmetic, `relativedelta`): the maintained parsers of free text (dateparser, parsedatetime,
@@ -50,6 +56,7 @@ from functools import lru_cache
 from typing import Any
 
 from dateutil import parser as date_parser
+from dateutil.easter import easter
 from dateutil.relativedelta import relativedelta
 
 _MONTHS = (
@@ -108,19 +115,48 @@ _VAGUE = {
     "a couple of": (2, 3),
     "a couple": (2, 3),
     "couple of": (2, 3),
+    "couple": (2, 3),
     "a few": (2, 4),
     "few": (2, 4),
     "several": (3, 6),
 }
 #: Meteorological seasons (northern hemisphere): first month, months long.
 _SEASONS = {"spring": 3, "summer": 6, "fall": 9, "autumn": 9, "winter": 12}
+#: Holidays on a fixed day: (month, day).
+_FIXED_HOLIDAYS = {
+    "christmas eve": (12, 24),
+    "christmas day": (12, 25),
+    "christmas": (12, 25),
+    "new year's eve": (12, 31),
+    "new year's day": (1, 1),
+    "new year's": (1, 1),
+    "halloween": (10, 31),
+    "valentine's day": (2, 14),
+    "valentine's": (2, 14),
+    "independence day": (7, 4),
+    "the fourth of july": (7, 4),
+    "fourth of july": (7, 4),
+    "the 4th of july": (7, 4),
+    "4th of july": (7, 4),
+}
+_HOLIDAY_RE = (
+    r"christmas(?:\s+(?:eve|day))?|new\s+year['\u2019]?s(?:\s+(?:eve|day))?|thanksgiving|easter"
+    r"|halloween|valentine['\u2019]?s(?:\s+day)?|independence\s+day|(?:the\s+)?(?:fourth|4th)\s+of\s+july"
+)
+#: A clause about what is still to come: its "on Friday" or "over the weekend" is the coming
+#: one; otherwise the last one (a chat mostly tells what happened).
+_FUTURE = re.compile(
+    r"\b(?:will|won't|shall|going\s+to|gonna|plan(?:s|ned|ning)?\s+to|hop(?:e|es|ing)\s+to"
+    r"|want(?:s)?\s+to|wanna|can't\s+wait|looking\s+forward|about\s+to)\b|['\u2019]ll\b",
+    re.IGNORECASE,
+)
 
 _MONTH_RE = "|".join(
     sorted([*_MONTHS, *(k for k in _MONTH_NUMBER if k not in _MONTHS)], key=len, reverse=True)
 )
 _WEEKDAY_RE = "|".join(sorted(_WEEKDAYS, key=len, reverse=True))
 _COUNT_RE = r"\d{1,2}|" + "|".join(sorted([*_NUMBERS, *_VAGUE], key=len, reverse=True))
-_UNIT_RE = r"days?|weeks?|weekends?|months?|years?"
+_UNIT_RE = r"days?|weeks?|weekends?|fortnights?|months?|years?"
 #: "the week before" is relative to the session only where the clause ends; "the week
 #: before the wedding" is relative to an event we cannot date.
 _CLAUSE_END = r"(?=\s*(?:[,.;:!?)\]\u2014-]|$|\s*\b(?:and|but|so|too|though|already)\b))"
@@ -142,7 +178,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ("today", r"\b(?:today|tonight|this\s+(?:morning|afternoon|evening))\b"),
         ("tomorrow", r"\btomorrow\b"),
         ("other_day", r"\bthe\s+other\s+day\b"),
-        ("ago", rf"\b({_COUNT_RE})\s+({_UNIT_RE})\s+ago\b"),
+        (
+            "ago",
+            rf"\b({_COUNT_RE})\s+({_UNIT_RE})(?:\s+or\s+(so|two|three|four))?\s+"
+            r"(?:ago\b|back\b(?!\s+(?:home|in|at|to|there|here|on|with|from|into|then|up|down)\b))",
+        ),
         (
             "duration",
             rf"\bfor\s+(?:the\s+(?:past|last)\s+)?({_COUNT_RE})\s+({_UNIT_RE})(?:\s+now)?\b(?!\s+ago)",
@@ -150,6 +190,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
         ("before", rf"\bthe\s+(day|week|weekend|month)\s+before\b{_CLAUSE_END}"),
         ("weekday", rf"\b(last|this\s+past|past|next|this\s+coming|this)\s+({_WEEKDAY_RE})\b\.?"),
+        ("on_weekday", rf"\bon\s+({_WEEKDAY_RE})\b\.?"),
+        ("the_weekend", r"\b(?:over|on|at|during)\s+the\s+weekend\b"),
+        (
+            "holiday",
+            rf"\b(?:(last|this\s+past|past|next|this\s+coming|this|on|at|over|for|since|during|around|until|till|by|after|before)\s+)?({_HOLIDAY_RE})\b",
+        ),
         (
             "unit",
             r"\b(last|this\s+past|past|next|this\s+coming|this|earlier\s+this)\s+(week|weekend|month|year)\b",
@@ -158,6 +204,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             "season",
             r"\b(last|this\s+past|past|next|this\s+coming|this)\s+(spring|summer|fall|autumn|winter)\b",
         ),
+        ("season_year", rf"\b(spring|summer|fall|autumn|winter)\s+(?:of\s+)?{_YEAR}\b"),
         ("day_month", rf"\b{_DAY}\s+(?:of\s+)?({_MONTH_RE})\b\.?(?:,?\s+{_YEAR}\b)?"),
         ("month_day", rf"\b({_MONTH_RE})\.?\s+{_DAY}\b(?!\s*(?:%|am\b|pm\b|:))(?:,?\s+{_YEAR}\b)?"),
         (
@@ -283,6 +330,86 @@ def _count(word: str) -> tuple[int, int]:
     return _NUMBERS[word], _NUMBERS[word]
 
 
+def _count_units(count: str, unit: str, or_more: str | None = None) -> tuple[int, int, str]:
+    """(fewest, most, unit) of "3 weeks", "a couple of days", "a week or two" ("or so": the
+    count itself), "a fortnight" (two weeks)."""
+    low, high = _count(count)
+    if or_more and or_more.lower() != "so":
+        high = max(high, _NUMBERS[or_more.lower()])
+    unit = unit.lower().rstrip("s")
+    if unit == "fortnight":
+        return low * 2, high * 2, "week"
+    return low, high, unit
+
+
+def _weekday(relation: str, weekday: int, anchor: date) -> date:
+    """The date of "last / this past / next / this / this coming Friday" said on `anchor`."""
+    if relation in ("last", "this past", "past"):
+        return anchor - timedelta(days=(anchor.weekday() - weekday) % 7 or 7)
+    if relation == "next":
+        return anchor + timedelta(days=(weekday - anchor.weekday()) % 7 or 7)
+    day = _week_of(anchor) + timedelta(days=weekday)  # this / this coming: of the anchor's week
+    if relation == "this coming" and day <= anchor:
+        day += timedelta(weeks=1)
+    return day
+
+
+def _speaks_of_future(m: re.Match[str]) -> bool:
+    """The sentence around a match tells what is to come ("I'll see her on Friday")."""
+    text = m.string
+    start = max(text.rfind(c, 0, m.start()) for c in ".!?;") + 1
+    after = m.end() - m.group(0).endswith(".")  # "on Friday." keeps its full stop
+    ends = [i for i in (text.find(c, after) for c in ".!?;") if i >= 0]
+    return bool(_FUTURE.search(text[start : min(ends, default=len(text))]))
+
+
+def _holiday(name: str, year: int) -> date:
+    name = " ".join(name.lower().replace("\u2019", "'").split())
+    if name == "thanksgiving":  # the United States': the fourth Thursday of November
+        first = date(year, 11, 1)
+        return first + timedelta(days=(3 - first.weekday()) % 7 + 21)
+    if name == "easter":
+        return easter(year)
+    month, day = _FIXED_HOLIDAYS[
+        name.replace("new years", "new year's").replace("valentines", "valentine's")
+    ]
+    return date(year, month, day)
+
+
+def _resolve_last_or_coming(
+    kind: str, m: re.Match[str], anchor: date
+) -> tuple[date, date, str] | None:
+    """A weekday, the weekend or a holiday said without last/next ("on Friday", "over the
+    weekend", "for Christmas"): the coming one in a clause about the future, else the last
+    one. A holiday with last/this/next is that one."""
+    g = m.groups()
+    future = _speaks_of_future(m)
+    if kind == "on_weekday":
+        day = _weekday("next" if future else "last", _WEEKDAYS[g[0].lower()], anchor)
+        return day, day, "day"
+    if kind == "the_weekend":
+        if future:
+            return _unit_span("weekend", anchor, 0)
+        if anchor.weekday() == 6:  # said on a Sunday: the weekend now ending
+            return anchor - timedelta(days=1), anchor, "weekend"
+        return _unit_span("weekend", anchor, -1)
+    relation = " ".join((g[0] or "").lower().split())
+    if not relation:
+        return None  # "a Christmas tree": a holiday as a kind of thing
+    days = [_holiday(g[1], year) for year in range(anchor.year - 1, anchor.year + 2)]
+    if relation in ("last", "this past", "past"):
+        day = max(d for d in days if d < anchor)
+    elif relation in ("next", "this coming"):
+        day = min(d for d in days if d > anchor)
+    elif relation == "this":
+        day = days[1]
+    elif future:
+        day = min(d for d in days if d >= anchor)
+    else:
+        day = max(d for d in days if d <= anchor)
+    return day, day, "day"
+
+
 def _weekend(saturday: date) -> tuple[date, date]:
     return saturday, saturday + timedelta(days=1)
 
@@ -382,8 +509,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
     if kind == "other_day":
         return anchor - timedelta(days=7), anchor - timedelta(days=1), "days"
     if kind == "ago":
-        low, high = _count(g[0])
-        unit = g[1].lower().rstrip("s")
+        low, high, unit = _count_units(g[0], g[1], g[2])
         first, _, grain = _unit_span(unit, anchor, -high)
         _, last, _ = _unit_span(unit, anchor, -low)
         if unit == "day" and low == high:
@@ -396,8 +522,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         clause = re.split(r"[.!?;]|\b(?:but|and then)\b", m.string[: m.start()])[-1]
         if not _PERFECT.search(clause):
             return None
-        low, high = _count(g[0])
-        unit = g[1].lower().rstrip("s")
+        low, high, unit = _count_units(g[0], g[1])
         first, _, _ = _unit_span(unit, anchor, -high)
         _, last, _ = _unit_span(unit, anchor, -low)
         return first, last, "since"
@@ -406,15 +531,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
     if kind == "before":
         return _unit_span(g[0], anchor, -1)
     if kind == "weekday":
-        relation, weekday = " ".join(g[0].lower().split()), _WEEKDAYS[g[1].lower()]
-        if relation in ("last", "this past", "past"):
-            day = anchor - timedelta(days=(anchor.weekday() - weekday) % 7 or 7)
-        elif relation == "next":
-            day = anchor + timedelta(days=(weekday - anchor.weekday()) % 7 or 7)
-        else:  # this / this coming: that weekday of the anchor's week
-            day = _week_of(anchor) + timedelta(days=weekday)
-            if relation == "this coming" and day <= anchor:
-                day += timedelta(weeks=1)
+        day = _weekday(" ".join(g[0].lower().split()), _WEEKDAYS[g[1].lower()], anchor)
         return day, day, "day"
     if kind == "unit":
         relation, unit = " ".join(g[0].lower().split()), g[1].lower()
@@ -434,6 +551,8 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         relation = " ".join(g[0].lower().split())
         first, last = _season_span(g[1], anchor, "this" if relation == "this coming" else relation)
         return first, last, "season"
+    if kind in ("on_weekday", "the_weekend", "holiday"):
+        return _resolve_last_or_coming(kind, m, anchor)
     if kind in _CALENDAR_KINDS:
         return _resolve_calendar(kind, g, anchor)
     return None
@@ -441,7 +560,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
 
 #: The kinds of match that name a calendar date, month or year (not relative to the anchor,
 #: but for the year a bare month or day falls in).
-_CALENDAR_KINDS = ("day_month", "month_day", "month", "year")
+_CALENDAR_KINDS = ("season_year", "day_month", "month_day", "month", "year")
 
 
 def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date, date, str] | None:
@@ -488,6 +607,9 @@ def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date
     if kind == "year":
         year = int(g[0])
         return date(year, 1, 1), date(year, 12, 31), "year"
+    if kind == "season_year":
+        first = date(int(g[1]), _SEASONS[g[0].lower()], 1)
+        return first, first + relativedelta(months=3, days=-1), "season"
     return None
 
 
@@ -521,7 +643,7 @@ def _longest_first(
     return sorted(found, key=lambda f: (-(f[1] - f[0]), f[0]))
 
 
-_ABSOLUTE = ("day_month", "month_day", "month", "year")
+_ABSOLUTE = ("season_year", "day_month", "month_day", "month", "year")
 _WHEN_QUESTION = re.compile(
     r"^\s*(?:when\b|what\s+(?:date|day|time|year|month|week|weekend)\b|which\s+(?:date|day|year|month|week|weekend)\b"
     r"|in\s+what\s+(?:year|month)\b|how\s+long\b|for\s+how\s+long\b|on\s+what\s+(?:date|day)\b)",

@@ -38,6 +38,18 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("Last summer we saw the meteor shower.", "2022-06-01", "2022-08-31"),
         ("I'll be back next Tuesday.", "2023-05-09", "2023-05-09"),
         ("The show is on 3 June 2023.", "2023-06-03", "2023-06-03"),
+        ("I moved in two weeks back.", "2023-04-24", "2023-04-30"),
+        ("We adopted her a fortnight ago.", "2023-04-24", "2023-04-30"),
+        ("I quit a month or so ago.", "2023-04-01", "2023-04-30"),
+        ("The race was a week or two ago.", "2023-04-24", "2023-05-07"),
+        ("I started couple weeks ago.", "2023-04-17", "2023-04-30"),
+        ("I won my fourth tournament on Friday!", "2023-05-05", "2023-05-05"),
+        ("I went hiking over the weekend.", "2023-05-06", "2023-05-07"),
+        ("We went to the beach in the summer of 2021.", "2021-06-01", "2021-08-31"),
+        ("Last Christmas we baked cookies.", "2022-12-25", "2022-12-25"),
+        ("I got this bike for Christmas.", "2022-12-25", "2022-12-25"),
+        ("We hosted everyone at Thanksgiving.", "2022-11-24", "2022-11-24"),
+        ("We hid eggs at Easter.", "2023-04-09", "2023-04-09"),
         # A duration up to the time said (present perfect): when it began.
         ("I've had them for three years now.", "2020-01-01", "2020-12-31"),
         ("We have been married for 5 years!", "2018-01-01", "2018-12-31"),
@@ -68,6 +80,11 @@ def test_each_relative_form_resolves_against_the_session_date(
         "I may go there, march on!",  # "may" and "march" the verbs
         "May I ask you something?",  # a capital at the start of a question
         "I met Jan 5 times.",  # a name, not January
+        "I spent a few days back home.",  # "back" as a place, not "ago"
+        "We play chess on Fridays.",  # a habit, not one Friday
+        "I love hiking on weekends.",  # ... nor one weekend
+        "We put up the Christmas tree.",  # a holiday as a kind of thing
+        "My Halloween costume is ready.",  # ... likewise
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
@@ -83,6 +100,20 @@ def test_the_weekend_and_weekday_forms_follow_the_day_they_were_said() -> None:
     assert resolve("last Friday", date(2023, 5, 12))[0].start == date(2023, 5, 5)
 
 
+def test_a_day_said_without_last_or_next_is_the_coming_one_when_the_clause_speaks_of_the_future() -> (
+    None
+):
+    monday = SAID
+    assert resolve("I'll see her on Friday.", monday)[0].start == date(2023, 5, 12)
+    assert resolve("I saw her on Friday.", monday)[0].start == date(2023, 5, 5)
+    assert resolve("We're going to camp over the weekend.", monday)[0].start == date(2023, 5, 13)
+    # The tense is read per sentence: the future of the next one does not move this one.
+    assert resolve("I saw her on Friday. I'll call her.", monday)[0].start == date(2023, 5, 5)
+    assert resolve("We'll bake for Christmas!", monday)[0].start == date(2023, 12, 25)
+    # Said on a Sunday, "over the weekend" is the weekend now ending.
+    assert resolve("I painted over the weekend.", date(2023, 5, 14))[0].start == date(2023, 5, 13)
+
+
 def test_without_a_session_date_nothing_resolves() -> None:
     assert parse_when("chapter 3") is None  # no year: dateutil would invent today's
     assert resolve("yesterday", parse_when("")) == []
@@ -95,6 +126,12 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
     )
     (month,) = query_dates("Which outdoor spot did Joanna visit in May?")
     assert month.span is None and month.month == 5 and not month.precise
+    (summer,) = query_dates("Where did John travel in the summer of 2022?")
+    assert (
+        summer.span is not None
+        and summer.span.start == date(2022, 6, 1)
+        and summer.precise is False
+    )
     (year,) = query_dates("What did Melanie paint in 2022?")
     assert year.span is not None and year.span.days == 365 and not year.precise
     assert (
