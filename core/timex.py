@@ -146,9 +146,10 @@ _HOLIDAY_RE = (
 #: A clause about what is still to come: its "on Friday" or "over the weekend" is the coming
 #: one; otherwise the last one (a chat mostly tells what happened).
 _FUTURE = re.compile(
-    r"\b(?:will|won't|shall|going\s+to|gonna|plan(?:s|ned|ning)?\s+to|hop(?:e|es|ing)\s+to"
-    r"|want(?:s)?\s+to|wanna|can't\s+wait|looking\s+forward|about\s+to)\b|['\u2019]ll\b",
-    re.IGNORECASE,
+    # "will" in lower case, or opening the sentence: "Will" inside one is a name ("I saw Will").
+    r"\bwill\b|^\s*Will\b"
+    r"|(?i:\b(?:won['\u2019]t|shall|going\s+to|gonna|plans?\s+to|planning\s+to|hop(?:e|es|ing)\s+to"
+    r"|wants?\s+to|wanna|can['\u2019]t\s+wait|looking\s+forward|about\s+to)\b|['\u2019]ll\b)"
 )
 
 _MONTH_RE = "|".join(

@@ -109,6 +109,9 @@ def test_a_day_said_without_last_or_next_is_the_coming_one_when_the_clause_speak
     assert resolve("We're going to camp over the weekend.", monday)[0].start == date(2023, 5, 13)
     # The tense is read per sentence: the future of the next one does not move this one.
     assert resolve("I saw her on Friday. I'll call her.", monday)[0].start == date(2023, 5, 5)
+    # "Will" inside a sentence is a name; opening a question it asks about the future.
+    assert resolve("I saw Will on Friday.", monday)[0].start == date(2023, 5, 5)
+    assert resolve("Will you come on Friday?", monday)[0].start == date(2023, 5, 12)
     assert resolve("We'll bake for Christmas!", monday)[0].start == date(2023, 12, 25)
     # Said on a Sunday, "over the weekend" is the weekend now ending.
     assert resolve("I painted over the weekend.", date(2023, 5, 14))[0].start == date(2023, 5, 13)
