@@ -100,9 +100,7 @@ def test_the_weekend_and_weekday_forms_follow_the_day_they_were_said() -> None:
     assert resolve("last Friday", date(2023, 5, 12))[0].start == date(2023, 5, 5)
 
 
-def test_a_day_said_without_last_or_next_is_the_coming_one_when_the_clause_speaks_of_the_future() -> (
-    None
-):
+def test_a_bare_day_is_the_coming_one_in_a_sentence_about_the_future() -> None:
     monday = SAID
     assert resolve("I'll see her on Friday.", monday)[0].start == date(2023, 5, 12)
     assert resolve("I saw her on Friday.", monday)[0].start == date(2023, 5, 5)
