@@ -14,6 +14,7 @@ Forms resolved (the anchor is the session's date `d`):
 | today, tonight, this morning/afternoon/evening | d |
 | yesterday, last night, the day before (end of clause); the day before yesterday | d-1; d-2 |
 | tomorrow; the day after tomorrow | d+1; d+2 |
+| in two weeks, in a few days, in a month or so (a sentence about the future or in the present tense) | that day, week or month ahead |
 | N days ago, a couple of / a few / several days ago, the other day | d-N; a range of days |
 | N weeks back, a fortnight ago, a month or so ago, a week or two ago | as "ago" (a fortnight: two weeks) |
 | on Friday, over / on / at the weekend (no last/next) | the last one, or the coming one when the clause speaks of the future |
@@ -38,7 +39,7 @@ Look-alikes left alone: a duration that does not run up to the time said ("a wee
 anchored on an event ("the week before the wedding", "the day I was born"), a noun after
 last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a capital
 letter there, or a preposition or a day or year beside it), a habit ("on Fridays", "on
-weekends"), "back" as a place ("a few days back home"), a holiday as a kind of thing ("a
+weekends"), a length of time in the past ("I lost 5 pounds in two weeks"), "back" as a place ("a few days back home"), a holiday as a kind of thing ("a
 Christmas tree", "my Halloween costume": a holiday needs last/next or a preposition).
 
 Why our own grammar (python-dateutil parses the session times and does the calendar
@@ -149,8 +150,13 @@ _FUTURE = re.compile(
     # "will" in lower case, or opening the sentence: "Will" inside one is a name ("I saw Will").
     r"\bwill\b|^\s*Will\b"
     r"|(?i:\b(?:won['\u2019]t|shall|going\s+to|gonna|plans?\s+to|planning\s+to|hop(?:e|es|ing)\s+to"
-    r"|wants?\s+to|wanna|can['\u2019]t\s+wait|looking\s+forward|about\s+to)\b|['\u2019]ll\b)"
+    r"|wants?\s+to|wanna|can['\u2019]t\s+wait|looking\s+forward|about\s+to|see\s+you)\b|['\u2019]ll\b)"
 )
+#: A sentence in the present tense ("The concert is in two weeks"): its "in two weeks" runs
+#: ahead from the time said, as in a sentence about the future; in one about the past ("I
+#: lost 5 pounds in two weeks") it is a length of time.
+_PRESENT = re.compile(r"(?i:\b(?:is|are|am)\b|['\u2019](?:s|re|m)\b)")
+_PAST = re.compile(r"(?i:\b(?:was|were|did|had|ago|last|yesterday)\b)")
 
 _MONTH_RE = "|".join(
     sorted([*_MONTHS, *(k for k in _MONTH_NUMBER if k not in _MONTHS)], key=len, reverse=True)
@@ -193,6 +199,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ("weekday", rf"\b(last|this\s+past|past|next|this\s+coming|this)\s+({_WEEKDAY_RE})\b\.?"),
         ("on_weekday", rf"\bon\s+({_WEEKDAY_RE})\b\.?"),
         ("the_weekend", r"\b(?:over|on|at|during)\s+the\s+weekend\b"),
+        (
+            "in_units",
+            rf"\bin\s+(?:(?:about|around|just|only)\s+)?({_COUNT_RE})\s+({_UNIT_RE})"
+            r"(?:\s+or\s+(so|two|three|four))?\b(?:['\u2019]s?\s+time\b)?(?!\s+of\b)",
+        ),
         (
             "holiday",
             rf"\b(?:(last|this\s+past|past|next|this\s+coming|this|on|at|over|for|since|during|around|until|till|by|after|before)\s+)?({_HOLIDAY_RE})\b",
@@ -355,13 +366,27 @@ def _weekday(relation: str, weekday: int, anchor: date) -> date:
     return day
 
 
-def _speaks_of_future(m: re.Match[str]) -> bool:
-    """The sentence around a match tells what is to come ("I'll see her on Friday")."""
+def _sentence(m: re.Match[str]) -> str:
+    """The sentence a match stands in."""
     text = m.string
     start = max(text.rfind(c, 0, m.start()) for c in ".!?;") + 1
     after = m.end() - m.group(0).endswith(".")  # "on Friday." keeps its full stop
     ends = [i for i in (text.find(c, after) for c in ".!?;") if i >= 0]
-    return bool(_FUTURE.search(text[start : min(ends, default=len(text))]))
+    return text[start : min(ends, default=len(text))]
+
+
+def _speaks_of_future(m: re.Match[str]) -> bool:
+    """The sentence around a match tells what is to come ("I'll see her on Friday")."""
+    return bool(_FUTURE.search(_sentence(m)))
+
+
+def _runs_ahead(m: re.Match[str]) -> bool:
+    """ "in two weeks" counts from the time said: the sentence speaks of the future, or is in
+    the present tense without a word of the past."""
+    sentence = _sentence(m)
+    return bool(_FUTURE.search(sentence)) or (
+        bool(_PRESENT.search(sentence)) and not _PAST.search(sentence)
+    )
 
 
 def _holiday(name: str, year: int) -> date:
@@ -554,6 +579,13 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return first, last, "season"
     if kind in ("on_weekday", "the_weekend", "holiday"):
         return _resolve_last_or_coming(kind, m, anchor)
+    if kind == "in_units":
+        if not _runs_ahead(m):
+            return None  # "I lost 5 pounds in two weeks": a length of time
+        low, high, unit = _count_units(g[0], g[1], g[2])
+        first, _, grain = _unit_span(unit, anchor, low)
+        _, last, _ = _unit_span(unit, anchor, high)
+        return first, last, grain if low == high else f"{grain}s"
     if kind in _CALENDAR_KINDS:
         return _resolve_calendar(kind, g, anchor)
     return None

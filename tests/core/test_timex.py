@@ -50,6 +50,10 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("I got this bike for Christmas.", "2022-12-25", "2022-12-25"),
         ("We hosted everyone at Thanksgiving.", "2022-11-24", "2022-11-24"),
         ("We hid eggs at Easter.", "2023-04-09", "2023-04-09"),
+        # "in two weeks" runs ahead in a sentence about the future or in the present tense.
+        ("The concert is in two weeks!", "2023-05-22", "2023-05-28"),
+        ("See you in a couple of days", "2023-05-10", "2023-05-11"),
+        ("I'm moving in a month or so.", "2023-06-01", "2023-06-30"),
         # A duration up to the time said (present perfect): when it began.
         ("I've had them for three years now.", "2020-01-01", "2020-12-31"),
         ("We have been married for 5 years!", "2018-01-01", "2018-12-31"),
@@ -85,6 +89,9 @@ def test_each_relative_form_resolves_against_the_session_date(
         "I love hiking on weekends.",  # ... nor one weekend
         "We put up the Christmas tree.",  # a holiday as a kind of thing
         "My Halloween costume is ready.",  # ... likewise
+        "I lost 5 pounds in two weeks.",  # a length of time in the past
+        "We haven't talked in a few days.",  # ... up to now
+        "Rome wasn't built in a day.",  # ... a saying
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
