@@ -15,6 +15,8 @@ Forms resolved (the anchor is the session's date `d`):
 | yesterday, last night, the day before (end of clause); the day before yesterday | d-1; d-2 |
 | tomorrow; the day after tomorrow | d+1; d+2 |
 | in two weeks, in a few days, in a month or so (a sentence about the future or in the present tense) | that day, week or month ahead |
+| two days from now, a few weeks from now; the week (weekend, month, year) after next | that day, week or month ahead |
+| the past / the last few days (weeks, months) | the days up to `d` |
 | N days ago, a couple of / a few / several days ago, the other day | d-N; a range of days |
 | N weeks back, a fortnight ago, a month or so ago, a week or two ago | as "ago" (a fortnight: two weeks) |
 | on Friday, over / on / at the weekend (no last/next) | the last one, or the coming one when the clause speaks of the future |
@@ -25,7 +27,7 @@ Forms resolved (the anchor is the session's date `d`):
 | last / this / next month, N months ago, the month before last | that calendar month |
 | last / this / next year, N years ago, a few years ago | that calendar year (or years) |
 | last / this / next summer (spring, fall, autumn, winter) | that season (northern, by months) |
-| the summer of 2021, fall 2022 | that season of that year |
+| the summer of 2021, fall 2022; early / mid / late 2022 | that season of that year; its first, middle or last four months |
 | in May, last May, next May, early June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after) |
 | in 2022, since 2019, back in 2020 | that year |
 
@@ -195,6 +197,15 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             rf"\bfor\s+(?:the\s+(?:past|last)\s+)?({_COUNT_RE})\s+({_UNIT_RE})(?:\s+now)?\b(?!\s+ago)",
         ),
         ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
+        ("after_next", r"\bthe\s+(week|weekend|month|year)\s+after\s+next\b"),
+        (
+            "from_now",
+            rf"\b({_COUNT_RE})\s+({_UNIT_RE})(?:\s+or\s+(so|two|three|four))?\s+from\s+now\b",
+        ),
+        (
+            "past_units",
+            rf"\b(?:the|these|those)\s+(?:past|last)\s+({_COUNT_RE})\s+({_UNIT_RE})\b(?!\s+(?:of|before|after)\b)",
+        ),
         ("before", rf"\bthe\s+(day|week|weekend|month)\s+before\b{_CLAUSE_END}"),
         ("weekday", rf"\b(last|this\s+past|past|next|this\s+coming|this)\s+({_WEEKDAY_RE})\b\.?"),
         ("on_weekday", rf"\bon\s+({_WEEKDAY_RE})\b\.?"),
@@ -217,6 +228,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\b(last|this\s+past|past|next|this\s+coming|this)\s+(spring|summer|fall|autumn|winter)\b",
         ),
         ("season_year", rf"\b(spring|summer|fall|autumn|winter)\s+(?:of\s+)?{_YEAR}\b"),
+        ("part_of_year", rf"\b(early|late|mid)[\s-]+{_YEAR}\b"),
         ("day_month", rf"\b{_DAY}\s+(?:of\s+)?({_MONTH_RE})\b\.?(?:,?\s+{_YEAR}\b)?"),
         ("month_day", rf"\b({_MONTH_RE})\.?\s+{_DAY}\b(?!\s*(?:%|am\b|pm\b|:))(?:,?\s+{_YEAR}\b)?"),
         (
@@ -402,6 +414,28 @@ def _holiday(name: str, year: int) -> date:
     return date(year, month, day)
 
 
+def _resolve_ahead_or_up_to(
+    kind: str, m: re.Match[str], anchor: date
+) -> tuple[date, date, str] | None:
+    """Counted from the time said: "the week after next", "two days from now", "in two weeks"
+    (in a sentence about the future or in the present tense), "the past few weeks" (the days
+    up to it)."""
+    g = m.groups()
+    if kind == "after_next":
+        return _unit_span(g[0], anchor, 2)
+    if kind == "past_units":
+        _, high, unit = _count_units(g[0], g[1])
+        unit = "week" if unit == "weekend" else unit
+        first = anchor - relativedelta(**{f"{unit}s": high})  # type: ignore[arg-type]
+        return first, anchor - timedelta(days=1), "days"
+    if kind == "in_units" and not _runs_ahead(m):
+        return None  # "I lost 5 pounds in two weeks": a length of time
+    low, high, unit = _count_units(g[0], g[1], g[2])
+    first, _, grain = _unit_span(unit, anchor, low)
+    _, last, _ = _unit_span(unit, anchor, high)
+    return first, last, grain if low == high else f"{grain}s"
+
+
 def _resolve_last_or_coming(
     kind: str, m: re.Match[str], anchor: date
 ) -> tuple[date, date, str] | None:
@@ -579,13 +613,8 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return first, last, "season"
     if kind in ("on_weekday", "the_weekend", "holiday"):
         return _resolve_last_or_coming(kind, m, anchor)
-    if kind == "in_units":
-        if not _runs_ahead(m):
-            return None  # "I lost 5 pounds in two weeks": a length of time
-        low, high, unit = _count_units(g[0], g[1], g[2])
-        first, _, grain = _unit_span(unit, anchor, low)
-        _, last, _ = _unit_span(unit, anchor, high)
-        return first, last, grain if low == high else f"{grain}s"
+    if kind in ("after_next", "from_now", "in_units", "past_units"):
+        return _resolve_ahead_or_up_to(kind, m, anchor)
     if kind in _CALENDAR_KINDS:
         return _resolve_calendar(kind, g, anchor)
     return None
@@ -593,7 +622,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
 
 #: The kinds of match that name a calendar date, month or year (not relative to the anchor,
 #: but for the year a bare month or day falls in).
-_CALENDAR_KINDS = ("season_year", "day_month", "month_day", "month", "year")
+_CALENDAR_KINDS = ("season_year", "part_of_year", "day_month", "month_day", "month", "year")
 
 
 def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date, date, str] | None:
@@ -643,6 +672,10 @@ def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date
     if kind == "season_year":
         first = date(int(g[1]), _SEASONS[g[0].lower()], 1)
         return first, first + relativedelta(months=3, days=-1), "season"
+    if kind == "part_of_year":  # early: January-April, mid: May-August, late: September-December
+        year, first_month = int(g[1]), {"early": 1, "mid": 5, "late": 9}[g[0].lower()]
+        first = date(year, first_month, 1)
+        return first, first + relativedelta(months=4, days=-1), "months"
     return None
 
 
@@ -676,7 +709,7 @@ def _longest_first(
     return sorted(found, key=lambda f: (-(f[1] - f[0]), f[0]))
 
 
-_ABSOLUTE = ("season_year", "day_month", "month_day", "month", "year")
+_ABSOLUTE = ("season_year", "part_of_year", "day_month", "month_day", "month", "year")
 _WHEN_QUESTION = re.compile(
     r"^\s*(?:when\b|what\s+(?:date|day|time|year|month|week|weekend)\b|which\s+(?:date|day|year|month|week|weekend)\b"
     r"|in\s+what\s+(?:year|month)\b|how\s+long\b|for\s+how\s+long\b|on\s+what\s+(?:date|day)\b)",

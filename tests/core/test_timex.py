@@ -54,6 +54,11 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("The concert is in two weeks!", "2023-05-22", "2023-05-28"),
         ("See you in a couple of days", "2023-05-10", "2023-05-11"),
         ("I'm moving in a month or so.", "2023-06-01", "2023-06-30"),
+        ("The wedding is two days from now.", "2023-05-10", "2023-05-10"),
+        ("We fly the week after next.", "2023-05-22", "2023-05-28"),
+        ("The past few days were hard.", "2023-05-04", "2023-05-07"),
+        ("It rained the last couple of weeks.", "2023-04-17", "2023-05-07"),
+        ("We moved here in early 2022.", "2022-01-01", "2022-04-30"),
         # A duration up to the time said (present perfect): when it began.
         ("I've had them for three years now.", "2020-01-01", "2020-12-31"),
         ("We have been married for 5 years!", "2018-01-01", "2018-12-31"),
@@ -92,6 +97,7 @@ def test_each_relative_form_resolves_against_the_session_date(
         "I lost 5 pounds in two weeks.",  # a length of time in the past
         "We haven't talked in a few days.",  # ... up to now
         "Rome wasn't built in a day.",  # ... a saying
+        "The last two weeks of the trip were the best.",  # relative to an event
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
@@ -139,6 +145,11 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
         summer.span is not None
         and summer.span.start == date(2022, 6, 1)
         and summer.precise is False
+    )
+    (early,) = query_dates("What did Nate buy in early 2022?")
+    assert early.span is not None and (early.span.start, early.span.end) == (
+        date(2022, 1, 1),
+        date(2022, 4, 30),
     )
     (year,) = query_dates("What did Melanie paint in 2022?")
     assert year.span is not None and year.span.days == 365 and not year.precise
