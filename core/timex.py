@@ -216,8 +216,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"(?:\s+or\s+(so|two|three|four))?\b(?:['\u2019]s?\s+time\b)?(?!\s+of\b)",
         ),
         (
-            "holiday",
-            rf"\b(?:(last|this\s+past|past|next|this\s+coming|this|on|at|over|for|since|during|around|until|till|by|after|before)\s+)?({_HOLIDAY_RE})\b",
+            "holiday",  # with last/next or a preposition: "a Christmas tree" is a kind of thing
+            rf"\b(last|this\s+past|past|next|this\s+coming|this|on|at|over|for|since|during|around|until|till|by|after|before)\s+({_HOLIDAY_RE})\b",
         ),
         (
             "unit",
@@ -453,9 +453,7 @@ def _resolve_last_or_coming(
         if anchor.weekday() == 6:  # said on a Sunday: the weekend now ending
             return anchor - timedelta(days=1), anchor, "weekend"
         return _unit_span("weekend", anchor, -1)
-    relation = " ".join((g[0] or "").lower().split())
-    if not relation:
-        return None  # "a Christmas tree": a holiday as a kind of thing
+    relation = " ".join(g[0].lower().split())
     days = [_holiday(g[1], year) for year in range(anchor.year - 1, anchor.year + 2)]
     if relation in ("last", "this past", "past"):
         day = max(d for d in days if d < anchor)
