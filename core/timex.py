@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -326,8 +326,13 @@ class QueryDate:
 
 @lru_cache(maxsize=4096)
 def parse_when(when: str) -> date | None:
-    """The date of a free-text timestamp ("1:56 pm on 8 May, 2023", "2023-05-08"); None when
-    it names no full date (a year must be there: dateutil would fill a missing one from today)."""
+    """The date of a free-text timestamp ("1:56 pm on 8 May, 2023", "2023-05-08"), or of Unix
+    time in seconds or milliseconds (SillyTavern's older chats store `send_date` so), in UTC;
+    None when it names no full date (a year must be there: dateutil would fill a missing one
+    from today)."""
+    if when and re.fullmatch(r"\d{10}|\d{13}", when.strip()):
+        seconds = int(when) / (1000 if len(when.strip()) == 13 else 1)
+        return datetime.fromtimestamp(seconds, tz=UTC).date()
     if not when or not re.search(r"(?:19|20)\d\d", when):
         return None
     try:

@@ -161,7 +161,11 @@ class ChatMessage(_Request):
     )
     name: Name | None = Field(None, description="the speaker (default: the role)")
     message_id: Name | None = None
-    time: Name | None = Field(None, description="when it was said, free text")
+    time: Name | None = Field(
+        None,
+        description='when it was said: free text ("1:56 pm on 8 May, 2023", ISO 8601) or Unix '
+        "time in seconds or milliseconds",
+    )
 
     @property
     def speaker(self) -> str:

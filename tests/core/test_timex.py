@@ -128,6 +128,15 @@ def test_a_bare_day_is_the_coming_one_in_a_sentence_about_the_future() -> None:
     assert resolve("I painted over the weekend.", date(2023, 5, 14))[0].start == date(2023, 5, 13)
 
 
+def test_unix_time_is_a_date_as_sillytavern_reads_it() -> None:
+    # SillyTavern's older chats store send_date as Unix time in milliseconds; its own parser
+    # (parseTimestamp) reads a string of digits so too.
+    assert parse_when("1683554160000") == date(2023, 5, 8)
+    assert parse_when("1683554160") == date(2023, 5, 8)
+    assert parse_when("2023-5-8 @13h 56m 0s 123ms") == date(2023, 5, 8)  # its "humanized" form
+    assert parse_when("12345") is None  # a number, not a time
+
+
 def test_without_a_session_date_nothing_resolves() -> None:
     assert parse_when("chapter 3") is None  # no year: dateutil would invent today's
     assert resolve("yesterday", parse_when("")) == []
