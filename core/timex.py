@@ -714,14 +714,17 @@ def _longest_first(
 
 _ABSOLUTE = ("season_year", "part_of_year", "day_month", "month_day", "month", "year")
 _WHEN_QUESTION = re.compile(
-    r"^\s*(?:when\b|what\s+(?:date|day|time|year|month|week|weekend)\b|which\s+(?:date|day|year|month|week|weekend)\b"
-    r"|in\s+what\s+(?:year|month)\b|how\s+long\b|for\s+how\s+long\b|on\s+what\s+(?:date|day)\b)",
+    r"^\s*(?:when\b|(?:what|which)\s+(?:date|day|time|year|month|week|weekend|season)\b"
+    r"|(?:in|on|during)\s+(?:what|which)\s+(?:date|day|year|month|week|weekend|season)\b"
+    r"|(?:for\s+)?how\s+(?:long|recently|soon)\b|since\s+when\b"
+    r"|how\s+many\s+(?:days|weeks|weekends|months|years)\b)",
     re.IGNORECASE,
 )
 
 
 def asks_when(question: str) -> bool:
-    """A question for a time ("When did...", "What year...", "How long ago...")."""
+    """A question for a time ("When did...", "What year...", "In which month...", "How long
+    ago...", "How many weeks passed between...")."""
     return bool(_WHEN_QUESTION.search(question))
 
 

@@ -167,7 +167,11 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
     )  # relative, no anchor in a question
     assert asks_when("When did Caroline go to the support group?")
     assert asks_when("In what year did John get his dog?")
+    assert asks_when("In which month did they move?")
+    assert asks_when("How many weeks passed between Maria adopting Coco and Shadow?")
+    assert asks_when("Since when has she painted?")
     assert not asks_when("What did Caroline do when she got home?")  # "when" not asking for a time
+    assert not asks_when("How many books did Melanie read?")  # a count, not a time
 
 
 @pytest.mark.parametrize(
