@@ -18,17 +18,19 @@ Forms resolved (the anchor is the session's date `d`):
 | two days from now, a few weeks from now; the week (weekend, month, year) after next | that day, week or month ahead |
 | the past / the last few days (weeks, months) | the days up to `d` |
 | N days ago, a couple of / a few / several days ago, the other day | d-N; a range of days |
-| N weeks back, a fortnight ago, a month or so ago, a week or two ago | as "ago" (a fortnight: two weeks) |
-| on Friday, over / on / at the weekend (no last/next) | the last one, or the coming one when the clause speaks of the future |
+| N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago | as "ago" (a fortnight: two weeks; a decade: ten years) |
+| half a year ago, a year and a half ago, two and a half years ago | that month |
+| on Friday, Friday night (morning, ...; no last/next), over / on / at the weekend | the last one, or the coming one when the clause speaks of the future |
 | last / this / next Christmas (Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one |
 | last / this past / next / this Friday (and Fri, Tues, Thurs, Wed) | that weekday's date |
 | last / this / next week, N weeks ago, the week before last, the week before (end of clause) | that Monday-Sunday week |
-| last / this past / this / next weekend, N weekends ago, the weekend before last | that Saturday-Sunday |
-| last / this / next month, N months ago, the month before last | that calendar month |
+| last / this past / this / next weekend, N weekends ago, the weekend before last | that Saturday-Sunday ("this weekend" said on a Monday or Tuesday: the one just over, unless the sentence speaks of the future or is in the present tense) |
+| last / this / next month, N months ago, the month before last; earlier / later this month | that calendar month; its days up to / from `d` |
+| the beginning (start, middle, end) of last / this / next month or year, the end of the month, late last year | its first, middle or last third (days 1-10, 11-20, 21-; January-April, May-August, September-December) |
 | last / this / next year, N years ago, a few years ago | that calendar year (or years) |
 | last / this / next summer (spring, fall, autumn, winter) | that season (northern, by months) |
 | the summer of 2021, fall 2022; early / mid / late 2022 | that season of that year; its first, middle or last four months |
-| in May, last May, next May, early June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after) |
+| in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after) |
 | in 2022, since 2019, back in 2020 | that year |
 
 A duration up to the time said, in a present-perfect clause ("I've had them for three years",
@@ -41,7 +43,7 @@ Look-alikes left alone: a duration that does not run up to the time said ("a wee
 anchored on an event ("the week before the wedding", "the day I was born"), a noun after
 last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a capital
 letter there, or a preposition or a day or year beside it), a habit ("on Fridays", "on
-weekends"), a length of time in the past ("I lost 5 pounds in two weeks"), "back" as a place ("a few days back home"), a holiday as a kind of thing ("a
+weekends", "every Friday night", "Friday nights"), an idiom ("at the end of the day"), a length of time in the past ("I lost 5 pounds in two weeks"), "back" as a place ("a few days back home"), a holiday as a kind of thing ("a
 Christmas tree", "my Halloween costume": a holiday needs last/next or a preposition).
 
 Why our own grammar (python-dateutil parses the session times and does the calendar
@@ -158,6 +160,8 @@ _FUTURE = re.compile(
 #: ahead from the time said, as in a sentence about the future; in one about the past ("I
 #: lost 5 pounds in two weeks") it is a length of time.
 _PRESENT = re.compile(r"(?i:\b(?:is|are|am)\b|['\u2019](?:s|re|m)\b)")
+#: A word before "Monday night" that makes it another form (or none).
+_RELATION_BEFORE = re.compile(r"(?i:\b(?:last|next|this|past|coming|every)\s+)$")
 _PAST = re.compile(r"(?i:\b(?:was|were|did|had|ago|last|yesterday)\b)")
 
 _MONTH_RE = "|".join(
@@ -165,7 +169,7 @@ _MONTH_RE = "|".join(
 )
 _WEEKDAY_RE = "|".join(sorted(_WEEKDAYS, key=len, reverse=True))
 _COUNT_RE = r"\d{1,2}|" + "|".join(sorted([*_NUMBERS, *_VAGUE], key=len, reverse=True))
-_UNIT_RE = r"days?|weeks?|weekends?|fortnights?|months?|years?"
+_UNIT_RE = r"days?|weeks?|weekends?|fortnights?|months?|years?|decades?"
 #: "the week before" is relative to the session only where the clause ends; "the week
 #: before the wedding" is relative to an event we cannot date.
 _CLAUSE_END = r"(?=\s*(?:[,.;:!?)\]\u2014-]|$|\s*\b(?:and|but|so|too|though|already)\b))"
@@ -189,8 +193,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ("other_day", r"\bthe\s+other\s+day\b"),
         (
             "ago",
-            rf"\b({_COUNT_RE})\s+({_UNIT_RE})(?:\s+or\s+(so|two|three|four))?\s+"
-            r"(?:ago\b|back\b(?!\s+(?:home|in|at|to|there|here|on|with|from|into|then|up|down)\b))",
+            rf"\b({_COUNT_RE}|half\s+an?)(?:\s+and\s+a\s+half)?\s+({_UNIT_RE})(?:\s+and\s+a\s+half)?"
+            r"(?:\s+or\s+(so|two|three|four))?\s+(?:ago\b|back\b(?!\s+(?:home|in|at|to|there|here|on|with|from|into|then|up|down)\b))",
         ),
         (
             "duration",
@@ -209,6 +213,10 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ("before", rf"\bthe\s+(day|week|weekend|month)\s+before\b{_CLAUSE_END}"),
         ("weekday", rf"\b(last|this\s+past|past|next|this\s+coming|this)\s+({_WEEKDAY_RE})\b\.?"),
         ("on_weekday", rf"\bon\s+({_WEEKDAY_RE})\b\.?"),
+        (
+            "weekday_part",  # "Monday morning I went ...": as "on Monday"
+            r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\s+(?:morning|afternoon|evening|night)\b",
+        ),
         ("the_weekend", r"\b(?:over|on|at|during)\s+the\s+weekend\b"),
         (
             "in_units",
@@ -221,7 +229,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
         (
             "unit",
-            r"\b(last|this\s+past|past|next|this\s+coming|this|earlier\s+this)\s+(week|weekend|month|year)\b",
+            r"\b(last|this\s+past|past|next|this\s+coming|this|earlier\s+this|later\s+this)\s+(week|weekend|month|year)\b",
+        ),
+        (
+            "part_of_unit",  # "the end of last year", "the start of the month", "late last year"
+            r"\b(?:(?:the\s+)?(beginning|start|middle|end)\s+of\s+(?:(last|this|next)|the)"
+            r"|(early|mid|late)[\s-]+(last|this|next))\s+(month|year)\b",
         ),
         (
             "season",
@@ -233,7 +246,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ("month_day", rf"\b({_MONTH_RE})\.?\s+{_DAY}\b(?!\s*(?:%|am\b|pm\b|:))(?:,?\s+{_YEAR}\b)?"),
         (
             "month",
-            rf"\b(?:(in|on|since|during|until|till|by|from|around|of|last|next|this|early|late|mid|end\s+of)[\s-]+)?"
+            rf"\b(?:(in|on|since|during|until|till|by|from|around|of|last|next|this|early|late|mid|end\s+of|beginning\s+of|start\s+of)[\s-]+)?"
             rf"(?:(early|late|mid)[\s-]+)?({_MONTH_RE})\b\.?(?:,?\s+{_YEAR}\b)?",
         ),
         ("year", rf"\b(?:in|since|during|from|by|around|of|back\s+in|until|till)\s+{_YEAR}\b"),
@@ -368,7 +381,24 @@ def _count_units(count: str, unit: str, or_more: str | None = None) -> tuple[int
     unit = unit.lower().rstrip("s")
     if unit == "fortnight":
         return low * 2, high * 2, "week"
+    if unit == "decade":
+        return low * 10, high * 10, "year"
     return low, high, unit
+
+
+#: "and a half" of a unit, counted in the next smaller one: (that unit, how many make one).
+_HALVES = {"decade": ("year", 10), "year": ("month", 12), "month": ("week", 4), "week": ("day", 7)}
+
+
+def _count_and_a_half(count: str, unit: str) -> tuple[int, int, str] | None:
+    """(fewest, most, unit) of "half a year" (6 months), "a year and a half" (18 months), "two
+    and a half weeks" (17 days); None for "a day and a half" (too fine to place a day)."""
+    halves = _HALVES.get(unit.lower().rstrip("s"))
+    if halves is None:
+        return None
+    smaller, per = halves
+    low, high = (0, 0) if count.lower().startswith("half") else _count(count)
+    return low * per + per // 2, high * per + per // 2, smaller
 
 
 def _weekday(relation: str, weekday: int, anchor: date) -> date:
@@ -447,9 +477,15 @@ def _resolve_last_or_coming(
     """A weekday, the weekend or a holiday said without last/next ("on Friday", "over the
     weekend", "for Christmas"): the coming one in a clause about the future, else the last
     one. A holiday with last/this/next is that one."""
+    if kind == "weekday_part" and (
+        not m.group(1)[0].isupper() or _RELATION_BEFORE.search(m.string, 0, m.start())
+    ):
+        # "a friday night" is a kind of evening; "last Monday night" is "last Monday";
+        # "every Friday night" a habit.
+        return None
     g = m.groups()
     future = _speaks_of_future(m)
-    if kind == "on_weekday":
+    if kind in ("on_weekday", "weekday_part"):
         day = _weekday("next" if future else "last", _WEEKDAYS[g[0].lower()], anchor)
         return day, day, "day"
     if kind == "the_weekend":
@@ -471,6 +507,34 @@ def _resolve_last_or_coming(
     else:
         day = max(d for d in days if d <= anchor)
     return day, day, "day"
+
+
+#: What "mid-May", "the end of May", "the start of last year" take of their month or year.
+_PART_OF = {
+    "early": "early",
+    "beginning": "early",
+    "start": "early",
+    "beginning of": "early",
+    "start of": "early",
+    "mid": "mid",
+    "middle": "mid",
+    "late": "late",
+    "end": "late",
+    "end of": "late",
+}
+
+
+def _part_of(first: date, last: date, part: str) -> tuple[date, date]:
+    """The first, middle or last third of a month (days 1-10, 11-20, 21-) or of a year
+    (January-April, May-August, September-December)."""
+    if first.month == last.month:  # a month
+        if part == "early":
+            return first, first + timedelta(days=9)
+        if part == "mid":
+            return first + timedelta(days=10), first + timedelta(days=19)
+        return first + timedelta(days=20), last
+    start = first + relativedelta(months={"early": 0, "mid": 4, "late": 8}[part])
+    return start, start + relativedelta(months=4, days=-1)
 
 
 def _weekend(saturday: date) -> tuple[date, date]:
@@ -571,8 +635,42 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return day, day, "day"
     if kind == "other_day":
         return anchor - timedelta(days=7), anchor - timedelta(days=1), "days"
+    if kind in ("ago", "duration"):
+        return _resolve_back(kind, m, anchor)
+    if kind in ("unit", "part_of_unit"):
+        return _resolve_unit(kind, m, anchor)
+    if kind == "before_last":
+        return _unit_span(g[0], anchor, -2)
+    if kind == "before":
+        return _unit_span(g[0], anchor, -1)
+    if kind == "weekday":
+        day = _weekday(" ".join(g[0].lower().split()), _WEEKDAYS[g[1].lower()], anchor)
+        return day, day, "day"
+    if kind == "season":
+        relation = " ".join(g[0].lower().split())
+        first, last = _season_span(g[1], anchor, "this" if relation == "this coming" else relation)
+        return first, last, "season"
+    if kind in ("on_weekday", "weekday_part", "the_weekend", "holiday"):
+        return _resolve_last_or_coming(kind, m, anchor)
+    if kind in ("after_next", "from_now", "in_units", "past_units"):
+        return _resolve_ahead_or_up_to(kind, m, anchor)
+    if kind in _CALENDAR_KINDS:
+        return _resolve_calendar(kind, g, anchor)
+    return None
+
+
+def _resolve_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
+    """Counted back from the time said: "three weeks ago", "half a year ago", and a duration
+    up to it ("I've had them for three years")."""
+    g = m.groups()
     if kind == "ago":
-        low, high, unit = _count_units(g[0], g[1], g[2])
+        if "half" in m.group(0).lower():  # "half a year ago", "a year and a half ago"
+            counted = _count_and_a_half(g[0], g[1])
+            if counted is None:
+                return None
+            low, high, unit = counted
+        else:
+            low, high, unit = _count_units(g[0], g[1], g[2])
         first, _, grain = _unit_span(unit, anchor, -high)
         _, last, _ = _unit_span(unit, anchor, -low)
         if unit == "day" and low == high:
@@ -589,37 +687,36 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         first, _, _ = _unit_span(unit, anchor, -high)
         _, last, _ = _unit_span(unit, anchor, -low)
         return first, last, "since"
-    if kind == "before_last":
-        return _unit_span(g[0], anchor, -2)
-    if kind == "before":
-        return _unit_span(g[0], anchor, -1)
-    if kind == "weekday":
-        day = _weekday(" ".join(g[0].lower().split()), _WEEKDAYS[g[1].lower()], anchor)
-        return day, day, "day"
+    return None
+
+
+def _resolve_unit(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
+    """A week, weekend, month or year by its relation ("last week", "later this month", "this
+    weekend"), or a third of one ("the end of last year", "late last year")."""
+    g = m.groups()
+    if kind == "part_of_unit":
+        part = _PART_OF[(g[0] or g[2]).lower()]
+        relation = (g[1] or g[3] or "this").lower()
+        first, last, _ = _unit_span(g[4], anchor, {"last": -1, "next": 1}.get(relation, 0))
+        return (*_part_of(first, last, part), g[4].lower())
     if kind == "unit":
         relation, unit = " ".join(g[0].lower().split()), g[1].lower()
         if relation == "past":  # the past week: the days just before
             length = {"week": 7, "weekend": 3, "month": 31, "year": 365}[unit]
             return anchor - timedelta(days=length), anchor - timedelta(days=1), "days"
         if unit == "weekend" and relation == "this":
-            # The weekend nearest the anchor (said on a Monday or Tuesday: the one just over).
-            shift = -1 if anchor.weekday() in (0, 1) else 0
+            # Said on a Monday or Tuesday: the one just over, unless the sentence speaks of
+            # what is to come ("We're going camping this weekend"); later in the week the
+            # coming one.
+            shift = -1 if anchor.weekday() in (0, 1) and not _runs_ahead(m) else 0
             return _unit_span("weekend", anchor, shift)
         shift = {"last": -1, "this past": -1, "next": 1, "this coming": 1}.get(relation, 0)
         first, last, grain = _unit_span(unit, anchor, shift)
         if relation == "earlier this":
             last = min(last, anchor)
+        if relation == "later this":
+            first = max(first, anchor)
         return first, last, grain
-    if kind == "season":
-        relation = " ".join(g[0].lower().split())
-        first, last = _season_span(g[1], anchor, "this" if relation == "this coming" else relation)
-        return first, last, "season"
-    if kind in ("on_weekday", "the_weekend", "holiday"):
-        return _resolve_last_or_coming(kind, m, anchor)
-    if kind in ("after_next", "from_now", "in_units", "past_units"):
-        return _resolve_ahead_or_up_to(kind, m, anchor)
-    if kind in _CALENDAR_KINDS:
-        return _resolve_calendar(kind, g, anchor)
     return None
 
 
@@ -653,7 +750,8 @@ def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date
         if not _month_allowed(month_text):
             return None
         month = _MONTH_NUMBER[month_text.lower().rstrip(".")]
-        relation = (relation or "").lower()
+        relation = " ".join((relation or "").lower().split())
+        part = part or _PART_OF.get(relation)  # "mid-May", "the end of May"
         year = (
             int(year_text)
             if year_text
@@ -661,7 +759,7 @@ def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date
         )
         first, last = _month_span(year, month)
         if part:
-            part = part.lower()
+            part = _PART_OF.get(part.lower(), part.lower())
             if part == "early":
                 last = first + timedelta(days=9)
             elif part == "mid":

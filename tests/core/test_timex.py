@@ -59,6 +59,17 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("The past few days were hard.", "2023-05-04", "2023-05-07"),
         ("It rained the last couple of weeks.", "2023-04-17", "2023-05-07"),
         ("We moved here in early 2022.", "2022-01-01", "2022-04-30"),
+        ("We met a decade ago.", "2013-01-01", "2013-12-31"),
+        ("I quit half a year ago.", "2022-11-01", "2022-11-30"),
+        ("We moved a year and a half ago.", "2021-11-01", "2021-11-30"),
+        ("I got sick at the end of last year.", "2022-09-01", "2022-12-31"),
+        ("I started at the beginning of this year.", "2023-01-01", "2023-04-30"),
+        ("Late last year we bought a house.", "2022-09-01", "2022-12-31"),
+        ("Rent is due by the end of the month.", "2023-05-21", "2023-05-31"),
+        ("We're moving later this month.", "2023-05-08", "2023-05-31"),
+        ("We married in mid-May.", "2023-05-11", "2023-05-20"),
+        ("It opens at the end of June.", "2023-06-21", "2023-06-30"),
+        ("Sunday morning I baked bread.", "2023-05-07", "2023-05-07"),
         # A duration up to the time said (present perfect): when it began.
         ("I've had them for three years now.", "2020-01-01", "2020-12-31"),
         ("We have been married for 5 years!", "2018-01-01", "2018-12-31"),
@@ -98,6 +109,10 @@ def test_each_relative_form_resolves_against_the_session_date(
         "We haven't talked in a few days.",  # ... up to now
         "Rome wasn't built in a day.",  # ... a saying
         "The last two weeks of the trip were the best.",  # relative to an event
+        "At the end of the day it's your call.",  # an idiom, not a date
+        "We play cards every Friday night.",  # a habit
+        "Friday nights are for pizza.",  # ... likewise
+        "It was a quiet friday night kind of song.",  # a kind of evening (no capital)
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
@@ -124,6 +139,12 @@ def test_a_bare_day_is_the_coming_one_in_a_sentence_about_the_future() -> None:
     assert resolve("I saw Will on Friday.", monday)[0].start == date(2023, 5, 5)
     assert resolve("Will you come on Friday?", monday)[0].start == date(2023, 5, 12)
     assert resolve("We'll bake for Christmas!", monday)[0].start == date(2023, 12, 25)
+    # Said on a Monday, "this weekend" is the one just over, or the coming one in a sentence
+    # about what is to come (or in the present tense).
+    assert resolve("I went hiking this weekend.", monday)[0].start == date(2023, 5, 6)
+    assert resolve("We're going camping this weekend.", monday)[0].start == date(2023, 5, 13)
+    # "last Monday night" stays last Monday, not the bare "Monday night".
+    assert resolve("I saw it last Monday night.", monday)[0].start == date(2023, 5, 1)
     # Said on a Sunday, "over the weekend" is the weekend now ending.
     assert resolve("I painted over the weekend.", date(2023, 5, 14))[0].start == date(2023, 5, 13)
 
