@@ -20,7 +20,7 @@ Forms resolved (the anchor is the session's date `d`):
 | N days ago, a couple of / a few / several days ago, the other day | d-N; a range of days |
 | N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago | as "ago" (a fortnight: two weeks; a decade: ten years) |
 | half a year ago, a year and a half ago, two and a half years ago | that month |
-| on Friday, Friday night (morning, ...; no last/next), over / on / at the weekend | the last one, or the coming one when the clause speaks of the future |
+| on Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend | the last one, or the coming one when the clause speaks of the future |
 | last / this / next Christmas (Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one |
 | last / this past / next / this Friday (and Fri, Tues, Thurs, Wed) | that weekday's date |
 | last / this / next week, N weeks ago, the week before last, the week before (end of clause) | that Monday-Sunday week |
@@ -153,7 +153,7 @@ _HOLIDAY_RE = (
 _FUTURE = re.compile(
     # "will" in lower case, or opening the sentence: "Will" inside one is a name ("I saw Will").
     r"\bwill\b|^\s*Will\b"
-    r"|(?i:\b(?:won['\u2019]t|shall|going\s+to|gonna|plans?\s+to|planning\s+to|hop(?:e|es|ing)\s+to"
+    r"|(?i:\b(?:won['\u2019]t|shall|going\s+to|gonna|plans?\s+(?:to|for)|planning\s+to|hop(?:e|es|ing)\s+to"
     r"|wants?\s+to|wanna|can['\u2019]t\s+wait|looking\s+forward|about\s+to|see\s+you)\b|['\u2019]ll\b)"
 )
 #: A sentence in the present tense ("The concert is in two weeks"): its "in two weeks" runs
@@ -217,7 +217,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             "weekday_part",  # "Monday morning I went ...": as "on Monday"
             r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\s+(?:morning|afternoon|evening|night)\b",
         ),
-        ("the_weekend", r"\b(?:over|on|at|during)\s+the\s+weekend\b"),
+        ("the_weekend", r"\b(?:over|on|at|during|for)\s+the\s+weekend\b"),
         (
             "in_units",
             rf"\bin\s+(?:(?:about|around|just|only)\s+)?({_COUNT_RE})\s+({_UNIT_RE})"

@@ -143,6 +143,9 @@ def test_a_bare_day_is_the_coming_one_in_a_sentence_about_the_future() -> None:
     # about what is to come (or in the present tense).
     assert resolve("I went hiking this weekend.", monday)[0].start == date(2023, 5, 6)
     assert resolve("We're going camping this weekend.", monday)[0].start == date(2023, 5, 13)
+    # "plans for" asks about what is to come; "for the weekend" alone tells what was.
+    assert resolve("Any plans for the weekend?", monday)[0].start == date(2023, 5, 13)
+    assert resolve("I went home for the weekend.", monday)[0].start == date(2023, 5, 6)
     # "last Monday night" stays last Monday, not the bare "Monday night".
     assert resolve("I saw it last Monday night.", monday)[0].start == date(2023, 5, 1)
     # Said on a Sunday, "over the weekend" is the weekend now ending.
