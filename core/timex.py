@@ -698,7 +698,7 @@ def _resolve_unit(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date
         part = _PART_OF[(g[0] or g[2]).lower()]
         relation = (g[1] or g[3] or "this").lower()
         first, last, _ = _unit_span(g[4], anchor, {"last": -1, "next": 1}.get(relation, 0))
-        return (*_part_of(first, last, part), g[4].lower())
+        return (*_part_of(first, last, part), "days" if g[4].lower() == "month" else "months")
     if kind == "unit":
         relation, unit = " ".join(g[0].lower().split()), g[1].lower()
         if relation == "past":  # the past week: the days just before
