@@ -43,7 +43,7 @@ Look-alikes left alone: a duration that does not run up to the time said ("a wee
 anchored on an event ("the week before the wedding", "the day I was born"), a noun after
 last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a capital
 letter there, or a preposition or a day or year beside it), a habit ("on Fridays", "on
-weekends", "every Friday night", "Friday nights"), an idiom ("at the end of the day"), a length of time in the past ("I lost 5 pounds in two weeks"), "back" as a place ("a few days back home"), a holiday as a kind of thing ("a
+weekends", "on Monday mornings", "every Friday night", "Friday nights"), an idiom ("at the end of the day"), a length of time in the past ("I lost 5 pounds in two weeks"), "back" as a place ("a few days back home"), a holiday as a kind of thing ("a
 Christmas tree", "my Halloween costume": a holiday needs last/next or a preposition).
 
 Why our own grammar (python-dateutil parses the session times and does the calendar
@@ -212,7 +212,10 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
         ("before", rf"\bthe\s+(day|week|weekend|month)\s+before\b{_CLAUSE_END}"),
         ("weekday", rf"\b(last|this\s+past|past|next|this\s+coming|this)\s+({_WEEKDAY_RE})\b\.?"),
-        ("on_weekday", rf"\bon\s+({_WEEKDAY_RE})\b\.?"),
+        (
+            "on_weekday",
+            rf"\bon\s+({_WEEKDAY_RE})\b(?!\s+(?:mornings|afternoons|evenings|nights)\b)\.?",
+        ),
         (
             "weekday_part",  # "Monday morning I went ...": as "on Monday"
             r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\s+(?:morning|afternoon|evening|night)\b",

@@ -112,6 +112,7 @@ def test_each_relative_form_resolves_against_the_session_date(
         "At the end of the day it's your call.",  # an idiom, not a date
         "We play cards every Friday night.",  # a habit
         "Friday nights are for pizza.",  # ... likewise
+        "I swim on Monday mornings.",  # ... likewise
         "It was a quiet friday night kind of song.",  # a kind of evening (no capital)
     ],
 )
