@@ -817,7 +817,7 @@ _ABSOLUTE = ("season_year", "part_of_year", "day_month", "month_day", "month", "
 _WHEN_QUESTION = re.compile(
     r"^\s*(?:when\b|(?:what|which)\s+(?:date|day|time|year|month|week|weekend|season)\b"
     r"|(?:in|on|during)\s+(?:what|which)\s+(?:date|day|year|month|week|weekend|season)\b"
-    r"|(?:for\s+)?how\s+(?:long|recently|soon)\b|since\s+when\b"
+    r"|(?:for\s+)?how\s+(?:long|recently|soon)\b|(?:since|around|about|roughly|approximately|by|until)\s+when\b"
     r"|how\s+many\s+(?:days|weeks|weekends|months|years)\b)",
     re.IGNORECASE,
 )

@@ -195,6 +195,8 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
     assert asks_when("In which month did they move?")
     assert asks_when("How many weeks passed between Maria adopting Coco and Shadow?")
     assert asks_when("Since when has she painted?")
+    assert asks_when("Around when did Nate adopt his dog?")
+    assert not asks_when("What did they talk about when they met?")  # "about when" mid-question
     assert not asks_when("What did Caroline do when she got home?")  # "when" not asking for a time
     assert not asks_when("How many books did Melanie read?")  # a count, not a time
 
