@@ -285,7 +285,7 @@ class TimeSpan:
 
     def describe(self) -> str:
         """The span for a reader: "Sunday 23 October 2022", "17-23 October 2022", "October 2022",
-        "28 September - 4 October 2022", "2019", "2017-2019"."""
+        "June - August 2022", "28 September - 4 October 2022", "2019", "2017-2019"."""
         if self.grain == "since":  # a duration up to the anchor: when it began
             return "since " + TimeSpan(self.start, self.end, self.phrase, "span").describe()
         first, last = self.start, self.end
@@ -299,6 +299,10 @@ class TimeSpan:
             return f"{first:%B %Y}"
         if (first.year, first.month) == (last.year, last.month):
             return f"{first.day}-{last.day} {last:%B %Y}"
+        if first.day == 1 and month_end:  # whole months: "June - August 2022"
+            if first.year == last.year:
+                return f"{first:%B} - {last:%B %Y}"
+            return f"{first:%B %Y} - {last:%B %Y}"
         if first.year == last.year:
             return f"{first.day} {first:%B} - {last.day} {last:%B %Y}"
         return f"{first.day} {first:%B %Y} - {last.day} {last:%B %Y}"

@@ -209,7 +209,9 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
         ("We went camping two weekends ago.", "two weekends ago = 29-30 April 2023"),
         ("I'm starting a new job next month.", "next month = June 2023"),
         ("I first watched it around 3 years ago.", "3 years ago = 2020"),
-        ("Last summer we saw the meteor shower.", "Last summer = 1 June - 31 August 2022"),
+        ("Last summer we saw the meteor shower.", "Last summer = June - August 2022"),
+        ("We moved at the end of last year.", "the end of last year = September - December 2022"),
+        ("We skied last winter.", "last winter = December 2022 - February 2023"),
         ("I've had them for three years now.", "for three years now = since 2020"),
     ],
 )
