@@ -67,7 +67,7 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("Late last year we bought a house.", "2022-09-01", "2022-12-31"),
         ("Rent is due by the end of the month.", "2023-05-21", "2023-05-31"),
         ("We're moving later this month.", "2023-05-08", "2023-05-31"),
-        ("We married in mid-May.", "2023-05-11", "2023-05-20"),
+        ("The fair is in mid-May.", "2023-05-11", "2023-05-20"),
         ("It opens at the end of June.", "2023-06-21", "2023-06-30"),
         ("Sunday morning I baked bread.", "2023-05-07", "2023-05-07"),
         # A duration up to the time said (present perfect): when it began.
