@@ -30,7 +30,7 @@ Forms resolved (the anchor is the session's date `d`):
 | last / this / next year, N years ago, a few years ago | that calendar year (or years) |
 | last / this / next summer (spring, fall, autumn, winter) | that season (northern, by months) |
 | the summer of 2021, fall 2022; early / mid / late 2022 | that season of that year; its first, middle or last four months |
-| in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after) |
+| in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after), but the last one in a sentence told in the past tense ("We went to Paris in June") and the coming one in a sentence about the future ("I'll visit in April") |
 | in 2022, since 2019, back in 2020 | that year |
 
 A duration up to the time said, in a present-perfect clause ("I've had them for three years",
@@ -58,7 +58,6 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
-from typing import Any
 
 from dateutil import parser as date_parser
 from dateutil.easter import easter
@@ -163,6 +162,14 @@ _PRESENT = re.compile(r"(?i:\b(?:is|are|am)\b|['\u2019](?:s|re|m)\b)")
 #: A word before "Monday night" that makes it another form (or none).
 _RELATION_BEFORE = re.compile(r"(?i:\b(?:last|next|this|past|coming|every)\s+)$")
 _PAST = re.compile(r"(?i:\b(?:was|were|did|had|ago|last|yesterday)\b)")
+#: A sentence that tells what happened: a word of `_PAST`, a regular past ("visited"; not
+#: "need", "bed") or a common irregular one.
+_PAST_TOLD = re.compile(
+    r"(?i:\b(?:was|were|did|had|ago|last|yesterday|went|got|saw|made|took|came|met|bought|found"
+    r"|left|gave|told|felt|ran|won|began|wrote|spent|brought|thought|kept|lost|sent|built|heard"
+    r"|flew|drove|ate|sang|swam|became|held|taught|caught|fell|knew|grew|threw|wore|chose)\b"
+    r"|\b\w{2,}(?<!e)ed\b)"
+)
 
 _MONTH_RE = "|".join(
     sorted([*_MONTHS, *(k for k in _MONTH_NUMBER if k not in _MONTHS)], key=len, reverse=True)
@@ -250,7 +257,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         (
             "month",
             rf"\b(?:(in|on|since|during|until|till|by|from|around|of|last|next|this|early|late|mid|end\s+of|beginning\s+of|start\s+of)[\s-]+)?"
-            rf"(?:(early|late|mid)[\s-]+)?({_MONTH_RE})\b\.?(?:,?\s+{_YEAR}\b)?",
+            rf"(?:(early|late|mid)[\s-]+)?({_MONTH_RE})\b\.?(?!\s*\d{{1,2}}(?:st|nd|rd|th)?\b)(?:,?\s+{_YEAR}\b)?",
         ),
         ("year", rf"\b(?:in|since|during|from|by|around|of|back\s+in|until|till)\s+{_YEAR}\b"),
     )
@@ -359,6 +366,25 @@ def parse_when(when: str) -> date | None:
         return date_parser.parse(when, fuzzy=True).date()
     except (ValueError, OverflowError):
         return None
+
+
+def _tensed_year(m: re.Match[str], anchor: date, month: int) -> int:
+    """The year of a month named without one ("in June", "on June 3"): the nearest one, but the
+    last one when that lies ahead and the sentence tells what happened, in the past tense only
+    ("We went to Paris in June"), and the coming one when it lies behind and the sentence
+    speaks of the future ("I'll visit in April")."""
+    year = _nearest_month(anchor, month, "")
+    sentence = _sentence(m)
+    if (
+        (year, month) > (anchor.year, anchor.month)
+        and _PAST_TOLD.search(sentence)
+        and not _FUTURE.search(sentence)
+        and not _PRESENT.search(sentence)
+    ):
+        return year - 1
+    if (year, month) < (anchor.year, anchor.month) and _speaks_of_future(m):
+        return year + 1
+    return year
 
 
 def _month_span(year: int, month: int) -> tuple[date, date]:
@@ -662,7 +688,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
     if kind in ("after_next", "from_now", "in_units", "past_units"):
         return _resolve_ahead_or_up_to(kind, m, anchor)
     if kind in _CALENDAR_KINDS:
-        return _resolve_calendar(kind, g, anchor)
+        return _resolve_calendar(kind, m, anchor)
     return None
 
 
@@ -732,9 +758,11 @@ def _resolve_unit(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date
 _CALENDAR_KINDS = ("season_year", "part_of_year", "day_month", "month_day", "month", "year")
 
 
-def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date, date, str] | None:
+def _resolve_calendar(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
     """The span of a calendar date ("3 May 2023", "May 3"), month ("early June", "May 2023")
-    or year ("in 2022"); a month or day without a year is the one nearest the anchor."""
+    or year ("in 2022"); a month or day without a year is the one the sentence's tense points
+    to (`_tensed_year`)."""
+    g = m.groups()
     if kind in ("day_month", "month_day"):
         day_text, month_text, year_text = (
             (g[0], g[1], g[2]) if kind == "day_month" else (g[1], g[0], g[2])
@@ -744,7 +772,7 @@ def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date
         ):
             return None  # "may 3" (verb), "Jan 5" (a name): a day needs the month's full name or a year
         month, day_number = _MONTH_NUMBER[month_text.lower().rstrip(".")], int(day_text)
-        year = int(year_text) if year_text else _nearest_month(anchor, month, "")
+        year = int(year_text) if year_text else _tensed_year(m, anchor, month)
         try:
             day = date(year, month, day_number)
         except ValueError:
@@ -759,20 +787,15 @@ def _resolve_calendar(kind: str, g: tuple[Any, ...], anchor: date) -> tuple[date
         month = _MONTH_NUMBER[month_text.lower().rstrip(".")]
         relation = " ".join((relation or "").lower().split())
         part = part or _PART_OF.get(relation)  # "mid-May", "the end of May"
-        year = (
-            int(year_text)
-            if year_text
-            else _nearest_month(anchor, month, relation if relation in ("last", "next") else "")
-        )
+        if year_text:
+            year = int(year_text)
+        elif relation in ("last", "next"):
+            year = _nearest_month(anchor, month, relation)
+        else:
+            year = _tensed_year(m, anchor, month)
         first, last = _month_span(year, month)
         if part:
-            part = _PART_OF.get(part.lower(), part.lower())
-            if part == "early":
-                last = first + timedelta(days=9)
-            elif part == "mid":
-                first, last = first + timedelta(days=10), first + timedelta(days=19)
-            else:
-                first = first + timedelta(days=20)
+            first, last = _part_of(first, last, _PART_OF.get(part.lower(), part.lower()))
         return first, last, "month"
     if kind == "year":
         year = int(g[0])

@@ -70,6 +70,11 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("The fair is in mid-May.", "2023-05-11", "2023-05-20"),
         ("It opens at the end of June.", "2023-06-21", "2023-06-30"),
         ("Sunday morning I baked bread.", "2023-05-07", "2023-05-07"),
+        # A month without a year: the nearest, unless the tense points back or ahead.
+        ("We went to Paris in June.", "2022-06-01", "2022-06-30"),
+        ("I'll visit them in April.", "2024-04-01", "2024-04-30"),
+        ("I got back on June 3.", "2022-06-03", "2022-06-03"),
+        ("The trip is on June 3.", "2023-06-03", "2023-06-03"),
         # A duration up to the time said (present perfect): when it began.
         ("I've had them for three years now.", "2020-01-01", "2020-12-31"),
         ("We have been married for 5 years!", "2018-01-01", "2018-12-31"),
