@@ -31,6 +31,7 @@ Forms resolved (the anchor is the session's date `d`):
 | last / this / next summer (spring, fall, autumn, winter) | that season (northern, by months) |
 | the summer of 2021, fall 2022; early / mid / late 2022 | that season of that year; its first, middle or last four months |
 | in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after), but the last one in a sentence told in the past tense ("We went to Paris in June") and the coming one in a sentence about the future ("I'll visit in April") |
+| the first (second, third, fourth, last) week or weekend of May (2023) | days 1-7 (8-14, ..., the last seven); that Saturday-Sunday |
 | in 2022, since 2019, back in 2020 | that year |
 
 A duration up to the time said, in a present-perfect clause ("I've had them for three years",
@@ -251,6 +252,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\b(last|this\s+past|past|next|this\s+coming|this)\s+(spring|summer|fall|autumn|winter)\b",
         ),
         ("season_year", rf"\b(spring|summer|fall|autumn|winter)\s+(?:of\s+)?{_YEAR}\b"),
+        (
+            "week_of_month",  # "the first week of May", "the last weekend of June 2022"
+            rf"\bthe\s+(first|second|third|fourth|last)\s+(week|weekend)\s+of\s+({_MONTH_RE})\b\.?"
+            rf"(?:,?\s+{_YEAR}\b)?",
+        ),
         ("part_of_year", rf"\b(early|late|mid)[\s-]+{_YEAR}\b"),
         ("day_month", rf"\b{_DAY}\s+(?:of\s+)?({_MONTH_RE})\b\.?(?:,?\s+{_YEAR}\b)?"),
         ("month_day", rf"\b({_MONTH_RE})\.?\s+{_DAY}\b(?!\s*(?:%|am\b|pm\b|:))(?:,?\s+{_YEAR}\b)?"),
@@ -366,6 +372,33 @@ def parse_when(when: str) -> date | None:
         return date_parser.parse(when, fuzzy=True).date()
     except (ValueError, OverflowError):
         return None
+
+
+_ORDINALS = {"first": 0, "second": 1, "third": 2, "fourth": 3}
+
+
+def _week_of_month(m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
+    """ "the first week of May": days 1-7 (second: 8-14, ..., last: its last seven days);
+    "the first weekend of May": its first Saturday and the Sunday after (last: its last)."""
+    ordinal, unit, month_text, year_text = m.groups()
+    if not _month_allowed(month_text):
+        return None
+    month = _MONTH_NUMBER[month_text.lower().rstrip(".")]
+    year = int(year_text) if year_text else _tensed_year(m, anchor, month)
+    first, last = _month_span(year, month)
+    ordinal = ordinal.lower()
+    if unit.lower() == "week":
+        start = (
+            last - timedelta(days=6)
+            if ordinal == "last"
+            else first + timedelta(weeks=_ORDINALS[ordinal])
+        )
+        return start, start + timedelta(days=6), "week"
+    if ordinal == "last":
+        saturday = last - timedelta(days=(last.weekday() - 5) % 7)
+    else:
+        saturday = first + timedelta(days=(5 - first.weekday()) % 7, weeks=_ORDINALS[ordinal])
+    return (*_weekend(saturday), "weekend")
 
 
 def _tensed_year(m: re.Match[str], anchor: date, month: int) -> int:
@@ -755,7 +788,15 @@ def _resolve_unit(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date
 
 #: The kinds of match that name a calendar date, month or year (not relative to the anchor,
 #: but for the year a bare month or day falls in).
-_CALENDAR_KINDS = ("season_year", "part_of_year", "day_month", "month_day", "month", "year")
+_CALENDAR_KINDS = (
+    "season_year",
+    "part_of_year",
+    "week_of_month",
+    "day_month",
+    "month_day",
+    "month",
+    "year",
+)
 
 
 def _resolve_calendar(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
@@ -803,6 +844,8 @@ def _resolve_calendar(kind: str, m: re.Match[str], anchor: date) -> tuple[date, 
     if kind == "season_year":
         first = date(int(g[1]), _SEASONS[g[0].lower()], 1)
         return first, first + relativedelta(months=3, days=-1), "season"
+    if kind == "week_of_month":
+        return _week_of_month(m, anchor)
     if kind == "part_of_year":  # early: January-April, mid: May-August, late: September-December
         year, first_month = int(g[1]), {"early": 1, "mid": 5, "late": 9}[g[0].lower()]
         first = date(year, first_month, 1)
@@ -840,7 +883,7 @@ def _longest_first(
     return sorted(found, key=lambda f: (-(f[1] - f[0]), f[0]))
 
 
-_ABSOLUTE = ("season_year", "part_of_year", "day_month", "month_day", "month", "year")
+_ABSOLUTE = _CALENDAR_KINDS
 _WHEN_QUESTION = re.compile(
     r"^\s*(?:when\b|(?:what|which)\s+(?:date|day|time|year|month|week|weekend|season)\b"
     r"|(?:in|on|during)\s+(?:what|which)\s+(?:date|day|year|month|week|weekend|season)\b"

@@ -75,6 +75,8 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("I'll visit them in April.", "2024-04-01", "2024-04-30"),
         ("I got back on June 3.", "2022-06-03", "2022-06-03"),
         ("The trip is on June 3.", "2023-06-03", "2023-06-03"),
+        ("We move the first week of June.", "2023-06-01", "2023-06-07"),
+        ("The fair is the last weekend of May.", "2023-05-27", "2023-05-28"),
         # A duration up to the time said (present perfect): when it began.
         ("I've had them for three years now.", "2020-01-01", "2020-12-31"),
         ("We have been married for 5 years!", "2018-01-01", "2018-12-31"),
@@ -200,6 +202,10 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
     assert asks_when("In which month did they move?")
     assert asks_when("How many weeks passed between Maria adopting Coco and Shadow?")
     assert asks_when("Since when has she painted?")
+    week = query_dates("What did she do in the second week of May 2023?")
+    assert [(d.span.start, d.span.end) for d in week if d.span] == [
+        (date(2023, 5, 8), date(2023, 5, 14))
+    ]
     assert asks_when("Around when did Nate adopt his dog?")
     assert not asks_when("What did they talk about when they met?")  # "about when" mid-question
     assert not asks_when("What did Caroline do when she got home?")  # "when" not asking for a time
