@@ -580,13 +580,10 @@ _PART_OF = {
     "early": "early",
     "beginning": "early",
     "start": "early",
-    "beginning of": "early",
-    "start of": "early",
     "mid": "mid",
     "middle": "mid",
     "late": "late",
     "end": "late",
-    "end of": "late",
 }
 
 
@@ -827,7 +824,7 @@ def _resolve_calendar(kind: str, m: re.Match[str], anchor: date) -> tuple[date, 
             return None
         month = _MONTH_NUMBER[month_text.lower().rstrip(".")]
         relation = " ".join((relation or "").lower().split())
-        part = part or _PART_OF.get(relation)  # "mid-May", "the end of May"
+        part = part or _PART_OF.get(relation.removesuffix(" of"))  # "mid-May", "the end of May"
         if year_text:
             year = int(year_text)
         elif relation in ("last", "next"):

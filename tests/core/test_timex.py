@@ -136,28 +136,36 @@ def test_the_weekend_and_weekday_forms_follow_the_day_they_were_said() -> None:
     assert resolve("last Friday", date(2023, 5, 12))[0].start == date(2023, 5, 5)
 
 
-def test_a_bare_day_is_the_coming_one_in_a_sentence_about_the_future() -> None:
-    monday = SAID
-    assert resolve("I'll see her on Friday.", monday)[0].start == date(2023, 5, 12)
-    assert resolve("I saw her on Friday.", monday)[0].start == date(2023, 5, 5)
-    assert resolve("We're going to camp over the weekend.", monday)[0].start == date(2023, 5, 13)
-    # The tense is read per sentence: the future of the next one does not move this one.
-    assert resolve("I saw her on Friday. I'll call her.", monday)[0].start == date(2023, 5, 5)
-    # "Will" inside a sentence is a name; opening a question it asks about the future.
-    assert resolve("I saw Will on Friday.", monday)[0].start == date(2023, 5, 5)
-    assert resolve("Will you come on Friday?", monday)[0].start == date(2023, 5, 12)
-    assert resolve("We'll bake for Christmas!", monday)[0].start == date(2023, 12, 25)
-    # Said on a Monday, "this weekend" is the one just over, or the coming one in a sentence
-    # about what is to come (or in the present tense).
-    assert resolve("I went hiking this weekend.", monday)[0].start == date(2023, 5, 6)
-    assert resolve("We're going camping this weekend.", monday)[0].start == date(2023, 5, 13)
-    # "plans for" asks about what is to come; "for the weekend" alone tells what was.
-    assert resolve("Any plans for the weekend?", monday)[0].start == date(2023, 5, 13)
-    assert resolve("I went home for the weekend.", monday)[0].start == date(2023, 5, 6)
-    # "last Monday night" stays last Monday, not the bare "Monday night".
-    assert resolve("I saw it last Monday night.", monday)[0].start == date(2023, 5, 1)
-    # Said on a Sunday, "over the weekend" is the weekend now ending.
-    assert resolve("I painted over the weekend.", date(2023, 5, 14))[0].start == date(2023, 5, 13)
+@pytest.mark.parametrize(
+    ("text", "said", "day"),
+    [
+        ("I'll see her on Friday.", SAID, date(2023, 5, 12)),
+        ("I saw her on Friday.", SAID, date(2023, 5, 5)),
+        ("We're going to camp over the weekend.", SAID, date(2023, 5, 13)),
+        # The tense is read per sentence: the future of the next one does not move this one.
+        ("I saw her on Friday. I'll call her.", SAID, date(2023, 5, 5)),
+        # "Will" inside a sentence is a name; opening a question it asks about the future.
+        ("I saw Will on Friday.", SAID, date(2023, 5, 5)),
+        ("Will you come on Friday?", SAID, date(2023, 5, 12)),
+        ("We'll bake for Christmas!", SAID, date(2023, 12, 25)),
+        # Said on a Monday, "this weekend" is the one just over, or the coming one in a sentence
+        # about what is to come (or in the present tense).
+        ("I went hiking this weekend.", SAID, date(2023, 5, 6)),
+        ("We're going camping this weekend.", SAID, date(2023, 5, 13)),
+        # "plans for" asks about what is to come; "for the weekend" alone tells what was.
+        ("Any plans for the weekend?", SAID, date(2023, 5, 13)),
+        ("I went home for the weekend.", SAID, date(2023, 5, 6)),
+        # "last Monday night" stays last Monday, not the bare "Monday night".
+        ("I saw it last Monday night.", SAID, date(2023, 5, 1)),
+        # Said on a Sunday, "over the weekend" is the weekend now ending.
+        ("I painted over the weekend.", date(2023, 5, 14), date(2023, 5, 13)),
+    ],
+)
+def test_a_bare_day_is_the_coming_one_in_a_sentence_about_the_future(
+    text: str, said: date, day: date
+) -> None:
+    # SAID is a Monday.
+    assert resolve(text, said)[0].start == day
 
 
 def test_unix_time_is_a_date_as_sillytavern_reads_it() -> None:
