@@ -11,6 +11,10 @@
              `dialogue-ingest` flow: batched embeddings, a progress bar (terminal and Prefect
              UI), resumable after a kill with every turn exactly once; `--extract` also runs
              the LLM slots and the commit gate on every turn
+    reembed  give every remembered turn the embedding model's vector after the model changed
+             (settings `embedding_base_url` / `embedding_model`), as the `dialogue-reembed` flow:
+             until then a turn another model embedded is recalled by its words only
+             (tasks.dialogue.reembed); resumable after a kill
     rewind   rewind a conversation to before turn N (exact), as POST .../conversation/rewind does
     lorebook write a conversation's memory as a SillyTavern World Info book (the same JSON as
              GET .../conversation/{id}/lorebook), to import through SillyTavern's World Info panel
@@ -57,6 +61,8 @@ from tasks.dialogue.models import (
     parse_request,
 )
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+from tasks.dialogue.reembed import BATCH_SIZE as REEMBED_BATCH_SIZE
+from tasks.dialogue.reembed import reembed_conversation
 
 log = logging.getLogger("skald.dialogue")
 
@@ -119,9 +125,9 @@ def dialogue_turn_flow(
 
 
 class IngestProgress:
-    """A rich progress bar in the terminal and a Prefect progress artifact, per batch."""
+    """A rich progress bar in the terminal and a Prefect progress artifact (`key`), per batch."""
 
-    def __init__(self, total: int, description: str) -> None:
+    def __init__(self, total: int, description: str, key: str = "dialogue-ingest") -> None:
         from prefect.artifacts import create_progress_artifact
         from rich.console import Console
         from rich.progress import (
@@ -145,10 +151,11 @@ class IngestProgress:
         self._task = self._bar.add_task(description, total=total)
         self._artifact = create_progress_artifact(
             progress=0.0,
-            key="dialogue-ingest",
+            key=key,
             description=f"{description}: turns handled, percent",
         )
         self._reported = 0.0
+        self._description = description
 
     def __enter__(self) -> IngestProgress:
         self._bar.start()
@@ -169,7 +176,13 @@ class IngestProgress:
             ):
                 update_progress_artifact(self._artifact, progress=round(percent, 1))
                 self._reported = percent
-                log.info("ingest: %d/%d turns (%s)", self.done, self.total, conversation_id)
+                log.info(
+                    "%s: %d/%d turns (%s)",
+                    self._description,
+                    self.done,
+                    self.total,
+                    conversation_id,
+                )
 
 
 @flow(name="dialogue-ingest", log_prints=True)
@@ -222,6 +235,42 @@ def dialogue_ingest_flow(
     return [r.model_dump(mode="json") for r in reports]
 
 
+@flow(name="dialogue-reembed", log_prints=True)
+def dialogue_reembed_flow(
+    project_dir: str = ".",
+    conversation_ids: list[str] | None = None,
+    batch_size: int = REEMBED_BATCH_SIZE,
+) -> list[dict[str, Any]]:
+    """Give every remembered turn the current embedding model's vector (tasks.dialogue.reembed),
+    in the named conversations (None: every conversation). Returns one report per conversation."""
+    service = service_for(load_settings(project_dir))
+    repo = DialogueRepository(service.store)
+    ids = list(dict.fromkeys(conversation_ids)) if conversation_ids else repo.conversation_ids()
+    heads = {conversation_id: repo.memory_head(conversation_id) for conversation_id in ids}
+    if conversation_ids and (empty := [c for c in ids if not heads[c]]):
+        raise InvalidInputError(
+            f"no remembered turns in conversation {', '.join(map(repr, empty))}",
+            hint="check the conversation id (leave --conversation-id out to re-embed them all)",
+        )
+    with IngestProgress(
+        sum(heads.values()), "re-embedding turns", key="dialogue-reembed"
+    ) as progress:
+        reports = [
+            reembed_conversation(service, c, batch_size=batch_size, progress=progress) for c in ids
+        ]
+    for report in reports:
+        log.info(
+            "reembed %s: %d turns, %d from another model, %d re-embedded (%.1f s), model %s",
+            report.conversation_id,
+            report.rows,
+            report.stale,
+            report.reembedded,
+            report.seconds,
+            report.embedded_by,
+        )
+    return [r.model_dump(mode="json") for r in reports]
+
+
 # ----------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -230,7 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common = _common_options()
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{serve,commit,ingest,rewind,lorebook,openapi}"
+        dest="command",
+        required=True,
+        metavar="{serve,commit,ingest,reembed,rewind,lorebook,openapi}",
     )
     _serve_parser(sub.add_parser("serve", parents=[common], help="run the HTTP adapter"))
     _commit_parser(
@@ -241,6 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
             "ingest",
             parents=[common],
             help="import whole transcripts into turn memory (resumable, exactly once)",
+        )
+    )
+    _reembed_parser(
+        sub.add_parser(
+            "reembed",
+            parents=[common],
+            help="give remembered turns the current embedding model's vectors (after a change)",
         )
     )
     _rewind_parser(
@@ -395,6 +453,22 @@ def _ingest_parser(ingest: argparse.ArgumentParser) -> None:
         type=int,
         default=2,
         help="with --extract: conversations processed at once (default 2)",
+    )
+
+
+def _reembed_parser(reembed: argparse.ArgumentParser) -> None:
+    reembed.add_argument(
+        "--conversation-id",
+        dest="conversation_ids",
+        action="append",
+        default=None,
+        help="a conversation to re-embed (repeat for several; default: every conversation)",
+    )
+    reembed.add_argument(
+        "--batch-size",
+        type=int,
+        default=REEMBED_BATCH_SIZE,
+        help=f"turns per embedding call and write transaction (default {REEMBED_BATCH_SIZE})",
     )
 
 
@@ -557,6 +631,20 @@ def _ingest(args: argparse.Namespace, settings: Settings, options: SidecarOption
     return 0
 
 
+def _reembed(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    if args.batch_size < 1:
+        raise InvalidInputError("--batch-size must be at least 1")
+    try:
+        with project_prefect_settings(settings.project_dir):
+            reports = dialogue_reembed_flow(
+                str(settings.project_dir), args.conversation_ids, args.batch_size
+            )
+    finally:
+        close_services()
+    print(json.dumps(reports, indent=2))
+    return 0
+
+
 def _commit(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
     raw = _read_request_file(args.request)
     attempt: Literal["commit", "retry"] = "retry" if args.retry else "commit"
@@ -595,6 +683,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Settings, SidecarOptions], in
     "serve": _serve,
     "rewind": _rewind,
     "ingest": _ingest,
+    "reembed": _reembed,
     "commit": _commit,
 }
 

@@ -132,13 +132,9 @@ class Runtime:
         return f"{self.settings.openai_base_url or 'local'}|{tier}|{models}|{tier_settings.temperature}|{sampling}{seed}"
 
     def embedding_fingerprint(self) -> str:
-        """What decides a vector besides the text: an endpoint's model by name, the in-process
-        model by its weights' hash (another build must not mix its vectors into old caches)."""
-        if self.settings.embedding_base_url is not None:
-            return f"{self.settings.embedding_base_url}|{self.settings.embedding_model}"
-        from core.embedder import MODEL_NAME, MODEL_SHA256
-
-        return f"local|{MODEL_NAME}|{MODEL_SHA256[:16]}"
+        """What decides a vector besides the text (LLMGateway.embedding_fingerprint): another
+        model or build must not mix its vectors into old caches."""
+        return self.gateway.embedding_fingerprint()
 
     def close(self) -> None:
         with self._lock:

@@ -183,6 +183,16 @@ class LLMGateway:
         more = f" +{len(targets) - 1} fallback(s)" if len(targets) > 1 else ""
         return f"{targets[0].endpoint.base_url} ({targets[0].model}){more}"
 
+    def embedding_fingerprint(self) -> str:
+        """What decides a vector besides the text: an endpoint's model by name, the in-process
+        model by its weights' hash. Vectors with different fingerprints are not comparable
+        (task caches key on it; a remembered turn records it, kg.dialogue `embedded_by`)."""
+        if self.settings.embedding_base_url is not None:
+            return f"{self.settings.embedding_base_url}|{self.settings.embedding_model}"
+        from core.embedder import MODEL_NAME, MODEL_SHA256
+
+        return f"local|{MODEL_NAME}|{MODEL_SHA256[:16]}"
+
     def embedding_endpoint_label(self) -> str:
         if self.settings.embedding_base_url is None:
             from core.embedder import MODEL_NAME

@@ -13,12 +13,14 @@ Per conversation the sidecar keeps:
   `committed_by`, `trace_json`: when, by which process, the slot timings) are left out of
   exports (kg.vocabulary.OPERATIONAL_PROPERTIES)
 - `KGMemory {key, conversation_id, seq, position_key, speaker, text, extra, when, group,
-  source_refs, embedding, committed}`: every turn's text, the recall document, written whether
-  or not the turn's facts passed the commit gate (the gate governs graph facts only);
+  source_refs, embedding, embedded_by, committed}`: every turn's text, the recall document,
+  written whether or not the turn's facts passed the commit gate (the gate governs graph facts
+  only); `embedded_by` names the model that made `embedding` (re-embedding replaces both);
   `seq` is the turn's position in the conversation's memory, `position_key` =
   "conversation_id\\x1fseq" is unique and indexed so reads by position are index lookups
-- `KGConversation {conversation_id, memory_seq, turn_seq}`: the position counters, so no
-  write counts or scans a conversation's turns
+- `KGConversation {conversation_id, memory_seq, turn_seq, vectors_epoch}`: the position
+  counters, so no write counts or scans a conversation's turns, and how often its rows were
+  re-embedded
 
 The per-conversation lock is a lease node `KGTurn {key: "lock\\x1f<conversation_id>",
 status: 'LOCK', owner, expires_at}` (the vocabulary has no lock label; the control
@@ -76,6 +78,7 @@ from kg.dialogue.models import (
     RewindRefusedError,
     StoredTurn,
     TurnWrite,
+    VectorWrite,
 )
 from kg.dialogue.repository import DialogueRepository
 from kg.dialogue.turn_commit import ResultBuilder
@@ -109,6 +112,7 @@ __all__ = [
     "StatedFacts",
     "StoredTurn",
     "TurnWrite",
+    "VectorWrite",
     "anchor_token",
     "dialogue_entity_id",
     "lock_key",

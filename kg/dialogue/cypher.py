@@ -82,7 +82,7 @@ TURN_AND_MEMORY_SEQ_NEXT = (
 )
 CONVERSATION_HEAD = (
     f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) "
-    "RETURN c.memory_seq AS memory_seq, c.turn_seq AS turn_seq"
+    "RETURN c.memory_seq AS memory_seq, c.turn_seq AS turn_seq, c.vectors_epoch AS vectors_epoch"
 )
 MEMORY_CLAIM = (
     f"MERGE (c:{_CONV} {{conversation_id: $conversation_id}}) "
@@ -94,6 +94,24 @@ MEMORY_MARK_COMMITTED = (
     f"MATCH (m:{_MEM} {{key: $key}}) SET m.committed = true, m.extra = $extra, m.facts = $facts"
 )
 MEMORY_AT = f"MATCH (m:{_MEM} {{position_key: $position_key}}) RETURN m.key AS key, m.text AS text"
+MEMORY_SET_VECTORS = (
+    # Re-embedding (kg.dialogue.memory.replace_vectors_tx): a row gets the new vector only when
+    # its text is still the one embedded (an edit or a swipe may have replaced it meanwhile)
+    # and it is not already from the model that made the new vector.
+    f"UNWIND $rows AS row MATCH (m:{_MEM} {{key: row.key}}) "
+    "WHERE m.conversation_id = $conversation_id AND m.text = row.text "
+    "AND coalesce(m.embedded_by, '') <> $embedded_by "
+    "SET m.embedding = row.embedding, m.embedded_by = $embedded_by RETURN count(m) AS changed"
+)
+VECTORS_EPOCH_BUMP = (
+    # Readers cache a conversation's vectors (tasks.dialogue.retriever): a new epoch tells them
+    # to read its rows again.
+    f"MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) "
+    "SET c.vectors_epoch = coalesce(c.vectors_epoch, 0) + 1 RETURN c.vectors_epoch AS epoch"
+)
+CONVERSATION_IDS = (
+    f"MATCH (c:{_CONV}) RETURN c.conversation_id AS conversation_id ORDER BY c.conversation_id"
+)
 MEMORY_ROWS = (
     f"UNWIND $position_keys AS pk MATCH (m:{_MEM} {{position_key: pk}}) "
     "RETURN properties(m) AS props ORDER BY m.seq"
@@ -105,34 +123,35 @@ ENTITIES = (
 )
 SNAPSHOT = (
     # What the retriever reads for a turn, in one round trip (a statement costs more in driver
-    # and server overhead than these index lookups do): the memory head, the row at the reader's
-    # position (is its cache current?), the rows at the next positions, then the entities (as
+    # and server overhead than these index lookups do): the memory head and vector epoch, the
+    # row at the reader's position (is its cache current?), the rows at the next positions,
+    # then the entities (as
     # ENTITIES reads them), the active relations with their ends' names, and the recent
     # milestones (as RECENT_MILESTONES). Each part is collected before the next MATCH, so
     # the parts never multiply; an empty part is an empty list (OPTIONAL MATCH, nulls are not
     # collected). The lists' order is restored by the caller (kg.dialogue.snapshot).
     f"OPTIONAL MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) "
-    "WITH c.memory_seq AS memory_seq "
+    "WITH c.memory_seq AS memory_seq, c.vectors_epoch AS vectors_epoch "
     f"OPTIONAL MATCH (at:{_MEM} {{position_key: $at_key}}) "
-    "WITH memory_seq, at.key AS at_key, at.text AS at_text "
+    "WITH memory_seq, vectors_epoch, at.key AS at_key, at.text AS at_text "
     "UNWIND (CASE WHEN size($position_keys) = 0 THEN [null] ELSE $position_keys END) AS pk "
     f"OPTIONAL MATCH (m:{_MEM} {{position_key: pk}}) "
-    "WITH memory_seq, at_key, at_text, collect(properties(m)) AS rows "
+    "WITH memory_seq, vectors_epoch, at_key, at_text, collect(properties(m)) AS rows "
     f"OPTIONAL MATCH (e:{_E}) WHERE e.conversation_id = $conversation_id "
-    "WITH memory_seq, at_key, at_text, rows, e "
+    "WITH memory_seq, vectors_epoch, at_key, at_text, rows, e "
     "ORDER BY e.last_seq DESC, e.entity_id LIMIT $entity_limit "
-    "WITH memory_seq, at_key, at_text, rows, collect(properties(e)) AS entities "
+    "WITH memory_seq, vectors_epoch, at_key, at_text, rows, collect(properties(e)) AS entities "
     f"OPTIONAL MATCH (a:{_E})-[r:{_R}]->(b:{_E}) "
     "WHERE r.conversation_id = $conversation_id AND r.status = $active "
-    "WITH memory_seq, at_key, at_text, rows, entities, a, r, b "
+    "WITH memory_seq, vectors_epoch, at_key, at_text, rows, entities, a, r, b "
     "ORDER BY r.weight DESC, r.rel_id LIMIT $relation_limit "
-    "WITH memory_seq, at_key, at_text, rows, entities, collect(CASE WHEN r IS NULL THEN null ELSE "
+    "WITH memory_seq, vectors_epoch, at_key, at_text, rows, entities, collect(CASE WHEN r IS NULL THEN null ELSE "
     "{source_id: a.entity_id, source_name: a.name, target_id: b.entity_id, target_name: b.name, "
     "props: properties(r)} END) AS relations "
     f"OPTIONAL MATCH (ms:{_M}) WHERE ms.conversation_id = $conversation_id "
-    "WITH memory_seq, at_key, at_text, rows, entities, relations, ms "
+    "WITH memory_seq, vectors_epoch, at_key, at_text, rows, entities, relations, ms "
     "ORDER BY ms.seq DESC, ms.milestone_id DESC LIMIT $milestone_limit "
-    "RETURN memory_seq, at_key, at_text, rows, entities, relations, "
+    "RETURN memory_seq, vectors_epoch, at_key, at_text, rows, entities, relations, "
     "collect(properties(ms)) AS milestones"
 )
 ALL_RELATIONS = (

@@ -74,7 +74,20 @@ class MemoryRow(_Model):
     source_refs: list[str] = Field(default_factory=list)
     facts: list[str] = Field(default_factory=list)
     embedding: list[float] = Field(default_factory=list)
+    embedded_by: str = Field(
+        "",
+        description="the embedding model that made `embedding` (its fingerprint, "
+        "LLMGateway.embedding_fingerprint); empty on rows remembered before it was recorded",
+    )
     committed: bool = False
+
+
+class VectorWrite(_Model):
+    """A remembered turn's new vector (re-embedding): written only while its text is `text`."""
+
+    key: str
+    text: str
+    embedding: list[float]
 
 
 class ConversationSnapshot(_Model):
@@ -88,6 +101,11 @@ class ConversationSnapshot(_Model):
     max_seq: int
     reset: bool = Field(
         False, description="the caller's anchor turn is gone: new_turns holds every turn"
+    )
+    vectors_epoch: int = Field(
+        0,
+        description="how many times the conversation's rows were re-embedded (a reader's "
+        "cache of an older epoch is reset)",
     )
 
 

@@ -12,7 +12,7 @@ from kg.dialogue import cypher as dq
 from kg.dialogue.keys import lock_key
 from kg.dialogue.lease import ConversationLease
 from kg.dialogue.lore import ConversationLore, lore_tx
-from kg.dialogue.memory import memory_since_tx, remember_tx
+from kg.dialogue.memory import memory_rows_tx, memory_since_tx, remember_tx, replace_vectors_tx
 from kg.dialogue.models import (
     TURN_COMMITTED,
     CommitOutcome,
@@ -24,6 +24,7 @@ from kg.dialogue.models import (
     RewindOutcome,
     StoredTurn,
     TurnWrite,
+    VectorWrite,
 )
 from kg.dialogue.records import dialogue_entity, dialogue_milestone, dialogue_relation, stored_turn
 from kg.dialogue.rewind import rewind_tx
@@ -90,6 +91,33 @@ class DialogueRepository(ConversationLease):
         return self.store.execute_read(
             memory_since_tx, conversation_id, after_seq, anchor_key, limit
         )
+
+    def memory_head(self, conversation_id: str) -> int:
+        """The position of the conversation's last remembered row (0: none)."""
+        rows = self.store.read(dq.CONVERSATION_HEAD, conversation_id=conversation_id)
+        return int(rows[0]["memory_seq"] or 0) if rows else 0
+
+    def memory_rows(self, conversation_id: str, first: int, last: int) -> list[MemoryRow]:
+        """The remembered rows at positions `first`..`last`, in position order."""
+        return self.store.execute_read(memory_rows_tx, conversation_id, first, last)
+
+    def replace_vectors(
+        self,
+        conversation_id: str,
+        rows: list[VectorWrite],
+        embedded_by: str,
+        *,
+        new_epoch: bool = False,
+    ) -> int:
+        """New vectors for remembered rows, from model `embedded_by` (kg.dialogue.memory
+        `replace_vectors_tx`): one transaction. Returns how many rows changed."""
+        return self.store.execute_write(
+            replace_vectors_tx, conversation_id, rows, embedded_by, new_epoch
+        )
+
+    def conversation_ids(self) -> list[str]:
+        """Every conversation with a memory, in name order."""
+        return [str(r["conversation_id"]) for r in self.store.read(dq.CONVERSATION_IDS)]
 
     def memory_count(self, conversation_id: str) -> tuple[int, int]:
         """(rows, distinct keys) of a conversation's memory: an audit, scans the conversation."""

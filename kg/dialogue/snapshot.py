@@ -38,7 +38,14 @@ def snapshot_tx(
         tx, conversation_id, after_seq, entity_limit, relation_limit, milestone_limit
     )
     head = int(record["memory_seq"] or 0)
-    if cache_is_current(after_seq, anchor_key, head, record["at_key"], record["at_text"]):
+    if cache_is_current(
+        after_seq,
+        anchor_key,
+        head,
+        record["at_key"],
+        record["at_text"],
+        int(record["vectors_epoch"] or 0),
+    ):
         more = memory_rows_tx(tx, conversation_id, after_seq + SNAPSHOT_ROWS + 1, head)
         return _snapshot(record, reset=False, more_rows=more)
     # The reader's cache is from another life of this conversation: resend everything.
@@ -65,7 +72,12 @@ def snapshot_in_one_statement(
     )
     head = int(record["memory_seq"] or 0)
     if head > after_seq + SNAPSHOT_ROWS or not cache_is_current(
-        after_seq, anchor_key, head, record["at_key"], record["at_text"]
+        after_seq,
+        anchor_key,
+        head,
+        record["at_key"],
+        record["at_text"],
+        int(record["vectors_epoch"] or 0),
     ):
         return None
     return _snapshot(record, reset=False, more_rows=[])
@@ -119,6 +131,7 @@ def _snapshot(record: Record, *, reset: bool, more_rows: list[MemoryRow]) -> Con
         turn_count=head,
         max_seq=head,
         reset=reset,
+        vectors_epoch=int(record["vectors_epoch"] or 0),
     )
 
 

@@ -127,13 +127,17 @@ def remember_rows(
     # What each row embeds, with the speakers of the rows up to it: as if committed one by one.
     embedded = dict(zip((r.key for r in rows), row_texts(rows), strict=True))
     present: set[str] | None = None
+    model = gateway.embedding_fingerprint()
 
     def embed(batch: list[MemoryRow]) -> list[MemoryRow]:
         if not batch:
             return batch
         vectors = gateway.embed([embedded[r.key] for r in batch], purpose="dialogue.ingest")
         values = np.round(np.asarray(vectors, dtype=np.float64), 7).tolist()
-        return [r.model_copy(update={"embedding": v}) for r, v in zip(batch, values, strict=True)]
+        return [
+            r.model_copy(update={"embedding": v, "embedded_by": model})
+            for r, v in zip(batch, values, strict=True)
+        ]
 
     def missing(batch: list[MemoryRow]) -> list[MemoryRow]:
         return batch if present is None else [r for r in batch if r.key not in present]

@@ -13,12 +13,13 @@ keys, including turns other processes remembered.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -47,7 +48,7 @@ from kg.dialogue import (
 )
 from tasks.dialogue.models import ChatMessage, RecalledTurnOut
 
-T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class RecalledTurn(RecalledTurnOut):
@@ -145,6 +146,9 @@ class TurnMemoryIndex:
         self.speakers: set[str] = set()
         self.generation = 0
         self.lock = threading.Lock()
+        #: Rows whose vector another embedding model made (`usable_vector`), since the last reset.
+        self.foreign_vectors = 0
+        self._foreign_reported = False
 
     def cursor(self) -> tuple[int, str | None]:
         with self.lock:
@@ -159,46 +163,66 @@ class TurnMemoryIndex:
         return len(self.index) if self.index is not None else 0
 
     def sync(
-        self, rows: list[MemoryRow], *, reset: bool, generation: int | None = None
+        self,
+        rows: list[MemoryRow],
+        *,
+        reset: bool,
+        generation: int | None = None,
+        vectors_epoch: int = 0,
+        vectors_from: str = "",
     ) -> PinnedMemory | None:
         """Add the rows read after the cursor (`reset`: they are every row) and return the index
         as it then is. None, and nothing changed, when the index was reset since the reader took
-        its cursor (`generation`)."""
+        its cursor (`generation`). `vectors_epoch`: the conversation's, as read with the rows;
+        `vectors_from`: the embedding model queries are embedded with (`usable_vector`)."""
         with self.lock:
             if generation is not None and generation != self.generation:
                 return None
             if reset:
                 self.index, self.max_seq, self.anchor_key, self.speakers = None, 0, None, set()
                 self.generation += 1
+                self.foreign_vectors = 0
             fresh = [r for r in rows if r.seq > self.max_seq]
             if not fresh:
                 return self._pinned()
-            dims = next((len(r.embedding) for r in fresh if r.embedding), 0)
             if self.index is None:
-                self.index = HybridIndex(dims or 384)
+                own = (r for r in fresh if usable_vector(r, vectors_from))
+                self.index = HybridIndex(next((len(r.embedding) for r in own), 0) or 384)
+            dims = self.index.dimensions
+            usable = [usable_vector(r, vectors_from) and len(r.embedding) == dims for r in fresh]
+            self.foreign_vectors += sum(
+                1 for r in fresh if r.embedding and not usable_vector(r, vectors_from)
+            )
             # Rows are added in position order; a run of rows without a usable vector is
-            # indexed lexically only (an embedding model change makes old vectors unusable).
+            # indexed lexically only (another embedding model made them, or none).
             start = 0
             while start < len(fresh):
-                usable = len(fresh[start].embedding) == self.index.dimensions
                 end = start
-                while (
-                    end < len(fresh)
-                    and (len(fresh[end].embedding) == self.index.dimensions) == usable
-                ):
+                while end < len(fresh) and usable[end] == usable[start]:
                     end += 1
                 chunk = fresh[start:end]
                 vectors = (
-                    np.asarray([r.embedding for r in chunk], dtype=np.float32) if usable else None
+                    np.asarray([r.embedding for r in chunk], dtype=np.float32)
+                    if usable[start]
+                    else None
                 )
                 self.index.add([memory_doc(r) for r in chunk], vectors)
                 start = end
             self.speakers.update(s for r in fresh for s in speakers_of(r.speaker))
             self.max_seq, self.anchor_key = (
                 fresh[-1].seq,
-                anchor_token(fresh[-1].key, fresh[-1].text),
+                anchor_token(fresh[-1].key, fresh[-1].text, vectors_epoch),
             )
             return self._pinned()
+
+    def foreign_vectors_to_report(self) -> int:
+        """The rows another model embedded, the first time there are any (0 afterwards): what a
+        reader warns about once, not on every turn."""
+        with self.lock:
+            if not self.foreign_vectors or self._foreign_reported:
+                return 0
+            self._foreign_reported = True
+            return self.foreign_vectors
 
     def _pinned(self) -> PinnedMemory:
         # Under self.lock. Later rows are added to the same HybridIndex (a reader may see them);
@@ -294,10 +318,12 @@ def memory_row(
     messages: list[ChatMessage],
     *,
     embedding: list[float] | None = None,
+    embedded_by: str = "",
     facts: list[str] | None = None,
     committed: bool = False,
 ) -> MemoryRow:
-    """A turn's memory row from its messages (speaker lines, message ids, the turn's time)."""
+    """A turn's memory row from its messages (speaker lines, message ids, the turn's time);
+    `embedded_by`: the model that made `embedding` (LLMGateway.embedding_fingerprint)."""
     when = next((m.time for m in reversed(messages) if m.time), None) or datetime.now(UTC).strftime(
         "%-I:%M %p on %-d %B, %Y"
     )
@@ -312,6 +338,7 @@ def memory_row(
         source_refs=[m.message_id for m in messages if m.message_id],
         facts=list(facts or []),
         embedding=[round(float(x), 7) for x in (embedding if embedding is not None else [])],
+        embedded_by=embedded_by if embedding is not None else "",
         committed=committed,
     )
 
@@ -346,6 +373,16 @@ def turn_text(messages: list[ChatMessage]) -> str:
     return "\n".join(m.line() for m in messages)
 
 
+def usable_vector(row: MemoryRow, vectors_from: str) -> bool:
+    """Whether a remembered row's vector can be compared with a query embedded by model
+    `vectors_from`: it has one, made by that model. A row remembered before rows recorded their
+    model (`embedded_by` empty) is taken as the current model's (its length is checked still),
+    as is every row when the caller names no model."""
+    return bool(row.embedding) and (
+        not vectors_from or not row.embedded_by or row.embedded_by == vectors_from
+    )
+
+
 def speakers_of(speaker: str) -> list[str]:
     """The names in a memory row's `speaker` field (a turn by several speakers lists them all)."""
     return [s.strip() for s in speaker.split(",") if s.strip()]
@@ -358,10 +395,11 @@ def row_text(messages: list[ChatMessage], speakers: Iterable[str]) -> str:
     return embedded_text(turn_text(messages), {*speakers, *(m.speaker for m in messages)})
 
 
-def row_texts(rows: list[MemoryRow]) -> list[str]:
+def row_texts(rows: list[MemoryRow], known: set[str] | None = None) -> list[str]:
     """What each of a transcript's memory rows embeds, in order, each with the speakers of the
-    rows up to it (as `row_text` has them when the turns are committed one by one)."""
-    known: set[str] = set()
+    rows up to it (as `row_text` has them when the turns are committed one by one). `known`:
+    the speakers of the rows before these (updated in place), for a transcript read in pages."""
+    known = set() if known is None else known
     texts = []
     for row in rows:
         known.update(speakers_of(row.speaker))
@@ -420,34 +458,46 @@ READ_ATTEMPTS = 3
 
 def _read_into(
     index: TurnMemoryIndex,
-    read: Callable[[int, str | None], tuple[bool, list[MemoryRow], T]],
-) -> tuple[T, PinnedMemory]:
-    """Read the graph after the index's cursor (`read` returns reset, the rows, and what else it
-    read) and add the new rows; read again when the index was reset meanwhile (a rewind between
-    the read and the add: what was read may be gone). Returns what was read and the index as
-    that read left it, to search."""
+    repo: DialogueRepository,
+    conversation_id: str,
+    vectors_from: str,
+) -> tuple[ConversationSnapshot, PinnedMemory]:
+    """Read the conversation's snapshot after the index's cursor and add the new rows (their
+    vectors where `vectors_from`, the model queries are embedded with, made them); read again
+    when the index was reset meanwhile (a rewind between the read and the add: what was read
+    may be gone). Returns the snapshot and the index as that read left it, to search."""
     for _ in range(READ_ATTEMPTS - 1):
         after_seq, anchor, generation = index.read_cursor()
-        reset, rows, result = read(after_seq, anchor)
-        pinned = index.sync(rows, reset=reset, generation=generation)
-        if pinned is not None:
-            return result, pinned
-    _, rows, result = read(0, None)  # from the start: whatever was cached goes
-    pinned = index.sync(rows, reset=True)
-    assert pinned is not None  # a sync without a generation always applies
-    return result, pinned
-
-
-def _snapshot_reader(
-    repo: DialogueRepository, conversation_id: str
-) -> Callable[[int, str | None], tuple[bool, list[MemoryRow], ConversationSnapshot]]:
-    def read(
-        after_seq: int, anchor: str | None
-    ) -> tuple[bool, list[MemoryRow], ConversationSnapshot]:
         snapshot = repo.snapshot(conversation_id, after_seq=after_seq, anchor_key=anchor)
-        return snapshot.reset, snapshot.new_turns, snapshot
-
-    return read
+        pinned = index.sync(
+            snapshot.new_turns,
+            reset=snapshot.reset,
+            generation=generation,
+            vectors_epoch=snapshot.vectors_epoch,
+            vectors_from=vectors_from,
+        )
+        if pinned is not None:
+            break
+    else:
+        snapshot = repo.snapshot(conversation_id)  # from the start: whatever was cached goes
+        pinned = index.sync(
+            snapshot.new_turns,
+            reset=True,
+            vectors_epoch=snapshot.vectors_epoch,
+            vectors_from=vectors_from,
+        )
+    assert pinned is not None  # the loop broke on one, and a sync without a generation applies
+    if foreign := index.foreign_vectors_to_report():
+        log.warning(
+            "conversation %s: %d remembered turns have vectors of another embedding model "
+            "(now %s) and are recalled by their words only: run `python -m flows.dialogue "
+            "reembed --conversation-id %s`",
+            conversation_id,
+            foreign,
+            vectors_from,
+            conversation_id,
+        )
+    return snapshot, pinned
 
 
 QueryVectors = Callable[[], dict[str, Any]]
@@ -488,7 +538,7 @@ def retrieve(
     them before the graph read, so the two overlap: `query_texts` of the messages with the
     speakers the index knew then); what is missing from them (a speaker the read brought)
     is embedded here, in one call, as everything is when there are none."""
-    snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
+    snapshot, memory = _read_into(index, repo, conversation_id, gateway.embedding_fingerprint())
     text = turn_text(messages)
     query = recall_query(messages, memory.speakers)
     mentioned = mentioned_entities(snapshot.entities, text)
@@ -549,7 +599,7 @@ def recall(
     """Hybrid recall for an arbitrary question (the regression recall probe), with the same
     graph signals as a turn's retrieval (the speakers and entities it names, the turns the
     facts about them were extracted from)."""
-    snapshot, memory = _read_into(index, _snapshot_reader(repo, conversation_id))
+    snapshot, memory = _read_into(index, repo, conversation_id, gateway.embedding_fingerprint())
     if not len(memory):
         return []
     # One embedding call for all: the question without the speakers' names, and its parts.

@@ -332,6 +332,7 @@ class TurnRun:
                     request.turn,
                     acted.messages,
                     embedding=list(embedding),
+                    embedded_by=self.gateway.embedding_fingerprint(),
                     facts=plan.facts,
                     committed=True,
                 ),
@@ -418,7 +419,12 @@ class TurnRun:
                     )[0]
                 )
             row = memory_row(
-                request.conversation_id, request.key, request.turn, messages, embedding=list(vector)
+                request.conversation_id,
+                request.key,
+                request.turn,
+                messages,
+                embedding=list(vector),
+                embedded_by=self.gateway.embedding_fingerprint(),
             )
             with self.ctx.write_guard():
                 self.repo.remember(request.conversation_id, [row])

@@ -13,7 +13,7 @@ import neo4j
 import neo4j.exceptions as nx
 import pytest
 
-from kg.dialogue import DialogueRepository, MemoryRow, anchor_token, turn_key
+from kg.dialogue import DialogueRepository, MemoryRow, VectorWrite, anchor_token, turn_key
 from kg.dialogue import cypher as dq
 from kg.dialogue.snapshot import SNAPSHOT_ROWS, snapshot_in_one_statement
 from kg.errors import GraphQueryError
@@ -67,6 +67,33 @@ def test_a_stale_cache_is_reset_and_gets_every_row(store: GraphStore) -> None:
         read = repo.snapshot(conversation, after_seq=after, anchor_key=anchor)
         assert read.reset, (after, anchor)
         assert [r.seq for r in read.new_turns] == list(range(1, TURNS + 1))
+
+
+def test_a_re_embedded_rows_new_vector_is_written_only_over_the_text_embedded(
+    store: GraphStore,
+) -> None:
+    repo, conversation, rows = _remember(store, 3)
+    held = repo.snapshot(conversation).new_turns[-1]
+    writes = [
+        VectorWrite(key=rows[0].key, text="an edited text of turn 1", embedding=[0.0, 1.0]),
+        VectorWrite(key=rows[1].key, text=rows[1].text, embedding=[0.6, 0.8]),
+    ]
+    assert repo.replace_vectors(conversation, writes, "model-b") == 1
+    stored = repo.memory_rows(conversation, 1, 3)
+    assert [(r.embedding, r.embedded_by) for r in stored] == [
+        ([], ""),  # its text changed since it was read: the vector was not its text's
+        ([0.6, 0.8], "model-b"),
+        ([], ""),
+    ]
+    # Look-alike: a row already from the model is not written again.
+    assert repo.replace_vectors(conversation, writes[1:], "model-b", new_epoch=True) == 0
+    # The epoch started: a reader that cached the rows before is reset, one after is current.
+    stale = repo.snapshot(conversation, after_seq=3, anchor_key=anchor_token(held.key, held.text))
+    assert stale.reset and stale.vectors_epoch == 1 and len(stale.new_turns) == 3
+    current = repo.snapshot(
+        conversation, after_seq=3, anchor_key=anchor_token(held.key, held.text, 1)
+    )
+    assert not current.reset and current.new_turns == []
 
 
 def test_a_conversation_nothing_was_remembered_in_reads_empty(store: GraphStore) -> None:

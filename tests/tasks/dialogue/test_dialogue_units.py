@@ -11,7 +11,14 @@ import pytest
 from api import turn_status
 from core.recall import HybridIndex, MemoryDoc, embedded_text
 from core.settings import load_settings
-from kg.dialogue import DialogueEntity, DialogueMilestone, DialogueRelation, MemoryRow
+from kg.dialogue import (
+    DialogueEntity,
+    DialogueMilestone,
+    DialogueRelation,
+    MemoryRow,
+    anchor_token,
+)
+from kg.dialogue.memory import cache_is_current
 from prompts.dialogue.models import HistorianReport, IdentityConflictOut, TurnExtraction
 from tasks.dialogue.extractor import plan_extraction
 from tasks.dialogue.gate import commit_gate
@@ -709,6 +716,39 @@ def test_turn_memory_index_appends_by_position_and_resets_on_a_new_life() -> Non
     assert len(index) == 1 and index.cursor()[0] == 1 and index.cursor()[1].startswith("c:9#")
     # Another embedding model (3 dimensions): the lexical side still answers.
     assert [h.key for h in index.search("apples", np.array([1.0, 0.0, 0.0]), 3, [])] == ["c:9"]
+
+
+def test_a_row_another_embedding_model_made_is_indexed_by_its_words_only() -> None:
+    index = TurnMemoryIndex()
+    rows = [
+        _row(1, "the lighthouse lamp", [1.0, 0.0]).model_copy(update={"embedded_by": "old"}),
+        _row(2, "a boat in the harbour", [0.6, 0.8]).model_copy(update={"embedded_by": "new"}),
+        _row(3, "orchard apples", [0.0, 1.0]),  # remembered before rows named their model
+    ]
+    pinned = index.sync(rows, reset=False, vectors_from="new")
+    assert pinned is not None and pinned.hybrid is not None
+    assert pinned.hybrid.dense.count == 2  # rows 2 and 3: the model's own and the unnamed one
+    # Row 1's vector is the query's own, but another model made it: the vectors do not find it.
+    assert [h.key for h in pinned.search("xyzzy", np.array([1.0, 0.0]), 3, [])] == ["c:3", "c:2"]
+    assert [h.key for h in pinned.search("lighthouse", None, 1, [])] == ["c:1"]  # its words do
+    # Look-alike: a caller naming no model (a test, a bench) uses every vector of the length.
+    whole = TurnMemoryIndex().sync(rows, reset=False)
+    assert whole is not None and whole.hybrid is not None and whole.hybrid.dense.count == 3
+    assert "c:1" in [h.key for h in whole.search("xyzzy", np.array([1.0, 0.0]), 3, [])]
+
+
+def test_a_cache_from_before_a_re_embedding_is_not_current() -> None:
+    held = anchor_token("c:2", "Ann: a boat")
+    assert cache_is_current(2, held, 2, "c:2", "Ann: a boat", 0)
+    assert not cache_is_current(2, held, 2, "c:2", "Ann: a boat", 1)  # re-embedded since
+    assert cache_is_current(2, anchor_token("c:2", "Ann: a boat", 1), 2, "c:2", "Ann: a boat", 1)
+    # A bare key proves nothing once vectors changed under the same keys and texts.
+    assert cache_is_current(2, "c:2", 2, "c:2", "Ann: a boat", 0)
+    assert not cache_is_current(2, "c:2", 2, "c:2", "Ann: a boat", 1)
+    # The index keeps the epoch its rows were read at in its anchor.
+    index = TurnMemoryIndex()
+    index.sync([_row(2, "a boat", [1.0, 0.0])], reset=False, vectors_epoch=3)
+    assert index.cursor()[1] == anchor_token("c:2", "Ann: a boat", 3)
 
 
 # --- HTTP status mapping ------------------------------------------------------------------------
