@@ -18,7 +18,7 @@ Forms resolved (the anchor is the session's date `d`):
 | two days from now, a few weeks from now; the week (weekend, month, year) after next | that day, week or month ahead |
 | the past / the last few days (weeks, months) | the days up to `d` |
 | N days ago, a couple of / a few / several days ago, the other day | d-N; a range of days |
-| N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago | as "ago" (a fortnight: two weeks; a decade: ten years) |
+| N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago; it's been (about) N years since | as "ago" (a fortnight: two weeks; a decade: ten years) |
 | half a year ago, a year and a half ago, two and a half years ago | that month |
 | on Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend | the last one, or the coming one when the clause speaks of the future |
 | last / this / next Christmas (Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one |
@@ -207,6 +207,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         (
             "duration",
             rf"\bfor\s+(?:the\s+(?:past|last)\s+)?({_COUNT_RE})\s+({_UNIT_RE})(?:\s+now)?\b(?!\s+ago)",
+        ),
+        (
+            # "It's been two years since I adopted Max": two years ago.
+            "been_since",
+            rf"\bbeen\s+(?:about\s+|almost\s+|nearly\s+|over\s+|around\s+)?({_COUNT_RE})\s+({_UNIT_RE})\s+since\b",
         ),
         ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
         ("after_next", r"\bthe\s+(week|weekend|month|year)\s+after\s+next\b"),
@@ -698,7 +703,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return day, day, "day"
     if kind == "other_day":
         return anchor - timedelta(days=7), anchor - timedelta(days=1), "days"
-    if kind in ("ago", "duration"):
+    if kind in ("ago", "been_since", "duration"):
         return _resolve_back(kind, m, anchor)
     if kind in ("unit", "part_of_unit"):
         return _resolve_unit(kind, m, anchor)
@@ -723,9 +728,11 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
 
 
 def _resolve_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
-    """Counted back from the time said: "three weeks ago", "half a year ago", and a duration
-    up to it ("I've had them for three years")."""
+    """Counted back from the time said: "three weeks ago", "half a year ago", "it's been two
+    years since", and a duration up to it ("I've had them for three years")."""
     g = m.groups()
+    if kind == "been_since":
+        kind, g = "ago", (g[0], g[1], None)
     if kind == "ago":
         if "half" in m.group(0).lower():  # "half a year ago", "a year and a half ago"
             counted = _count_and_a_half(g[0], g[1])

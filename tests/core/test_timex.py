@@ -62,6 +62,8 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("We met a decade ago.", "2013-01-01", "2013-12-31"),
         ("I quit half a year ago.", "2022-11-01", "2022-11-30"),
         ("We moved a year and a half ago.", "2021-11-01", "2021-11-30"),
+        ("It's been two years since I adopted Max.", "2021-01-01", "2021-12-31"),
+        ("It has been almost 3 months since the move.", "2023-02-01", "2023-02-28"),
         ("I got sick at the end of last year.", "2022-09-01", "2022-12-31"),
         ("I started at the beginning of this year.", "2023-01-01", "2023-04-30"),
         ("Late last year we bought a house.", "2022-09-01", "2022-12-31"),
@@ -121,6 +123,8 @@ def test_each_relative_form_resolves_against_the_session_date(
         "Friday nights are for pizza.",  # ... likewise
         "I swim on Monday mornings.",  # ... likewise
         "It was a quiet friday night kind of song.",  # a kind of evening (no capital)
+        "I've been two years younger since the diet, ha.",  # "since" not after the length
+        "She has been 3 years sober.",  # a length, no "since"
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
