@@ -54,6 +54,17 @@ class HybridIndex:
     def __len__(self) -> int:
         return len(self.docs)
 
+    def adopt_dimensions(self, dimensions: int) -> None:
+        """While the index holds no vector, make its vectors `dimensions` long (the documents
+        held stay lexical only): a memory whose every vector is another model's, then the first
+        of the model in use, of another length."""
+        with self.lock:
+            if self.dense.count or dimensions == self.dimensions:
+                return
+            self.dimensions = dimensions
+            self.dense = DenseIndex(dimensions)
+            self.dense.append([None] * len(self.docs))
+
     def add(self, docs: list[MemoryDoc], vectors: np.ndarray | None) -> int:
         """Append documents not yet held (by key); `vectors` row i belongs to docs[i]
         (None: lexical only). Returns how many were added. The index holds the same state

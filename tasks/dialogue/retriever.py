@@ -185,9 +185,11 @@ class TurnMemoryIndex:
             fresh = [r for r in rows if r.seq > self.max_seq]
             if not fresh:
                 return self._pinned()
+            own = next((len(r.embedding) for r in fresh if usable_vector(r, vectors_from)), 0)
             if self.index is None:
-                own = (r for r in fresh if usable_vector(r, vectors_from))
-                self.index = HybridIndex(next((len(r.embedding) for r in own), 0) or 384)
+                self.index = HybridIndex(own or 384)
+            elif own:
+                self.index.adopt_dimensions(own)  # no vector held yet: the model's length
             dims = self.index.dimensions
             usable = [usable_vector(r, vectors_from) and len(r.embedding) == dims for r in fresh]
             self.foreign_vectors += sum(

@@ -737,6 +737,22 @@ def test_a_row_another_embedding_model_made_is_indexed_by_its_words_only() -> No
     assert "c:1" in [h.key for h in whole.search("xyzzy", np.array([1.0, 0.0]), 3, [])]
 
 
+def test_the_first_vector_of_a_model_with_another_length_is_used_after_only_foreign_ones() -> None:
+    index = TurnMemoryIndex()
+    old = _row(1, "the lighthouse lamp", [1.0, 0.0]).model_copy(update={"embedded_by": "old"})
+    index.sync([old], reset=False, vectors_from="new")  # no vector of the model in use yet
+    new = _row(2, "a boat", [0.0, 0.6, 0.8]).model_copy(update={"embedded_by": "new"})
+    pinned = index.sync([new], reset=False, vectors_from="new")
+    assert pinned is not None and pinned.hybrid is not None
+    assert (pinned.hybrid.dimensions, pinned.hybrid.dense.count) == (3, 1)
+    assert [h.key for h in pinned.search("xyzzy", np.array([0.0, 0.6, 0.8]), 2, [])] == ["c:2"]
+    # Look-alike: once the index holds a vector, another length never replaces it.
+    other = _row(3, "a kite", [1.0, 0.0]).model_copy(update={"embedded_by": "new"})
+    pinned = index.sync([other], reset=False, vectors_from="new")
+    assert pinned is not None and pinned.hybrid is not None
+    assert (pinned.hybrid.dimensions, pinned.hybrid.dense.count) == (3, 1)
+
+
 def test_a_cache_from_before_a_re_embedding_is_not_current() -> None:
     held = anchor_token("c:2", "Ann: a boat")
     assert cache_is_current(2, held, 2, "c:2", "Ann: a boat", 0)
