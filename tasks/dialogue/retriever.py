@@ -146,7 +146,8 @@ class TurnMemoryIndex:
         self.speakers: set[str] = set()
         self.generation = 0
         self.lock = threading.Lock()
-        #: Rows whose vector another embedding model made (`usable_vector`), since the last reset.
+        #: Rows with a vector recall cannot use (another model's, or of another length than the
+        #: index's), since the last reset.
         self.foreign_vectors = 0
         self._foreign_reported = False
 
@@ -193,7 +194,7 @@ class TurnMemoryIndex:
             dims = self.index.dimensions
             usable = [usable_vector(r, vectors_from) and len(r.embedding) == dims for r in fresh]
             self.foreign_vectors += sum(
-                1 for r in fresh if r.embedding and not usable_vector(r, vectors_from)
+                1 for r, used in zip(fresh, usable, strict=True) if r.embedding and not used
             )
             # Rows are added in position order; a run of rows without a usable vector is
             # indexed lexically only (another embedding model made them, or none).
@@ -492,8 +493,8 @@ def _read_into(
     if foreign := index.foreign_vectors_to_report():
         log.warning(
             "conversation %s: %d remembered turns have vectors of another embedding model "
-            "(now %s) and are recalled by their words only: run `python -m flows.dialogue "
-            "reembed --conversation-id %s`",
+            "(or of another length than the others; the model now: %s) and are recalled by "
+            "their words only: run `python -m flows.dialogue reembed --conversation-id %s`",
             conversation_id,
             foreign,
             vectors_from,
