@@ -124,7 +124,7 @@ def dialogue_turn_flow(
     return result.model_dump(mode="json")
 
 
-class IngestProgress:
+class TurnProgress:
     """A rich progress bar in the terminal and a Prefect progress artifact (`key`), per batch."""
 
     def __init__(self, total: int, description: str, key: str = "dialogue-ingest") -> None:
@@ -157,7 +157,7 @@ class IngestProgress:
         self._reported = 0.0
         self._description = description
 
-    def __enter__(self) -> IngestProgress:
+    def __enter__(self) -> TurnProgress:
         self._bar.start()
         return self
 
@@ -212,7 +212,7 @@ def dialogue_ingest_flow(
     items = [(spec, conversation_id or spec.dialogue_id) for spec in specs]
     service = service_for(load_settings(project_dir))
     total = sum(len(spec.turns) for spec in specs)
-    with IngestProgress(total, "extracting turns" if extract else "remembering turns") as progress:
+    with TurnProgress(total, "extracting turns" if extract else "remembering turns") as progress:
         reports = ingest(
             service,
             items,
@@ -252,7 +252,7 @@ def dialogue_reembed_flow(
             f"no remembered turns in conversation {', '.join(map(repr, empty))}",
             hint="check the conversation id (leave --conversation-id out to re-embed them all)",
         )
-    with IngestProgress(
+    with TurnProgress(
         sum(heads.values()), "re-embedding turns", key="dialogue-reembed"
     ) as progress:
         reports = [

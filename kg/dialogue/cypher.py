@@ -125,11 +125,10 @@ SNAPSHOT = (
     # What the retriever reads for a turn, in one round trip (a statement costs more in driver
     # and server overhead than these index lookups do): the memory head and vector epoch, the
     # row at the reader's position (is its cache current?), the rows at the next positions,
-    # then the entities (as
-    # ENTITIES reads them), the active relations with their ends' names, and the recent
-    # milestones (as RECENT_MILESTONES). Each part is collected before the next MATCH, so
-    # the parts never multiply; an empty part is an empty list (OPTIONAL MATCH, nulls are not
-    # collected). The lists' order is restored by the caller (kg.dialogue.snapshot).
+    # then the entities (as ENTITIES reads them), the active relations with their ends' names,
+    # and the recent milestones (as RECENT_MILESTONES). Each part is collected before the next
+    # MATCH, so the parts never multiply; an empty part is an empty list (OPTIONAL MATCH, nulls
+    # are not collected). The lists' order is restored by the caller (kg.dialogue.snapshot).
     f"OPTIONAL MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) "
     "WITH c.memory_seq AS memory_seq, c.vectors_epoch AS vectors_epoch "
     f"OPTIONAL MATCH (at:{_MEM} {{position_key: $at_key}}) "

@@ -73,6 +73,7 @@ def test_a_re_embedded_rows_new_vector_is_written_only_over_the_text_embedded(
     store: GraphStore,
 ) -> None:
     repo, conversation, rows = _remember(store, 3)
+    assert conversation in repo.conversation_ids()  # what `reembed` does without a conversation
     held = repo.snapshot(conversation).new_turns[-1]
     writes = [
         VectorWrite(key=rows[0].key, text="an edited text of turn 1", embedding=[0.0, 1.0]),
