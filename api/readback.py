@@ -263,6 +263,7 @@ async def health(
         "graph": store.endpoint.label,
         "rolled_back_turns": service.rolled_back_count,
         "conversation_locks": service.conversation_lock_count(),
+        "turns_without_usable_vectors": service.vectors.foreign_vectors(),
         "graph_write_lock": service.write_lock_totals(),
         "yielded_to_queries": service.yielded_to_queries(),
     }

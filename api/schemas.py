@@ -32,6 +32,12 @@ class HealthReport(BaseModel):
     graph: str = Field(description="the graph served")
     rolled_back_turns: int = Field(description="turns rolled back since start")
     conversation_locks: int = Field(description="per-conversation locks held in memory")
+    turns_without_usable_vectors: int = Field(
+        0,
+        description="turns of the conversations cached in memory whose vectors another "
+        "embedding model made, recalled by their words only: `python -m flows.dialogue "
+        "reembed` gives them the model's in use",
+    )
     graph_write_lock: dict[str, float] = Field(
         default_factory=dict,
         description="the serialised graph writes since start (on ArcadeDB): acquired, "

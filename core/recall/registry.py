@@ -58,6 +58,11 @@ class IndexRegistry:
         with self._lock:
             return sum(len(i) for i in self._indexes.peek_values())
 
+    def cached(self) -> list[Any]:
+        """The indexes held now (recency unchanged)."""
+        with self._lock:
+            return list(self._indexes.peek_values())
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._indexes)

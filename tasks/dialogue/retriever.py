@@ -296,6 +296,11 @@ class VectorIndexRegistry:
     def turns(self) -> int:
         return self._registry.documents()
 
+    def foreign_vectors(self) -> int:
+        """Turns of the cached conversations recalled by their words only because their vectors
+        are another model's (`TurnMemoryIndex.foreign_vectors`): `reembed` gives them this one's."""
+        return sum(index.foreign_vectors for index in self._registry.cached())
+
     def get(self, graph: str, conversation_id: str) -> TurnMemoryIndex:
         index: TurnMemoryIndex = self._registry.get(graph, conversation_id, TurnMemoryIndex)
         return index

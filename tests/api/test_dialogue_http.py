@@ -161,7 +161,8 @@ def test_openapi_describes_both_endpoints_and_the_request(client: TestClient) ->
         "ChatMessage" in spec["components"]["schemas"]
         and "TurnResult" in spec["components"]["schemas"]
     )
-    assert client.get(HEALTH_PATH).json()["status"] == "ok"
+    health = client.get(HEALTH_PATH).json()
+    assert health["status"] == "ok" and health["turns_without_usable_vectors"] == 0
 
 
 def _env(graph_settings: Settings, scripted: ScriptedLLM) -> dict[str, str]:

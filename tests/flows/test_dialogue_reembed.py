@@ -84,6 +84,8 @@ def test_after_the_embedding_model_changed_reembed_gives_each_turn_the_new_model
             assert _vectors_held(new, conv) == 0  # warned once, not on every turn
             # ...while the model that made them uses them all, and warns of nothing.
             assert _vectors_held(old, conv) == TURNS
+        assert new.vectors.foreign_vectors() == TURNS  # what the sidecar's health reports
+        assert old.vectors.foreign_vectors() == 0
         [warning] = [r.getMessage() for r in caplog.records]
         assert f"{TURNS} remembered turns have vectors of another embedding model" in warning
         assert f"python -m flows.dialogue reembed --conversation-id {conv}" in warning
@@ -133,6 +135,7 @@ def test_after_the_embedding_model_changed_reembed_gives_each_turn_the_new_model
         # Both services' cached indexes were read at the old epoch: each reads the rows again.
         assert _vectors_held(new, conv) == TURNS
         assert _vectors_held(old, conv) == 0
+        assert (new.vectors.foreign_vectors(), old.vectors.foreign_vectors()) == (0, TURNS)
 
         # A second run has nothing to do, and starts no epoch (no reader resets for nothing).
         scripted.reset()
