@@ -19,6 +19,7 @@ from collections.abc import Generator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import openai
@@ -188,7 +189,8 @@ class LLMGateway:
         model by its weights' hash. Vectors with different fingerprints are not comparable
         (task caches key on it; a remembered turn records it, kg.dialogue `embedded_by`)."""
         if self.settings.embedding_base_url is not None:
-            return f"{self.settings.embedding_base_url}|{self.settings.embedding_model}"
+            endpoint = _without_secrets(str(self.settings.embedding_base_url))
+            return f"{endpoint}|{self.settings.embedding_model}"
         from core.embedder import MODEL_NAME, MODEL_SHA256
 
         return f"local|{MODEL_NAME}|{MODEL_SHA256[:16]}"
@@ -577,3 +579,15 @@ def _unavailable(timed_out: bool) -> type[LLMUnavailableError]:
     """The error for an endpoint that did not answer: LLMTimeoutError when its last request
     timed out (core.errors.classify calls that a timeout), else LLMUnavailableError."""
     return LLMTimeoutError if timed_out else LLMUnavailableError
+
+
+def _without_secrets(url: str) -> str:
+    """`url` without a user, password, query or fragment (the fingerprint is stored on every
+    remembered turn and in reports); unchanged when it has none, so fingerprints, and the caches
+    keyed on them, stay what they were."""
+    parts = urlsplit(url)
+    if not (parts.username or parts.password or parts.query or parts.fragment):
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

@@ -712,3 +712,18 @@ def test_every_field_of_a_call_record_reaches_its_parquet_file(tmp_path: Path) -
     record = stats.to_record("run-1", datetime(2026, 11, 27, tzinfo=UTC), 12.5)
     write_parquet([record], tmp_path / "calls.parquet")
     assert pl.read_parquet(tmp_path / "calls.parquet").to_dicts() == [record.model_dump()]
+
+
+def test_the_embedding_fingerprint_names_the_endpoint_without_its_secrets() -> None:
+    """It is stored on every remembered turn (kg.dialogue `embedded_by`): a key in the URL must
+    not be, and a URL with none keeps the fingerprint (and the caches keyed on it) it had."""
+
+    def fingerprint(url: str) -> str:
+        return LLMGateway(
+            Settings(embedding_base_url=url, embedding_model="m")
+        ).embedding_fingerprint()
+
+    assert fingerprint("http://user:s3cret@host:8080/v1?api_key=k2#x") == "http://host:8080/v1|m"
+    assert fingerprint("https://key@api.example.com/v1") == "https://api.example.com/v1|m"
+    assert fingerprint("http://host:8080/v1") == "http://host:8080/v1|m"  # the look-alike
+    assert LLMGateway(Settings()).embedding_fingerprint().startswith("local|")
