@@ -38,14 +38,7 @@ def snapshot_tx(
         tx, conversation_id, after_seq, entity_limit, relation_limit, milestone_limit
     )
     head = int(record["memory_seq"] or 0)
-    if cache_is_current(
-        after_seq,
-        anchor_key,
-        head,
-        record["at_key"],
-        record["at_text"],
-        int(record["vectors_epoch"] or 0),
-    ):
+    if _cache_is_current(record, after_seq, anchor_key):
         more = memory_rows_tx(tx, conversation_id, after_seq + SNAPSHOT_ROWS + 1, head)
         return _snapshot(record, reset=False, more_rows=more)
     # The reader's cache is from another life of this conversation: resend everything.
@@ -71,16 +64,21 @@ def snapshot_in_one_statement(
         session, conversation_id, after_seq, entity_limit, relation_limit, milestone_limit
     )
     head = int(record["memory_seq"] or 0)
-    if head > after_seq + SNAPSHOT_ROWS or not cache_is_current(
+    if head > after_seq + SNAPSHOT_ROWS or not _cache_is_current(record, after_seq, anchor_key):
+        return None
+    return _snapshot(record, reset=False, more_rows=[])
+
+
+def _cache_is_current(record: Record, after_seq: int, anchor_key: str | None) -> bool:
+    """kg.dialogue.memory `cache_is_current` on what the statement read."""
+    return cache_is_current(
         after_seq,
         anchor_key,
-        head,
+        int(record["memory_seq"] or 0),
         record["at_key"],
         record["at_text"],
         int(record["vectors_epoch"] or 0),
-    ):
-        return None
-    return _snapshot(record, reset=False, more_rows=[])
+    )
 
 
 def _snapshot_record(

@@ -20,24 +20,20 @@ on the new model, which embeds them with it).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from kg.dialogue import DialogueRepository, VectorWrite
+from tasks.dialogue.ingest import BATCH_SIZE, Progress
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.retriever import row_texts
 
 #: Rows read a page (each ~10 KB with its vector: a page bounds the memory a long conversation
-#: takes, not the work).
+#: takes, not the work). Rows per embedding call and write transaction: ingest's `BATCH_SIZE`
+#: (measured there); `Progress` is called with (conversation id, rows handled since).
 PAGE_ROWS = 2000
-#: Rows per embedding call and write transaction (as tasks.dialogue.ingest measured).
-BATCH_SIZE = 256
-
-#: Called with (conversation id, rows checked since the last call).
-Progress = Callable[[str, int], None]
 
 
 class _Stale(NamedTuple):
