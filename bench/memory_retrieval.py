@@ -1,7 +1,7 @@
 """Turn-memory cost against conversation size: recall latency at 1k, 10k and 100k turns, and
 bulk-ingest throughput.
 
-    python -m bench.memory_retrieval [--only {retrieval,ingest,encode}] [--queries 600]
+    python -m bench.memory_retrieval [--only {retrieval,ingest,encode,reembed}] [--queries 600]
         [--ingest-turns 1000] [--ingest-runs 1] [--sizes 1000 10000 100000] [--embedder NAME]
 
 Retrieval: one TurnMemoryIndex (the sidecar's per-conversation structure: tantivy BM25 +
@@ -17,6 +17,11 @@ real embeddings, its default batches: turns/s, end to end, two ways: cold (a fre
 the graph's start and the model's load inside the clock, as a user's first `ingest` sees
 it) and steady (graph up, model and JVM warmed on a throwaway conversation first).
 `--only ingest` runs just this part (about a minute on 2 cores).
+
+Re-embed (`--only reembed`): `reembed_conversation` (what `flows.dialogue reembed` runs after
+the embedding model changed) against ingest, on one fresh embedded graph: the ingest turns
+remembered (timed: ingest's turns/s), then marked as another model's, then re-embedded (timed:
+turns/s), and the ratio of the two.
 
 Encode (`--only encode`): the embedding model alone on the ingest turns, in calls of the
 ingest's batch size (tasks.dialogue.ingest.BATCH_SIZE): turns/s, the ceiling of ingest.
@@ -218,6 +223,38 @@ def bench_encode(turn_count: int, model_name: str = DEFAULT, runs: int = 3) -> f
     return rate
 
 
+def bench_reembed(turn_count: int) -> tuple[float, float]:
+    """(ingest turns/s, re-embed turns/s) on one fresh graph, steady state (graph up, model and
+    JVM warmed first): `turn_count` turns remembered, then their vectors renamed as another
+    model's (the same numbers: a cheap write), then `reembed_conversation` in the clock."""
+    from core.settings import load_settings
+    from kg.dialogue import DialogueRepository, VectorWrite
+    from tasks.dialogue.ingest import remember_rows
+    from tasks.dialogue.pipeline import DialogueService
+    from tasks.dialogue.reembed import reembed_conversation
+
+    rows = _ingest_rows(turn_count, "reembed")
+    with tempfile.TemporaryDirectory() as project:
+        service = DialogueService(load_settings(Path(project)))
+        try:
+            _ = service.store.endpoint
+            remember_rows(service, "warm", _ingest_rows(256, "warm"))
+            started = time.perf_counter()
+            remember_rows(service, "reembed", rows)
+            ingest = turn_count / (time.perf_counter() - started)
+            repo = DialogueRepository(service.store)
+            stored = repo.memory_rows("reembed", 1, turn_count)
+            writes = [VectorWrite(key=r.key, text=r.text, embedding=r.embedding) for r in stored]
+            repo.replace_vectors("reembed", writes, "bench|another model")
+            started = time.perf_counter()
+            report = reembed_conversation(service, "reembed")
+            reembed = report.reembedded / (time.perf_counter() - started)
+        finally:
+            service.close()
+    assert report.reembedded == turn_count, report
+    return ingest, reembed
+
+
 def run_ingest(turn_count: int, runs: int) -> None:
     cold = bench_ingest(turn_count, cold=True)
     print(
@@ -245,10 +282,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=("retrieval", "ingest", "encode"),
+        choices=("retrieval", "ingest", "encode", "reembed"),
         default=None,
         help="run one part: `ingest` for the throughput figures alone (fast), `retrieval` for "
-        "the latency per size, `encode` for the model alone (default: ingest and retrieval)",
+        "the latency per size, `encode` for the model alone, `reembed` for re-embedding "
+        "against ingest (default: ingest and retrieval)",
     )
     parser.add_argument(
         "--queries",
@@ -296,6 +334,14 @@ def main() -> None:
             embedder(args.embedder)
     except EmbedderUnavailableError as exc:
         raise SystemExit(f"error: {exc}") from None
+    if args.only == "reembed":
+        ingest, reembed = bench_reembed(args.ingest_turns)
+        print(
+            f"re-embed: {reembed:.0f} turns/s against ingest {ingest:.0f} turns/s "
+            f"(ratio {reembed / ingest:.2f}; {args.ingest_turns} turns, steady state)",
+            flush=True,
+        )
+        return
     if args.only == "encode":
         bench_encode(args.ingest_turns, args.embedder)
     if args.only in (None, "ingest"):
