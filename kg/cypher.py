@@ -349,12 +349,12 @@ RECENT_SUMMARIES = (
 SCENE_VECTORS_AS_OF = (
     "MATCH (s:Scene) WHERE s.chapter <= $as_of AND s.embedding_sha IS NOT NULL "
     "RETURN s.id AS id, s.chapter AS chapter, s.index AS scene, s.title AS title, s.summary AS summary, "
-    "s.embedding_sha AS sha"
+    "s.embedding_sha AS sha, s.embedded_by AS embedded_by"
 )
 CHAPTER_VECTORS_AS_OF = (
     "MATCH (c:Chapter) WHERE c.number <= $as_of AND c.embedding_sha IS NOT NULL "
     "RETURN c.id AS id, c.number AS chapter, null AS scene, c.title AS title, c.summary AS summary, "
-    "c.embedding_sha AS sha"
+    "c.embedding_sha AS sha, c.embedded_by AS embedded_by"
 )
 SCENE_EMBEDDINGS_BY_ID = (
     "MATCH (s:Scene) WHERE s.id IN $ids RETURN s.id AS id, s.embedding AS embedding"
@@ -381,6 +381,7 @@ VECTOR_INDEX_STATE = "SHOW INDEXES YIELD name, type, state WHERE name = $name RE
 QUERY_SCENE_VECTOR_INDEX = (
     f"CALL db.index.vector.queryNodes('{VECTOR_INDEX_NAME}', $candidates, $embedding) YIELD node, score "
     "WHERE node.chapter <= $as_of "
+    "AND (node.embedded_by IS NULL OR $embedded_by IS NULL OR node.embedded_by = $embedded_by) "
     "RETURN node.id AS id, node.chapter AS chapter, node.index AS scene, node.title AS title, "
     "node.summary AS summary, score ORDER BY score DESC LIMIT $k"
 )

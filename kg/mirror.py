@@ -70,6 +70,7 @@ class SceneRow:
     vector: np.ndarray | None
     characters: tuple[str, ...] = ()
     location: str | None = None
+    embedded_by: str | None = None  # the model that made `vector` (None: not recorded)
 
     @classmethod
     def of(cls, props: dict[str, Any]) -> SceneRow:
@@ -85,13 +86,22 @@ class SceneRow:
             vector=np.asarray(vector, dtype=np.float64) if vector else None,
             characters=tuple(str(c) for c in props.get("characters") or ()),
             location=props.get("location"),
+            embedded_by=props.get("embedded_by"),
         )
+
+
+def same_model(embedded_by: str | None, model: str | None) -> bool:
+    """Whether a vector made by `embedded_by` can be compared with one made by `model`: vectors
+    of two embedding models are not comparable. Not recorded (vectors from before it was) or
+    not asked: taken as the same (the lengths are checked still)."""
+    return embedded_by is None or model is None or embedded_by == model
 
 
 @dataclass
 class _SceneIndex:
     generation: int
     dimensions: int
+    embedded_by: str | None  # the model whose vectors it holds (None: any)
     through: int  # scenes of chapters <= through are in the index
     index: HybridIndex
 
@@ -305,9 +315,12 @@ class StoryMirror:
             found = [s for s in self.scenes.values() if s.chapter <= as_of]
         return sorted(found, key=lambda s: (s.chapter, s.scene, s.id))
 
-    def scene_index(self, as_of: int, dimensions: int) -> HybridIndex:
+    def scene_index(
+        self, as_of: int, dimensions: int, embedded_by: str | None = None
+    ) -> HybridIndex:
         """A hybrid index of the scenes of chapters <= as_of (title and summary; vectors of
-        `dimensions`), grown by appending while chapters come in order."""
+        `dimensions` made by model `embedded_by`, None: any), grown by appending while chapters
+        come in order."""
         from core.recall import HybridIndex
 
         with self.lock:
@@ -316,25 +329,37 @@ class StoryMirror:
                 cached is None
                 or cached.generation != self.generation
                 or cached.dimensions != dimensions
+                or cached.embedded_by != embedded_by
                 or cached.through > as_of
             ):
                 cached = _SceneIndex(
                     self.generation,
                     dimensions,
+                    embedded_by,
                     0,
                     HybridIndex(max(dimensions, 1), neighbours=False),
                 )  # a summary stands alone
                 self._scene_index = cached
             if as_of > cached.through:
                 fresh = [s for s in self.scenes_as_of(as_of) if s.chapter > cached.through]
-                _append_scenes(cached.index, fresh, dimensions)
+                _append_scenes(cached.index, fresh, dimensions, embedded_by)
                 cached.through = as_of
             return cached.index
 
 
-def _append_scenes(index: HybridIndex, scenes: list[SceneRow], dimensions: int) -> None:
-    """Add in story order; runs of scenes with and without a vector go in separate batches."""
+def _append_scenes(
+    index: HybridIndex, scenes: list[SceneRow], dimensions: int, embedded_by: str | None
+) -> None:
+    """Add in story order; runs of scenes with and without a usable vector (of `dimensions`,
+    made by model `embedded_by`) go in separate batches."""
     from core.recall import MemoryDoc
+
+    def usable(s: SceneRow) -> bool:
+        return (
+            s.vector is not None
+            and s.vector.shape == (dimensions,)
+            and same_model(s.embedded_by, embedded_by)
+        )
 
     def doc(s: SceneRow) -> MemoryDoc:
         return MemoryDoc(
@@ -354,15 +379,13 @@ def _append_scenes(index: HybridIndex, scenes: list[SceneRow], dimensions: int) 
     def flush() -> None:
         if not run:
             return
-        with_vectors = run[0].vector is not None and run[0].vector.shape == (dimensions,)
         index.add(
-            [doc(s) for s in run], np.stack([s.vector for s in run]) if with_vectors else None
+            [doc(s) for s in run], np.stack([s.vector for s in run]) if usable(run[0]) else None
         )  # type: ignore[misc]
         run.clear()
 
     for scene in scenes:
-        has = scene.vector is not None and scene.vector.shape == (dimensions,)
-        if run and has != (run[0].vector is not None and run[0].vector.shape == (dimensions,)):
+        if run and usable(scene) != usable(run[0]):
             flush()
         run.append(scene)
     flush()

@@ -247,6 +247,11 @@ class SceneDelta(_Model):
     location: str | None = None
     characters: list[str] = Field(default_factory=list)
     embedding: list[float] | None = None
+    embedded_by: str | None = Field(
+        None,
+        description="the embedding model that made `embedding` (LanguageModel."
+        "embedding_fingerprint); None: not recorded (taken as the model in use)",
+    )
 
 
 class ChapterDelta(_Model):
@@ -260,6 +265,7 @@ class ChapterDelta(_Model):
     text_ref: str | None = None
     text_sha: str | None = None
     embedding: list[float] | None = None
+    embedded_by: str | None = Field(None, description="the model that made `embedding`")
     source_type: SourceType = Field(
         "extraction", description="provenance for entities without sources"
     )

@@ -24,7 +24,7 @@ from neo4j import ManagedTransaction
 from kg import cypher
 from kg import vocabulary as vocab
 from kg.commit import NOVEL_INFO_ID
-from kg.mirror import MirroredReader, StoryMirror, mirror_of
+from kg.mirror import MirroredReader, StoryMirror, mirror_of, same_model
 from kg.models import (
     ChapterSummary,
     ConsistencyFacts,
@@ -467,11 +467,14 @@ def scene_context(
     embedding: list[float] | None = None,
     k_similar: int = 3,
     query: str | None = None,
+    embedded_by: str | None = None,
 ) -> SceneContext:
     """Everything drafting a scene of `chapter` needs, as of chapter - 1, in one read transaction.
 
     With `query` (the scene's text), earlier scenes come from the hybrid retrieval shared
-    with the dialogue memory (core.recall); without it, from vector similarity alone."""
+    with the dialogue memory (core.recall); without it, from vector similarity alone. Either
+    way `embedding` is compared only with scene vectors its own model made (`embedded_by`;
+    None: any): a scene another model embedded is found by its words, or not at all."""
     names = list(dict.fromkeys(characters))
     as_of = chapter - 1
     use_numpy = (
@@ -496,15 +499,17 @@ def scene_context(
         )
         if query is not None:
             context.similar_scenes = hybrid_scenes_tx(
-                tx, query, embedding, k_similar, as_of, mirror
+                tx, query, embedding, k_similar, as_of, mirror, embedded_by
             )
         elif use_numpy and embedding is not None:
-            context.similar_scenes = similar_scenes_tx(tx, embedding, k_similar, as_of)
+            context.similar_scenes = similar_scenes_tx(tx, embedding, k_similar, as_of, embedded_by)
         return context
 
     context = store.execute_read(work)
     if query is None and embedding is not None and not use_numpy:
-        context.similar_scenes = similar_scenes(store, embedding, k=k_similar, as_of_chapter=as_of)
+        context.similar_scenes = similar_scenes(
+            store, embedding, k=k_similar, as_of_chapter=as_of, embedded_by=embedded_by
+        )
     return context
 
 
@@ -512,10 +517,16 @@ def scene_context(
 
 
 def consistency_facts(
-    store: MirroredReader, names: Iterable[str], *, as_of_chapter: int
+    store: MirroredReader,
+    names: Iterable[str],
+    *,
+    as_of_chapter: int,
+    embedded_by: str | None = None,
 ) -> ConsistencyFacts:
     """What the checks need of the named entities and of every earlier scene, as of the chapter;
-    the relationships and scenes come from the story mirror (kg.mirror), kept current first."""
+    the relationships and scenes come from the story mirror (kg.mirror), kept current first.
+    The scene vectors are those model `embedded_by` made (None: any): the new chapter's are
+    compared with them."""
     names = list(dict.fromkeys(names))
     mirror = mirror_of(store)
 
@@ -567,7 +578,11 @@ def consistency_facts(
                     seen = types.setdefault((a, b), {})
                     seen[row.type] = max(chapter, seen.get(row.type, chapter))
         earlier = mirror.scenes_as_of(as_of_chapter)
-        scenes = [(s.chapter, s.scene, s.vector) for s in earlier if s.vector is not None]
+        scenes = [
+            (s.chapter, s.scene, s.vector)
+            for s in earlier
+            if s.vector is not None and same_model(s.embedded_by, embedded_by)
+        ]
         texts = {
             (s.chapter, s.scene): (s.text_ref, s.text_sha)
             for s in earlier

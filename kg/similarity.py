@@ -22,7 +22,7 @@ from neo4j import ManagedTransaction
 
 from core.errors import SkaldError
 from kg import cypher
-from kg.mirror import StoryMirror
+from kg.mirror import StoryMirror, same_model
 from kg.models import SimilarityHit
 
 if TYPE_CHECKING:
@@ -87,10 +87,17 @@ def _vector_rows(
 
 
 def _rank(
-    rows: list[tuple[dict[str, Any], np.ndarray]], embedding: list[float], k: int
+    rows: list[tuple[dict[str, Any], np.ndarray]],
+    embedding: list[float],
+    k: int,
+    embedded_by: str | None,
 ) -> list[SimilarityHit]:
     query = np.asarray(embedding, dtype=np.float64)
-    usable = [(row, vec) for row, vec in rows if vec.shape == query.shape]
+    usable = [
+        (row, vec)
+        for row, vec in rows
+        if vec.shape == query.shape and same_model(row.get("embedded_by"), embedded_by)
+    ]
     if not usable or k <= 0:
         return []
     matrix = np.stack([vec for _, vec in usable])
@@ -117,14 +124,16 @@ def hybrid_scenes_tx(
     k: int,
     as_of: int,
     mirror: StoryMirror,
+    embedded_by: str | None = None,
 ) -> list[SimilarityHit]:
     """Earlier scenes for a scene query through core.recall's hybrid retrieval (BM25 over
-    title + summary, the scene vectors, fused); a scene without a vector is found lexically.
-    The index is the mirror's, grown by appending as chapters come (kept current by the caller)."""
+    title + summary, the scene vectors, fused); a scene without a vector, or with another
+    model's (`embedded_by`: the query's model), is found lexically. The index is the mirror's,
+    grown by appending as chapters come (kept current by the caller)."""
     if k <= 0 or not mirror.scenes_as_of(as_of):
         return []
     dims = len(embedding) if embedding else 0
-    index = mirror.scene_index(as_of, dims)
+    index = mirror.scene_index(as_of, dims, embedded_by)
     query_vector = np.asarray(embedding, dtype=np.float32) if embedding else None
     return [
         SimilarityHit(
@@ -140,9 +149,13 @@ def hybrid_scenes_tx(
 
 
 def similar_scenes_tx(
-    tx: ManagedTransaction, embedding: list[float], k: int, as_of: int
+    tx: ManagedTransaction,
+    embedding: list[float],
+    k: int,
+    as_of: int,
+    embedded_by: str | None = None,
 ) -> list[SimilarityHit]:
-    return _rank(_vector_rows(tx, "scene", as_of), embedding, k)
+    return _rank(_vector_rows(tx, "scene", as_of), embedding, k, embedded_by)
 
 
 # --- vector index (Neo4j only, optional) ------------------------------------------------------
@@ -181,9 +194,15 @@ def vector_index_ready(store: GraphStore, dimensions: int) -> bool:
 
 
 def similar_scenes(
-    store: GraphStore, embedding: list[float], *, k: int = 5, as_of_chapter: int
+    store: GraphStore,
+    embedding: list[float],
+    *,
+    k: int = 5,
+    as_of_chapter: int,
+    embedded_by: str | None = None,
 ) -> list[SimilarityHit]:
-    """Scenes of chapters <= as_of_chapter most similar (cosine) to `embedding`."""
+    """Scenes of chapters <= as_of_chapter most similar (cosine) to `embedding`, made by model
+    `embedded_by` (scenes whose vectors another model made are left out; None: any)."""
     if vector_index_ready(store, len(embedding)):
         try:
             rows = store.read(
@@ -192,6 +211,7 @@ def similar_scenes(
                 k=k,
                 candidates=max(4 * k, 50),
                 as_of=as_of_chapter,
+                embedded_by=embedded_by,
             )
             return [
                 SimilarityHit(**{**r, "title": r["title"] or "", "summary": r["summary"] or ""})
@@ -200,15 +220,21 @@ def similar_scenes(
         except SkaldError as exc:  # the numpy path below is always correct
             log.info("graph: vector index query failed (%s); using numpy", exc)
             _vector_state[store] = _VECTOR_UNSUPPORTED
-    return store.execute_read(similar_scenes_tx, list(embedding), k, as_of_chapter)
+    return store.execute_read(similar_scenes_tx, list(embedding), k, as_of_chapter, embedded_by)
 
 
 def similar_chapters(
-    store: GraphStore, embedding: list[float], *, k: int = 3, as_of_chapter: int
+    store: GraphStore,
+    embedding: list[float],
+    *,
+    k: int = 3,
+    as_of_chapter: int,
+    embedded_by: str | None = None,
 ) -> list[SimilarityHit]:
-    """Chapters <= as_of_chapter whose chapter embedding is most similar to `embedding`."""
+    """Chapters <= as_of_chapter whose chapter embedding (made by model `embedded_by`; None:
+    any) is most similar to `embedding`."""
 
     def work(tx: ManagedTransaction) -> list[SimilarityHit]:
-        return _rank(_vector_rows(tx, "chapter", as_of_chapter), embedding, k)
+        return _rank(_vector_rows(tx, "chapter", as_of_chapter), embedding, k, embedded_by)
 
     return store.execute_read(work)

@@ -186,6 +186,8 @@ def build_chapter_delta(services: Services, parts: ChapterParts) -> ContentRef:
     # Without embeddings (they are optional) the chapter is committed without vectors.
     vectors: list[list[float] | None] = [None] * len(scenes)
     chapter_vector: list[float] | None = None
+    # What made the vectors: similarity compares a query only with its own model's (kg.similarity).
+    embedded_by = services.llm.embedding_fingerprint() if embeddings is not None else None
     if embeddings is not None:
         matrix = store.get_array(embeddings).astype(np.float32)
         mean = matrix.mean(axis=0)
@@ -202,6 +204,7 @@ def build_chapter_delta(services: Services, parts: ChapterParts) -> ContentRef:
             location=detail.setting or None,
             characters=list(detail.characters),
             embedding=vector,
+            embedded_by=embedded_by if vector is not None else None,
         )
         for index, (detail, ref, vector) in enumerate(
             zip(scene_plan.scenes, scenes, vectors, strict=True), start=1
@@ -213,6 +216,7 @@ def build_chapter_delta(services: Services, parts: ChapterParts) -> ContentRef:
         text_ref=chapter_text.path,
         text_sha=chapter_text.sha256,
         embedding=chapter_vector,
+        embedded_by=embedded_by,
         entities=entities,
         relationships=relationships,
         status_changes=statuses,

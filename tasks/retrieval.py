@@ -125,6 +125,7 @@ def retrieve_context(
         location=scene.setting or None,
         embedding=vector,
         query=text,
+        embedded_by=services.llm.embedding_fingerprint(),
     )
     tier = services.settings.tier("narrative")
     sections = sections_from(context) | {"guidance": list(guidance)}

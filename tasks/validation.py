@@ -573,7 +573,12 @@ def validate_consistency(
         | {c for s in delta.scenes for c in s.characters}
         | {n for n, _ in present_characters(extractions).values()}
     )
-    facts = consistency_facts(services.graph_reader, names, as_of_chapter=as_of)
+    facts = consistency_facts(
+        services.graph_reader,
+        names,
+        as_of_chapter=as_of,
+        embedded_by=services.llm.embedding_fingerprint(),
+    )
     problems = [
         *dead_characters_acting(delta, extractions, facts.statuses),
         *contradictory_traits(delta, services.settings.healing.antonym_pairs, facts.traits),

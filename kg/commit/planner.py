@@ -454,7 +454,7 @@ class ChapterPlanner:
             "summary": d.summary,
             "scene_count": len(d.scenes),
         }
-        for name in ("text_ref", "text_sha", "embedding"):
+        for name in ("text_ref", "text_sha", "embedding", "embedded_by"):
             if getattr(d, name) is not None:
                 chapter_props[name] = getattr(d, name)
         if d.embedding is not None:
@@ -470,7 +470,7 @@ class ChapterPlanner:
                 "summary": scene.summary,
                 "characters": list(scene.characters),
             }
-            for name in ("text_ref", "text_sha", "location", "embedding"):
+            for name in ("text_ref", "text_sha", "location", "embedding", "embedded_by"):
                 if getattr(scene, name) is not None:
                     props[name] = getattr(scene, name)
             if scene.embedding is not None:

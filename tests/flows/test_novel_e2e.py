@@ -91,6 +91,12 @@ def test_first_run_writes_files_and_graph(first_run: tuple[Path, dict[str, str],
     assert all(n["properties"].get("summary") for n in chapters)
     names = {n["properties"].get("name") for n in graph["nodes"]}
     assert {"Mara Quill", "Tobias Venn", "Gull Rock lighthouse"} <= names
+    # Each vector names the model that made it: retrieval compares a query only with its own's.
+    vectors = [n["properties"] for n in graph["nodes"] if {"Scene", "Chapter"} & set(n["labels"])]
+    assert len(vectors) == 6 and all(p.get("embedding") for p in vectors)
+    assert {p["embedded_by"] for p in vectors} == {
+        f"{env['SKALD_EMBEDDING_BASE_URL']}|text-embedding-3-small"
+    }
 
 
 def test_rerun_makes_no_llm_request_and_changes_nothing(
@@ -318,4 +324,6 @@ def test_dead_embeddings_endpoint_degrades_gracefully(
     scenes = [
         n for n in json.loads(export(project, env, "novectors"))["nodes"] if "Scene" in n["labels"]
     ]
-    assert len(scenes) == 2 and all("embedding" not in n["properties"] for n in scenes)
+    assert len(scenes) == 2 and all(
+        "embedding" not in n["properties"] and "embedded_by" not in n["properties"] for n in scenes
+    )

@@ -21,6 +21,7 @@ from kg.models import (
 from kg.store import GraphStore
 
 OUTLINE = EntitySource(type="outline", chapter=0)
+OLD_MODEL, NEW_MODEL = "http://old.example/v1|model-a", "local|all-MiniLM-L6-v2-int8|8199be6f"
 
 
 def story() -> list[ChapterDelta]:
@@ -61,13 +62,24 @@ def story() -> list[ChapterDelta]:
             chapter=1,
             title="The Council",
             summary="The council meets in Rivendell.",
+            # Chapter 1's vectors come from another embedding model than chapter 2's: only a
+            # read that names a model tells them apart (the other tests name none).
             embedding=[1.0, 0.0, 0.0],
+            embedded_by=OLD_MODEL,
             scenes=[
                 SceneDelta(
-                    index=1, title="Arrival", summary="Frodo arrives.", embedding=[1.0, 0.0, 0.0]
+                    index=1,
+                    title="Arrival",
+                    summary="Frodo arrives.",
+                    embedding=[1.0, 0.0, 0.0],
+                    embedded_by=OLD_MODEL,
                 ),
                 SceneDelta(
-                    index=2, title="Debate", summary="They argue.", embedding=[0.0, 1.0, 0.0]
+                    index=2,
+                    title="Debate",
+                    summary="They argue.",
+                    embedding=[0.0, 1.0, 0.0],
+                    embedded_by=OLD_MODEL,
                 ),
             ],
             entities=[Entity(label="Event", name="Council of Elrond")],
@@ -84,12 +96,21 @@ def story() -> list[ChapterDelta]:
             title="The Mines",
             summary="Into Moria; Boromir falls.",
             embedding=[0.0, 0.0, 1.0],
+            embedded_by=NEW_MODEL,
             scenes=[
                 SceneDelta(
-                    index=1, title="Gate", summary="The gate opens.", embedding=[0.0, 0.0, 1.0]
+                    index=1,
+                    title="Gate",
+                    summary="The gate opens.",
+                    embedding=[0.0, 0.0, 1.0],
+                    embedded_by=NEW_MODEL,
                 ),
                 SceneDelta(
-                    index=2, title="Bridge", summary="The bridge.", embedding=[0.7, 0.7, 0.0]
+                    index=2,
+                    title="Bridge",
+                    summary="The bridge.",
+                    embedding=[0.7, 0.7, 0.0],
+                    embedded_by=NEW_MODEL,
                 ),
             ],
             relationships=[
@@ -267,6 +288,37 @@ def test_consistency_facts_for_validation(store: GraphStore) -> None:
     early = retrieval.consistency_facts(store, ["Boromir", "Strider"], as_of_chapter=1)
     assert early.statuses["boromir"] == ("alive", 0)
     assert early.relationships[("strider", "boromir")] == ("FRIEND_OF", 1)
+
+
+def test_a_vector_another_embedding_model_made_is_never_compared(store: GraphStore) -> None:
+    """Chapter 1's vectors are OLD_MODEL's; a query embedded by NEW_MODEL is compared with
+    chapter 2's only. The look-alikes: a read naming no model (every other test here) compares
+    them all, and a read naming OLD_MODEL finds chapter 1's."""
+    query = [1.0, 0.0, 0.0]  # chapter 1's Arrival scene exactly
+    new = retrieval.similar_scenes(store, query, k=4, as_of_chapter=2, embedded_by=NEW_MODEL)
+    assert [h.id for h in new] == ["scene:2:2", "scene:2:1"]
+    old = retrieval.similar_scenes(store, query, k=1, as_of_chapter=2, embedded_by=OLD_MODEL)
+    assert [h.id for h in old] == ["scene:1:1"]
+    assert [
+        h.chapter
+        for h in retrieval.similar_chapters(
+            store, query, k=2, as_of_chapter=2, embedded_by=NEW_MODEL
+        )
+    ] == [2]
+    facts = retrieval.consistency_facts(store, [], as_of_chapter=2, embedded_by=NEW_MODEL)
+    assert [(c, i) for c, i, _ in facts.scene_embeddings] == [(2, 1), (2, 2)]
+    # The hybrid retrieval (the drafting path): no word of the query in any scene, so only
+    # vectors can find one, and the old model's nearest is not among them.
+    for model, first in ((NEW_MODEL, "scene:2:2"), (None, "scene:1:1")):
+        context = retrieval.scene_context(
+            store, chapter=3, embedding=query, query="xyzzy", k_similar=1, embedded_by=model
+        )
+        assert [s.id for s in context.similar_scenes] == [first], model
+    # Its words still find an old scene.
+    context = retrieval.scene_context(
+        store, chapter=3, embedding=query, query="Frodo arrives", k_similar=4, embedded_by=NEW_MODEL
+    )
+    assert "scene:1:1" in [s.id for s in context.similar_scenes]
 
 
 def test_scene_context_with_the_scene_text_uses_the_hybrid_retrieval(store: GraphStore) -> None:
