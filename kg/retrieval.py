@@ -19,6 +19,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from neo4j import ManagedTransaction
 
 from kg import cypher
@@ -516,6 +517,25 @@ def scene_context(
 # --- validation support ------------------------------------------------------------------
 
 
+def _earlier_scenes(
+    mirror: StoryMirror, as_of_chapter: int, embedded_by: str | None
+) -> tuple[
+    list[tuple[int, int, list[float] | np.ndarray]], dict[tuple[int, int], tuple[str, str | None]]
+]:
+    """The scenes as of the chapter: their vectors that model `embedded_by` made, and their
+    texts (references and hashes), by (chapter, scene)."""
+    earlier = mirror.scenes_as_of(as_of_chapter)
+    vectors: list[tuple[int, int, list[float] | np.ndarray]] = [
+        (s.chapter, s.scene, s.vector)
+        for s in earlier
+        if s.vector is not None and same_model(s.embedded_by, embedded_by)
+    ]
+    texts = {
+        (s.chapter, s.scene): (s.text_ref, s.text_sha) for s in earlier if s.text_ref is not None
+    }
+    return vectors, texts
+
+
 def consistency_facts(
     store: MirroredReader,
     names: Iterable[str],
@@ -577,17 +597,7 @@ def consistency_facts(
                         relationships[(a, b)] = (row.type, chapter)
                     seen = types.setdefault((a, b), {})
                     seen[row.type] = max(chapter, seen.get(row.type, chapter))
-        earlier = mirror.scenes_as_of(as_of_chapter)
-        scenes = [
-            (s.chapter, s.scene, s.vector)
-            for s in earlier
-            if s.vector is not None and same_model(s.embedded_by, embedded_by)
-        ]
-        texts = {
-            (s.chapter, s.scene): (s.text_ref, s.text_sha)
-            for s in earlier
-            if s.text_ref is not None
-        }
+        scenes, texts = _earlier_scenes(mirror, as_of_chapter, embedded_by)
         return ConsistencyFacts(
             statuses=statuses,
             scene_embeddings=scenes,

@@ -123,4 +123,4 @@ def test_neo4j_only_statements_are_rendered_for_every_label() -> None:
     assert cypher.QUERY_SCENE_VECTOR_INDEX in texts and cypher.VECTOR_INDEX_STATE in texts
     assert any(t.startswith("CREATE VECTOR INDEX") for t in texts)
     query = next(r for r in rendered if r.text == cypher.QUERY_SCENE_VECTOR_INDEX)
-    assert query.parameters == ("as_of", "candidates", "embedding", "k")
+    assert query.parameters == ("as_of", "candidates", "embedded_by", "embedding", "k")
