@@ -12,7 +12,7 @@ Forms resolved (the anchor is the session's date `d`):
 | form | span |
 |---|---|
 | today, tonight, this morning/afternoon/evening | d |
-| yesterday, last night, the day before (end of clause); the day before yesterday | d-1; d-2 |
+| yesterday, last night, the day before / prior, the previous day (end of clause); the day before yesterday | d-1; d-2 |
 | tomorrow; the day after tomorrow | d+1; d+2 |
 | in two weeks, in a few days, in a month or so (a sentence about the future or in the present tense) | that day, week or month ahead |
 | two days from now, a few weeks from now; the week (weekend, month, year) after next | that day, week or month ahead |
@@ -23,7 +23,7 @@ Forms resolved (the anchor is the session's date `d`):
 | on Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend | the last one, or the coming one when the clause speaks of the future |
 | last / this / next Christmas (Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one |
 | last / this past / next / this Friday (and Fri, Tues, Thurs, Wed) | that weekday's date |
-| last / this / next week, N weeks ago, the week before last, the week before (end of clause) | that Monday-Sunday week |
+| last / this / next week, N weeks ago, the week before last, the week before / prior, the previous week (end of clause) | that Monday-Sunday week |
 | last / this past / this / next weekend, N weekends ago, the weekend before last | that Saturday-Sunday ("this weekend" said on a Monday or Tuesday: the one just over, unless the sentence speaks of the future or is in the present tense) |
 | last / this / next month, N months ago, the month before last; earlier / later this month | that calendar month; its days up to / from `d` |
 | the beginning (start, middle, end) of last / this / next month or year, the end of the month, late last year | its first, middle or last third (days 1-10, 11-20, 21-; January-April, May-August, September-December) |
@@ -35,7 +35,7 @@ Forms resolved (the anchor is the session's date `d`):
 | in 2022, since 2019, back in 2020 | that year |
 
 A duration up to the time said, in a present-perfect clause ("I've had them for three years",
-"we've been married for 5 years", "has known her for a few months"), resolves to when it began:
+"we've been married for 5 years", "has known her for about a few months"), resolves to when it began:
 "for three years" said in 2023 is 2020 (described "since 2020"), so "which year did she get
 them" reaches the turn through its indexed date.
 
@@ -182,6 +182,12 @@ _UNIT_RE = r"days?|weeks?|weekends?|fortnights?|months?|years?|decades?"
 #: before the wedding" is relative to an event we cannot date.
 _CLAUSE_END = r"(?=\s*(?:[,.;:!?)\]\u2014-]|$|\s*\b(?:and|but|so|too|though|already)\b))"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+#: A hedge before a count ("for about three years", "been almost 3 months since"): the span is
+#: the count's.
+_ROUGHLY = (
+    r"(?:about|almost|nearly|over|around|roughly|close\s+to|more\s+than|less\s+than|under"
+    r"|just\s+(?:over|under))\s+"
+)
 _YEAR = r"((?:19|20)\d\d)"
 
 #: A present-perfect clause: "I've had", "has been", "she's been", "have known" (not "have to",
@@ -206,12 +212,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
         (
             "duration",
-            rf"\bfor\s+(?:the\s+(?:past|last)\s+)?({_COUNT_RE})\s+({_UNIT_RE})(?:\s+now)?\b(?!\s+ago)",
+            rf"\bfor\s+(?:the\s+(?:past|last)\s+)?(?:{_ROUGHLY})?({_COUNT_RE})\s+({_UNIT_RE})(?:\s+now)?\b(?!\s+ago)",
         ),
         (
             # "It's been two years since I adopted Max": two years ago.
             "been_since",
-            rf"\bbeen\s+(?:about\s+|almost\s+|nearly\s+|over\s+|around\s+)?({_COUNT_RE})\s+({_UNIT_RE})\s+since\b",
+            rf"\bbeen\s+(?:{_ROUGHLY})?({_COUNT_RE})\s+({_UNIT_RE})\s+since\b",
         ),
         ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
         ("after_next", r"\bthe\s+(week|weekend|month|year)\s+after\s+next\b"),
@@ -223,7 +229,10 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             "past_units",
             rf"\b(?:the|these|those)\s+(?:past|last)\s+({_COUNT_RE})\s+({_UNIT_RE})\b(?!\s+(?:of|before|after)\b)",
         ),
-        ("before", rf"\bthe\s+(day|week|weekend|month)\s+before\b{_CLAUSE_END}"),
+        (
+            "before",
+            rf"\bthe\s+(?:(day|week|weekend|month)\s+(?:before|prior)|previous\s+(day|week|weekend|month))\b{_CLAUSE_END}",
+        ),
         ("weekday", rf"\b(last|this\s+past|past|next|this\s+coming|this)\s+({_WEEKDAY_RE})\b\.?"),
         (
             "on_weekday",
@@ -709,8 +718,8 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return _resolve_unit(kind, m, anchor)
     if kind == "before_last":
         return _unit_span(g[0], anchor, -2)
-    if kind == "before":
-        return _unit_span(g[0], anchor, -1)
+    if kind == "before":  # "the week before", "the week prior" or "the previous week"
+        return _unit_span(g[0] or g[1], anchor, -1)
     if kind == "weekday":
         day = _weekday(" ".join(g[0].lower().split()), _WEEKDAYS[g[1].lower()], anchor)
         return day, day, "day"

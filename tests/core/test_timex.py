@@ -33,6 +33,8 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("I painted that lake sunrise last year.", "2022-01-01", "2022-12-31"),
         ("I had painted it the week before, so it was dry.", "2023-05-01", "2023-05-07"),
         ("We met the week before last.", "2023-04-24", "2023-04-30"),
+        ("I saw her the previous week.", "2023-05-01", "2023-05-07"),
+        ("We had talked about it the week prior, so I knew.", "2023-05-01", "2023-05-07"),
         ("I donated my old car a few days ago.", "2023-05-04", "2023-05-06"),
         ("I first watched it around 3 years ago.", "2020-01-01", "2020-12-31"),
         ("Last summer we saw the meteor shower.", "2022-06-01", "2022-08-31"),
@@ -81,6 +83,8 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("The fair is the last weekend of May.", "2023-05-27", "2023-05-28"),
         # A duration up to the time said (present perfect): when it began.
         ("I've had them for three years now.", "2020-01-01", "2020-12-31"),
+        ("I've been volunteering there for about 2 years.", "2021-01-01", "2021-12-31"),
+        ("It's been over two years since I moved.", "2021-01-01", "2021-12-31"),
         ("We have been married for 5 years!", "2018-01-01", "2018-12-31"),
         ("She's been with us for 2 months, and she's a delight.", "2023-03-01", "2023-03-31"),
     ],
@@ -102,6 +106,9 @@ def test_each_relative_form_resolves_against_the_session_date(
         "I had a fever for 3 days.",  # ... over in the past
         "I have to leave for two weeks.",  # ... "have to" is not a perfect
         "We took a course for 3 years.",  # ... past, no perfect in the clause
+        "We stayed there for about two weeks.",  # ... hedged, still no perfect in the clause
+        "The week prior to the move was hectic.",  # relative to an event
+        "The previous week of the trip was the best.",  # a week of the trip, not before the session
         "I've seen it. We stayed for 2 weeks.",  # ... the perfect is in another sentence
         "The week before the wedding was chaos.",  # relative to an event, not to the session
         "Last time we talked you were moving.",  # last + a noun
