@@ -2,7 +2,8 @@
 DialogueService, served by `python -m flows.dialogue serve`.
 
 - `app`: `create_app`, its exception handlers (every answer documented, one-line reasons);
-- `turns`: POST turn/commit, turn/retry, turn/replace, conversation/rewind, memory/query;
+- `turns`: POST turn/commit, turn/retry, turn/replace, conversation/rewind,
+  conversation/forget, memory/query;
 - `readback`: GET conversations/{id}/entities|relations|milestones|turns (paged), /search,
   conversation/{id}/lorebook (a SillyTavern World Info book), health;
 - `security`: the bearer token and CORS, and the rules `serve` applies to them;
@@ -21,6 +22,7 @@ from api.paths import (
     COMMIT_PATH,
     CONVERSATION_PATH,
     CONVERSATIONS_PATH,
+    FORGET_PATH,
     HEALTH_PATH,
     MEMORY_QUERY_PATH,
     REPLACE_PATH,
@@ -28,7 +30,7 @@ from api.paths import (
     REWIND_PATH,
 )
 from api.security import CORS_ENV, TOKEN_ENV, SidecarSecurity, is_loopback, serve_security
-from api.statuses import memory_status, rewind_status, turn_status
+from api.statuses import call_status, turn_status
 
 __all__ = [
     "API_PREFIX",
@@ -41,12 +43,12 @@ __all__ = [
     "REPLACE_PATH",
     "RETRY_PATH",
     "REWIND_PATH",
+    "FORGET_PATH",
     "TOKEN_ENV",
     "SidecarSecurity",
+    "call_status",
     "create_app",
     "is_loopback",
-    "memory_status",
-    "rewind_status",
     "serve_security",
     "turn_status",
 ]

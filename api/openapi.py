@@ -7,7 +7,8 @@
   bad parameter with 400 and an ApiError body (api.app), so those entries are dropped.
 - Links between operations, for clients and for stateful tests: a committed turn links to its
   rewind, its replacement, another commit under the same key, the memory query and the
-  read-back of its conversation; a rewind links to the read-back.
+  read-back of its conversation; a rewind links to the read-back. Nothing links to the forget:
+  a stateful run that forgot its conversations along the way would test little else.
 - The bearer scheme, required for every operation when the server has a token.
 """
 
@@ -20,9 +21,19 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from api.security import TOKEN_ENV
-from tasks.dialogue.models import MemoryQueryRequest, RewindRequest, TurnCommitRequest
+from tasks.dialogue.models import (
+    ForgetRequest,
+    MemoryQueryRequest,
+    RewindRequest,
+    TurnCommitRequest,
+)
 
-REQUEST_MODELS: tuple[type[BaseModel], ...] = (TurnCommitRequest, MemoryQueryRequest, RewindRequest)
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (
+    TurnCommitRequest,
+    MemoryQueryRequest,
+    RewindRequest,
+    ForgetRequest,
+)
 
 _CONVERSATION = "$response.body#/conversation_id"
 # The lorebook (get_lorebook) is not among them: linked from the turn operations, or only from

@@ -31,7 +31,13 @@ from pydantic import BaseModel
 
 from api.schemas import ApiError, HealthReport
 from core.errors import Err, Ok, Result
-from tasks.dialogue.models import MAX_BODY_BYTES, MemoryQueryResult, RewindResult, TurnResult
+from tasks.dialogue.models import (
+    MAX_BODY_BYTES,
+    ForgetResult,
+    MemoryQueryResult,
+    RewindResult,
+    TurnResult,
+)
 
 _INVALID = {"too_large": 413, "forbidden": 403, "conflict": 409}
 RETRY_AFTER_S = "1"
@@ -55,12 +61,8 @@ def turn_status(result: TurnResult) -> int:
     return _status(result.ok, result.code, result.error_kind, result.retryable)
 
 
-def rewind_status(result: RewindResult) -> int:
-    status = _status(result.ok, result.code, result.error_kind, result.retryable)
-    return 503 if status == 200 and not result.ok else status
-
-
-def memory_status(result: MemoryQueryResult) -> int:
+def call_status(result: RewindResult | ForgetResult | MemoryQueryResult) -> int:
+    """A rewind, a forget or a memory query: unlike a turn, one that did not happen is never 200."""
     status = _status(result.ok, result.code, result.error_kind, result.retryable)
     return 503 if status == 200 and not result.ok else status
 
@@ -171,6 +173,11 @@ REWIND_CONFLICT = (
 
 TURN_RESPONSES = call_responses(TurnResult, forbidden=True, conflict=TURN_CONFLICT)
 REWIND_RESPONSES = call_responses(RewindResult, forbidden=False, conflict=REWIND_CONFLICT)
+FORGET_RESPONSES = call_responses(
+    ForgetResult,
+    forbidden=False,
+    conflict="IN_PROGRESS (busy, retryable, Retry-After): a turn of the conversation holds its lock",
+)
 MEMORY_RESPONSES = call_responses(MemoryQueryResult, forbidden=True, conflict=None)
 
 READ_RESPONSES: dict[int | str, dict[str, Any]] = {

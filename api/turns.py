@@ -1,4 +1,4 @@
-"""The operations that run the service: commit, retry and replace a turn, rewind a
+"""The operations that run the service: commit, retry and replace a turn, rewind or forget a
 conversation, and the memory query before a reply.
 
 Each reads the raw body (capped, api.statuses.read_body), hands it to the service, which
@@ -19,26 +19,36 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.openapi import json_body
-from api.paths import COMMIT_PATH, MEMORY_QUERY_PATH, REPLACE_PATH, RETRY_PATH, REWIND_PATH
+from api.paths import (
+    COMMIT_PATH,
+    FORGET_PATH,
+    MEMORY_QUERY_PATH,
+    REPLACE_PATH,
+    RETRY_PATH,
+    REWIND_PATH,
+)
 from api.statuses import (
+    FORGET_RESPONSES,
     MEMORY_RESPONSES,
     REWIND_RESPONSES,
     TURN_RESPONSES,
     answer,
-    memory_status,
+    call_status,
     read_body,
-    rewind_status,
     turn_status,
 )
 from core.errors import Err
 from core.priority import QUERIES
 from tasks.dialogue.models import (
+    ForgetRequest,
+    ForgetResult,
     MemoryQueryRequest,
     MemoryQueryResult,
     RewindRequest,
     RewindResult,
     TurnCommitRequest,
     TurnResult,
+    parse_forget,
     parse_rewind,
 )
 from tasks.dialogue.pipeline import DialogueService
@@ -134,7 +144,36 @@ async def rewind_conversation(request: Request, service: Service) -> JSONRespons
             outcome = parsed
         else:
             outcome = await asyncio.wrap_future(service.submit_turn_write(service.rewind, parsed))
-    return answer(outcome, rewind_status(outcome), outcome.retryable)
+    return answer(outcome, call_status(outcome), outcome.retryable)
+
+
+@router.post(
+    FORGET_PATH,
+    operation_id="forget_conversation",
+    response_model=ForgetResult,
+    responses=FORGET_RESPONSES,
+    openapi_extra=json_body(ForgetRequest),
+    summary="Forget a conversation (its chat was deleted): every turn, memory row, entity, "
+    "relation, event and milestone it holds is removed in one transaction; `found: false` "
+    "when memory held nothing of it",
+)
+async def forget_conversation(request: Request, service: Service) -> JSONResponse:
+    body = await read_body(request)
+    if isinstance(body, Err):
+        outcome = ForgetResult(
+            ok=False,
+            conversation_id="",
+            code="INVALID_REQUEST",
+            error_kind=body.kind,
+            reason=body.reason,
+        )
+    else:
+        parsed = parse_forget(body.value)
+        if isinstance(parsed, ForgetResult):
+            outcome = parsed
+        else:
+            outcome = await asyncio.wrap_future(service.submit_turn_write(service.forget, parsed))
+    return answer(outcome, call_status(outcome), outcome.retryable)
 
 
 @router.post(
@@ -155,4 +194,4 @@ async def query_memory(request: Request, service: Service) -> JSONResponse:
             result = MemoryQueryResult.invalid(body.reason, kind=body.kind)
         else:
             result = await run_in_threadpool(service.memory_query, body.value)
-        return answer(result, memory_status(result), result.retryable)
+        return answer(result, call_status(result), result.retryable)

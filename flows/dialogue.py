@@ -2,7 +2,7 @@
 
     serve    the HTTP API for chat front ends (the `api` package; OpenAPI at /openapi.json and
              /docs): POST turn/commit, turn/retry, turn/replace, conversation/rewind,
-             memory/query; GET conversations/{id}/entities|relations|milestones|turns|search,
+             conversation/forget, memory/query; GET conversations/{id}/entities|relations|milestones|turns|search,
              conversation/{id}/lorebook, health. Security: a bearer token (SKALD_SIDECAR_TOKEN
              or --token-file; required to bind a non-loopback address), CORS for the origins
              given with --cors-origin.
@@ -16,6 +16,8 @@
              until then a turn another model embedded is recalled by its words only
              (tasks.dialogue.reembed); resumable after a kill
     rewind   rewind a conversation to before turn N (exact), as POST .../conversation/rewind does
+    forget   forget a conversation (its chat was deleted): every turn, memory row, entity,
+             relation and milestone it holds, as POST .../conversation/forget does
     lorebook write a conversation's memory as a SillyTavern World Info book (the same JSON as
              GET .../conversation/{id}/lorebook), to import through SillyTavern's World Info panel
     openapi  write the OpenAPI document without starting a server
@@ -25,8 +27,8 @@ regression batch call it directly, because a Prefect flow run per turn costs far
 the turn's own non-LLM work (measured: docs/decisions/dialogue-turn-not-a-flow.md). `dialogue_turn_flow` wraps
 the same pipeline for single turns from the Prefect UI or a deployment, each slot a task run.
 
-Exit codes of `commit` and `rewind`: 0 COMMITTED (or rewound), 1 ROLLED_BACK, 2
-INVALID_REQUEST, 3 IN_PROGRESS. The HTTP statuses are api.statuses'.
+Exit codes of `commit`, `rewind` and `forget`: 0 COMMITTED (or rewound, forgotten, or nothing
+to forget), 1 ROLLED_BACK, 2 INVALID_REQUEST, 3 IN_PROGRESS. The HTTP statuses are api.statuses'.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from tasks.dialogue.ingest import BATCH_SIZE as INGEST_BATCH_SIZE
 from tasks.dialogue.lorebook import conversation_lorebook
 from tasks.dialogue.models import (
     MAX_BODY_BYTES,
+    ForgetResult,
     RewindResult,
     TurnCommitRequest,
     TurnResult,
@@ -281,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{serve,commit,ingest,reembed,rewind,lorebook,openapi}",
+        metavar="{serve,commit,ingest,reembed,rewind,forget,lorebook,openapi}",
     )
     _serve_parser(sub.add_parser("serve", parents=[common], help="run the HTTP adapter"))
     _commit_parser(
@@ -308,6 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="rewind a conversation to before a turn (that turn and later ones removed exactly)",
         )
     )
+    forget = sub.add_parser(
+        "forget",
+        parents=[common],
+        help="forget a conversation: everything memory holds of it, in one transaction",
+    )
+    forget.add_argument("--conversation-id", required=True, help="the conversation")
     _lorebook_parser(
         sub.add_parser(
             "lorebook",
@@ -600,9 +609,23 @@ def _warm_up_embedder() -> None:
 
 
 def _rewind(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    return _one_call(settings, options, lambda s: s.rewind(args.conversation_id, args.before_turn))
+
+
+def _forget(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    return _one_call(settings, options, lambda s: s.forget(args.conversation_id))
+
+
+def _one_call(
+    settings: Settings,
+    options: SidecarOptions,
+    call: Callable[[DialogueService], RewindResult | ForgetResult],
+) -> int:
+    """One service call from the command line: its result as JSON on stdout, a failure's one
+    line on stderr, and the exit code of its code."""
     service = DialogueService(settings, options=options)
     try:
-        outcome: RewindResult = service.rewind(args.conversation_id, args.before_turn)
+        outcome = call(service)
     finally:
         service.close()
     print(outcome.model_dump_json(indent=2))
@@ -682,6 +705,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Settings, SidecarOptions], in
     "lorebook": _lorebook,
     "serve": _serve,
     "rewind": _rewind,
+    "forget": _forget,
     "ingest": _ingest,
     "reembed": _reembed,
     "commit": _commit,

@@ -7,10 +7,12 @@
 // - eventSource events: SillyTavern awaits every handler before it gives the user the send
 //   button back, so each handler only kicks the chat's background writer and returns
 //   undefined at once: MESSAGE_RECEIVED, MESSAGE_SWIPED, MESSAGE_EDITED, MESSAGE_UPDATED,
-//   MESSAGE_DELETED, CHAT_CHANGED; APP_READY only sets globalThis.skaldMemoryAppReady (start-up done)
+//   MESSAGE_DELETED, CHAT_CHANGED; CHAT_DELETED and GROUP_CHAT_DELETED start forgetting that chat
+//   (memory.onChatDeleted, in the background); APP_READY only sets
+//   globalThis.skaldMemoryAppReady (start-up done)
 // - settings: SillyTavern keeps `extension_settings` in its settings file
 //   (data/<user>/settings.json, key `extension_settings.skald_memory`); the panel in the
-//   Extensions drawer edits baseUrl, token, enabled and chatLorebook, and saves with
+//   Extensions drawer edits baseUrl, token, enabled, chatLorebook and forgetDeletedChats, and saves with
 //   saveSettingsDebounced
 // - the chat's lorebook (chatLorebook, off by default): the book is saved the way SillyTavern's
 //   own World Info editor saves one (world-info.js saveWorldInfo: its cache, then POST
@@ -108,26 +110,33 @@ function settingsPanel() {
         <label>Sidecar URL <input id="skald_memory_url" class="text_pole" type="text"></label>
         <label>Token <input id="skald_memory_token" class="text_pole" type="password"></label>
         <label><input id="skald_memory_enabled" type="checkbox"> enabled</label>
-        <label><input id="skald_memory_chat_lorebook" type="checkbox"> offer memory as the chat's lorebook</label>`;
+        <label><input id="skald_memory_chat_lorebook" type="checkbox"> offer memory as the chat's lorebook</label>
+        <label><input id="skald_memory_forget_deleted" type="checkbox"> forget a chat's memory when the chat is deleted</label>`;
     container.appendChild(panel);
     const current = settings();
     const url = panel.querySelector('#skald_memory_url');
     const token = panel.querySelector('#skald_memory_token');
     const enabled = panel.querySelector('#skald_memory_enabled');
     const chatLorebook = panel.querySelector('#skald_memory_chat_lorebook');
+    const forgetDeleted = panel.querySelector('#skald_memory_forget_deleted');
     url.value = current.baseUrl;
     token.value = current.token;
     enabled.checked = current.enabled;
     chatLorebook.checked = current.chatLorebook;
+    forgetDeleted.checked = current.forgetDeletedChats;
     const save = () => {
         Object.assign(settings(), {
-            baseUrl: url.value.trim(), token: token.value.trim(), enabled: enabled.checked, chatLorebook: chatLorebook.checked,
+            baseUrl: url.value.trim(),
+            token: token.value.trim(),
+            enabled: enabled.checked,
+            chatLorebook: chatLorebook.checked,
+            forgetDeletedChats: forgetDeleted.checked,
         });
         applySettings();
         context().saveSettingsDebounced();
         memory.retryNow();
     };
-    for (const input of [url, token, enabled, chatLorebook]) input.addEventListener('change', save);
+    for (const input of [url, token, enabled, chatLorebook, forgetDeleted]) input.addEventListener('change', save);
 }
 settingsPanel();
 
@@ -157,4 +166,12 @@ const kick = () => {
 for (const event of [eventTypes.MESSAGE_RECEIVED, eventTypes.MESSAGE_SWIPED, eventTypes.MESSAGE_EDITED,
     eventTypes.MESSAGE_UPDATED, eventTypes.MESSAGE_DELETED, eventTypes.CHAT_CHANGED]) {
     if (event) eventSource.on(event, kick);
+}
+// A deleted chat (its name, as getCurrentChatId() gave it): forgotten in the background.
+const forget = (chatId) => {
+    applySettings();
+    memory.onChatDeleted(chatId);
+};
+for (const event of [eventTypes.CHAT_DELETED, eventTypes.GROUP_CHAT_DELETED]) {
+    if (event) eventSource.on(event, forget);
 }

@@ -9,6 +9,8 @@
 //                         unchanged turn is an idempotent replay, a changed one is rewound
 //                         exactly (with every later turn) and committed again
 //   conversation/rewind   turns memory holds that the chat lost (deleted messages)
+//   conversation/forget   a chat SillyTavern deleted (the `forgetDeletedChats` option, on by
+//                         default): everything memory holds of it, once its writer has stopped
 //   conversations/{id}/turns   what memory holds, read once per chat (after a reload too)
 //   conversation/{id}/lorebook the chat's memory as a World Info book (the `chatLorebook`
 //                         option, off by default): fetched after the writer has landed every
@@ -55,6 +57,9 @@ export const DEFAULT_SETTINGS = Object.freeze({
     // Offer the chat's memory to SillyTavern as the chat's lorebook (World Info), refreshed
     // whenever memory has caught up with the chat.
     chatLorebook: false,
+    // Forget a chat's memory when SillyTavern deletes the chat: memory holds its words, and a
+    // deleted chat should not live on in the graph.
+    forgetDeletedChats: true,
 });
 
 /** The World Info book name for a chat's memory: SillyTavern's own chat-book naming
@@ -204,6 +209,10 @@ export class SidecarClient {
         return this.call('POST', '/conversation/rewind', { conversation_id: conversationId, before_turn: beforeTurn });
     }
 
+    async forget(conversationId) {
+        return this.call('POST', '/conversation/forget', { conversation_id: conversationId });
+    }
+
     async turns(conversationId, offset = 0, limit = PAGE_LIMIT) {
         const id = encodeURIComponent(conversationId);
         return this.call('GET', `/conversations/${id}/turns?offset=${offset}&limit=${limit}`);
@@ -229,6 +238,8 @@ class ChatState {
         this.waiters = new Set();
         this.lorebookStale = false; // memory changed since the lorebook was last offered
         this.lorebookRunning = null; // the lorebook refresh's promise
+        this.deleted = false; // SillyTavern deleted the chat: no more writes for it
+        this.forgetting = null; // the forget's promise
     }
 }
 
@@ -381,7 +392,7 @@ export class SkaldMemory {
 
     /** One chat's writes, in order, one at a time, until memory holds the chat as it is. */
     async writer(state) {
-        while (this.settings.enabled && String(this.host.getChatId() ?? '') === state.id) {
+        while (this.settings.enabled && !state.deleted && String(this.host.getChatId() ?? '') === state.id) {
             try {
                 if (!state.loaded) {
                     await this.load(state);
@@ -574,6 +585,58 @@ export class SkaldMemory {
             if (state.lorebookStale && !state.failure && this.lastLorebook?.status !== 'error') this.refreshLorebook(state);
         });
         return state.lorebookRunning;
+    }
+
+    /** SillyTavern deleted chat `chatId` (CHAT_DELETED, GROUP_CHAT_DELETED): forget what memory
+     *  holds of it (the `forgetDeletedChats` option). In the background: the handler returns
+     *  at once. The chat's writer is stopped and awaited first, since a write landing after the
+     *  forget would bring the chat back. A failure is retried with backoff while the page is
+     *  open (the badge's click retries at once). Returns the forget's promise (tests). */
+    onChatDeleted(chatId) {
+        if (!this.settings.enabled || !this.settings.forgetDeletedChats || chatId == null || chatId === '') return null;
+        const state = this.chatState(chatId);
+        if (state.forgetting) return state.forgetting;
+        state.deleted = true;
+        if (state.wake) state.wake(); // a writer waiting out a backoff stops now
+        const step = { kind: 'forget', turnId: null };
+        state.forgetting = (async () => {
+            if (state.running) await state.running;
+            for (let attempt = 1; ; attempt++) {
+                let status = 0;
+                let data = null;
+                try {
+                    ({ status, data } = await this.client.forget(state.id));
+                } catch (error) {
+                    data = { reason: error.message };
+                }
+                if (status === 200 && data?.ok) {
+                    const detail = data.found
+                        ? `deleted chat forgotten: ${data.removed.memory} remembered turn(s)`
+                        : 'deleted chat: memory held nothing of it';
+                    this.record(state, step, 'idle', detail);
+                    return data;
+                }
+                const reason = data?.reason ?? `HTTP ${status}`;
+                if (!retryable(status)) {
+                    this.record(state, step, 'error', `forgetting the deleted chat was refused: ${reason}`);
+                    return data;
+                }
+                const delay = Math.min(this.settings.retryMaxMs, this.settings.retryBaseMs * 2 ** (attempt - 1));
+                this.setStatus('error', `forgetting a deleted chat: ${reason}; retrying in ${Math.round(delay / 1000)}s (click to retry now)`);
+                await new Promise((resolve) => {
+                    const timer = setTimeout(resolve, delay);
+                    state.wake = () => {
+                        clearTimeout(timer);
+                        resolve();
+                    };
+                });
+                state.wake = null;
+            }
+        })().finally(() => {
+            if (this.chats.get(state.id) === state) this.chats.delete(state.id);
+            this.setStatus(this.outcome.status, this.outcome.detail);
+        });
+        return state.forgetting;
     }
 
     // SillyTavern's events: each only kicks the writer (SillyTavern awaits its handlers).

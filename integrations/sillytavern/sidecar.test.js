@@ -188,6 +188,76 @@ describe('against the real sidecar', () => {
         assert.deepEqual([after.replaceTurn, after.rewind], [0, 0]);
     });
 
+    test('a deleted chat is forgotten once its writer has stopped; another chat, or the option off, keeps memory', async () => {
+        const stamp = Date.now();
+        const [deleted, kept, off] = [`st-${stamp}-deleted`, `st-${stamp}-kept`, `st-${stamp}-off`];
+        const host = fakeHost(kept);
+        const memory = memoryFor(host);
+        host.chat.push(user('I adopted a dog named Biscuit.'), bot('Biscuit is a great name!'));
+        memory.onChatChanged();
+        await memory.settled();
+        host.getChatId = () => deleted;
+        memory.onChatChanged();
+        await memory.settled();
+        assert.equal((await listTurns(deleted)).length, 1);
+        // A reply arrives, then SillyTavern deletes the chat (it opens another chat first) while
+        // the reply's write is on its way: the forget waits for the writer, so nothing of the
+        // chat comes back after it. The write is held until a forget has been answered, or for
+        // 200 ms: a forget sent without waiting would land first and the write after it.
+        let release;
+        const held = new Promise((resolve) => { release = resolve; });
+        const replaceTurn = memory.client.replaceTurn.bind(memory.client);
+        memory.client.replaceTurn = async (...args) => {
+            await held;
+            return replaceTurn(...args);
+        };
+        const forget = memory.client.forget.bind(memory.client);
+        memory.client.forget = async (...args) => {
+            const answer = await forget(...args);
+            release();
+            return answer;
+        };
+        host.chat.push(user('He loves the beach.'), bot('Beach dogs are the best.'));
+        memory.onMessageReceived();
+        host.getChatId = () => kept;
+        host.chat = [user('I adopted a dog named Biscuit.'), bot('Biscuit is a great name!')];
+        setTimeout(release, 200);
+        const forgetting = memory.onChatDeleted(deleted);
+        assert.ok(forgetting instanceof Promise);
+        assert.equal(memory.onChatDeleted(deleted), forgetting);
+        const data = await forgetting;
+        assert.ok(data.ok && data.found, JSON.stringify(data));
+        assert.deepEqual(await listTurns(deleted), []);
+        assert.match(memory.detail, /deleted chat forgotten/);
+        assert.equal((await listTurns(kept)).length, 1);
+        // Deleting it again finds nothing; the option off forgets nothing.
+        assert.equal((await memory.onChatDeleted(deleted)).found, false);
+        const keeper = memoryFor(fakeHost(off), { forgetDeletedChats: false });
+        keeper.onChatChanged();
+        await keeper.settled();
+        assert.equal(keeper.onChatDeleted(kept), null);
+        assert.equal((await listTurns(kept)).length, 1);
+    });
+
+    test('a forget the sidecar cannot take yet is retried, at once on the badge\'s click', async () => {
+        const conversationId = `st-${Date.now()}-forget-retry`;
+        const host = fakeHost(conversationId);
+        const memory = memoryFor(host);
+        host.chat.push(user('My brother Tomas plays the cello.'), bot('Lovely instrument!'));
+        memory.onChatChanged();
+        await memory.settled();
+        host.getChatId = () => null;
+        memory.client.baseUrl = 'http://127.0.0.1:9';
+        const forgetting = memory.onChatDeleted(conversationId);
+        while (memory.status !== 'error') await new Promise((resolve) => setTimeout(resolve, 10));
+        assert.match(memory.detail, /forgetting a deleted chat: sidecar unreachable/);
+        assert.equal((await listTurns(conversationId)).length, 1);
+        memory.client.baseUrl = sidecar.url;
+        memory.retryNow();
+        assert.ok((await forgetting).found);
+        assert.deepEqual(await listTurns(conversationId), []);
+    });
+
     test('a query during a pending edit holds the old text back; after the edit lands it recalls the new', async () => {
         const conversationId = `st-${Date.now()}-edit`;
         const host = fakeHost(conversationId);

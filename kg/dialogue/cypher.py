@@ -229,6 +229,21 @@ DELETE_CONVERSATION_NODES: tuple[str, ...] = tuple(
     for label in (_EV, _M, _T, _MEM, _CONV, _E)
 )
 DELETE_CONVERSATION_LOCK = f"MATCH (l:{_T} {{key: $key}}) DELETE l"
+CONVERSATION_CONTENTS = (
+    # What forgetting a conversation removes, counted before it goes: each count is taken
+    # before the next MATCH, so the parts never multiply.
+    f"OPTIONAL MATCH (c:{_CONV} {{conversation_id: $conversation_id}}) WITH count(c) AS heads "
+    f"OPTIONAL MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id AND t.status = $committed "
+    "WITH heads, count(t) AS turns "
+    f"OPTIONAL MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id "
+    "WITH heads, turns, count(m) AS memory "
+    f"OPTIONAL MATCH (e:{_E}) WHERE e.conversation_id = $conversation_id "
+    "WITH heads, turns, memory, count(e) AS entities "
+    f"OPTIONAL MATCH ()-[r:{_R}]->() WHERE r.conversation_id = $conversation_id "
+    "WITH heads, turns, memory, entities, count(r) AS relations "
+    f"OPTIONAL MATCH (ms:{_M}) WHERE ms.conversation_id = $conversation_id "
+    "RETURN heads, turns, memory, entities, relations, count(ms) AS milestones"
+)
 
 # Rewind (edits, swipes): remove a turn and every later one exactly, by rebuilding the
 # conversation's facts from the stored writes of the turns that stay.

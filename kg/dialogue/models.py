@@ -221,6 +221,16 @@ class RewindOutcome(_Model):
     replayed: int = 0
 
 
+class ConversationContents(_Model):
+    """What the graph holds of one conversation (what forgetting it removes)."""
+
+    turns: int = Field(0, description="committed turn records")
+    memory: int = Field(0, description="remembered turns (committed, gate-blocked or ingested)")
+    entities: int = 0
+    relations: int = 0
+    milestones: int = 0
+
+
 class RewindRefusedError(GraphWriteError):
     """A rewind would need a turn's stored write, which turns committed before rewinds existed lack."""
 

@@ -9,6 +9,7 @@ from typing import Any
 from neo4j import ManagedTransaction
 
 from kg.dialogue import cypher as dq
+from kg.dialogue.forget import delete_conversation_tx, forget_tx
 from kg.dialogue.keys import lock_key
 from kg.dialogue.lease import ConversationLease
 from kg.dialogue.lore import ConversationLore, lore_tx
@@ -16,6 +17,7 @@ from kg.dialogue.memory import memory_rows_tx, memory_since_tx, remember_tx, rep
 from kg.dialogue.models import (
     TURN_COMMITTED,
     CommitOutcome,
+    ConversationContents,
     ConversationSnapshot,
     DialogueEntity,
     DialogueMilestone,
@@ -246,12 +248,22 @@ class DialogueRepository(ConversationLease):
         return self.store.execute_read(lore_tx, conversation_id)
 
     def delete_conversation(self, conversation_id: str) -> None:
-        """Forget a conversation entirely (one transaction), including a stale lease."""
+        """Delete a conversation entirely (one transaction), whoever holds its lease, and the
+        lease too: for setting up a graph, never while the conversation is served (`forget`)."""
 
         def work(tx: ManagedTransaction) -> None:
-            tx.run(dq.DELETE_CONVERSATION_RELS, conversation_id=conversation_id).consume()
-            for statement in dq.DELETE_CONVERSATION_NODES:
-                tx.run(statement, conversation_id=conversation_id).consume()
+            delete_conversation_tx(tx, conversation_id)
             tx.run(dq.DELETE_CONVERSATION_LOCK, key=lock_key(conversation_id)).consume()
 
         self.store.execute_write(work)
+
+    def forget(
+        self,
+        conversation_id: str,
+        owner: str,
+        *,
+        guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> ConversationContents | None:
+        """Forget a conversation (the caller holds the lease): what it held, None if nothing."""
+        with guard():
+            return self.store.execute_write(forget_tx, conversation_id, owner)

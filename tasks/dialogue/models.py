@@ -42,7 +42,7 @@ from pydantic_core import PydanticCustomError
 
 from core.errors import Err, Failure, Ok, Result, first_problem, is_invalid_json
 from core.settings import SLOT_NAMES
-from kg.dialogue import AppliedAction, turn_key
+from kg.dialogue import AppliedAction, ConversationContents, turn_key
 from tasks.dialogue.parts import (
     BioPatchResult,
     GateDecision,
@@ -540,6 +540,43 @@ class RewindResult(BaseModel):
     )
     replayed_turns: int = Field(
         0, description="earlier committed turns re-applied to rebuild the facts"
+    )
+
+
+class ForgetRequest(_Request):
+    """`POST /api/kg-sidecar/conversation/forget`: remove everything memory holds of a
+    conversation (the chat was deleted)."""
+
+    conversation_id: ConversationId
+
+
+class ForgetResult(BaseModel):
+    """What forgetting a conversation removed."""
+
+    ok: bool
+    code: ErrorCode | None = None
+    error_kind: ErrorKind | None = None
+    reason: str | None = None
+    retryable: bool = False
+    conversation_id: str
+    found: bool = Field(
+        False, description="memory held the conversation (False: nothing to forget)"
+    )
+    removed: ConversationContents = Field(default_factory=ConversationContents)
+
+
+def parse_forget(raw: bytes | str | dict[str, Any]) -> ForgetRequest | ForgetResult:
+    """A validated forget request, or an INVALID_REQUEST result with a one-line reason."""
+    parsed = parse_model(ForgetRequest, raw)
+    if isinstance(parsed, Ok):
+        return parsed.value
+    ids = raw if isinstance(raw, dict) else {}
+    return ForgetResult(
+        ok=False,
+        code="INVALID_REQUEST",
+        error_kind=parsed.kind,
+        reason=parsed.reason,
+        conversation_id=str(ids.get("conversation_id", "")),
     )
 
 

@@ -54,6 +54,7 @@ from core.llm import LLMGateway
 from core.priority import QUERIES, BackgroundPool
 from core.settings import Settings
 from kg.dialogue import (
+    ConversationContents,
     DialogueRepository,
     RewindOutcome,
     RewindRefusedError,
@@ -65,6 +66,8 @@ from kg.store import GraphStore
 from tasks.dialogue.injector import build_packet
 from tasks.dialogue.models import (
     DbConfig,
+    ForgetRequest,
+    ForgetResult,
     MemoryQueryRequest,
     MemoryQueryResult,
     RewindRequest,
@@ -72,6 +75,7 @@ from tasks.dialogue.models import (
     TurnCommitRequest,
     TurnResult,
     failed_kind,
+    parse_forget,
     parse_request,
     parse_rewind,
 )
@@ -337,6 +341,58 @@ class DialogueService:
             removed_turns=outcome.removed_turns,
             removed_memory=outcome.removed_memory,
             replayed_turns=outcome.replayed,
+        )
+
+    def forget(
+        self, conversation_id: str | ForgetRequest, *, db: DbConfig | None = None
+    ) -> ForgetResult:
+        """Forget a conversation (its chat was deleted): every turn, memory row, entity,
+        relation, event and milestone it holds, in one transaction under its lock, so a turn
+        of it in flight finishes first or is refused after. Takes a ForgetRequest, or the id
+        (validated like one). Forgetting a conversation memory does not hold finds nothing."""
+        parsed = (
+            conversation_id
+            if isinstance(conversation_id, ForgetRequest)
+            else parse_forget({"conversation_id": conversation_id})
+        )
+        if isinstance(parsed, ForgetResult):
+            return parsed
+        cid = parsed.conversation_id
+        # A label for the lock's refusals and the rolled-back log, not a turn's key.
+        key = turn_key(cid, "forget")
+        ids = {"key": key, "conversation_id": cid, "turn_id": ""}
+        trace = TraceRecorder(key, "commit")
+        store = self._graph(db, key, ids, trace)
+        if isinstance(store, TurnResult):
+            result = store
+        else:
+            repo = DialogueRepository(store)
+            holder: dict[str, ConversationContents | None] = {}
+
+            def body(_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
+                guard = self.graphs.write_guard(store)
+                holder["removed"] = repo.forget(cid, self.owner, guard=guard)
+                self.vectors.forget(store.endpoint.label, cid)
+                return TurnResult(ok=True, state=TurnState.COMMITTED, key=key), True
+
+            result = self._locked(store, repo, ids, None, trace, body)
+            if "removed" in holder:
+                removed = holder["removed"]
+                if removed is not None:
+                    log.info("conversation %s forgotten: %s", cid, removed)
+                return ForgetResult(
+                    ok=True,
+                    conversation_id=cid,
+                    found=removed is not None,
+                    removed=removed or ConversationContents(),
+                )
+        return ForgetResult(
+            ok=False,
+            conversation_id=cid,
+            code=result.code,
+            error_kind=result.error_kind,
+            reason=result.reason,
+            retryable=result.retryable,
         )
 
     def memory_query(

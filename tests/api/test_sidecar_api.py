@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from api import (
     COMMIT_PATH,
     CONVERSATIONS_PATH,
+    FORGET_PATH,
     HEALTH_PATH,
     MEMORY_QUERY_PATH,
     REPLACE_PATH,
@@ -197,6 +198,68 @@ def test_rewind_leaves_the_export_byte_identical_to_never_having_the_turns(
     assert none["ok"] and not none["found"] and _export(service) == after
 
 
+def test_forget_removes_the_whole_conversation_and_nothing_of_another(
+    client: TestClient, service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    conv, other = _conv(), _conv()
+    for n in (1, 2):
+        assert client.post(COMMIT_PATH, json=_turn(other, n, LINES[n - 1])).json()["committed"]
+    never_had = _export(service)
+    for n in (1, 2):
+        assert client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n + 1])).json()["committed"]
+    # Turn 3 blocked by the commit gate: remembered, no facts; forgotten all the same.
+    scripted.on(
+        schema="TurnExtraction",
+        times=1,
+        respond={"entities": [], "actions": [], "bio_patches": [], "facts": []},
+    )
+    assert client.post(COMMIT_PATH, json=_turn(conv, 3, LINES[4])).json()["state"] == "ROLLED_BACK"
+    query = {"conversation_id": conv, "messages": [{"role": "user", "content": "counseling?"}]}
+    assert client.post(MEMORY_QUERY_PATH, json=query).json()["stored_turns"] == 3
+
+    response = client.post(FORGET_PATH, json={"conversation_id": conv})
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["ok"] and data["found"]
+    removed = data["removed"]
+    assert (removed["turns"], removed["memory"], removed["entities"]) == (2, 3, 2)
+    assert removed["relations"] >= 1
+    # Byte-identical to never having had it; the other conversation is untouched.
+    assert _export(service) == never_had
+    assert client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["page"]["total"] == 0
+    assert client.get(f"{CONVERSATIONS_PATH}/{other}/turns").json()["page"]["total"] == 2
+    # The process's cached recall index is gone with it.
+    recalled = client.post(MEMORY_QUERY_PATH, json=query).json()
+    assert recalled["stored_turns"] == 0 and recalled["recalled"] == []
+    # Again: nothing to forget, nothing changed.
+    again = client.post(FORGET_PATH, json={"conversation_id": conv}).json()
+    assert again["ok"] and not again["found"] and again["removed"]["memory"] == 0
+    assert _export(service) == never_had
+    # The same id starts afresh: turn 1 is a new commit, not an idempotent replay.
+    fresh = client.post(COMMIT_PATH, json=_turn(conv, 1, LINES[5])).json()
+    assert fresh["committed"] and fresh["seq"] == 1 and not fresh["idempotent_hit"]
+
+
+def test_forget_waits_for_no_one_and_removes_nothing_while_a_turn_holds_the_lease(
+    client: TestClient, service: DialogueService
+) -> None:
+    conv = _conv()
+    assert client.post(COMMIT_PATH, json=_turn(conv, 1, LINES[0])).json()["committed"]
+    repo = DialogueRepository(service.store)
+    assert repo.claim_lock(conv, "other-sidecar", lease_s=30).acquired
+    before = _export(service)
+    try:
+        busy = client.post(FORGET_PATH, json={"conversation_id": conv})
+        assert busy.status_code == 409 and busy.headers["retry-after"] == "1"
+        assert busy.json()["code"] == "IN_PROGRESS" and not busy.json()["found"]
+        assert _export(service) == before
+    finally:
+        repo.release_lock(conv, "other-sidecar")
+    malformed = client.post(FORGET_PATH, json={"conversation_id": conv, "turn_id": 1})
+    assert malformed.status_code == 400 and "turn_id" in malformed.json()["reason"]
+    assert client.post(FORGET_PATH, json={"conversation_id": conv}).json()["found"]
+
+
 def test_replace_removes_the_old_turns_facts_exactly_and_commits_the_new_text(
     client: TestClient,
     service: DialogueService,
@@ -294,7 +357,7 @@ def test_read_back_pages_and_search(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     for suffix in ("entities", "relations", "milestones", "turns", "search"):
         assert f"{CONVERSATIONS_PATH}/{{conversation_id}}/{suffix}" in spec["paths"]
-    for path in (MEMORY_QUERY_PATH, REPLACE_PATH, REWIND_PATH):
+    for path in (MEMORY_QUERY_PATH, REPLACE_PATH, REWIND_PATH, FORGET_PATH):
         assert path in spec["paths"]
     assert {"MemoryQueryRequest", "RewindRequest", "RelationPage"} <= set(
         spec["components"]["schemas"]
@@ -574,7 +637,7 @@ def test_deep_health_asks_the_llm(client: TestClient, settings: Settings) -> Non
         svc.close()
 
 
-def test_cli_rewind(
+def test_cli_rewind_and_forget(
     client: TestClient,
     graph_settings: Settings,
     scripted: ScriptedLLM,
@@ -621,7 +684,14 @@ def test_cli_rewind(
     )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "conversation_id" in err
-    assert run("rewind", "--help") == 0
+    assert run("rewind", "--help") == 0 and "--before-turn" in capsys.readouterr().out
+    # forget: the whole conversation, then nothing left to forget (both exit 0).
+    assert run("forget", "--conversation-id", conv, "--project-dir", str(tmp_path)) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["found"] and out["removed"]["turns"] == 1 and out["removed"]["memory"] == 1
+    assert client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["page"]["total"] == 0
+    assert run("forget", "--conversation-id", conv, "--project-dir", str(tmp_path)) == 0
+    assert not json.loads(capsys.readouterr().out)["found"]
 
 
 def test_replace_with_the_same_text_of_a_blocked_turn_keeps_later_turns(
