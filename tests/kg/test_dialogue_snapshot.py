@@ -13,7 +13,14 @@ import neo4j
 import neo4j.exceptions as nx
 import pytest
 
-from kg.dialogue import DialogueRepository, MemoryRow, VectorWrite, anchor_token, turn_key
+from kg.dialogue import (
+    DialogueRepository,
+    LostLockError,
+    MemoryRow,
+    VectorWrite,
+    anchor_token,
+    turn_key,
+)
 from kg.dialogue import cypher as dq
 from kg.dialogue.snapshot import SNAPSHOT_ROWS, snapshot_in_one_statement
 from kg.errors import GraphQueryError
@@ -95,6 +102,33 @@ def test_a_re_embedded_rows_new_vector_is_written_only_over_the_text_embedded(
         conversation, after_seq=3, anchor_key=anchor_token(held.key, held.text, 1)
     )
     assert not current.reset and current.new_turns == []
+
+
+def test_forgetting_needs_the_lease_and_resets_a_reader_that_held_the_conversation(
+    store: GraphStore,
+) -> None:
+    repo, conversation, _ = _remember(store, 3)
+    _, other, _ = _remember(store, 2)
+    held = repo.snapshot(conversation).new_turns[-1]
+    anchor = anchor_token(held.key, held.text)
+    # Without the lease (nobody's, or another owner's): refused, nothing removed.
+    with pytest.raises(LostLockError):
+        repo.forget(conversation, "sidecar-a")
+    assert repo.claim_lock(conversation, "sidecar-b", lease_s=30).acquired
+    with pytest.raises(LostLockError):
+        repo.forget(conversation, "sidecar-a")
+    assert repo.snapshot(conversation).turn_count == 3
+    removed = repo.forget(conversation, "sidecar-b")
+    assert removed is not None and (removed.memory, removed.turns) == (3, 0)
+    repo.release_lock(conversation, "sidecar-b")
+    # A reader whose cache holds the conversation up to its last row is reset, to nothing.
+    after = repo.snapshot(conversation, after_seq=held.seq, anchor_key=anchor)
+    assert (after.reset, after.turn_count, after.new_turns) == (True, 0, [])
+    assert repo.snapshot(other).turn_count == 2
+    # Nothing left: forgetting it again finds nothing.
+    assert repo.claim_lock(conversation, "sidecar-b", lease_s=30).acquired
+    assert repo.forget(conversation, "sidecar-b") is None
+    repo.release_lock(conversation, "sidecar-b")
 
 
 def test_a_conversation_nothing_was_remembered_in_reads_empty(store: GraphStore) -> None:
