@@ -12,6 +12,7 @@ the service's turn-write pool, a few steps nicer (`DialogueService.submit_turn_w
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request
@@ -40,6 +41,8 @@ from api.statuses import (
 from core.errors import Err
 from core.priority import QUERIES
 from tasks.dialogue.models import (
+    CallRequest,
+    CallResult,
     ForgetRequest,
     ForgetResult,
     MemoryQueryRequest,
@@ -50,6 +53,7 @@ from tasks.dialogue.models import (
     TurnResult,
     parse_forget,
     parse_rewind,
+    refused_call,
 )
 from tasks.dialogue.pipeline import DialogueService
 
@@ -128,23 +132,7 @@ async def replace_turn(request: Request, service: Service) -> JSONResponse:
     "exactly (facts, relation events, milestones, memory), like a chapter rollback",
 )
 async def rewind_conversation(request: Request, service: Service) -> JSONResponse:
-    body = await read_body(request)
-    if isinstance(body, Err):
-        outcome = RewindResult(
-            ok=False,
-            conversation_id="",
-            before_turn="",
-            code="INVALID_REQUEST",
-            error_kind=body.kind,
-            reason=body.reason,
-        )
-    else:
-        parsed = parse_rewind(body.value)
-        if isinstance(parsed, RewindResult):
-            outcome = parsed
-        else:
-            outcome = await asyncio.wrap_future(service.submit_turn_write(service.rewind, parsed))
-    return answer(outcome, call_status(outcome), outcome.retryable)
+    return await _conversation_call(request, RewindResult, parse_rewind, service.rewind, service)
 
 
 @router.post(
@@ -158,21 +146,26 @@ async def rewind_conversation(request: Request, service: Service) -> JSONRespons
     "when memory held nothing of it",
 )
 async def forget_conversation(request: Request, service: Service) -> JSONResponse:
+    return await _conversation_call(request, ForgetResult, parse_forget, service.forget, service)
+
+
+async def _conversation_call(
+    request: Request,
+    result: type[CallResult],
+    parse: Callable[[bytes], CallRequest | CallResult],
+    call: Callable[[CallRequest], CallResult],
+    service: DialogueService,
+) -> JSONResponse:
+    """A rewind or a forget: the body read and parsed, the call on the turn-write pool."""
     body = await read_body(request)
     if isinstance(body, Err):
-        outcome = ForgetResult(
-            ok=False,
-            conversation_id="",
-            code="INVALID_REQUEST",
-            error_kind=body.kind,
-            reason=body.reason,
-        )
+        outcome = refused_call(result, body.reason, body.kind)
     else:
-        parsed = parse_forget(body.value)
-        if isinstance(parsed, ForgetResult):
+        parsed = parse(body.value)
+        if isinstance(parsed, result):
             outcome = parsed
         else:
-            outcome = await asyncio.wrap_future(service.submit_turn_write(service.forget, parsed))
+            outcome = await asyncio.wrap_future(service.submit_turn_write(call, parsed))
     return answer(outcome, call_status(outcome), outcome.retryable)
 
 

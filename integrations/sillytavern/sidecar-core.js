@@ -359,20 +359,18 @@ export class SkaldMemory {
         return new Promise((resolve) => state.waiters.add(resolve));
     }
 
+    /** The wait before retry `attempt` (1, 2, ...): retryBaseMs doubling up to retryMaxMs. */
+    retryDelay(attempt) {
+        return Math.min(this.settings.retryMaxMs, this.settings.retryBaseMs * 2 ** (attempt - 1));
+    }
+
     async backoff(state, reason) {
         const attempt = (state.failure?.attempt ?? 0) + 1;
-        const delay = Math.min(this.settings.retryMaxMs, this.settings.retryBaseMs * 2 ** (attempt - 1));
+        const delay = this.retryDelay(attempt);
         state.failure = { reason, attempt, retryAt: Date.now() + delay };
         this.showProgress(state);
         this.notify(state);
-        await new Promise((resolve) => {
-            const timer = setTimeout(resolve, delay);
-            state.wake = () => {
-                clearTimeout(timer);
-                resolve();
-            };
-        });
-        state.wake = null;
+        await pause(state, delay);
     }
 
     async load(state) {
@@ -621,16 +619,9 @@ export class SkaldMemory {
                     this.record(state, step, 'error', `forgetting the deleted chat was refused: ${reason}`);
                     return data;
                 }
-                const delay = Math.min(this.settings.retryMaxMs, this.settings.retryBaseMs * 2 ** (attempt - 1));
+                const delay = this.retryDelay(attempt);
                 this.setStatus('error', `forgetting a deleted chat: ${reason}; retrying in ${Math.round(delay / 1000)}s (click to retry now)`);
-                await new Promise((resolve) => {
-                    const timer = setTimeout(resolve, delay);
-                    state.wake = () => {
-                        clearTimeout(timer);
-                        resolve();
-                    };
-                });
-                state.wake = null;
+                await pause(state, delay);
             }
         })().finally(() => {
             if (this.chats.get(state.id) === state) this.chats.delete(state.id);
@@ -659,6 +650,18 @@ export class SkaldMemory {
     onChatChanged() {
         return this.kick();
     }
+}
+
+/** Waits `ms`, or less when `state.wake()` is called (the badge's click: retry now). */
+async function pause(state, ms) {
+    await new Promise((resolve) => {
+        const timer = setTimeout(resolve, ms);
+        state.wake = () => {
+            clearTimeout(timer);
+            resolve();
+        };
+    });
+    state.wake = null;
 }
 
 function sleep(ms) {

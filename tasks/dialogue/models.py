@@ -565,32 +565,41 @@ class ForgetResult(BaseModel):
     removed: ConversationContents = Field(default_factory=ConversationContents)
 
 
-def parse_forget(raw: bytes | str | dict[str, Any]) -> ForgetRequest | ForgetResult:
-    """A validated forget request, or an INVALID_REQUEST result with a one-line reason."""
-    parsed = parse_model(ForgetRequest, raw)
+#: A call on a whole conversation (a rewind, a forget), and its answer.
+CallRequest = TypeVar("CallRequest", RewindRequest, ForgetRequest)
+CallResult = TypeVar("CallResult", RewindResult, ForgetResult)
+
+
+def refused_call(
+    result: type[CallResult], reason: str, kind: InvalidKind, ids: dict[str, Any] | None = None
+) -> CallResult:
+    """The INVALID_REQUEST answer of a rewind or a forget, naming what the request named."""
+    named = {name: str((ids or {}).get(name, "")) for name in ("conversation_id", "before_turn")}
+    return result.model_validate(
+        {
+            "ok": False,
+            "code": "INVALID_REQUEST",
+            "error_kind": kind,
+            "reason": reason,
+            **{name: value for name, value in named.items() if name in result.model_fields},
+        }
+    )
+
+
+def _parse_call(
+    request: type[CallRequest], result: type[CallResult], raw: bytes | str | dict[str, Any]
+) -> CallRequest | CallResult:
+    parsed = parse_model(request, raw)
     if isinstance(parsed, Ok):
         return parsed.value
-    ids = raw if isinstance(raw, dict) else {}
-    return ForgetResult(
-        ok=False,
-        code="INVALID_REQUEST",
-        error_kind=parsed.kind,
-        reason=parsed.reason,
-        conversation_id=str(ids.get("conversation_id", "")),
-    )
+    return refused_call(result, parsed.reason, parsed.kind, raw if isinstance(raw, dict) else None)
+
+
+def parse_forget(raw: bytes | str | dict[str, Any]) -> ForgetRequest | ForgetResult:
+    """A validated forget request, or an INVALID_REQUEST result with a one-line reason."""
+    return _parse_call(ForgetRequest, ForgetResult, raw)
 
 
 def parse_rewind(raw: bytes | str | dict[str, Any]) -> RewindRequest | RewindResult:
     """A validated rewind request, or an INVALID_REQUEST result with a one-line reason."""
-    parsed = parse_model(RewindRequest, raw)
-    if isinstance(parsed, Ok):
-        return parsed.value
-    ids = raw if isinstance(raw, dict) else {}
-    return RewindResult(
-        ok=False,
-        code="INVALID_REQUEST",
-        error_kind=parsed.kind,
-        reason=parsed.reason,
-        conversation_id=str(ids.get("conversation_id", "")),
-        before_turn=str(ids.get("before_turn", "")),
-    )
+    return _parse_call(RewindRequest, RewindResult, raw)
