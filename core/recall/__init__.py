@@ -63,6 +63,7 @@ from core.recall.query import (
     asked_about,
     embedded_query,
     embedded_text,
+    named_in,
     part_text,
     plain_query,
     query_parts,
@@ -99,5 +100,6 @@ __all__ = [
     "asked_about",
     "embedded_query",
     "embedded_text",
+    "named_in",
     "query_texts",
 ]

@@ -11,7 +11,6 @@ the index's lock, so one index serves several threads.
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
 from collections.abc import Callable
 
@@ -24,7 +23,7 @@ from core.recall.features import features
 from core.recall.fusion import Ranked, budgeted, learned_rank, rrf_rank
 from core.recall.lexical import LexicalIndex
 from core.recall.params import CANDIDATES, DEFAULT_PARAMS, RecallParams
-from core.recall.query import PART_WINDOW, Prepared
+from core.recall.query import PART_WINDOW, Prepared, named_in
 from core.timex import TimeSpan, asks_when, parse_when, query_dates
 
 
@@ -169,11 +168,7 @@ class HybridIndex:
         linked: list[str] | None,
         plain_vector: np.ndarray | None,
     ) -> Prepared:
-        named = [
-            n
-            for n in dict.fromkeys(names or [])
-            if n and re.search(rf"\b{re.escape(n)}\b", query, re.IGNORECASE)
-        ]
+        named = named_in(query, names or [])
         dense = self.dense.ranking(vector, CANDIDATES) if self.docs else []
         plain = (
             self.dense.ranking(plain_vector, CANDIDATES)

@@ -51,6 +51,45 @@ def plain_query(query: str, speakers: list[str] | set[str] | frozenset[str]) -> 
     return re.sub(r"\s+", " ", query).strip()
 
 
+#: Words a message may open with before it calls someone by name ("Thanks, Seraphina").
+_OPENERS = (
+    r"(?:hi|hey|hello|hiya|thanks|thank\s+you|ok|okay|oh|ah|well|yes|yeah|no|so|dear|sorry|bye"
+    r"|goodbye|good\s+(?:morning|afternoon|evening|night)|morning|congrats|congratulations"
+    r"|welcome\s+back|listen|look)"
+)
+
+
+def _address_pattern(name: str) -> re.Pattern[str]:
+    """Where `name` is only the one a message speaks to (English vocatives): opening a sentence
+    (or what follows a "Speaker:" label) before a comma or "!" ("Seraphina, where ...", not a
+    list: "Caroline, Melanie and I ..."),
+    after a greeting or thanks ("Hi Seraphina!", "Thanks, Seraphina."), or after a comma at a
+    sentence's end ("How are you, Seraphina?")."""
+    n = re.escape(name)
+    return re.compile(
+        rf"(?:(?:^|(?<=[.!?:\n]))\s*(?:{_OPENERS}\s*[,!]?\s+)?{n}\s*[,!]"
+        r"(?!\s*(?:[A-Z][\w'\u2019-]*\s*(?:,|\band\b|&)|and\b|&))"
+        rf"|\b{_OPENERS}\s*,?\s+{n}\b(?=\s*(?:[,.!?;:]|$))"
+        rf"|,\s*{n}\s*(?=[.!?]|$))",
+        re.IGNORECASE,
+    )
+
+
+def named_in(query: str, names: list[str] | set[str] | frozenset[str]) -> list[str]:
+    """The names a query speaks of, in `names`' order: a name it only addresses (a chat
+    message's "Thanks, Seraphina. Where does Ilse live now?") is not one. Recall favours the
+    turns a named speaker said and holds back the others' (the fusion's strongest signal), so
+    a message that calls its listener by name recalled only the listener's lines."""
+    found = []
+    for name in dict.fromkeys(names):
+        if not name:
+            continue
+        spoken_of = _address_pattern(name).sub(" ", query)
+        if re.search(rf"\b{re.escape(name)}\b", spoken_of, re.IGNORECASE):
+            found.append(name)
+    return found
+
+
 #: A message's words that point at its own speaker, and at whom it speaks to (English).
 _FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself)\b", re.IGNORECASE)
 _SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself)\b", re.IGNORECASE)

@@ -1103,6 +1103,34 @@ def test_a_memory_query_recalls_the_speaker_a_message_is_about_not_its_sender(
     assert first_recalled("What did I say about my friend's adoption last year?") == "Melanie"
 
 
+def test_a_memory_query_that_calls_its_listener_by_name_still_recalls_what_it_asks_about(
+    service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    """ "Thanks, Caroline. Where does Ilse live now?" speaks to Caroline, not of her: recall
+    must not favour Caroline's lines (it recalled none of Melanie's, where Ilse is)."""
+    conv = _conv("vocative")
+    lines = (
+        ("Melanie", "My sister Ilse moved to Bergen last spring to study marine biology."),
+        ("Caroline", "That sounds wonderful, I love the sea!"),
+        ("Melanie", "I baked sourdough bread this morning."),
+        ("Caroline", "I went to a pottery class today and made a bowl."),
+        ("Caroline", "Where does the time go, right?"),
+    )
+    for turn, (speaker, text) in enumerate(lines, start=1):
+        service.commit(_said(conv, turn, speaker, text, []))
+
+    def first(content: str) -> tuple[str, str]:
+        message = {"role": "user", "name": "Melanie", "content": content}
+        answer = service.memory_query({"conversation_id": conv, "messages": [message]})
+        assert answer.ok and answer.recalled, answer
+        return answer.recalled[0].turn_id, answer.recalled[0].speaker
+
+    assert first("Thanks, Caroline. Where does Ilse live now?") == ("1", "Melanie")
+    assert first("Caroline, where does Ilse live now?") == ("1", "Melanie")
+    # The look-alike: a question about Caroline recalls Caroline's lines first.
+    assert first("Where does Caroline think the time goes?")[1] == "Caroline"
+
+
 def test_a_commit_stores_the_vector_its_memory_query_embedded_and_embeds_nothing_more(
     service: DialogueService, scripted: ScriptedLLM
 ) -> None:

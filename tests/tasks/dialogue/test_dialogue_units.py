@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from api import turn_status
-from core.recall import HybridIndex, MemoryDoc, embedded_text
+from core.recall import HybridIndex, MemoryDoc, embedded_text, named_in
 from core.settings import load_settings
 from kg.dialogue import (
     DialogueEntity,
@@ -940,6 +940,33 @@ def test_a_memory_query_embeds_the_text_its_turn_is_stored_under_whomever_it_is_
     assert row_texts(
         [memory_row("c", "c:1", "1", both[:1]), memory_row("c", "c:2", "2", both[1:])]
     ) == ["I went to a support group.", "How was it?"]
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        # Addressed only: not spoken of.
+        ("Thanks, Seraphina. Where does Ilse live now?", []),
+        ("Seraphina, where does Ilse live?", []),
+        ("Hi Seraphina! Do you remember my sister?", []),
+        ("How are you, Seraphina?", []),
+        ("Tester: Seraphina, my sister moved.", ["Tester"]),  # after a "Speaker:" label
+        ("Did you see Melanie, Caroline?", ["Melanie"]),
+        ("Melanie: thanks Caroline!", ["Melanie"]),
+        # The look-alikes: spoken of.
+        ("Where does Seraphina live?", ["Seraphina"]),
+        ("Caroline, Melanie and I went to the park.", ["Caroline", "Melanie"]),
+        ("Caroline: Melanie, Jon and I went.", ["Caroline", "Melanie", "Jon"]),
+        ("I told Caroline, she agreed.", ["Caroline"]),
+        ("What did Caroline, my friend, say?", ["Caroline"]),
+        ("Seraphina's garden is lovely.", ["Seraphina"]),
+        ("When did Caroline go to the LGBTQ support group?", ["Caroline"]),
+    ],
+)
+def test_a_name_a_message_only_addresses_is_not_one_it_speaks_of(
+    query: str, named: list[str]
+) -> None:
+    assert named_in(query, ["Seraphina", "Tester", "Caroline", "Melanie", "Jon"]) == named
 
 
 def test_recall_query_names_whom_a_message_is_about() -> None:
