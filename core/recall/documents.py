@@ -27,7 +27,9 @@ class MemoryDoc(BaseModel):
         description="what the dense model embeds and the caller shows, e.g. `speaker: text`"
     )
     extra: str = Field("", description="indexed lexically only: image captions, extracted facts")
-    speaker: str = ""
+    speaker: str = Field(
+        "", description='who said it; several speakers joined by commas ("Tester, Seraphina")'
+    )
     group: str = Field("", description="session or chapter: neighbours are looked for within it")
     when: str = Field(
         "", description="free-text date, indexed and matched against dates in queries"
@@ -58,7 +60,7 @@ class Hit(BaseModel):
 class DocumentColumns:
     """Per position: the day the document was said and the days it speaks of (core.timex), and
     as numpy columns for the learned fusion's features: the group (an id per distinct group),
-    the speaker (an id per distinct lowercased speaker), the day said (an ordinal, -1: none),
+    the speakers (an id per distinct lowercased `speaker` field), the day said (an ordinal, -1: none),
     whether it speaks of a time, whether it has lexical extras (a caption), and log1p of the
     text's length."""
 
@@ -68,6 +70,8 @@ class DocumentColumns:
         self._group_ids: dict[str, int] = {}
         self.group = Column(np.int64)
         self._speaker_ids: dict[str, int] = {}
+        #: Per speaker id, the lowercased names its field lists.
+        self._speaker_names: list[frozenset[str]] = []
         self.speaker = Column(np.int64)
         self.said_day = Column(np.int64)
         self.has_events = Column(np.bool_)
@@ -79,14 +83,23 @@ class DocumentColumns:
         self.said.append(TimeSpan(said, said) if said is not None else None)
         self.events.append(tuple(resolve(doc.text, said)))
         self.group.append(self._group_ids.setdefault(doc.group, len(self._group_ids)))
-        self.speaker.append(
-            self._speaker_ids.setdefault(doc.speaker.lower(), len(self._speaker_ids))
-        )
+        field = doc.speaker.lower()
+        if field not in self._speaker_ids:
+            self._speaker_ids[field] = len(self._speaker_ids)
+            self._speaker_names.append(speaker_names(field))
+        self.speaker.append(self._speaker_ids[field])
         self.said_day.append(said.toordinal() if said is not None else -1)
         self.has_events.append(bool(self.events[-1]))
         self.has_extra.append(bool(doc.extra))
         self.length.append(float(np.log1p(len(doc.text))))
 
-    def speaker_id(self, lowered: str) -> int:
-        """The id of a lowercased speaker's name (-1: no document of theirs is held)."""
-        return self._speaker_ids.get(lowered, -1)
+    def said_by(self, positions: np.ndarray, lowered: str) -> np.ndarray:
+        """Per position, whether a lowercased speaker's name is among its document's speakers:
+        a chat front end's turn is a user's message and the reply, said by both."""
+        ids = [i for i, names in enumerate(self._speaker_names) if lowered in names]
+        return np.isin(self.speaker.values[positions], np.asarray(ids, dtype=np.int64))
+
+
+def speaker_names(field: str) -> frozenset[str]:
+    """The names a document's `speaker` field lists (commas between several)."""
+    return frozenset(name.strip() for name in field.split(",") if name.strip())

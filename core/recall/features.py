@@ -61,7 +61,7 @@ def features(
     around, plain_cosine = _cosines(x, prepared, positions, count, dense)
     _group_features(x, positions, group, count, by_position, sorted_positions, around, plain_cosine)
     if prepared.named is not None:
-        same = columns.speaker.values[positions] == columns.speaker_id(prepared.named)
+        same = columns.said_by(positions, prepared.named)
         x[:, column["speaker"]] = same
         x[:, column["other_speaker"]] = ~same
     _time_features(x, prepared, positions, columns)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.recall.dense import DenseIndex
-from core.recall.documents import DocumentColumns, MemoryDoc
+from core.recall.documents import DocumentColumns, MemoryDoc, speaker_names
 from core.recall.features import features
 from core.recall.params import FEATURES, SIGNAL_OF, LearnedFusion, RecallParams
 from core.recall.query import Prepared
@@ -112,7 +112,7 @@ def rrf_rank(
         if (
             prepared.named is not None
             and params.entity_boost
-            and docs[position].speaker.lower() == prepared.named
+            and prepared.named in speaker_names(docs[position].speaker.lower())
         ):
             factor += params.entity_boost
             entry["graph"] = params.entity_boost

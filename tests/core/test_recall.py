@@ -339,6 +339,38 @@ def test_the_learned_fusion_puts_the_named_speakers_turn_above_the_others() -> N
     assert hits[1].signals["graph"] < -2 < hits[0].signals["graph"]
 
 
+def test_a_turn_said_by_several_speakers_is_said_by_each_of_them() -> None:
+    """A chat front end's turn is a user's message and the reply ("Tester, Seraphina"): a
+    question naming either speaker treats it as theirs. The look-alike: a third speaker's."""
+    index = HybridIndex(3)
+    docs = [
+        _doc(1, "Seraphina", "Welcome, traveller, rest by the fire", group="1"),
+        _doc(2, "Tester, Seraphina", "The forest to the north hides a moon shrine", group="2"),
+        _doc(3, "Ann", "The forest to the north hides a moon shrine", group="3"),
+        *(
+            _doc(i, "Ann", f"Filler number {i} about the weather", group=str(i))
+            for i in range(4, 12)
+        ),
+    ]
+    index.add(docs, None)
+    names = ["Seraphina", "Tester", "Ann"]
+
+    def ranked(named: str) -> dict[str, tuple[int, float]]:
+        hits = index.search(f"What did {named} say about the forest shrine?", None, 11, names=names)
+        return {h.key: (rank, h.signals["graph"]) for rank, h in enumerate(hits)}
+
+    for named in ("Seraphina", "Tester"):
+        hits = ranked(named)
+        assert hits["t2"][0] == 0 and hits["t2"][1] > -2, named
+        assert hits["t3"][1] < -2, named  # the same words, said by Ann
+    hits = ranked("Ann")
+    assert hits["t3"][0] == 0 and hits["t2"][1] < -2
+    # The reciprocal-rank fusion's boost (scenes) reads the same speakers.
+    rrf = RecallParams(fusion=None)
+    boosted = index.search("What did Tester say?", None, 11, names=names, params=rrf)
+    assert {h.key for h in boosted if "graph" in h.signals} == {"t2"}
+
+
 def _conversation(n: int) -> tuple[list[MemoryDoc], np.ndarray]:
     """n turns in sessions of 7, with repeated texts (exact BM25 and cosine ties) and vectors
     from a seeded generator, some of them equal."""
