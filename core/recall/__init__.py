@@ -68,6 +68,7 @@ from core.recall.query import (
     plain_query,
     query_parts,
     query_texts,
+    unaddressed,
 )
 from core.recall.registry import IndexRegistry
 
@@ -102,4 +103,5 @@ __all__ = [
     "embedded_text",
     "named_in",
     "query_texts",
+    "unaddressed",
 ]

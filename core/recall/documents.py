@@ -73,6 +73,8 @@ class DocumentColumns:
         #: Per speaker id, the lowercased names its field lists.
         self._speaker_names: list[frozenset[str]] = []
         self.speaker = Column(np.int64)
+        #: Said by several speakers: an exchange already (a front end's message and its reply).
+        self.several_speakers = Column(np.bool_)
         self.said_day = Column(np.int64)
         self.has_events = Column(np.bool_)
         self.has_extra = Column(np.bool_)
@@ -88,6 +90,7 @@ class DocumentColumns:
             self._speaker_ids[field] = len(self._speaker_ids)
             self._speaker_names.append(speaker_names(field))
         self.speaker.append(self._speaker_ids[field])
+        self.several_speakers.append(len(self._speaker_names[self._speaker_ids[field]]) > 1)
         self.said_day.append(said.toordinal() if said is not None else -1)
         self.has_events.append(bool(self.events[-1]))
         self.has_extra.append(bool(doc.extra))

@@ -59,7 +59,16 @@ def features(
         for depth in (10, 60):
             x[rows[name], column[f"{name}_{depth}"]] = 1.0 / (depth + ranks + 1)
     around, plain_cosine = _cosines(x, prepared, positions, count, dense)
-    _group_features(x, positions, group, count, by_position, sorted_positions, around, plain_cosine)
+    _group_features(
+        x,
+        positions,
+        (group, columns.several_speakers.values[:count]),
+        count,
+        by_position,
+        sorted_positions,
+        around,
+        plain_cosine,
+    )
     if prepared.named is not None:
         same = columns.said_by(positions, prepared.named)
         x[:, column["speaker"]] = same
@@ -111,14 +120,17 @@ def _cosines(
 def _group_features(
     x: np.ndarray,
     positions: np.ndarray,
-    group: np.ndarray,
+    group_and_several: tuple[np.ndarray, np.ndarray],
     count: int,
     by_position: np.ndarray,
     sorted_positions: np.ndarray,
     around: np.ndarray,
     plain_cosine: np.ndarray,
 ) -> None:
-    """Session relevance and the neighbours' features (needs the rank and cosine columns)."""
+    """Session relevance and the neighbours' features (needs the rank and cosine columns).
+    `group_and_several`: per position, its group and whether several speakers said it (then
+    it has no neighbours: HybridIndex._neighbour)."""
+    group, several = group_and_several
     column = COLUMN
     n = len(positions)
     lexical_60 = x[:, column["lexical_60"]]
@@ -129,7 +141,7 @@ def _group_features(
     best = np.zeros(len(groups), dtype=np.float64)
     np.maximum.at(best, group_row, session_match)
     x[:, column["session"]] = best[group_row]
-    # Neighbours (the document before and after, in the same group): the best lexical
+    # Neighbours (the document before and after, in the same group, both said by one speaker): the best lexical
     # match among those that are candidates, and the best plain cosine (0: no neighbour).
     neighbour_lexical = np.zeros(n, dtype=np.float64)
     neighbour_cosine = np.full(n, -np.inf)
@@ -137,7 +149,8 @@ def _group_features(
     for step in (-1, 1):
         other = positions + step
         valid = (other >= 0) & (other < count)
-        valid[valid] = group[other[valid]] == own_group[valid]
+        valid[valid] = (group[other[valid]] == own_group[valid]) & ~several[other[valid]]
+        valid &= ~several[positions]
         slot = np.minimum(np.searchsorted(sorted_positions, other), n - 1)
         candidate = valid & (sorted_positions[slot] == other)
         neighbour_lexical = np.maximum(

@@ -23,7 +23,7 @@ from core.recall.features import features
 from core.recall.fusion import Ranked, budgeted, learned_rank, rrf_rank
 from core.recall.lexical import LexicalIndex
 from core.recall.params import CANDIDATES, DEFAULT_PARAMS, RecallParams
-from core.recall.query import PART_WINDOW, Prepared, named_in
+from core.recall.query import PART_WINDOW, Prepared, named_in, unaddressed
 from core.timex import TimeSpan, asks_when, parse_when, query_dates
 
 
@@ -102,24 +102,15 @@ class HybridIndex:
 
     def _body(self, position: int) -> str:
         """What BM25 indexes for a document: its date and the dates it speaks of, the
-        document before it and the one after it in the same group (a reply names what it
-        answers only through them), its text and its lexical-only extras."""
+        neighbours in its group (`_neighbour`: a reply names what it answers only through
+        them), its text and its lexical-only extras."""
         doc = self.docs[position]
         dates = " ".join(
             [doc.when, *(span.label() for span in self.columns.events[position])]
         ).strip()
         if not self.neighbours:
             return "\n".join(part for part in (dates, doc.text, doc.extra) if part)
-        before = (
-            self.docs[position - 1]
-            if position > 0 and self.docs[position - 1].group == doc.group
-            else None
-        )
-        after = (
-            self.docs[position + 1]
-            if position + 1 < len(self.docs) and self.docs[position + 1].group == doc.group
-            else None
-        )
+        before, after = self._neighbour(position, -1), self._neighbour(position, 1)
         parts = (
             dates,
             before.text if before else "",
@@ -128,6 +119,21 @@ class HybridIndex:
             after.text if after else "",
         )
         return "\n".join(part for part in parts if part)
+
+    def _neighbour(self, position: int, step: int) -> MemoryDoc | None:
+        """The document `step` away in the same group, when both are said by one speaker. One
+        said by several (a front end's message and its reply) holds its exchange already: the
+        documents around it are other exchanges, not what it answers or what answers it."""
+        other = position + step
+        several = self.columns.several_speakers.values
+        if (
+            0 <= other < len(self.docs)
+            and self.docs[other].group == self.docs[position].group
+            and not several[position]
+            and not several[other]
+        ):
+            return self.docs[other]
+        return None
 
     def prepare(
         self,
@@ -168,7 +174,9 @@ class HybridIndex:
         linked: list[str] | None,
         plain_vector: np.ndarray | None,
     ) -> Prepared:
-        named = named_in(query, names or [])
+        # What the query asks about: without the names it only addresses ("Thanks, Seraphina.").
+        spoken = unaddressed(query, names or [])
+        named = named_in(spoken, names or [])
         dense = self.dense.ranking(vector, CANDIDATES) if self.docs else []
         plain = (
             self.dense.ranking(plain_vector, CANDIDATES)
@@ -176,7 +184,7 @@ class HybridIndex:
             else dense
         )
         return Prepared(
-            lexical=self.lexical.ranking(query, CANDIDATES, len(self.docs)) if self.docs else [],
+            lexical=self.lexical.ranking(spoken, CANDIDATES, len(self.docs)) if self.docs else [],
             dense=dense,
             linked=[
                 self.positions[key] for key in dict.fromkeys(linked or []) if key in self.positions

@@ -75,19 +75,28 @@ def _address_pattern(name: str) -> re.Pattern[str]:
     )
 
 
+def unaddressed(query: str, names: list[str] | set[str] | frozenset[str]) -> str:
+    """The query without the names it only calls its listener by (a chat message's "Thanks,
+    Seraphina. Where does Ilse live now?" is "Thanks. Where does Ilse live now?"): what it
+    asks about, for the lexical ranking and `named_in`."""
+    for name in sorted((n for n in set(names) if n), key=len, reverse=True):
+        query = _address_pattern(name).sub(" ", query)
+    query = re.sub(r"\s+([?,.!])", r"\1", query)
+    query = re.sub(r"(^|\n)[ \t]*[,.!]+", r"\1", query)  # what an address opened with
+    return re.sub(r"[ \t]+", " ", query).strip()
+
+
 def named_in(query: str, names: list[str] | set[str] | frozenset[str]) -> list[str]:
     """The names a query speaks of, in `names`' order: a name it only addresses (a chat
     message's "Thanks, Seraphina. Where does Ilse live now?") is not one. Recall favours the
     turns a named speaker said and holds back the others' (the fusion's strongest signal), so
     a message that calls its listener by name recalled only the listener's lines."""
-    found = []
-    for name in dict.fromkeys(names):
-        if not name:
-            continue
-        spoken_of = _address_pattern(name).sub(" ", query)
-        if re.search(rf"\b{re.escape(name)}\b", spoken_of, re.IGNORECASE):
-            found.append(name)
-    return found
+    spoken_of = unaddressed(query, names)
+    return [
+        name
+        for name in dict.fromkeys(names)
+        if name and re.search(rf"\b{re.escape(name)}\b", spoken_of, re.IGNORECASE)
+    ]
 
 
 #: A message's words that point at its own speaker, and at whom it speaks to (English).

@@ -107,6 +107,40 @@ def test_the_turn_after_a_strong_hit_gains_a_share_within_its_group_only() -> No
     assert "neighbour" in hits["t2"].signals and "t3" not in hits
 
 
+def test_a_turn_said_by_several_speakers_has_no_neighbours() -> None:
+    """A front end's turn (the user's message and the reply) holds its exchange already: the
+    turns around it are other exchanges. So the turns next to one that names Ilse neither
+    hold her name nor gain from its match; only the two that name her are found by it."""
+    texts = [
+        "My sister Ilse moved to Bergen last spring.",
+        "I baked sourdough bread this morning.",
+        "Where did my sister Ilse move to?",
+        "The weather has been sunny all week.",
+    ]
+    paired = HybridIndex(2)
+    paired.add(
+        [
+            MemoryDoc(
+                key=f"t{i}",
+                text=f"Tester: {text}\nSeraphina: I hear you, Tester.",
+                speaker="Tester, Seraphina",
+                group="1",
+            )
+            for i, text in enumerate(texts, start=1)
+        ],
+        None,
+    )
+    hits = paired.search("Where does Ilse live now?", None, 4)
+    assert {h.key for h in hits[:2]} == {"t1", "t3"}
+    assert all("neighbour" not in h.signals and "lexical" not in h.signals for h in hits[2:])
+    # The look-alike: the same lines said one speaker at a time keep their neighbours (a
+    # reply names what it answers only through the turn before it).
+    single = HybridIndex(2)
+    single.add([_doc(i, "Tester", text) for i, text in enumerate(texts, start=1)], None)
+    found = {h.key: h for h in single.search("Where does Ilse live now?", None, 4)}
+    assert {"t2", "t4"} <= set(found) and "neighbour" in found["t2"].signals
+
+
 class _Sized:
     def __init__(self) -> None:
         self.docs: list[str] = []

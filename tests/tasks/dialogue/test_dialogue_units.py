@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from api import turn_status
-from core.recall import HybridIndex, MemoryDoc, embedded_text, named_in
+from core.recall import HybridIndex, MemoryDoc, embedded_text, named_in, unaddressed
 from core.settings import load_settings
 from kg.dialogue import (
     DialogueEntity,
@@ -967,6 +967,19 @@ def test_a_name_a_message_only_addresses_is_not_one_it_speaks_of(
     query: str, named: list[str]
 ) -> None:
     assert named_in(query, ["Seraphina", "Tester", "Caroline", "Melanie", "Jon"]) == named
+
+
+def test_a_query_without_its_addresses_keeps_what_it_asks_about() -> None:
+    names = ["Seraphina", "Tester", "Caroline", "Melanie"]
+    assert unaddressed("Thanks, Seraphina. Where does Ilse live now?", names) == (
+        "Where does Ilse live now?"
+    )
+    assert unaddressed("Tester: Hi Seraphina! My sister moved.", names) == (
+        "Tester: My sister moved."
+    )
+    # The look-alikes: nothing addressed, nothing taken out.
+    for query in ("Where does Seraphina live?", "Caroline, Melanie and I went to the park."):
+        assert unaddressed(query, names) == query
 
 
 def test_recall_query_names_whom_a_message_is_about() -> None:
