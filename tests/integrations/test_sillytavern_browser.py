@@ -13,8 +13,9 @@ every commit is slow), a second scripted server as SillyTavern's chat backend th
 prompt, and tests/sillytavern/drive.mjs driving chromium (playwright-core) through a chat with
 Seraphina: a stated fact, small talk, the question, a swipe, an edit, a delete, a reload; then
 the chat's lorebook, fetched from the sidecar and imported through SillyTavern's own World Info
-import, its entries read back from the World Info editor; and the extension's chatLorebook
-option, ticked at the end, binding the same book as the chat's lorebook.
+import, its entries read back from the World Info editor; the extension's chatLorebook option,
+ticked, binding the same book as the chat's lorebook; and at the end the chat deleted with
+/delchat, which memory must forget.
 
 The tiny-model test (`SKALD_ST_TINY=1` too: the default local model runs the sidecar's slots,
 several minutes) chats ten ordinary messages and reads the badge log.
@@ -381,6 +382,12 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
             # The recall prompt holds the stated fact (from memory, not only from the chat history).
             assert question["packet"] and STATED_FACT in question["packet"]
             assert question["packet"] in _prompt_text(backend.replies[3])
+            # Asked after the reload, calling Seraphina by name: the turn that told of Ilse is
+            # recalled first (not the lines around the one that asked about her, nor the
+            # addressed character's).
+            final = generations[-1]["packet"] or ""
+            recalled = [line for line in final.splitlines() if line.startswith("- [turn")]
+            assert recalled and STATED_FACT in recalled[0], final
             # Asked while the edit was still being written: the old text is never injected.
             prompt = _prompt_text(backend.replies[5])
             assert "sunny all week" in prompt and "rainy all week" not in prompt
@@ -393,18 +400,31 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
                 result["badges"]
             )
 
-            # After the delete and the reload, memory holds exactly the chat's turns.
-            turns = _get_json(
-                f"{stack.sidecar_url}/api/kg-sidecar/conversations/"
-                f"{urllib.request.quote(result['chatId'], safe='')}/turns?limit=500"
-            )["items"]
-            assert [(t["turn_id"], t["text"]) for t in turns] == [
-                (str(t["turnId"]), t["text"]) for t in result["chatTurns"]
+            # After the delete and the reload, memory held exactly the chat's turns.
+            assert [(t["turnId"], t["text"]) for t in result["memoryTurns"]] == [
+                (t["turnId"], t["text"]) for t in result["chatTurns"]
             ]
 
             _check_lorebook(result, tmp_path)
+            _check_chat_deleted(result, stack)
         finally:
             stack.close()
+
+
+def _check_chat_deleted(result: dict[str, Any], stack: Stack) -> None:
+    """The chat deleted with SillyTavern's /delchat: another chat is open, and memory holds
+    nothing of the deleted one (the extension forgot it on CHAT_DELETED)."""
+    deleted = result["deletedChat"]
+    print("  chat deleted:", deleted)
+    assert deleted["openChat"] != deleted["chatId"], deleted
+    forget = deleted["forget"]
+    assert [o["status"] for o in forget] == ["idle"], forget
+    assert f"{len(result['memoryTurns'])} remembered turn(s)" in forget[0]["detail"], forget
+    turns = _get_json(
+        f"{stack.sidecar_url}/api/kg-sidecar/conversations/"
+        f"{urllib.request.quote(deleted['chatId'], safe='')}/turns?limit=500"
+    )
+    assert turns["page"]["total"] == 0 and turns["items"] == [], turns
 
 
 def _check_lorebook(result: dict[str, Any], tmp_path: Path) -> None:

@@ -171,6 +171,23 @@ async function cut(from, to) {
     log(`deleted messages ${from}-${to}`);
 }
 
+/** Deletes the open chat as a user can, with SillyTavern's /delchat typed in the chat box (it
+ *  opens another chat, then emits CHAT_DELETED), and waits for the extension to say what
+ *  forgetting the chat's memory did. */
+async function deleteChat(chatId) {
+    out.steps.push({ at: Date.now(), step: 'delete-chat', chatId });
+    await type('#send_textarea', '/delchat');
+    await page.click('#send_but');
+    await page.waitForFunction((id) => globalThis.skaldMemory.outcomes.some((o) => o.chatId === id && o.step === 'forget'),
+        chatId, { timeout: 120_000, polling: 250 });
+    out.deletedChat = await page.evaluate((id) => ({
+        chatId: id,
+        openChat: SillyTavern.getContext().getCurrentChatId(),
+        forget: globalThis.skaldMemory.outcomes.filter((o) => o.chatId === id && o.step === 'forget'),
+    }), chatId);
+    log('deleted the chat:', JSON.stringify(out.deletedChat));
+}
+
 /** Waits until the extension's writer has nothing left to write for this chat. */
 async function settled(label) {
     const t0 = Date.now();
@@ -312,16 +329,29 @@ try {
             await importLorebook(config.lorebook);
             await offerChatLorebook();
         }
+        // What memory holds of the chat, then the chat deleted: memory must forget it.
+        Object.assign(out, await page.evaluate(async () => {
+            const chatId = SillyTavern.getContext().getCurrentChatId();
+            const { data } = await globalThis.skaldMemory.client.turns(chatId);
+            return {
+                chatId,
+                chatTurns: globalThis.skaldMemoryTurns(),
+                memoryTurns: data.items.map((t) => ({ turnId: Number(t.turn_id), text: t.text })),
+            };
+        }));
+        await deleteChat(out.chatId);
     } else {
         for (const text of config.messages) await send(text);
         await settled('the end');
         await shot('ordinary-chat');
     }
     out.badges.push(...await badges());
-    Object.assign(out, await page.evaluate(() => ({
-        chatId: SillyTavern.getContext().getCurrentChatId(), chatTurns: globalThis.skaldMemoryTurns(),
-        outcomes: globalThis.skaldMemory.outcomes,
-    })));
+    if (!out.chatId) {
+        Object.assign(out, await page.evaluate(() => ({
+            chatId: SillyTavern.getContext().getCurrentChatId(), chatTurns: globalThis.skaldMemoryTurns(),
+        })));
+    }
+    out.outcomes = await page.evaluate(() => globalThis.skaldMemory.outcomes);
     out.ok = true;
 } catch (error) {
     out.ok = false;
