@@ -62,8 +62,8 @@ def features(
     _group_features(
         x,
         positions,
-        (group, columns.several_speakers.values[:count]),
-        count,
+        group,
+        columns.several_speakers.values[:count],
         by_position,
         sorted_positions,
         around,
@@ -120,17 +120,17 @@ def _cosines(
 def _group_features(
     x: np.ndarray,
     positions: np.ndarray,
-    group_and_several: tuple[np.ndarray, np.ndarray],
-    count: int,
+    group: np.ndarray,
+    several: np.ndarray,
     by_position: np.ndarray,
     sorted_positions: np.ndarray,
     around: np.ndarray,
     plain_cosine: np.ndarray,
 ) -> None:
     """Session relevance and the neighbours' features (needs the rank and cosine columns).
-    `group_and_several`: per position, its group and whether several speakers said it (then
-    it has no neighbours: HybridIndex._neighbour)."""
-    group, several = group_and_several
+    `group` and `several`: per position held, its group and whether several speakers said it
+    (then it has no neighbours: HybridIndex._neighbour)."""
+    count = len(group)
     column = COLUMN
     n = len(positions)
     lexical_60 = x[:, column["lexical_60"]]
@@ -141,8 +141,9 @@ def _group_features(
     best = np.zeros(len(groups), dtype=np.float64)
     np.maximum.at(best, group_row, session_match)
     x[:, column["session"]] = best[group_row]
-    # Neighbours (the document before and after, in the same group, both said by one speaker): the best lexical
-    # match among those that are candidates, and the best plain cosine (0: no neighbour).
+    # Neighbours (the document before and after, in the same group, both said by one
+    # speaker): the best lexical match among those that are candidates, and the best plain
+    # cosine (0: no neighbour).
     neighbour_lexical = np.zeros(n, dtype=np.float64)
     neighbour_cosine = np.full(n, -np.inf)
     has_neighbour = np.zeros(n, dtype=bool)
