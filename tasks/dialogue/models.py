@@ -521,8 +521,8 @@ class RewindRequest(_Request):
         return turn_key(self.conversation_id, str(self.before_turn))
 
 
-class RewindResult(BaseModel):
-    """What a rewind removed."""
+class _ConversationCallResult(BaseModel):
+    """The answer to a call on a whole conversation (a rewind, a forget): how it went."""
 
     ok: bool
     code: ErrorCode | None = None
@@ -530,6 +530,11 @@ class RewindResult(BaseModel):
     reason: str | None = None
     retryable: bool = False
     conversation_id: str
+
+
+class RewindResult(_ConversationCallResult):
+    """What a rewind removed."""
+
     before_turn: str
     found: bool = Field(False, description="the turn was remembered (False: nothing to rewind)")
     removed_turns: list[str] = Field(
@@ -550,15 +555,9 @@ class ForgetRequest(_Request):
     conversation_id: ConversationId
 
 
-class ForgetResult(BaseModel):
+class ForgetResult(_ConversationCallResult):
     """What forgetting a conversation removed."""
 
-    ok: bool
-    code: ErrorCode | None = None
-    error_kind: ErrorKind | None = None
-    reason: str | None = None
-    retryable: bool = False
-    conversation_id: str
     found: bool = Field(
         False, description="memory held the conversation (False: nothing to forget)"
     )
