@@ -1,6 +1,7 @@
-"""The read-only operations: a conversation's entities, relations (with their event history),
-milestones and remembered turns, paged with offset/limit; search; its lorebook (a SillyTavern
-World Info book, tasks.dialogue.lorebook); and health.
+"""The read-only operations: the conversations memory holds; a conversation's entities,
+relations (with their event history), milestones and remembered turns, paged with
+offset/limit; search; its lorebook (a SillyTavern World Info book, tasks.dialogue.lorebook);
+and health.
 
 A conversation the graph does not know is no error for the pages: they are empty. Its
 lorebook is a 404 (NOT_FOUND): there is no book to import. The conversation id
@@ -21,6 +22,8 @@ from starlette.convertors import PathConvertor, register_url_convertor
 from api.paths import CONVERSATION_PATH, CONVERSATIONS_PATH, HEALTH_PATH
 from api.schemas import (
     ApiError,
+    ConversationOut,
+    ConversationPage,
     EntityOut,
     EntityPage,
     HealthReport,
@@ -84,6 +87,24 @@ def _page(offset: int, limit: int, total: int) -> PageInfo:
 
 def _entity_out(e: DialogueEntity) -> EntityOut:
     return EntityOut(**e.model_dump(exclude={"aliases"}), aliases=list(e.aliases))
+
+
+@router.get(
+    CONVERSATIONS_PATH,
+    operation_id="list_conversations",
+    response_model=ConversationPage,
+    responses=READ_RESPONSES,
+    summary="The conversations memory holds, in name order, each with its remembered turns",
+)
+async def list_conversations(
+    service: Service, offset: Offset = 0, limit: Limit = 50
+) -> ConversationPage:
+    repo = DialogueRepository(service.store)
+    total, rows = await run_in_threadpool(repo.conversation_page, offset, limit)
+    return ConversationPage(
+        page=_page(offset, limit, total),
+        items=[ConversationOut(conversation_id=c, remembered_turns=n) for c, n in rows],
+    )
 
 
 @router.get(

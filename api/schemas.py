@@ -147,6 +147,18 @@ class TurnOut(BaseModel):
     facts: list[str] = Field(default_factory=list)
 
 
+class ConversationOut(BaseModel):
+    conversation_id: str
+    remembered_turns: int = Field(
+        description="turns memory holds (committed, gate-blocked or ingested)"
+    )
+
+
+class ConversationPage(BaseModel):
+    page: PageInfo
+    items: list[ConversationOut]
+
+
 class EntityPage(BaseModel):
     conversation_id: str
     page: PageInfo

@@ -2,7 +2,8 @@
 
     serve    the HTTP API for chat front ends (the `api` package; OpenAPI at /openapi.json and
              /docs): POST turn/commit, turn/retry, turn/replace, conversation/rewind,
-             conversation/forget, memory/query; GET conversations/{id}/entities|relations|milestones|turns|search,
+             conversation/forget, memory/query; GET conversations,
+             conversations/{id}/entities|relations|milestones|turns|search,
              conversation/{id}/lorebook, health. Security: a bearer token (SKALD_SIDECAR_TOKEN
              or --token-file; required to bind a non-loopback address), CORS for the origins
              given with --cors-origin.
@@ -18,6 +19,8 @@
     rewind   rewind a conversation to before turn N (exact), as POST .../conversation/rewind does
     forget   forget a conversation (its chat was deleted): every turn, memory row, entity,
              relation and milestone it holds, as POST .../conversation/forget does
+    conversations  list the conversations memory holds, one JSON line each (its id and
+             remembered turns), as GET .../conversations does
     lorebook write a conversation's memory as a SillyTavern World Info book (the same JSON as
              GET .../conversation/{id}/lorebook), to import through SillyTavern's World Info panel
     openapi  write the OpenAPI document without starting a server
@@ -71,6 +74,8 @@ log = logging.getLogger("skald.dialogue")
 
 T = TypeVar("T")
 EXIT_CODES = {"COMMITTED": 0, "ROLLED_BACK": 1, "INVALID_REQUEST": 2, "IN_PROGRESS": 3}
+#: Conversations `conversations` reads per page.
+CONVERSATIONS_PAGE = 500
 
 
 # ----------------------------------------------------------------------------- Prefect
@@ -284,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{serve,commit,ingest,reembed,rewind,forget,lorebook,openapi}",
+        metavar="{serve,commit,ingest,reembed,rewind,forget,conversations,lorebook,openapi}",
     )
     _serve_parser(sub.add_parser("serve", parents=[common], help="run the HTTP adapter"))
     _commit_parser(
@@ -317,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="forget a conversation: everything memory holds of it, in one transaction",
     )
     forget.add_argument("--conversation-id", required=True, help="the conversation")
+    sub.add_parser(
+        "conversations",
+        parents=[common],
+        help="list the conversations memory holds (JSON lines: id and remembered turns)",
+    )
     _lorebook_parser(
         sub.add_parser(
             "lorebook",
@@ -616,6 +626,22 @@ def _forget(args: argparse.Namespace, settings: Settings, options: SidecarOption
     return _one_call(settings, options, lambda s: s.forget(args.conversation_id))
 
 
+def _conversations(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    service = DialogueService(settings, options=options)
+    try:
+        repo = DialogueRepository(service.store)
+        offset = 0
+        while True:
+            total, rows = repo.conversation_page(offset, CONVERSATIONS_PAGE)
+            for conversation_id, turns in rows:
+                print(json.dumps({"conversation_id": conversation_id, "remembered_turns": turns}))
+            offset += len(rows)
+            if not rows or offset >= total:
+                return 0
+    finally:
+        service.close()
+
+
 def _one_call(
     settings: Settings,
     options: SidecarOptions,
@@ -706,6 +732,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Settings, SidecarOptions], in
     "serve": _serve,
     "rewind": _rewind,
     "forget": _forget,
+    "conversations": _conversations,
     "ingest": _ingest,
     "reembed": _reembed,
     "commit": _commit,

@@ -112,6 +112,11 @@ VECTORS_EPOCH_BUMP = (
 CONVERSATION_IDS = (
     f"MATCH (c:{_CONV}) RETURN c.conversation_id AS conversation_id ORDER BY c.conversation_id"
 )
+CONVERSATION_PAGE = (
+    f"MATCH (c:{_CONV}) RETURN c.conversation_id AS conversation_id, c.memory_seq AS memory_seq "
+    "ORDER BY c.conversation_id SKIP $offset LIMIT $limit"
+)
+CONVERSATION_TOTAL = f"MATCH (c:{_CONV}) RETURN count(c) AS n"
 MEMORY_ROWS = (
     f"UNWIND $position_keys AS pk MATCH (m:{_MEM} {{position_key: pk}}) "
     "RETURN properties(m) AS props ORDER BY m.seq"

@@ -121,6 +121,19 @@ class DialogueRepository(ConversationLease):
         """Every conversation with a memory, in name order."""
         return [str(r["conversation_id"]) for r in self.store.read(dq.CONVERSATION_IDS)]
 
+    def conversation_page(self, offset: int, limit: int) -> tuple[int, list[tuple[str, int]]]:
+        """The conversations memory holds, in name order, each with its remembered turns (its
+        memory head: positions 1..n), and how many there are in all (one read transaction)."""
+
+        def read(tx: ManagedTransaction) -> tuple[int, list[tuple[str, int]]]:
+            rows = [
+                (str(r["conversation_id"]), int(r["memory_seq"] or 0))
+                for r in tx.run(dq.CONVERSATION_PAGE, offset=offset, limit=limit)
+            ]
+            return int(tx.run(dq.CONVERSATION_TOTAL).single(strict=True)["n"]), rows
+
+        return self.store.execute_read(read)
+
     def memory_count(self, conversation_id: str) -> tuple[int, int]:
         """(rows, distinct keys) of a conversation's memory: an audit, scans the conversation."""
         row = self.store.read(dq.MEMORY_COUNT, conversation_id=conversation_id)[0]

@@ -217,6 +217,13 @@ def test_forget_removes_the_whole_conversation_and_nothing_of_another(
     query = {"conversation_id": conv, "messages": [{"role": "user", "content": "counseling?"}]}
     assert client.post(MEMORY_QUERY_PATH, json=query).json()["stored_turns"] == 3
 
+    def listed() -> dict[str, int]:
+        page = client.get(CONVERSATIONS_PATH, params={"limit": 500}).json()
+        assert page["page"]["total"] == len(page["items"]) < 500
+        return {c["conversation_id"]: c["remembered_turns"] for c in page["items"]}
+
+    assert (listed()[conv], listed()[other]) == (3, 2)
+
     response = client.post(FORGET_PATH, json={"conversation_id": conv})
     assert response.status_code == 200, response.text
     data = response.json()
@@ -228,6 +235,7 @@ def test_forget_removes_the_whole_conversation_and_nothing_of_another(
     assert _export(service) == never_had
     assert client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["page"]["total"] == 0
     assert client.get(f"{CONVERSATIONS_PATH}/{other}/turns").json()["page"]["total"] == 2
+    assert conv not in listed() and listed()[other] == 2
     # The process's cached recall index is gone with it.
     recalled = client.post(MEMORY_QUERY_PATH, json=query).json()
     assert recalled["stored_turns"] == 0 and recalled["recalled"] == []
@@ -355,6 +363,7 @@ def test_read_back_pages_and_search(client: TestClient) -> None:
     assert bad_limit.status_code == 400 and bad_limit.json()["code"] == "INVALID_REQUEST"
     assert "limit" in bad_limit.json()["reason"] and "\n" not in bad_limit.json()["reason"]
     spec = client.get("/openapi.json").json()
+    assert CONVERSATIONS_PATH in spec["paths"]
     for suffix in ("entities", "relations", "milestones", "turns", "search"):
         assert f"{CONVERSATIONS_PATH}/{{conversation_id}}/{suffix}" in spec["paths"]
     for path in (MEMORY_QUERY_PATH, REPLACE_PATH, REWIND_PATH, FORGET_PATH):
@@ -685,13 +694,19 @@ def test_cli_rewind_and_forget(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "conversation_id" in err
     assert run("rewind", "--help") == 0 and "--before-turn" in capsys.readouterr().out
-    # forget: the whole conversation, then nothing left to forget (both exit 0).
+    # conversations: one JSON line each; forget: the whole conversation, then nothing left to
+    # forget (both exit 0).
+    assert run("conversations", "--project-dir", str(tmp_path)) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {"conversation_id": conv, "remembered_turns": 1} in lines
     assert run("forget", "--conversation-id", conv, "--project-dir", str(tmp_path)) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["found"] and out["removed"]["turns"] == 1 and out["removed"]["memory"] == 1
     assert client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()["page"]["total"] == 0
     assert run("forget", "--conversation-id", conv, "--project-dir", str(tmp_path)) == 0
     assert not json.loads(capsys.readouterr().out)["found"]
+    assert run("conversations", "--project-dir", str(tmp_path)) == 0
+    assert conv not in capsys.readouterr().out
 
 
 def test_replace_with_the_same_text_of_a_blocked_turn_keeps_later_turns(

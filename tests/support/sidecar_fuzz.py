@@ -51,9 +51,10 @@ TOKEN = "fuzz-token-0123456789abcdef"
 #: schemathesis' configuration: its defaults, with the documented 413 (see the file).
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "schemathesis.toml"
 #: The CI-sized run's seed. Any seed's run must hold the contract; the CI test also wants both
-#: sides of it exercised, 409 included, which a seed gives or not (20261124's run stopped
-#: sending a conflicting commit when conversation/forget was added; 20261129, 1 and 2 do).
-DEFAULT_SEED = 20261129
+#: sides of it exercised, 409 included, which a seed's random walk gives or not: 20261124's
+#: stopped sending a conflicting commit when conversation/forget was added, 20261129's when
+#: the conversations list was (seeds 1 and 3 do with the 14 operations, 2 does not).
+DEFAULT_SEED = 1
 #: Seconds a request may take: past it a request is a hang (also the response-time check's limit).
 REQUEST_TIMEOUT_S = 120
 SPEAKERS = ["Caroline", "Melanie"]
