@@ -347,9 +347,11 @@ class DialogueService:
         self, conversation_id: str | ForgetRequest, *, db: DbConfig | None = None
     ) -> ForgetResult:
         """Forget a conversation (its chat was deleted): every turn, memory row, entity,
-        relation, event and milestone it holds, in one transaction under its lock, so a turn
-        of it in flight finishes first or is refused after. Takes a ForgetRequest, or the id
-        (validated like one). Forgetting a conversation memory does not hold finds nothing."""
+        relation, event and milestone it holds, in one transaction under its lock: a turn of
+        it in flight finishes first (past `lock_wait_s` the forget answers IN_PROGRESS, and
+        removes nothing). Takes a ForgetRequest, or the id (validated like one). Forgetting a
+        conversation memory does not hold finds nothing. Like a rewind, a forget the graph
+        fails is logged with the rolled-back turns."""
         parsed = (
             conversation_id
             if isinstance(conversation_id, ForgetRequest)
