@@ -8,7 +8,8 @@
 //   button back, so each handler only kicks the chat's background writer and returns
 //   undefined at once: MESSAGE_RECEIVED, MESSAGE_SWIPED, MESSAGE_EDITED, MESSAGE_UPDATED,
 //   MESSAGE_DELETED, CHAT_CHANGED; CHAT_DELETED and GROUP_CHAT_DELETED start forgetting that chat
-//   (memory.onChatDeleted, in the background); APP_READY only sets
+//   (memory.onChatDeleted, in the background; one that has not landed is kept in the settings'
+//   `pendingForgets` and sent again after a reload); APP_READY only sets
 //   globalThis.skaldMemoryAppReady (start-up done)
 // - settings: SillyTavern keeps `extension_settings` in its settings file
 //   (data/<user>/settings.json, key `extension_settings.skald_memory`); the panel in the
@@ -68,6 +69,12 @@ const host = {
         element.textContent = text;
         element.title = title;
         badgeLog.push({ at: Date.now(), status, detail });
+    },
+    // Deleted chats whose forget has not landed yet: kept with the settings, resent after a reload.
+    loadPendingForgets: () => settings().pendingForgets ?? [],
+    savePendingForgets: (ids) => {
+        settings().pendingForgets = ids;
+        context().saveSettingsDebounced();
     },
     offerLorebook: async (name, book, chatId) => {
         // /scripts/extensions/third-party/skald-memory/ -> /scripts/world-info.js
@@ -175,3 +182,6 @@ const forget = (chatId) => {
 for (const event of [eventTypes.CHAT_DELETED, eventTypes.GROUP_CHAT_DELETED]) {
     if (event) eventSource.on(event, forget);
 }
+// Forgets a reload interrupted (the sidecar was down when the chat was deleted): sent again.
+applySettings();
+memory.resumeForgets();

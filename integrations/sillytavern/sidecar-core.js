@@ -10,7 +10,8 @@
 //                         exactly (with every later turn) and committed again
 //   conversation/rewind   turns memory holds that the chat lost (deleted messages)
 //   conversation/forget   a chat SillyTavern deleted (the `forgetDeletedChats` option, on by
-//                         default): everything memory holds of it, once its writer has stopped
+//                         default): everything memory holds of it, once its writer has stopped;
+//                         kept in the host's storage until it lands, so a reload resends it
 //   conversations/{id}/turns   what memory holds, read once per chat (after a reload too)
 //   conversation/{id}/lorebook the chat's memory as a World Info book (the `chatLorebook`
 //                         option, off by default): fetched after the writer has landed every
@@ -589,12 +590,15 @@ export class SkaldMemory {
      *  holds of it (the `forgetDeletedChats` option). In the background: the handler returns
      *  at once. The chat's writer is stopped and awaited first, since a write landing after the
      *  forget would bring the chat back. A failure is retried with backoff while the page is
-     *  open (the badge's click retries at once). Returns the forget's promise (tests). */
+     *  open (the badge's click retries at once), and the chat is kept among the host's pending
+     *  forgets until it lands, so a reload sends it again (`resumeForgets`). Returns the
+     *  forget's promise (tests). */
     onChatDeleted(chatId) {
         if (!this.settings.enabled || !this.settings.forgetDeletedChats || chatId == null || chatId === '') return null;
         const state = this.chatState(chatId);
         if (state.forgetting) return state.forgetting;
         state.deleted = true;
+        this.pendingForget(state.id, true);
         if (state.wake) state.wake(); // a writer waiting out a backoff stops now
         const step = { kind: 'forget', turnId: null };
         state.forgetting = (async () => {
@@ -624,10 +628,28 @@ export class SkaldMemory {
                 await pause(state, delay);
             }
         })().finally(() => {
+            this.pendingForget(state.id, false);
             if (this.chats.get(state.id) === state) this.chats.delete(state.id);
             this.setStatus(this.outcome.status, this.outcome.detail);
         });
         return state.forgetting;
+    }
+
+    /** Keeps (or drops) a deleted chat among the forgets still to land, in the host's storage
+     *  (`host.loadPendingForgets()`, `host.savePendingForgets(ids)`: SillyTavern's settings). */
+    pendingForget(chatId, pending) {
+        if (!this.host.loadPendingForgets || !this.host.savePendingForgets) return;
+        const ids = new Set((this.host.loadPendingForgets() ?? []).map(String));
+        if (pending === ids.has(chatId)) return;
+        if (pending) ids.add(chatId);
+        else ids.delete(chatId);
+        this.host.savePendingForgets([...ids]);
+    }
+
+    /** At start-up: forget again the deleted chats whose forget had not landed before the page
+     *  was reloaded or closed. Returns their promises (tests). */
+    resumeForgets() {
+        return (this.host.loadPendingForgets?.() ?? []).map((id) => this.onChatDeleted(String(id))).filter(Boolean);
     }
 
     // SillyTavern's events: each only kicks the writer (SillyTavern awaits its handlers).

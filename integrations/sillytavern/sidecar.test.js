@@ -249,13 +249,49 @@ describe('against the real sidecar', () => {
         host.getChatId = () => null;
         memory.client.baseUrl = 'http://127.0.0.1:9';
         const forgetting = memory.onChatDeleted(conversationId);
-        while (memory.status !== 'error') await new Promise((resolve) => setTimeout(resolve, 10));
-        assert.match(memory.detail, /forgetting a deleted chat: sidecar unreachable/);
-        assert.equal((await listTurns(conversationId)).length, 1);
-        memory.client.baseUrl = sidecar.url;
-        memory.retryNow();
+        try {
+            while (memory.status !== 'error') await new Promise((resolve) => setTimeout(resolve, 10));
+            assert.match(memory.detail, /forgetting a deleted chat: sidecar unreachable/);
+            assert.equal((await listTurns(conversationId)).length, 1);
+        } finally {
+            memory.client.baseUrl = sidecar.url;
+            memory.retryNow();
+        }
         assert.ok((await forgetting).found);
         assert.deepEqual(await listTurns(conversationId), []);
+    });
+
+    test('a forget that had not landed when the page reloaded is sent again after the reload', async () => {
+        const conversationId = `st-${Date.now()}-forget-reload`;
+        const host = fakeHost(conversationId);
+        let stored = [];
+        host.loadPendingForgets = () => stored;
+        host.savePendingForgets = (ids) => { stored = ids; };
+        const memory = memoryFor(host);
+        host.chat.push(user('My aunt Greta keeps bees in Uppsala.'), bot('How sweet!'));
+        memory.onChatChanged();
+        await memory.settled();
+        host.getChatId = () => null;
+        memory.client.baseUrl = 'http://127.0.0.1:9'; // the sidecar is down when the chat is deleted
+        const first = memory.onChatDeleted(conversationId);
+        try {
+            while (memory.status !== 'error') await new Promise((resolve) => setTimeout(resolve, 10));
+            assert.deepEqual(stored, [conversationId]);
+            // The page reloads: a new instance over the same settings sends the forget again.
+            const resumed = memoryFor(host).resumeForgets();
+            assert.equal(resumed.length, 1);
+            assert.ok((await resumed[0]).found);
+            assert.deepEqual(stored, []);
+            assert.deepEqual(await listTurns(conversationId), []);
+            // The look-alike: nothing pending, nothing sent.
+            assert.deepEqual(memoryFor(host).resumeForgets(), []);
+        } finally {
+            // The old page's forget, pointed at the sidecar again, finds nothing and ends (its
+            // retries would otherwise keep the test process alive).
+            memory.client.baseUrl = sidecar.url;
+            memory.retryNow();
+            assert.equal((await first).found, false);
+        }
     });
 
     test('a query during a pending edit holds the old text back; after the edit lands it recalls the new', async () => {
