@@ -35,6 +35,7 @@ from tasks.dialogue.models import (
     MAX_BODY_BYTES,
     ForgetResult,
     MemoryQueryResult,
+    RenameResult,
     RewindResult,
     TurnResult,
 )
@@ -61,8 +62,10 @@ def turn_status(result: TurnResult) -> int:
     return _status(result.ok, result.code, result.error_kind, result.retryable)
 
 
-def call_status(result: RewindResult | ForgetResult | MemoryQueryResult) -> int:
-    """A rewind, a forget or a memory query: unlike a turn, one that did not happen is never 200."""
+def call_status(
+    result: RewindResult | ForgetResult | RenameResult | MemoryQueryResult,
+) -> int:
+    """A rewind, a forget, a rename or a memory query: unlike a turn, one that did not happen is never 200."""
     status = _status(result.ok, result.code, result.error_kind, result.retryable)
     return 503 if status == 200 and not result.ok else status
 
@@ -177,6 +180,13 @@ FORGET_RESPONSES = call_responses(
     ForgetResult,
     forbidden=False,
     conflict="IN_PROGRESS (busy, retryable, Retry-After): a turn of the conversation holds its lock",
+)
+RENAME_RESPONSES = call_responses(
+    RenameResult,
+    forbidden=False,
+    conflict="IN_PROGRESS (busy, retryable, Retry-After): a turn of either conversation holds "
+    "its lock; or INVALID_REQUEST (conflict): the new id already holds memory, or the "
+    "conversation has turns committed before renames were possible",
 )
 MEMORY_RESPONSES = call_responses(MemoryQueryResult, forbidden=True, conflict=None)
 

@@ -1,5 +1,5 @@
-"""The operations that run the service: commit, retry and replace a turn, rewind or forget a
-conversation, and the memory query before a reply.
+"""The operations that run the service: commit, retry and replace a turn, rewind, forget or
+rename a conversation, and the memory query before a reply.
 
 Each reads the raw body (capped, api.statuses.read_body), hands it to the service, which
 validates it against the request model and never raises for bad input, and answers with the
@@ -24,6 +24,7 @@ from api.paths import (
     COMMIT_PATH,
     FORGET_PATH,
     MEMORY_QUERY_PATH,
+    RENAME_PATH,
     REPLACE_PATH,
     RETRY_PATH,
     REWIND_PATH,
@@ -31,6 +32,7 @@ from api.paths import (
 from api.statuses import (
     FORGET_RESPONSES,
     MEMORY_RESPONSES,
+    RENAME_RESPONSES,
     REWIND_RESPONSES,
     TURN_RESPONSES,
     answer,
@@ -47,11 +49,14 @@ from tasks.dialogue.models import (
     ForgetResult,
     MemoryQueryRequest,
     MemoryQueryResult,
+    RenameRequest,
+    RenameResult,
     RewindRequest,
     RewindResult,
     TurnCommitRequest,
     TurnResult,
     parse_forget,
+    parse_rename,
     parse_rewind,
     refused_call,
 )
@@ -149,6 +154,20 @@ async def forget_conversation(request: Request, service: Service) -> JSONRespons
     return await _conversation_call(request, ForgetResult, parse_forget, service.forget, service)
 
 
+@router.post(
+    RENAME_PATH,
+    operation_id="rename_conversation",
+    response_model=RenameResult,
+    responses=RENAME_RESPONSES,
+    openapi_extra=json_body(RenameRequest),
+    summary="Rename a conversation (its chat was renamed): every turn, memory row, entity, "
+    "relation, event and milestone moves to `new_conversation_id` in one transaction, as if "
+    "committed under it; `found: false` when memory held nothing of it",
+)
+async def rename_conversation(request: Request, service: Service) -> JSONResponse:
+    return await _conversation_call(request, RenameResult, parse_rename, service.rename, service)
+
+
 async def _conversation_call(
     request: Request,
     result: type[CallResult],
@@ -156,7 +175,7 @@ async def _conversation_call(
     call: Callable[[CallRequest], CallResult],
     service: DialogueService,
 ) -> JSONResponse:
-    """A rewind or a forget: the body read and parsed, the call on the turn-write pool."""
+    """A rewind, a forget or a rename: the body read and parsed, the call on the turn-write pool."""
     body = await read_body(request)
     if isinstance(body, Err):
         outcome = refused_call(result, body.reason, body.kind)

@@ -2,7 +2,7 @@
 
     serve    the HTTP API for chat front ends (the `api` package; OpenAPI at /openapi.json and
              /docs): POST turn/commit, turn/retry, turn/replace, conversation/rewind,
-             conversation/forget, memory/query; GET conversations,
+             conversation/forget, conversation/rename, memory/query; GET conversations,
              conversations/{id}/entities|relations|milestones|turns|search,
              conversation/{id}/lorebook, health. Security: a bearer token (SKALD_SIDECAR_TOKEN
              or --token-file; required to bind a non-loopback address), CORS for the origins
@@ -19,6 +19,8 @@
     rewind   rewind a conversation to before turn N (exact), as POST .../conversation/rewind does
     forget   forget a conversation (its chat was deleted): every turn, memory row, entity,
              relation and milestone it holds, as POST .../conversation/forget does
+    rename   move a conversation to another id (its chat was renamed), as POST
+             .../conversation/rename does
     conversations  list the conversations memory holds, one JSON line each (its id and
              remembered turns), as GET .../conversations does
     lorebook write a conversation's memory as a SillyTavern World Info book (the same JSON as
@@ -30,8 +32,8 @@ regression batch call it directly, because a Prefect flow run per turn costs far
 the turn's own non-LLM work (measured: docs/decisions/dialogue-turn-not-a-flow.md). `dialogue_turn_flow` wraps
 the same pipeline for single turns from the Prefect UI or a deployment, each slot a task run.
 
-Exit codes of `commit`, `rewind` and `forget`: 0 COMMITTED (or rewound, forgotten, or nothing
-to forget), 1 ROLLED_BACK, 2 INVALID_REQUEST, 3 IN_PROGRESS. The HTTP statuses are api.statuses'.
+Exit codes of `commit`, `rewind`, `forget` and `rename`: 0 COMMITTED (or rewound, forgotten,
+renamed, or nothing to forget or rename), 1 ROLLED_BACK, 2 INVALID_REQUEST, 3 IN_PROGRESS. The HTTP statuses are api.statuses'.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from tasks.dialogue.lorebook import conversation_lorebook
 from tasks.dialogue.models import (
     MAX_BODY_BYTES,
     ForgetResult,
+    RenameResult,
     RewindResult,
     TurnCommitRequest,
     TurnResult,
@@ -289,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{serve,commit,ingest,reembed,rewind,forget,conversations,lorebook,openapi}",
+        metavar="{serve,commit,ingest,reembed,rewind,forget,rename,conversations,lorebook,openapi}",
     )
     _serve_parser(sub.add_parser("serve", parents=[common], help="run the HTTP adapter"))
     _commit_parser(
@@ -322,6 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="forget a conversation: everything memory holds of it, in one transaction",
     )
     forget.add_argument("--conversation-id", required=True, help="the conversation")
+    rename = sub.add_parser(
+        "rename",
+        parents=[common],
+        help="move a conversation to another id (its chat was renamed), in one transaction",
+    )
+    rename.add_argument("--conversation-id", required=True, help="the conversation")
+    rename.add_argument("--new-conversation-id", required=True, help="its new id")
     sub.add_parser(
         "conversations",
         parents=[common],
@@ -626,6 +636,12 @@ def _forget(args: argparse.Namespace, settings: Settings, options: SidecarOption
     return _one_call(settings, options, lambda s: s.forget(args.conversation_id))
 
 
+def _rename(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    return _one_call(
+        settings, options, lambda s: s.rename(args.conversation_id, args.new_conversation_id)
+    )
+
+
 def _conversations(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
     service = DialogueService(settings, options=options)
     try:
@@ -645,7 +661,7 @@ def _conversations(args: argparse.Namespace, settings: Settings, options: Sideca
 def _one_call(
     settings: Settings,
     options: SidecarOptions,
-    call: Callable[[DialogueService], RewindResult | ForgetResult],
+    call: Callable[[DialogueService], RewindResult | ForgetResult | RenameResult],
 ) -> int:
     """One service call from the command line: its result as JSON on stdout, a failure's one
     line on stderr, and the exit code of its code."""
@@ -732,6 +748,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Settings, SidecarOptions], in
     "serve": _serve,
     "rewind": _rewind,
     "forget": _forget,
+    "rename": _rename,
     "conversations": _conversations,
     "ingest": _ingest,
     "reembed": _reembed,

@@ -9,7 +9,8 @@ Per conversation the sidecar keeps:
   weight_before, weight_after, ...}`: one per applied relation action (the mutation log)
 - `KGMilestone {milestone_id, conversation_id, turn_id, text, ...}`
 - `KGTurn {key: "conversation_id:turn_id", payload_hash, status, result_json, seq, text, ...}`:
-  the persisted idempotency record of a COMMITTED turn; its operational fields (`committed_at`,
+  the persisted idempotency record of a COMMITTED turn (`payload_conversation_id`: the id its
+  payload hash was computed with, on a turn of a renamed conversation); its operational fields (`committed_at`,
   `committed_by`, `trace_json`: when, by which process, the slot timings) are left out of
   exports (kg.vocabulary.OPERATIONAL_PROPERTIES)
 - `KGMemory {key, conversation_id, seq, position_key, speaker, text, extra, when, group,
@@ -48,6 +49,8 @@ One concern per module:
 - `snapshot`: the retriever's read of one turn;
 - `turn_commit`: the one commit transaction of a turn;
 - `rewind`: exact rewinds for edits and swipes;
+- `forget`: a whole conversation removed (its chat was deleted);
+- `rename`: a whole conversation moved to another id (its chat was renamed);
 - `lore`: the read behind a conversation's lorebook (all it holds now, one transaction);
 - `repository`: `DialogueRepository`, the entry point the sidecar uses.
 """
@@ -75,6 +78,7 @@ from kg.dialogue.models import (
     MemoryRow,
     MilestoneWrite,
     RelationActionWrite,
+    RenameRefusedError,
     RewindOutcome,
     RewindRefusedError,
     StoredTurn,
@@ -110,6 +114,7 @@ __all__ = [
     "RelationActionWrite",
     "ResultBuilder",
     "RewindOutcome",
+    "RenameRefusedError",
     "RewindRefusedError",
     "StatedFacts",
     "StoredTurn",

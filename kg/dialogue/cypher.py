@@ -250,6 +250,28 @@ CONVERSATION_CONTENTS = (
     "RETURN heads, turns, memory, entities, relations, count(ms) AS milestones"
 )
 
+# Rename (the chat was renamed): the records re-keyed in place, the facts rebuilt from the
+# turns' stored writes under the new id (kg.dialogue.rename).
+RENAME_TURN_ROWS = (
+    f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id "
+    "RETURN t.key AS key, t.turn_id AS turn_id, t.seq AS seq, t.status AS status, "
+    "t.write_json AS write_json ORDER BY t.seq, t.key"
+)
+RENAME_TURN_RECORDS = (
+    f"UNWIND $rows AS row MATCH (t:{_T} {{key: row.old_key}}) "
+    "SET t.key = row.key, t.conversation_id = $new_id, t.write_json = row.write_json, "
+    "t.payload_conversation_id = coalesce(t.payload_conversation_id, $old_id)"
+)
+RENAME_MEMORY_ROWS = (
+    f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id "
+    "RETURN m.key AS key, m.turn_id AS turn_id, m.seq AS seq ORDER BY m.seq"
+)
+RENAME_MEMORY = (
+    f"UNWIND $rows AS row MATCH (m:{_MEM} {{key: row.old_key}}) "
+    "SET m.key = row.key, m.position_key = row.position_key, m.conversation_id = $new_id"
+)
+RENAME_HEAD = f"MATCH (c:{_CONV} {{conversation_id: $old_id}}) SET c.conversation_id = $new_id"
+
 # Rewind (edits, swipes): remove a turn and every later one exactly, by rebuilding the
 # conversation's facts from the stored writes of the turns that stay.
 LOCK_HELD = f"MATCH (l:{_T} {{key: $key}}) WHERE l.owner = $owner RETURN count(l) AS held"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from neo4j import ManagedTransaction
 
 from kg.dialogue import cypher as dq
-from kg.dialogue.keys import lock_key
-from kg.dialogue.models import TURN_COMMITTED, ConversationContents, LostLockError
+from kg.dialogue.lease import require_lease
+from kg.dialogue.models import TURN_COMMITTED, ConversationContents
 
 
 def delete_conversation_tx(tx: ManagedTransaction, conversation_id: str) -> None:
@@ -17,21 +17,10 @@ def delete_conversation_tx(tx: ManagedTransaction, conversation_id: str) -> None
         tx.run(statement, conversation_id=conversation_id).consume()
 
 
-def forget_tx(
-    tx: ManagedTransaction, conversation_id: str, owner: str
+def conversation_contents(
+    tx: ManagedTransaction, conversation_id: str
 ) -> ConversationContents | None:
-    """Forget conversation `conversation_id` (the caller holds its lease, which it releases
-    afterwards as after any turn): what it held, or None when the graph holds nothing of it.
-
-    Every process's cached recall index of it is reset at its next read: the head it checks
-    its cache against is gone (kg.dialogue.memory `cache_is_current`)."""
-    held = tx.run(dq.LOCK_HELD, key=lock_key(conversation_id), owner=owner).single()
-    if not held or not int(held["held"]):
-        raise LostLockError(
-            f"conversation {conversation_id!r}: the lock lease expired and was taken over before "
-            "it could be forgotten",
-            hint="forget it again",
-        )
+    """What the graph holds of the conversation, or None when it holds nothing (not even a head)."""
     row = tx.run(
         dq.CONVERSATION_CONTENTS, conversation_id=conversation_id, committed=TURN_COMMITTED
     ).single(strict=True)
@@ -43,6 +32,21 @@ def forget_tx(
         milestones=int(row["milestones"]),
     )
     if not int(row["heads"]) and contents == ConversationContents():
+        return None
+    return contents
+
+
+def forget_tx(
+    tx: ManagedTransaction, conversation_id: str, owner: str
+) -> ConversationContents | None:
+    """Forget conversation `conversation_id` (the caller holds its lease, which it releases
+    afterwards as after any turn): what it held, or None when the graph holds nothing of it.
+
+    Every process's cached recall index of it is reset at its next read: the head it checks
+    its cache against is gone (kg.dialogue.memory `cache_is_current`)."""
+    require_lease(tx, conversation_id, owner, doing="the forget", hint="forget it again")
+    contents = conversation_contents(tx, conversation_id)
+    if contents is None:
         return None
     delete_conversation_tx(tx, conversation_id)
     return contents

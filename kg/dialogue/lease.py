@@ -25,7 +25,7 @@ from neo4j import ManagedTransaction
 from core.errors import GraphWriteError
 from kg.dialogue import cypher as dq
 from kg.dialogue.keys import lock_key
-from kg.dialogue.models import LOCK_STATUS, TURN_COMMITTED, LockClaim, StoredTurn
+from kg.dialogue.models import LOCK_STATUS, TURN_COMMITTED, LockClaim, LostLockError, StoredTurn
 from kg.dialogue.records import stored_turn
 from kg.store import GraphStore
 
@@ -260,3 +260,17 @@ class ConversationLease:
     def release_lock(self, conversation_id: str, owner: str) -> bool:
         rows = self.store.write(dq.LOCK_RELEASE, key=lock_key(conversation_id), owner=owner)
         return bool(rows and int(rows[0]["released"]))
+
+
+def require_lease(
+    tx: ManagedTransaction, conversation_id: str, owner: str, *, doing: str, hint: str
+) -> None:
+    """Inside a write transaction that needs the conversation's lease: LostLockError unless
+    `owner` still holds it (`doing`: what was about to happen, for the one-line error)."""
+    held = tx.run(dq.LOCK_HELD, key=lock_key(conversation_id), owner=owner).single()
+    if not held or not int(held["held"]):
+        raise LostLockError(
+            f"conversation {conversation_id!r}: the lock lease expired and was taken over "
+            f"before {doing}",
+            hint=hint,
+        )

@@ -120,6 +120,11 @@ class StoredTurn(_Model):
     trace_json: str = Field(
         "", description="the original commit's trace (operational: not exported)"
     )
+    payload_conversation_id: str | None = Field(
+        None,
+        description="the conversation id the payload hash was computed with, when the "
+        "conversation was renamed since (kg.dialogue.rename)",
+    )
 
 
 class LockClaim(_Model):
@@ -233,6 +238,10 @@ class ConversationContents(_Model):
 
 class RewindRefusedError(GraphWriteError):
     """A rewind would need a turn's stored write, which turns committed before rewinds existed lack."""
+
+
+class RenameRefusedError(GraphWriteError):
+    """A rename would merge two conversations' memory, or needs a stored write a turn lacks."""
 
 
 class LostLockError(GraphWriteError):

@@ -38,6 +38,7 @@ def stored_turn(props: dict[str, Any]) -> StoredTurn:
         status=props.get("status", ""),
         result_json=props.get("result_json", ""),
         trace_json=props.get("trace_json", ""),
+        payload_conversation_id=props.get("payload_conversation_id"),
     )
 
 

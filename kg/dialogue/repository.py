@@ -29,6 +29,7 @@ from kg.dialogue.models import (
     VectorWrite,
 )
 from kg.dialogue.records import dialogue_entity, dialogue_milestone, dialogue_relation, stored_turn
+from kg.dialogue.rename import rename_tx
 from kg.dialogue.rewind import rewind_tx
 from kg.dialogue.snapshot import snapshot_in_one_statement, snapshot_tx
 from kg.dialogue.turn_commit import ResultBuilder, commit_tx
@@ -280,3 +281,16 @@ class DialogueRepository(ConversationLease):
         """Forget a conversation (the caller holds the lease): what it held, None if nothing."""
         with guard():
             return self.store.execute_write(forget_tx, conversation_id, owner)
+
+    def rename(
+        self,
+        old_id: str,
+        new_id: str,
+        owner: str,
+        *,
+        guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> ConversationContents | None:
+        """Move a conversation to another id (the caller holds both leases): what moved, None
+        if the graph held nothing of `old_id`; RenameRefusedError when `new_id` holds memory."""
+        with guard():
+            return self.store.execute_write(rename_tx, old_id, new_id, owner)

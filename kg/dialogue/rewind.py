@@ -7,10 +7,9 @@ import json
 from neo4j import ManagedTransaction
 
 from kg.dialogue import cypher as dq
-from kg.dialogue.keys import lock_key
+from kg.dialogue.lease import require_lease
 from kg.dialogue.models import (
     TURN_COMMITTED,
-    LostLockError,
     RewindOutcome,
     RewindRefusedError,
     TurnWrite,
@@ -27,12 +26,7 @@ def rewind_tx(tx: ManagedTransaction, conversation_id: str, key: str, owner: str
     in order, which reproduces the state they left (`apply_facts` is deterministic). The
     position counters go back to where the kept turns left them. Cost: one pass over the
     kept turns' facts."""
-    held = tx.run(dq.LOCK_HELD, key=lock_key(conversation_id), owner=owner).single()
-    if not held or not int(held["held"]):
-        raise LostLockError(
-            f"conversation {conversation_id!r}: the lock lease expired and was taken over before the rewind",
-            hint="retry the rewind",
-        )
+    require_lease(tx, conversation_id, owner, doing="the rewind", hint="retry the rewind")
     at = tx.run(dq.MEMORY_SEQ_OF, key=key).single()
     mseq = int(at["seq"]) if at is not None and at["conversation_id"] == conversation_id else None
     turns = [

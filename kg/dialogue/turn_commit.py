@@ -186,6 +186,10 @@ class _RelationEdit:
 
 
 #: (seq, applied actions) -> (the result a replay returns, the commit's trace), both JSON.
+#: What a turn record's `write_json` leaves out (what a rewind or a rename re-applies needs none
+#: of it: the memory row and vectors stay on KGMemory).
+STORED_WRITE_EXCLUDES = frozenset({"memory", "embedding", "committed_at"})
+
 ResultBuilder = Callable[[int, list[AppliedAction]], tuple[str, str]]
 
 
@@ -248,7 +252,7 @@ def commit_tx(
             "result_json": result_json,
             "trace_json": trace_json,
             # What a rewind re-applies (the memory row and vectors stay on KGMemory).
-            "write_json": write.model_dump_json(exclude={"memory", "embedding", "committed_at"}),
+            "write_json": write.model_dump_json(exclude=STORED_WRITE_EXCLUDES),
         }
     )
     memory_rows = (

@@ -303,10 +303,11 @@ class TurnCommitRequest(_Request):
         """Key, conversation id and turn id, as TurnResult and the graph's TurnWrite name them."""
         return {"key": self.key, "conversation_id": self.conversation_id, "turn_id": self.turn}
 
-    def payload_canonical(self) -> str:
-        """What the idempotency check compares (canonical JSON)."""
+    def payload_canonical(self, as_conversation: str | None = None) -> str:
+        """What the idempotency check compares (canonical JSON). `as_conversation`: the id to
+        hash it with instead (a turn of a renamed conversation was hashed with its old id)."""
         data = {
-            "conversation_id": self.conversation_id,
+            "conversation_id": as_conversation or self.conversation_id,
             "turn_id": self.turn,
             "messages": [m.model_dump(mode="json") for m in self.messages],
             "actor": self.config.actor.model_dump(mode="json"),
@@ -564,16 +565,40 @@ class ForgetResult(_ConversationCallResult):
     removed: ConversationContents = Field(default_factory=ConversationContents)
 
 
-#: A call on a whole conversation (a rewind, a forget), and its answer.
-CallRequest = TypeVar("CallRequest", RewindRequest, ForgetRequest)
-CallResult = TypeVar("CallResult", RewindResult, ForgetResult)
+class RenameRequest(_Request):
+    """`POST /api/kg-sidecar/conversation/rename`: move everything memory holds of a
+    conversation to another id (the chat was renamed)."""
+
+    conversation_id: ConversationId
+    #: The id it moves to (the same id: nothing to move).
+    new_conversation_id: ConversationId
+
+
+class RenameResult(_ConversationCallResult):
+    """What renaming a conversation moved."""
+
+    new_conversation_id: str
+    found: bool = Field(
+        False,
+        description="memory held the conversation and it moved (False: nothing to move, or "
+        "the same id)",
+    )
+    moved: ConversationContents = Field(default_factory=ConversationContents)
+
+
+#: A call on a whole conversation (a rewind, a forget, a rename), and its answer.
+CallRequest = TypeVar("CallRequest", RewindRequest, ForgetRequest, RenameRequest)
+CallResult = TypeVar("CallResult", RewindResult, ForgetResult, RenameResult)
 
 
 def refused_call(
     result: type[CallResult], reason: str, kind: InvalidKind, ids: dict[str, Any] | None = None
 ) -> CallResult:
-    """The INVALID_REQUEST answer of a rewind or a forget, naming what the request named."""
-    named = {name: str((ids or {}).get(name, "")) for name in ("conversation_id", "before_turn")}
+    """The INVALID_REQUEST answer of a call on a conversation, naming what the request named."""
+    named = {
+        name: str((ids or {}).get(name, ""))
+        for name in ("conversation_id", "before_turn", "new_conversation_id")
+    }
     return result.model_validate(
         {
             "ok": False,
@@ -597,6 +622,11 @@ def _parse_call(
 def parse_forget(raw: bytes | str | dict[str, Any]) -> ForgetRequest | ForgetResult:
     """A validated forget request, or an INVALID_REQUEST result with a one-line reason."""
     return _parse_call(ForgetRequest, ForgetResult, raw)
+
+
+def parse_rename(raw: bytes | str | dict[str, Any]) -> RenameRequest | RenameResult:
+    """A validated rename request, or an INVALID_REQUEST result with a one-line reason."""
+    return _parse_call(RenameRequest, RenameResult, raw)
 
 
 def parse_rewind(raw: bytes | str | dict[str, Any]) -> RewindRequest | RewindResult:

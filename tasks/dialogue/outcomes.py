@@ -67,6 +67,9 @@ class Outcomes:
         trace.enter(TurnState.COMMITTED)
         return original.model_copy(
             update={
+                # The request's ids: a turn of a renamed conversation was first answered
+                # under its old id.
+                **ids,
                 "idempotent_hit": True,
                 "trace": trace.finish(
                     [], replay_of=original_trace.trace_id if original_trace else None

@@ -56,6 +56,7 @@ from core.settings import Settings
 from kg.dialogue import (
     ConversationContents,
     DialogueRepository,
+    RenameRefusedError,
     RewindOutcome,
     RewindRefusedError,
     StoredTurn,
@@ -70,12 +71,15 @@ from tasks.dialogue.models import (
     ForgetResult,
     MemoryQueryRequest,
     MemoryQueryResult,
+    RenameRequest,
+    RenameResult,
     RewindRequest,
     RewindResult,
     TurnCommitRequest,
     TurnResult,
     failed_kind,
     parse_forget,
+    parse_rename,
     parse_request,
     parse_rewind,
 )
@@ -251,18 +255,28 @@ class DialogueService:
             return store
         repo = DialogueRepository(store)
         payload_hash = payload_digest(request.payload_canonical())
+
+        def hashed_as_stored(stored: StoredTurn) -> str:
+            # A turn of a renamed conversation was hashed with the id it was sent under.
+            if stored.payload_conversation_id is None:
+                return payload_hash
+            return payload_digest(request.payload_canonical(stored.payload_conversation_id))
+
         try:
             stored = repo.get_turn(request.key)
         except SkaldError as exc:
             return self.outcomes.failed(ids, trace, exc)
-        if stored is not None and (not replace or stored.payload_hash == payload_hash):
-            return self.outcomes.replay(ids, stored, payload_hash, trace)
+        if stored is not None and (not replace or stored.payload_hash == hashed_as_stored(stored)):
+            return self.outcomes.replay(ids, stored, hashed_as_stored(stored), trace)
 
         def body(claim_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
             if claim_stored is not None and (
-                not replace or claim_stored.payload_hash == payload_hash
+                not replace or claim_stored.payload_hash == hashed_as_stored(claim_stored)
             ):
-                return self.outcomes.replay(ids, claim_stored, payload_hash, trace), True
+                replayed = self.outcomes.replay(
+                    ids, claim_stored, hashed_as_stored(claim_stored), trace
+                )
+                return replayed, True
             if replace and repo.remembered_text(request.key) != turn_text(request.messages):
                 # Changed text: rewind the old turn and every later one. (The same text as
                 # remembered, a turn the commit gate blocked sent again, is a plain retry:
@@ -391,6 +405,76 @@ class DialogueService:
         return ForgetResult(
             ok=False,
             conversation_id=cid,
+            code=result.code,
+            error_kind=result.error_kind,
+            reason=result.reason,
+            retryable=result.retryable,
+        )
+
+    def rename(
+        self,
+        conversation_id: str | RenameRequest,
+        new_conversation_id: str | None = None,
+        *,
+        db: DbConfig | None = None,
+    ) -> RenameResult:
+        """Move a conversation to another id (its chat was renamed): every turn, memory row,
+        entity, relation, event and milestone, in one transaction under both ids' locks (a turn
+        of either in flight finishes first; past `lock_wait_s` the rename answers IN_PROGRESS
+        and moves nothing). Refused as a conflict when the new id already holds memory. Takes
+        a RenameRequest, or the two ids (validated like one)."""
+        parsed = (
+            conversation_id
+            if isinstance(conversation_id, RenameRequest)
+            else parse_rename(
+                {"conversation_id": conversation_id, "new_conversation_id": new_conversation_id}
+            )
+        )
+        if isinstance(parsed, RenameResult):
+            return parsed
+        old, new = parsed.conversation_id, parsed.new_conversation_id
+        if old == new:
+            return RenameResult(ok=True, conversation_id=old, new_conversation_id=new)
+        # Labels for the locks' refusals and the rolled-back log, not turns' keys.
+        ids = {"key": turn_key(old, "rename"), "conversation_id": old, "turn_id": ""}
+        new_ids = {"key": turn_key(new, "rename"), "conversation_id": new, "turn_id": ""}
+        trace = TraceRecorder(ids["key"], "commit")
+        store = self._graph(db, ids["key"], ids, trace)
+        holder: dict[str, ConversationContents | None] = {}
+        if isinstance(store, TurnResult):
+            result = store
+        else:
+            repo = DialogueRepository(store)
+
+            def both_held(_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
+                try:
+                    guard = self.graphs.write_guard(store)
+                    holder["moved"] = repo.rename(old, new, self.owner, guard=guard)
+                except RenameRefusedError as exc:
+                    return TurnResult.invalid(str(exc), key=ids["key"], kind="conflict"), True
+                for cid in (old, new):
+                    self.vectors.forget(store.endpoint.label, cid)
+                return TurnResult(ok=True, state=TurnState.COMMITTED, key=ids["key"]), True
+
+            def old_held(_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
+                return self._locked(store, repo, new_ids, None, trace, both_held), True
+
+            result = self._locked(store, repo, ids, None, trace, old_held)
+        if "moved" in holder:
+            moved = holder["moved"]
+            if moved is not None:
+                log.info("conversation %s renamed %s: %s", old, new, moved)
+            return RenameResult(
+                ok=True,
+                conversation_id=old,
+                new_conversation_id=new,
+                found=moved is not None,
+                moved=moved or ConversationContents(),
+            )
+        return RenameResult(
+            ok=False,
+            conversation_id=old,
+            new_conversation_id=new,
             code=result.code,
             error_kind=result.error_kind,
             reason=result.reason,

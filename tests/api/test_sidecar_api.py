@@ -25,6 +25,7 @@ from api import (
     FORGET_PATH,
     HEALTH_PATH,
     MEMORY_QUERY_PATH,
+    RENAME_PATH,
     REPLACE_PATH,
     REWIND_PATH,
     SidecarSecurity,
@@ -266,6 +267,101 @@ def test_forget_waits_for_no_one_and_removes_nothing_while_a_turn_holds_the_leas
     malformed = client.post(FORGET_PATH, json={"conversation_id": conv, "turn_id": 1})
     assert malformed.status_code == 400 and "turn_id" in malformed.json()["reason"]
     assert client.post(FORGET_PATH, json={"conversation_id": conv}).json()["found"]
+
+
+def _read_back(client: TestClient, conv: str) -> dict[str, Any]:
+    """Everything the read-back API gives of a conversation (ids, facts, remembered turns)."""
+    return {
+        part: client.get(f"{CONVERSATIONS_PATH}/{conv}/{part}", params={"limit": 500}).json()
+        for part in ("entities", "relations", "milestones", "turns")
+    }
+
+
+def _history(client: TestClient, scripted: ScriptedLLM, conv: str) -> None:
+    """Turns 1-2 committed, turn 3 blocked by the commit gate (remembered, no facts)."""
+    for n in (1, 2):
+        assert client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n - 1])).json()["committed"]
+    scripted.on(
+        schema="TurnExtraction",
+        times=1,
+        respond={"entities": [], "actions": [], "bio_patches": [], "facts": []},
+    )
+    assert client.post(COMMIT_PATH, json=_turn(conv, 3, LINES[2])).json()["state"] == "ROLLED_BACK"
+
+
+def test_rename_moves_the_conversation_as_if_committed_under_the_new_id(
+    client: TestClient, service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    old, new, other = _conv(), _conv(), _conv()
+    assert client.post(COMMIT_PATH, json=_turn(other, 1, LINES[5])).json()["committed"]
+    # What the read-back gives when the history was committed under the new id all along.
+    _history(client, scripted, new)
+    direct = _read_back(client, new)
+    assert client.post(FORGET_PATH, json={"conversation_id": new}).json()["found"]
+    _history(client, scripted, old)
+    query = {"conversation_id": old, "messages": [{"role": "user", "content": "counseling?"}]}
+    assert client.post(MEMORY_QUERY_PATH, json=query).json()["stored_turns"] == 3
+    other_before = _read_back(client, other)
+
+    response = client.post(RENAME_PATH, json={"conversation_id": old, "new_conversation_id": new})
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["ok"] and data["found"] and data["new_conversation_id"] == new
+    moved = data["moved"]
+    assert (moved["turns"], moved["memory"], moved["entities"]) == (2, 3, 2)
+    # Ids made from the turns' keys (relations, events, milestones) are the new id's.
+    assert _read_back(client, new) == direct
+    assert [part["page"]["total"] for part in _read_back(client, old).values()] == [0] * 4
+    assert _read_back(client, other) == other_before
+    # Each process's cached recall index follows: the old id recalls nothing, the new one all.
+    assert client.post(MEMORY_QUERY_PATH, json=query).json()["stored_turns"] == 0
+    renamed = client.post(MEMORY_QUERY_PATH, json={**query, "conversation_id": new}).json()
+    assert renamed["stored_turns"] == 3 and renamed["recalled"]
+    # A turn sent again under the new id is the same turn (its hash was made with the old id).
+    again = client.post(COMMIT_PATH, json=_turn(new, 2, LINES[1])).json()
+    assert again["idempotent_hit"] and again["conversation_id"] == new
+    assert again["key"] == f"{new}:2" and again["seq"] == 2
+    changed = client.post(COMMIT_PATH, json=_turn(new, 2, LINES[4]))
+    assert changed.status_code == 409 and changed.json()["error_kind"] == "conflict"
+    # The conversation goes on under the new id; nothing is left to move under the old one.
+    later = client.post(COMMIT_PATH, json=_turn(new, 4, LINES[3])).json()
+    assert later["committed"] and later["seq"] == 3 and not later["idempotent_hit"]
+    none = client.post(RENAME_PATH, json={"conversation_id": old, "new_conversation_id": _conv()})
+    assert none.status_code == 200 and not none.json()["found"]
+
+
+def test_rename_refuses_to_merge_two_conversations_or_to_wait_for_a_lease(
+    client: TestClient, service: DialogueService
+) -> None:
+    old, taken = _conv(), _conv()
+    for conv in (old, taken):
+        assert client.post(COMMIT_PATH, json=_turn(conv, 1, LINES[0])).json()["committed"]
+    before = _export(service)
+    merge = client.post(RENAME_PATH, json={"conversation_id": old, "new_conversation_id": taken})
+    assert merge.status_code == 409 and merge.json()["error_kind"] == "conflict"
+    assert "already holds memory" in merge.json()["reason"] and "retry-after" not in merge.headers
+    assert _export(service) == before
+    # Either id's lease held by another sidecar: 409 with Retry-After, nothing moved.
+    repo = DialogueRepository(service.store)
+    free = _conv()
+    for leased in (old, free):
+        assert repo.claim_lock(leased, "other-sidecar", lease_s=30).acquired
+        leased_before = _export(service)
+        try:
+            busy = client.post(
+                RENAME_PATH, json={"conversation_id": old, "new_conversation_id": free}
+            )
+            assert busy.status_code == 409 and busy.headers["retry-after"] == "1"
+            assert busy.json()["code"] == "IN_PROGRESS" and not busy.json()["found"]
+            assert _export(service) == leased_before
+        finally:
+            repo.release_lock(leased, "other-sidecar")
+    # The same id: nothing to move (200, found false); a malformed body: 400, one line.
+    same = client.post(RENAME_PATH, json={"conversation_id": old, "new_conversation_id": old})
+    assert same.status_code == 200 and same.json()["ok"] and not same.json()["found"]
+    malformed = client.post(RENAME_PATH, json={"conversation_id": old})
+    assert malformed.status_code == 400 and "new_conversation_id" in malformed.json()["reason"]
+    assert _export(service) == before
 
 
 def test_replace_removes_the_old_turns_facts_exactly_and_commits_the_new_text(
@@ -646,7 +742,7 @@ def test_deep_health_asks_the_llm(client: TestClient, settings: Settings) -> Non
         svc.close()
 
 
-def test_cli_rewind_and_forget(
+def test_cli_rewind_forget_and_rename(
     client: TestClient,
     graph_settings: Settings,
     scripted: ScriptedLLM,
@@ -699,6 +795,23 @@ def test_cli_rewind_and_forget(
     assert run("conversations", "--project-dir", str(tmp_path)) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert {"conversation_id": conv, "remembered_turns": 1} in lines
+    # rename: the conversation moves; the old id then has nothing to move (both exit 0), and a
+    # rename into a conversation that holds memory is a conflict (exit 2, one line).
+    renamed = _conv()
+    args = ("--project-dir", str(tmp_path))
+    assert run("rename", "--conversation-id", conv, "--new-conversation-id", renamed, *args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["found"] and out["moved"]["memory"] == 1
+    assert client.get(f"{CONVERSATIONS_PATH}/{renamed}/turns").json()["page"]["total"] == 1
+    assert run("rename", "--conversation-id", conv, "--new-conversation-id", renamed, *args) == 0
+    assert not json.loads(capsys.readouterr().out)["found"]
+    taken = _conv()
+    assert client.post(COMMIT_PATH, json=_turn(taken, 1, LINES[2])).json()["committed"]
+    assert run("rename", "--conversation-id", renamed, "--new-conversation-id", taken, *args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already holds memory" in err
+    assert run("rename", "--conversation-id", taken, "--new-conversation-id", conv, *args) == 0
+    capsys.readouterr()
     assert run("forget", "--conversation-id", conv, "--project-dir", str(tmp_path)) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["found"] and out["removed"]["turns"] == 1 and out["removed"]["memory"] == 1

@@ -17,6 +17,7 @@ from kg.dialogue import (
     DialogueRepository,
     LostLockError,
     MemoryRow,
+    RenameRefusedError,
     VectorWrite,
     anchor_token,
     turn_key,
@@ -129,6 +130,41 @@ def test_forgetting_needs_the_lease_and_resets_a_reader_that_held_the_conversati
     assert repo.claim_lock(conversation, "sidecar-b", lease_s=30).acquired
     assert repo.forget(conversation, "sidecar-b") is None
     repo.release_lock(conversation, "sidecar-b")
+
+
+def test_renaming_needs_both_leases_and_moves_every_row_by_position(store: GraphStore) -> None:
+    repo, conversation, rows = _remember(store, 3)
+    _, taken, _ = _remember(store, 2)
+    new = f"test-snapshot-renamed-{uuid.uuid4().hex[:8]}"
+    held = repo.snapshot(conversation).new_turns[-1]
+    anchor = anchor_token(held.key, held.text)
+    # Without both leases: refused, nothing moved.
+    assert repo.claim_lock(conversation, "sidecar-a", lease_s=30).acquired
+    with pytest.raises(LostLockError):
+        repo.rename(conversation, new, "sidecar-a")
+    assert repo.claim_lock(taken, "sidecar-a", lease_s=30).acquired
+    # Into a conversation that holds memory: refused, nothing moved.
+    with pytest.raises(RenameRefusedError):
+        repo.rename(conversation, taken, "sidecar-a")
+    assert repo.snapshot(conversation).turn_count == 3 and repo.snapshot(taken).turn_count == 2
+    assert repo.claim_lock(new, "sidecar-a", lease_s=30).acquired
+    moved = repo.rename(conversation, new, "sidecar-a")
+    assert moved is not None and (moved.memory, moved.turns) == (3, 0)
+    for cid in (conversation, taken, new):
+        repo.release_lock(cid, "sidecar-a")
+    # The new id reads every row, each at its position under the new key; the old one nothing.
+    read = repo.snapshot(new)
+    assert [(r.key, r.seq, r.text) for r in read.new_turns] == [
+        (turn_key(new, r.turn_id), i, r.text) for i, r in enumerate(rows, start=1)
+    ]
+    behind = repo.snapshot(
+        new, after_seq=1, anchor_key=anchor_token(read.new_turns[0].key, rows[0].text)
+    )
+    assert not behind.reset and [r.seq for r in behind.new_turns] == [2, 3]
+    # A reader whose cache held the old id is reset, to nothing.
+    after = repo.snapshot(conversation, after_seq=held.seq, anchor_key=anchor)
+    assert (after.reset, after.turn_count, after.new_turns) == (True, 0, [])
+    assert repo.snapshot(taken).turn_count == 2
 
 
 def test_a_conversation_nothing_was_remembered_in_reads_empty(store: GraphStore) -> None:
