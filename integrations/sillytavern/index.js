@@ -7,7 +7,9 @@
 // - eventSource events: SillyTavern awaits every handler before it gives the user the send
 //   button back, so each handler only kicks the chat's background writer and returns
 //   undefined at once: MESSAGE_RECEIVED, MESSAGE_SWIPED, MESSAGE_EDITED, MESSAGE_UPDATED,
-//   MESSAGE_DELETED, CHAT_CHANGED; CHAT_DELETED and GROUP_CHAT_DELETED start forgetting that chat
+//   MESSAGE_DELETED, CHAT_CHANGED (a renamed chat is found on the next write and its memory
+//   moved: the chat's metadata keeps the id memory was written under, `skald_memory`);
+//   CHAT_DELETED and GROUP_CHAT_DELETED start forgetting that chat
 //   (memory.onChatDeleted, in the background; one that has not landed is kept in the settings'
 //   `pendingForgets` and sent again after a reload); APP_READY only sets
 //   globalThis.skaldMemoryAppReady (start-up done)
@@ -26,6 +28,9 @@ import { DEFAULT_SETTINGS, PROMPT_KEY, PROMPT_POSITION_IN_PROMPT, STATUS_LABELS,
 
 // world-info.js's METADATA_KEY: where a chat's metadata names its lorebook.
 const CHAT_LOREBOOK_KEY = 'world_info';
+// Where a chat's metadata records the conversation id memory was written under: it survives a
+// rename (SillyTavern's /api/chats/rename moves the file, metadata and all).
+const CHAT_MEMORY_KEY = 'skald_memory';
 
 const MODULE = 'skald_memory';
 
@@ -69,6 +74,33 @@ const host = {
         element.textContent = text;
         element.title = title;
         badgeLog.push({ at: Date.now(), status, detail });
+    },
+    // The id memory was written under, as the chat's metadata records it (null: never recorded).
+    getChatMemoryId: () => context().chatMetadata?.[CHAT_MEMORY_KEY]?.conversation_id ?? null,
+    setChatMemoryId: async (id) => {
+        const ctx = context();
+        ctx.chatMetadata[CHAT_MEMORY_KEY] = { conversation_id: id };
+        await ctx.saveMetadata();
+    },
+    // Whether SillyTavern still holds a chat of that id: the open group's chats, or the open
+    // character's chat files (POST /api/characters/chats, as getPastCharacterChats asks).
+    chatExists: async (id) => {
+        const ctx = context();
+        if (ctx.groupId) {
+            const group = ctx.groups.find((g) => g.id === ctx.groupId);
+            return Boolean(group?.chats?.includes(id));
+        }
+        const character = ctx.characters[ctx.characterId];
+        if (!character) return true; // nothing to look in: taken as existing, so nothing moves
+        const response = await fetch('/api/characters/chats', {
+            method: 'POST',
+            headers: ctx.getRequestHeaders(),
+            body: JSON.stringify({ avatar_url: character.avatar, simple: true }),
+        });
+        if (!response.ok) throw new Error(`listing the chats failed (HTTP ${response.status})`);
+        const files = await response.json();
+        if (!Array.isArray(files)) return false; // {error: true}: the character has no chat files
+        return files.some((file) => file.file_name === `${id}.jsonl`);
     },
     // Deleted chats whose forget has not landed yet: kept with the settings, resent after a reload.
     loadPendingForgets: () => settings().pendingForgets ?? [],

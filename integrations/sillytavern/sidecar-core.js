@@ -12,6 +12,13 @@
 //   conversation/forget   a chat SillyTavern deleted (the `forgetDeletedChats` option, on by
 //                         default): everything memory holds of it, once its writer has stopped;
 //                         kept in the host's storage until it lands, so a reload resends it
+//   conversation/rename   a chat SillyTavern renamed: its memory moves to the new name. A
+//                         renamed chat is another chat id, and SillyTavern emits no event for
+//                         it; the chat's metadata does survive the rename, so the id memory
+//                         was written under is kept there (`host.getChatMemoryId`), and a chat
+//                         whose recorded id is not its own while no chat of that id exists any
+//                         more (`host.chatExists`) was renamed. A branch or a checkpoint copies
+//                         the metadata too, but its parent still exists: it starts its own.
 //   conversations/{id}/turns   what memory holds, read once per chat (after a reload too)
 //   conversation/{id}/lorebook the chat's memory as a World Info book (the `chatLorebook`
 //                         option, off by default): fetched after the writer has landed every
@@ -214,6 +221,12 @@ export class SidecarClient {
         return this.call('POST', '/conversation/forget', { conversation_id: conversationId });
     }
 
+    async rename(conversationId, newConversationId) {
+        return this.call('POST', '/conversation/rename', {
+            conversation_id: conversationId, new_conversation_id: newConversationId,
+        });
+    }
+
     async turns(conversationId, offset = 0, limit = PAGE_LIMIT) {
         const id = encodeURIComponent(conversationId);
         return this.call('GET', `/conversations/${id}/turns?offset=${offset}&limit=${limit}`);
@@ -239,6 +252,7 @@ class ChatState {
         this.waiters = new Set();
         this.lorebookStale = false; // memory changed since the lorebook was last offered
         this.lorebookRunning = null; // the lorebook refresh's promise
+        this.adopted = false; // the chat's metadata records its id (a rename was looked for)
         this.deleted = false; // SillyTavern deleted the chat: no more writes for it
         this.forgetting = null; // the forget's promise
     }
@@ -389,10 +403,46 @@ export class SkaldMemory {
         state.lorebookStale = true;
     }
 
+    /** Before a chat's memory is first read: if the chat was renamed since memory was written
+     *  (its metadata records another id, and no chat of that id exists any more), move that
+     *  memory to the chat's id; then record the chat's id in its metadata. A failure to reach
+     *  the sidecar throws (the writer retries with backoff); a refusal (the new id already holds
+     *  memory) is recorded and the chat goes on under its own id. */
+    async adopt(state) {
+        const recorded = this.host.getChatMemoryId?.() ?? null;
+        if (recorded === state.id || !this.host.setChatMemoryId) {
+            state.adopted = true;
+            return;
+        }
+        if (recorded && this.host.chatExists && !(await this.host.chatExists(recorded))) {
+            const previous = this.chats.get(recorded);
+            if (previous?.running) await previous.running;
+            const step = { kind: 'rename', turnId: null };
+            const { status, data } = await this.client.rename(recorded, state.id);
+            if (status === 200 && data?.ok) {
+                this.chats.delete(recorded);
+                const detail = data.found
+                    ? `renamed chat: ${data.moved.memory} remembered turn(s) moved from "${recorded}"`
+                    : `renamed chat: memory held nothing of "${recorded}"`;
+                this.record(state, step, 'idle', detail);
+            } else if (retryable(status) && data?.error_kind !== 'conflict') {
+                throw new SidecarError(data?.reason ?? `rename failed (HTTP ${status})`, status, data);
+            } else {
+                this.record(state, step, 'error', `renamed chat: ${data?.reason ?? `HTTP ${status}`}`);
+            }
+        }
+        // Only into the chat's own metadata: another chat may have been opened meanwhile (then
+        // this runs again when the chat is next written).
+        if (String(this.host.getChatId() ?? '') !== state.id) return;
+        await this.host.setChatMemoryId(state.id);
+        state.adopted = true;
+    }
+
     /** One chat's writes, in order, one at a time, until memory holds the chat as it is. */
     async writer(state) {
         while (this.settings.enabled && !state.deleted && String(this.host.getChatId() ?? '') === state.id) {
             try {
+                if (!state.adopted) await this.adopt(state);
                 if (!state.loaded) {
                     await this.load(state);
                     state.failure = null;

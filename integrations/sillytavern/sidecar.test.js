@@ -294,6 +294,52 @@ describe('against the real sidecar', () => {
         }
     });
 
+    test('a renamed chat keeps its memory under the new name, unwritten again; a branch starts its own', async () => {
+        const stamp = Date.now();
+        const [named, renamed, branch] = ['named', 'renamed', 'branch'].map((n) => `st-${stamp}-${n}`);
+        // SillyTavern as it renames and branches: each chat's metadata, and the chat files.
+        const host = fakeHost(named);
+        let current = named;
+        host.getChatId = () => current;
+        const metadata = new Map();
+        const files = new Set([named]);
+        host.getChatMemoryId = () => metadata.get(current)?.conversation_id ?? null;
+        host.setChatMemoryId = async (id) => { metadata.set(current, { conversation_id: id }); };
+        host.chatExists = async (id) => files.has(id);
+        const memory = memoryFor(host);
+        const calls = countCalls(memory.client);
+        host.chat.push(user('My cousin Ada trains falcons in Tromsø.'), bot('Falcons!'),
+            user('She named the eldest one Storm.'), bot('A fine name.'));
+        memory.onChatChanged();
+        await memory.settled();
+        assert.equal(calls.replaceTurn, 2);
+        assert.deepEqual(metadata.get(named), { conversation_id: named });
+        // Renamed: the file moves, metadata and all; the chat reloads under its new id.
+        files.delete(named);
+        files.add(renamed);
+        metadata.set(renamed, metadata.get(named));
+        metadata.delete(named);
+        current = renamed;
+        memory.onChatChanged();
+        await memory.settled();
+        assert.equal(calls.replaceTurn, 2); // nothing written again
+        assert.match(memory.outcome.detail, /renamed chat: 2 remembered turn\(s\) moved/);
+        assert.deepEqual((await listTurns(renamed)).map((t) => t.turn_id), ['1', '3']);
+        assert.deepEqual(await listTurns(named), []);
+        assert.deepEqual(metadata.get(renamed), { conversation_id: renamed });
+        // The look-alike: a branch copies the metadata, but the chat it names still exists.
+        files.add(branch);
+        metadata.set(branch, { ...metadata.get(renamed), main_chat: renamed });
+        current = branch;
+        memory.onChatChanged();
+        await memory.settled();
+        assert.equal(calls.replaceTurn, 4); // its own memory, written from the start
+        assert.deepEqual((await listTurns(branch)).map((t) => t.turn_id), ['1', '3']);
+        assert.deepEqual((await listTurns(renamed)).map((t) => t.turn_id), ['1', '3']);
+        assert.equal(metadata.get(branch).conversation_id, branch);
+        assert.ok(!memory.outcomes.some((o) => o.step === 'rename' && o.chatId === branch));
+    });
+
     test('a query during a pending edit holds the old text back; after the edit lands it recalls the new', async () => {
         const conversationId = `st-${Date.now()}-edit`;
         const host = fakeHost(conversationId);

@@ -406,9 +406,31 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
             ]
 
             _check_lorebook(result, tmp_path)
+            _check_chat_renamed(result, stack)
             _check_chat_deleted(result, stack)
         finally:
             stack.close()
+
+
+def _turns_under(stack: Stack, conversation_id: str) -> dict[str, Any]:
+    return _get_json(
+        f"{stack.sidecar_url}/api/kg-sidecar/conversations/"
+        f"{urllib.request.quote(conversation_id, safe='')}/turns?limit=500"
+    )
+
+
+def _check_chat_renamed(result: dict[str, Any], stack: Stack) -> None:
+    """The chat renamed with SillyTavern's renameChat: the extension moved its memory to the
+    new name (found through the chat's metadata) and wrote no turn again; the old name holds
+    nothing. (What memory held under the new name is `memoryTurns`, checked above.)"""
+    renamed = result["renamedChat"]
+    print("  chat renamed:", renamed)
+    assert renamed["to"] != renamed["from"] and result["chatId"] == renamed["to"], renamed
+    steps = [(o["step"], o["status"]) for o in renamed["outcomes"]]
+    assert steps == [("rename", "idle")], steps
+    moved = len(result["memoryTurns"])
+    assert f"{moved} remembered turn(s) moved" in renamed["outcomes"][0]["detail"], renamed
+    assert _turns_under(stack, renamed["from"])["page"]["total"] == 0
 
 
 def _check_chat_deleted(result: dict[str, Any], stack: Stack) -> None:
@@ -420,10 +442,7 @@ def _check_chat_deleted(result: dict[str, Any], stack: Stack) -> None:
     forget = deleted["forget"]
     assert [o["status"] for o in forget] == ["idle"], forget
     assert f"{len(result['memoryTurns'])} remembered turn(s)" in forget[0]["detail"], forget
-    turns = _get_json(
-        f"{stack.sidecar_url}/api/kg-sidecar/conversations/"
-        f"{urllib.request.quote(deleted['chatId'], safe='')}/turns?limit=500"
-    )
+    turns = _turns_under(stack, deleted["chatId"])
     assert turns["page"]["total"] == 0 and turns["items"] == [], turns
 
 

@@ -188,6 +188,27 @@ async function deleteChat(chatId) {
     log('deleted the chat:', JSON.stringify(out.deletedChat));
 }
 
+/** Renames the open chat with SillyTavern's renameChat, what the chat manager's rename button
+ *  calls (the server moves the chat file, metadata and all; the chat reloads under its new
+ *  name), and waits for the extension to say what moving the chat's memory did. */
+async function renameChat() {
+    const from = await page.evaluate(() => SillyTavern.getContext().getCurrentChatId());
+    out.steps.push({ at: Date.now(), step: 'rename-chat', from });
+    await page.evaluate((id) => SillyTavern.getContext().renameChat(id, `${id} renamed`), from);
+    await page.waitForFunction((id) => ![id, undefined].includes(SillyTavern.getContext().getCurrentChatId()),
+        from, { timeout: 60_000, polling: 250 });
+    const to = await page.evaluate(() => SillyTavern.getContext().getCurrentChatId());
+    await page.waitForFunction((id) => globalThis.skaldMemory.outcomes.some((o) => o.chatId === id && o.step === 'rename'),
+        to, { timeout: 120_000, polling: 250 });
+    await settled('after the rename');
+    out.renamedChat = await page.evaluate(([a, b]) => ({
+        from: a,
+        to: b,
+        outcomes: globalThis.skaldMemory.outcomes.filter((o) => o.chatId === b),
+    }), [from, to]);
+    log('renamed the chat:', JSON.stringify(out.renamedChat));
+}
+
 /** Waits until the extension's writer has nothing left to write for this chat. */
 async function settled(label) {
     const t0 = Date.now();
@@ -329,6 +350,7 @@ try {
             await importLorebook(config.lorebook);
             await offerChatLorebook();
         }
+        await renameChat();
         // What memory holds of the chat, then the chat deleted: memory must forget it.
         Object.assign(out, await page.evaluate(async () => {
             const chatId = SillyTavern.getContext().getCurrentChatId();
