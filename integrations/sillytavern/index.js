@@ -28,8 +28,9 @@ import { DEFAULT_SETTINGS, PROMPT_KEY, PROMPT_POSITION_IN_PROMPT, STATUS_LABELS,
 
 // world-info.js's METADATA_KEY: where a chat's metadata names its lorebook.
 const CHAT_LOREBOOK_KEY = 'world_info';
-// Where a chat's metadata records the conversation id memory was written under: it survives a
-// rename (SillyTavern's /api/chats/rename moves the file, metadata and all).
+// Where a chat's metadata records the conversation id memory was written under and the name of
+// its lorebook ({conversation_id, lorebook}): it survives a rename (SillyTavern's
+// /api/chats/rename moves the file, metadata and all).
 const CHAT_MEMORY_KEY = 'skald_memory';
 
 const MODULE = 'skald_memory';
@@ -75,11 +76,11 @@ const host = {
         element.title = title;
         badgeLog.push({ at: Date.now(), status, detail });
     },
-    // The id memory was written under, as the chat's metadata records it (null: never recorded).
-    getChatMemoryId: () => context().chatMetadata?.[CHAT_MEMORY_KEY]?.conversation_id ?? null,
-    setChatMemoryId: async (id) => {
+    // What the chat's metadata records of its memory: {conversation_id, lorebook} (null: never recorded).
+    getChatMemory: () => context().chatMetadata?.[CHAT_MEMORY_KEY] ?? null,
+    setChatMemory: async (record) => {
         const ctx = context();
-        ctx.chatMetadata[CHAT_MEMORY_KEY] = { conversation_id: id };
+        ctx.chatMetadata[CHAT_MEMORY_KEY] = record;
         await ctx.saveMetadata();
     },
     // Whether SillyTavern still holds a chat of that id: the open group's chats, or the open

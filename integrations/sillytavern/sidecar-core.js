@@ -15,7 +15,7 @@
 //   conversation/rename   a chat SillyTavern renamed: its memory moves to the new name. A
 //                         renamed chat is another chat id, and SillyTavern emits no event for
 //                         it; the chat's metadata does survive the rename, so the id memory
-//                         was written under is kept there (`host.getChatMemoryId`), and a chat
+//                         was written under is kept there (`host.getChatMemory`), and a chat
 //                         whose recorded id is not its own while no chat of that id exists any
 //                         more (`host.chatExists`) was renamed. A branch or a checkpoint copies
 //                         the metadata too, but its parent still exists: it starts its own.
@@ -253,6 +253,7 @@ class ChatState {
         this.lorebookStale = false; // memory changed since the lorebook was last offered
         this.lorebookRunning = null; // the lorebook refresh's promise
         this.adopted = false; // the chat's metadata records its id (a rename was looked for)
+        this.lorebookName = null; // the chat's lorebook, as its metadata names it
         this.deleted = false; // SillyTavern deleted the chat: no more writes for it
         this.forgetting = null; // the forget's promise
     }
@@ -405,16 +406,25 @@ export class SkaldMemory {
 
     /** Before a chat's memory is first read: if the chat was renamed since memory was written
      *  (its metadata records another id, and no chat of that id exists any more), move that
-     *  memory to the chat's id; then record the chat's id in its metadata. A failure to reach
-     *  the sidecar throws (the writer retries with backoff); a refusal (the new id already holds
-     *  memory) is recorded and the chat goes on under its own id. */
+     *  memory to the chat's id; then record the chat's id in its metadata
+     *  (`host.getChatMemory()`, `host.setChatMemory(record)`: `{conversation_id, lorebook}`).
+     *  A failure to reach the sidecar throws (the writer retries with backoff); a refusal (the
+     *  new id already holds memory) is recorded and the chat goes on under its own id.
+     *
+     *  The record also names the chat's lorebook, so a renamed chat keeps writing the book it
+     *  is bound to (the binding moves with the metadata), while a branch, bound to its
+     *  parent's book by the copied metadata, gets a book of its own. */
     async adopt(state) {
-        const recorded = this.host.getChatMemoryId?.() ?? null;
-        if (recorded === state.id || !this.host.setChatMemoryId) {
+        const record = this.host.getChatMemory?.() ?? null;
+        const recorded = record?.conversation_id ?? null;
+        if (!this.host.setChatMemory) {
             state.adopted = true;
             return;
         }
-        if (recorded && this.host.chatExists && !(await this.host.chatExists(recorded))) {
+        let lorebook = lorebookName(state.id);
+        if (recorded === state.id) lorebook = record.lorebook ?? lorebook;
+        else if (recorded && this.host.chatExists && !(await this.host.chatExists(recorded))) {
+            lorebook = record.lorebook ?? lorebookName(recorded);
             const previous = this.chats.get(recorded);
             if (previous?.running) await previous.running;
             const step = { kind: 'rename', turnId: null };
@@ -434,7 +444,10 @@ export class SkaldMemory {
         // Only into the chat's own metadata: another chat may have been opened meanwhile (then
         // this runs again when the chat is next written).
         if (String(this.host.getChatId() ?? '') !== state.id) return;
-        await this.host.setChatMemoryId(state.id);
+        if (recorded !== state.id || record.lorebook !== lorebook) {
+            await this.host.setChatMemory({ conversation_id: state.id, lorebook });
+        }
+        state.lorebookName = lorebook;
         state.adopted = true;
     }
 
@@ -611,7 +624,7 @@ export class SkaldMemory {
         if (!this.settings.chatLorebook || !this.host.offerLorebook || !state.lorebookStale
             || state.lorebookRunning || state.running || state.failure) return null;
         state.lorebookStale = false;
-        const name = lorebookName(state.id);
+        const name = state.lorebookName ?? lorebookName(state.id);
         const done = (status, detail, entries = 0) => {
             this.lastLorebook = { at: Date.now(), chatId: state.id, name, status, entries, detail };
         };

@@ -294,26 +294,29 @@ describe('against the real sidecar', () => {
         }
     });
 
-    test('a renamed chat keeps its memory under the new name, unwritten again; a branch starts its own', async () => {
+    test('a renamed chat keeps its memory and its lorebook, unwritten again; a branch starts its own', async () => {
         const stamp = Date.now();
         const [named, renamed, branch] = ['named', 'renamed', 'branch'].map((n) => `st-${stamp}-${n}`);
         // SillyTavern as it renames and branches: each chat's metadata, and the chat files.
-        const host = fakeHost(named);
+        const host = lorebookHost(named);
         let current = named;
         host.getChatId = () => current;
         const metadata = new Map();
         const files = new Set([named]);
-        host.getChatMemoryId = () => metadata.get(current)?.conversation_id ?? null;
-        host.setChatMemoryId = async (id) => { metadata.set(current, { conversation_id: id }); };
+        host.getChatMemory = () => metadata.get(current) ?? null;
+        host.setChatMemory = async (record) => { metadata.set(current, { ...metadata.get(current), ...record }); };
         host.chatExists = async (id) => files.has(id);
-        const memory = memoryFor(host);
+        const memory = memoryFor(host, { chatLorebook: true });
         const calls = countCalls(memory.client);
         host.chat.push(user('My cousin Ada trains falcons in Tromsø.'), bot('Falcons!'),
             user('She named the eldest one Storm.'), bot('A fine name.'));
         memory.onChatChanged();
         await memory.settled();
+        await lorebookSettled(memory);
         assert.equal(calls.replaceTurn, 2);
-        assert.deepEqual(metadata.get(named), { conversation_id: named });
+        const book = lorebookName(named);
+        assert.deepEqual(metadata.get(named), { conversation_id: named, lorebook: book });
+        assert.deepEqual(host.offered.map((o) => [o.name, o.id]), [[book, named]]);
         // Renamed: the file moves, metadata and all; the chat reloads under its new id.
         files.delete(named);
         files.add(renamed);
@@ -322,21 +325,27 @@ describe('against the real sidecar', () => {
         current = renamed;
         memory.onChatChanged();
         await memory.settled();
+        await lorebookSettled(memory);
         assert.equal(calls.replaceTurn, 2); // nothing written again
         assert.match(memory.outcome.detail, /renamed chat: 2 remembered turn\(s\) moved/);
         assert.deepEqual((await listTurns(renamed)).map((t) => t.turn_id), ['1', '3']);
         assert.deepEqual(await listTurns(named), []);
-        assert.deepEqual(metadata.get(renamed), { conversation_id: renamed });
+        assert.deepEqual(metadata.get(renamed), { conversation_id: renamed, lorebook: book });
+        // Its memory is offered to the book it is bound to, not to a new one.
+        assert.deepEqual(host.offered.at(-1).name, book);
+        assert.match(contents(host.offered.at(-1).book), /falcons/);
         // The look-alike: a branch copies the metadata, but the chat it names still exists.
         files.add(branch);
         metadata.set(branch, { ...metadata.get(renamed), main_chat: renamed });
         current = branch;
         memory.onChatChanged();
         await memory.settled();
+        await lorebookSettled(memory);
         assert.equal(calls.replaceTurn, 4); // its own memory, written from the start
+        assert.deepEqual(metadata.get(branch), { conversation_id: branch, lorebook: lorebookName(branch), main_chat: renamed });
+        assert.equal(host.offered.at(-1).name, lorebookName(branch)); // never the parent's book
         assert.deepEqual((await listTurns(branch)).map((t) => t.turn_id), ['1', '3']);
         assert.deepEqual((await listTurns(renamed)).map((t) => t.turn_id), ['1', '3']);
-        assert.equal(metadata.get(branch).conversation_id, branch);
         assert.ok(!memory.outcomes.some((o) => o.step === 'rename' && o.chatId === branch));
     });
 

@@ -422,7 +422,8 @@ def _turns_under(stack: Stack, conversation_id: str) -> dict[str, Any]:
 def _check_chat_renamed(result: dict[str, Any], stack: Stack) -> None:
     """The chat renamed with SillyTavern's renameChat: the extension moved its memory to the
     new name (found through the chat's metadata) and wrote no turn again; the old name holds
-    nothing. (What memory held under the new name is `memoryTurns`, checked above.)"""
+    nothing, and the chat's lorebook stays the book it is bound to. (What memory held under
+    the new name is `memoryTurns`, checked above.)"""
     renamed = result["renamedChat"]
     print("  chat renamed:", renamed)
     assert renamed["to"] != renamed["from"] and result["chatId"] == renamed["to"], renamed
@@ -431,6 +432,10 @@ def _check_chat_renamed(result: dict[str, Any], stack: Stack) -> None:
     moved = len(result["memoryTurns"])
     assert f"{moved} remembered turn(s) moved" in renamed["outcomes"][0]["detail"], renamed
     assert _turns_under(stack, renamed["from"])["page"]["total"] == 0
+    # The chat's lorebook (bound before the rename): the same book, offered again and bound.
+    book = renamed["lorebook"]
+    assert book["chatId"] == renamed["to"] and book["status"] == "offered", book
+    assert book["name"] == result["chatLorebook"]["name"] == book["bound"], book
 
 
 def _check_chat_deleted(result: dict[str, Any], stack: Stack) -> None:

@@ -201,10 +201,16 @@ async function renameChat() {
     await page.waitForFunction((id) => globalThis.skaldMemory.outcomes.some((o) => o.chatId === id && o.step === 'rename'),
         to, { timeout: 120_000, polling: 250 });
     await settled('after the rename');
+    if (out.chatLorebook) {
+        // The book the chat is bound to, offered again for the chat under its new name.
+        await page.waitForFunction((id) => globalThis.skaldMemory.lastLorebook?.chatId === id,
+            to, { timeout: 120_000, polling: 250 });
+    }
     out.renamedChat = await page.evaluate(([a, b]) => ({
         from: a,
         to: b,
         outcomes: globalThis.skaldMemory.outcomes.filter((o) => o.chatId === b),
+        lorebook: { ...globalThis.skaldMemory.lastLorebook, bound: SillyTavern.getContext().chatMetadata.world_info ?? null },
     }), [from, to]);
     log('renamed the chat:', JSON.stringify(out.renamedChat));
 }
