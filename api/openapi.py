@@ -7,9 +7,9 @@
   bad parameter with 400 and an ApiError body (api.app), so those entries are dropped.
 - Links between operations, for clients and for stateful tests: a committed turn links to its
   rewind, its replacement, another commit under the same key, the memory query and the
-  read-back of its conversation; a rewind links to the read-back. Nothing links to the forget
-  or the rename: a stateful run that forgot or moved its conversations along the way would
-  test little else.
+  read-back of its conversation; a rewind links to the read-back. Nothing links to the forget,
+  the rename or the copy: a stateful run that forgot or moved its conversations along the way
+  would test little else.
 - The bearer scheme, required for every operation when the server has a token.
 """
 
@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from api.security import TOKEN_ENV
 from tasks.dialogue.models import (
+    CopyRequest,
     ForgetRequest,
     MemoryQueryRequest,
     RenameRequest,
@@ -36,6 +37,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     RewindRequest,
     ForgetRequest,
     RenameRequest,
+    CopyRequest,
 )
 
 _CONVERSATION = "$response.body#/conversation_id"

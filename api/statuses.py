@@ -33,6 +33,7 @@ from api.schemas import ApiError, HealthReport
 from core.errors import Err, Ok, Result
 from tasks.dialogue.models import (
     MAX_BODY_BYTES,
+    CopyResult,
     ForgetResult,
     MemoryQueryResult,
     RenameResult,
@@ -63,9 +64,9 @@ def turn_status(result: TurnResult) -> int:
 
 
 def call_status(
-    result: RewindResult | ForgetResult | RenameResult | MemoryQueryResult,
+    result: RewindResult | ForgetResult | RenameResult | CopyResult | MemoryQueryResult,
 ) -> int:
-    """A rewind, a forget, a rename or a memory query: unlike a turn, one that did not happen is never 200."""
+    """A rewind, a forget, a rename, a copy or a memory query: unlike a turn, one that did not happen is never 200."""
     status = _status(result.ok, result.code, result.error_kind, result.retryable)
     return 503 if status == 200 and not result.ok else status
 
@@ -187,6 +188,13 @@ RENAME_RESPONSES = call_responses(
     conflict="IN_PROGRESS (busy, retryable, Retry-After): a turn of either conversation holds "
     "its lock; or INVALID_REQUEST (conflict): the new id already holds memory, or the "
     "conversation has turns committed before renames were possible",
+)
+COPY_RESPONSES = call_responses(
+    CopyResult,
+    forbidden=False,
+    conflict="IN_PROGRESS (busy, retryable, Retry-After): a turn of either conversation holds "
+    "its lock; or INVALID_REQUEST (conflict): the new id already holds memory, or the "
+    "conversation has turns committed before copies were possible",
 )
 MEMORY_RESPONSES = call_responses(MemoryQueryResult, forbidden=True, conflict=None)
 

@@ -1,5 +1,5 @@
-"""The operations that run the service: commit, retry and replace a turn, rewind, forget or
-rename a conversation, and the memory query before a reply.
+"""The operations that run the service: commit, retry and replace a turn, rewind, forget,
+rename or copy a conversation, and the memory query before a reply.
 
 Each reads the raw body (capped, api.statuses.read_body), hands it to the service, which
 validates it against the request model and never raises for bad input, and answers with the
@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from api.openapi import json_body
 from api.paths import (
     COMMIT_PATH,
+    COPY_PATH,
     FORGET_PATH,
     MEMORY_QUERY_PATH,
     RENAME_PATH,
@@ -30,6 +31,7 @@ from api.paths import (
     REWIND_PATH,
 )
 from api.statuses import (
+    COPY_RESPONSES,
     FORGET_RESPONSES,
     MEMORY_RESPONSES,
     RENAME_RESPONSES,
@@ -45,6 +47,8 @@ from core.priority import QUERIES
 from tasks.dialogue.models import (
     CallRequest,
     CallResult,
+    CopyRequest,
+    CopyResult,
     ForgetRequest,
     ForgetResult,
     MemoryQueryRequest,
@@ -55,6 +59,7 @@ from tasks.dialogue.models import (
     RewindResult,
     TurnCommitRequest,
     TurnResult,
+    parse_copy,
     parse_forget,
     parse_rename,
     parse_rewind,
@@ -168,6 +173,21 @@ async def rename_conversation(request: Request, service: Service) -> JSONRespons
     return await _conversation_call(request, RenameResult, parse_rename, service.rename, service)
 
 
+@router.post(
+    COPY_PATH,
+    operation_id="copy_conversation",
+    response_model=CopyResult,
+    responses=COPY_RESPONSES,
+    openapi_extra=json_body(CopyRequest),
+    summary="Copy a conversation (its chat was branched): every turn, memory row, entity, "
+    "relation, event and milestone is copied to `new_conversation_id` in one transaction, as if "
+    "committed under it, and the conversation stays as it was; `found: false` when memory held "
+    "nothing of it",
+)
+async def copy_conversation(request: Request, service: Service) -> JSONResponse:
+    return await _conversation_call(request, CopyResult, parse_copy, service.copy, service)
+
+
 async def _conversation_call(
     request: Request,
     result: type[CallResult],
@@ -175,7 +195,7 @@ async def _conversation_call(
     call: Callable[[CallRequest], CallResult],
     service: DialogueService,
 ) -> JSONResponse:
-    """A rewind, a forget or a rename: the body read and parsed, the call on the turn-write pool."""
+    """A call on a whole conversation: the body read and parsed, the call on the turn-write pool."""
     body = await read_body(request)
     if isinstance(body, Err):
         outcome = refused_call(result, body.reason, body.kind)

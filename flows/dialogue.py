@@ -2,7 +2,7 @@
 
     serve    the HTTP API for chat front ends (the `api` package; OpenAPI at /openapi.json and
              /docs): POST turn/commit, turn/retry, turn/replace, conversation/rewind,
-             conversation/forget, conversation/rename, memory/query; GET conversations,
+             conversation/forget, conversation/rename, conversation/copy, memory/query; GET conversations,
              conversations/{id}/entities|relations|milestones|turns|search,
              conversation/{id}/lorebook, health. Security: a bearer token (SKALD_SIDECAR_TOKEN
              or --token-file; required to bind a non-loopback address), CORS for the origins
@@ -21,6 +21,8 @@
              relation and milestone it holds, as POST .../conversation/forget does
     rename   move a conversation to another id (its chat was renamed), as POST
              .../conversation/rename does
+    copy     copy a conversation to another id (its chat was branched), as POST
+             .../conversation/copy does
     conversations  list the conversations memory holds, one JSON line each (its id and
              remembered turns), as GET .../conversations does
     lorebook write a conversation's memory as a SillyTavern World Info book (the same JSON as
@@ -32,8 +34,8 @@ regression batch call it directly, because a Prefect flow run per turn costs far
 the turn's own non-LLM work (measured: docs/decisions/dialogue-turn-not-a-flow.md). `dialogue_turn_flow` wraps
 the same pipeline for single turns from the Prefect UI or a deployment, each slot a task run.
 
-Exit codes of `commit`, `rewind`, `forget` and `rename`: 0 COMMITTED (or rewound, forgotten,
-renamed, or nothing to forget or rename), 1 ROLLED_BACK, 2 INVALID_REQUEST, 3 IN_PROGRESS. The HTTP statuses are api.statuses'.
+Exit codes of `commit`, `rewind`, `forget`, `rename` and `copy`: 0 COMMITTED (or rewound,
+forgotten, renamed, copied, or nothing to forget, rename or copy), 1 ROLLED_BACK, 2 INVALID_REQUEST, 3 IN_PROGRESS. The HTTP statuses are api.statuses'.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from tasks.dialogue.ingest import BATCH_SIZE as INGEST_BATCH_SIZE
 from tasks.dialogue.lorebook import conversation_lorebook
 from tasks.dialogue.models import (
     MAX_BODY_BYTES,
+    CopyResult,
     ForgetResult,
     RenameResult,
     RewindResult,
@@ -292,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{serve,commit,ingest,reembed,rewind,forget,rename,conversations,lorebook,openapi}",
+        metavar="{serve,commit,ingest,reembed,rewind,forget,rename,copy,conversations,lorebook,openapi}",
     )
     _serve_parser(sub.add_parser("serve", parents=[common], help="run the HTTP adapter"))
     _commit_parser(
@@ -330,8 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="move a conversation to another id (its chat was renamed), in one transaction",
     )
-    rename.add_argument("--conversation-id", required=True, help="the conversation")
-    rename.add_argument("--new-conversation-id", required=True, help="its new id")
+    copy = sub.add_parser(
+        "copy",
+        parents=[common],
+        help="copy a conversation to another id (its chat was branched), in one transaction",
+    )
+    for carry in (rename, copy):
+        carry.add_argument("--conversation-id", required=True, help="the conversation")
+        carry.add_argument("--new-conversation-id", required=True, help="the id it goes to")
     sub.add_parser(
         "conversations",
         parents=[common],
@@ -642,6 +651,12 @@ def _rename(args: argparse.Namespace, settings: Settings, options: SidecarOption
     )
 
 
+def _copy(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    return _one_call(
+        settings, options, lambda s: s.copy(args.conversation_id, args.new_conversation_id)
+    )
+
+
 def _conversations(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
     service = DialogueService(settings, options=options)
     try:
@@ -661,7 +676,7 @@ def _conversations(args: argparse.Namespace, settings: Settings, options: Sideca
 def _one_call(
     settings: Settings,
     options: SidecarOptions,
-    call: Callable[[DialogueService], RewindResult | ForgetResult | RenameResult],
+    call: Callable[[DialogueService], RewindResult | ForgetResult | RenameResult | CopyResult],
 ) -> int:
     """One service call from the command line: its result as JSON on stdout, a failure's one
     line on stderr, and the exit code of its code."""
@@ -749,6 +764,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Settings, SidecarOptions], in
     "rewind": _rewind,
     "forget": _forget,
     "rename": _rename,
+    "copy": _copy,
     "conversations": _conversations,
     "ingest": _ingest,
     "reembed": _reembed,

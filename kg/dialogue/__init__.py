@@ -50,7 +50,7 @@ One concern per module:
 - `turn_commit`: the one commit transaction of a turn;
 - `rewind`: exact rewinds for edits and swipes;
 - `forget`: a whole conversation removed (its chat was deleted);
-- `rename`: a whole conversation moved to another id (its chat was renamed);
+- `rename`: a whole conversation moved (its chat was renamed) or copied (branched) to another id;
 - `lore`: the read behind a conversation's lorebook (all it holds now, one transaction);
 - `repository`: `DialogueRepository`, the entry point the sidecar uses.
 """

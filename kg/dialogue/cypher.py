@@ -250,12 +250,13 @@ CONVERSATION_CONTENTS = (
     "RETURN heads, turns, memory, entities, relations, count(ms) AS milestones"
 )
 
-# Rename (the chat was renamed): the records re-keyed in place, the facts rebuilt from the
-# turns' stored writes under the new id (kg.dialogue.rename).
+# Rename (the chat was renamed) and copy (the chat was branched): the records re-keyed in place
+# or copied, the facts rebuilt from the turns' stored writes under the new id
+# (kg.dialogue.rename).
 RENAME_TURN_ROWS = (
     f"MATCH (t:{_T}) WHERE t.conversation_id = $conversation_id "
     "RETURN t.key AS key, t.turn_id AS turn_id, t.seq AS seq, t.status AS status, "
-    "t.write_json AS write_json ORDER BY t.seq, t.key"
+    "t.write_json AS write_json, properties(t) AS props ORDER BY t.seq, t.key"
 )
 RENAME_TURN_RECORDS = (
     f"UNWIND $rows AS row MATCH (t:{_T} {{key: row.old_key}}) "
@@ -264,12 +265,16 @@ RENAME_TURN_RECORDS = (
 )
 RENAME_MEMORY_ROWS = (
     f"MATCH (m:{_MEM}) WHERE m.conversation_id = $conversation_id "
-    "RETURN m.key AS key, m.turn_id AS turn_id, m.seq AS seq ORDER BY m.seq"
+    "RETURN m.key AS key, m.turn_id AS turn_id, m.seq AS seq, properties(m) AS props ORDER BY m.seq"
 )
 RENAME_MEMORY = (
     f"UNWIND $rows AS row MATCH (m:{_MEM} {{key: row.old_key}}) "
     "SET m.key = row.key, m.position_key = row.position_key, m.conversation_id = $new_id"
 )
+COPY_TURN_RECORDS = f"UNWIND $rows AS row CREATE (t:{_T}) SET t = row.props"
+COPY_MEMORY = f"UNWIND $rows AS row CREATE (m:{_MEM}) SET m = row.props"
+HEAD_PROPS = f"MATCH (c:{_CONV} {{conversation_id: $old_id}}) RETURN properties(c) AS props"
+CREATE_HEAD = f"CREATE (c:{_CONV}) SET c = $props"
 RENAME_HEAD = f"MATCH (c:{_CONV} {{conversation_id: $old_id}}) SET c.conversation_id = $new_id"
 
 # Rewind (edits, swipes): remove a turn and every later one exactly, by rebuilding the

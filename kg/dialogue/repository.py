@@ -29,7 +29,7 @@ from kg.dialogue.models import (
     VectorWrite,
 )
 from kg.dialogue.records import dialogue_entity, dialogue_milestone, dialogue_relation, stored_turn
-from kg.dialogue.rename import rename_tx
+from kg.dialogue.rename import copy_tx, rename_tx
 from kg.dialogue.rewind import rewind_tx
 from kg.dialogue.snapshot import snapshot_in_one_statement, snapshot_tx
 from kg.dialogue.turn_commit import ResultBuilder, commit_tx
@@ -282,15 +282,17 @@ class DialogueRepository(ConversationLease):
         with guard():
             return self.store.execute_write(forget_tx, conversation_id, owner)
 
-    def rename(
+    def carry(
         self,
         old_id: str,
         new_id: str,
         owner: str,
         *,
+        move: bool,
         guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> ConversationContents | None:
-        """Move a conversation to another id (the caller holds both leases): what moved, None
-        if the graph held nothing of `old_id`; RenameRefusedError when `new_id` holds memory."""
+        """Move (`move`: a renamed chat) or copy (a branched one) a conversation to another id
+        (the caller holds both leases): what was carried, None if the graph held nothing of
+        `old_id`; RenameRefusedError when `new_id` holds memory."""
         with guard():
-            return self.store.execute_write(rename_tx, old_id, new_id, owner)
+            return self.store.execute_write(rename_tx if move else copy_tx, old_id, new_id, owner)

@@ -565,13 +565,20 @@ class ForgetResult(_ConversationCallResult):
     removed: ConversationContents = Field(default_factory=ConversationContents)
 
 
-class RenameRequest(_Request):
+class _CarryRequest(_Request):
+    conversation_id: ConversationId
+    #: The id it goes to (the same id: nothing to carry).
+    new_conversation_id: ConversationId
+
+
+class RenameRequest(_CarryRequest):
     """`POST /api/kg-sidecar/conversation/rename`: move everything memory holds of a
     conversation to another id (the chat was renamed)."""
 
-    conversation_id: ConversationId
-    #: The id it moves to (the same id: nothing to move).
-    new_conversation_id: ConversationId
+
+class CopyRequest(_CarryRequest):
+    """`POST /api/kg-sidecar/conversation/copy`: copy everything memory holds of a
+    conversation to another id (the chat was branched), leaving it as it was."""
 
 
 class RenameResult(_ConversationCallResult):
@@ -586,9 +593,21 @@ class RenameResult(_ConversationCallResult):
     moved: ConversationContents = Field(default_factory=ConversationContents)
 
 
-#: A call on a whole conversation (a rewind, a forget, a rename), and its answer.
-CallRequest = TypeVar("CallRequest", RewindRequest, ForgetRequest, RenameRequest)
-CallResult = TypeVar("CallResult", RewindResult, ForgetResult, RenameResult)
+class CopyResult(_ConversationCallResult):
+    """What copying a conversation copied."""
+
+    new_conversation_id: str
+    found: bool = Field(
+        False,
+        description="memory held the conversation and it was copied (False: nothing to copy, "
+        "or the same id)",
+    )
+    copied: ConversationContents = Field(default_factory=ConversationContents)
+
+
+#: A call on a whole conversation (a rewind, a forget, a rename, a copy), and its answer.
+CallRequest = TypeVar("CallRequest", RewindRequest, ForgetRequest, RenameRequest, CopyRequest)
+CallResult = TypeVar("CallResult", RewindResult, ForgetResult, RenameResult, CopyResult)
 
 
 def refused_call(
@@ -627,6 +646,11 @@ def parse_forget(raw: bytes | str | dict[str, Any]) -> ForgetRequest | ForgetRes
 def parse_rename(raw: bytes | str | dict[str, Any]) -> RenameRequest | RenameResult:
     """A validated rename request, or an INVALID_REQUEST result with a one-line reason."""
     return _parse_call(RenameRequest, RenameResult, raw)
+
+
+def parse_copy(raw: bytes | str | dict[str, Any]) -> CopyRequest | CopyResult:
+    """A validated copy request, or an INVALID_REQUEST result with a one-line reason."""
+    return _parse_call(CopyRequest, CopyResult, raw)
 
 
 def parse_rewind(raw: bytes | str | dict[str, Any]) -> RewindRequest | RewindResult:

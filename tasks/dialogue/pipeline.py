@@ -66,6 +66,8 @@ from kg.dialogue import (
 from kg.store import GraphStore
 from tasks.dialogue.injector import build_packet
 from tasks.dialogue.models import (
+    CopyRequest,
+    CopyResult,
     DbConfig,
     ForgetRequest,
     ForgetResult,
@@ -78,6 +80,7 @@ from tasks.dialogue.models import (
     TurnCommitRequest,
     TurnResult,
     failed_kind,
+    parse_copy,
     parse_forget,
     parse_rename,
     parse_request,
@@ -103,6 +106,8 @@ from tasks.dialogue.trace import TraceRecorder
 from tasks.dialogue.turn import TurnContext, TurnRun
 
 log = logging.getLogger("skald.dialogue")
+#: A rename's or a copy's answer.
+CarryResult = TypeVar("CarryResult", RenameResult, CopyResult)
 T = TypeVar("T")
 
 #: Threads that embed memory queries' messages: the ONNX session runs one batch at a time,
@@ -432,12 +437,46 @@ class DialogueService:
         )
         if isinstance(parsed, RenameResult):
             return parsed
-        old, new = parsed.conversation_id, parsed.new_conversation_id
+        return self._carry(parsed, RenameResult, db=db)
+
+    def copy(
+        self,
+        conversation_id: str | CopyRequest,
+        new_conversation_id: str | None = None,
+        *,
+        db: DbConfig | None = None,
+    ) -> CopyResult:
+        """Copy a conversation to another id (its chat was branched), leaving it as it was:
+        the same transaction and locks as `rename`, and the same refusals. Takes a
+        CopyRequest, or the two ids (validated like one)."""
+        parsed = (
+            conversation_id
+            if isinstance(conversation_id, CopyRequest)
+            else parse_copy(
+                {"conversation_id": conversation_id, "new_conversation_id": new_conversation_id}
+            )
+        )
+        if isinstance(parsed, CopyResult):
+            return parsed
+        return self._carry(parsed, CopyResult, db=db)
+
+    def _carry(
+        self,
+        request: RenameRequest | CopyRequest,
+        answer: type[CarryResult],
+        *,
+        db: DbConfig | None,
+    ) -> CarryResult:
+        """A rename (RenameResult) or a copy (CopyResult), under both ids' locks."""
+        move = answer is RenameResult
+        verb, field = ("rename", "moved") if move else ("copy", "copied")
+        old, new = request.conversation_id, request.new_conversation_id
+        named = {"conversation_id": old, "new_conversation_id": new}
         if old == new:
-            return RenameResult(ok=True, conversation_id=old, new_conversation_id=new)
+            return answer(ok=True, **named)
         # Labels for the locks' refusals and the rolled-back log, not turns' keys.
-        ids = {"key": turn_key(old, "rename"), "conversation_id": old, "turn_id": ""}
-        new_ids = {"key": turn_key(new, "rename"), "conversation_id": new, "turn_id": ""}
+        ids = {"key": turn_key(old, verb), "conversation_id": old, "turn_id": ""}
+        new_ids = {"key": turn_key(new, verb), "conversation_id": new, "turn_id": ""}
         trace = TraceRecorder(ids["key"], "commit")
         store = self._graph(db, ids["key"], ids, trace)
         holder: dict[str, ConversationContents | None] = {}
@@ -449,7 +488,7 @@ class DialogueService:
             def both_held(_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
                 try:
                     guard = self.graphs.write_guard(store)
-                    holder["moved"] = repo.rename(old, new, self.owner, guard=guard)
+                    holder["carried"] = repo.carry(old, new, self.owner, move=move, guard=guard)
                 except RenameRefusedError as exc:
                     return TurnResult.invalid(str(exc), key=ids["key"], kind="conflict"), True
                 for cid in (old, new):
@@ -460,21 +499,17 @@ class DialogueService:
                 return self._locked(store, repo, new_ids, None, trace, both_held), True
 
             result = self._locked(store, repo, ids, None, trace, old_held)
-        if "moved" in holder:
-            moved = holder["moved"]
-            if moved is not None:
-                log.info("conversation %s renamed %s: %s", old, new, moved)
-            return RenameResult(
-                ok=True,
-                conversation_id=old,
-                new_conversation_id=new,
-                found=moved is not None,
-                moved=moved or ConversationContents(),
+        if "carried" in holder:
+            carried = holder["carried"]
+            if carried is not None:
+                log.info("conversation %s: %s to %s: %s", old, verb, new, carried)
+            contents = carried or ConversationContents()
+            return answer.model_validate(
+                {"ok": True, **named, "found": carried is not None, field: contents}
             )
-        return RenameResult(
+        return answer(
             ok=False,
-            conversation_id=old,
-            new_conversation_id=new,
+            **named,
             code=result.code,
             error_kind=result.error_kind,
             reason=result.reason,

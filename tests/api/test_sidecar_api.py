@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from api import (
     COMMIT_PATH,
     CONVERSATIONS_PATH,
+    COPY_PATH,
     FORGET_PATH,
     HEALTH_PATH,
     MEMORY_QUERY_PATH,
@@ -328,6 +329,41 @@ def test_rename_moves_the_conversation_as_if_committed_under_the_new_id(
     assert later["committed"] and later["seq"] == 3 and not later["idempotent_hit"]
     none = client.post(RENAME_PATH, json={"conversation_id": old, "new_conversation_id": _conv()})
     assert none.status_code == 200 and not none.json()["found"]
+
+
+def test_copy_is_as_if_committed_under_the_new_id_and_leaves_the_original_as_it_was(
+    client: TestClient, service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    old, new = _conv(), _conv()
+    _history(client, scripted, new)
+    direct = _read_back(client, new)
+    assert client.post(FORGET_PATH, json={"conversation_id": new}).json()["found"]
+    _history(client, scripted, old)
+    original = _read_back(client, old)
+
+    response = client.post(COPY_PATH, json={"conversation_id": old, "new_conversation_id": new})
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["ok"] and data["found"]
+    assert (data["copied"]["turns"], data["copied"]["memory"], data["copied"]["entities"]) == (
+        2,
+        3,
+        2,
+    )
+    assert _read_back(client, new) == direct
+    assert _read_back(client, old) == original
+    query = {"conversation_id": new, "messages": [{"role": "user", "content": "counseling?"}]}
+    assert client.post(MEMORY_QUERY_PATH, json=query).json()["stored_turns"] == 3
+    # The copy goes on apart: a turn sent again is the same turn; a new one changes only it.
+    again = client.post(COMMIT_PATH, json=_turn(new, 2, LINES[1])).json()
+    assert again["idempotent_hit"] and again["key"] == f"{new}:2"
+    assert client.post(COMMIT_PATH, json=_turn(new, 4, LINES[3])).json()["committed"]
+    assert _read_back(client, old) == original
+    # Copying into it again: it holds memory now, so the copy is refused (409, nothing changed).
+    before = _export(service)
+    twice = client.post(COPY_PATH, json={"conversation_id": old, "new_conversation_id": new})
+    assert twice.status_code == 409 and twice.json()["error_kind"] == "conflict"
+    assert _export(service) == before
 
 
 def test_rename_refuses_to_merge_two_conversations_or_to_wait_for_a_lease(
@@ -742,7 +778,7 @@ def test_deep_health_asks_the_llm(client: TestClient, settings: Settings) -> Non
         svc.close()
 
 
-def test_cli_rewind_forget_and_rename(
+def test_cli_rewind_forget_rename_and_copy(
     client: TestClient,
     graph_settings: Settings,
     scripted: ScriptedLLM,
@@ -812,6 +848,13 @@ def test_cli_rewind_forget_and_rename(
     assert err.count("\n") == 1 and "already holds memory" in err
     assert run("rename", "--conversation-id", taken, "--new-conversation-id", conv, *args) == 0
     capsys.readouterr()
+    # copy: the conversation is copied and stays (exit 0, found).
+    copied = _conv()
+    assert run("copy", "--conversation-id", conv, "--new-conversation-id", copied, *args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["found"] and out["copied"]["memory"] == 1
+    for cid in (conv, copied):
+        assert client.get(f"{CONVERSATIONS_PATH}/{cid}/turns").json()["page"]["total"] == 1
     assert run("forget", "--conversation-id", conv, "--project-dir", str(tmp_path)) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["found"] and out["removed"]["turns"] == 1 and out["removed"]["memory"] == 1

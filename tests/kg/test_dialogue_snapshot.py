@@ -141,14 +141,14 @@ def test_renaming_needs_both_leases_and_moves_every_row_by_position(store: Graph
     # Without both leases: refused, nothing moved.
     assert repo.claim_lock(conversation, "sidecar-a", lease_s=30).acquired
     with pytest.raises(LostLockError):
-        repo.rename(conversation, new, "sidecar-a")
+        repo.carry(conversation, new, "sidecar-a", move=True)
     assert repo.claim_lock(taken, "sidecar-a", lease_s=30).acquired
     # Into a conversation that holds memory: refused, nothing moved.
     with pytest.raises(RenameRefusedError):
-        repo.rename(conversation, taken, "sidecar-a")
+        repo.carry(conversation, taken, "sidecar-a", move=True)
     assert repo.snapshot(conversation).turn_count == 3 and repo.snapshot(taken).turn_count == 2
     assert repo.claim_lock(new, "sidecar-a", lease_s=30).acquired
-    moved = repo.rename(conversation, new, "sidecar-a")
+    moved = repo.carry(conversation, new, "sidecar-a", move=True)
     assert moved is not None and (moved.memory, moved.turns) == (3, 0)
     for cid in (conversation, taken, new):
         repo.release_lock(cid, "sidecar-a")
