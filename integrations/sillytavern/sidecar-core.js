@@ -18,7 +18,10 @@
 //                         was written under is kept there (`host.getChatMemory`), and a chat
 //                         whose recorded id is not its own while no chat of that id exists any
 //                         more (`host.chatExists`) was renamed. A branch or a checkpoint copies
-//                         the metadata too, but its parent still exists: it starts its own.
+//                         the metadata too, but its parent still exists:
+//   conversation/copy     a branched chat (or a checkpoint): its parent's memory is copied to
+//                         it, and the writer rewinds the turns the branch does not have, with
+//                         no LLM call for the turns they share.
 //   conversations/{id}/turns   what memory holds, read once per chat (after a reload too)
 //   conversation/{id}/lorebook the chat's memory as a World Info book (the `chatLorebook`
 //                         option, off by default): fetched after the writer has landed every
@@ -227,6 +230,12 @@ export class SidecarClient {
         });
     }
 
+    async copy(conversationId, newConversationId) {
+        return this.call('POST', '/conversation/copy', {
+            conversation_id: conversationId, new_conversation_id: newConversationId,
+        });
+    }
+
     async turns(conversationId, offset = 0, limit = PAGE_LIMIT) {
         const id = encodeURIComponent(conversationId);
         return this.call('GET', `/conversations/${id}/turns?offset=${offset}&limit=${limit}`);
@@ -404,12 +413,13 @@ export class SkaldMemory {
         state.lorebookStale = true;
     }
 
-    /** Before a chat's memory is first read: if the chat was renamed since memory was written
-     *  (its metadata records another id, and no chat of that id exists any more), move that
-     *  memory to the chat's id; then record the chat's id in its metadata
+    /** Before a chat's memory is first read: if its metadata records another id, the chat was
+     *  renamed (no chat of that id exists any more: its memory is moved to the chat's id) or
+     *  branched (that chat still exists: its memory is copied, and the writer then rewinds
+     *  what the branch does not have). Then the chat's id is recorded in its metadata
      *  (`host.getChatMemory()`, `host.setChatMemory(record)`: `{conversation_id, lorebook}`).
-     *  A failure to reach the sidecar throws (the writer retries with backoff); a refusal (the
-     *  new id already holds memory) is recorded and the chat goes on under its own id.
+     *  A failure to reach the sidecar throws (the writer retries with backoff); a refusal is
+     *  recorded and the chat goes on under its own id.
      *
      *  The record also names the chat's lorebook, so a renamed chat keeps writing the book it
      *  is bound to (the binding moves with the metadata), while a branch, bound to its
@@ -423,22 +433,15 @@ export class SkaldMemory {
         }
         let lorebook = lorebookName(state.id);
         if (recorded === state.id) lorebook = record.lorebook ?? lorebook;
-        else if (recorded && this.host.chatExists && !(await this.host.chatExists(recorded))) {
-            lorebook = record.lorebook ?? lorebookName(recorded);
-            const previous = this.chats.get(recorded);
-            if (previous?.running) await previous.running;
-            const step = { kind: 'rename', turnId: null };
-            const { status, data } = await this.client.rename(recorded, state.id);
-            if (status === 200 && data?.ok) {
-                this.chats.delete(recorded);
-                const detail = data.found
-                    ? `renamed chat: ${data.moved.memory} remembered turn(s) moved from "${recorded}"`
-                    : `renamed chat: memory held nothing of "${recorded}"`;
-                this.record(state, step, 'idle', detail);
-            } else if (retryable(status) && data?.error_kind !== 'conflict') {
-                throw new SidecarError(data?.reason ?? `rename failed (HTTP ${status})`, status, data);
+        else if (recorded && this.host.chatExists) {
+            if (await this.host.chatExists(recorded)) {
+                await this.carryOver(state, 'copy', recorded);
             } else {
-                this.record(state, step, 'error', `renamed chat: ${data?.reason ?? `HTTP ${status}`}`);
+                const previous = this.chats.get(recorded);
+                if (previous?.running) await previous.running;
+                await this.carryOver(state, 'rename', recorded);
+                this.chats.delete(recorded);
+                lorebook = record.lorebook ?? lorebookName(recorded);
             }
         }
         // Only into the chat's own metadata: another chat may have been opened meanwhile (then
@@ -449,6 +452,28 @@ export class SkaldMemory {
         }
         state.lorebookName = lorebook;
         state.adopted = true;
+    }
+
+    /** The memory of chat `from` moved ('rename') or copied ('copy') to this chat's id. A copy
+     *  the chat already holds memory for is no error: it landed before (the record was not
+     *  saved then). */
+    async carryOver(state, kind, from) {
+        const step = { kind, turnId: null };
+        const what = kind === 'rename' ? 'renamed chat' : 'branched chat';
+        const { status, data } = await this.client[kind](from, state.id);
+        if (status === 200 && data?.ok) {
+            const done = kind === 'rename' ? 'moved' : 'copied';
+            const detail = data.found
+                ? `${what}: ${data[done].memory} remembered turn(s) ${done} from "${from}"`
+                : `${what}: memory held nothing of "${from}"`;
+            this.record(state, step, 'idle', detail);
+        } else if (kind === 'copy' && data?.error_kind === 'conflict') {
+            this.record(state, step, 'idle', `${what}: memory of it is there already`);
+        } else if (retryable(status) && data?.error_kind !== 'conflict') {
+            throw new SidecarError(data?.reason ?? `${kind} failed (HTTP ${status})`, status, data);
+        } else {
+            this.record(state, step, 'error', `${what}: ${data?.reason ?? `HTTP ${status}`}`);
+        }
     }
 
     /** One chat's writes, in order, one at a time, until memory holds the chat as it is. */

@@ -294,7 +294,7 @@ describe('against the real sidecar', () => {
         }
     });
 
-    test('a renamed chat keeps its memory and its lorebook, unwritten again; a branch starts its own', async () => {
+    test('a renamed chat keeps its memory and its lorebook, a branch copies its memory: neither written again', async () => {
         const stamp = Date.now();
         const [named, renamed, branch] = ['named', 'renamed', 'branch'].map((n) => `st-${stamp}-${n}`);
         // SillyTavern as it renames and branches: each chat's metadata, and the chat files.
@@ -334,19 +334,25 @@ describe('against the real sidecar', () => {
         // Its memory is offered to the book it is bound to, not to a new one.
         assert.deepEqual(host.offered.at(-1).name, book);
         assert.match(contents(host.offered.at(-1).book), /falcons/);
-        // The look-alike: a branch copies the metadata, but the chat it names still exists.
+        // A branch from the first reply copies the metadata, but the chat it names still
+        // exists: its memory is copied, and the turn the branch lacks rewound.
         files.add(branch);
         metadata.set(branch, { ...metadata.get(renamed), main_chat: renamed });
         current = branch;
+        host.chat = host.chat.slice(0, 2);
         memory.onChatChanged();
         await memory.settled();
         await lorebookSettled(memory);
-        assert.equal(calls.replaceTurn, 4); // its own memory, written from the start
+        assert.equal(calls.replaceTurn, 2); // nothing written again
+        assert.equal(calls.rewind, 1);
+        assert.deepEqual(memory.outcomes.filter((o) => o.chatId === branch).map((o) => [o.step, o.status]),
+            [['copy', 'idle'], ['rewind', 'idle']]);
+        assert.match(memory.outcomes.at(-2).detail, /branched chat: 2 remembered turn\(s\) copied/);
+        assert.deepEqual((await listTurns(branch)).map((t) => t.turn_id), ['1']);
+        assert.deepEqual((await listTurns(renamed)).map((t) => t.turn_id), ['1', '3']);
         assert.deepEqual(metadata.get(branch), { conversation_id: branch, lorebook: lorebookName(branch), main_chat: renamed });
         assert.equal(host.offered.at(-1).name, lorebookName(branch)); // never the parent's book
-        assert.deepEqual((await listTurns(branch)).map((t) => t.turn_id), ['1', '3']);
-        assert.deepEqual((await listTurns(renamed)).map((t) => t.turn_id), ['1', '3']);
-        assert.ok(!memory.outcomes.some((o) => o.step === 'rename' && o.chatId === branch));
+        assert.doesNotMatch(contents(host.offered.at(-1).book), /Storm/);
     });
 
     test('a query during a pending edit holds the old text back; after the edit lands it recalls the new', async () => {

@@ -14,8 +14,10 @@ prompt, and tests/sillytavern/drive.mjs driving chromium (playwright-core) throu
 Seraphina: a stated fact, small talk, the question, a swipe, an edit, a delete, a reload; then
 the chat's lorebook, fetched from the sidecar and imported through SillyTavern's own World Info
 import, its entries read back from the World Info editor; the extension's chatLorebook option,
-ticked, binding the same book as the chat's lorebook; and at the end the chat deleted with
-/delchat, which memory must forget.
+ticked, binding the same book as the chat's lorebook; then the chat renamed (memory moves, the
+book stays bound), branched with /branch-create (memory copied, the branch's missing turns
+rewound, nothing written again) and the branch deleted with /delchat, which memory must
+forget while the chat keeps its own.
 
 The tiny-model test (`SKALD_ST_TINY=1` too: the default local model runs the sidecar's slots,
 several minutes) chats ten ordinary messages and reads the badge log.
@@ -407,6 +409,7 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
 
             _check_lorebook(result, tmp_path)
             _check_chat_renamed(result, stack)
+            _check_chat_branched(result)
             _check_chat_deleted(result, stack)
         finally:
             stack.close()
@@ -438,17 +441,38 @@ def _check_chat_renamed(result: dict[str, Any], stack: Stack) -> None:
     assert book["name"] == result["chatLorebook"]["name"] == book["bound"], book
 
 
+def _check_chat_branched(result: dict[str, Any]) -> None:
+    """The chat branched at its second turn with SillyTavern's /branch-create: the extension
+    copied the chat's memory and rewound the turns the branch lacks, with no turn written (no
+    LLM call); memory then held exactly the branch's turns."""
+    branched = result["branchedChat"]
+    print("  chat branched:", branched["outcomes"])
+    assert branched["from"] == result["chatId"] != branched["chatId"], branched
+    steps = [(o["step"], o["status"]) for o in branched["outcomes"]]
+    assert steps == [("copy", "idle"), ("rewind", "idle")], steps
+    copied = len(result["memoryTurns"])
+    assert f"{copied} remembered turn(s) copied" in branched["outcomes"][0]["detail"], branched
+    assert len(branched["chatTurns"]) == 2 < copied, branched
+    assert [(t["turnId"], t["text"]) for t in branched["memoryTurns"]] == [
+        (t["turnId"], t["text"]) for t in branched["chatTurns"]
+    ]
+
+
 def _check_chat_deleted(result: dict[str, Any], stack: Stack) -> None:
-    """The chat deleted with SillyTavern's /delchat: another chat is open, and memory holds
-    nothing of the deleted one (the extension forgot it on CHAT_DELETED)."""
+    """The branch deleted with SillyTavern's /delchat: another chat is open, memory holds
+    nothing of the deleted one (the extension forgot it on CHAT_DELETED), and the chat it was
+    branched from keeps its memory."""
     deleted = result["deletedChat"]
     print("  chat deleted:", deleted)
-    assert deleted["openChat"] != deleted["chatId"], deleted
+    assert deleted["openChat"] != deleted["chatId"] == result["branchedChat"]["chatId"], deleted
     forget = deleted["forget"]
     assert [o["status"] for o in forget] == ["idle"], forget
-    assert f"{len(result['memoryTurns'])} remembered turn(s)" in forget[0]["detail"], forget
+    branch_turns = len(result["branchedChat"]["memoryTurns"])
+    assert f"{branch_turns} remembered turn(s)" in forget[0]["detail"], forget
     turns = _turns_under(stack, deleted["chatId"])
     assert turns["page"]["total"] == 0 and turns["items"] == [], turns
+    parent = _turns_under(stack, result["chatId"])
+    assert parent["page"]["total"] == len(result["memoryTurns"]), parent
 
 
 def _check_lorebook(result: dict[str, Any], tmp_path: Path) -> None:

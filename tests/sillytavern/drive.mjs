@@ -215,6 +215,42 @@ async function renameChat() {
     log('renamed the chat:', JSON.stringify(out.renamedChat));
 }
 
+/** What memory holds of the open chat, and the chat's turns as the extension sees them. */
+async function memoryOfOpenChat() {
+    return page.evaluate(async () => {
+        const chatId = SillyTavern.getContext().getCurrentChatId();
+        const { data } = await globalThis.skaldMemory.client.turns(chatId);
+        return {
+            chatId,
+            chatTurns: globalThis.skaldMemoryTurns(),
+            memoryTurns: data.items.map((t) => ({ turnId: Number(t.turn_id), text: t.text })),
+        };
+    });
+}
+
+/** Branches the open chat at its second turn's reply with SillyTavern's /branch-create typed in
+ *  the chat box (it opens the branch), and waits for the extension to copy the memory. */
+async function branchChat() {
+    const from = await page.evaluate(() => SillyTavern.getContext().getCurrentChatId());
+    const at = await page.evaluate(() => globalThis.skaldMemoryTurns()[1].turnId);
+    out.steps.push({ at: Date.now(), step: 'branch-chat', from, mesId: at });
+    await type('#send_textarea', `/branch-create ${at}`);
+    await page.click('#send_but');
+    await page.waitForFunction((id) => ![id, undefined].includes(SillyTavern.getContext().getCurrentChatId()),
+        from, { timeout: 60_000, polling: 250 });
+    const to = await page.evaluate(() => SillyTavern.getContext().getCurrentChatId());
+    await page.waitForFunction((id) => globalThis.skaldMemory.outcomes.some((o) => o.chatId === id && o.step === 'copy'),
+        to, { timeout: 120_000, polling: 250 });
+    await settled('after the branch');
+    out.branchedChat = {
+        from,
+        mesId: at,
+        ...(await memoryOfOpenChat()),
+        outcomes: await page.evaluate((id) => globalThis.skaldMemory.outcomes.filter((o) => o.chatId === id), to),
+    };
+    log('branched the chat:', JSON.stringify(out.branchedChat.outcomes));
+}
+
 /** Waits until the extension's writer has nothing left to write for this chat. */
 async function settled(label) {
     const t0 = Date.now();
@@ -357,17 +393,11 @@ try {
             await offerChatLorebook();
         }
         await renameChat();
-        // What memory holds of the chat, then the chat deleted: memory must forget it.
-        Object.assign(out, await page.evaluate(async () => {
-            const chatId = SillyTavern.getContext().getCurrentChatId();
-            const { data } = await globalThis.skaldMemory.client.turns(chatId);
-            return {
-                chatId,
-                chatTurns: globalThis.skaldMemoryTurns(),
-                memoryTurns: data.items.map((t) => ({ turnId: Number(t.turn_id), text: t.text })),
-            };
-        }));
-        await deleteChat(out.chatId);
+        // What memory holds of the chat; then a branch of it, deleted: memory must copy the
+        // branch's share of the chat, then forget the branch and keep the chat.
+        Object.assign(out, await memoryOfOpenChat());
+        await branchChat();
+        await deleteChat(out.branchedChat.chatId);
     } else {
         for (const text of config.messages) await send(text);
         await settled('the end');
