@@ -28,8 +28,8 @@ import { DEFAULT_SETTINGS, PROMPT_KEY, PROMPT_POSITION_IN_PROMPT, STATUS_LABELS,
 
 // world-info.js's METADATA_KEY: where a chat's metadata names its lorebook.
 const CHAT_LOREBOOK_KEY = 'world_info';
-// Where a chat's metadata records the conversation id memory was written under and the name of
-// its lorebook ({conversation_id, lorebook}): it survives a rename (SillyTavern's
+// Where a chat's metadata records the conversation id memory was written under, the name of
+// its lorebook and the character or group it belongs to ({conversation_id, lorebook, owner}): it survives a rename (SillyTavern's
 // /api/chats/rename moves the file, metadata and all).
 const CHAT_MEMORY_KEY = 'skald_memory';
 
@@ -82,6 +82,14 @@ const host = {
         const ctx = context();
         ctx.chatMetadata[CHAT_MEMORY_KEY] = record;
         await ctx.saveMetadata();
+    },
+    // The character or group the open chat belongs to (a chat's record names it, so a chat
+    // imported from elsewhere is told from a renamed one).
+    getChatOwner: () => {
+        const ctx = context();
+        if (ctx.groupId) return `group:${ctx.groupId}`;
+        const avatar = ctx.characters[ctx.characterId]?.avatar;
+        return avatar ? `character:${avatar}` : null;
     },
     // Whether SillyTavern still holds a chat of that id: the open group's chats, or the open
     // character's chat files (POST /api/characters/chats, as getPastCharacterChats asks).

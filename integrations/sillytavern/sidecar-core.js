@@ -417,7 +417,9 @@ export class SkaldMemory {
      *  renamed (no chat of that id exists any more: its memory is moved to the chat's id) or
      *  branched (that chat still exists: its memory is copied, and the writer then rewinds
      *  what the branch does not have). Then the chat's id is recorded in its metadata
-     *  (`host.getChatMemory()`, `host.setChatMemory(record)`: `{conversation_id, lorebook}`).
+     *  (`host.getChatMemory()`, `host.setChatMemory(record)`: `{conversation_id, lorebook,
+     *  owner}`, the owner being the character or group the chat belongs to, `host.getChatOwner()`;
+     *  a record of another owner's chat, as an imported chat file carries, is only copied).
      *  A failure to reach the sidecar throws (the writer retries with backoff); a refusal is
      *  recorded and the chat goes on under its own id.
      *
@@ -431,10 +433,14 @@ export class SkaldMemory {
             state.adopted = true;
             return;
         }
+        const owner = this.host.getChatOwner?.() ?? null;
         let lorebook = lorebookName(state.id);
         if (recorded === state.id) lorebook = record.lorebook ?? lorebook;
         else if (recorded && this.host.chatExists) {
-            if (await this.host.chatExists(recorded)) {
+            // A chat imported from another character or group names a chat that is not this
+            // one's to take: its memory is copied, never moved.
+            const elsewhere = Boolean(record.owner && owner && record.owner !== owner);
+            if (elsewhere || await this.host.chatExists(recorded)) {
                 await this.carryOver(state, 'copy', recorded);
             } else {
                 const previous = this.chats.get(recorded);
@@ -447,8 +453,8 @@ export class SkaldMemory {
         // Only into the chat's own metadata: another chat may have been opened meanwhile (then
         // this runs again when the chat is next written).
         if (String(this.host.getChatId() ?? '') !== state.id) return;
-        if (recorded !== state.id || record.lorebook !== lorebook) {
-            await this.host.setChatMemory({ conversation_id: state.id, lorebook });
+        if (recorded !== state.id || record.lorebook !== lorebook || (owner && record.owner !== owner)) {
+            await this.host.setChatMemory({ conversation_id: state.id, lorebook, ...(owner ? { owner } : {}) });
         }
         state.lorebookName = lorebook;
         state.adopted = true;

@@ -296,7 +296,7 @@ describe('against the real sidecar', () => {
 
     test('a renamed chat keeps its memory and its lorebook, a branch copies its memory: neither written again', async () => {
         const stamp = Date.now();
-        const [named, renamed, branch] = ['named', 'renamed', 'branch'].map((n) => `st-${stamp}-${n}`);
+        const [named, renamed, branch, imported] = ['named', 'renamed', 'branch', 'imported'].map((n) => `st-${stamp}-${n}`);
         // SillyTavern as it renames and branches: each chat's metadata, and the chat files.
         const host = lorebookHost(named);
         let current = named;
@@ -306,6 +306,8 @@ describe('against the real sidecar', () => {
         host.getChatMemory = () => metadata.get(current) ?? null;
         host.setChatMemory = async (record) => { metadata.set(current, { ...metadata.get(current), ...record }); };
         host.chatExists = async (id) => files.has(id);
+        let owner = 'character:Seraphina.png';
+        host.getChatOwner = () => owner;
         const memory = memoryFor(host, { chatLorebook: true });
         const calls = countCalls(memory.client);
         host.chat.push(user('My cousin Ada trains falcons in Tromsø.'), bot('Falcons!'),
@@ -315,7 +317,8 @@ describe('against the real sidecar', () => {
         await lorebookSettled(memory);
         assert.equal(calls.replaceTurn, 2);
         const book = lorebookName(named);
-        assert.deepEqual(metadata.get(named), { conversation_id: named, lorebook: book });
+        assert.deepEqual(metadata.get(named), { conversation_id: named, lorebook: book, owner });
+        const whole = host.chat.slice();
         assert.deepEqual(host.offered.map((o) => [o.name, o.id]), [[book, named]]);
         // Renamed: the file moves, metadata and all; the chat reloads under its new id.
         files.delete(named);
@@ -330,7 +333,7 @@ describe('against the real sidecar', () => {
         assert.match(memory.outcome.detail, /renamed chat: 2 remembered turn\(s\) moved/);
         assert.deepEqual((await listTurns(renamed)).map((t) => t.turn_id), ['1', '3']);
         assert.deepEqual(await listTurns(named), []);
-        assert.deepEqual(metadata.get(renamed), { conversation_id: renamed, lorebook: book });
+        assert.deepEqual(metadata.get(renamed), { conversation_id: renamed, lorebook: book, owner });
         // Its memory is offered to the book it is bound to, not to a new one.
         assert.deepEqual(host.offered.at(-1).name, book);
         assert.match(contents(host.offered.at(-1).book), /falcons/);
@@ -350,9 +353,24 @@ describe('against the real sidecar', () => {
         assert.match(memory.outcomes.at(-2).detail, /branched chat: 2 remembered turn\(s\) copied/);
         assert.deepEqual((await listTurns(branch)).map((t) => t.turn_id), ['1']);
         assert.deepEqual((await listTurns(renamed)).map((t) => t.turn_id), ['1', '3']);
-        assert.deepEqual(metadata.get(branch), { conversation_id: branch, lorebook: lorebookName(branch), main_chat: renamed });
+        assert.deepEqual(metadata.get(branch), { conversation_id: branch, lorebook: lorebookName(branch), owner, main_chat: renamed });
         assert.equal(host.offered.at(-1).name, lorebookName(branch)); // never the parent's book
         assert.doesNotMatch(contents(host.offered.at(-1).book), /Storm/);
+        // The renamed chat's file imported into another character: the chat it names is not
+        // among that character's chats, but it is not this one's to take: copied, not moved.
+        owner = 'character:Other.png';
+        files.clear();
+        files.add(imported);
+        metadata.set(imported, { ...metadata.get(renamed) });
+        current = imported;
+        host.chat = whole;
+        memory.onChatChanged();
+        await memory.settled();
+        assert.equal(calls.replaceTurn, 2);
+        assert.deepEqual(memory.outcomes.filter((o) => o.chatId === imported).map((o) => o.step), ['copy']);
+        assert.deepEqual((await listTurns(imported)).map((t) => t.turn_id), ['1', '3']);
+        assert.deepEqual((await listTurns(renamed)).map((t) => t.turn_id), ['1', '3']);
+        assert.equal(metadata.get(imported).owner, owner);
     });
 
     test('a query during a pending edit holds the old text back; after the edit lands it recalls the new', async () => {
