@@ -66,7 +66,8 @@ def turn_status(result: TurnResult) -> int:
 def call_status(
     result: RewindResult | ForgetResult | RenameResult | CopyResult | MemoryQueryResult,
 ) -> int:
-    """A rewind, a forget, a rename, a copy or a memory query: unlike a turn, one that did not happen is never 200."""
+    """A rewind, a forget, a rename, a copy or a memory query: unlike a turn, one that did not
+    happen is never 200."""
     status = _status(result.ok, result.code, result.error_kind, result.retryable)
     return 503 if status == 200 and not result.ok else status
 

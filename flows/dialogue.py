@@ -2,8 +2,8 @@
 
     serve    the HTTP API for chat front ends (the `api` package; OpenAPI at /openapi.json and
              /docs): POST turn/commit, turn/retry, turn/replace, conversation/rewind,
-             conversation/forget, conversation/rename, conversation/copy, memory/query; GET conversations,
-             conversations/{id}/entities|relations|milestones|turns|search,
+             conversation/forget, conversation/rename, conversation/copy, memory/query;
+             GET conversations, conversations/{id}/entities|relations|milestones|turns|search,
              conversation/{id}/lorebook, health. Security: a bearer token (SKALD_SIDECAR_TOKEN
              or --token-file; required to bind a non-loopback address), CORS for the origins
              given with --cors-origin.
@@ -35,7 +35,8 @@ the turn's own non-LLM work (measured: docs/decisions/dialogue-turn-not-a-flow.m
 the same pipeline for single turns from the Prefect UI or a deployment, each slot a task run.
 
 Exit codes of `commit`, `rewind`, `forget`, `rename` and `copy`: 0 COMMITTED (or rewound,
-forgotten, renamed, copied, or nothing to forget, rename or copy), 1 ROLLED_BACK, 2 INVALID_REQUEST, 3 IN_PROGRESS. The HTTP statuses are api.statuses'.
+forgotten, renamed, copied, or nothing to forget, rename or copy), 1 ROLLED_BACK,
+2 INVALID_REQUEST, 3 IN_PROGRESS. The HTTP statuses are api.statuses'.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ Per conversation the sidecar keeps:
 - `KGMilestone {milestone_id, conversation_id, turn_id, text, ...}`
 - `KGTurn {key: "conversation_id:turn_id", payload_hash, status, result_json, seq, text, ...}`:
   the persisted idempotency record of a COMMITTED turn (`payload_conversation_id`: the id its
-  payload hash was computed with, on a turn of a renamed conversation); its operational fields (`committed_at`,
-  `committed_by`, `trace_json`: when, by which process, the slot timings) are left out of
-  exports (kg.vocabulary.OPERATIONAL_PROPERTIES)
+  payload hash was computed with, on a turn of a renamed or copied conversation); its
+  operational fields (`committed_at`, `committed_by`, `trace_json`: when, by which process, the
+  slot timings) are left out of exports (kg.vocabulary.OPERATIONAL_PROPERTIES)
 - `KGMemory {key, conversation_id, seq, position_key, speaker, text, extra, when, group,
   source_refs, embedding, embedded_by, committed}`: every turn's text, the recall document,
   written whether or not the turn's facts passed the commit gate (the gate governs graph facts

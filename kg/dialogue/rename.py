@@ -6,12 +6,13 @@ A chat front end names a conversation by its chat (SillyTavern: the chat file's 
 renamed chat is another id, and so is a branch. Without these the front end would write every
 turn again, with every slot's LLM call (and a rename would leave the memory under the old id).
 
-The turn records and memory rows are re-keyed in place, or copied (their text, vectors and
-positions do not depend on the id). The facts do: relation, event and milestone ids are made from the turn's
-key. So, as a rewind does, the committed turns' stored writes, re-keyed, are re-applied in order
-under the new id (`apply_facts` is deterministic); a rename first deletes the old id's facts. A turn's payload hash was computed
-with the id it was sent under; its record keeps that id (`payload_conversation_id`), so the same
-turn sent again under the new id is still a duplicate, not a conflict."""
+The turn records and memory rows are re-keyed in place, or copied: their text, vectors and
+positions do not depend on the id. The facts do: relation, event and milestone ids are made
+from the turn's key. So, as a rewind does, the committed turns' stored writes, re-keyed, are
+re-applied in order under the new id (`apply_facts` is deterministic); a rename first deletes
+the old id's facts. A turn's payload hash was computed with the id it was sent under; its
+record keeps that id (`payload_conversation_id`), so the same turn sent again under the new id
+is still a duplicate, not a conflict."""
 
 from __future__ import annotations
 
