@@ -581,27 +581,24 @@ class CopyRequest(_CarryRequest):
     conversation to another id (the chat was branched), leaving it as it was."""
 
 
-class RenameResult(_ConversationCallResult):
-    """What renaming a conversation moved."""
-
+class _CarryResult(_ConversationCallResult):
     new_conversation_id: str
     found: bool = Field(
         False,
-        description="memory held the conversation and it moved (False: nothing to move, or "
-        "the same id)",
+        description="memory held the conversation and it was carried over (False: nothing to "
+        "carry over, or the same id)",
     )
+
+
+class RenameResult(_CarryResult):
+    """What renaming a conversation moved."""
+
     moved: ConversationContents = Field(default_factory=ConversationContents)
 
 
-class CopyResult(_ConversationCallResult):
+class CopyResult(_CarryResult):
     """What copying a conversation copied."""
 
-    new_conversation_id: str
-    found: bool = Field(
-        False,
-        description="memory held the conversation and it was copied (False: nothing to copy, "
-        "or the same id)",
-    )
     copied: ConversationContents = Field(default_factory=ConversationContents)
 
 

@@ -46,7 +46,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from core.errors import Err, Ok, Result, SkaldError, classify
 from core.heap import HeapTrimmer
@@ -261,26 +261,30 @@ class DialogueService:
         repo = DialogueRepository(store)
         payload_hash = payload_digest(request.payload_canonical())
 
-        def hashed_as_stored(stored: StoredTurn) -> str:
-            # A turn of a renamed conversation was hashed with the id it was sent under.
-            if stored.payload_conversation_id is None:
-                return payload_hash
-            return payload_digest(request.payload_canonical(stored.payload_conversation_id))
+        def replay_of(stored: StoredTurn | None) -> TurnResult | None:
+            """The stored turn's answer (or a conflict), unless this is a replace of it."""
+            if stored is None:
+                return None
+            # A turn of a renamed or copied conversation was hashed with the id it was sent under.
+            hashed = (
+                payload_hash
+                if stored.payload_conversation_id is None
+                else payload_digest(request.payload_canonical(stored.payload_conversation_id))
+            )
+            if replace and stored.payload_hash != hashed:
+                return None
+            return self.outcomes.replay(ids, stored, hashed, trace)
 
         try:
-            stored = repo.get_turn(request.key)
+            replayed = replay_of(repo.get_turn(request.key))
         except SkaldError as exc:
             return self.outcomes.failed(ids, trace, exc)
-        if stored is not None and (not replace or stored.payload_hash == hashed_as_stored(stored)):
-            return self.outcomes.replay(ids, stored, hashed_as_stored(stored), trace)
+        if replayed is not None:
+            return replayed
 
         def body(claim_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
-            if claim_stored is not None and (
-                not replace or claim_stored.payload_hash == hashed_as_stored(claim_stored)
-            ):
-                replayed = self.outcomes.replay(
-                    ids, claim_stored, hashed_as_stored(claim_stored), trace
-                )
+            replayed = replay_of(claim_stored)
+            if replayed is not None:
                 return replayed, True
             if replace and repo.remembered_text(request.key) != turn_text(request.messages):
                 # Changed text: rewind the old turn and every later one. (The same text as
@@ -428,16 +432,7 @@ class DialogueService:
         of either in flight finishes first; past `lock_wait_s` the rename answers IN_PROGRESS
         and moves nothing). Refused as a conflict when the new id already holds memory. Takes
         a RenameRequest, or the two ids (validated like one)."""
-        parsed = (
-            conversation_id
-            if isinstance(conversation_id, RenameRequest)
-            else parse_rename(
-                {"conversation_id": conversation_id, "new_conversation_id": new_conversation_id}
-            )
-        )
-        if isinstance(parsed, RenameResult):
-            return parsed
-        return self._carry(parsed, RenameResult, db=db)
+        return self._carry(conversation_id, new_conversation_id, RenameResult, db=db)
 
     def copy(
         self,
@@ -449,26 +444,28 @@ class DialogueService:
         """Copy a conversation to another id (its chat was branched), leaving it as it was:
         the same transaction and locks as `rename`, and the same refusals. Takes a
         CopyRequest, or the two ids (validated like one)."""
-        parsed = (
-            conversation_id
-            if isinstance(conversation_id, CopyRequest)
-            else parse_copy(
-                {"conversation_id": conversation_id, "new_conversation_id": new_conversation_id}
-            )
-        )
-        if isinstance(parsed, CopyResult):
-            return parsed
-        return self._carry(parsed, CopyResult, db=db)
+        return self._carry(conversation_id, new_conversation_id, CopyResult, db=db)
 
     def _carry(
         self,
-        request: RenameRequest | CopyRequest,
+        given: str | RenameRequest | CopyRequest,
+        new_conversation_id: str | None,
         answer: type[CarryResult],
         *,
         db: DbConfig | None,
     ) -> CarryResult:
         """A rename (RenameResult) or a copy (CopyResult), under both ids' locks."""
         move = answer is RenameResult
+        parsed = (
+            given
+            if isinstance(given, RenameRequest | CopyRequest)
+            else (parse_rename if move else parse_copy)(
+                {"conversation_id": given, "new_conversation_id": new_conversation_id}
+            )
+        )
+        if isinstance(parsed, RenameResult | CopyResult):
+            return cast(CarryResult, parsed)
+        request = parsed
         verb, field = ("rename", "moved") if move else ("copy", "copied")
         old, new = request.conversation_id, request.new_conversation_id
         named = {"conversation_id": old, "new_conversation_id": new}
