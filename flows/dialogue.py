@@ -25,6 +25,9 @@
              .../conversation/copy does
     conversations  list the conversations memory holds, one JSON line each (its id and
              remembered turns), as GET .../conversations does
+    query    what memory recalls for a message: the injection packet a front end would put in
+             its next prompt (`--json`: the whole answer, recalled turns with their scores), as
+             POST .../memory/query does; nothing is written
     lorebook write a conversation's memory as a SillyTavern World Info book (the same JSON as
              GET .../conversation/{id}/lorebook), to import through SillyTavern's World Info panel
     openapi  write the OpenAPI document without starting a server
@@ -296,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{serve,commit,ingest,reembed,rewind,forget,rename,copy,conversations,lorebook,openapi}",
+        metavar="{serve,commit,ingest,reembed,rewind,forget,rename,copy,conversations,query,lorebook,"
+        "openapi}",
     )
     _serve_parser(sub.add_parser("serve", parents=[common], help="run the HTTP adapter"))
     _commit_parser(
@@ -346,6 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
         "conversations",
         parents=[common],
         help="list the conversations memory holds (JSON lines: id and remembered turns)",
+    )
+    _query_parser(
+        sub.add_parser(
+            "query",
+            parents=[common],
+            help="print what memory recalls for a message: the injection packet (writes nothing)",
+        )
     )
     _lorebook_parser(
         sub.add_parser(
@@ -516,6 +527,30 @@ def _rewind_parser(rewind: argparse.ArgumentParser) -> None:
     rewind.add_argument("--before-turn", required=True, help="the first turn id to remove")
 
 
+def _query_parser(query: argparse.ArgumentParser) -> None:
+    query.add_argument(
+        "message", help="the message memory is asked about (the next one in the chat)"
+    )
+    query.add_argument("--conversation-id", required=True, help="the conversation")
+    query.add_argument("--speaker", default=None, help="who says the message (default: user)")
+    query.add_argument(
+        "--time",
+        default=None,
+        help='when it is said ("1:56 pm on 8 May, 2023", ISO 8601): resolves "yesterday" in it',
+    )
+    query.add_argument(
+        "--recall-k", type=int, default=None, help="earlier turns recalled (default 5, at most 50)"
+    )
+    query.add_argument(
+        "--token-budget", type=int, default=None, help="tokens for the packet (default 1024)"
+    )
+    query.add_argument(
+        "--json",
+        action="store_true",
+        help="print the whole answer as JSON: the packet, the recalled turns and their scores",
+    )
+
+
 def _lorebook_parser(lorebook: argparse.ArgumentParser) -> None:
     lorebook.add_argument(
         "--conversation",
@@ -674,6 +709,42 @@ def _conversations(args: argparse.Namespace, settings: Settings, options: Sideca
         service.close()
 
 
+def _query(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
+    message: dict[str, Any] = {"role": "user", "content": args.message}
+    if args.speaker:
+        message["name"] = args.speaker
+    if args.time:
+        message["time"] = args.time
+    config = {
+        field: value
+        for field, value in (("recall_k", args.recall_k), ("token_budget", args.token_budget))
+        if value is not None
+    }
+    request = {"conversation_id": args.conversation_id, "messages": [message], "config": config}
+    service = DialogueService(settings, options=options)
+    try:
+        result = service.memory_query(request)
+    finally:
+        service.close()
+    if not result.ok:
+        print(f"dialogue: {result.code}: {result.reason}", file=sys.stderr)
+        return EXIT_CODES.get(result.code or "INVALID_REQUEST", 1)
+    if not result.stored_turns:
+        # An empty packet would look like a memory that recalls nothing; most often the id is
+        # mistyped.
+        raise InvalidInputError(
+            f"no remembered turns in conversation {args.conversation_id!r} "
+            f"({settings.project_dir}): `python -m flows.dialogue conversations` lists the "
+            "ones memory holds"
+        )
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        assert result.injection_packet is not None  # an answer that is ok carries one
+        print(result.injection_packet.text)
+    return 0
+
+
 def _one_call(
     settings: Settings,
     options: SidecarOptions,
@@ -767,6 +838,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Settings, SidecarOptions], in
     "rename": _rename,
     "copy": _copy,
     "conversations": _conversations,
+    "query": _query,
     "ingest": _ingest,
     "reembed": _reembed,
     "commit": _commit,

@@ -1,0 +1,114 @@
+"""`python -m flows.dialogue query`: what memory recalls for a message, from the terminal, the
+same answer POST .../memory/query gives (over the real graph and the scripted LLM: the sidecar
+fixtures of tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api import COMMIT_PATH, CONVERSATIONS_PATH, MEMORY_QUERY_PATH
+from core.cli import run_main
+from core.settings import Settings
+from flows.dialogue import main
+from tests.support.cli import graph_vars
+
+TIME = "10:00 am on 9 May, 2023"
+QUESTION = "What colour did Melanie paint the fence?"
+
+
+def _conv() -> str:
+    return f"test-query-cli-{uuid.uuid4().hex[:8]}"
+
+
+def _commit(client: TestClient, conv: str, n: int, speaker: str, content: str) -> None:
+    other = "Melanie" if speaker == "Caroline" else "Caroline"
+    turn = {
+        "conversation_id": conv,
+        "turn_id": n,
+        "messages": [
+            {
+                "role": "user",
+                "name": speaker,
+                "content": content,
+                "time": f"1:{n:02d} pm on 8 May, 2023",
+            }
+        ],
+        "window": [{"role": "user", "name": other, "content": f"Hi {speaker}, how are you?"}],
+    }
+    answer = client.post(COMMIT_PATH, json=turn).json()
+    assert answer["committed"], answer
+
+
+def _api_answer(client: TestClient, conv: str) -> dict[str, Any]:
+    request = {
+        "conversation_id": conv,
+        "messages": [{"role": "user", "name": "Caroline", "content": QUESTION, "time": TIME}],
+        "config": {"recall_k": 2},
+    }
+    answer: dict[str, Any] = client.post(MEMORY_QUERY_PATH, json=request).json()
+    assert answer["ok"], answer
+    return answer
+
+
+def test_cli_query_prints_the_packet_the_api_injects_and_refuses_an_unknown_conversation(
+    client: TestClient,
+    settings: Settings,
+    graph_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    conv = _conv()
+    _commit(client, conv, 1, "Caroline", "My garden is full of tomatoes this year.")
+    _commit(client, conv, 2, "Melanie", "I painted the fence blue yesterday.")
+    _commit(client, conv, 3, "Caroline", "The bakery on the corner closed last month.")
+    # The service's graph and endpoints: its turns' vectors are the scripted server's.
+    for name, value in graph_vars(graph_settings).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("OPENAI_BASE_URL", settings.openai_base_url or "")
+    monkeypatch.setenv("SKALD_EMBEDDING_BASE_URL", settings.embedding_base_url or "")
+
+    def run(*args: str) -> int:
+        with pytest.raises(SystemExit) as exited:
+            run_main(main, "dialogue", ["query", *args, "--project-dir", str(tmp_path)])
+        return int(exited.value.code or 0)
+
+    asked = ("--conversation-id", conv, "--speaker", "Caroline", "--time", TIME, "--recall-k", "2")
+    expected = _api_answer(client, conv)
+    turns_before = client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json()
+    assert turns_before["page"]["total"] == 3
+    capsys.readouterr()
+    assert run(*asked, QUESTION) == 0
+    printed = capsys.readouterr().out
+    assert printed == expected["injection_packet"]["text"] + "\n"
+    assert "I painted the fence blue yesterday." in printed
+    assert "yesterday = Sunday 7 May 2023" in printed  # resolved against when it was said
+
+    assert run(*asked, "--json", QUESTION) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in whole.items() if k != "elapsed_ms"} == {
+        k: v for k, v in expected.items() if k != "elapsed_ms"
+    }
+    assert [t["turn_id"] for t in whole["recalled"]] == expected["injection_packet"][
+        "recalled_turns"
+    ]
+
+    # Nothing written: the conversation's turns are as they were.
+    assert client.get(f"{CONVERSATIONS_PATH}/{conv}/turns").json() == turns_before
+
+    # The look-alike: an id memory does not hold gets one line and a non-zero exit, not an
+    # empty packet that would read as a memory recalling nothing.
+    assert run("--conversation-id", _conv(), QUESTION) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no remembered turns" in err
+
+    # A bad option value is the request's error, said in one line.
+    assert run("--conversation-id", conv, "--recall-k", "99", QUESTION) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "recall_k" in err
