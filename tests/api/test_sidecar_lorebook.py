@@ -21,6 +21,7 @@ from flows.dialogue import main
 from kg.dialogue import ConversationLore, DialogueMilestone, LoreEntity, LoreRelation, StatedFacts
 from tasks.dialogue.lorebook import build_lorebook
 from tests.support.cli import graph_vars
+from tests.support.dialogue_script import greeted_turn
 
 SPEAKERS = ["Caroline", "Melanie"]
 #: The fields of SillyTavern 1.12's entry template (world-info.js newWorldInfoEntryDefinition),
@@ -71,20 +72,7 @@ def _conv() -> str:
 
 
 def _turn(conv: str, n: int, speaker: str, content: str) -> dict[str, Any]:
-    other = next(s for s in SPEAKERS if s != speaker)
-    return {
-        "conversation_id": conv,
-        "turn_id": n,
-        "messages": [
-            {
-                "role": "user",
-                "name": speaker,
-                "content": content,
-                "time": f"1:{n:02d} pm on 8 May, 2023",
-            }
-        ],
-        "window": [{"role": "user", "name": other, "content": f"Hi {speaker}, how are you?"}],
-    }
+    return greeted_turn(conv, n, speaker, content, next(s for s in SPEAKERS if s != speaker))
 
 
 def _commit(client: TestClient, conv: str, n: int, speaker: str, content: str) -> None:

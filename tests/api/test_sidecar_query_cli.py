@@ -17,6 +17,7 @@ from core.cli import run_main
 from core.settings import Settings
 from flows.dialogue import main
 from tests.support.cli import graph_vars
+from tests.support.dialogue_script import greeted_turn
 
 TIME = "10:00 am on 9 May, 2023"
 QUESTION = "What colour did Melanie paint the fence?"
@@ -28,19 +29,7 @@ def _conv() -> str:
 
 def _commit(client: TestClient, conv: str, n: int, speaker: str, content: str) -> None:
     other = "Melanie" if speaker == "Caroline" else "Caroline"
-    turn = {
-        "conversation_id": conv,
-        "turn_id": n,
-        "messages": [
-            {
-                "role": "user",
-                "name": speaker,
-                "content": content,
-                "time": f"1:{n:02d} pm on 8 May, 2023",
-            }
-        ],
-        "window": [{"role": "user", "name": other, "content": f"Hi {speaker}, how are you?"}],
-    }
+    turn = greeted_turn(conv, n, speaker, content, other)
     answer = client.post(COMMIT_PATH, json=turn).json()
     assert answer["committed"], answer
 

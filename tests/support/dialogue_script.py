@@ -215,3 +215,24 @@ def dialogue_requests(
         greeting = ChatMessage(role="assistant", name=others[0], content=f"Hi {first}!")
         requests[0] = requests[0].model_copy(update={"window": [greeting]})
     return requests
+
+
+def greeted_turn(
+    conversation_id: str, turn_id: int, speaker: str, content: str, other: str
+) -> dict[str, Any]:
+    """A one-message commit request said at 1:`turn_id` pm on 8 May 2023, with the other
+    participant's greeting in its window (so the scripted extractor grounds a relation between
+    the two and the commit gate lets it through)."""
+    return {
+        "conversation_id": conversation_id,
+        "turn_id": turn_id,
+        "messages": [
+            {
+                "role": "user",
+                "name": speaker,
+                "content": content,
+                "time": f"1:{turn_id:02d} pm on 8 May, 2023",
+            }
+        ],
+        "window": [{"role": "user", "name": other, "content": f"Hi {speaker}, how are you?"}],
+    }
