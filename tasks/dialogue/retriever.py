@@ -14,6 +14,7 @@ keys, including turns other processes remembered.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
@@ -415,6 +416,16 @@ def row_texts(rows: list[MemoryRow], known: set[str] | None = None) -> list[str]
     return texts
 
 
+def asks_anything(messages: list[ChatMessage]) -> bool:
+    """Whether the messages hold a word (a letter or a digit). One without ("", "...", an emoji:
+    a front end's "continue") asks memory nothing: its lexical ranking is empty and its
+    embedding lands anywhere, so recalling for it would inject turns no one asked about."""
+    return any(_WORD.search(m.content) for m in messages)
+
+
+_WORD = re.compile(r"[^\W_]")
+
+
 def recall_query(
     messages: list[ChatMessage], speakers: list[str] | set[str] | frozenset[str]
 ) -> str:
@@ -555,7 +566,7 @@ def retrieve(
     )
     recalled_turns: list[RecalledTurn] = []
     vector = None
-    if recall_k > 0 and len(memory):
+    if recall_k > 0 and len(memory) and asks_anything(messages):
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
         texts = query_texts(query, memory.speakers)
         known = query_vectors() if query_vectors is not None else {}

@@ -124,6 +124,16 @@ def test_memory_query_before_a_reply_returns_facts_committed_earlier(
     # No writes, no chat call: only the query embedding.
     assert _export(service) == before
     assert scripted.counts_by_path.get("/v1/chat/completions", 0) == chats
+    # A message without a word (a front end's "continue") asks nothing: no turn is recalled,
+    # where its embedding would have drawn some; a one-word message (the look-alike) asks.
+    for wordless in ("", "...", "\U0001f44d"):
+        silent = {**pending, "messages": [{**pending["messages"][0], "content": wordless}]}
+        data = client.post(MEMORY_QUERY_PATH, json=silent).json()
+        assert data["ok"] and data["recalled"] == [] and data["stored_turns"] == 2, wordless
+    one_word = {**pending, "messages": [{**pending["messages"][0], "content": "Support?"}]}
+    assert "1" in [
+        t["turn_id"] for t in client.post(MEMORY_QUERY_PATH, json=one_word).json()["recalled"]
+    ]
     # An unknown conversation is no error: an empty packet.
     empty = client.post(MEMORY_QUERY_PATH, json={**pending, "conversation_id": _conv()}).json()
     assert empty["ok"] and empty["recalled"] == [] and empty["stored_turns"] == 0
