@@ -95,12 +95,14 @@ class RecallParams(BaseModel):
         0.5, ge=0, description="RRF weight of documents the graph's facts link to the query"
     )
     #: Two-event questions (`query_parts`): how many of each part's own best documents are
-    #: kept in the top PART_WINDOW (0: the parts are not asked, nor embedded).
+    #: kept in the top PART_WINDOW (0: the parts are not asked, nor embedded). On by design
+    #: (issue #34: a slot for each event), not tuned: held out on the shared dialogues it moves
+    #: nothing (docs/decisions/recall-fusion.md, "Two-event questions").
     part_budget: int = Field(
-        0, ge=0, le=3, description="slots per part of a two-event question in the top 10"
+        1, ge=0, le=3, description="slots per part of a two-event question in the top 10"
     )
     #: Of how many of a part's own best documents its slots are filled (the ones the whole
-    #: question ranks highest; 1: the part's own best). Chosen with part_budget (unused at 0).
+    #: question ranks highest; 1: the part's own best; unused at part_budget 0).
     part_depth: int = Field(
         10, ge=1, le=100, description="a part's slots are filled from its best part_depth"
     )

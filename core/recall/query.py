@@ -185,18 +185,56 @@ def _entity_names(query: str, speakers: list[str] | set[str] | frozenset[str]) -
 
 
 def _event_parts(query: str) -> list[str]:
-    """The two events of a question: "between A and B" (A, B), "both A and B" (A, B),
-    "X before/after/since E" (X, E) where E is not a date (a date the question names is the
-    time feature's business, not a second event)."""
+    """The two events of a question that needs both: "between A and B" (A, B), "both A and
+    B" (A, B), "X before or after E" (X, E), and a length of time from one to the other ("How
+    long after E did X?": X, E). E is never a date (a date the question names is the time
+    feature's business, not a second event). A second event said as an ordinal alone
+    ("between adopting the first dog and the second") is the first one with that ordinal.
+
+    "X after E" asking about X alone ("How did Melanie feel after the accident?") is one event:
+    E is its context, and a slot for E displaced the answer (held out, docs/decisions/recall-fusion.md)."""
     body = query.strip().rstrip("?.! ")
     for pattern in (r"\bbetween\s+(.+?)\s+and\s+(.+)$", r"\bboth\s+(.+?)\s+and\s+(.+)$"):
         m = re.search(pattern, body, re.IGNORECASE)
         if m:
-            return [m[1], m[2]]
-    m = re.search(r"^(.+?)\s+\b(?:before|after|since)\s+(.+)$", body, re.IGNORECASE)
-    if m and not query_dates(m[2]) and not resolve(m[2], date(2000, 1, 1)):
+            return [m[1], _elided(m[2], m[1])]
+    m = re.search(r"^(.+?)\s+\bbefore\s+or\s+after\s+(.+)$", body, re.IGNORECASE)
+    if m and _not_a_date(m[2]):
         return [m[1], m[2]]
+    # "How long after the wedding did they move?": the cue's object, then the clause.
+    m = re.search(
+        rf"\b{_LENGTH_OF_TIME}\s+(?:after|before|since)\s+(.+?)\s+\b(?:{_AUXILIARIES})\s+(.+)$",
+        body,
+        re.IGNORECASE,
+    )
+    if m and _not_a_date(m[1]):
+        return [m[2], m[1]]
     return []
+
+
+def _not_a_date(phrase: str) -> bool:
+    return not query_dates(phrase) and not resolve(phrase, date(2000, 1, 1))
+
+
+#: A question's opening that asks for a length of time and names no event.
+_LENGTH_OF_TIME = r"how\s+(?:long|soon|much\s+time|many\s+\w+(?:\s+\w+)?)"
+#: The verbs a question's clause starts with after its cue's object ("... did they move").
+_AUXILIARIES = "did|does|do|was|were|is|are|had|has|have|will|would"
+#: Ordinals a second event may be said by alone.
+_ORDINALS = "first|second|third|fourth|fifth|next|last|other|new|old|older|younger"
+
+
+def _elided(second: str, first: str) -> str:
+    """`second` in full when it is an ordinal alone ("the second", "the other one") and
+    `first` holds an ordinal: `first` with its ordinal replaced ("adopting the first dog",
+    "the second" -> "adopting the second dog"); else `second` as it is."""
+    alone = re.fullmatch(rf"(?:the\s+)?({_ORDINALS})(?:\s+one)?", second.strip(), re.IGNORECASE)
+    if not alone:
+        return second
+    replaced, count = re.subn(
+        rf"\b(?:{_ORDINALS})\b", alone[1], first, count=1, flags=re.IGNORECASE
+    )
+    return replaced if count else second
 
 
 def part_text(part: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
@@ -211,12 +249,13 @@ def query_parts(query: str, speakers: list[str] | set[str] | frozenset[str]) -> 
 
     Two entities: "What subject have Caroline and Melanie both painted?" gives "What subject
     have Caroline painted?" and "What subject have Melanie painted?" (one per name: the
-    speakers it names, or two capitalised names joined by "and"). Two events: "How many weeks
-    passed between Maria adopting Coco and Shadow?" gives "Maria adopting Coco" and "Shadow";
-    "When did Melanie go on a hike after the roadtrip?" gives "When did Melanie go on a hike"
-    and "the roadtrip". Only a question (a "?", at most MAX_PART_QUERY characters) with a cue
-    word (between, before, after, since, both, and) is split; each part must keep a content
-    word. `HybridIndex.rank` keeps each part's best documents in the top PART_WINDOW."""
+    speakers it names, or two capitalised names joined by "and"). Two events (`_event_parts`):
+    "How long was it between the wedding and the move to Lisbon?" gives "the wedding" and "the
+    move to Lisbon"; "How long after the wedding did they move to Boston?" gives "they move to
+    Boston" and "the wedding". Only a question (a "?", at most MAX_PART_QUERY characters) with
+    a cue word (between, before, after, since, both, and) is split; each part must keep a
+    content word. `HybridIndex.rank` keeps each part's best documents in the top PART_WINDOW
+    (`RecallParams.part_budget` of them)."""
     if "?" not in query or len(query) > MAX_PART_QUERY or not _PAIR_CUE.search(query):
         return []
     names = _entity_names(query, speakers)

@@ -509,10 +509,24 @@ def test_a_different_memory_ranks_differently() -> None:
             "How long was it between the wedding and the move to Lisbon?",
             ["the wedding", "the move to Lisbon"],
         ),
-        ("Which city was she in before Lisbon?", ["Which city was she in", "Lisbon"]),
+        # The second event said by its ordinal alone is the first with that ordinal.
         (
-            "When did Melanie go on a hike after the roadtrip?",
-            ["When did Melanie go on a hike", "the roadtrip"],
+            "How long between adopting the first dog and the second?",
+            ["adopting the first dog", "adopting the second dog"],
+        ),
+        # "How long" names no event: the cue's object and the clause after it are the two.
+        (
+            "How long after the wedding did they move to Boston?",
+            ["they move to Boston", "the wedding"],
+        ),
+        (
+            "How many weeks after the move did John open the studio?",
+            ["John open the studio", "the move"],
+        ),
+        # "before or after" is one cue.
+        (
+            "Did Caroline go to the parade before or after the support group?",
+            ["Did Caroline go to the parade", "the support group"],
         ),
     ],
 )
@@ -520,6 +534,20 @@ def test_a_question_about_two_entities_or_events_is_split_into_its_parts(
     question: str, parts: list[str]
 ) -> None:
     assert query_parts(question, ["Caroline", "Melanie", "John", "Maria"]) == parts
+
+
+def test_an_ordinal_alone_borrows_only_from_an_event_with_an_ordinal() -> None:
+    speakers = ["Maria"]
+    # The first event has no ordinal to replace: the second stays as said.
+    assert query_parts("How long between the wedding and the second?", speakers) == [
+        "the wedding",
+        "the second",
+    ]
+    # A second event with words of its own is not an ordinal alone.
+    assert query_parts("How long between the first dog and the second turtle?", speakers) == [
+        "the first dog",
+        "the second turtle",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -530,6 +558,12 @@ def test_a_question_about_two_entities_or_events_is_split_into_its_parts(
         "What did Melanie realize?",  # no cue word
         "I went to the lake and then to the shop after lunch.",  # not a question (a chat turn)
         "When did Caroline and her mom go hiking?",  # "and" joins no two names
+        "How long after that?",  # "How long" and a pronoun: no event named
+        # "X after E" asks about X: E is its context, not a second event to find.
+        "When did Melanie go on a hike after the roadtrip?",
+        "How did Melanie feel after the accident?",
+        "Which city was she in before Lisbon?",
+        "How long after the wedding?",  # one event: nothing after it to split off
     ],
 )
 def test_look_alikes_of_two_event_questions_are_not_split(question: str) -> None:
