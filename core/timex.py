@@ -35,7 +35,9 @@ Forms resolved (the anchor is the session's date `d`):
 | in 2022, since 2019, back in 2020 | that year |
 
 A duration up to the time said, in a present-perfect clause ("I've had them for three years",
-"we've been married for 5 years", "has known her for about a few months"), resolves to when it began:
+"we've been married for 5 years", "has known her for about a few months", "we've been married
+5 years now") or opening a clause or a reply ("Seven years now, and I've ...", "5 years
+already!"), resolves to when it began:
 "for three years" said in 2023 is 2020 (described "since 2020"), so "which year did she get
 them" reaches the turn through its indexed date.
 
@@ -190,6 +192,13 @@ _ROUGHLY = (
 )
 _YEAR = r"((?:19|20)\d\d)"
 
+#: What may come before a duration that opens a clause or a reply ("Seven years now, and ..."):
+#: a speaker's "Name:" label, punctuation, an interjection.
+_OPENING = re.compile(
+    r"(?:[A-Z][\w .'\u2019-]{0,40}:)?[\s,:\-\u2014]*(?:(?:oh|wow|yeah|yes|um|well)[\s,!]*)*",
+    re.IGNORECASE,
+)
+
 #: A present-perfect clause: "I've had", "has been", "she's been", "have known" (not "have to",
 #: "has got to"; "'s" alone is "is" as often as "has").
 _PERFECT = re.compile(
@@ -218,6 +227,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             # "It's been two years since I adopted Max": two years ago.
             "been_since",
             rf"\bbeen\s+(?:{_ROUGHLY})?({_COUNT_RE})\s+({_UNIT_RE})\s+since\b",
+        ),
+        (
+            # "Seven years now, and I've ...", "5 years already!", "we've been married 5 years
+            # now": a duration up to the time said without "for" (`_resolve_back` checks where).
+            "running",
+            rf"\b(?:{_ROUGHLY})?({_COUNT_RE})\s+({_UNIT_RE})\s+(?:now|already)\b(?!\s+(?:that|ago)\b)",
         ),
         ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
         ("after_next", r"\bthe\s+(week|weekend|month|year)\s+after\s+next\b"),
@@ -712,7 +727,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return day, day, "day"
     if kind == "other_day":
         return anchor - timedelta(days=7), anchor - timedelta(days=1), "days"
-    if kind in ("ago", "been_since", "duration"):
+    if kind in ("ago", "been_since", "duration", "running"):
         return _resolve_back(kind, m, anchor)
     if kind in ("unit", "part_of_unit"):
         return _resolve_unit(kind, m, anchor)
@@ -755,12 +770,15 @@ def _resolve_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date
         if unit == "day" and low == high:
             return first, last, "day"
         return first, last, grain if low == high else f"{grain}s"
-    if kind == "duration":
+    if kind in ("duration", "running"):
         # "I've had them for three years": since three years before the anchor. Only in a
         # present-perfect clause (have/has/'ve, not "have to"); "for 3 years" elsewhere is a
-        # plain length ("a course for 3 years", "I had a fever for 3 days").
+        # plain length ("a course for 3 years", "I had a fever for 3 days"). "Seven years now,
+        # and ...", "5 years already!" may also open a clause or a reply on their own ("in 5
+        # years now" is not one: it looks ahead).
         clause = re.split(r"[.!?;]|\b(?:but|and then)\b", m.string[: m.start()])[-1]
-        if not _PERFECT.search(clause):
+        opens = kind == "running" and _OPENING.fullmatch(clause.split("\n")[-1])
+        if not _PERFECT.search(clause) and not opens:
             return None
         low, high, unit = _count_units(g[0], g[1])
         first, _, _ = _unit_span(unit, anchor, -high)

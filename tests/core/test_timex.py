@@ -87,6 +87,12 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("It's been over two years since I moved.", "2021-01-01", "2021-12-31"),
         ("We have been married for 5 years!", "2018-01-01", "2018-12-31"),
         ("She's been with us for 2 months, and she's a delight.", "2023-03-01", "2023-03-31"),
+        # ... without "for": in a present perfect, or opening a clause or a reply.
+        ("We've been married 5 years now.", "2018-01-01", "2018-12-31"),
+        ("Seven years now, and I've finally found my muse.", "2016-01-01", "2016-12-31"),
+        ("5 years already! Time flies.", "2018-01-01", "2018-12-31"),
+        ("Oh, about three years now!", "2020-01-01", "2020-12-31"),
+        ("Melanie: Seven years now, and I love it.", "2016-01-01", "2016-12-31"),  # as stored
     ],
 )
 def test_each_relative_form_resolves_against_the_session_date(
@@ -132,6 +138,10 @@ def test_each_relative_form_resolves_against_the_session_date(
         "It was a quiet friday night kind of song.",  # a kind of evening (no capital)
         "I've been two years younger since the diet, ha.",  # "since" not after the length
         "She has been 3 years sober.",  # a length, no "since"
+        "The course takes 2 years now, it used to be 3.",  # a length, in no perfect
+        "I have to wait 2 weeks now.",  # ... "have to" is not a perfect
+        "Ann: I will wait 5 years now.",  # ... a label opens the line, not the duration
+        "We want 3 kids already, ha.",  # a count of no unit of time
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
