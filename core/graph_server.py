@@ -23,6 +23,7 @@ import os
 import secrets
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -86,6 +87,47 @@ def _jvm_error_file(log_dir: Path) -> Iterator[None]:
             os.environ.pop(JVM_ERROR_FILE_VAR, None)
         else:
             os.environ[JVM_ERROR_FILE_VAR] = own
+
+
+#: What the JVM prints on its standard error at every start, since arcadedb_embedded always adds
+#: the Vector API module (jdk.incubator.vector); no JVM option silences it.
+INCUBATOR_NOTICE = b"WARNING: Using incubator modules: jdk.incubator.vector"
+
+
+@contextlib.contextmanager
+def _incubator_notice_dropped() -> Iterator[None]:
+    """While the JVM starts, the process's standard error (file descriptor 2) is a pipe whose
+    lines a thread passes on to the real one as they come, all but INCUBATOR_NOTICE. Every
+    command that opened the embedded graph printed that line first, so a failure's one line on
+    standard error was two. Passed on line by line rather than after the start, so that what a
+    JVM that crashes at start prints still reaches the terminal."""
+    try:
+        saved = os.dup(2)
+        read_end, write_end = os.pipe()
+    except OSError:  # no standard error to filter
+        yield
+        return
+
+    def pass_on() -> None:
+        with os.fdopen(read_end, "rb") as lines:
+            for line in lines:
+                if line.strip() != INCUBATOR_NOTICE:
+                    with contextlib.suppress(OSError):
+                        os.write(saved, line)
+
+    sys.stderr.flush()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    forwarder = threading.Thread(target=pass_on, name="jvm-stderr", daemon=True)
+    forwarder.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # the pipe's last writer closed: the thread reads to its end
+        forwarder.join(timeout=10)
+        if not forwarder.is_alive():  # else a child holds the pipe: its number must stay taken
+            os.close(saved)
 
 
 def _jit_args() -> list[str]:
@@ -402,7 +444,7 @@ def _start_jvm(log_dir: Path, props: Path) -> None:
 
     started_here = not jpype.isJVMStarted()
     try:
-        with _jvm_error_file(log_dir):
+        with _jvm_error_file(log_dir), _incubator_notice_dropped():
             start_jvm(
                 heap_size=_JVM_HEAP,
                 jvm_args=[
