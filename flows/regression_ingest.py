@@ -37,6 +37,7 @@ from tasks.dialogue.report import (
     evaluate_recall_gates,
     probe_frame,
     recall_at_k,
+    recall_headline,
     recall_table,
     render_ingest_report,
     session_recall_at_k,
@@ -204,21 +205,20 @@ def _write(
 def _publish(
     run: RegressionRun, results: IngestResults, report: str, summary: RegressionSummary
 ) -> None:
-    at_k = recall_at_k(results.probe)
     table = recall_table(results.probe)
+    headline = recall_headline(results.probe)
     publish(
         "whole-dialogue-recall",
         table.to_dicts() if table.height else [],
-        f"Recall {run.run_id}: recall@10 (1-4) {at_k['10']['all']}, {verdict(summary)}",
+        f"Recall {run.run_id}: {headline}, {verdict(summary)}",
         report,
         run.run_id,
         "Recall",
     )
     get_run_logger().info(
-        "run %s %s: recall@10 (categories 1-4) %s, recall@5 %s; report %s",
+        "run %s %s: %s; report %s",
         run.run_id,
         "passed" if summary.passed else "FAILED",
-        at_k["10"]["all"],
-        at_k["5"]["all"],
+        headline,
         run.out_dir / "report.md",
     )

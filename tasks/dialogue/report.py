@@ -536,3 +536,18 @@ def render_ingest_report(
         "",
     ]
     return "\n".join(lines)
+
+
+def recall_headline(probe: pl.DataFrame) -> str:
+    """The run's recall in a line: LoCoMo's turn recall over categories 1-4 and LongMemEval's
+    session recall, each when the run has questions scored that way."""
+    parts = []
+    at_k = recall_at_k(probe)
+    if at_k["10"]["all"] is not None:
+        parts.append(f"recall@10 (categories 1-4) {at_k['10']['all']}, recall@5 {at_k['5']['all']}")
+    sessions = session_recall_at_k(probe)
+    if sessions is not None:
+        ten, five = sessions["10"], sessions["5"]
+        assert isinstance(ten, dict) and isinstance(five, dict)
+        parts.append(f"session recall@10 (LongMemEval) {ten['any']}, recall@5 {five['any']}")
+    return "; ".join(parts) or "no question probed"

@@ -23,6 +23,7 @@ from core.settings import Settings
 from flows.regression import main as regression_main
 from tasks.dialogue.benchmarks import detect_layout, load_dialogues
 from tasks.dialogue.replay import distinct_sessions, load_dialogue, session_recall
+from tasks.dialogue.report import recall_headline
 from tests.conftest import REPO_ROOT, child_pythonpath
 from tests.support.cli import graph_vars
 from tests.support.scripted_llm import ScriptedLLM
@@ -189,6 +190,9 @@ def test_the_batch_gives_the_same_recall_on_locomo_json_as_on_its_jsonl(
     assert probe_json.select(columns).equals(probe_jsonl.select(columns))
     assert published["session_recall_at_k"] is None
     assert "recall@10 categories 1-4:" in capsys.readouterr().out
+    # The run's one-line headline (its log and its Prefect artifact) names LoCoMo's figures only.
+    headline = recall_headline(probe_json)
+    assert headline.startswith("recall@10 (categories 1-4) ") and "session" not in headline
 
 
 def test_a_longmemeval_file_is_scored_as_session_recall_and_gated_on_it(
@@ -218,6 +222,8 @@ def test_a_longmemeval_file_is_scored_as_session_recall_and_gated_on_it(
         "s_tax",
     ]
     assert summary["recall_at_k"]["10"]["all"] is None  # no LoCoMo categories in this run
+    # ... so its headline is LongMemEval's session recall, not LoCoMo's figures as "None".
+    assert recall_headline(probe) == "session recall@10 (LongMemEval) 1.0, recall@5 1.0"
     gates = pl.read_parquet(tmp_path / ".saga" / "regression" / "lme" / "gates.parquet")
     assert "session recall_any@10 (LongMemEval)" in gates["gate"].to_list()
     assert code == 0 and "session recall@10 (LongMemEval, 2 questions): any 1.0, all 1.0" in out
