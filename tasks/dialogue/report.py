@@ -482,13 +482,21 @@ def render_ingest_report(
     extract: bool,
 ) -> str:
     passed = all(g.passed for g in gates)
+    # A run of LongMemEval questions only has no LoCoMo figures to show as None.
+    only_sessions = probe.height > 0 and session_scored(probe).height == probe.height
     at_k = recall_at_k(probe)
     lines = [
         f"# Whole-dialogue recall `{run_id}`: {'PASSED' if passed else 'FAILED'}",
         "",
         f"- mode: ingest{' with extraction (LLM slots)' if extract else ' (no LLM)'}; every turn of every dialogue",
         f"- graph: {graph}",
-        f"- recall@10 over categories 1-4: {at_k['10']['all']}; recall@5: {at_k['5']['all']}",
+        *(
+            []
+            if only_sessions
+            else [
+                f"- recall@10 over categories 1-4: {at_k['10']['all']}; recall@5: {at_k['5']['all']}"
+            ]
+        ),
         *(
             [
                 f"- session recall_any@10 (LongMemEval): {sessions['10']['any']}; "  # type: ignore[index]
@@ -504,9 +512,15 @@ def render_ingest_report(
         "## Ingest",
         "",
         _md_table(ingest),
-        "## Recall per category (k counts turns; category 5, adversarial, is never averaged in)",
-        "",
-        _md_table(recall_table(probe)),
+        *(
+            []
+            if only_sessions
+            else [
+                "## Recall per category (k counts turns; category 5, adversarial, is never averaged in)",
+                "",
+                _md_table(recall_table(probe)),
+            ]
+        ),
         *(
             [
                 "## Session recall per question type (LongMemEval: k counts distinct sessions)",

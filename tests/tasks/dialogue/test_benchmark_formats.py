@@ -193,6 +193,9 @@ def test_the_batch_gives_the_same_recall_on_locomo_json_as_on_its_jsonl(
     # The run's one-line headline (its log and its Prefect artifact) names LoCoMo's figures only.
     headline = recall_headline(probe_json)
     assert headline.startswith("recall@10 (categories 1-4) ") and "session" not in headline
+    report = (tmp_path / "a" / ".saga" / "regression" / "published" / "report.md").read_text()
+    assert "- recall@10 over categories 1-4: " in report and "## Recall per category" in report
+    assert "Session recall" not in report
 
 
 def test_a_longmemeval_file_is_scored_as_session_recall_and_gated_on_it(
@@ -229,3 +232,4 @@ def test_a_longmemeval_file_is_scored_as_session_recall_and_gated_on_it(
     assert code == 0 and "session recall@10 (LongMemEval, 2 questions): any 1.0, all 1.0" in out
     report = (tmp_path / ".saga" / "regression" / "lme" / "report.md").read_text()
     assert "## Session recall per question type" in report and "| multi-session | 1 |" in report
+    assert "categories 1-4" not in report and "None" not in report
