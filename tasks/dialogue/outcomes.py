@@ -58,6 +58,9 @@ class Outcomes:
         if stored.payload_hash != payload_hash:
             return self.conflict(ids)
         original = TurnResult.model_validate_json(stored.result_json)
+        answered_as = stored.payload_conversation_id
+        if answered_as is not None and answered_as != ids["conversation_id"]:
+            original = rekeyed(original, answered_as, ids["conversation_id"])
         # Turns committed before the trace had its own property carry it inside the result.
         original_trace = (
             TurnTrace.model_validate_json(stored.trace_json)
@@ -165,3 +168,30 @@ class Outcomes:
                 log.warning(
                     "could not persist the trace of rolled-back turn %s: %s", result.key, exc
                 )
+
+
+def rekeyed(result: TurnResult, old: str, new: str) -> TurnResult:
+    """A stored answer of a turn first committed under conversation `old`, as its conversation
+    now names it: the ids made from turns' keys ("old:5#r0": relations, events, milestones, and
+    the relations its packet showed) re-keyed to `new`, as the rename or copy re-keyed the
+    graph's (kg.dialogue.rename); everything else as it was answered."""
+    prefix = f"{old}:"
+
+    def key(value: str | None) -> str | None:
+        return f"{new}:{value[len(prefix) :]}" if value and value.startswith(prefix) else value
+
+    packet = result.injection_packet
+    return result.model_copy(
+        update={
+            "actions": [
+                a.model_copy(update={"rel_id": key(a.rel_id), "event_id": key(a.event_id)})
+                for a in result.actions
+            ],
+            "events": [key(e) or e for e in result.events],
+            "milestones": [key(m) or m for m in result.milestones],
+            "injection_packet": packet
+            and packet.model_copy(
+                update={"relation_ids": [key(r) or r for r in packet.relation_ids]}
+            ),
+        }
+    )

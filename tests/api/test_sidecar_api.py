@@ -288,16 +288,25 @@ def _read_back(client: TestClient, conv: str) -> dict[str, Any]:
     }
 
 
-def _history(client: TestClient, scripted: ScriptedLLM, conv: str) -> None:
-    """Turns 1-2 committed, turn 3 blocked by the commit gate (remembered, no facts)."""
+def _history(client: TestClient, scripted: ScriptedLLM, conv: str) -> dict[str, Any]:
+    """Turns 1-2 committed, turn 3 blocked by the commit gate (remembered, no facts); returns
+    turn 2's answer."""
     for n in (1, 2):
-        assert client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n - 1])).json()["committed"]
+        answer = client.post(COMMIT_PATH, json=_turn(conv, n, LINES[n - 1])).json()
+        assert answer["committed"]
     scripted.on(
         schema="TurnExtraction",
         times=1,
         respond={"entities": [], "actions": [], "bio_patches": [], "facts": []},
     )
     assert client.post(COMMIT_PATH, json=_turn(conv, 3, LINES[2])).json()["state"] == "ROLLED_BACK"
+    return answer
+
+
+def _facts_of(answer: dict[str, Any]) -> tuple[object, ...]:
+    """A turn's answer's ids made from turns' keys (relations, events, milestones)."""
+    packet = answer["injection_packet"] or {}
+    return (answer["actions"], answer["events"], answer["milestones"], packet.get("relation_ids"))
 
 
 def test_rename_moves_the_conversation_as_if_committed_under_the_new_id(
@@ -306,10 +315,11 @@ def test_rename_moves_the_conversation_as_if_committed_under_the_new_id(
     old, new, other = _conv(), _conv(), _conv()
     assert client.post(COMMIT_PATH, json=_turn(other, 1, LINES[5])).json()["committed"]
     # What the read-back gives when the history was committed under the new id all along.
-    _history(client, scripted, new)
+    direct_answer = _history(client, scripted, new)
     direct = _read_back(client, new)
     assert client.post(FORGET_PATH, json={"conversation_id": new}).json()["found"]
-    _history(client, scripted, old)
+    old_answer = _history(client, scripted, old)
+    assert any(a["rel_id"].startswith(f"{old}:") for a in old_answer["actions"])
     query = {"conversation_id": old, "messages": [{"role": "user", "content": "counseling?"}]}
     assert client.post(MEMORY_QUERY_PATH, json=query).json()["stored_turns"] == 3
     other_before = _read_back(client, other)
@@ -332,6 +342,8 @@ def test_rename_moves_the_conversation_as_if_committed_under_the_new_id(
     again = client.post(COMMIT_PATH, json=_turn(new, 2, LINES[1])).json()
     assert again["idempotent_hit"] and again["conversation_id"] == new
     assert again["key"] == f"{new}:2" and again["seq"] == 2
+    # ... and its answer names the relations, events and milestones as the graph now does.
+    assert _facts_of(again) == _facts_of(direct_answer)
     changed = client.post(COMMIT_PATH, json=_turn(new, 2, LINES[4]))
     assert changed.status_code == 409 and changed.json()["error_kind"] == "conflict"
     # The conversation goes on under the new id; nothing is left to move under the old one.
@@ -345,7 +357,7 @@ def test_copy_is_as_if_committed_under_the_new_id_and_leaves_the_original_as_it_
     client: TestClient, service: DialogueService, scripted: ScriptedLLM
 ) -> None:
     old, new = _conv(), _conv()
-    _history(client, scripted, new)
+    direct_answer = _history(client, scripted, new)
     direct = _read_back(client, new)
     assert client.post(FORGET_PATH, json={"conversation_id": new}).json()["found"]
     _history(client, scripted, old)
@@ -367,6 +379,7 @@ def test_copy_is_as_if_committed_under_the_new_id_and_leaves_the_original_as_it_
     # The copy goes on apart: a turn sent again is the same turn; a new one changes only it.
     again = client.post(COMMIT_PATH, json=_turn(new, 2, LINES[1])).json()
     assert again["idempotent_hit"] and again["key"] == f"{new}:2"
+    assert _facts_of(again) == _facts_of(direct_answer)
     assert client.post(COMMIT_PATH, json=_turn(new, 4, LINES[3])).json()["committed"]
     assert _read_back(client, old) == original
     # Copying into it again: it holds memory now, so the copy is refused (409, nothing changed).
