@@ -79,6 +79,7 @@ from tasks.dialogue.models import (
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tasks.dialogue.reembed import BATCH_SIZE as REEMBED_BATCH_SIZE
 from tasks.dialogue.reembed import reembed_conversation
+from tasks.dialogue.replay import DialogueSpec
 
 log = logging.getLogger("skald.dialogue")
 
@@ -203,19 +204,12 @@ class TurnProgress:
                 )
 
 
-@flow(name="dialogue-ingest", log_prints=True)
-def dialogue_ingest_flow(
-    dialogues: list[str],
-    project_dir: str = ".",
-    conversation_id: str | None = None,
-    extract: bool = False,
-    batch_size: int = INGEST_BATCH_SIZE,
-    concurrency: int = 2,
-) -> list[dict[str, Any]]:
-    """Import whole transcripts into turn memory (tasks.dialogue.ingest). Returns one report
-    per dialogue."""
+def ingest_items(
+    dialogues: Sequence[str | Path], conversation_id: str | None
+) -> list[tuple[DialogueSpec, str]]:
+    """The transcripts read and checked, each with the conversation it goes into; a file that
+    is missing or malformed raises InvalidInputError naming it."""
     from tasks.dialogue.benchmarks import dialogue_files, load_dialogues
-    from tasks.dialogue.ingest import ingest
 
     specs = [
         spec
@@ -227,7 +221,24 @@ def dialogue_ingest_flow(
             "--conversation-id names one conversation, but several dialogues were given",
             hint="ingest one dialogue per --conversation-id, or leave it out",
         )
-    items = [(spec, conversation_id or spec.dialogue_id) for spec in specs]
+    return [(spec, conversation_id or spec.dialogue_id) for spec in specs]
+
+
+@flow(name="dialogue-ingest", log_prints=True)
+def dialogue_ingest_flow(
+    dialogues: list[str],
+    project_dir: str = ".",
+    conversation_id: str | None = None,
+    extract: bool = False,
+    batch_size: int = INGEST_BATCH_SIZE,
+    concurrency: int = 2,
+) -> list[dict[str, Any]]:
+    """Import whole transcripts into turn memory (tasks.dialogue.ingest). Returns one report
+    per dialogue."""
+    from tasks.dialogue.ingest import ingest
+
+    items = ingest_items(dialogues, conversation_id)
+    specs = [spec for spec, _ in items]
     service = service_for(load_settings(project_dir))
     total = sum(len(spec.turns) for spec in specs)
     with TurnProgress(total, "extracting turns" if extract else "remembering turns") as progress:
@@ -767,6 +778,9 @@ def _one_call(
 def _ingest(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
     if args.batch_size < 1 or args.concurrency < 1:
         raise InvalidInputError("--batch-size and --concurrency must be at least 1")
+    ingest_items(
+        args.dialogues, args.conversation_id
+    )  # fail fast on bad files, before Prefect starts
     try:
         with project_prefect_settings(settings.project_dir):
             reports = dialogue_ingest_flow(

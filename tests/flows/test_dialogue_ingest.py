@@ -304,3 +304,24 @@ def test_an_ingest_shard_whose_graph_owner_exits_takes_the_graph_over_and_exits(
             assert [r.turn_id for r in rows] == [str(i) for i in range(1, OWNER_GONE_TURNS + 1)]
     finally:
         assert again.stop(signal.SIGTERM) == 0
+
+
+def test_a_malformed_transcript_is_one_line_before_any_flow_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flows.dialogue import main as dialogue_main
+
+    bad = tmp_path / "bad.turns.jsonl"
+    first = '{"conversation_id": "x", "turn_id": 1, "speaker": "A", "text": "hi"}'
+    bad.write_text(f"{first}\n{{bad json\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as exited:
+        run_main(
+            dialogue_main,
+            "dialogue",
+            ["ingest", "--project-dir", str(tmp_path / "p"), "--dialogue", str(bad)],
+        )
+    err = capsys.readouterr().err
+    # The file and the line, alone: no Prefect server started, no flow run failed.
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert f"{bad}:2" in err and "Flow run" not in err
+    assert not (tmp_path / "p" / ".saga").exists()
