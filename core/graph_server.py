@@ -90,7 +90,7 @@ def _jvm_error_file(log_dir: Path) -> Iterator[None]:
 
 
 #: What the JVM prints on its standard error at every start, since arcadedb_embedded always adds
-#: the Vector API module (jdk.incubator.vector); no JVM option silences it.
+#: the Vector API module (jdk.incubator.vector); we know of no JVM option that silences it.
 INCUBATOR_NOTICE = b"WARNING: Using incubator modules: jdk.incubator.vector"
 
 

@@ -778,9 +778,8 @@ def _one_call(
 def _ingest(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:
     if args.batch_size < 1 or args.concurrency < 1:
         raise InvalidInputError("--batch-size and --concurrency must be at least 1")
-    ingest_items(
-        args.dialogues, args.conversation_id
-    )  # fail fast on bad files, before Prefect starts
+    # Fail fast on bad files, before Prefect starts (the flow reads them again).
+    ingest_items(args.dialogues, args.conversation_id)
     try:
         with project_prefect_settings(settings.project_dir):
             reports = dialogue_ingest_flow(

@@ -177,21 +177,24 @@ def rekeyed(result: TurnResult, old: str, new: str) -> TurnResult:
     graph's (kg.dialogue.rename); everything else as it was answered."""
     prefix = f"{old}:"
 
-    def key(value: str | None) -> str | None:
-        return f"{new}:{value[len(prefix) :]}" if value and value.startswith(prefix) else value
+    def key(value: str) -> str:
+        return f"{new}:{value[len(prefix) :]}" if value.startswith(prefix) else value
 
     packet = result.injection_packet
     return result.model_copy(
         update={
             "actions": [
-                a.model_copy(update={"rel_id": key(a.rel_id), "event_id": key(a.event_id)})
+                a.model_copy(
+                    update={
+                        "rel_id": a.rel_id and key(a.rel_id),
+                        "event_id": a.event_id and key(a.event_id),
+                    }
+                )
                 for a in result.actions
             ],
-            "events": [key(e) or e for e in result.events],
-            "milestones": [key(m) or m for m in result.milestones],
+            "events": [key(e) for e in result.events],
+            "milestones": [key(m) for m in result.milestones],
             "injection_packet": packet
-            and packet.model_copy(
-                update={"relation_ids": [key(r) or r for r in packet.relation_ids]}
-            ),
+            and packet.model_copy(update={"relation_ids": [key(r) for r in packet.relation_ids]}),
         }
     )
