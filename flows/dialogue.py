@@ -264,6 +264,20 @@ def dialogue_ingest_flow(
     return [r.model_dump(mode="json") for r in reports]
 
 
+def reembed_targets(repo: DialogueRepository, conversation_ids: list[str] | None) -> dict[str, int]:
+    """Conversation id -> remembered turns, for the named conversations (None: every one memory
+    holds). A named one memory holds no turn of is an InvalidInputError: the CLI asks this
+    before Prefect starts, so a mistyped id is one line, not a failed flow run."""
+    ids = list(dict.fromkeys(conversation_ids)) if conversation_ids else repo.conversation_ids()
+    heads = {conversation_id: repo.memory_head(conversation_id) for conversation_id in ids}
+    if conversation_ids and (empty := [c for c in ids if not heads[c]]):
+        raise InvalidInputError(
+            f"no remembered turns in conversation {', '.join(map(repr, empty))}",
+            hint="check the conversation id (leave --conversation-id out to re-embed them all)",
+        )
+    return heads
+
+
 @flow(name="dialogue-reembed", log_prints=True)
 def dialogue_reembed_flow(
     project_dir: str = ".",
@@ -273,14 +287,8 @@ def dialogue_reembed_flow(
     """Give every remembered turn the current embedding model's vector (tasks.dialogue.reembed),
     in the named conversations (None: every conversation). Returns one report per conversation."""
     service = service_for(load_settings(project_dir))
-    repo = DialogueRepository(service.store)
-    ids = list(dict.fromkeys(conversation_ids)) if conversation_ids else repo.conversation_ids()
-    heads = {conversation_id: repo.memory_head(conversation_id) for conversation_id in ids}
-    if conversation_ids and (empty := [c for c in ids if not heads[c]]):
-        raise InvalidInputError(
-            f"no remembered turns in conversation {', '.join(map(repr, empty))}",
-            hint="check the conversation id (leave --conversation-id out to re-embed them all)",
-        )
+    heads = reembed_targets(DialogueRepository(service.store), conversation_ids)
+    ids = list(heads)
     with TurnProgress(
         sum(heads.values()), "re-embedding turns", key="dialogue-reembed"
     ) as progress:
@@ -800,6 +808,9 @@ def _reembed(args: argparse.Namespace, settings: Settings, options: SidecarOptio
     if args.batch_size < 1:
         raise InvalidInputError("--batch-size must be at least 1")
     try:
+        if args.conversation_ids:
+            # The flow reads the same (cached) service: the graph starts once.
+            reembed_targets(DialogueRepository(service_for(settings).store), args.conversation_ids)
         with project_prefect_settings(settings.project_dir):
             reports = dialogue_reembed_flow(
                 str(settings.project_dir), args.conversation_ids, args.batch_size

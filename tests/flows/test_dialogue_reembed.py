@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import flows.dialogue
 from core.cli import run_main
 from core.settings import Settings, load_settings
 from flows.dialogue import main as dialogue_main
@@ -146,11 +147,17 @@ def test_after_the_embedding_model_changed_reembed_gives_each_turn_the_new_model
         assert (report["stale"], report["reembedded"]) == (0, 0)
         assert _embedded_texts(scripted) == [] and repo.snapshot(conv).vectors_epoch == 1
 
-        # A conversation that remembers nothing is named, not silently skipped.
+        # A conversation that remembers nothing is named, not silently skipped: one line
+        # before any flow runs (no flow run fails on it).
+        def no_flow_run(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the reembed flow ran for an id memory does not hold")
+
+        monkeypatch.setattr(flows.dialogue, "dialogue_reembed_flow", no_flow_run)
         with pytest.raises(SystemExit) as exited:
             run_main(dialogue_main, "dialogue", [*args[:3], "--conversation-id", "no-such"])
-        assert exited.value.code != 0
-        assert "no remembered turns in conversation 'no-such'" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.count("\n") == 1, err
+        assert "no remembered turns in conversation 'no-such'" in err
     finally:
         old.close()
         new.close()
