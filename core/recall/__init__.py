@@ -27,7 +27,7 @@ logistic model over `FEATURES` of each candidate, `core.recall.features`), and t
 ranker is asked a second time with the query without the speakers' names (`plain_query`).
 The constants (`core.recall.params`) are chosen by `python -m bench.recall_protocol`. A
 question about two entities or two events can be split into parts without an LLM
-(`query_parts`, `core.recall.query`), each given `part_budget` slots in the top 10 (off in
+(`query_parts`, `core.recall.query`), each given `part_budget` slots in the top 10 (one in
 DEFAULT_PARAMS). `rerank` is a hook for a cross-encoder. What each choice measured, and why:
 docs/decisions/recall-fusion.md.
 
@@ -68,6 +68,7 @@ from core.recall.query import (
     plain_query,
     query_parts,
     query_texts,
+    says_something,
     unaddressed,
 )
 from core.recall.registry import IndexRegistry
@@ -103,5 +104,6 @@ __all__ = [
     "embedded_text",
     "named_in",
     "query_texts",
+    "says_something",
     "unaddressed",
 ]

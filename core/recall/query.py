@@ -36,6 +36,7 @@ what when where which while who whom why will with would you your yours yourself
 """.split()
     )
 )
+_STOP_SET = frozenset(STOP_WORDS)
 
 
 def plain_query(query: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
@@ -120,6 +121,40 @@ def asked_about(sender: str, content: str, speakers: list[str] | set[str] | froz
     if about_other and not about_self and len(others) == 1:
         return f"{others[0]}: {content}"
     return content
+
+
+#: Words of acknowledgement, reaction and greeting: a chat message made of these and stop words
+#: ("lol yeah", "Thanks!", "Wow, amazing!", "Tell me more") carries no topic of its own.
+FILLER_WORDS = frozenset(
+    """
+absolutely agree agreed ah aha alright amazing aw aww awesome bet bye cheers congrats congratulations cool
+continue definitely evening exactly fantastic fine go good goodbye goodnight got gotcha great guess haha
+hehe hello hey hi hm hmm hmmm hope huh indeed interesting k kk know lmao lol love lovely mean mhm morning
+nah nice night nope ok okay oh omg please pls really right rofl same see seriously sounds sure sweet
+tell thank thanks think thx true totally ty uh um understand well wonderful wow ya yay yeah yep yes yup
+""".split()
+)
+#: Laughter however long ("hahaha", "lolol", "hehehe").
+_LAUGHTER = re.compile(r"(?:ha|he|hi|ah)+h?|lo(?:lo)*l|lmf?a+o+|x+d+")
+#: A word (letters or digits, any script), with an apostrophe's contraction.
+_TOKEN = re.compile(r"[^\W_][\w'\u2019-]*")
+_CONTRACTION = re.compile(r"['\u2019](?:m|s|re|ll|ve|d|t)$|n['\u2019]t$")
+#: Three or more of one letter ("yesss", "sooo"): a typed drawl, read as one.
+_DRAWL = re.compile(r"(\w)\1{2,}")
+
+
+def _filler(token: str) -> bool:
+    word = _CONTRACTION.sub("", _DRAWL.sub(r"\1", token.lower()))
+    return word in FILLER_WORDS or word in _STOP_SET or bool(_LAUGHTER.fullmatch(word))
+
+
+def says_something(text: str) -> bool:
+    """Whether a chat message names a topic: a word (in any script, or a number) that is
+    neither a stop word nor a word of acknowledgement, reaction or greeting (`FILLER_WORDS`).
+    "Support?" and "lol the bear was huge" say something; "", "...", an emoji, "lol yeah",
+    "Haha, yesss!", "Thanks!" and "Me too" do not: recalled for by their own words, they would
+    draw turns that say the same nothing (every "Yeah!" of the conversation)."""
+    return any(not _filler(token) for token in _TOKEN.findall(text))
 
 
 #: Only a question this short is split into parts (a chat turn's long text is not a question

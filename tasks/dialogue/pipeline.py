@@ -551,6 +551,7 @@ class DialogueService:
                     index,
                     request.conversation_id,
                     request.messages,
+                    window=request.window,
                     recall_k=request.config.recall_k + extra,
                     relation_limit=self.options.relation_limit,
                     purpose=purpose,
@@ -595,6 +596,7 @@ class DialogueService:
         return start_query_vectors(
             index,
             request.messages,
+            request.window,
             request.config.recall_k,
             lambda texts: self.gateway.embed(texts, purpose=purpose),
             lambda work, *args: self._query_pool.submit(

@@ -14,7 +14,6 @@ keys, including turns other processes remembered.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
@@ -35,6 +34,7 @@ from core.recall import (
     embedded_query,
     embedded_text,
     query_texts,
+    says_something,
 )
 from kg import vocabulary as vocab
 from kg.dialogue import (
@@ -416,14 +416,39 @@ def row_texts(rows: list[MemoryRow], known: set[str] | None = None) -> list[str]
     return texts
 
 
-def asks_anything(messages: list[ChatMessage]) -> bool:
-    """Whether the messages hold a word (a letter or a digit). One without ("", "...", an emoji:
-    a front end's "continue") asks memory nothing: its lexical ranking is empty and its
-    embedding lands anywhere, so recalling for it would inject turns no one asked about."""
-    return any(_WORD.search(m.content) for m in messages)
+def asked_messages(messages: list[ChatMessage], window: list[ChatMessage]) -> list[ChatMessage]:
+    """What memory is asked with for a turn's pending messages: the messages themselves, or,
+    when none of them names a topic (`core.recall.says_something`: "", an emoji, "lol yeah",
+    "Yes!"), the window's last message that does. Asked by its own words, such a message would
+    draw every turn that says the same nothing ("Yeah!", "Thanks!"), or, with no word, turns
+    its embedding lands near by chance. It continues the topic of the message it answers ("Did
+    you adopt the dog?" "Yes!"), so the reply it gets needs memory of that topic. Empty when
+    nothing names one: nothing is recalled."""
+    if any(says_something(m.content) for m in messages):
+        return messages
+    topical = [m for m in window if says_something(m.content)]
+    return topical[-1:]
 
 
-_WORD = re.compile(r"[^\W_]")
+def on_screen(window: list[ChatMessage]) -> Callable[[str], bool]:
+    """Whether a remembered turn's text is in the front end's window (every line of it, in
+    order, as whole messages there): chat the next prompt already holds."""
+    shown = f"\n{turn_text(window)}\n"
+    return lambda text: bool(window) and f"\n{text}\n" in shown
+
+
+def unseen_first(
+    found: list[RecalledTurn], shown: Callable[[str], bool], k: int
+) -> list[RecalledTurn]:
+    """The `k` turns recalled of `found` (ranked): those the window does not show take the slots
+    first, in rank order; a shown one keeps a slot only when too few others are left. In a chat
+    longer than its window, memory then brings what the prompt lacks instead of repeating its
+    last lines (SillyTavern's own vector storage keeps the last messages out of what it inserts,
+    for the same reason); in a chat the window holds whole, it still points at what is relevant
+    there."""
+    unseen = [turn for turn in found if not shown(turn.text)]
+    kept = {turn.key for turn in [*unseen, *(t for t in found if shown(t.text))][:k]}
+    return [turn for turn in found if turn.key in kept]
 
 
 def recall_query(
@@ -525,6 +550,7 @@ QueryVectors = Callable[[], dict[str, Any]]
 def start_query_vectors(
     index: TurnMemoryIndex,
     messages: list[ChatMessage],
+    window: list[ChatMessage],
     recall_k: int,
     embed: Callable[[list[str]], Any],
     submit: Callable[..., Future[Any]],
@@ -532,11 +558,13 @@ def start_query_vectors(
     """Start embedding what recall will ask for `messages` (`query_texts` with the speakers the
     index holds now) on `submit`'s thread, so the embedding overlaps `retrieve`'s graph read;
     returns the getter `retrieve` takes as `query_vectors`. None when there is nothing to search
-    yet (nothing remembered, or `recall_k` 0): no embedding call at all."""
-    if recall_k <= 0 or not len(index):
+    yet (nothing remembered, `recall_k` 0, or no topic asked: `asked_messages` of the messages
+    and their `window`): no embedding call at all."""
+    asked = asked_messages(messages, window)
+    if recall_k <= 0 or not len(index) or not asked:
         return None
     speakers = index.pinned().speakers
-    texts = query_texts(recall_query(messages, speakers), speakers)
+    texts = query_texts(recall_query(asked, speakers), speakers)
     pending = submit(embed, texts)
     return lambda: dict(zip(texts, pending.result(), strict=True))
 
@@ -548,25 +576,31 @@ def retrieve(
     conversation_id: str,
     messages: list[ChatMessage],
     *,
+    window: list[ChatMessage] | None = None,
     recall_k: int,
     relation_limit: int = 12,
     purpose: str = "",
     query_vectors: QueryVectors | None = None,
 ) -> Retrieval:
-    """`query_vectors`: returns embeddings computed elsewhere, by text (the pipeline starts
-    them before the graph read, so the two overlap: `query_texts` of the messages with the
-    speakers the index knew then); what is missing from them (a speaker the read brought)
+    """Memory for a turn's pending `messages`, the front end's `window` (the chat before them)
+    shown: the topic is asked as `asked_messages` words it, and the turns the window shows
+    (`on_screen`) give their slots to the next best (`unseen_first`).
+
+    `query_vectors`: returns embeddings computed elsewhere, by text (the pipeline starts
+    them before the graph read, so the two overlap: `query_texts` of the asked messages with
+    the speakers the index knew then); what is missing from them (a speaker the read brought)
     is embedded here, in one call, as everything is when there are none."""
+    window = window or []
     snapshot, memory = _read_into(index, repo, conversation_id, gateway.embedding_fingerprint())
-    text = turn_text(messages)
-    query = recall_query(messages, memory.speakers)
-    mentioned = mentioned_entities(snapshot.entities, text)
+    asked = asked_messages(messages, window)
+    query = recall_query(asked, memory.speakers)
+    mentioned = mentioned_entities(snapshot.entities, turn_text(asked or messages))
     relations = select_relations(
         snapshot.relations, {e.entity_id for e in mentioned}, relation_limit
     )
     recalled_turns: list[RecalledTurn] = []
     vector = None
-    if recall_k > 0 and len(memory) and asks_anything(messages):
+    if recall_k > 0 and len(memory) and asked:
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
         texts = query_texts(query, memory.speakers)
         known = query_vectors() if query_vectors is not None else {}
@@ -577,15 +611,19 @@ def retrieve(
                 **dict(zip(missing, gateway.embed(missing, purpose=purpose), strict=True)),
             }
         vector, plain_vector, parts = embedded_query(query, memory.speakers, known)
-        recalled_turns = memory.search(
+        shown = on_screen(window)
+        # A window message hides one turn (or more, where the chat repeated itself word for
+        # word): as many more as the window holds keep k turns to recall in all but that case.
+        found = memory.search(
             query,
             vector,
-            recall_k,
+            recall_k + len(window),
             _names(memory, snapshot.entities),
             linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
             plain_vector,
             parts,
         )
+        recalled_turns = unseen_first(found, shown, recall_k)
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,

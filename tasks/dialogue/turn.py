@@ -138,6 +138,7 @@ class TurnRun:
         query_vectors = start_query_vectors(
             self.index,
             request.messages,
+            request.window,
             config.recall_k,
             lambda texts: self.gateway.embed(texts, purpose=purpose),
             self.slots.submit,
@@ -151,6 +152,7 @@ class TurnRun:
                 self.index,
                 request.conversation_id,
                 request.messages,
+                window=request.window,
                 recall_k=config.recall_k,
                 relation_limit=self.ctx.relation_limit,
                 purpose=purpose,

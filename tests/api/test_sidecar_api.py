@@ -139,6 +139,52 @@ def test_memory_query_before_a_reply_returns_facts_committed_earlier(
     assert empty["ok"] and empty["recalled"] == [] and empty["stored_turns"] == 0
 
 
+def _recalled_ids(client: TestClient, body: dict[str, Any]) -> list[str]:
+    data = client.post(MEMORY_QUERY_PATH, json=body).json()
+    assert data["ok"], data
+    return [t["turn_id"] for t in data["recalled"]]
+
+
+def test_memory_recalls_nothing_the_window_shows_and_a_topicless_reply_asks_about_its_topic(
+    client: TestClient,
+) -> None:
+    conv = _conv()
+    turns = [_turn(conv, n, LINES[n - 1]) for n in range(1, 7)]
+    for turn in turns:
+        assert client.post(COMMIT_PATH, json=turn).json()["committed"]
+    ask = {"role": "user", "name": "Caroline", "content": "How was the support group?"}
+    query = {"conversation_id": conv, "messages": [ask], "config": {"recall_k": 1}}
+    first, second = _recalled_ids(client, {**query, "config": {"recall_k": 2}})
+    assert _recalled_ids(client, query) == [first]
+    # The front end shows the first (its window holds that turn as it was committed): the next
+    # best takes its place, so the packet still carries k turns.
+    shown = turns[int(first) - 1]["messages"]
+    assert _recalled_ids(client, {**query, "window": shown}) == [second]
+    # A window that shows every turn leaves nothing else to recall: the shown ones keep their
+    # slots, in rank order (a short chat still gets memory pointing at what matters in it).
+    everything = [m for turn in turns for m in turn["messages"]]
+    two = {**query, "config": {"recall_k": 2}, "window": everything}
+    assert _recalled_ids(client, two) == [first, second]
+    # A window message that is not the turn's whole text hides nothing.
+    cut = [{**shown[0], "content": shown[0]["content"][:30]}]
+    assert _recalled_ids(client, {**query, "window": cut}) == [first]
+
+    # A reply with no topic of its own is asked as the window's last message that has one.
+    topic = {"role": "assistant", "name": "Melanie", "content": "Pottery was so much fun!"}
+    base = {"conversation_id": conv, "config": {"recall_k": 2}}
+    about_topic = _recalled_ids(client, {**base, "messages": [topic]})
+    for reply in ("Haha, yesss!", "lol yeah", "Thanks!", "\U0001f44d"):
+        body = {**base, "messages": [{"role": "user", "name": "Caroline", "content": reply}]}
+        window = [topic, {**body["messages"][0], "content": "ok"}]
+        assert _recalled_ids(client, {**body, "window": window}) == about_topic, reply
+        # With no window it asks nothing: no turn is recalled.
+        assert _recalled_ids(client, body) == [], reply
+    # The look-alike: a short reply that names something is asked by its own words.
+    bear = {**base, "messages": [{"role": "user", "name": "Caroline", "content": "lol the bear!"}]}
+    about_bear = _recalled_ids(client, bear)
+    assert _recalled_ids(client, {**bear, "window": [topic]}) == about_bear != about_topic
+
+
 def test_memory_query_bad_input_gets_one_line(client: TestClient) -> None:
     bad = client.post(
         MEMORY_QUERY_PATH,

@@ -18,6 +18,7 @@ from core.recall import (
     embedded_text,
     plain_query,
     query_parts,
+    says_something,
 )
 from core.timex import query_dates
 from tasks.dialogue.retriever import embedded_query, query_texts
@@ -534,6 +535,47 @@ def test_a_question_about_two_entities_or_events_is_split_into_its_parts(
     question: str, parts: list[str]
 ) -> None:
     assert query_parts(question, ["Caroline", "Melanie", "John", "Maria"]) == parts
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "",
+        "...",
+        "\U0001f44d",
+        "lol yeah",
+        "Haha, yesss!",
+        "hahahaha",
+        "Thanks!",
+        "Me too",
+        "I see.",
+        "Wow, amazing!",
+        "That's great!",
+        "I'm good",
+        "OK",
+        "Tell me more!",
+    ],
+)
+def test_a_message_of_acknowledgement_reaction_or_greeting_says_nothing(message: str) -> None:
+    assert not says_something(message)
+
+
+@pytest.mark.parametrize(
+    "message",
+    # One word of a topic, a number, a word of another script: each says something.
+    [
+        "Support?",
+        "lol the bear was huge",
+        "Thanks for the recipe!",
+        "Yes, Paris",
+        "2023?",
+        "\u041f\u0440\u0438\u0432\u0435\u0442",
+        "Ha! Hilarious",
+        "Good luck",
+    ],
+)
+def test_a_short_message_that_names_anything_says_something(message: str) -> None:
+    assert says_something(message)
 
 
 def test_an_ordinal_alone_borrows_only_from_an_event_with_an_ordinal() -> None:
