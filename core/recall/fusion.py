@@ -9,6 +9,8 @@ scored with it. What each fusion measured: docs/decisions/recall-fusion.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from core.recall.dense import DenseIndex
@@ -135,6 +137,17 @@ def rrf_rank(
         smoothed[position] *= factor
     order = sorted(smoothed, key=lambda p: (-smoothed[p], p))[:limit]
     return [(p, smoothed[p], signals.get(p, {})) for p in order]
+
+
+def shown_last(ranked: list[Ranked], shown: Callable[[int], bool] | None) -> list[Ranked]:
+    """`ranked` with the documents `shown` names (positions: the turns a chat front end's window
+    already shows) after all the others, both kept in their order (None: `ranked` itself)."""
+    if shown is None:
+        return ranked
+    flags = [shown(row[0]) for row in ranked]
+    return [row for row, f in zip(ranked, flags, strict=True) if not f] + [
+        row for row, f in zip(ranked, flags, strict=True) if f
+    ]
 
 
 def budgeted(

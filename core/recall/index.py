@@ -20,7 +20,7 @@ from core.heap import keep_large_allocations_mapped
 from core.recall.dense import DenseIndex
 from core.recall.documents import DocumentColumns, Hit, MemoryDoc
 from core.recall.features import features
-from core.recall.fusion import Ranked, budgeted, learned_rank, rrf_rank
+from core.recall.fusion import Ranked, budgeted, learned_rank, rrf_rank, shown_last
 from core.recall.lexical import LexicalIndex
 from core.recall.params import CANDIDATES, DEFAULT_PARAMS, RecallParams
 from core.recall.query import PART_WINDOW, Prepared, named_in, unaddressed
@@ -205,7 +205,11 @@ class HybridIndex:
         return features(prepared, params, self.columns, self.dense)
 
     def rank(
-        self, prepared: Prepared, params: RecallParams = DEFAULT_PARAMS, limit: int | None = None
+        self,
+        prepared: Prepared,
+        params: RecallParams = DEFAULT_PARAMS,
+        limit: int | None = None,
+        shown: Callable[[int], bool] | None = None,
     ) -> list[tuple[int, float, dict[str, float]]]:
         """(position, score, per-signal shares) of every candidate (the first `limit`), best first.
 
@@ -223,12 +227,21 @@ class HybridIndex:
         A two-event question's parts (`prepared.parts`, with `params.part_budget`): each part is
         ranked as a query of its own, and its best `part_budget` documents are kept in the top
         PART_WINDOW (or the first `limit`, when fewer), in place of the last of the question's
-        own; the rest follows in the question's order."""
+        own; the rest follows in the question's order.
+
+        `shown`: documents (by position) the asker already shows (a chat front end's window):
+        each ranking puts them after every other candidate (`shown_last`), so they keep a place
+        only when too few others are left, and a part's slot goes to a document not shown."""
         if not prepared.parts or not params.part_budget:
-            return self._rank_one(prepared, params, limit)
-        ranked = self._rank_one(prepared, params, None)
+            whole = self._rank_one(prepared, params, limit if shown is None else None)
+            return shown_last(whole, shown)[:limit]
+        ranked = shown_last(self._rank_one(prepared, params, None), shown)
         window = PART_WINDOW if limit is None else min(limit, PART_WINDOW)
-        part_rankings = [self._rank_one(part, params, params.part_depth) for part in prepared.parts]
+        part_depth = params.part_depth if shown is None else None
+        part_rankings = [
+            shown_last(self._rank_one(part, params, part_depth), shown)[: params.part_depth]
+            for part in prepared.parts
+        ]
         return budgeted(ranked, part_rankings, params.part_budget, window)[:limit]
 
     def _rank_one(
@@ -254,6 +267,7 @@ class HybridIndex:
         rerank: Callable[[str, list[Hit]], list[Hit]] | None = None,
         plain_vector: np.ndarray | None = None,
         parts: list[tuple[str, np.ndarray | None]] | None = None,
+        shown: Callable[[str], bool] | None = None,
     ) -> list[Hit]:
         """Top-k documents for `query` (its embedding in `vector`, or None: lexical only).
         `names`: entity names the graph knows (speakers, characters); the one the query names
@@ -261,7 +275,8 @@ class HybridIndex:
         the query (the turns an entity or relation it names was extracted from), best first.
         `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`).
         `parts`: a two-event question's parts (`query_parts`) with the embeddings of their
-        `part_text` (see `rank`)."""
+        `part_text` (see `rank`). `shown`: whether a document's text is one the asker already
+        shows (see `rank`)."""
         if k <= 0:
             return []
         prepared = self.prepare(
@@ -275,7 +290,13 @@ class HybridIndex:
         with self.lock:
             if not self.docs:
                 return []
-            ranked = self.rank(prepared, params, k * (3 if rerank else 1))
+            docs = self.docs
+            ranked = self.rank(
+                prepared,
+                params,
+                k * (3 if rerank else 1),
+                None if shown is None else (lambda p: shown(docs[p].text)),
+            )
             hits = [
                 Hit(
                     key=self.docs[p].key,

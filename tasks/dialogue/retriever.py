@@ -117,18 +117,25 @@ class PinnedMemory:
         linked: list[str] | None = None,
         plain_vector: np.ndarray | None = None,
         parts: list[tuple[str, np.ndarray | None]] | None = None,
+        shown: Callable[[str], bool] | None = None,
     ) -> list[RecalledTurn]:
         """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`).
         `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`).
-        `parts`: a two-event question's parts with their embeddings (`embedded_query`)."""
+        `parts`: a two-event question's parts with their embeddings (`embedded_query`).
+        `shown`: whether a turn's text is in the front end's window (`on_screen`)."""
         if self.hybrid is None or k <= 0:
             return []
-        return [
-            recalled(hit)
-            for hit in self.hybrid.search(
-                query, vector, k, names=names, linked=linked, plain_vector=plain_vector, parts=parts
-            )
-        ]
+        hits = self.hybrid.search(
+            query,
+            vector,
+            k,
+            names=names,
+            linked=linked,
+            plain_vector=plain_vector,
+            parts=parts,
+            shown=shown,
+        )
+        return [recalled(hit) for hit in hits]
 
 
 class TurnMemoryIndex:
@@ -434,21 +441,7 @@ def on_screen(window: list[ChatMessage]) -> Callable[[str], bool]:
     """Whether a remembered turn's text is in the front end's window (every line of it, in
     order, as whole messages there): chat the next prompt already holds."""
     shown = f"\n{turn_text(window)}\n"
-    return lambda text: bool(window) and f"\n{text}\n" in shown
-
-
-def unseen_first(
-    found: list[RecalledTurn], shown: Callable[[str], bool], k: int
-) -> list[RecalledTurn]:
-    """The `k` turns recalled of `found` (ranked): those the window does not show take the slots
-    first, in rank order; a shown one keeps a slot only when too few others are left. In a chat
-    longer than its window, memory then brings what the prompt lacks instead of repeating its
-    last lines (SillyTavern's own vector storage keeps the last messages out of what it inserts,
-    for the same reason); in a chat the window holds whole, it still points at what is relevant
-    there."""
-    unseen = [turn for turn in found if not shown(turn.text)]
-    kept = {turn.key for turn in [*unseen, *(t for t in found if shown(t.text))][:k]}
-    return [turn for turn in found if turn.key in kept]
+    return lambda text: f"\n{text}\n" in shown
 
 
 def recall_query(
@@ -584,7 +577,10 @@ def retrieve(
 ) -> Retrieval:
     """Memory for a turn's pending `messages`, the front end's `window` (the chat before them)
     shown: the topic is asked as `asked_messages` words it, and the turns the window shows
-    (`on_screen`) give their slots to the next best (`unseen_first`).
+    (`on_screen`) come after every other candidate (core.recall `shown_last`): in a chat longer
+    than its window, memory brings what the prompt lacks instead of repeating its last lines
+    (SillyTavern's own vector storage keeps the last messages out of what it inserts, for the
+    same reason); in a chat the window holds whole, it still points at what matters there.
 
     `query_vectors`: returns embeddings computed elsewhere, by text (the pipeline starts
     them before the graph read, so the two overlap: `query_texts` of the asked messages with
@@ -611,19 +607,16 @@ def retrieve(
                 **dict(zip(missing, gateway.embed(missing, purpose=purpose), strict=True)),
             }
         vector, plain_vector, parts = embedded_query(query, memory.speakers, known)
-        shown = on_screen(window)
-        # A window message hides one turn (or more, where the chat repeated itself word for
-        # word): as many more as the window holds keep k turns to recall in all but that case.
-        found = memory.search(
+        recalled_turns = memory.search(
             query,
             vector,
-            recall_k + len(window),
+            recall_k,
             _names(memory, snapshot.entities),
             linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
             plain_vector,
             parts,
+            on_screen(window) if window else None,
         )
-        recalled_turns = unseen_first(found, shown, recall_k)
     return Retrieval(
         known_entities=snapshot.entities,
         mentioned=mentioned,

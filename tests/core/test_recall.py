@@ -641,6 +641,37 @@ def test_each_part_of_a_two_event_question_gets_a_slot_in_the_top_k() -> None:
     ]
 
 
+def test_documents_the_asker_shows_come_after_every_other_and_a_parts_slot_skips_them() -> None:
+    docs = [
+        _doc(1, "Ann", "the wedding", group="1"),
+        *(
+            _doc(i, "Ann", f"wedding then the move to Lisbon city, note {i}", group=str(i))
+            for i in range(2, 8)
+        ),
+    ]
+    index = HybridIndex(2)
+    index.add(docs, None)
+    question = "How long was it between the wedding and the move to Lisbon city?"
+    rrf = RecallParams(fusion=None, neighbour_share=0.0)
+    ranked = [h.key for h in index.search(question, None, 7, params=rrf)]
+    on_screen = {d.text for d in docs if d.key in ranked[:2]}
+    shown = [
+        h.key for h in index.search(question, None, 7, params=rrf, shown=on_screen.__contains__)
+    ]
+    assert shown == ranked[2:] + ranked[:2]  # both kept in their order, the shown ones last
+    # k smaller than what is not shown: the shown ones are not recalled at all.
+    assert [
+        h.key for h in index.search(question, None, 3, params=rrf, shown=on_screen.__contains__)
+    ] == ranked[2:5]
+    # A part's slot: the wedding alone (t1) is its best; shown, the slot goes to its next best.
+    parts = [(p, None) for p in query_parts(question, ["Ann"])]
+    own_best = rrf.model_copy(update={"part_budget": 1, "part_depth": 1})
+    assert "t1" in {h.key for h in index.search(question, None, 3, params=own_best, parts=parts)}
+    wedding = {docs[0].text}.__contains__
+    hits = index.search(question, None, 3, params=own_best, parts=parts, shown=wedding)
+    assert "t1" not in {h.key for h in hits} and len(hits) == 3
+
+
 def test_recall_embeds_a_two_event_questions_parts_in_the_same_call_and_hands_them_to_the_index() -> (
     None
 ):
