@@ -612,9 +612,12 @@ def test_look_alikes_of_two_event_questions_are_not_split(question: str) -> None
     assert query_parts(question, ["Nate", "Joanna", "John", "Melanie", "Caroline"]) == []
 
 
-def test_each_part_of_a_two_event_question_gets_a_slot_in_the_top_k() -> None:
-    # Every turn speaks of the wedding; the question's other words favour the Lisbon turns, so
-    # the turn about the wedding alone (the best for the part "the wedding") ranks last for it.
+WEDDING_QUESTION = "How long was it between the wedding and the move to Lisbon city?"
+
+
+def _wedding_and_lisbon() -> tuple[list[MemoryDoc], HybridIndex]:
+    """Every turn speaks of the wedding; WEDDING_QUESTION's other words favour the Lisbon turns,
+    so the turn about the wedding alone (t1, the best for the part "the wedding") ranks last."""
     docs = [
         _doc(1, "Ann", "the wedding", group="1"),
         *(
@@ -624,7 +627,12 @@ def test_each_part_of_a_two_event_question_gets_a_slot_in_the_top_k() -> None:
     ]
     index = HybridIndex(2)
     index.add(docs, None)
-    question = "How long was it between the wedding and the move to Lisbon city?"
+    return docs, index
+
+
+def test_each_part_of_a_two_event_question_gets_a_slot_in_the_top_k() -> None:
+    _, index = _wedding_and_lisbon()
+    question = WEDDING_QUESTION
     parts = [(p, None) for p in query_parts(question, ["Ann"])]
     rrf = RecallParams(fusion=None, neighbour_share=0.0)
     without = index.search(question, None, 3, params=rrf, parts=parts)
@@ -642,16 +650,8 @@ def test_each_part_of_a_two_event_question_gets_a_slot_in_the_top_k() -> None:
 
 
 def test_documents_the_asker_shows_come_after_every_other_and_a_parts_slot_skips_them() -> None:
-    docs = [
-        _doc(1, "Ann", "the wedding", group="1"),
-        *(
-            _doc(i, "Ann", f"wedding then the move to Lisbon city, note {i}", group=str(i))
-            for i in range(2, 8)
-        ),
-    ]
-    index = HybridIndex(2)
-    index.add(docs, None)
-    question = "How long was it between the wedding and the move to Lisbon city?"
+    docs, index = _wedding_and_lisbon()
+    question = WEDDING_QUESTION
     rrf = RecallParams(fusion=None, neighbour_share=0.0)
     ranked = [h.key for h in index.search(question, None, 7, params=rrf)]
     on_screen = {d.text for d in docs if d.key in ranked[:2]}
