@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from core.errors import ConfigError, first_problem
+from core.errors import ConfigError, InvalidInputError, first_problem
 
 TierName = Literal["large", "medium", "small", "narrative", "enrichment"]
 TIER_NAMES: tuple[TierName, ...] = ("large", "medium", "small", "narrative", "enrichment")
@@ -489,3 +489,14 @@ def load_settings(
     finally:
         _toml_path.reset(token)
     return settings
+
+
+def require_project_dir(project_dir: Path) -> None:
+    """For a command that reads or changes what a project already holds: a project directory
+    that does not exist is a mistyped path, not an empty project. Without this the embedded
+    graph would be created there, and the command would answer from it, empty."""
+    if not project_dir.is_dir():
+        raise InvalidInputError(
+            f"--project-dir {project_dir} is not a directory",
+            hint="point it at an existing project, one python -m flows.novel or the sidecar wrote",
+        )

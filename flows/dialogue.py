@@ -62,7 +62,7 @@ from core.embedder import EmbedderUnavailableError, local_embedder
 from core.errors import InvalidInputError
 from core.graph_server import prefer_clients
 from core.heap import freeze_startup_objects
-from core.settings import Settings, load_settings
+from core.settings import Settings, load_settings, require_project_dir
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.ingest import BATCH_SIZE as INGEST_BATCH_SIZE
 from tasks.dialogue.lorebook import conversation_lorebook
@@ -627,8 +627,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     logging.getLogger("httpx2").setLevel(logging.WARNING)
+    if args.command not in _MAY_START_A_PROJECT:
+        require_project_dir(args.project_dir)
     settings = load_settings(args.project_dir, args.config)
     return _COMMANDS[args.command](args, settings, _options(args))
+
+
+#: Commands that may be the first to touch a project (its memory graph is created then): the
+#: rest read or change what it holds, and a missing project directory is an error for them.
+_MAY_START_A_PROJECT = frozenset({"serve", "commit", "ingest", "openapi"})
 
 
 def _openapi(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:

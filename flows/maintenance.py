@@ -35,7 +35,7 @@ from prefect import flow, get_run_logger
 from core.cli import add_settings_options, run_main, setup_logging
 from core.errors import InvalidInputError
 from core.project_lock import project_writer
-from core.settings import Settings, load_settings
+from core.settings import Settings, load_settings, require_project_dir
 from tasks.codex import write_codex_or_log
 from tasks.healing import (
     HealReport,
@@ -207,11 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not args.project_dir.is_dir():
-        raise InvalidInputError(
-            f"--project-dir {args.project_dir} is not a directory",
-            hint="point it at a project written by python -m flows.novel",
-        )
+    require_project_dir(args.project_dir)
     setup_logging(args.verbose)
     settings = load_settings(args.project_dir, args.config)
     project = str(settings.project_dir)

@@ -29,7 +29,7 @@ from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
 from core.graph_server import GraphEndpoint, serve_embedded
 from core.project_lock import project_writer
-from core.settings import Settings, load_settings
+from core.settings import Settings, load_settings, require_project_dir
 from kg.codex import CODEX_FILE, CodexPage, build_dialogue_codex, build_novel_codex, write_codex
 from kg.facts import entity_facts, format_facts
 from kg.store import GraphStore
@@ -228,12 +228,8 @@ def _print_stats(store: GraphStore, as_json: bool) -> None:
 
 
 def _check_book_args(args: argparse.Namespace) -> None:
-    """Refuse a codex or vault request for no project or a chapter before the first."""
-    if not args.project_dir.is_dir():
-        raise InvalidInputError(
-            f"--project-dir {args.project_dir} is not a directory",
-            hint="point it at a project written by python -m flows.novel",
-        )
+    """Refuse a codex or vault request for a chapter before the first (main has refused a
+    project directory that does not exist)."""
     if args.as_of_chapter is not None and args.as_of_chapter < 0:
         raise InvalidInputError(f"--as-of-chapter must be 0 or more (got {args.as_of_chapter})")
 
@@ -350,9 +346,16 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     os._exit(0)
 
 
+#: Commands that may be the first to touch a project (its graph is created then): the rest read
+#: or change what it holds, and a missing project directory is an error for them.
+_MAY_START_A_PROJECT = frozenset({"migrate", "import", "serve"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
+    if args.command not in _MAY_START_A_PROJECT:
+        require_project_dir(args.project_dir)
     if args.command == "import" and not args.file.is_file():
         raise InvalidInputError(f"import file {args.file} does not exist")
     if args.command == "codex":

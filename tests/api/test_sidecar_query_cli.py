@@ -101,3 +101,13 @@ def test_cli_query_prints_the_packet_the_api_injects_and_refuses_an_unknown_conv
     assert run("--conversation-id", conv, "--recall-k", "99", QUESTION) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "recall_k" in err
+
+    # A project directory that does not exist is a mistyped path: one line, and no graph is
+    # made there (the same for every command that reads what a project holds).
+    missing = tmp_path / "no-such-project"
+    for command in (["query", "--conversation-id", conv, QUESTION], ["conversations"]):
+        with pytest.raises(SystemExit) as exited:
+            run_main(main, "dialogue", [*command, "--project-dir", str(missing)])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.count("\n") == 1, err
+        assert f"--project-dir {missing} is not a directory" in err and not missing.exists()

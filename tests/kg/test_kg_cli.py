@@ -134,6 +134,18 @@ def test_errors_are_one_line_with_a_non_zero_exit(
     )
     usage = kg(project, "rollback")
     assert usage.returncode == 2 and "--chapter" in usage.stderr
+    # A project directory that does not exist is a mistyped path, not an empty project: one
+    # line, and no graph is made there. The look-alikes: an existing project answers (above),
+    # and import may start a project (restoring an export into a new directory).
+    missing = tmp_path / "no-such-project"
+    for command in (("stats",), ("export", "--out", str(tmp_path / "x.json")), ("codex",)):
+        refused = kg(missing, *command)
+        assert refused.returncode == 2, refused.stderr[-2000:]
+        assert refused.stderr.strip().splitlines() == [
+            f"kg: error: --project-dir {missing} is not a directory (point it at an existing "
+            "project, one python -m flows.novel or the sidecar wrote)"
+        ]
+        assert not missing.exists()
 
 
 def test_a_process_that_forgets_to_close_its_store_still_exits(tmp_path: Path) -> None:
