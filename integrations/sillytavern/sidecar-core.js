@@ -612,7 +612,11 @@ export class SkaldMemory {
             ? last.turnId : null;
         const base = regenerating !== null ? chat.slice(0, last.last) : chat;
         const { pending, window } = pendingOf(base);
-        if (pending.length === 0) {
+        // Nothing pending (a Continue of the last reply, or a generation before anyone wrote):
+        // memory is asked about the chat's last message. The window holds it too, so its own turn
+        // is not what memory brings back.
+        const asked = pending.length ? pending : window.slice(-1);
+        if (asked.length === 0) {
             this.host.setPrompt('');
             return null;
         }
@@ -628,7 +632,7 @@ export class SkaldMemory {
         const turns = turnsOf(base);
         const pendingTurns = this.pendingTurns(state, turns, regenerating);
         try {
-            const { status, data } = await this.client.queryMemory(state.id, pending, window, this.config(), pendingTurns);
+            const { status, data } = await this.client.queryMemory(state.id, asked, window, this.config(), pendingTurns);
             this.lastQuery = { waitedMs, pendingTurns, heldBack: data?.held_back ?? [], status };
             if (status !== 200 || !data?.ok) {
                 this.host.setPrompt('');

@@ -139,6 +139,24 @@ describe('against the real sidecar', () => {
         assert.ok(host.statuses.includes('syncing'));
     });
 
+    test('a Continue (nothing pending) asks memory about the last message instead of clearing it', async () => {
+        const host = fakeHost(`st-${Date.now()}-continue`);
+        const memory = memoryFor(host);
+        host.chat.push(user('My sister Elena moved to Lisbon to study marine biology!'), bot('How exciting, Lisbon!'),
+            user('I baked bread this morning.'), bot('Does Elena like the ocean there?'));
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.deepEqual((await listTurns(host.getChatId())).map((t) => t.turn_id), ['1', '3']);
+        // Continue: the prompt's chat is the whole chat, nothing after the last reply.
+        const packet = await memory.beforeGeneration(host.chat);
+        assert.ok(packet, `memory query failed: ${memory.detail}`);
+        assert.match(host.prompt, /Lisbon/);
+        // The look-alike: a chat with no message at all still asks nothing.
+        const empty = fakeHost(`st-${Date.now()}-empty`);
+        assert.equal(await memoryFor(empty).beforeGeneration(empty.chat), null);
+        assert.equal(empty.prompt, '');
+    });
+
     test('a swipe replaces the reply; an edit rewrites its turn and the later ones; a delete rewinds', async () => {
         const conversationId = `st-${Date.now()}-swipe`;
         const host = fakeHost(conversationId);
