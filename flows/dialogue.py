@@ -633,8 +633,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _COMMANDS[args.command](args, settings, _options(args))
 
 
-#: Commands that may be the first to touch a project (its memory graph is created then): the
-#: rest read or change what it holds, and a missing project directory is an error for them.
+#: Commands that need no existing project: the first to touch one creates its memory graph
+#: (openapi needs none). The rest read or change what a project holds, and a missing project
+#: directory is an error for them.
 _MAY_START_A_PROJECT = frozenset({"serve", "commit", "ingest", "openapi"})
 
 
