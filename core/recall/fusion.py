@@ -30,8 +30,10 @@ def learned_rank(
     limit: int | None,
     columns: DocumentColumns,
     dense: DenseIndex,
+    shown: Callable[[int], bool] | None = None,
 ) -> list[Ranked]:
-    """The candidates scored by the learned model, the graph's links added apart."""
+    """The candidates scored by the learned model, the graph's links added apart; those `shown`
+    names after all the others (`shown_last`)."""
     positions, x = features(prepared, params, columns, dense)
     if not len(positions):
         return []
@@ -51,9 +53,10 @@ def learned_rank(
             linked[position] = gain
             scores[at[position]] += gain
     # Best first, ties by position; the per-signal shares only for the ones handed back.
-    order = np.lexsort((positions, -scores))[:limit]
+    ranked = np.lexsort((positions, -scores)).tolist()
+    order = shown_last(ranked, None if shown is None else lambda i: shown(int(positions[i])), limit)
     out = []
-    for i in order.tolist():
+    for i in order:
         signals: dict[str, float] = {}
         for name, value in zip(FEATURES, contributions[i].tolist(), strict=True):
             if value:
@@ -73,9 +76,11 @@ def rrf_rank(
     docs: list[MemoryDoc],
     columns: DocumentColumns,
     neighbours: bool,
+    shown: Callable[[int], bool] | None = None,
 ) -> list[Ranked]:
     """Reciprocal-rank fusion of the rankers, neighbour smoothing (with `neighbours`), session
-    relevance and the boosts (see `HybridIndex.rank`)."""
+    relevance and the boosts (see `HybridIndex.rank`); the documents `shown` names after all
+    the others (`shown_last`)."""
     signals: dict[int, dict[str, float]] = {}
     for name, ranking, weight in (
         ("lexical", prepared.lexical, params.lexical_weight),
@@ -135,19 +140,25 @@ def rrf_rank(
             factor += params.when_boost
             entry["when"] = params.when_boost
         smoothed[position] *= factor
-    order = sorted(smoothed, key=lambda p: (-smoothed[p], p))[:limit]
+    order = shown_last(sorted(smoothed, key=lambda p: (-smoothed[p], p)), shown, limit)
     return [(p, smoothed[p], signals.get(p, {})) for p in order]
 
 
-def shown_last(ranked: list[Ranked], shown: Callable[[int], bool] | None) -> list[Ranked]:
-    """`ranked` with the documents `shown` names (positions: the turns a chat front end's window
-    already shows) after all the others, both kept in their order (None: `ranked` itself)."""
+def shown_last(
+    order: list[int], shown: Callable[[int], bool] | None, limit: int | None = None
+) -> list[int]:
+    """The first `limit` of `order` with the items `shown` names (documents a chat front end's
+    window already shows) after all the others, both kept in their order. `shown` is asked only
+    until `limit` others are found (a memory query's hot path)."""
     if shown is None:
-        return ranked
-    flags = [shown(row[0]) for row in ranked]
-    return [row for row, f in zip(ranked, flags, strict=True) if not f] + [
-        row for row, f in zip(ranked, flags, strict=True) if f
-    ]
+        return order[:limit]
+    others: list[int] = []
+    held: list[int] = []
+    for item in order:
+        (held if shown(item) else others).append(item)
+        if limit is not None and len(others) >= limit:
+            return others
+    return (others + held)[:limit]
 
 
 def budgeted(

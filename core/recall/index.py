@@ -20,7 +20,7 @@ from core.heap import keep_large_allocations_mapped
 from core.recall.dense import DenseIndex
 from core.recall.documents import DocumentColumns, Hit, MemoryDoc
 from core.recall.features import features
-from core.recall.fusion import Ranked, budgeted, learned_rank, rrf_rank, shown_last
+from core.recall.fusion import Ranked, budgeted, learned_rank, rrf_rank
 from core.recall.lexical import LexicalIndex
 from core.recall.params import CANDIDATES, DEFAULT_PARAMS, RecallParams
 from core.recall.query import PART_WINDOW, Prepared, named_in, unaddressed
@@ -233,23 +233,26 @@ class HybridIndex:
         each ranking puts them after every other candidate (`shown_last`), so they keep a place
         only when too few others are left, and a part's slot goes to a document not shown."""
         if not prepared.parts or not params.part_budget:
-            whole = self._rank_one(prepared, params, limit if shown is None else None)
-            return shown_last(whole, shown)[:limit]
-        ranked = shown_last(self._rank_one(prepared, params, None), shown)
+            return self._rank_one(prepared, params, limit, shown)
+        ranked = self._rank_one(prepared, params, None, shown)
         window = PART_WINDOW if limit is None else min(limit, PART_WINDOW)
-        part_depth = params.part_depth if shown is None else None
         part_rankings = [
-            shown_last(self._rank_one(part, params, part_depth), shown)[: params.part_depth]
-            for part in prepared.parts
+            self._rank_one(part, params, params.part_depth, shown) for part in prepared.parts
         ]
         return budgeted(ranked, part_rankings, params.part_budget, window)[:limit]
 
     def _rank_one(
-        self, prepared: Prepared, params: RecallParams, limit: int | None
+        self,
+        prepared: Prepared,
+        params: RecallParams,
+        limit: int | None,
+        shown: Callable[[int], bool] | None,
     ) -> list[Ranked]:
         if params.fusion is not None and self.neighbours:
-            return learned_rank(prepared, params, params.fusion, limit, self.columns, self.dense)
-        return rrf_rank(prepared, params, limit, self.docs, self.columns, self.neighbours)
+            return learned_rank(
+                prepared, params, params.fusion, limit, self.columns, self.dense, shown
+            )
+        return rrf_rank(prepared, params, limit, self.docs, self.columns, self.neighbours, shown)
 
     def events(self, position: int) -> tuple[TimeSpan, ...]:
         """The days the document at `position` speaks of (resolved against its own date)."""
