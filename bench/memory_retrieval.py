@@ -10,7 +10,9 @@ repeated with a numbered suffix, their real MiniLM vectors plus a little noise (
 100k turns for real would take the model ~20 minutes and measure the model, not the
 memory). Each query is a LoCoMo question, embedded by the real model inside the timed call,
 as the sidecar does; the sizes are timed interleaved, question by question. Prints p50/p95
-per size and the 100k/1k ratio of p95.
+per size and the 100k/1k ratio of p95. Each question is also asked with a chat front end's
+window shown (the memory's last 12 turns, `on_screen`: they go after every other turn), and
+the ratio of the two p50s is printed per size.
 
 Ingest: `remember_rows` (what `flows.dialogue ingest` runs) into a fresh embedded graph,
 real embeddings, its default batches: turns/s, end to end, two ways: cold (a fresh project:
@@ -38,6 +40,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +49,11 @@ from bench.embedders import CANDIDATES, DEFAULT, embedder
 from core.embedder import EmbedderUnavailableError
 from core.recall import embedded_text
 from kg.dialogue import MemoryRow
-from tasks.dialogue.retriever import TurnMemoryIndex, embedded_query, query_texts
+from tasks.dialogue.models import ChatMessage
+from tasks.dialogue.retriever import TurnMemoryIndex, embedded_query, on_screen, query_texts
+
+#: Messages a front end's window holds (the SillyTavern extension's WINDOW_MESSAGES).
+WINDOW_MESSAGES = 12
 
 DIALOGUES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "dialogues"
 SIZES = (1_000, 10_000, 100_000)
@@ -114,8 +121,15 @@ def bench_retrieval(
     model.queries(questions[:8])  # warm the model
     indexes: dict[int, TurnMemoryIndex] = {}
     build_rate: dict[int, float] = {}
+    windows: dict[int, Callable[[str], bool]] = {}
     for size in sizes:
         rows = _rows(turns, vectors, size, rng)
+        windows[size] = on_screen(
+            [
+                ChatMessage(role="user", name=row.speaker, content=row.text.split(": ", 1)[1])
+                for row in rows[-WINDOW_MESSAGES:]
+            ]
+        )
         index = TurnMemoryIndex()
         started = time.perf_counter()
         for start in range(0, size, 1000):  # incremental, as a growing conversation adds turns
@@ -131,20 +145,31 @@ def bench_retrieval(
     # on whichever size was being timed, and the ratio compares like with like. All three
     # memories are alive together, as a sidecar's conversations are.
     latencies: dict[int, list[float]] = {size: [] for size in sizes}
-    for question in questions:
+    shown_latencies: dict[int, list[float]] = {size: [] for size in sizes}
+    for i, question in enumerate(questions):
         for size in sizes:
-            t0 = time.perf_counter()
-            # As tasks.dialogue.retriever.recall asks: the question, the question without the
-            # speakers' names when it names one, and a two-event question's parts, in one call.
-            texts = query_texts(question, speakers)
-            vector, plain_vector, parts = embedded_query(
-                question, speakers, dict(zip(texts, model.queries(texts), strict=True))
-            )
-            hits = indexes[size].search(
-                question, vector, 10, speakers, plain_vector=plain_vector, parts=parts
-            )
-            latencies[size].append((time.perf_counter() - t0) * 1000)
-            assert len(hits) == 10
+            # Alternating which way goes first, so neither always finds the other's caches.
+            for shown in (None, windows[size]) if i % 2 else (windows[size], None):
+                t0 = time.perf_counter()
+                # As tasks.dialogue.retriever.recall asks: the question, the question without
+                # the speakers' names when it names one, and a two-event question's parts, in
+                # one call.
+                texts = query_texts(question, speakers)
+                vector, plain_vector, parts = embedded_query(
+                    question, speakers, dict(zip(texts, model.queries(texts), strict=True))
+                )
+                hits = indexes[size].search(
+                    question,
+                    vector,
+                    10,
+                    speakers,
+                    plain_vector=plain_vector,
+                    parts=parts,
+                    shown=shown,
+                )
+                elapsed = (time.perf_counter() - t0) * 1000
+                (latencies if shown is None else shown_latencies)[size].append(elapsed)
+                assert len(hits) == 10 and not (shown and any(shown(h.text) for h in hits))
     results: dict[int, tuple[float, float, float]] = {}
     for size in sizes:
         results[size] = (
@@ -152,9 +177,12 @@ def bench_retrieval(
             _percentile(latencies[size], 95),
             build_rate[size],
         )
+        shown_p50 = _percentile(shown_latencies[size], 50)
         print(
             f"{size:>7} turns: recall p50 {results[size][0]:6.1f} ms, p95 {results[size][1]:6.1f} ms "
-            f"(index built at {results[size][2]:,.0f} turns/s)",
+            f"(index built at {results[size][2]:,.0f} turns/s); with a {WINDOW_MESSAGES}-message "
+            f"window shown p50 {shown_p50:.1f} ms, p95 {_percentile(shown_latencies[size], 95):.1f} "
+            f"ms (p50 ratio {shown_p50 / results[size][0]:.2f})",
             flush=True,
         )
     return results

@@ -264,9 +264,10 @@ class TurnMemoryIndex:
         linked: list[str] | None = None,
         plain_vector: np.ndarray | None = None,
         parts: list[tuple[str, np.ndarray | None]] | None = None,
+        shown: Callable[[str], bool] | None = None,
     ) -> list[RecalledTurn]:
         """Search the index as it is now (see PinnedMemory.search)."""
-        return self.pinned().search(query, vector, k, names, linked, plain_vector, parts)
+        return self.pinned().search(query, vector, k, names, linked, plain_vector, parts, shown)
 
 
 def recalled(hit: Hit) -> RecalledTurn:
