@@ -80,6 +80,7 @@ from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tasks.dialogue.reembed import BATCH_SIZE as REEMBED_BATCH_SIZE
 from tasks.dialogue.reembed import reembed_conversation
 from tasks.dialogue.replay import DialogueSpec
+from tasks.dialogue.retriever import remembered_window
 
 log = logging.getLogger("skald.dialogue")
 
@@ -564,6 +565,15 @@ def _query_parser(query: argparse.ArgumentParser) -> None:
         "--token-budget", type=int, default=None, help="tokens for the packet (default 1024)"
     )
     query.add_argument(
+        "--window",
+        type=int,
+        default=0,
+        metavar="N",
+        help="ask as a chat front end showing the last N remembered messages (the SillyTavern "
+        "extension shows 12): the turns they show go last, and a message with no topic of its "
+        "own asks about theirs (default 0: no window)",
+    )
+    query.add_argument(
         "--json",
         action="store_true",
         help="print the whole answer as JSON: the packet, the recalled turns and their scores",
@@ -747,9 +757,16 @@ def _query(args: argparse.Namespace, settings: Settings, options: SidecarOptions
         for field, value in (("recall_k", args.recall_k), ("token_budget", args.token_budget))
         if value is not None
     }
+    if args.window < 0:
+        raise InvalidInputError(f"--window must be 0 or more (got {args.window})")
     request = {"conversation_id": args.conversation_id, "messages": [message], "config": config}
     service = DialogueService(settings, options=options)
     try:
+        if args.window:
+            shown = remembered_window(
+                DialogueRepository(service.store), args.conversation_id, args.window
+            )
+            request["window"] = [m.model_dump(mode="json", exclude_none=True) for m in shown]
         result = service.memory_query(request)
     finally:
         service.close()

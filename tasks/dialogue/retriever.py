@@ -390,6 +390,37 @@ def turn_text(messages: list[ChatMessage]) -> str:
     return "\n".join(m.line() for m in messages)
 
 
+def row_messages(row: MemoryRow) -> list[ChatMessage]:
+    """A remembered turn's messages again, from its text (`turn_text`'s inverse): a line that
+    opens with one of the row's speakers and ": " starts a message, any other line continues
+    the one before (a message of several lines)."""
+    speakers = speakers_of(row.speaker)
+    messages: list[ChatMessage] = []
+    for line in row.text.split("\n"):
+        speaker = next((s for s in speakers if line.startswith(f"{s}: ")), None)
+        if speaker is not None or not messages:
+            name = speaker or row.speaker
+            content = line[len(speaker) + 2 :] if speaker else line
+            messages.append(ChatMessage(role="user", name=name, content=content, time=row.when))
+        else:
+            last = messages[-1]
+            messages[-1] = last.model_copy(update={"content": f"{last.content}\n{line}"})
+    return messages
+
+
+def remembered_window(
+    repo: DialogueRepository, conversation_id: str, count: int
+) -> list[ChatMessage]:
+    """The last `count` messages memory holds of a conversation, as a chat front end's window
+    would show them (each remembered turn holds a message at least, so its last `count` turns
+    hold them all)."""
+    head = repo.memory_head(conversation_id)
+    if not head or count <= 0:
+        return []
+    rows = repo.memory_rows(conversation_id, max(1, head - count + 1), head)
+    return [m for row in rows for m in row_messages(row)][-count:]
+
+
 def usable_vector(row: MemoryRow, vectors_from: str) -> bool:
     """Whether a remembered row's vector can be compared with a query embedded by model
     `vectors_from`: it has one, made by that model. A row remembered before rows recorded their

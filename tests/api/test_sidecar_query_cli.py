@@ -102,6 +102,33 @@ def test_cli_query_prints_the_packet_the_api_injects_and_refuses_an_unknown_conv
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "recall_k" in err
 
+    # --window N: asked as a front end showing the last N remembered messages. "Thanks!" names
+    # no topic: it asks about the last message shown (the bakery's), as the API does given that
+    # window, and the bakery turn itself goes last; with no window it asks nothing.
+    bakery = {
+        "role": "user",
+        "name": "Caroline",
+        "content": "The bakery on the corner closed last month.",
+    }
+    thanks = {"role": "user", "name": "Melanie", "content": "Thanks!"}
+    api = client.post(
+        MEMORY_QUERY_PATH,
+        json={
+            "conversation_id": conv,
+            "messages": [thanks],
+            "window": [bakery],
+            "config": {"recall_k": 2},
+        },
+    ).json()
+    assert api["ok"] and api["recalled"], api
+    windowed = ("--conversation-id", conv, "--speaker", "Melanie", "--recall-k", "2")
+    assert run(*windowed, "--window", "1", "--json", "Thanks!") == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert [t["turn_id"] for t in cli["recalled"]] == [t["turn_id"] for t in api["recalled"]]
+    assert "3" not in [t["turn_id"] for t in cli["recalled"]]  # two others fill k
+    assert run(*windowed, "--json", "Thanks!") == 0
+    assert json.loads(capsys.readouterr().out)["recalled"] == []
+
     # A project directory that does not exist is a mistyped path: one line, and no graph is
     # made there (the same for every command that reads what a project holds).
     missing = tmp_path / "no-such-project"

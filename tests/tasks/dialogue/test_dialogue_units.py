@@ -44,9 +44,11 @@ from tasks.dialogue.retriever import (
     mentioned_entities,
     recall_query,
     recalled,
+    row_messages,
     row_text,
     row_texts,
     select_relations,
+    turn_text,
     without_pending,
 )
 from tasks.dialogue.routing import resolve_routes
@@ -700,6 +702,25 @@ def _row(
         group=f"session {seq}",
         embedding=vector,
     )
+
+
+def test_a_remembered_turns_messages_come_back_from_its_text() -> None:
+    # A front end's turn: a message of two lines, then the reply; a line that only looks like a
+    # speaker's ("Note: ...", not a speaker of the turn) stays inside the message.
+    messages = [
+        ChatMessage(role="user", name="User", content="hi\nNote: the lamp is out", time="t"),
+        ChatMessage(role="assistant", name="Seraphina", content="I will light it.", time="t"),
+    ]
+    row = memory_row("c", "c:1", "1", messages)
+    again = row_messages(row)
+    assert [(m.speaker, m.content) for m in again] == [(m.speaker, m.content) for m in messages]
+    assert turn_text(again) == row.text
+    # A speaker whose name holds the other's ("Ann" and "Anna") is told apart by ": ".
+    pair = [
+        ChatMessage(role="user", name="Anna", content="yes"),
+        ChatMessage(role="user", name="Ann", content="no"),
+    ]
+    assert [m.speaker for m in row_messages(memory_row("c", "c:2", "2", pair))] == ["Anna", "Ann"]
 
 
 def test_turn_memory_index_appends_by_position_and_resets_on_a_new_life() -> None:
