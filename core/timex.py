@@ -18,10 +18,11 @@ Forms resolved (the anchor is the session's date `d`):
 | two days from now, a few weeks from now; the week (weekend, month, year) after next | that day, week or month ahead |
 | the past / the last few days (weeks, months) | the days up to `d` |
 | N days ago, a couple of / a few / several days ago, the other day | d-N; a range of days |
+| the other week | the one to three weeks before |
 | N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago; it's been (about) N years since | as "ago" (a fortnight: two weeks; a decade: ten years) |
 | half a year ago, a year and a half ago, two and a half years ago | that month |
 | on Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend | the last one, or the coming one when the clause speaks of the future |
-| last / this / next Christmas (Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one |
+| last / this / next Christmas (Xmas, Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one |
 | last / this past / next / this Friday (and Fri, Tues, Thurs, Wed) | that weekday's date |
 | last / this / next week, N weeks ago, the week before last, the week before / prior, the previous week (end of clause) | that Monday-Sunday week |
 | last / this past / this / next weekend, N weekends ago, the weekend before last | that Saturday-Sunday ("this weekend" said on a Monday or Tuesday: the one just over, unless the sentence speaks of the future or is in the present tense) |
@@ -30,6 +31,8 @@ Forms resolved (the anchor is the session's date `d`):
 | last / this / next year, N years ago, a few years ago | that calendar year (or years) |
 | last / this / next summer (spring, fall, autumn, winter) | that season (northern, by months) |
 | the summer of 2021, fall 2022; early / mid / late 2022 | that season of that year; its first, middle or last four months |
+| two summers ago, a few winters back; two Fridays ago | the last such season (weekday) and the ones before it |
+| over / during / in / for the summer (spring, fall, winter), over the holidays; on the 3rd (where the clause ends) | in a sentence that tells what happened the last one (the holidays: 24 December - 1 January), in one about the future the coming one; none in a habit ("I swim in the summer") |
 | in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after), but the last one in a sentence told in the past tense ("We went to Paris in June") and the coming one in a sentence about the future ("I'll visit in April") |
 | the first (second, third, fourth, last) week or weekend of May (2023) | days 1-7 (8-14, ..., the last seven); that Saturday-Sunday |
 | in 2022, since 2019, back in 2020 | that year |
@@ -42,12 +45,15 @@ already!"), resolves to when it began:
 them" reaches the turn through its indexed date.
 
 Look-alikes left alone: a duration that does not run up to the time said ("a week of rain",
-"a course for 3 years", "I had a fever for 3 days", "I have to leave for two weeks"), a relative phrase
-anchored on an event ("the week before the wedding", "the day I was born"), a noun after
-last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a capital
-letter there, or a preposition or a day or year beside it), a habit ("on Fridays", "on
-weekends", "on Monday mornings", "every Friday night", "Friday nights"), an idiom ("at the end of the day"), a length of time in the past ("I lost 5 pounds in two weeks"), "back" as a place ("a few days back home"), a holiday as a kind of thing ("a
-Christmas tree", "my Halloween costume": a holiday needs last/next or a preposition).
+"a course for 3 years", "I had a fever for 3 days", "I have to leave for two weeks"), a
+relative phrase anchored on an event ("the week before the wedding", "the day I was born"),
+a noun after last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a
+capital letter there, or a preposition or a day or year beside it), a habit ("on Fridays", "on
+weekends", "on Monday mornings", "every Friday night", "Friday nights", "I swim in the
+summer", "Rent is due on the 1st"), an idiom ("at the end of the day"), a length of time in
+the past ("I lost 5 pounds in two weeks"), "back" as a place ("a few days back home"), an
+ordinal ("the 3rd floor"), "the summer months", a holiday as a kind of thing ("a Christmas
+tree", "my Halloween costume": a holiday needs last/next or a preposition).
 
 Why our own grammar (python-dateutil parses the session times and does the calendar
 arithmetic, `relativedelta`): the maintained parsers of free text (dateparser, parsedatetime,
@@ -134,6 +140,7 @@ _FIXED_HOLIDAYS = {
     "christmas eve": (12, 24),
     "christmas day": (12, 25),
     "christmas": (12, 25),
+    "xmas": (12, 25),
     "new year's eve": (12, 31),
     "new year's day": (1, 1),
     "new year's": (1, 1),
@@ -147,7 +154,7 @@ _FIXED_HOLIDAYS = {
     "4th of july": (7, 4),
 }
 _HOLIDAY_RE = (
-    r"christmas(?:\s+(?:eve|day))?|new\s+year['\u2019]?s(?:\s+(?:eve|day))?|thanksgiving|easter"
+    r"(?:christmas|xmas)(?:\s+(?:eve|day))?|new\s+year['\u2019]?s(?:\s+(?:eve|day))?|thanksgiving|easter"
     r"|halloween|valentine['\u2019]?s(?:\s+day)?|independence\s+day|(?:the\s+)?(?:fourth|4th)\s+of\s+july"
 )
 #: A clause about what is still to come: its "on Friday" or "over the weekend" is the coming
@@ -214,6 +221,16 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ("today", r"\b(?:today|tonight|this\s+(?:morning|afternoon|evening))\b"),
         ("tomorrow", r"\btomorrow\b"),
         ("other_day", r"\bthe\s+other\s+day\b"),
+        ("other_week", r"\bthe\s+other\s+week\b"),
+        (
+            # "two summers ago", "a few winters back": that season, so many years before the last
+            "seasons_ago",
+            rf"\b({_COUNT_RE})\s+(springs|summers|falls|autumns|winters)\s+(?:ago|back)\b",
+        ),
+        (
+            "weekdays_ago",  # "two Fridays ago"
+            rf"\b({_COUNT_RE})\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)s\s+ago\b",
+        ),
         (
             "ago",
             rf"\b({_COUNT_RE}|half\s+an?)(?:\s+and\s+a\s+half)?\s+({_UNIT_RE})(?:\s+and\s+a\s+half)?"
@@ -281,6 +298,18 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\b(last|this\s+past|past|next|this\s+coming|this)\s+(spring|summer|fall|autumn|winter)\b",
         ),
         ("season_year", rf"\b(spring|summer|fall|autumn|winter)\s+(?:of\s+)?{_YEAR}\b"),
+        (
+            # "over the summer", "in the fall" (not "the fall of 2020", "in the winter months"):
+            # a habit ("I swim in the summer") is no date, so only in a sentence about the past
+            # or the future; "the holidays": Christmas Eve to New Year's Day.
+            "the_season",
+            r"\b(?:over|during|in|for|through|throughout|all)\s+the\s+(spring|summer|fall|autumn|winter|holidays)\b"
+            r"(?!\s+(?:of|months?|season|semester|break|term)\b)",
+        ),
+        (
+            "day_of_month",  # "on the 3rd", where the clause ends (not "on the 3rd floor")
+            rf"\bon\s+the\s+(\d{{1,2}})(?:st|nd|rd|th)\b{_CLAUSE_END}",
+        ),
         (
             "week_of_month",  # "the first week of May", "the last weekend of June 2022"
             rf"\bthe\s+(first|second|third|fourth|last)\s+(week|weekend)\s+of\s+({_MONTH_RE})\b\.?"
@@ -539,7 +568,9 @@ def _holiday(name: str, year: int) -> date:
     if name == "easter":
         return easter(year)
     month, day = _FIXED_HOLIDAYS[
-        name.replace("new years", "new year's").replace("valentines", "valentine's")
+        name.replace("new years", "new year's")
+        .replace("valentines", "valentine's")
+        .replace("xmas", "christmas")
     ]
     return date(year, month, day)
 
@@ -727,6 +758,10 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return day, day, "day"
     if kind == "other_day":
         return anchor - timedelta(days=7), anchor - timedelta(days=1), "days"
+    if kind == "other_week":  # one to three weeks back
+        return _unit_span("week", anchor, -3)[0], _unit_span("week", anchor, -1)[1], "weeks"
+    if kind in ("seasons_ago", "weekdays_ago", "the_season", "day_of_month"):
+        return _resolve_named_back(kind, m, anchor)
     if kind in ("ago", "been_since", "duration", "running"):
         return _resolve_back(kind, m, anchor)
     if kind in ("unit", "part_of_unit"):
@@ -784,6 +819,56 @@ def _resolve_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date
         first, _, _ = _unit_span(unit, anchor, -high)
         _, last, _ = _unit_span(unit, anchor, -low)
         return first, last, "since"
+    return None
+
+
+def _resolve_named_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
+    """A season, weekday or day of the month named without last/next: "two summers ago",
+    "two Fridays ago", "over the summer", "over the holidays", "on the 3rd" (the last one in a
+    sentence that tells what happened, the coming one in one about the future; none in a
+    habit: "I swim in the summer")."""
+    g = m.groups()
+    if kind == "seasons_ago":
+        low, high = _count(g[0])
+        first, last = _season_span(g[1].removesuffix("s"), anchor, "last")
+        return first - relativedelta(years=high - 1), last - relativedelta(years=low - 1), "season"
+    if kind == "weekdays_ago":
+        low, high = _count(g[0])
+        day = _weekday("last", _WEEKDAYS[g[1].lower()], anchor)
+        return day - timedelta(weeks=high - 1), day - timedelta(weeks=low - 1), "day"
+    future = _speaks_of_future(m)
+    if not future and not _PAST_TOLD.search(_sentence(m)):
+        return None
+    if kind == "day_of_month":
+        return _day_of_month(int(g[0]), anchor, future)
+    if g[0].lower() == "holidays":  # Christmas Eve to New Year's Day
+        spans = [
+            (date(y, 12, 24), date(y + 1, 1, 1)) for y in range(anchor.year - 1, anchor.year + 1)
+        ]
+    else:
+        first_month = _SEASONS[g[0].lower()]
+        starts = [date(y, first_month, 1) for y in range(anchor.year - 2, anchor.year + 2)]
+        spans = [(s, s + relativedelta(months=3, days=-1)) for s in starts]
+    if future:
+        first, last = min(s for s in spans if s[1] >= anchor)
+    else:
+        first, last = max(s for s in spans if s[0] <= anchor)
+    return first, last, "season"
+
+
+def _day_of_month(number: int, anchor: date, future: bool) -> tuple[date, date, str] | None:
+    """ "on the 3rd": the last 3rd up to the anchor, or in a sentence about the future the
+    first from it (a month without that day is passed over)."""
+    step = 1 if future else -1
+    month = anchor.replace(day=1)
+    for _ in range(3):
+        try:
+            day = month.replace(day=number)
+        except ValueError:
+            day = None
+        if day is not None and (day >= anchor if future else day <= anchor):
+            return day, day, "day"
+        month += relativedelta(months=step)
     return None
 
 

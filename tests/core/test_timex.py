@@ -93,6 +93,18 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("5 years already! Time flies.", "2018-01-01", "2018-12-31"),
         ("Oh, about three years now!", "2020-01-01", "2020-12-31"),
         ("Melanie: Seven years now, and I love it.", "2016-01-01", "2016-12-31"),  # as stored
+        # A season, the holidays, a weekday or a day of the month without last/next.
+        ("I went there two summers ago.", "2021-06-01", "2021-08-31"),
+        ("I went skiing a few winters ago.", "2019-12-01", "2022-02-28"),
+        ("We hiked a lot over the summer.", "2022-06-01", "2022-08-31"),
+        ("We're going to Spain over the summer.", "2023-06-01", "2023-08-31"),
+        ("I saw my family over the holidays.", "2022-12-24", "2023-01-01"),
+        ("I got this bike for Xmas.", "2022-12-25", "2022-12-25"),
+        ("We met up two Fridays ago.", "2023-04-28", "2023-04-28"),
+        ("I ran it the other week.", "2023-04-17", "2023-05-07"),
+        ("We went there on the 3rd.", "2023-05-03", "2023-05-03"),
+        ("I'll be there on the 12th.", "2023-05-12", "2023-05-12"),
+        ("We went there on the 31st.", "2023-03-31", "2023-03-31"),  # April has no 31st
     ],
 )
 def test_each_relative_form_resolves_against_the_session_date(
@@ -142,6 +154,12 @@ def test_each_relative_form_resolves_against_the_session_date(
         "I have to wait 2 weeks now.",  # ... "have to" is not a perfect
         "Ann: I will wait 5 years now.",  # ... a label opens the line, not the duration
         "We want 3 kids already, ha.",  # a count of no unit of time
+        "I swim in the summer.",  # a habit, not one summer
+        "I'm off work in the winter.",  # ... likewise
+        "We visit them over the summer months.",  # ... and months of any summer
+        "I live on the 3rd floor.",  # an ordinal, not a day
+        "Rent is due on the 1st.",  # a habit: every month's first
+        "Merry xmas!",  # a holiday as a greeting (no last/next or preposition)
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
