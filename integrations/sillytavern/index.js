@@ -66,6 +66,18 @@ const host = {
     getChat: () => context().chat,
     getChatId: () => context().getCurrentChatId(),
     setPrompt: (text) => context().setExtensionPrompt(PROMPT_KEY, text, PROMPT_POSITION_IN_PROMPT, 0),
+    // What the prompt holds beside the chat that the extension can read: the cards of the
+    // chat's characters (a group's members: all of them, counting high) and the other
+    // extensions' prompts (memory's own counts as its token budget).
+    promptExtras: () => {
+        const ctx = context();
+        const members = ctx.groupId
+            ? (ctx.groups.find((g) => g.id === ctx.groupId)?.members ?? []).map((avatar) => ctx.characters.find((c) => c.avatar === avatar))
+            : [ctx.characters?.[ctx.characterId]];
+        const cards = members.filter(Boolean).flatMap((c) => [c.description, c.personality, c.scenario, c.mes_example]);
+        const others = Object.entries(ctx.extensionPrompts ?? {}).filter(([key]) => key !== PROMPT_KEY).map(([, p]) => p?.value);
+        return [...cards, ...others].filter((text) => typeof text === 'string' && text).join('\n');
+    },
     onStatus: (status, detail) => {
         const element = badge();
         const text = `memory: ${STATUS_LABELS[status] ?? status}`;
@@ -189,10 +201,11 @@ function settingsPanel() {
 settingsPanel();
 
 // Called by SillyTavern (manifest.generate_interceptor; runGenerationInterceptors passes
-// chat, contextSize, abort and skips dry runs and quiet generations) with the prompt's chat.
-globalThis.skaldMemoryInterceptor = async function skaldMemoryInterceptor(chat) {
+// chat, contextSize, abort and skips dry runs and quiet generations) with the prompt's chat and
+// its size in tokens (less the reply's), which tells how much of the chat the prompt holds.
+globalThis.skaldMemoryInterceptor = async function skaldMemoryInterceptor(chat, contextSize) {
     applySettings();
-    await memory.beforeGeneration(chat);
+    await memory.beforeGeneration(chat, contextSize);
 };
 
 const { eventSource, eventTypes } = context();

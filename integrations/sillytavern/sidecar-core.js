@@ -48,7 +48,22 @@ export const STATUS_LABELS = Object.freeze({ nothing_new: 'nothing new' });
 export const PROMPT_KEY = 'skald_memory';
 // SillyTavern's extension_prompt_types (public/script.js): IN_PROMPT = 0, IN_CHAT = 1, BEFORE_PROMPT = 2.
 export const PROMPT_POSITION_IN_PROMPT = 0;
+// The window (the chat before the pending messages, which the prompt holds too) when the
+// prompt's size is not known: its last 12 messages. When it is (SillyTavern's interceptor gives
+// the context's size), the messages that fit (`promptWindow`), at most the sidecar's limit on a
+// request's messages and well inside its limit on a body (320 KB, pending turns beside them).
 export const WINDOW_MESSAGES = 12;
+export const MAX_WINDOW_MESSAGES = 200;
+export const MAX_WINDOW_CHARS = 96 * 1024;
+// Of the context the interceptor is given (its size less the reply's), what is kept for the
+// parts of the prompt the extension cannot read: the system prompt and instruct sequences, the
+// persona, World Info (its default budget is a quarter of the context). Too much kept only
+// makes the window shorter, and memory then may repeat a message the prompt shows; too little
+// would hide from memory a message the prompt has already cut.
+export const PROMPT_RESERVE_SHARE = 0.25;
+export const PROMPT_RESERVE_TOKENS = 300;
+// A message's name and separators in the prompt.
+const MESSAGE_OVERHEAD_TOKENS = 4;
 export const PAGE_LIMIT = 500;
 export const MAX_PENDING_TURNS = 200;
 
@@ -125,8 +140,50 @@ export function turnsOf(chat) {
     return turns;
 }
 
-/** The pending messages (after the last reply) and the window before them. */
-export function pendingOf(chat) {
+/** Tokens of a text, counted high rather than low (no tokenizer: SillyTavern's differs by
+ *  model and version): three characters of ASCII a token (English runs about four), any
+ *  other character a token of its own. */
+export function estimateTokens(text) {
+    let ascii = 0;
+    let other = 0;
+    for (const char of text ?? '') {
+        if (char.codePointAt(0) < 128) ascii += 1;
+        else other += 1;
+    }
+    return Math.ceil(ascii / 3) + other;
+}
+
+/** The tokens a prompt of `contextSize` tokens has for the chat's messages: less the reserve,
+ *  what else it holds that the extension can read (`extraText`: the character card, other
+ *  extensions' prompts) and memory's own packet (`tokenBudget`). null: the size is unknown. */
+export function chatTokens(contextSize, extraText, tokenBudget) {
+    if (!Number.isFinite(contextSize) || contextSize <= 0) return null;
+    const reserve = Math.ceil(contextSize * PROMPT_RESERVE_SHARE) + PROMPT_RESERVE_TOKENS;
+    return Math.max(0, contextSize - reserve - estimateTokens(extraText) - (tokenBudget || 0));
+}
+
+/** The last of `messages` (the chat before `pending`) that the prompt holds beside the pending
+ *  ones: from the newest back, while they fit `tokens` (`chatTokens`), as SillyTavern fills
+ *  its prompt; null tokens: the last WINDOW_MESSAGES. */
+export function promptWindow(messages, pending, tokens) {
+    if (tokens === null || tokens === undefined) return messages.slice(-WINDOW_MESSAGES);
+    const cost = (m) => estimateTokens(`${m.name || m.role}: ${m.content}`) + MESSAGE_OVERHEAD_TOKENS;
+    let used = pending.reduce((sum, m) => sum + cost(m), 0);
+    let chars = 0;
+    let from = messages.length;
+    while (from > 0 && messages.length - from < MAX_WINDOW_MESSAGES) {
+        const message = messages[from - 1];
+        used += cost(message);
+        chars += message.content.length;
+        if (used > tokens || chars > MAX_WINDOW_CHARS) break;
+        from -= 1;
+    }
+    return messages.slice(from);
+}
+
+/** The pending messages (after the last reply) and the window before them (`promptWindow`:
+ *  `tokens`, the prompt's room for the chat, or null for the last WINDOW_MESSAGES). */
+export function pendingOf(chat, tokens = null) {
     const turns = turnsOf(chat);
     const from = turns.length ? turns[turns.length - 1].last + 1 : 0;
     const pending = [];
@@ -134,7 +191,7 @@ export function pendingOf(chat) {
         const converted = toSidecarMessage(chat[i], i);
         if (converted && converted.content.trim() !== '') pending.push(converted);
     }
-    const window = turns.flatMap((t) => t.messages).slice(-WINDOW_MESSAGES);
+    const window = promptWindow(turns.flatMap((t) => t.messages), pending, tokens);
     return { pending, window };
 }
 
@@ -595,8 +652,10 @@ export class SkaldMemory {
 
     /** Before a generation: put memory for the pending message(s) into the prompt.
      *  `promptChat`: the chat SillyTavern builds the prompt from (its interceptor argument:
-     *  system notes left out, and the reply being swiped left out). */
-    async beforeGeneration(promptChat = null) {
+     *  system notes left out, and the reply being swiped left out); `contextSize`: the
+     *  prompt's size in tokens, less the reply's (the interceptor's second argument). Memory
+     *  leaves last the turns the prompt holds whole: the window is what fits of the chat. */
+    async beforeGeneration(promptChat = null, contextSize = null) {
         if (!this.settings.enabled) return null;
         const state = this.currentChat();
         const chat = this.host.getChat();
@@ -611,7 +670,8 @@ export class SkaldMemory {
         const regenerating = promptChat && last && promptChat.length === visible.length - 1 && last.last === chat.length - 1
             ? last.turnId : null;
         const base = regenerating !== null ? chat.slice(0, last.last) : chat;
-        const { pending, window } = pendingOf(base);
+        const tokens = chatTokens(contextSize, this.host.promptExtras?.() ?? '', this.settings.tokenBudget);
+        const { pending, window } = pendingOf(base, tokens);
         // Nothing pending (a Continue of the last reply, or a generation before anyone wrote):
         // memory is asked about the chat's last message. The window holds it too, so its own turn
         // is not what memory brings back.
@@ -633,7 +693,7 @@ export class SkaldMemory {
         const pendingTurns = this.pendingTurns(state, turns, regenerating);
         try {
             const { status, data } = await this.client.queryMemory(state.id, asked, window, this.config(), pendingTurns);
-            this.lastQuery = { waitedMs, pendingTurns, heldBack: data?.held_back ?? [], status };
+            this.lastQuery = { waitedMs, pendingTurns, heldBack: data?.held_back ?? [], status, window: window.length, chatTokens: tokens };
             if (status !== 200 || !data?.ok) {
                 this.host.setPrompt('');
                 this.setStatus('error', `memory query: ${data?.reason ?? `HTTP ${status}`}`);
@@ -644,7 +704,7 @@ export class SkaldMemory {
             this.showProgress(state);
             return data.injection_packet;
         } catch (error) {
-            this.lastQuery = { waitedMs, pendingTurns, heldBack: [], status: 0 };
+            this.lastQuery = { waitedMs, pendingTurns, heldBack: [], status: 0, window: window.length, chatTokens: tokens };
             this.host.setPrompt('');
             this.setStatus('error', `memory query: ${error.message}`);
             return null;

@@ -8,7 +8,9 @@ import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { SidecarClient, SkaldMemory, divergence, lorebookName, pendingOf, turnsOf } from './sidecar-core.js';
+import {
+    SidecarClient, SkaldMemory, WINDOW_MESSAGES, chatTokens, divergence, estimateTokens, lorebookName, pendingOf, promptWindow, turnsOf,
+} from './sidecar-core.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repoRoot = join(here, '..', '..');
@@ -94,6 +96,29 @@ describe('chat segmentation', () => {
         assert.deepEqual(pendingOf([user('only')]).pending.map((m) => m.content), ['only']);
     });
 
+    test('the window is what fits of the chat in the prompt; without the prompt\'s size, the last 12 messages', () => {
+        const messages = Array.from({ length: 300 }, (_, i) => ({ role: 'user', name: 'User', content: `message ${i} here` }));
+        const pending = [{ role: 'user', name: 'User', content: 'next' }];
+        assert.equal(promptWindow(messages, pending, null).length, WINDOW_MESSAGES);
+        // "User: message 123 here" is 22 characters: 8 tokens counted, and 4 for the separators.
+        assert.equal(estimateTokens('User: message 123 here'), 8);
+        const pendingCost = estimateTokens('User: next') + 4;
+        assert.deepEqual(promptWindow(messages, pending, pendingCost + 12 * 10).map((m) => m.content),
+            messages.slice(-10).map((m) => m.content));
+        assert.deepEqual(promptWindow(messages, pending, pendingCost + 12 * 10 - 1).length, 9);
+        assert.equal(promptWindow(messages, pending, 0).length, 0);  // no room: nothing shown
+        assert.equal(promptWindow(messages, pending, 1e9).length, 200);  // the sidecar's limit
+        const long = Array.from({ length: 50 }, () => ({ role: 'user', name: 'U', content: 'x'.repeat(4096) }));
+        assert.equal(promptWindow(long, [], 1e9).length, 24);  // 96 KB of text at most
+        // Any other script counts a token a character (no tokenizer counts it lower).
+        assert.equal(estimateTokens('東京に行った'), 6);
+        // The room: the size, less a quarter and 300 kept, the card and memory's own budget.
+        assert.equal(chatTokens(8192, '', 1024), 8192 - 2048 - 300 - 1024);
+        assert.equal(chatTokens(8192, 'x'.repeat(3000), 1024), 8192 - 2048 - 300 - 1000 - 1024);
+        assert.equal(chatTokens(1000, 'x'.repeat(3000), 1024), 0);
+        assert.equal(chatTokens(undefined, '', 1024), null);
+    });
+
     test('divergence: the first turn memory holds differently, then the turns it lacks', () => {
         const turns = turnsOf([user('a'), bot('b'), user('c'), bot('d'), user('e'), bot('f')]);
         const synced = new Map([['1', 'User: a\nSeraphina: b'], ['3', 'User: c\nSeraphina: d']]);
@@ -155,6 +180,37 @@ describe('against the real sidecar', () => {
         const empty = fakeHost(`st-${Date.now()}-empty`);
         assert.equal(await memoryFor(empty).beforeGeneration(empty.chat), null);
         assert.equal(empty.prompt, '');
+    });
+
+    test('memory leaves last what the prompt holds: with its size known, the window is what fits', async () => {
+        const host = fakeHost(`st-${Date.now()}-window`);
+        const memory = memoryFor(host);
+        // Turn 1 tells of Elena in Lisbon, turn 61 too; 59 turns of filler between and after.
+        host.chat.push(user('My sister Elena moved to Lisbon to study marine biology!'), bot('How exciting, Lisbon!'));
+        for (let i = 0; i < 59; i += 1) {
+            if (i === 29) host.chat.push(user('Elena sent photos of Lisbon trams today.'), bot('Lisbon trams are lovely!'));
+            else host.chat.push(user(`I had cup of tea number ${i} today.`), bot(`Enjoy tea number ${i}!`));
+        }
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.equal((await listTurns(host.getChatId())).length, 60);
+        host.chat.push(user('What do you remember about Elena and Lisbon?'));
+        const lisbon = ['1', '61'];
+        // Size unknown: the last 12 messages are the window; both turns are recalled.
+        const unknown = await memory.beforeGeneration(host.chat);
+        assert.equal(memory.lastQuery.window, 12);
+        assert.deepEqual(lisbon.filter((t) => unknown.recalled_turns.includes(t)), lisbon);
+        // A 3,400-token prompt holds the last 70-odd messages, turn 61's among them: memory brings
+        // turn 1, which the prompt lacks, and leaves turn 61 for the others.
+        const known = await memory.beforeGeneration(host.chat, 3400);
+        assert.ok(memory.lastQuery.window > 60 && memory.lastQuery.window < 100, memory.lastQuery.window);
+        assert.ok(known.recalled_turns.includes('1'), known.recalled_turns);
+        assert.ok(!known.recalled_turns.includes('61'), known.recalled_turns);
+        // A long card leaves less room: the window shrinks and turn 61 is recalled again.
+        host.promptExtras = () => 'A knight of old. '.repeat(100);
+        const carded = await memory.beforeGeneration(host.chat, 3400);
+        assert.ok(memory.lastQuery.window > 0 && memory.lastQuery.window < 60, memory.lastQuery.window);
+        assert.deepEqual(lisbon.filter((t) => carded.recalled_turns.includes(t)), lisbon);
     });
 
     test('a swipe replaces the reply; an edit rewrites its turn and the later ones; a delete rewinds', async () => {

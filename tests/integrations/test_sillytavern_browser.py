@@ -328,7 +328,8 @@ def _report(result: dict[str, Any], delays: list[float]) -> None:
         said = generation["text"] or "(swipe: a new alternative of the last reply)"
         print(
             f"  {generation['kind']:5} {said[:60]!r:64} send button back {delay:4.0f} ms after the reply; "
-            f"query waited {query.get('waitedMs')} ms, pending_turns "
+            f"query waited {query.get('waitedMs')} ms, window {query.get('window')} messages "
+            f"(room for {query.get('chatTokens')} tokens), pending_turns "
             f"{[p['turn_id'] for p in query.get('pendingTurns', [])]}, held back {query.get('heldBack')}"
         )
         packet = generation.get("packet") or ""
@@ -381,6 +382,11 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
 
             generations = result["generations"]
             question, during_edit, after_edit = generations[3], generations[5], generations[6]
+            # SillyTavern gave the interceptor its prompt's size and the extension read the card:
+            # the window is what fits of the chat (this one is short: all of it fits).
+            for generation in generations:
+                query = generation.get("query") or {}
+                assert (query.get("chatTokens") or 0) > 0, query
             # The recall prompt holds the stated fact (from memory, not only from the chat history).
             assert question["packet"] and STATED_FACT in question["packet"]
             assert question["packet"] in _prompt_text(backend.replies[3])
