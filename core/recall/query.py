@@ -163,7 +163,7 @@ MAX_PART_QUERY = 240
 #: The top documents a two-event question's parts are guaranteed slots in (`part_budget`).
 PART_WINDOW = 10
 #: Words that mark a question about two events or two entities.
-_PAIR_CUE = re.compile(r"\b(?:between|before|after|since|both|and)\b", re.IGNORECASE)
+_PAIR_CUE = re.compile(r"\b(?:between|before|after|since|both|and|or)\b", re.IGNORECASE)
 #: Capitalised words that are not names an entity part could be split on.
 _NOT_NAMES = frozenset(
     """
@@ -172,6 +172,8 @@ wednesday thursday friday saturday sunday what when where which who whom whose w
 is are has have had can could would should will
 """.split()
 )
+#: What joins two names: "and", "or" (a choice between two: "Coco or Shadow?"), a comma, "&".
+_JOIN = r"\s*(?:,\s*(?:and|or)\b|,|\b(?:and|or)\b|&)\s*"
 
 
 def _content_words(text: str) -> list[str]:
@@ -185,23 +187,16 @@ def _without_name(query: str, name: str) -> str:
     last name; without "both" and "together": "What have Ann and Bob both painted?" without
     Bob is "What have Ann painted?", without Ann "What have Bob painted?"."""
     name_re = rf"\b{re.escape(name)}(?:'s|\u2019s)?\b"
-    joined, count = re.subn(
-        rf"{name_re}\s*(?:,\s*and\b|,|\band\b|&)\s*", "", query, count=1, flags=re.IGNORECASE
-    )
+    joined, count = re.subn(rf"{name_re}{_JOIN}", "", query, count=1, flags=re.IGNORECASE)
     if not count:
-        joined = re.sub(
-            rf"\s*(?:,\s*and\b|,|\band\b|&)\s*{name_re}", "", query, count=1, flags=re.IGNORECASE
-        )
+        joined = re.sub(rf"{_JOIN}{name_re}", "", query, count=1, flags=re.IGNORECASE)
     joined = re.sub(r"\b(?:both|together)\b", "", joined, flags=re.IGNORECASE)
     joined = re.sub(r"\s+([?,.!])", r"\1", joined)
     return re.sub(r"\s+", " ", joined).strip()
 
 
-_JOIN = r"\s*(?:,\s*and\b|,|\band\b|&)\s*"
-
-
 def _entity_names(query: str, speakers: list[str] | set[str] | frozenset[str]) -> list[str]:
-    """Two names joined by "and" (or a comma, "&") in the question: two of the speakers, or
+    """Two names joined by "and" (or "or", a comma, "&") in the question: two of the speakers, or
     else two capitalised words that are not question words, months or days ("Which city have
     both Jean and John visited?"). Two speakers named apart ("What did Nate give Joanna?")
     are one event, not two."""
@@ -226,6 +221,7 @@ def _event_parts(query: str) -> list[str]:
     feature's business, not a second event). A second event said as an ordinal alone
     ("between adopting the first dog and the second") is the first one with that ordinal.
 
+    "X before / after E" with E a name ("Which city was she in before Lisbon?") is two (X, E).
     "X after E" asking about X alone ("How did Melanie feel after the accident?") is one event:
     E is its context, and a slot for E displaced the answer (held out, docs/decisions/recall-fusion.md)."""
     body = query.strip().rstrip("?.! ")
@@ -236,6 +232,17 @@ def _event_parts(query: str) -> list[str]:
     m = re.search(r"^(.+?)\s+\bbefore\s+or\s+after\s+(.+)$", body, re.IGNORECASE)
     if m and _not_a_date(m[2]):
         return [m[1], m[2]]
+    # "Which city was she in before Lisbon?": a thing of a kind (or a place) ordered against a
+    # name, so the answer needs E's turn too; not "What did Jon do after Paris?" nor "after the
+    # accident", where E is the context of X.
+    m = re.search(r"^(.+?)\s+\b(before|after)\s+((?:[A-Z][\w'\u2019-]*\s*){1,3})$", body)
+    if (
+        m
+        and _ASKS_FOR_A_KIND.match(body)
+        and not set(m[3].lower().split()) & _NOT_NAMES
+        and _not_a_date(f"{m[2]} {m[3]}")
+    ):
+        return [m[1], m[3].strip()]
     # "How long after the wedding did they move?": the cue's object, then the clause.
     m = re.search(
         rf"\b{_LENGTH_OF_TIME}\s+(?:after|before|since)\s+(.+?)\s+\b(?:{_AUXILIARIES})\s+(.+)$",
@@ -255,6 +262,10 @@ def _not_a_date(phrase: str) -> bool:
 _LENGTH_OF_TIME = r"how\s+(?:long|soon|much\s+time|many\s+\w+(?:\s+\w+)?)"
 #: The verbs a question's clause starts with after its cue's object ("... did they move").
 _AUXILIARIES = "did|does|do|was|were|is|are|had|has|have|will|would"
+#: A question for a thing of a kind ("Which city", "What country") or a place ("Where").
+_ASKS_FOR_A_KIND = re.compile(
+    rf"\s*(?:(?:which|what)\s+(?!(?:{_AUXILIARIES})\b)[a-z]+\b|where\b)", re.IGNORECASE
+)
 #: Ordinals a second event may be said by alone.
 _ORDINALS = "first|second|third|fourth|fifth|next|last|other|new|old|older|younger"
 
@@ -284,7 +295,7 @@ def query_parts(query: str, speakers: list[str] | set[str] | frozenset[str]) -> 
 
     Two entities: "What subject have Caroline and Melanie both painted?" gives "What subject
     have Caroline painted?" and "What subject have Melanie painted?" (one per name: the
-    speakers it names, or two capitalised names joined by "and"). Two events (`_event_parts`):
+    speakers it names, or two capitalised names joined by "and" or "or"). Two events (`_event_parts`):
     "How long was it between the wedding and the move to Lisbon?" gives "the wedding" and "the
     move to Lisbon"; "How long after the wedding did they move to Boston?" gives "they move to
     Boston" and "the wedding". Only a question (a "?", at most MAX_PART_QUERY characters) with

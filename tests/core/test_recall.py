@@ -529,6 +529,14 @@ def test_a_different_memory_ranks_differently() -> None:
             "Did Caroline go to the parade before or after the support group?",
             ["Did Caroline go to the parade", "the support group"],
         ),
+        # A thing of a kind or a place ordered against a name: the name's turn is the other event.
+        ("Which city was she in before Lisbon?", ["Which city was she in", "Lisbon"]),
+        ("Where did Caroline live before New York?", ["Where did Caroline live", "New York"]),
+        # A choice between two names.
+        (
+            "Which pet did Maria adopt first, Coco or Shadow?",
+            ["Which pet did Maria adopt first, Coco?", "Which pet did Maria adopt first, Shadow?"],
+        ),
     ],
 )
 def test_a_question_about_two_entities_or_events_is_split_into_its_parts(
@@ -604,7 +612,10 @@ def test_an_ordinal_alone_borrows_only_from_an_event_with_an_ordinal() -> None:
         # "X after E" asks about X: E is its context, not a second event to find.
         "When did Melanie go on a hike after the roadtrip?",
         "How did Melanie feel after the accident?",
-        "Which city was she in before Lisbon?",
+        "What did Jon do after Paris?",  # ... and a name as E, when the question asks what X did
+        "Which gifts did Melanie get after Christmas?",  # a holiday is a time, not a second event
+        "Which book did Joanna read after May?",  # ... and a month
+        "Is it raining or snowing?",  # "or" joins no two names
         "How long after the wedding?",  # one event: nothing after it to split off
     ],
 )
