@@ -1002,16 +1002,20 @@ def _longest_first(
 _ABSOLUTE = _CALENDAR_KINDS
 _WHEN_QUESTION = re.compile(
     r"^\s*(?:when\b|(?:what|which)\s+(?:date|day|time|year|month|week|weekend|season)\b"
-    r"|(?:in|on|during)\s+(?:what|which)\s+(?:date|day|year|month|week|weekend|season)\b"
+    r"|(?:in|on|during|at|around|by)\s+(?:what|which)\s+(?:date|day|time|year|month|week|weekend|season|point)\b"
     r"|(?:for\s+)?how\s+(?:long|recently|soon)\b|(?:since|around|about|roughly|approximately|by|until)\s+when\b"
-    r"|how\s+many\s+(?:days|weeks|weekends|months|years)\b)",
+    r"|how\s+many\s+(?:days|weeks|weekends|months|years)\b"
+    r"|what\s+(?:was|is)\s+the\s+(?:date|day|year|month)\s+(?:of|when)\b)"
+    # An order asked of two events: "Was it before or after the wedding that ...?"
+    r"|\bbefore\s+or\s+after\b",
     re.IGNORECASE,
 )
 
 
 def asks_when(question: str) -> bool:
     """A question for a time ("When did...", "What year...", "In which month...", "How long
-    ago...", "How many weeks passed between...")."""
+    ago...", "How many weeks passed between...", "Around what time of year...", "What was the
+    date of...") or for the order of two events ("... before or after ...")."""
     return bool(_WHEN_QUESTION.search(question))
 
 

@@ -257,6 +257,13 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
     assert not asks_when("What did they talk about when they met?")  # "about when" mid-question
     assert not asks_when("What did Caroline do when she got home?")  # "when" not asking for a time
     assert not asks_when("How many books did Melanie read?")  # a count, not a time
+    assert asks_when("Around what time of year did they go camping?")
+    assert asks_when("At what point did Jon quit his job?")
+    assert asks_when("What was the date of Joanna's premiere?")
+    assert asks_when("Was it before or after the wedding that they moved?")
+    assert not asks_when("At what price did Gina sell the dress?")  # a price, not a time
+    assert not asks_when("What was the name of the movie?")  # a name, not a date
+    assert not asks_when("What did Melanie do after the accident?")  # "after" alone orders nothing
 
 
 @pytest.mark.parametrize(
