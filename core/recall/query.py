@@ -127,11 +127,13 @@ def asked_about(sender: str, content: str, speakers: list[str] | set[str] | froz
 #: ("lol yeah", "Thanks!", "Wow, amazing!", "Tell me more") carries no topic of its own.
 FILLER_WORDS = frozenset(
     """
-absolutely agree agreed ah aha alright amazing aw aww awesome bet bye cheers congrats congratulations cool
-continue definitely evening exactly fantastic fine go good goodbye goodnight got gotcha great guess haha
-hehe hello hey hi hm hmm hmmm hope huh indeed interesting k kk know lmao lol love lovely mean mhm morning
-nah nice night nope ok okay oh omg please pls really right rofl same see seriously sounds sure sweet
-tell thank thanks think thx true totally ty uh um understand well wonderful wow ya yay yeah yep yes yup
+absolutely agree agreed ah aha alright amazing anytime aw aww awesome bet bye care catch catching cheers
+chat chatting congrats congratulations cool continue cya definitely easy enjoy evening exactly fantastic
+fine go good goodbye goodnight got gotcha great guess haha hehe hello hey hi hm hmm hmmm hope huh indeed
+interesting k kk know later lmao lol love lovely mean mhm morning nah nice night np nope ok okay oh omg
+please pls problem really right rofl same see seriously soon sounds sure sweet take talk tell thank thanks
+think thx true totally ttyl ty uh um understand welcome well wonderful worries wow ya yay yea yeah yep yes
+yup
 """.split()
 )
 #: Laughter however long ("hahaha", "lolol", "hehehe").
@@ -148,12 +150,16 @@ def _filler(token: str) -> bool:
     return word in FILLER_WORDS or word in _STOP_SET or bool(_LAUGHTER.fullmatch(word))
 
 
-def says_something(text: str) -> bool:
+def says_something(text: str, names: list[str] | set[str] | frozenset[str] = ()) -> bool:
     """Whether a chat message names a topic: a word (in any script, or a number) that is
-    neither a stop word nor a word of acknowledgement, reaction or greeting (`FILLER_WORDS`).
-    "Support?" and "lol the bear was huge" say something; "", "...", an emoji, "lol yeah",
-    "Haha, yesss!", "Thanks!" and "Me too" do not: recalled for by their own words, they would
-    draw turns that say the same nothing (every "Yeah!" of the conversation)."""
+    neither a stop word nor a word of acknowledgement, reaction, greeting or farewell
+    (`FILLER_WORDS`), nor one of `names` the message only addresses (`unaddressed`: "Bye
+    Joanna!"). "Support?" and "lol the bear was huge" say something; "", "...", an emoji, "lol
+    yeah", "Haha, yesss!", "Thanks!", "Me too" and "Bye Joanna! Take care!" do not: recalled for
+    by their own words, they would draw turns that say the same nothing (every "Yeah!" or
+    goodbye of the conversation)."""
+    if names:
+        text = unaddressed(text, names)
     return any(not _filler(token) for token in _TOKEN.findall(text))
 
 

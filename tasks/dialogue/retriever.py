@@ -462,10 +462,12 @@ def asked_messages(messages: list[ChatMessage], window: list[ChatMessage]) -> li
     draw every turn that says the same nothing ("Yeah!", "Thanks!"), or, with no word, turns
     its embedding lands near by chance. It continues the topic of the message it answers ("Did
     you adopt the dog?" "Yes!"), so the reply it gets needs memory of that topic. Empty when
-    nothing names one: nothing is recalled."""
-    if any(says_something(m.content) for m in messages):
+    nothing names one: nothing is recalled. A name the message only addresses ("Bye Joanna!")
+    is not its topic: the chat's names are its messages' senders."""
+    names = {m.name for m in (*window, *messages) if m.name}
+    if any(says_something(m.content, names) for m in messages):
         return messages
-    topical = [m for m in window if says_something(m.content)]
+    topical = [m for m in window if says_something(m.content, names)]
     return topical[-1:]
 
 

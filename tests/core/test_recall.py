@@ -562,10 +562,24 @@ def test_a_question_about_two_entities_or_events_is_split_into_its_parts(
         "I'm good",
         "OK",
         "Tell me more!",
+        "No problem! Catch you later!",
+        "Yea, no worries! It was great catching up. Take it easy!",
     ],
 )
 def test_a_message_of_acknowledgement_reaction_or_greeting_says_nothing(message: str) -> None:
     assert not says_something(message)
+
+
+def test_a_name_the_message_only_addresses_is_not_its_topic() -> None:
+    names = ["Joanna", "Nate"]
+    assert not says_something("Bye Joanna! Take care!", names)
+    assert not says_something("Good night, Nate!", names)
+    # The look-alikes: the name is what it asks about, or another name is there.
+    assert says_something("Joanna?", names)
+    assert says_something("What about Nate?", names)
+    assert says_something("Bye Joanna! Say hi to Max!", names)
+    # Without the chat's names, a name is a word like any other.
+    assert says_something("Bye Joanna! Take care!")
 
 
 @pytest.mark.parametrize(
@@ -580,6 +594,8 @@ def test_a_message_of_acknowledgement_reaction_or_greeting_says_nothing(message:
         "\u041f\u0440\u0438\u0432\u0435\u0442",
         "Ha! Hilarious",
         "Good luck",
+        "Take care of Max for me!",
+        "Let's talk about Paris",
     ],
 )
 def test_a_short_message_that_names_anything_says_something(message: str) -> None:
