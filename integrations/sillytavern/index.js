@@ -24,7 +24,9 @@
 //   way the "Chat Lore" button binds one (chat_metadata.world_info, then saveMetadata). A chat
 //   already bound to another book keeps it. world-info.js is imported only when a book is
 //   offered, so a SillyTavern that moved it breaks the option, never the memory.
-import { DEFAULT_SETTINGS, PROMPT_KEY, PROMPT_POSITION_IN_PROMPT, STATUS_LABELS, SkaldMemory, turnsOf } from './sidecar-core.js';
+import {
+    DEFAULT_SETTINGS, PROMPT_KEY, PROMPT_POSITION_IN_PROMPT, RECALL_K_RANGE, STATUS_LABELS, SkaldMemory, TOKEN_BUDGET_RANGE, boundedSetting, turnsOf,
+} from './sidecar-core.js';
 
 // world-info.js's METADATA_KEY: where a chat's metadata names its lorebook.
 const CHAT_LOREBOOK_KEY = 'world_info';
@@ -39,9 +41,14 @@ function context() {
     return globalThis.SillyTavern.getContext();
 }
 
+// The extension's settings, one object kept in SillyTavern's settings (defaults filled in
+// place, so every call gives the object a change is saved in).
 function settings() {
     const all = context().extensionSettings;
-    all[MODULE] = { ...DEFAULT_SETTINGS, ...(all[MODULE] ?? {}) };
+    all[MODULE] ??= {};
+    for (const [key, value] of Object.entries(DEFAULT_SETTINGS)) {
+        if (!(key in all[MODULE])) all[MODULE][key] = value;
+    }
     return all[MODULE];
 }
 
@@ -170,6 +177,8 @@ function settingsPanel() {
         <label>Sidecar URL <input id="skald_memory_url" class="text_pole" type="text"></label>
         <label>Token <input id="skald_memory_token" class="text_pole" type="password"></label>
         <label><input id="skald_memory_enabled" type="checkbox"> enabled</label>
+        <label>Memory's share of the prompt (tokens) <input id="skald_memory_token_budget" class="text_pole" type="number" min="${TOKEN_BUDGET_RANGE[0]}" max="${TOKEN_BUDGET_RANGE[1]}" step="64"></label>
+        <label>Earlier turns recalled <input id="skald_memory_recall_k" class="text_pole" type="number" min="${RECALL_K_RANGE[0]}" max="${RECALL_K_RANGE[1]}" step="1"></label>
         <label><input id="skald_memory_chat_lorebook" type="checkbox"> offer memory as the chat's lorebook</label>
         <label><input id="skald_memory_forget_deleted" type="checkbox"> forget a chat's memory when the chat is deleted</label>`;
     container.appendChild(panel);
@@ -177,18 +186,25 @@ function settingsPanel() {
     const url = panel.querySelector('#skald_memory_url');
     const token = panel.querySelector('#skald_memory_token');
     const enabled = panel.querySelector('#skald_memory_enabled');
+    const tokenBudget = panel.querySelector('#skald_memory_token_budget');
+    const recallK = panel.querySelector('#skald_memory_recall_k');
     const chatLorebook = panel.querySelector('#skald_memory_chat_lorebook');
     const forgetDeleted = panel.querySelector('#skald_memory_forget_deleted');
     url.value = current.baseUrl;
     token.value = current.token;
     enabled.checked = current.enabled;
+    tokenBudget.value = String(current.tokenBudget);
+    recallK.value = String(current.recallK);
     chatLorebook.checked = current.chatLorebook;
     forgetDeleted.checked = current.forgetDeletedChats;
     const save = () => {
-        Object.assign(settings(), {
+        const kept = settings();
+        Object.assign(kept, {
             baseUrl: url.value.trim(),
             token: token.value.trim(),
             enabled: enabled.checked,
+            tokenBudget: boundedSetting(tokenBudget.value, TOKEN_BUDGET_RANGE, kept.tokenBudget),
+            recallK: boundedSetting(recallK.value, RECALL_K_RANGE, kept.recallK),
             chatLorebook: chatLorebook.checked,
             forgetDeletedChats: forgetDeleted.checked,
         });
@@ -196,7 +212,14 @@ function settingsPanel() {
         context().saveSettingsDebounced();
         memory.retryNow();
     };
-    for (const input of [url, token, enabled, chatLorebook, forgetDeleted]) input.addEventListener('change', save);
+    for (const input of [url, token, enabled, tokenBudget, recallK, chatLorebook, forgetDeleted]) {
+        input.addEventListener('change', () => {
+            save();
+            // What was kept: a number outside the sidecar's bounds shows the bound it became.
+            tokenBudget.value = String(settings().tokenBudget);
+            recallK.value = String(settings().recallK);
+        });
+    }
 }
 settingsPanel();
 

@@ -67,6 +67,18 @@ const MESSAGE_OVERHEAD_TOKENS = 4;
 export const PAGE_LIMIT = 500;
 export const MAX_PENDING_TURNS = 200;
 
+// The sidecar's bounds for the two numbers a user may set (TurnConfig: token_budget, recall_k).
+export const TOKEN_BUDGET_RANGE = Object.freeze([64, 32768]);
+export const RECALL_K_RANGE = Object.freeze([0, 50]);
+
+/** A number typed into a setting: a whole number inside [min, max] (the nearest bound when
+ *  outside), or `fallback` when it is no number at all, so the sidecar never refuses it. */
+export function boundedSetting(value, [min, max], fallback) {
+    const number = Math.round(Number(String(value).trim()));
+    if (String(value).trim() === '' || !Number.isFinite(number)) return fallback;
+    return Math.min(max, Math.max(min, number));
+}
+
 export const DEFAULT_SETTINGS = Object.freeze({
     enabled: true,
     baseUrl: 'http://127.0.0.1:8787',

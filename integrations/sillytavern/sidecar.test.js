@@ -9,7 +9,8 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import {
-    SidecarClient, SkaldMemory, WINDOW_MESSAGES, chatTokens, divergence, estimateTokens, lorebookName, pendingOf, promptWindow, turnsOf,
+    RECALL_K_RANGE, SidecarClient, SkaldMemory, TOKEN_BUDGET_RANGE, WINDOW_MESSAGES, boundedSetting, chatTokens, divergence, estimateTokens,
+    lorebookName, pendingOf, promptWindow, turnsOf,
 } from './sidecar-core.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -117,6 +118,16 @@ describe('chat segmentation', () => {
         assert.equal(chatTokens(8192, 'x'.repeat(3000), 1024), 8192 - 2048 - 300 - 1000 - 1024);
         assert.equal(chatTokens(1000, 'x'.repeat(3000), 1024), 0);
         assert.equal(chatTokens(undefined, '', 1024), null);
+    });
+
+    test('a number typed into the settings keeps inside the sidecar\'s bounds; no number keeps the old', () => {
+        assert.equal(boundedSetting('2000', TOKEN_BUDGET_RANGE, 1024), 2000);
+        assert.equal(boundedSetting(' 10 ', TOKEN_BUDGET_RANGE, 1024), 64);
+        assert.equal(boundedSetting('99999', TOKEN_BUDGET_RANGE, 1024), 32768);
+        assert.equal(boundedSetting('7.6', RECALL_K_RANGE, 5), 8);
+        assert.equal(boundedSetting('0', RECALL_K_RANGE, 5), 0);
+        assert.equal(boundedSetting('abc', RECALL_K_RANGE, 5), 5);
+        assert.equal(boundedSetting('', RECALL_K_RANGE, 5), 5);
     });
 
     test('divergence: the first turn memory holds differently, then the turns it lacks', () => {

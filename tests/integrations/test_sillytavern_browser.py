@@ -387,6 +387,12 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
             for generation in generations:
                 query = generation.get("query") or {}
                 assert (query.get("chatTokens") or 0) > 0, query
+            # The panel's numbers, typed out of the sidecar's bounds, keep the nearest bound.
+            assert result["numberSettings"] == {
+                "recallK": 50,
+                "tokenBudget": 64,
+                "shown": ["50", "64"],
+            }, result["numberSettings"]
             # The recall prompt holds the stated fact (from memory, not only from the chat history).
             assert question["packet"] and STATED_FACT in question["packet"]
             assert question["packet"] in _prompt_text(backend.replies[3])

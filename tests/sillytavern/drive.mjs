@@ -350,6 +350,27 @@ async function offerChatLorebook() {
     log('chat lorebook:', JSON.stringify(out.chatLorebook));
 }
 
+/** The panel's two numbers, typed out of the sidecar's bounds: what the settings keep, and
+ *  what the inputs show after; then the defaults again. */
+async function numberSettings() {
+    out.numberSettings = await page.evaluate(() => {
+        const type = (id, value) => {
+            const input = document.getElementById(id);
+            input.value = value;
+            input.dispatchEvent(new Event('change'));
+            return input;
+        };
+        const recall = type('skald_memory_recall_k', '99');
+        const budget = type('skald_memory_token_budget', '10');
+        const kept = SillyTavern.getContext().extensionSettings.skald_memory;
+        const result = { recallK: kept.recallK, tokenBudget: kept.tokenBudget, shown: [recall.value, budget.value] };
+        type('skald_memory_recall_k', '5');
+        type('skald_memory_token_budget', '1024');
+        return result;
+    });
+    log('number settings:', JSON.stringify(out.numberSettings));
+}
+
 async function badges() {
     return page.evaluate(() => globalThis.skaldMemoryBadgeLog.slice());
 }
@@ -388,6 +409,7 @@ try {
         await send('Thanks, Seraphina. Where does Ilse live now?');
         await settled('the end');
         await shot('after-reload');
+        await numberSettings();
         if (config.lorebook) {
             await importLorebook(config.lorebook);
             await offerChatLorebook();
