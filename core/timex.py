@@ -46,7 +46,9 @@ them" reaches the turn through its indexed date.
 
 Look-alikes left alone: a duration that does not run up to the time said ("a week of rain",
 "a course for 3 years", "I had a fever for 3 days", "I have to leave for two weeks"), a
-relative phrase anchored on an event ("the week before the wedding", "the day I was born"),
+relative phrase anchored on an event ("the week before the wedding", "the day I was born":
+`resolve` leaves it; core.recall dates "the week before the wedding", "the day after the
+race" and "since the race" from the earlier sentence that dated the event, `event_anchors`),
 a noun after last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a
 capital letter there, or a preposition or a day or year beside it), a habit ("on Fridays", "on
 weekends", "on Monday mornings", "every Friday night", "Friday nights", "I swim in the
@@ -1067,3 +1069,92 @@ def query_dates(question: str) -> list[QueryDate]:
             )
             taken.append((start, end))
     return dates
+
+
+#: A day, week or month before or after an event the chat named ("the week before the
+#: wedding", "the night after the race"), or the time since it ("since the wedding"): relative
+#: to the event, not to the time said, so it is dated only when an earlier sentence dated the
+#: event (core.recall.documents.EventCalendar). The event is up to three words after a
+#: determiner; which of them names it is the calendar's business.
+_EVENT_ANCHOR = re.compile(
+    r"\b(?:the\s+(day|night|morning|evening|week|weekend|month)\s+(before|after)|(since))\s+"
+    r"(?:the|my|our|his|her|their|your)\s+((?:[a-z][a-z'\u2019-]*\s+){0,2}[a-z][a-z'\u2019-]*)",
+    re.IGNORECASE,
+)
+#: Words that make the phrase another form, or no event: "since our last chat" (a greeting),
+#: "the week after the first", "since the summer" (a time, core.timex's own forms).
+_ENDS_CLAUSE = re.compile(r"\s*(?:[,.;:!?)\]\u2014-]|$|(?:and|but|so|too)\b)", re.IGNORECASE)
+_NOT_EVENTS = frozenset(
+    """
+last first next previous same whole other new beginning start end middle rest time day night morning
+evening week weekend month year summer spring fall autumn winter holidays moment while
+""".split()
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EventAnchor:
+    """A phrase relative to an event: "the week before the wedding" (`unit` week, `after`
+    False), "since the race" (`unit` "since"); `words` are the event's candidate words
+    (lowercased, as said), `start` where the phrase begins in the text."""
+
+    start: int
+    prefix: str
+    unit: str
+    after: bool
+    words: tuple[str, ...]
+    #: What follows each of `words` in the text, up to the sentence's end.
+    tails: tuple[str, ...] = ()
+
+    def names_event(self, used: int) -> bool:
+        """Whether its first `used` words can name the event. "since" is also "because" ("since
+        the wait can be hard", "since my movie did well"): as a time it ends its clause there
+        ("I've felt great since the race.", "Since the wedding, ...")."""
+        return self.unit != "since" or bool(_ENDS_CLAUSE.match(self.tails[used - 1]))
+
+    def phrase(self, used: int) -> str:
+        """The phrase up to the event's `used` words: "the week before the wedding"."""
+        return f"{self.prefix} {' '.join(self.words[:used])}"
+
+
+def event_anchors(text: str) -> list[EventAnchor]:
+    """The phrases of `text` that are relative to an event it names (`_EVENT_ANCHOR`)."""
+    found = []
+    for m in _EVENT_ANCHOR.finditer(text):
+        words = tuple(w.lower() for w in m.group(4).split())
+        if words[0] in _NOT_EVENTS:
+            continue
+        prefix = m.group(0)[: m.start(4) - m.start()].strip()
+        unit = (m.group(1) or "since").lower()
+        ends = [w.end() + m.start(4) for w in re.finditer(r"\S+", m.group(4))]
+        tails = tuple(text[end:] for end in ends)
+        after = (m.group(2) or "").lower() == "after"
+        found.append(EventAnchor(m.start(), prefix, unit, after, words, tails))
+    return found
+
+
+def from_event(anchor: EventAnchor, used: int, event: TimeSpan, said: date) -> TimeSpan | None:
+    """The span `anchor` means once its event (its first `used` words) is known to be `event`:
+    the day (night, morning, evening) before its first day or after its last, the seven days
+    (the month) up to it or after it, the weekend before or after it; "since" it: when it began (the
+    event's own days, described "since ..." as a duration up to the time said is), none when
+    the event comes after `said`."""
+    phrase = anchor.phrase(used)
+    if anchor.unit == "since":
+        if event.start > said:
+            return None
+        return TimeSpan(event.start, event.end, phrase, "since")  # when it began, as "for 3 years"
+    if anchor.unit in ("day", "night", "morning", "evening"):
+        day = event.end + timedelta(days=1) if anchor.after else event.start - timedelta(days=1)
+        return TimeSpan(day, day, phrase, "day")
+    if anchor.unit == "weekend":
+        saturday = (
+            event.end + timedelta(days=(5 - event.end.weekday()) % 7 or 7)
+            if anchor.after
+            else _last_weekend(event.start)
+        )
+        return TimeSpan(*_weekend(saturday), phrase, "weekend")
+    length = relativedelta(weeks=1) if anchor.unit == "week" else relativedelta(months=1)
+    if anchor.after:  # the seven days (the month) after it
+        return TimeSpan(event.end + timedelta(days=1), event.end + length, phrase, "days")
+    return TimeSpan(event.start - length, event.start - timedelta(days=1), phrase, "days")

@@ -4,11 +4,14 @@ a hit as it is handed back (`Hit`), and the per-position facts the fusion reads
 
 Contract: `DocumentColumns.append` is called once per document, in position order; every
 column is a pure function of the document (the days spoken of resolved by core.timex against
-the day it was said).
+the day it was said), except a phrase relative to an event the chat named ("the week before
+the wedding"), which the documents before it date (`EventCalendar`): in position order, so an
+index rebuilt from the same documents holds the same spans.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import date
 from typing import Any
 
@@ -16,7 +19,25 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from core.recall.columns import Column
-from core.timex import TimeSpan, resolve
+from core.recall.query import STOP_WORDS
+from core.timex import TimeSpan, event_anchors, from_event, resolve
+
+_STOP = frozenset(STOP_WORDS)
+_WORD = re.compile(r"[a-z][a-z'\u2019-]{2,}")
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+#: Up to three words after a determiner: where a sentence names a thing ("a charity race").
+_NOUN_PHRASE = re.compile(
+    r"\b(?:the|a|an|my|our|his|her|their|your)\s+((?:[a-z][a-z'\u2019-]*\s+){0,2}[a-z][a-z'\u2019-]*)"
+)
+
+
+def _noun_run(words: tuple[str, ...]) -> tuple[str, ...]:
+    """The words before the first function word: "movie did well" -> ("movie",), "big race we"
+    -> ("big", "race")."""
+    for index, word in enumerate(words):
+        if word in _STOP or not _WORD.fullmatch(word):
+            return words[:index]
+    return words
 
 
 class MemoryDoc(BaseModel):
@@ -57,6 +78,48 @@ class Hit(BaseModel):
     )
 
 
+class EventCalendar:
+    """When the events a conversation named happened, as far as its documents dated them: each
+    word of a sentence that holds exactly one resolved time expression (and no phrase relative
+    to another event) is dated by it, the latest such sentence winning ("I ran a charity race
+    last weekend" dates "charity" and "race"). A later phrase relative to an event ("the day
+    after the race", "since the race") is resolved against that date (`core.timex.from_event`):
+    of its up to three words, the longest run whose last word is dated names the event."""
+
+    def __init__(self) -> None:
+        self._days: dict[str, TimeSpan] = {}
+
+    def spans(self, text: str, said: date | None, spans: list[TimeSpan]) -> list[TimeSpan]:
+        """The spans of `text`'s phrases relative to an event, learning first what its own
+        sentences date ("Our wedding is on June 10; the week before the wedding ...")."""
+        if said is None:
+            return []
+        self._learn(text, spans)
+        out: list[TimeSpan] = []
+        for anchor in event_anchors(text):
+            words = _noun_run(anchor.words)
+            for used in range(len(words), 0, -1):
+                event = self._days.get(words[used - 1])
+                if event is not None and anchor.names_event(used):
+                    span = from_event(anchor, used, event, said)
+                    if span is not None:
+                        out.append(span)
+                    break
+        return out
+
+    def _learn(self, text: str, spans: list[TimeSpan]) -> None:
+        for sentence in _SENTENCE_END.split(text):
+            lowered = sentence.lower()
+            inside = [s for s in spans if s.phrase and s.phrase.lower() in lowered]
+            if len(inside) != 1 or event_anchors(sentence):
+                continue
+            timed = set(_WORD.findall(inside[0].phrase.lower()))
+            for phrase in _NOUN_PHRASE.finditer(lowered):
+                for word in _noun_run(tuple(phrase.group(1).split())):
+                    if word not in timed:
+                        self._days[word] = inside[0]
+
+
 class DocumentColumns:
     """Per position: the day the document was said and the days it speaks of (core.timex), and
     as numpy columns for the learned fusion's features: the group (an id per distinct group),
@@ -67,6 +130,7 @@ class DocumentColumns:
     def __init__(self) -> None:
         self.said: list[TimeSpan | None] = []
         self.events: list[tuple[TimeSpan, ...]] = []
+        self._calendar = EventCalendar()
         self._group_ids: dict[str, int] = {}
         self.group = Column(np.int64)
         self._speaker_ids: dict[str, int] = {}
@@ -83,7 +147,8 @@ class DocumentColumns:
     def append(self, doc: MemoryDoc, said: date | None) -> None:
         """The next document's facts; `said`: the day it was said (parsed from `doc.when`)."""
         self.said.append(TimeSpan(said, said) if said is not None else None)
-        self.events.append(tuple(resolve(doc.text, said)))
+        spans = resolve(doc.text, said)
+        self.events.append((*spans, *self._calendar.spans(doc.text, said, spans)))
         self.group.append(self._group_ids.setdefault(doc.group, len(self._group_ids)))
         field = doc.speaker.lower()
         if field not in self._speaker_ids:

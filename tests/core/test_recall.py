@@ -780,3 +780,54 @@ def test_a_memory_row_and_a_query_embed_their_words_without_the_speakers_names_a
     # (no word left) is embedded as it is.
     assert embedded_text("Note: bring the map", speakers) == "Note: bring the map"
     assert embedded_text("Caroline: Melanie!", speakers) == "Caroline: Melanie!"
+
+
+def test_a_phrase_relative_to_an_event_is_dated_by_the_turn_that_dated_the_event() -> None:
+    index = HybridIndex(2)
+    said = "2:00 pm on 20 June, 2023"
+    docs = [
+        _doc(1, "Ann", "Our wedding is on June 10th! So excited.", when="1:00 pm on 1 May, 2023"),
+        _doc(2, "Ann", "I ran a charity race last weekend.", when="1:00 pm on 8 May, 2023"),
+        _doc(3, "Ann", "The week before the wedding was chaos.", when=said),
+        _doc(4, "Ann", "The day after the big race we slept in.", when=said),
+        _doc(5, "Ann", "I have felt great since the race.", when=said),
+        _doc(6, "Ann", "The weekend after my wedding we flew to Rome.", when=said),
+        # Look-alikes: "since" as "because"; a greeting; an event no turn dated; a sentence
+        # with two times dates nothing ("the party" is not dated by it).
+        _doc(7, "Ann", "Since the race was hard, I rest.", when=said),
+        _doc(8, "Ann", "Nothing new since our last chat!", when=said),
+        _doc(9, "Ann", "The day after the concert was quiet.", when=said),
+        _doc(10, "Ann", "The party was last Friday, not on June 10th.", when=said),
+        _doc(11, "Ann", "The day after the party I slept.", when=said),
+    ]
+    index.add(docs, None)
+
+    def dated(position: int) -> list[tuple[str, str]]:
+        return [(s.phrase, s.describe()) for s in index.events(position)]
+
+    assert dated(2) == [("The week before the wedding", "3-9 June 2023")]
+    assert dated(3) == [("The day after the big race", "Monday 8 May 2023")]
+    assert dated(4) == [("since the race", "since 6-7 May 2023")]
+    assert dated(5) == [("The weekend after my wedding", "17-18 June 2023")]
+    assert dated(6) == dated(7) == dated(8) == dated(10) == []
+    # The packet shows it, and a question naming the week reaches the turn through its date.
+    hits = index.search("What happened in early June 2023?", None, 3)
+    assert "t3" in [h.key for h in hits]
+    assert (
+        "The week before the wedding = 3-9 June 2023"
+        in next(h for h in hits if h.key == "t3").events
+    )
+
+
+def test_an_event_said_after_it_was_mentioned_does_not_date_an_earlier_phrase() -> None:
+    # The index is built in the order the turns were said: an event dated only later dates
+    # nothing before it, and an index rebuilt from the same turns holds the same spans.
+    docs = [
+        _doc(1, "Ann", "The week before the wedding was chaos.", when="1:00 pm on 1 June, 2023"),
+        _doc(2, "Ann", "Our wedding is on June 10th!", when="1:00 pm on 2 June, 2023"),
+    ]
+    whole, turn_by_turn = HybridIndex(2), HybridIndex(2)
+    whole.add(docs, None)
+    for doc in docs:
+        turn_by_turn.add([doc], None)
+    assert whole.events(0) == turn_by_turn.events(0) == ()
