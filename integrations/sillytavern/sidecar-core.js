@@ -167,9 +167,10 @@ export function estimateTokens(text) {
 
 /** The tokens a prompt of `contextSize` tokens has for the chat's messages: less the reserve,
  *  what else it holds that the extension can read (`extraText`: the character card, other
- *  extensions' prompts) and memory's own packet (`tokenBudget`). null: the size is unknown. */
+ *  extensions' prompts; null: not known) and memory's own packet (`tokenBudget`). null: the
+ *  room is unknown. */
 export function chatTokens(contextSize, extraText, tokenBudget) {
-    if (!Number.isFinite(contextSize) || contextSize <= 0) return null;
+    if (!Number.isFinite(contextSize) || contextSize <= 0 || extraText === null) return null;
     const reserve = Math.ceil(contextSize * PROMPT_RESERVE_SHARE) + PROMPT_RESERVE_TOKENS;
     return Math.max(0, contextSize - reserve - estimateTokens(extraText) - (tokenBudget || 0));
 }
@@ -662,6 +663,18 @@ export class SkaldMemory {
         return regenerating !== null && state.synced.has(String(regenerating));
     }
 
+    /** What the prompt holds beside the chat (`host.promptExtras`), or null when the host
+     *  cannot tell (a SillyTavern whose context lacks what it reads): the window is then the
+     *  last WINDOW_MESSAGES, and memory is still asked. */
+    promptExtras() {
+        try {
+            const extras = this.host.promptExtras?.() ?? '';
+            return typeof extras === 'string' ? extras : null;
+        } catch {
+            return null;
+        }
+    }
+
     /** Before a generation: put memory for the pending message(s) into the prompt.
      *  `promptChat`: the chat SillyTavern builds the prompt from (its interceptor argument:
      *  system notes left out, and the reply being swiped left out); `contextSize`: the
@@ -682,7 +695,7 @@ export class SkaldMemory {
         const regenerating = promptChat && last && promptChat.length === visible.length - 1 && last.last === chat.length - 1
             ? last.turnId : null;
         const base = regenerating !== null ? chat.slice(0, last.last) : chat;
-        const tokens = chatTokens(contextSize, this.host.promptExtras?.() ?? '', this.settings.tokenBudget);
+        const tokens = chatTokens(contextSize, this.promptExtras(), this.settings.tokenBudget);
         const { pending, window } = pendingOf(base, tokens);
         // Nothing pending (a Continue of the last reply, or a generation before anyone wrote):
         // memory is asked about the chat's last message. The window holds it too, so its own turn

@@ -118,6 +118,7 @@ describe('chat segmentation', () => {
         assert.equal(chatTokens(8192, 'x'.repeat(3000), 1024), 8192 - 2048 - 300 - 1000 - 1024);
         assert.equal(chatTokens(1000, 'x'.repeat(3000), 1024), 0);
         assert.equal(chatTokens(undefined, '', 1024), null);
+        assert.equal(chatTokens(8192, null, 1024), null);  // what else the prompt holds: unknown
     });
 
     test('a number typed into the settings keeps inside the sidecar\'s bounds; no number keeps the old', () => {
@@ -222,6 +223,11 @@ describe('against the real sidecar', () => {
         const carded = await memory.beforeGeneration(host.chat, 3400);
         assert.ok(memory.lastQuery.window > 0 && memory.lastQuery.window < 60, memory.lastQuery.window);
         assert.deepEqual(lisbon.filter((t) => carded.recalled_turns.includes(t)), lisbon);
+        // A host that cannot read its prompt: the last 12 messages, and memory is still asked.
+        host.promptExtras = () => { throw new TypeError('characters is undefined'); };
+        const blind = await memory.beforeGeneration(host.chat, 3400);
+        assert.equal(memory.lastQuery.window, 12);
+        assert.deepEqual(lisbon.filter((t) => blind.recalled_turns.includes(t)), lisbon);
     });
 
     test('a swipe replaces the reply; an edit rewrites its turn and the later ones; a delete rewinds', async () => {
