@@ -11,7 +11,8 @@ repeated with a numbered suffix, their real MiniLM vectors plus a little noise (
 memory). Each query is a LoCoMo question, embedded by the real model inside the timed call,
 as the sidecar does; the sizes are timed interleaved, question by question. Prints p50/p95
 per size and the 100k/1k ratio of p95. Each question is also asked with a chat front end's
-window shown (the memory's last 12 turns, `on_screen`: they go after every other turn), and
+window shown (the memory's last 200 turns, the most the SillyTavern extension sends,
+`on_screen`: they go after every other turn), and
 the ratio of the two p50s is printed per size.
 
 Ingest: `remember_rows` (what `flows.dialogue ingest` runs) into a fresh embedded graph,
@@ -52,8 +53,9 @@ from kg.dialogue import MemoryRow
 from tasks.dialogue.models import ChatMessage
 from tasks.dialogue.retriever import TurnMemoryIndex, embedded_query, on_screen, query_texts
 
-#: Messages a front end's window holds (the SillyTavern extension's WINDOW_MESSAGES).
-WINDOW_MESSAGES = 12
+#: Messages a front end's window holds: the most the SillyTavern extension sends
+#: (MAX_WINDOW_MESSAGES, the prompt's chat when it holds that much), the costliest to check.
+WINDOW_MESSAGES = 200
 
 DIALOGUES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "dialogues"
 SIZES = (1_000, 10_000, 100_000)
