@@ -1103,14 +1103,14 @@ class EventAnchor:
     unit: str
     after: bool
     words: tuple[str, ...]
-    #: What follows each of `words` in the text, up to the sentence's end.
-    tails: tuple[str, ...] = ()
+    #: Per word of `words`: whether its clause ends after it (`_ENDS_CLAUSE`).
+    closes: tuple[bool, ...] = ()
 
     def names_event(self, used: int) -> bool:
         """Whether its first `used` words can name the event. "since" is also "because" ("since
         the wait can be hard", "since my movie did well"): as a time it ends its clause there
         ("I've felt great since the race.", "Since the wedding, ...")."""
-        return self.unit != "since" or bool(_ENDS_CLAUSE.match(self.tails[used - 1]))
+        return self.unit != "since" or self.closes[used - 1]
 
     def phrase(self, used: int) -> str:
         """The phrase up to the event's `used` words: "the week before the wedding"."""
@@ -1127,9 +1127,9 @@ def event_anchors(text: str) -> list[EventAnchor]:
         prefix = m.group(0)[: m.start(4) - m.start()].strip()
         unit = (m.group(1) or "since").lower()
         ends = [w.end() + m.start(4) for w in re.finditer(r"\S+", m.group(4))]
-        tails = tuple(text[end:] for end in ends)
+        closes = tuple(bool(_ENDS_CLAUSE.match(text, end)) for end in ends)
         after = (m.group(2) or "").lower() == "after"
-        found.append(EventAnchor(m.start(), prefix, unit, after, words, tails))
+        found.append(EventAnchor(m.start(), prefix, unit, after, words, closes))
     return found
 
 
