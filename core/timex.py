@@ -1014,11 +1014,35 @@ _WHEN_QUESTION = re.compile(
 )
 
 
+#: A choice between two events by their order: "Which came first, the yoga class or the
+#: marathon?", "What happened first: the move or the new job?" (the order word just before the
+#: choice), "Did she adopt the dog or move first?" (at the end).
+_ORDER_CHOICE = re.compile(
+    r"^\s*(?:which|what)\b.*?\b(?:first|earlier|sooner|later|last)\s*[,:]\s*(.+?),?\s+or\s+(.+?)"
+    r"[\s?.!]*$"
+    r"|^\s*(?:did|was|were|had|has|have)\s+(.+?)\s+or\s+(.+?)"
+    r"\s+(?:first|earlier|sooner)[\s?.!]*$",
+    re.IGNORECASE,
+)
+
+
+def order_choice(question: str) -> tuple[str, str] | None:
+    """The two events a question asks to put in order ("Which came first, the yoga class or the
+    marathon?": "the yoga class", "the marathon"), or None. Not a choice of anything else
+    ("Who won first place, Jon or Gina?": the order word is not what the choice follows)."""
+    m = _ORDER_CHOICE.search(question)
+    if m is None:
+        return None
+    first, second = (m[1], m[2]) if m[1] is not None else (m[3], m[4])
+    return first.strip(), second.strip()
+
+
 def asks_when(question: str) -> bool:
     """A question for a time ("When did...", "What year...", "In which month...", "How long
     ago...", "How many weeks passed between...", "Around what time of year...", "What was the
-    date of...") or for the order of two events ("... before or after ...")."""
-    return bool(_WHEN_QUESTION.search(question))
+    date of...") or for the order of two events ("... before or after ...", "Which came first,
+    A or B?": `order_choice`)."""
+    return bool(_WHEN_QUESTION.search(question)) or order_choice(question) is not None
 
 
 def query_dates(question: str) -> list[QueryDate]:

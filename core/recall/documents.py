@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from core.recall.columns import Column
 from core.recall.query import STOP_WORDS
-from core.timex import TimeSpan, event_anchors, from_event, resolve
+from core.timex import EventAnchor, QueryDate, TimeSpan, event_anchors, from_event, resolve
 
 _STOP = frozenset(STOP_WORDS)
 _WORD = re.compile(r"[a-z][a-z'\u2019-]{2,}")
@@ -95,8 +95,19 @@ class EventCalendar:
         if said is None:
             return []
         self._learn(text, spans)
+        return self._resolved(event_anchors(text), said)
+
+    def question_dates(self, question: str) -> list[TimeSpan]:
+        """The days a question's phrases relative to an event mean, as far as the documents so
+        far dated the event ("What did Ann do the weekend after the charity race?" asks about
+        the weekend after the race's days). Not "since the race": asked, that is every day
+        from then on, which ties the question to no day in particular."""
+        anchors = [a for a in event_anchors(question) if a.unit != "since"]
+        return self._resolved(anchors, date.max) if anchors else []
+
+    def _resolved(self, anchors: list[EventAnchor], said: date) -> list[TimeSpan]:
         out: list[TimeSpan] = []
-        for anchor in event_anchors(text):
+        for anchor in anchors:
             words = _noun_run(anchor.words)
             for used in range(len(words), 0, -1):
                 event = self._days.get(words[used - 1])
@@ -160,6 +171,11 @@ class DocumentColumns:
         self.has_events.append(bool(self.events[-1]))
         self.has_extra.append(bool(doc.extra))
         self.length.append(float(np.log1p(len(doc.text))))
+
+    def question_dates(self, question: str) -> list[QueryDate]:
+        """The dates a question names relative to an event the documents dated
+        (`EventCalendar.question_dates`): "the week before the wedding"."""
+        return [QueryDate(span=span) for span in self._calendar.question_dates(question)]
 
     def said_by(self, positions: np.ndarray, lowered: str) -> np.ndarray:
         """Per position, whether a lowercased speaker's name is among its document's speakers:

@@ -190,7 +190,9 @@ class HybridIndex:
                 self.positions[key] for key in dict.fromkeys(linked or []) if key in self.positions
             ],
             named=named[0].lower() if len(named) == 1 else None,
-            dates=query_dates(query),
+            # Absolute dates, and those relative to an event a document dated ("the week
+            # before the wedding").
+            dates=[*query_dates(query), *self.columns.question_dates(query)],
             asks_when=asks_when(query),
             plain=plain,
             vector=self.dense.unit(vector),

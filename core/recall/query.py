@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from core.recall.params import DEFAULT_PARAMS, RecallParams
-from core.timex import QueryDate, query_dates, resolve
+from core.timex import QueryDate, order_choice, query_dates, resolve
 
 #: English function words (NLTK's list, plus question words): tantivy's own English list is
 #: Lucene's 33 words and keeps "what", "did", "when" in every query.
@@ -222,7 +222,8 @@ def _entity_names(query: str, speakers: list[str] | set[str] | frozenset[str]) -
 
 def _event_parts(query: str) -> list[str]:
     """The two events of a question that needs both: "between A and B" (A, B), "both A and
-    B" (A, B), "X before or after E" (X, E), and a length of time from one to the other ("How
+    B" (A, B), "X before or after E" (X, E), their order ("Which came first, A or B?": A, B;
+    `core.timex.order_choice`), and a length of time from one to the other ("How
     long after E did X?": X, E). E is never a date (a date the question names is the time
     feature's business, not a second event). A second event said as an ordinal alone
     ("between adopting the first dog and the second") is the first one with that ordinal.
@@ -230,6 +231,9 @@ def _event_parts(query: str) -> list[str]:
     "X before / after E" with E a name ("Which city was she in before Lisbon?") is two (X, E).
     "X after E" asking about X alone ("How did Melanie feel after the accident?") is one event:
     E is its context, and a slot for E displaced the answer (held out, docs/decisions/recall-fusion.md)."""
+    choice = order_choice(query)  # "Which came first, the yoga class or the marathon?"
+    if choice is not None:
+        return list(choice)
     body = query.strip().rstrip("?.! ")
     for pattern in (r"\bbetween\s+(.+?)\s+and\s+(.+)$", r"\bboth\s+(.+?)\s+and\s+(.+)$"):
         m = re.search(pattern, body, re.IGNORECASE)

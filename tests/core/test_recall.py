@@ -537,6 +537,12 @@ def test_a_different_memory_ranks_differently() -> None:
             "Which pet did Maria adopt first, Coco or Shadow?",
             ["Which pet did Maria adopt first, Coco?", "Which pet did Maria adopt first, Shadow?"],
         ),
+        # A choice between two events by their order.
+        ("Which came first, the yoga class or the marathon?", ["the yoga class", "the marathon"]),
+        (
+            "Which did Maria do first, volunteer at the shelter or start her blog?",
+            ["volunteer at the shelter", "start her blog"],
+        ),
     ],
 )
 def test_a_question_about_two_entities_or_events_is_split_into_its_parts(
@@ -633,6 +639,7 @@ def test_an_ordinal_alone_borrows_only_from_an_event_with_an_ordinal() -> None:
         "Which book did Joanna read after May?",  # ... and a month
         "Is it raining or snowing?",  # "or" joins no two names
         "How long after the wedding?",  # one event: nothing after it to split off
+        "Which do you prefer, the lake or the sea?",  # a choice, but not of an order
     ],
 )
 def test_look_alikes_of_two_event_questions_are_not_split(question: str) -> None:
@@ -817,6 +824,42 @@ def test_a_phrase_relative_to_an_event_is_dated_by_the_turn_that_dated_the_event
         "The week before the wedding = 3-9 June 2023"
         in next(h for h in hits if h.key == "t3").events
     )
+
+
+def test_a_question_relative_to_an_event_reaches_the_turn_of_those_days() -> None:
+    # Three hikes "last weekend", told alike; the race dates the weekend the question means.
+    docs = [
+        _doc(1, "Ann", "I ran a charity race last weekend.", when="1:00 pm on 8 May, 2023"),
+        _doc(
+            2, "Ann", "Last weekend I went hiking with my brother.", when="1:00 pm on 15 May, 2023"
+        ),
+        _doc(
+            3,
+            "Ann",
+            "Last weekend I went hiking with my brother again.",
+            when="1:00 pm on 1 June, 2023",
+        ),
+        _doc(
+            4,
+            "Ann",
+            "This weekend I went hiking with my brother.",
+            when="1:00 pm on 24 April, 2023",
+        ),
+    ]
+    index = HybridIndex(2)
+    index.add(docs, None)
+    question = "What did Ann do the weekend after the charity race?"
+    assert [d.span.describe() for d in index.columns.question_dates(question) if d.span] == [
+        "13-14 May 2023"
+    ]
+    assert index.search(question, None, 1)[0].key == "t2"
+    # Look-alikes: an event no turn dated, "since" (every day from then on), no unit of time.
+    for undated in (
+        "What did Ann do the weekend after the bake sale?",
+        "What has Ann done since the charity race?",
+        "What did Ann do after the charity race?",
+    ):
+        assert index.columns.question_dates(undated) == [], undated
 
 
 def test_an_event_said_after_it_was_mentioned_does_not_date_an_earlier_phrase() -> None:

@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from core.timex import asks_when, parse_when, query_dates, resolve
+from core.timex import asks_when, order_choice, parse_when, query_dates, resolve
 
 #: Monday 8 May 2023, 1:56 pm: the first session of locomo-26.
 SAID = parse_when("1:56 pm on 8 May, 2023")
@@ -264,6 +264,32 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
     assert not asks_when("At what price did Gina sell the dress?")  # a price, not a time
     assert not asks_when("What was the name of the movie?")  # a name, not a date
     assert not asks_when("What did Melanie do after the accident?")  # "after" alone orders nothing
+
+
+def test_a_choice_between_two_events_by_their_order_is_a_when_question_with_both_events() -> None:
+    assert order_choice("Which came first, the yoga class or the marathon?") == (
+        "the yoga class",
+        "the marathon",
+    )
+    assert order_choice("What happened first: Nate's win or his move?") == (
+        "Nate's win",
+        "his move",
+    )
+    assert order_choice("Did Jon open his studio or lose his job first?") == (
+        "Jon open his studio",
+        "lose his job",
+    )
+    assert asks_when("Which event happened earlier, the bake sale or the fundraiser?")
+    # Look-alikes: a choice the order word does not govern, a choice of anything but events'
+    # order, an order asked with no choice, a wish about what comes first.
+    for question in (
+        "Who won first place, Jon or Gina?",
+        "Which do you prefer, tea or coffee?",
+        "Which came first?",
+        "What did you do first, after the move?",
+        "Do you want tea or coffee first?",
+    ):
+        assert order_choice(question) is None and not asks_when(question), question
 
 
 @pytest.mark.parametrize(
