@@ -134,6 +134,7 @@ _VAGUE = {
     "a few": (2, 4),
     "few": (2, 4),
     "several": (3, 6),
+    "some": (2, 6),
 }
 #: Meteorological seasons (northern hemisphere): first month, months long.
 _SEASONS = {"spring": 3, "summer": 6, "fall": 9, "autumn": 9, "winter": 12}
@@ -154,10 +155,23 @@ _FIXED_HOLIDAYS = {
     "fourth of july": (7, 4),
     "the 4th of july": (7, 4),
     "4th of july": (7, 4),
+    "st. patrick's day": (3, 17),
+    "st patrick's day": (3, 17),
+    "saint patrick's day": (3, 17),
+}
+#: The United States' holidays on a weekday of their month: (month, weekday, which: 0 the
+#: first, -1 the last).
+_WEEKDAY_HOLIDAYS = {
+    "memorial day": (5, 0, -1),
+    "labor day": (9, 0, 0),
+    "mother's day": (5, 6, 1),
+    "father's day": (6, 6, 2),
 }
 _HOLIDAY_RE = (
     r"(?:christmas|xmas)(?:\s+(?:eve|day))?|new\s+year['\u2019]?s(?:\s+(?:eve|day))?|thanksgiving|easter"
     r"|halloween|valentine['\u2019]?s(?:\s+day)?|independence\s+day|(?:the\s+)?(?:fourth|4th)\s+of\s+july"
+    r"|memorial\s+day|labou?r\s+day|mother['\u2019]?s\s+day|father['\u2019]?s\s+day"
+    r"|(?:st\.?|saint)\s+patrick['\u2019]?s\s+day"
 )
 #: A clause about what is still to come: its "on Friday" or "over the weekend" is the coming
 #: one; otherwise the last one (a chat mostly tells what happened).
@@ -326,6 +340,13 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             rf"(?:(early|late|mid)[\s-]+)?({_MONTH_RE})\b\.?(?!\s*\d{{1,2}}(?:st|nd|rd|th)?\b)(?:,?\s+{_YEAR}\b)?",
         ),
         ("year", rf"\b(?:in|since|during|from|by|around|of|back\s+in|until|till)\s+{_YEAR}\b"),
+        ("iso_date", rf"\b{_YEAR}-(\d\d)-(\d\d)\b"),
+        (
+            # "05/14/2023", or "on 5/14" (a preposition: "24/7" and "3/5 stars" are no dates)
+            "numeric_date",
+            r"(?:\b(?:on|by|since|until|till|from|before|after)\s+)?(?<![\d/.])(\d{1,2})/(\d{1,2})"
+            r"(?:/((?:19|20)?\d\d))?(?![\d/])",
+        ),
     )
 ]
 
@@ -569,6 +590,19 @@ def _holiday(name: str, year: int) -> date:
         return first + timedelta(days=(3 - first.weekday()) % 7 + 21)
     if name == "easter":
         return easter(year)
+    name = (
+        name.replace("labour", "labor")
+        .replace("mothers", "mother's")
+        .replace("fathers", "father's")
+    )
+    name = name.replace("patricks", "patrick's")
+    if name in _WEEKDAY_HOLIDAYS:
+        month, weekday, which = _WEEKDAY_HOLIDAYS[name]
+        if which < 0:  # the last such weekday: back from the month's last day
+            last = _month_span(year, month)[1]
+            return last - timedelta(days=(last.weekday() - weekday) % 7)
+        first = date(year, month, 1)
+        return first + timedelta(days=(weekday - first.weekday()) % 7, weeks=which)
     month, day = _FIXED_HOLIDAYS[
         name.replace("new years", "new year's")
         .replace("valentines", "valentine's")
@@ -907,6 +941,8 @@ def _resolve_unit(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date
 #: The kinds of match that name a calendar date, month or year (not relative to the anchor,
 #: but for the year a bare month or day falls in).
 _CALENDAR_KINDS = (
+    "iso_date",
+    "numeric_date",
     "season_year",
     "part_of_year",
     "week_of_month",
@@ -917,11 +953,38 @@ _CALENDAR_KINDS = (
 )
 
 
+def _numeric_date(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
+    """ "2023-05-14"; "05/14/2023" or "on 5/14" read month first or day first as only one
+    reading is a date ("14/05" is the 14th of May; "5/6" could be either, and is left), its
+    year the sentence's tense's (`_tensed_year`) when it has none."""
+    first, second, year_text = m.groups()
+    if kind == "iso_date":
+        year, month, day_number = int(first), int(second), int(year_text)
+    else:
+        if not year_text and not m.group(0)[0].isalpha():
+            return None  # no year and no preposition: a ratio, a score, "24/7"
+        a, b = int(first), int(second)
+        if (a <= 12) == (b <= 12):
+            return None  # both could be the month (ambiguous), or neither
+        month, day_number = (a, b) if a <= 12 else (b, a)
+        if year_text:
+            year = int(year_text) + (2000 if len(year_text) == 2 else 0)
+        else:
+            year = _tensed_year(m, anchor, month)
+    try:
+        day = date(year, month, day_number)
+    except ValueError:
+        return None
+    return day, day, "day"
+
+
 def _resolve_calendar(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
     """The span of a calendar date ("3 May 2023", "May 3"), month ("early June", "May 2023")
     or year ("in 2022"); a month or day without a year is the one the sentence's tense points
     to (`_tensed_year`)."""
     g = m.groups()
+    if kind in ("iso_date", "numeric_date"):
+        return _numeric_date(kind, m, anchor)
     if kind in ("day_month", "month_day"):
         day_text, month_text, year_text = (
             (g[0], g[1], g[2]) if kind == "day_month" else (g[1], g[0], g[2])

@@ -105,6 +105,17 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("We went there on the 3rd.", "2023-05-03", "2023-05-03"),
         ("I'll be there on the 12th.", "2023-05-12", "2023-05-12"),
         ("We went there on the 31st.", "2023-03-31", "2023-03-31"),  # April has no 31st
+        # The United States' holidays on a weekday of their month; "some" as a vague count.
+        ("We had a barbecue on Memorial Day.", "2022-05-30", "2022-05-30"),
+        ("I'll call my mom on Mother's Day.", "2023-05-14", "2023-05-14"),
+        ("We grilled on Labor Day.", "2022-09-05", "2022-09-05"),
+        ("I'll see him on Father's Day.", "2023-06-18", "2023-06-18"),
+        ("We went out on St. Patrick's Day.", "2023-03-17", "2023-03-17"),
+        ("Some months ago I started volunteering.", "2022-11-01", "2023-03-31"),
+        # Dates in digits: ISO, and month/day or day/month where only one reading is a date.
+        ("The race was on 2023-04-16.", "2023-04-16", "2023-04-16"),
+        ("We left on 12/25/22.", "2022-12-25", "2022-12-25"),
+        ("It's due by 14/05.", "2023-05-14", "2023-05-14"),
     ],
 )
 def test_each_relative_form_resolves_against_the_session_date(
@@ -160,6 +171,10 @@ def test_each_relative_form_resolves_against_the_session_date(
         "I live on the 3rd floor.",  # an ordinal, not a day
         "Rent is due on the 1st.",  # a habit: every month's first
         "Merry xmas!",  # a holiday as a greeting (no last/next or preposition)
+        "I work 24/7 these days.",  # digits and a slash with no preposition nor year
+        "I'd rate it 3/5 stars.",  # ... a rating
+        "We met on 9/11.",  # either reading is a date: left
+        "Version 2023-13-45 is out.",  # no such month
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
