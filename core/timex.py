@@ -1159,13 +1159,15 @@ def query_dates(question: str) -> list[QueryDate]:
 
 
 #: A day, week or month before or after an event the chat named ("the week before the
-#: wedding", "the night after the race"), or the time since it ("since the wedding"): relative
+#: wedding", "the night after the race", "right after the race": the days next to it), or the
+#: time since it ("since the wedding"): relative
 #: to the event, not to the time said, so it is dated only when an earlier sentence dated the
 #: event (core.recall.documents.EventCalendar). The event is up to three words after a
 #: determiner; which of them names it is the calendar's business.
 _EVENT_ANCHOR = re.compile(
-    r"\b(?:the\s+(day|night|morning|evening|week|weekend|month)\s+(before|after)|(since))\s+"
-    r"(?:the|my|our|his|her|their|your)\s+((?:[a-z][a-z'\u2019-]*\s+){0,2}[a-z][a-z'\u2019-]*)",
+    r"\b(?:the\s+(?P<unit>day|night|morning|evening|week|weekend|month)\s+(?P<order>before|after)"
+    r"|(?P<since>since)|(?:right|just|shortly|soon|straight|immediately)\s+(?P<near>before|after))\s+"
+    r"(?:the|my|our|his|her|their|your)\s+(?P<event>(?:[a-z][a-z'\u2019-]*\s+){0,2}[a-z][a-z'\u2019-]*)",
     re.IGNORECASE,
 )
 #: Words that make the phrase another form, or no event: "since our last chat" (a greeting),
@@ -1182,7 +1184,8 @@ evening week weekend month year summer spring fall autumn winter holidays moment
 @dataclass(frozen=True, slots=True)
 class EventAnchor:
     """A phrase relative to an event: "the week before the wedding" (`unit` week, `after`
-    False), "since the race" (`unit` "since"); `words` are the event's candidate words
+    False), "since the race" (`unit` "since"), "right after the race" (`unit` "near");
+    `words` are the event's candidate words
     (lowercased, as said), `start` where the phrase begins in the text."""
 
     start: int
@@ -1196,8 +1199,10 @@ class EventAnchor:
     def names_event(self, used: int) -> bool:
         """Whether its first `used` words can name the event. "since" is also "because" ("since
         the wait can be hard", "since my movie did well"): as a time it ends its clause there
-        ("I've felt great since the race.", "Since the wedding, ...")."""
-        return self.unit != "since" or self.closes[used - 1]
+        ("I've felt great since the race.", "Since the wedding, ..."). "Right after" is as often
+        followed by a clause ("right after my mom called"), whose subject is no event: it too
+        must end its clause ("We flew out right after the wedding.")."""
+        return self.unit not in ("since", "near") or self.closes[used - 1]
 
     def phrase(self, used: int) -> str:
         """The phrase up to the event's `used` words: "the week before the wedding"."""
@@ -1208,14 +1213,14 @@ def event_anchors(text: str) -> list[EventAnchor]:
     """The phrases of `text` that are relative to an event it names (`_EVENT_ANCHOR`)."""
     found = []
     for m in _EVENT_ANCHOR.finditer(text):
-        words = tuple(w.lower() for w in m.group(4).split())
+        words = tuple(w.lower() for w in m["event"].split())
         if words[0] in _NOT_EVENTS:
             continue
-        prefix = m.group(0)[: m.start(4) - m.start()].strip()
-        unit = (m.group(1) or "since").lower()
-        ends = [w.end() + m.start(4) for w in re.finditer(r"\S+", m.group(4))]
+        prefix = m.group(0)[: m.start("event") - m.start()].strip()
+        unit = (m["unit"] or ("since" if m["since"] else "near")).lower()
+        ends = [w.end() + m.start("event") for w in re.finditer(r"\S+", m["event"])]
         closes = tuple(bool(_ENDS_CLAUSE.match(text, end)) for end in ends)
-        after = (m.group(2) or "").lower() == "after"
+        after = (m["order"] or m["near"] or "").lower() == "after"
         found.append(EventAnchor(m.start(), prefix, unit, after, words, closes))
     return found
 
@@ -1223,7 +1228,7 @@ def event_anchors(text: str) -> list[EventAnchor]:
 def from_event(anchor: EventAnchor, used: int, event: TimeSpan, said: date) -> TimeSpan | None:
     """The span `anchor` means once its event (its first `used` words) is known to be `event`:
     the day (night, morning, evening) before its first day or after its last, the seven days
-    (the month) up to it or after it, the weekend before or after it; "since" it: when it began (the
+    (the month) up to it or after it (right before or after it: the seven days), the weekend before or after it; "since" it: when it began (the
     event's own days, described "since ..." as a duration up to the time said is), none when
     the event comes after `said`."""
     phrase = anchor.phrase(used)
@@ -1241,7 +1246,7 @@ def from_event(anchor: EventAnchor, used: int, event: TimeSpan, said: date) -> T
             else _last_weekend(event.start)
         )
         return TimeSpan(*_weekend(saturday), phrase, "weekend")
-    length = relativedelta(weeks=1) if anchor.unit == "week" else relativedelta(months=1)
+    length = relativedelta(months=1) if anchor.unit == "month" else relativedelta(weeks=1)
     if anchor.after:  # the seven days (the month) after it
         return TimeSpan(event.end + timedelta(days=1), event.end + length, phrase, "days")
     return TimeSpan(event.start - length, event.start - timedelta(days=1), phrase, "days")

@@ -806,6 +806,9 @@ def test_a_phrase_relative_to_an_event_is_dated_by_the_turn_that_dated_the_event
         _doc(9, "Ann", "The day after the concert was quiet.", when=said),
         _doc(10, "Ann", "The party was last Friday, not on June 10th.", when=said),
         _doc(11, "Ann", "The day after the party I slept.", when=said),
+        _doc(12, "Ann", "We flew out right after the wedding.", when=said),
+        # ... and "right after" followed by a clause: its subject is no event.
+        _doc(13, "Ann", "Right after my race ended, I slept.", when=said),
     ]
     index.add(docs, None)
 
@@ -816,7 +819,8 @@ def test_a_phrase_relative_to_an_event_is_dated_by_the_turn_that_dated_the_event
     assert dated(3) == [("The day after the big race", "Monday 8 May 2023")]
     assert dated(4) == [("since the race", "since 6-7 May 2023")]
     assert dated(5) == [("The weekend after my wedding", "17-18 June 2023")]
-    assert dated(6) == dated(7) == dated(8) == dated(10) == []
+    assert dated(11) == [("right after the wedding", "11-17 June 2023")]
+    assert dated(6) == dated(7) == dated(8) == dated(10) == dated(12) == []
     # The packet shows it, and a question naming the week reaches the turn through its date.
     hits = index.search("What happened in early June 2023?", None, 3)
     assert "t3" in [h.key for h in hits]
