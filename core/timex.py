@@ -404,10 +404,12 @@ class TimeSpan:
 
 @dataclass(frozen=True, slots=True)
 class QueryDate:
-    """A date a question names: a span of days, or a month of any year ("in May")."""
+    """A date a question names: a span of days, a month of any year ("in May"), or a holiday of
+    any year ("on Thanksgiving": its day in each year, core.timex's holidays)."""
 
     span: TimeSpan | None = None
     month: int | None = None
+    holiday: str | None = None
 
     @property
     def precise(self) -> bool:
@@ -417,7 +419,10 @@ class QueryDate:
     def contains(self, span: TimeSpan) -> bool:
         """`span` lies within this date, and this date is at most a month of a known year:
         "on May 3, 2023" holds "yesterday" said on May 4, not "last week"; "in 2022" or
-        "in May" (any year) would tie a question to too many turns to tell one from another."""
+        "in May" (any year) would tie a question to too many turns to tell one from another.
+        A holiday holds a span of its day alone, in any year."""
+        if self.holiday is not None:
+            return span.start == span.end == _holiday(self.holiday, span.start.year)
         return (
             self.precise
             and self.span is not None
@@ -428,6 +433,12 @@ class QueryDate:
     def matches(self, span: TimeSpan) -> bool:
         if self.span is not None:
             return self.span.overlaps(span)
+        if self.holiday is not None:
+            last_year = min(span.end.year, span.start.year + 1)
+            return any(
+                span.start <= _holiday(self.holiday, year) <= span.end
+                for year in range(span.start.year, last_year + 1)
+            )
         if self.month is None:
             return False
         day, last = span.start, min(span.end, span.start + timedelta(days=400))
@@ -1068,6 +1079,8 @@ _ABSOLUTE = _CALENDAR_KINDS
 _WHEN_QUESTION = re.compile(
     r"^\s*(?:when\b|(?:what|which)\s+(?:date|day|time|year|month|week|weekend|season)\b"
     r"|(?:in|on|during|at|around|by)\s+(?:what|which)\s+(?:date|day|time|year|month|week|weekend|season|point)\b"
+    # "Around which US holiday ...", "On what public holiday ...", "Which holiday did ...?"
+    r"|(?:(?:in|on|during|at|around|by|near|over)\s+)?(?:what|which)\s+(?:[a-z.]+\s+)?holiday\s+(?:did|was|were|is|does|do|had|has|will|would)\b"
     r"|(?:for\s+)?how\s+(?:long|recently|soon)\b|(?:since|around|about|roughly|approximately|by|until)\s+when\b"
     r"|how\s+many\s+(?:days|weeks|weekends|months|years)\b"
     r"|what\s+(?:was|is)\s+the\s+(?:date|day|year|month)\s+(?:of|when)\b)"
@@ -1108,14 +1121,22 @@ def asks_when(question: str) -> bool:
     return bool(_WHEN_QUESTION.search(question)) or order_choice(question) is not None
 
 
+#: A holiday a question names as the time of what it asks ("What did Jon do on Thanksgiving?").
+_QUESTION_HOLIDAY = re.compile(
+    rf"\b(?:on|at|over|for|during|around)\s+({_HOLIDAY_RE})\b", re.IGNORECASE
+)
+
+
 def query_dates(question: str) -> list[QueryDate]:
-    """The absolute dates a question names: "on May 3, 2023", "in May 2023", "in 2022", and
-    "in May" (May of any year). Relative ones ("last week") have no anchor in a question."""
+    """The absolute dates a question names: "on May 3, 2023", "in May 2023", "in 2022", "in May"
+    (May of any year) and "on Thanksgiving" (of any year). Relative ones ("last week", "last
+    Christmas", "after Christmas") have no anchor in a question."""
     dates: list[QueryDate] = []
     found: list[tuple[int, int, str, re.Match[str]]] = []
     for kind, pattern in _PATTERNS:
         if kind in _ABSOLUTE:
             found.extend((m.start(), m.end(), kind, m) for m in pattern.finditer(question))
+    found.extend((m.start(), m.end(), "holiday", m) for m in _QUESTION_HOLIDAY.finditer(question))
     # A bare year anywhere ("2022's", "(2023)") names that year too.
     found.extend(
         (m.start(), m.end(), "bare_year", m) for m in re.finditer(rf"\b{_YEAR}\b", question)
@@ -1123,6 +1144,10 @@ def query_dates(question: str) -> list[QueryDate]:
     taken: list[tuple[int, int]] = []
     for start, end, kind, m in _longest_first(found):
         if any(start < e and s < end for s, e in taken):
+            continue
+        if kind == "holiday":
+            dates.append(QueryDate(holiday=m.group(1)))
+            taken.append((start, end))
             continue
         if kind == "bare_year":
             year = int(m.group(1))

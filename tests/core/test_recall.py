@@ -866,6 +866,35 @@ def test_a_question_relative_to_an_event_reaches_the_turn_of_those_days() -> Non
         assert index.columns.question_dates(undated) == [], undated
 
 
+def test_a_question_naming_a_holiday_reaches_the_turn_about_that_day() -> None:
+    # Three dinners told alike; the one of "yesterday", said the day after Thanksgiving 2022.
+    docs = [
+        _doc(
+            1,
+            "Ann",
+            "Yesterday we had a big dinner with my parents.",
+            when="1:00 pm on 25 November, 2022",
+        ),
+        _doc(
+            2,
+            "Ann",
+            "Last night we had a big dinner with my parents.",
+            when="1:00 pm on 2 December, 2022",
+        ),
+        _doc(
+            3,
+            "Ann",
+            "We had a big dinner with my parents yesterday.",
+            when="1:00 pm on 14 October, 2022",
+        ),
+    ]
+    index = HybridIndex(2)
+    index.add(docs, None)
+    assert index.search("What did Ann do on Thanksgiving?", None, 1)[0].key == "t1"
+    # Look-alike: without the holiday the words favour another dinner.
+    assert index.search("What did Ann do at dinner last night?", None, 1)[0].key != "t1"
+
+
 def test_an_event_said_after_it_was_mentioned_does_not_date_an_earlier_phrase() -> None:
     # The index is built in the order the turns were said: an event dated only later dates
     # nothing before it, and an index rebuilt from the same turns holds the same spans.

@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from core.timex import asks_when, order_choice, parse_when, query_dates, resolve
+from core.timex import TimeSpan, asks_when, order_choice, parse_when, query_dates, resolve
 
 #: Monday 8 May 2023, 1:56 pm: the first session of locomo-26.
 SAID = parse_when("1:56 pm on 8 May, 2023")
@@ -279,6 +279,22 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
     assert not asks_when("At what price did Gina sell the dress?")  # a price, not a time
     assert not asks_when("What was the name of the movie?")  # a name, not a date
     assert not asks_when("What did Melanie do after the accident?")  # "after" alone orders nothing
+    assert asks_when("Around which US holiday did Maria get into a car accident?")
+    assert asks_when("Which holiday did Jon spend with his family?")
+    assert not asks_when("What holiday traditions does Maria have?")  # a kind of tradition
+
+
+def test_a_holiday_a_question_names_is_its_day_in_any_year() -> None:
+    (thanksgiving,) = query_dates("What did Jon do on Thanksgiving?")
+    assert thanksgiving.matches(TimeSpan(date(2022, 11, 24), date(2022, 11, 24)))
+    assert thanksgiving.contains(TimeSpan(date(2023, 11, 23), date(2023, 11, 23)))
+    # Look-alikes: the day before it, a week that holds it (matched, not contained), a
+    # holiday after which something happened, one "last" (relative: no anchor in a question).
+    assert not thanksgiving.matches(TimeSpan(date(2023, 11, 22), date(2023, 11, 22)))
+    week = TimeSpan(date(2022, 11, 20), date(2022, 11, 26))
+    assert thanksgiving.matches(week) and not thanksgiving.contains(week)
+    assert query_dates("What did Jon do after Christmas?") == []
+    assert query_dates("What did Jon do last Christmas?") == []
 
 
 def test_a_choice_between_two_events_by_their_order_is_a_when_question_with_both_events() -> None:
