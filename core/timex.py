@@ -633,6 +633,8 @@ def _resolve_ahead_or_up_to(
         return _unit_span(g[0], anchor, 2)
     if kind == "past_units":
         _, high, unit = _count_units(g[0], g[1])
+        if high == 0:
+            return None  # "the last 0 days": no days at all
         unit = "week" if unit == "weekend" else unit
         first = anchor - relativedelta(**{f"{unit}s": high})  # type: ignore[arg-type]
         return first, anchor - timedelta(days=1), "days"

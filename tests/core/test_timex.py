@@ -175,6 +175,7 @@ def test_each_relative_form_resolves_against_the_session_date(
         "I'd rate it 3/5 stars.",  # ... a rating
         "We met on 9/11.",  # either reading is a date: left
         "Version 2023-13-45 is out.",  # no such month
+        "Over the last 0 days nothing changed.",  # no days at all (once a span that ran backward)
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
@@ -339,3 +340,29 @@ def test_a_choice_between_two_events_by_their_order_is_a_when_question_with_both
 )
 def test_a_resolved_span_is_spelled_out_for_a_reader(text: str, described: str) -> None:
     assert [f"{span.phrase} = {span.describe()}" for span in resolve(text, SAID)] == [described]
+
+
+#: The words time expressions are made of, and some that are not: sentences drawn from them
+#: reach the resolver's corners (a month 0, the 29th of February, a count with no unit).
+_FUZZ_WORDS = (
+    "on by since until the of last next this past coming ago back for in over during around "
+    "a few couple some several two 3 12 0 31 29 2/29 14/05 5/14 0/15 12/32 2023-02-29 "
+    "2023-13-01 2022 1999 May June february day days week weekend weekends month months year "
+    "years decade summer winter holidays Christmas Thanksgiving Easter Memorial Labor Day "
+    "Mother's Friday Fridays morning night yesterday tomorrow today early mid late end "
+    "beginning start first second last half and or I we went will be been have had , . ? !"
+).split()
+
+
+def test_the_resolver_never_fails_and_every_span_runs_forward() -> None:
+    import random
+
+    draw = random.Random(20261130)
+    anchors = [date(2023, 5, 8), date(2024, 2, 29), date(2023, 12, 31), date(2000, 1, 1)]
+    for _ in range(3000):
+        text = " ".join(draw.choices(_FUZZ_WORDS, k=draw.randint(1, 12)))
+        for span in resolve(text, draw.choice(anchors)):
+            assert span.start <= span.end, (text, span)
+        for named in query_dates(text):
+            assert named.span is None or named.span.start <= named.span.end, (text, named)
+        asks_when(text)
