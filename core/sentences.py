@@ -47,7 +47,9 @@ def ends_sentence(text: str) -> bool:
 def _sentence_ends(text: str) -> list[int]:
     ends = []
     for match in _SENTENCE_END.finditer(text):
-        before = text[: match.start()].rsplit(None, 1)
+        # The word before the mark (from a short window: the whole text before it, copied for
+        # each mark, cost the square of a long text's length).
+        before = text[max(0, match.start() - 64) : match.start()].rsplit(None, 1)
         word = before[-1].lower() if before else ""
         if (
             match.group().startswith(".")

@@ -65,6 +65,7 @@ misread some, or was too slow for bulk ingest: docs/decisions/time-expressions.m
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -1047,6 +1048,27 @@ def _resolve_calendar(kind: str, m: re.Match[str], anchor: date) -> tuple[date, 
     return None
 
 
+class _Taken:
+    """The disjoint stretches of a text its matches took, in order (`bisect`): whether another
+    overlaps one is a lookup, not a scan (a long text holds thousands of matches)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def overlaps(self, start: int, end: int) -> bool:
+        i = bisect.bisect_right(self._starts, start)
+        # Only the stretch starting at or before `start` and the one after it can overlap.
+        return (i > 0 and self._ends[i - 1] > start) or (
+            i < len(self._starts) and self._starts[i] < end
+        )
+
+    def add(self, start: int, end: int) -> None:
+        i = bisect.bisect_right(self._starts, start)
+        self._starts.insert(i, start)
+        self._ends.insert(i, end)
+
+
 def resolve(text: str, anchor: date | None) -> list[TimeSpan]:
     """The time expressions of `text` as spans of days, resolved against `anchor` (the day
     the text was said); in text order, overlapping matches resolved to the longest."""
@@ -1057,16 +1079,16 @@ def resolve(text: str, anchor: date | None) -> list[TimeSpan]:
         for m in pattern.finditer(text):
             found.append((m.start(), m.end(), kind, m))
     spans: list[tuple[int, TimeSpan]] = []
-    taken: list[tuple[int, int]] = []
+    taken = _Taken()
     for start, end, kind, m in _longest_first(found):
-        if any(start < e and s < end for s, e in taken):
+        if taken.overlaps(start, end):
             continue
         resolved = _resolve_match(kind, m, anchor)
         if resolved is None:
             continue
         first, last, grain = resolved
         spans.append((start, TimeSpan(first, last, m.group(0).strip().rstrip("."), grain)))
-        taken.append((start, end))
+        taken.add(start, end)
     return [span for _, span in sorted(spans, key=lambda s: s[0])]
 
 
@@ -1092,6 +1114,8 @@ _WHEN_QUESTION = re.compile(
 )
 
 
+#: The longest text read as a question for the order of two events (`order_choice`).
+MAX_QUESTION = 300
 #: A choice between two events by their order: "Which came first, the yoga class or the
 #: marathon?", "What happened first: the move or the new job?" (the order word just before the
 #: choice), "Did she adopt the dog or move first?" (at the end).
@@ -1108,7 +1132,8 @@ def order_choice(question: str) -> tuple[str, str] | None:
     """The two events a question asks to put in order ("Which came first, the yoga class or the
     marathon?": "the yoga class", "the marathon"), or None. Not a choice of anything else
     ("Who won first place, Jon or Gina?": the order word is not what the choice follows)."""
-    m = _ORDER_CHOICE.search(question)
+    # A question is short; the pattern's two open-ended parts cost the square of a long text.
+    m = _ORDER_CHOICE.search(question) if len(question) <= MAX_QUESTION else None
     if m is None:
         return None
     first, second = (m[1], m[2]) if m[1] is not None else (m[3], m[4])
@@ -1143,20 +1168,20 @@ def query_dates(question: str) -> list[QueryDate]:
     found.extend(
         (m.start(), m.end(), "bare_year", m) for m in re.finditer(rf"\b{_YEAR}\b", question)
     )
-    taken: list[tuple[int, int]] = []
+    taken = _Taken()
     for start, end, kind, m in _longest_first(found):
-        if any(start < e and s < end for s, e in taken):
+        if taken.overlaps(start, end):
             continue
         if kind == "holiday":
             dates.append(QueryDate(holiday=m.group(1)))
-            taken.append((start, end))
+            taken.add(start, end)
             continue
         if kind == "bare_year":
             year = int(m.group(1))
             dates.append(
                 QueryDate(span=TimeSpan(date(year, 1, 1), date(year, 12, 31), m.group(0), "year"))
             )
-            taken.append((start, end))
+            taken.add(start, end)
             continue
         groups = m.groups()
         year_text = groups[-1]
@@ -1168,20 +1193,20 @@ def query_dates(question: str) -> list[QueryDate]:
                 and (relation or "").lower() not in ("last", "next")
             ):
                 dates.append(QueryDate(month=_MONTH_NUMBER[month_text.lower().rstrip(".")]))
-                taken.append((start, end))
+                taken.add(start, end)
             continue
         if kind in ("day_month", "month_day") and not year_text:
             month_text = groups[1] if kind == "day_month" else groups[0]
             if _month_allowed(month_text):
                 dates.append(QueryDate(month=_MONTH_NUMBER[month_text.lower().rstrip(".")]))
-                taken.append((start, end))
+                taken.add(start, end)
             continue
         resolved = _resolve_match(kind, m, date(int(year_text), 1, 1)) if year_text else None
         if resolved is not None:
             dates.append(
                 QueryDate(span=TimeSpan(resolved[0], resolved[1], m.group(0).strip(), resolved[2]))
             )
-            taken.append((start, end))
+            taken.add(start, end)
     return dates
 
 

@@ -22,6 +22,9 @@ import numpy as np
 from core.recall.params import DEFAULT_PARAMS, RecallParams
 from core.timex import QueryDate, order_choice, query_dates, resolve
 
+#: The spaces before a punctuation mark, taken only from a run's first space: tried from every
+#: space of a long run (a pasted text), the pattern cost the square of the run's length.
+_SPACE_BEFORE_MARK = re.compile(r"(?<!\s)\s+([?,.!])")
 #: English function words (NLTK's list, plus question words): tantivy's own English list is
 #: Lucene's 33 words and keeps "what", "did", "when" in every query.
 STOP_WORDS = sorted(
@@ -48,7 +51,7 @@ def plain_query(query: str, speakers: list[str] | set[str] | frozenset[str]) -> 
     for name in sorted(speakers, key=len, reverse=True):
         if name:
             query = re.sub(rf"\b{re.escape(name)}(?:'s|\u2019s)?\b", "", query, flags=re.IGNORECASE)
-    query = re.sub(r"\s+([?,.!])", r"\1", query)
+    query = re.sub(_SPACE_BEFORE_MARK, r"\1", query)
     return re.sub(r"\s+", " ", query).strip()
 
 
@@ -82,7 +85,7 @@ def unaddressed(query: str, names: list[str] | set[str] | frozenset[str]) -> str
     asks about, for the lexical ranking and `named_in`."""
     for name in sorted((n for n in set(names) if n), key=len, reverse=True):
         query = _address_pattern(name).sub(" ", query)
-    query = re.sub(r"\s+([?,.!])", r"\1", query)
+    query = re.sub(_SPACE_BEFORE_MARK, r"\1", query)
     query = re.sub(r"(^|\n)[ \t]*[,.!]+", r"\1", query)  # what an address opened with
     return re.sub(r"[ \t]+", " ", query).strip()
 
@@ -197,7 +200,7 @@ def _without_name(query: str, name: str) -> str:
     if not count:
         joined = re.sub(rf"{_JOIN}{name_re}", "", query, count=1, flags=re.IGNORECASE)
     joined = re.sub(r"\b(?:both|together)\b", "", joined, flags=re.IGNORECASE)
-    joined = re.sub(r"\s+([?,.!])", r"\1", joined)
+    joined = re.sub(_SPACE_BEFORE_MARK, r"\1", joined)
     return re.sub(r"\s+", " ", joined).strip()
 
 
