@@ -462,7 +462,9 @@ def parse_when(when: str) -> date | None:
     if not when or not re.search(r"(?:19|20)\d\d", when):
         return None
     try:
-        return date_parser.parse(when, fuzzy=True).date()
+        # The day as written: a zone's name changes nothing of it, and one dateutil does not
+        # know ("AZ") would warn now and raise in a later version.
+        return date_parser.parse(when, fuzzy=True, ignoretz=True).date()
     except (ValueError, OverflowError):
         return None
 

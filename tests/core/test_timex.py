@@ -232,6 +232,15 @@ def test_unix_time_is_a_date_as_sillytavern_reads_it() -> None:
     assert parse_when("12345") is None  # a number, not a time
 
 
+def test_a_time_zone_dateutil_does_not_know_is_read_past_without_a_warning() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # dateutil warns now and will raise later
+        assert parse_when("1:56 pm on 8 May, 2023 AZ") == date(2023, 5, 8)
+        assert parse_when("2023-05-08T23:30:00-05:00") == date(2023, 5, 8)  # the day as written
+
+
 def test_without_a_session_date_nothing_resolves() -> None:
     assert parse_when("chapter 3") is None  # no year: dateutil would invent today's
     assert resolve("yesterday", parse_when("")) == []
