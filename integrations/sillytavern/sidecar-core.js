@@ -54,7 +54,15 @@ export const PROMPT_POSITION_IN_PROMPT = 0;
 // request's messages and well inside its limit on a body (320 KB, pending turns beside them).
 export const WINDOW_MESSAGES = 12;
 export const MAX_WINDOW_MESSAGES = 200;
-export const MAX_WINDOW_CHARS = 96 * 1024;
+// The window's text at most, in bytes as the request's JSON carries it (UTF-8, escapes).
+export const MAX_WINDOW_BYTES = 96 * 1024;
+// What the query's pending messages and window may take of the sidecar's 320 KB body together
+// (the rest: the request's other fields, names and times).
+export const MAX_QUERY_TEXT_BYTES = 288 * 1024;
+// The sidecar's limit on one message (tasks.dialogue.models.MAX_MESSAGE_CHARS, in characters).
+// A longer message (a pasted text) is sent as its first this many, so its turn is remembered and
+// the queries that show it are answered: refused whole, it was neither.
+export const MAX_MESSAGE_CHARS = 64 * 1024;
 // Of the context the interceptor is given (its size less the reply's), what is kept for the
 // parts of the prompt the extension cannot read: the system prompt and instruct sequences, the
 // persona, World Info (its default budget is a quarter of the context). Too much kept only
@@ -114,12 +122,31 @@ export function lorebookName(chatId) {
     return `${readable}_${hash.toString(16).padStart(8, '0')}`;
 }
 
+/** A message's text within the sidecar's limit (MAX_MESSAGE_CHARS): its start, without half
+ *  of a character written as two UTF-16 units (a string's length counts units, never fewer
+ *  than the sidecar's characters). */
+export function clipContent(text) {
+    if (text.length <= MAX_MESSAGE_CHARS) return text;
+    const last = text.charCodeAt(MAX_MESSAGE_CHARS - 1);
+    return text.slice(0, last >= 0xd800 && last <= 0xdbff ? MAX_MESSAGE_CHARS - 1 : MAX_MESSAGE_CHARS);
+}
+
+/** The bytes a text takes as a JSON string in a request body (UTF-8, quotes and escapes). */
+export function jsonBytes(text) {
+    let bytes = 0;
+    for (const char of JSON.stringify(text ?? '')) {
+        const code = char.codePointAt(0);
+        bytes += code < 0x80 ? 1 : code < 0x800 ? 2 : code < 0x10000 ? 3 : 4;
+    }
+    return bytes;
+}
+
 /** The sidecar's message form of one SillyTavern message, or null for system notes. */
 export function toSidecarMessage(message, index) {
     if (!message || message.is_system) return null;
     const out = {
         role: message.is_user ? 'user' : 'assistant',
-        content: String(message.mes ?? ''),
+        content: clipContent(String(message.mes ?? '')),
         message_id: String(index),
     };
     if (message.name) out.name = String(message.name).slice(0, 200);
@@ -177,18 +204,21 @@ export function chatTokens(contextSize, extraText, tokenBudget) {
 
 /** The last of `messages` (the chat before `pending`) that the prompt holds beside the pending
  *  ones: from the newest back, while they fit `tokens` (`chatTokens`), as SillyTavern fills
- *  its prompt; null tokens: the last WINDOW_MESSAGES. */
+ *  its prompt; null tokens: the last WINDOW_MESSAGES. Either way no more text than the
+ *  sidecar's body takes beside the pending ones (MAX_WINDOW_BYTES, MAX_QUERY_TEXT_BYTES). */
 export function promptWindow(messages, pending, tokens) {
-    if (tokens === null || tokens === undefined) return messages.slice(-WINDOW_MESSAGES);
+    const known = tokens !== null && tokens !== undefined;
+    const most = known ? MAX_WINDOW_MESSAGES : WINDOW_MESSAGES;
     const cost = (m) => estimateTokens(`${m.name || m.role}: ${m.content}`) + MESSAGE_OVERHEAD_TOKENS;
-    let used = pending.reduce((sum, m) => sum + cost(m), 0);
-    let chars = 0;
+    let used = known ? pending.reduce((sum, m) => sum + cost(m), 0) : 0;
+    const pendingBytes = pending.reduce((sum, m) => sum + jsonBytes(m.content), 0);
+    let room = Math.min(MAX_WINDOW_BYTES, MAX_QUERY_TEXT_BYTES - pendingBytes);
     let from = messages.length;
-    while (from > 0 && messages.length - from < MAX_WINDOW_MESSAGES) {
+    while (from > 0 && messages.length - from < most) {
         const message = messages[from - 1];
-        used += cost(message);
-        chars += message.content.length;
-        if (used > tokens || chars > MAX_WINDOW_CHARS) break;
+        room -= jsonBytes(message.content);
+        if (known) used += cost(message);
+        if (room < 0 || (known && used > tokens)) break;
         from -= 1;
     }
     return messages.slice(from);

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 
 import {
     RECALL_K_RANGE, SidecarClient, SkaldMemory, TOKEN_BUDGET_RANGE, WINDOW_MESSAGES, boundedSetting, chatTokens, divergence, estimateTokens,
-    lorebookName, pendingOf, promptWindow, turnsOf,
+    clipContent, jsonBytes, lorebookName, pendingOf, promptWindow, toSidecarMessage, turnsOf,
 } from './sidecar-core.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -110,7 +110,22 @@ describe('chat segmentation', () => {
         assert.equal(promptWindow(messages, pending, 0).length, 0);  // no room: nothing shown
         assert.equal(promptWindow(messages, pending, 1e9).length, 200);  // the sidecar's limit
         const long = Array.from({ length: 50 }, () => ({ role: 'user', name: 'U', content: 'x'.repeat(4096) }));
-        assert.equal(promptWindow(long, [], 1e9).length, 24);  // 96 KB of text at most
+        assert.equal(promptWindow(long, [], 1e9).length, 23);  // 96 KB of text at most (JSON's quotes in)
+        // ... also when the prompt's size is not known: two 64K-character messages are too much.
+        const pasted = Array.from({ length: 12 }, () => ({ role: 'user', name: 'U', content: 'x'.repeat(65_536) }));
+        assert.equal(promptWindow(pasted, [], null).length, 1);
+        // ... counted as bytes: three bytes a character of Japanese, six for an escaped control.
+        assert.equal(jsonBytes('東京'), 8);
+        assert.equal(jsonBytes('a\u0001'), 9);
+        const japanese = Array.from({ length: 12 }, () => ({ role: 'user', name: 'U', content: '東'.repeat(20_000) }));
+        assert.equal(promptWindow(japanese, [], null).length, 1);
+        // ... and beside the pending messages: what they take of the body is not the window's.
+        const bulky = [{ role: 'user', name: 'U', content: '東'.repeat(65_536) }];  // 192 KB
+        const small = Array.from({ length: 12 }, () => ({ role: 'user', name: 'U', content: 'x'.repeat(30_000) }));
+        assert.equal(promptWindow(small, [], null).length, 3);
+        assert.equal(promptWindow(small, bulky, null).length, 3);
+        const bulkier = [bulky[0], { role: 'user', name: 'U', content: 'x'.repeat(60_000) }];
+        assert.equal(promptWindow(small, bulkier, null).length, 1);
         // Any other script counts a token a character (no tokenizer counts it lower).
         assert.equal(estimateTokens('東京に行った'), 6);
         // The room: the size, less a quarter and 300 kept, the card and memory's own budget.
@@ -119,6 +134,14 @@ describe('chat segmentation', () => {
         assert.equal(chatTokens(1000, 'x'.repeat(3000), 1024), 0);
         assert.equal(chatTokens(undefined, '', 1024), null);
         assert.equal(chatTokens(8192, null, 1024), null);  // what else the prompt holds: unknown
+    });
+
+    test('a message longer than the sidecar takes is sent as its first 64K characters, no half character', () => {
+        assert.equal(toSidecarMessage(user('x'.repeat(70_000)), 0).content.length, 65_536);
+        assert.equal(clipContent('short'), 'short');
+        const straddling = `${'x'.repeat(65_535)}\u{1F600}`;  // the emoji's units are the 65,536th and 65,537th
+        assert.equal(clipContent(straddling), 'x'.repeat(65_535));
+        assert.equal(clipContent(`${'x'.repeat(65_534)}\u{1F600}z`), `${'x'.repeat(65_534)}\u{1F600}`);
     });
 
     test('a number typed into the settings keeps inside the sidecar\'s bounds; no number keeps the old', () => {
@@ -174,6 +197,27 @@ describe('against the real sidecar', () => {
         assert.deepEqual(packet.recalled_turns, ['1']);
         assert.deepEqual(memory.lastQuery.pendingTurns, []);
         assert.ok(host.statuses.includes('syncing'));
+    });
+
+    test('a pasted text longer than the sidecar takes is kept to its first 64K characters, and memory still answers', async () => {
+        const host = fakeHost(`st-${Date.now()}-long`);
+        const memory = memoryFor(host);
+        // 70,000 characters, a surrogate pair straddling the 65,536th: no half of it is sent.
+        const pasted = `My sister Elena moved to Lisbon. ${'x'.repeat(65_536 - 34)}\u{1F600}${'y'.repeat(4_000)}`;
+        host.chat.push(user(pasted), bot('That is a long letter about Lisbon!'));
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.ok(['committed', 'nothing_new'].includes(memory.status), memory.detail);
+        const [turn] = await listTurns(host.getChatId());
+        assert.equal(turn.turn_id, '1');
+        // Memory holds the text's first 65,535 characters: the emoji's first half was left out.
+        const held = turn.text.split('\n')[0];
+        assert.equal(held, `User: ${pasted.slice(0, 65_535)}`);
+        // The query's window (the last 12 messages, the size unknown) holds the long one.
+        host.chat.push(user('Where did Elena move?'));
+        const packet = await memory.beforeGeneration(host.chat);
+        assert.ok(packet, `memory query failed: ${memory.detail}`);
+        assert.equal(memory.lastQuery.status, 200);
     });
 
     test('a Continue (nothing pending) asks memory about the last message instead of clearing it', async () => {
