@@ -224,15 +224,25 @@ export function promptWindow(messages, pending, tokens) {
     return messages.slice(from);
 }
 
-/** The pending messages (after the last reply) and the window before them (`promptWindow`:
- *  `tokens`, the prompt's room for the chat, or null for the last WINDOW_MESSAGES). */
+/** The pending messages (after the last reply; the newest the query's body takes) and the
+ *  window before them (`promptWindow`: `tokens`, the prompt's room for the chat, or null for
+ *  the last WINDOW_MESSAGES). */
 export function pendingOf(chat, tokens = null) {
     const turns = turnsOf(chat);
     const from = turns.length ? turns[turns.length - 1].last + 1 : 0;
-    const pending = [];
+    const unanswered = [];
     for (let i = from; i < chat.length; i++) {
         const converted = toSidecarMessage(chat[i], i);
-        if (converted && converted.content.trim() !== '') pending.push(converted);
+        if (converted && converted.content.trim() !== '') unanswered.push(converted);
+    }
+    // The newest of them that a query's body takes (at most the sidecar's 200 messages and
+    // MAX_QUERY_TEXT_BYTES, the newest always): more would have the whole query refused.
+    const pending = [];
+    let room = MAX_QUERY_TEXT_BYTES;
+    for (let i = unanswered.length - 1; i >= 0 && pending.length < MAX_WINDOW_MESSAGES; i--) {
+        room -= jsonBytes(unanswered[i].content);
+        if (room < 0 && pending.length) break;
+        pending.unshift(unanswered[i]);
     }
     const window = promptWindow(turns.flatMap((t) => t.messages), pending, tokens);
     return { pending, window };

@@ -95,6 +95,13 @@ describe('chat segmentation', () => {
         assert.deepEqual(pending.map((m) => m.content), ['next']);
         assert.equal(window.length, 5);
         assert.deepEqual(pendingOf([user('only')]).pending.map((m) => m.content), ['only']);
+        // The newest of what the query's body takes: 200 messages, and not three pasted texts.
+        const flood = Array.from({ length: 250 }, (_, i) => user(`unanswered ${i}`));
+        const kept = pendingOf(flood).pending;
+        assert.equal(kept.length, 200);
+        assert.equal(kept[199].content, 'unanswered 249');
+        const pastes = Array.from({ length: 3 }, (_, i) => user(`${i}${'東'.repeat(60_000)}`));
+        assert.deepEqual(pendingOf(pastes).pending.map((m) => m.content[0]), ['2']);
     });
 
     test('the window is what fits of the chat in the prompt; without the prompt\'s size, the last 12 messages', () => {
