@@ -830,26 +830,19 @@ def test_a_phrase_relative_to_an_event_is_dated_by_the_turn_that_dated_the_event
     )
 
 
+def _told(*said: tuple[str, str]) -> list[MemoryDoc]:
+    """Ann's turns t1, t2, ...: (text, when said) each."""
+    return [_doc(i, "Ann", text, when=when) for i, (text, when) in enumerate(said, 1)]
+
+
 def test_a_question_relative_to_an_event_reaches_the_turn_of_those_days() -> None:
     # Three hikes "last weekend", told alike; the race dates the weekend the question means.
-    docs = [
-        _doc(1, "Ann", "I ran a charity race last weekend.", when="1:00 pm on 8 May, 2023"),
-        _doc(
-            2, "Ann", "Last weekend I went hiking with my brother.", when="1:00 pm on 15 May, 2023"
-        ),
-        _doc(
-            3,
-            "Ann",
-            "Last weekend I went hiking with my brother again.",
-            when="1:00 pm on 1 June, 2023",
-        ),
-        _doc(
-            4,
-            "Ann",
-            "This weekend I went hiking with my brother.",
-            when="1:00 pm on 24 April, 2023",
-        ),
-    ]
+    docs = _told(
+        ("I ran a charity race last weekend.", "1:00 pm on 8 May, 2023"),
+        ("Last weekend I went hiking with my brother.", "1:00 pm on 15 May, 2023"),
+        ("Last weekend I went hiking with my brother again.", "1:00 pm on 1 June, 2023"),
+        ("This weekend I went hiking with my brother.", "1:00 pm on 24 April, 2023"),
+    )
     index = HybridIndex(2)
     index.add(docs, None)
     question = "What did Ann do the weekend after the charity race?"
@@ -868,26 +861,11 @@ def test_a_question_relative_to_an_event_reaches_the_turn_of_those_days() -> Non
 
 def test_a_question_naming_a_holiday_reaches_the_turn_about_that_day() -> None:
     # Three dinners told alike; the one of "yesterday", said the day after Thanksgiving 2022.
-    docs = [
-        _doc(
-            1,
-            "Ann",
-            "Yesterday we had a big dinner with my parents.",
-            when="1:00 pm on 25 November, 2022",
-        ),
-        _doc(
-            2,
-            "Ann",
-            "Last night we had a big dinner with my parents.",
-            when="1:00 pm on 2 December, 2022",
-        ),
-        _doc(
-            3,
-            "Ann",
-            "We had a big dinner with my parents yesterday.",
-            when="1:00 pm on 14 October, 2022",
-        ),
-    ]
+    docs = _told(
+        ("Yesterday we had a big dinner with my parents.", "1:00 pm on 25 November, 2022"),
+        ("Last night we had a big dinner with my parents.", "1:00 pm on 2 December, 2022"),
+        ("We had a big dinner with my parents yesterday.", "1:00 pm on 14 October, 2022"),
+    )
     index = HybridIndex(2)
     index.add(docs, None)
     assert index.search("What did Ann do on Thanksgiving?", None, 1)[0].key == "t1"
