@@ -654,7 +654,8 @@ export class SkaldMemory {
 
     async writeStep(state, step, turns) {
         const { turn } = step;
-        const window = turns.filter((t) => t.last < turn.first).flatMap((t) => t.messages).slice(-WINDOW_MESSAGES);
+        // The last messages before it, no more than the body takes beside the turn's own.
+        const window = promptWindow(turns.filter((t) => t.last < turn.first).flatMap((t) => t.messages), turn.messages, null);
         const { status, data } = await this.client.replaceTurn(state.id, turn.turnId, turn.messages, window, this.config());
         const id = String(turn.turnId);
         if (status === 200 && (data?.committed || data?.state === 'ROLLED_BACK')) {

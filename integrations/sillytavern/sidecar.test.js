@@ -227,6 +227,17 @@ describe('against the real sidecar', () => {
         assert.equal(memory.lastQuery.status, 200);
     });
 
+    test('a turn after long messages is remembered: its window keeps inside the sidecar\'s body', async () => {
+        const host = fakeHost(`st-${Date.now()}-bulky`);
+        const memory = memoryFor(host);
+        const japanese = (n) => `${n} ${'東'.repeat(40_000)}`;  // 120 KB of JSON each
+        host.chat.push(user(japanese(1)), bot(japanese(2)), user(japanese(3)), bot('ok'), user('hi'), bot('hello'));
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.ok(['committed', 'nothing_new'].includes(memory.status), memory.detail);
+        assert.deepEqual((await listTurns(host.getChatId())).map((t) => t.turn_id), ['1', '3', '5']);
+    });
+
     test('a Continue (nothing pending) asks memory about the last message instead of clearing it', async () => {
         const host = fakeHost(`st-${Date.now()}-continue`);
         const memory = memoryFor(host);
