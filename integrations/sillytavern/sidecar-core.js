@@ -122,13 +122,18 @@ export function lorebookName(chatId) {
     return `${readable}_${hash.toString(16).padStart(8, '0')}`;
 }
 
-/** A message's text within the sidecar's limit (MAX_MESSAGE_CHARS): its start, without half
- *  of a character written as two UTF-16 units (a string's length counts units, never fewer
- *  than the sidecar's characters). */
+// Half of a character written as two UTF-16 units, with no other half beside it.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+/** A message's text as the sidecar takes it: half characters (a JavaScript string may hold
+ *  them; JSON then carries a "\ud800" the sidecar refuses as no text) as U+FFFD, and within
+ *  its limit (MAX_MESSAGE_CHARS): its start, without half of a character at the cut (a
+ *  string's length counts UTF-16 units, never fewer than the sidecar's characters). */
 export function clipContent(text) {
-    if (text.length <= MAX_MESSAGE_CHARS) return text;
-    const last = text.charCodeAt(MAX_MESSAGE_CHARS - 1);
-    return text.slice(0, last >= 0xd800 && last <= 0xdbff ? MAX_MESSAGE_CHARS - 1 : MAX_MESSAGE_CHARS);
+    const whole = text.replace(LONE_SURROGATE, '\uFFFD');
+    if (whole.length <= MAX_MESSAGE_CHARS) return whole;
+    const last = whole.charCodeAt(MAX_MESSAGE_CHARS - 1);
+    return whole.slice(0, last >= 0xd800 && last <= 0xdbff ? MAX_MESSAGE_CHARS - 1 : MAX_MESSAGE_CHARS);
 }
 
 /** The bytes a text takes as a JSON string in a request body (UTF-8, quotes and escapes). */
@@ -149,7 +154,7 @@ export function toSidecarMessage(message, index) {
         content: clipContent(String(message.mes ?? '')),
         message_id: String(index),
     };
-    if (message.name) out.name = String(message.name).slice(0, 200);
+    if (message.name) out.name = clipContent(String(message.name)).slice(0, 200).replace(LONE_SURROGATE, '');
     if (message.send_date) out.time = String(message.send_date).slice(0, 200);
     return out;
 }

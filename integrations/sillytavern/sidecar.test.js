@@ -149,6 +149,10 @@ describe('chat segmentation', () => {
         const straddling = `${'x'.repeat(65_535)}\u{1F600}`;  // the emoji's units are the 65,536th and 65,537th
         assert.equal(clipContent(straddling), 'x'.repeat(65_535));
         assert.equal(clipContent(`${'x'.repeat(65_534)}\u{1F600}z`), `${'x'.repeat(65_534)}\u{1F600}`);
+        // Half a character anywhere (the sidecar refuses JSON's "\ud800" as no text) is U+FFFD;
+        // whole pairs stay.
+        assert.equal(clipContent('a\uD800b\uDC00c\u{1F600}'), 'a\uFFFDb\uFFFDc\u{1F600}');
+        assert.equal(toSidecarMessage(bot('half \uD83D'), 3).content, 'half \uFFFD');
     });
 
     test('a number typed into the settings keeps inside the sidecar\'s bounds; no number keeps the old', () => {
@@ -225,6 +229,15 @@ describe('against the real sidecar', () => {
         const packet = await memory.beforeGeneration(host.chat);
         assert.ok(packet, `memory query failed: ${memory.detail}`);
         assert.equal(memory.lastQuery.status, 200);
+        // Half a character (a JavaScript string can hold one; the sidecar refuses it as no text):
+        // remembered with U+FFFD in its place.
+        host.chat.push(bot('Lisbon! \uD83D'));
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.ok(['committed', 'nothing_new'].includes(memory.status), memory.detail);
+        const turns = await listTurns(host.getChatId());
+        assert.deepEqual(turns.map((t) => t.turn_id), ['1', '3']);
+        assert.match(turns[1].text, /Lisbon! \uFFFD$/);
     });
 
     test('a turn after long messages is remembered: its window keeps inside the sidecar\'s body', async () => {
