@@ -8,7 +8,8 @@
              or --token-file; required to bind a non-loopback address), CORS for the origins
              given with --cors-origin.
     commit   one turn from a JSON file (`--prefect` runs it as the `dialogue-turn` flow)
-    ingest   import whole transcripts (shared JSONL turn format) into turn memory, as the
+    ingest   import whole transcripts (shared JSONL turn format, LoCoMo or LongMemEval JSON,
+             a SillyTavern chat file) into turn memory, as the
              `dialogue-ingest` flow: batched embeddings, a progress bar (terminal and Prefect
              UI), resumable after a kill with every turn exactly once; `--extract` also runs
              the LLM slots and the commit gate on every turn
@@ -500,12 +501,15 @@ def _ingest_parser(ingest: argparse.ArgumentParser) -> None:
         nargs="+",
         required=True,
         metavar="FILE.jsonl",
-        help="transcripts in the shared JSONL turn format (a directory: its *.turns.jsonl)",
+        help="transcripts in the shared JSONL turn format (a directory: its *.turns.jsonl), "
+        "LoCoMo's or LongMemEval's JSON, or a SillyTavern chat file (its turns as the Skald "
+        "extension writes them, under the chat's id)",
     )
     ingest.add_argument(
         "--conversation-id",
         default=None,
-        help="conversation to import into (default: each file's conversation_id)",
+        help="conversation to import into (default: each file's conversation_id; a "
+        "SillyTavern chat's: the id the extension recorded in it, else its file name)",
     )
     ingest.add_argument(
         "--extract",

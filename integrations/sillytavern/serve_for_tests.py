@@ -2,7 +2,8 @@
 
 Starts the scripted OpenAI-compatible server (tests/support/scripted_llm.py, with the dialogue
 script) and the `api` package's HTTP app with a bearer token and a CORS origin, on free 127.0.0.1
-ports, prints one JSON line {"url", "token", "origin"}, and serves until its stdin closes (the node
+ports, prints one JSON line {"url", "token", "origin", "graph", "project",
+"embedding_base_url"}, and serves until its stdin closes (the node
 test ends, or dies). The graph: NEO4J_URI when set (the pytest session passes its own), else
 an embedded ArcadeDB in a temporary project directory.
 """
@@ -63,6 +64,10 @@ def main() -> int:
                             "token": TOKEN,
                             "origin": ORIGIN,
                             "graph": graph,
+                            # For a test that imports a chat with the CLI into this memory: the
+                            # project (its graph) and the embedding endpoint the sidecar uses.
+                            "project": str(project),
+                            "embedding_base_url": llm.base_url,
                         }
                     ),
                     flush=True,

@@ -1,8 +1,9 @@
 // `node --test integrations/sillytavern/`: the extension's logic against the real sidecar,
 // served on loopback by serve_for_tests.py (scripted model, real graph, real HTTP server).
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
@@ -249,6 +250,37 @@ describe('against the real sidecar', () => {
         await memory.settled();
         assert.ok(['committed', 'nothing_new'].includes(memory.status), memory.detail);
         assert.deepEqual((await listTurns(host.getChatId())).map((t) => t.turn_id), ['1', '3', '5']);
+    });
+
+    test('a chat imported in bulk (flows.dialogue ingest of its file) is found held: only what follows is written', async () => {
+        const chatId = `st-${Date.now()}-imported`;
+        const host = fakeHost(chatId);
+        host.chat.push(bot('Welcome, traveler.'), user('My sister Ilse moved to Bergen.'), bot('Bergen! Rain.'),
+            { name: 'System', is_system: true, mes: 'a note' }, user('She works at the fish market \uD83D'),
+            user('and rents a flat.'), bot('I hope she likes fish.'), user('Not answered yet.'));
+        // The chat file as SillyTavern saves it: a header line, then one message a line.
+        const dir = mkdtempSync(join(tmpdir(), 'skald-st-chat-'));
+        const file = join(dir, `${chatId}.jsonl`);
+        const header = { user_name: 'User', character_name: 'Seraphina', create_date: '2023-05-08@13h00m00s', chat_metadata: {} };
+        writeFileSync(file, [header, ...host.chat].map((line) => JSON.stringify(line)).join('\n') + '\n');
+        const imported = spawnSync(python(), ['-m', 'flows.dialogue', 'ingest', '--project-dir', sidecar.project, '--dialogue', file], {
+            cwd: repoRoot, encoding: 'utf8', timeout: 300_000,
+            env: { ...process.env, SKALD_EMBEDDING_BASE_URL: sidecar.embedding_base_url },
+        });
+        assert.equal(imported.status, 0, imported.stderr.slice(-3000));
+        const [report] = JSON.parse(imported.stdout);
+        assert.deepEqual([report.conversation_id, report.turns, report.added], [chatId, 3, 3]);
+        // The extension opens the chat: every imported turn is held as it would have written it.
+        const memory = memoryFor(host);
+        const calls = countCalls(memory.client);
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.equal(calls.replaceTurn, 0, memory.detail);
+        host.chat.push(bot('Fish it is, then!'));
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.equal(calls.replaceTurn, 1, memory.detail);
+        assert.deepEqual((await listTurns(chatId)).map((t) => t.turn_id), ['0', '2', '6', '8']);
     });
 
     test('a Continue (nothing pending) asks memory about the last message instead of clearing it', async () => {

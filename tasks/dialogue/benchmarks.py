@@ -19,6 +19,8 @@
   ranked, then read down until k distinct sessions are seen; recall_any@k is 1 when one answer
   session is among them, recall_all@k when all are. Abstention instances (`_abs` in the
   question id) have no evidence by design and are skipped, as the authors skip them.
+- A SillyTavern chat file (`<chat>.jsonl`, a header line then one message a line): its turns
+  as the Skald memory extension writes them (tasks.dialogue.sillytavern), no questions.
 
 The standard library's `json` reads both (a whole file at once: LongMemEval-M is ~2.7 GB, so
 read it on a machine with the memory for it); the layouts are checked by pydantic models, so a
@@ -36,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import InvalidInputError, first_error
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow, QAItem, load_dialogue
+from tasks.dialogue.sillytavern import is_sillytavern_chat, load_sillytavern_chat
 
 Layout = Literal["turns-jsonl", "locomo", "longmemeval"]
 
@@ -264,9 +267,12 @@ def load_benchmark_json(path: Path, max_turns: int | None = None) -> list[Dialog
 
 
 def load_dialogues(path: Path, max_turns: int | None = None) -> list[DialogueSpec]:
-    """The dialogues a file holds, whichever of the three layouts it is in."""
+    """The dialogues a file holds, whichever of the layouts it is in: the shared JSONL turns,
+    LoCoMo's or LongMemEval's JSON, or a SillyTavern chat (tasks.dialogue.sillytavern)."""
     if path.suffix.lower() == ".json":
         return load_benchmark_json(path, max_turns)
+    if is_sillytavern_chat(path):
+        return [load_sillytavern_chat(path, max_turns)]
     return [load_dialogue(path, max_turns)]
 
 

@@ -82,7 +82,7 @@ def memory_rows(spec: DialogueSpec, conversation_id: str) -> list[MemoryRow]:
             conversation_id,
             turn_key(conversation_id, str(turn.turn_id)),
             str(turn.turn_id),
-            [_row_message(turn)],
+            list(turn.messages) or [_row_message(turn)],
         )
         update: dict[str, object] = {}
         if turn.image_caption:

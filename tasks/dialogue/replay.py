@@ -57,6 +57,11 @@ class DialogueTurnRow(BaseModel):
     speaker: str = Field(min_length=1)
     text: str
     image_caption: str | None = None
+    messages: list[ChatMessage] = Field(
+        default_factory=list,
+        description="a chat front end's turn: its messages (tasks.dialogue.sillytavern); "
+        "empty: the turn is the one message `speaker` said, `text`",
+    )
 
 
 class QAItem(BaseModel):
@@ -161,23 +166,31 @@ def _message(row: DialogueTurnRow, roles: dict[str, str]) -> ChatMessage:
 def turn_requests(
     spec: DialogueSpec, conversation_id: str, *, window: int = 6, config: TurnConfig | None = None
 ) -> list[TurnCommitRequest]:
-    """One request per recorded turn: the turn's message, the `window` turns before it as context."""
+    """One request per recorded turn: the turn's message (a front end's turn: its messages),
+    the `window` messages before it as context."""
     first = spec.turns[0].speaker
     roles = {first: "user"}
-    messages = []
+    per_turn: list[list[ChatMessage]] = []
     for row in spec.turns:
+        if row.messages:  # a chat front end's turn: its messages, roles and all
+            per_turn.append(list(row.messages))
+            continue
         roles.setdefault(row.speaker, "assistant")
-        messages.append(_message(row, roles))
-    return [
-        TurnCommitRequest(
-            conversation_id=conversation_id,
-            turn_id=row.turn_id,
-            messages=[messages[i]],
-            window=messages[max(0, i - window) : i],
-            config=config or TurnConfig(),
+        per_turn.append([_message(row, roles)])
+    requests = []
+    before: list[ChatMessage] = []
+    for row, messages in zip(spec.turns, per_turn, strict=True):
+        requests.append(
+            TurnCommitRequest(
+                conversation_id=conversation_id,
+                turn_id=row.turn_id,
+                messages=messages,
+                window=before[-window:] if window else [],
+                config=config or TurnConfig(),
+            )
         )
-        for i, row in enumerate(spec.turns)
-    ]
+        before.extend(messages)
+    return requests
 
 
 class TurnRow(BaseModel):
