@@ -64,6 +64,9 @@ MAX_TURN_NUMBER = 2**53 - 1
 _CONTROL = r"\x00-\x1f\x7f-\x9f"
 #: Whitespace in any of the three readings (Python str.isspace, Unicode White_Space, ECMA-262 \s).
 _SPACE = r"\x20\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+#: A text that is only what JavaScript's String.prototype.trim removes (the spaces above and
+#: the line ends): a chat front end's blank message.
+JS_BLANK_PATTERN = rf"^[\t\n\v\f\r{_SPACE}]*$"
 #: Not blank, no control character.
 NAME_PATTERN = rf"^[^{_CONTROL}]*[^{_CONTROL}{_SPACE}][^{_CONTROL}]*$"
 #: No whitespace, no control character.

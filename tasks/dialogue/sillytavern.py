@@ -27,16 +27,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.errors import InvalidInputError, first_error
-from tasks.dialogue.models import MAX_MESSAGE_CHARS, ChatMessage
+from tasks.dialogue.models import JS_BLANK_PATTERN, MAX_MESSAGE_CHARS, ChatMessage
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow
 
 #: The header's keys that tell a SillyTavern chat from the other layouts.
 HEADER_KEYS = frozenset({"user_name", "character_name", "chat_metadata"})
 #: Where the extension records a chat's memory in its metadata (index.js CHAT_MEMORY_KEY).
 CHAT_MEMORY_KEY = "skald_memory"
-#: What JavaScript's String.prototype.trim removes (WhiteSpace and LineTerminator, ECMA-262).
-_JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_BLANK = re.compile(JS_BLANK_PATTERN)
 
 
 def is_sillytavern_chat(path: Path) -> bool:
@@ -63,7 +62,7 @@ def load_sillytavern_chat(path: Path, max_turns: int | None = None) -> DialogueS
     held: list[ChatMessage] = []
     for index, message in enumerate(messages):
         converted = _message(message, index, path)
-        if converted is None or not converted.content.strip(_JS_SPACE):
+        if converted is None or _BLANK.match(converted.content):
             continue
         held.append(converted)
         if converted.role == "assistant":
