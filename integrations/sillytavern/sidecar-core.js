@@ -54,11 +54,15 @@ export const PROMPT_POSITION_IN_PROMPT = 0;
 // request's messages and well inside its limit on a body (320 KB, pending turns beside them).
 export const WINDOW_MESSAGES = 12;
 export const MAX_WINDOW_MESSAGES = 200;
-// The window's text at most, in bytes as the request's JSON carries it (UTF-8, escapes).
+// The window at most, in bytes as the request's JSON carries its messages (UTF-8, escapes,
+// names and times: `messageBytes`).
 export const MAX_WINDOW_BYTES = 96 * 1024;
-// What the query's pending messages and window may take of the sidecar's 320 KB body together
-// (the rest: the request's other fields, names and times).
-export const MAX_QUERY_TEXT_BYTES = 288 * 1024;
+// The sidecar's limit on a request's body (tasks.dialogue.models.MAX_BODY_BYTES), and what a
+// query's parts may take of it: the pending messages and the window together, and the pending
+// turns' texts (`pendingTurns`); the rest is the request's other fields.
+export const MAX_BODY_BYTES = 320 * 1024;
+export const MAX_QUERY_TEXT_BYTES = 280 * 1024;
+export const MAX_PENDING_TURN_BYTES = 32 * 1024;
 // The sidecar's limit on one message (tasks.dialogue.models.MAX_MESSAGE_CHARS, in characters).
 // A longer message (a pasted text) is sent as its first this many, so its turn is remembered and
 // the queries that show it are answered: refused whole, it was neither.
@@ -136,14 +140,20 @@ export function clipContent(text) {
     return whole.slice(0, last >= 0xd800 && last <= 0xdbff ? MAX_MESSAGE_CHARS - 1 : MAX_MESSAGE_CHARS);
 }
 
-/** The bytes a text takes as a JSON string in a request body (UTF-8, quotes and escapes). */
-export function jsonBytes(text) {
+/** The bytes a value (a text, a message) takes as JSON in a request body (UTF-8, quotes and
+ *  escapes). */
+export function jsonBytes(value) {
     let bytes = 0;
-    for (const char of JSON.stringify(text ?? '')) {
+    for (const char of JSON.stringify(value ?? '')) {
         const code = char.codePointAt(0);
         bytes += code < 0x80 ? 1 : code < 0x800 ? 2 : code < 0x10000 ? 3 : 4;
     }
     return bytes;
+}
+
+/** The bytes a message takes in a request's list of them (its JSON and a comma). */
+export function messageBytes(message) {
+    return jsonBytes(message) + 1;
 }
 
 /** The sidecar's message form of one SillyTavern message, or null for system notes. */
@@ -216,12 +226,12 @@ export function promptWindow(messages, pending, tokens) {
     const most = known ? MAX_WINDOW_MESSAGES : WINDOW_MESSAGES;
     const cost = (m) => estimateTokens(`${m.name || m.role}: ${m.content}`) + MESSAGE_OVERHEAD_TOKENS;
     let used = known ? pending.reduce((sum, m) => sum + cost(m), 0) : 0;
-    const pendingBytes = pending.reduce((sum, m) => sum + jsonBytes(m.content), 0);
+    const pendingBytes = pending.reduce((sum, m) => sum + messageBytes(m), 0);
     let room = Math.min(MAX_WINDOW_BYTES, MAX_QUERY_TEXT_BYTES - pendingBytes);
     let from = messages.length;
     while (from > 0 && messages.length - from < most) {
         const message = messages[from - 1];
-        room -= jsonBytes(message.content);
+        room -= messageBytes(message);
         if (known) used += cost(message);
         if (room < 0 || (known && used > tokens)) break;
         from -= 1;
@@ -245,7 +255,7 @@ export function pendingOf(chat, tokens = null) {
     const pending = [];
     let room = MAX_QUERY_TEXT_BYTES;
     for (let i = unanswered.length - 1; i >= 0 && pending.length < MAX_WINDOW_MESSAGES; i--) {
-        room -= jsonBytes(unanswered[i].content);
+        room -= messageBytes(unanswered[i]);
         if (room < 0 && pending.length) break;
         pending.unshift(unanswered[i]);
     }
@@ -684,7 +694,13 @@ export class SkaldMemory {
         return true;
     }
 
-    /** Turns the sidecar may hold differently from the chat: turn id -> the text it will hold. */
+    /** Turns the sidecar may hold differently from the chat, as `pending_turns`: [{turn_id,
+     *  text}], text being what memory will hold, or null. A chat catching up lists every turn
+     *  memory lacks (up to MAX_PENDING_TURNS): their texts would outgrow the body (200 turns
+     *  of 2 KB had every query refused as too large), so texts go in from the newest turn back
+     *  while MAX_PENDING_TURN_BYTES lasts, and the others go as null, which the sidecar
+     *  holds back as a turn being removed (it recalls none of their text until the write lands;
+     *  a turn it does not hold yet it has nothing of to hold back). */
     pendingTurns(state, turns, regenerating) {
         const out = new Map();
         if (!state.loaded) {
@@ -698,7 +714,17 @@ export class SkaldMemory {
             }
         }
         if (regenerating !== null) out.set(String(regenerating), null);
-        return [...out.entries()].slice(-MAX_PENDING_TURNS).map(([turn_id, text]) => ({ turn_id, text }));
+        const listed = [...out.entries()].slice(-MAX_PENDING_TURNS).map(([turn_id]) => ({ turn_id, text: null }));
+        let room = MAX_PENDING_TURN_BYTES - listed.reduce((sum, entry) => sum + jsonBytes(entry) + 1, 0);
+        for (let i = listed.length - 1; i >= 0; i--) {
+            const text = out.get(listed[i].turn_id);
+            if (text === null) continue;
+            const more = jsonBytes({ ...listed[i], text }) - jsonBytes(listed[i]);
+            if (more > room) continue;
+            listed[i].text = text;
+            room -= more;
+        }
+        return listed;
     }
 
     rewriting(state, regenerating) {

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 
 import {
     RECALL_K_RANGE, SidecarClient, SkaldMemory, TOKEN_BUDGET_RANGE, WINDOW_MESSAGES, boundedSetting, chatTokens, divergence, estimateTokens,
-    clipContent, jsonBytes, lorebookName, pendingOf, promptWindow, toSidecarMessage, turnsOf,
+    MAX_PENDING_TURN_BYTES, clipContent, jsonBytes, lorebookName, messageBytes, pendingOf, promptWindow, toSidecarMessage, turnsOf,
 } from './sidecar-core.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -127,13 +127,21 @@ describe('chat segmentation', () => {
         assert.equal(jsonBytes('a\u0001'), 9);
         const japanese = Array.from({ length: 12 }, () => ({ role: 'user', name: 'U', content: '東'.repeat(20_000) }));
         assert.equal(promptWindow(japanese, [], null).length, 1);
-        // ... and beside the pending messages: what they take of the body is not the window's.
+        // ... and beside the pending messages: what they take of the body is not the window's
+        // (280 KB for both: 192 KB pending leave 88 KB, 251 KB leave 29 KB).
         const bulky = [{ role: 'user', name: 'U', content: '東'.repeat(65_536) }];  // 192 KB
-        const small = Array.from({ length: 12 }, () => ({ role: 'user', name: 'U', content: 'x'.repeat(30_000) }));
+        const small = Array.from({ length: 12 }, () => ({ role: 'user', name: 'U', content: 'x'.repeat(29_000) }));
         assert.equal(promptWindow(small, [], null).length, 3);
         assert.equal(promptWindow(small, bulky, null).length, 3);
         const bulkier = [bulky[0], { role: 'user', name: 'U', content: 'x'.repeat(60_000) }];
         assert.equal(promptWindow(small, bulkier, null).length, 1);
+        const bulkiest = [bulky[0], { role: 'user', name: 'U', content: 'x'.repeat(62_000) }];
+        assert.equal(promptWindow(small, bulkiest, null).length, 0);
+        // A message counts whole: its name and time too (a 200-character name on 200 messages
+        // is 40 KB of the body).
+        assert.equal(messageBytes({ role: 'user', name: 'U', content: 'hi' }), 42);
+        const named = Array.from({ length: 200 }, () => ({ role: 'user', name: 'N'.repeat(200), content: 'x'.repeat(300) }));
+        assert.equal(promptWindow(named, [], 1e9).length, 182);
         // Any other script counts a token a character (no tokenizer counts it lower).
         assert.equal(estimateTokens('東京に行った'), 6);
         // The room: the size, less a quarter and 300 kept, the card and memory's own budget.
@@ -591,6 +599,35 @@ describe('against the real sidecar', () => {
         assert.deepEqual(memory.lastQuery.pendingTurns, []);
         assert.match(host.prompt, /sunny all week/);
         assert.doesNotMatch(host.prompt, /rainy all week/);
+    });
+
+    test('a chat catching up on hundreds of turns is still answered: the pending turns fit the body', async () => {
+        const conversationId = `st-${Date.now()}-catch-up`;
+        const host = fakeHost(conversationId);
+        const memory = memoryFor(host, { waitBoundMs: 0 });
+        host.chat.push(user('My sister Ilse moved to Bergen to study marine biology.'), bot('Bergen is lovely!'));
+        memory.onMessageReceived();
+        await memory.settled();
+        // 250 turns of 2 KB memory does not hold yet (an old chat the extension meets, or a
+        // sidecar that was down), and the writer held at the first of them: every query lists
+        // them as pending turns. Their texts are 500 KB, the body's limit 320 KB.
+        for (let i = 0; i < 250; i++) {
+            host.chat.push(user(`Day ${i}: `.padEnd(800, 'u')), bot(`Noted ${i}. `.padEnd(1200, 'r')));
+        }
+        memory.client.replaceTurn = () => new Promise(() => {});  // never lands (nothing awaits it)
+        host.chat.push(user('Where does my sister Ilse live now?'));
+        await memory.beforeGeneration(host.chat);
+        assert.equal(memory.lastQuery.status, 200);
+        assert.match(host.prompt, /Ilse moved to Bergen/);
+        const listed = memory.lastQuery.pendingTurns;
+        assert.equal(listed.length, 200);
+        assert.ok(jsonBytes(listed) <= MAX_PENDING_TURN_BYTES, jsonBytes(listed));
+        // The newest turns go with their text, the older as null (held back, none held yet).
+        const turns = turnsOf(host.chat);
+        assert.equal(listed.at(-1).text, turns.at(-1).text);
+        assert.equal(listed[0].turn_id, String(turns.at(-200).turnId));
+        assert.equal(listed[0].text, null);
+        assert.ok(listed.filter((p) => p.text !== null).length >= 10);
     });
 
     test('a write that fails shows the error badge and lands once the sidecar answers again', async () => {

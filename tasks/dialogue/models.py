@@ -442,11 +442,14 @@ class PendingTurn(_Request):
     memory will say once the write lands."""
 
     turn_id: TurnId
+    # Not MAX_MESSAGE_CHARS: a turn's text is all its messages, and the body's limit bounds it.
     text: str | None = Field(
         None,
-        max_length=MAX_MESSAGE_CHARS,
+        max_length=MAX_BODY_BYTES,
         description="the turn's text as memory will hold it (`speaker: content` lines, the `text` of "
-        "GET .../turns); null: the turn is being removed (a delete, or a swipe being generated)",
+        "GET .../turns); null: the turn is being removed (a delete, or a swipe being generated), or "
+        "its text is not sent (too long for the body): memory recalls none of its text until its "
+        "write lands",
     )
 
 

@@ -1022,6 +1022,10 @@ def test_a_memory_query_during_a_pending_edit_never_injects_the_old_text(
         }
     )
     assert same.held_back == [] and "rainy all week" in same.injection_packet.text  # type: ignore[union-attr]
+    # A turn's text is all its messages: longer than one message may be (64K characters).
+    long_turn = f"Tester: {'a' * 40_000}\nTester: {'b' * 40_000}"
+    longer = service.memory_query({**query, "pending_turns": [{"turn_id": 3, "text": long_turn}]})
+    assert longer.ok and longer.held_back == ["3"], longer.reason
     # Bad input: one line, nothing lost.
     bad = service.memory_query({**query, "pending_turns": [{"turn_id": 3, "text": 5}]})
     assert (
