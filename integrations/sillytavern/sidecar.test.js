@@ -601,6 +601,38 @@ describe('against the real sidecar', () => {
         assert.doesNotMatch(host.prompt, /rainy all week/);
     });
 
+    test('a hidden message is out of memory as it is out of the prompt; shown again, it is back', async () => {
+        const conversationId = `st-${Date.now()}-hide`;
+        const host = fakeHost(conversationId);
+        const memory = memoryFor(host, { waitBoundMs: 0 });
+        host.chat.push(user('My sister Ilse moved to Bergen.'), bot('Bergen is lovely!'),
+            user('I adopted a grey cat named Pixel.'), bot('What a lovely pet!'),
+            user('The weather is dull today.'), bot('Stay warm!'));
+        memory.onMessageReceived();
+        await memory.settled();
+        const before = await listTurns(conversationId);
+        assert.match(before.find((t) => t.turn_id === '3').text, /Pixel/);
+        host.chat.push(user('What is the name of the cat I adopted?'));
+        await memory.beforeGeneration(host.chat);
+        assert.match(host.prompt, /Pixel/);
+        // SillyTavern's /hide marks the message is_system and emits no event: the next
+        // generation finds it, holds the turn's old text back, and the writer rewrites it.
+        host.chat[2].is_system = true;
+        await memory.beforeGeneration(host.chat);
+        assert.deepEqual(memory.lastQuery.pendingTurns.map((p) => p.turn_id), ['3']);
+        assert.doesNotMatch(host.prompt, /Pixel/);
+        await memory.settled();
+        const hidden = await listTurns(conversationId);
+        assert.deepEqual(hidden.map((t) => t.turn_id), ['1', '3', '5']);
+        assert.doesNotMatch(hidden.map((t) => t.text).join('\n'), /Pixel/);
+        assert.match(hidden.find((t) => t.turn_id === '1').text, /Ilse/);
+        host.chat[2].is_system = false;
+        memory.onChatChanged();
+        await memory.settled();
+        const shown = await listTurns(conversationId);
+        assert.deepEqual(shown.map((t) => [t.turn_id, t.text]), before.map((t) => [t.turn_id, t.text]));
+    });
+
     test('a chat catching up on hundreds of turns is still answered: the pending turns fit the body', async () => {
         const conversationId = `st-${Date.now()}-catch-up`;
         const host = fakeHost(conversationId);
