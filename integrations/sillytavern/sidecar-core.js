@@ -174,8 +174,23 @@ export function turnText(messages) {
     return messages.map((m) => `${m.name || m.role}: ${m.content}`).join('\n');
 }
 
+/** The newest of `messages` that one request's body takes beside its other fields: at most
+ *  the sidecar's 200 messages and MAX_QUERY_TEXT_BYTES, the newest always. */
+export function newestThatFit(messages) {
+    const kept = [];
+    let room = MAX_QUERY_TEXT_BYTES;
+    for (let i = messages.length - 1; i >= 0 && kept.length < MAX_WINDOW_MESSAGES; i--) {
+        room -= messageBytes(messages[i]);
+        if (room < 0 && kept.length) break;
+        kept.unshift(messages[i]);
+    }
+    return kept;
+}
+
 /** Turns of a chat: [{turnId, first, last, messages, text}], each ending with a character's
- *  reply. Trailing user messages without a reply are not a turn yet (they are pending). */
+ *  reply. Trailing user messages without a reply are not a turn yet (they are pending). A
+ *  turn holds the newest of its messages that a write's body takes (`newestThatFit`): a turn
+ *  of several pasted texts before one reply was refused whole, and so never remembered. */
 export function turnsOf(chat) {
     const turns = [];
     let start = 0;
@@ -186,6 +201,7 @@ export function turnsOf(chat) {
         if (converted.content.trim() === '') return;
         messages.push(converted);
         if (converted.role === 'assistant') {
+            messages = newestThatFit(messages);
             turns.push({ turnId: index, first: start, last: index, messages, text: turnText(messages) });
             messages = [];
             start = index + 1;
@@ -250,15 +266,8 @@ export function pendingOf(chat, tokens = null) {
         const converted = toSidecarMessage(chat[i], i);
         if (converted && converted.content.trim() !== '') unanswered.push(converted);
     }
-    // The newest of them that a query's body takes (at most the sidecar's 200 messages and
-    // MAX_QUERY_TEXT_BYTES, the newest always): more would have the whole query refused.
-    const pending = [];
-    let room = MAX_QUERY_TEXT_BYTES;
-    for (let i = unanswered.length - 1; i >= 0 && pending.length < MAX_WINDOW_MESSAGES; i--) {
-        room -= messageBytes(unanswered[i]);
-        if (room < 0 && pending.length) break;
-        pending.unshift(unanswered[i]);
-    }
+    // The newest of them that a query's body takes: more would have the whole query refused.
+    const pending = newestThatFit(unanswered);
     const window = promptWindow(turns.flatMap((t) => t.messages), pending, tokens);
     return { pending, window };
 }

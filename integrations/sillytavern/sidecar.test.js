@@ -601,6 +601,21 @@ describe('against the real sidecar', () => {
         assert.doesNotMatch(host.prompt, /rainy all week/);
     });
 
+    test('a turn of pasted texts larger than a body is remembered as its newest messages that fit', async () => {
+        const conversationId = `st-${Date.now()}-pasted`;
+        const host = fakeHost(conversationId);
+        const memory = memoryFor(host);
+        // Three pasted texts of 192 KB each (a Japanese chapter apiece) before one reply.
+        for (const first of ['0', '1', '2']) host.chat.push(user(`${first}${'東'.repeat(65_535)}`));
+        host.chat.push(bot('So much to read!'));
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.deepEqual(memory.outcomes.filter((o) => o.status === 'error'), []);
+        const [turn] = await listTurns(conversationId);
+        assert.equal(turn.turn_id, '3');
+        assert.match(turn.text, /^User: 2東{65535}\nSeraphina: So much to read!$/);
+    });
+
     test('a hidden message is out of memory as it is out of the prompt; shown again, it is back', async () => {
         const conversationId = `st-${Date.now()}-hide`;
         const host = fakeHost(conversationId);

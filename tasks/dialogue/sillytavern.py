@@ -7,7 +7,8 @@ line (`name`, `is_user`, `is_system`, `send_date`, `mes`, ...; SillyTavern's cha
 The turns are cut exactly as the extension cuts them (integrations/sillytavern/sidecar-core.js,
 `turnsOf` and `toSidecarMessage`): system notes and empty messages left out, a turn ending
 with each reply, its id the reply's index among the chat's messages, each message's id its
-index, its text as the extension sends it (at most 64K UTF-16 units, no half character).
+index, its text as the extension sends it (at most 64K UTF-16 units, no half character), a
+turn's messages the newest that one request's body takes (`newest_that_fit`).
 So the extension, when it opens the chat, finds every imported turn held with the text it
 would have written, and writes only what comes after. Trailing messages with no reply are
 not a turn yet (the extension writes them once answered).
@@ -30,6 +31,11 @@ from core.errors import InvalidInputError, first_error
 from tasks.dialogue.models import JS_BLANK_PATTERN, MAX_MESSAGE_CHARS, ChatMessage
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow
 
+#: What the extension lets one request's messages take of the sidecar's body, in the bytes of
+#: their JSON, and how many it sends at most (sidecar-core.js MAX_QUERY_TEXT_BYTES,
+#: MAX_WINDOW_MESSAGES).
+MAX_TURN_BYTES = 280 * 1024
+MAX_TURN_MESSAGES = 200
 #: The header's keys that tell a SillyTavern chat from the other layouts.
 HEADER_KEYS = frozenset({"user_name", "character_name", "chat_metadata"})
 #: Where the extension records a chat's memory in its metadata (index.js CHAT_MEMORY_KEY).
@@ -120,7 +126,38 @@ def _message(message: dict[str, Any], index: int, path: Path) -> ChatMessage | N
         raise InvalidInputError(f"{path}: message {index}: {first_error(exc)}") from None
 
 
+def message_bytes(message: ChatMessage) -> int:
+    """The extension's `messageBytes`: the UTF-8 bytes of the message's JSON as JavaScript
+    writes it (its keys in the extension's order, no spaces, the same escapes), and a comma."""
+    fields: dict[str, str] = {
+        "role": message.role,
+        "content": message.content,
+        "message_id": message.message_id or "",
+    }
+    if message.name:
+        fields["name"] = message.name
+    if message.time:
+        fields["time"] = message.time
+    return len(json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode("utf-8")) + 1
+
+
+def newest_that_fit(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The extension's `newestThatFit`: the newest of `messages` that one request's body
+    takes (MAX_TURN_MESSAGES, MAX_TURN_BYTES), the newest always."""
+    kept: list[ChatMessage] = []
+    room = MAX_TURN_BYTES
+    for message in reversed(messages):
+        if len(kept) >= MAX_TURN_MESSAGES:
+            break
+        room -= message_bytes(message)
+        if room < 0 and kept:
+            break
+        kept.append(message)
+    return kept[::-1]
+
+
 def _turn(conversation_id: str, index: int, messages: list[ChatMessage]) -> DialogueTurnRow:
+    messages = newest_that_fit(messages)
     return DialogueTurnRow(
         conversation_id=conversation_id,
         turn_id=index,

@@ -13,7 +13,7 @@ import pytest
 from core.errors import InvalidInputError
 from tasks.dialogue.benchmarks import load_dialogues
 from tasks.dialogue.replay import turn_requests
-from tasks.dialogue.sillytavern import is_sillytavern_chat, load_sillytavern_chat
+from tasks.dialogue.sillytavern import is_sillytavern_chat, load_sillytavern_chat, message_bytes
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT
 
 HEADER = {
@@ -39,9 +39,17 @@ def _edge_cases() -> list[dict[str, Any]]:
         {"name": "User", "is_user": True, "send_date": "", "mes": "half \ud83d here"},
         {"name": "User", "is_user": True, "mes": 2.0},
         {"is_user": True, "mes": True},
+        # What JSON escapes, and what it does not, as the message's bytes count them.
+        {"name": 'Q"\\', "is_user": True, "mes": 'tab\tnl\n\x01\x1f"\\ \u2028\x7f é 東 \U0001f600'},
         {"name": "Sera" + "\U0001f600" * 120, "is_user": False, "mes": long_text},
         {"name": "User", "is_user": True, "mes": "\u200b"},  # a zero-width space is no space
         {"name": "Seraphina", "is_user": False, "mes": None, "send_date": 0},
+        # Three pasted texts of 192 KB each before one reply: a write's body takes one of them.
+        *({"name": "User", "is_user": True, "mes": f"{i}" + "東" * 65_535} for i in range(3)),
+        {"name": "Seraphina", "is_user": False, "mes": "So much to read!"},
+        # 250 messages before one reply: a request takes 200.
+        *({"name": "User", "is_user": True, "mes": f"line {i}"} for i in range(250)),
+        {"name": "Seraphina", "is_user": False, "mes": "Done?"},
         {"name": "User", "is_user": True, "mes": "not answered"},
     ]
 
@@ -55,11 +63,11 @@ def test_its_turns_are_cut_and_worded_as_the_extension_cuts_and_words_them(
     script = tmp_path / "turns.mjs"
     script.write_text(
         "import { readFileSync } from 'node:fs';\n"
-        f"import {{ turnsOf }} from '{REPO_ROOT / 'integrations/sillytavern/sidecar-core.js'}';\n"
+        f"import {{ messageBytes, turnsOf }} from '{REPO_ROOT / 'integrations/sillytavern/sidecar-core.js'}';\n"
         "const chat = readFileSync(process.argv[2], 'utf8').split('\\n').filter((l) => l.trim())"
         ".slice(1).map((l) => JSON.parse(l));\n"
         "console.log(JSON.stringify(turnsOf(chat).map((t) => [t.turnId, t.text, t.messages.map("
-        "(m) => [m.role, m.name ?? null, m.content, m.message_id, m.time ?? null])])));\n"
+        "(m) => [m.role, m.name ?? null, m.content, m.message_id, m.time ?? null, messageBytes(m)])])));\n"
     )
     done = subprocess.run(
         [node, str(script), str(path)], capture_output=True, text=True, timeout=120
@@ -68,16 +76,28 @@ def test_its_turns_are_cut_and_worded_as_the_extension_cuts_and_words_them(
     extension = json.loads(done.stdout)
     spec = load_sillytavern_chat(path)
     ours = [
-        [t.turn_id, t.text, [[m.role, m.name, m.content, m.message_id, m.time] for m in t.messages]]
+        [
+            t.turn_id,
+            t.text,
+            [
+                [m.role, m.name, m.content, m.message_id, m.time, message_bytes(m)]
+                for m in t.messages
+            ],
+        ]
         for t in spec.turns
     ]
     assert ours == extension
     # What the corners came to: the system note, the blank message and the empty reply left
     # out, the half character as U+FFFD, the long text cut before the emoji, the messages
     # after the last reply no turn yet.
-    assert [t.turn_id for t in spec.turns] == [0, 6]
+    assert [t.turn_id for t in spec.turns] == [0, 7, 13, 264]
     assert "half \ufffd here" in spec.turns[1].text
     assert spec.turns[1].messages[-1].content == "x" * 65_535
+    # A turn holds the newest messages a write's body takes: the last pasted text and the
+    # reply; the last 199 lines and the reply.
+    assert [m.content[:1] for m in spec.turns[2].messages] == ["2", "S"]
+    assert len(spec.turns[3].messages) == 200
+    assert spec.turns[3].messages[0].content == "line 51"
 
 
 def test_the_conversation_is_the_one_the_extension_recorded_else_the_chats_file_name(
@@ -102,10 +122,10 @@ def test_a_front_end_turn_is_committed_with_its_messages_and_the_messages_before
     tmp_path: Path,
 ) -> None:
     # `ingest --extract` runs the turn pipeline on each turn: the turn's own messages.
-    spec = load_sillytavern_chat(_chat(tmp_path / "c.jsonl", _edge_cases()[:7]))
+    spec = load_sillytavern_chat(_chat(tmp_path / "c.jsonl", _edge_cases()[:8]))
     first, second = turn_requests(spec, "c", window=2)
     assert [m.message_id for m in first.messages] == ["0"] and first.window == []
-    assert [m.message_id for m in second.messages] == ["3", "4", "5", "6"]
+    assert [m.message_id for m in second.messages] == ["3", "4", "5", "6", "7"]
     assert [m.message_id for m in second.window] == ["0"]
 
 
