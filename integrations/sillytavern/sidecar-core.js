@@ -77,6 +77,8 @@ export const PROMPT_RESERVE_TOKENS = 300;
 // A message's name and separators in the prompt.
 const MESSAGE_OVERHEAD_TOKENS = 4;
 export const PAGE_LIMIT = 500;
+// From this many turns to write, the badge names the bulk import (an old chat met, a long outage).
+export const IMPORT_HINT_TURNS = 50;
 export const MAX_PENDING_TURNS = 200;
 
 // The sidecar's bounds for the two numbers a user may set (TurnConfig: token_budget, recall_k).
@@ -467,6 +469,13 @@ export class SkaldMemory {
         if (state?.failure) {
             const seconds = Math.max(0, Math.round((state.failure.retryAt - Date.now()) / 1000));
             this.setStatus('error', `${state.failure.reason}; ${this.pending} pending, retrying in ${seconds}s (click to retry now)`);
+        } else if (state?.running && this.pending >= IMPORT_HINT_TURNS) {
+            // Each of them goes through the LLM slots in turn (minutes a turn on a local model):
+            // the chat's file is remembered at once by the sidecar's bulk import, which the writer
+            // then finds held (a write already under way lands as the same turn, once).
+            this.setStatus('syncing', `${this.pending} pending; to remember them at once, run `
+                + `python -m flows.dialogue ingest --dialogue "${state.id}.jsonl" (the chat's file) `
+                + 'on the sidecar\'s project');
         } else if (state?.running && this.pending > 0) {
             this.setStatus('syncing', `${this.pending} pending`);
         } else {

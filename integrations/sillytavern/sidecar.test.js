@@ -206,6 +206,7 @@ describe('against the real sidecar', () => {
         assert.ok(running instanceof Promise);
         assert.equal(memory.status, 'syncing');
         assert.equal(memory.pending, 1);
+        assert.equal(memory.detail, '1 pending');  // no bulk import named for a turn or two
         await memory.settled();
         assert.ok(['committed', 'nothing_new'].includes(memory.status), memory.detail);
         assert.deepEqual((await listTurns(host.getChatId())).map((t) => t.turn_id), ['1']);
@@ -666,6 +667,8 @@ describe('against the real sidecar', () => {
         await memory.beforeGeneration(host.chat);
         assert.equal(memory.lastQuery.status, 200);
         assert.match(host.prompt, /Ilse moved to Bergen/);
+        // The badge names the bulk import of the chat's file, which would take them at once.
+        assert.match(memory.detail, new RegExp(`^250 pending; .*flows\\.dialogue ingest --dialogue "${conversationId}\\.jsonl"`));
         const listed = memory.lastQuery.pendingTurns;
         assert.equal(listed.length, 200);
         assert.ok(jsonBytes(listed) <= MAX_PENDING_TURN_BYTES, jsonBytes(listed));
