@@ -292,6 +292,45 @@ describe('against the real sidecar', () => {
         assert.deepEqual((await listTurns(chatId)).map((t) => t.turn_id), ['0', '2', '6', '8']);
     });
 
+    test('a chat imported while the extension writes it: the write under way lands once, each turn held once', async () => {
+        const chatId = `st-${Date.now()}-import-race`;
+        const host = fakeHost(chatId);
+        host.chat.push(user('My sister Ilse moved to Bergen.'), bot('Bergen! Rain.'), user('She works at the fish market.'),
+            bot('I hope she likes fish.'), user('And rents a flat.'), bot('Nice.'));
+        const memory = memoryFor(host);
+        // The writer has read what memory holds (nothing) and is sending its first write...
+        const send = memory.client.replaceTurn.bind(memory.client);
+        let release;
+        const held = new Promise((resolve) => { release = resolve; });
+        let sending;
+        const started = new Promise((resolve) => { sending = resolve; });
+        memory.client.replaceTurn = async (...args) => {
+            sending();
+            await held;
+            return send(...args);
+        };
+        memory.onMessageReceived();
+        await started;
+        // ... when the user imports the chat's file, as the badge suggests.
+        const dir = mkdtempSync(join(tmpdir(), 'skald-st-chat-'));
+        const file = join(dir, `${chatId}.jsonl`);
+        const header = { user_name: 'User', character_name: 'Seraphina', chat_metadata: {} };
+        writeFileSync(file, [header, ...host.chat].map((line) => JSON.stringify(line)).join('\n') + '\n');
+        const imported = spawnSync(python(), ['-m', 'flows.dialogue', 'ingest', '--project-dir', sidecar.project, '--dialogue', file], {
+            cwd: repoRoot, encoding: 'utf8', timeout: 300_000,
+            env: { ...process.env, SKALD_EMBEDDING_BASE_URL: sidecar.embedding_base_url },
+        });
+        assert.equal(imported.status, 0, imported.stderr.slice(-3000));
+        assert.equal(JSON.parse(imported.stdout)[0].added, 3);
+        release();
+        await memory.settled();
+        assert.deepEqual(memory.outcomes.filter((o) => o.chatId === chatId).map((o) => [o.turnId, o.status]),
+            [['1', 'committed'], ['3', 'committed'], ['5', 'committed']]);
+        const turns = await listTurns(chatId);
+        assert.deepEqual(turns.map((t) => t.turn_id), ['1', '3', '5']);
+        assert.deepEqual(turns.map((t) => t.text), turnsOf(host.chat).map((t) => t.text));
+    });
+
     test('a Continue (nothing pending) asks memory about the last message instead of clearing it', async () => {
         const host = fakeHost(`st-${Date.now()}-continue`);
         const memory = memoryFor(host);
