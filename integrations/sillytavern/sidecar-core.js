@@ -58,11 +58,11 @@ export const MAX_WINDOW_MESSAGES = 200;
 // names and times: `messageBytes`).
 export const MAX_WINDOW_BYTES = 96 * 1024;
 // The sidecar's limit on a request's body (tasks.dialogue.models.MAX_BODY_BYTES), and what a
-// query's parts may take of it: the pending messages and the window together, and the pending
-// turns' texts (`pendingTurns`); the rest is the request's other fields.
+// query's parts may take of it: the pending turns' texts (`pendingTurns`), the pending messages
+// and the window together, and 8 KB for the request's other fields.
 export const MAX_BODY_BYTES = 320 * 1024;
-export const MAX_QUERY_TEXT_BYTES = 280 * 1024;
 export const MAX_PENDING_TURN_BYTES = 32 * 1024;
+export const MAX_QUERY_TEXT_BYTES = MAX_BODY_BYTES - MAX_PENDING_TURN_BYTES - 8 * 1024;
 // The sidecar's limit on one message (tasks.dialogue.models.MAX_MESSAGE_CHARS, in characters).
 // A longer message (a pasted text) is sent as its first this many, so its turn is remembered and
 // the queries that show it are answered: refused whole, it was neither.
@@ -470,7 +470,7 @@ export class SkaldMemory {
             const seconds = Math.max(0, Math.round((state.failure.retryAt - Date.now()) / 1000));
             this.setStatus('error', `${state.failure.reason}; ${this.pending} pending, retrying in ${seconds}s (click to retry now)`);
         } else if (state?.running && this.pending >= IMPORT_HINT_TURNS) {
-            // Each of them goes through the LLM slots in turn (minutes a turn on a local model):
+            // Each of them goes through the LLM slots in turn (seconds to minutes a turn):
             // the chat's file is remembered at once by the sidecar's bulk import, which the writer
             // then finds held (a write already under way lands as the same turn, once).
             this.setStatus('syncing', `${this.pending} pending; to remember them at once, run `
