@@ -536,8 +536,6 @@ class DialogueService:
                 purpose = trace.purpose("retriever")
                 query_vectors = self._start_query_embedding(index, request, purpose)
                 pending = request.stale_turns()
-                # The turns a pending write holds back make room for as many others.
-                extra = min(len(pending), 50) if request.config.recall_k else 0
                 # A replace may rewind and rewrite a pending turn while this query reads (it takes no
                 # lock), so memory's text for it is read before and after the retrieval: an old text
                 # seen either time, or none after, holds back what the turn wrote (see without_pending).
@@ -545,6 +543,10 @@ class DialogueService:
                     turn_id: index.text_of(turn_key(request.conversation_id, turn_id))
                     for turn_id in pending
                 }
+                # The turns a pending write may hold back make room for as many others: those memory
+                # holds (a front end catching up lists up to 200 turns memory holds none of).
+                held = sum(text is not None for text in before.values())
+                extra = min(held, 50) if request.config.recall_k else 0
                 retrieval = retrieve(
                     DialogueRepository(store),
                     self.gateway,
