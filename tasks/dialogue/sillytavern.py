@@ -1,9 +1,12 @@
-"""A SillyTavern chat file (`data/<user>/chats/<character>/<chat>.jsonl`) as a dialogue to
-ingest: its turns as the Skald memory extension writes them, so a long chat is remembered in
-bulk (`python -m flows.dialogue ingest --dialogue <chat>.jsonl`) instead of turn by turn.
+"""A SillyTavern chat file (`data/<user>/chats/<character>/<chat>.jsonl`, or a group's,
+`data/<user>/group chats/<chat>.jsonl`) as a dialogue to ingest: its turns as the Skald memory
+extension writes them, so a long chat is remembered in bulk (`python -m flows.dialogue ingest
+--dialogue <chat>.jsonl`) instead of turn by turn.
 
 The file: a header line (`user_name`, `character_name`, `chat_metadata`), then one message a
-line (`name`, `is_user`, `is_system`, `send_date`, `mes`, ...; SillyTavern's chat format).
+line (`name`, `is_user`, `is_system`, `send_date`, `mes`, ...; SillyTavern's chat format). A
+group's chat has no header (SillyTavern keeps its metadata in the group's own file): every line
+is a message, and the chat's messages are indexed from its first line.
 The turns are cut exactly as the extension cuts them (integrations/sillytavern/sidecar-core.js,
 `turnsOf` and `toSidecarMessage`): system notes and empty messages left out, a turn ending
 with each reply, its id the reply's index among the chat's messages, each message's id its
@@ -15,7 +18,7 @@ not a turn yet (the extension writes them once answered).
 
 The conversation id is the one the extension uses: the id its record in the chat's metadata
 names (`chat_metadata.skald_memory.conversation_id`: a renamed chat keeps its memory's id),
-else the chat's file name without `.jsonl` (SillyTavern's chat id).
+else the chat's file name without `.jsonl` (SillyTavern's chat id; a group's chat always).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ MAX_TURN_BYTES = 280 * 1024
 MAX_TURN_MESSAGES = 200
 #: The header's keys that tell a SillyTavern chat from the other layouts.
 HEADER_KEYS = frozenset({"user_name", "character_name", "chat_metadata"})
+#: The keys every message line has: a group's chat file starts with one (it has no header).
+MESSAGE_KEYS = frozenset({"mes", "is_user"})
 #: Where the extension records a chat's memory in its metadata (index.js CHAT_MEMORY_KEY).
 CHAT_MEMORY_KEY = "skald_memory"
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -46,21 +51,25 @@ _BLANK = re.compile(JS_BLANK_PATTERN)
 
 def is_sillytavern_chat(path: Path) -> bool:
     """Whether `path` is a SillyTavern chat file: its first line a header object with the
-    chat's keys (a file that cannot be read is no chat: the other loaders report it)."""
+    chat's keys, or (a group's chat) a message (a file that cannot be read is no chat: the
+    other loaders report it)."""
     try:
         with path.open(encoding="utf-8") as handle:
             first = handle.readline()
         header = json.loads(first)
     except (OSError, UnicodeDecodeError, ValueError):
         return False
-    return isinstance(header, dict) and HEADER_KEYS <= header.keys()
+    return isinstance(header, dict) and (
+        HEADER_KEYS <= header.keys() or MESSAGE_KEYS <= header.keys()
+    )
 
 
 def load_sillytavern_chat(path: Path, max_turns: int | None = None) -> DialogueSpec:
     """The chat's turns (see the module docstring); InvalidInputError naming the line of a
     line that is not a message."""
     lines = _read_lines(path)
-    header, messages = lines[0], lines[1:]
+    grouped = not HEADER_KEYS <= lines[0].keys()  # a group's chat: no header line
+    header, messages = ({}, lines) if grouped else (lines[0], lines[1:])
     record = (header.get("chat_metadata") or {}).get(CHAT_MEMORY_KEY) or {}
     recorded = record.get("conversation_id") if isinstance(record, dict) else None
     conversation_id = recorded if isinstance(recorded, str) and recorded else path.stem

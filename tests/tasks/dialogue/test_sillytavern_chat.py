@@ -24,8 +24,12 @@ HEADER = {
 }
 
 
-def _chat(path: Path, messages: list[dict[str, Any]], header: dict[str, Any] = HEADER) -> Path:
-    path.write_text("".join(json.dumps(line) + "\n" for line in [header, *messages]))
+def _chat(
+    path: Path, messages: list[dict[str, Any]], header: dict[str, Any] | None = HEADER
+) -> Path:
+    """A chat file; `header` None: a group's chat (SillyTavern writes it without one)."""
+    lines = messages if header is None else [header, *messages]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
 
@@ -54,18 +58,19 @@ def _edge_cases() -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["character", "group"])
 def test_its_turns_are_cut_and_worded_as_the_extension_cuts_and_words_them(
-    tmp_path: Path,
+    tmp_path: Path, grouped: bool
 ) -> None:
     node = shutil.which("node")
     assert node, "node (>= 20) is needed to compare with integrations/sillytavern"
-    path = _chat(tmp_path / "chat.jsonl", _edge_cases())
+    path = _chat(tmp_path / "chat.jsonl", _edge_cases(), None if grouped else HEADER)
     script = tmp_path / "turns.mjs"
     script.write_text(
         "import { readFileSync } from 'node:fs';\n"
         f"import {{ messageBytes, turnsOf }} from '{REPO_ROOT / 'integrations/sillytavern/sidecar-core.js'}';\n"
         "const chat = readFileSync(process.argv[2], 'utf8').split('\\n').filter((l) => l.trim())"
-        ".slice(1).map((l) => JSON.parse(l));\n"
+        f".slice({0 if grouped else 1}).map((l) => JSON.parse(l));\n"
         "console.log(JSON.stringify(turnsOf(chat).map((t) => [t.turnId, t.text, t.messages.map("
         "(m) => [m.role, m.name ?? null, m.content, m.message_id, m.time ?? null, messageBytes(m)])])));\n"
     )
@@ -116,6 +121,12 @@ def test_the_conversation_is_the_one_the_extension_recorded_else_the_chats_file_
     assert [t.speaker for t in spec.turns] == ["User, Sera"]
     assert is_sillytavern_chat(named)
     assert not is_sillytavern_chat(DIALOGUES_DIR / "locomo-26.turns.jsonl")
+    # A group's chat has no header: every line a message, the chat's id its file name.
+    group = _chat(tmp_path / "1715176560000.jsonl", messages, None)
+    assert is_sillytavern_chat(group)
+    (spec,) = load_dialogues(group)
+    assert spec.dialogue_id == "1715176560000"
+    assert [(t.turn_id, t.text) for t in spec.turns] == [(1, "User: Hi\nSera: Hello")]
 
 
 def test_a_front_end_turn_is_committed_with_its_messages_and_the_messages_before_it(
