@@ -158,6 +158,17 @@ export function messageBytes(message) {
     return jsonBytes(message) + 1;
 }
 
+// A message's JSON with every field empty, and a comma.
+const EMPTY_MESSAGE_BYTES = messageBytes({ role: '', content: '', message_id: '', name: '', time: '' });
+
+/** At least `messageBytes(message)`, from the lengths alone: JSON writes a UTF-16 unit in six
+ *  bytes at most (a control character as "\u001f"). */
+function messageBytesAtMost(message) {
+    const units = [message.role, message.content, message.message_id, message.name, message.time]
+        .reduce((sum, field) => sum + (field?.length ?? 0), 0);
+    return EMPTY_MESSAGE_BYTES + 6 * units;
+}
+
 /** The sidecar's message form of one SillyTavern message, or null for system notes. */
 export function toSidecarMessage(message, index) {
     if (!message || message.is_system) return null;
@@ -179,6 +190,12 @@ export function turnText(messages) {
 /** The newest of `messages` that one request's body takes beside its other fields: at most
  *  the sidecar's 200 messages and MAX_QUERY_TEXT_BYTES, the newest always. */
 export function newestThatFit(messages) {
+    // Counting bytes reads every character, and turnsOf runs before each generation and each
+    // write: when a bound that needs no reading fits, every message is kept as it would be.
+    if (messages.length <= MAX_WINDOW_MESSAGES
+        && messages.reduce((sum, m) => sum + messageBytesAtMost(m), 0) <= MAX_QUERY_TEXT_BYTES) {
+        return messages;
+    }
     const kept = [];
     let room = MAX_QUERY_TEXT_BYTES;
     for (let i = messages.length - 1; i >= 0 && kept.length < MAX_WINDOW_MESSAGES; i--) {
