@@ -3,7 +3,8 @@ DialogueService, served by `python -m flows.dialogue serve`.
 
 - `app`: `create_app`, its exception handlers (every answer documented, one-line reasons);
 - `turns`: POST turn/commit, turn/retry, turn/replace, conversation/rewind,
-  conversation/forget, memory/query;
+  conversation/forget, conversation/rename, conversation/copy, conversation/import,
+  memory/query;
 - `readback`: GET conversations/{id}/entities|relations|milestones|turns (paged), /search,
   conversation/{id}/lorebook (a SillyTavern World Info book), health;
 - `security`: the bearer token and CORS, and the rules `serve` applies to them;
@@ -25,6 +26,7 @@ from api.paths import (
     COPY_PATH,
     FORGET_PATH,
     HEALTH_PATH,
+    IMPORT_PATH,
     MEMORY_QUERY_PATH,
     RENAME_PATH,
     REPLACE_PATH,
@@ -42,6 +44,7 @@ __all__ = [
     "COPY_PATH",
     "CORS_ENV",
     "HEALTH_PATH",
+    "IMPORT_PATH",
     "MEMORY_QUERY_PATH",
     "RENAME_PATH",
     "REPLACE_PATH",

@@ -8,8 +8,9 @@
 - Links between operations, for clients and for stateful tests: a committed turn links to its
   rewind, its replacement, another commit under the same key, the memory query and the
   read-back of its conversation; a rewind links to the read-back. Nothing links to the forget,
-  the rename or the copy: a stateful run that forgot or moved its conversations along the way
-  would test little else.
+  the rename, the copy or the import: a stateful run that forgot or moved its conversations
+  along the way would test little else, and one that imported into them would mostly find its
+  turns held.
 - The bearer scheme, required for every operation when the server has a token.
 """
 
@@ -25,6 +26,7 @@ from api.security import TOKEN_ENV
 from tasks.dialogue.models import (
     CopyRequest,
     ForgetRequest,
+    ImportRequest,
     MemoryQueryRequest,
     RenameRequest,
     RewindRequest,
@@ -38,6 +40,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     ForgetRequest,
     RenameRequest,
     CopyRequest,
+    ImportRequest,
 )
 
 _CONVERSATION = "$response.body#/conversation_id"

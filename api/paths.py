@@ -8,6 +8,7 @@ REWIND_PATH = f"{API_PREFIX}/conversation/rewind"
 FORGET_PATH = f"{API_PREFIX}/conversation/forget"
 RENAME_PATH = f"{API_PREFIX}/conversation/rename"
 COPY_PATH = f"{API_PREFIX}/conversation/copy"
+IMPORT_PATH = f"{API_PREFIX}/conversation/import"
 MEMORY_QUERY_PATH = f"{API_PREFIX}/memory/query"
 CONVERSATIONS_PATH = f"{API_PREFIX}/conversations"
 #: GET {CONVERSATION_PATH}/{conversation_id}/lorebook (the path issue 32 gives it).

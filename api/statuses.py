@@ -35,6 +35,7 @@ from tasks.dialogue.models import (
     MAX_BODY_BYTES,
     CopyResult,
     ForgetResult,
+    ImportResult,
     MemoryQueryResult,
     RenameResult,
     RewindResult,
@@ -64,9 +65,14 @@ def turn_status(result: TurnResult) -> int:
 
 
 def call_status(
-    result: RewindResult | ForgetResult | RenameResult | CopyResult | MemoryQueryResult,
+    result: RewindResult
+    | ForgetResult
+    | RenameResult
+    | CopyResult
+    | ImportResult
+    | MemoryQueryResult,
 ) -> int:
-    """A rewind, a forget, a rename, a copy or a memory query: unlike a turn, one that did not
+    """A rewind, a forget, a rename, a copy, an import or a memory query: unlike a turn, one that did not
     happen is never 200."""
     status = _status(result.ok, result.code, result.error_kind, result.retryable)
     return 503 if status == 200 and not result.ok else status
@@ -196,6 +202,11 @@ COPY_RESPONSES = call_responses(
     conflict="IN_PROGRESS (busy, retryable, Retry-After): a turn of either conversation holds "
     "its lock; or INVALID_REQUEST (conflict): the new id already holds memory, or the "
     "conversation has turns committed before copies were possible",
+)
+IMPORT_RESPONSES = call_responses(
+    ImportResult,
+    forbidden=False,
+    conflict="IN_PROGRESS (busy, retryable, Retry-After): a turn of the conversation holds its lock",
 )
 MEMORY_RESPONSES = call_responses(MemoryQueryResult, forbidden=True, conflict=None)
 

@@ -1,5 +1,6 @@
 """The operations that run the service: commit, retry and replace a turn, rewind, forget,
-rename or copy a conversation, and the memory query before a reply.
+rename, copy or import (a chat's history, in bulk) a conversation, and the memory query before
+a reply.
 
 Each reads the raw body (capped, api.statuses.read_body), hands it to the service, which
 validates it against the request model and never raises for bad input, and answers with the
@@ -24,6 +25,7 @@ from api.paths import (
     COMMIT_PATH,
     COPY_PATH,
     FORGET_PATH,
+    IMPORT_PATH,
     MEMORY_QUERY_PATH,
     RENAME_PATH,
     REPLACE_PATH,
@@ -33,6 +35,7 @@ from api.paths import (
 from api.statuses import (
     COPY_RESPONSES,
     FORGET_RESPONSES,
+    IMPORT_RESPONSES,
     MEMORY_RESPONSES,
     RENAME_RESPONSES,
     REWIND_RESPONSES,
@@ -51,6 +54,8 @@ from tasks.dialogue.models import (
     CopyResult,
     ForgetRequest,
     ForgetResult,
+    ImportRequest,
+    ImportResult,
     MemoryQueryRequest,
     MemoryQueryResult,
     RenameRequest,
@@ -61,6 +66,7 @@ from tasks.dialogue.models import (
     TurnResult,
     parse_copy,
     parse_forget,
+    parse_import,
     parse_rename,
     parse_rewind,
     refused_call,
@@ -186,6 +192,22 @@ async def rename_conversation(request: Request, service: Service) -> JSONRespons
 )
 async def copy_conversation(request: Request, service: Service) -> JSONResponse:
     return await _conversation_call(request, CopyResult, parse_copy, service.copy, service)
+
+
+@router.post(
+    IMPORT_PATH,
+    operation_id="import_conversation",
+    response_model=ImportResult,
+    responses=IMPORT_RESPONSES,
+    openapi_extra=json_body(ImportRequest),
+    summary="Import turns of a chat's history in bulk: each is remembered as text (no LLM slot "
+    "runs, so no facts), appended in the order given; a turn memory holds already is left as "
+    "it is (`already`)",
+)
+async def import_conversation(request: Request, service: Service) -> JSONResponse:
+    return await _conversation_call(
+        request, ImportResult, parse_import, service.import_turns, service
+    )
 
 
 async def _conversation_call(

@@ -15,7 +15,7 @@ window shown (the memory's last 200 turns, the most the SillyTavern extension se
 `on_screen`: they go after every other turn), and
 the ratio of the two p50s is printed per size.
 
-Ingest: `remember_rows` (what `flows.dialogue ingest` runs) into a fresh embedded graph,
+Ingest: `tasks.dialogue.remember.remember_rows` (what `flows.dialogue ingest` runs) into a fresh embedded graph,
 real embeddings, its default batches: turns/s, end to end, two ways: cold (a fresh project:
 the graph's start and the model's load inside the clock, as a user's first `ingest` sees
 it) and steady (graph up, model and JVM warmed on a throwaway conversation first).
@@ -27,7 +27,7 @@ remembered (timed: ingest's turns/s), then marked as another model's, then re-em
 turns/s), and the ratio of the two.
 
 Encode (`--only encode`): the embedding model alone on the ingest turns, in calls of the
-ingest's batch size (tasks.dialogue.ingest.BATCH_SIZE): turns/s, the ceiling of ingest.
+ingest's batch size (tasks.dialogue.remember.BATCH_SIZE): turns/s, the ceiling of ingest.
 
 `--embedder NAME` (bench.embedders) times another embedding model in the retrieval and
 encode parts (ingest runs the product's: core.embedder); `--sizes` picks the memory sizes.
@@ -209,8 +209,8 @@ def _ingest_rows(turn_count: int, conversation_id: str) -> list[MemoryRow]:
 def bench_ingest(turn_count: int, *, cold: bool = False) -> float:
     """turns/s of `remember_rows` into a fresh project; `cold`: the graph starts inside the clock."""
     from core.settings import load_settings
-    from tasks.dialogue.ingest import remember_rows
     from tasks.dialogue.pipeline import DialogueService
+    from tasks.dialogue.remember import remember_rows
 
     rows = _ingest_rows(turn_count, "ingest")
     with tempfile.TemporaryDirectory() as project:
@@ -232,7 +232,7 @@ def bench_ingest(turn_count: int, *, cold: bool = False) -> float:
 
 def bench_encode(turn_count: int, model_name: str = DEFAULT, runs: int = 3) -> float:
     """turns/s of the embedding model alone on the ingest's turns, in the ingest's calls (median of `runs`)."""
-    from tasks.dialogue.ingest import BATCH_SIZE
+    from tasks.dialogue.remember import BATCH_SIZE
 
     model = embedder(model_name)
     texts = [row.text for row in _ingest_rows(turn_count, "encode")]
@@ -259,9 +259,9 @@ def bench_reembed(turn_count: int) -> tuple[float, float]:
     model's (the same numbers: a cheap write), then `reembed_conversation` in the clock."""
     from core.settings import load_settings
     from kg.dialogue import DialogueRepository, VectorWrite
-    from tasks.dialogue.ingest import remember_rows
     from tasks.dialogue.pipeline import DialogueService
     from tasks.dialogue.reembed import reembed_conversation
+    from tasks.dialogue.remember import remember_rows
 
     rows = _ingest_rows(turn_count, "reembed")
     with tempfile.TemporaryDirectory() as project:

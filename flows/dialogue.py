@@ -65,7 +65,6 @@ from core.graph_server import prefer_clients
 from core.heap import freeze_startup_objects
 from core.settings import Settings, load_settings, require_project_dir
 from kg.dialogue import DialogueRepository
-from tasks.dialogue.ingest import BATCH_SIZE as INGEST_BATCH_SIZE
 from tasks.dialogue.lorebook import conversation_lorebook
 from tasks.dialogue.models import (
     MAX_BODY_BYTES,
@@ -80,6 +79,7 @@ from tasks.dialogue.models import (
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tasks.dialogue.reembed import BATCH_SIZE as REEMBED_BATCH_SIZE
 from tasks.dialogue.reembed import reembed_conversation
+from tasks.dialogue.remember import BATCH_SIZE as INGEST_BATCH_SIZE
 from tasks.dialogue.replay import DialogueSpec
 from tasks.dialogue.retriever import remembered_window
 

@@ -1,12 +1,9 @@
 """Bulk ingest of a recorded chat history (the shared JSONL turn format) into turn memory.
 
-Without extraction every turn becomes a KGMemory row: batches of `batch_size` turns, one
-embedding call and one write transaction per batch, the writes overlapping the embedding.
-Resumable and exactly-once: a run first asks which of its keys are remembered already
-(indexed lookups) and embeds only the others, and each write transaction checks again
-before it appends (a key is unique, and a row and its position are written in one
-transaction), so a kill at any point followed by the same command leaves every turn
-exactly once.
+Without extraction every turn becomes a KGMemory row (tasks.dialogue.remember: batches, one
+embedding call and one write transaction each, the writes overlapping the embedding; resumable
+and exactly-once, so a kill at any point followed by the same command leaves every turn
+exactly once).
 
 With extraction (`extract=True`) each turn runs the sidecar's full turn pipeline (the LLM
 slots, the commit gate, the graph facts) in order, which remembers the turn as well; turns
@@ -22,32 +19,17 @@ turns of one conversation stay in order.
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from core.errors import GraphUnavailableError
-from kg.dialogue import DialogueRepository, MemoryRow, turn_key
+from kg.dialogue import MemoryRow, turn_key
 from tasks.dialogue.models import ChatMessage, TurnCommitRequest, TurnState
 from tasks.dialogue.pipeline import DialogueService
+from tasks.dialogue.remember import BATCH_SIZE, Progress, remember_rows
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow, turn_requests
-from tasks.dialogue.retriever import memory_row, row_texts
-
-#: Turns per embedding call and write transaction. The embedder sorts one call's texts by
-#: token count so that texts of similar length share an ONNX batch (less padding): over 256 turns
-#: that encodes ~15% faster than over 64 (measured on the shared dialogues, 2 cores).
-BATCH_SIZE = 256
-#: Keys per lookup when a run starts (one indexed lookup each).
-KEY_PAGE = 2000
-#: Batches queued for embedding ahead of the one being written (bounds memory; while a cold
-#: graph starts, these are what gets embedded meanwhile).
-EMBED_AHEAD = 3
-
-#: Called with (conversation_id, turns just handled).
-Progress = Callable[[str, int], None]
+from tasks.dialogue.retriever import memory_row
 
 
 class IngestReport(BaseModel):
@@ -91,84 +73,6 @@ def memory_rows(spec: DialogueSpec, conversation_id: str) -> list[MemoryRow]:
             update["group"] = f"session {turn.session}"
         rows.append(row.model_copy(update=update) if update else row)
     return rows
-
-
-def _remembered_keys(service: DialogueService, keys: list[str]) -> set[str]:
-    """Which of `keys` the graph remembers already (starting the graph if it is not up)."""
-    repo = DialogueRepository(service.store)
-    present: set[str] = set()
-    for start in range(0, len(keys), KEY_PAGE):
-        present |= repo.remembered_keys(keys[start : start + KEY_PAGE])
-    return present
-
-
-def remember_rows(
-    service: DialogueService,
-    conversation_id: str,
-    rows: list[MemoryRow],
-    *,
-    batch_size: int = BATCH_SIZE,
-    progress: Progress | None = None,
-) -> tuple[int, int]:
-    """(added, already) after remembering `rows` in batches, embedding only what is missing.
-
-    The calling thread does all graph work, in order (the embedded graph's JVM starts in it:
-    one started from a worker thread kept the CLI from exiting, observed): it looks up which
-    keys are remembered already, then writes the batches, while one worker thread embeds the
-    next ones. When the graph still has to be connected or started (a cold JVM takes
-    seconds), the first batches are queued for embedding before the lookup, whole: those
-    that have started when the lookup answers are embedded whole (on a resumed run a few
-    turns are embedded for nothing, instead of every run waiting for the graph), the others
-    only their missing turns. Each write transaction checks the keys again, so the result
-    is exactly once either way, and batches are written in order, so positions follow the
-    transcript."""
-    gateway = service.gateway
-    batches = [rows[start : start + batch_size] for start in range(0, len(rows), batch_size)]
-    # What each row embeds, with the speakers of the rows up to it: as if committed one by one.
-    embedded = dict(zip((r.key for r in rows), row_texts(rows), strict=True))
-    present: set[str] | None = None
-    model = gateway.embedding_fingerprint()
-
-    def embed(batch: list[MemoryRow]) -> list[MemoryRow]:
-        if not batch:
-            return batch
-        vectors = gateway.embed([embedded[r.key] for r in batch], purpose="dialogue.ingest")
-        values = np.round(np.asarray(vectors, dtype=np.float64), 7).tolist()
-        return [
-            r.model_copy(update={"embedding": v, "embedded_by": model})
-            for r, v in zip(batch, values, strict=True)
-        ]
-
-    def missing(batch: list[MemoryRow]) -> list[MemoryRow]:
-        return batch if present is None else [r for r in batch if r.key not in present]
-
-    if service.store_connected:
-        present = _remembered_keys(
-            service, [r.key for r in rows]
-        )  # milliseconds on a connected graph
-    added = 0
-    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
-    try:
-        ahead: deque[Future[list[MemoryRow]]] = deque(
-            worker.submit(embed, missing(b)) for b in batches[:EMBED_AHEAD]
-        )
-        if present is None:
-            present = _remembered_keys(service, [r.key for r in rows])  # starts the graph meanwhile
-            for i in range(len(ahead)):
-                if ahead[i].cancel():  # not started yet: embed only what is missing
-                    ahead[i] = worker.submit(embed, missing(batches[i]))
-        for index, batch in enumerate(batches):
-            done = ahead.popleft().result()
-            if index + EMBED_AHEAD < len(batches):
-                ahead.append(worker.submit(embed, missing(batches[index + EMBED_AHEAD])))
-            if done:
-                with service.write_guard():
-                    added += DialogueRepository(service.store).remember(conversation_id, done)
-            if progress is not None:
-                progress(conversation_id, len(batch))
-    finally:
-        worker.shutdown(wait=True, cancel_futures=True)
-    return added, len(rows) - added
 
 
 def _extract_conversation(

@@ -608,9 +608,43 @@ class CopyResult(_CarryResult):
     copied: ConversationContents = Field(default_factory=ConversationContents)
 
 
-#: A call on a whole conversation (a rewind, a forget, a rename, a copy), and its answer.
-CallRequest = TypeVar("CallRequest", RewindRequest, ForgetRequest, RenameRequest, CopyRequest)
-CallResult = TypeVar("CallResult", RewindResult, ForgetResult, RenameResult, CopyResult)
+class ImportTurn(_Request):
+    """One turn of a chat's history: its messages, as a commit would send them."""
+
+    turn_id: TurnId
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+
+
+class ImportRequest(_Request):
+    """`POST /api/kg-sidecar/conversation/import`: turns of a chat's history remembered in bulk,
+    as text (no LLM slot runs: no facts, as `flows.dialogue ingest` does with a chat's file),
+    appended in the order given after what memory holds. A turn memory holds already is left
+    as it is; a turn id given twice is imported once."""
+
+    conversation_id: ConversationId
+    turns: list[ImportTurn] = Field(min_length=1, max_length=MAX_MESSAGES)
+
+
+class ImportResult(_ConversationCallResult):
+    """What an import remembered."""
+
+    added: list[str] = Field(
+        default_factory=list, description="turn ids remembered by this call, in order"
+    )
+    already: list[str] = Field(
+        default_factory=list,
+        description="turn ids memory held already (left as they were: GET .../turns gives "
+        "their text)",
+    )
+
+
+#: A call on a whole conversation (a rewind, a forget, a rename, a copy, an import), and its answer.
+CallRequest = TypeVar(
+    "CallRequest", RewindRequest, ForgetRequest, RenameRequest, CopyRequest, ImportRequest
+)
+CallResult = TypeVar(
+    "CallResult", RewindResult, ForgetResult, RenameResult, CopyResult, ImportResult
+)
 
 
 def refused_call(
@@ -659,3 +693,8 @@ def parse_copy(raw: bytes | str | dict[str, Any]) -> CopyRequest | CopyResult:
 def parse_rewind(raw: bytes | str | dict[str, Any]) -> RewindRequest | RewindResult:
     """A validated rewind request, or an INVALID_REQUEST result with a one-line reason."""
     return _parse_call(RewindRequest, RewindResult, raw)
+
+
+def parse_import(raw: bytes | str | dict[str, Any]) -> ImportRequest | ImportResult:
+    """A validated import request, or an INVALID_REQUEST result with a one-line reason."""
+    return _parse_call(ImportRequest, ImportResult, raw)

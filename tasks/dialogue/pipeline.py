@@ -46,7 +46,8 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import Any, Literal, TypeVar, cast
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from core.errors import Err, Ok, Result, SkaldError, classify
 from core.heap import HeapTrimmer
@@ -71,6 +72,8 @@ from tasks.dialogue.models import (
     DbConfig,
     ForgetRequest,
     ForgetResult,
+    ImportRequest,
+    ImportResult,
     MemoryQueryRequest,
     MemoryQueryResult,
     RenameRequest,
@@ -82,12 +85,14 @@ from tasks.dialogue.models import (
     failed_kind,
     parse_copy,
     parse_forget,
+    parse_import,
     parse_rename,
     parse_request,
     parse_rewind,
 )
 from tasks.dialogue.outcomes import Ids, Outcomes
 from tasks.dialogue.parts import TurnState
+from tasks.dialogue.remember import import_turns
 from tasks.dialogue.resources import ConversationLocks, RequestGraphs, SidecarOptions
 from tasks.dialogue.retriever import (
     QueryVectors,
@@ -95,6 +100,7 @@ from tasks.dialogue.retriever import (
     TurnMemoryIndex,
     VectorIndexRegistry,
     recall,
+    remembered_speakers,
     retrieve,
     start_query_vectors,
     turn_text,
@@ -113,6 +119,24 @@ T = TypeVar("T")
 #: Threads that embed memory queries' messages: the ONNX session runs one batch at a time,
 #: so a few suffice for queries arriving together.
 QUERY_EMBED_WORKERS = 4
+
+
+@dataclass(frozen=True)
+class Ran(Generic[T]):
+    """What work run under a conversation's lock returned (None included)."""
+
+    value: T
+
+
+def _failure(result: TurnResult) -> dict[str, Any]:
+    """The fields of a conversation call's answer that say why it did not happen."""
+    return {
+        "ok": False,
+        "code": result.code,
+        "error_kind": result.error_kind,
+        "reason": result.reason,
+        "retryable": result.retryable,
+    }
 
 
 class DialogueService:
@@ -383,41 +407,22 @@ class DialogueService:
         if isinstance(parsed, ForgetResult):
             return parsed
         cid = parsed.conversation_id
-        # A label for the lock's refusals and the rolled-back log, not a turn's key.
-        key = turn_key(cid, "forget")
-        ids = {"key": key, "conversation_id": cid, "turn_id": ""}
-        trace = TraceRecorder(key, "commit")
-        store = self._graph(db, key, ids, trace)
-        if isinstance(store, TurnResult):
-            result = store
-        else:
-            repo = DialogueRepository(store)
-            holder: dict[str, ConversationContents | None] = {}
 
-            def body(_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
-                guard = self.graphs.write_guard(store)
-                holder["removed"] = repo.forget(cid, self.owner, guard=guard)
-                self.vectors.forget(store.endpoint.label, cid)
-                return TurnResult(ok=True, state=TurnState.COMMITTED, key=key), True
+        def forget(store: GraphStore, repo: DialogueRepository) -> ConversationContents | None:
+            removed = repo.forget(cid, self.owner, guard=self.graphs.write_guard(store))
+            self.vectors.forget(store.endpoint.label, cid)
+            return removed
 
-            result = self._locked(store, repo, ids, None, trace, body)
-            if "removed" in holder:
-                removed = holder["removed"]
-                if removed is not None:
-                    log.info("conversation %s forgotten: %s", cid, removed)
-                return ForgetResult(
-                    ok=True,
-                    conversation_id=cid,
-                    found=removed is not None,
-                    removed=removed or ConversationContents(),
-                )
+        outcome = self._on_conversation(cid, "forget", db, forget)
+        if isinstance(outcome, TurnResult):
+            return ForgetResult(conversation_id=cid, **_failure(outcome))
+        if outcome.value is not None:
+            log.info("conversation %s forgotten: %s", cid, outcome.value)
         return ForgetResult(
-            ok=False,
+            ok=True,
             conversation_id=cid,
-            code=result.code,
-            error_kind=result.error_kind,
-            reason=result.reason,
-            retryable=result.retryable,
+            found=outcome.value is not None,
+            removed=outcome.value or ConversationContents(),
         )
 
     def rename(
@@ -512,6 +517,58 @@ class DialogueService:
             reason=result.reason,
             retryable=result.retryable,
         )
+
+    def import_turns(self, raw: ImportRequest | bytes | str | dict[str, Any]) -> ImportResult:
+        """Remember turns of a chat's history in bulk, as text (no LLM slot, no facts: what
+        `flows.dialogue ingest` does with the chat's file), appended in the order given, each
+        embedded without the speakers of the turns before it, as a commit would
+        (tasks.dialogue.remember.import_turns). Under the conversation's lock: a turn of it in
+        flight finishes first (past `lock_wait_s` the import answers IN_PROGRESS and writes
+        nothing). A turn memory holds already is left as it is (`already`)."""
+        parsed = raw if isinstance(raw, ImportRequest) else parse_import(raw)
+        if isinstance(parsed, ImportResult):
+            return parsed
+        cid = parsed.conversation_id
+
+        def remember(store: GraphStore, repo: DialogueRepository) -> tuple[list[str], list[str]]:
+            index = self.vectors.get(store.endpoint.label, cid)
+            speakers = remembered_speakers(index, repo, cid, self.gateway.embedding_fingerprint())
+            return import_turns(self, cid, parsed.turns, speakers)
+
+        outcome = self._on_conversation(cid, "import", None, remember)
+        if isinstance(outcome, TurnResult):
+            return ImportResult(conversation_id=cid, **_failure(outcome))
+        added, already = outcome.value
+        if added:
+            log.info("conversation %s: %d turn(s) imported", cid, len(added))
+        return ImportResult(ok=True, conversation_id=cid, added=added, already=already)
+
+    def _on_conversation(
+        self,
+        cid: str,
+        label: str,
+        db: DbConfig | None,
+        work: Callable[[GraphStore, DialogueRepository], T],
+    ) -> Ran[T] | TurnResult:
+        """`work(store, repo)` on a whole conversation (a forget, an import) under its lock: what
+        it returned, or the result that says why it did not run (the graph unreachable, the
+        lock busy past `lock_wait_s`, the graph failing under it)."""
+        # A label for the lock's refusals and the rolled-back log, not a turn's key.
+        key = turn_key(cid, label)
+        ids = {"key": key, "conversation_id": cid, "turn_id": ""}
+        trace = TraceRecorder(key, "commit")
+        store = self._graph(db, key, ids, trace)
+        if isinstance(store, TurnResult):
+            return store
+        repo = DialogueRepository(store)
+        ran: list[Ran[T]] = []
+
+        def body(_stored: StoredTurn | None) -> tuple[TurnResult, bool]:
+            ran.append(Ran(work(store, repo)))
+            return TurnResult(ok=True, state=TurnState.COMMITTED, key=key), True
+
+        result = self._locked(store, repo, ids, None, trace, body)
+        return ran[0] if ran else result
 
     def memory_query(
         self, raw: MemoryQueryRequest | bytes | str | dict[str, Any]

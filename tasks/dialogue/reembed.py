@@ -26,8 +26,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from kg.dialogue import DialogueRepository, VectorWrite
-from tasks.dialogue.ingest import BATCH_SIZE, Progress
 from tasks.dialogue.pipeline import DialogueService
+from tasks.dialogue.remember import BATCH_SIZE, Progress
 from tasks.dialogue.retriever import row_texts
 
 #: Rows read a page (each ~10 KB with its vector: a page bounds the memory a long conversation

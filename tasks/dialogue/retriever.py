@@ -571,6 +571,14 @@ def _read_into(
     return snapshot, pinned
 
 
+def remembered_speakers(
+    index: TurnMemoryIndex, repo: DialogueRepository, conversation_id: str, vectors_from: str
+) -> frozenset[str]:
+    """The speakers of every turn memory holds of the conversation (the index topped up from the
+    graph first): what the rows appended after them embed without (`row_texts`)."""
+    return _read_into(index, repo, conversation_id, vectors_from)[1].speakers
+
+
 QueryVectors = Callable[[], dict[str, Any]]
 
 

@@ -25,6 +25,7 @@ from api import (
     COPY_PATH,
     FORGET_PATH,
     HEALTH_PATH,
+    IMPORT_PATH,
     MEMORY_QUERY_PATH,
     RENAME_PATH,
     REPLACE_PATH,
@@ -40,7 +41,10 @@ from core.settings import Settings, load_settings
 from flows.dialogue import main
 from kg.dialogue import DialogueRepository
 from kg.transfer import dumps_export
+from tasks.dialogue.ingest import memory_rows
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
+from tasks.dialogue.remember import remember_rows
+from tasks.dialogue.sillytavern import load_sillytavern_chat
 from tests.support.cli import graph_vars
 from tests.support.dialogue_script import DialogueScript
 from tests.support.scripted_llm import ScriptedLLM
@@ -433,6 +437,92 @@ def test_copy_is_as_if_committed_under_the_new_id_and_leaves_the_original_as_it_
     twice = client.post(COPY_PATH, json={"conversation_id": old, "new_conversation_id": new})
     assert twice.status_code == 409 and twice.json()["error_kind"] == "conflict"
     assert _export(service) == before
+
+
+#: A group's chat as SillyTavern saves it: Ilse speaks first, and later turns, said by others,
+#: name her (each turn is embedded without the names of the speakers memory holds by then).
+GROUP_CHAT = [
+    {"name": "Ilse", "is_user": False, "mes": "Welcome to Bergen, I am Ilse.", "send_date": "1"},
+    {"name": "User", "is_user": True, "mes": "Thanks! Rain again?", "send_date": "2"},
+    {"name": "Seraphina", "is_user": False, "mes": "Ilse says it rains daily.", "send_date": "3"},
+    {"name": "User", "is_user": True, "mes": "Where does Ilse live?", "send_date": "4"},
+    {"name": "Seraphina", "is_user": False, "mes": "Ilse lives by the harbour.", "send_date": "5"},
+]
+
+
+def _rows_of(service: DialogueService, conv: str) -> list[tuple[object, ...]]:
+    rows = DialogueRepository(service.store).memory_rows(conv, 1, 100)
+    return [(r.turn_id, r.speaker, r.text, r.when, r.source_refs, r.embedding) for r in rows]
+
+
+def test_import_remembers_a_chats_history_as_its_file_ingest_would_in_any_batches(
+    client: TestClient, service: DialogueService, tmp_path: Path
+) -> None:
+    chat = tmp_path / "group-chat.jsonl"
+    chat.write_text("".join(json.dumps(line) + "\n" for line in GROUP_CHAT))
+    spec = load_sillytavern_chat(chat)
+    turns = [
+        {"turn_id": t.turn_id, "messages": [m.model_dump(exclude_none=True) for m in t.messages]}
+        for t in spec.turns
+    ]
+    assert [t["turn_id"] for t in turns] == [0, 2, 4]
+    # What `flows.dialogue ingest` of the file remembers, in one run.
+    ingested = _conv()
+    assert remember_rows(service, ingested, memory_rows(spec, ingested)) == (3, 0)
+
+    conv = _conv()
+    first = client.post(IMPORT_PATH, json={"conversation_id": conv, "turns": turns[:1]})
+    assert first.status_code == 200, first.text
+    assert (first.json()["added"], first.json()["already"]) == (["0"], [])
+    # The next batch, the first turn again (held: left as it is) and a turn id given twice.
+    rest = {"conversation_id": conv, "turns": [turns[0], *turns[1:], turns[2]]}
+    second = client.post(IMPORT_PATH, json=rest).json()
+    assert (second["added"], second["already"]) == (["2", "4"], ["0", "4"])
+    # Every field the same as the file's ingest, the vectors too: turns 2 and 4 are embedded
+    # without Ilse's name, as they would be had they come in the same batch as her turn.
+    assert [r[:-1] for r in _rows_of(service, conv)] == [
+        r[:-1] for r in _rows_of(service, ingested)
+    ]
+    assert _rows_of(service, conv) == _rows_of(service, ingested)
+    assert client.post(IMPORT_PATH, json=rest).json()["added"] == []
+
+    # Memory recalls the imported turns, and the chat goes on as committed turns after them.
+    query = {"conversation_id": conv, "messages": [{"role": "user", "content": "harbour?"}]}
+    packet = client.post(MEMORY_QUERY_PATH, json=query).json()
+    assert packet["stored_turns"] == 3 and packet["recalled"][0]["turn_id"] == "4"
+    committed = client.post(COMMIT_PATH, json=_turn(conv, 6, LINES[0])).json()
+    assert committed["committed"] and not committed["idempotent_hit"]
+    assert [r[0] for r in _rows_of(service, conv)] == ["0", "2", "4", "6"]
+
+
+def test_import_writes_nothing_while_a_turn_holds_the_lease_and_refuses_bad_bodies(
+    client: TestClient, service: DialogueService
+) -> None:
+    conv = _conv()
+    body = {
+        "conversation_id": conv,
+        "turns": [{"turn_id": 1, "messages": [_msg("Caroline", LINES[0], 1)]}],
+    }
+    repo = DialogueRepository(service.store)
+    assert repo.claim_lock(conv, "other-sidecar", lease_s=30).acquired
+    before = _export(service)
+    try:
+        busy = client.post(IMPORT_PATH, json=body)
+        assert busy.status_code == 409 and busy.headers["retry-after"] == "1"
+        assert busy.json()["code"] == "IN_PROGRESS" and busy.json()["added"] == []
+        assert _export(service) == before
+    finally:
+        repo.release_lock(conv, "other-sidecar")
+    before = _export(service)
+    for bad, field in (
+        ({**body, "turns": []}, "turns"),
+        ({**body, "turns": [{"turn_id": 1, "messages": []}]}, "turns.0.messages"),
+        ({**body, "window": []}, "window"),
+    ):
+        refused = client.post(IMPORT_PATH, json=bad)
+        assert refused.status_code == 400 and field in refused.json()["reason"], refused.text
+    assert _export(service) == before
+    assert client.post(IMPORT_PATH, json=body).json()["added"] == ["1"]
 
 
 def test_rename_refuses_to_merge_two_conversations_or_to_wait_for_a_lease(

@@ -29,7 +29,7 @@ from tests.support.sidecar_fuzz import DEFAULT_SEED
 #: Examples per operation in CI: the coverage phase alone sends ~1,600 requests whatever this
 #: is; fuzzing and stateful runs add about 40 per example.
 CI_EXAMPLES = 20
-OPERATIONS = 16
+OPERATIONS = 17
 #: Checks that must have judged responses, and never failed.
 REQUIRED_CHECKS = {
     "not_a_server_error",

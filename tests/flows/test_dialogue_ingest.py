@@ -21,8 +21,9 @@ from core.settings import Settings, load_settings
 from flows.regression import main as regression_main
 from kg.dialogue import DialogueRepository
 from kg.store import GraphStore
-from tasks.dialogue.ingest import memory_rows, remember_rows
+from tasks.dialogue.ingest import memory_rows
 from tasks.dialogue.pipeline import DialogueService
+from tasks.dialogue.remember import remember_rows
 from tasks.dialogue.replay import load_dialogue
 from tasks.dialogue.retriever import row_texts
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath, prefect_api_env

@@ -16,9 +16,10 @@ from core.cli import run_main
 from core.settings import Settings, load_settings
 from flows.dialogue import main as dialogue_main
 from kg.dialogue import DialogueRepository
-from tasks.dialogue.ingest import memory_rows, remember_rows
+from tasks.dialogue.ingest import memory_rows
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.reembed import reembed_conversation
+from tasks.dialogue.remember import remember_rows
 from tasks.dialogue.replay import load_dialogue
 from tasks.dialogue.retriever import row_texts
 from tests.conftest import DIALOGUES_DIR
