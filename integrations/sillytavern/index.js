@@ -180,7 +180,8 @@ function settingsPanel() {
         <label>Memory's share of the prompt (tokens) <input id="skald_memory_token_budget" class="text_pole" type="number" min="${TOKEN_BUDGET_RANGE[0]}" max="${TOKEN_BUDGET_RANGE[1]}" step="64"></label>
         <label>Earlier turns recalled <input id="skald_memory_recall_k" class="text_pole" type="number" min="${RECALL_K_RANGE[0]}" max="${RECALL_K_RANGE[1]}" step="1"></label>
         <label><input id="skald_memory_chat_lorebook" type="checkbox"> offer memory as the chat's lorebook</label>
-        <label><input id="skald_memory_forget_deleted" type="checkbox"> forget a chat's memory when the chat is deleted</label>`;
+        <label><input id="skald_memory_forget_deleted" type="checkbox"> forget a chat's memory when the chat is deleted</label>
+        <label><input id="skald_memory_import_history" type="checkbox"> import a chat far behind memory at once (its older turns as text, without facts)</label>`;
     container.appendChild(panel);
     const current = settings();
     const url = panel.querySelector('#skald_memory_url');
@@ -190,6 +191,7 @@ function settingsPanel() {
     const recallK = panel.querySelector('#skald_memory_recall_k');
     const chatLorebook = panel.querySelector('#skald_memory_chat_lorebook');
     const forgetDeleted = panel.querySelector('#skald_memory_forget_deleted');
+    const importHistory = panel.querySelector('#skald_memory_import_history');
     url.value = current.baseUrl;
     token.value = current.token;
     enabled.checked = current.enabled;
@@ -197,6 +199,7 @@ function settingsPanel() {
     recallK.value = String(current.recallK);
     chatLorebook.checked = current.chatLorebook;
     forgetDeleted.checked = current.forgetDeletedChats;
+    importHistory.checked = current.importHistory;
     const save = () => {
         const kept = settings();
         Object.assign(kept, {
@@ -207,12 +210,13 @@ function settingsPanel() {
             recallK: boundedSetting(recallK.value, RECALL_K_RANGE, kept.recallK),
             chatLorebook: chatLorebook.checked,
             forgetDeletedChats: forgetDeleted.checked,
+            importHistory: importHistory.checked,
         });
         applySettings();
         context().saveSettingsDebounced();
         memory.retryNow();
     };
-    for (const input of [url, token, enabled, tokenBudget, recallK, chatLorebook, forgetDeleted]) {
+    for (const input of [url, token, enabled, tokenBudget, recallK, chatLorebook, forgetDeleted, importHistory]) {
         input.addEventListener('change', () => {
             save();
             // What was kept: a number outside the sidecar's bounds shows the bound it became.

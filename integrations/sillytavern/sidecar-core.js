@@ -77,8 +77,12 @@ export const PROMPT_RESERVE_TOKENS = 300;
 // A message's name and separators in the prompt.
 const MESSAGE_OVERHEAD_TOKENS = 4;
 export const PAGE_LIMIT = 500;
-// From this many turns to write, the badge names the bulk import (an old chat met, a long outage).
+// From this many turns to write (an old chat met, a long outage), the writer imports the older
+// ones in bulk as text (`importHistory`; POST conversation/import: no LLM slot, so no facts),
+// all but the newest IMPORT_KEEP_TURNS, which go through the LLM slots as every turn does; with
+// the import off, the badge names the bulk import of the chat's file instead.
 export const IMPORT_HINT_TURNS = 50;
+export const IMPORT_KEEP_TURNS = 20;
 export const MAX_PENDING_TURNS = 200;
 
 // The sidecar's bounds for the two numbers a user may set (TurnConfig: token_budget, recall_k).
@@ -112,6 +116,9 @@ export const DEFAULT_SETTINGS = Object.freeze({
     // Forget a chat's memory when SillyTavern deletes the chat: memory holds its words, and a
     // deleted chat should not live on in the graph.
     forgetDeletedChats: true,
+    // A chat IMPORT_HINT_TURNS or more turns behind memory has its older turns imported at once
+    // as text (no facts) instead of through the LLM slots one by one (seconds to minutes each).
+    importHistory: true,
 });
 
 /** The World Info book name for a chat's memory: SillyTavern's own chat-book naming
@@ -363,6 +370,11 @@ export class SidecarClient {
         return this.call('POST', '/memory/query', body);
     }
 
+    /** turns: [{turn_id, messages}], oldest first. */
+    async importTurns(conversationId, turns) {
+        return this.call('POST', '/conversation/import', { conversation_id: conversationId, turns });
+    }
+
     async replaceTurn(conversationId, turnId, messages, window, config) {
         return this.call('POST', '/turn/replace', {
             conversation_id: conversationId, turn_id: turnId, messages, window, config,
@@ -418,6 +430,8 @@ class ChatState {
         this.lorebookName = null; // the chat's lorebook, as its metadata names it
         this.deleted = false; // SillyTavern deleted the chat: no more writes for it
         this.forgetting = null; // the forget's promise
+        this.importRefused = false; // the sidecar refused an import (an older one has none): turn by turn
+        this.importing = 0; // older turns the writer is importing as text (the badge says so)
     }
 }
 
@@ -486,7 +500,10 @@ export class SkaldMemory {
         if (state?.failure) {
             const seconds = Math.max(0, Math.round((state.failure.retryAt - Date.now()) / 1000));
             this.setStatus('error', `${state.failure.reason}; ${this.pending} pending, retrying in ${seconds}s (click to retry now)`);
-        } else if (state?.running && this.pending >= IMPORT_HINT_TURNS) {
+        } else if (state?.running && state.importing) {
+            this.setStatus('syncing', `${this.pending} pending; importing ${state.importing} older turn(s) `
+                + `as text (no facts); the newest ${IMPORT_KEEP_TURNS} go through the LLM slots`);
+        } else if (state?.running && this.pending >= IMPORT_HINT_TURNS && !this.importsHistory(state)) {
             // Each of them goes through the LLM slots in turn (seconds to minutes a turn):
             // the chat's file is remembered at once by the sidecar's bulk import, which the writer
             // then finds held (a write already under way lands as the same turn, once).
@@ -522,6 +539,7 @@ export class SkaldMemory {
     retryNow() {
         for (const state of this.chats.values()) {
             if (state.wake) state.wake();
+            state.importRefused = false; // the settings may point at another sidecar now
         }
         return this.kick();
     }
@@ -655,10 +673,16 @@ export class SkaldMemory {
                 }
                 const turns = turnsOf(this.host.getChat());
                 const { rewrite, fresh } = divergence(turns, state.synced, state.refused);
-                const step = rewrite ?? (fresh.length ? { kind: 'commit', turnId: String(fresh[0].turnId), turn: fresh[0] } : null);
-                if (!step) return;
+                const step = rewrite ?? this.importBatch(state, fresh)
+                    ?? (fresh.length ? { kind: 'commit', turnId: String(fresh[0].turnId), turn: fresh[0] } : null);
+                if (!step) {
+                    state.importing = 0;
+                    return;
+                }
+                state.importing = step.kind === 'import' ? fresh.length - IMPORT_KEEP_TURNS : 0;
                 this.showProgress(state);
-                const ok = step.kind === 'rewind' ? await this.rewindStep(state, step) : await this.writeStep(state, step, turns);
+                const run = { rewind: this.rewindStep, import: this.importStep }[step.kind] ?? this.writeStep;
+                const ok = await run.call(this, state, step, turns);
                 if (ok) state.failure = null;
             } catch (error) {
                 const status = error instanceof SidecarError ? error.status : 0;
@@ -699,6 +723,52 @@ export class SkaldMemory {
         // Refused (e.g. a conversation committed before rewinds existed): memory keeps those turns.
         this.forgetFrom(state, step.turnId);
         this.record(state, step, 'error', data?.reason ?? `rewind refused (HTTP ${status})`);
+        return true;
+    }
+
+    importsHistory(state) {
+        return this.settings.importHistory && !state.importRefused;
+    }
+
+    /** The next import (`importHistory`): when IMPORT_HINT_TURNS or more turns are fresh, the
+     *  oldest of them, all but the newest IMPORT_KEEP_TURNS, as many as one body takes (each
+     *  turn fits one already: `newestThatFit`). null: nothing to import. */
+    importBatch(state, fresh) {
+        if (!this.importsHistory(state) || fresh.length < IMPORT_HINT_TURNS) return null;
+        const turns = [];
+        let room = MAX_QUERY_TEXT_BYTES;
+        for (const turn of fresh.slice(0, fresh.length - IMPORT_KEEP_TURNS)) {
+            room -= turn.messages.reduce((sum, m) => sum + messageBytes(m), 0);
+            if (turns.length >= MAX_PENDING_TURNS || (room < 0 && turns.length)) break;
+            turns.push(turn);
+        }
+        return { kind: 'import', turnId: String(turns[0].turnId), turns };
+    }
+
+    async importStep(state, step) {
+        const body = step.turns.map((t) => ({ turn_id: t.turnId, messages: t.messages }));
+        const { status, data } = await this.client.importTurns(state.id, body);
+        if (status === 200 && data?.ok) {
+            const byId = new Map(step.turns.map((t) => [String(t.turnId), t]));
+            for (const id of data.added) {
+                state.synced.set(id, byId.get(id).text);
+                state.refused.delete(id);
+            }
+            // Turns memory held already (written meanwhile, or by an import of the chat's file):
+            // what it holds of them is read again, and any that differs is rewritten.
+            if (data.already.length) state.loaded = false;
+            state.lorebookStale = true;
+            const ids = step.turns.map((t) => t.turnId);
+            this.record(state, step, 'committed', `imported turns ${ids[0]}-${ids.at(-1)} as text (no facts): `
+                + `${data.added.length} added${data.already.length ? `, ${data.already.length} held already` : ''}`);
+            return true;
+        }
+        if (retryable(status)) {
+            throw new SidecarError(data?.reason ?? `import failed (HTTP ${status})`, status, data);
+        }
+        // Refused (a sidecar without the import answers 404): the turns are written one by one.
+        state.importRefused = true;
+        this.record(state, step, 'error', `import refused, writing turn by turn: ${data?.reason ?? `HTTP ${status}`}`);
         return true;
     }
 

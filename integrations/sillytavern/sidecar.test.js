@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 
 import {
     RECALL_K_RANGE, SidecarClient, SkaldMemory, TOKEN_BUDGET_RANGE, WINDOW_MESSAGES, boundedSetting, chatTokens, divergence, estimateTokens,
-    MAX_PENDING_TURN_BYTES, clipContent, jsonBytes, lorebookName, messageBytes, pendingOf, promptWindow, toSidecarMessage, turnsOf,
+    IMPORT_HINT_TURNS, IMPORT_KEEP_TURNS, MAX_PENDING_TURN_BYTES, clipContent, jsonBytes, lorebookName, messageBytes, pendingOf, promptWindow, toSidecarMessage, turnsOf,
 } from './sidecar-core.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -69,7 +69,7 @@ function memoryFor(host, extra = {}) {
 
 /** Counts the client's write calls (the real client, calling the real sidecar). */
 function countCalls(client) {
-    const counts = { replaceTurn: 0, rewind: 0 };
+    const counts = { replaceTurn: 0, rewind: 0, importTurns: 0 };
     for (const name of Object.keys(counts)) {
         const real = client[name].bind(client);
         client[name] = (...args) => {
@@ -691,7 +691,8 @@ describe('against the real sidecar', () => {
     test('a chat catching up on hundreds of turns is still answered: the pending turns fit the body', async () => {
         const conversationId = `st-${Date.now()}-catch-up`;
         const host = fakeHost(conversationId);
-        const memory = memoryFor(host, { waitBoundMs: 0 });
+        // The import off: the writer goes turn by turn, as a sidecar without it has it.
+        const memory = memoryFor(host, { waitBoundMs: 0, importHistory: false });
         host.chat.push(user('My sister Ilse moved to Bergen to study marine biology.'), bot('Bergen is lovely!'));
         memory.onMessageReceived();
         await memory.settled();
@@ -717,6 +718,53 @@ describe('against the real sidecar', () => {
         assert.equal(listed[0].turn_id, String(turns.at(-200).turnId));
         assert.equal(listed[0].text, null);
         assert.ok(listed.filter((p) => p.text !== null).length >= 10);
+    });
+
+    test('a chat far behind memory has its older turns imported at once as text; the newest go through the LLM slots', async () => {
+        const chatId = `st-${Date.now()}-far-behind`;
+        const host = fakeHost(chatId);
+        host.chat.push(user('My sister Ilse moved to Bergen to study marine biology.'), bot('Bergen is lovely!'));
+        for (let i = 1; i < 60; i++) host.chat.push(user(`Day ${i}: a quiet day at the library.`), bot(`Noted, day ${i}.`));
+        const memory = memoryFor(host);
+        const calls = countCalls(memory.client);
+        const badges = [];
+        host.onStatus = (status) => badges.push(memory.detail);
+        memory.onMessageReceived();
+        await memory.settled();
+        // 60 turns behind: the oldest 40 in one import, the newest 20 through the LLM slots.
+        assert.deepEqual([calls.importTurns, calls.replaceTurn], [1, IMPORT_KEEP_TURNS]);
+        const outcomes = memory.outcomes.filter((o) => o.chatId === chatId);
+        assert.deepEqual([outcomes[0].step, outcomes[0].status], ['import', 'committed']);
+        assert.equal(outcomes[0].detail, 'imported turns 1-79 as text (no facts): 40 added');
+        assert.ok(badges.some((b) => /^60 pending; importing 40 older turn\(s\) as text/.test(b)), badges.join('\n'));
+        // Memory holds every turn as the extension would have written it, in the chat's order.
+        const turns = await listTurns(chatId);
+        assert.deepEqual(turns.map((t) => t.turn_id), turnsOf(host.chat).map((t) => String(t.turnId)));
+        assert.deepEqual(turns.map((t) => t.text), turnsOf(host.chat).map((t) => t.text));
+        host.chat.push(user('Where does my sister Ilse live now?'));
+        await memory.beforeGeneration(host.chat);
+        assert.match(host.prompt, /Ilse moved to Bergen/);
+        // Caught up, a new turn is written through the slots as ever.
+        host.chat.push(bot('In Bergen, by the sea.'));
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.deepEqual([calls.importTurns, calls.replaceTurn], [1, IMPORT_KEEP_TURNS + 1]);
+    });
+
+    test('a sidecar that refuses the import (an older one has none) gets the turns one by one', async () => {
+        const chatId = `st-${Date.now()}-no-import`;
+        const host = fakeHost(chatId);
+        for (let i = 0; i < IMPORT_HINT_TURNS; i++) host.chat.push(user(`Day ${i}.`), bot(`Noted, day ${i}.`));
+        const memory = memoryFor(host);
+        const calls = countCalls(memory.client);
+        memory.client.importTurns = async () => ({ status: 404, data: { detail: 'Not Found' } });
+        memory.onMessageReceived();
+        await memory.settled();
+        assert.equal(calls.replaceTurn, IMPORT_HINT_TURNS);
+        const outcomes = memory.outcomes.filter((o) => o.chatId === chatId);
+        assert.deepEqual([outcomes[0].step, outcomes[0].status], ['import', 'error']);
+        assert.match(outcomes[0].detail, /^import refused, writing turn by turn: HTTP 404/);
+        assert.equal((await listTurns(chatId)).length, IMPORT_HINT_TURNS);
     });
 
     test('a write that fails shows the error badge and lands once the sidecar answers again', async () => {
