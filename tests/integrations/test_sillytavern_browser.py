@@ -19,6 +19,11 @@ book stays bound), branched with /branch-create (memory copied, the branch's mis
 rewound, nothing written again) and the branch deleted with /delchat, which memory must
 forget while the chat keeps its own.
 
+The history test saves 60 exchanges into the chat behind the extension's back and reloads the
+page, as a user who installs the extension on an old chat: the extension imports the older 40
+turns at once (conversation/import) and writes the newest 20 through the sidecar's slots, and
+the question after it gets the fact from the oldest turn.
+
 The tiny-model test (`SKALD_ST_TINY=1` too: the default local model runs the sidecar's slots,
 several minutes) chats ten ordinary messages and reads the badge log.
 """
@@ -423,6 +428,46 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
             _check_chat_renamed(result, stack)
             _check_chat_branched(result)
             _check_chat_deleted(result, stack)
+        finally:
+            stack.close()
+
+
+def test_real_sillytavern_imports_an_old_chat_at_once_and_writes_its_newest_turns(
+    graph_settings: Settings, backend: ChatBackend, tmp_path: Path
+) -> None:
+    with ScriptedLLM() as memory_llm:
+        DialogueScript(["Tester", "Seraphina"]).install(memory_llm)
+        stack = Stack(tmp_path, graph_settings, memory_llm.base_url)
+        try:
+            stack.start_sidecar()
+            stack.start_sillytavern(backend.llm.base_url)
+            scenario = {
+                "scenario": "history",
+                "exchanges": 60,
+                "fact": f"My sister {STATED_FACT} to study marine biology last spring.",
+                "question": "Where did my sister Ilse move to?",
+            }
+            result = stack.drive(scenario, timeout_s=1500)
+            assert result.get("ok"), result["errors"]
+            steps = [(o["step"], o["status"]) for o in result["outcomes"]]
+            print("\nreal SillyTavern, an old chat of 60 exchanges met:", steps[:3], len(steps))
+            # Since the reload: one import of the oldest 40 of the 60 turns memory lacked (it
+            # held the greeting), then the newest 20 through the slots, then the question's turn.
+            assert steps == [("import", "committed")] + [("commit", "committed")] * 21, steps
+            assert result["outcomes"][0]["detail"].endswith("as text (no facts): 40 added")
+            importing = [b for b in result["badges"] if "importing" in b["detail"]]
+            assert importing and importing[0]["detail"].startswith(
+                "60 pending; importing 40 older turn(s) as text"
+            ), importing
+            # Memory held the chat as it is, every turn, before the question.
+            assert len(result["chatTurns"]) == 61
+            assert [(t["turnId"], t["text"]) for t in result["memoryTurns"]] == [
+                (t["turnId"], t["text"]) for t in result["chatTurns"]
+            ]
+            # The question's prompt holds the fact the oldest imported turn told.
+            packet = result["generations"][-1]["packet"] or ""
+            assert STATED_FACT in packet, packet
+            assert packet in _prompt_text(backend.replies[-1])
         finally:
             stack.close()
 

@@ -1,8 +1,9 @@
 // Drives real SillyTavern (already served) in headless Debian chromium through a chat with
 // Seraphina, for tests/integrations/test_sillytavern_browser.py. Usage:
 //   node drive.mjs <config.json>
-// config: {url, chromium, profileDir, screenshots, out, scenario: "full" | "ordinary", sendBoundMs,
-//          settleTimeoutMs, messages?: [...], lorebook?: {sidecarUrl, token, file, fact}}
+// config: {url, chromium, profileDir, screenshots, out, scenario: "full" | "ordinary" | "history", sendBoundMs,
+//          settleTimeoutMs, messages?: [...], lorebook?: {sidecarUrl, token, file, fact},
+//          exchanges?, fact?, question? (the history scenario: an old chat the extension meets)}
 // With `lorebook`, the full scenario ends by fetching the chat's lorebook from the sidecar,
 // importing it through SillyTavern's own World Info import (the panel's file input), and
 // reading the imported book's entries back from the World Info editor; then it ticks the
@@ -420,6 +421,28 @@ try {
         Object.assign(out, await memoryOfOpenChat());
         await branchChat();
         await deleteChat(out.branchedChat.chatId);
+    } else if (config.scenario === 'history') {
+        // An old chat the extension meets: `config.exchanges` exchanges saved into the open
+        // chat behind the extension's back (no event), then the page reloaded, which opens it.
+        await settled('the greeting');
+        await page.evaluate(async ({ exchanges, fact }) => {
+            const ctx = SillyTavern.getContext();
+            for (let i = 0; i < exchanges; i++) {
+                const mes = i === 0 ? fact : `Day ${i}: a quiet day at the library, sorting old maps.`;
+                ctx.chat.push({ name: ctx.name1, is_user: true, send_date: `May ${1 + (i % 28)}, 2024 1:00pm`, mes });
+                ctx.chat.push({ name: ctx.name2, is_user: false, send_date: `May ${1 + (i % 28)}, 2024 1:01pm`, mes: `Noted, day ${i}.` });
+            }
+        }, { exchanges: config.exchanges, fact: config.fact });
+        await saved('the old chat');
+        await page.reload({ waitUntil: 'domcontentloaded' });
+        await open();
+        await page.waitForFunction(() => globalThis.skaldMemoryBadgeLog.some((b) => b.detail.includes('importing')),
+            null, { timeout: 120_000, polling: 50 });
+        await shot('importing');
+        await settled('the old chat');
+        Object.assign(out, await memoryOfOpenChat());
+        await send(config.question);
+        await shot('history-asked');
     } else {
         for (const text of config.messages) await send(text);
         await settled('the end');
