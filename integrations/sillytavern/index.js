@@ -15,15 +15,18 @@
 //   globalThis.skaldMemoryAppReady (start-up done)
 // - settings: SillyTavern keeps `extension_settings` in its settings file
 //   (data/<user>/settings.json, key `extension_settings.skald_memory`); the panel in the
-//   Extensions drawer edits baseUrl, token, enabled, chatLorebook and forgetDeletedChats, and saves with
+//   Extensions drawer edits baseUrl, token, enabled, tokenBudget, recallK, chatLorebook,
+//   forgetDeletedChats and importHistory, and saves with
 //   saveSettingsDebounced
 // - the chat's lorebook (chatLorebook, off by default): the book is saved the way SillyTavern's
 //   own World Info editor saves one (world-info.js saveWorldInfo: its cache, then POST
 //   /api/worldinfo/edit), created first like /getchatbook creates a chat book
 //   (createNewWorldInfo, which lists it in the World Info panel), and bound to the chat the
 //   way the "Chat Lore" button binds one (chat_metadata.world_info, then saveMetadata). A chat
-//   already bound to another book keeps it. world-info.js is imported only when a book is
-//   offered, so a SillyTavern that moved it breaks the option, never the memory.
+//   already bound to another book keeps it. Which book is whose is kept in the settings
+//   (`chatLorebooks`), and a deleted chat's book is deleted with its memory (deleteWorldInfo).
+//   world-info.js is imported only when a book is offered or deleted, so a SillyTavern that
+//   moved it breaks the option, never the memory.
 import {
     DEFAULT_SETTINGS, PROMPT_KEY, PROMPT_POSITION_IN_PROMPT, RECALL_K_RANGE, STATUS_LABELS, SkaldMemory, TOKEN_BUDGET_RANGE, boundedSetting, turnsOf,
 } from './sidecar-core.js';
@@ -130,6 +133,19 @@ const host = {
         if (!Array.isArray(files)) return false; // {error: true}: the character has no chat files
         return files.some((file) => file.file_name === `${id}.jsonl`);
     },
+    // The lorebook saved for a chat (offerLorebook records it), and its deletion with the chat's
+    // memory (world-info.js deleteWorldInfo: false when there is no such book).
+    lorebookOf: (chatId) => settings().chatLorebooks?.[chatId] ?? null,
+    deleteLorebook: async (name, chatId) => {
+        const worldInfo = await import('../../../world-info.js');
+        const deleted = await worldInfo.deleteWorldInfo(name);
+        const books = settings().chatLorebooks ?? {};
+        if (chatId in books) {
+            delete books[chatId];
+            context().saveSettingsDebounced();
+        }
+        return deleted;
+    },
     // Deleted chats whose forget has not landed yet: kept with the settings, resent after a reload.
     loadPendingForgets: () => settings().pendingForgets ?? [],
     savePendingForgets: (ids) => {
@@ -141,6 +157,11 @@ const host = {
         const worldInfo = await import('../../../world-info.js');
         if (!worldInfo.world_names?.includes(name)) await worldInfo.createNewWorldInfo(name, { interactive: false });
         await worldInfo.saveWorldInfo(name, book, true);
+        // Which book is whose, for when the chat is deleted (its metadata goes with it).
+        if (settings().chatLorebooks?.[chatId] !== name) {
+            settings().chatLorebooks = { ...(settings().chatLorebooks ?? {}), [chatId]: name };
+            context().saveSettingsDebounced();
+        }
         const ctx = context();
         if (ctx.getCurrentChatId() !== chatId) return `saved as "${name}"; another chat is open, not bound`;
         const bound = ctx.chatMetadata[CHAT_LOREBOOK_KEY];

@@ -919,7 +919,7 @@ export class SkaldMemory {
      *  is kept in `lastLorebook` and tried again after the next write. */
     refreshLorebook(state) {
         if (!this.settings.chatLorebook || !this.host.offerLorebook || !state.lorebookStale
-            || state.lorebookRunning || state.running || state.failure) return null;
+            || state.lorebookRunning || state.running || state.failure || state.deleted) return null;
         state.lorebookStale = false;
         const name = state.lorebookName ?? lorebookName(state.id);
         const done = (status, detail, entries = 0) => {
@@ -963,6 +963,8 @@ export class SkaldMemory {
         const step = { kind: 'forget', turnId: null };
         state.forgetting = (async () => {
             if (state.running) await state.running;
+            // A book being saved lands before the forget, which then deletes it.
+            if (state.lorebookRunning) await state.lorebookRunning;
             for (let attempt = 1; ; attempt++) {
                 let status = 0;
                 let data = null;
@@ -975,7 +977,8 @@ export class SkaldMemory {
                     const detail = data.found
                         ? `deleted chat forgotten: ${data.removed.memory} remembered turn(s)`
                         : 'deleted chat: memory held nothing of it';
-                    this.record(state, step, 'idle', detail);
+                    const book = await this.deleteLorebook(state);
+                    this.record(state, step, 'idle', book ? `${detail}; its lorebook "${book}" deleted` : detail);
                     return data;
                 }
                 const reason = data?.reason ?? `HTTP ${status}`;
@@ -993,6 +996,23 @@ export class SkaldMemory {
             this.setStatus(this.outcome.status, this.outcome.detail);
         });
         return state.forgetting;
+    }
+
+    /** The lorebook the extension saved for a deleted chat (`chatLorebook`), deleted with its
+     *  memory: the book holds the chat's words too. Its name is the one this page knows, else
+     *  the one the host recorded when it saved it (`host.lorebookOf(chatId)`: a renamed chat's
+     *  book keeps its first name), else the chat's own (`lorebookName`); only a book the
+     *  extension names, never one the user bound. The name when a book was deleted, else null
+     *  (none was saved, or the host cannot delete one; a failure is logged, not retried). */
+    async deleteLorebook(state) {
+        if (!this.host.deleteLorebook) return null;
+        const name = state.lorebookName ?? this.host.lorebookOf?.(state.id) ?? lorebookName(state.id);
+        try {
+            return (await this.host.deleteLorebook(name, state.id)) ? name : null;
+        } catch (error) {
+            console.warn(`[skald-memory] deleting the lorebook "${name}" of deleted chat ${state.id} failed: ${error.message}`);
+            return null;
+        }
     }
 
     /** Keeps (or drops) a deleted chat among the forgets still to land, in the host's storage

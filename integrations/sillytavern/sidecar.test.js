@@ -864,6 +864,41 @@ describe('against the real sidecar', () => {
         assert.doesNotMatch(contents(host.offered.at(-1).book), /Porto/);
     });
 
+    test('a deleted chat\'s lorebook is deleted with its memory; another chat\'s, or with forgetting off, stays', async () => {
+        const stamp = Date.now();
+        const [gone, kept, renamed] = [`st-${stamp}-lore-gone`, `st-${stamp}-lore-kept`, `st-${stamp}-lore-renamed`];
+        const host = lorebookHost(gone);
+        const books = new Set(['a book of the user']);
+        const offer = host.offerLorebook;
+        host.offerLorebook = async (name, book, id) => {
+            books.add(name);
+            return offer(name, book, id);
+        };
+        host.deleteLorebook = async (name) => books.delete(name);
+        const memory = memoryFor(host, { chatLorebook: true });
+        host.chat.push(user('My brother Tomas moved to Porto last winter!'), bot('How lovely!'));
+        memory.onMessageReceived();
+        await memory.settled();
+        await lorebookSettled(memory);
+        host.getChatId = () => kept;
+        memory.onChatChanged();
+        await memory.settled();
+        await lorebookSettled(memory);
+        assert.deepEqual([...books].sort(), ['a book of the user', lorebookName(gone), lorebookName(kept)].sort());
+        await memory.onChatDeleted(gone);
+        assert.deepEqual([...books].sort(), ['a book of the user', lorebookName(kept)].sort());
+        assert.match(memory.detail, new RegExp(`^deleted chat forgotten: 1 remembered turn\\(s\\); its lorebook "${lorebookName(gone)}" deleted$`));
+        // A chat this page never saw, whose book the host recorded under its first name (renamed since).
+        books.add('Skald_memory_first_name');
+        host.lorebookOf = (id) => (id === renamed ? 'Skald_memory_first_name' : null);
+        await memory.onChatDeleted(renamed);
+        assert.ok(!books.has('Skald_memory_first_name'));
+        // Forgetting off: the chat's memory and its book stay.
+        const keeper = memoryFor(host, { chatLorebook: true, forgetDeletedChats: false });
+        assert.equal(keeper.onChatDeleted(kept), null);
+        assert.ok(books.has(lorebookName(kept)) && books.has('a book of the user'));
+    });
+
     test('a lorebook that fails or never lands never holds the chat up', async () => {
         const failing = lorebookHost(`st-${Date.now()}-lore-fail`, () => {
             throw new Error('World Info save refused');

@@ -427,7 +427,7 @@ def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edit
             _check_lorebook(result, tmp_path)
             _check_chat_renamed(result, stack)
             _check_chat_branched(result)
-            _check_chat_deleted(result, stack)
+            _check_chat_deleted(result, stack, tmp_path)
         finally:
             stack.close()
 
@@ -515,10 +515,11 @@ def _check_chat_branched(result: dict[str, Any]) -> None:
     ]
 
 
-def _check_chat_deleted(result: dict[str, Any], stack: Stack) -> None:
+def _check_chat_deleted(result: dict[str, Any], stack: Stack, tmp_path: Path) -> None:
     """The branch deleted with SillyTavern's /delchat: another chat is open, memory holds
-    nothing of the deleted one (the extension forgot it on CHAT_DELETED), and the chat it was
-    branched from keeps its memory."""
+    nothing of the deleted one (the extension forgot it on CHAT_DELETED) and World Info no
+    longer has the branch's own lorebook, and the chat it was branched from keeps its memory
+    and its book."""
     deleted = result["deletedChat"]
     print("  chat deleted:", deleted)
     assert deleted["openChat"] != deleted["chatId"] == result["branchedChat"]["chatId"], deleted
@@ -530,6 +531,12 @@ def _check_chat_deleted(result: dict[str, Any], stack: Stack) -> None:
     assert turns["page"]["total"] == 0 and turns["items"] == [], turns
     parent = _turns_under(stack, result["chatId"])
     assert parent["page"]["total"] == len(result["memoryTurns"]), parent
+    worlds = tmp_path / "st-data" / "default-user" / "worlds"
+    branch_book = result["branchedChat"]["lorebook"]["name"]
+    assert branch_book != result["chatLorebook"]["name"], branch_book
+    assert forget[0]["detail"].endswith(f'; its lorebook "{branch_book}" deleted'), forget
+    assert not (worlds / f"{branch_book}.json").exists()
+    assert (worlds / f"{result['chatLorebook']['name']}.json").exists()
 
 
 def _check_lorebook(result: dict[str, Any], tmp_path: Path) -> None:

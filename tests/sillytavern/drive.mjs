@@ -420,6 +420,12 @@ try {
         // branch's share of the chat, then forget the branch and keep the chat.
         Object.assign(out, await memoryOfOpenChat());
         await branchChat();
+        if (config.lorebook) {
+            // The branch's own book, saved once its memory is copied: deleted with the branch.
+            await page.waitForFunction((id) => globalThis.skaldMemory.lastLorebook?.chatId === id
+                && globalThis.skaldMemory.lastLorebook.status === 'offered', out.branchedChat.chatId, { timeout: 120_000, polling: 250 });
+            out.branchedChat.lorebook = await page.evaluate(() => globalThis.skaldMemory.lastLorebook);
+        }
         await deleteChat(out.branchedChat.chatId);
     } else if (config.scenario === 'history') {
         // An old chat the extension meets: `config.exchanges` exchanges saved into the open
