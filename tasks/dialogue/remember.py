@@ -78,10 +78,12 @@ def remember_rows(
     batch_size: int = BATCH_SIZE,
     progress: Progress | None = None,
     known: set[str] | None = None,
+    held: set[str] | None = None,
 ) -> tuple[int, int]:
     """(added, already) after remembering `rows` in batches, embedding only what is missing.
     `known`: the speakers of the turns memory holds before `rows` (none: `rows` start the
-    conversation), which each row embeds without, as a commit would (`row_texts`).
+    conversation), which each row embeds without, as a commit would (`row_texts`). `held`: the
+    keys of `rows` the caller has just looked up as remembered (none: they are looked up here).
 
     The calling thread does all graph work, in order (the embedded graph's JVM starts in it:
     one started from a worker thread kept the CLI from exiting, observed): it looks up which
@@ -97,7 +99,7 @@ def remember_rows(
     batches = [rows[start : start + batch_size] for start in range(0, len(rows), batch_size)]
     # What each row embeds, with the speakers of the rows up to it: as if committed one by one.
     embedded = dict(zip((r.key for r in rows), row_texts(rows, set(known or ())), strict=True))
-    present: set[str] | None = None
+    present: set[str] | None = held
     model = gateway.embedding_fingerprint()
 
     def embed(batch: list[MemoryRow]) -> list[MemoryRow]:
@@ -113,7 +115,7 @@ def remember_rows(
     def missing(batch: list[MemoryRow]) -> list[MemoryRow]:
         return batch if present is None else [r for r in batch if r.key not in present]
 
-    if service.store_connected:
+    if present is None and service.store_connected:
         present = _remembered_keys(
             service, [r.key for r in rows]
         )  # milliseconds on a connected graph
@@ -153,19 +155,18 @@ def import_turns(
     turns memory holds (`remembered_speakers`). The caller holds the conversation's lock, so no
     turn of it is committed meanwhile; each write transaction checks the keys again all the
     same (a `flows.dialogue ingest` of the chat's file does not take the lock)."""
+    keys = [turn_key(conversation_id, str(turn.turn_id)) for turn in turns]
     rows: dict[str, MemoryRow] = {}
-    for turn in turns:
-        key = turn_key(conversation_id, str(turn.turn_id))
+    for key, turn in zip(keys, turns, strict=True):
         if key not in rows:
             rows[key] = memory_row(conversation_id, key, str(turn.turn_id), list(turn.messages))
     held = _remembered_keys(service, list(rows))
     fresh = [row for key, row in rows.items() if key not in held]
-    remember_rows(service, conversation_id, fresh, known=set(speakers))
+    remember_rows(service, conversation_id, fresh, known=set(speakers), held=set())
     to_add = {row.key for row in fresh}
     added: list[str] = []
     already: list[str] = []
-    for turn in turns:
-        key = turn_key(conversation_id, str(turn.turn_id))
+    for key, turn in zip(keys, turns, strict=True):
         (added if key in to_add else already).append(str(turn.turn_id))
         to_add.discard(key)
     return added, already

@@ -40,6 +40,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -353,123 +354,129 @@ def _report(result: dict[str, Any], delays: list[float]) -> None:
     print("  screenshots:", *result["screenshots"], sep="\n    ")
 
 
-def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edits(
-    graph_settings: Settings, backend: ChatBackend, tmp_path: Path
-) -> None:
-    with ScriptedLLM(latency_s=MEMORY_LATENCY_S) as memory_llm:
+@contextmanager
+def _scripted_stack(
+    tmp_path: Path, graph_settings: Settings, backend: ChatBackend, latency_s: float = 0.0
+) -> Iterator[tuple[Stack, ScriptedLLM]]:
+    """SillyTavern and the sidecar running, the sidecar's LLM the scripted server playing the
+    chat of Tester and Seraphina (`latency_s` a call), and that server."""
+    with ScriptedLLM(latency_s=latency_s) as memory_llm:
         DialogueScript(["Tester", "Seraphina"]).install(memory_llm)
         stack = Stack(tmp_path, graph_settings, memory_llm.base_url)
         try:
             stack.start_sidecar()
             stack.start_sillytavern(backend.llm.base_url)
-            lorebook = {
-                "sidecarUrl": stack.sidecar_url,
-                "token": TOKEN,
-                "fact": STATED_FACT,
-                "file": str(tmp_path / f"{LOREBOOK_NAME}.json"),
-            }
-            result = stack.drive({"scenario": "full", "lorebook": lorebook}, timeout_s=1500)
-            print(
-                (tmp_path / "sillytavern.log").read_text(errors="replace")[-1500:]
-                if not result.get("ok")
-                else ""
-            )
-            assert result.get("ok"), result["errors"]
-            delays = _send_delays(result, backend)
-            print(f"\nreal SillyTavern, sidecar LLM at {MEMORY_LATENCY_S:g} s a call:")
-            _report(result, delays)
-
-            # Never blocked: after every reply the send button is back before the sidecar's
-            # LLM answered anything it was asked after that reply (the turn's commit).
-            waits = _memory_waits(result, backend, memory_llm)
-            assert len(waits) >= 5, waits  # the commits did ask the memory's LLM
-            assert all(shown < answered for shown, answered in waits), (waits, delays)
-
-            generations = result["generations"]
-            question, during_edit, after_edit = generations[3], generations[5], generations[6]
-            # SillyTavern gave the interceptor its prompt's size and the extension read the card:
-            # the window is what fits of the chat (this one is short: all of it fits).
-            for generation in generations:
-                query = generation.get("query") or {}
-                assert (query.get("chatTokens") or 0) > 0, query
-            # The panel's numbers, typed out of the sidecar's bounds, keep the nearest bound.
-            assert result["numberSettings"] == {
-                "recallK": 50,
-                "tokenBudget": 64,
-                "shown": ["50", "64"],
-            }, result["numberSettings"]
-            # The recall prompt holds the stated fact (from memory, not only from the chat history).
-            assert question["packet"] and STATED_FACT in question["packet"]
-            assert question["packet"] in _prompt_text(backend.replies[3])
-            # Asked after the reload, calling Seraphina by name: the turn that told of Ilse is
-            # recalled first (not the lines around the one that asked about her, nor the
-            # addressed character's).
-            final = generations[-1]["packet"] or ""
-            recalled = [line for line in final.splitlines() if line.startswith("- [turn")]
-            assert recalled and STATED_FACT in recalled[0], final
-            # Asked while the edit was still being written: the old text is never injected.
-            prompt = _prompt_text(backend.replies[5])
-            assert "sunny all week" in prompt and "rainy all week" not in prompt
-            assert "rainy" not in (during_edit["packet"] or "")
-            assert [p["turn_id"] for p in during_edit["query"]["pendingTurns"]]
-            # Once the replace landed, recall returns the new text and never the old.
-            assert after_edit["packet"] and "sunny all week" in after_edit["packet"]
-            assert "rainy all week" not in _prompt_text(backend.replies[6])
-            assert not [b for b in result["badges"] if b["status"] in ("error", "rollback")], (
-                result["badges"]
-            )
-
-            # After the delete and the reload, memory held exactly the chat's turns.
-            assert [(t["turnId"], t["text"]) for t in result["memoryTurns"]] == [
-                (t["turnId"], t["text"]) for t in result["chatTurns"]
-            ]
-
-            _check_lorebook(result, tmp_path)
-            _check_chat_renamed(result, stack)
-            _check_chat_branched(result)
-            _check_chat_deleted(result, stack, tmp_path)
+            yield stack, memory_llm
         finally:
             stack.close()
+
+
+def test_real_sillytavern_never_blocks_on_a_slow_sidecar_and_memory_follows_edits(
+    graph_settings: Settings, backend: ChatBackend, tmp_path: Path
+) -> None:
+    with _scripted_stack(tmp_path, graph_settings, backend, latency_s=MEMORY_LATENCY_S) as (
+        stack,
+        memory_llm,
+    ):
+        lorebook = {
+            "sidecarUrl": stack.sidecar_url,
+            "token": TOKEN,
+            "fact": STATED_FACT,
+            "file": str(tmp_path / f"{LOREBOOK_NAME}.json"),
+        }
+        result = stack.drive({"scenario": "full", "lorebook": lorebook}, timeout_s=1500)
+        print(
+            (tmp_path / "sillytavern.log").read_text(errors="replace")[-1500:]
+            if not result.get("ok")
+            else ""
+        )
+        assert result.get("ok"), result["errors"]
+        delays = _send_delays(result, backend)
+        print(f"\nreal SillyTavern, sidecar LLM at {MEMORY_LATENCY_S:g} s a call:")
+        _report(result, delays)
+
+        # Never blocked: after every reply the send button is back before the sidecar's
+        # LLM answered anything it was asked after that reply (the turn's commit).
+        waits = _memory_waits(result, backend, memory_llm)
+        assert len(waits) >= 5, waits  # the commits did ask the memory's LLM
+        assert all(shown < answered for shown, answered in waits), (waits, delays)
+
+        generations = result["generations"]
+        question, during_edit, after_edit = generations[3], generations[5], generations[6]
+        # SillyTavern gave the interceptor its prompt's size and the extension read the card:
+        # the window is what fits of the chat (this one is short: all of it fits).
+        for generation in generations:
+            query = generation.get("query") or {}
+            assert (query.get("chatTokens") or 0) > 0, query
+        # The panel's numbers, typed out of the sidecar's bounds, keep the nearest bound.
+        assert result["numberSettings"] == {
+            "recallK": 50,
+            "tokenBudget": 64,
+            "shown": ["50", "64"],
+        }, result["numberSettings"]
+        # The recall prompt holds the stated fact (from memory, not only from the chat history).
+        assert question["packet"] and STATED_FACT in question["packet"]
+        assert question["packet"] in _prompt_text(backend.replies[3])
+        # Asked after the reload, calling Seraphina by name: the turn that told of Ilse is
+        # recalled first (not the lines around the one that asked about her, nor the
+        # addressed character's).
+        final = generations[-1]["packet"] or ""
+        recalled = [line for line in final.splitlines() if line.startswith("- [turn")]
+        assert recalled and STATED_FACT in recalled[0], final
+        # Asked while the edit was still being written: the old text is never injected.
+        prompt = _prompt_text(backend.replies[5])
+        assert "sunny all week" in prompt and "rainy all week" not in prompt
+        assert "rainy" not in (during_edit["packet"] or "")
+        assert [p["turn_id"] for p in during_edit["query"]["pendingTurns"]]
+        # Once the replace landed, recall returns the new text and never the old.
+        assert after_edit["packet"] and "sunny all week" in after_edit["packet"]
+        assert "rainy all week" not in _prompt_text(backend.replies[6])
+        assert not [b for b in result["badges"] if b["status"] in ("error", "rollback")], result[
+            "badges"
+        ]
+
+        # After the delete and the reload, memory held exactly the chat's turns.
+        assert [(t["turnId"], t["text"]) for t in result["memoryTurns"]] == [
+            (t["turnId"], t["text"]) for t in result["chatTurns"]
+        ]
+
+        _check_lorebook(result, tmp_path)
+        _check_chat_renamed(result, stack)
+        _check_chat_branched(result)
+        _check_chat_deleted(result, stack, tmp_path)
 
 
 def test_real_sillytavern_imports_an_old_chat_at_once_and_writes_its_newest_turns(
     graph_settings: Settings, backend: ChatBackend, tmp_path: Path
 ) -> None:
-    with ScriptedLLM() as memory_llm:
-        DialogueScript(["Tester", "Seraphina"]).install(memory_llm)
-        stack = Stack(tmp_path, graph_settings, memory_llm.base_url)
-        try:
-            stack.start_sidecar()
-            stack.start_sillytavern(backend.llm.base_url)
-            scenario = {
-                "scenario": "history",
-                "exchanges": 60,
-                "fact": f"My sister {STATED_FACT} to study marine biology last spring.",
-                "question": "Where did my sister Ilse move to?",
-            }
-            result = stack.drive(scenario, timeout_s=1500)
-            assert result.get("ok"), result["errors"]
-            steps = [(o["step"], o["status"]) for o in result["outcomes"]]
-            print("\nreal SillyTavern, an old chat of 60 exchanges met:", steps[:3], len(steps))
-            # Since the reload: one import of the oldest 40 of the 60 turns memory lacked (it
-            # held the greeting), then the newest 20 through the slots, then the question's turn.
-            assert steps == [("import", "committed")] + [("commit", "committed")] * 21, steps
-            assert result["outcomes"][0]["detail"].endswith("as text (no facts): 40 added")
-            importing = [b for b in result["badges"] if "importing" in b["detail"]]
-            assert importing and importing[0]["detail"].startswith(
-                "60 pending; importing 40 older turn(s) as text"
-            ), importing
-            # Memory held the chat as it is, every turn, before the question.
-            assert len(result["chatTurns"]) == 61
-            assert [(t["turnId"], t["text"]) for t in result["memoryTurns"]] == [
-                (t["turnId"], t["text"]) for t in result["chatTurns"]
-            ]
-            # The question's prompt holds the fact the oldest imported turn told.
-            packet = result["generations"][-1]["packet"] or ""
-            assert STATED_FACT in packet, packet
-            assert packet in _prompt_text(backend.replies[-1])
-        finally:
-            stack.close()
+    with _scripted_stack(tmp_path, graph_settings, backend) as (stack, _):
+        scenario = {
+            "scenario": "history",
+            "exchanges": 60,
+            "fact": f"My sister {STATED_FACT} to study marine biology last spring.",
+            "question": "Where did my sister Ilse move to?",
+        }
+        result = stack.drive(scenario, timeout_s=1500)
+        assert result.get("ok"), result["errors"]
+        steps = [(o["step"], o["status"]) for o in result["outcomes"]]
+        print("\nreal SillyTavern, an old chat of 60 exchanges met:", steps[:3], len(steps))
+        # Since the reload: one import of the oldest 40 of the 60 turns memory lacked (it
+        # held the greeting), then the newest 20 through the slots, then the question's turn.
+        assert steps == [("import", "committed")] + [("commit", "committed")] * 21, steps
+        assert result["outcomes"][0]["detail"].endswith("as text (no facts): 40 added")
+        importing = [b for b in result["badges"] if "importing" in b["detail"]]
+        assert importing and importing[0]["detail"].startswith(
+            "60 pending; importing 40 older turn(s) as text"
+        ), importing
+        # Memory held the chat as it is, every turn, before the question.
+        assert len(result["chatTurns"]) == 61
+        assert [(t["turnId"], t["text"]) for t in result["memoryTurns"]] == [
+            (t["turnId"], t["text"]) for t in result["chatTurns"]
+        ]
+        # The question's prompt holds the fact the oldest imported turn told.
+        packet = result["generations"][-1]["packet"] or ""
+        assert STATED_FACT in packet, packet
+        assert packet in _prompt_text(backend.replies[-1])
 
 
 def _turns_under(stack: Stack, conversation_id: str) -> dict[str, Any]:
