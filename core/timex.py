@@ -34,6 +34,7 @@ Forms resolved (the anchor is the session's date `d`):
 | two summers ago, a few winters back; two Fridays ago | the last such season (weekday) and the ones before it |
 | over / during / in / for the summer (spring, fall, winter), over the holidays; on the 3rd (where the clause ends) | in a sentence that tells what happened the last one (the holidays: 24 December - 1 January), in one about the future the coming one; none in a habit ("I swim in the summer") |
 | in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after), but the last one in a sentence told in the past tense ("We went to Paris in June") and the coming one in a sentence about the future ("I'll visit in April") |
+| in March last year, last year in March, on May 3rd of next year, early June this year | that month (or day, or part of the month) of the year named |
 | the first (second, third, fourth, last) week or weekend of May (2023) | days 1-7 (8-14, ..., the last seven); that Saturday-Sunday |
 | in 2022, since 2019, back in 2020 | that year |
 
@@ -341,6 +342,23 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             rf"(?:(early|late|mid)[\s-]+)?({_MONTH_RE})\b\.?(?!\s*\d{{1,2}}(?:st|nd|rd|th)?\b)(?:,?\s+{_YEAR}\b)?",
         ),
         ("year", rf"\b(?:in|since|during|from|by|around|of|back\s+in|until|till)\s+{_YEAR}\b"),
+        (
+            # "in March last year", "on May 3rd of next year", "early June this year": the month
+            # or day of the year named relative to the time said ("in March" alone is the
+            # nearest March, "last year" alone the whole year: together they are one span).
+            "month_of_year_said",
+            rf"\b(?:(?:in|on|during|since|by|around|until|till|from|back\s+in)\s+)?"
+            rf"(?:(?P<part>early|late|mid)[\s-]+)?(?:(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?)?"
+            rf"(?P<month>{_MONTH_RE})\b\.?(?:\s+(?P<day2>\d{{1,2}})(?:st|nd|rd|th)?\b)?"
+            rf"\s+(?:of\s+)?(?P<relation>last|this|next)\s+year\b",
+        ),
+        (
+            # "last year in March", "next year, in early June"
+            "year_said_month",
+            rf"\b(?P<relation>last|this|next)\s+year\s*,?\s+(?:in|on|during|around|back\s+in)\s+"
+            rf"(?:(?P<part>early|late|mid)[\s-]+)?(?:(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?)?"
+            rf"(?P<month>{_MONTH_RE})\b\.?(?:\s+(?P<day2>\d{{1,2}})(?:st|nd|rd|th)?\b)?",
+        ),
         ("iso_date", rf"\b{_YEAR}-(\d\d)-(\d\d)\b"),
         (
             # "05/14/2023", or "on 5/14" (a preposition: "24/7" and "3/5 stars" are no dates)
@@ -833,9 +851,31 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return _resolve_last_or_coming(kind, m, anchor)
     if kind in ("after_next", "from_now", "in_units", "past_units"):
         return _resolve_ahead_or_up_to(kind, m, anchor)
+    if kind in ("month_of_year_said", "year_said_month"):
+        return _month_of_year_said(m, anchor)
     if kind in _CALENDAR_KINDS:
         return _resolve_calendar(kind, m, anchor)
     return None
+
+
+def _month_of_year_said(m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
+    """ "in March last year" said in 2023: March 2022; "on May 3rd next year": 3 May 2024."""
+    month_text = m.group("month")
+    if not _month_allowed(month_text):
+        return None
+    year = anchor.year + {"last": -1, "this": 0, "next": 1}[m.group("relation").lower()]
+    month = _MONTH_NUMBER[month_text.lower().rstrip(".")]
+    day_text = m.group("day") or m.group("day2")
+    if day_text:
+        try:
+            day = date(year, month, int(day_text))
+        except ValueError:
+            return None
+        return day, day, "day"
+    first, last = _month_span(year, month)
+    if m.group("part"):
+        first, last = _part_of(first, last, m.group("part").lower())
+    return first, last, "month"
 
 
 def _resolve_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:

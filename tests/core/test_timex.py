@@ -351,6 +351,29 @@ def test_a_resolved_span_is_spelled_out_for_a_reader(text: str, described: str) 
     assert [f"{span.phrase} = {span.describe()}" for span in resolve(text, SAID)] == [described]
 
 
+@pytest.mark.parametrize(
+    ("text", "described"),
+    [
+        # A month or day with the year named relative to the time said is one span: "in March"
+        # alone would be the nearest March (2023), the wrong year for the packet to spell out.
+        ("We went to Paris in March last year.", "in March last year = March 2022"),
+        ("Last year in March we moved.", "Last year in March = March 2022"),
+        ("It was 3 July last year, I think.", "3 July last year = Sunday 3 July 2022"),
+        ("I graduate on May 3rd of next year.", "on May 3rd of next year = Friday 3 May 2024"),
+        ("Next year, in early June, we marry.", "Next year, in early June = 1-10 June 2024"),
+        ("I started early June this year.", "early June this year = 1-10 June 2023"),
+        # Look-alikes: "may" and "march" as verbs leave "last year" alone, and a comma after the
+        # month ends its phrase ("last year" is the next clause's subject).
+        ("I may last year have said so.", "last year = 2022"),
+        ("In March, last year felt long.", "In March = March 2023"),
+    ],
+)
+def test_a_month_of_the_year_named_relative_to_the_time_said_is_that_year(
+    text: str, described: str
+) -> None:
+    assert [f"{span.phrase} = {span.describe()}" for span in resolve(text, SAID)][0] == described
+
+
 #: The words time expressions are made of, and some that are not: sentences drawn from them
 #: reach the resolver's corners (a month 0, the 29th of February, a count with no unit).
 _FUZZ_WORDS = (
