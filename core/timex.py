@@ -30,7 +30,7 @@ Forms resolved (the anchor is the session's date `d`):
 | the beginning (start, middle, end) of last / this / next month or year, the end of the month, late last year | its first, middle or last third (days 1-10, 11-20, 21-; January-April, May-August, September-December) |
 | last / this / next year, N years ago, a few years ago | that calendar year (or years) |
 | last / this / next summer (spring, fall, autumn, winter) | that season (northern, by months) |
-| the summer of 2021, fall 2022; early / mid / late 2022 | that season of that year; its first, middle or last four months |
+| the summer of 2021, fall 2022, the summer of last year; early / mid / late 2022, the beginning (middle, end) of 2021 | that season of that year; its first, middle or last four months |
 | two summers ago, a few winters back; two Fridays ago | the last such season (weekday) and the ones before it |
 | over / during / in / for the summer (spring, fall, winter), over the holidays; on the 3rd (where the clause ends) | in a sentence that tells what happened the last one (the holidays: 24 December - 1 January), in one about the future the coming one; none in a habit ("I swim in the summer") |
 | in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after), but the last one in a sentence told in the past tense ("We went to Paris in June") and the coming one in a sentence about the future ("I'll visit in April") |
@@ -333,7 +333,10 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             rf"\bthe\s+(first|second|third|fourth|last)\s+(week|weekend)\s+of\s+({_MONTH_RE})\b\.?"
             rf"(?:,?\s+{_YEAR}\b)?",
         ),
-        ("part_of_year", rf"\b(early|late|mid)[\s-]+{_YEAR}\b"),
+        (
+            "part_of_year",  # "early 2022", "the end of 2021"
+            rf"\b(?:(early|late|mid)[\s-]+|the\s+(beginning|start|middle|end)\s+of\s+){_YEAR}\b",
+        ),
         ("day_month", rf"\b{_DAY}\s+(?:of\s+)?({_MONTH_RE})\b\.?(?:,?\s+{_YEAR}\b)?"),
         ("month_day", rf"\b({_MONTH_RE})\.?\s+{_DAY}\b(?!\s*(?:%|am\b|pm\b|:))(?:,?\s+{_YEAR}\b)?"),
         (
@@ -351,6 +354,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             rf"(?:(?P<part>early|late|mid)[\s-]+)?(?:(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?)?"
             rf"(?P<month>{_MONTH_RE})\b\.?(?:\s+(?P<day2>\d{{1,2}})(?:st|nd|rd|th)?\b)?"
             rf"\s+(?:of\s+)?(?P<relation>last|this|next)\s+year\b",
+        ),
+        (
+            # "the summer of last year", "spring this year": that season of the year named
+            "season_of_year_said",
+            r"\b(?P<season>spring|summer|fall|autumn|winter)\s+(?:of\s+)?(?P<relation>last|this|next)"
+            r"\s+year\b",
         ),
         (
             # "last year in March", "next year, in early June"
@@ -853,6 +862,10 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return _resolve_ahead_or_up_to(kind, m, anchor)
     if kind in ("month_of_year_said", "year_said_month"):
         return _month_of_year_said(m, anchor)
+    if kind == "season_of_year_said":
+        year = anchor.year + {"last": -1, "this": 0, "next": 1}[m.group("relation").lower()]
+        first = date(year, _SEASONS[m.group("season").lower()], 1)
+        return first, first + relativedelta(months=3, days=-1), "season"
     if kind in _CALENDAR_KINDS:
         return _resolve_calendar(kind, m, anchor)
     return None
@@ -1084,7 +1097,8 @@ def _resolve_calendar(kind: str, m: re.Match[str], anchor: date) -> tuple[date, 
     if kind == "week_of_month":
         return _week_of_month(m, anchor)
     if kind == "part_of_year":  # early: January-April, mid: May-August, late: September-December
-        year, first_month = int(g[1]), {"early": 1, "mid": 5, "late": 9}[g[0].lower()]
+        part = _PART_OF[(g[0] or g[1]).lower()]
+        year, first_month = int(g[2]), {"early": 1, "mid": 5, "late": 9}[part]
         first = date(year, first_month, 1)
         return first, first + relativedelta(months=4, days=-1), "months"
     return None

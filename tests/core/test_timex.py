@@ -362,13 +362,15 @@ def test_a_resolved_span_is_spelled_out_for_a_reader(text: str, described: str) 
         ("I graduate on May 3rd of next year.", "on May 3rd of next year = Friday 3 May 2024"),
         ("Next year, in early June, we marry.", "Next year, in early June = 1-10 June 2024"),
         ("I started early June this year.", "early June this year = 1-10 June 2023"),
+        ("In the spring of last year we moved.", "spring of last year = March - May 2022"),
+        ("I got it at the end of 2021.", "the end of 2021 = September - December 2021"),
         # Look-alikes: "may" and "march" as verbs leave "last year" alone, and a comma after the
         # month ends its phrase ("last year" is the next clause's subject).
         ("I may last year have said so.", "last year = 2022"),
         ("In March, last year felt long.", "In March = March 2023"),
     ],
 )
-def test_a_month_of_the_year_named_relative_to_the_time_said_is_that_year(
+def test_a_month_or_season_of_a_year_named_relative_to_the_time_said_is_that_year(
     text: str, described: str
 ) -> None:
     assert [f"{span.phrase} = {span.describe()}" for span in resolve(text, SAID)][0] == described
