@@ -21,7 +21,7 @@ Forms resolved (the anchor is the session's date `d`):
 | the other week | the one to three weeks before |
 | N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago; it's been (about) N years since | as "ago" (a fortnight: two weeks; a decade: ten years) |
 | half a year ago, a year and a half ago, two and a half years ago | that month |
-| on Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend | the last one, or the coming one when the clause speaks of the future |
+| on Friday, since Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend | the last one, or the coming one when the clause speaks of the future |
 | last / this / next Christmas (Xmas, Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one |
 | last / this past / next / this Friday (and Fri, Tues, Thurs, Wed) | that weekday's date |
 | last / this / next week, N weeks ago, the week before last, the week before / prior, the previous week (end of clause) | that Monday-Sunday week |
@@ -286,7 +286,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ("weekday", rf"\b(last|this\s+past|past|next|this\s+coming|this)\s+({_WEEKDAY_RE})\b\.?"),
         (
             "on_weekday",
-            rf"\bon\s+({_WEEKDAY_RE})\b(?!\s+(?:mornings|afternoons|evenings|nights)\b)\.?",
+            rf"\b(?:on|since)\s+({_WEEKDAY_RE})\b(?!\s+(?:mornings|afternoons|evenings|nights)\b)\.?",
         ),
         (
             "weekday_part",  # "Monday morning I went ...": as "on Monday"

@@ -112,6 +112,7 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("I'll see him on Father's Day.", "2023-06-18", "2023-06-18"),
         ("We went out on St. Patrick's Day.", "2023-03-17", "2023-03-17"),
         ("Some months ago I started volunteering.", "2022-11-01", "2023-03-31"),
+        ("I've been sick since Friday.", "2023-05-05", "2023-05-05"),
         # Dates in digits: ISO, and month/day or day/month where only one reading is a date.
         ("The race was on 2023-04-16.", "2023-04-16", "2023-04-16"),
         ("We left on 12/25/22.", "2022-12-25", "2022-12-25"),
