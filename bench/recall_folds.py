@@ -234,7 +234,7 @@ def tune(
 
 
 #: The learned fusion's ridge penalty (on standardised features), fixed before any fit: the
-#: model has 19 weights and thousands of candidates per fold, so it hardly matters.
+#: model has 20 weights and thousands of candidates per fold, so it hardly matters.
 L2 = 1.0
 
 

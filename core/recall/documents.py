@@ -25,6 +25,9 @@ from core.timex import EventAnchor, QueryDate, TimeSpan, event_anchors, from_eve
 _STOP = frozenset(STOP_WORDS)
 _WORD = re.compile(r"[a-z][a-z'\u2019-]{2,}")
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+#: Where a sentence ends for `question_share` (a line break too: a front end's row holds one
+#: message a line, and a message may end without a mark).
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
 #: Up to three words after a determiner: where a sentence names a thing ("a charity race").
 _NOUN_PHRASE = re.compile(
     r"\b(?:the|a|an|my|our|his|her|their|your)\s+((?:[a-z][a-z'\u2019-]*\s+){0,2}[a-z][a-z'\u2019-]*)"
@@ -135,8 +138,8 @@ class DocumentColumns:
     """Per position: the day the document was said and the days it speaks of (core.timex), and
     as numpy columns for the learned fusion's features: the group (an id per distinct group),
     the speakers (an id per distinct lowercased `speaker` field), the day said (an ordinal, -1: none),
-    whether it speaks of a time, whether it has lexical extras (a caption), and log1p of the
-    text's length."""
+    whether it speaks of a time, whether it has lexical extras (a caption), log1p of the
+    text's length, and the share of its words that ask (`question_share`)."""
 
     def __init__(self) -> None:
         self.said: list[TimeSpan | None] = []
@@ -154,6 +157,7 @@ class DocumentColumns:
         self.has_events = Column(np.bool_)
         self.has_extra = Column(np.bool_)
         self.length = Column(np.float64)
+        self.question_share = Column(np.float64)
 
     def append(self, doc: MemoryDoc, said: date | None) -> None:
         """The next document's facts; `said`: the day it was said (parsed from `doc.when`)."""
@@ -171,6 +175,7 @@ class DocumentColumns:
         self.has_events.append(bool(self.events[-1]))
         self.has_extra.append(bool(doc.extra))
         self.length.append(float(np.log1p(len(doc.text))))
+        self.question_share.append(question_share(doc.text))
 
     def question_dates(self, question: str) -> list[QueryDate]:
         """The dates a question names relative to an event the documents dated
@@ -182,6 +187,16 @@ class DocumentColumns:
         a chat front end's turn is a user's message and the reply, said by both."""
         ids = [i for i, names in enumerate(self._speaker_names) if lowered in names]
         return np.isin(self.speaker.values[positions], np.asarray(ids, dtype=np.int64))
+
+
+def question_share(text: str) -> float:
+    """The share of a text's words that are in its sentences that ask (end with "?"): a turn
+    that only asks ("Wow, congrats! What game was it?") shares a question's words but is seldom
+    what answers it; its reply is. A learned-fusion feature (docs/decisions/recall-fusion.md)."""
+    sentences = [s.split() for s in _SENTENCE_BREAK.split(text.strip())]
+    words = sum(len(s) for s in sentences)
+    asking = sum(len(s) for s in sentences if s and s[-1].endswith("?"))
+    return asking / words if words else 0.0
 
 
 def speaker_names(field: str) -> frozenset[str]:

@@ -76,6 +76,7 @@ def features(
     _time_features(x, prepared, positions, columns)
     x[:, column["caption"]] = columns.has_extra.values[positions]
     x[:, column["length"]] = columns.length.values[positions]
+    x[:, column["question_share"]] = columns.question_share.values[positions]
     rrf = np.zeros(n, dtype=np.float64)
     for name, weight in (("lexical", params.lexical_weight), ("dense", params.dense_weight)):
         ranks = np.arange(len(rows[name]), dtype=np.int64)

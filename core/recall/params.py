@@ -42,6 +42,7 @@ FEATURES = (
     "when",
     "caption",
     "length",
+    "question_share",
     "rrf",
 )
 
@@ -117,27 +118,28 @@ class RecallParams(BaseModel):
 #: measured: docs/decisions/recall-fusion.md.
 LEARNED_FUSION = LearnedFusion(
     weights=(
-        50.3551,
-        -66.0813,
-        20.1955,
-        32.2416,
-        20.1955,
-        32.2416,
-        -1.0489,
-        -1.0489,
-        71.9786,
-        1.9835,
-        60.7244,
-        -0.1178,
-        -3.4796,
-        1.1542,
-        1.2308,
-        0.9883,
-        0.4504,
-        0.4569,
-        -35.3515,
+        51.8804,
+        -68.9599,
+        20.2349,
+        33.1474,
+        20.2349,
+        33.1474,
+        -1.04,
+        -1.04,
+        70.8862,
+        2.0137,
+        59.5666,
+        -0.1337,
+        -3.2931,
+        1.1202,
+        1.2681,
+        0.908,
+        0.3724,
+        0.2997,
+        -1.9118,
+        -37.0768,
     ),
-    bias=-5.8127,
+    bias=-4.8465,
 )
 #: The constants in use (see RecallParams).
 DEFAULT_PARAMS = RecallParams(fusion=LEARNED_FUSION)
@@ -164,5 +166,6 @@ SIGNAL_OF = {
     "when": "when",
     "caption": "caption",
     "length": "length",
+    "question_share": "question",
     "rrf": "rrf",
 }

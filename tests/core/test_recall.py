@@ -20,6 +20,7 @@ from core.recall import (
     query_parts,
     says_something,
 )
+from core.recall.documents import question_share
 from core.timex import query_dates
 from tasks.dialogue.retriever import embedded_query, query_texts
 
@@ -372,6 +373,39 @@ def test_the_learned_fusion_puts_the_named_speakers_turn_above_the_others() -> N
     assert [h.key for h in hits] == ["t2", "t1"]
     # The other speaker's turn pays for it (log-odds), the named one's hardly moves.
     assert hits[1].signals["graph"] < -2 < hits[0].signals["graph"]
+
+
+def test_the_turn_that_tells_ranks_above_the_one_that_only_asks_with_the_same_words() -> None:
+    index = HybridIndex(3)
+    docs = [
+        _doc(1, "Bob", "Which game won you the tournament?", group="1"),
+        _doc(2, "Bob", "Chess won me the tournament, Ann.", group="2"),
+        *(
+            _doc(i, "Ann", f"Filler number {i} about the weather", group=str(i))
+            for i in range(3, 12)
+        ),
+    ]
+    index.add(docs, None)
+    hits = index.search("Which game won the tournament?", None, 2, names=["Ann", "Bob"])
+    # The asking turn matches more of the question's words, and is older (ties go to it).
+    assert hits[1].signals["lexical"] > hits[0].signals["lexical"]
+    assert [h.key for h in hits] == ["t2", "t1"]
+    assert hits[1].signals["question"] < 0 and "question" not in hits[0].signals
+
+
+@pytest.mark.parametrize(
+    ("text", "share"),
+    [
+        ("Joanna: Wow, congrats! What game was it?", 4 / 7),  # the asking sentence's words
+        ("Nate: I won. It was great.", 0.0),
+        ("What? No way!", 1 / 3),
+        ('I asked him "why?" and he laughed.', 0.0),  # a quoted question inside a statement
+        ("Tester: hi there\nSeraphina: What is up?", 4 / 7),  # a front end's row: a line each
+        ("", 0.0),
+    ],
+)
+def test_question_share_counts_the_words_of_the_sentences_that_ask(text: str, share: float) -> None:
+    assert question_share(text) == pytest.approx(share)
 
 
 def test_a_turn_said_by_several_speakers_is_said_by_each_of_them() -> None:
