@@ -358,17 +358,23 @@ def test_plain_query_drops_the_speakers_names_and_their_possessive_only() -> Non
     assert plain_query("Did Jonathan call?", ["Jon"]) == "Did Jonathan call?"  # whole words only
 
 
-def test_the_learned_fusion_puts_the_named_speakers_turn_above_the_others() -> None:
+def _two_among_fillers(first: MemoryDoc, second: MemoryDoc, filler_speaker: str) -> HybridIndex:
+    """An index of `first` and `second` (sessions 1 and 2) and nine sessions of small talk."""
     index = HybridIndex(3)
-    docs = [
+    fillers = (
+        _doc(i, filler_speaker, f"Filler number {i} about the weather", group=str(i))
+        for i in range(3, 12)
+    )
+    index.add([first, second, *fillers], None)
+    return index
+
+
+def test_the_learned_fusion_puts_the_named_speakers_turn_above_the_others() -> None:
+    index = _two_among_fillers(
         _doc(1, "Bob", "I painted a lake sunrise", group="1"),
         _doc(2, "Ann", "I painted a lake sunrise", group="2"),
-        *(
-            _doc(i, "Bob", f"Filler number {i} about the weather", group=str(i))
-            for i in range(3, 12)
-        ),
-    ]
-    index.add(docs, None)
+        "Bob",
+    )
     hits = index.search("What did Ann paint?", None, 2, names=["Ann", "Bob"])
     assert [h.key for h in hits] == ["t2", "t1"]
     # The other speaker's turn pays for it (log-odds), the named one's hardly moves.
@@ -376,16 +382,11 @@ def test_the_learned_fusion_puts_the_named_speakers_turn_above_the_others() -> N
 
 
 def test_the_turn_that_tells_ranks_above_the_one_that_only_asks_with_the_same_words() -> None:
-    index = HybridIndex(3)
-    docs = [
+    index = _two_among_fillers(
         _doc(1, "Bob", "Which game won you the tournament?", group="1"),
         _doc(2, "Bob", "Chess won me the tournament, Ann.", group="2"),
-        *(
-            _doc(i, "Ann", f"Filler number {i} about the weather", group=str(i))
-            for i in range(3, 12)
-        ),
-    ]
-    index.add(docs, None)
+        "Ann",
+    )
     hits = index.search("Which game won the tournament?", None, 2, names=["Ann", "Bob"])
     # The asking turn matches more of the question's words, and is older (ties go to it).
     assert hits[1].signals["lexical"] > hits[0].signals["lexical"]
