@@ -193,11 +193,22 @@ def _ensure(role: str, settings: Settings, alias: str, extra_args: list[str]) ->
         return server
 
 
+#: The local chat server's context and slots: 4k tokens per request (the tier budgets'
+#: default) and ONE slot, so a request's answer never depends on what else the server is doing.
+#: With two slots a seeded request answered while another was being processed came out
+#: different from the same request answered alone (46 of its 48 tokens' logprobs, and its
+#: text): the two sequences share a batch, and llama.cpp's matrix kernels are not
+#: batch-invariant. Scenes are extracted in parallel, so each run of the same book got other
+#: extractions (four runs, four sets; one run's codex held a fact the others did not). One slot
+#: serialises the requests; `make run` took 231-234 s with it against 240-252 s with two slots
+#: (two cores leave the second sequence no core of its own).
+LOCAL_CHAT_ARGS = ("-c", "4096", "-np", "1")
+
+
 def local_llm_endpoint(settings: Settings) -> tuple[str, str]:
     """Start (once per process) the local chat server; return (base_url, model name)."""
     fresh = "chat" not in _servers
-    # 8k context split over 2 parallel slots: 4k per request, the tier budgets' default.
-    server = _ensure("chat", settings, LOCAL_CHAT_MODEL, ["-c", "8192", "-np", "2"])
+    server = _ensure("chat", settings, LOCAL_CHAT_MODEL, list(LOCAL_CHAT_ARGS))
     if fresh:
         log.warning(
             "LLM: no OPENAI_BASE_URL set, so Skald uses the tiny local SmolLM2-135M (llama-server at %s). "

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
+import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -85,6 +88,62 @@ def test_the_local_model_gives_the_same_prompt_the_same_answer_in_another_server
     # reused that prefix's cache answered otherwise); another take of it is another answer.
     assert answers((harbour, 0), (storm, 0))[1] == first
     assert other_take != first
+
+
+def test_a_seeded_request_answers_the_same_while_another_is_processed_beside_it(
+    tmp_path: Path,
+) -> None:
+    """Scenes are extracted in parallel: each extraction must get the answer it gets alone."""
+    from core.llm_server import LOCAL_CHAT_MODEL, local_llm_endpoint
+
+    base_url, _ = local_llm_endpoint(load_settings(tmp_path))
+    scene = " ".join(
+        f"The keeper climbed to lamp {i}, trimmed its wick and watched the storm."
+        for i in range(30)
+    )
+
+    def ask(content: str, answers: dict[str, tuple[str, list[float]]], key: str) -> None:
+        body = {
+            "model": LOCAL_CHAT_MODEL,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": 48,
+            "temperature": 0.8,
+            "seed": 7,
+            "cache_prompt": False,
+            "logprobs": True,
+            "top_logprobs": 1,
+        }
+        request = urllib.request.Request(
+            f"{base_url}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=600) as response:
+            choice = json.load(response)["choices"][0]
+        answers[key] = (
+            choice["message"]["content"],
+            [token["logprob"] for token in choice["logprobs"]["content"]],
+        )
+
+    summary, characters = (
+        f"Summarise this scene in two sentences: {scene}",
+        f"List the characters of this scene: {scene}",
+    )
+    alone: dict[str, tuple[str, list[float]]] = {}
+    ask(summary, alone, "summary")
+    beside: dict[str, tuple[str, list[float]]] = {}
+    threads = [
+        threading.Thread(target=ask, args=(summary, beside, "summary")),
+        threading.Thread(target=ask, args=(characters, beside, "characters")),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Each request takes seconds, so the two are in flight together; a server with two slots
+    # batched them and answered the summary otherwise (its text and nearly every logprob).
+    assert set(beside) == {"summary", "characters"}
+    assert beside["summary"] == alone["summary"]
 
 
 def test_the_embedded_embedding_model_runs_in_process_on_a_long_scene(tmp_path: Path) -> None:
