@@ -164,7 +164,7 @@ def test_the_embedded_embedding_model_runs_in_process_on_a_long_scene(tmp_path: 
 
 @pytest.mark.skipif(
     bool(os.environ.get("CI")) and os.environ.get("SKALD_SMOKE_CHAPTER") != "1",
-    reason="a real-model chapter is stochastic and takes minutes: in CI run it with SKALD_SMOKE_CHAPTER=1 (make smoke)",
+    reason="a real-model chapter takes minutes: in CI run it with SKALD_SMOKE_CHAPTER=1 (make smoke)",
 )
 def test_one_chapter_one_scene_on_the_local_model(tmp_path: Path) -> None:
     """The main job on the embedded defaults: local LLM, local embeddings, embedded ArcadeDB."""
