@@ -863,12 +863,21 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
     if kind in ("month_of_year_said", "year_said_month"):
         return _month_of_year_said(m, anchor)
     if kind == "season_of_year_said":
-        year = anchor.year + {"last": -1, "this": 0, "next": 1}[m.group("relation").lower()]
-        first = date(year, _SEASONS[m.group("season").lower()], 1)
-        return first, first + relativedelta(months=3, days=-1), "season"
+        return _season_of(_year_said(m, anchor), m.group("season"))
     if kind in _CALENDAR_KINDS:
         return _resolve_calendar(kind, m, anchor)
     return None
+
+
+def _year_said(m: re.Match[str], anchor: date) -> int:
+    """The year a match's `relation` group names from the time said: last, this or next year."""
+    return anchor.year + {"last": -1, "this": 0, "next": 1}[m.group("relation").lower()]
+
+
+def _season_of(year: int, season: str) -> tuple[date, date, str]:
+    """That season of `year` (meteorological, northern: winter runs into the next year)."""
+    first = date(year, _SEASONS[season.lower()], 1)
+    return first, first + relativedelta(months=3, days=-1), "season"
 
 
 def _month_of_year_said(m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
@@ -876,7 +885,7 @@ def _month_of_year_said(m: re.Match[str], anchor: date) -> tuple[date, date, str
     month_text = m.group("month")
     if not _month_allowed(month_text):
         return None
-    year = anchor.year + {"last": -1, "this": 0, "next": 1}[m.group("relation").lower()]
+    year = _year_said(m, anchor)
     month = _MONTH_NUMBER[month_text.lower().rstrip(".")]
     day_text = m.group("day") or m.group("day2")
     if day_text:
@@ -1092,8 +1101,7 @@ def _resolve_calendar(kind: str, m: re.Match[str], anchor: date) -> tuple[date, 
         year = int(g[0])
         return date(year, 1, 1), date(year, 12, 31), "year"
     if kind == "season_year":
-        first = date(int(g[1]), _SEASONS[g[0].lower()], 1)
-        return first, first + relativedelta(months=3, days=-1), "season"
+        return _season_of(int(g[1]), g[0])
     if kind == "week_of_month":
         return _week_of_month(m, anchor)
     if kind == "part_of_year":  # early: January-April, mid: May-August, late: September-December
