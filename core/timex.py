@@ -27,11 +27,13 @@ Forms resolved (the anchor is the session's date `d`):
 | last / this / next week, N weeks ago, the week before last, the week before / prior, the previous week (end of clause) | that Monday-Sunday week |
 | last / this past / this / next weekend, N weekends ago, the weekend before last | that Saturday-Sunday ("this weekend" said on a Monday or Tuesday: the one just over, unless the sentence speaks of the future or is in the present tense) |
 | last / this / next month, N months ago, the month before last; earlier / later this month | that calendar month; its days up to / from `d` |
-| the beginning (start, middle, end) of last / this / next month or year, the end of the month, late last year | its first, middle or last third (days 1-10, 11-20, 21-; January-April, May-August, September-December) |
+| the beginning (start, middle, end) of last / this / next week, month or year, the end of the month, early last week, late last year | its first, middle or last third (Monday-Wednesday, Tuesday-Thursday, Thursday-Sunday; days 1-10, 11-20, 21-; January-April, May-August, September-December) |
 | last / this / next year, N years ago, a few years ago | that calendar year (or years) |
 | last / this / next summer (spring, fall, autumn, winter) | that season (northern, by months) |
 | the summer of 2021, fall 2022, the summer of last year; early / mid / late 2022, the beginning (middle, end) of 2021 | that season of that year; its first, middle or last four months |
-| two summers ago, a few winters back; two Fridays ago | the last such season (weekday) and the ones before it |
+| two summers ago, a few winters back; two Fridays ago; two Christmases (Thanksgivings, Easters, Halloweens) ago | the last such season (weekday, holiday) and the ones before it |
+| two weeks ago today, a year ago today, a month from today; the Tuesday before last | that very day; the weekday a week before the last one |
+| on Friday last week, Tuesday of next week, last week on Friday | that weekday of that Monday-Sunday week |
 | over / during / in / for the summer (spring, fall, winter), over the holidays; on the 3rd (where the clause ends) | in a sentence that tells what happened the last one (the holidays: 24 December - 1 January), in one about the future the coming one; none in a habit ("I swim in the summer") |
 | in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after), but the last one in a sentence told in the past tense ("We went to Paris in June") and the coming one in a sentence about the future ("I'll visit in April") |
 | in March last year, last year in March, on May 3rd of next year, early June this year | that month (or day, or part of the month) of the year named |
@@ -205,6 +207,7 @@ _MONTH_RE = "|".join(
 _WEEKDAY_RE = "|".join(sorted(_WEEKDAYS, key=len, reverse=True))
 _COUNT_RE = r"\d{1,2}|" + "|".join(sorted([*_NUMBERS, *_VAGUE], key=len, reverse=True))
 _UNIT_RE = r"days?|weeks?|weekends?|fortnights?|months?|years?|decades?"
+_EXACT_COUNT_RE = "|".join(sorted(_NUMBERS, key=len, reverse=True))
 #: "the week before" is relative to the session only where the clause ends; "the week
 #: before the wedding" is relative to an event we cannot date.
 _CLAUSE_END = r"(?=\s*(?:[,.;:!?)\]\u2014-]|$|\s*\b(?:and|but|so|too|though|already)\b))"
@@ -270,6 +273,24 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             rf"\b(?:{_ROUGHLY})?({_COUNT_RE})\s+({_UNIT_RE})\s+(?:now|already)\b(?!\s+(?:that|ago)\b)",
         ),
         ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
+        ("weekday_before_last", rf"\bthe\s+({_WEEKDAY_RE})\s+before\s+last\b"),
+        (
+            # "on Friday last week", "Tuesday of next week", "last week on Friday": that day of
+            # that week (not the last or coming Friday, which may lie in another week)
+            "weekday_of_week",
+            rf"\b(?:on\s+)?(?P<weekday>{_WEEKDAY_RE})\s+(?:of\s+)?(?P<relation>last|this|next)\s+week\b"
+            rf"|\b(?P<relation2>last|this|next)\s+week\s+on\s+(?P<weekday2>{_WEEKDAY_RE})\b",
+        ),
+        (
+            # "two Christmases ago": the last one and so many years before it
+            "holidays_ago",
+            rf"\b({_COUNT_RE})\s+(christmases|xmases|thanksgivings|easters|halloweens)\s+(?:ago|back)\b",
+        ),
+        (
+            # "two weeks ago today", "a month from today": that very day, not its week or month
+            "ago_today",
+            rf"\b(\d{{1,2}}|{_EXACT_COUNT_RE})\s+(days?|weeks?|months?|years?)\s+(ago|from)\s+today\b",
+        ),
         ("after_next", r"\bthe\s+(week|weekend|month|year)\s+after\s+next\b"),
         (
             "from_now",
@@ -307,9 +328,9 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\b(last|this\s+past|past|next|this\s+coming|this|earlier\s+this|later\s+this)\s+(week|weekend|month|year)\b",
         ),
         (
-            "part_of_unit",  # "the end of last year", "the start of the month", "late last year"
+            "part_of_unit",  # "the end of last year", "the start of the month", "early last week"
             r"\b(?:(?:the\s+)?(beginning|start|middle|end)\s+of\s+(?:(last|this|next)|the)"
-            r"|(early|mid|late)[\s-]+(last|this|next))\s+(month|year)\b",
+            r"|(early|mid|late)[\s-]+(last|this|next))\s+(week|month|year)\b",
         ),
         (
             "season",
@@ -727,8 +748,12 @@ _PART_OF = {
 
 
 def _part_of(first: date, last: date, part: str) -> tuple[date, date]:
-    """The first, middle or last third of a month (days 1-10, 11-20, 21-) or of a year
-    (January-April, May-August, September-December)."""
+    """The first, middle or last third of a week (Monday-Wednesday, Tuesday-Thursday,
+    Thursday-Sunday: "the end of the week" holds its weekend), of a month (days 1-10, 11-20,
+    21-) or of a year (January-April, May-August, September-December)."""
+    if (last - first).days == 6:  # a week, Monday to Sunday
+        start = first + timedelta(days={"early": 0, "mid": 1, "late": 3}[part])
+        return start, start + timedelta(days=2 if part != "late" else 3)
     if first.month == last.month:  # a month
         if part == "early":
             return first, first + timedelta(days=9)
@@ -839,7 +864,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return anchor - timedelta(days=7), anchor - timedelta(days=1), "days"
     if kind == "other_week":  # one to three weeks back
         return _unit_span("week", anchor, -3)[0], _unit_span("week", anchor, -1)[1], "weeks"
-    if kind in ("seasons_ago", "weekdays_ago", "the_season", "day_of_month"):
+    if kind in ("seasons_ago", "weekdays_ago", "holidays_ago", "the_season", "day_of_month"):
         return _resolve_named_back(kind, m, anchor)
     if kind in ("ago", "been_since", "duration", "running"):
         return _resolve_back(kind, m, anchor)
@@ -847,6 +872,19 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return _resolve_unit(kind, m, anchor)
     if kind == "before_last":
         return _unit_span(g[0], anchor, -2)
+    if kind == "weekday_before_last":  # "the Tuesday before last": the one before last Tuesday
+        day = _weekday("last", _WEEKDAYS[g[0].lower()], anchor) - timedelta(weeks=1)
+        return day, day, "day"
+    if kind == "weekday_of_week":
+        relation = (m.group("relation") or m.group("relation2")).lower()
+        weekday = _WEEKDAYS[(m.group("weekday") or m.group("weekday2")).lower()]
+        day = _unit_span("week", anchor, {"last": -1, "next": 1}.get(relation, 0))[0]
+        day += timedelta(days=weekday)
+        return day, day, "day"
+    if kind == "ago_today":  # "two weeks ago today": that day
+        shift = relativedelta(**{f"{g[1].lower().rstrip('s')}s": _count(g[0])[0]})  # type: ignore[arg-type]
+        day = anchor - shift if g[2].lower() == "ago" else anchor + shift
+        return day, day, "day"
     if kind == "before":  # "the week before", "the week prior" or "the previous week"
         return _unit_span(g[0] or g[1], anchor, -1)
     if kind == "weekday":
@@ -950,6 +988,13 @@ def _resolve_named_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date
         low, high = _count(g[0])
         day = _weekday("last", _WEEKDAYS[g[1].lower()], anchor)
         return day - timedelta(weeks=high - 1), day - timedelta(weeks=low - 1), "day"
+    if kind == "holidays_ago":  # the last one was one Christmas ago
+        low, high = _count(g[0])
+        plural = g[1].lower()
+        name = {"christmases": "christmas", "xmases": "christmas"}.get(plural, plural[:-1])
+        last_year = max(y for y in (anchor.year - 1, anchor.year) if _holiday(name, y) < anchor)
+        first, last = _holiday(name, last_year - high + 1), _holiday(name, last_year - low + 1)
+        return first, last, "day" if low == high else "days"
     future = _speaks_of_future(m)
     if not future and not _PAST_TOLD.search(_sentence(m)):
         return None
@@ -994,7 +1039,7 @@ def _resolve_unit(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date
         part = _PART_OF[(g[0] or g[2]).lower()]
         relation = (g[1] or g[3] or "this").lower()
         first, last, _ = _unit_span(g[4], anchor, {"last": -1, "next": 1}.get(relation, 0))
-        return (*_part_of(first, last, part), "days" if g[4].lower() == "month" else "months")
+        return (*_part_of(first, last, part), "months" if g[4].lower() == "year" else "days")
     if kind == "unit":
         relation, unit = " ".join(g[0].lower().split()), g[1].lower()
         if relation == "past":  # the past week: the days just before

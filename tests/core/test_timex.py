@@ -117,6 +117,20 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("The race was on 2023-04-16.", "2023-04-16", "2023-04-16"),
         ("We left on 12/25/22.", "2022-12-25", "2022-12-25"),
         ("It's due by 14/05.", "2023-05-14", "2023-05-14"),
+        # That very day, the weekday a week before the last one, a holiday so many years back.
+        ("I quit two weeks ago today.", "2023-04-24", "2023-04-24"),
+        ("We met a year ago today!", "2022-05-08", "2022-05-08"),
+        ("I move out a month from today.", "2023-06-08", "2023-06-08"),
+        ("I met her the Tuesday before last.", "2023-04-25", "2023-04-25"),
+        ("We went there two Christmases ago.", "2021-12-25", "2021-12-25"),
+        ("We moved three Thanksgivings ago.", "2020-11-26", "2020-11-26"),
+        # A day of a week named, and a third of a week.
+        ("I went on Friday last week.", "2023-05-05", "2023-05-05"),
+        ("I'm going on Tuesday of next week.", "2023-05-16", "2023-05-16"),
+        ("Last week on Wednesday we met.", "2023-05-03", "2023-05-03"),
+        ("It was at the end of last week.", "2023-05-04", "2023-05-07"),
+        ("We talked early last week.", "2023-05-01", "2023-05-03"),
+        ("I'll be done by the end of the week.", "2023-05-11", "2023-05-14"),
     ],
 )
 def test_each_relative_form_resolves_against_the_session_date(
@@ -177,10 +191,26 @@ def test_each_relative_form_resolves_against_the_session_date(
         "We met on 9/11.",  # either reading is a date: left
         "Version 2023-13-45 is out.",  # no such month
         "Over the last 0 days nothing changed.",  # no days at all (once a span that ran backward)
+        "We fight like it's two Christmases in one.",  # no "ago": no holiday of any year
+        "The Tuesday before the move was hectic.",  # relative to an event
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
     assert resolve(text, SAID) == []
+
+
+def test_a_day_counted_back_or_named_in_a_week_is_one_day_only_where_the_words_say_so() -> None:
+    # A vague count names no one day: its weeks, and the day said, stay apart.
+    vague = resolve("We started a few weeks ago today, I think.", SAID)
+    assert [(s.phrase, s.grain) for s in vague] == [("a few weeks ago", "weeks"), ("today", "day")]
+    # A comma ends the weekday's phrase: the last Friday, and last week as a whole.
+    apart = resolve("I work on Friday, last week was busy.", SAID)
+    assert [s.phrase for s in apart] == ["on Friday", "last week"]
+    assert apart[1].days == 7
+    # Said on a Saturday, "on Friday last week" is not the day before.
+    saturday = date(2023, 5, 13)
+    assert resolve("I went on Friday last week.", saturday)[0].start == date(2023, 5, 5)
+    assert resolve("I went on Friday.", saturday)[0].start == date(2023, 5, 12)
 
 
 def test_the_weekend_and_weekday_forms_follow_the_day_they_were_said() -> None:
