@@ -229,7 +229,8 @@ def _event_parts(query: str) -> list[str]:
     `core.timex.order_choice`), and a length of time from one to the other ("How
     long after E did X?": X, E). E is never a date (a date the question names is the time
     feature's business, not a second event). A second event said as an ordinal alone
-    ("between adopting the first dog and the second") is the first one with that ordinal.
+    ("between adopting the first dog and the second") is the first one with that ordinal; two
+    ordinals before one noun ("between Sam's first and second appointment") are each that noun.
 
     "X before / after E" with E a name ("Which city was she in before Lisbon?") is two (X, E).
     "X after E" asking about X alone ("How did Melanie feel after the accident?") is one event:
@@ -241,7 +242,8 @@ def _event_parts(query: str) -> list[str]:
     for pattern in (r"\bbetween\s+(.+?)\s+and\s+(.+)$", r"\bboth\s+(.+?)\s+and\s+(.+)$"):
         m = re.search(pattern, body, re.IGNORECASE)
         if m:
-            return [m[1], _elided(m[2], m[1])]
+            first, second = _shared_head(m[1], m[2])
+            return [first, _elided(second, first)]
     m = re.search(r"^(.+?)\s+\bbefore\s+or\s+after\s+(.+)$", body, re.IGNORECASE)
     if m and _not_a_date(m[2]):
         return [m[1], m[2]]
@@ -294,6 +296,18 @@ def _elided(second: str, first: str) -> str:
         rf"\b(?:{_ORDINALS})\b", alone[1], first, count=1, flags=re.IGNORECASE
     )
     return replaced if count else second
+
+
+def _shared_head(first: str, second: str) -> tuple[str, str]:
+    """Both events in full when `first` ends with an ordinal and `second` is another ordinal
+    with the noun they share ("Sam's first", "second doctor's appointment" -> "Sam's first
+    doctor's appointment", "Sam's second doctor's appointment"); else both as they are."""
+    ends = re.fullmatch(rf"(.*?\b)?({_ORDINALS})", first.strip(), re.IGNORECASE)
+    opens = re.fullmatch(rf"(?:the\s+)?({_ORDINALS})\s+(.+)", second.strip(), re.IGNORECASE)
+    if not ends or not opens:
+        return first, second
+    owner = ends[1] or ""
+    return f"{owner}{ends[2]} {opens[2]}", f"{owner}{opens[1]} {opens[2]}"
 
 
 def part_text(part: str, speakers: list[str] | set[str] | frozenset[str]) -> str:

@@ -550,6 +550,15 @@ def test_a_different_memory_ranks_differently() -> None:
             "How long between adopting the first dog and the second?",
             ["adopting the first dog", "adopting the second dog"],
         ),
+        # ... and two ordinals before the noun they share are each that noun, the owner kept.
+        (
+            "How many months passed between Sam's first and second doctor's appointment?",
+            ["Sam's first doctor's appointment", "Sam's second doctor's appointment"],
+        ),
+        (
+            "How long was it between the first and the second marathon?",
+            ["the first marathon", "the second marathon"],
+        ),
         # "How long" names no event: the cue's object and the clause after it are the two.
         (
             "How long after the wedding did they move to Boston?",
