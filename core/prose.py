@@ -79,6 +79,37 @@ def sentences_of(text: str) -> list[str]:
     return out
 
 
+#: A line of a list, not of prose: "1. ...", "2) ...", "**3.** ...", "* ...", "- ...", "• ..."
+#: (not a scene break "* * *", not a dialogue dash "— ..." or "–").
+_LIST_LINE = re.compile(r"^ {0,3}(?:\*\*)?(?:\d{1,2}[.)]|[*\u2022-])(?:\*\*)?\s+(?![*\s]*$)")
+#: A template's slot a model echoed instead of filling it: "[A]", "[X]", "[Name]", "[insert
+#: location]" (not "[sic]", a footnote's "[1]" or a bracketed aside of several words).
+_PLACEHOLDER = re.compile(
+    r"\[[A-Z]\]|(?i:\[(?:name|character|character\s+name|location|place|setting|protagonist"
+    r"|antagonist|insert\b[^\]\n]{0,30})\])"
+)
+
+
+def listed(text: str) -> tuple[int, float]:
+    """(lines, share of words): `text`'s lines written as list items and the share of its
+    words they hold. Many such lines holding most words are an outline or notes about the
+    story, not the story (a small model answers a scene prompt with "1. The story begins with
+    ..."); a short list inside prose (a note a character reads) holds few of its words."""
+    words = listed_words = lines = 0
+    for line in text.splitlines():
+        count = len(words_of(line))
+        words += count
+        if _LIST_LINE.match(line):
+            lines += 1
+            listed_words += count
+    return lines, round(listed_words / words, 4) if words else 0.0
+
+
+def placeholders(text: str) -> list[str]:
+    """The template slots `text` holds unfilled ("[A]", "[Name]"), each once, in order."""
+    return list(dict.fromkeys(m.group(0) for m in _PLACEHOLDER.finditer(text)))
+
+
 def sentence_lengths(text: str) -> list[int]:
     """Words in each sentence, in order (the same splitter as `sentences_of`)."""
     return [n for n in (len(words_of(raw)) for raw in _SENTENCE_END.split(text)) if n]

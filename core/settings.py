@@ -207,6 +207,13 @@ class ProseThresholds(BaseModel):
     max_sentence_words: int = Field(
         100, ge=10, description="words in the longest sentence, upper bound"
     )
+    # A scene written as an outline ("1. The story begins with ...") rather than as prose.
+    max_list_share: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="share of a scene's words in list lines (two or more), upper bound",
+    )
 
     @model_validator(mode="after")
     def _length_bounds_ordered(self) -> ProseThresholds:

@@ -27,7 +27,12 @@ Checks of the text against its plan, with no model (a small model's editor score
   study (1993) found readers understood under 10% of 43-word sentences; literary fiction
   still has longer ones (the opening sentence of A Tale of Two Cities has 119 words), so only
   a sentence over 100 words (`prose.max_sentence_words`) is flagged, and one long
-  grammatical sentence among ordinary ones does not move the mean.
+  grammatical sentence among ordinary ones does not move the mean;
+- an outline, not prose: two or more numbered or bulleted lines holding over 30% of the
+  scene's words (`prose.max_list_share`; a small model answers a scene prompt with "1. The
+  story begins with [A]. A character stands at [X] ..."), and a template's slots left
+  unfilled ("[A]", "[Name]"; not "[sic]" nor a footnote's "[1]"). A note of three items a
+  character reads holds a few of a scene's 450 words.
 
 The checks read the graph only "as of chapter N-1", so their result does not depend on
 whether this chapter's delta is in the graph yet, and the stage is cached under the history
@@ -46,7 +51,7 @@ from pydantic import BaseModel
 from core.content import ContentRef, ContentStore
 from core.errors import InvalidInputError
 from core.grounding import KnownNames, SourceText, distinctive_tokens, mentions
-from core.prose import ProseMetrics, measure, sentence_lengths, words_of
+from core.prose import ProseMetrics, listed, measure, placeholders, sentence_lengths, words_of
 from core.settings import ProseThresholds
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta
@@ -85,6 +90,8 @@ class SceneCheck(BaseModel):
     setting_named: bool | None = None  # None: the plan names no setting
     mean_sentence_words: float = 0.0
     max_sentence_words: int = 0
+    list_share: float = 0.0  # of its words in list lines: an outline, not prose
+    placeholders: list[str] = []  # template slots left unfilled: "[A]", "[Name]"
     problems: list[str] = []
 
 
@@ -362,7 +369,8 @@ def two_places_at_once(
 def check_scene(
     number: int, text: str, plan: SceneDetail, cast: KnownNames, thresholds: ProseThresholds
 ) -> SceneCheck:
-    """Does the scene name its planned characters and setting, and are its sentences sentences?"""
+    """Does the scene name its planned characters and setting, are its sentences sentences,
+    and is it prose (not a list of notes about the story, not a template with its slots)?"""
     source = SourceText(text)
     planned = list(dict.fromkeys(c.strip() for c in plan.characters if c.strip()))
     missing = [name for name in planned if not mentions(source, name, cast)]
@@ -390,6 +398,15 @@ def check_scene(
         problems.append(
             f"run-on sentence of {longest} words (at most {thresholds.max_sentence_words})"
         )
+    list_lines, share = listed(text)
+    if list_lines >= 2 and share > thresholds.max_list_share:
+        problems.append(
+            f"is written as a list, not prose ({list_lines} numbered or bulleted lines hold "
+            f"{share:.0%} of its words; at most {thresholds.max_list_share:.0%})"
+        )
+    slots = placeholders(text)
+    if slots:
+        problems.append(f"holds template slots left unfilled: {', '.join(slots[:5])}")
     return SceneCheck(
         scene=number,
         missing_characters=missing,
@@ -397,6 +414,8 @@ def check_scene(
         setting_named=setting_named,
         mean_sentence_words=mean,
         max_sentence_words=longest,
+        list_share=share,
+        placeholders=slots,
         problems=problems,
     )
 
@@ -499,6 +518,7 @@ def quality_rows(
             {
                 "mean_sentence_words": check.mean_sentence_words,
                 "max_sentence_words": check.max_sentence_words,
+                "list_share": check.list_share,
                 "missing_characters": ", ".join(check.missing_characters),
                 "setting_named": "" if check.setting_named is None else check.setting_named,
                 "plan_problems": "; ".join(check.problems),

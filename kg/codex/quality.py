@@ -31,6 +31,7 @@ QUALITY_COLUMNS = (
     "compression_ratio",
     "mean_sentence_words",
     "max_sentence_words",
+    "list_share",
     "plan_problems",
     "facts_kept",
     "facts_dropped",

@@ -315,6 +315,51 @@ def test_word_salad_runs_on_and_a_long_grammatical_sentence_does_not() -> None:
     assert check.problems == [] and check.max_sentence_words >= 60
 
 
+#: A small model's answer to a scene prompt (as `make run` got it from SmolLM2): notes about a
+#: story, numbered, with the template's slots.
+OUTLINE = (
+    "Mara Quill keeps the lamp of Gull Rock.\n\n"
+    "1. The story begins with [A]. A character stands at [X]; a detail is added or removed "
+    "based on context data unless otherwise indicated for reference purposes.\n"
+    "   * The first entry is not mentioned but another description can provide more details.\n"
+    "**2.** To avoid multiple mentions of a single passage, each new sentence creates separate "
+    "ideas which need individual presentation, as Tobias Venn would say.\n"
+    "3. In addition to the previous scenes, add a second paragraph with more examples."
+)
+
+
+def test_a_scene_written_as_an_outline_with_its_slots_is_not_prose() -> None:
+    [check] = check_scenes([OUTLINE], [PLAN], CAST, THRESHOLDS)
+    assert check.list_share > 0.8
+    assert any("written as a list, not prose (4 numbered or bulleted" in p for p in check.problems)
+    assert check.placeholders == ["[A]", "[X]"]
+    assert any("template slots left unfilled: [A], [X]" in p for p in check.problems)
+    perfect = QualityScores(
+        coherence=1.0, prose_quality=1.0, plot_advancement=1.0, pacing=1.0, tone_consistency=1.0
+    )
+    metrics = measure(OUTLINE, 60, THRESHOLDS)
+    decision = decide_revision(perfect, [], [metrics], metrics, 0.5, [check])
+    assert any("scene 1 is written as a list" in r for r in decision.reasons)
+
+
+def test_a_note_a_character_reads_dialogue_dashes_and_asides_in_brackets_are_prose() -> None:
+    note = (
+        CLEAN_PROSE
+        + "\n\nTobias Venn had pinned the list to the door:\n1. Oil\n2. Wicks\n3. Bread\n\n"
+        + "\u2014 You forgot the matches, Mara said.\n\u2014 I never forget, Tobias said.\n\n"
+        + "* * *\n\n"
+        + 'The letter read "their [sic] lamp" and cited the keeper\'s log [1], and the ledger '
+        + "[by then damp] was no help."
+    )
+    [check] = check_scenes([note], [PLAN], CAST, THRESHOLDS)
+    assert 0 < check.list_share < THRESHOLDS.max_list_share
+    assert check.placeholders == []
+    assert not any("list" in p or "slots" in p for p in check.problems), check.problems
+    # One numbered paragraph of prose is not an outline either.
+    [single] = check_scenes(["1. " + CLEAN_PROSE], [PLAN], CAST, THRESHOLDS)
+    assert single.list_share == 1.0 and not any("list" in p for p in single.problems)
+
+
 def test_a_scene_off_plan_is_revised_even_when_the_editor_loves_it() -> None:
     [check] = check_scenes([WORD_SALAD], [PLAN], CAST, THRESHOLDS)
     perfect = QualityScores(
