@@ -21,7 +21,7 @@ Forms resolved (the anchor is the session's date `d`):
 | the other week | the one to three weeks before |
 | N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago; it's been (about) N years since | as "ago" (a fortnight: two weeks; a decade: ten years) |
 | half a year ago, a year and a half ago, two and a half years ago | that month |
-| on Friday, since Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend | the last one, or the coming one when the clause speaks of the future |
+| on Friday, since Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend; Friday alone (a capital, in a sentence that tells what happened or what is to come: "We went hiking Saturday", "See you Tuesday!") | the last one, or the coming one when the clause speaks of the future |
 | last / this / next Christmas (Xmas, Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one |
 | last / this past / next / this Friday (and Fri, Tues, Thurs, Wed) | that weekday's date |
 | last / this / next week, N weeks ago, the week before last, the week before / prior, the previous week (end of clause) | that Monday-Sunday week |
@@ -55,7 +55,9 @@ race" and "since the race" from the earlier sentence that dated the event, `even
 a noun after last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a
 capital letter there, or a preposition or a day or year beside it), a habit ("on Fridays", "on
 weekends", "on Monday mornings", "every Friday night", "Friday nights", "I swim in the
-summer", "Rent is due on the 1st"), an idiom ("at the end of the day"), a length of time in
+summer", "Rent is due on the 1st", "Saturday is my day off", "I always run Sunday"), a
+weekday that names something else ("Black Friday", "Sunday school", "a Sunday like any
+other", "called Friday"), an idiom ("at the end of the day"), a length of time in
 the past ("I lost 5 pounds in two weeks"), "back" as a place ("a few days back home"), an
 ordinal ("the 3rd floor"), "the summer months", a holiday as a kind of thing ("a Christmas
 tree", "my Halloween costume": a holiday needs last/next or a preposition).
@@ -308,6 +310,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         (
             "on_weekday",
             rf"\b(?:on|since)\s+({_WEEKDAY_RE})\b(?!\s+(?:mornings|afternoons|evenings|nights)\b)\.?",
+        ),
+        (
+            # "We went hiking Saturday", "See you Tuesday!": as "on Saturday", with the guards
+            # of `_bare_weekday_is_a_day` (a habit, a holiday's name, a date beside it)
+            "bare_weekday",
+            r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b(?!['\u2019]?s\b)",
         ),
         (
             "weekday_part",  # "Monday morning I went ...": as "on Monday"
@@ -697,6 +705,40 @@ def _resolve_ahead_or_up_to(
     return first, last, grain if low == high else f"{grain}s"
 
 
+#: A word before a weekday that makes it a name or another form: "Black Friday", "Good
+#: Friday", "a Sunday", "every Monday" ("last", "on" and the like are forms of their own).
+_NAMES_A_WEEKDAY = re.compile(
+    r"(?i:\b(?:black|good|cyber|super|ash|easter|palm|maundy|holy|blue|freaky|man|girl|a|the|each"
+    r"|every|of|last|next|this|past|coming|until|till|by|from|called|named)\s+)$"
+)
+#: What after a weekday makes it a kind of thing or a date's name: "Sunday school", "Sunday
+#: best", "Saturday Night Live", "Friday the 13th", "Friday, May 5" (the date says the day).
+_AFTER_A_WEEKDAY = re.compile(
+    rf"(?i:\s+(?:school|best|papers?|blues|brunch|service|mass|league|roast|dinners|night\s+live)\b"
+    rf"|,?\s+(?:the\s+)?\d|,?\s+(?:{_MONTH_RE})\b)"
+)
+#: A sentence about what happens as a rule: its weekday is any such day, not one.
+_HABIT = re.compile(
+    r"(?i:\b(?:always|usually|often|never|sometimes|every|each|typically|normally|generally"
+    r"|used\s+to|would)\b)"
+)
+
+
+def _bare_weekday_is_a_day(m: re.Match[str]) -> bool:
+    """ "We went hiking Saturday" (told) and "See you Tuesday!" (to come) name one day; not a
+    lower-case "friday", "Black Friday", "a Sunday", "Sunday school", "Friday, May 5" (the date
+    is read on its own), a weekday in the present tense ("Saturday is my day off") or in a
+    habit ("I always run Sunday")."""
+    if not m.group(1)[0].isupper() or _NAMES_A_WEEKDAY.search(m.string, 0, m.start()):
+        return False
+    if _AFTER_A_WEEKDAY.match(m.string, m.end()):
+        return False
+    sentence = _sentence(m)
+    if _HABIT.search(sentence):
+        return False
+    return bool(_FUTURE.search(sentence) or _PAST_TOLD.search(sentence))
+
+
 def _resolve_last_or_coming(
     kind: str, m: re.Match[str], anchor: date
 ) -> tuple[date, date, str] | None:
@@ -709,9 +751,11 @@ def _resolve_last_or_coming(
         # "a friday night" is a kind of evening; "last Monday night" is "last Monday";
         # "every Friday night" a habit.
         return None
+    if kind == "bare_weekday" and not _bare_weekday_is_a_day(m):
+        return None
     g = m.groups()
     future = _speaks_of_future(m)
-    if kind in ("on_weekday", "weekday_part"):
+    if kind in ("on_weekday", "weekday_part", "bare_weekday"):
         day = _weekday("next" if future else "last", _WEEKDAYS[g[0].lower()], anchor)
         return day, day, "day"
     if kind == "the_weekend":
@@ -894,7 +938,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         relation = " ".join(g[0].lower().split())
         first, last = _season_span(g[1], anchor, "this" if relation == "this coming" else relation)
         return first, last, "season"
-    if kind in ("on_weekday", "weekday_part", "the_weekend", "holiday"):
+    if kind in ("on_weekday", "weekday_part", "bare_weekday", "the_weekend", "holiday"):
         return _resolve_last_or_coming(kind, m, anchor)
     if kind in ("after_next", "from_now", "in_units", "past_units"):
         return _resolve_ahead_or_up_to(kind, m, anchor)

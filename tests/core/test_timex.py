@@ -131,6 +131,10 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("It was at the end of last week.", "2023-05-04", "2023-05-07"),
         ("We talked early last week.", "2023-05-01", "2023-05-03"),
         ("I'll be done by the end of the week.", "2023-05-11", "2023-05-14"),
+        # A weekday alone, in a sentence that tells or looks ahead (SAID is a Monday).
+        ("We went hiking Saturday.", "2023-05-06", "2023-05-06"),
+        ("Friday I finally finished it.", "2023-05-05", "2023-05-05"),
+        ("See you Thursday!", "2023-05-11", "2023-05-11"),
     ],
 )
 def test_each_relative_form_resolves_against_the_session_date(
@@ -193,6 +197,14 @@ def test_each_relative_form_resolves_against_the_session_date(
         "Over the last 0 days nothing changed.",  # no days at all (once a span that ran backward)
         "We fight like it's two Christmases in one.",  # no "ago": no holiday of any year
         "The Tuesday before the move was hectic.",  # relative to an event
+        "Saturday is my day off.",  # a weekday in the present tense: any such day
+        "I always ran Sunday mornings and Sunday.",  # ... in a habit
+        "Black Friday was chaos.",  # a name, not a weekday
+        "It was a Sunday like any other.",  # a kind of day
+        "We went to Sunday school.",  # ... likewise
+        "My cat is called Friday.",  # a name
+        "We met Friday the 13th.",  # the date names the day (and is not read alone)
+        "friday was fun",  # no capital: as "a friday night", a kind of day
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
@@ -211,6 +223,8 @@ def test_a_day_counted_back_or_named_in_a_week_is_one_day_only_where_the_words_s
     saturday = date(2023, 5, 13)
     assert resolve("I went on Friday last week.", saturday)[0].start == date(2023, 5, 5)
     assert resolve("I went on Friday.", saturday)[0].start == date(2023, 5, 12)
+    # A weekday with its date is read by the date alone.
+    assert [s.phrase for s in resolve("I went Friday, May 5, with Ann.", saturday)] == ["May 5"]
 
 
 def test_the_weekend_and_weekday_forms_follow_the_day_they_were_said() -> None:
