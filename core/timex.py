@@ -238,7 +238,10 @@ _PERFECT = re.compile(
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (name, re.compile(pattern, re.IGNORECASE))
     for name, pattern in (
-        ("day_before_yesterday", r"\b(?:the\s+)?day\s+before\s+yesterday\b"),
+        (
+            "day_before_yesterday",
+            r"\b(?:the\s+)?day\s+before\s+yesterday\b|\bthe\s+night\s+before\s+last\b",
+        ),
         ("day_after_tomorrow", r"\b(?:the\s+)?day\s+after\s+tomorrow\b"),
         ("yesterday", r"\b(?:yesterday|last\s+night)\b"),
         ("today", r"\b(?:today|tonight|this\s+(?:morning|afternoon|evening))\b"),
@@ -275,7 +278,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             rf"\b(?:{_ROUGHLY})?({_COUNT_RE})\s+({_UNIT_RE})\s+(?:now|already)\b(?!\s+(?:that|ago)\b)",
         ),
         ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
-        ("weekday_before_last", rf"\bthe\s+({_WEEKDAY_RE})\s+before\s+last\b"),
+        ("weekday_before_last", rf"\b(?:the\s+)?({_WEEKDAY_RE})\s+before\s+last\b"),
         (
             # "on Friday last week", "Tuesday of next week", "last week on Friday": that day of
             # that week (not the last or coming Friday, which may lie in another week)
@@ -333,7 +336,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
         (
             "unit",
-            r"\b(last|this\s+past|past|next|this\s+coming|this|earlier\s+this|later\s+this)\s+(week|weekend|month|year)\b",
+            r"\b(last|this\s+past|past|next|this\s+coming|this|(?:earlier|later)\s+(?:this|in\s+the))"
+            r"\s+(week|weekend|month|year)\b",
         ),
         (
             "part_of_unit",  # "the end of last year", "the start of the month", "early last week"
@@ -1086,6 +1090,9 @@ def _resolve_unit(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date
         return (*_part_of(first, last, part), "months" if g[4].lower() == "year" else "days")
     if kind == "unit":
         relation, unit = " ".join(g[0].lower().split()), g[1].lower()
+        relation = relation.replace(" in the", " this")  # "earlier in the week": of this one
+        if relation == "past" and unit == "weekend":  # "the past weekend": the last one
+            return _unit_span("weekend", anchor, -1)
         if relation == "past":  # the past week: the days just before
             length = {"week": 7, "weekend": 3, "month": 31, "year": 365}[unit]
             return anchor - timedelta(days=length), anchor - timedelta(days=1), "days"
@@ -1101,6 +1108,8 @@ def _resolve_unit(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date
             last = min(last, anchor)
         if relation == "later this":
             first = max(first, anchor)
+        if first > last:  # "earlier this weekend" said on a Wednesday: no such days
+            return None
         return first, last, grain
     return None
 

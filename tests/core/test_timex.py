@@ -131,6 +131,11 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("It was at the end of last week.", "2023-05-04", "2023-05-07"),
         ("We talked early last week.", "2023-05-01", "2023-05-03"),
         ("I'll be done by the end of the week.", "2023-05-11", "2023-05-14"),
+        ("I went there earlier in the week.", "2023-05-08", "2023-05-08"),
+        ("I'll get to it later in the month.", "2023-05-08", "2023-05-31"),
+        ("We went hiking the past weekend.", "2023-05-06", "2023-05-07"),
+        ("I slept badly the night before last.", "2023-05-06", "2023-05-06"),
+        ("I met her Tuesday before last.", "2023-04-25", "2023-04-25"),
         # A weekday alone, in a sentence that tells or looks ahead (SAID is a Monday).
         ("We went hiking Saturday.", "2023-05-06", "2023-05-06"),
         ("Friday I finally finished it.", "2023-05-05", "2023-05-05"),
@@ -429,7 +434,8 @@ _FUZZ_WORDS = (
     "2023-13-01 2022 1999 May June february day days week weekend weekends month months year "
     "years decade summer winter holidays Christmas Thanksgiving Easter Memorial Labor Day "
     "Mother's Friday Fridays morning night yesterday tomorrow today early mid late end "
-    "beginning start first second last half and or I we went will be been have had , . ? !"
+    "beginning start first second last half and or I we went will be been have had , . ? ! "
+    "earlier later Saturday Tuesday Christmases today from"
 ).split()
 
 
@@ -445,3 +451,7 @@ def test_the_resolver_never_fails_and_every_span_runs_forward() -> None:
         for named in query_dates(text):
             assert named.span is None or named.span.start <= named.span.end, (text, named)
         asks_when(text)
+    # Said on a Wednesday, the weekend of "earlier this weekend" is still to come: no days.
+    for text in ("I ran earlier this weekend.", "I ran earlier in the weekend."):
+        assert resolve(text, date(2023, 5, 10)) == [], text
+    assert resolve("I ran earlier in the weekend.", date(2023, 5, 14))[0].start == date(2023, 5, 13)
