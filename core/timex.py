@@ -12,7 +12,7 @@ Forms resolved (the anchor is the session's date `d`):
 | form | span |
 |---|---|
 | today, tonight, this morning/afternoon/evening | d |
-| yesterday, last night, the day before / prior, the previous day (end of clause); the day before yesterday | d-1; d-2 |
+| yesterday, last night, the day before / prior, the previous day (end of clause); the day before yesterday, the night before last | d-1; d-2 |
 | tomorrow; the day after tomorrow | d+1; d+2 |
 | in two weeks, in a few days, in a month or so (a sentence about the future or in the present tense) | that day, week or month ahead |
 | two days from now, a few weeks from now; the week (weekend, month, year) after next | that day, week or month ahead |
@@ -26,13 +26,13 @@ Forms resolved (the anchor is the session's date `d`):
 | last / this past / next / this Friday (and Fri, Tues, Thurs, Wed) | that weekday's date |
 | last / this / next week, N weeks ago, the week before last, the week before / prior, the previous week (end of clause) | that Monday-Sunday week |
 | last / this past / this / next weekend, N weekends ago, the weekend before last | that Saturday-Sunday ("this weekend" said on a Monday or Tuesday: the one just over, unless the sentence speaks of the future or is in the present tense) |
-| last / this / next month, N months ago, the month before last; earlier / later this month | that calendar month; its days up to / from `d` |
+| last / this / next month, N months ago, the month before last; earlier / later this month (week, year), earlier in the week | that calendar month; its days up to / from `d` (none when they would run backward: "earlier this weekend" said on a Wednesday) |
 | the beginning (start, middle, end) of last / this / next week, month or year, the end of the month, early last week, late last year | its first, middle or last third (Monday-Wednesday, Tuesday-Thursday, Thursday-Sunday; days 1-10, 11-20, 21-; January-April, May-August, September-December) |
 | last / this / next year, N years ago, a few years ago | that calendar year (or years) |
 | last / this / next summer (spring, fall, autumn, winter) | that season (northern, by months) |
 | the summer of 2021, fall 2022, the summer of last year; early / mid / late 2022, the beginning (middle, end) of 2021 | that season of that year; its first, middle or last four months |
 | two summers ago, a few winters back; two Fridays ago; two Christmases (Thanksgivings, Easters, Halloweens) ago | the last such season (weekday, holiday) and the ones before it |
-| two weeks ago today, a year ago today, a month from today; the Tuesday before last | that very day; the weekday a week before the last one |
+| two weeks ago today, a year ago today, a month from today; (the) Tuesday before last | that very day; the weekday a week before the last one |
 | on Friday last week, Tuesday of next week, last week on Friday | that weekday of that Monday-Sunday week |
 | over / during / in / for the summer (spring, fall, winter), over the holidays; on the 3rd (where the clause ends) | in a sentence that tells what happened the last one (the holidays: 24 December - 1 January), in one about the future the coming one; none in a habit ("I swim in the summer") |
 | in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after), but the last one in a sentence told in the past tense ("We went to Paris in June") and the coming one in a sentence about the future ("I'll visit in April") |
