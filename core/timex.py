@@ -35,8 +35,9 @@ Forms resolved (the anchor is the session's date `d`):
 | two weeks ago today, a year ago today, a month from today; (the) Tuesday before last | that very day; the weekday a week before the last one |
 | on Friday last week, Tuesday of next week, last week on Friday | that weekday of that Monday-Sunday week |
 | over / during / in / for the summer (spring, fall, winter), over the holidays; on the 3rd (where the clause ends) | in a sentence that tells what happened the last one (the holidays: 24 December - 1 January), in one about the future the coming one; none in a habit ("I swim in the summer") |
-| in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023 | the month or day; without a year, the one nearest `d` (last/next: before/after), but the last one in a sentence told in the past tense ("We went to Paris in June") and the coming one in a sentence about the future ("I'll visit in April") |
+| in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023; the first of May, May first, June the 3rd, the twenty-first of April | the month or day; without a year, the one nearest `d` (last/next: before/after), but the last one in a sentence told in the past tense ("We went to Paris in June") and the coming one in a sentence about the future ("I'll visit in April") |
 | in March last year, last year in March, on May 3rd of next year, early June this year | that month (or day, or part of the month) of the year named |
+| the 3rd (the first, the fifteenth) of last / this / next month; of the month (in a sentence that tells or looks ahead) | that day of that month; of the month: the last such day, or the coming one |
 | the first (second, third, fourth, last) week or weekend of May (2023) | days 1-7 (8-14, ..., the last seven); that Saturday-Sunday |
 | in 2022, since 2019, back in 2020 | that year |
 
@@ -131,6 +132,17 @@ _NUMBERS = {
     "eleven": 11,
     "twelve": 12,
 }
+_ORDINAL_WORDS = (
+    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth "
+    "thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth"
+).split()
+#: Days of the month in words: "first" 1 ... "twentieth" 20, "twenty-first" 21, ..., "thirtieth"
+#: 30, "thirty-first" 31 (with a hyphen or a space).
+_DAY_WORDS = (
+    {word: i + 1 for i, word in enumerate(_ORDINAL_WORDS)}
+    | {f"twenty-{word}": 21 + i for i, word in enumerate(_ORDINAL_WORDS[:9])}
+    | {"thirtieth": 30, "thirty-first": 31}
+)
 #: Vague counts: (fewest, most) units.
 _VAGUE = {
     "a couple of": (2, 3),
@@ -214,6 +226,8 @@ _EXACT_COUNT_RE = "|".join(sorted(_NUMBERS, key=len, reverse=True))
 #: before the wedding" is relative to an event we cannot date.
 _CLAUSE_END = r"(?=\s*(?:[,.;:!?)\]\u2014-]|$|\s*\b(?:and|but|so|too|though|already)\b))"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+#: A day of the month in words ("first", "twenty-first", "twenty first").
+_DAY_WORD_RE = r"(?:(?:twenty|thirty)[\s-])?(?:" + "|".join(_ORDINAL_WORDS) + ")"
 #: A hedge before a count ("for about three years", "been almost 3 months since"): the span is
 #: the count's.
 _ROUGHLY = (
@@ -371,7 +385,26 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             rf"\b(?:(early|late|mid)[\s-]+|the\s+(beginning|start|middle|end)\s+of\s+){_YEAR}\b",
         ),
         ("day_month", rf"\b{_DAY}\s+(?:of\s+)?({_MONTH_RE})\b\.?(?:,?\s+{_YEAR}\b)?"),
-        ("month_day", rf"\b({_MONTH_RE})\.?\s+{_DAY}\b(?!\s*(?:%|am\b|pm\b|:))(?:,?\s+{_YEAR}\b)?"),
+        (
+            "month_day",
+            rf"\b({_MONTH_RE})\.?\s+(?:the\s+)?{_DAY}\b(?!\s*(?:%|am\b|pm\b|:))(?:,?\s+{_YEAR}\b)?",
+        ),
+        (
+            # "the first of May", "the twenty-first of April, 2022": a word needs its "of"
+            "word_day_month",
+            rf"\b(?:the\s+)?({_DAY_WORD_RE})\s+of\s+({_MONTH_RE})\b(?!['\u2019]s\b)\.?(?:,?\s+{_YEAR}\b)?",
+        ),
+        (
+            # "May first", "June the third" (not "in June first", where "first" is an adverb)
+            "word_month_day",
+            rf"(?<!\bin\s)\b({_MONTH_RE})\.?\s+(?:the\s+)?({_DAY_WORD_RE})\b(?:,?\s+{_YEAR}\b)?",
+        ),
+        (
+            # "the 3rd of last month", "the first of the month", "on the fifteenth of this month"
+            "day_of_named_month",
+            rf"\b(?:on\s+)?the\s+(?:(\d{{1,2}})(?:st|nd|rd|th)|({_DAY_WORD_RE}))\s+of\s+"
+            r"(the|this|last|next)\s+month\b",
+        ),
         (
             "month",
             rf"\b(?:(in|on|since|during|until|till|by|from|around|of|last|next|this|early|late|mid|end\s+of|beginning\s+of|start\s+of)[\s-]+)?"
@@ -923,6 +956,8 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
     if kind == "weekday_before_last":  # "the Tuesday before last": the one before last Tuesday
         day = _weekday("last", _WEEKDAYS[g[0].lower()], anchor) - timedelta(weeks=1)
         return day, day, "day"
+    if kind == "day_of_named_month":
+        return _day_of_named_month(m, anchor)
     if kind == "weekday_of_week":
         relation = (m.group("relation") or m.group("relation2")).lower()
         weekday = _WEEKDAYS[(m.group("weekday") or m.group("weekday2")).lower()]
@@ -1063,6 +1098,35 @@ def _resolve_named_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date
     return first, last, "season"
 
 
+def _day_number(text: str) -> int:
+    """The day of the month a match names: "3", "3rd", "third", "twenty-first", "twenty first"."""
+    text = text.lower().rstrip(".")
+    if text[:1].isdigit():
+        return int(re.match(r"\d+", text).group(0))  # type: ignore[union-attr]
+    return _DAY_WORDS.get("-".join(text.replace("-", " ").split()), 0)  # 0: "thirty-second"
+
+
+def _day_of_named_month(m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
+    """ "the 3rd of last month", "the fifteenth of next month": that day of that month; "the
+    first of the month": of this month, or in a sentence that tells what happened the last such
+    day and in one about the future the coming one (none in a habit: "Rent is due on the
+    first of the month")."""
+    digits, words, which = m.groups()
+    number = _day_number(digits or words)
+    which = which.lower()
+    if which == "the":
+        future = _speaks_of_future(m)
+        if not future and not _PAST_TOLD.search(_sentence(m)):
+            return None
+        return _day_of_month(number, anchor, future)
+    first, _, _ = _unit_span("month", anchor, {"last": -1, "next": 1}.get(which, 0))
+    try:
+        day = first.replace(day=number)
+    except ValueError:
+        return None
+    return day, day, "day"
+
+
 def _day_of_month(number: int, anchor: date, future: bool) -> tuple[date, date, str] | None:
     """ "on the 3rd": the last 3rd up to the anchor, or in a sentence about the future the
     first from it (a month without that day is passed over)."""
@@ -1124,6 +1188,8 @@ _CALENDAR_KINDS = (
     "week_of_month",
     "day_month",
     "month_day",
+    "word_day_month",
+    "word_month_day",
     "month",
     "year",
 )
@@ -1161,15 +1227,15 @@ def _resolve_calendar(kind: str, m: re.Match[str], anchor: date) -> tuple[date, 
     g = m.groups()
     if kind in ("iso_date", "numeric_date"):
         return _numeric_date(kind, m, anchor)
-    if kind in ("day_month", "month_day"):
+    if kind in ("day_month", "month_day", "word_day_month", "word_month_day"):
         day_text, month_text, year_text = (
-            (g[0], g[1], g[2]) if kind == "day_month" else (g[1], g[0], g[2])
+            (g[0], g[1], g[2]) if kind.endswith("day_month") else (g[1], g[0], g[2])
         )
         if not year_text and (
             not _month_allowed(month_text) or month_text.lower().rstrip(".") not in _MONTHS
         ):
             return None  # "may 3" (verb), "Jan 5" (a name): a day needs the month's full name or a year
-        month, day_number = _MONTH_NUMBER[month_text.lower().rstrip(".")], int(day_text)
+        month, day_number = _MONTH_NUMBER[month_text.lower().rstrip(".")], _day_number(day_text)
         year = int(year_text) if year_text else _tensed_year(m, anchor, month)
         try:
             day = date(year, month, day_number)

@@ -136,6 +136,14 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("We went hiking the past weekend.", "2023-05-06", "2023-05-07"),
         ("I slept badly the night before last.", "2023-05-06", "2023-05-06"),
         ("I met her Tuesday before last.", "2023-04-25", "2023-04-25"),
+        # A day of the month in words, or of a month named relative to the time said.
+        ("We met on the first of May.", "2023-05-01", "2023-05-01"),
+        ("We met May first.", "2023-05-01", "2023-05-01"),
+        ("We married on the twenty-first of April, 2022.", "2022-04-21", "2022-04-21"),
+        ("I moved on June the 3rd.", "2022-06-03", "2022-06-03"),
+        ("I moved on the 3rd of last month.", "2023-04-03", "2023-04-03"),
+        ("I'll pay on the first of next month.", "2023-06-01", "2023-06-01"),
+        ("It was the first of the month.", "2023-05-01", "2023-05-01"),
         # A weekday alone, in a sentence that tells or looks ahead (SAID is a Monday).
         ("We went hiking Saturday.", "2023-05-06", "2023-05-06"),
         ("Friday I finally finished it.", "2023-05-05", "2023-05-05"),
@@ -210,6 +218,9 @@ def test_each_relative_form_resolves_against_the_session_date(
         "My cat is called Friday.",  # a name
         "We met Friday the 13th.",  # the date names the day (and is not read alone)
         "friday was fun",  # no capital: as "a friday night", a kind of day
+        "Rent is due on the first of the month.",  # a habit: every month's first
+        "It was the first of many.",  # an ordinal of no month
+        "We met the second of the twins.",  # ... likewise
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
@@ -230,6 +241,12 @@ def test_a_day_counted_back_or_named_in_a_week_is_one_day_only_where_the_words_s
     assert resolve("I went on Friday.", saturday)[0].start == date(2023, 5, 12)
     # A weekday with its date is read by the date alone.
     assert [s.phrase for s in resolve("I went Friday, May 5, with Ann.", saturday)] == ["May 5"]
+    # "first" after "in June" is an adverb: the month alone.
+    assert [s.phrase for s in resolve("We went to Spain in June first, then Italy.", SAID)] == [
+        "in June"
+    ]
+    # A day the month does not have is no day (the month named stays).
+    assert [s.phrase for s in resolve("I moved on the 31st of last month.", SAID)] == ["last month"]
 
 
 def test_the_weekend_and_weekday_forms_follow_the_day_they_were_said() -> None:
@@ -301,6 +318,8 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
     assert (
         day.span is not None and day.span.start == day.span.end == date(2023, 5, 3) and day.precise
     )
+    (worded,) = query_dates("What did Ann do on the first of May, 2023?")
+    assert worded.span is not None and worded.span.start == worded.span.end == date(2023, 5, 1)
     (month,) = query_dates("Which outdoor spot did Joanna visit in May?")
     assert month.span is None and month.month == 5 and not month.precise
     (summer,) = query_dates("Where did John travel in the summer of 2022?")
