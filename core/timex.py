@@ -1099,11 +1099,11 @@ def _resolve_named_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date
 
 
 def _day_number(text: str) -> int:
-    """The day of the month a match names: "3", "3rd", "third", "twenty-first", "twenty first"."""
-    text = text.lower().rstrip(".")
-    if text[:1].isdigit():
-        return int(re.match(r"\d+", text).group(0))  # type: ignore[union-attr]
-    return _DAY_WORDS.get("-".join(text.replace("-", " ").split()), 0)  # 0: "thirty-second"
+    """The day of the month a match's day group names: "3", "third", "twenty-first", "twenty
+    first"; 0 (no month has it) for "thirty-second"."""
+    if text.isdigit():
+        return int(text)
+    return _DAY_WORDS.get("-".join(text.lower().replace("-", " ").split()), 0)
 
 
 def _day_of_named_month(m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
