@@ -749,10 +749,11 @@ _NAMES_A_WEEKDAY = re.compile(
     r"|every|of|last|next|this|past|coming|until|till|by|from|called|named)\s+)$"
 )
 #: What after a weekday makes it a kind of thing or a date's name: "Sunday school", "Sunday
-#: best", "Saturday Night Live", "Friday the 13th", "Friday, May 5" (the date says the day).
+#: best", "Saturday Night Live", "Friday the 13th", "Friday, May 5" (the date says the day;
+#: "Saturday 3pm" is a time of that day).
 _AFTER_A_WEEKDAY = re.compile(
     rf"(?i:\s+(?:school|best|papers?|blues|brunch|service|mass|league|roast|dinners|night\s+live)\b"
-    rf"|,?\s+(?:the\s+)?\d|,?\s+(?:{_MONTH_RE})\b)"
+    rf"|,?\s+(?:the\s+)?\d(?!\d?\s*(?:am|pm|a\.m|p\.m|:))|,?\s+(?:{_MONTH_RE})\b)"
 )
 #: A sentence about what happens as a rule: its weekday is any such day, not one.
 _HABIT = re.compile(

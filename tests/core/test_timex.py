@@ -148,6 +148,7 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("We went hiking Saturday.", "2023-05-06", "2023-05-06"),
         ("Friday I finally finished it.", "2023-05-05", "2023-05-05"),
         ("See you Thursday!", "2023-05-11", "2023-05-11"),
+        ("I'll pick you up Saturday 3pm.", "2023-05-13", "2023-05-13"),
     ],
 )
 def test_each_relative_form_resolves_against_the_session_date(
