@@ -52,7 +52,8 @@ Look-alikes left alone: a duration that does not run up to the time said ("a wee
 "a course for 3 years", "I had a fever for 3 days", "I have to leave for two weeks"), a
 relative phrase anchored on an event ("the week before the wedding", "the day I was born":
 `resolve` leaves it; core.recall dates "the week before the wedding", "the day after the
-race" and "since the race" from the earlier sentence that dated the event, `event_anchors`),
+race", "two weeks after the wedding" and "since the race" from the earlier sentence that dated
+the event, `event_anchors`),
 a noun after last/next ("last time", "next step"), "may" and "march" as verbs (a month needs a
 capital letter there, or a preposition or a day or year beside it), a habit ("on Fridays", "on
 weekends", "on Monday mornings", "every Friday night", "Friday nights", "I swim in the
@@ -1447,6 +1448,7 @@ def query_dates(question: str) -> list[QueryDate]:
 #: determiner; which of them names it is the calendar's business.
 _EVENT_ANCHOR = re.compile(
     r"\b(?:the\s+(?P<unit>day|night|morning|evening|week|weekend|month)\s+(?P<order>before|after)"
+    rf"|(?P<count>{_COUNT_RE})\s+(?P<counted>days?|weeks?|months?|years?)\s+(?P<counted_order>before|after)"
     r"|(?P<since>since)|(?:right|just|shortly|soon|straight|immediately)\s+(?P<near>before|after))\s+"
     r"(?:the|my|our|his|her|their|your)\s+(?P<event>(?:[a-z][a-z'\u2019-]*\s+){0,2}[a-z][a-z'\u2019-]*)",
     re.IGNORECASE,
@@ -1476,6 +1478,8 @@ class EventAnchor:
     words: tuple[str, ...]
     #: Per word of `words`: whether its clause ends after it (`_ENDS_CLAUSE`).
     closes: tuple[bool, ...] = ()
+    #: "two days after the race": (fewest, most) `unit`s from the event; (0, 0): not counted.
+    count: tuple[int, int] = (0, 0)
 
     def names_event(self, used: int) -> bool:
         """Whether its first `used` words can name the event. "since" is also "because" ("since
@@ -1498,21 +1502,39 @@ def event_anchors(text: str) -> list[EventAnchor]:
         if words[0] in _NOT_EVENTS:
             continue
         prefix = m.group(0)[: m.start("event") - m.start()].strip()
+        count = _count(m["count"]) if m["count"] else (0, 0)
         unit = (m["unit"] or ("since" if m["since"] else "near")).lower()
+        if m["counted"]:
+            unit = m["counted"].lower().rstrip("s")
         ends = [w.end() + m.start("event") for w in re.finditer(r"\S+", m["event"])]
         closes = tuple(bool(_ENDS_CLAUSE.match(text, end)) for end in ends)
-        after = (m["order"] or m["near"] or "").lower() == "after"
-        found.append(EventAnchor(m.start(), prefix, unit, after, words, closes))
+        after = (m["order"] or m["counted_order"] or m["near"] or "").lower() == "after"
+        found.append(EventAnchor(m.start(), prefix, unit, after, words, closes, count))
     return found
 
 
 def from_event(anchor: EventAnchor, used: int, event: TimeSpan, said: date) -> TimeSpan | None:
     """The span `anchor` means once its event (its first `used` words) is known to be `event`:
+    so many days, weeks, months or years before its first day or after its last ("two weeks
+    after the wedding": that day; "a few days before the race": those days),
     the day (night, morning, evening) before its first day or after its last, the seven days
     (the month) up to it or after it (right before or after it: the seven days), the weekend before or after it; "since" it: when it began (the
     event's own days, described "since ..." as a duration up to the time said is), none when
     the event comes after `said`."""
     phrase = anchor.phrase(used)
+    if anchor.count != (
+        0,
+        0,
+    ):  # "two weeks after the wedding": that day (a vague count: those days)
+        low, high = anchor.count
+        sign = 1 if anchor.after else -1
+        base = event.end if anchor.after else event.start
+        near, far = (
+            base + sign * relativedelta(**{f"{anchor.unit}s": n})  # type: ignore[arg-type]
+            for n in (low, high)
+        )
+        first, last = sorted((near, far))
+        return TimeSpan(first, last, phrase, "day" if first == last else "days")
     if anchor.unit == "since":
         if event.start > said:
             return None

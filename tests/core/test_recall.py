@@ -874,6 +874,33 @@ def test_a_phrase_relative_to_an_event_is_dated_by_the_turn_that_dated_the_event
     )
 
 
+def test_so_many_days_or_weeks_from_a_dated_event_is_that_day() -> None:
+    index = HybridIndex(2)
+    said = "2:00 pm on 20 June, 2023"
+    index.add(
+        [
+            _doc(
+                1, "Ann", "Our wedding is on June 10th! So excited.", when="1:00 pm on 1 May, 2023"
+            ),
+            _doc(2, "Ann", "I ran a charity race last weekend.", when="1:00 pm on 8 May, 2023"),
+            _doc(3, "Ann", "Two weeks after the wedding we unpacked at last.", when=said),
+            _doc(4, "Ann", "A few days before the race I got sick.", when=said),
+            _doc(5, "Ann", "Three days after the big race I felt fine.", when=said),
+            # Look-alike: an event no turn dated.
+            _doc(6, "Ann", "Two days before the concert I practiced.", when=said),
+        ],
+        None,
+    )
+
+    def dated(position: int) -> list[tuple[str, str]]:
+        return [(s.phrase, s.describe()) for s in index.events(position)]
+
+    assert dated(2) == [("Two weeks after the wedding", "Saturday 24 June 2023")]
+    assert dated(3) == [("A few days before the race", "2-4 May 2023")]  # the race: 6-7 May
+    assert dated(4) == [("Three days after the big race", "Wednesday 10 May 2023")]
+    assert dated(5) == []
+
+
 def _told(*said: tuple[str, str]) -> list[MemoryDoc]:
     """Ann's turns t1, t2, ...: (text, when said) each."""
     return [_doc(i, "Ann", text, when=when) for i, (text, when) in enumerate(said, 1)]
