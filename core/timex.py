@@ -743,11 +743,12 @@ def _resolve_ahead_or_up_to(
     return first, last, grain if low == high else f"{grain}s"
 
 
-#: A word before a weekday that makes it a name or another form: "Black Friday", "Good
-#: Friday", "a Sunday", "every Monday" ("last", "on" and the like are forms of their own).
+#: A word before a weekday that makes it a name or a kind of day: "Black Friday", "Good
+#: Friday", "a Sunday", "each Monday", "called Friday" (a relation, "last Friday", is
+#: `_RELATION_BEFORE`'s; "on Friday" and the like are forms of their own).
 _NAMES_A_WEEKDAY = re.compile(
     r"(?i:\b(?:black|good|cyber|super|ash|easter|palm|maundy|holy|blue|freaky|man|girl|a|the|each"
-    r"|every|of|last|next|this|past|coming|until|till|by|from|called|named)\s+)$"
+    r"|of|until|till|by|from|called|named)\s+)$"
 )
 #: What after a weekday makes it a kind of thing or a date's name: "Sunday school", "Sunday
 #: best", "Saturday Night Live", "Friday the 13th", "Friday, May 5" (the date says the day;
@@ -768,7 +769,11 @@ def _bare_weekday_is_a_day(m: re.Match[str]) -> bool:
     lower-case "friday", "Black Friday", "a Sunday", "Sunday school", "Friday, May 5" (the date
     is read on its own), a weekday in the present tense ("Saturday is my day off") or in a
     habit ("I always run Sunday")."""
-    if not m.group(1)[0].isupper() or _NAMES_A_WEEKDAY.search(m.string, 0, m.start()):
+    if not m.group(1)[0].isupper():
+        return False
+    if _RELATION_BEFORE.search(m.string, 0, m.start()) or _NAMES_A_WEEKDAY.search(
+        m.string, 0, m.start()
+    ):
         return False
     if _AFTER_A_WEEKDAY.match(m.string, m.end()):
         return False
