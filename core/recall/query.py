@@ -266,6 +266,11 @@ def _event_parts(query: str) -> list[str]:
     )
     if m and _not_a_date(m[1]):
         return [m[2], m[1]]
+    # "How long had she been volunteering when she got the award?": the clause, then the event
+    # it is measured against (a length needs both ends' turns).
+    m = _LENGTH_TO_EVENT.search(body)
+    if m and _not_a_date(m[2]):
+        return [m[1], m[2]]
     return []
 
 
@@ -280,6 +285,14 @@ _AUXILIARIES = "did|does|do|was|were|is|are|had|has|have|will|would"
 #: A question for a thing of a kind ("Which city", "What country") or a place ("Where").
 _ASKS_FOR_A_KIND = re.compile(
     rf"\s*(?:(?:which|what)\s+(?!(?:{_AUXILIARIES})\b)[a-z]+\b|where\b)", re.IGNORECASE
+)
+#: A length of time or an age measured up to an event: "How long had she been volunteering
+#: when she got the award?", "How long did it take Nate to finish his game after buying a
+#: computer?", "How old was Jon's son when they moved?" (the clause, the event).
+_LENGTH_TO_EVENT = re.compile(
+    rf"^\s*(?:{_LENGTH_OF_TIME}|how\s+old)\s+(?:{_AUXILIARIES})\s+(?:it\s+take\s+(?:for\s+)?)?"
+    r"(.+?)\s+\b(?:after|before|since|when|until)\s+(.+)$",
+    re.IGNORECASE,
 )
 #: Ordinals a second event may be said by alone.
 _ORDINALS = "first|second|third|fourth|fifth|next|last|other|new|old|older|younger"
@@ -325,17 +338,26 @@ def query_parts(query: str, speakers: list[str] | set[str] | frozenset[str]) -> 
     speakers it names, or two capitalised names joined by "and" or "or"). Two events (`_event_parts`):
     "How long was it between the wedding and the move to Lisbon?" gives "the wedding" and "the
     move to Lisbon"; "How long after the wedding did they move to Boston?" gives "they move to
-    Boston" and "the wedding". Only a question (a "?", at most MAX_PART_QUERY characters) with
-    a cue word (between, before, after, since, both, and) is split; each part must keep a
+    Boston" and "the wedding"; "How long had she been volunteering when she got the award?"
+    gives "she been volunteering" and "she got the award". Only a question (a "?", at most
+    MAX_PART_QUERY characters) with a cue word (between, before, after, since, both, and), or a
+    length of time or an age up to an event ("when", "until"), is split; each part must keep a
     content word. `HybridIndex.rank` keeps each part's best documents in the top PART_WINDOW
     (`RecallParams.part_budget` of them)."""
-    if "?" not in query or len(query) > MAX_PART_QUERY or not _PAIR_CUE.search(query):
+    if "?" not in query or len(query) > MAX_PART_QUERY:
         return []
+    if not _PAIR_CUE.search(query):  # "when" or "until" alone: only a length up to an event
+        return _kept(_event_parts(query), query) if _LENGTH_TO_EVENT.search(query) else []
     names = _entity_names(query, speakers)
     if names:
         parts = [_without_name(query, names[1]), _without_name(query, names[0])]
     else:
         parts = _event_parts(query)
+    return _kept(parts, query)
+
+
+def _kept(parts: list[str], query: str) -> list[str]:
+    """The parts that keep a content word and are not the query itself; [] unless two are left."""
     parts = [p for p in dict.fromkeys(parts) if _content_words(p) and p != query]
     return parts if len(parts) >= 2 else []
 

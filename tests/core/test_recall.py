@@ -576,6 +576,19 @@ def test_a_different_memory_ranks_differently() -> None:
         # A thing of a kind or a place ordered against a name: the name's turn is the other event.
         ("Which city was she in before Lisbon?", ["Which city was she in", "Lisbon"]),
         ("Where did Caroline live before New York?", ["Where did Caroline live", "New York"]),
+        # A length of time or an age up to an event: the clause and the event, both ends.
+        (
+            "How long had Caroline been volunteering when she got the award?",
+            ["Caroline been volunteering", "she got the award"],
+        ),
+        (
+            "How long did it take John to finish his first game after buying a computer?",
+            ["John to finish his first game", "buying a computer"],
+        ),
+        (
+            "How old was Maria's son when they moved to Texas?",
+            ["Maria's son", "they moved to Texas"],
+        ),
         # A choice between two names.
         (
             "Which pet did Maria adopt first, Coco or Shadow?",
@@ -684,6 +697,10 @@ def test_an_ordinal_alone_borrows_only_from_an_event_with_an_ordinal() -> None:
         "Is it raining or snowing?",  # "or" joins no two names
         "How long after the wedding?",  # one event: nothing after it to split off
         "Which do you prefer, the lake or the sea?",  # a choice, but not of an order
+        "How long has Melanie been painting since 2016?",  # a length up to a date, not an event
+        "How long had Joanna been writing when?",  # "when" with no event after it
+        "How long has Nate had his turtles?",  # a length with no event to measure it up to
+        "When did Nate, the gamer, win his first tournament?",  # "when" alone is no second event
     ],
 )
 def test_look_alikes_of_two_event_questions_are_not_split(question: str) -> None:
