@@ -31,7 +31,7 @@ Forms resolved (the anchor is the session's date `d`):
 | last / this / next year, N years ago, a few years ago | that calendar year (or years) |
 | last / this / next summer (spring, fall, autumn, winter) | that season (northern, by months) |
 | the summer of 2021, fall 2022, the summer of last year; early / mid / late 2022, the beginning (middle, end) of 2021 | that season of that year; its first, middle or last four months |
-| two summers ago, a few winters back; two Fridays ago; two Christmases (Thanksgivings, Easters, Halloweens) ago | the last such season (weekday, holiday) and the ones before it |
+| two summers ago, a few winters back; two Fridays ago; two Christmases (Thanksgivings, Easters, Halloweens) ago; (the) summer (winter, Christmas, ...) before last | the last such season (weekday, holiday) and the ones before it |
 | two weeks ago today, a year ago today, a month from today; (the) Tuesday before last | that very day; the weekday a week before the last one |
 | on Friday last week, Tuesday of next week, last week on Friday | that weekday of that Monday-Sunday week |
 | over / during / in / for the summer (spring, fall, winter), over the holidays; on the 3rd (where the clause ends) | in a sentence that tells what happened the last one (the holidays: 24 December - 1 January), in one about the future the coming one; none in a habit ("I swim in the summer") |
@@ -294,6 +294,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
         ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
         ("weekday_before_last", rf"\b(?:the\s+)?({_WEEKDAY_RE})\s+before\s+last\b"),
+        (
+            # "the summer before last", "the Christmas before last": the one before the last one
+            "named_before_last",
+            r"\b(?:the\s+)?(spring|summer|fall|autumn|winter|christmas|thanksgiving|easter|halloween)"
+            r"\s+before\s+last\b",
+        ),
         (
             # "on Friday last week", "Tuesday of next week", "last week on Friday": that day of
             # that week (not the last or coming Friday, which may lie in another week)
@@ -952,7 +958,14 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return anchor - timedelta(days=7), anchor - timedelta(days=1), "days"
     if kind == "other_week":  # one to three weeks back
         return _unit_span("week", anchor, -3)[0], _unit_span("week", anchor, -1)[1], "weeks"
-    if kind in ("seasons_ago", "weekdays_ago", "holidays_ago", "the_season", "day_of_month"):
+    if kind in (
+        "seasons_ago",
+        "weekdays_ago",
+        "holidays_ago",
+        "named_before_last",
+        "the_season",
+        "day_of_month",
+    ):
         return _resolve_named_back(kind, m, anchor)
     if kind in ("ago", "been_since", "duration", "running"):
         return _resolve_back(kind, m, anchor)
@@ -1078,13 +1091,16 @@ def _resolve_named_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date
         low, high = _count(g[0])
         day = _weekday("last", _WEEKDAYS[g[1].lower()], anchor)
         return day - timedelta(weeks=high - 1), day - timedelta(weeks=low - 1), "day"
-    if kind == "holidays_ago":  # the last one was one Christmas ago
-        low, high = _count(g[0])
+    if kind == "named_before_last":  # as "two summers ago", "two Christmases ago"
+        named = g[0].lower()
+        if named in _SEASONS:
+            first, last = _season_span(named, anchor, "last")
+            return first - relativedelta(years=1), last - relativedelta(years=1), "season"
+        return _holidays_back(named, 2, 2, anchor)
+    if kind == "holidays_ago":
         plural = g[1].lower()
         name = {"christmases": "christmas", "xmases": "christmas"}.get(plural, plural[:-1])
-        last_year = max(y for y in (anchor.year - 1, anchor.year) if _holiday(name, y) < anchor)
-        first, last = _holiday(name, last_year - high + 1), _holiday(name, last_year - low + 1)
-        return first, last, "day" if low == high else "days"
+        return _holidays_back(name, *_count(g[0]), anchor)
     future = _speaks_of_future(m)
     if not future and not _PAST_TOLD.search(_sentence(m)):
         return None
@@ -1103,6 +1119,13 @@ def _resolve_named_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date
     else:
         first, last = max(s for s in spans if s[0] <= anchor)
     return first, last, "season"
+
+
+def _holidays_back(name: str, low: int, high: int, anchor: date) -> tuple[date, date, str]:
+    """The holiday `low` to `high` times back, counting the last one before `anchor` as one."""
+    last_year = max(y for y in (anchor.year - 1, anchor.year) if _holiday(name, y) < anchor)
+    first, last = _holiday(name, last_year - high + 1), _holiday(name, last_year - low + 1)
+    return first, last, "day" if low == high else "days"
 
 
 def _day_number(text: str) -> int:

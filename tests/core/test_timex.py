@@ -136,6 +136,9 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("We went hiking the past weekend.", "2023-05-06", "2023-05-07"),
         ("I slept badly the night before last.", "2023-05-06", "2023-05-06"),
         ("I met her Tuesday before last.", "2023-04-25", "2023-04-25"),
+        ("We went to Italy the summer before last.", "2021-06-01", "2021-08-31"),
+        ("The winter before last was cold.", "2021-12-01", "2022-02-28"),
+        ("Christmas before last was rough.", "2021-12-25", "2021-12-25"),
         # A day of the month in words, or of a month named relative to the time said.
         ("We met on the first of May.", "2023-05-01", "2023-05-01"),
         ("We met May first.", "2023-05-01", "2023-05-01"),
@@ -173,6 +176,7 @@ def test_each_relative_form_resolves_against_the_session_date(
         "The previous week of the trip was the best.",  # a week of the trip, not before the session
         "I've seen it. We stayed for 2 weeks.",  # ... the perfect is in another sentence
         "The week before the wedding was chaos.",  # relative to an event, not to the session
+        "The summer before the move we went to Italy.",  # ... a season before an event
         "Last time we talked you were moving.",  # last + a noun
         "What's your next step?",  # next + a noun
         "I may go there, march on!",  # "may" and "march" the verbs
@@ -455,7 +459,7 @@ _FUZZ_WORDS = (
     "years decade summer winter holidays Christmas Thanksgiving Easter Memorial Labor Day "
     "Mother's Friday Fridays morning night yesterday tomorrow today early mid late end "
     "beginning start first second last half and or I we went will be been have had , . ? ! "
-    "earlier later Saturday Tuesday Christmases today from"
+    "earlier later Saturday Tuesday Christmases today from before"
 ).split()
 
 
