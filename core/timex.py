@@ -17,6 +17,7 @@ Forms resolved (the anchor is the session's date `d`):
 | in two weeks, in a few days, in a month or so (a sentence about the future or in the present tense) | that day, week or month ahead |
 | two days from now, a few weeks from now; the week (weekend, month, year) after next | that day, week or month ahead |
 | the past / the last few days (weeks, months) | the days up to `d` |
+| the next few days (weeks, months), the next two weeks, the coming weeks (a count or a plural, in a sentence about the future or in the present tense) | the days from `d` on |
 | N days ago, a couple of / a few / several days ago, the other day | d-N; a range of days |
 | the other week | the one to three weeks before |
 | N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago; it's been (about) N years since | as "ago" (a fortnight: two weeks; a decade: ten years) |
@@ -325,6 +326,13 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         (
             "past_units",
             rf"\b(?:the|these|those)\s+(?:past|last)\s+({_COUNT_RE})\s+({_UNIT_RE})\b(?!\s+(?:of|before|after)\b)",
+        ),
+        (
+            # "in the next few weeks", "over the coming months", "the next two days": the days
+            # from the time said on (a count, or a plural: "the next day" is after an event)
+            "next_units",
+            rf"\b(?:the|these)\s+(?:next|coming)\s+(?:({_COUNT_RE})\s+({_UNIT_RE})|(days|weeks|weekends|months|years))\b"
+            r"(?!\s+(?:of|before|after)\b)",
         ),
         (
             "before",
@@ -741,6 +749,15 @@ def _resolve_ahead_or_up_to(
         unit = "week" if unit == "weekend" else unit
         first = anchor - relativedelta(**{f"{unit}s": high})  # type: ignore[arg-type]
         return first, anchor - timedelta(days=1), "days"
+    if kind == "next_units":  # "the next few weeks": from the day after, in a sentence ahead
+        if not _runs_ahead(m):
+            return None  # "The next two weeks were hard": after some past event
+        _, high, unit = _count_units(g[0] or "few", g[1] or g[2])
+        if high == 0:
+            return None  # "the next 0 days": no days at all
+        unit = "week" if unit == "weekend" else unit
+        last = anchor + relativedelta(**{f"{unit}s": high})  # type: ignore[arg-type]
+        return anchor + timedelta(days=1), last, "days"
     if kind == "in_units" and not _runs_ahead(m):
         return None  # "I lost 5 pounds in two weeks": a length of time
     low, high, unit = _count_units(g[0], g[1], g[2])
@@ -999,7 +1016,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return first, last, "season"
     if kind in ("on_weekday", "weekday_part", "bare_weekday", "the_weekend", "holiday"):
         return _resolve_last_or_coming(kind, m, anchor)
-    if kind in ("after_next", "from_now", "in_units", "past_units"):
+    if kind in ("after_next", "from_now", "in_units", "past_units", "next_units"):
         return _resolve_ahead_or_up_to(kind, m, anchor)
     if kind in ("month_of_year_said", "year_said_month"):
         return _month_of_year_said(m, anchor)

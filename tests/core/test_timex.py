@@ -139,6 +139,10 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("We went to Italy the summer before last.", "2021-06-01", "2021-08-31"),
         ("The winter before last was cold.", "2021-12-01", "2022-02-28"),
         ("Christmas before last was rough.", "2021-12-25", "2021-12-25"),
+        # The days from the time said on, in a sentence about what is to come.
+        ("I'll finish it in the next two weeks.", "2023-05-09", "2023-05-22"),
+        ("I'll be traveling in the coming weeks.", "2023-05-09", "2023-06-05"),
+        ("I'm busy the next few days.", "2023-05-09", "2023-05-12"),
         # A day of the month in words, or of a month named relative to the time said.
         ("We met on the first of May.", "2023-05-01", "2023-05-01"),
         ("We met May first.", "2023-05-01", "2023-05-01"),
@@ -177,6 +181,9 @@ def test_each_relative_form_resolves_against_the_session_date(
         "I've seen it. We stayed for 2 weeks.",  # ... the perfect is in another sentence
         "The week before the wedding was chaos.",  # relative to an event, not to the session
         "The summer before the move we went to Italy.",  # ... a season before an event
+        "The next two weeks were hard.",  # after some past event, not after the time said
+        "The next day we went home.",  # ... a day after an event
+        "The next few weeks of school will be tough.",  # weeks of something else
         "Last time we talked you were moving.",  # last + a noun
         "What's your next step?",  # next + a noun
         "I may go there, march on!",  # "may" and "march" the verbs
@@ -459,7 +466,7 @@ _FUZZ_WORDS = (
     "years decade summer winter holidays Christmas Thanksgiving Easter Memorial Labor Day "
     "Mother's Friday Fridays morning night yesterday tomorrow today early mid late end "
     "beginning start first second last half and or I we went will be been have had , . ? ! "
-    "earlier later Saturday Tuesday Christmases today from before"
+    "earlier later Saturday Tuesday Christmases today from before coming"
 ).split()
 
 
