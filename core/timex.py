@@ -23,7 +23,7 @@ Forms resolved (the anchor is the session's date `d`):
 | N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago; it's been (about) N years since | as "ago" (a fortnight: two weeks; a decade: ten years) |
 | half a year ago, a year and a half ago, two and a half years ago | that month |
 | on Friday, since Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend; Friday alone (a capital, in a sentence that tells what happened or what is to come: "We went hiking Saturday", "See you Tuesday!") | the last one, or the coming one when the clause speaks of the future |
-| last / this / next Christmas (Xmas, Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one |
+| last / this / next Christmas (Xmas, Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas; over Memorial Day (Labor Day, Thanksgiving, Easter) weekend | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one; its weekend: the days off it makes (Saturday-Monday, Thursday-Sunday, Good Friday-Easter Monday) |
 | last / this past / next / this Friday (and Fri, Tues, Thurs, Wed) | that weekday's date |
 | last / this / next week, N weeks ago, the week before last, the week before / prior, the previous week (end of clause) | that Monday-Sunday week |
 | last / this past / this / next weekend, N weekends ago, the weekend before last | that Saturday-Sunday ("this weekend" said on a Monday or Tuesday: the one just over, unless the sentence speaks of the future or is in the present tense) |
@@ -361,7 +361,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
         (
             "holiday",  # with last/next or a preposition: "a Christmas tree" is a kind of thing
-            rf"\b(last|this\s+past|past|next|this\s+coming|this|on|at|over|for|since|during|around|until|till|by|after|before)\s+({_HOLIDAY_RE})\b",
+            rf"\b(last|this\s+past|past|next|this\s+coming|this|on|at|over|for|since|during|around|until|till|by|after|before)\s+({_HOLIDAY_RE})\b"
+            r"(\s+weekend\b)?",
         ),
         (
             "unit",
@@ -843,6 +844,25 @@ def _resolve_last_or_coming(
         day = min(d for d in days if d >= anchor)
     else:
         day = max(d for d in days if d <= anchor)
+    if g[2]:  # "over Memorial Day weekend": the long weekend the holiday makes
+        return _holiday_weekend(day)
+    return day, day, "day"
+
+
+def _holiday_weekend(day: date) -> tuple[date, date, str]:
+    """The days off around a holiday: a Monday or Tuesday one from the Saturday before
+    (Memorial Day: Saturday-Monday), a Thursday or Friday one to the Sunday after
+    (Thanksgiving: Thursday-Sunday), Easter Good Friday to Monday, a weekend one its weekend,
+    a Wednesday one the day alone."""
+    weekday = day.weekday()
+    if weekday in (0, 1):
+        return day - timedelta(days=weekday + 2), day, "weekend"
+    if weekday in (3, 4):
+        return day, day + timedelta(days=6 - weekday), "weekend"
+    if weekday == 6 and day == easter(day.year):
+        return day - timedelta(days=2), day + timedelta(days=1), "weekend"
+    if weekday in (5, 6):
+        return day - timedelta(days=weekday - 5), day + timedelta(days=6 - weekday), "weekend"
     return day, day, "day"
 
 

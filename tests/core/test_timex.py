@@ -109,6 +109,10 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("We had a barbecue on Memorial Day.", "2022-05-30", "2022-05-30"),
         ("I'll call my mom on Mother's Day.", "2023-05-14", "2023-05-14"),
         ("We grilled on Labor Day.", "2022-09-05", "2022-09-05"),
+        # A holiday's weekend: the days off it makes.
+        ("We went there on Memorial Day weekend.", "2022-05-28", "2022-05-30"),
+        ("I visited my folks over Thanksgiving weekend.", "2022-11-24", "2022-11-27"),
+        ("We hid eggs over Easter weekend.", "2023-04-07", "2023-04-10"),
         ("I'll see him on Father's Day.", "2023-06-18", "2023-06-18"),
         ("We went out on St. Patrick's Day.", "2023-03-17", "2023-03-17"),
         ("Some months ago I started volunteering.", "2022-11-01", "2023-03-31"),
@@ -182,6 +186,7 @@ def test_each_relative_form_resolves_against_the_session_date(
         "The week before the wedding was chaos.",  # relative to an event, not to the session
         "The summer before the move we went to Italy.",  # ... a season before an event
         "The next two weeks were hard.",  # after some past event, not after the time said
+        "It was a Thanksgiving weekend to remember.",  # a kind of weekend, of no year said
         "The next day we went home.",  # ... a day after an event
         "The next few weeks of school will be tough.",  # weeks of something else
         "Last time we talked you were moving.",  # last + a noun
@@ -466,7 +471,7 @@ _FUZZ_WORDS = (
     "years decade summer winter holidays Christmas Thanksgiving Easter Memorial Labor Day "
     "Mother's Friday Fridays morning night yesterday tomorrow today early mid late end "
     "beginning start first second last half and or I we went will be been have had , . ? ! "
-    "earlier later Saturday Tuesday Christmases today from before coming"
+    "earlier later Saturday Tuesday Christmases today from before coming Easter weekend"
 ).split()
 
 
