@@ -296,10 +296,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ("before_last", r"\b(?:the\s+)?(week|weekend|month|year)\s+before\s+last\b"),
         ("weekday_before_last", rf"\b(?:the\s+)?({_WEEKDAY_RE})\s+before\s+last\b"),
         (
-            # "the summer before last", "the Christmas before last": the one before the last one
+            # "the summer before last", "Christmas before last": the one before the last one
+            # ("the" needed before a word that is also a verb: "prices fall before last call")
             "named_before_last",
-            r"\b(?:the\s+)?(spring|summer|fall|autumn|winter|christmas|thanksgiving|easter|halloween)"
-            r"\s+before\s+last\b",
+            r"\b(?:the\s+(spring|fall)|(?:the\s+)?(summer|autumn|winter|christmas|thanksgiving"
+            r"|easter|halloween))\s+before\s+last\b",
         ),
         (
             # "on Friday last week", "Tuesday of next week", "last week on Friday": that day of
@@ -1129,7 +1130,7 @@ def _resolve_named_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date
         day = _weekday("last", _WEEKDAYS[g[1].lower()], anchor)
         return day - timedelta(weeks=high - 1), day - timedelta(weeks=low - 1), "day"
     if kind == "named_before_last":  # as "two summers ago", "two Christmases ago"
-        named = g[0].lower()
+        named = (g[0] or g[1]).lower()
         if named in _SEASONS:
             first, last = _season_span(named, anchor, "last")
             return first - relativedelta(years=1), last - relativedelta(years=1), "season"

@@ -142,6 +142,7 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("I met her Tuesday before last.", "2023-04-25", "2023-04-25"),
         ("We went to Italy the summer before last.", "2021-06-01", "2021-08-31"),
         ("The winter before last was cold.", "2021-12-01", "2022-02-28"),
+        ("We went the fall before last.", "2021-09-01", "2021-11-30"),
         ("Christmas before last was rough.", "2021-12-25", "2021-12-25"),
         # The days from the time said on, in a sentence about what is to come.
         ("I'll finish it in the next two weeks.", "2023-05-09", "2023-05-22"),
@@ -185,6 +186,7 @@ def test_each_relative_form_resolves_against_the_session_date(
         "I've seen it. We stayed for 2 weeks.",  # ... the perfect is in another sentence
         "The week before the wedding was chaos.",  # relative to an event, not to the session
         "The summer before the move we went to Italy.",  # ... a season before an event
+        "Prices fall before last call.",  # "fall" a verb: no "the" before it
         "The next two weeks were hard.",  # after some past event, not after the time said
         "It was a Thanksgiving weekend to remember.",  # a kind of weekend, of no year said
         "The next day we went home.",  # ... a day after an event
