@@ -291,11 +291,25 @@ def title_problem(title: str, max_words: int = MAX_TITLE_WORDS) -> str | None:
 
 
 def usable_title(
-    title: str, fallback: str, max_words: int = MAX_TITLE_WORDS
+    title: str,
+    fallback: str,
+    max_words: int = MAX_TITLE_WORDS,
+    *,
+    taken: Sequence[str] = (),
 ) -> tuple[str, str | None]:
-    """`title` tidied, or `fallback` when it cannot be a title; with the reason it could not."""
+    """`title` tidied, or `fallback` when it cannot be a title; with the reason it could not.
+
+    `taken`: titles it must not repeat (the book's and the chapters' before it: a small model
+    heads every chapter with the book's title). Compared by their words, a "Chapter 2:" before
+    them aside; `fallback` is the caller's to keep apart from them."""
     problem = title_problem(title, max_words)
+    if problem is None and _bare_title(title) in {_bare_title(t) for t in taken}:
+        problem = "the book's title or an earlier chapter's"
     return (fallback, problem) if problem else (" ".join(title.split()), None)
+
+
+def _bare_title(title: str) -> str:
+    return normalise(_NUMBERED.sub("", title, count=1)) or normalise(title)
 
 
 def name_problem(name: str, titles: Sequence[str] = ()) -> str | None:

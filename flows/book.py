@@ -401,6 +401,7 @@ def chapter_outline(
             summaries=story,
             planned=book.planned.get(number),
             guidance=guidance,
+            earlier_titles=tuple(progress.titles),
         ),
     )
     return chapter, book.info.character_names

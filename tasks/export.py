@@ -31,7 +31,11 @@ def chapter_heading(number: int, title: str) -> str:
     bare = title
     while (stripped := _NUMBERED_TITLE.sub("", bare, count=1)) != bare:
         bare = stripped
-    return f"Chapter {number}: {bare.strip()}" if bare.strip() else f"Chapter {number}"
+    bare = bare.strip()
+    # "Chapter 1 (The Ford)" leaves "(The Ford)": the brackets held the title.
+    if bare.startswith("(") and bare.endswith(")") and "(" not in bare[1:-1]:
+        bare = bare[1:-1].strip()
+    return f"Chapter {number}: {bare}" if bare else f"Chapter {number}"
 
 
 def chapter_markdown(number: int, title: str, text: str) -> str:

@@ -201,7 +201,8 @@ def generate_chapter_outlines(
         )
         # Models number chapters unreliably: take them in order for the missing slots.
         for slot, chapter in zip(missing, answer.chapters, strict=False):
-            title, problem = usable_title(chapter.title, f"Chapter {slot}")
+            taken = (outline.title, *(c.title for c in got.values()))
+            title, problem = usable_title(chapter.title, f"Chapter {slot}", taken=taken)
             if problem:
                 get_run_logger().warning(
                     "init: chapter %d's title %r is not used (%s)",

@@ -64,6 +64,9 @@ class OutlineRequest(BaseModel):
     summaries: tuple[str, ...] = Field(description="the story so far (story_so_far), oldest first")
     planned: ChapterOutline | None = Field(None, description="the planned outline, if any")
     guidance: str = Field("", description="the writer's guidance for the chapter")
+    earlier_titles: tuple[str, ...] = Field(
+        (), description="the titles of the chapters before it, which its own must not repeat"
+    )
 
 
 @llm_task("generate_chapter_outline", tier=OUTLINE_TIER)
@@ -90,7 +93,9 @@ def generate_chapter_outline(services: Services, request: OutlineRequest) -> Cha
     )
     number, planned, act, title = r.number, r.planned, r.act, r.title
     base = planned or ChapterOutline(number=number, title=f"Chapter {number}", summary=act or title)
-    chapter_title, problem = usable_title(answer.title, base.title)
+    taken = (title, *r.earlier_titles)
+    fallback, _ = usable_title(base.title, f"Chapter {number}", taken=taken)
+    chapter_title, problem = usable_title(answer.title, fallback, taken=taken)
     if problem and answer.title.strip():
         get_run_logger().warning(
             "chapter %d: the outline's title %r is not used (%s)",

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from core.grounding import KnownNames, SourceText, name_problem, normalise, title_problem
+from core.grounding import (
+    KnownNames,
+    SourceText,
+    name_problem,
+    normalise,
+    title_problem,
+    usable_title,
+)
 from core.llm.schemas import bounded_response_format_for, mend_cut_strings
 from core.sentences import (
     as_sentence,
@@ -339,6 +346,27 @@ def test_loops_and_paragraphs_are_not_titles(title: str, why: str) -> None:
 )
 def test_look_alike_titles_pass(title: str) -> None:
     assert title_problem(title) is None
+
+
+def test_a_chapter_title_that_repeats_the_books_or_an_earlier_chapters_is_not_used() -> None:
+    taken = ("Sailor's Last Refuge", "The Letter")
+    # As SmolLM2 headed both chapters of the `make run` book: the book's title again.
+    assert usable_title("Sailor's Last Refuge", "Chapter 2", taken=taken) == (
+        "Chapter 2",
+        "the book's title or an earlier chapter's",
+    )
+    # Numbered, cased or punctuated otherwise, it is still the same title.
+    assert usable_title("Chapter 2: SAILOR’S LAST REFUGE!", "Chapter 2", taken=taken)[0] == (
+        "Chapter 2"
+    )
+    assert usable_title("The Letter.", "Chapter 3", taken=taken)[0] == "Chapter 3"
+    # The look-alikes: a title that shares words with one taken, and any title when none is.
+    assert usable_title("Sailor's Last Stand", "Chapter 2", taken=taken) == (
+        "Sailor's Last Stand",
+        None,
+    )
+    assert usable_title("The Letter Burns", "Chapter 3", taken=taken)[0] == "The Letter Burns"
+    assert usable_title("Sailor's Last Refuge", "Chapter 1") == ("Sailor's Last Refuge", None)
 
 
 def test_a_plan_keeps_its_names_and_loses_its_loops() -> None:

@@ -113,6 +113,15 @@ def test_chapter_heading_numbers_a_title_once() -> None:
     assert chapter_heading(2, "The Chapter 7 Problem") == "Chapter 2: The Chapter 7 Problem"
     assert chapter_heading(4, "Chapter 4") == "Chapter 4"
     assert chapter_heading(5, "Chapterhouse") == "Chapter 5: Chapterhouse"
+    # A title the model put in brackets after another chapter's number.
+    assert (
+        chapter_heading(2, "Chapter 1 (Lysander's life and home)")
+        == "Chapter 2: Lysander's life and home"
+    )
+    # Brackets that are part of the title stay.
+    assert chapter_heading(6, "(Un)forgiven") == "Chapter 6: (Un)forgiven"
+    assert chapter_heading(7, "The Ford (Part Two)") == "Chapter 7: The Ford (Part Two)"
+    assert chapter_heading(8, "(One) and (Two)") == "Chapter 8: (One) and (Two)"
 
 
 # --- Character sheets: a first answer with no usable name is asked again, saying why ---------------
