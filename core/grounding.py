@@ -312,6 +312,31 @@ def _bare_title(title: str) -> str:
     return normalise(_NUMBERED.sub("", title, count=1)) or normalise(title)
 
 
+# Models often number the title themselves ("Chapter 3: The Ford"); the heading adds the number.
+_NUMBERED_TITLE = re.compile(
+    r"^\s*chapter\s+(?:\d+|[ivxlc]+)\b\s*[:.\-\u2013\u2014]?\s*", re.IGNORECASE
+)
+
+
+def bare_chapter_title(title: str) -> str:
+    """A chapter's title without the numbers a model put before it ("Chapter 1: Chapter 1: The
+    Tide": "The Tide") and without the brackets they leave around it ("Chapter 1 (The Ford)":
+    "The Ford"); "" when the title was only a number ("Chapter 4")."""
+    bare = title
+    while (stripped := _NUMBERED_TITLE.sub("", bare, count=1)) != bare:
+        bare = stripped
+    bare = bare.strip()
+    if bare.startswith("(") and bare.endswith(")") and "(" not in bare[1:-1]:
+        bare = bare[1:-1].strip()
+    return bare
+
+
+def chapter_heading(number: int, title: str) -> str:
+    """ "Chapter N: <title>", numbered once; "Chapter N" for a title that was only a number."""
+    bare = bare_chapter_title(title)
+    return f"Chapter {number}: {bare}" if bare else f"Chapter {number}"
+
+
 def name_problem(name: str, titles: Sequence[str] = ()) -> str | None:
     """None when `name` can be a name, else why it cannot (a short phrase).
 

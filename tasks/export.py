@@ -7,35 +7,18 @@ finished project leaves every file (and its mtime) as it was.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from core.content import ContentRef, write_if_changed
+from core.grounding import chapter_heading
 from tasks.policy import plain_task
 from tasks.services import Services
 
 
 def chapter_path(project_dir: Path, number: int) -> Path:
     return project_dir / "chapters" / f"chapter_{number:03d}.md"
-
-
-# Models often number the title themselves ("Chapter 3: The Ford"); the heading adds the number.
-_NUMBERED_TITLE = re.compile(
-    r"^\s*chapter\s+(?:\d+|[ivxlc]+)\b\s*[:.\-\u2013\u2014]?\s*", re.IGNORECASE
-)
-
-
-def chapter_heading(number: int, title: str) -> str:
-    bare = title
-    while (stripped := _NUMBERED_TITLE.sub("", bare, count=1)) != bare:
-        bare = stripped
-    bare = bare.strip()
-    # "Chapter 1 (The Ford)" leaves "(The Ford)": the brackets held the title.
-    if bare.startswith("(") and bare.endswith(")") and "(" not in bare[1:-1]:
-        bare = bare[1:-1].strip()
-    return f"Chapter {number}: {bare}" if bare else f"Chapter {number}"
 
 
 def chapter_markdown(number: int, title: str, text: str) -> str:

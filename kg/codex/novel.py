@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.grounding import bare_chapter_title
 from kg.codex.models import (
     CodexGraph,
     CodexPage,
@@ -156,7 +157,7 @@ def build_novel_codex(
     latest). `saga_dir` holds the quality tables and the QA reports."""
     read = reader.execute_read(read_novel_tx, as_of, mirror_of(reader))
     world = _World.of(read)
-    chapter_titles = {int(c.number or 0): c.title for c in read.chapters}
+    chapter_titles = {int(c.number or 0): bare_chapter_title(c.title or "") for c in read.chapters}
     qa_run_at, qa_rows = latest_qa_report(saga_dir)
     findings = [_finding(f, world) for f in qa_rows]
     findings_of: dict[str, list[str]] = defaultdict(list)
@@ -371,7 +372,7 @@ def _chapter_entries(read: NovelRead, world: _World) -> dict[int, TimelineEntry]
             at=number,
             anchor=f"ch-{number}",
             heading=f"Chapter {number}",
-            title=c.title,
+            title=bare_chapter_title(c.title or ""),
             summary=c.summary,
             key_events=list(c.key_events),
         )

@@ -409,6 +409,21 @@ def test_the_graph_draws_a_short_caption_and_keeps_the_full_type_for_the_panel(
     assert max(len(c) for c in shown.values()) <= CAPTION_LIMIT
 
 
+def test_a_chapter_title_the_model_numbered_is_shown_once_numbered(
+    store: GraphStore, tmp_path: Path
+) -> None:
+    write_story(store)
+    store.commit_chapter(ChapterDelta(chapter=4, title="Chapter 1 (The Debt)"))
+    store.commit_chapter(ChapterDelta(chapter=5, title="Chapter 5"))
+    page = build_novel_codex(store, tmp_path)
+    timeline = {e.heading: e.title for e in page.timeline}
+    # As the chapter files head them: "Chapter 4: The Debt", "Chapter 5".
+    assert (timeline["Chapter 4"], timeline["Chapter 5"]) == ("The Debt", "")
+    assert timeline["Chapter 1"] == "The Letter"  # a title of its own, as it was
+    html = render_codex(page)
+    assert "<h3>Chapter 4: The Debt</h3>" in html and "<h3>Chapter 5</h3>" in html
+
+
 def test_the_html_is_self_contained_deterministic_and_escapes_the_story(
     store: GraphStore, tmp_path: Path
 ) -> None:

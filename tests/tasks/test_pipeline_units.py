@@ -104,7 +104,7 @@ def test_act_ranges_cover_every_chapter_once() -> None:
 
 
 def test_chapter_heading_numbers_a_title_once() -> None:
-    from tasks.export import chapter_heading
+    from core.grounding import chapter_heading
 
     assert (
         chapter_heading(1, "Chapter 1: Chapter 1: The Rising Tide") == "Chapter 1: The Rising Tide"
