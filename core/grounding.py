@@ -309,7 +309,7 @@ def usable_title(
 
 
 def _bare_title(title: str) -> str:
-    return normalise(_NUMBERED.sub("", title, count=1)) or normalise(title)
+    return normalise(bare_chapter_title(title)) or normalise(title)
 
 
 # Models often number the title themselves ("Chapter 3: The Ford"); the heading adds the number.

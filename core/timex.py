@@ -1588,10 +1588,7 @@ def from_event(anchor: EventAnchor, used: int, event: TimeSpan, said: date) -> T
     event's own days, described "since ..." as a duration up to the time said is), none when
     the event comes after `said`."""
     phrase = anchor.phrase(used)
-    if anchor.count != (
-        0,
-        0,
-    ):  # "two weeks after the wedding": that day (a vague count: those days)
+    if anchor.count != (0, 0):  # "two weeks after the wedding": that day (vague: those days)
         low, high = anchor.count
         sign = 1 if anchor.after else -1
         base = event.end if anchor.after else event.start
