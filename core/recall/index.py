@@ -106,7 +106,11 @@ class HybridIndex:
         them), its text and its lexical-only extras."""
         doc = self.docs[position]
         dates = " ".join(
-            [doc.when, *(span.label() for span in self.columns.events[position])]
+            [
+                doc.when,
+                _day_in_words(doc.when, self.columns.said[position]),
+                *(span.label() for span in self.columns.events[position]),
+            ]
         ).strip()
         if not self.neighbours:
             return "\n".join(part for part in (dates, doc.text, doc.extra) if part)
@@ -321,3 +325,12 @@ class HybridIndex:
         if rerank is not None:
             hits = rerank(query, hits)
         return hits[:k]
+
+
+def _day_in_words(when: str, said: TimeSpan | None) -> str:
+    """The day said, in words ("8 May 2023"), when the time as written does not name its month:
+    an ISO 8601 or Unix time, which a question asking for "May 2023" would not meet. Empty for
+    a time that names it ("1:56 pm on 8 May, 2023", "May 8, 2023 1:56pm")."""
+    if said is None or f"{said.start:%B}".lower() in when.lower():
+        return ""
+    return f"{said.start.day} {said.start:%B} {said.start.year}"

@@ -40,6 +40,7 @@ from tasks.dialogue.retriever import (
     RecalledTurn,
     Retrieval,
     TurnMemoryIndex,
+    memory_doc,
     memory_row,
     mentioned_entities,
     recall_query,
@@ -721,6 +722,56 @@ def test_a_remembered_turns_messages_come_back_from_its_text() -> None:
         ChatMessage(role="user", name="Ann", content="no"),
     ]
     assert [m.speaker for m in row_messages(memory_row("c", "c:2", "2", pair))] == ["Anna", "Ann"]
+
+
+def _said(time: str, turn: str = "1", content: str = "we went to the lake") -> MemoryRow:
+    return memory_row(
+        "c", f"c:{turn}", turn, [ChatMessage(role="user", name="Ann", content=content, time=time)]
+    )
+
+
+@pytest.mark.parametrize(
+    "morning, evening",
+    [
+        ("2023-05-08T09:15:00Z", "2023-05-08T21:40:12.345Z"),  # ISO 8601
+        ("1683537300", "1683582012345"),  # Unix seconds and milliseconds
+        ("May 8, 2023 9:15am", "May 8, 2023 9:40pm"),  # SillyTavern's send_date
+        ("9:15 am on 8 May, 2023", "9:40 pm on 8 May, 2023"),  # LoCoMo's
+    ],
+)
+def test_a_turns_group_is_the_day_it_was_said_whatever_form_its_time_takes(
+    morning: str, evening: str
+) -> None:
+    # The neighbour and session features join turns of one group: a group per timestamp would
+    # leave every turn of a chat with ISO times alone (0.776 held out against 0.834).
+    first, second = _said(morning, "1"), _said(evening, "2")
+    assert first.group == second.group == "8 May, 2023"
+    assert memory_doc(first).group == memory_doc(second).group == "8 May, 2023"
+    # Look-alike: the next day is another group.
+    assert _said("2023-05-09T09:15:00Z").group == "9 May, 2023"
+
+
+def test_a_turns_group_keeps_a_recorded_session_and_mends_a_row_stored_per_timestamp() -> None:
+    session = _said("2023-05-08T09:15:00Z").model_copy(update={"group": "session 3"})
+    assert memory_doc(session).group == "session 3"
+    # Stored before groups were days: its group the whole ISO time; read as its day now.
+    legacy = _said("2023-05-08T09:15:00Z").model_copy(update={"group": "2023-05-08T09:15:00Z"})
+    assert memory_doc(legacy).group == "8 May, 2023"
+    # No full date to read: the text after " on ", as before.
+    assert _said("9:15 am on a Tuesday").group == "a Tuesday"
+
+
+def test_a_turn_said_at_an_iso_or_unix_time_is_found_by_its_months_name() -> None:
+    index = HybridIndex(2)
+    rows = [
+        _said("2023-05-08T09:15:00Z", "1"),
+        _said("1686391200", "2"),  # 10 June 2023
+        _said("10:00 am on 12 July, 2023", "3"),
+    ]
+    index.add([memory_doc(r) for r in rows], None)
+    assert index.lexical.ranking("may", 10, 3) == [0]
+    assert index.lexical.ranking("june", 10, 3) == [1]
+    assert index.lexical.ranking("july", 10, 3) == [2]  # a time that names its month already
 
 
 def test_turn_memory_index_appends_by_position_and_resets_on_a_new_life() -> None:
