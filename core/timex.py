@@ -251,6 +251,22 @@ _PERFECT = re.compile(
     r"(?:\b(?:have|has)|['\u2019]ve)\b(?!\s+(?:to|got\s+to)\b)|['\u2019]s\s+been\b", re.IGNORECASE
 )
 
+#: One end of a range of dates ("between May and July 2023", "from 3 to 10 May", "from 2019 to
+#: 2021"): a month with its part, day and year as it may have them, a year, or a bare day (read
+#: by `_range_end`; which ends may go together is `_range_span`'s business).
+_RANGE_END = (
+    rf"(?:(?:early|late|mid)[\s-]+)?(?:\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?)?(?:{_MONTH_RE})\b\.?"
+    r"(?:\s+(?:the\s+)?\d{1,2}(?:st|nd|rd|th)?\b)?(?:,?\s+(?:19|20)\d\d\b)?"
+    r"|(?:19|20)\d\d\b|\d{1,2}(?:st|nd|rd|th)?\b"
+)
+_RANGE_END_PARTS = re.compile(
+    rf"(?:(?P<part>early|late|mid)[\s-]+)?(?:(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?)?"
+    rf"(?:(?P<month>{_MONTH_RE})\.?(?:\s+(?:the\s+)?(?P<day2>\d{{1,2}})(?:st|nd|rd|th)?)?)?"
+    r"(?:,?\s*(?P<year>(?:19|20)\d\d))?"
+    r"|(?P<bare>\d{1,2})(?:st|nd|rd|th)?",
+    re.IGNORECASE,
+)
+
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (name, re.compile(pattern, re.IGNORECASE))
     for name, pattern in (
@@ -457,6 +473,13 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             "numeric_date",
             r"(?:\b(?:on|by|since|until|till|from|before|after)\s+)?(?<![\d/.])(\d{1,2})/(\d{1,2})"
             r"(?:/((?:19|20)?\d\d))?(?![\d/])",
+        ),
+        (
+            # "between May and July 2023", "from June to August 2022", "from 3 to 10 May",
+            # "from 2019 to 2021": one span from the first end's first day to the second's last
+            "range",
+            rf"\b(?:between|from)\s+(?P<first>{_RANGE_END})\s*(?:and|to|until|till|through|thru|-|\u2013)"
+            rf"\s*(?P<second>{_RANGE_END})",
         ),
     )
 ]
@@ -1249,6 +1272,7 @@ def _resolve_unit(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date
 #: The kinds of match that name a calendar date, month or year (not relative to the anchor,
 #: but for the year a bare month or day falls in).
 _CALENDAR_KINDS = (
+    "range",
     "iso_date",
     "numeric_date",
     "season_year",
@@ -1288,11 +1312,95 @@ def _numeric_date(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date
     return day, day, "day"
 
 
+@dataclass(frozen=True, slots=True)
+class _RangeEnd:
+    """One end of a range as written: what it names of a date."""
+
+    year: int | None = None
+    month: int | None = None
+    day: int | None = None
+    part: str | None = None
+
+
+def _range_end(text: str) -> _RangeEnd | None:
+    """What one end of a range names ("early May", "3 May 2023", "2019", "10"), or None."""
+    m = _RANGE_END_PARTS.fullmatch(text.strip())
+    if m is None:
+        return None
+    if m["bare"]:
+        return _RangeEnd(day=int(m["bare"]))
+    month_text = m["month"]
+    if month_text is not None and not _month_allowed(month_text):
+        return None  # "may" and "march" as verbs
+    day = m["day"] or m["day2"]
+    return _RangeEnd(
+        year=int(m["year"]) if m["year"] else None,
+        month=_MONTH_NUMBER[month_text.lower().rstrip(".")] if month_text else None,
+        day=int(day) if day else None,
+        part=m["part"].lower() if m["part"] else None,
+    )
+
+
+def _range_span(m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
+    """ "between May and July 2023": 1 May - 31 July 2023. The second end gives the first its
+    year ("from December to February 2023": December 2022) and a bare day its month ("from 3 to
+    10 May"); with no year at all, the second end's month has the sentence's tense's year
+    (`_tensed_year`). Not a range: numbers that are no dates ("from 3 to 10 people"), a year
+    and a month without one ("from 2019 to May"), an end before the start."""
+    first, second = _range_end(m["first"]), _range_end(m["second"])
+    if first is None or second is None or (second.month is None and second.year is None):
+        return None
+    if first.month is None and first.year is None:  # a bare day: "from 3 to 10 May"
+        if second.day is None or second.month is None:
+            return None
+        first = _RangeEnd(second.year, second.month, first.day)
+    if first.month is None and second.year is None:
+        return None  # "from 2019 to May": which May?
+    if second.month is None:  # years: "from 2019 to 2021"
+        if first.year is None or second.year is None or first.month is not None:
+            return None
+        start, end, grain = date(first.year, 1, 1), date(second.year, 12, 31), "years"
+    else:
+        order_first = (first.month or 1, first.day or 1)
+        order_second = (second.month, second.day or 31)
+        if second.year is not None:
+            year = second.year
+        elif first.year is not None:
+            year = first.year + (order_second < order_first)
+        else:
+            year = _tensed_year(m, anchor, second.month)
+        start_year = first.year or year - (order_first > order_second)
+        try:
+            start = _range_day(start_year, first, first_day=True)
+            end = _range_day(year, second, first_day=False)
+        except ValueError:
+            return None  # "from 30 to 31 February"
+        grain = "days" if first.day and second.day else "months"
+    if start > end or end.year - start.year > 50:
+        return None
+    return start, end, grain
+
+
+def _range_day(year: int, end: _RangeEnd, *, first_day: bool) -> date:
+    """The first (or last) day an end of a range names in `year`: its day, or its month's (or
+    its part's), or the year's when it names a year only."""
+    if end.month is None:
+        return date(year, 1, 1) if first_day else date(year, 12, 31)
+    if end.day is not None:
+        return date(year, end.month, end.day)
+    start, last = _month_span(year, end.month)
+    if end.part:
+        start, last = _part_of(start, last, end.part)
+    return start if first_day else last
+
+
 def _resolve_calendar(kind: str, m: re.Match[str], anchor: date) -> tuple[date, date, str] | None:
     """The span of a calendar date ("3 May 2023", "May 3"), month ("early June", "May 2023")
     or year ("in 2022"); a month or day without a year is the one the sentence's tense points
     to (`_tensed_year`)."""
     g = m.groups()
+    if kind == "range":
+        return _range_span(m, anchor)
     if kind in ("iso_date", "numeric_date"):
         return _numeric_date(kind, m, anchor)
     if kind in ("day_month", "month_day", "word_day_month", "word_month_day"):
@@ -1479,6 +1587,12 @@ def query_dates(question: str) -> list[QueryDate]:
             )
             taken.add(start, end)
             continue
+        if kind == "range":
+            ranged = _range_query_dates(m)
+            if ranged:
+                dates.extend(ranged)
+                taken.add(start, end)
+            continue
         groups = m.groups()
         year_text = groups[-1]
         if kind == "month" and not year_text:
@@ -1504,6 +1618,25 @@ def query_dates(question: str) -> list[QueryDate]:
             )
             taken.add(start, end)
     return dates
+
+
+def _range_query_dates(m: re.Match[str]) -> list[QueryDate]:
+    """A range a question names: its span when it has a year ("between May and July 2023"),
+    else each month it runs over, of any year ("between March and May": March, April, May)."""
+    years = re.findall(r"(?:19|20)\d\d", m.group(0))
+    # The anchor only stands in for the year a yearless range leaves to the tense.
+    resolved = _range_span(m, date(int(years[-1]) if years else 2000, 1, 1))
+    if resolved is None:
+        return []
+    first, last, grain = resolved
+    if years:
+        return [QueryDate(span=TimeSpan(first, last, m.group(0).strip(), grain))]
+    months: list[int] = []
+    day = first.replace(day=1)
+    while day <= last and len(months) < 12:
+        months.append(day.month)
+        day += relativedelta(months=1)
+    return [QueryDate(month=month) for month in months]
 
 
 #: A day, week or month before or after an event the chat named ("the week before the

@@ -161,6 +161,17 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("Friday I finally finished it.", "2023-05-05", "2023-05-05"),
         ("See you Thursday!", "2023-05-11", "2023-05-11"),
         ("I'll pick you up Saturday 3pm.", "2023-05-13", "2023-05-13"),
+        # A range of dates is one span, its ends completing each other.
+        ("I worked there from June to August 2022.", "2022-06-01", "2022-08-31"),
+        ("We traveled between March and April.", "2023-03-01", "2023-04-30"),
+        ("I'll travel from June to August.", "2023-06-01", "2023-08-31"),
+        ("I lived there from December to February 2023.", "2022-12-01", "2023-02-28"),
+        ("We were away from 3 to 10 May 2023.", "2023-05-03", "2023-05-10"),
+        ("We were away between May 3 and May 10, 2023.", "2023-05-03", "2023-05-10"),
+        ("I stayed from May 31 to June 2, 2022.", "2022-05-31", "2022-06-02"),
+        ("I lived in Boston from 2010 to 2015.", "2010-01-01", "2015-12-31"),
+        ("I studied there from 2019 until March 2021.", "2019-01-01", "2021-03-31"),
+        ("We camped from early May to mid-June 2022.", "2022-05-01", "2022-06-20"),
     ],
 )
 def test_each_relative_form_resolves_against_the_session_date(
@@ -240,6 +251,10 @@ def test_each_relative_form_resolves_against_the_session_date(
         "Rent is due on the first of the month.",  # a habit: every month's first
         "It was the first of many.",  # an ordinal of no month
         "We met the second of the twins.",  # ... likewise
+        "The class grew from 3 to 10 people.",  # numbers, not days
+        "Kids between 20 and 30 months old.",  # ... likewise
+        "The score went from 2 to 12.",  # ... likewise
+        "Prices may rise from may to june.",  # "may" as a verb: no month, no range
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
@@ -382,6 +397,33 @@ def test_questions_name_absolute_dates_only_and_when_questions_are_told_apart() 
     assert not asks_when("What holiday traditions does Maria have?")  # a kind of tradition
 
 
+def test_a_range_a_question_names_is_its_span_or_each_month_it_runs_over() -> None:
+    (span,) = query_dates("What did Caroline do between May and July 2023?")
+    assert span.span is not None and (span.span.start, span.span.end) == (
+        date(2023, 5, 1),
+        date(2023, 7, 31),
+    )
+    (days,) = query_dates("Where was Nate from 3 to 10 May 2023?")
+    assert days.span is not None and (days.span.start, days.span.end) == (
+        date(2023, 5, 3),
+        date(2023, 5, 10),
+    )
+    # No year: the months of any year, across the new year too.
+    assert [d.month for d in query_dates("Where did Jon travel between March and May?")] == [
+        3,
+        4,
+        5,
+    ]
+    assert [d.month for d in query_dates("What did Gina do from December to February?")] == [
+        12,
+        1,
+        2,
+    ]
+    # Look-alikes: the months alone as before; numbers that are no dates name none.
+    assert [d.month for d in query_dates("What did Jon do in March and in May?")] == [3, 5]
+    assert query_dates("How many came, from 3 to 10?") == []
+
+
 def test_a_holiday_a_question_names_is_its_day_in_any_year() -> None:
     (thanksgiving,) = query_dates("What did Jon do on Thanksgiving?")
     assert thanksgiving.matches(TimeSpan(date(2022, 11, 24), date(2022, 11, 24)))
@@ -473,7 +515,8 @@ _FUZZ_WORDS = (
     "years decade summer winter holidays Christmas Thanksgiving Easter Memorial Labor Day "
     "Mother's Friday Fridays morning night yesterday tomorrow today early mid late end "
     "beginning start first second last half and or I we went will be been have had , . ? ! "
-    "earlier later Saturday Tuesday Christmases today from before coming Easter weekend"
+    "earlier later Saturday Tuesday Christmases today from before coming Easter weekend "
+    "between to until through - 10th"
 ).split()
 
 
