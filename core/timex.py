@@ -387,6 +387,20 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\s+(week|weekend|month|year)\b",
         ),
         (
+            # "in the last month", "over the last week": the days just before, as "the past month"
+            # (not "the last week of May", a week of something else)
+            "the_last_unit",
+            r"\b(?:in|within|over|during|for)\s+the\s+last\s+(week|month|year)\b(?!\s+(?:of|before|after)\b)",
+        ),
+        (
+            # "at the end of the summer", "in late spring", "early summer 2021": that month of
+            # the season (of the year named, else the last one or the coming one, as the
+            # sentence tells: "over the summer")
+            "part_of_season",
+            r"\b(?:(?:the\s+)?(beginning|start|middle|end)\s+of\s+(?:the\s+)?|(early|late|mid)[\s-]+)"
+            rf"(spring|summer|fall|autumn|winter)\b(?:,?\s+(?:of\s+)?{_YEAR}\b)?",
+        ),
+        (
             "part_of_unit",  # "the end of last year", "the start of the month", "early last week"
             r"\b(?:(?:the\s+)?(beginning|start|middle|end)\s+of\s+(?:(last|this|next)|the)"
             r"|(early|mid|late)[\s-]+(last|this|next))\s+(week|month|year)\b",
@@ -1025,6 +1039,7 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         "holidays_ago",
         "named_before_last",
         "the_season",
+        "part_of_season",
         "day_of_month",
     ):
         return _resolve_named_back(kind, m, anchor)
@@ -1032,6 +1047,9 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return _resolve_back(kind, m, anchor)
     if kind in ("unit", "part_of_unit"):
         return _resolve_unit(kind, m, anchor)
+    if kind == "the_last_unit":
+        length = {"week": 7, "month": 31, "year": 365}[g[0].lower()]
+        return anchor - timedelta(days=length), anchor - timedelta(days=1), "days"
     if kind == "before_last":
         return _unit_span(g[0], anchor, -2)
     if kind == "weekday_before_last":  # "the Tuesday before last": the one before last Tuesday
@@ -1162,24 +1180,36 @@ def _resolve_named_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date
         plural = g[1].lower()
         name = {"christmases": "christmas", "xmases": "christmas"}.get(plural, plural[:-1])
         return _holidays_back(name, *_count(g[0]), anchor)
+    if kind == "part_of_season" and g[3]:  # "early summer 2021"
+        first, last, _ = _season_of(int(g[3]), g[2])
+        return _third_of_season(first, g[0] or g[1])
     future = _speaks_of_future(m)
     if not future and not _PAST_TOLD.search(_sentence(m)):
         return None
     if kind == "day_of_month":
         return _day_of_month(int(g[0]), anchor, future)
-    if g[0].lower() == "holidays":  # Christmas Eve to New Year's Day
+    season = g[2] if kind == "part_of_season" else g[0]
+    if season.lower() == "holidays":  # Christmas Eve to New Year's Day
         spans = [
             (date(y, 12, 24), date(y + 1, 1, 1)) for y in range(anchor.year - 1, anchor.year + 1)
         ]
     else:
-        first_month = _SEASONS[g[0].lower()]
+        first_month = _SEASONS[season.lower()]
         starts = [date(y, first_month, 1) for y in range(anchor.year - 2, anchor.year + 2)]
         spans = [(s, s + relativedelta(months=3, days=-1)) for s in starts]
     if future:
         first, last = min(s for s in spans if s[1] >= anchor)
     else:
         first, last = max(s for s in spans if s[0] <= anchor)
+    if kind == "part_of_season":
+        return _third_of_season(first, g[0] or g[1])
     return first, last, "season"
+
+
+def _third_of_season(first: date, part: str) -> tuple[date, date, str]:
+    """The month of a season its early, middle or late part ("the end of the summer") means."""
+    month = first + relativedelta(months={"early": 0, "mid": 1, "late": 2}[_PART_OF[part.lower()]])
+    return (*_month_span(month.year, month.month), "month")
 
 
 def _holidays_back(name: str, low: int, high: int, anchor: date) -> tuple[date, date, str]:

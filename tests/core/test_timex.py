@@ -161,6 +161,15 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("Friday I finally finished it.", "2023-05-05", "2023-05-05"),
         ("See you Thursday!", "2023-05-11", "2023-05-11"),
         ("I'll pick you up Saturday 3pm.", "2023-05-13", "2023-05-13"),
+        # "In the last month": the days just before, as "the past month" (not April).
+        ("I lost weight in the last month.", "2023-04-07", "2023-05-07"),
+        ("Over the last year I have grown.", "2022-05-08", "2023-05-07"),
+        ("We hiked in the last week of April.", "2023-04-24", "2023-04-30"),  # a week of April
+        # A part of a season: its month, of the season the sentence points to.
+        ("At the end of the summer we moved.", "2022-08-01", "2022-08-31"),
+        ("I'll move at the end of the summer.", "2023-08-01", "2023-08-31"),
+        ("In the middle of the winter it snowed.", "2023-01-01", "2023-01-31"),
+        ("We married in early summer 2021.", "2021-06-01", "2021-06-30"),
         # A range of dates is one span, its ends completing each other.
         ("I worked there from June to August 2022.", "2022-06-01", "2022-08-31"),
         ("We traveled between March and April.", "2023-03-01", "2023-04-30"),
@@ -251,6 +260,8 @@ def test_each_relative_form_resolves_against_the_session_date(
         "Rent is due on the first of the month.",  # a habit: every month's first
         "It was the first of many.",  # an ordinal of no month
         "We met the second of the twins.",  # ... likewise
+        "I swim in late summer.",  # a habit: any year's
+        "Late summer is my favourite.",  # ... likewise
         "The class grew from 3 to 10 people.",  # numbers, not days
         "Kids between 20 and 30 months old.",  # ... likewise
         "The score went from 2 to 12.",  # ... likewise
@@ -516,7 +527,7 @@ _FUZZ_WORDS = (
     "Mother's Friday Fridays morning night yesterday tomorrow today early mid late end "
     "beginning start first second last half and or I we went will be been have had , . ? ! "
     "earlier later Saturday Tuesday Christmases today from before coming Easter weekend "
-    "between to until through - 10th"
+    "between to until through - 10th within"
 ).split()
 
 
