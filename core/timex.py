@@ -454,7 +454,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
         (
             "month",
-            rf"\b(?:(in|on|since|during|until|till|by|from|around|of|last|next|this|early|late|mid|end\s+of|beginning\s+of|start\s+of)[\s-]+)?"
+            rf"\b(?:(in|on|since|during|until|till|by|from|around|of|last|next|this\s+past|this\s+coming|this|early|late|mid|end\s+of|beginning\s+of|start\s+of)[\s-]+)?"
             rf"(?:(early|late|mid)[\s-]+)?({_MONTH_RE})\b\.?(?!\s*\d{{1,2}}(?:st|nd|rd|th)?\b)(?:,?\s+{_YEAR}\b)?",
         ),
         ("year", rf"\b(?:in|since|during|from|by|around|of|back\s+in|until|till)\s+{_YEAR}\b"),
@@ -941,6 +941,9 @@ def _last_weekend(anchor: date) -> date:
     """Saturday of the last weekend over before `anchor` (said on a Sunday: the one before)."""
     saturday = anchor - timedelta(days=(anchor.weekday() - 5) % 7 or 7)
     return saturday if saturday + timedelta(days=1) < anchor else saturday - timedelta(days=7)
+
+
+_MONTH_RELATION = {"last": "last", "this past": "last", "next": "next", "this coming": "next"}
 
 
 def _nearest_month(anchor: date, month: int, relation: str) -> int:
@@ -1459,8 +1462,10 @@ def _resolve_calendar(kind: str, m: re.Match[str], anchor: date) -> tuple[date, 
         part = part or _PART_OF.get(relation.removesuffix(" of"))  # "mid-May", "the end of May"
         if year_text:
             year = int(year_text)
-        elif relation in ("last", "next"):
-            year = _nearest_month(anchor, month, relation)
+        elif relation in _MONTH_RELATION:  # "last June", "this past June", "next June"
+            year = _nearest_month(anchor, month, _MONTH_RELATION[relation])
+        elif relation == "this":  # "this June": of the year said, whatever the tense
+            year = anchor.year
         else:
             year = _tensed_year(m, anchor, month)
         first, last = _month_span(year, month)
@@ -1630,7 +1635,7 @@ def query_dates(question: str) -> list[QueryDate]:
             if (
                 (relation or part)
                 and _month_allowed(month_text)
-                and (relation or "").lower() not in ("last", "next")
+                and " ".join((relation or "").lower().split()) not in (*_MONTH_RELATION, "this")
             ):
                 dates.append(QueryDate(month=_MONTH_NUMBER[month_text.lower().rstrip(".")]))
                 taken.add(start, end)

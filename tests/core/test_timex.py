@@ -165,6 +165,10 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("I lost weight in the last month.", "2023-04-07", "2023-05-07"),
         ("Over the last year I have grown.", "2022-05-08", "2023-05-07"),
         ("We hiked in the last week of April.", "2023-04-24", "2023-04-30"),  # a week of April
+        # "this past June", "this coming June"; "this June" is of the year said.
+        ("We got married this past June.", "2022-06-01", "2022-06-30"),
+        ("We're getting married this coming June.", "2023-06-01", "2023-06-30"),
+        ("We signed up for it this June.", "2023-06-01", "2023-06-30"),
         # A part of a season: its month, of the season the sentence points to.
         ("At the end of the summer we moved.", "2022-08-01", "2022-08-31"),
         ("I'll move at the end of the summer.", "2023-08-01", "2023-08-31"),
@@ -433,6 +437,9 @@ def test_a_range_a_question_names_is_its_span_or_each_month_it_runs_over() -> No
     # Look-alikes: the months alone as before; numbers that are no dates name none.
     assert [d.month for d in query_dates("What did Jon do in March and in May?")] == [3, 5]
     assert query_dates("How many came, from 3 to 10?") == []
+    # A month named relative to the time said has no anchor in a question.
+    assert query_dates("What did Jon do this past June?") == []
+    assert query_dates("What did Jon do this June?") == []
 
 
 def test_a_holiday_a_question_names_is_its_day_in_any_year() -> None:
