@@ -1184,8 +1184,7 @@ def _resolve_named_back(kind: str, m: re.Match[str], anchor: date) -> tuple[date
         name = {"christmases": "christmas", "xmases": "christmas"}.get(plural, plural[:-1])
         return _holidays_back(name, *_count(g[0]), anchor)
     if kind == "part_of_season" and g[3]:  # "early summer 2021"
-        first, last, _ = _season_of(int(g[3]), g[2])
-        return _third_of_season(first, g[0] or g[1])
+        return _third_of_season(_season_of(int(g[3]), g[2])[0], g[0] or g[1])
     future = _speaks_of_future(m)
     if not future and not _PAST_TOLD.search(_sentence(m)):
         return None
