@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
+from datetime import date
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from core.recall.fusion import Ranked, budgeted, learned_rank, rrf_rank
 from core.recall.lexical import LexicalIndex
 from core.recall.params import CANDIDATES, DEFAULT_PARAMS, RecallParams
 from core.recall.query import PART_WINDOW, Prepared, named_in, unaddressed
-from core.timex import TimeSpan, asks_when, parse_when, query_dates
+from core.timex import QueryDate, TimeSpan, asks_when, parse_when, query_dates, resolve
 
 
 class HybridIndex:
@@ -148,14 +149,18 @@ class HybridIndex:
         linked: list[str] | None = None,
         plain_vector: np.ndarray | None = None,
         parts: list[tuple[str, np.ndarray | None]] | None = None,
+        asked_on: date | None = None,
     ) -> Prepared:
         """Everything a query needs from the indexes (the rankers' candidates), before the
         fusion: `rank` fuses it under any `RecallParams` without asking the indexes again.
         `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`).
         `parts`: a two-event question's parts (`query_parts`), each with the embedding of its
-        `plain_query`; each is prepared as a query of its own (lexical, and dense on that vector)."""
+        `plain_query`; each is prepared as a query of its own (lexical, and dense on that vector).
+        `asked_on`: the day the query is asked, when known (a chat's pending message, a
+        benchmark's question date): its relative dates ("yesterday", "last Saturday") are then
+        dates it names, as "on May 3, 2023" is; without it they name none."""
         with self.lock:
-            prepared = self._prepare(query, vector, names, linked, plain_vector)
+            prepared = self._prepare(query, vector, names, linked, plain_vector, asked_on)
             if not parts:
                 return prepared
             own = [
@@ -177,6 +182,7 @@ class HybridIndex:
         names: list[str] | None,
         linked: list[str] | None,
         plain_vector: np.ndarray | None,
+        asked_on: date | None = None,
     ) -> Prepared:
         # What the query asks about: without the names it only addresses ("Thanks, Seraphina.").
         spoken = unaddressed(query, names or [])
@@ -196,7 +202,11 @@ class HybridIndex:
             named=named[0].lower() if len(named) == 1 else None,
             # Absolute dates, and those relative to an event a document dated ("the week
             # before the wedding").
-            dates=[*query_dates(query), *self.columns.question_dates(query)],
+            dates=[
+                *query_dates(query),
+                *self.columns.question_dates(query),
+                *(QueryDate(span=span) for span in resolve(query, asked_on)),
+            ],
             asks_when=asks_when(query),
             plain=plain,
             vector=self.dense.unit(vector),
@@ -277,6 +287,7 @@ class HybridIndex:
         plain_vector: np.ndarray | None = None,
         parts: list[tuple[str, np.ndarray | None]] | None = None,
         shown: Callable[[str], bool] | None = None,
+        asked_on: date | None = None,
     ) -> list[Hit]:
         """Top-k documents for `query` (its embedding in `vector`, or None: lexical only).
         `names`: entity names the graph knows (speakers, characters); the one the query names
@@ -285,7 +296,7 @@ class HybridIndex:
         `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`).
         `parts`: a two-event question's parts (`query_parts`) with the embeddings of their
         `part_text` (see `rank`). `shown`: whether a document's text is one the asker already
-        shows (see `rank`)."""
+        shows (see `rank`). `asked_on`: the day the query is asked (see `prepare`)."""
         if k <= 0:
             return []
         prepared = self.prepare(
@@ -295,6 +306,7 @@ class HybridIndex:
             linked=linked,
             plain_vector=plain_vector,
             parts=parts if params.part_budget else None,
+            asked_on=asked_on,
         )
         with self.lock:
             if not self.docs:

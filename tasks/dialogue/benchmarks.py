@@ -231,6 +231,7 @@ def longmemeval_spec(
             question_type=instance.question_type,
             evidence_sessions=gold,
             abstention="_abs" in instance.question_id,
+            asked_on=instance.question_date,
         )
     ]
     return DialogueSpec(

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import date
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from core.errors import Err, Ok, Result, SkaldError, classify
@@ -664,12 +665,27 @@ class DialogueService:
         )
 
     def recall(
-        self, conversation_id: str, query: str, k: int, *, graph: GraphStore | None = None
+        self,
+        conversation_id: str,
+        query: str,
+        k: int,
+        *,
+        asked_on: date | None = None,
+        graph: GraphStore | None = None,
     ) -> list[RecalledTurn]:
-        """Hybrid recall of earlier turns for a question (the regression recall probe)."""
+        """Hybrid recall of earlier turns for a question (the regression recall probe);
+        `asked_on`: the day it is asked, when the benchmark gives it."""
         store = graph or self.store
         index = self.vectors.get(store.endpoint.label, conversation_id)
-        return recall(DialogueRepository(store), self.gateway, index, conversation_id, query, k)
+        return recall(
+            DialogueRepository(store),
+            self.gateway,
+            index,
+            conversation_id,
+            query,
+            k,
+            asked_on=asked_on,
+        )
 
     def _graph(
         self, db: DbConfig | None, key: str, ids: Ids, trace: TraceRecorder

@@ -22,13 +22,14 @@ import os
 import re
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from core.errors import GraphUnavailableError, InvalidInputError, first_error
+from core.timex import parse_when
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.models import (
     ChatMessage,
@@ -80,6 +81,11 @@ class QAItem(BaseModel):
     )
     abstention: bool = Field(
         False, description="no evidence by design (LongMemEval `_abs`): not scored"
+    )
+    asked_on: str | None = Field(
+        None,
+        description="when the question is asked (LongMemEval's `question_date`): its relative "
+        'dates ("last Saturday") count from it',
     )
 
     @model_validator(mode="before")
@@ -413,7 +419,9 @@ def recall_probe(
         evidence = [e for e in item.evidence if e]
         if not evidence or not set(evidence) <= committed_refs:
             continue
-        hits: list[RecalledTurn] = service.recall(conversation_id, item.question, k)
+        hits: list[RecalledTurn] = service.recall(
+            conversation_id, item.question, k, asked_on=_asked_on(item)
+        )
         retrieved = [ref for hit in hits for ref in hit.source_refs]
         found = len(set(evidence) & set(retrieved))
         rows.append(
@@ -458,6 +466,10 @@ class ProbeRow(BaseModel):
 
 #: Turns read for a session-scored question: deep enough to see 10 distinct sessions.
 SESSION_PROBE_TURNS = 200
+
+
+def _asked_on(item: QAItem) -> date | None:
+    return parse_when(item.asked_on) if item.asked_on else None
 
 
 def _recall(evidence: list[str], retrieved: list[str]) -> float:
@@ -519,7 +531,9 @@ def whole_dialogue_probe(
         if reason is not None:
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
-        hits: list[RecalledTurn] = service.recall(conversation_id, item.question, depth)
+        hits: list[RecalledTurn] = service.recall(
+            conversation_id, item.question, depth, asked_on=_asked_on(item)
+        )
         ranked = [hit.source_refs[0] if hit.source_refs else hit.key for hit in hits]
         retrieved = ranked[:10]
         turn_scores = (

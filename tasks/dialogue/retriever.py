@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import numpy as np
@@ -75,6 +75,13 @@ class Retrieval(BaseModel):
         None,
         description="the embedding of what the turn's memory row embeds (`row_text`) when recall"
         " asked with that very text (the commit reuses it)",
+    )
+
+
+def said_when(messages: list[ChatMessage]) -> str:
+    """When messages were said: the time the last one that has a time gives, else now (UTC)."""
+    return next((m.time for m in reversed(messages) if m.time), None) or datetime.now(UTC).strftime(
+        "%-I:%M %p on %-d %B, %Y"
     )
 
 
@@ -138,11 +145,13 @@ class PinnedMemory:
         plain_vector: np.ndarray | None = None,
         parts: list[tuple[str, np.ndarray | None]] | None = None,
         shown: Callable[[str], bool] | None = None,
+        asked_on: date | None = None,
     ) -> list[RecalledTurn]:
         """`linked`: keys of turns the graph's facts tie to the query (`linked_turns`).
         `plain_vector`: the embedding of `plain_query(query, speakers)` (None: `vector`).
         `parts`: a two-event question's parts with their embeddings (`embedded_query`).
-        `shown`: whether a turn's text is in the front end's window (`on_screen`)."""
+        `shown`: whether a turn's text is in the front end's window (`on_screen`).
+        `asked_on`: the day the query is asked, which its relative dates count from."""
         if self.hybrid is None or k <= 0:
             return []
         hits = self.hybrid.search(
@@ -154,6 +163,7 @@ class PinnedMemory:
             plain_vector=plain_vector,
             parts=parts,
             shown=shown,
+            asked_on=asked_on,
         )
         return [recalled(hit) for hit in hits]
 
@@ -285,9 +295,12 @@ class TurnMemoryIndex:
         plain_vector: np.ndarray | None = None,
         parts: list[tuple[str, np.ndarray | None]] | None = None,
         shown: Callable[[str], bool] | None = None,
+        asked_on: date | None = None,
     ) -> list[RecalledTurn]:
         """Search the index as it is now (see PinnedMemory.search)."""
-        return self.pinned().search(query, vector, k, names, linked, plain_vector, parts, shown)
+        return self.pinned().search(
+            query, vector, k, names, linked, plain_vector, parts, shown, asked_on
+        )
 
 
 def recalled(hit: Hit) -> RecalledTurn:
@@ -361,9 +374,7 @@ def memory_row(
 ) -> MemoryRow:
     """A turn's memory row from its messages (speaker lines, message ids, the turn's time);
     `embedded_by`: the model that made `embedding` (LLMGateway.embedding_fingerprint)."""
-    when = next((m.time for m in reversed(messages) if m.time), None) or datetime.now(UTC).strftime(
-        "%-I:%M %p on %-d %B, %Y"
-    )
+    when = said_when(messages)
     return MemoryRow(
         key=key,
         conversation_id=conversation_id,
@@ -678,6 +689,8 @@ def retrieve(
             plain_vector,
             parts,
             on_screen(window) if window else None,
+            # "What did I tell you yesterday?": yesterday as of the message asking.
+            parse_when(said_when(asked)),
         )
     return Retrieval(
         known_entities=snapshot.entities,
@@ -706,11 +719,13 @@ def recall(
     query: str,
     k: int,
     *,
+    asked_on: date | None = None,
     purpose: str = "dialogue.recall",
 ) -> list[RecalledTurn]:
     """Hybrid recall for an arbitrary question (the regression recall probe), with the same
     graph signals as a turn's retrieval (the speakers and entities it names, the turns the
-    facts about them were extracted from)."""
+    facts about them were extracted from). `asked_on`: the day the question is asked, when the
+    benchmark gives it (LongMemEval's `question_date`): its relative dates count from it."""
     snapshot, memory = _read_into(index, repo, conversation_id, gateway.embedding_fingerprint())
     if not len(memory):
         return []
@@ -728,6 +743,7 @@ def recall(
         linked_turns(conversation_id, mentioned, snapshot.relations, memory.speakers),
         plain_vector,
         parts,
+        asked_on=asked_on,
     )
 
 

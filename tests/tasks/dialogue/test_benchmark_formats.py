@@ -68,6 +68,7 @@ def test_a_longmemeval_instance_is_one_session_scored_dialogue() -> None:
     assert question.evidence_sessions == ["answer_trip_1", "answer_trip_2"]
     assert question.evidence == ["answer_trip_1_1", "answer_trip_2_1"]  # the has_answer turns
     assert question.question_type == "multi-session" and not question.abstention
+    assert question.asked_on == "2023/06/01 (Thu) 10:00"  # its relative dates count from it
     assert specs[2].qa[0].abstention and specs[2].qa[0].evidence_sessions == []
 
 

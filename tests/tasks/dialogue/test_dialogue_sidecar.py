@@ -1182,3 +1182,50 @@ def test_a_commit_stores_the_vector_its_memory_query_embedded_and_embeds_nothing
         ["Dave: Dave here, I paint lakes."],
         ["here, I paint lakes."],
     ]
+
+
+def test_a_question_about_yesterday_recalls_what_was_said_the_day_before_it_is_asked(
+    service: DialogueService,
+) -> None:
+    """A chat imported with ISO times (its days its sessions), then asked "yesterday": the
+    turn said the day before the pending message outranks the same words said weeks before."""
+    conv = _conv("yesterday")
+    said = {
+        "1": "2023-04-10T19:00:00Z",
+        "2": "2023-04-10T19:01:00Z",
+        "3": "2023-05-07T20:00:00Z",
+        "4": "2023-05-07T20:01:00Z",
+    }
+    texts = {
+        "1": "We talked about the lighthouse on the hill.",
+        "2": "Yes, the lighthouse keeper waved at us.",
+        "3": "We talked about the lighthouse on the hill.",
+        "4": "Yes, the lighthouse keeper waved at us.",
+    }
+    imported = service.import_turns(
+        {
+            "conversation_id": conv,
+            "turns": [
+                {
+                    "turn_id": turn,
+                    "messages": [
+                        {"role": "user", "name": "Ann", "content": texts[turn], "time": said[turn]}
+                    ],
+                }
+                for turn in said
+            ],
+        }
+    )
+    assert imported.ok and imported.added == ["1", "2", "3", "4"], imported
+
+    def first_recalled(time: str) -> str:
+        question = {"role": "user", "name": "Ann", "content": "What did we talk about yesterday?"}
+        answer = service.memory_query(
+            {"conversation_id": conv, "messages": [{**question, "time": time}]}
+        )
+        assert answer.ok, answer
+        return answer.recalled[0].turn_id
+
+    assert first_recalled("2023-05-08T09:00:00Z") == "3"
+    # Look-alike: asked the day after the April turns, "yesterday" is theirs.
+    assert first_recalled("2023-04-11T09:00:00Z") == "1"
