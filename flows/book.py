@@ -402,6 +402,7 @@ def chapter_outline(
             planned=book.planned.get(number),
             guidance=guidance,
             earlier_titles=tuple(progress.titles),
+            character_names=book.info.character_names,
         ),
     )
     return chapter, book.info.character_names

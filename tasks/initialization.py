@@ -20,6 +20,7 @@ from prompts.initialization.models import (
     GlobalOutline,
     OutlineRelationships,
 )
+from tasks.planning import tidy_outline
 from tasks.policy import llm_task
 from tasks.services import Services
 
@@ -210,7 +211,16 @@ def generate_chapter_outlines(
                     chapter.title[:80],
                     problem,
                 )
-            got[slot] = chapter.model_copy(update={"number": slot, "title": title})
+            tidy, dropped = tidy_outline(
+                chapter.model_copy(update={"number": slot, "title": title}),
+                character_names,
+                taken,
+            )
+            if dropped:
+                get_run_logger().warning(
+                    "init: chapter %d's outline: %s not used", slot, "; ".join(dropped)
+                )
+            got[slot] = tidy
     if len(got) < last - first + 1:
         raise LLMBadOutputError(
             f"the model outlined {len(got)} of chapters {first}-{last} after {MAX_OUTLINE_CALLS_PER_ACT} requests",

@@ -24,6 +24,7 @@ from prompts import render_messages
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import ChapterOutlineRefresh
 from tasks.context import estimate_tokens
+from tasks.planning import tidy_outline
 from tasks.policy import llm_task
 from tasks.services import Services
 
@@ -67,6 +68,9 @@ class OutlineRequest(BaseModel):
     earlier_titles: tuple[str, ...] = Field(
         (), description="the titles of the chapters before it, which its own must not repeat"
     )
+    character_names: tuple[str, ...] = Field(
+        (), description="the bible's character names: a point of view is one, or reads as one"
+    )
 
 
 @llm_task("generate_chapter_outline", tier=OUTLINE_TIER)
@@ -103,13 +107,29 @@ def generate_chapter_outline(services: Services, request: OutlineRequest) -> Cha
             answer.title[:80],
             problem,
         )
-    refreshed = ChapterOutline(
-        number=number,
-        title=chapter_title,
-        summary=answer.summary.strip() or base.summary,
-        pov=answer.pov.strip() or base.pov,
-        setting=answer.setting.strip() or base.setting,
-        key_beats=[b for b in answer.key_beats if b.strip()] or base.key_beats,
+    answered, dropped = tidy_outline(
+        ChapterOutline(
+            number=number,
+            title=chapter_title,
+            summary=answer.summary,
+            pov=answer.pov,
+            setting=answer.setting,
+            key_beats=answer.key_beats,
+        ),
+        r.character_names,
+        taken,
+    )
+    if dropped:
+        get_run_logger().warning(
+            "chapter %d: the outline's %s not used", number, "; ".join(dropped)
+        )
+    refreshed = answered.model_copy(
+        update={
+            "summary": answered.summary.strip() or base.summary,
+            "pov": answered.pov or base.pov,
+            "setting": answered.setting or base.setting,
+            "key_beats": answered.key_beats or base.key_beats,
+        }
     )
     get_run_logger().info(
         "chapter %d: outline %s: %s", number, "refreshed" if planned else "written", refreshed.title

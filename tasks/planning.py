@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prefect import get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -82,6 +84,45 @@ def plan_scenes(services: Services, request: PlanRequest) -> ContentRef:
     return services.content.put_json("chapter_plan", name, ScenePlan(scenes=scenes))
 
 
+def _reads_as_person(known: tuple[str, ...], titles: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a name is a bible name, or else reads as one (capitalised, no title, see
+    core.grounding.name_problem)."""
+    known_names = {normalise(n) for n in known}
+
+    def person(name: str) -> bool:
+        return normalise(name) in known_names or (
+            any(ch.isupper() for ch in name) and name_problem(name, titles) is None
+        )
+
+    return person
+
+
+def tidy_outline(
+    chapter: ChapterOutline, known: tuple[str, ...], titles: tuple[str, ...] = ()
+) -> tuple[ChapterOutline, list[str]]:
+    """A chapter's outline as the bible keeps it, without what a small model puts where a name,
+    a place or a beat goes: a point of view that is a sentence ("This chapter begins with a
+    brief description..."), a setting with no words (",1:"), a beat said twice; and what was
+    left out, said. The scene plan is tidied the same way (`tidy_plan`)."""
+    dropped: list[str] = []
+    pov = chapter.pov.strip()
+    if pov and not _reads_as_person(known, titles)(pov):
+        dropped.append(f"point of view {pov[:40]!r}")
+        pov = ""
+    setting, problem = usable_title(chapter.setting, "", SETTING_WORDS)
+    if problem and chapter.setting.strip():
+        dropped.append(f"setting {chapter.setting[:40]!r} ({problem})")
+    beats = [b.strip() for b in chapter.key_beats if b.strip()]
+    unique: list[str] = []
+    for beat in beats:
+        if normalise(beat) not in {normalise(b) for b in unique}:
+            unique.append(beat)
+    if len(unique) < len(beats):
+        dropped.append(f"{len(beats) - len(unique)} beat(s) said twice")
+    tidy = chapter.model_copy(update={"pov": pov, "setting": setting, "key_beats": unique})
+    return tidy, dropped
+
+
 def tidy_plan(
     scenes: list[SceneDetail],
     known: tuple[str, ...],
@@ -92,13 +133,7 @@ def tidy_plan(
     prompt nor the plan checks (tasks/validation) go by it; and what was left out, said. A
     bible name always stays; any other character must read as a name (capitalised, see
     core.grounding.name_problem). `titles`: the book's and the chapter's."""
-    known_names = {normalise(n) for n in known}
-
-    def person(name: str) -> bool:
-        return normalise(name) in known_names or (
-            any(ch.isupper() for ch in name) and name_problem(name, titles) is None
-        )
-
+    person = _reads_as_person(known, titles)
     tidy: list[SceneDetail] = []
     dropped: list[str] = []
     for number, scene in enumerate(scenes, 1):

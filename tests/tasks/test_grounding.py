@@ -25,11 +25,11 @@ from core.sentences import (
     finish_cut_text,
     tail_from_sentence,
 )
-from prompts.initialization.models import CharacterSheets
+from prompts.initialization.models import ChapterOutline, CharacterSheets
 from prompts.knowledge.models import SceneExtraction
 from prompts.narrative.models import SceneDetail
 from tasks.grounding import ground_extraction
-from tasks.planning import tidy_plan
+from tasks.planning import tidy_outline, tidy_plan
 
 TITLES = (
     "The Great Sinking: Lighthouse Keeper's Tale",
@@ -409,6 +409,39 @@ def test_a_plan_keeps_its_names_and_loses_its_loops() -> None:
         and tidy[1].pov == ""
     )
     assert len(dropped) == 7 and any("point of view" in d for d in dropped)
+
+
+def test_a_chapter_outline_keeps_no_sentence_for_its_point_of_view_and_no_beat_twice() -> None:
+    # Seen in a make run's outline/chapters.yaml (the embedded 135M model).
+    written = ChapterOutline(
+        number=2,
+        title="Chapter 2",
+        summary="Lysander's life and home.",
+        pov="This chapter begins with a brief description of the setting and the setting itself.",
+        setting=",1:",
+        key_beats=[
+            "The first act is a stormy scene.",
+            "Lysander mends the nets.",
+            "the first act is a  stormy scene",
+        ],
+    )
+    tidy, dropped = tidy_outline(written, ("Lysander",), ("Sailor's Last Refuge",))
+    assert (tidy.pov, tidy.setting) == ("", "")
+    assert tidy.key_beats == ["The first act is a stormy scene.", "Lysander mends the nets."]
+    assert [d.split(" ")[0] for d in dropped] == ["point", "setting", "1"]
+    # Look-alikes: a bible name, a new name, a real place and beats that only share words stay.
+    for pov in ("Lysander", "Captain Mara Voss"):
+        kept = written.model_copy(
+            update={
+                "pov": pov,
+                "setting": "the harbour at dawn",
+                "key_beats": ["Lysander mends the nets.", "Lysander mends the sails."],
+            }
+        )
+        assert tidy_outline(kept, ("Lysander",), ("Sailor's Last Refuge",)) == (kept, [])
+    # The book's title is no point of view.
+    titled = written.model_copy(update={"pov": "Sailor's Last Refuge"})
+    assert tidy_outline(titled, ("Lysander",), ("Sailor's Last Refuge",))[0].pov == ""
 
 
 def test_a_field_stopped_mid_sentence_loses_that_sentence_and_a_finished_one_gets_its_stop() -> (
