@@ -459,6 +459,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
         ("year", rf"\b(?:in|since|during|from|by|around|of|back\s+in|until|till)\s+{_YEAR}\b"),
         (
+            # "back in '19", "since '08", "born in '95": the year of the century the sentence's
+            # tense points to (not "the '60s", a decade)
+            "short_year",
+            r"\b(?:in|since|during|from|by|around|of|back\s+in|until|till)\s+['\u2019](\d\d)\b(?!['\u2019]?s\b)",
+        ),
+        (
             # "in March last year", "on May 3rd of next year", "early June this year": the month
             # or day of the year named relative to the time said ("in March" alone is the
             # nearest March, "last year" alone the whole year: together they are one span).
@@ -1053,6 +1059,11 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
     if kind == "the_last_unit":
         length = {"week": 7, "month": 31, "year": 365}[g[0].lower()]
         return anchor - timedelta(days=length), anchor - timedelta(days=1), "days"
+    if kind == "short_year":  # ahead of the time said only in a sentence about the future
+        year = 2000 + int(g[0])
+        if year > anchor.year and not (_speaks_of_future(m) and year - anchor.year <= 10):
+            year -= 100
+        return date(year, 1, 1), date(year, 12, 31), "year"
     if kind == "before_last":
         return _unit_span(g[0], anchor, -2)
     if kind == "weekday_before_last":  # "the Tuesday before last": the one before last Tuesday

@@ -174,6 +174,10 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("I'll move at the end of the summer.", "2023-08-01", "2023-08-31"),
         ("In the middle of the winter it snowed.", "2023-01-01", "2023-01-31"),
         ("We married in early summer 2021.", "2021-06-01", "2021-06-30"),
+        # A year written short: of the century the sentence's tense points to.
+        ("We went to Japan back in '19.", "2019-01-01", "2019-12-31"),
+        ("She was born in '95.", "1995-01-01", "1995-12-31"),
+        ("I'll graduate in '25.", "2025-01-01", "2025-12-31"),
         # A range of dates is one span, its ends completing each other.
         ("I worked there from June to August 2022.", "2022-06-01", "2022-08-31"),
         ("We traveled between March and April.", "2023-03-01", "2023-04-30"),
@@ -264,6 +268,8 @@ def test_each_relative_form_resolves_against_the_session_date(
         "Rent is due on the first of the month.",  # a habit: every month's first
         "It was the first of many.",  # an ordinal of no month
         "We met the second of the twins.",  # ... likewise
+        "We danced to music from the '80s.",  # a decade, not a year
+        "Rock 'n' roll in '60s.",  # ... likewise
         "I swim in late summer.",  # a habit: any year's
         "Late summer is my favourite.",  # ... likewise
         "The class grew from 3 to 10 people.",  # numbers, not days
@@ -534,7 +540,7 @@ _FUZZ_WORDS = (
     "Mother's Friday Fridays morning night yesterday tomorrow today early mid late end "
     "beginning start first second last half and or I we went will be been have had , . ? ! "
     "earlier later Saturday Tuesday Christmases today from before coming Easter weekend "
-    "between to until through - 10th within"
+    "between to until through - 10th within '19 '80s"
 ).split()
 
 
