@@ -113,9 +113,11 @@ def tidy_outline(
     if problem and chapter.setting.strip():
         dropped.append(f"setting {chapter.setting[:40]!r} ({problem})")
     beats = [b.strip() for b in chapter.key_beats if b.strip()]
+    seen: set[str] = set()
     unique: list[str] = []
     for beat in beats:
-        if normalise(beat) not in {normalise(b) for b in unique}:
+        if normalise(beat) not in seen:
+            seen.add(normalise(beat))
             unique.append(beat)
     if len(unique) < len(beats):
         dropped.append(f"{len(beats) - len(unique)} beat(s) said twice")
