@@ -146,6 +146,27 @@ def normalise(text: str) -> str:
     return " ".join(_NON_WORD.sub(" ", _POSSESSIVE.sub("", fold(text))).split())
 
 
+#: A list's own numbering a model wrote into an item ("1. 1: Sailing to the cove", "- 2) ...").
+_LIST_MARKER = re.compile(r"^(?:\s*(?:[-*\u2022]|\d{1,2}\s*[.:)\]]|\(\d{1,2}\))(?=\s))+\s*")
+
+
+def distinct_texts(items: Iterable[str], *, unwanted: Iterable[str] = ()) -> list[str]:
+    """The items of a model's list that say something, each once: without the list's own
+    numbering ("1. 1: Sailing to the cove"), blank items, items that repeat one before them by
+    their words, and items that only repeat one of `unwanted` (the book's title as a theme).
+    Order and wording otherwise as written; "Act 2", "3 ships sink", "10:30 the ferry leaves"
+    and "-5 degrees at night" keep their numbers."""
+    seen = {normalise(u) for u in unwanted} - {""}
+    kept: list[str] = []
+    for item in items:
+        text = " ".join(_LIST_MARKER.sub("", item, count=1).split())
+        key = normalise(text)
+        if key and key not in seen:
+            seen.add(key)
+            kept.append(text)
+    return kept
+
+
 def _words(name: str) -> list[str]:
     return [w for w in _FRAGMENT_SPLIT.split(name.strip()) if w]
 

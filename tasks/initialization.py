@@ -7,7 +7,7 @@ from prefect import get_run_logger
 
 from core.content import ContentRef
 from core.errors import LLMBadOutputError
-from core.grounding import name_problem, usable_title
+from core.grounding import distinct_texts, name_problem, normalise, usable_title
 from core.sentences import as_sentence
 from kg import vocabulary as vocab
 from prompts import render_messages
@@ -72,9 +72,11 @@ def generate_character_sheets(
             purpose="character_sheets",
         )
         written += len(sheets.characters)
-        unique, refused_now = usable_sheets(sheets)
+        unique, refused_now, left_out = usable_sheets(sheets)
         for name, problem in refused_now:
             log.warning("init: character sheet %r refused: %s", name, problem)
+        for note in left_out:
+            log.warning("init: %s not used", note)
         if unique:
             break
         refused.extend(refused_now)
@@ -89,25 +91,50 @@ def generate_character_sheets(
     return services.content.put_json("character_sheets", "characters", result)
 
 
-def usable_sheets(sheets: CharacterSheets) -> tuple[list[CharacterSheet], list[tuple[str, str]]]:
-    """The sheets whose names can be identities in the graph, each name once, with prose fields
-    as sentences; and each refused name (cut to 80 characters) with why (core.grounding.name_problem)."""
+def usable_sheets(
+    sheets: CharacterSheets,
+) -> tuple[list[CharacterSheet], list[tuple[str, str]], list[str]]:
+    """The sheets whose names can be identities in the graph, each name once, tidied
+    (`tidy_sheet`); each refused name (cut to 80 characters) with why
+    (core.grounding.name_problem); and what tidying left out, said for the log."""
     seen: set[str] = set()
     unique: list[CharacterSheet] = []
     refused: list[tuple[str, str]] = []
+    left_out: list[str] = []
     for sheet in sheets.characters:
         key, problem = vocab.normalize_name(sheet.name), name_problem(sheet.name)
         if problem is not None:
             refused.append((sheet.name[:80], problem))
         elif key not in seen:
             seen.add(key)
-            # The bible's prose fields are sentences, never fragments cut at a comma.
-            unique.append(
-                sheet.model_copy(
-                    update={f: as_sentence(getattr(sheet, f)) for f in SHEET_PROSE_FIELDS}
-                )
-            )
-    return unique, refused
+            tidy, dropped = tidy_sheet(sheet)
+            unique.append(tidy)
+            if dropped:
+                left_out.append(f"{sheet.name}'s sheet: {'; '.join(dropped)}")
+    return unique, refused, left_out
+
+
+def tidy_sheet(sheet: CharacterSheet) -> tuple[CharacterSheet, list[str]]:
+    """A sheet as the bible keeps it, and what was left out: prose fields as sentences, never
+    fragments cut at a comma; each trait once (a small model wrote "loyal, protective, and
+    protective of the town." three times); no role that only repeats the name (role "Lysander"
+    for Lysander says nothing)."""
+    dropped: list[str] = []
+    role = sheet.role.strip()
+    if role and normalise(role) == normalise(sheet.name):
+        dropped.append(f"role {role[:40]!r} (the name)")
+        role = ""
+    traits = distinct_texts(sheet.traits, unwanted=[sheet.name])
+    if len(traits) < len(sheet.traits):
+        dropped.append(f"{len(sheet.traits) - len(traits)} trait(s) said twice or blank")
+    tidy = sheet.model_copy(
+        update={
+            **{f: as_sentence(getattr(sheet, f)) for f in SHEET_PROSE_FIELDS},
+            "role": role,
+            "traits": traits,
+        }
+    )
+    return tidy, dropped
 
 
 @llm_task("generate_global_outline", tier=INIT_TIER)
@@ -137,10 +164,18 @@ def generate_global_outline(
         get_run_logger().warning(
             "init: the book's title %r is not used (%s)", outline.title[:80], problem
         )
+    # A theme is not the book's title said again, nor said twice.
+    themes = distinct_texts(outline.themes, unwanted=[outline.title, title])
+    if len(themes) < len(outline.themes):
+        get_run_logger().warning(
+            "init: %d of the outline's themes not used (the title, said twice or blank)",
+            len(outline.themes) - len(themes),
+        )
     outline = GlobalOutline.model_validate(
         {
             **outline.model_dump(),
             "title": title,
+            "themes": themes,
             "acts": [{"number": i + 1, "summary": s} for i, s in enumerate(summaries)],
         }
     )
@@ -165,6 +200,14 @@ def generate_act_outline(
         ActOutline,
         purpose="act_outline",
     )
+    events = distinct_texts(act_outline.key_events)
+    if len(events) < len(act_outline.key_events):
+        get_run_logger().warning(
+            "init: act %d's outline: %d key event(s) said twice or blank not used",
+            act,
+            len(act_outline.key_events) - len(events),
+        )
+    act_outline = act_outline.model_copy(update={"key_events": events})
     return services.content.put_json("act_outlines", f"act_{act:02d}", act_outline)
 
 

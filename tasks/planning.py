@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.content import ContentRef
 from core.errors import LLMBadOutputError
-from core.grounding import name_problem, normalise, usable_title
+from core.grounding import distinct_texts, name_problem, normalise, usable_title
 from prompts import render_messages
 from prompts.initialization.models import ChapterOutline
 from prompts.narrative.models import SceneDetail, ScenePlan
@@ -112,13 +112,8 @@ def tidy_outline(
     setting, problem = usable_title(chapter.setting, "", SETTING_WORDS)
     if problem and chapter.setting.strip():
         dropped.append(f"setting {chapter.setting[:40]!r} ({problem})")
-    beats = [b.strip() for b in chapter.key_beats if b.strip()]
-    seen: set[str] = set()
-    unique: list[str] = []
-    for beat in beats:
-        if normalise(beat) not in seen:
-            seen.add(normalise(beat))
-            unique.append(beat)
+    beats = [b for b in chapter.key_beats if b.strip()]
+    unique = distinct_texts(beats)
     if len(unique) < len(beats):
         dropped.append(f"{len(beats) - len(unique)} beat(s) said twice")
     tidy = chapter.model_copy(update={"pov": pov, "setting": setting, "key_beats": unique})

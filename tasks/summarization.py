@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.content import ContentRef
+from core.grounding import distinct_texts
 from prompts import render_messages
 from prompts.knowledge.models import ChapterSummary
 from tasks.evaluation import MAX_CHAPTER_CHARS
@@ -18,7 +19,7 @@ def summarize_chapter(
     services: Services, chapter_number: int, chapter_title: str, chapter_text: ContentRef
 ) -> ChapterSummary:
     text = services.content.get_text(chapter_text)
-    return services.llm.structured(
+    summary = services.llm.structured(
         SUMMARY_TIER,
         render_messages(
             "knowledge/summary",
@@ -29,3 +30,5 @@ def summarize_chapter(
         ChapterSummary,
         purpose="summarize_chapter",
     )
+    # The bible and the codex list each event once, without the model's own numbering.
+    return summary.model_copy(update={"key_events": distinct_texts(summary.key_events)})

@@ -12,6 +12,7 @@ import pytest
 from core.grounding import (
     KnownNames,
     SourceText,
+    distinct_texts,
     name_problem,
     normalise,
     title_problem,
@@ -459,3 +460,20 @@ def test_a_field_stopped_mid_sentence_loses_that_sentence_and_a_finished_one_get
     assert as_sentence("She knew she could") == "She knew she could."
     assert as_sentence("He loved her,") == "He loved her."
     assert as_sentence("Deliberation") == "Deliberation."
+
+
+def test_a_models_list_keeps_each_item_once_without_its_own_numbering() -> None:
+    written = ["1. 1: Sailing to the cove", "- 2) The storm", "the storm!", "  ", "(4) Untitled"]
+    assert distinct_texts(written, unwanted=["Untitled"]) == ["Sailing to the cove", "The storm"]
+    # Look-alikes: numbers that belong to the item, and items that share most of their words.
+    kept = [
+        "3 ships sink",
+        "10:30 the ferry leaves",
+        "-5 degrees at night",
+        "3.5 tons of salt",
+        "1984 comes back",
+        "Act 2 begins",
+        "Lysander mends the nets.",
+        "Lysander mends the sails.",
+    ]
+    assert distinct_texts(kept) == kept

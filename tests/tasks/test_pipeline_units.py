@@ -193,6 +193,75 @@ def test_character_sheets_never_usable_fail_in_one_line_after_three_answers(tmp_
         assert len(_sheet_requests(llm)) == 3
 
 
+LOOPING_SHEET = {
+    # Seen in a make run's characters/lysander.yaml (the embedded 135M model).
+    **GOOD_SHEET,
+    "name": "Lysander",
+    "role": "Lysander",
+    "traits": ["loyal, protective, and protective of the town."] * 3 + ["", "Lysander"],
+}
+
+
+def test_a_sheet_keeps_each_trait_once_and_no_role_that_is_its_name(tmp_path: Path) -> None:
+    look_alike = {**GOOD_SHEET, "role": "Amara's rival", "traits": ["stubborn", "stubbornly kind"]}
+    with ScriptedLLM() as llm:
+        llm.on(schema="CharacterSheets", respond={"characters": [LOOPING_SHEET, look_alike]})
+        sheets = _sheets(llm, tmp_path)
+    looping, kept = sheets.characters
+    assert (looping.role, looping.traits) == (
+        "",
+        ["loyal, protective, and protective of the town."],
+    )
+    # The look-alike: a role that holds another name and traits that share a word stay as written.
+    assert (kept.role, kept.traits) == ("Amara's rival", ["stubborn", "stubbornly kind"])
+
+
+def _outline_stage_services(llm: ScriptedLLM, tmp_path: Path):  # noqa: ANN202
+    from tasks.runtime import Runtime
+    from tasks.services import Services
+
+    rt = Runtime(load_settings(tmp_path, openai_base_url=llm.base_url))
+    return Services(settings=rt.settings, llm=rt, content=rt.content)
+
+
+def test_the_outline_keeps_no_theme_that_is_its_title_and_no_act_event_twice(
+    tmp_path: Path,
+) -> None:
+    from prefect.logging import disable_run_logger
+
+    from prompts.initialization.models import ActOutline, GlobalOutline
+    from tasks.initialization import generate_act_outline, generate_global_outline
+
+    written = {
+        "title": "Sailor's Last Refuge",
+        "logline": "A keeper finds a letter.",
+        "setting": "A rocky cove.",
+        "themes": ["Sailor's Last Refuge", "grief", "Grief.", "the sea's memory"],
+        "acts": [{"number": 1, "summary": "The letter."}],
+    }
+    events = [
+        "1. 1: Sailing to Lysander",
+        "The storm breaks.",
+        "- the storm breaks",
+        "3 ships sink",
+    ]
+    with ScriptedLLM() as llm:
+        llm.on(schema="GlobalOutline", respond=written)
+        llm.on(schema="ActOutline", respond={"summary": "The letter.", "key_events": events})
+        services = _outline_stage_services(llm, tmp_path)
+        sheets = services.content.put_json(
+            "character_sheets", "characters", CharacterSheets(characters=[GOOD_SHEET])
+        )
+        with disable_run_logger():
+            outline_ref = generate_global_outline.fn(services, "A letter.", "mystery", 2, 1, sheets)
+            act_ref = generate_act_outline.fn(services, outline_ref, 1, 1, 2)
+    outline = services.content.get_model(outline_ref, GlobalOutline)
+    act = services.content.get_model(act_ref, ActOutline)
+    assert outline.themes == ["grief", "the sea's memory"]
+    # A number that is part of the event ("3 ships sink") stays; the list's own numbering goes.
+    assert act.key_events == ["Sailing to Lysander", "The storm breaks.", "3 ships sink"]
+
+
 # --- Scene plans: a plan short of scenes is completed by a re-ask that names what is planned ------
 
 

@@ -169,6 +169,20 @@ def test_a_stage_runs_over_a_fake_language_model_and_stores_its_answer(tmp_path:
     assert "Amara climbed the lighthouse stairs" in llm.calls[0][2]
 
 
+def test_a_chapter_summary_lists_each_event_once(tmp_path: Path) -> None:
+    content = ContentStore(tmp_path / "content")
+    chapter = content.put_text("drafts", "chapter_001/iter_1", "Amara climbed the stairs.")
+    answer = ChapterSummary(
+        summary="Amara climbs.", key_events=["1. The climb.", "the climb", "2. The lamp is lit."]
+    )
+    services = Services(
+        settings=_settings(tmp_path), llm=TableModel({ChapterSummary: answer}), content=content
+    )
+    with disable_run_logger():
+        summary = summarize_chapter.fn(services, 1, "The Stairs", chapter)
+    assert summary.key_events == ["The climb.", "The lamp is lit."]
+
+
 def test_a_stage_reads_the_graph_through_a_fake_reader(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     (settings.project_dir / "chapters").mkdir(parents=True)
