@@ -151,6 +151,40 @@ def _cleanest(drafts: list[tuple[str, ProseMetrics, bool]]) -> tuple[str, ProseM
     )
 
 
+def _log_attempt(
+    brief: SceneBrief, attempt: int, attempts: int, metrics: ProseMetrics | None
+) -> None:
+    """Say how a draft fared: kept, failing the degeneration guard, or without prose (None)."""
+    log, chapter, scene = get_run_logger(), brief.chapter_number, brief.scene_number
+    again = attempt < attempts
+    if metrics is None:
+        log.warning(
+            "chapter %d scene %d: draft %d has no prose (only a heading or a title)%s",
+            chapter,
+            scene,
+            attempt,
+            "; drafting again" if again else "",
+        )
+    elif metrics.clean:
+        log.info(
+            "chapter %d: drafted scene %d/%d (attempt %d, %s)",
+            chapter,
+            scene,
+            len(brief.plan),
+            attempt,
+            metrics.brief(),
+        )
+    else:
+        log.warning(
+            "chapter %d scene %d: draft %d fails the degeneration guard (%s); %s",
+            chapter,
+            scene,
+            attempt,
+            "; ".join(metrics.failures),
+            "drafting again with anti-repetition sampling" if again else "no attempts left",
+        )
+
+
 @llm_task("draft_scene", tier=DRAFT_TIER)
 def draft_scene(
     services: Services,
@@ -165,6 +199,7 @@ def draft_scene(
     chapter, scene = brief.chapter_number, brief.scene_number
     penalize = services.llm.sends_anti_repetition_first(DRAFT_TIER)
     drafts: list[tuple[str, ProseMetrics, bool]] = []
+    empty = 0
     for attempt in range(1, thresholds.max_draft_attempts + 1):
         text = clean_prose(
             services.llm.text(
@@ -178,34 +213,23 @@ def draft_scene(
             ),
             titles=(brief.title, brief.chapter_title),
         )
-        if not text:
-            raise LLMBadOutputError(
-                f"the model returned an empty draft for chapter {chapter} scene {scene}",
-                hint="check the narrative tier's model",
-            )
-        metrics = measure(text, brief.target_words, thresholds)
+        metrics = measure(text, brief.target_words, thresholds) if text else None
+        _log_attempt(brief, attempt, thresholds.max_draft_attempts, metrics)
+        if metrics is None:
+            # Only a heading or the title, which clean_prose takes out (seen with the embedded
+            # 135M model): another sample usually writes the scene.
+            empty += 1
+            continue
         drafts.append((text, metrics, penalize))
         if metrics.clean:
-            log.info(
-                "chapter %d: drafted scene %d/%d (attempt %d, %s)",
-                chapter,
-                scene,
-                len(brief.plan),
-                attempt,
-                metrics.brief(),
-            )
             break
-        log.warning(
-            "chapter %d scene %d: draft %d fails the degeneration guard (%s); %s",
-            chapter,
-            scene,
-            attempt,
-            "; ".join(metrics.failures),
-            "drafting again with anti-repetition sampling"
-            if attempt < thresholds.max_draft_attempts
-            else "no attempts left",
-        )
         penalize = True
+    if not drafts:
+        raise LLMBadOutputError(
+            f"the model wrote no prose for chapter {chapter} scene {scene} in {empty} drafts "
+            "(only headings or titles)",
+            hint="check the narrative tier's model, or raise prose.max_draft_attempts",
+        )
     text, metrics, penalized = drafts[-1] if drafts[-1][1].clean else _cleanest(drafts)
     if not metrics.clean:
         log.error(
@@ -217,4 +241,6 @@ def draft_scene(
         )
     name = f"chapter_{chapter:03d}/iter_{iteration}/scene_{scene:02d}"
     ref = services.content.put_text("scenes", name, text)
-    return SceneDraft(ref=ref, metrics=metrics, attempts=len(drafts), anti_repetition=penalized)
+    return SceneDraft(
+        ref=ref, metrics=metrics, attempts=len(drafts) + empty, anti_repetition=penalized
+    )

@@ -3,7 +3,8 @@
 the real graph server.
 
 - a looping first draft is drafted again with the anti-repetition penalties in the request
-  and accepted once clean; the run summary carries per-chapter prose metrics;
+  and accepted once clean, a draft with no prose (only a heading) is drafted again; the run
+  summary carries per-chapter prose metrics;
 - the scene prompt carries the chapter's other scenes, the logline and themes, the present
   characters' motivation and voice, the previous chapter's ending and the style guide;
 - a scene that never comes clean flags its chapter in the quality table and the exit summary;
@@ -86,10 +87,14 @@ def llm() -> Iterator[ScriptedLLM]:
 def test_looping_draft_is_redrafted_with_penalties_and_the_prompt_has_what_a_novelist_needs(
     llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
 ) -> None:
+    headings_only = ["## Chapter 1: The Letter\n\n### Scene 3"]  # cleaned to nothing: no prose
+
     def loops_until_penalized(request: ScriptedRequest) -> str:
         where = SCENE.search(request.text)
         if where and (where[1], where[2]) == ("1", "1") and "frequency_penalty" not in request.body:
             return LOOP
+        if where and (where[1], where[2]) == ("1", "3") and headings_only:
+            return headings_only.pop()
         return scripted_draft(request)
 
     llm.on(schema=None, contains="Write the scene", respond=loops_until_penalized)
@@ -125,6 +130,8 @@ def test_looping_draft_is_redrafted_with_penalties_and_the_prompt_has_what_a_nov
     assert (second.body["frequency_penalty"], second.body["presence_penalty"]) == (0.3, 0.3)
     assert (second.body["repeat_penalty"], second.body["dry_multiplier"]) == (1.15, 0.8)
     assert len(draft_requests(llm, 1, 2)) == 1  # a clean first draft is kept
+    # A draft with no prose (only a heading and the title) is drafted again, not fatal.
+    assert len(draft_requests(llm, 1, 3)) == 2 and not headings_only
     chapter_one = (project / "chapters/chapter_001.md").read_text()
     assert "future generations" not in chapter_one and "Mara Quill met Tobias Venn" in chapter_one
 
@@ -137,8 +144,8 @@ def test_looping_draft_is_redrafted_with_penalties_and_the_prompt_has_what_a_nov
     assert [(r["part"], r["drafts"], r["clean"]) for r in rows] == [
         ("scene 1", 2, True),
         ("scene 2", 1, True),
-        ("scene 3", 1, True),
-        ("chapter", 4, True),
+        ("scene 3", 2, True),
+        ("chapter", 5, True),
     ]
 
     # The first scene of chapter 2: what a novelist needs, within the narrative tier's budget.

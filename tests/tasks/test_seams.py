@@ -22,7 +22,7 @@ from prefect.logging import disable_run_logger
 from pydantic import BaseModel
 
 from core.content import ContentStore
-from core.errors import InvalidInputError
+from core.errors import InvalidInputError, LLMBadOutputError
 from core.ports import Content, LanguageModel
 from core.settings import Candidate, Settings, load_settings
 from kg.models import ChangeSetInfo, ChapterDelta
@@ -181,6 +181,45 @@ def test_a_chapter_summary_lists_each_event_once(tmp_path: Path) -> None:
     with disable_run_logger():
         summary = summarize_chapter.fn(services, 1, "The Stairs", chapter)
     assert summary.key_events == ["The climb.", "The lamp is lit."]
+
+
+class HeadingsOnly(TableModel):
+    """A narrative model that answers every scene with headings only (no prose once cleaned)."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.samples: list[int] = []
+
+    def text(self, tier: str, messages: Sequence[dict[str, Any]], **kw: Any) -> str:
+        self.samples.append(kw["sample"])
+        return "## Chapter 1: The Stairs\n\n### Scene 1"
+
+
+def test_a_scene_never_drafted_with_prose_fails_in_one_line_after_every_attempt(
+    tmp_path: Path,
+) -> None:
+    from core.settings import ProseThresholds
+    from tasks.drafting import SceneBrief, draft_scene
+
+    content = ContentStore(tmp_path / "content")
+    context = content.put_text("contexts", "chapter_001/scene_01", "")
+    brief = SceneBrief(
+        title="The Drowned Letter",
+        genre="mystery",
+        chapter_number=1,
+        chapter_title="The Stairs",
+        plan=(SceneDetail(title="Scene 1", pov="Amara", setting="the stairs"),),
+        scene_number=1,
+        target_words=300,
+    )
+    llm = HeadingsOnly()
+    services = Services(settings=_settings(tmp_path), llm=llm, content=content)
+    with (
+        disable_run_logger(),
+        pytest.raises(LLMBadOutputError, match="no prose for chapter 1 scene 1 in 3 drafts"),
+    ):
+        draft_scene.fn(services, brief, context, 1, ProseThresholds(max_draft_attempts=3))
+    assert llm.samples == [0, 1, 2]  # each attempt another sample, not the same answer again
 
 
 def test_a_stage_reads_the_graph_through_a_fake_reader(tmp_path: Path) -> None:
