@@ -153,18 +153,24 @@ _LIST_MARKER = re.compile(r"^(?:\s*(?:[-*\u2022]|\d{1,2}\s*[.:)\]]|\(\d{1,2}\))(
 def distinct_texts(items: Iterable[str], *, unwanted: Iterable[str] = ()) -> list[str]:
     """The items of a model's list that say something, each once: without the list's own
     numbering ("1. 1: Sailing to the cove"), blank items, items that repeat one before them by
-    their words, and items that only repeat one of `unwanted` (the book's title as a theme).
+    their words, and items that only repeat one of `unwanted` (the book's title as a theme, or
+    as an act's event with "Act 1:" before it).
     Order and wording otherwise as written; "Act 2", "3 ships sink", "10:30 the ferry leaves"
     and "-5 degrees at night" keep their numbers."""
-    seen = {normalise(u) for u in unwanted} - {""}
+    seen = {_item_key(u) for u in unwanted} - {""}
     kept: list[str] = []
     for item in items:
         text = " ".join(_LIST_MARKER.sub("", item, count=1).split())
-        key = normalise(text)
+        key = _item_key(text)
         if key and key not in seen:
             seen.add(key)
             kept.append(text)
     return kept
+
+
+def _item_key(text: str) -> str:
+    """An item by its words, an "Act 1:" or "Chapter 2 -" before them aside."""
+    return normalise(_NUMBERED.sub("", text, count=1)) or normalise(text)
 
 
 def _words(name: str) -> list[str]:

@@ -200,10 +200,10 @@ def generate_act_outline(
         ActOutline,
         purpose="act_outline",
     )
-    events = distinct_texts(act_outline.key_events)
+    events = distinct_texts(act_outline.key_events, unwanted=[outline.title])
     if len(events) < len(act_outline.key_events):
         get_run_logger().warning(
-            "init: act %d's outline: %d key event(s) said twice or blank not used",
+            "init: act %d's outline: %d key event(s) said twice, blank or the title not used",
             act,
             len(act_outline.key_events) - len(events),
         )

@@ -70,12 +70,9 @@ def global_outline_markdown(services: Services, artifacts: InitArtifacts) -> str
     store = services.content
     outline = store.get_model(artifacts.global_outline, GlobalOutline)
     acts = [store.get_model(ref, ActOutline) for ref in artifacts.act_outlines]
-    md = [
-        f"# {outline.title}\n",
-        f"*{outline.logline}*\n",
-        f"**Setting:** {outline.setting}\n",
-        f"**Themes:** {', '.join(outline.themes)}\n",
-    ]
+    md = [f"# {outline.title}\n", f"*{outline.logline}*\n", f"**Setting:** {outline.setting}\n"]
+    if outline.themes:
+        md.append(f"**Themes:** {', '.join(outline.themes)}\n")
     for act, detail in zip(outline.acts, acts, strict=True):
         md.append(f"## Act {act.number}\n\n{detail.summary}\n")
         md.extend(f"- {event}" for event in detail.key_events)

@@ -243,6 +243,7 @@ def test_the_outline_keeps_no_theme_that_is_its_title_and_no_act_event_twice(
         "1. 1: Sailing to Lysander",
         "The storm breaks.",
         "- the storm breaks",
+        "Act 1: Sailor's Last Refuge",
         "3 ships sink",
     ]
     with ScriptedLLM() as llm:
@@ -258,8 +259,27 @@ def test_the_outline_keeps_no_theme_that_is_its_title_and_no_act_event_twice(
     outline = services.content.get_model(outline_ref, GlobalOutline)
     act = services.content.get_model(act_ref, ActOutline)
     assert outline.themes == ["grief", "the sea's memory"]
-    # A number that is part of the event ("3 ships sink") stays; the list's own numbering goes.
+    # A number that is part of the event ("3 ships sink") stays; the list's own numbering and
+    # the book's title as an event go.
     assert act.key_events == ["Sailing to Lysander", "The storm breaks.", "3 ships sink"]
+    # The writer's global_outline.md lists the themes kept, and no empty "Themes:" line.
+    from tasks.persist import InitArtifacts, global_outline_markdown
+
+    def markdown(outline_ref: object) -> str:
+        artifacts = InitArtifacts(
+            characters=sheets,
+            global_outline=outline_ref,
+            act_outlines=(act_ref,),
+            chapter_outlines=(),
+            relationships=sheets,
+        )
+        return global_outline_markdown(services, artifacts)
+
+    assert "**Themes:** grief, the sea's memory\n" in markdown(outline_ref)
+    themeless = services.content.put_json(
+        "global_outline", "themeless", outline.model_copy(update={"themes": []})
+    )
+    assert "Themes" not in markdown(themeless) and "- 3 ships sink" in markdown(themeless)
 
 
 # --- Scene plans: a plan short of scenes is completed by a re-ask that names what is planned ------
