@@ -168,9 +168,16 @@ def distinct_texts(items: Iterable[str], *, unwanted: Iterable[str] = ()) -> lis
     return kept
 
 
+#: "Act 1: " or "Chapter 2 - " heading an item; "Chapter 2 ends" is an item of its own.
+_ITEM_HEADING = re.compile(
+    r"^\s*(?:chapter|part|book|act|scene|volume)\s+(?:\d+|[ivxlc]+)\s*[:.\-\u2013\u2014]\s+",
+    re.IGNORECASE,
+)
+
+
 def _item_key(text: str) -> str:
     """An item by its words, an "Act 1:" or "Chapter 2 -" before them aside."""
-    return normalise(_NUMBERED.sub("", text, count=1)) or normalise(text)
+    return normalise(_ITEM_HEADING.sub("", text, count=1)) or normalise(text)
 
 
 def _words(name: str) -> list[str]:

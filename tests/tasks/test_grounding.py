@@ -473,6 +473,8 @@ def test_a_models_list_keeps_each_item_once_without_its_own_numbering() -> None:
         "3.5 tons of salt",
         "1984 comes back",
         "Act 2 begins",
+        "Chapter 2 ends with a storm",
+        "Chapter 3 ends with a storm",
         "Lysander mends the nets.",
         "Lysander mends the sails.",
     ]
