@@ -152,7 +152,8 @@ _LIST_MARKER = re.compile(r"^(?:\s*(?:[-*\u2022]|\d{1,2}\s*[.:)\]]|\(\d{1,2}\))(
 
 def distinct_texts(items: Iterable[str], *, unwanted: Iterable[str] = ()) -> list[str]:
     """The items of a model's list that say something, each once: without the list's own
-    numbering ("1. 1: Sailing to the cove"), blank items, items that repeat one before them by
+    numbering ("1. 1: Sailing to the cove"), blank items, items with no words ("1.2-1.3-1.4"),
+    items that repeat one before them by
     their words, and items that only repeat one of `unwanted` (the book's title as a theme, or
     as an act's event with "Act 1:" before it).
     Order and wording otherwise as written; "Act 2", "3 ships sink", "10:30 the ferry leaves"
@@ -162,7 +163,7 @@ def distinct_texts(items: Iterable[str], *, unwanted: Iterable[str] = ()) -> lis
     for item in items:
         text = " ".join(_LIST_MARKER.sub("", item, count=1).split())
         key = _item_key(text)
-        if key and key not in seen:
+        if key and key not in seen and any(ch.isalpha() for ch in key):
             seen.add(key)
             kept.append(text)
     return kept

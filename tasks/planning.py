@@ -113,9 +113,12 @@ def tidy_outline(
     if problem and chapter.setting.strip():
         dropped.append(f"setting {chapter.setting[:40]!r} ({problem})")
     beats = [b for b in chapter.key_beats if b.strip()]
-    unique = distinct_texts(beats)
+    # A beat that is a field's name is the template echoed ("Title", "Summary"), not a beat.
+    unique = distinct_texts(beats, unwanted=ChapterOutline.model_fields)
     if len(unique) < len(beats):
-        dropped.append(f"{len(beats) - len(unique)} beat(s) said twice")
+        dropped.append(
+            f"{len(beats) - len(unique)} beat(s) said twice, with no words or a field's name"
+        )
     tidy = chapter.model_copy(update={"pov": pov, "setting": setting, "key_beats": unique})
     return tidy, dropped
 
