@@ -297,16 +297,20 @@ def extract_outline_relationships(
         OutlineRelationships,
         purpose="outline_relationships",
     )
-    rels = world_with_names(rels, character_names, (outline.title, *(c.title for c in chapters)))
+    titles = (outline.title, *(c.title for c in chapters))
+    rels, refusals = world_with_names(rels, character_names, titles)
+    for refusal in refusals:
+        get_run_logger().warning("init: %s", refusal)
     return services.content.put_json("outline_relationships", "relationships", rels)
 
 
 def world_with_names(
     world: OutlineRelationships, character_names: tuple[str, ...], titles: tuple[str, ...]
-) -> OutlineRelationships:
+) -> tuple[OutlineRelationships, list[str]]:
     """The outline's places whose names can be names, and the relationships between the
-    cast and those places only: both ends of each must be someone or somewhere of the bible."""
-    log = get_run_logger()
+    cast and those places only: both ends of each must be someone or somewhere of the bible;
+    and what was refused and why, each refusal once (a small model repeats itself)."""
+    refusals: list[str] = []
     places = []
     cast = {vocab.normalize_name(n) for n in character_names}
     known = set(cast)
@@ -322,17 +326,16 @@ def world_with_names(
             known.add(key)
             places.append(place)
         else:
-            log.warning("init: place %r refused: %s", place.name[:80], problem or "blank name")
+            refusals.append(f"place {place.name[:80]!r} refused: {problem or 'blank name'}")
     relationships = []
     for rel in world.relationships:
         ends = (vocab.normalize_name(rel.source), vocab.normalize_name(rel.target))
         if ends[0] in known and ends[1] in known and ends[0] != ends[1]:
             relationships.append(rel)
         else:
-            log.warning(
-                "init: relationship %r -%s-> %r refused: an end is not a character or place of the bible",
-                rel.source[:60],
-                rel.type[:40],
-                rel.target[:60],
+            refusals.append(
+                f"relationship {rel.source[:60]!r} -{rel.type[:40]}-> {rel.target[:60]!r} "
+                "refused: an end is not a character or place of the bible"
             )
-    return OutlineRelationships(relationships=relationships, locations=places)
+    world = OutlineRelationships(relationships=relationships, locations=places)
+    return world, list(dict.fromkeys(refusals))

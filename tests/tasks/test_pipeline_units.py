@@ -282,6 +282,30 @@ def test_the_outline_keeps_no_theme_that_is_its_title_and_no_act_event_twice(
     assert "Themes" not in markdown(themeless) and "- 3 ships sink" in markdown(themeless)
 
 
+def test_the_outlines_world_refuses_what_is_no_name_and_says_each_refusal_once() -> None:
+    from prompts.initialization.models import OutlineRelationships
+    from tasks.initialization import world_with_names
+
+    # Seen in a make run: one sentence-like place and relationship, written over and over.
+    sentence = "Lysander the lost sailor"
+    written = OutlineRelationships.model_validate(
+        {
+            "locations": [{"name": sentence}, {"name": sentence}, {"name": "Gull Rock"}],
+            "relationships": [
+                {"source": "Lysander", "target": sentence, "type": "LOVES"},
+                {"source": "Lysander", "target": sentence, "type": "LOVES"},
+                {"source": "Lysander", "target": "Gull Rock", "type": "LIVES_AT"},
+            ],
+        }
+    )
+    world, refusals = world_with_names(written, ("Lysander",), ("The Lost Night",))
+    assert [p.name for p in world.locations] == ["Gull Rock"]
+    assert [(r.source, r.target) for r in world.relationships] == [("Lysander", "Gull Rock")]
+    assert len(refusals) == 2
+    assert refusals[0].startswith("place 'Lysander the lost sailor' refused")
+    assert refusals[1].startswith("relationship 'Lysander' -LOVES-> 'Lysander the lost sailor'")
+
+
 # --- Scene plans: a plan short of scenes is completed by a re-ask that names what is planned ------
 
 
