@@ -128,8 +128,9 @@ def tidy_plan(
     known: tuple[str, ...],
     titles: tuple[str, ...] = (),
 ) -> tuple[list[SceneDetail], list[str]]:
-    """The plan without what cannot be a title, a character or a setting (a small model's loops,
-    "2016: 2016: 2016", the book's title taken for a person, "fleets"), so neither the draft's
+    """The plan without what cannot be a title, a character, a setting or a beat (a small model's
+    loops, "2016: 2016: 2016", the book's title taken for a person, "fleets", an earlier scene's
+    title again, a beat that is a title or only numbers), so neither the draft's
     prompt nor the plan checks (tasks/validation) go by it; and what was left out, said. A
     bible name always stays; any other character must read as a name (capitalised, see
     core.grounding.name_problem). `titles`: the book's and the chapter's."""
@@ -137,9 +138,18 @@ def tidy_plan(
     tidy: list[SceneDetail] = []
     dropped: list[str] = []
     for number, scene in enumerate(scenes, 1):
-        title, problem = usable_title(scene.title, f"Scene {number}")
+        # A small model titles every scene alike ("Sailing Saga of Lies" three times).
+        earlier = [s.title for s in tidy]
+        title, problem = usable_title(scene.title, f"Scene {number}", taken=earlier)
         if problem:
             dropped.append(f"scene {number} title {scene.title[:40]!r} ({problem})")
+        # A beat that is a title or a numbering ("3.1, 3.2, 3.4") says nothing of what happens.
+        beats = distinct_texts(scene.beats, unwanted=(*titles, scene.title))
+        if len(beats) < len(scene.beats):
+            dropped.append(
+                f"scene {number}: {len(scene.beats) - len(beats)} beat(s) said twice, "
+                "with no words or a title"
+            )
         people = [c for c in scene.characters if person(c)]
         dropped += [
             f"scene {number} character {c[:40]!r}" for c in scene.characters if c not in people
@@ -152,7 +162,13 @@ def tidy_plan(
             dropped.append(f"scene {number} setting {scene.setting[:40]!r} ({problem})")
         tidy.append(
             scene.model_copy(
-                update={"title": title, "characters": people, "pov": pov, "setting": setting}
+                update={
+                    "title": title,
+                    "characters": people,
+                    "pov": pov,
+                    "setting": setting,
+                    "beats": beats,
+                }
             )
         )
     return tidy, dropped

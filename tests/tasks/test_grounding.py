@@ -412,6 +412,36 @@ def test_a_plan_keeps_its_names_and_loses_its_loops() -> None:
     assert len(dropped) == 7 and any("point of view" in d for d in dropped)
 
 
+def test_a_plan_keeps_no_scene_title_twice_and_no_beat_that_says_nothing() -> None:
+    # Seen in a make run's chapter plan (the embedded 135M model).
+    written = SceneDetail(
+        title="Sailing Saga of Lies",
+        pov="Lysander",
+        setting="the cove",
+        beats=[
+            "3.1, 3.2, 3.4, 5.1.",
+            " ,",
+            "The Lost Night",
+            "Lysander rows out.",
+            "lysander rows out",
+        ],
+    )
+    titles = ("The Lost Night", "Chapter 1")
+    tidy, dropped = tidy_plan([written, written], ("Lysander",), titles)
+    assert [s.title for s in tidy] == ["Sailing Saga of Lies", "Scene 2"]
+    assert [s.beats for s in tidy] == [["Lysander rows out."], ["Lysander rows out."]]
+    assert len(dropped) == 3 and "scene 2 title" in dropped[1]
+    # Look-alikes: two scenes with titles that share words, beats that share words, a number
+    # inside a beat.
+    kept = [
+        written.model_copy(update={"title": "The Cove", "beats": ["Lysander rows 3 miles."]}),
+        written.model_copy(
+            update={"title": "The Cove at Night", "beats": ["Lysander rows 3 miles back."]}
+        ),
+    ]
+    assert tidy_plan(kept, ("Lysander",), titles) == (kept, [])
+
+
 def test_a_chapter_outline_keeps_no_sentence_for_its_point_of_view_and_no_beat_twice() -> None:
     # Seen in a make run's outline/chapters.yaml (the embedded 135M model).
     written = ChapterOutline(
