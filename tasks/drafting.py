@@ -115,9 +115,14 @@ def _without_html_tags(line: str) -> str:
     return cleaned.strip() if tags else line
 
 
+#: What a model wraps a title line in: emphasis, quotes, guillemets, angle or square brackets.
+_TITLE_WRAPPING = "*_\"'“”‘’<>«»[]() "
+
+
 def _title_key(line: str) -> str:
-    """A line reduced to compare with a title: no emphasis marks, case or leading article."""
-    words = line.strip().strip("*_").strip().rstrip(".").casefold().split()
+    """A line reduced to compare with a title: no emphasis marks, quotes or brackets around it
+    (a tiny model writes '<<The Lost Night>>' or '"The Lost Night"'), case or leading article."""
+    words = line.strip().strip(_TITLE_WRAPPING).strip().rstrip(".").casefold().split()
     if words and words[0] in ("a", "an", "the"):
         words = words[1:]
     return " ".join(words)

@@ -276,7 +276,8 @@ def test_a_line_that_only_echoes_a_title_goes_and_a_sentence_naming_it_stays() -
     titles = ("A Littlestone's Journey: The Unshakened Hero", "Liza's journey")
     draft = (
         "Agnes watched the harbor.\nThe Littlestone's Journey: The Unshakened Hero\n"
-        "**Liza's Journey**\nShe had read A Littlestone's Journey: The Unshakened Hero twice.\n"
+        "**Liza's Journey**\n<<Liza's Journey>>\n\u201cLiza's Journey\u201d\n[Liza's Journey]\n"
+        "She had read A Littlestone's Journey: The Unshakened Hero twice.\n"
         "Liza's journey began at dawn."
     )
     assert clean_prose(draft, titles=titles) == (
