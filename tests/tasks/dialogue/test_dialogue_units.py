@@ -676,12 +676,25 @@ def test_recalled_passages_spell_out_the_dates_their_time_expressions_mean() -> 
                 when="1:56 pm on 8 May, 2023",
                 meta={"turn_id": "2", "seq": 2},
             ),
+            MemoryDoc(
+                key="c:3",
+                text="Caroline: Yesterday the support group met; yesterday was long. "
+                "Last Friday it did not.",
+                speaker="Caroline",
+                when="1:56 pm on 8 May, 2023",
+                meta={"turn_id": "3", "seq": 3},
+            ),
         ],
         None,
     )
-    hits = {hit.key: recalled(hit) for hit in index.search("support group", None, 2)}
+    hits = {hit.key: recalled(hit) for hit in index.search("support group", None, 3)}
     assert hits["c:1"].event_dates == ["yesterday = Sunday 7 May 2023"]
     assert hits["c:2"].event_dates == []  # a duration is no date
+    # One day named twice is noted once, as first written; another day keeps its own note.
+    assert hits["c:3"].event_dates == [
+        "Yesterday = Sunday 7 May 2023",
+        "Last Friday = Friday 5 May 2023",
+    ]
     packet = build_packet(Retrieval(recalled=[hits["c:1"], hits["c:2"]]), token_budget=256)
     assert (
         "[turn 1, 1:56 pm on 8 May, 2023; yesterday = Sunday 7 May 2023] Caroline: I went to a LGBTQ"
