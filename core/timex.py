@@ -1521,13 +1521,30 @@ class _Taken:
 def resolve(text: str, anchor: date | None) -> list[TimeSpan]:
     """The time expressions of `text` as spans of days, resolved against `anchor` (the day
     the text was said); in text order, overlapping matches resolved to the longest."""
+    return [span for _, span in _resolved(text, anchor)]
+
+
+def deictic_dates(text: str, anchor: date | None) -> list[TimeSpan]:
+    """The expressions of `text` that name days only through `anchor`, the day it is said
+    ("yesterday", "last Saturday", "this weekend", "two weeks ago"), resolved against it; not a
+    calendar date ("8 May 2023", "in May") and not a duration ("for three years": its words
+    say the same whenever they are said)."""
+    return [
+        span
+        for kind, span in _resolved(text, anchor)
+        if kind not in _CALENDAR_KINDS and span.grain != "since"
+    ]
+
+
+def _resolved(text: str, anchor: date | None) -> list[tuple[str, TimeSpan]]:
+    """(kind, span) of each time expression of `text`, in text order (see `resolve`)."""
     if anchor is None or not text:
         return []
     found: list[tuple[int, int, str, re.Match[str]]] = []
     for kind, pattern in _PATTERNS:
         for m in pattern.finditer(text):
             found.append((m.start(), m.end(), kind, m))
-    spans: list[tuple[int, TimeSpan]] = []
+    spans: list[tuple[int, str, TimeSpan]] = []
     taken = _Taken()
     for start, end, kind, m in _longest_first(found):
         if taken.overlaps(start, end):
@@ -1536,9 +1553,9 @@ def resolve(text: str, anchor: date | None) -> list[TimeSpan]:
         if resolved is None:
             continue
         first, last, grain = resolved
-        spans.append((start, TimeSpan(first, last, m.group(0).strip().rstrip("."), grain)))
+        spans.append((start, kind, TimeSpan(first, last, m.group(0).strip().rstrip("."), grain)))
         taken.add(start, end)
-    return [span for _, span in sorted(spans, key=lambda s: s[0])]
+    return [(kind, span) for _, kind, span in sorted(spans, key=lambda s: s[0])]
 
 
 def _longest_first(

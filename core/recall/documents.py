@@ -182,6 +182,15 @@ class DocumentColumns:
         (`EventCalendar.question_dates`): "the week before the wedding"."""
         return [QueryDate(span=span) for span in self._calendar.question_dates(question)]
 
+    def said_within(self, spans: list[TimeSpan], count: int, limit: int) -> list[int]:
+        """The positions (of the first `count`) of the documents said within `spans`, the
+        latest `limit` of them in order: a question about "yesterday" asks about those."""
+        days = self.said_day.values[:count]
+        inside = np.zeros(count, dtype=bool)
+        for span in spans:
+            inside |= (days >= span.start.toordinal()) & (days <= span.end.toordinal())
+        return [int(p) for p in np.flatnonzero(inside)[-limit:]]
+
     def said_by(self, positions: np.ndarray, lowered: str) -> np.ndarray:
         """Per position, whether a lowercased speaker's name is among its document's speakers:
         a chat front end's turn is a user's message and the reply, said by both."""

@@ -35,7 +35,13 @@ def features(
     neighbours) and their FEATURES, one row each; numpy throughout, no loop over the candidates."""
     count = len(columns.said)
     column = COLUMN
-    seeds_list = [*prepared.lexical, *prepared.dense, *prepared.plain, *prepared.linked]
+    seeds_list = [
+        *prepared.lexical,
+        *prepared.dense,
+        *prepared.plain,
+        *prepared.linked,
+        *prepared.dated,
+    ]
     if not seeds_list:
         return np.zeros(0, dtype=np.int64), np.zeros((0, len(FEATURES)), dtype=np.float64)
     group = columns.group.values[:count]

@@ -23,9 +23,17 @@ from core.recall.documents import DocumentColumns, Hit, MemoryDoc
 from core.recall.features import features
 from core.recall.fusion import Ranked, budgeted, learned_rank, rrf_rank
 from core.recall.lexical import LexicalIndex
-from core.recall.params import CANDIDATES, DEFAULT_PARAMS, RecallParams
-from core.recall.query import PART_WINDOW, Prepared, named_in, unaddressed
-from core.timex import QueryDate, TimeSpan, asks_when, parse_when, query_dates, resolve
+from core.recall.params import CANDIDATES, DATED_SPAN_DAYS, DEFAULT_PARAMS, RecallParams
+from core.recall.query import PART_WINDOW, Prepared, named_in, unaddressed, without_phrases
+from core.timex import (
+    QueryDate,
+    TimeSpan,
+    asks_when,
+    deictic_dates,
+    parse_when,
+    query_dates,
+    resolve,
+)
 
 
 class HybridIndex:
@@ -193,9 +201,20 @@ class HybridIndex:
             if self.docs and plain_vector is not None
             else dense
         )
+        # A date named through the day asked ("yesterday"): its words match no turn that
+        # speaks of that day, its turns are candidates (the fusion's `date` feature weighs them).
+        deictic = deictic_dates(query, asked_on)
+        lexical_query = without_phrases(spoken, [span.phrase for span in deictic])
         return Prepared(
-            lexical=self.lexical.ranking(spoken, CANDIDATES, len(self.docs)) if self.docs else [],
+            lexical=(
+                self.lexical.ranking(lexical_query, CANDIDATES, len(self.docs)) if self.docs else []
+            ),
             dense=dense,
+            dated=self.columns.said_within(
+                [span for span in deictic if span.days <= DATED_SPAN_DAYS],
+                len(self.docs),
+                CANDIDATES,
+            ),
             linked=[
                 self.positions[key] for key in dict.fromkeys(linked or []) if key in self.positions
             ],

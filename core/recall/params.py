@@ -145,6 +145,9 @@ LEARNED_FUSION = LearnedFusion(
 DEFAULT_PARAMS = RecallParams(fusion=LEARNED_FUSION)
 #: Candidates each ranker hands to the fusion.
 CANDIDATES = 100
+#: The longest span a question's "yesterday"-like date may name for the turns said in it to be
+#: candidates of their own (`Prepared.dated`): a month, as `QueryDate.precise`.
+DATED_SPAN_DAYS = 31
 
 #: The signal name each learned feature's term is reported under (`Hit.signals`).
 SIGNAL_OF = {

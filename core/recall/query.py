@@ -90,6 +90,15 @@ def unaddressed(query: str, names: list[str] | set[str] | frozenset[str]) -> str
     return re.sub(r"[ \t]+", " ", query).strip()
 
 
+def without_phrases(query: str, phrases: list[str]) -> str:
+    """`query` without each of `phrases` (its first occurrence, any case): a question's
+    "yesterday", once resolved to the day it means, is not a word to match: a turn that says
+    "yesterday" speaks of the day before its own."""
+    for phrase in phrases:
+        query = re.sub(re.escape(phrase), " ", query, count=1, flags=re.IGNORECASE)
+    return re.sub(r"[ \t]+", " ", query).strip()
+
+
 def named_in(query: str, names: list[str] | set[str] | frozenset[str]) -> list[str]:
     """The names a query speaks of, in `names`' order: a name it only addresses (a chat
     message's "Thanks, Seraphina. Where does Ilse live now?") is not one. Recall favours the
@@ -371,6 +380,9 @@ class Prepared:
     lexical: list[int] = field(default_factory=list)
     dense: list[int] = field(default_factory=list)
     linked: list[int] = field(default_factory=list)
+    #: Documents said on the days a chat's question names relative to the day it is asked
+    #: ("yesterday"): candidates of the learned fusion whatever their words.
+    dated: list[int] = field(default_factory=list)
     named: str | None = None
     dates: list[QueryDate] = field(default_factory=list)
     asks_when: bool = False

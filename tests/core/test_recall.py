@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from datetime import date
+
 import numpy as np
 import pytest
 
@@ -242,6 +244,26 @@ def test_a_cached_conversation_index_is_dropped_only_when_it_holds_the_committed
     assert registry.turns() == 1
     assert registry.forget_if_held("g", "c", "c:1")  # a remembered turn committed later
     assert registry.turns() == 0
+
+
+def test_a_question_about_yesterday_asked_on_a_day_recalls_what_was_said_that_day() -> None:
+    """A chat's "What did you do yesterday?" asks about the turns said the day before it. The
+    word "yesterday" in a turn of June speaks of another day: once the question's day is known
+    it is no word to match, and the turns said on the day it means are candidates."""
+    index = HybridIndex(2)
+    index.add(
+        [
+            _doc(1, "Ann", "Yesterday was wild, I saw two films yesterday.", when="5 June, 2022"),
+            _doc(2, "Ann", "I baked bread all afternoon.", when="18 March, 2022", group="2"),
+            _doc(3, "Ann", "Rain again, so I stayed in.", when="10 March, 2022", group="3"),
+        ],
+        None,
+    )
+    question = "What did you do yesterday?"
+    hits = index.search(question, None, 3, asked_on=date(2022, 3, 19))
+    assert [h.key for h in hits][:1] == ["t2"] and "t1" not in [h.key for h in hits]
+    # Look-alike: asked on no known day, "yesterday" is only a word, matched where it is said.
+    assert [h.key for h in index.search(question, None, 3)] == ["t1"]
 
 
 def test_a_when_question_reaches_the_turn_that_says_yesterday() -> None:

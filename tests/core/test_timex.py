@@ -6,7 +6,15 @@ from datetime import date
 
 import pytest
 
-from core.timex import TimeSpan, asks_when, order_choice, parse_when, query_dates, resolve
+from core.timex import (
+    TimeSpan,
+    asks_when,
+    deictic_dates,
+    order_choice,
+    parse_when,
+    query_dates,
+    resolve,
+)
 
 #: Monday 8 May 2023, 1:56 pm: the first session of locomo-26.
 SAID = parse_when("1:56 pm on 8 May, 2023")
@@ -560,3 +568,23 @@ def test_the_resolver_never_fails_and_every_span_runs_forward() -> None:
     for text in ("I ran earlier this weekend.", "I ran earlier in the weekend."):
         assert resolve(text, date(2023, 5, 10)) == [], text
     assert resolve("I ran earlier in the weekend.", date(2023, 5, 14))[0].start == date(2023, 5, 13)
+
+
+@pytest.mark.parametrize(
+    ("text", "deictic"),
+    [
+        ("What did you do yesterday?", ["yesterday = Sunday 7 May 2023"]),
+        ("Where were you last Saturday?", ["last Saturday = Saturday 6 May 2023"]),
+        ("What did we talk about this morning?", ["this morning = Monday 8 May 2023"]),
+        ("What happened two weeks ago?", ["two weeks ago = 24-30 April 2023"]),
+        # Look-alikes: a calendar date and a duration say the same on any day.
+        ("What did you do on 3 May 2023?", []),
+        ("What did you do in May?", []),
+        ("Which dog have you had for three years?", []),
+    ],
+)
+def test_deictic_dates_are_the_ones_named_through_the_day_asked(
+    text: str, deictic: list[str]
+) -> None:
+    assert [f"{s.phrase} = {s.describe()}" for s in deictic_dates(text, SAID)] == deictic
+    assert deictic_dates(text, None) == []
