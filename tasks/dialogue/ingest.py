@@ -29,7 +29,7 @@ from tasks.dialogue.models import ChatMessage, TurnCommitRequest, TurnState
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.remember import BATCH_SIZE, Progress, remember_rows
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow, turn_requests
-from tasks.dialogue.retriever import memory_row
+from tasks.dialogue.retriever import memory_row, session_group
 
 
 class IngestReport(BaseModel):
@@ -70,7 +70,7 @@ def memory_rows(spec: DialogueSpec, conversation_id: str) -> list[MemoryRow]:
         if turn.image_caption:
             update["extra"] = f"[shares a photo: {turn.image_caption}]"
         if turn.session is not None:
-            update["group"] = f"session {turn.session}"
+            update["group"] = session_group(turn.session)
         rows.append(row.model_copy(update=update) if update else row)
     return rows
 

@@ -609,10 +609,17 @@ class CopyResult(_CarryResult):
 
 
 class ImportTurn(_Request):
-    """One turn of a chat's history: its messages, as a commit would send them."""
+    """One turn of a chat's history: its messages, as a commit would send them, and the session
+    it belongs to when the history is divided into sessions."""
 
     turn_id: TurnId
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    session: Name | None = Field(
+        None,
+        description="the session of the chat the turn belongs to ('3', 'the first evening'): "
+        "recall takes the turns of one session as one exchange, as `flows.dialogue ingest` "
+        "takes a recorded dialogue's sessions; without it, the turns said on one day",
+    )
 
 
 class ImportRequest(_Request):

@@ -29,7 +29,7 @@ from core.llm import LLMGateway
 from kg.dialogue import DialogueRepository, MemoryRow, turn_key
 from kg.store import GraphStore
 from tasks.dialogue.models import ImportTurn
-from tasks.dialogue.retriever import memory_row, row_texts
+from tasks.dialogue.retriever import memory_row, row_texts, session_group
 
 
 class RowWriter(Protocol):
@@ -159,7 +159,10 @@ def import_turns(
     rows: dict[str, MemoryRow] = {}
     for key, turn in zip(keys, turns, strict=True):
         if key not in rows:
-            rows[key] = memory_row(conversation_id, key, str(turn.turn_id), list(turn.messages))
+            row = memory_row(conversation_id, key, str(turn.turn_id), list(turn.messages))
+            if turn.session is not None:
+                row = row.model_copy(update={"group": session_group(turn.session)})
+            rows[key] = row
     held = _remembered_keys(service, list(rows))
     fresh = [row for key, row in rows.items() if key not in held]
     remember_rows(service, conversation_id, fresh, known=set(speakers), held=set())

@@ -96,6 +96,12 @@ def said_day(when: str) -> str:
     return f"{day.day} {day:%B}, {day.year}" if day else when.split(" on ")[-1]
 
 
+def session_group(session: int | str) -> str:
+    """The group of a turn that names its session (a recorded dialogue's "session 3", an
+    import's `session`): the turns of one session are one exchange, whatever their days."""
+    return f"session {session}"
+
+
 def _doc_group(row: MemoryRow) -> str:
     """The row's group; a row stored before groups were days (its group the text after " on ",
     a whole ISO or Unix time when there is none) is grouped by its day now, with no migration."""

@@ -44,6 +44,7 @@ from kg.transfer import dumps_export
 from tasks.dialogue.ingest import memory_rows
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
 from tasks.dialogue.remember import remember_rows
+from tasks.dialogue.replay import load_dialogue
 from tasks.dialogue.sillytavern import load_sillytavern_chat
 from tests.support.cli import graph_vars
 from tests.support.dialogue_script import DialogueScript
@@ -493,6 +494,71 @@ def test_import_remembers_a_chats_history_as_its_file_ingest_would_in_any_batche
     committed = client.post(COMMIT_PATH, json=_turn(conv, 6, LINES[0])).json()
     assert committed["committed"] and not committed["idempotent_hit"]
     assert [r[0] for r in _rows_of(service, conv)] == ["0", "2", "4", "6"]
+
+
+def test_an_import_naming_its_sessions_groups_its_turns_as_a_recorded_dialogues_ingest(
+    client: TestClient, service: DialogueService, tmp_path: Path
+) -> None:
+    """Recall takes the turns of one group as one exchange (neighbours, the session signal). A
+    recorded dialogue's session is its group; an import that names its sessions gets the same
+    rows as `flows.dialogue ingest` of that dialogue, and one that does not is grouped by day."""
+    said = [
+        (1, "1:56 pm on 8 May, 2023", "Ann", "I adopted a puppy today."),
+        (1, "1:56 pm on 8 May, 2023", "Bob", "What is its name?"),
+        (2, "11:40 pm on 25 May, 2023", "Ann", "Max turned one."),
+        (2, "0:20 am on 26 May, 2023", "Bob", "Happy birthday to Max!"),  # past midnight
+    ]
+    recorded = tmp_path / "pets.turns.jsonl"
+    recorded.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "conversation_id": "pets",
+                    "turn_id": n,
+                    "session": session,
+                    "session_time": when,
+                    "dia_id": f"D{session}:{n}",
+                    "speaker": speaker,
+                    "text": text,
+                }
+            )
+            + "\n"
+            for n, (session, when, speaker, text) in enumerate(said, start=1)
+        )
+    )
+    ingested = _conv()
+    remember_rows(service, ingested, memory_rows(load_dialogue(recorded), ingested))
+    turns = [
+        {
+            "turn_id": n,
+            "messages": [
+                {"role": "user", "name": speaker, "content": text, "message_id": f"D{session}:{n}"}
+                | {"time": when}
+            ],
+            "session": str(session),
+        }
+        for n, (session, when, speaker, text) in enumerate(said, start=1)
+    ]
+    sessions = _conv()
+    answer = client.post(IMPORT_PATH, json={"conversation_id": sessions, "turns": turns})
+    assert answer.status_code == 200, answer.text
+
+    def groups(conv: str) -> list[str]:
+        return [r.group for r in DialogueRepository(service.store).memory_rows(conv, 1, 100)]
+
+    assert groups(sessions) == groups(ingested) == ["session 1"] * 2 + ["session 2"] * 2
+    assert _rows_of(service, sessions) == _rows_of(service, ingested)
+    # Look-alike: the same turns with no session are grouped by the day each was said.
+    days = _conv()
+    bare = [{k: v for k, v in turn.items() if k != "session"} for turn in turns]
+    assert (
+        client.post(IMPORT_PATH, json={"conversation_id": days, "turns": bare}).status_code == 200
+    )
+    assert groups(days) == ["8 May, 2023"] * 2 + ["25 May, 2023", "26 May, 2023"]
+    # A blank session is refused, as a blank name is.
+    blank = [{**turns[0], "session": " "}]
+    refused = client.post(IMPORT_PATH, json={"conversation_id": _conv(), "turns": blank})
+    assert refused.status_code == 400 and "session" in refused.json()["reason"]
 
 
 def test_import_writes_nothing_while_a_turn_holds_the_lease_and_refuses_bad_bodies(
