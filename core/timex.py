@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
@@ -1522,6 +1523,16 @@ def resolve(text: str, anchor: date | None) -> list[TimeSpan]:
     """The time expressions of `text` as spans of days, resolved against `anchor` (the day
     the text was said); in text order, overlapping matches resolved to the longest."""
     return [span for _, span in _resolved(text, anchor)]
+
+
+def date_notes(spans: Iterable[TimeSpan]) -> list[str]:
+    """The days `spans` mean, for a reader, each once ("yesterday = Sunday 7 May 2023"): "Yesterday
+    was crazy ... on the big screen yesterday!" names one day twice, noted as first written."""
+    notes: dict[tuple[str, str], str] = {}
+    for span in spans:
+        described = span.describe()
+        notes.setdefault((span.phrase.casefold(), described), f"{span.phrase} = {described}")
+    return list(notes.values())
 
 
 def deictic_dates(text: str, anchor: date | None) -> list[TimeSpan]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import date
 
 import numpy as np
@@ -29,6 +29,7 @@ from core.timex import (
     QueryDate,
     TimeSpan,
     asks_when,
+    date_notes,
     deictic_dates,
     parse_when,
     query_dates,
@@ -347,23 +348,13 @@ class HybridIndex:
                     when=self.docs[p].when,
                     signals={n: round(v, 6) for n, v in signals.items()},
                     meta=self.docs[p].meta,
-                    events=_event_notes(self.columns.events[p]),
+                    events=date_notes(self.columns.events[p]),
                 )
                 for p, score, signals in ranked
             ]
         if rerank is not None:
             hits = rerank(query, hits)
         return hits[:k]
-
-
-def _event_notes(spans: Iterable[TimeSpan]) -> list[str]:
-    """Each date a turn names, once: "Yesterday was crazy ... on the big screen yesterday!"
-    names one day twice, and the packet shows it once, as first written."""
-    notes: dict[tuple[str, str], str] = {}
-    for span in spans:
-        described = span.describe()
-        notes.setdefault((span.phrase.casefold(), described), f"{span.phrase} = {described}")
-    return list(notes.values())
 
 
 def _day_in_words(when: str, said: TimeSpan | None) -> str:

@@ -54,6 +54,10 @@ def build_packet(retrieval: Retrieval, token_budget: int) -> InjectionPacket:
     # next to the date it was said (temporal questions are a third of long-chat recall). The
     # dates it resolves to are spelled out too: a chat model is poor at calendar arithmetic.
     history = [_passage(t) for t in retrieval.recalled]
+    if history and retrieval.asked_dates:
+        # The message's own "yesterday", dated the same way, so the passages of that day are
+        # found by their date without calendar arithmetic.
+        history.insert(0, "In the message answered now: " + "; ".join(retrieval.asked_dates))
     envelope = build_envelope(
         {
             "characters": characters,

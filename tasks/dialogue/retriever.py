@@ -36,7 +36,7 @@ from core.recall import (
     query_texts,
     says_something,
 )
-from core.timex import parse_when
+from core.timex import date_notes, deictic_dates, parse_when
 from kg import vocabulary as vocab
 from kg.dialogue import (
     ConversationSnapshot,
@@ -75,6 +75,11 @@ class Retrieval(BaseModel):
         None,
         description="the embedding of what the turn's memory row embeds (`row_text`) when recall"
         " asked with that very text (the commit reuses it)",
+    )
+    asked_dates: list[str] = Field(
+        default_factory=list,
+        description="the days the asked message names through the day it is said ('yesterday ="
+        " Friday 18 March 2022'), as the recalled turns' dates are spelled out",
     )
 
 
@@ -675,6 +680,8 @@ def retrieve(
     )
     recalled_turns: list[RecalledTurn] = []
     vector = None
+    # "What did I tell you yesterday?": yesterday as of the message asking.
+    asked_on = parse_when(said_when(asked)) if asked else None
     if recall_k > 0 and len(memory) and asked:
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
         texts = query_texts(query, memory.speakers)
@@ -695,8 +702,7 @@ def retrieve(
             plain_vector,
             parts,
             on_screen(window) if window else None,
-            # "What did I tell you yesterday?": yesterday as of the message asking.
-            parse_when(said_when(asked)),
+            asked_on,
         )
     return Retrieval(
         known_entities=snapshot.entities,
@@ -714,6 +720,7 @@ def retrieve(
             and embedded_text(query, memory.speakers) == row_text(messages, memory.speakers)
             else None
         ),
+        asked_dates=date_notes(deictic_dates(query, asked_on)),
     )
 
 

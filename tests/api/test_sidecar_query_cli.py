@@ -78,6 +78,14 @@ def test_cli_query_prints_the_packet_the_api_injects_and_refuses_an_unknown_conv
     assert printed == expected["injection_packet"]["text"] + "\n"
     assert "I painted the fence blue yesterday." in printed
     assert "yesterday = Sunday 7 May 2023" in printed  # resolved against when it was said
+    assert "In the message answered now" not in printed  # the question names no day
+    # A question that does name one through its own day has that day spelled out first.
+    assert run(*asked, "What did Melanie paint the day before yesterday?") == 0
+    lines = capsys.readouterr().out.splitlines()
+    passages = lines.index("## Related earlier passages")
+    assert lines[passages + 1] == (
+        "- In the message answered now: the day before yesterday = Sunday 7 May 2023"
+    )
 
     assert run(*asked, "--json", QUESTION) == 0
     whole = json.loads(capsys.readouterr().out)

@@ -701,6 +701,16 @@ def test_recalled_passages_spell_out_the_dates_their_time_expressions_mean() -> 
         in packet.text
     )
     assert "[turn 2, 1:56 pm on 8 May, 2023] Caroline: We had a week of rain" in packet.text
+    # The asked message's own dates come first, spelled out the same way; with no passage
+    # recalled there is nothing to date and no note.
+    asked = ["yesterday = Sunday 7 May 2023"]
+    dated = build_packet(Retrieval(recalled=[hits["c:1"]], asked_dates=asked), token_budget=256)
+    assert dated.text.splitlines()[1:3] == [
+        "- In the message answered now: yesterday = Sunday 7 May 2023",
+        "- [turn 1, 1:56 pm on 8 May, 2023; yesterday = Sunday 7 May 2023] Caroline: I went to"
+        " a LGBTQ support group yesterday.",
+    ]
+    assert build_packet(Retrieval(asked_dates=asked), token_budget=256).text == ""
 
 
 def _row(
