@@ -134,6 +134,10 @@ class EventCalendar:
                         self._days[word] = inside[0]
 
 
+#: How long after a day a turn that speaks of it ("I went hiking yesterday") is looked for.
+SPOKEN_OF_WITHIN_DAYS = 7
+
+
 class DocumentColumns:
     """Per position: the day the document was said and the days it speaks of (core.timex), and
     as numpy columns for the learned fusion's features: the group (an id per distinct group),
@@ -182,14 +186,28 @@ class DocumentColumns:
         (`EventCalendar.question_dates`): "the week before the wedding"."""
         return [QueryDate(span=span) for span in self._calendar.question_dates(question)]
 
-    def said_within(self, spans: list[TimeSpan], count: int, limit: int) -> list[int]:
-        """The positions (of the first `count`) of the documents said within `spans`, the
-        latest `limit` of them in order: a question about "yesterday" asks about those."""
+    def of_days(self, spans: tuple[TimeSpan, ...], count: int, limit: int) -> list[int]:
+        """The positions (of the first `count`) of the documents `within_days` of `spans`, the
+        latest `limit` of them in order: a question about "yesterday" asks about those. One that
+        speaks of such a day is looked for among those said in the week after it."""
         days = self.said_day.values[:count]
-        inside = np.zeros(count, dtype=bool)
+        near = np.zeros(count, dtype=bool)
         for span in spans:
-            inside |= (days >= span.start.toordinal()) & (days <= span.end.toordinal())
-        return [int(p) for p in np.flatnonzero(inside)[-limit:]]
+            near |= (days >= span.start.toordinal()) & (
+                days <= span.end.toordinal() + SPOKEN_OF_WITHIN_DAYS
+            )
+        found = [int(p) for p in np.flatnonzero(near) if self.within_days(int(p), spans)]
+        return found[-limit:]
+
+    def within_days(self, position: int, spans: tuple[TimeSpan, ...]) -> bool:
+        """Whether the document at `position` was said within one of `spans`, or speaks of a day
+        (or days) inside one: "I went hiking yesterday", said the morning after, is of that day."""
+        day = int(self.said_day.values[position])
+        if day >= 0 and any(s.start.toordinal() <= day <= s.end.toordinal() for s in spans):
+            return True
+        return any(
+            s.start <= e.start and e.end <= s.end for s in spans for e in self.events[position]
+        )
 
     def said_by(self, positions: np.ndarray, lowered: str) -> np.ndarray:
         """Per position, whether a lowercased speaker's name is among its document's speakers:

@@ -166,14 +166,15 @@ def budgeted(
     part_rankings: list[list[tuple[int, float, dict[str, float]]]],
     budget: int,
     window: int,
+    signal: str = "part",
 ) -> list[tuple[int, float, dict[str, float]]]:
     """`ranked` with `budget` documents of each part in its first `window`: of the part's own
     best (`part_rankings`, each as deep as `RecallParams.part_depth`), the ones the whole question ranks highest (so a part's pick agrees with the
     question where it can: a part alone, "the accident", is a weak query). Those already in the
     window stay; the others take the places of the question's last ones (a document the
     question did not rank at all keeps the part's score). The window keeps the question's
-    order, the documents let in by a part marked with a `part` signal; the rest follows in the
-    question's order."""
+    order, the documents let in by a part marked with `signal` (`part`; `date` for the slots of a
+    day the question names); the rest follows in the question's order."""
     rank_of = {row[0]: i for i, row in enumerate(ranked)}
     reserved: dict[int, tuple[int, float, dict[str, float]]] = {}
     for part in part_rankings:
@@ -184,7 +185,7 @@ def budgeted(
     reserved = dict(list(reserved.items())[:window])
     own = [row for row in ranked if row[0] not in reserved][: window - len(reserved)]
     let_in = [
-        row if rank_of.get(row[0], window) < window else (row[0], row[1], {**row[2], "part": 1.0})
+        row if rank_of.get(row[0], window) < window else (row[0], row[1], {**row[2], signal: 1.0})
         for row in reserved.values()
     ]
     head = sorted([*own, *let_in], key=lambda row: (rank_of.get(row[0], len(ranked)), row[0]))

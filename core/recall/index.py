@@ -23,7 +23,13 @@ from core.recall.documents import DocumentColumns, Hit, MemoryDoc
 from core.recall.features import features
 from core.recall.fusion import Ranked, budgeted, learned_rank, rrf_rank
 from core.recall.lexical import LexicalIndex
-from core.recall.params import CANDIDATES, DATED_SPAN_DAYS, DEFAULT_PARAMS, RecallParams
+from core.recall.params import (
+    ASKED_DAY_SHARE,
+    CANDIDATES,
+    DATED_SPAN_DAYS,
+    DEFAULT_PARAMS,
+    RecallParams,
+)
 from core.recall.query import PART_WINDOW, Prepared, named_in, unaddressed, without_phrases
 from core.timex import (
     QueryDate,
@@ -205,17 +211,15 @@ class HybridIndex:
         # A date named through the day asked ("yesterday"): its words match no turn that
         # speaks of that day, its turns are candidates (the fusion's `date` feature weighs them).
         deictic = deictic_dates(query, asked_on)
+        asked_days = tuple(span for span in deictic if span.days <= DATED_SPAN_DAYS)
         lexical_query = without_phrases(spoken, [span.phrase for span in deictic])
         return Prepared(
             lexical=(
                 self.lexical.ranking(lexical_query, CANDIDATES, len(self.docs)) if self.docs else []
             ),
             dense=dense,
-            dated=self.columns.said_within(
-                [span for span in deictic if span.days <= DATED_SPAN_DAYS],
-                len(self.docs),
-                CANDIDATES,
-            ),
+            dated=self.columns.of_days(asked_days, len(self.docs), CANDIDATES),
+            asked_days=asked_days,
             linked=[
                 self.positions[key] for key in dict.fromkeys(linked or []) if key in self.positions
             ],
@@ -267,15 +271,32 @@ class HybridIndex:
 
         `shown`: documents (by position) the asker already shows (a chat front end's window):
         each ranking puts them after every other candidate (`shown_last`), so they keep a place
-        only when too few others are left, and a part's slot goes to a document not shown."""
-        if not prepared.parts or not params.part_budget:
+        only when too few others are left, and a part's slot goes to a document not shown.
+
+        A chat question about a day it names through its own ("What did we talk about
+        yesterday?", `prepared.asked_days`): the documents said on that day or speaking of it
+        hold ASKED_DAY_SHARE of the same window, the best of them by the question's order (a
+        slot as a part's, marked with a `date` signal)."""
+        with_parts = bool(prepared.parts and params.part_budget)
+        if not with_parts and not prepared.asked_days:
             return self._rank_one(prepared, params, limit, shown)
         ranked = self._rank_one(prepared, params, None, shown)
         window = PART_WINDOW if limit is None else min(limit, PART_WINDOW)
-        part_rankings = [
-            self._rank_one(part, params, params.part_depth, shown) for part in prepared.parts
-        ]
-        return budgeted(ranked, part_rankings, params.part_budget, window)[:limit]
+        if with_parts:
+            part_rankings = [
+                self._rank_one(part, params, params.part_depth, shown) for part in prepared.parts
+            ]
+            ranked = budgeted(ranked, part_rankings, params.part_budget, window)
+        if prepared.asked_days:
+            of_the_days = [
+                row
+                for row in ranked
+                if self.columns.within_days(row[0], prepared.asked_days)
+                and not (shown is not None and shown(row[0]))
+            ]
+            slots = max(1, int(window * ASKED_DAY_SHARE))
+            ranked = budgeted(ranked, [of_the_days], slots, window, signal="date")
+        return ranked[:limit]
 
     def _rank_one(
         self,

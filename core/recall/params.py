@@ -148,6 +148,10 @@ CANDIDATES = 100
 #: The longest span a question's "yesterday"-like date may name for the turns said in it to be
 #: candidates of their own (`Prepared.dated`): a month, as `QueryDate.precise`.
 DATED_SPAN_DAYS = 31
+#: The share of the top window (`PART_WINDOW`, or the first k when fewer) kept for the turns of
+#: a day a chat question names through its own ("yesterday"): half, so the day's turns are there
+#: and the question's other strong matches too. Not fitted: no shared dialogue asks on a day.
+ASKED_DAY_SHARE = 0.5
 
 #: The signal name each learned feature's term is reported under (`Hit.signals`).
 SIGNAL_OF = {

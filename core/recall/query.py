@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from core.recall.params import DEFAULT_PARAMS, RecallParams
-from core.timex import QueryDate, order_choice, query_dates, resolve
+from core.timex import QueryDate, TimeSpan, order_choice, query_dates, resolve
 
 #: The spaces before a punctuation mark, taken only from a run's first space: tried from every
 #: space of a long run (a pasted text), the pattern cost the square of the run's length.
@@ -380,8 +380,11 @@ class Prepared:
     lexical: list[int] = field(default_factory=list)
     dense: list[int] = field(default_factory=list)
     linked: list[int] = field(default_factory=list)
-    #: Documents said on the days a chat's question names relative to the day it is asked
-    #: ("yesterday"): candidates of the learned fusion whatever their words.
+    #: The days a chat's question names through the day it is asked ("yesterday"; each span at
+    #: most `DATED_SPAN_DAYS`): the documents said on them or speaking of them are candidates of
+    #: the learned fusion whatever their words (`dated`), and hold slots in its top window
+    #: (`HybridIndex.rank`).
+    asked_days: tuple[TimeSpan, ...] = ()
     dated: list[int] = field(default_factory=list)
     named: str | None = None
     dates: list[QueryDate] = field(default_factory=list)

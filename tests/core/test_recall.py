@@ -265,6 +265,35 @@ def test_a_question_about_yesterday_asked_on_a_day_recalls_what_was_said_that_da
     assert [h.key for h in index.search(question, None, 3)] == ["t1"]
 
 
+def test_the_turns_of_a_day_a_chat_question_names_hold_half_its_top_window() -> None:
+    """ "What did we talk about yesterday?" matches by its words the turns that say "talk" on
+    any day; the turns said yesterday, or said the next morning about it, hold half the window
+    (the best of them by the question's order), marked with a `date` signal."""
+    index = HybridIndex(2)
+    talk = [
+        _doc(i, "Ann", f"We talk and talk about {topic}.", when=f"{i} March, 2022", group=str(i))
+        for i, topic in enumerate(["ships", "rain", "tea", "books", "maps"], start=1)
+    ]
+    of_the_day = [
+        _doc(10, "Ann", "I baked bread.", when="18 March, 2022", group="18"),
+        _doc(11, "Bob", "The oven broke.", when="18 March, 2022", group="18"),
+        _doc(12, "Ann", "I went hiking yesterday.", when="19 March, 2022", group="19"),
+    ]
+    index.add([*talk, *of_the_day], None)
+    question = "What did we talk about yesterday?"
+    hits = index.search(question, None, 4, asked_on=date(2022, 3, 19))
+    days = [h for h in hits if h.key in {"t10", "t11", "t12"}]
+    assert len(hits) == 4 and len(days) == 2 and all("date" in h.signals for h in days)
+    # Each of the three is of that day: asked for the day alone, they are all found.
+    alone = index.search("What happened yesterday?", None, 3, asked_on=date(2022, 3, 19))
+    assert {h.key for h in alone} == {"t10", "t11", "t12"}
+    # Look-alike: asked on no known day, the words decide ("yesterday" too, wherever it is said).
+    plain = index.search(question, None, 4)
+    assert not {"t10", "t11"} & {h.key for h in plain} and all(
+        "date" not in h.signals for h in plain
+    )
+
+
 def test_a_when_question_reaches_the_turn_that_says_yesterday() -> None:
     index = HybridIndex(2)
     docs = [
