@@ -15,6 +15,7 @@ all drafts is kept, which is not "call again until it succeeds".
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from prefect import get_run_logger
 from pydantic import BaseModel, Field
@@ -98,6 +99,10 @@ def fixed_prompt_tokens(brief: SceneBrief) -> int:
 
 #: A Markdown heading line ("## Scene 2", " # CHAPTER ONE"): up to three spaces, 1-6 '#', a space.
 _HEADING = re.compile(r"^ {0,3}#{1,6}(?:\s|$)")
+#: A title a small model marks with doubled angle brackets ("<<Remnants from Beyond>>") at the
+#: start of a line: a heading in all but its syntax, never prose (a guillemet "«" stays: some
+#: languages quote speech with it).
+_MARKED_TITLE = re.compile(r"^\s*<<[^<>]{1,200}>>\s*")
 #: An HTML tag a chat model writes into prose ("<br><br>", "</p >", '<span class="x">'): only the
 #: elements of text markup, lower case, with attributes only as name=value, so that prose with
 #: angle brackets ("5 < 7 > 3", "the sign said <CLOSED>", "I <3 you") is never taken for one.
@@ -128,6 +133,15 @@ def _title_key(line: str) -> str:
     return " ".join(words)
 
 
+def _unmarked_lines(text: str) -> Iterator[str]:
+    """The lines of `text` without HTML tags and without a "<<title>>" at their start; a line
+    that was only such a title is left out."""
+    for raw in text.strip().splitlines():
+        line = _without_html_tags(raw)
+        if not _MARKED_TITLE.fullmatch(line):
+            yield _MARKED_TITLE.sub("", line, count=1)
+
+
 def clean_prose(text: str, *, titles: tuple[str, ...] = ()) -> str:
     """Strip what chat models wrap prose in: code fences, 'Here is the scene:' lines, HTML tags
     (a run of tags becomes one space; the manuscript is Markdown, where a stray "</p >" is
@@ -135,11 +149,12 @@ def clean_prose(text: str, *, titles: tuple[str, ...] = ()) -> str:
     ONE" or "## Scene 2" would show in the manuscript as a chapter inside the chapter). A line
     that is only one of `titles` (the book's or the chapter's, with or without its article: a
     small model echoes "The Lighthouse's Secret" for "A Lighthouse's Secret") goes too; a
-    sentence that names a title stays."""
+    sentence that names a title stays. A title marked "<<...>>" at the start of a line goes,
+    whatever it says, and the prose after it on that line stays."""
     title_keys = {_title_key(title) for title in titles} - {""}
     lines = [
         line
-        for line in map(_without_html_tags, text.strip().splitlines())
+        for line in _unmarked_lines(text)
         if not line.strip().startswith("```")
         and not _HEADING.match(line)
         and _title_key(line) not in title_keys

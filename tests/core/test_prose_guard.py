@@ -272,11 +272,22 @@ def test_a_drafts_html_tags_go_and_angle_brackets_in_prose_stay() -> None:
     assert clean_prose(prose) == prose
 
 
+def test_a_title_marked_with_doubled_angle_brackets_goes_and_prose_after_it_stays() -> None:
+    draft = (
+        "<<Remnants from Beyond Your Dreams>>  \n\nOn a quiet evening, I sat.\n"
+        "<<the lost night>>   This story begins here."
+    )
+    assert clean_prose(draft) == "On a quiet evening, I sat.\nThis story begins here."
+    # Look-alikes: doubled brackets inside a sentence, a guillemet's quoted speech, arithmetic.
+    prose = "She said <<no>> twice.\n\u00abBonjour\u00bb, dit-il.\n\u00abNon\u00bb\n5 << 7 >> 3"
+    assert clean_prose(prose) == prose
+
+
 def test_a_line_that_only_echoes_a_title_goes_and_a_sentence_naming_it_stays() -> None:
     titles = ("A Littlestone's Journey: The Unshakened Hero", "Liza's journey")
     draft = (
         "Agnes watched the harbor.\nThe Littlestone's Journey: The Unshakened Hero\n"
-        "**Liza's Journey**\n<<Liza's Journey>>\n\u201cLiza's Journey\u201d\n[Liza's Journey]\n"
+        "**Liza's Journey**\n\u201cLiza's Journey\u201d\n[Liza's Journey]\n"
         "She had read A Littlestone's Journey: The Unshakened Hero twice.\n"
         "Liza's journey began at dawn."
     )
