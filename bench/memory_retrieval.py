@@ -12,8 +12,9 @@ memory). Each query is a LoCoMo question, embedded by the real model inside the 
 as the sidecar does; the sizes are timed interleaved, question by question. Prints p50/p95
 per size and the 100k/1k ratio of p95. Each question is also asked with a chat front end's
 window shown (the memory's last 200 turns, the most the SillyTavern extension sends,
-`on_screen`: they go after every other turn), and
-the ratio of the two p50s is printed per size.
+`on_screen`: they go after every other turn), and as a question about "yesterday" asked the day
+after the busiest session day (every copy of that day's turns is then a candidate of its own);
+the ratio of each to the plain question's p50 is printed per size.
 
 Ingest: `tasks.dialogue.remember.remember_rows` (what `flows.dialogue ingest` runs) into a fresh embedded graph,
 real embeddings, its default batches: turns/s, end to end, two ways: cold (a fresh project:
@@ -41,7 +42,9 @@ import json
 import statistics
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +52,7 @@ import numpy as np
 from bench.embedders import CANDIDATES, DEFAULT, embedder
 from core.embedder import EmbedderUnavailableError
 from core.recall import embedded_text
+from core.timex import parse_when
 from kg.dialogue import MemoryRow
 from tasks.dialogue.models import ChatMessage
 from tasks.dialogue.retriever import TurnMemoryIndex, embedded_query, on_screen, query_texts
@@ -146,45 +150,58 @@ def bench_retrieval(
     # machine (another process, a frequency change) lands on all sizes alike instead of
     # on whichever size was being timed, and the ratio compares like with like. All three
     # memories are alive together, as a sidecar's conversations are.
-    latencies: dict[int, list[float]] = {size: [] for size in sizes}
-    shown_latencies: dict[int, list[float]] = {size: [] for size in sizes}
+    # The third way: the question about "yesterday", asked the day after the busiest session
+    # day, so the turns of that day (and of the week after it that speak of it) are candidates
+    # of their own and hold half the window (core.recall.index.HybridIndex.rank).
+    said = Counter(day for t in turns if (day := parse_when(str(t["session_time"]))) is not None)
+    asked_on = max(said, key=lambda day: (said[day], day)) + timedelta(days=1)
+    ways = ("plain", "shown", "yesterday")
+    latencies: dict[str, dict[int, list[float]]] = {w: {size: [] for size in sizes} for w in ways}
     for i, question in enumerate(questions):
+        yesterday = f"{question.rstrip(' ?')} yesterday?"
         for size in sizes:
-            # Alternating which way goes first, so neither always finds the other's caches.
-            for shown in (None, windows[size]) if i % 2 else (windows[size], None):
+            # Rotating which way goes first, so none always finds another's caches.
+            for way in ways[i % 3 :] + ways[: i % 3]:
+                asked = yesterday if way == "yesterday" else question
+                shown = windows[size] if way == "shown" else None
                 t0 = time.perf_counter()
                 # As tasks.dialogue.retriever.recall asks: the question, the question without
                 # the speakers' names when it names one, and a two-event question's parts, in
                 # one call.
-                texts = query_texts(question, speakers)
+                texts = query_texts(asked, speakers)
                 vector, plain_vector, parts = embedded_query(
-                    question, speakers, dict(zip(texts, model.queries(texts), strict=True))
+                    asked, speakers, dict(zip(texts, model.queries(texts), strict=True))
                 )
                 hits = indexes[size].search(
-                    question,
+                    asked,
                     vector,
                     10,
                     speakers,
                     plain_vector=plain_vector,
                     parts=parts,
                     shown=shown,
+                    asked_on=asked_on if way == "yesterday" else None,
                 )
                 elapsed = (time.perf_counter() - t0) * 1000
-                (latencies if shown is None else shown_latencies)[size].append(elapsed)
+                latencies[way][size].append(elapsed)
                 assert len(hits) == 10 and not (shown and any(shown(h.text) for h in hits))
     results: dict[int, tuple[float, float, float]] = {}
     for size in sizes:
         results[size] = (
-            _percentile(latencies[size], 50),
-            _percentile(latencies[size], 95),
+            _percentile(latencies["plain"][size], 50),
+            _percentile(latencies["plain"][size], 95),
             build_rate[size],
         )
-        shown_p50 = _percentile(shown_latencies[size], 50)
+        shown_p50 = _percentile(latencies["shown"][size], 50)
+        yesterday_p50 = _percentile(latencies["yesterday"][size], 50)
         print(
             f"{size:>7} turns: recall p50 {results[size][0]:6.1f} ms, p95 {results[size][1]:6.1f} ms "
             f"(index built at {results[size][2]:,.0f} turns/s); with a {WINDOW_MESSAGES}-message "
-            f"window shown p50 {shown_p50:.1f} ms, p95 {_percentile(shown_latencies[size], 95):.1f} "
-            f"ms (p50 ratio {shown_p50 / results[size][0]:.2f})",
+            f"window shown p50 {shown_p50:.1f} ms, p95 "
+            f"{_percentile(latencies['shown'][size], 95):.1f} ms (p50 ratio "
+            f"{shown_p50 / results[size][0]:.2f}); asked about yesterday p50 {yesterday_p50:.1f} "
+            f"ms, p95 {_percentile(latencies['yesterday'][size], 95):.1f} ms (p50 ratio "
+            f"{yesterday_p50 / results[size][0]:.2f})",
             flush=True,
         )
     return results

@@ -191,13 +191,20 @@ class DocumentColumns:
         latest `limit` of them in order: a question about "yesterday" asks about those. One that
         speaks of such a day is looked for among those said in the week after it."""
         days = self.said_day.values[:count]
-        near = np.zeros(count, dtype=bool)
+        inside = np.zeros(count, dtype=bool)
+        after = np.zeros(count, dtype=bool)
         for span in spans:
-            near |= (days >= span.start.toordinal()) & (
-                days <= span.end.toordinal() + SPOKEN_OF_WITHIN_DAYS
-            )
-        found = [int(p) for p in np.flatnonzero(near) if self.within_days(int(p), spans)]
-        return found[-limit:]
+            end = span.end.toordinal()
+            inside |= (days >= span.start.toordinal()) & (days <= end)
+            after |= (days > end) & (days <= end + SPOKEN_OF_WITHIN_DAYS)
+        after &= self.has_events.values[:count]
+        found: list[int] = []
+        for p in np.flatnonzero(inside | after)[::-1].tolist():
+            if inside[p] or self.within_days(p, spans):
+                found.append(p)
+                if len(found) == limit:
+                    break
+        return found[::-1]
 
     def within_days(self, position: int, spans: tuple[TimeSpan, ...]) -> bool:
         """Whether the document at `position` was said within one of `spans`, or speaks of a day
