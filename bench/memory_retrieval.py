@@ -44,12 +44,12 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import date, timedelta
 from pathlib import Path
 
 import numpy as np
 
-from bench.embedders import CANDIDATES, DEFAULT, embedder
+from bench.embedders import CANDIDATES, DEFAULT, Embedder, embedder
 from core.embedder import EmbedderUnavailableError
 from core.recall import embedded_text
 from core.timex import parse_when
@@ -113,6 +113,63 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
+#: How each question is asked: as it is; with a chat front end's window shown; about "yesterday".
+WAYS = ("plain", "shown", "yesterday")
+
+
+def _asked_on(turns: list[dict[str, object]]) -> date:
+    """The day the question about "yesterday" is asked: the day after the busiest session day,
+    so the turns of that day (and of the week after it that speak of it) are candidates of their
+    own and hold half the window (core.recall.index.HybridIndex.rank)."""
+    said = Counter(day for t in turns if (day := parse_when(str(t["session_time"]))) is not None)
+    return max(said, key=lambda day: (said[day], day)) + timedelta(days=1)
+
+
+def _timed_ways(
+    model: Embedder,
+    questions: list[str],
+    speakers: list[str],
+    indexes: dict[int, TurnMemoryIndex],
+    windows: dict[int, Callable[[str], bool]],
+    asked_on: date,
+) -> dict[str, dict[int, list[float]]]:
+    """Milliseconds per way (`WAYS`) and memory size, each question asked every way."""
+    # Interleaved: each question is asked of every size in turn, so a slow spell of the
+    # machine (another process, a frequency change) lands on all sizes alike instead of
+    # on whichever size was being timed, and the ratio compares like with like. All three
+    # memories are alive together, as a sidecar's conversations are.
+    latencies: dict[str, dict[int, list[float]]] = {w: {size: [] for size in indexes} for w in WAYS}
+    for i, question in enumerate(questions):
+        yesterday = f"{question.rstrip(' ?')} yesterday?"
+        for size in indexes:
+            # Rotating which way goes first, so none always finds another's caches.
+            for way in WAYS[i % 3 :] + WAYS[: i % 3]:
+                asked = yesterday if way == "yesterday" else question
+                shown = windows[size] if way == "shown" else None
+                t0 = time.perf_counter()
+                # As tasks.dialogue.retriever.recall asks: the question, the question without
+                # the speakers' names when it names one, and a two-event question's parts, in
+                # one call.
+                texts = query_texts(asked, speakers)
+                vector, plain_vector, parts = embedded_query(
+                    asked, speakers, dict(zip(texts, model.queries(texts), strict=True))
+                )
+                hits = indexes[size].search(
+                    asked,
+                    vector,
+                    10,
+                    speakers,
+                    plain_vector=plain_vector,
+                    parts=parts,
+                    shown=shown,
+                    asked_on=asked_on if way == "yesterday" else None,
+                )
+                elapsed = (time.perf_counter() - t0) * 1000
+                latencies[way][size].append(elapsed)
+                assert len(hits) == 10 and not (shown and any(shown(h.text) for h in hits))
+    return latencies
+
+
 def bench_retrieval(
     queries: int, model_name: str = DEFAULT, sizes: tuple[int, ...] = SIZES
 ) -> dict[int, tuple[float, float, float]]:
@@ -146,45 +203,7 @@ def bench_retrieval(
         # are the bench's own input, dropped before timing as the sidecar drops a synced batch.
         del rows
         gc.collect()
-    # Interleaved: each question is asked of every size in turn, so a slow spell of the
-    # machine (another process, a frequency change) lands on all sizes alike instead of
-    # on whichever size was being timed, and the ratio compares like with like. All three
-    # memories are alive together, as a sidecar's conversations are.
-    # The third way: the question about "yesterday", asked the day after the busiest session
-    # day, so the turns of that day (and of the week after it that speak of it) are candidates
-    # of their own and hold half the window (core.recall.index.HybridIndex.rank).
-    said = Counter(day for t in turns if (day := parse_when(str(t["session_time"]))) is not None)
-    asked_on = max(said, key=lambda day: (said[day], day)) + timedelta(days=1)
-    ways = ("plain", "shown", "yesterday")
-    latencies: dict[str, dict[int, list[float]]] = {w: {size: [] for size in sizes} for w in ways}
-    for i, question in enumerate(questions):
-        yesterday = f"{question.rstrip(' ?')} yesterday?"
-        for size in sizes:
-            # Rotating which way goes first, so none always finds another's caches.
-            for way in ways[i % 3 :] + ways[: i % 3]:
-                asked = yesterday if way == "yesterday" else question
-                shown = windows[size] if way == "shown" else None
-                t0 = time.perf_counter()
-                # As tasks.dialogue.retriever.recall asks: the question, the question without
-                # the speakers' names when it names one, and a two-event question's parts, in
-                # one call.
-                texts = query_texts(asked, speakers)
-                vector, plain_vector, parts = embedded_query(
-                    asked, speakers, dict(zip(texts, model.queries(texts), strict=True))
-                )
-                hits = indexes[size].search(
-                    asked,
-                    vector,
-                    10,
-                    speakers,
-                    plain_vector=plain_vector,
-                    parts=parts,
-                    shown=shown,
-                    asked_on=asked_on if way == "yesterday" else None,
-                )
-                elapsed = (time.perf_counter() - t0) * 1000
-                latencies[way][size].append(elapsed)
-                assert len(hits) == 10 and not (shown and any(shown(h.text) for h in hits))
+    latencies = _timed_ways(model, questions, speakers, indexes, windows, _asked_on(turns))
     results: dict[int, tuple[float, float, float]] = {}
     for size in sizes:
         results[size] = (
