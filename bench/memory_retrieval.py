@@ -119,7 +119,7 @@ WAYS = ("plain", "shown", "yesterday")
 
 def _asked_on(turns: list[dict[str, object]]) -> date:
     """The day the question about "yesterday" is asked: the day after the busiest session day,
-    so the turns of that day (and of the week after it that speak of it) are candidates of their
+    so the turns of that day (and of the weeks around it that speak of it) are candidates of their
     own and hold half the window (core.recall.index.HybridIndex.rank)."""
     said = Counter(day for t in turns if (day := parse_when(str(t["session_time"]))) is not None)
     return max(said, key=lambda day: (said[day], day)) + timedelta(days=1)

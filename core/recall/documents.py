@@ -134,7 +134,8 @@ class EventCalendar:
                         self._days[word] = inside[0]
 
 
-#: How long after a day a turn that speaks of it ("I went hiking yesterday") is looked for.
+#: How long before or after a day a turn that speaks of it is looked for: "I went hiking
+#: yesterday" said the morning after, "I'm hiking on Saturday!" said the Wednesday before.
 SPOKEN_OF_WITHIN_DAYS = 7
 
 
@@ -189,17 +190,17 @@ class DocumentColumns:
     def of_days(self, spans: tuple[TimeSpan, ...], count: int, limit: int) -> list[int]:
         """The positions (of the first `count`) of the documents `within_days` of `spans`, the
         latest `limit` of them in order: a question about "yesterday" asks about those. One that
-        speaks of such a day is looked for among those said in the week after it."""
+        speaks of such a day is looked for among those said in the week before or after it."""
         days = self.said_day.values[:count]
         inside = np.zeros(count, dtype=bool)
-        after = np.zeros(count, dtype=bool)
+        near = np.zeros(count, dtype=bool)
         for span in spans:
-            end = span.end.toordinal()
-            inside |= (days >= span.start.toordinal()) & (days <= end)
-            after |= (days > end) & (days <= end + SPOKEN_OF_WITHIN_DAYS)
-        after &= self.has_events.values[:count]
+            first, last = span.start.toordinal(), span.end.toordinal()
+            inside |= (days >= first) & (days <= last)
+            near |= (days >= first - SPOKEN_OF_WITHIN_DAYS) & (days <= last + SPOKEN_OF_WITHIN_DAYS)
+        near &= self.has_events.values[:count]
         found: list[int] = []
-        for p in np.flatnonzero(inside | after)[::-1].tolist():
+        for p in np.flatnonzero(inside | near)[::-1].tolist():
             if inside[p] or self.within_days(p, spans):
                 found.append(p)
                 if len(found) == limit:
@@ -208,7 +209,8 @@ class DocumentColumns:
 
     def within_days(self, position: int, spans: tuple[TimeSpan, ...]) -> bool:
         """Whether the document at `position` was said within one of `spans`, or speaks of a day
-        (or days) inside one: "I went hiking yesterday", said the morning after, is of that day."""
+        (or days) inside one: "I went hiking yesterday", said the morning after, is of that day,
+        and so is "I'm hiking tomorrow", said the evening before."""
         day = int(self.said_day.values[position])
         if day >= 0 and any(s.start.toordinal() <= day <= s.end.toordinal() for s in spans):
             return True

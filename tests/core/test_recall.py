@@ -267,7 +267,7 @@ def test_a_question_about_yesterday_asked_on_a_day_recalls_what_was_said_that_da
 
 def test_the_turns_of_a_day_a_chat_question_names_hold_half_its_top_window() -> None:
     """ "What did we talk about yesterday?" matches by its words the turns that say "talk" on
-    any day; the turns said yesterday, or said the next morning about it, hold half the window
+    any day; the turns said yesterday, or said the day before or after about it, hold half the window
     (the best of them by the question's order), marked with a `date` signal."""
     index = HybridIndex(2)
     talk = [
@@ -278,15 +278,18 @@ def test_the_turns_of_a_day_a_chat_question_names_hold_half_its_top_window() -> 
         _doc(10, "Ann", "I baked bread.", when="18 March, 2022", group="18"),
         _doc(11, "Bob", "The oven broke.", when="18 March, 2022", group="18"),
         _doc(12, "Ann", "I went hiking yesterday.", when="19 March, 2022", group="19"),
+        _doc(13, "Bob", "I'm hiking tomorrow.", when="17 March, 2022", group="17"),
     ]
-    index.add([*talk, *of_the_day], None)
+    # Look-alike: said the day before as well, but of its own day.
+    other_day = _doc(14, "Bob", "I hiked today.", when="17 March, 2022", group="17b")
+    index.add([*talk, *of_the_day, other_day], None)
     question = "What did we talk about yesterday?"
     hits = index.search(question, None, 4, asked_on=date(2022, 3, 19))
-    days = [h for h in hits if h.key in {"t10", "t11", "t12"}]
+    days = [h for h in hits if h.key in {d.key for d in of_the_day}]
     assert len(hits) == 4 and len(days) == 2 and all("date" in h.signals for h in days)
-    # Each of the three is of that day: asked for the day alone, they are all found.
-    alone = index.search("What happened yesterday?", None, 3, asked_on=date(2022, 3, 19))
-    assert {h.key for h in alone} == {"t10", "t11", "t12"}
+    # Each of the four is of that day: asked for the day alone, they are all found.
+    alone = index.search("What happened yesterday?", None, 5, asked_on=date(2022, 3, 19))
+    assert {h.key for h in alone} == {d.key for d in of_the_day}
     # Look-alike: asked on no known day, the words decide ("yesterday" too, wherever it is said).
     plain = index.search(question, None, 4)
     assert not {"t10", "t11"} & {h.key for h in plain} and all(
