@@ -1540,11 +1540,17 @@ def deictic_dates(text: str, anchor: date | None) -> list[TimeSpan]:
     ("yesterday", "last Saturday", "this weekend", "two weeks ago"), resolved against it; not a
     calendar date ("8 May 2023", "in May") and not a duration ("for three years": its words
     say the same whenever they are said)."""
-    return [
-        span
-        for kind, span in _resolved(text, anchor)
-        if kind not in _CALENDAR_KINDS and span.grain != "since"
-    ]
+    return resolved_and_deictic(text, anchor)[1]
+
+
+def resolved_and_deictic(text: str, anchor: date | None) -> tuple[list[TimeSpan], list[TimeSpan]]:
+    """`resolve(text, anchor)` and `deictic_dates(text, anchor)` from one pass over the
+    patterns (a chat question needs both, on every turn)."""
+    found = _resolved(text, anchor)
+    return (
+        [span for _, span in found],
+        [span for kind, span in found if kind not in _CALENDAR_KINDS and span.grain != "since"],
+    )
 
 
 def _resolved(text: str, anchor: date | None) -> list[tuple[str, TimeSpan]]:

@@ -126,7 +126,8 @@ _TITLE_WRAPPING = "*_\"'“”‘’<>«»[]() "
 
 def _title_key(line: str) -> str:
     """A line reduced to compare with a title: no emphasis marks, quotes or brackets around it
-    (a tiny model writes '<<The Lost Night>>' or '"The Lost Night"'), case or leading article."""
+    (a tiny model writes '"The Lost Night"' or '[The Lost Night]'; a "<<...>>" line is gone
+    before, `_MARKED_TITLE`), case or leading article."""
     words = line.strip().strip(_TITLE_WRAPPING).strip().rstrip(".").casefold().split()
     if words and words[0] in ("a", "an", "the"):
         words = words[1:]

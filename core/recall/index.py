@@ -36,10 +36,9 @@ from core.timex import (
     TimeSpan,
     asks_when,
     date_notes,
-    deictic_dates,
     parse_when,
     query_dates,
-    resolve,
+    resolved_and_deictic,
 )
 
 
@@ -210,7 +209,7 @@ class HybridIndex:
         )
         # A date named through the day asked ("yesterday"): its words match no turn that
         # speaks of that day, its turns are candidates (the fusion's `date` feature weighs them).
-        deictic = deictic_dates(query, asked_on)
+        resolved, deictic = resolved_and_deictic(query, asked_on)
         asked_days = tuple(span for span in deictic if span.days <= DATED_SPAN_DAYS)
         lexical_query = without_phrases(spoken, [span.phrase for span in deictic])
         return Prepared(
@@ -229,7 +228,7 @@ class HybridIndex:
             dates=[
                 *query_dates(query),
                 *self.columns.question_dates(query),
-                *(QueryDate(span=span) for span in resolve(query, asked_on)),
+                *(QueryDate(span=span) for span in resolved),
             ],
             asks_when=asks_when(query),
             plain=plain,
