@@ -12,9 +12,11 @@ memory). Each query is a LoCoMo question, embedded by the real model inside the 
 as the sidecar does; the sizes are timed interleaved, question by question. Prints p50/p95
 per size and the 100k/1k ratio of p95. Each question is also asked with a chat front end's
 window shown (the memory's last 200 turns, the most the SillyTavern extension sends,
-`on_screen`: they go after every other turn), and as a question about "yesterday" asked the day
-after the busiest session day (every copy of that day's turns is then a candidate of its own);
-the ratio of each to the plain question's p50 is printed per size.
+`on_screen`: they go after every other turn), as a question about "yesterday" asked the day
+after the busiest session day (every copy of that day's turns is then a candidate of its own),
+and with the names a long chat's graph knows (400 entities' names besides the speakers, as
+the sidecar hands them to recall); the ratio of each to the plain question's p50 is printed
+per size.
 
 Ingest: `tasks.dialogue.remember.remember_rows` (what `flows.dialogue ingest` runs) into a fresh embedded graph,
 real embeddings, its default batches: turns/s, end to end, two ways: cold (a fresh project:
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import re
 import statistics
 import tempfile
 import time
@@ -51,7 +54,7 @@ import numpy as np
 
 from bench.embedders import CANDIDATES, DEFAULT, Embedder, embedder
 from core.embedder import EmbedderUnavailableError
-from core.recall import embedded_text
+from core.recall import STOP_WORDS, embedded_text
 from core.timex import parse_when
 from kg.dialogue import MemoryRow
 from tasks.dialogue.models import ChatMessage
@@ -113,8 +116,24 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-#: How each question is asked: as it is; with a chat front end's window shown; about "yesterday".
-WAYS = ("plain", "shown", "yesterday")
+#: How each question is asked: as it is; with a chat front end's window shown; about "yesterday";
+#: with the names a long chat's graph knows (`ENTITY_NAMES` of them, besides the speakers).
+WAYS = ("plain", "shown", "yesterday", "entities")
+#: The entities and aliases a long chat's graph knows: the sidecar hands recall every one of
+#: them (tasks.dialogue.retriever `_names`), so each query is read against them all.
+ENTITY_NAMES = 400
+
+
+def _entity_names(turns: list[dict[str, object]], speakers: list[str]) -> list[str]:
+    """`ENTITY_NAMES` names as an extractor would find them in the turns: their capitalised
+    words, the most frequent first (the speakers and "I" aside)."""
+    words = Counter(
+        w
+        for t in turns
+        for w in re.findall(r"\b[A-Z][a-z]{2,}\b", str(t["text"]))
+        if w not in speakers and w.lower() not in STOP_WORDS
+    )
+    return [w for w, _ in words.most_common(ENTITY_NAMES)]
 
 
 def _asked_on(turns: list[dict[str, object]]) -> date:
@@ -132,8 +151,10 @@ def _timed_ways(
     indexes: dict[int, TurnMemoryIndex],
     windows: dict[int, Callable[[str], bool]],
     asked_on: date,
+    names: list[str],
 ) -> dict[str, dict[int, list[float]]]:
-    """Milliseconds per way (`WAYS`) and memory size, each question asked every way."""
+    """Milliseconds per way (`WAYS`) and memory size, each question asked every way; `names`:
+    the speakers and the entities' names the `entities` way hands the search."""
     # Interleaved: each question is asked of every size in turn, so a slow spell of the
     # machine (another process, a frequency change) lands on all sizes alike instead of
     # on whichever size was being timed, and the ratio compares like with like. All three
@@ -143,7 +164,7 @@ def _timed_ways(
         yesterday = f"{question.rstrip(' ?')} yesterday?"
         for size in indexes:
             # Rotating which way goes first, so none always finds another's caches.
-            for way in WAYS[i % 3 :] + WAYS[: i % 3]:
+            for way in WAYS[i % len(WAYS) :] + WAYS[: i % len(WAYS)]:
                 asked = yesterday if way == "yesterday" else question
                 shown = windows[size] if way == "shown" else None
                 t0 = time.perf_counter()
@@ -158,7 +179,7 @@ def _timed_ways(
                     asked,
                     vector,
                     10,
-                    speakers,
+                    names if way == "entities" else speakers,
                     plain_vector=plain_vector,
                     parts=parts,
                     shown=shown,
@@ -203,7 +224,15 @@ def bench_retrieval(
         # are the bench's own input, dropped before timing as the sidecar drops a synced batch.
         del rows
         gc.collect()
-    latencies = _timed_ways(model, questions, speakers, indexes, windows, _asked_on(turns))
+    latencies = _timed_ways(
+        model,
+        questions,
+        speakers,
+        indexes,
+        windows,
+        _asked_on(turns),
+        [*speakers, *_entity_names(turns, speakers)],
+    )
     results: dict[int, tuple[float, float, float]] = {}
     for size in sizes:
         results[size] = (
@@ -213,6 +242,7 @@ def bench_retrieval(
         )
         shown_p50 = _percentile(latencies["shown"][size], 50)
         yesterday_p50 = _percentile(latencies["yesterday"][size], 50)
+        entities_p50 = _percentile(latencies["entities"][size], 50)
         print(
             f"{size:>7} turns: recall p50 {results[size][0]:6.1f} ms, p95 {results[size][1]:6.1f} ms "
             f"(index built at {results[size][2]:,.0f} turns/s); with a {WINDOW_MESSAGES}-message "
@@ -220,7 +250,9 @@ def bench_retrieval(
             f"{_percentile(latencies['shown'][size], 95):.1f} ms (p50 ratio "
             f"{shown_p50 / results[size][0]:.2f}); asked about yesterday p50 {yesterday_p50:.1f} "
             f"ms, p95 {_percentile(latencies['yesterday'][size], 95):.1f} ms (p50 ratio "
-            f"{yesterday_p50 / results[size][0]:.2f})",
+            f"{yesterday_p50 / results[size][0]:.2f}); with {ENTITY_NAMES} entities' names p50 "
+            f"{entities_p50:.1f} ms, p95 {_percentile(latencies['entities'][size], 95):.1f} ms "
+            f"(p50 ratio {entities_p50 / results[size][0]:.2f})",
             flush=True,
         )
     return results
