@@ -26,9 +26,10 @@ from core.recall import (
     LearnedFusion,
     Prepared,
     RecallParams,
-    embedded_text,
     part_text,
     query_parts,
+    topical_text,
+    vector_text,
 )
 from tasks.dialogue.ingest import memory_rows
 from tasks.dialogue.replay import DialogueSpec, load_dialogue
@@ -152,11 +153,12 @@ def load(path: Path, cache_dir: Path | None) -> Dialogue:
     refs = [str((d.meta.get("source_refs") or [d.key])[0]) for d in index.docs]
     asked = _evidence(spec)
     names = sorted(memory.speakers)
-    # Each question embedded once, as recall embeds it: without the speakers' names
-    # (core.recall.embedded_text); both dense rankings are asked with that vector.
-    question_vectors = _embed([embedded_text(q, names) for _, q, _ in asked], cache_dir, "query")
+    # Each question embedded once, as recall embeds it: its sentences that name a topic,
+    # without the speakers' names (core.recall.vector_text); both dense rankings are asked
+    # with that vector.
+    question_vectors = _embed([vector_text(q, names) for _, q, _ in asked], cache_dir, "query")
     # Two-event questions' parts (core.recall.query_parts), each embedded without the names.
-    parts = [query_parts(q, names) for _, q, _ in asked]
+    parts = [query_parts(topical_text(q, names), names) for _, q, _ in asked]
     every_part = list(dict.fromkeys(part_text(p, names) for ps in parts for p in ps))
     part_vectors = dict(
         zip(every_part, _embed(every_part, cache_dir, "query") if every_part else [], strict=True)

@@ -69,7 +69,9 @@ from core.recall.query import (
     query_parts,
     query_texts,
     says_something,
+    topical_text,
     unaddressed,
+    vector_text,
 )
 from core.recall.registry import IndexRegistry
 
@@ -105,5 +107,7 @@ __all__ = [
     "named_in",
     "query_texts",
     "says_something",
+    "topical_text",
     "unaddressed",
+    "vector_text",
 ]

@@ -30,7 +30,14 @@ from core.recall.params import (
     DEFAULT_PARAMS,
     RecallParams,
 )
-from core.recall.query import PART_WINDOW, Prepared, named_in, unaddressed, without_phrases
+from core.recall.query import (
+    PART_WINDOW,
+    Prepared,
+    named_in,
+    topical_text,
+    unaddressed,
+    without_phrases,
+)
 from core.timex import (
     QueryDate,
     TimeSpan,
@@ -198,7 +205,9 @@ class HybridIndex:
         plain_vector: np.ndarray | None,
         asked_on: date | None = None,
     ) -> Prepared:
-        # What the query asks about: without the names it only addresses ("Thanks, Seraphina.").
+        # What the query asks about: its sentences that name a topic, without the names it only
+        # addresses ("Thanks, Seraphina.").
+        query = topical_text(query, names or [])
         spoken = unaddressed(query, names or [])
         named = named_in(spoken, names or [])
         dense = self.dense.ranking(vector, CANDIDATES) if self.docs else []

@@ -151,12 +151,14 @@ def asked_about(sender: str, content: str, speakers: list[str] | set[str] | froz
 #: ("lol yeah", "Thanks!", "Wow, amazing!", "Tell me more") carries no topic of its own.
 FILLER_WORDS = frozenset(
     """
-absolutely agree agreed ah aha alright amazing anytime aw aww awesome bet bye care catch catching cheers
-chat chatting congrats congratulations cool continue cya definitely easy enjoy evening exactly fantastic
+absolutely agree agreed ah aha alright amazing anytime ask asking aw aww awesome bet bye care catch catching cheers
+chat chatting congrats congratulations cool continue curious cya definitely easy enjoy evening exactly fantastic
 fine go good goodbye goodnight got gotcha great guess haha hehe hello hey hi hm hmm hmmm hope huh indeed
 interesting k kk know later lmao lol love lovely mean mhm morning nah nice night np nope ok okay oh omg
-please pls problem really right rofl same see seriously soon sounds sure sweet take talk tell thank thanks
-think thx true totally ttyl ty uh um understand welcome well wonderful worries wow ya yay yea yeah yep yes
+please pls problem question questions quick really right rofl same see seriously something soon sounds sure sweet take talk
+tell thank thanks
+think thx true totally ttyl ty uh um understand welcome well wonder wondered wondering wonderful worries wow ya yay yea
+yeah yep yes
 yup
 """.split()
 )
@@ -185,6 +187,31 @@ def says_something(text: str, names: list[str] | set[str] | frozenset[str] = ())
     if names:
         text = unaddressed(text, names)
     return any(not _filler(token) for token in _TOKEN.findall(text))
+
+
+#: Where a message's sentences end: after ".", "!", "?" or ":" (however many) and a space
+#: ("Quick question: where ...").
+_SENTENCE_END = re.compile(r"(?<=[.!?:])\s+")
+#: What may be a "Name:" label at the start of a line (a name is checked against the chat's).
+_LABEL = re.compile(r"^([^:\n]{1,80}):\s*")
+
+
+def topical_text(query: str, names: list[str] | set[str] | frozenset[str] = ()) -> str:
+    """`query` without its sentences that name no topic (`says_something`): a chat message's
+    pleasantries ("Hey Caroline, hope you're doing well! Quick question: what did you
+    research?") matched the memory's own pleasantries by their words and pulled its vector
+    toward them. Held out, such an opening cost recall@10 0.044 (docs/decisions/recall-fusion.md).
+    A line's "Name:" label (`asked_about`'s, one of `names`) stays; the query as it is when no
+    sentence names a topic."""
+    named = {n.lower() for n in names if n}
+    kept = []
+    for line in query.splitlines():
+        label = _LABEL.match(line)
+        head = label.group(0) if label and label.group(1).lower() in named else ""
+        sentences = [s for s in _SENTENCE_END.split(line[len(head) :]) if says_something(s, names)]
+        if sentences:
+            kept.append(head + " ".join(sentences))
+    return "\n".join(kept) if kept else query
 
 
 #: Only a question this short is split into parts (a chat turn's long text is not a question
@@ -420,10 +447,11 @@ def query_texts(
     with; for a question about two events or entities, each part
     (core.recall.query_parts, as core.recall.part_text). The query as asked, names and all, is
     not embedded: held out it added nothing (docs/decisions/recall-fusion.md)."""
+    query = topical_text(query, speakers)
     return list(
         dict.fromkeys(
             [
-                embedded_text(query, speakers),
+                vector_text(query, speakers),
                 *(part_text(p, speakers) for p in _parts(query, speakers, params)),
             ]
         )
@@ -452,6 +480,12 @@ def embedded_text(text: str, speakers: list[str] | set[str] | frozenset[str]) ->
     return joined if _WORD.search(joined) else text
 
 
+def vector_text(query: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
+    """The text recall embeds for `query` itself: `embedded_text` of its sentences that name a
+    topic (`topical_text`)."""
+    return embedded_text(topical_text(query, speakers), speakers)
+
+
 def _parts(
     query: str, speakers: list[str] | set[str] | frozenset[str], params: RecallParams
 ) -> list[str]:
@@ -469,8 +503,9 @@ def embedded_query(
     `query_texts(query, speakers, params)` by text (`known`): the one vector, of the query
     without the speakers' names, and no separate plain vector (the index asks both dense
     rankings with it)."""
+    query = topical_text(query, speakers)
     parts = [
         (p, np.asarray(known[part_text(p, speakers)], dtype=np.float32))
         for p in _parts(query, speakers, params)
     ]
-    return known[embedded_text(query, speakers)], None, parts
+    return known[vector_text(query, speakers)], None, parts

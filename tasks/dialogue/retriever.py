@@ -35,6 +35,7 @@ from core.recall import (
     embedded_text,
     query_texts,
     says_something,
+    vector_text,
 )
 from core.timex import date_notes, deictic_dates, parse_when
 from kg import vocabulary as vocab
@@ -717,7 +718,7 @@ def retrieve(
         query_vector=(
             [float(x) for x in vector]
             if vector is not None
-            and embedded_text(query, memory.speakers) == row_text(messages, memory.speakers)
+            and vector_text(query, memory.speakers) == row_text(messages, memory.speakers)
             else None
         ),
         asked_dates=date_notes(deictic_dates(query, asked_on)),
