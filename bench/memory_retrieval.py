@@ -14,9 +14,9 @@ per size and the 100k/1k ratio of p95. Each question is also asked with a chat f
 window shown (the memory's last 200 turns, the most the SillyTavern extension sends,
 `on_screen`: they go after every other turn), as a question about "yesterday" asked the day
 after the busiest session day (every copy of that day's turns is then a candidate of its own),
-and with the names a long chat's graph knows (400 entities' names besides the speakers, as
-the sidecar hands them to recall); the ratio of each to the plain question's p50 is printed
-per size.
+with the names a long chat's graph knows (400 entities' names besides the speakers, as
+the sidecar hands them to recall), and with a typo in its longest word (read as the memory's
+word); the ratio of each to the plain question's p50 is printed per size.
 
 Ingest: `tasks.dialogue.remember.remember_rows` (what `flows.dialogue ingest` runs) into a fresh embedded graph,
 real embeddings, its default batches: turns/s, end to end, two ways: cold (a fresh project:
@@ -55,6 +55,7 @@ import numpy as np
 from bench.embedders import CANDIDATES, DEFAULT, Embedder, embedder
 from core.embedder import EmbedderUnavailableError
 from core.recall import STOP_WORDS, embedded_text
+from core.recall.lexical import english_words
 from core.timex import parse_when
 from kg.dialogue import MemoryRow
 from tasks.dialogue.models import ChatMessage
@@ -117,11 +118,23 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 #: How each question is asked: as it is; with a chat front end's window shown; about "yesterday";
-#: with the names a long chat's graph knows (`ENTITY_NAMES` of them, besides the speakers).
-WAYS = ("plain", "shown", "yesterday", "entities")
+#: with the names a long chat's graph knows (`ENTITY_NAMES` of them, besides the speakers);
+#: with a typo (`_typo`).
+WAYS = ("plain", "shown", "yesterday", "entities", "typo")
 #: The entities and aliases a long chat's graph knows: the sidecar hands recall every one of
 #: them (tasks.dialogue.retriever `_names`), so each query is read against them all.
 ENTITY_NAMES = 400
+
+
+def _typo(question: str) -> str:
+    """`question` with two letters swapped in the middle of its longest word (five letters or
+    more): a typo recall reads as the word it means (core.recall.HybridIndex.spelled)."""
+    words = [w for w in re.findall(r"[A-Za-z]{5,}", question) if w.lower() not in STOP_WORDS]
+    if not words:
+        return question
+    word = max(words, key=len)
+    i = len(word) // 2
+    return question.replace(word, word[: i - 1] + word[i] + word[i - 1] + word[i + 1 :], 1)
 
 
 def _entity_names(turns: list[dict[str, object]], speakers: list[str]) -> list[str]:
@@ -162,15 +175,17 @@ def _timed_ways(
     latencies: dict[str, dict[int, list[float]]] = {w: {size: [] for size in indexes} for w in WAYS}
     for i, question in enumerate(questions):
         yesterday = f"{question.rstrip(' ?')} yesterday?"
+        typed = {"yesterday": yesterday, "typo": _typo(question)}
         for size in indexes:
             # Rotating which way goes first, so none always finds another's caches.
             for way in WAYS[i % len(WAYS) :] + WAYS[: i % len(WAYS)]:
-                asked = yesterday if way == "yesterday" else question
+                asked = typed.get(way, question)
                 shown = windows[size] if way == "shown" else None
                 t0 = time.perf_counter()
-                # As tasks.dialogue.retriever.recall asks: the question, the question without
-                # the speakers' names when it names one, and a two-event question's parts, in
-                # one call.
+                # As tasks.dialogue.retriever.recall asks: the question with its typos read as
+                # the memory's words; then the question without the speakers' names, and a
+                # two-event question's parts, in one call.
+                asked = indexes[size].pinned().spelled(asked)
                 texts = query_texts(asked, speakers)
                 vector, plain_vector, parts = embedded_query(
                     asked, speakers, dict(zip(texts, model.queries(texts), strict=True))
@@ -203,6 +218,7 @@ def bench_retrieval(
     rng = np.random.default_rng(7)
     speakers = sorted({str(t["speaker"]) for t in turns})
     model.queries(questions[:8])  # warm the model
+    english_words()  # loaded before the sidecar serves, as flows.dialogue serve does
     indexes: dict[int, TurnMemoryIndex] = {}
     build_rate: dict[int, float] = {}
     windows: dict[int, Callable[[str], bool]] = {}
@@ -243,6 +259,7 @@ def bench_retrieval(
         shown_p50 = _percentile(latencies["shown"][size], 50)
         yesterday_p50 = _percentile(latencies["yesterday"][size], 50)
         entities_p50 = _percentile(latencies["entities"][size], 50)
+        typo_p50 = _percentile(latencies["typo"][size], 50)
         print(
             f"{size:>7} turns: recall p50 {results[size][0]:6.1f} ms, p95 {results[size][1]:6.1f} ms "
             f"(index built at {results[size][2]:,.0f} turns/s); with a {WINDOW_MESSAGES}-message "
@@ -252,7 +269,9 @@ def bench_retrieval(
             f"ms, p95 {_percentile(latencies['yesterday'][size], 95):.1f} ms (p50 ratio "
             f"{yesterday_p50 / results[size][0]:.2f}); with {ENTITY_NAMES} entities' names p50 "
             f"{entities_p50:.1f} ms, p95 {_percentile(latencies['entities'][size], 95):.1f} ms "
-            f"(p50 ratio {entities_p50 / results[size][0]:.2f})",
+            f"(p50 ratio {entities_p50 / results[size][0]:.2f}); with a typo p50 {typo_p50:.1f} "
+            f"ms, p95 {_percentile(latencies['typo'][size], 95):.1f} ms (p50 ratio "
+            f"{typo_p50 / results[size][0]:.2f})",
             flush=True,
         )
     return results

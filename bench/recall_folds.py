@@ -151,7 +151,8 @@ def load(path: Path, cache_dir: Path | None) -> Dialogue:
     assert memory.index is not None
     index = memory.index
     refs = [str((d.meta.get("source_refs") or [d.key])[0]) for d in index.docs]
-    asked = _evidence(spec)
+    # Each question as recall asks it: its typos read as the memory's words.
+    asked = [(c, index.spelled(q), e) for c, q, e in _evidence(spec)]
     names = sorted(memory.speakers)
     # Each question embedded once, as recall embeds it: its sentences that name a topic,
     # without the speakers' names (core.recall.vector_text); both dense rankings are asked

@@ -63,6 +63,7 @@ from core.embedder import EmbedderUnavailableError, local_embedder
 from core.errors import InvalidInputError
 from core.graph_server import prefer_clients
 from core.heap import freeze_startup_objects
+from core.recall.lexical import english_words
 from core.settings import Settings, load_settings, require_project_dir
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.lorebook import conversation_lorebook
@@ -690,6 +691,7 @@ def _serve(args: argparse.Namespace, settings: Settings, options: SidecarOptions
         log.info("graph: %s", service.store.endpoint.label)  # connect (and migrate) before serving
         if settings.embedding_base_url is None:
             _warm_up_embedder()
+        english_words()  # read a typo's words from the first query on (core.recall.lexical)
         log.info(
             "heap: %d startup objects frozen out of the collector's scans", freeze_startup_objects()
         )

@@ -161,6 +161,12 @@ class HybridIndex:
             return self.docs[other]
         return None
 
+    def spelled(self, query: str) -> str:
+        """`query` with its typos read as the memory's words ("resaerch" -> "research";
+        `LexicalIndex.spelled`): what recall embeds and searches for it. Held out, a typo in
+        each question's longest word cost recall@10 0.066 (docs/decisions/recall-fusion.md)."""
+        return self.lexical.spelled(query)
+
     def prepare(
         self,
         query: str,

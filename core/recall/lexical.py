@@ -1,6 +1,8 @@
 """The lexical part of a `HybridIndex`: BM25 (Lucene's formula) over its own postings and
 exact statistics, text analysed by tantivy's analyzer (tokenized, lowercased, English function
-words dropped, stemmed).
+words dropped, stemmed); and the documents' words as typed, by which `spelled` reads a query's
+typos as the words they mean (rapidfuzz's edit distance over the memory's words, and
+pyspellchecker's English word list: no dictionary or edit search of our own).
 
 Contract: `index` receives each document's body by position, in order (only the last one is
 ever re-indexed, when its body changes); `ranking` orders positions by BM25, best first, ties
@@ -11,7 +13,13 @@ docs/decisions/recall-fusion.md.
 
 from __future__ import annotations
 
+import functools
+import re
+from typing import Any
+
 import numpy as np
+from rapidfuzz import process
+from rapidfuzz.distance import OSA
 
 from core.recall.columns import Column
 from core.recall.query import STOP_WORDS
@@ -22,9 +30,30 @@ from core.recall.query import STOP_WORDS
 MAX_TERM_SHARE = 0.05
 #: ... but a term in at most this many documents is always kept.
 ALWAYS_KEPT_DOC_FREQ = 200
+#: A query term no document holds, at least this long, is read as the term of the memory one
+#: edit away (a letter added, dropped, changed, or two swapped: a typo), the commonest first.
+TYPO_MIN_LENGTH = 5
 #: BM25's constants (Lucene's and tantivy's).
 BM25_K1 = 1.2
 BM25_B = 0.75
+
+
+@functools.cache
+def english_words() -> Any:
+    """pyspellchecker's English word list (160,000 words with their frequencies), loaded at the
+    first query word no document holds (about 0.8 s, once per process; the sidecar loads it
+    before it serves)."""
+    from spellchecker import SpellChecker
+
+    return SpellChecker(language="en", distance=1)
+
+
+def _is_english(word: str) -> bool:
+    return bool(english_words().known([word]))
+
+
+#: A word as tantivy's simple tokenizer cuts it (letters and digits).
+_WORD = re.compile(r"[^\W_]+")
 
 
 class Postings:
@@ -77,7 +106,18 @@ class LexicalIndex:
             .filter(tantivy.Filter.stemmer("english"))
             .build()
         )
+        #: A text's words as typed (lower case), for `spelled`.
+        self._words = (
+            tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.lowercase())
+            .build()
+        )
         self._term_ids: dict[str, int] = {}
+        #: The documents' words as typed (lower case): how many documents hold each, and the
+        #: words by their first letter, for `spelled`'s search (a typo seldom changes it).
+        self._surface: dict[str, int] = {}
+        self._by_initial: dict[str, list[str]] = {}
+        self._last_words: set[str] = set()
         self._postings: list[Postings] = []
         self._doc_freq: list[int] = []
         self._doc_length = Column(np.float64)
@@ -112,6 +152,68 @@ class LexicalIndex:
                 self._doc_freq[term] += 1
         self._total_length += length
         self._last_terms = counts
+        words = set(self._words.analyze(body))
+        for word in self._last_words - words if reindex else ():
+            self._surface[word] -= 1
+        for word in words - self._last_words if reindex else words:
+            held = self._surface.get(word)
+            if held is None:
+                self._by_initial.setdefault(word[:1], []).append(word)
+            self._surface[word] = (held or 0) + 1
+        self._last_words = words
+
+    def _held(self, term: str) -> int:
+        """How many documents hold `term`."""
+        found = self._term_ids.get(term)
+        return self._doc_freq[found] if found is not None else 0
+
+    def spelled(self, text: str) -> str:
+        """`text` with each word no document holds and no English dictionary knows (a typo:
+        "resaerch") replaced by the word one edit away (a letter added, dropped, changed, or
+        two swapped) that it most likely means: the same letters swapped first ("recieved" is
+        "received", not "relieved"), then a word the memory holds, the more documents the
+        better ("pottry" in a chat about pottery is not "poetry"; "hoodies" is the memory's
+        "hoodie", not the dictionary's "goodies"), then the dictionary's commonest. A word of
+        fewer than `TYPO_MIN_LENGTH` letters, or with a digit, stays: too many words are one
+        edit from it. Deterministic: ties go to the word's own order."""
+
+        def replace(found: re.Match[str]) -> str:
+            typed = found.group(0)
+            word = typed.lower()
+            if (
+                len(word) < TYPO_MIN_LENGTH
+                or not word.isalpha()
+                or self._surface.get(word)
+                or _is_english(word)
+            ):
+                return typed
+            held = {
+                w: self._surface[w]
+                for w, _, _ in process.extract(
+                    word,
+                    self._by_initial.get(word[:1], []),
+                    scorer=OSA.distance,
+                    score_cutoff=1,
+                    limit=None,
+                )
+                if self._surface.get(w)
+            }
+            english = english_words()
+            candidates = held.keys() | (english.candidates(word) or set()) - {word}
+            if not candidates:
+                return typed
+            best = min(
+                candidates,
+                key=lambda w: (
+                    sorted(w) != sorted(word),
+                    -held.get(w, 0),
+                    -english.word_frequency[w],
+                    w,
+                ),
+            )
+            return best.capitalize() if typed[:1].isupper() else best
+
+        return _WORD.sub(replace, text)
 
     def ranking(self, query: str, limit: int, documents: int) -> list[int]:
         """BM25 (Lucene's: k1 1.2, b 0.75) with the exact statistics of the `documents` held,

@@ -147,6 +147,11 @@ class PinnedMemory:
     def __len__(self) -> int:
         return len(self.hybrid) if self.hybrid is not None else 0
 
+    def spelled(self, query: str) -> str:
+        """`query` as recall asks it: its typos read as the memory's words
+        (`core.recall.HybridIndex.spelled`)."""
+        return self.hybrid.spelled(query) if self.hybrid is not None else query
+
     def search(
         self,
         query: str,
@@ -641,8 +646,9 @@ def start_query_vectors(
     asked = asked_messages(messages, window)
     if recall_k <= 0 or not len(index) or not asked:
         return None
-    speakers = index.pinned().speakers
-    texts = query_texts(recall_query(asked, speakers), speakers)
+    pinned = index.pinned()
+    speakers = pinned.speakers
+    texts = query_texts(pinned.spelled(recall_query(asked, speakers)), speakers)
     pending = submit(embed, texts)
     return lambda: dict(zip(texts, pending.result(), strict=True))
 
@@ -674,7 +680,7 @@ def retrieve(
     window = window or []
     snapshot, memory = _read_into(index, repo, conversation_id, gateway.embedding_fingerprint())
     asked = asked_messages(messages, window)
-    query = recall_query(asked, memory.speakers)
+    query = memory.spelled(recall_query(asked, memory.speakers))
     mentioned = mentioned_entities(snapshot.entities, turn_text(asked or messages))
     relations = select_relations(
         snapshot.relations, {e.entity_id for e in mentioned}, relation_limit
@@ -743,6 +749,7 @@ def recall(
     snapshot, memory = _read_into(index, repo, conversation_id, gateway.embedding_fingerprint())
     if not len(memory):
         return []
+    query = memory.spelled(query)
     # One embedding call for all: the question without the speakers' names, and its parts.
     texts = query_texts(query, memory.speakers)
     vector, plain_vector, parts = embedded_query(

@@ -18,6 +18,7 @@ from core.settings import Settings
 from flows.dialogue import main
 from tests.support.cli import graph_vars
 from tests.support.dialogue_script import greeted_turn
+from tests.support.scripted_llm import ScriptedLLM
 
 TIME = "10:00 am on 9 May, 2023"
 QUESTION = "What colour did Melanie paint the fence?"
@@ -146,3 +147,39 @@ def test_cli_query_prints_the_packet_the_api_injects_and_refuses_an_unknown_conv
         err = capsys.readouterr().err
         assert exited.value.code == 2 and err.count("\n") == 1, err
         assert f"--project-dir {missing} is not a directory" in err and not missing.exists()
+
+
+def test_a_chat_message_is_asked_by_its_topic_and_its_typos_as_the_words_they_mean(
+    client: TestClient, scripted: ScriptedLLM
+) -> None:
+    """What memory embeds and searches for "Hey Caroline, hope you're well! Which bakrey
+    closed?" is the question, spelled as the memory spells it: its pleasantries
+    (core.recall.topical_text) and its typo (core.recall.HybridIndex.spelled) matched other
+    turns by their words, and pulled its vector toward them."""
+    conv = _conv()
+    _commit(client, conv, 1, "Caroline", "Hope you're well! I'm well, thanks for asking.")
+    _commit(client, conv, 2, "Caroline", "The bakery on the corner closed last month.")
+
+    def embedded(content: str) -> list[str]:
+        scripted.requests.clear()
+        request = {
+            "conversation_id": conv,
+            "messages": [{"role": "user", "name": "Melanie", "content": content, "time": TIME}],
+            "config": {"recall_k": 2},
+        }
+        answer = client.post(MEMORY_QUERY_PATH, json=request).json()
+        assert answer["ok"] and answer["recalled"], answer
+        return [
+            text
+            for r in scripted.requests
+            if r.path.endswith("/embeddings")
+            for text in ([r.body["input"]] if isinstance(r.body["input"], str) else r.body["input"])
+        ]
+
+    assert embedded("Hey Caroline, hope you're well! Which bakrey closed?") == [
+        "Which bakery closed?"
+    ]
+    # The look-alikes: a message that is only pleasantries is asked by them; a word the memory
+    # does not hold but English does is asked as it is.
+    assert embedded("Hey Caroline, hope you're well!") == ["Hey, hope you're well!"]
+    assert embedded("Which pastry shop closed?") == ["Which pastry shop closed?"]
