@@ -175,14 +175,16 @@ class LexicalIndex:
         better ("pottry" in a chat about pottery is not "poetry"; "hoodies" is the memory's
         "hoodie", not the dictionary's "goodies"), then the dictionary's commonest. A word of
         fewer than `TYPO_MIN_LENGTH` letters, or with a digit, stays: too many words are one
-        edit from it. Deterministic: ties go to the word's own order."""
+        edit from it; so does a word in another alphabet or with an accent (the word list is
+        English: there an inflection is as near as a typo). Deterministic: ties go to the
+        word's own order."""
 
         def replace(found: re.Match[str]) -> str:
             typed = found.group(0)
             word = typed.lower()
             if (
                 len(word) < TYPO_MIN_LENGTH
-                or not word.isalpha()
+                or not (word.isascii() and word.isalpha())
                 or self._surface.get(word)
                 or _is_english(word)
             ):

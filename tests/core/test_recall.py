@@ -576,6 +576,9 @@ def test_an_index_built_at_once_ranks_exactly_as_one_grown_turn_by_turn() -> Non
         ("Room potter2", "Room potter2"),
         ("Kaelith came", "Kaelith came"),
         ("Relived it", "Relived it"),
+        # ... and a word of another alphabet or with an accent: the word list is English.
+        ("\u0441\u043e\u0431\u0430\u043a\u0438", "\u0441\u043e\u0431\u0430\u043a\u0438"),
+        ("caf\u00e9s", "caf\u00e9s"),
     ],
 )
 def test_a_queries_typos_are_read_as_the_words_they_mean(typed: str, read: str) -> None:
@@ -585,6 +588,7 @@ def test_a_queries_typos_are_read_as_the_words_they_mean(typed: str, read: str) 
             _doc(1, "Ann", "I love pottery, research and my limited hoodie.", group="1"),
             _doc(2, "Bob", "I was relieved. I relived the Xeonoblade night.", group="2"),
             _doc(3, "Ann", "The bake sale and the tournament.", group="3"),
+            _doc(4, "Bob", "\u0441\u043e\u0431\u0430\u043a\u0430 and the caf\u00e9", group="4"),
         ],
         None,
     )
