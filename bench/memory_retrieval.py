@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.embedders import CANDIDATES, DEFAULT, Embedder, embedder
+from bench.recall_chat import typo
 from core.embedder import EmbedderUnavailableError
 from core.recall import STOP_WORDS, embedded_text
 from core.recall.lexical import english_words
@@ -119,22 +120,11 @@ def _percentile(values: list[float], q: float) -> float:
 
 #: How each question is asked: as it is; with a chat front end's window shown; about "yesterday";
 #: with the names a long chat's graph knows (`ENTITY_NAMES` of them, besides the speakers);
-#: with a typo (`_typo`).
+#: with a typo (bench.recall_chat `typo`).
 WAYS = ("plain", "shown", "yesterday", "entities", "typo")
 #: The entities and aliases a long chat's graph knows: the sidecar hands recall every one of
 #: them (tasks.dialogue.retriever `_names`), so each query is read against them all.
 ENTITY_NAMES = 400
-
-
-def _typo(question: str) -> str:
-    """`question` with two letters swapped in the middle of its longest word (five letters or
-    more): a typo recall reads as the word it means (core.recall.HybridIndex.spelled)."""
-    words = [w for w in re.findall(r"[A-Za-z]{5,}", question) if w.lower() not in STOP_WORDS]
-    if not words:
-        return question
-    word = max(words, key=len)
-    i = len(word) // 2
-    return question.replace(word, word[: i - 1] + word[i] + word[i - 1] + word[i + 1 :], 1)
 
 
 def _entity_names(turns: list[dict[str, object]], speakers: list[str]) -> list[str]:
@@ -175,7 +165,7 @@ def _timed_ways(
     latencies: dict[str, dict[int, list[float]]] = {w: {size: [] for size in indexes} for w in WAYS}
     for i, question in enumerate(questions):
         yesterday = f"{question.rstrip(' ?')} yesterday?"
-        typed = {"yesterday": yesterday, "typo": _typo(question)}
+        typed = {"yesterday": yesterday, "typo": typo(question)}
         for size in indexes:
             # Rotating which way goes first, so none always finds another's caches.
             for way in WAYS[i % len(WAYS) :] + WAYS[: i % len(WAYS)]:

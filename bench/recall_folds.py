@@ -10,6 +10,7 @@ dialogues; `ALTERNATIVES` are the rerankers measured and not adopted, `_alternat
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import re
 from collections.abc import Callable, Iterable
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.embedders import DEFAULT, Embedder, embedder
+from core.errors import InvalidInputError
 from core.recall import (
     DEFAULT_PARAMS,
     FEATURES,
@@ -31,6 +33,7 @@ from core.recall import (
     topical_text,
     vector_text,
 )
+from tasks.dialogue.benchmarks import dialogue_files
 from tasks.dialogue.ingest import memory_rows
 from tasks.dialogue.replay import DialogueSpec, load_dialogue
 from tasks.dialogue.retriever import TurnMemoryIndex, row_texts
@@ -136,7 +139,10 @@ def _evidence(spec: DialogueSpec) -> list[tuple[int, str, list[str]]]:
     return out
 
 
-def load(path: Path, cache_dir: Path | None) -> Dialogue:
+def load(
+    path: Path, cache_dir: Path | None, reword: Callable[[str, list[str]], str] | None = None
+) -> Dialogue:
+    """`reword`: each question as asked instead (given the speakers' names; bench.recall_chat)."""
     spec = load_dialogue(path)
     rows = memory_rows(spec, spec.dialogue_id)
     vectors = _embed(row_texts(rows), cache_dir)  # each row as the product embeds it
@@ -151,9 +157,11 @@ def load(path: Path, cache_dir: Path | None) -> Dialogue:
     assert memory.index is not None
     index = memory.index
     refs = [str((d.meta.get("source_refs") or [d.key])[0]) for d in index.docs]
-    # Each question as recall asks it: its typos read as the memory's words.
-    asked = [(c, index.spelled(q), e) for c, q, e in _evidence(spec)]
     names = sorted(memory.speakers)
+    # Each question as recall asks it: its typos read as the memory's words.
+    asked = [
+        (c, index.spelled(reword(q, names) if reword else q), e) for c, q, e in _evidence(spec)
+    ]
     # Each question embedded once, as recall embeds it: its sentences that name a topic,
     # without the speakers' names (core.recall.vector_text); both dense rankings are asked
     # with that vector.
@@ -429,3 +437,37 @@ def consensus_value(knob: str, chosen: list[RecallParams]) -> float:
 
 def short_name(name: str) -> str:
     return name.rsplit("-", 1)[-1]
+
+
+def add_dialogue_options(parser: argparse.ArgumentParser) -> None:
+    """The options every leave-one-dialogue-out report takes: which dialogues, and where the
+    embeddings are kept between runs."""
+    parser.add_argument(
+        "--dialogues",
+        nargs="+",
+        type=Path,
+        default=[DIALOGUES],
+        metavar="PATH",
+        help="*.turns.jsonl files or directories of them, each with its .qa.jsonl (default: the "
+        "shared dialogues)",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the embeddings here between runs (default: embed every run)",
+    )
+
+
+def dialogue_paths(parser: argparse.ArgumentParser, given: list[Path]) -> list[Path]:
+    """The dialogues `--dialogues` names, at least two (a usage error otherwise)."""
+    try:
+        paths = dialogue_files(given)
+    except InvalidInputError as exc:
+        parser.error(str(exc))
+    if published := [p for p in paths if not p.name.endswith(".jsonl")]:
+        parser.error(f"the protocol reads *.turns.jsonl dialogues (one a file); got {published[0]}")
+    if len(paths) < 2:
+        parser.error("leave-one-out needs at least two dialogues")
+    return paths

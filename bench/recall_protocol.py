@@ -44,15 +44,16 @@ from bench.embedders import CANDIDATES, DEFAULT
 from bench.recall_folds import (
     ALTERNATIVES,
     CATEGORIES,
-    DIALOGUES,
     KNOBS,
     MIN_GAIN,
     PART_BUDGETS,
     PART_DEPTHS,
     REFERENCE,
     Dialogue,
+    add_dialogue_options,
     changed_knobs,
     consensus_value,
+    dialogue_paths,
     fit_fusion,
     held_out_forced,
     held_out_with_choice,
@@ -67,7 +68,6 @@ from bench.recall_folds import (
 )
 from core.embedder import EmbedderUnavailableError
 from core.recall import DEFAULT_PARAMS, FEATURES, LearnedFusion, RecallParams
-from tasks.dialogue.benchmarks import dialogue_files
 
 Fold = tuple[Dialogue, list[Dialogue], RecallParams]
 Row = tuple[int, float, float]
@@ -400,22 +400,7 @@ def main() -> None:
         prog="python -m bench.recall_protocol",
         description=" ".join(__doc__.split("\n\n")[0].split()),
     )
-    parser.add_argument(
-        "--dialogues",
-        nargs="+",
-        type=Path,
-        default=[DIALOGUES],
-        metavar="PATH",
-        help="*.turns.jsonl files or directories of them, each with its .qa.jsonl (default: the "
-        "shared dialogues)",
-    )
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="keep the embeddings here between runs (default: embed every run)",
-    )
+    add_dialogue_options(parser)
     parser.add_argument(
         "--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON"
     )
@@ -432,11 +417,7 @@ def main() -> None:
         "the alternatives (minutes instead of half an hour on a busy machine)",
     )
     args = parser.parse_args()
-    paths = dialogue_files(args.dialogues)
-    if published := [p for p in paths if not p.name.endswith(".jsonl")]:
-        parser.error(f"the protocol reads *.turns.jsonl dialogues (one a file); got {published[0]}")
-    if len(paths) < 2:
-        parser.error("leave-one-out needs at least two dialogues")
+    paths = dialogue_paths(parser, args.dialogues)
     use_embedder(args.embedder)
     print(f"embedder: {args.embedder}", flush=True)
     try:
