@@ -33,6 +33,13 @@ ALWAYS_KEPT_DOC_FREQ = 200
 #: A query term no document holds, at least this long, is read as the term of the memory one
 #: edit away (a letter added, dropped, changed, or two swapped: a typo), the commonest first.
 TYPO_MIN_LENGTH = 5
+#: ... and at most this long (a longer run of letters is no word a typo spoiled).
+TYPO_MAX_LENGTH = 30
+#: The least share of a text's words the English word list or the memory knows for its other
+#: words to be read as typos: English questions hold 0.8 or more (the shared dialogues' 1,986,
+#: the least 0.8), a short one with a typo half ("Which torunament?"), a Spanish, German or
+#: Italian message 0.2-0.3.
+ENGLISH_SHARE = 0.5
 #: BM25's constants (Lucene's and tantivy's).
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -170,52 +177,71 @@ class LexicalIndex:
     def spelled(self, text: str) -> str:
         """`text` with each word no document holds and no English dictionary knows (a typo:
         "resaerch") replaced by the word one edit away (a letter added, dropped, changed, or
-        two swapped) that it most likely means: the same letters swapped first ("recieved" is
-        "received", not "relieved"), then a word the memory holds, the more documents the
-        better ("pottry" in a chat about pottery is not "poetry"; "hoodies" is the memory's
-        "hoodie", not the dictionary's "goodies"), then the dictionary's commonest. A word of
-        fewer than `TYPO_MIN_LENGTH` letters, or with a digit, stays: too many words are one
-        edit from it; so does a word in another alphabet or with an accent (the word list is
-        English: there an inflection is as near as a typo). Deterministic: ties go to the
-        word's own order."""
+        two swapped) that it most likely means (`_meant`). Only in a text mostly of words the
+        dictionary or the memory knows (`ENGLISH_SHARE`): in another language every word is
+        one the English list lacks, and "Recuerdas cuando fuimos al parque?" is no typo of
+        "parquet". A word of fewer than `TYPO_MIN_LENGTH` letters or more than
+        `TYPO_MAX_LENGTH`, or with a digit, stays: too many words are one edit from a short one;
+        so does a word in another alphabet or with an accent (the word list is English)."""
+        english = english_words()
+        words = [w.lower() for w in _WORD.findall(text) if len(w) >= 2 and w.isalpha()]
+        known = english.known(words)
+        if sum(w in known or bool(self._surface.get(w)) for w in words) < ENGLISH_SHARE * len(
+            words
+        ):
+            return text
+        meant_of: dict[str, str] = {}
 
         def replace(found: re.Match[str]) -> str:
             typed = found.group(0)
             word = typed.lower()
             if (
-                len(word) < TYPO_MIN_LENGTH
+                not TYPO_MIN_LENGTH <= len(word) <= TYPO_MAX_LENGTH
                 or not (word.isascii() and word.isalpha())
                 or self._surface.get(word)
-                or _is_english(word)
+                or word in known
             ):
                 return typed
-            held = {
-                w: self._surface[w]
-                for w, _, _ in process.extract(
-                    word,
-                    self._by_initial.get(word[:1], []),
-                    scorer=OSA.distance,
-                    score_cutoff=1,
-                    limit=None,
-                )
-                if self._surface.get(w)
-            }
-            english = english_words()
-            candidates = held.keys() | (english.candidates(word) or set()) - {word}
-            if not candidates:
+            if word not in meant_of:  # a word typed twice is looked up once
+                meant_of[word] = self._meant(word)
+            meant = meant_of[word]
+            if meant == word:
                 return typed
-            best = min(
-                candidates,
-                key=lambda w: (
-                    sorted(w) != sorted(word),
-                    -held.get(w, 0),
-                    -english.word_frequency[w],
-                    w,
-                ),
-            )
-            return best.capitalize() if typed[:1].isupper() else best
+            return meant.capitalize() if typed[:1].isupper() else meant
 
         return _WORD.sub(replace, text)
+
+    def _meant(self, word: str) -> str:
+        """The word one edit from `word` it most likely means: the same letters swapped first
+        ("recieved" is "received", not "relieved"), then a word the memory holds, the more
+        documents the better ("pottry" in a chat about pottery is not "poetry"; "hoodies" is
+        the memory's "hoodie", not the dictionary's "goodies"), then the dictionary's
+        commonest; `word` itself when there is none. Deterministic: ties go to the word's order."""
+        held = {
+            w: self._surface[w]
+            for w, _, _ in process.extract(
+                word,
+                self._by_initial.get(word[:1], []),
+                scorer=OSA.distance,
+                score_cutoff=1,
+                limit=None,
+            )
+            if self._surface.get(w)
+        }
+        english = english_words()
+        candidates = held.keys() | {w for w in english.candidates(word) or () if w.isalpha()}
+        candidates.discard(word)
+        if not candidates:
+            return word
+        return min(
+            candidates,
+            key=lambda w: (
+                sorted(w) != sorted(word),
+                -held.get(w, 0),
+                -english.word_frequency[w],
+                w,
+            ),
+        )
 
     def ranking(self, query: str, limit: int, documents: int) -> list[int]:
         """BM25 (Lucene's: k1 1.2, b 0.75) with the exact statistics of the `documents` held,

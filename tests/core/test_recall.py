@@ -575,6 +575,12 @@ def test_an_index_built_at_once_ranks_exactly_as_one_grown_turn_by_turn() -> Non
         ("The bkae sale", "The bkae sale"),
         ("Room potter2", "Room potter2"),
         ("Kaelith came", "Kaelith came"),
+        # ... and every word of a text mostly of words neither the dictionary nor the memory
+        # knows: another language's ("parque" is no typo of "parquet").
+        (
+            "Recuerdas cuando fuimos juntas al parque grande?",
+            "Recuerdas cuando fuimos juntas al parque grande?",
+        ),
         ("Relived it", "Relived it"),
         # ... and a word of another alphabet or with an accent: the word list is English.
         ("\u0441\u043e\u0431\u0430\u043a\u0438", "\u0441\u043e\u0431\u0430\u043a\u0438"),
@@ -614,9 +620,9 @@ def test_a_question_with_a_typo_recalls_what_the_word_it_means_does() -> None:
 def test_a_word_the_last_document_no_longer_holds_is_no_word_to_read_a_typo_as() -> None:
     lexical = LexicalIndex()
     lexical.index(0, "Xeonoblade night", reindex=False)
-    assert lexical.spelled("Xenoblade") == "Xeonoblade"
+    assert lexical.spelled("the Xenoblade") == "the Xeonoblade"
     lexical.index(0, "night", reindex=True)
-    assert lexical.spelled("Xenoblade") == "Xenoblade"
+    assert lexical.spelled("the Xenoblade") == "the Xenoblade"
 
 
 def test_equal_scores_rank_oldest_first() -> None:
