@@ -30,8 +30,8 @@ from core.recall.query import STOP_WORDS
 MAX_TERM_SHARE = 0.05
 #: ... but a term in at most this many documents is always kept.
 ALWAYS_KEPT_DOC_FREQ = 200
-#: A query term no document holds, at least this long, is read as the term of the memory one
-#: edit away (a letter added, dropped, changed, or two swapped: a typo), the commonest first.
+#: A query's word no document holds and the English word list lacks, at least this long, is
+#: read as the word one edit away it most likely means (a typo: `LexicalIndex.spelled`).
 TYPO_MIN_LENGTH = 5
 #: ... and at most this long (a longer run of letters is no word a typo spoiled).
 TYPO_MAX_LENGTH = 30
@@ -53,10 +53,6 @@ def english_words() -> Any:
     from spellchecker import SpellChecker
 
     return SpellChecker(language="en", distance=1)
-
-
-def _is_english(word: str) -> bool:
-    return bool(english_words().known([word]))
 
 
 #: A word as tantivy's simple tokenizer cuts it (letters and digits).
@@ -168,11 +164,6 @@ class LexicalIndex:
                 self._by_initial.setdefault(word[:1], []).append(word)
             self._surface[word] = (held or 0) + 1
         self._last_words = words
-
-    def _held(self, term: str) -> int:
-        """How many documents hold `term`."""
-        found = self._term_ids.get(term)
-        return self._doc_freq[found] if found is not None else 0
 
     def spelled(self, text: str) -> str:
         """`text` with each word no document holds and no English dictionary knows (a typo:

@@ -151,15 +151,14 @@ def asked_about(sender: str, content: str, speakers: list[str] | set[str] | froz
 #: ("lol yeah", "Thanks!", "Wow, amazing!", "Tell me more") carries no topic of its own.
 FILLER_WORDS = frozenset(
     """
-absolutely agree agreed ah aha alright amazing anytime ask asking aw aww awesome bet bye care catch catching cheers
-chat chatting congrats congratulations cool continue curious cya definitely easy enjoy evening exactly fantastic
-fine go good goodbye goodnight got gotcha great guess haha hehe hello hey hi hm hmm hmmm hope huh indeed
-interesting k kk know later lmao lol love lovely mean mhm morning nah nice night np nope ok okay oh omg
-please pls problem question questions quick really right rofl same see seriously something soon sounds sure sweet take talk
-tell thank thanks
-think thx true totally ttyl ty uh um understand welcome well wonder wondered wondering wonderful worries wow ya yay yea
-yeah yep yes
-yup
+absolutely agree agreed ah aha alright amazing anytime ask asking aw aww awesome bet bye care catch
+catching cheers chat chatting congrats congratulations cool continue curious cya definitely easy
+enjoy evening exactly fantastic fine go good goodbye goodnight got gotcha great guess haha hehe
+hello hey hi hm hmm hmmm hope huh indeed interesting k kk know later lmao lol love lovely mean mhm
+morning nah nice night np nope ok okay oh omg please pls problem question questions quick really
+right rofl same see seriously something soon sounds sure sweet take talk tell thank thanks think
+thx true totally ttyl ty uh um understand welcome well wonder wondered wondering wonderful worries
+wow ya yay yea yeah yep yes yup
 """.split()
 )
 #: Laughter however long ("hahaha", "lolol", "hehehe").
