@@ -38,7 +38,7 @@ from bench.recall_folds import (
 )
 from bench.recall_protocol import PRODUCT_PARTS
 from core.embedder import EmbedderUnavailableError
-from core.recall import STOP_WORDS, asked_about
+from core.recall import STOP_WORDS, asked_about, asked_of, named_in
 
 
 def typo(text: str) -> str:
@@ -72,30 +72,15 @@ def _name_typo(question: str, names: list[str]) -> str:
     return re.sub(rf"\b{re.escape(name)}\b", mistyped, question, count=1)
 
 
-#: The second person's verbs after a name became "you" ("What does you like?").
-_AGREEMENT = (
-    ("does you", "do you"),
-    ("has you", "have you"),
-    ("is you", "are you"),
-    ("was you", "were you"),
-    ("you has", "you have"),
-    ("you is", "you are"),
-    ("you was", "you were"),
-)
-
-
 def _second_person(question: str, names: list[str]) -> str:
-    """A question naming one speaker, asked by the other to them ("What did you research?"),
-    as the retriever words a chat message (`asked_about`); any other question as it is."""
-    named = _named(question, names)
+    """A question naming one speaker, asked by the other to them ("What did you research?",
+    `core.recall.asked_of`), as the retriever words a chat message (`asked_about`); any other
+    question as it is."""
+    named = named_in(question, names)
     if len(named) != 1 or len(names) != 2:
         return question
-    name, sender = named[0], next(n for n in names if n != named[0])
-    content = re.sub(rf"\b{re.escape(name)}(?:'s|\u2019s)", "your", question)
-    content = re.sub(rf"\b{re.escape(name)}\b", "you", content)
-    for said, agreed in _AGREEMENT:
-        content = re.sub(rf"\b{said}\b", agreed, content)
-    return asked_about(sender, content, names)
+    sender = next(n for n in names if n != named[0])
+    return asked_about(sender, asked_of(question, names), names)
 
 
 #: How a held-out question is asked (question, the speakers' names -> the message).

@@ -61,6 +61,7 @@ from core.recall.query import (
     STOP_WORDS,
     Prepared,
     asked_about,
+    asked_of,
     embedded_query,
     embedded_text,
     named_in,
@@ -76,6 +77,7 @@ from core.recall.query import (
 from core.recall.registry import IndexRegistry
 
 __all__ = [
+    "asked_of",
     "ALWAYS_KEPT_DOC_FREQ",
     "BM25_B",
     "BM25_K1",

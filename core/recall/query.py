@@ -479,10 +479,54 @@ def embedded_text(text: str, speakers: list[str] | set[str] | frozenset[str]) ->
     return joined if _WORD.search(joined) else text
 
 
+#: The second person's verbs once a name became "you" ("What does you like?").
+_AGREEMENT = (
+    ("does you", "do you"),
+    ("has you", "have you"),
+    ("is you", "are you"),
+    ("was you", "were you"),
+    ("you has", "you have"),
+    ("you is", "you are"),
+    ("you was", "you were"),
+    ("you does", "you do"),
+)
+
+
+def asked_of(query: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
+    """A question about one speaker as if asked of them ("What did Caroline research?" ->
+    "What did you research?", "Caroline's" -> "your"), each line after its "Name:" label
+    (`asked_about`'s): what `vector_text` embeds. Without the name the bare question read "What
+    did research?", and the turn it should meet says "I researched ...": held out 0.836 ->
+    0.841 (docs/decisions/recall-fusion.md). A name the message only addresses, a question
+    about two speakers or none, and a query that is only the name stay as they are."""
+    named = {s.lower() for s in speakers if s}
+    lines = []
+    for line in query.splitlines():
+        label = _LABEL.match(line)
+        head = label.group(0) if label and label.group(1).lower() in named else ""
+        lines.append((head, line[len(head) :]))
+    # A name the message only calls its listener by ("Melanie, it was great") is not whom it
+    # asks about (`named_in`).
+    spoken_of = named_in("\n".join(t for _, t in lines), sorted(speakers))
+    name = re.escape(spoken_of[0]) if len(spoken_of) == 1 else ""
+    if not name or not any(
+        _WORD.search(re.sub(rf"\b{name}\b", "", t, flags=re.I)) for _, t in lines
+    ):
+        return query  # no one speaker, or nothing but the name: as `embedded_text` has it
+    out = []
+    for head, text in lines:
+        text = re.sub(rf"\b{name}(?:'s|\u2019s)", "your", text, flags=re.I)
+        text = re.sub(rf"\b{name}\b", "you", text, flags=re.I)
+        for said, agreed in _AGREEMENT:
+            text = re.sub(rf"\b{said}\b", agreed, text)
+        out.append(head + text)
+    return "\n".join(out)
+
+
 def vector_text(query: str, speakers: list[str] | set[str] | frozenset[str]) -> str:
     """The text recall embeds for `query` itself: `embedded_text` of its sentences that name a
     topic (`topical_text`)."""
-    return embedded_text(topical_text(query, speakers), speakers)
+    return embedded_text(asked_of(topical_text(query, speakers), speakers), speakers)
 
 
 def _parts(

@@ -954,12 +954,15 @@ def test_recall_embeds_a_two_event_questions_parts_in_the_same_call_and_hands_th
         ("What have Ann painted?", 2.0),
         ("What have Bob painted?", 2.0),
     ]
-    # Look-alikes: one event, one speaker: the question without the name alone; and no parts
-    # are embedded where the fusion gives them no slots.
-    assert query_texts("What did Ann paint?", speakers, with_parts) == ["What did paint?"]
+    # Look-alikes: one event, one speaker: the question asked of that speaker ("you": the
+    # stored turns say "I"), alone; and no parts are embedded where the fusion gives them no
+    # slots.
+    assert query_texts("What did Ann paint?", speakers, with_parts) == ["What did you paint?"]
+    assert query_texts("What is Ann's dog called?", speakers) == ["What is your dog called?"]
+    assert query_texts("What does Ann like?", speakers) == ["What do you like?"]
     assert (
         embedded_query(
-            "What did Ann paint?", speakers, {"What did paint?": np.ones(2)}, with_parts
+            "What did Ann paint?", speakers, {"What did you paint?": np.ones(2)}, with_parts
         )[2]
         == []
     )
