@@ -48,11 +48,17 @@ BM25_B = 0.75
 @functools.cache
 def english_words() -> Any:
     """pyspellchecker's English word list (160,000 words with their frequencies), loaded at the
-    first query word no document holds (about 0.8 s, once per process; the sidecar loads it
-    before it serves)."""
+    first query with a word that may be a typo and no document holds (about 0.8 s, once per
+    process; the sidecar loads it before it serves)."""
     from spellchecker import SpellChecker
 
     return SpellChecker(language="en", distance=1)
+
+
+def _may_be_typo(word: str) -> bool:
+    """Whether `word` (lower case) is one `LexicalIndex.spelled` may read as a typo: ASCII
+    letters only, `TYPO_MIN_LENGTH` to `TYPO_MAX_LENGTH` of them."""
+    return TYPO_MIN_LENGTH <= len(word) <= TYPO_MAX_LENGTH and word.isascii() and word.isalpha()
 
 
 #: A word as tantivy's simple tokenizer cuts it (letters and digits).
@@ -174,9 +180,10 @@ class LexicalIndex:
         "parquet". A word of fewer than `TYPO_MIN_LENGTH` letters or more than
         `TYPO_MAX_LENGTH`, or with a digit, stays: too many words are one edit from a short one;
         so does a word in another alphabet or with an accent (the word list is English)."""
-        english = english_words()
         words = [w.lower() for w in _WORD.findall(text) if len(w) >= 2 and w.isalpha()]
-        known = english.known(words)
+        if not any(_may_be_typo(w) and not self._surface.get(w) for w in words):
+            return text  # every word the memory's or no word a typo could be: no dictionary
+        known = english_words().known(words)
         if sum(w in known or bool(self._surface.get(w)) for w in words) < ENGLISH_SHARE * len(
             words
         ):
@@ -186,12 +193,7 @@ class LexicalIndex:
         def replace(found: re.Match[str]) -> str:
             typed = found.group(0)
             word = typed.lower()
-            if (
-                not TYPO_MIN_LENGTH <= len(word) <= TYPO_MAX_LENGTH
-                or not (word.isascii() and word.isalpha())
-                or self._surface.get(word)
-                or word in known
-            ):
+            if not _may_be_typo(word) or self._surface.get(word) or word in known:
                 return typed
             if word not in meant_of:  # a word typed twice is looked up once
                 meant_of[word] = self._meant(word)

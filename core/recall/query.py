@@ -195,6 +195,20 @@ _SENTENCE_END = re.compile(r"(?<=[.!?:])\s+")
 _LABEL = re.compile(r"^([^:\n]{1,80}):\s*")
 
 
+def _labelled_lines(
+    query: str, names: list[str] | set[str] | frozenset[str]
+) -> list[tuple[str, str]]:
+    """Each line of `query` as its "Name:" label (`asked_about`'s, one of `names`; "" when it
+    has none) and the text after it."""
+    named = {n.lower() for n in names if n}
+    lines = []
+    for line in query.splitlines():
+        label = _LABEL.match(line)
+        head = label.group(0) if label and label.group(1).lower() in named else ""
+        lines.append((head, line[len(head) :]))
+    return lines
+
+
 def topical_text(query: str, names: list[str] | set[str] | frozenset[str] = ()) -> str:
     """`query` without its sentences that name no topic (`says_something`): a chat message's
     pleasantries ("Hey Caroline, hope you're doing well! Quick question: what did you
@@ -202,12 +216,9 @@ def topical_text(query: str, names: list[str] | set[str] | frozenset[str] = ()) 
     toward them. Held out, such an opening cost recall@10 0.044 (docs/decisions/recall-fusion.md).
     A line's "Name:" label (`asked_about`'s, one of `names`) stays; the query as it is when no
     sentence names a topic."""
-    named = {n.lower() for n in names if n}
     kept = []
-    for line in query.splitlines():
-        label = _LABEL.match(line)
-        head = label.group(0) if label and label.group(1).lower() in named else ""
-        sentences = [s for s in _SENTENCE_END.split(line[len(head) :]) if says_something(s, names)]
+    for head, text in _labelled_lines(query, names):
+        sentences = [s for s in _SENTENCE_END.split(text) if says_something(s, names)]
         if sentences:
             kept.append(head + " ".join(sentences))
     return "\n".join(kept) if kept else query
@@ -499,12 +510,7 @@ def asked_of(query: str, speakers: list[str] | set[str] | frozenset[str]) -> str
     did research?", and the turn it should meet says "I researched ...": held out 0.836 ->
     0.841 (docs/decisions/recall-fusion.md). A name the message only addresses, a question
     about two speakers or none, and a query that is only the name stay as they are."""
-    named = {s.lower() for s in speakers if s}
-    lines = []
-    for line in query.splitlines():
-        label = _LABEL.match(line)
-        head = label.group(0) if label and label.group(1).lower() in named else ""
-        lines.append((head, line[len(head) :]))
+    lines = _labelled_lines(query, speakers)
     # A name the message only calls its listener by ("Melanie, it was great") is not whom it
     # asks about (`named_in`).
     spoken_of = named_in("\n".join(t for _, t in lines), sorted(speakers))
