@@ -28,7 +28,14 @@ from datetime import date
 
 from core.recall import HybridIndex, MemoryDoc
 from core.recall.documents import EventCalendar
-from core.recall.query import embedded_text, query_parts, says_something, unaddressed
+from core.recall.query import (
+    embedded_text,
+    query_parts,
+    says_something,
+    spoken_topic,
+    topical_text,
+    unaddressed,
+)
 from core.sentences import finish_cut_text, tail_from_sentence
 from core.timex import asks_when, event_anchors, order_choice, query_dates, resolve
 
@@ -51,6 +58,9 @@ UNITS = (
     "the week before the wedding, ",
     "between a and ",
     "Which came first, ",
+    "*a ",
+    "*nods* ",
+    "*shows the a* b ",
 )
 
 
@@ -90,6 +100,8 @@ FUNCTIONS: dict[str, Callable[[str], object]] = {
     "query_parts": lambda text: query_parts(text, NAMES),
     "unaddressed": lambda text: unaddressed(text, NAMES),
     "says_something": lambda text: says_something(text, NAMES),
+    "spoken_topic": lambda text: spoken_topic(text, NAMES),
+    "topical_text": lambda text: topical_text(text, NAMES),
     "embedded_text": lambda text: embedded_text(text, NAMES),
     "HybridIndex.prepare": lambda text: INDEX.prepare(text, None, names=NAMES),
     "finish_cut_text": finish_cut_text,

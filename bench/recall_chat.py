@@ -7,12 +7,14 @@ chat is rarely either. Each fold of the leave-one-dialogue-out protocol (bench.r
 fits the learned fusion on its training dialogues' questions as LoCoMo words them, then asks
 the held-out dialogue's questions reworded one way (`WAYS`): with a greeting, with
 pleasantries, with chatter after, in lower case, with a typo, with a speaker's name mistyped,
-in the second person as a chat asks its listener, after a role-play action. Each reworded
+in the second person as a chat asks its listener, after a role-play action (one of
+`ROLE_PLAY_ACTIONS`). Each reworded
 question goes the product's way (tasks.dialogue.retriever: `HybridIndex.spelled`, the
 question's topical sentences embedded without the speakers' names, the same features). Prints
 per way the held-out mean recall@10 over the folds, recall@5, the categories (every question
 judged by the fold that held it out) and the ratio to the questions as they are.
-Docs: docs/decisions/recall-fusion.md ("A chat message's pleasantries", "A chat question's typos").
+Docs: docs/decisions/recall-fusion.md ("A chat message's pleasantries", "A chat question's
+typos", "A role-play action before the question").
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import re
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,6 +86,27 @@ def _second_person(question: str, names: list[str]) -> str:
     return asked_about(sender, asked_of(question, names), names)
 
 
+#: A role-play chat's stage directions (SillyTavern's convention: an action between asterisks),
+#: in the first and the third person, some with a prop of the scene ("the book", "my coffee").
+ROLE_PLAY_ACTIONS = (
+    "*leans back in the chair and smiles*",
+    "*tilts my head, curious*",
+    "*sits down next to you with a soft sigh*",
+    "*glances up from the book*",
+    "*sips my coffee and looks at you thoughtfully*",
+    "*grins and nudges you playfully*",
+    "*nods slowly, taking it in*",
+    "*brushes a strand of hair behind my ear*",
+)
+
+
+def _role_play(question: str, names: list[str]) -> str:
+    """`question` after one of `ROLE_PLAY_ACTIONS`, picked by the question's CRC-32 (the same on
+    every run, whatever the hash seed)."""
+    action = ROLE_PLAY_ACTIONS[zlib.crc32(question.encode()) % len(ROLE_PLAY_ACTIONS)]
+    return f"{action} {question}"
+
+
 #: How a held-out question is asked (question, the speakers' names -> the message).
 WAYS: dict[str, Callable[[str, list[str]], str]] = {
     "as they are": lambda q, names: q,
@@ -95,7 +119,7 @@ WAYS: dict[str, Callable[[str, list[str]], str]] = {
     "typo": lambda q, names: typo(q),
     "name typo": _name_typo,
     "second person": _second_person,
-    "role-play action": lambda q, names: f"*leans back in the chair and smiles* {q}",
+    "role-play action": _role_play,
 }
 
 

@@ -136,9 +136,11 @@ def asked_about(sender: str, content: str, speakers: list[str] | set[str] | froz
     Melanie asking "How is the adoption going?" recalled Melanie's remarks about adoption, not
     Caroline's news. A message about its sender ("I", "my") is asked under the sender's name;
     one addressed to the other speaker ("you") of a two-person chat under that speaker's;
-    anything else (both, neither, a group) under no name."""
-    about_self = bool(_FIRST_PERSON.search(content))
-    about_other = bool(_SECOND_PERSON.search(content))
+    anything else (both, neither, a group) under no name. A role-play action's stage business
+    is not what the message is about (`spoken_topic`)."""
+    spoken = spoken_topic(content)  # "*tilts my head* What did you do?" is about "you"
+    about_self = bool(_FIRST_PERSON.search(spoken))
+    about_other = bool(_SECOND_PERSON.search(spoken))
     others = sorted(s for s in speakers if s.lower() != sender.lower())
     if about_self and not about_other:
         return f"{sender}: {content}"
@@ -175,14 +177,100 @@ def _filler(token: str) -> bool:
     return word in FILLER_WORDS or word in _STOP_SET or bool(_LAUGHTER.fullmatch(word))
 
 
+#: The words of a role-play action that is only stage business ("*leans back in the chair and
+#: smiles*", "*tilts her head, curious*"): gestures, looks, postures and ways of speaking, the
+#: body's parts, the room's furniture, directions and manners. Between asterisks (SillyTavern's
+#: convention for an action) such words name no topic; anything else there ("*shows you the
+#: photo of the turtles*": photo, turtles) does.
+GESTURE_WORDS = frozenset(
+    """
+across along arch arm around away back beam behind bench beneath beside bite blink blush bow breath breathe brow brush chair cheek chin chuckle
+clear close closer cock couch cough cross curious curiously desk down ear elbow exhale eye eyebrow
+face fidget finger floor fold forward frown gasp gaze gentle gently giggle glance grimace grin
+hair hand head hesitate hold hug hum inhale kneel knee lap laugh lazily lean lift lip look lower
+mouth murmur mutter narrow near neck nervous nervously next nod nose nudge onto pace pat pause peer perk playful
+playfully pout quiet quietly raise relax rest rise rub scoot scratch seat settle shift shoulder
+shrug shy shyly sigh sit slight slightly slow slowly smile smirk snicker soft softly sofa stand
+stare step strand stretch table tap tease teasing teasingly thoughtful thoughtfully throat tilt
+toward towards tuck turn twirl wave whisper wide widen wince wink yawn
+absently awkwardly brightly broadly calmly eagerly excitedly faintly fondly happily hesitantly
+idly kindly knowingly mischievously sadly sheepishly sleepily sweetly tiredly warm warmly wryly
+""".split()
+)
+#: An action between single asterisks (not "**bold**", not a "5*3" product).
+_ACTION = re.compile(r"(?<![*\w])\*(?![*\s])([^*\n]+?)(?<![*\s])\*(?![*\w])")
+
+
+def _gesture(token: str) -> bool:
+    """Whether `token` is a `GESTURE_WORDS` or `FILLER_WORDS` word in any of its English
+    inflections ("leans", "smiled", "glancing", "eyes", "brushes", "taking it in")."""
+    word = token.lower()
+    stems = {word, word[:-1], word[:-2], word[:-3], word[:-3] + "e", word[:-2] + "e"}
+    if word.endswith("ies"):
+        stems.add(word[:-3] + "y")
+    return len(word) > 2 and bool(stems & (GESTURE_WORDS | FILLER_WORDS))
+
+
+def _stage_business(action: str) -> bool:
+    """Whether a role-play action's words are all stop words, filler or `GESTURE_WORDS`."""
+    return all(_filler(t) or _gesture(t) for t in _TOKEN.findall(action))
+
+
+def without_stage_business(text: str) -> str:
+    """`text` without its role-play actions that are only stage business (`GESTURE_WORDS`):
+    "*leans back in the chair and smiles* Did you ever finish the screenplay?" asks about the
+    screenplay, and its chairs and smiles matched the memory's other chairs and smiles (held
+    out, such an action before each question cost recall@10 0.032: docs/decisions/
+    recall-fusion.md). An action that names something stays ("*shows you the photo of the
+    turtles* Remember these guys?")."""
+    if "*" not in text:
+        return text
+    kept = _ACTION.sub(lambda m: " " if _stage_business(m.group(1)) else m.group(0), text)
+    return re.sub(r"[ \t]+", " ", kept).strip()
+
+
+#: Words of a message's speech that point at something outside it: at what an action shows
+#: ("*shows you the photo of the turtles* Remember these guys?", "*points at the castle* Who
+#: lives there?").
+_POINTING = re.compile(
+    r"\b(?:this|that|these|those|it|its|they|them|their|he|him|his|she|her|there|here)\b",
+    re.IGNORECASE,
+)
+
+
+def spoken_topic(text: str, names: list[str] | set[str] | frozenset[str] = ()) -> str:
+    """What a role-play message asks: `text` without its stage business
+    (`without_stage_business`), and without its actions altogether when its speech names a
+    topic of its own and points at nothing outside it: in "*glances up from the book* Did you
+    ever finish the screenplay?" the book is the scene and the screenplay the question (held
+    out, an action with such a prop before each question cost recall@10 0.03). An action stays
+    when the speech points at it ("*hands you the letter* Where did you find this?") or says
+    nothing without it, or only what an action would ("*shows you the photo of the turtles*
+    Look!")."""
+    text = without_stage_business(text)
+    if "*" not in text:
+        return text
+    speech = re.sub(r"[ \t]+", " ", _ACTION.sub(" ", text)).strip()
+    if (
+        speech != text
+        and says_something(speech, names)
+        and not _stage_business(speech)  # "Look!"
+        and not _POINTING.search(speech)
+    ):
+        return speech
+    return text
+
+
 def says_something(text: str, names: list[str] | set[str] | frozenset[str] = ()) -> bool:
     """Whether a chat message names a topic: a word (in any script, or a number) that is
     neither a stop word nor a word of acknowledgement, reaction, greeting or farewell
     (`FILLER_WORDS`), nor one of `names` the message only addresses (`unaddressed`: "Bye
-    Joanna!"). "Support?" and "lol the bear was huge" say something; "", "...", an emoji, "lol
-    yeah", "Haha, yesss!", "Thanks!", "Me too" and "Bye Joanna! Take care!" do not: recalled for
-    by their own words, they would draw turns that say the same nothing (every "Yeah!" or
-    goodbye of the conversation)."""
+    Joanna!"), nor in a role-play action that is only stage business ("*nods slowly*",
+    `without_stage_business`). "Support?" and "lol the bear was huge" say something; "", "...",
+    an emoji, "lol yeah", "Haha, yesss!", "Thanks!", "Me too", "*smiles warmly*" and "Bye
+    Joanna! Take care!" do not: recalled for by their own words, they would draw turns that say
+    the same nothing (every "Yeah!" or goodbye of the conversation)."""
+    text = without_stage_business(text)
     if names:
         text = unaddressed(text, names)
     return any(not _filler(token) for token in _TOKEN.findall(text))
@@ -218,6 +306,7 @@ def topical_text(query: str, names: list[str] | set[str] | frozenset[str] = ()) 
     sentence names a topic."""
     kept = []
     for head, text in _labelled_lines(query, names):
+        text = spoken_topic(text, names)
         sentences = [s for s in _SENTENCE_END.split(text) if says_something(s, names)]
         if sentences:
             kept.append(head + " ".join(sentences))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.recall_chat import WAYS, typo
+from bench.recall_chat import ROLE_PLAY_ACTIONS, WAYS, typo
 
 NAMES = ["Caroline", "Melanie"]
 
@@ -33,3 +33,12 @@ def test_a_greeting_speaks_to_the_speaker_the_question_names() -> None:
         "Hey Melanie! What did Melanie paint?"
     )
     assert WAYS["greeting"]("Which city?", NAMES) == "Hey Caroline! Which city?"
+
+
+def test_a_role_play_action_is_picked_by_the_questions_crc32() -> None:
+    role_play = WAYS["role-play action"]
+    asked = role_play("What did Caroline research?", NAMES)
+    assert asked == "*brushes a strand of hair behind my ear* What did Caroline research?"
+    # Another question may draw another action; the set is the bench's.
+    actions = {role_play(f"Question {i}?", NAMES).split("* ")[0] + "*" for i in range(40)}
+    assert actions == set(ROLE_PLAY_ACTIONS)
