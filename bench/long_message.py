@@ -61,6 +61,7 @@ UNITS = (
     "*a ",
     "*nods* ",
     "*shows the a* b ",
+    "! *a ",
 )
 
 

@@ -184,21 +184,55 @@ def _filler(token: str) -> bool:
 #: photo of the turtles*": photo, turtles) does.
 GESTURE_WORDS = frozenset(
     """
-across along arch arm around away back beam behind bench beneath beside bite blink blush bow breath breathe brow brush chair cheek chin chuckle
-clear close closer cock couch cough cross curious curiously desk down ear elbow exhale eye eyebrow
-face fidget finger floor fold forward frown gasp gaze gentle gently giggle glance grimace grin
-hair hand head hesitate hold hug hum inhale kneel knee lap laugh lazily lean lift lip look lower
-mouth murmur mutter narrow near neck nervous nervously next nod nose nudge onto pace pat pause peer perk playful
-playfully pout quiet quietly raise relax rest rise rub scoot scratch seat settle shift shoulder
-shrug shy shyly sigh sit slight slightly slow slowly smile smirk snicker soft softly sofa stand
-stare step strand stretch table tap tease teasing teasingly thoughtful thoughtfully throat tilt
-toward towards tuck turn twirl wave whisper wide widen wince wink yawn
-absently awkwardly brightly broadly calmly eagerly excitedly faintly fondly happily hesitantly
-idly kindly knowingly mischievously sadly sheepishly sleepily sweetly tiredly warm warmly wryly
+absently across along arch arm around away awkwardly back beam behind bench beneath beside bite
+blink blush bow breath breathe brightly broadly brow brush calmly chair cheek chin chuckle clear
+close closer cock couch cough cross curious curiously desk down eagerly ear elbow excitedly exhale
+eye eyebrow face faintly fidget finger floor fold fondly forward frown gasp gaze gentle gently
+giggle glance grimace grin hair hand happily head hesitantly hesitate hold hug hum idly inhale
+kindly knee kneel knowingly lap laugh lazily lean lift lip look lower mischievously mouth murmur
+mutter narrow near neck nervous nervously next nod nose nudge onto pace pat pause peer perk playful
+playfully pout quiet quietly raise relax rest rise rub sadly scoot scratch seat settle sheepishly
+shift shoulder shrug shy shyly sigh sit sleepily slight slightly slow slowly smile smirk snicker
+sofa soft softly stand stare step strand stretch sweetly table tap tease teasing teasingly
+thoughtful thoughtfully throat tilt tiredly toward towards tuck turn twirl warm warmly wave whisper
+wide widen wince wink wryly yawn
 """.split()
 )
-#: An action between single asterisks (not "**bold**", not a "5*3" product).
-_ACTION = re.compile(r"(?<![*\w])\*(?![*\s])([^*\n]+?)(?<![*\s])\*(?![*\w])")
+#: What may be an action: words between single asterisks (not "**bold**", not a "5*3"
+#: product) that open a line or follow a sentence's end or another action ("*smiles* Hi!",
+#: "Thanks! *hugs you*"), not an emphasis inside a sentence ("I *love* pottery", "Did you see
+#: *Inception*?").
+_ACTION = re.compile(
+    r"(?:^[ \t]*|(?<=[.!?\u2026\"\u201d)*])[ \t]+)\*(?![*\s])([^*\n]+?)(?<![*\s])\*(?![*\w])",
+    re.MULTILINE,
+)
+#: A word a title in Title Case may hold in lower case ("The Lord of the Rings").
+_TITLE_SMALL_WORDS = frozenset("a an and at by for in of on or the to with".split())
+
+
+def _looks_like_a_title(words: list[str]) -> bool:
+    """Whether an italic's words are a title in Title Case ("*Dune*", "*The Lord of the
+    Rings*"), not an action ("*glances up*", "*Seraphina smiles*")."""
+    return bool(words) and all(
+        w[0].isupper() or (i > 0 and w.lower() in _TITLE_SMALL_WORDS) for i, w in enumerate(words)
+    )
+
+
+def _actions(text: str) -> list[re.Match[str]]:
+    """The role-play actions of `text` (`_ACTION`, not a title)."""
+    if "*" not in text:
+        return []
+    return [m for m in _ACTION.finditer(text) if not _looks_like_a_title(_TOKEN.findall(m[1]))]
+
+
+def _without(text: str, actions: list[re.Match[str]]) -> str:
+    """`text` with each of `actions` (its asterisks and words) replaced by a space."""
+    pieces, end = [], 0
+    for action in actions:
+        pieces += [text[end : action.start(1) - 1], " "]
+        end = action.end(1) + 1
+    pieces.append(text[end:])
+    return re.sub(r"[ \t]+", " ", "".join(pieces)).strip()
 
 
 def _gesture(token: str) -> bool:
@@ -223,10 +257,8 @@ def without_stage_business(text: str) -> str:
     out, such an action before each question cost recall@10 0.032: docs/decisions/
     recall-fusion.md). An action that names something stays ("*shows you the photo of the
     turtles* Remember these guys?")."""
-    if "*" not in text:
-        return text
-    kept = _ACTION.sub(lambda m: " " if _stage_business(m.group(1)) else m.group(0), text)
-    return re.sub(r"[ \t]+", " ", kept).strip()
+    business = [a for a in _actions(text) if _stage_business(a[1])]
+    return _without(text, business) if business else text
 
 
 #: Words of a message's speech that point at something outside it: at what an action shows
@@ -248,12 +280,12 @@ def spoken_topic(text: str, names: list[str] | set[str] | frozenset[str] = ()) -
     nothing without it, or only what an action would ("*shows you the photo of the turtles*
     Look!")."""
     text = without_stage_business(text)
-    if "*" not in text:
+    actions = _actions(text)
+    if not actions:
         return text
-    speech = re.sub(r"[ \t]+", " ", _ACTION.sub(" ", text)).strip()
+    speech = _without(text, actions)
     if (
-        speech != text
-        and says_something(speech, names)
+        says_something(speech, names)
         and not _stage_business(speech)  # "Look!"
         and not _POINTING.search(speech)
     ):

@@ -865,6 +865,14 @@ def test_topical_text_keeps_the_sentences_that_name_a_topic(message: str, topica
             "*shows you the photo of the turtles* Look!",
         ),
         ("**Dune** is the best book", "**Dune** is the best book"),
+        # Italics that are no action: a title (in Title Case) and an emphasis inside a sentence.
+        ("*Dune* is the best book", "*Dune* is the best book"),
+        ("*The Lord of the Rings*. Did Ann see it?", "*The Lord of the Rings*. Did Ann see it?"),
+        ("Did Ann see *Inception*?", "Did Ann see *Inception*?"),
+        ("I *love* pottery", "I *love* pottery"),
+        # An action after a sentence or another action is one; so is one a name opens.
+        ("Thanks! *hugs you* *sits* Where is Ann?", "Where is Ann?"),
+        ("*Bob glances up from the book* Where is Ann?", "Where is Ann?"),
         ("Is 5*3*2 thirty?", "Is 5*3*2 thirty?"),
         ("*sigh I lost the race", "*sigh I lost the race"),
         ("*nods*", "*nods*"),
