@@ -178,7 +178,7 @@ def test_memory_recalls_nothing_the_window_shows_and_a_topicless_reply_asks_abou
     topic = {"role": "assistant", "name": "Melanie", "content": "Pottery was so much fun!"}
     base = {"conversation_id": conv, "config": {"recall_k": 2}}
     about_topic = _recalled_ids(client, {**base, "messages": [topic]})
-    for reply in ("Haha, yesss!", "lol yeah", "Thanks!", "\U0001f44d"):
+    for reply in ("Haha, yesss!", "lol yeah", "Thanks!", "\U0001f44d", "*nods slowly*"):
         body = {**base, "messages": [{"role": "user", "name": "Caroline", "content": reply}]}
         window = [topic, {**body["messages"][0], "content": "ok"}]
         assert _recalled_ids(client, {**body, "window": window}) == about_topic, reply
