@@ -235,14 +235,31 @@ def _without(text: str, actions: list[re.Match[str]]) -> str:
     return re.sub(r"[ \t]+", " ", "".join(pieces)).strip()
 
 
+_STAGE_WORDS = GESTURE_WORDS | FILLER_WORDS
+#: English inflections and the endings of their stems: "glances" glance, "hugged" hug,
+#: "smiling" smile, "nodding" nod, "shies" shy.
+_INFLECTION = re.compile(r"(?:(?P<double>(?P<letter>[a-z])(?P=letter))(?:ed|ing)|e?s|e?d|ing)$")
+
+
 def _gesture(token: str) -> bool:
-    """Whether `token` is a `GESTURE_WORDS` or `FILLER_WORDS` word in any of its English
-    inflections ("leans", "smiled", "glancing", "eyes", "brushes", "taking it in")."""
+    """Whether `token` is a `GESTURE_WORDS` or `FILLER_WORDS` word, or one of its inflections
+    ("leans", "smiled", "glancing", "nodding", "eyes", "brushes", "taking it in"); not a longer
+    word that starts with one ("laptop", "bowl")."""
     word = token.lower()
-    stems = {word, word[:-1], word[:-2], word[:-3], word[:-3] + "e", word[:-2] + "e"}
+    if word in _STAGE_WORDS:
+        return True
+    ending = _INFLECTION.search(word)
+    if ending is None:
+        return False
+    stem = word[: ending.start()]
+    stems = {stem, stem + "e"}
+    if ending["double"]:
+        stems.add(stem + ending["letter"])
     if word.endswith("ies"):
         stems.add(word[:-3] + "y")
-    return len(word) > 2 and bool(stems & (GESTURE_WORDS | FILLER_WORDS))
+    if word.endswith("es"):
+        stems.add(word[:-1])
+    return bool(stems & _STAGE_WORDS)
 
 
 def _stage_business(action: str) -> bool:

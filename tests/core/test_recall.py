@@ -888,6 +888,9 @@ def test_a_message_of_stage_business_alone_says_nothing() -> None:
     # The look-alikes: an action that names a thing, the same words outside an action.
     assert says_something("*hands you the letter*")
     assert says_something("nods slowly")
+    # A word that only starts with a gesture's ("laptop": lap, "bowl": bow) is a thing.
+    assert says_something("*closes the laptop*") and says_something("*hands you a bowl*")
+    assert not says_something("*nodding, she tilted her head and hugged you*")
 
 
 def test_a_role_play_message_is_asked_about_whom_its_speech_is_about() -> None:
