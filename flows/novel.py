@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
-from prefect import flow, tags
+from prefect import flow, get_run_logger, tags
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 from pydantic import BaseModel, Field
@@ -117,18 +117,42 @@ def novel_flow(
         scenes = scenes_per_chapter or rt.settings.limits.scenes_per_chapter
         phases = PhaseTimer()
         LEDGER.checkpoint("start")
-        book = start_book(rt, project_dir, spec, chapters, scenes, redo_from, phases)
-        progress = BookProgress(costs=[ChapterCost.of(0, LEDGER.checkpoint("initialization"))])
-        for number in range(1, chapters + 1):
-            with stage("steering and story bible"):
-                steering = load_steering(rt.settings.saga_dir)
-            imported = steering.imported.get(number)
-            if imported is not None:  # the writer's own chapter, brought in by `import`
-                progress.follow_imported(number, imported)
-                continue
-            write_chapter(book, progress, steering, number, phases)
-            after_chapter(book, progress, number, phases)
-        return finish_book(book, progress, phases)
+        try:
+            book = start_book(rt, project_dir, spec, chapters, scenes, redo_from, phases)
+            progress = BookProgress(costs=[ChapterCost.of(0, LEDGER.checkpoint("initialization"))])
+            save_call_log(rt)
+            for number in range(1, chapters + 1):
+                with stage("steering and story bible"):
+                    steering = load_steering(rt.settings.saga_dir)
+                imported = steering.imported.get(number)
+                if imported is not None:  # the writer's own chapter, brought in by `import`
+                    progress.follow_imported(number, imported)
+                    continue
+                write_chapter(book, progress, steering, number, phases)
+                after_chapter(book, progress, number, phases)
+                save_call_log(rt)
+            return finish_book(book, progress, phases)
+        except BaseException:
+            save_call_log(rt)  # what a failed run's calls cost, the failed ones too
+            raise
+
+
+def save_call_log(rt: Runtime) -> Path | None:
+    """The run's LLM call records so far, to `.saga/runs/llm_calls_<run id>.parquet` (one file
+    per run, rewritten whole and atomically): after initialization, after each chapter, when
+    the run fails and at its end. Written only at the end, a run that failed or was killed
+    at chapter 40 left no record of what its calls cost; killed now, it loses at most its
+    last chapter's. A run log, not the book: a disk that refuses it is logged, never fatal."""
+    records = rt.gateway.records
+    if not records:
+        return None
+    runs = rt.settings.saga_dir / "runs"
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+        return rt.gateway.write_records(runs / f"llm_calls_{rt.run_id}.parquet")
+    except OSError as exc:
+        get_run_logger().warning("could not write the LLM call log under %s: %s", runs, exc)
+        return None
 
 
 def check_run_request(chapters: int, redo_from: int | None) -> None:
@@ -174,10 +198,7 @@ def _report(
     rt: Runtime, title: str, results: list[ChapterResult], manuscript: str, phases: PhaseTimer
 ) -> NovelReport:
     records = rt.gateway.records
-    runs = rt.settings.saga_dir / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    if records:
-        rt.gateway.write_records(runs / f"llm_calls_{rt.run_id}.parquet")
+    save_call_log(rt)
     return NovelReport(
         title=title,
         chapters=results,

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from core.settings import Settings
@@ -271,6 +272,11 @@ def test_sigkill_during_chapter_two_then_resume(
     assert left == [], (
         f"SIGKILL of flows.novel left processes behind: {[(p.pid, p.cmdline) for p in left]}"
     )
+    # What the killed run's calls cost is on disk up to its last finished chapter:
+    # initialization's and chapter 1's calls (chapter 2's, in flight at the kill, are not).
+    (call_log,) = (project / ".saga" / "runs").glob("llm_calls_*.parquet")
+    purposes = pl.read_parquet(call_log)["purpose"].to_list()
+    assert "global_outline" in purposes and purposes.count("summarize_chapter") == 1, purposes
     finished_before_kill = [
         _key(r) for r in llm.requests[start:] if "Chapter 2, scene 2 of 2" not in r.text
     ]
@@ -289,6 +295,24 @@ def test_sigkill_during_chapter_two_then_resume(
     assert _without_project_paths(resumed) == _without_project_paths(
         export(reference, env, "reference")
     )
+
+
+def test_a_run_that_fails_leaves_the_log_of_what_its_calls_cost(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    """A run that fails at chapter 2 (the endpoint refuses its key) leaves its LLM call log:
+    initialization's and chapter 1's calls, and the call that failed."""
+    wipe_graph(graph_settings)
+    args = ("--premise", PREMISE + " (failed run)", *ARGS[2:])
+    llm.on(contains="Chapter 2, scene 1 of 2", fault="http_401", times=1)
+    project = tmp_path / "failed"
+    result = novel(project, run_env(llm, graph_settings, prefect_home), *args)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].startswith("novel: error:"), result.stderr
+    (call_log,) = (project / ".saga" / "runs").glob("llm_calls_*.parquet")
+    calls = pl.read_parquet(call_log)
+    assert calls["purpose"].to_list().count("summarize_chapter") == 1
+    assert calls.filter(pl.col("outcome") != "ok").height >= 1, calls["outcome"].to_list()
 
 
 def _key(request: ScriptedRequest) -> str:
