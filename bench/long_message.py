@@ -62,6 +62,8 @@ UNITS = (
     "*nods* ",
     "*shows the a* b ",
     "! *a ",
+    '. "a, ',
+    'a. "a',
 )
 
 

@@ -8,7 +8,8 @@ fits the learned fusion on its training dialogues' questions as LoCoMo words the
 the held-out dialogue's questions reworded one way (`WAYS`): with a greeting, with
 pleasantries, with chatter after, in lower case, with a typo, with a speaker's name mistyped,
 in the second person as a chat asks its listener, after a role-play action (one of
-`ROLE_PLAY_ACTIONS`). Each reworded
+`ROLE_PLAY_ACTIONS`), in quotes as a role play's speech, after a narrated action (one of
+`NARRATIONS`). Each reworded
 question goes the product's way (tasks.dialogue.retriever: `HybridIndex.spelled`, the
 question's topical sentences embedded without the speakers' names, the same features). Prints
 per way the held-out mean recall@10 over the folds, recall@5, the categories (every question
@@ -100,11 +101,29 @@ ROLE_PLAY_ACTIONS = (
 )
 
 
+#: The same stage directions as a role play's narrated prose (no asterisks; the speech in
+#: quotes).
+NARRATIONS = (
+    "She leans back in the chair and smiles.",
+    "I tilt my head, curious.",
+    "He sits down next to you with a soft sigh.",
+    "She glances up from the book.",
+    "I sip my coffee and look at you thoughtfully.",
+    "He grins and nudges you playfully.",
+    "She nods slowly, taking it in.",
+    "I brush a strand of hair behind my ear.",
+)
+
+
+def _picked(options: tuple[str, ...], question: str) -> str:
+    """One of `options` by the question's CRC-32 (the same on every run, whatever the hash
+    seed)."""
+    return options[zlib.crc32(question.encode()) % len(options)]
+
+
 def _role_play(question: str, names: list[str]) -> str:
-    """`question` after one of `ROLE_PLAY_ACTIONS`, picked by the question's CRC-32 (the same on
-    every run, whatever the hash seed)."""
-    action = ROLE_PLAY_ACTIONS[zlib.crc32(question.encode()) % len(ROLE_PLAY_ACTIONS)]
-    return f"{action} {question}"
+    """`question` after one of `ROLE_PLAY_ACTIONS`."""
+    return f"{_picked(ROLE_PLAY_ACTIONS, question)} {question}"
 
 
 #: How a held-out question is asked (question, the speakers' names -> the message).
@@ -120,6 +139,8 @@ WAYS: dict[str, Callable[[str, list[str]], str]] = {
     "name typo": _name_typo,
     "second person": _second_person,
     "role-play action": _role_play,
+    "in quotes": lambda q, names: f'"{q}"',
+    "narrated": lambda q, names: f'{_picked(NARRATIONS, q)} "{q}"',
 }
 
 

@@ -882,6 +882,35 @@ def test_a_role_play_actions_stage_business_is_not_what_it_asks(message: str, to
     assert topical_text(message, ["Ann", "Bob"]) == topical
 
 
+@pytest.mark.parametrize(
+    ("message", "topical"),
+    [
+        # Narrated prose: a sentence of stage business goes, and so does a prop when the
+        # quoted speech names a topic of its own; the speech is asked without its marks.
+        ('She leans back and smiles. "Where is Ann?"', "Where is Ann?"),
+        (
+            'She glances up from the book. "Did Ann finish the screenplay?"',
+            "Did Ann finish the screenplay?",
+        ),
+        ('"Where is Ann?" she asks, glancing up from the book.', "Where is Ann?"),
+        ('"Did Ann finish the screenplay?"', "Did Ann finish the screenplay?"),
+        ("She sits down. Where is Ann?", "Where is Ann?"),
+        # Look-alikes that stay: the speech points at the narration (its marks go); a quoted
+        # title; reported speech inside a sentence; speech after "says,"; a word that only
+        # ends like a gesture's inflection ("find" is no "fine").
+        (
+            'He hands you the letter. "Where did you find this?"',
+            "He hands you the letter. Where did you find this?",
+        ),
+        ('Have you read "The Road"?', 'Have you read "The Road"?'),
+        ('I said "no way!" to Ann about the trip', 'I said "no way!" to Ann about the trip'),
+        ('He says, "Where is Ann?"', 'He says, "Where is Ann?"'),
+    ],
+)
+def test_a_narrated_role_plays_speech_is_what_it_asks(message: str, topical: str) -> None:
+    assert topical_text(message, ["Ann", "Bob"]) == topical
+
+
 def test_a_message_of_stage_business_alone_says_nothing() -> None:
     assert not says_something("*nods slowly*")
     assert not says_something("*smiles warmly at you* Thanks!")
