@@ -141,8 +141,9 @@ def save_call_log(rt: Runtime) -> Path | None:
     """The run's LLM call records so far, to `.saga/runs/llm_calls_<run id>.parquet` (one file
     per run, rewritten whole and atomically): after initialization, after each chapter, when
     the run fails and at its end. Written only at the end, a run that failed or was killed
-    at chapter 40 left no record of what its calls cost; killed now, it loses at most its
-    last chapter's. A run log, not the book: a disk that refuses it is logged, never fatal."""
+    at chapter 40 left no record of what its calls cost; killed now, it loses at most the calls
+    of the chapter in flight (killed during initialization, initialization's). A run log, not
+    the book: a disk that refuses it is logged, never fatal."""
     records = rt.gateway.records
     if not records:
         return None
