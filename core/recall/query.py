@@ -301,6 +301,8 @@ def _speech(text: str) -> str | None:
     actions = _actions(text)
     if actions:
         return _without(text, actions)
+    if '"' not in text and "\u201c" not in text:
+        return None
     quoted = _QUOTED_SPEECH.findall(text)
     if not quoted:
         return None
@@ -388,7 +390,9 @@ def topical_text(query: str, names: list[str] | set[str] | frozenset[str] = ()) 
         sentences = [
             _WHOLE_QUOTE.sub(r"\1", s)
             for s in _SENTENCE_END.split(text)
-            if says_something(s, names) and not _stage_business(unaddressed(s, names))
+            # names a topic: a word that is not filler nor stage business (`spoken_topic` has
+            # already taken out the actions that are only stage business)
+            if not _stage_business(unaddressed(s, names))
         ]
         if sentences:
             kept.append(head + " ".join(sentences))
