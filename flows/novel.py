@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
-from prefect import flow, get_run_logger, tags
+from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 from pydantic import BaseModel, Field
@@ -144,16 +144,7 @@ def save_call_log(rt: Runtime) -> Path | None:
     at chapter 40 left no record of what its calls cost; killed now, it loses at most the calls
     of the chapter in flight (killed during initialization, initialization's). A run log, not
     the book: a disk that refuses it is logged, never fatal."""
-    records = rt.gateway.records
-    if not records:
-        return None
-    runs = rt.settings.saga_dir / "runs"
-    try:
-        runs.mkdir(parents=True, exist_ok=True)
-        return rt.gateway.write_records(runs / f"llm_calls_{rt.run_id}.parquet")
-    except OSError as exc:
-        get_run_logger().warning("could not write the LLM call log under %s: %s", runs, exc)
-        return None
+    return rt.gateway.save_records(rt.settings.saga_dir / "runs" / f"llm_calls_{rt.run_id}.parquet")
 
 
 def check_run_request(chapters: int, redo_from: int | None) -> None:

@@ -27,7 +27,9 @@ Markdown artifact. Exit status 0 when every gate passes, 1 when one fails.
 
 A run is resumable: each dialogue's turns are journaled as they end
 (`journal/` beside turns.parquet), so the same command again with the run's `--run-id` (printed at the
-start) goes on where a killed run stopped, without sending a finished turn again. A graph
+start) goes on where a killed run stopped, without sending a finished turn again. The LLM call
+log (`llm-calls-<gateway run id>.parquet`, one file per process) is saved as each dialogue ends
+and when the run fails, so a killed run keeps the calls of its finished dialogues. A graph
 failure (its serving process exited, say) is not counted as a rolled-back turn: the
 dialogue's task fails with it, and Prefect retries the task (`GRAPH_RETRIES`), which
 reconnects (serving an embedded graph itself when its owner is gone) and resumes from the
@@ -81,6 +83,7 @@ from flows.regression_tasks import (
     GRAPH_RETRY_DELAY_S,
     recall_probe_task,
     replay_dialogue_task,
+    saving_calls,
     serving,
     stop_on_interrupt,
 )
@@ -118,10 +121,14 @@ def regression_flow(params: RegressionParams) -> RegressionSummary | State:
     settings = load_settings(params.project_dir, params.config_file)
     run = plan_run(params, settings)
     with serving(run.run_id, DialogueService(settings, options=params.sidecar)) as service:
-        graph = service.store.endpoint.label  # connect (and migrate) once, before the clock starts
-        if params.mode == "ingest":
-            return ingest_mode(params, run, service, graph)
-        return replay_mode(params, run, service, graph)
+        try:
+            graph = service.store.endpoint.label  # connect (and migrate) once, before the clock
+            if params.mode == "ingest":
+                return ingest_mode(params, run, service, graph)
+            return replay_mode(params, run, service, graph)
+        finally:
+            # At the end, and when the run fails: what its calls cost, the failed ones too.
+            service.gateway.save_records(run.out_dir)
 
 
 def replay_mode(
@@ -145,7 +152,7 @@ def replay_mode(
         stop_on_interrupt(run.run_id),
     ):
         with phases.phase("replay") as replaying:
-            rows = _replay(runner, params, run)
+            rows = _replay(runner, params, run, service)
         recall_rows = _probe_recall(runner, params, run, rows)
     turns = turns_frame(rows)
     recall = recall_frame(recall_rows)
@@ -171,7 +178,6 @@ def replay_mode(
         report,
         {"params": params.model_dump(mode="json"), "summary": summary.model_dump(mode="json")},
     )
-    service.gateway.write_records(run.out_dir)
     publish(
         "long-dialogue-regression",
         summary_frame.to_dicts(),
@@ -190,9 +196,13 @@ def replay_mode(
 
 
 def _replay(
-    runner: ThreadPoolTaskRunner, params: RegressionParams, run: RegressionRun
+    runner: ThreadPoolTaskRunner,
+    params: RegressionParams,
+    run: RegressionRun,
+    service: DialogueService,
 ) -> list[TurnRow]:
-    """Every dialogue replayed into its conversation, journaled under the run's directory."""
+    """Every dialogue replayed into its conversation, journaled under the run's directory (the
+    run's LLM call log saved as each one ends)."""
     futures = [
         runner.submit(
             replay_dialogue_task,
@@ -207,7 +217,7 @@ def _replay(
         )
         for spec in run.specs
     ]
-    return [row for future in futures for row in future.result().rows]
+    return [row for outcome in saving_calls(futures, service, run.out_dir) for row in outcome.rows]
 
 
 def _probe_recall(

@@ -27,7 +27,7 @@ from flows.regression_plan import (
     publish,
     verdict,
 )
-from flows.regression_tasks import ingest_dialogue_task, whole_dialogue_probe_task
+from flows.regression_tasks import ingest_dialogue_task, saving_calls, whole_dialogue_probe_task
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.replay import ProbeRow
@@ -84,7 +84,7 @@ def ingest_mode(
         params.extract,
     )
     summary = _summary(run, results)
-    _write(params, run, service, results, ingest_table, report, summary)
+    _write(params, run, results, ingest_table, report, summary)
     _publish(run, results, report, summary)
     return outcome(summary)
 
@@ -95,9 +95,8 @@ def _ingest_and_probe(
     phases = PhaseTimer()
     with ThreadPoolTaskRunner(max_workers=params.concurrency) as runner:
         with phases.phase("ingest") as ingesting:
-            reports = [
-                future.result()
-                for future in [
+            reports = saving_calls(
+                [
                     runner.submit(
                         ingest_dialogue_task,
                         {
@@ -108,8 +107,10 @@ def _ingest_and_probe(
                         },
                     )
                     for spec in run.specs
-                ]
-            ]
+                ],
+                service,
+                run.out_dir,
+            )
         probes = _probe(runner, run)
     repo = DialogueRepository(service.store)
     memory = {
@@ -171,7 +172,6 @@ def _summary(run: RegressionRun, results: IngestResults) -> RegressionSummary:
 def _write(
     params: RegressionParams,
     run: RegressionRun,
-    service: DialogueService,
     results: IngestResults,
     ingest_table: pl.DataFrame,
     report: str,
@@ -199,7 +199,6 @@ def _write(
         },
     )
     (out_dir / "turns.parquet").unlink(missing_ok=True)  # no per-turn replay rows in this mode
-    service.gateway.write_records(out_dir)
 
 
 def _publish(

@@ -15,11 +15,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State, TaskRun
+from prefect.futures import PrefectFuture, as_completed
 from pydantic import BaseModel
 
 from core.errors import GraphUnavailableError
@@ -40,6 +41,8 @@ from tasks.dialogue.replay import (
 #: the retry reconnects (to a new owner of an embedded graph) and resumes from the journal.
 GRAPH_RETRIES = 2
 GRAPH_RETRY_DELAY_S = 5
+
+R = TypeVar("R")
 
 
 class DialogueOutcome(BaseModel):
@@ -89,6 +92,18 @@ def serving(run_id: str, service: DialogueService) -> Iterator[DialogueService]:
             _services.pop(run_id, None)
             _stops.pop(run_id, None)
         service.close()
+
+
+def saving_calls(
+    futures: list[PrefectFuture[R]], service: DialogueService, out_dir: Path
+) -> list[R]:
+    """The futures' results in their order, the run's LLM call log saved each time one ends:
+    killed, a run loses only the calls of the dialogues in flight (a resumed run writes its own
+    file beside them). A dialogue that failed fails the run as soon as it ends."""
+    for future in as_completed(futures):
+        service.gateway.save_records(out_dir)
+        future.result()
+    return [future.result() for future in futures]
 
 
 @contextmanager

@@ -83,6 +83,9 @@ class LLMGateway:
         self._health = Health(self.retry.health_window)
         self._records: list[CallRecord] = []
         self._records_lock = threading.Lock()
+        # One writer of the records' file at a time: the regression batch saves it from the
+        # thread that sees a dialogue end, and two writers would race on its ".partial" file.
+        self._write_lock = threading.Lock()
         self._max_records = max_records
         self._flush_dir = Path(flush_dir) if flush_dir is not None else None
         self._flushed_files = 0
@@ -275,9 +278,23 @@ class LLMGateway:
         itself when it ends in .parquet). One file per run, rewritten atomically."""
         path = Path(path)
         target = path if path.suffix == ".parquet" else path / f"llm-calls-{self.run_id}.parquet"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_parquet(self.records, target)
+        with self._write_lock:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_parquet(self.records, target)
         return target
+
+    def save_records(self, path: str | Path) -> Path | None:
+        """`write_records` for a run's call log kept as the run goes (after each chapter or
+        dialogue, when it fails, at its end), so that a run that fails or is killed still shows
+        what its calls cost: None while there is nothing to write, and a disk that refuses the
+        file is a warning, never the run's failure (it is a log, not the run's output)."""
+        if not self.records:
+            return None
+        try:
+            return self.write_records(path)
+        except OSError as exc:
+            log.warning("could not write the LLM call log to %s: %s", path, exc)
+            return None
 
     def close(self) -> None:
         """Close the sync clients (async ones: `await aclose()` inside their loop)."""

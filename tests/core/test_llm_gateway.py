@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import logging
 import os
 import re
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -466,6 +468,29 @@ def test_truncated_answer_is_reasked_with_more_room(server: ScriptedLLM) -> None
     assert first.body["max_tokens"] == 400
     assert second.body["max_tokens"] == 600
     assert second.messages == PROMPT  # same question, no feedback needed
+
+
+def test_a_runs_call_log_is_saved_as_it_goes_and_a_refusing_disk_only_warns(
+    server: ScriptedLLM, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gateway = LLMGateway(_settings(server), run_id="run-7", retry=FAST)
+    assert gateway.save_records(tmp_path) is None  # nothing called yet: no empty file
+    assert not list(tmp_path.iterdir())
+    gateway.structured("small", PROMPT, SceneCard, purpose="warm-up")
+    assert gateway.save_records(tmp_path) == tmp_path / "llm-calls-run-7.parquet"
+    # Many threads saving at once (a batch saves from whichever sees a dialogue end): each
+    # write is whole, none trips on another's ".partial" file.
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        saved = list(pool.map(lambda _: gateway.save_records(tmp_path), range(32)))
+    assert saved == [tmp_path / "llm-calls-run-7.parquet"] * 32
+    assert pl.read_parquet(tmp_path / "llm-calls-run-7.parquet").height == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llm-calls-run-7.parquet"]
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    with caplog.at_level(logging.WARNING, logger="skald.llm"):
+        assert gateway.save_records(blocked / "logs") is None
+    assert "could not write the LLM call log" in caplog.text
 
 
 def test_exhausted_bad_output_raises_and_records_go_to_parquet(

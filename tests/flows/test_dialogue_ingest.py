@@ -211,6 +211,10 @@ def test_regression_ingest_mode_reports_recall_per_category_and_gates_on_it(
     report = (out / "report.md").read_text()
     assert "## Recall per category" in report and "| locomo-30 | 5 | adversarial |" in report
     assert not (out / "turns.parquet").exists()
+    # Its model calls (here the embeddings: no --extract) are logged as a replay's are.
+    calls = pl.concat([pl.read_parquet(p) for p in out.glob("llm-calls-*.parquet")])
+    assert calls.height > 0 and set(calls["tier"]) == {"embedding"}
+    assert (calls["outcome"] == "ok").all()
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey

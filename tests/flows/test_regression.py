@@ -8,6 +8,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +31,8 @@ from tasks.dialogue.report import GateConfig, evaluate_gates
 from tests.conftest import REPO_ROOT, prefect_api_env
 from tests.support.cli import graph_vars
 from tests.support.dialogue_script import DIALOGUES, DialogueScript
-from tests.support.scripted_llm import ScriptedLLM
+from tests.support.logged_process import START_DEADLINE_S, LoggedProcess
+from tests.support.scripted_llm import ScriptedLLM, ScriptedRequest
 
 FILES = [str(DIALOGUES / "locomo-26.turns.jsonl"), str(DIALOGUES / "locomo-30.turns.jsonl")]
 SPEAKERS = ["Caroline", "Melanie", "Jon", "Gina"]
@@ -41,31 +44,30 @@ def scripted() -> Iterator[ScriptedLLM]:
         yield llm
 
 
-def test_the_batch_over_both_dialogues_passes_and_writes_its_report(
-    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str
-) -> None:
-    DialogueScript(SPEAKERS).install(scripted)
-    env = {
+def _batch(project: Path, *options: str) -> list[str]:
+    """`python -m flows.regression` over both dialogues into `project`."""
+    batch = [sys.executable, "-m", "flows.regression", "--project-dir", str(project)]
+    return [*batch, "--dialogues", *FILES, *options]
+
+
+def _batch_env(graph_settings: Settings, scripted: ScriptedLLM) -> dict[str, str]:
+    return {
         **os.environ,
         **graph_vars(graph_settings),
         "OPENAI_BASE_URL": scripted.base_url,
         "SKALD_EMBEDDING_BASE_URL": scripted.base_url,
         **prefect_api_env(),
     }
+
+
+def test_the_batch_over_both_dialogues_passes_and_writes_its_report(
+    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str
+) -> None:
+    DialogueScript(SPEAKERS).install(scripted)
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "flows.regression",
-            "--project-dir",
-            str(tmp_path),
-            "--dialogues",
-            *FILES,
-            "--concurrency",
-            "2",
-        ],
+        _batch(tmp_path, "--concurrency", "2"),
         cwd=REPO_ROOT,
-        env=env,
+        env=_batch_env(graph_settings, scripted),
         capture_output=True,
         text=True,
         timeout=600,
@@ -206,6 +208,72 @@ def test_a_failed_gate_ends_the_flow_run_failed_with_its_report_written(
         return_state=True,
     )
     assert passing.is_completed() and passing.result().passed
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_a_killed_batch_keeps_the_call_log_of_the_dialogues_it_finished(
+    graph_settings: Settings, scripted: ScriptedLLM, tmp_path: Path, prefect_api: str
+) -> None:
+    """The call log used to be written only when a batch ended: one killed after a day's
+    dialogues left no record of what their calls cost."""
+    DialogueScript(SPEAKERS).install(scripted)
+    # locomo-30's turns wait, so the batch is surely running while locomo-26's calls are
+    # looked for (the deadlines are for a loaded machine: nothing here times anything).
+    second_dialogue_reached, let_go = threading.Event(), threading.Event()
+
+    def waiting(request: ScriptedRequest) -> str:
+        second_dialogue_reached.set()
+        let_go.wait(timeout=600)
+        return "{}"
+
+    scripted.on(contains="\nJon: ", respond=waiting)
+    scripted.on(contains="\nGina: ", respond=waiting)
+    (tmp_path / "skald.toml").write_text("[limits]\nllm_timeout_s = 3600\n")
+    env = _batch_env(graph_settings, scripted)
+    command = _batch(
+        tmp_path,
+        "--turns",
+        "3",
+        "--concurrency",
+        "1",
+        "--turn-timeout",
+        "3600",
+        "--min-commit-ratio",
+        "0.6",  # locomo-26's opening turn is held back by the commit gate (the test above)
+        "--run-id",
+        "killed",
+    )
+    out = tmp_path / ".saga" / "regression" / "killed"
+    batch = LoggedProcess(command, tmp_path / "killed.log", env, new_session=True)
+    try:
+        deadline = time.monotonic() + START_DEADLINE_S
+        while not (second_dialogue_reached.is_set() and list(out.glob("llm-calls-*.parquet"))):
+            assert batch.proc.poll() is None, batch.output()[-3000:]
+            assert time.monotonic() < deadline, "no call log while the second dialogue ran"
+            time.sleep(0.2)
+    finally:
+        batch.kill()
+        let_go.set()
+    (log,) = out.glob("llm-calls-*.parquet")
+    calls = pl.read_parquet(log)
+    # locomo-26's three turns, each through the extractor, the judge and the historian.
+    slots = calls.filter(pl.col("tier") != "embedding")
+    assert slots.height >= 9 and (slots["outcome"] == "ok").all(), slots
+    assert not (out / "report.md").exists()
+
+    # Resumed with its run id, the batch finishes; its calls go to a file of their own, and
+    # the killed start's file is kept as it was.
+    scripted.reset()
+    DialogueScript(SPEAKERS).install(scripted)
+    before = log.read_bytes()
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    logs = sorted(out.glob("llm-calls-*.parquet"))
+    assert len(logs) == 2 and log in logs and log.read_bytes() == before
+    (resumed,) = (p for p in logs if p != log)
+    assert pl.read_parquet(resumed).filter(pl.col("tier") != "embedding").height > 0
 
 
 def test_gates_count_rollbacks_timeouts_and_recall() -> None:
