@@ -185,15 +185,15 @@ def _filler(token: str) -> bool:
 GESTURE_WORDS = frozenset(
     """
 absently across along arch arm around away awkwardly back beam behind bench beneath beside bite
-blink blush bow breath breathe brightly broadly brow brush calmly chair cheek chin chuckle clear
+blink blush bow breath breathe brightly broadly brow brush calmly chair cheek chin chuckle clear deep
 close closer cock couch cough cross curious curiously desk down eagerly ear elbow excitedly exhale
 eye eyebrow face faintly fidget finger floor fold fondly forward frown gasp gaze gentle gently
 giggle glance grimace grin hair hand happily head hesitantly hesitate hold hug hum idly inhale
-kindly knee kneel knowingly lap laugh lazily lean lift lip look lower mischievously mouth murmur
+kindly knee kneel knowingly lap laugh lazily lean lie lift lip look lower mischievously mouth murmur
 mutter narrow near neck nervous nervously next nod nose nudge onto pace pat pause peer perk playful
-playfully pout quiet quietly raise relax rest rise rub sadly scoot scratch seat settle sheepishly
-shift shoulder shrug shy shyly sigh sit sleepily slight slightly slow slowly smile smirk snicker
-sofa soft softly stand stare step strand stretch sweetly table tap tease teasing teasingly
+playfully pout quiet quietly raise relax rest rise rub sadly scoot scratch seat settle shake
+sheepishly shift shoulder shrug shy shyly sigh sit sleepily slight slightly slow slowly smile smirk
+snicker sofa soft softly stand stare step strand stretch sweetly table tap tease teasing teasingly
 thoughtful thoughtfully throat tilt tiredly toward towards tuck turn twirl warm warmly wave whisper
 wide widen wince wink wryly yawn
 """.split()
@@ -234,6 +234,25 @@ def _without(text: str, actions: list[re.Match[str]]) -> str:
 
 
 _STAGE_WORDS = GESTURE_WORDS | FILLER_WORDS
+#: The irregular past forms of `GESTURE_WORDS` and `FILLER_WORDS` verbs, which no ending rule
+#: reaches ("*sat down beside you*", "*shook her head*", "*took a deep breath*").
+_IRREGULAR_PASTS = {
+    "bit": "bite",
+    "bitten": "bite",
+    "held": "hold",
+    "knelt": "kneel",
+    "lay": "lie",
+    "lain": "lie",
+    "leant": "lean",
+    "rose": "rise",
+    "risen": "rise",
+    "sat": "sit",
+    "shook": "shake",
+    "shaken": "shake",
+    "stood": "stand",
+    "took": "take",
+    "taken": "take",
+}
 #: English inflections and the endings of their stems: "glances" glance, "hugged" hug,
 #: "smiling" smile, "nodding" nod, "shies" shy.
 _INFLECTION = re.compile(r"(?:(?P<double>(?P<letter>[a-z])(?P=letter))(?:ed|ing)|e?s|ed|ing)$")
@@ -241,10 +260,10 @@ _INFLECTION = re.compile(r"(?:(?P<double>(?P<letter>[a-z])(?P=letter))(?:ed|ing)
 
 def _gesture(token: str) -> bool:
     """Whether `token` is a `GESTURE_WORDS` or `FILLER_WORDS` word, or one of its inflections
-    ("leans", "smiled", "glancing", "nodding", "eyes", "brushes", "taking it in"); not a longer
+    ("leans", "smiled", "glancing", "nodding", "eyes", "brushes", "taking it in", "sat"); not a longer
     word that starts with one ("laptop", "bowl")."""
     word = token.lower()
-    if word in _STAGE_WORDS:
+    if word in _STAGE_WORDS or word in _IRREGULAR_PASTS:
         return True
     ending = _INFLECTION.search(word)
     if ending is None:

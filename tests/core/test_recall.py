@@ -847,6 +847,9 @@ def test_topical_text_keeps_the_sentences_that_name_a_topic(message: str, topica
         ("*tilts my head, curious* Where did Ann go?", "Where did Ann go?"),
         ("*nods slowly, taking it in* And the museum?", "And the museum?"),
         ("*glancing at you, brushes a strand of hair behind her ear* Who won?", "Who won?"),
+        # ... in an irregular past too, even when the speech points (stage business is no prop).
+        ("*sat down beside you and took a deep breath* Who won it?", "Who won it?"),
+        ("*shook her head, then stood* Who won it?", "Who won it?"),
         # An action with a thing in it, when the speech names a topic and points at nothing
         # outside itself: the thing is the scene, the speech the question.
         (
@@ -920,6 +923,9 @@ def test_a_message_of_stage_business_alone_says_nothing() -> None:
     # A word that only starts with a gesture's ("laptop": lap, "bowl": bow) is a thing.
     assert says_something("*closes the laptop*") and says_something("*hands you a bowl*")
     assert not says_something("*nodding, she tilted her head and hugged you*")
+    # Irregular pasts are stage business too; the look-alike names a thing ("piano").
+    assert not says_something("*shook her head*") and not says_something("*knelt, then rose*")
+    assert says_something("*sat at the piano*") and says_something("*took the photo*")
 
 
 def test_a_role_play_message_is_asked_about_whom_its_speech_is_about() -> None:
