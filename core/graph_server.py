@@ -465,7 +465,7 @@ def _start_jvm(log_dir: Path, props: Path) -> None:
 def _signals_held() -> Iterator[None]:
     """While the embedded graph starts in this process, SIGTERM, SIGINT and SIGHUP are held;
     once the start is over (done or failed) the handlers are back, SIGTERM's and SIGHUP's turned
-    into SystemExit (`_exit_cleanly_on_termination`), and a signal held meanwhile is handed to
+    into SystemExit (`exit_cleanly_on_termination`), and a signal held meanwhile is handed to
     its handler then.
 
     Why: a signal that cut the start short took the process down in JPype. Measured with
@@ -494,7 +494,7 @@ def _signals_held() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        _exit_cleanly_on_termination()
+        exit_cleanly_on_termination()
         for sig in dict.fromkeys(held):
             handler = signal.getsignal(sig)
             if callable(handler):
@@ -511,9 +511,11 @@ def _raise_exit(signum: int, frame: object) -> None:
     raise SystemExit(_ENDING_SIGNALS[signum])
 
 
-def _exit_cleanly_on_termination() -> None:
+def exit_cleanly_on_termination() -> None:
     """Turn SIGTERM and SIGHUP into SystemExit so atexit hooks close the database files cleanly
-    (a signal whose handler someone set, or that is ignored, is left as it is)."""
+    (a signal whose handler someone set, or that is ignored, is left as it is). Also for a
+    process whose graph is another's (a Neo4j, a `kg serve`): its own `finally` blocks run
+    (the sidecar's `serve` closes its service, which writes its LLM call records)."""
     if threading.current_thread() is not threading.main_thread():
         return
     for sig in _ENDING_SIGNALS:

@@ -61,7 +61,7 @@ from api import CORS_ENV, TOKEN_ENV, create_app, serve_security
 from core.cli import add_settings_options, project_prefect_settings, run_main, setup_logging
 from core.embedder import EmbedderUnavailableError, local_embedder
 from core.errors import InvalidInputError
-from core.graph_server import prefer_clients
+from core.graph_server import exit_cleanly_on_termination, prefer_clients
 from core.heap import freeze_startup_objects
 from core.recall.lexical import english_words
 from core.settings import Settings, load_settings, require_project_dir
@@ -686,6 +686,10 @@ def _serve(args: argparse.Namespace, settings: Settings, options: SidecarOptions
     # Before anything starts: a refused bind costs nothing.
     security = serve_security(args.host, args.token_file, args.cors_origins)
     prefer_clients(settings, options.graph_nice)  # before the graph starts (below)
+    # uvicorn stops gracefully on SIGTERM and then raises it again under the handler it found:
+    # the default one ended the process before `service.close()` (whose gateway writes the
+    # calls still in memory) whenever the graph was not this process's own.
+    exit_cleanly_on_termination()
     service = DialogueService(settings, options=options)
     try:
         log.info("graph: %s", service.store.endpoint.label)  # connect (and migrate) before serving

@@ -255,8 +255,13 @@ class LLMGateway:
         assert self._max_records is not None
         cut = len(self._records) - self._max_records // 2
         old, self._records = self._records[:cut], self._records[cut:]
+        self._flush(old)
+
+    def _flush(self, old: list[CallRecord]) -> None:
+        """`old` (out of memory already) to the next file of `flush_dir`, if one is set.
+        Called with _records_lock held."""
         self.flushed_records += len(old)
-        if self._flush_dir is None:
+        if self._flush_dir is None or not old:
             return
         try:
             self._flush_dir.mkdir(parents=True, exist_ok=True)
@@ -297,7 +302,13 @@ class LLMGateway:
             return None
 
     def close(self) -> None:
-        """Close the sync clients (async ones: `await aclose()` inside their loop)."""
+        """Close the sync clients (async ones: `await aclose()` inside their loop). With a flush
+        directory (a server's gateway), the records still in memory go to it too: a sidecar
+        that stops loses none of its calls (killed, the ones since its last flush)."""
+        if self._flush_dir is not None:
+            with self._records_lock:
+                old, self._records = self._records, []
+                self._flush(old)
         for endpoint in self._router.all_endpoints():
             endpoint.close()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import polars as pl
 import pytest
 from fastapi.testclient import TestClient
 
@@ -214,6 +215,14 @@ def test_serve_runs_a_real_http_server(
         )
         assert bad.status_code == 400 and bad.json()["code"] == "INVALID_REQUEST"
         assert COMMIT_PATH in httpx.get(base + "/openapi.json").json()["paths"]
+        # Stopped as a service manager stops it, the server leaves its turn's model calls on
+        # disk (they used to be written only past --max-call-records, 20,000).
+        proc.terminate()
+        assert proc.wait(timeout=60) == 143  # SIGTERM's status, after a clean stop
+        logs = list((tmp_path / ".saga" / "runs" / "sidecar").glob("llm-calls-*.parquet"))
+        calls = pl.concat([pl.read_parquet(p) for p in logs]) if logs else None
+        assert calls is not None and (calls["outcome"] == "ok").all(), proc.communicate()[0][-3000:]
+        assert calls.filter(pl.col("tier") != "embedding").height >= 3, calls  # the LLM slots
     finally:
         proc.terminate()
         proc.wait(timeout=30)

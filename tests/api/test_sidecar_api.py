@@ -951,9 +951,16 @@ def test_call_records_are_bounded_and_flushed_to_parquet(
         # The newest are kept, and a turn still finds its own records by tag.
         assert kept[-1].purpose.endswith("|tag249")
         assert len(gateway.take_records("tag249")) == 1 and gateway.take_records("tag249") == []
-    flushed = pl.concat([pl.read_parquet(p) for p in sorted(tmp_path.glob("llm-calls-*.parquet"))])
-    assert flushed.height == 250 - len(kept)
-    assert flushed["purpose"].to_list()[0] == "dialogue.commit|tag0"
+        flushed = pl.concat(
+            [pl.read_parquet(p) for p in sorted(tmp_path.glob("llm-calls-*.parquet"))]
+        )
+        assert flushed.height == 250 - len(kept)
+        assert flushed["purpose"].to_list()[0] == "dialogue.commit|tag0"
+    # Closed (a server that stops), the gateway writes the ones it kept as well: every call of
+    # the run is on disk, once, in order.
+    files = sorted(tmp_path.glob("llm-calls-*.parquet"))
+    everything = pl.concat([pl.read_parquet(p) for p in files])
+    assert everything["purpose"].to_list() == [f"dialogue.commit|tag{i}" for i in range(250)]
     # The look-alike: without a bound (batch runs) every record stays.
     with LLMGateway(settings) as unbounded:
         for i in range(150):
