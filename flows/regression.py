@@ -120,7 +120,9 @@ def regression_flow(params: RegressionParams) -> RegressionSummary | State:
     Failed in Prefect, its report written all the same). `run_regression` unwraps both."""
     settings = load_settings(params.project_dir, params.config_file)
     run = plan_run(params, settings)
-    with serving(run.run_id, DialogueService(settings, options=params.sidecar)) as service:
+    # The run writes its own call log (into its folder), not the sidecar's.
+    service = DialogueService(settings, options=params.sidecar, call_log=False)
+    with serving(run.run_id, service):
         try:
             graph = service.store.endpoint.label  # connect (and migrate) once, before the clock
             if params.mode == "ingest":

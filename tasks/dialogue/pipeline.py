@@ -151,8 +151,13 @@ class DialogueService:
         store: GraphStore | None = None,
         options: SidecarOptions | None = None,
         owner: str | None = None,
+        call_log: bool = True,
     ) -> None:
+        """`call_log`: the gateway it makes writes its LLM call records under
+        `.saga/runs/sidecar` (past `options.max_call_records`, and the rest when it closes); off
+        for a caller that writes them itself (the regression batch, into its run's folder)."""
         self.settings = settings
+        self._call_log = call_log
         self.options = options or SidecarOptions()
         # One owner per process: the in-process lock already serialises its own turns.
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -203,7 +208,7 @@ class DialogueService:
                 self._gateway = LLMGateway(
                     self.settings,
                     max_records=self.options.max_call_records,
-                    flush_dir=flush_dir if self.options.max_call_records else None,
+                    flush_dir=flush_dir if self._call_log else None,
                 )
             return self._gateway
 

@@ -69,7 +69,8 @@ class SidecarOptions(BaseModel):
         None,
         ge=100,
         description="LLM call records kept in memory; older ones are flushed to Parquet under "
-        "<project>/.saga/runs/sidecar (None: keep all, for batch runs that write them at the end)",
+        "<project>/.saga/runs/sidecar, the rest when the service closes (None: keep all until "
+        "then)",
     )
     heap_trim_turns: int = Field(
         50,

@@ -257,6 +257,9 @@ def test_cli_commit_and_help(
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["state"] == "COMMITTED"
+    # What the turn's model calls cost is on disk, as for a server's turns.
+    logs = list((tmp_path / ".saga" / "runs" / "sidecar").glob("llm-calls-*.parquet"))
+    assert logs and pl.concat([pl.read_parquet(p) for p in logs]).height >= 3
 
     # The rest in-process (each interpreter start costs seconds here): same entry point.
     for name in (

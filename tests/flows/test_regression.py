@@ -107,6 +107,8 @@ def test_the_batch_over_both_dialogues_passes_and_writes_its_report(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["summary"]["passed"] is True and summary["params"]["turns"] == 20
     assert list(out.glob("llm-calls-*.parquet"))
+    # ... there only: not again with a sidecar's logs.
+    assert not list((tmp_path / ".saga" / "runs").rglob("llm-calls-*.parquet"))
 
 
 def test_a_planted_gate_failure_exits_non_zero_and_names_the_gate(
