@@ -770,7 +770,8 @@ def _query(args: argparse.Namespace, settings: Settings, options: SidecarOptions
     if args.window < 0:
         raise InvalidInputError(f"--window must be 0 or more (got {args.window})")
     request = {"conversation_id": args.conversation_id, "messages": [message], "config": config}
-    service = DialogueService(settings, options=options)
+    # A look at what memory would inject: its one embedding is no run worth a call log file.
+    service = DialogueService(settings, options=options, call_log=False)
     try:
         if args.window:
             shown = remembered_window(

@@ -120,7 +120,7 @@ def novel_flow(
         try:
             book = start_book(rt, project_dir, spec, chapters, scenes, redo_from, phases)
             progress = BookProgress(costs=[ChapterCost.of(0, LEDGER.checkpoint("initialization"))])
-            save_call_log(rt)
+            rt.save_call_log()
             for number in range(1, chapters + 1):
                 with stage("steering and story bible"):
                     steering = load_steering(rt.settings.saga_dir)
@@ -130,21 +130,11 @@ def novel_flow(
                     continue
                 write_chapter(book, progress, steering, number, phases)
                 after_chapter(book, progress, number, phases)
-                save_call_log(rt)
+                rt.save_call_log()
             return finish_book(book, progress, phases)
         except BaseException:
-            save_call_log(rt)  # what a failed run's calls cost, the failed ones too
+            rt.save_call_log()  # what a failed run's calls cost, the failed ones too
             raise
-
-
-def save_call_log(rt: Runtime) -> Path | None:
-    """The run's LLM call records so far, to `.saga/runs/llm_calls_<run id>.parquet` (one file
-    per run, rewritten whole and atomically): after initialization, after each chapter, when
-    the run fails and at its end. Written only at the end, a run that failed or was killed
-    at chapter 40 left no record of what its calls cost; killed now, it loses at most the calls
-    of the chapter in flight (killed during initialization, initialization's). A run log, not
-    the book: a disk that refuses it is logged, never fatal."""
-    return rt.gateway.save_records(rt.settings.saga_dir / "runs" / f"llm_calls_{rt.run_id}.parquet")
 
 
 def check_run_request(chapters: int, redo_from: int | None) -> None:
@@ -190,7 +180,7 @@ def _report(
     rt: Runtime, title: str, results: list[ChapterResult], manuscript: str, phases: PhaseTimer
 ) -> NovelReport:
     records = rt.gateway.records
-    save_call_log(rt)
+    rt.save_call_log()
     return NovelReport(
         title=title,
         chapters=results,

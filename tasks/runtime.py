@@ -136,7 +136,21 @@ class Runtime:
         model or build must not mix its vectors into old caches."""
         return self.gateway.embedding_fingerprint()
 
+    def save_call_log(self) -> Path | None:
+        """The run's LLM call records so far, to `.saga/runs/llm_calls_<run id>.parquet` (one
+        file per run, rewritten whole and atomically; LLMGateway.save_records): the novel saves
+        it after initialization, after each chapter and when it fails, and every run when its
+        runtime closes (a scheduled healing's enrichments too). Nothing when no model was asked."""
+        with self._lock:
+            gateway = self._gateway
+        if gateway is None:
+            return None
+        return gateway.save_records(
+            self.settings.saga_dir / "runs" / f"llm_calls_{self.run_id}.parquet"
+        )
+
     def close(self) -> None:
+        self.save_call_log()
         with self._lock:
             if self._graph is not None:
                 self._graph.close()

@@ -315,7 +315,7 @@ def test_a_graph_reading_stage_is_keyed_by_the_history_it_reads(tmp_path: Path) 
 
 def test_the_embedding_key_holds_the_embedding_model(tmp_path: Path) -> None:
     # An endpoint's model is named by its setting (the in-process model by its weights:
-    # tests/tasks/test_runtime_fingerprints.py).
+    # tests/tasks/test_runtime.py).
     endpoint = {"embedding_base_url": "http://127.0.0.1:9/v1"}
     settings = _settings(tmp_path).model_copy(update=endpoint)
     base = Runtime(settings)
