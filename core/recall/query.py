@@ -236,7 +236,7 @@ def _without(text: str, actions: list[re.Match[str]]) -> str:
 _STAGE_WORDS = GESTURE_WORDS | FILLER_WORDS
 #: The irregular past forms of `GESTURE_WORDS` and `FILLER_WORDS` verbs, which no ending rule
 #: reaches ("*sat down beside you*", "*shook her head*", "*took a deep breath*").
-_IRREGULAR_PASTS = {
+_IRREGULAR_PASTS: dict[str, str] = {
     "bit": "bite",
     "bitten": "bite",
     "held": "hold",
@@ -260,10 +260,10 @@ _INFLECTION = re.compile(r"(?:(?P<double>(?P<letter>[a-z])(?P=letter))(?:ed|ing)
 
 def _gesture(token: str) -> bool:
     """Whether `token` is a `GESTURE_WORDS` or `FILLER_WORDS` word, or one of its inflections
-    ("leans", "smiled", "glancing", "nodding", "eyes", "brushes", "taking it in", "sat"); not a longer
-    word that starts with one ("laptop", "bowl")."""
+    ("leans", "smiled", "glancing", "nodding", "eyes", "brushes", "taking it in", "sat", "took");
+    not a longer word that starts with one ("laptop", "bowl")."""
     word = token.lower()
-    if word in _STAGE_WORDS or word in _IRREGULAR_PASTS:
+    if word in _STAGE_WORDS or _IRREGULAR_PASTS.get(word) in _STAGE_WORDS:
         return True
     ending = _INFLECTION.search(word)
     if ending is None:
