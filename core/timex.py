@@ -18,7 +18,7 @@ Forms resolved (the anchor is the session's date `d`):
 | two days from now, a few weeks from now; the week (weekend, month, year) after next | that day, week or month ahead |
 | the past / the last few days (weeks, months) | the days up to `d` |
 | the next few days (weeks, months), the next two weeks, the coming weeks (a count or a plural, in a sentence about the future or in the present tense) | the days from `d` on |
-| N days ago, a couple of / a few / several days ago, the other day | d-N; a range of days |
+| N days (nights) ago, a couple of / a few / several days ago, the other day | d-N; a range of days |
 | the other week | the one to three weeks before |
 | N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago; it's been (about) N years since | as "ago" (a fortnight: two weeks; a decade: ten years) |
 | half a year ago, a year and a half ago, two and a half years ago | that month |
@@ -223,7 +223,7 @@ _MONTH_RE = "|".join(
 )
 _WEEKDAY_RE = "|".join(sorted(_WEEKDAYS, key=len, reverse=True))
 _COUNT_RE = r"\d{1,2}|" + "|".join(sorted([*_NUMBERS, *_VAGUE], key=len, reverse=True))
-_UNIT_RE = r"days?|weeks?|weekends?|fortnights?|months?|years?|decades?"
+_UNIT_RE = r"days?|nights?|weeks?|weekends?|fortnights?|months?|years?|decades?"
 _EXACT_COUNT_RE = "|".join(sorted(_NUMBERS, key=len, reverse=True))
 #: "the week before" is relative to the session only where the clause ends; "the week
 #: before the wedding" is relative to an event we cannot date.
@@ -694,6 +694,8 @@ def _count_units(count: str, unit: str, or_more: str | None = None) -> tuple[int
     if or_more and or_more.lower() != "so":
         high = max(high, _NUMBERS[or_more.lower()])
     unit = unit.lower().rstrip("s")
+    if unit == "night":  # "two nights ago": counted in days
+        return low, high, "day"
     if unit == "fortnight":
         return low * 2, high * 2, "week"
     if unit == "decade":

@@ -44,6 +44,7 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("I saw her the previous week.", "2023-05-01", "2023-05-07"),
         ("We had talked about it the week prior, so I knew.", "2023-05-01", "2023-05-07"),
         ("I donated my old car a few days ago.", "2023-05-04", "2023-05-06"),
+        ("We watched it two nights ago.", "2023-05-06", "2023-05-06"),  # nights: days
         ("I first watched it around 3 years ago.", "2020-01-01", "2020-12-31"),
         ("Last summer we saw the meteor shower.", "2022-06-01", "2022-08-31"),
         ("I'll be back next Tuesday.", "2023-05-09", "2023-05-09"),
@@ -284,6 +285,7 @@ def test_each_relative_form_resolves_against_the_session_date(
         "Kids between 20 and 30 months old.",  # ... likewise
         "The score went from 2 to 12.",  # ... likewise
         "Prices may rise from may to june.",  # "may" as a verb: no month, no range
+        "I slept two nights in a tent.",  # nights, but not before the time said
     ],
 )
 def test_look_alikes_do_not_resolve(text: str) -> None:
