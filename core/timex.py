@@ -22,7 +22,7 @@ Forms resolved (the anchor is the session's date `d`):
 | the other week | the one to three weeks before |
 | N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago; it's been (about) N years since | as "ago" (a fortnight: two weeks; a decade: ten years) |
 | half a year ago, a year and a half ago, two and a half years ago | that month |
-| on Friday, since Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend; Friday alone (a capital, in a sentence that tells what happened or what is to come: "We went hiking Saturday", "See you Tuesday!") | the last one, or the coming one when the clause speaks of the future |
+| on Friday, since Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend; Friday alone (a capital, in a sentence that tells what happened or what is to come: "We went hiking Saturday", "See you Tuesday!") | the last one, or the coming one when the clause speaks of the future or is in the present tense and tells nothing past or habitual ("My recital is on Saturday", "Are you free on Friday?"; a present state a past day left, "I'm still sore from the game on Saturday", reads as the coming one too) |
 | last / this / next Christmas (Xmas, Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas; over Memorial Day (Labor Day, Thanksgiving, Easter) weekend | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one; its weekend: the days off it makes (Saturday-Monday, Thursday-Sunday, Good Friday-Easter Monday) |
 | last / this past / next / this Friday (and Fri, Tues, Thurs, Wed) | that weekday's date |
 | last / this / next week, N weeks ago, the week before last, the week before / prior, the previous week (end of clause) | that Monday-Sunday week |
@@ -744,6 +744,24 @@ def _speaks_of_future(m: re.Match[str]) -> bool:
     return bool(_FUTURE.search(_sentence(m)))
 
 
+#: A verb in the present tense that, with a day named ahead of it, tells of that day to come:
+#: "My recital is on Saturday", "I'm seeing her on Friday", "We have a game on Sunday".
+_PRESENT_OR_HAVE = re.compile(_PRESENT.pattern + r"|(?i:\b(?:have|has)\b)")
+
+
+def _ahead_in_the_present(m: re.Match[str]) -> bool:
+    """A day named in a sentence in the present tense that tells nothing past and no habit
+    ("My recital is on Saturday", "Are you free on Friday?", "I'm going camping over the
+    weekend"): English says what is planned in the present, so the day is the coming one. Not
+    "We partied on Friday, I'm so tired" (told) nor "I'm usually at my mom's on Friday"."""
+    sentence = _sentence(m)
+    return bool(
+        _PRESENT_OR_HAVE.search(sentence)
+        and not _PAST_TOLD.search(sentence)
+        and not _HABIT.search(sentence)
+    )
+
+
 def _runs_ahead(m: re.Match[str]) -> bool:
     """ "in two weeks" counts from the time said: the sentence speaks of the future, or is in
     the present tense without a word of the past."""
@@ -869,7 +887,7 @@ def _resolve_last_or_coming(
     if kind == "bare_weekday" and not _bare_weekday_is_a_day(m):
         return None
     g = m.groups()
-    future = _speaks_of_future(m)
+    future = _speaks_of_future(m) or _ahead_in_the_present(m)
     if kind in ("on_weekday", "weekday_part", "bare_weekday"):
         day = _weekday("next" if future else "last", _WEEKDAYS[g[0].lower()], anchor)
         return day, day, "day"

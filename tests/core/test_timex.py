@@ -346,6 +346,16 @@ def test_the_weekend_and_weekday_forms_follow_the_day_they_were_said() -> None:
         ("I saw it last Monday night.", SAID, date(2023, 5, 1)),
         # Said on a Sunday, "over the weekend" is the weekend now ending.
         ("I painted over the weekend.", date(2023, 5, 14), date(2023, 5, 13)),
+        # The present tells what is planned: the coming day ...
+        ("My recital is on Saturday, so nervous!", SAID, date(2023, 5, 13)),
+        ("I'm seeing her on Friday.", SAID, date(2023, 5, 12)),
+        ("We have a game on Sunday.", SAID, date(2023, 5, 14)),
+        ("Are you free on Friday?", SAID, date(2023, 5, 12)),
+        ("I'm getting a bike for Christmas.", SAID, date(2023, 12, 25)),
+        # ... unless the sentence tells what happened, or a habit.
+        ("I'm so tired, we partied on Friday.", SAID, date(2023, 5, 5)),
+        ("It was fun on Friday.", SAID, date(2023, 5, 5)),
+        ("I'm usually at my mom's on Friday.", SAID, date(2023, 5, 5)),
     ],
 )
 def test_a_bare_day_is_the_coming_one_in_a_sentence_about_the_future(
