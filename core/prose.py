@@ -90,6 +90,45 @@ _PLACEHOLDER = re.compile(
 )
 
 
+#: Dialogue in double quotes, which may say anything ("Let me know if you need help," she said).
+_QUOTED = re.compile(r"[\"\u201c][^\"\u201c\u201d]*[\"\u201d]")
+#: A line of dialogue after a dash ("\u2014 Let me know, Mara said.").
+_DASH_LINE = re.compile(r"^\s*[\u2014\u2013]")
+#: A sentence in which the model talks to whoever asked for the text, about the text, instead of
+#: telling the story: SmolLM2 answered a scene prompt with "I will give you one possible way to
+#: make this paragraph more impactful ... Here's an alternative version - the original text
+#: needs refinement". Each form names the request or the text as a piece of writing, or is a
+#: chat assistant's formula; none is a thing a narrator says.
+_ASSISTANT_TALK = re.compile(
+    r"(?i:\b(?:here(?:'s|\u2019s|\s+is|\s+are)|below\s+is|i(?:'ve|\u2019ve|\s+have)\s+"
+    r"(?:written|revised|rewritten|made))\b[^.!?\n]{0,40}?\b(?:(?:revised|rewritten|alternative"
+    r"|improved|updated|edited|polished|possible|suggested)\s+(?:version|draft|scene|story|chapter"
+    r"|paragraph|passage|text)|rewrite|revision|continuation)\b"
+    r"|\b(?:you|your)\b[^.!?\n]{0,60}?\b(?:this|the|your|my)\s+(?:paragraph|passage|prompt"
+    r"|rewrite|revision|feedback)\b"
+    r"|\b(?:this|the|your|my)\s+(?:paragraph|passage|prompt|rewrite|revision|feedback)\b"
+    r"[^.!?\n]{0,60}?\b(?:you|your)\b"
+    r"|\b(?:i\s+hope\s+(?:this|that|it)\s+helps|let\s+me\s+know\s+if|as\s+an\s+ai\b|(?:a|an)\s+(?:ai|large)\s+language\s+model|happy\s+to\s+help"
+    r"|would\s+you\s+like\s+me\s+to|the\s+(?:story|scene|chapter|text)\s+(?:above|below)"
+    r"|in\s+this\s+(?:scene|chapter|story|passage),?\s+(?:we|you|i|the\s+reader)\b))"
+)
+
+
+def assistant_talk(text: str) -> list[str]:
+    """The sentences in which `text` talks to its requester about itself ("I will give you one
+    possible way to make this paragraph more impactful", "Here's an alternative version", "I
+    hope this helps!"), each once, in order: outside dialogue in quotes or after a dash, where
+    a character may say anything."""
+    found: list[str] = []
+    for line in text.splitlines():
+        if _DASH_LINE.match(line):
+            continue
+        for sentence in _SENTENCE_END.split(_QUOTED.sub(" ", line)):
+            if _ASSISTANT_TALK.search(sentence):
+                found.append(" ".join(sentence.split())[:160])
+    return list(dict.fromkeys(found))
+
+
 def listed(text: str) -> tuple[int, float]:
     """(lines, share of words): `text`'s lines written as list items and the share of its
     words they hold. Many such lines holding most words are an outline or notes about the

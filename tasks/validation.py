@@ -51,7 +51,15 @@ from pydantic import BaseModel
 from core.content import ContentRef, ContentStore
 from core.errors import InvalidInputError
 from core.grounding import KnownNames, SourceText, distinctive_tokens, mentions
-from core.prose import ProseMetrics, listed, measure, placeholders, sentence_lengths, words_of
+from core.prose import (
+    ProseMetrics,
+    assistant_talk,
+    listed,
+    measure,
+    placeholders,
+    sentence_lengths,
+    words_of,
+)
 from core.settings import ProseThresholds
 from kg import vocabulary as vocab
 from kg.models import ChapterDelta
@@ -92,6 +100,8 @@ class SceneCheck(BaseModel):
     max_sentence_words: int = 0
     list_share: float = 0.0  # of its words in list lines: an outline, not prose
     placeholders: list[str] = []  # template slots left unfilled: "[A]", "[Name]"
+    # Sentences that talk to the requester about the text ("Here's a revised version"):
+    assistant_talk: list[str] = []
     problems: list[str] = []
 
 
@@ -370,7 +380,8 @@ def check_scene(
     number: int, text: str, plan: SceneDetail, cast: KnownNames, thresholds: ProseThresholds
 ) -> SceneCheck:
     """Does the scene name its planned characters and setting, are its sentences sentences,
-    and is it prose (not a list of notes about the story, not a template with its slots)?"""
+    and is it prose (not a list of notes about the story, not a template with its slots, not
+    an assistant's talk about the text)?"""
     source = SourceText(text)
     planned = list(dict.fromkeys(c.strip() for c in plan.characters if c.strip()))
     missing = [name for name in planned if not mentions(source, name, cast)]
@@ -407,6 +418,12 @@ def check_scene(
     slots = placeholders(text)
     if slots:
         problems.append(f"holds template slots left unfilled: {', '.join(slots[:5])}")
+    talk = assistant_talk(text)
+    if talk:
+        problems.append(
+            f"talks to its reader about the text instead of telling the story ({len(talk)} "
+            f"sentence{'s' if len(talk) > 1 else ''}): {talk[0][:80]!r}"
+        )
     return SceneCheck(
         scene=number,
         missing_characters=missing,
@@ -416,6 +433,7 @@ def check_scene(
         max_sentence_words=longest,
         list_share=share,
         placeholders=slots,
+        assistant_talk=talk,
         problems=problems,
     )
 

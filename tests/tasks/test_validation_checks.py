@@ -360,6 +360,49 @@ def test_a_note_a_character_reads_dialogue_dashes_and_asides_in_brackets_are_pro
     assert single.list_share == 1.0 and not any("list" in p for p in single.problems)
 
 
+#: The opening of chapter 1 as `make run` got it from SmolLM2 (135M): the model talks to
+#: whoever asked about "this paragraph" instead of telling the scene.
+ASSISTANT_TALK = (
+    "I will give you one possible way to make this paragraph more impactful while still "
+    "conveying your message without overwhelming readers by too many details. Here\u2019s an "
+    "alternative version\u2014the original text needs refinement for clarity before giving "
+    "feedback on your revised paragraphs from here! Mara Quill climbed the lamp room stairs "
+    "while Tobias Venn waited below. I hope this helps!"
+)
+
+
+def test_a_scene_that_talks_to_its_requester_about_the_text_is_revised() -> None:
+    [check] = check_scenes([CLEAN_PROSE + "\n\n" + ASSISTANT_TALK], [PLAN], CAST, THRESHOLDS)
+    assert [t[:28] for t in check.assistant_talk] == [
+        "I will give you one possible",
+        "Here\u2019s an alternative versio",
+        "I hope this helps!",
+    ]
+    assert any("talks to its reader about the text" in p for p in check.problems)
+    perfect = QualityScores(
+        coherence=1.0, prose_quality=1.0, plot_advancement=1.0, pacing=1.0, tone_consistency=1.0
+    )
+    metrics = measure(ASSISTANT_TALK, 60, THRESHOLDS)
+    decision = decide_revision(perfect, [], [metrics], metrics, 0.5, [check])
+    assert decision.revise and any("talks to its reader" in r for r in decision.reasons)
+
+
+def test_characters_and_a_narrator_may_say_what_an_assistant_says() -> None:
+    """Dialogue (in quotes or after a dash) may say anything; a narrator's paragraph, draft,
+    text or "version of events" is part of the story."""
+    story = (
+        CLEAN_PROSE
+        + '\n\n"Let me know if you need anything," Tobias Venn said. "I hope this helps."\n'
+        + "\u2014 Here\u2019s a revised version of the plan, Mara said.\n"
+        + "Of course, the lamp had gone out again. She read the paragraph in the letter twice, "
+        + "and Tobias handed her the draft, and she tore it up. Here is the chapel where her "
+        + "sister prayed; here's the version of events the harbour master told. You never "
+        + "answered my text, she thought. Feel free to use the boat, the note said."
+    )
+    [check] = check_scenes([story], [PLAN], CAST, THRESHOLDS)
+    assert check.assistant_talk == [] and check.problems == []
+
+
 def test_a_scene_off_plan_is_revised_even_when_the_editor_loves_it() -> None:
     [check] = check_scenes([WORD_SALAD], [PLAN], CAST, THRESHOLDS)
     perfect = QualityScores(
