@@ -216,8 +216,12 @@ def bring_steering_up_to_date(chapters: int, redo_from: int | None) -> None:
     if redo_from is not None:
         if not any(n >= redo_from for n in written):
             log.info("redo: no chapter from %d on is written; nothing to redo", redo_from)
-        else:
-            request_redo(rt.settings.saga_dir, redo_from, max(written))
+        elif not request_redo(rt.settings.saga_dir, redo_from, max(written)):
+            log.info(
+                "redo: the redo from chapter %d did not finish in an earlier run; resuming it "
+                "with the takes it asked for",
+                redo_from,
+            )
     steering = load_steering(rt.settings.saga_dir)
     stale = first_stale_chapter(
         steering, rt.settings.project_dir, [n for n in written if n <= chapters]

@@ -46,7 +46,7 @@ from tasks.codex import write_codex_or_log
 from tasks.ebook import EBOOK_FORMATS, export_ebooks_or_log, write_ebooks
 from tasks.export import export_manuscript, manuscript_path
 from tasks.runtime import Runtime, project_runtime, set_runtime
-from tasks.steering import load_steering, read_guidance
+from tasks.steering import finish_redo, load_steering, read_guidance
 
 __all__ = [
     "ChapterCost",
@@ -131,7 +131,10 @@ def novel_flow(
                 write_chapter(book, progress, steering, number, phases)
                 after_chapter(book, progress, number, phases)
                 rt.save_call_log()
-            return finish_book(book, progress, phases)
+            report = finish_book(book, progress, phases)
+            with stage("steering and story bible"):
+                finish_redo(rt.settings.saga_dir)
+            return report
         except BaseException:
             rt.save_call_log()  # what a failed run's calls cost, the failed ones too
             raise

@@ -4,6 +4,9 @@
   drafts. It is an input of those cached tasks, so changing it changes their cache keys.
 - A redo (`--redo-from N`) raises the "take" of chapters N.. by one; a take above 1 adds a
   note to the chapter's guidance, so the chapter is written afresh rather than replayed.
+  The redo stays pending until a run finishes: the same `--redo-from N` given again to a run
+  that was killed or failed before its end resumes that redo (the takes it asked for) instead
+  of asking for new ones, so the book ends as the uninterrupted redo would have left it.
 - `.saga/steering.json` records, per written chapter, the fingerprint of the guidance and
   take it was written with. When a written chapter's fingerprint no longer matches (its
   guidance file changed, or a redo asked for it), chapters from the first such one on are
@@ -61,6 +64,10 @@ class Steering(BaseModel):
     )
     imported: dict[int, ImportedChapter] = Field(
         default_factory=dict, description="chapters of an imported manuscript"
+    )
+    redo_pending: int | None = Field(
+        default=None,
+        description="the first chapter of a redo whose run has not finished (None when none)",
     )
 
 
@@ -169,13 +176,26 @@ def roll_back_chapters_from(services: Services, first: int, reason: str) -> list
     return rolled
 
 
-def request_redo(saga_dir: Path, first: int, last_known: int) -> Steering:
-    """Raise the take of chapters first..last_known by one (the redo's new versions)."""
+def request_redo(saga_dir: Path, first: int, last_known: int) -> bool:
+    """Raise the take of chapters first..last_known by one (the redo's new versions), unless
+    the same redo is still pending (its run was killed or failed): then it is resumed, with the
+    takes it already asked for. True when new takes were asked for."""
     steering = load_steering(saga_dir)
+    if steering.redo_pending == first:
+        return False
     for number in range(first, max(first, last_known) + 1):
         steering.takes[number] = steering.takes.get(number, 1) + 1
+    steering.redo_pending = first
     save_steering(saga_dir, steering)
-    return steering
+    return True
+
+
+def finish_redo(saga_dir: Path) -> None:
+    """A run reached its end: a pending redo is done, so the same `--redo-from` asks anew."""
+    steering = load_steering(saga_dir)
+    if steering.redo_pending is not None:
+        steering.redo_pending = None
+        save_steering(saga_dir, steering)
 
 
 def record_written(

@@ -9,9 +9,12 @@ chapter, 1 act) to keep CI fast.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,10 +22,11 @@ import pytest
 import yaml
 
 from core.settings import Settings
+from tasks.steering import load_steering
 from tests.conftest import REPO_ROOT
 from tests.support.ebook_reading import read_docx, read_epub
 from tests.support.novel_runs import export, kg, novel, run_env, wipe_graph, write_book
-from tests.support.novel_script import PREMISE, script_novel
+from tests.support.novel_script import PREMISE, script_novel, scripted_draft
 from tests.support.scripted_llm import (
     ScriptedLLM,
     ScriptedRequest,
@@ -280,6 +284,67 @@ def test_redo_from_two_rewrites_chapters_two_and_three_exactly(
     rolled = kg(project, env, "rollback", "--chapter", "2", "--cascade")
     assert rolled.returncode == 0, rolled.stderr[-2000:]
     assert export(project, env, "redo-minus") == after_one
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_a_killed_redo_given_again_is_resumed_with_the_takes_it_asked_for(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    project = tmp_path / "killed-redo"
+    args = ("--premise", PREMISE + " (killed redo)", *SMALL, "--chapters", "3")
+    env = write_book(llm, graph_settings, prefect_home, project, *args)
+    reached, release = threading.Event(), threading.Event()
+
+    def held_draft(request: ScriptedRequest) -> str:
+        reached.set()
+        release.wait(timeout=600)  # held until the run is killed: it dies drafting chapter 3
+        return scripted_draft(request)
+
+    llm.on(contains="Chapter 3, scene 1 of", respond=held_draft, times=1)
+    redo = [sys.executable, "-m", "flows.novel", "--project-dir", str(project), *args]
+    with (tmp_path / "killed-redo.log").open("w") as log:
+        child = subprocess.Popen(
+            [*redo, "--redo-from", "2"],
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the kill takes the whole run
+        )
+        try:
+            assert reached.wait(timeout=600), (tmp_path / "killed-redo.log").read_text()[-3000:]
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait(timeout=60)
+        finally:
+            release.set()
+            if child.poll() is None:
+                child.kill()
+    second_take = (project / "chapters" / "chapter_002.md").read_text()
+    assert load_steering(project / ".saga").takes == {2: 2, 3: 2}
+
+    # The same command again resumes the redo: chapter 2's take 2 stands (no request), chapter 3
+    # is written as take 2, as the run never killed would have written it; not as take 3.
+    start = len(llm.requests)
+    result = novel(project, env, *args, "--redo-from", "2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    made = requests_since(llm, start)
+    assert not any(chapter_of(r) in (1, 2) for r in made)
+    drafts = [r for r in made if "Chapter 3, scene 1 of" in r.last_user]
+    assert drafts and all("(take 2)" in r.text for r in drafts)
+    assert (project / "chapters" / "chapter_002.md").read_text() == second_take
+    steering = load_steering(project / ".saga")
+    assert (steering.takes, steering.redo_pending) == ({2: 2, 3: 2}, None)
+
+    # Once a redo has finished, the same command asks for new takes again (a redo is an action).
+    start = len(llm.requests)
+    result = novel(project, env, *args, "--redo-from", "2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    for number in (2, 3):
+        drafts = [
+            r for r in requests_since(llm, start) if f"Chapter {number}, scene 1 of" in r.last_user
+        ]
+        assert drafts and all("(take 3)" in r.text for r in drafts), number
+    assert load_steering(project / ".saga").redo_pending is None
 
 
 def test_bad_redo_from_fails_with_one_line(

@@ -11,7 +11,15 @@ import yaml
 from core.errors import InvalidInputError
 from tasks.bible import StoryBible, bible_delta, load_story_bible, write_owned
 from tasks.manuscript import split_manuscript
-from tasks.steering import Steering, chapter_guidance, fingerprint, first_stale_chapter
+from tasks.steering import (
+    Steering,
+    chapter_guidance,
+    fingerprint,
+    finish_redo,
+    first_stale_chapter,
+    load_steering,
+    request_redo,
+)
 
 MARA = {
     "name": "Mara Quill",
@@ -144,6 +152,20 @@ def test_guidance_marks_its_chapter_stale_and_nothing_else(tmp_path: Path) -> No
     assert "take 2" in chapter_guidance(tmp_path, 1, 2) and "Mara lies." in chapter_guidance(
         tmp_path, 2, 1
     )
+
+
+def test_a_pending_redo_is_resumed_and_another_first_chapter_asks_anew(tmp_path: Path) -> None:
+    assert request_redo(tmp_path, 2, 3)
+    assert not request_redo(tmp_path, 2, 3)  # the same redo, its run killed: resumed
+    assert load_steering(tmp_path).takes == {2: 2, 3: 2}
+    assert request_redo(tmp_path, 3, 3)  # another redo while one is pending: new takes
+    assert (load_steering(tmp_path).takes, load_steering(tmp_path).redo_pending) == (
+        {2: 2, 3: 3},
+        3,
+    )
+    finish_redo(tmp_path)
+    assert request_redo(tmp_path, 3, 3)  # finished: the same command is a new redo
+    assert load_steering(tmp_path).takes == {2: 2, 3: 4}
 
 
 def test_split_manuscript_by_level_two_headings_with_title() -> None:
