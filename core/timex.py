@@ -34,6 +34,7 @@ Forms resolved (the anchor is the session's date `d`):
 | the summer of 2021, fall 2022, the summer of last year; early / mid / late 2022, the beginning (middle, end) of 2021 | that season of that year; its first, middle or last four months |
 | two summers ago, a few winters back; two Fridays ago; two Christmases (Thanksgivings, Easters, Halloweens) ago; (the) summer (winter, Christmas, ...) before last | the last such season (weekday, holiday) and the ones before it |
 | two weeks ago today, a year ago today, a month from today; (the) Tuesday before last | that very day; the weekday a week before the last one |
+| a week from Friday, two weeks from tomorrow, three days from Monday; (the) Friday after next | so long after the coming Friday (tomorrow); the Friday a week after the coming one |
 | on Friday last week, Tuesday of next week, last week on Friday | that weekday of that Monday-Sunday week |
 | over / during / in / for the summer (spring, fall, winter), over the holidays; on the 3rd (where the clause ends) | in a sentence that tells what happened the last one (the holidays: 24 December - 1 January), in one about the future the coming one; none in a habit ("I swim in the summer") |
 | in May, last May, next May, early June, mid-May, the end of June, May 3, 3 May, May 2023, 3 May 2023; the first of May, May first, June the 3rd, the twenty-first of April | the month or day; without a year, the one nearest `d` (last/next: before/after), but the last one in a sentence told in the past tense ("We went to Paris in June") and the coming one in a sentence about the future ("I'll visit in April") |
@@ -337,6 +338,19 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             rf"\b(\d{{1,2}}|{_EXACT_COUNT_RE})\s+(days?|weeks?|months?|years?)\s+(ago|from)\s+today\b",
         ),
         ("after_next", r"\bthe\s+(week|weekend|month|year)\s+after\s+next\b"),
+        (
+            # "the Friday after next": a week after next Friday ("the Friday after next week" is
+            # a day of that week, not this)
+            "weekday_after_next",
+            rf"\b(?:the\s+)?({_WEEKDAY_RE})\s+after\s+next\b(?!\s+(?:week|weekend|month|year)\b)",
+        ),
+        (
+            # "a week from Friday", "two weeks from tomorrow": counted from that coming day (not
+            # "a week from Friday to Friday", a length, nor "two days from Monday's deadline")
+            "from_day",
+            rf"\b(\d{{1,2}}|{_EXACT_COUNT_RE})\s+(days?|weeks?)\s+from\s+({_WEEKDAY_RE}|tomorrow)\b"
+            r"(?!['\u2019]s\b|\s+(?:to|till|until|through|thru|on)\b)",
+        ),
         (
             "from_now",
             rf"\b({_COUNT_RE})\s+({_UNIT_RE})(?:\s+or\s+(so|two|three|four))?\s+from\s+now\b",
@@ -1097,6 +1111,15 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         weekday = _WEEKDAYS[(m.group("weekday") or m.group("weekday2")).lower()]
         day = _unit_span("week", anchor, {"last": -1, "next": 1}.get(relation, 0))[0]
         day += timedelta(days=weekday)
+        return day, day, "day"
+    if kind == "weekday_after_next":  # "the Friday after next": the one after next Friday
+        day = _weekday("next", _WEEKDAYS[g[0].lower()], anchor) + timedelta(weeks=1)
+        return day, day, "day"
+    if kind == "from_day":  # "a week from Friday": so long after the coming Friday (tomorrow)
+        start = anchor + timedelta(days=1)
+        if g[2].lower() != "tomorrow":
+            start = _weekday("next", _WEEKDAYS[g[2].lower()], anchor)
+        day = start + timedelta(**{f"{g[1].lower().rstrip('s')}s": _count(g[0])[0]})
         return day, day, "day"
     if kind == "ago_today":  # "two weeks ago today": that day
         shift = relativedelta(**{f"{g[1].lower().rstrip('s')}s": _count(g[0])[0]})  # type: ignore[arg-type]

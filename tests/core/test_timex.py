@@ -135,6 +135,11 @@ SAID = parse_when("1:56 pm on 8 May, 2023")
         ("We met a year ago today!", "2022-05-08", "2022-05-08"),
         ("I move out a month from today.", "2023-06-08", "2023-06-08"),
         ("I met her the Tuesday before last.", "2023-04-25", "2023-04-25"),
+        # So long after a coming day: the coming Friday is 12 May.
+        ("We leave a week from Friday.", "2023-05-19", "2023-05-19"),
+        ("The wedding is a week from tomorrow!", "2023-05-16", "2023-05-16"),
+        ("I fly out two weeks from Saturday.", "2023-05-27", "2023-05-27"),
+        ("See you the Friday after next!", "2023-05-19", "2023-05-19"),
         ("We went there two Christmases ago.", "2021-12-25", "2021-12-25"),
         ("We moved three Thanksgivings ago.", "2020-11-26", "2020-11-26"),
         # A day of a week named, and a third of a week.
@@ -224,6 +229,8 @@ def test_each_relative_form_resolves_against_the_session_date(
         "The week before the wedding was chaos.",  # relative to an event, not to the session
         "The summer before the move we went to Italy.",  # ... a season before an event
         "Prices fall before last call.",  # "fall" a verb: no "the" before it
+        "It takes a week from Friday to Friday.",  # a length between two days, not a day
+        "Two days from Monday's deadline, I quit.",  # counted from an event, not from the day
         "The next two weeks were hard.",  # after some past event, not after the time said
         "It was a Thanksgiving weekend to remember.",  # a kind of weekend, of no year said
         "The next day we went home.",  # ... a day after an event
