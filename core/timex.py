@@ -1101,9 +1101,6 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         return date(year, 1, 1), date(year, 12, 31), "year"
     if kind == "before_last":
         return _unit_span(g[0], anchor, -2)
-    if kind == "weekday_before_last":  # "the Tuesday before last": the one before last Tuesday
-        day = _weekday("last", _WEEKDAYS[g[0].lower()], anchor) - timedelta(weeks=1)
-        return day, day, "day"
     if kind == "day_of_named_month":
         return _day_of_named_month(m, anchor)
     if kind == "weekday_of_week":
@@ -1112,19 +1109,8 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
         day = _unit_span("week", anchor, {"last": -1, "next": 1}.get(relation, 0))[0]
         day += timedelta(days=weekday)
         return day, day, "day"
-    if kind == "weekday_after_next":  # "the Friday after next": the one after next Friday
-        day = _weekday("next", _WEEKDAYS[g[0].lower()], anchor) + timedelta(weeks=1)
-        return day, day, "day"
-    if kind == "from_day":  # "a week from Friday": so long after the coming Friday (tomorrow)
-        start = anchor + timedelta(days=1)
-        if g[2].lower() != "tomorrow":
-            start = _weekday("next", _WEEKDAYS[g[2].lower()], anchor)
-        day = start + timedelta(**{f"{g[1].lower().rstrip('s')}s": _count(g[0])[0]})
-        return day, day, "day"
-    if kind == "ago_today":  # "two weeks ago today": that day
-        shift = relativedelta(**{f"{g[1].lower().rstrip('s')}s": _count(g[0])[0]})  # type: ignore[arg-type]
-        day = anchor - shift if g[2].lower() == "ago" else anchor + shift
-        return day, day, "day"
+    if kind in ("weekday_before_last", "weekday_after_next", "from_day", "ago_today"):
+        return _day_counted_from(kind, g, anchor)
     if kind == "before":  # "the week before", "the week prior" or "the previous week"
         return _unit_span(g[0] or g[1], anchor, -1)
     if kind == "weekday":
@@ -1145,6 +1131,27 @@ def _resolve_match(kind: str, m: re.Match[str], anchor: date) -> tuple[date, dat
     if kind in _CALENDAR_KINDS:
         return _resolve_calendar(kind, m, anchor)
     return None
+
+
+def _day_counted_from(kind: str, g: tuple[str, ...], anchor: date) -> tuple[date, date, str]:
+    """One day so long before or after another: "the Tuesday before last", "the Friday after
+    next", "a week from Friday", "two weeks ago today"."""
+    if kind == "weekday_before_last":  # "the Tuesday before last": the one before last Tuesday
+        day = _weekday("last", _WEEKDAYS[g[0].lower()], anchor) - timedelta(weeks=1)
+        return day, day, "day"
+    if kind == "weekday_after_next":  # "the Friday after next": the one after next Friday
+        day = _weekday("next", _WEEKDAYS[g[0].lower()], anchor) + timedelta(weeks=1)
+        return day, day, "day"
+    if kind == "from_day":  # "a week from Friday": so long after the coming Friday (tomorrow)
+        start = anchor + timedelta(days=1)
+        if g[2].lower() != "tomorrow":
+            start = _weekday("next", _WEEKDAYS[g[2].lower()], anchor)
+        day = start + timedelta(**{f"{g[1].lower().rstrip('s')}s": _count(g[0])[0]})
+        return day, day, "day"
+    # "two weeks ago today", "a month from today": that day
+    shift = relativedelta(**{f"{g[1].lower().rstrip('s')}s": _count(g[0])[0]})  # type: ignore[arg-type]
+    day = anchor - shift if g[2].lower() == "ago" else anchor + shift
+    return day, day, "day"
 
 
 def _year_said(m: re.Match[str], anchor: date) -> int:
