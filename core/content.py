@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.errors import ContentIntegrityError, first_error
+from core.errors import ContentIntegrityError, InvalidInputError, first_error
 
 __all__ = [
     "ContentMissingError",
@@ -186,6 +186,24 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def read_state(path: Path, model: type[M], hint: str) -> M | None:
+    """A state file Skald keeps under `.saga/` (the JSON of `model`), or None when there is
+    none. One that cannot be read or parsed stops the run with one line naming the file and
+    what to do (`hint`), before anything is written: a half-read state would be a guess."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{path} cannot be read: {exc}", hint=hint) from None
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        place, message = first_error(exc, path.name)
+        where = "" if place == path.name else f"{place}: "
+        raise InvalidInputError(f"{path} is corrupted: {where}{message}", hint=hint) from None
 
 
 def write_if_changed(path: Path, content: str | bytes) -> bool:

@@ -17,6 +17,7 @@ from prefect import Flow, Task, flow, get_run_logger
 from pydantic import BaseModel, Field
 
 from core.cli import prefect_results_dir
+from core.content import atomic_write, read_state
 from core.errors import InvalidInputError
 from core.heap import trim as trim_heap
 from core.phases import PhaseTimer
@@ -129,13 +130,8 @@ def resolve_project(
 ) -> ProjectSpec:
     """Load the stored project spec, or create it on the first run; reject contradictions."""
     path = project_dir / ".saga" / PROJECT_FILE
-    if path.exists():
-        try:
-            spec = ProjectSpec.model_validate_json(path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise InvalidInputError(
-                f"{path} is corrupted: {exc}", hint="restore it or start a new --project-dir"
-            ) from None
+    spec = read_state(path, ProjectSpec, "restore it or start a new --project-dir")
+    if spec is not None:
         if premise is not None and premise.strip() != spec.premise:
             raise InvalidInputError(
                 f"{project_dir} was started with a different premise",
@@ -159,11 +155,9 @@ def resolve_project(
 
 
 def save_project(project_dir: Path, spec: ProjectSpec) -> None:
-    path = project_dir / ".saga" / PROJECT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(spec.model_dump_json(indent=2), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write(
+        project_dir / ".saga" / PROJECT_FILE, spec.model_dump_json(indent=2).encode("utf-8")
+    )
 
 
 @flow(name="initialization", log_prints=True)

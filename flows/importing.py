@@ -15,7 +15,8 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from pydantic import BaseModel
 
-from core.content import ContentRef, atomic_write
+from core.content import ContentRef, atomic_write, read_state
+from core.errors import InvalidInputError
 from core.sentences import tail_from_sentence
 from prompts.initialization.models import CharacterSheets
 from prompts.knowledge.models import ChapterSummary, SceneExtraction
@@ -58,9 +59,12 @@ def imported_artifacts_path(saga_dir: Path) -> Path:
 
 
 def load_imported_artifacts(saga_dir: Path) -> InitArtifacts:
-    return InitArtifacts.model_validate_json(
-        imported_artifacts_path(saga_dir).read_text(encoding="utf-8")
-    )
+    path = imported_artifacts_path(saga_dir)
+    hint = "restore it, or import the manuscript again into a new --project-dir"
+    artifacts = read_state(path, InitArtifacts, hint)
+    if artifacts is None:
+        raise InvalidInputError(f"{path} is missing: this project was imported", hint=hint)
+    return artifacts
 
 
 @flow(name="import-manuscript", log_prints=True)

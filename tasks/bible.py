@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 from prefect import get_run_logger
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
-from core.content import atomic_write
+from core.content import atomic_write, read_state
 from core.errors import InvalidInputError, first_problem
 from kg import vocabulary as vocab
 from kg.models import (
@@ -228,6 +228,17 @@ def _written_path(saga_dir: Path) -> Path:
     return saga_dir / "bible" / "written.json"
 
 
+class WrittenRecords(RootModel[dict[str, str]]):
+    """`.saga/bible/written.json`: each bible file's SHA-256 as Skald last wrote it."""
+
+
+#: Without the records every bible file that differs from what Skald would write is the
+#: writer's: deleting them never overwrites an edit.
+_WRITTEN_HINT = (
+    "delete it (Skald then rewrites no bible file that differs from what it would write)"
+)
+
+
 def write_owned(root: Path, saga_dir: Path, rel: str, text: str) -> bool:
     """Write a bible file unless the writer changed it; True if the file now holds `text`.
 
@@ -235,9 +246,8 @@ def write_owned(root: Path, saga_dir: Path, rel: str, text: str) -> bool:
     a file without a record is Skald's only if it already holds `text`.
     """
     record_path = _written_path(saga_dir)
-    records: dict[str, str] = (
-        json.loads(record_path.read_text(encoding="utf-8")) if record_path.exists() else {}
-    )
+    held = read_state(record_path, WrittenRecords, _WRITTEN_HINT)
+    records = held.root if held is not None else {}
     path = root / rel
     data = text.encode("utf-8")
     if path.exists():
@@ -425,9 +435,13 @@ def sync_story_bible(services: Services, initial: StoryBible) -> str | None:
     bible_sets = [c for c in changesets if c.chapter < 0]
     baseline = initial
     if bible_sets:
-        snapshot = _snapshot_path(services.settings.saga_dir, bible_sets[-1].delta_hash)
-        if snapshot.is_file():
-            baseline = StoryBible.model_validate_json(snapshot.read_text(encoding="utf-8"))
+        snapshot = read_state(
+            _snapshot_path(services.settings.saga_dir, bible_sets[-1].delta_hash),
+            StoryBible,
+            "delete it (the bible is then compared with the one initialization wrote)",
+        )
+        if snapshot is not None:
+            baseline = snapshot
         else:
             log.warning(
                 "story bible: no snapshot for the newest bible change-set; comparing with initialization"

@@ -25,7 +25,7 @@ from pathlib import Path
 from prefect import get_run_logger
 from pydantic import BaseModel, Field
 
-from core.content import atomic_write
+from core.content import atomic_write, read_state
 from core.errors import InvalidInputError
 from prompts import render_text
 from prompts.initialization.models import ChapterOutline
@@ -88,16 +88,8 @@ def read_guidance(project_dir: Path, number: int) -> str:
 
 
 def load_steering(saga_dir: Path) -> Steering:
-    path = saga_dir / STEERING_FILE
-    if not path.is_file():
-        return Steering()
-    try:
-        return Steering.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise InvalidInputError(
-            f"{path} is corrupted: {str(exc).splitlines()[0]}",
-            hint="delete it (chapters are then taken as written with their current guidance)",
-        ) from None
+    hint = "delete it (chapters are then taken as written with their current guidance)"
+    return read_state(saga_dir / STEERING_FILE, Steering, hint) or Steering()
 
 
 def save_steering(saga_dir: Path, steering: Steering) -> None:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from core.content import ContentMissingError, ContentRef, ContentStore, safe_name
-from core.errors import ContentIntegrityError
+from core.content import ContentMissingError, ContentRef, ContentStore, read_state, safe_name
+from core.errors import ContentIntegrityError, InvalidInputError
 from tests.conftest import child_pythonpath
 
 
@@ -526,3 +526,29 @@ def test_text_at_a_path_is_read_only_with_its_hash_and_inside_the_store(tmp_path
     assert store.get_text_at("scenes/missing.txt", None) is None
     (tmp_path / "secret.txt").write_text("outside")
     assert store.get_text_at("../secret.txt", None) is None
+
+
+def test_a_state_file_reads_as_its_model_and_a_corrupted_one_says_which_and_what_to_do(
+    tmp_path: Path,
+) -> None:
+    class State(BaseModel):
+        takes: dict[int, int] = {}
+
+    path = tmp_path / "state.json"
+    assert read_state(path, State, "delete it") is None  # none yet
+    path.write_text('{"takes": {"2": 3}}')
+    assert read_state(path, State, "delete it") == State(takes={2: 3})
+    for broken, problem in (
+        ('{"takes": {"2": 3}', "Invalid JSON: EOF while parsing"),
+        ('{"takes": {"2": "twice"}}', "takes.2: Input should be a valid integer"),
+        (b"\xff\xfe", "cannot be read"),
+    ):
+        if isinstance(broken, bytes):
+            path.write_bytes(broken)
+        else:
+            path.write_text(broken)
+        with pytest.raises(InvalidInputError) as caught:
+            read_state(path, State, "delete it")
+        message = str(caught.value)
+        assert str(path) in message and problem in message, message
+        assert "\n" not in message and caught.value.hint == "delete it"

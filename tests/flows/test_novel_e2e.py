@@ -115,6 +115,41 @@ def test_rerun_makes_no_llm_request_and_changes_nothing(
     assert snapshot_files(project) == before_files
 
 
+@pytest.mark.parametrize(
+    ("state", "broken", "hint"),
+    [
+        (".saga/steering.json", '{"takes": {"2": "twice"}', "delete it (chapters are then taken"),
+        (".saga/bible/written.json", "[]", "delete it (Skald then rewrites no bible file"),
+        (".saga/project.json", "", "restore it or start a new --project-dir"),
+    ],
+)
+def test_a_corrupted_state_file_stops_the_run_with_one_line_and_changes_nothing(
+    first_run: tuple[Path, dict[str, str], str],
+    llm: ScriptedLLM,
+    state: str,
+    broken: str,
+    hint: str,
+) -> None:
+    project, env, exported = first_run
+    path = project / state
+    kept = path.read_bytes()
+    path.write_text(broken)
+    try:
+        before_files, before = snapshot_files(project), llm.request_count
+        result = novel(project, env, *ARGS)
+        assert result.returncode == 2, result.stderr[-4000:]
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"novel: error: {path} is corrupted: "), result.stderr[-4000:]
+        assert hint in last and "Traceback" not in result.stderr
+        assert "validation error" not in last and "errors.pydantic.dev" not in last  # one problem
+        assert llm.request_count == before
+        assert snapshot_files(project) == before_files
+        assert path.read_text() == broken
+        assert export(project, env, "corrupted") == exported
+    finally:
+        path.write_bytes(kept)
+
+
 def test_rollback_then_rerun_restores_chapter_from_cache(
     first_run: tuple[Path, dict[str, str], str], llm: ScriptedLLM
 ) -> None:
