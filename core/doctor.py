@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from core.cli import configure_prefect, one_line, run_main, setup_logging
 from core.errors import GraphUnavailableError, GraphWriteError
-from core.graph_server import GraphEndpoint, graph_endpoint
+from core.graph_server import GraphEndpoint, credentials_hint, graph_endpoint
 from core.settings import Settings, load_settings
 
 # A node type every Skald graph declares (kg.vocabulary.VALUE_NODE; a test pins the two
@@ -98,7 +98,7 @@ def _connect(endpoint: GraphEndpoint, attempts: int) -> neo4j.Driver:
             driver.close()
             raise GraphUnavailableError(
                 f"graph at {endpoint.uri} refused the credentials for user {endpoint.username!r}: {one_line(exc)}",
-                hint="check NEO4J_USERNAME / NEO4J_PASSWORD",
+                hint=credentials_hint(endpoint),
             ) from exc
         except (nx.DriverError, nx.Neo4jError, OSError) as exc:
             driver.close()

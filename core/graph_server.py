@@ -38,6 +38,20 @@ from core.settings import Settings
 log = logging.getLogger("skald.graph")
 
 EMBEDDED_DATABASE = "skald"
+
+
+#: Where ArcadeDB keeps the graph's users and their password hashes.
+GRAPH_USERS = Path("data") / "config" / "server-users.jsonl"
+
+
+def embedded_password_hint(root: Path) -> str:
+    """What to do when an embedded graph's credentials.json is lost or not the graph's."""
+    return (
+        f"restore {root / 'credentials.json'}; or delete it and {root / GRAPH_USERS}, then run "
+        "again: the graph takes a new password and keeps its data"
+    )
+
+
 EMBEDDED_USER = "root"
 _JVM_HEAP = os.environ.get("SKALD_ARCADEDB_HEAP", "1g")
 #: The heap the JVM starts with. G1 otherwise starts small and grows the heap step by step as
@@ -45,6 +59,13 @@ _JVM_HEAP = os.environ.get("SKALD_ARCADEDB_HEAP", "1g")
 #: (measured: the committed heap 147 -> 164 MB and rising over a 2,000-turn soak); from
 #: 256 MB it does not need to grow for a sidecar's working set.
 _JVM_INITIAL_HEAP = os.environ.get("SKALD_ARCADEDB_INITIAL_HEAP", "256m")
+
+
+def credentials_hint(endpoint: GraphEndpoint) -> str:
+    """What to check when a graph refuses the credentials it was given."""
+    if endpoint.embedded and endpoint.root is not None:
+        return embedded_password_hint(endpoint.root)
+    return "check NEO4J_USERNAME / NEO4J_PASSWORD"
 
 
 #: The JIT's first tier only (C1). The embedded graph's JVM runs short statements whose code
@@ -265,9 +286,22 @@ class EmbeddedArcadeDB:
         return self.root / "server.json"
 
     def _credentials(self) -> str:
+        """The graph's root password, made at its first start: ArcadeDB keeps it (hashed) in
+        data/config/server-users.jsonl, so one made anew later would not open the graph."""
         path = self.root / "credentials.json"
         if path.exists():
-            return str(json.loads(path.read_text())["password"])
+            try:
+                password = json.loads(path.read_text())["password"]
+                if isinstance(password, str) and password:
+                    return password
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            raise EmbeddedGraphError(f"{path} is corrupted", hint=embedded_password_hint(self.root))
+        if (self.root / GRAPH_USERS).exists():
+            raise EmbeddedGraphError(
+                f"{path} is missing: the graph under {self.root} was created with the password it held",
+                hint=embedded_password_hint(self.root),
+            )
         password = "skald-" + secrets.token_hex(12)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"user": EMBEDDED_USER, "password": password}))

@@ -29,6 +29,7 @@ from core.errors import GraphOwnerGoneError, GraphUnavailableError, GraphWriteEr
 from core.graph_server import (
     EmbeddedArcadeDB,
     GraphEndpoint,
+    credentials_hint,
     graph_endpoint,
     owner_exited,
     owner_gone,
@@ -162,7 +163,7 @@ class GraphStore:
         except nx.AuthError as exc:
             raise GraphUnavailableError(
                 f"graph at {ep.uri} refused the credentials for user {ep.username!r}: {_one_line(exc)}",
-                hint="check NEO4J_USERNAME / NEO4J_PASSWORD",
+                hint=credentials_hint(ep),
             ) from exc
         except nx.ConfigurationError as exc:
             raise GraphUnavailableError(
