@@ -33,6 +33,7 @@ from prompts.initialization.models import (
 from tasks.bible import StoryBible, load_story_bible, sync_story_bible
 from tasks.codex import FLAT_CODEX_CHAPTERS, codex_due, write_codex_or_log
 from tasks.commit import commit_initialization, maintenance_due, record_maintenance
+from tasks.export import chapter_path
 from tasks.initialization import (
     act_ranges,
     extract_outline_relationships,
@@ -68,6 +69,8 @@ from tasks.steering import (
 )
 
 PROJECT_FILE = "project.json"
+#: The artifacts of a finished initialization (`initialize`).
+INITIALIZED_FILE = "initialized.json"
 
 
 class ProjectSpec(BaseModel):
@@ -262,6 +265,7 @@ class Book:
     planned: dict[int, ChapterOutline]
     write: Flow[..., ChapterResult]
     refresh: Task[..., ChapterOutline]
+    committed: frozenset[int] = frozenset()  # chapters in the graph when the run began
 
 
 @dataclass
@@ -281,6 +285,15 @@ class BookProgress:
         self.summaries.append(f"Chapter {number}: {imported.title}: {imported.summary}")
         self.titles.append(imported.title)
         self.ending = imported.ending
+
+    def follow(self, result: ChapterResult) -> None:
+        """A chapter written, now or by an earlier run: what the next chapters read of it."""
+        self.results.append(result)
+        self.titles.append(result.title)
+        self.ending = result.ending
+        self.summaries.append(
+            f"Chapter {result.number}: {result.title}: {result.summary}".rstrip(": ")
+        )
 
 
 def start_book(
@@ -303,7 +316,7 @@ def start_book(
             artifacts = load_imported_artifacts(rt.settings.saga_dir)
             persist_initialization_files(services, artifacts)
         else:
-            artifacts = initialization_flow.with_options(result_storage=results)(spec)
+            artifacts = initialize(rt, spec, results)
     with stage("steering and story bible"):
         bring_steering_up_to_date(chapters, redo_from)
         sync_story_bible(services, initial_bible(services, artifacts))
@@ -328,11 +341,31 @@ def start_book(
         outline=outline,
         info=info,
         planned={c.number: ChapterOutline.model_validate(c.model_dump()) for c in bible.chapters},
+        committed=frozenset(c.chapter for c in services.graph_reader.committed_chapters()),
         write=chapter_flow.with_options(
             result_storage=results, task_runner=chapter_runner(rt.settings)
         ),
         refresh=generate_chapter_outline.with_options(result_storage=results),
     )
+
+
+def initialize(rt: Runtime, spec: ProjectSpec, results: Path) -> InitArtifacts:
+    """Initialization once: its flow (a resumed one replays the steps it finished), then its
+    artifacts recorded. Later runs read the record, so a model or setting changed since never
+    plans the book again; the flow runs again only for a graph without chapter 0 (wiped or
+    rolled back: the cache restores it)."""
+    services = rt.services()
+    path = rt.settings.saga_dir / INITIALIZED_FILE
+    if any(c.chapter == 0 for c in services.graph_reader.committed_chapters()):
+        hint = "delete it: initialization is then replayed from the cache"
+        recorded = read_state(path, InitArtifacts, hint)
+        if recorded is not None:
+            persist_initialization_files(services, recorded)
+            run_initialization_parsers(services, spec.initial_chapters)
+            return recorded
+    artifacts = initialization_flow.with_options(result_storage=results)(spec)
+    atomic_write(path, (artifacts.model_dump_json(indent=2) + "\n").encode("utf-8"))
+    return artifacts
 
 
 def write_chapter(
@@ -353,14 +386,42 @@ def write_chapter(
             progress.ending,
             guidance,
         )
-        progress.results.append(result)
-        progress.titles.append(result.title)
-        progress.ending = result.ending
         with stage("steering and story bible"):
+            # The result first: a chapter recorded as written always has its result beside it.
+            atomic_write(
+                written_result_path(settings.saga_dir, number),
+                (result.model_copy(update=_RUN_BOUND).model_dump_json(indent=2) + "\n").encode(),
+            )
             record_written(settings.saga_dir, number, guidance, chapter, cast)
-        progress.summaries.append(
-            f"Chapter {number}: {result.title}: {result.summary}".rstrip(": ")
-        )
+        progress.follow(result)
+
+
+#: What a chapter's result holds of the run that wrote it, not of the chapter: left out of its
+#: record, so a resumed run's record is the same bytes as the uninterrupted run's.
+_RUN_BOUND: dict[str, Any] = {"seconds": 0.0, "path": ""}
+
+
+def written_result_path(saga_dir: Path, number: int) -> Path:
+    return saga_dir / "written" / f"chapter_{number:03d}.json"
+
+
+def written_result(book: Book, steering: Steering, number: int) -> ChapterResult | None:
+    """A chapter an earlier run wrote, as it recorded it: followed without its flow, so nothing
+    changed since (another model, endpoint or temperature, another revision budget) writes it
+    again, and its file keeps the writer's hand edits. None when it goes through its flow: not
+    recorded as written (a chapter to write, or one rolled back for guidance or a redo), or no
+    longer in the graph or in chapters/ (a `kg rollback`, a deleted file: the flow restores it
+    from the cache)."""
+    settings = book.rt.settings
+    chapter_file = chapter_path(settings.project_dir, number)
+    if number not in steering.inputs or number not in book.committed or not chapter_file.is_file():
+        return None
+    result = read_state(
+        written_result_path(settings.saga_dir, number),
+        ChapterResult,
+        "delete it: the chapter is then replayed through its flow",
+    )
+    return None if result is None else result.model_copy(update={"path": str(chapter_file)})
 
 
 def chapter_outline(

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
-from prefect import flow, tags
+from prefect import flow, get_run_logger, tags
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 from pydantic import BaseModel, Field
@@ -39,6 +39,7 @@ from flows.book import (
     save_project,
     start_book,
     write_chapter,
+    written_result,
 )
 from flows.chapter import ChapterResult
 from tasks.bible import load_story_bible, write_learned_characters
@@ -128,7 +129,17 @@ def novel_flow(
                 if imported is not None:  # the writer's own chapter, brought in by `import`
                     progress.follow_imported(number, imported)
                     continue
-                write_chapter(book, progress, steering, number, phases)
+                recorded = written_result(book, steering, number)
+                if recorded is not None:  # written by an earlier run: as it recorded it
+                    get_run_logger().info(
+                        "chapter %d/%d: %s (written by an earlier run; followed as recorded)",
+                        number,
+                        chapters,
+                        recorded.title,
+                    )
+                    progress.follow(recorded)
+                else:
+                    write_chapter(book, progress, steering, number, phases)
                 after_chapter(book, progress, number, phases)
                 rt.save_call_log()
             report = finish_book(book, progress, phases)

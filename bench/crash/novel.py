@@ -22,7 +22,7 @@ own process group (bench/crash/harness.py), with its own embedded graph under th
 
 Compared: chapters/*.md, the story bible (characters/, outline/, world/), exports/ (the
 manuscript and the codex), .saga/quality/*.json, the QA reports and state (.saga/qa/), the steering state (.saga/steering.json,
-.saga/bible/), every artifact of the content store (.saga/content: plans, contexts, drafts,
+.saga/bible/), the records of a finished initialization and of each written chapter, every artifact of the content store (.saga/content: plans, contexts, drafts,
 extractions, deltas) and a `python -m kg export` of the graph.
 Exits 1 when anything differs or a run fails.
 """
@@ -63,6 +63,8 @@ COMPARED = (
     ".saga/qa/*.parquet",
     ".saga/qa/state.json",
     ".saga/steering.json",
+    ".saga/initialized.json",
+    ".saga/written/*.json",
     ".saga/bible/*.json",
     ".saga/content/**/*",
 )

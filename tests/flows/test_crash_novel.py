@@ -59,6 +59,8 @@ def test_two_hash_seeds_in_two_directories_write_the_same_bytes(
     assert {f"chapters/chapter_{n:03d}.md" for n in (1, 2)} <= set(uninterrupted.digest)
     assert any(name.startswith("exports/codex") for name in uninterrupted.digest)
     assert ".saga/qa/state.json" in uninterrupted.digest  # healing and QA ran inside the book
+    # The records of the book's plan and of each written chapter a later run follows.
+    assert {".saga/initialized.json", ".saga/written/chapter_002.json"} <= set(uninterrupted.digest)
     assert any(name.startswith(".saga/qa/qa-ch0002-cs") for name in uninterrupted.digest)
     assert differing(uninterrupted.digest, other.digest) == []
     assert other.requests == uninterrupted.requests

@@ -177,6 +177,42 @@ def test_chapters_past_the_plan_are_outlined_from_the_summaries(
     assert (project / "chapters" / "chapter_005.md").is_file()
 
 
+# --- models and settings changed between runs ---------------------------------------------------
+
+
+def test_another_model_setting_writes_the_next_chapters_and_never_the_written_ones(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    project = tmp_path / "retuned"
+    args = ("--premise", PREMISE + " (retuned)", *SMALL)
+    env = write_book(llm, graph_settings, prefect_home, project, *args, "--chapters", "2")
+    chapters = project / "chapters"
+    written = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in chapters.glob("*.md")}
+    two_chapters = export(project, env, "two")
+    # Every tier's temperature changed: each LLM stage's cache key changes with it.
+    retuned = {
+        **env,
+        **{
+            f"SKALD_TIERS__{tier}__TEMPERATURE": "0.13"
+            for tier in ("LARGE", "MEDIUM", "SMALL", "NARRATIVE")
+        },
+    }
+    start = len(llm.requests)
+    result = novel(project, retuned, *args, "--chapters", "3")
+    assert result.returncode == 0, result.stderr[-4000:]
+    made = requests_since(llm, start)
+    # Neither the book's plan nor a written chapter is asked again; the new chapter is, so.
+    assert made and {chapter_of(r) for r in made} == {3}, [r.last_user[:80] for r in made]
+    assert all(r.body.get("temperature") == 0.13 for r in made)
+    assert {
+        p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in chapters.glob("chapter_00[12].md")
+    } == written
+    # Exact: taking chapter 3 away leaves the graph as the two chapters left it.
+    rolled = kg(project, retuned, "rollback", "--chapter", "3")
+    assert rolled.returncode == 0, rolled.stderr[-2000:]
+    assert export(project, retuned, "three-minus") == two_chapters
+
+
 # --- the story bible ----------------------------------------------------------------------------
 
 
