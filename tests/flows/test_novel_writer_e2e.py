@@ -187,6 +187,9 @@ def test_another_model_setting_writes_the_next_chapters_and_never_the_written_on
     args = ("--premise", PREMISE + " (retuned)", *SMALL)
     env = write_book(llm, graph_settings, prefect_home, project, *args, "--chapters", "2")
     chapters = project / "chapters"
+    polished = "Mara read the letter twice, then burned it. (The writer's own line.)\n"
+    with (chapters / "chapter_001.md").open("a") as chapter_one:
+        chapter_one.write(polished)  # the writer polishes a written chapter by hand
     written = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in chapters.glob("*.md")}
     two_chapters = export(project, env, "two")
     # Every tier's temperature changed: each LLM stage's cache key changes with it.
@@ -204,6 +207,7 @@ def test_another_model_setting_writes_the_next_chapters_and_never_the_written_on
     # Neither the book's plan nor a written chapter is asked again; the new chapter is, so.
     assert made and {chapter_of(r) for r in made} == {3}, [r.last_user[:80] for r in made]
     assert all(r.body.get("temperature") == 0.13 for r in made)
+    assert polished in (project / "exports" / "manuscript.md").read_text()
     assert {
         p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in chapters.glob("chapter_00[12].md")
     } == written
