@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from core.cli import prefect_results_dir
 from core.content import atomic_write, read_state
-from core.errors import InvalidInputError
+from core.errors import ContentIntegrityError, InvalidInputError
 from core.heap import trim as trim_heap
 from core.phases import PhaseTimer
 from core.stages import LEDGER, Checkpoint, stage
@@ -33,7 +33,7 @@ from prompts.initialization.models import (
 from tasks.bible import StoryBible, load_story_bible, sync_story_bible
 from tasks.codex import FLAT_CODEX_CHAPTERS, codex_due, write_codex_or_log
 from tasks.commit import commit_initialization, maintenance_due, record_maintenance
-from tasks.export import chapter_path
+from tasks.export import chapter_path, restore_chapter_file
 from tasks.initialization import (
     act_ranges,
     extract_outline_relationships,
@@ -408,20 +408,51 @@ def written_result_path(saga_dir: Path, number: int) -> Path:
 def written_result(book: Book, steering: Steering, number: int) -> ChapterResult | None:
     """A chapter an earlier run wrote, as it recorded it: followed without its flow, so nothing
     changed since (another model, endpoint or temperature, another revision budget) writes it
-    again, and its file keeps the writer's hand edits. None when it goes through its flow: not
-    recorded as written (a chapter to write, or one rolled back for guidance or a redo), or no
-    longer in the graph or in chapters/ (a `kg rollback`, a deleted file: the flow restores it
-    from the cache)."""
+    again, and its file keeps the writer's hand edits; a deleted file is written again from the
+    text as written. None when it goes through its flow: not recorded as written (a chapter to
+    write, or one rolled back for guidance or a redo), or no longer in the graph (a `kg
+    rollback`: the flow restores it from the cache)."""
     settings = book.rt.settings
-    chapter_file = chapter_path(settings.project_dir, number)
-    if number not in steering.inputs or number not in book.committed or not chapter_file.is_file():
+    if number not in steering.inputs or number not in book.committed:
         return None
     result = read_state(
         written_result_path(settings.saga_dir, number),
         ChapterResult,
         "delete it: the chapter is then replayed through its flow",
     )
-    return None if result is None else result.model_copy(update={"path": str(chapter_file)})
+    if result is None:
+        return None
+    chapter_file = chapter_path(settings.project_dir, number)
+    if not chapter_file.is_file() and not restore_deleted_chapter(book, result):
+        return None
+    return result.model_copy(update={"path": str(chapter_file)})
+
+
+def restore_deleted_chapter(book: Book, result: ChapterResult) -> bool:
+    """A written chapter's deleted file, written again from its text as written: whether it was.
+    Not when the record predates the text's reference or the stored text is gone: the chapter
+    then goes through its flow, as before records kept it."""
+    log = get_run_logger()
+    if result.text is None:
+        return False
+    try:
+        path = restore_chapter_file(book.services, result.number, result.title, result.text)
+    except ContentIntegrityError as exc:
+        log.warning(
+            "chapter %d: its file was deleted and its text as written cannot be read (%s); "
+            "it goes through its flow again",
+            result.number,
+            exc,
+        )
+        return False
+    log.warning(
+        "chapter %d: its file was deleted; %s is written again as the chapter was written "
+        "(to write the chapter anew, run with --redo-from %d)",
+        result.number,
+        path,
+        result.number,
+    )
+    return True
 
 
 def chapter_outline(

@@ -110,6 +110,11 @@ class ChapterResult(BaseModel):
     plan_problems: list[str] = Field(
         default_factory=list, description="where the kept take leaves its scene plan"
     )
+    text: ContentRef | None = Field(
+        None,
+        description="the chapter's text as written (content store): a deleted chapter file of a "
+        "written chapter is restored from it (None in records made before it was kept)",
+    )
 
     @property
     def flagged(self) -> bool:
@@ -450,4 +455,5 @@ def finish_chapter(job: ChapterJob, take: Take, verdict: Verdict, chapter: Phase
         facts_kept=report.kept,
         facts_dropped=report.dropped,
         plan_problems=[f"scene {c.scene} {p}" for c in take.checks for p in c.problems],
+        text=take.chapter_text,
     )

@@ -37,6 +37,15 @@ def finalize_chapter(services: Services, number: int, title: str, chapter_text: 
     return str(path)
 
 
+def restore_chapter_file(services: Services, number: int, title: str, text: ContentRef) -> str:
+    """Write a written chapter's deleted `chapters/chapter_NNN.md` again from its text as written
+    (checked against its hash), as `finalize_chapter` wrote it; returns its path. Raises
+    ContentIntegrityError when the stored text is missing or changed."""
+    path = chapter_path(services.settings.project_dir, number)
+    write_if_changed(path, chapter_markdown(number, title, services.content.get_text(text)))
+    return str(path)
+
+
 @plain_task("publish_chapter_quality")
 def publish_chapter_quality(services: Services, number: int, rows: list[dict[str, object]]) -> None:
     """The chapter's quality table (scene and chapter prose metrics, editor scores, flags) in

@@ -192,6 +192,8 @@ def test_another_model_setting_writes_the_next_chapters_and_never_the_written_on
         chapter_one.write(polished)  # the writer polishes a written chapter by hand
     written = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in chapters.glob("*.md")}
     two_chapters = export(project, env, "two")
+    chapter_two = (chapters / "chapter_002.md").read_bytes()
+    (chapters / "chapter_002.md").unlink()  # and deletes another by mistake
     # Every tier's temperature changed: each LLM stage's cache key changes with it.
     retuned = {
         **env,
@@ -207,10 +209,15 @@ def test_another_model_setting_writes_the_next_chapters_and_never_the_written_on
     # Neither the book's plan nor a written chapter is asked again; the new chapter is, so.
     assert made and {chapter_of(r) for r in made} == {3}, [r.last_user[:80] for r in made]
     assert all(r.body.get("temperature") == 0.13 for r in made)
-    assert polished in (project / "exports" / "manuscript.md").read_text()
-    assert {
-        p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in chapters.glob("chapter_00[12].md")
-    } == written
+    manuscript = (project / "exports" / "manuscript.md").read_text()
+    assert polished in manuscript
+    assert (chapters / "chapter_001.md").stat().st_mtime_ns == written["chapter_001.md"][1]
+    # The deleted chapter is written again as it was written, not by the new settings.
+    assert (chapters / "chapter_002.md").read_bytes() == chapter_two
+    assert "chapter 2: its file was deleted" in result.stderr + result.stdout
+    assert {p.name: p.read_bytes() for p in chapters.glob("chapter_00[12].md")} == {
+        name: text for name, (text, _) in written.items()
+    }
     # Exact: taking chapter 3 away leaves the graph as the two chapters left it.
     rolled = kg(project, retuned, "rollback", "--chapter", "3")
     assert rolled.returncode == 0, rolled.stderr[-2000:]

@@ -22,7 +22,7 @@ from prefect.logging import disable_run_logger
 from pydantic import BaseModel
 
 from core.content import ContentStore
-from core.errors import InvalidInputError, LLMBadOutputError
+from core.errors import ContentIntegrityError, InvalidInputError, LLMBadOutputError
 from core.ports import Content, LanguageModel
 from core.settings import Candidate, Settings, load_settings
 from kg.models import ChangeSetInfo, ChapterDelta
@@ -31,6 +31,7 @@ from prompts.initialization.models import ChapterOutline
 from prompts.knowledge.models import ChapterSummary
 from prompts.narrative.models import SceneDetail
 from tasks.embedding import embed_texts
+from tasks.export import chapter_markdown, chapter_path, restore_chapter_file
 from tasks.planning import PlanRequest, plan_scenes
 from tasks.policy import SERVICES
 from tasks.retrieval import retrieve_context
@@ -167,6 +168,25 @@ def test_a_stage_runs_over_a_fake_language_model_and_stores_its_answer(tmp_path:
     assert [(tier, purpose) for tier, purpose, _ in llm.calls] == [("small", "summarize_chapter")]
     # The stage read the text through the content port.
     assert "Amara climbed the lighthouse stairs" in llm.calls[0][2]
+
+
+def test_a_deleted_chapter_file_is_written_from_its_stored_text_and_never_from_a_changed_one(
+    tmp_path: Path,
+) -> None:
+    content = ContentStore(tmp_path / "content")
+    text = content.put_text("chapters", "chapter_002/final", "Amara lit the lamp.\n\nThe sea rose.")
+    services = Services(settings=_settings(tmp_path), llm=TableModel({}), content=content)
+    path = chapter_path(services.settings.project_dir, 2)
+    assert restore_chapter_file(services, 2, "The Lamp", text) == str(path)
+    assert path.read_text() == chapter_markdown(
+        2, "The Lamp", "Amara lit the lamp.\n\nThe sea rose."
+    )
+    # The look-alike: the stored text changed since it was written; no file is made from it.
+    path.unlink()
+    (tmp_path / "content" / text.path).write_text("Amara lit the lamp.\n\nThe sea fell.")
+    with pytest.raises(ContentIntegrityError):
+        restore_chapter_file(services, 2, "The Lamp", text)
+    assert not path.exists()
 
 
 def test_a_chapter_summary_lists_each_event_once(tmp_path: Path) -> None:
