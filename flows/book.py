@@ -17,7 +17,7 @@ from prefect import Flow, Task, flow, get_run_logger
 from pydantic import BaseModel, Field
 
 from core.cli import prefect_results_dir
-from core.content import atomic_write, read_state
+from core.content import ContentRef, atomic_write, read_state
 from core.errors import ContentIntegrityError, InvalidInputError
 from core.heap import trim as trim_heap
 from core.phases import PhaseTimer
@@ -422,37 +422,52 @@ def written_result(book: Book, steering: Steering, number: int) -> ChapterResult
     )
     if result is None:
         return None
-    chapter_file = chapter_path(settings.project_dir, number)
-    if not chapter_file.is_file() and not restore_deleted_chapter(book, result):
+    if not restore_deleted_chapter(book, number, result.title, result.text):
+        # No text to restore it from (a record made before it was kept, a stored text gone):
+        # the flow restores it from the cache, or writes it anew under other settings.
         return None
-    return result.model_copy(update={"path": str(chapter_file)})
+    return result.model_copy(update={"path": str(chapter_path(settings.project_dir, number))})
 
 
-def restore_deleted_chapter(book: Book, result: ChapterResult) -> bool:
-    """A written chapter's deleted file, written again from its text as written: whether it was.
-    Not when the record predates the text's reference or the stored text is gone: the chapter
-    then goes through its flow, as before records kept it."""
+def restore_deleted_chapter(book: Book, number: int, title: str, text: ContentRef | None) -> bool:
+    """Whether a written or imported chapter's file is there: if it was deleted, it is written
+    again from the chapter's text as stored. False when it cannot be: no reference to the text
+    (a record from before they were kept), or the stored text gone or changed."""
+    if chapter_path(book.rt.settings.project_dir, number).is_file():
+        return True
     log = get_run_logger()
-    if result.text is None:
+    if text is None:
         return False
     try:
-        path = restore_chapter_file(book.services, result.number, result.title, result.text)
+        path = restore_chapter_file(book.services, number, title, text)
     except ContentIntegrityError as exc:
         log.warning(
-            "chapter %d: its file was deleted and its text as written cannot be read (%s); "
-            "it goes through its flow again",
-            result.number,
-            exc,
+            "chapter %d: its file was deleted and its stored text is unusable: %s", number, exc
         )
         return False
     log.warning(
-        "chapter %d: its file was deleted; %s is written again as the chapter was written "
+        "chapter %d: its file was deleted; %s is written again from the chapter's text as stored "
         "(to write the chapter anew, run with --redo-from %d)",
-        result.number,
+        number,
         path,
-        result.number,
+        number,
     )
     return True
+
+
+def follow_imported(
+    book: Book, progress: BookProgress, number: int, imported: ImportedChapter
+) -> None:
+    """The writer's own chapter, brought in by `import`: its file as imported, then what the
+    next chapters read of it."""
+    if not restore_deleted_chapter(book, number, imported.title, imported.text):
+        get_run_logger().warning(
+            "chapter %d: %s is missing and cannot be restored; the manuscript goes without it "
+            "until you put it back",
+            number,
+            chapter_path(book.rt.settings.project_dir, number),
+        )
+    progress.follow_imported(number, imported)
 
 
 def chapter_outline(

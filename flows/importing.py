@@ -88,6 +88,7 @@ def import_flow(manuscript: Manuscript, genre: str) -> ImportReport:
             title=chapter.title,
             summary=read.summary.summary,
             ending=tail_from_sentence(chapter.scenes[-1], ENDING_CHARS),
+            text=read.text,
         )
     save_steering(rt.settings.saga_dir, steering)
     persist_initialization_files(services, artifacts)

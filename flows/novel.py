@@ -35,6 +35,7 @@ from flows.book import (
     ChapterCost,
     ProjectSpec,
     after_chapter,
+    follow_imported,
     resolve_project,
     save_project,
     start_book,
@@ -127,7 +128,7 @@ def novel_flow(
                     steering = load_steering(rt.settings.saga_dir)
                 imported = steering.imported.get(number)
                 if imported is not None:  # the writer's own chapter, brought in by `import`
-                    progress.follow_imported(number, imported)
+                    follow_imported(book, progress, number, imported)
                     continue
                 recorded = written_result(book, steering, number)
                 if recorded is not None:  # written by an earlier run: as it recorded it

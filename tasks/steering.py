@@ -25,7 +25,7 @@ from pathlib import Path
 from prefect import get_run_logger
 from pydantic import BaseModel, Field
 
-from core.content import atomic_write, read_state
+from core.content import ContentRef, atomic_write, read_state
 from core.errors import InvalidInputError
 from prompts import render_text
 from prompts.initialization.models import ChapterOutline
@@ -48,6 +48,11 @@ class ImportedChapter(BaseModel):
     title: str
     summary: str
     ending: str
+    text: ContentRef | None = Field(
+        None,
+        description="the chapter's text as imported (content store): a deleted chapter file is "
+        "restored from it (None in projects imported before it was kept)",
+    )
 
 
 class Steering(BaseModel):

@@ -503,11 +503,15 @@ def test_import_manuscript_then_continue_it(
     ]
     assert len(scenes) == 2
 
+    imported_two = (project / "chapters" / "chapter_002.md").read_bytes()
+    (project / "chapters" / "chapter_002.md").unlink()  # deleted by mistake
     start = len(llm.requests)
     result = novel(project, env, "--chapters", "4", "--scenes-per-chapter", "1")
     assert result.returncode == 0, result.stderr[-4000:]
     made = requests_since(llm, start)
     assert not any(chapter_of(r) in (1, 2, 3) for r in made), "imported chapters are not rewritten"
+    # The deleted chapter is the writer's text again, and the manuscript holds it.
+    assert (project / "chapters" / "chapter_002.md").read_bytes() == imported_two
     outline = [r for r in made if "Outline chapter 4:" in r.last_user]
     plan = [r for r in made if "Plan exactly" in r.last_user]
     assert outline and plan
