@@ -44,8 +44,8 @@ Layout = Literal["turns-jsonl", "locomo", "longmemeval"]
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _HINT = (
-    "give *.turns.jsonl (../shared/data/dialogues layout), LoCoMo's locomo10.json layout "
-    "or LongMemEval's longmemeval_*.json layout"
+    "give turns as JSONL (README.md, 'Transcripts as JSONL turns'), LoCoMo's locomo10.json "
+    "layout or LongMemEval's longmemeval_*.json layout"
 )
 
 
@@ -247,7 +247,7 @@ def longmemeval_spec(
 def load_benchmark_json(path: Path, max_turns: int | None = None) -> list[DialogueSpec]:
     """Every dialogue of a LoCoMo or LongMemEval JSON file, in file order."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is no error
     except OSError as exc:
         raise InvalidInputError(
             f"cannot read dialogue file {path}: {exc.strerror or exc}"

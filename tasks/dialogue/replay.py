@@ -42,6 +42,8 @@ from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.retriever import RecalledTurn
 
 SLOTS_TRACED = ("retriever", "injector", "actor", "extractor", "judge", "historian", "commit")
+#: Where a user reads the format of a transcript as JSONL turns.
+TURNS_FORMAT_HINT = "see 'Transcripts as JSONL turns' in Skald's README.md"
 
 
 class DialogueTurnRow(BaseModel):
@@ -112,7 +114,8 @@ class DialogueSpec(BaseModel):
 def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) -> list[Any]:
     rows: list[Any] = []
     try:
-        handle = path.open(encoding="utf-8")
+        # utf-8-sig: a file saved with a byte-order mark (Windows editors) reads as without.
+        handle = path.open(encoding="utf-8-sig")
     except OSError as exc:
         raise InvalidInputError(
             f"cannot read dialogue file {path}: {exc.strerror or exc}"
@@ -127,7 +130,7 @@ def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) ->
                 where, message = first_error(exc, "line")
                 raise InvalidInputError(
                     f"{path}:{number}: {where}: {message}",
-                    hint="see ../shared/data/dialogues/README.md",
+                    hint=TURNS_FORMAT_HINT,
                 ) from None
             if limit is not None and len(rows) >= limit:
                 break
@@ -150,10 +153,38 @@ def load_dialogue(path: Path, max_turns: int | None = None) -> DialogueSpec:
     return DialogueSpec(
         dialogue_id=turns[0].conversation_id,
         path=str(path),
-        turns=turns,
+        turns=with_session_times(turns),
         qa=qa,
         qa_path=str(qa_path) if qa else None,
     )
+
+
+def with_session_times(turns: list[DialogueTurnRow]) -> list[DialogueTurnRow]:
+    """The turns, each without a `session_time` given its session's: the time of the nearest
+    earlier turn of its session that has one, else of the first later one; a turn without a
+    session takes the previous turn's. A transcript that dates each session once (its first
+    turn) is then dated throughout, and no turn of it is taken as said on the day it was
+    imported (a memory row without a time is dated when it is stored)."""
+    first_in_session: dict[int, str] = {}
+    for turn in turns:
+        if turn.session is not None and turn.session_time:
+            first_in_session.setdefault(turn.session, turn.session_time)
+    latest_in_session: dict[int, str] = {}
+    previous: str | None = None
+    dated = []
+    for turn in turns:
+        said = turn.session_time or (
+            previous
+            if turn.session is None
+            else latest_in_session.get(turn.session, first_in_session.get(turn.session))
+        )
+        if turn.session is not None and said:
+            latest_in_session[turn.session] = said
+        previous = said or previous
+        dated.append(
+            turn if said == turn.session_time else turn.model_copy(update={"session_time": said})
+        )
+    return dated
 
 
 def _message(row: DialogueTurnRow, roles: dict[str, str]) -> ChatMessage:

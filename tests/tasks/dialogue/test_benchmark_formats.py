@@ -113,6 +113,69 @@ def test_a_file_in_no_layout_stops_with_one_line_naming_it(
     )
 
 
+def test_a_file_saved_with_a_byte_order_mark_reads_as_without_one(tmp_path: Path) -> None:
+    bom = b"\xef\xbb\xbf"
+    for source in (LOCOMO_JSONL, LOCOMO_JSON):
+        marked = tmp_path / source.name
+        marked.write_bytes(bom + source.read_bytes())
+        if source == LOCOMO_JSONL:
+            qa = source.with_name(source.name.replace(".turns.", ".qa."))
+            marked.with_name(qa.name).write_bytes(bom + qa.read_bytes())
+        (plain,), (read,) = load_dialogues(source), load_dialogues(marked)
+        assert read.turns == plain.turns and read.qa == plain.qa and read.turns
+
+
+def test_a_malformed_turn_line_names_its_line_and_where_the_format_is_told(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "chat.turns.jsonl"
+    path.write_text(
+        '{"conversation_id": "c", "turn_id": 1, "speaker": "Ilse", "text": "Hi"}\n'
+        '{"conversation_id": "c", "turn_id": 2, "text": "Hello"}\n'
+    )
+    with pytest.raises(InvalidInputError) as raised:
+        load_dialogues(path)
+    line = str(raised.value)
+    assert f"{path}:2: speaker: Field required" in line and "\n" not in line, line
+    assert "'Transcripts as JSONL turns' in Skald's README.md" in line, line
+
+
+def test_a_turn_without_a_time_is_dated_by_its_session_and_never_by_the_import(
+    tmp_path: Path,
+) -> None:
+    rows = [
+        {"session": 1, "session_time": "1:56 pm on 8 May, 2023"},
+        {"session": 1},
+        {"session": 2},  # its session is dated by a later turn
+        {"session": 2, "session_time": "9:00 am on 20 May, 2023"},
+        {"session": 1, "session_time": "2:30 pm on 8 May, 2023"},
+        {"session": 1},  # the latest time its session gave before it
+        {},  # no session: the turn before it
+        {"session": 3},  # a session no turn dates: undated still
+    ]
+    path = tmp_path / "chat.turns.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"conversation_id": "c", "turn_id": i, "speaker": "Ilse", "text": "Hi", **row}
+            )
+            + "\n"
+            for i, row in enumerate(rows, start=1)
+        )
+    )
+    (spec,) = load_dialogues(path)
+    assert [t.session_time for t in spec.turns] == [
+        "1:56 pm on 8 May, 2023",
+        "1:56 pm on 8 May, 2023",
+        "9:00 am on 20 May, 2023",
+        "9:00 am on 20 May, 2023",
+        "2:30 pm on 8 May, 2023",
+        "2:30 pm on 8 May, 2023",
+        "2:30 pm on 8 May, 2023",
+        None,
+    ]
+
+
 def test_the_layout_is_read_from_the_file_not_its_name() -> None:
     assert detect_layout(LOCOMO_JSON, json.loads(LOCOMO_JSON.read_text())) == "locomo"
     assert (
