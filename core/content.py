@@ -39,6 +39,7 @@ from core.errors import ContentIntegrityError, InvalidInputError, first_error
 __all__ = [
     "ContentMissingError",
     "ContentRef",
+    "USER_TEXT_ENCODING",
     "ContentStore",
     "safe_content_type",
     "safe_name",
@@ -47,6 +48,10 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 
 REGENERATE_HINT = "delete it and re-run; the pipeline will regenerate it"
+#: How files a writer edits are read (manuscripts, chapter files, guidance, premises, exports
+#: to import): UTF-8, with a byte-order mark (what Windows editors may save) taken as none.
+#: Read as plain UTF-8, the mark hid a manuscript's first heading, so its first chapter was lost.
+USER_TEXT_ENCODING = "utf-8-sig"
 TEXT_EXTS = frozenset({"txt", "md"})
 JSON_EXTS = frozenset({"json"})
 ARRAY_EXTS = frozenset({"npy"})

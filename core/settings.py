@@ -449,9 +449,10 @@ class _TomlSource(PydanticBaseSettingsSource):
         if path is None or not path.exists():
             return {}
         try:
-            with path.open("rb") as handle:
-                data = tomllib.load(handle)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+            # utf-8-sig: a file saved with a byte-order mark (Windows editors) reads as without;
+            # tomllib would report an invalid statement at line 1, column 1.
+            data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(
                 f"cannot read config file {path}: {exc}", hint="fix the TOML syntax"
             ) from exc

@@ -71,6 +71,14 @@ def load_imported_artifacts(saga_dir: Path) -> InitArtifacts:
 def import_flow(manuscript: Manuscript, genre: str) -> ImportReport:
     rt = runtime()
     services = rt.services()
+    if manuscript.preamble:
+        words = manuscript.preamble.split()
+        get_run_logger().warning(
+            "the %d word(s) before the first chapter heading are not imported (%r); to import "
+            "them as a chapter, give them a heading of the chapters' level (e.g. 'Prologue')",
+            len(words),
+            " ".join(words[:8]) + (" ..." if len(words) > 8 else ""),
+        )
     chapters = read_chapters(rt, services, manuscript)
     artifacts = imported_artifacts(
         services,

@@ -23,6 +23,7 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel, Field
 
 from core.cli import add_settings_options, project_prefect_settings, run_main, setup_logging
+from core.content import USER_TEXT_ENCODING
 from core.errors import InvalidInputError
 from core.phases import PhaseTimer
 from core.project_lock import project_writer
@@ -362,7 +363,7 @@ def import_main(argv: Sequence[str]) -> int:
 
     args = build_import_parser().parse_args(argv)
     try:
-        text = args.manuscript.read_text(encoding="utf-8")
+        text = args.manuscript.read_text(encoding=USER_TEXT_ENCODING)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"cannot read --manuscript {args.manuscript}: {exc}") from None
     manuscript = split_manuscript(
@@ -444,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.premise_file is not None:
         try:
-            args.premise = args.premise_file.read_text(encoding="utf-8")
+            args.premise = args.premise_file.read_text(encoding=USER_TEXT_ENCODING)
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInputError(
                 f"cannot read --premise-file {args.premise_file}: {exc}"

@@ -21,6 +21,7 @@ from typing import Any
 
 from neo4j import ManagedTransaction
 
+from core.content import USER_TEXT_ENCODING
 from kg import cypher
 from kg import vocabulary as vocab
 from kg.errors import ImportRefusedError
@@ -104,7 +105,7 @@ def write_export(data: dict[str, Any], path: Path) -> Path:
 
 def read_export(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding=USER_TEXT_ENCODING))
     except OSError as exc:
         raise ImportRefusedError(f"cannot read import file {path}: {exc.strerror or exc}") from exc
     except ValueError as exc:

@@ -30,7 +30,7 @@ import yaml
 from prefect import get_run_logger
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
-from core.content import atomic_write, read_state
+from core.content import USER_TEXT_ENCODING, atomic_write, read_state
 from core.errors import InvalidInputError, first_problem
 from kg import vocabulary as vocab
 from kg.models import (
@@ -143,7 +143,7 @@ def _type_name(annotation: Any) -> str:
 def _load_yaml(root: Path, rel: str) -> Any:
     path = root / rel
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding=USER_TEXT_ENCODING))
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"{rel}: cannot be read: {exc}") from None
     except yaml.YAMLError as exc:
@@ -205,7 +205,9 @@ def load_story_bible(root: Path) -> StoryBible:
         )
     outline_path = root / GLOBAL_OUTLINE_FILE
     try:
-        global_outline = outline_path.read_text(encoding="utf-8") if outline_path.is_file() else ""
+        global_outline = (
+            outline_path.read_text(encoding=USER_TEXT_ENCODING) if outline_path.is_file() else ""
+        )
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"{GLOBAL_OUTLINE_FILE}: cannot be read: {exc}") from None
     return StoryBible(

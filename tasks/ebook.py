@@ -42,7 +42,7 @@ import pypandoc
 from prefect import get_run_logger
 from pydantic import BaseModel, Field
 
-from core.content import write_if_changed
+from core.content import USER_TEXT_ENCODING, write_if_changed
 from core.errors import ExportError, InvalidInputError
 from tasks.policy import plain_task
 
@@ -149,7 +149,7 @@ def write_ebooks(manuscript: Path, formats: Sequence[EbookFormat] = EBOOK_FORMAT
     """Write the manuscript's book files next to it (`manuscript.epub`, `manuscript.docx`);
     their paths, in the order of `formats`."""
     try:
-        text = manuscript.read_text(encoding="utf-8")
+        text = manuscript.read_text(encoding=USER_TEXT_ENCODING)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(
             f"cannot read the manuscript {manuscript}: {exc}", hint="write or import the book first"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from core.content import ContentRef, write_if_changed
+from core.content import USER_TEXT_ENCODING, ContentRef, write_if_changed
 from core.grounding import chapter_heading
 from tasks.policy import plain_task
 from tasks.services import Services
@@ -75,7 +75,7 @@ def manuscript_path(project_dir: Path) -> Path:
 def export_manuscript(services: Services, title: str, chapter_count: int) -> str:
     """Concatenate finished chapters into `exports/manuscript.md`."""
     chapters = [
-        path.read_text(encoding="utf-8")
+        path.read_text(encoding=USER_TEXT_ENCODING)
         for number in range(1, chapter_count + 1)
         if (path := chapter_path(services.settings.project_dir, number)).exists()
     ]

@@ -51,10 +51,16 @@ class ManuscriptChapter(BaseModel):
 class Manuscript(BaseModel):
     title: str
     chapters: list[ManuscriptChapter] = Field(min_length=1)
+    preamble: str = Field(
+        "",
+        description="text before the first chapter heading (a dedication, an epigraph, a "
+        "prologue without a heading): not imported, so the import says so",
+    )
 
 
 def split_manuscript(text: str, fallback_title: str) -> Manuscript:
     """Chapters (by heading) and scenes (by scene-break line); InvalidInputError if none."""
+    text = text.removeprefix("\ufeff")  # a byte-order mark would hide the first heading
     headings = list(_HEADING.finditer(text))
     level2 = [h for h in headings if h.group(1) == "##"]
     chapter_level = "##" if len(level2) >= 2 else "#"
@@ -83,7 +89,10 @@ def split_manuscript(text: str, fallback_title: str) -> Manuscript:
             hint="start each chapter with a heading line such as '# Chapter 1: The Letter'",
         )
     book_title = title_heading.group(2).strip() if title_heading is not None else fallback_title
-    return Manuscript(title=book_title, chapters=chapters)
+    before = text[: starts[0].start()]
+    if title_heading is not None and title_heading.start() < starts[0].start():
+        before = before[: title_heading.start()] + before[title_heading.end() :]
+    return Manuscript(title=book_title, chapters=chapters, preamble=before.strip())
 
 
 def imported_artifacts(

@@ -25,7 +25,7 @@ from pathlib import Path
 from prefect import get_run_logger
 from pydantic import BaseModel, Field
 
-from core.content import ContentRef, atomic_write, read_state
+from core.content import USER_TEXT_ENCODING, ContentRef, atomic_write, read_state
 from core.errors import InvalidInputError
 from prompts import render_text
 from prompts.initialization.models import ChapterOutline
@@ -85,7 +85,7 @@ def read_guidance(project_dir: Path, number: int) -> str:
     if not path.is_file():
         return ""
     try:
-        return path.read_text(encoding="utf-8").strip()
+        return path.read_text(encoding=USER_TEXT_ENCODING).strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(
             f"{path.relative_to(project_dir)}: cannot be read: {exc}", hint="save it as UTF-8 text"

@@ -88,6 +88,15 @@ def test_broken_toml_and_missing_config_file(tmp_path: Path) -> None:
         load_settings(tmp_path, config_file=tmp_path / "missing.toml")
 
 
+def test_a_toml_file_saved_with_a_byte_order_mark_reads_as_without_one(tmp_path: Path) -> None:
+    (tmp_path / "skald.toml").write_bytes(b"\xef\xbb\xbf[limits]\nqa_every = 3\n")
+    assert load_settings(tmp_path).limits.qa_every == 3
+    # The look-alike: a byte-order mark inside the file is still an error.
+    (tmp_path / "skald.toml").write_bytes(b"[limits]\n\xef\xbb\xbfqa_every = 3\n")
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_settings(tmp_path)
+
+
 def test_embedded_default_keeps_the_first_draft(tmp_path: Path) -> None:
     budget = load_settings(tmp_path).revision_budget()
     assert budget.iterations == 1

@@ -31,7 +31,7 @@ from prompts.initialization.models import ChapterOutline
 from prompts.knowledge.models import ChapterSummary
 from prompts.narrative.models import SceneDetail
 from tasks.embedding import embed_texts
-from tasks.export import chapter_markdown, chapter_path, restore_chapter_file
+from tasks.export import chapter_markdown, chapter_path, export_manuscript, restore_chapter_file
 from tasks.planning import PlanRequest, plan_scenes
 from tasks.policy import SERVICES
 from tasks.retrieval import retrieve_context
@@ -187,6 +187,23 @@ def test_a_deleted_chapter_file_is_written_from_its_stored_text_and_never_from_a
     with pytest.raises(ContentIntegrityError):
         restore_chapter_file(services, 2, "The Lamp", text)
     assert not path.exists()
+
+
+def test_a_chapter_file_the_writer_saved_with_a_byte_order_mark_keeps_its_heading(
+    tmp_path: Path,
+) -> None:
+    services = Services(
+        settings=_settings(tmp_path), llm=TableModel({}), content=ContentStore(tmp_path / "c")
+    )
+    for number, title in ((1, "Harbor"), (2, "Night")):
+        path = chapter_path(services.settings.project_dir, number)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        marked = b"\xef\xbb\xbf" if number == 1 else b""
+        path.write_bytes(marked + chapter_markdown(number, title, "Ilse waited.").encode())
+    with disable_run_logger():
+        manuscript = Path(export_manuscript.fn(services, "The Salt Road", 2)).read_text()
+    assert "\ufeff" not in manuscript
+    assert manuscript.splitlines()[2] == "## Chapter 1: Harbor", manuscript
 
 
 def test_a_chapter_summary_lists_each_event_once(tmp_path: Path) -> None:

@@ -176,6 +176,14 @@ def test_split_manuscript_by_level_two_headings_with_title() -> None:
         (1, "One", ["A.", "B."]),
         (2, "Chapter 2", ["C."]),
     ]
+    assert book.preamble == "front matter"  # not imported, and the import says so
+
+
+def test_a_manuscript_saved_with_a_byte_order_mark_keeps_its_first_chapter() -> None:
+    text = "# Harbor\n\nA.\n\n# Night\n\nC.\n"
+    book = split_manuscript("\ufeff" + text, "salt road")
+    assert book == split_manuscript(text, "salt road")
+    assert [c.title for c in book.chapters] == ["Harbor", "Night"] and book.preamble == ""
 
 
 def test_split_manuscript_by_level_one_headings() -> None:
