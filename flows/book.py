@@ -30,7 +30,7 @@ from prompts.initialization.models import (
     CharacterSheets,
     GlobalOutline,
 )
-from tasks.bible import StoryBible, load_story_bible, sync_story_bible
+from tasks.bible import CHAPTERS_FILE, StoryBible, load_story_bible, sync_story_bible
 from tasks.codex import FLAT_CODEX_CHAPTERS, codex_due, write_codex_or_log
 from tasks.commit import commit_initialization, maintenance_due, record_maintenance
 from tasks.export import chapter_path, restore_chapter_file
@@ -321,6 +321,8 @@ def start_book(
         bring_steering_up_to_date(chapters, redo_from)
         sync_story_bible(services, initial_bible(services, artifacts))
         bible = load_story_bible(rt.settings.project_dir)
+        planned = {c.number: ChapterOutline.model_validate(c.model_dump()) for c in bible.chapters}
+        note_replanned_chapters(load_steering(rt.settings.saga_dir), planned)
     outline = rt.content.get_model(artifacts.global_outline, GlobalOutline)
     info = BookInfo(
         title=outline.title,
@@ -340,13 +342,32 @@ def start_book(
         bible=bible,
         outline=outline,
         info=info,
-        planned={c.number: ChapterOutline.model_validate(c.model_dump()) for c in bible.chapters},
+        planned=planned,
         committed=frozenset(c.chapter for c in services.graph_reader.committed_chapters()),
         write=chapter_flow.with_options(
             result_storage=results, task_runner=chapter_runner(rt.settings)
         ),
         refresh=generate_chapter_outline.with_options(result_storage=results),
     )
+
+
+def note_replanned_chapters(steering: Steering, planned: dict[int, ChapterOutline]) -> None:
+    """Say which written chapters' plans the writer edited: an edit steers the chapters still to
+    be written, so without a word the new plan of a written one would seem ignored."""
+    replanned = sorted(
+        number
+        for number, written in steering.inputs.items()
+        if written.planned is not None and planned.get(number) != written.planned
+    )
+    if replanned:
+        get_run_logger().warning(
+            "%s: the plan of written chapter(s) %s changed since they were written; a written "
+            "chapter is not rewritten by an edit (run with --redo-from %d to write it and the "
+            "chapters after it to the new plan)",
+            CHAPTERS_FILE,
+            ", ".join(map(str, replanned)),
+            replanned[0],
+        )
 
 
 def initialize(rt: Runtime, spec: ProjectSpec, results: Path) -> InitArtifacts:
@@ -392,7 +413,9 @@ def write_chapter(
                 written_result_path(settings.saga_dir, number),
                 (result.model_copy(update=_RUN_BOUND).model_dump_json(indent=2) + "\n").encode(),
             )
-            record_written(settings.saga_dir, number, guidance, chapter, cast)
+            record_written(
+                settings.saga_dir, number, guidance, chapter, cast, book.planned.get(number)
+            )
         progress.follow(result)
 
 

@@ -40,6 +40,11 @@ class WrittenWith(BaseModel):
 
     outline: ChapterOutline
     character_names: tuple[str, ...]
+    planned: ChapterOutline | None = Field(
+        None,
+        description="the chapter's plan in outline/chapters.yaml when it was written (None: it "
+        "had none, or the record is older than plans in records)",
+    )
 
 
 class ImportedChapter(BaseModel):
@@ -201,9 +206,10 @@ def record_written(
     guidance: str,
     outline: ChapterOutline,
     character_names: tuple[str, ...],
+    planned: ChapterOutline | None,
 ) -> None:
     steering = load_steering(saga_dir)
-    written = WrittenWith(outline=outline, character_names=character_names)
+    written = WrittenWith(outline=outline, character_names=character_names, planned=planned)
     if (
         steering.written.get(number) != fingerprint(guidance)
         or steering.inputs.get(number) != written

@@ -314,11 +314,32 @@ def test_redo_from_two_rewrites_chapters_two_and_three_exactly(
     after_one = export(project, env, "after-one")
     assert novel(project, env, "--chapters", "3", *SMALL).returncode == 0  # back from the cache
 
+    # The writer edits written chapter 2's plan: nothing is rewritten, and the run says so.
+    plans_path = project / "outline" / "chapters.yaml"
+    plans = yaml.safe_load(plans_path.read_text())
+    new_plan = "Mara finds a brass key under the lighthouse stairs."
+    plans_path.write_text(
+        yaml.safe_dump(
+            [{**p, "summary": new_plan} if p["number"] == 2 else p for p in plans], sort_keys=False
+        )
+    )
+    start = len(llm.requests)
+    result = novel(project, env, "--chapters", "3", *SMALL)
+    assert result.returncode == 0 and len(llm.requests) == start, result.stderr[-4000:]
+    warned = [line for line in result.stderr.splitlines() if "chapters.yaml: the plan" in line]
+    assert len(warned) == 1 and "written chapter(s) 2 changed" in warned[0], warned
+    assert "--redo-from 2" in warned[0]
+
     start = len(llm.requests)
     result = novel(project, env, "--chapters", "3", "--redo-from", "2", *SMALL)
     assert result.returncode == 0, result.stderr[-4000:]
     made = requests_since(llm, start)
     assert not any(chapter_of(r) == 1 for r in made), "chapter 1 must cost no request"
+    # The redo writes chapter 2 to its new plan, and the next run has nothing to say of it.
+    assert any("Outline chapter 2:" in r.last_user and new_plan in r.last_user for r in made), [
+        r.last_user[:120] for r in made if "Outline chapter" in r.last_user
+    ]
+    assert "chapters.yaml: the plan" not in result.stderr
     for number in (2, 3):
         drafts = [r for r in made if f"Chapter {number}, scene 1 of" in r.last_user]
         assert drafts and all("take 2" in r.text for r in drafts), number
