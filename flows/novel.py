@@ -49,7 +49,7 @@ from tasks.codex import write_codex_or_log
 from tasks.ebook import EBOOK_FORMATS, export_ebooks_or_log, write_ebooks
 from tasks.export import export_manuscript, manuscript_path
 from tasks.runtime import Runtime, project_runtime, set_runtime
-from tasks.steering import finish_redo, load_steering, read_guidance
+from tasks.steering import finish_redo, guidance_files, load_steering, read_guidance
 
 __all__ = [
     "ChapterCost",
@@ -164,15 +164,13 @@ def check_run_request(chapters: int, redo_from: int | None) -> None:
 
 
 def check_writer_files(project_dir: Path) -> None:
-    """The writer's story bible and guidance of an existing project, validated before anything
-    is written or asked (one line naming the file on a bad one)."""
-    if not (project_dir / ".saga" / PROJECT_FILE).exists():
-        return
-    load_story_bible(project_dir)
-    for path in sorted((project_dir / "guidance").glob("chapter_*.md")):
-        digits = path.stem.removeprefix("chapter_")
-        if digits.isdigit():
-            read_guidance(project_dir, int(digits))
+    """The writer's guidance (and the story bible of an existing project), validated before
+    anything is written or asked (one line naming the file on a bad one)."""
+    guidance = guidance_files(project_dir)  # a new project's too: it may be written first
+    for number in guidance:
+        read_guidance(project_dir, number)
+    if (project_dir / ".saga" / PROJECT_FILE).exists():
+        load_story_bible(project_dir)
 
 
 def finish_book(book: Book, progress: BookProgress, phases: PhaseTimer) -> NovelReport:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -83,6 +84,39 @@ class Steering(BaseModel):
 
 def guidance_path(project_dir: Path, number: int) -> Path:
     return project_dir / "guidance" / f"chapter_{number:03d}.md"
+
+
+#: A file in guidance/ named as if for a chapter ("chapter_1.md", "Chapter-01.txt", "ch3.md"):
+#: read only under its exact name, so any other spelling would be ignored without a word.
+_GUIDANCE_LIKE = re.compile(r"ch(?:apter)?[ _-]?0*(\d+)\.(?:md|markdown|txt)", re.IGNORECASE)
+
+
+def guidance_files(project_dir: Path) -> dict[int, Path]:
+    """The chapters' guidance files (chapter -> path); InvalidInputError naming a file in
+    guidance/ whose name looks like a chapter's guidance but is not the name read, with the
+    name to give it. Files named otherwise (notes) are left alone."""
+    found: dict[int, Path] = {}
+    folder = project_dir / "guidance"
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        like = _GUIDANCE_LIKE.fullmatch(path.name)
+        if like is None or not path.is_file():
+            continue
+        number = int(like.group(1))
+        expected = guidance_path(project_dir, number)
+        if number >= 1 and path.name == expected.name:
+            found[number] = path
+            continue
+        if number < 1:
+            hint = "chapters are numbered from 1"
+        elif expected.exists():
+            hint = f"guidance/{expected.name} is the one read: merge the two, then remove this one"
+        else:
+            hint = f"rename it to guidance/{expected.name}"
+        raise InvalidInputError(
+            f"guidance/{path.name}: not read as guidance (only guidance/chapter_NNN.md is)",
+            hint=hint,
+        )
+    return found
 
 
 def read_guidance(project_dir: Path, number: int) -> str:

@@ -17,6 +17,7 @@ from tasks.steering import (
     fingerprint,
     finish_redo,
     first_stale_chapter,
+    guidance_files,
     load_steering,
     request_redo,
 )
@@ -136,6 +137,41 @@ def test_bible_delta_pushes_only_what_the_writer_changed() -> None:
     ]
     assert [e.name for e in delta.entities] == ["Tobias Venn"]
     assert delta.delta_hash() != delta.model_copy(update={"changeset": -2}).delta_hash()
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("chapter_1.md", "rename it to guidance/chapter_001.md"),
+        ("Chapter-02.txt", "rename it to guidance/chapter_002.md"),
+        ("ch3.md", "rename it to guidance/chapter_003.md"),
+        ("chapter_0004.md", "guidance/chapter_004.md is the one read: merge the two"),
+        ("chapter_000.md", "chapters are numbered from 1"),
+    ],
+)
+def test_a_guidance_file_named_almost_right_stops_the_run_with_its_right_name(
+    tmp_path: Path, name: str, hint: str
+) -> None:
+    folder = tmp_path / "guidance"
+    folder.mkdir()
+    (folder / "chapter_004.md").write_text("Mara lies to Tobias.")
+    (folder / name).write_text("Ilse finds the letter.")
+    with pytest.raises(InvalidInputError) as raised:
+        guidance_files(tmp_path)
+    assert f"guidance/{name}: not read as guidance" in str(raised.value)
+    assert hint in str(raised.value)
+
+
+def test_guidance_files_are_read_by_their_name_and_notes_are_left_alone(tmp_path: Path) -> None:
+    folder = tmp_path / "guidance"
+    folder.mkdir()
+    for name in ("chapter_002.md", "chapter_1000.md", "notes.md", "chapters-plan.txt", "ideas"):
+        (folder / name).write_text("x")
+    assert guidance_files(tmp_path) == {
+        2: folder / "chapter_002.md",
+        1000: folder / "chapter_1000.md",
+    }
+    assert guidance_files(tmp_path / "no-such-project") == {}
 
 
 def test_guidance_marks_its_chapter_stale_and_nothing_else(tmp_path: Path) -> None:
