@@ -185,7 +185,10 @@ def load_story_bible(root: Path) -> StoryBible:
     """Read and validate every bible file under `root`; InvalidInputError (one line) if any is bad."""
     characters = []
     seen: dict[str, str] = {}
-    for path in sorted((root / CHARACTERS_DIR).glob("*.yaml")):
+    folder = root / CHARACTERS_DIR
+    # .yml as well: a sheet the writer adds under YAML's other extension would otherwise be
+    # left out without a word.
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         rel = str(path.relative_to(root))
         character = _validated(rel, _load_yaml(root, rel), BibleCharacter)
         key = vocab.normalize_name(character.name)

@@ -45,10 +45,17 @@ def test_valid_bible_loads(tmp_path: Path) -> None:
     (root / "world" / "locations.yaml").write_text(
         yaml.safe_dump([{"name": "Gull Rock", "description": "A rock."}])
     )
+    (root / "characters" / "tobias_venn.yml").write_text(
+        yaml.safe_dump({**MARA, "name": "Tobias Venn", "role": "keeper"})
+    )
+    (root / "characters" / "tobias_venn.yaml.bak").write_text("not a sheet: [")  # not read
     bible = load_story_bible(root)
-    assert [c.name for c in bible.characters] == ["Mara Quill"] and bible.locations[
-        0
-    ].name == "Gull Rock"
+    assert [c.name for c in bible.characters] == ["Mara Quill", "Tobias Venn"]
+    assert bible.locations[0].name == "Gull Rock"
+    # The same character under both extensions is one character too many.
+    (root / "characters" / "mara_quill.yml").write_text(yaml.safe_dump(MARA))
+    with pytest.raises(InvalidInputError, match="is already the character of"):
+        load_story_bible(root)
 
 
 @pytest.mark.parametrize(
