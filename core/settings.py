@@ -508,3 +508,17 @@ def require_project_dir(project_dir: Path) -> None:
             f"--project-dir {project_dir} is not a directory",
             hint="point it at an existing project, one python -m flows.novel or the sidecar wrote",
         )
+
+
+def require_project(settings: Settings) -> None:
+    """The same for a directory that exists but holds no project (no `.saga/`: the wrong folder,
+    `--project-dir .` run from elsewhere), when the graph is the embedded one that lives in the
+    project: it would be created there, empty, and the command would answer from it. With
+    NEO4J_URI the graph is elsewhere and the directory only holds settings."""
+    require_project_dir(settings.project_dir)
+    if settings.neo4j_uri is None and not settings.saga_dir.is_dir():
+        raise InvalidInputError(
+            f"--project-dir {settings.project_dir} holds no Skald project (no .saga/ folder)",
+            hint="point it at a project python -m flows.novel or the sidecar wrote, or set "
+            "NEO4J_URI for a graph served elsewhere",
+        )

@@ -64,7 +64,7 @@ from core.errors import InvalidInputError
 from core.graph_server import exit_cleanly_on_termination, prefer_clients
 from core.heap import freeze_startup_objects
 from core.recall.lexical import english_words
-from core.settings import Settings, load_settings, require_project_dir
+from core.settings import Settings, load_settings, require_project, require_project_dir
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.lorebook import conversation_lorebook
 from tasks.dialogue.models import (
@@ -645,6 +645,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command not in _MAY_START_A_PROJECT:
         require_project_dir(args.project_dir)
     settings = load_settings(args.project_dir, args.config)
+    if args.command not in _MAY_START_A_PROJECT:
+        require_project(settings)
     return _COMMANDS[args.command](args, settings, _options(args))
 
 

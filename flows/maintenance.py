@@ -35,7 +35,7 @@ from prefect import flow, get_run_logger
 from core.cli import add_settings_options, run_main, setup_logging
 from core.errors import InvalidInputError
 from core.project_lock import project_writer
-from core.settings import Settings, load_settings, require_project_dir
+from core.settings import Settings, load_settings, require_project, require_project_dir
 from tasks.codex import write_codex_or_log
 from tasks.healing import (
     HealReport,
@@ -210,7 +210,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     require_project_dir(args.project_dir)
     setup_logging(args.verbose)
     settings = load_settings(args.project_dir, args.config)
-    project = str(settings.project_dir)
     if args.command == "serve":
         from prefect.client.schemas.schedules import CronSchedule
 
@@ -221,10 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise InvalidInputError(
                     f"{option} {cron!r} is not a valid cron expression: {exc}"
                 ) from None
-        serve_deployments(project, args.heal_cron, args.qa_cron)
+        require_project(settings)
+        serve_deployments(str(settings.project_dir), args.heal_cron, args.qa_cron)
         return 0
     if args.command == "heal" and args.max_enrichments < 0:
         raise InvalidInputError(f"--max-enrichments must be >= 0 (got {args.max_enrichments})")
+    require_project(settings)
     # Held before the graph is opened (opening migrates its schema) until it is closed.
     with project_writer(settings.project_dir, f"python -m flows.maintenance {args.command}"):
         return _run_once(settings, args)

@@ -29,7 +29,7 @@ from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
 from core.graph_server import GraphEndpoint, serve_embedded
 from core.project_lock import project_writer
-from core.settings import Settings, load_settings, require_project_dir
+from core.settings import Settings, load_settings, require_project, require_project_dir
 from kg.codex import CODEX_FILE, CodexPage, build_dialogue_codex, build_novel_codex, write_codex
 from kg.facts import entity_facts, format_facts
 from kg.store import GraphStore
@@ -363,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "vault":
         _check_vault_args(args)
     settings = load_settings(args.project_dir, args.config)
+    if args.command not in _MAY_START_A_PROJECT:
+        require_project(settings)
     if args.command == "serve":
         return _serve(settings, args)
     # A migration, import or rollback while a run writes the book would change the graph under

@@ -146,6 +146,24 @@ def test_errors_are_one_line_with_a_non_zero_exit(
             "project, one python -m flows.novel or the sidecar wrote)"
         ]
         assert not missing.exists()
+    # Nor is a directory that exists but holds no project (the wrong folder), when the graph is
+    # the embedded one that would be made there; with NEO4J_URI it is elsewhere (above).
+    empty = tmp_path / "not-a-project"
+    empty.mkdir()
+    embedded = {k: v for k, v in os.environ.items() if not k.startswith("NEO4J_")}
+    for module, command in (("kg", "stats"), ("flows.maintenance", "qa")):
+        refused = subprocess.run(
+            [sys.executable, "-m", module, command, "--project-dir", str(empty)],
+            cwd=REPO_ROOT,
+            env=embedded,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert refused.returncode == 2, refused.stderr[-2000:]
+        (line,) = refused.stderr.strip().splitlines()
+        assert f"--project-dir {empty} holds no Skald project (no .saga/ folder)" in line
+        assert list(empty.iterdir()) == []
 
 
 def test_a_process_that_forgets_to_close_its_store_still_exits(tmp_path: Path) -> None:
