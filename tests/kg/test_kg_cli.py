@@ -19,12 +19,15 @@ from kg.store import GraphStore
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def kg(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def kg(
+    project: Path, *args: str, module: str = "kg", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     # The child finds the session graph like any second process would: NEO4J_URI from the
     # environment, or the embedded server this test process runs for `project`.
     return subprocess.run(
-        [sys.executable, "-m", "kg", *args, "--project-dir", str(project)],
+        [sys.executable, "-m", module, *args, "--project-dir", str(project)],
         cwd=REPO_ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -152,14 +155,7 @@ def test_errors_are_one_line_with_a_non_zero_exit(
     empty.mkdir()
     embedded = {k: v for k, v in os.environ.items() if not k.startswith("NEO4J_")}
     for module, command in (("kg", "stats"), ("flows.maintenance", "qa")):
-        refused = subprocess.run(
-            [sys.executable, "-m", module, command, "--project-dir", str(empty)],
-            cwd=REPO_ROOT,
-            env=embedded,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        refused = kg(empty, command, module=module, env=embedded)
         assert refused.returncode == 2, refused.stderr[-2000:]
         (line,) = refused.stderr.strip().splitlines()
         assert f"--project-dir {empty} holds no Skald project (no .saga/ folder)" in line
