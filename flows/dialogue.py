@@ -818,7 +818,29 @@ def _one_call(
     if not outcome.ok:
         print(f"dialogue: {outcome.code}: {outcome.reason}", file=sys.stderr)
         return EXIT_CODES.get(outcome.code or "ROLLED_BACK", 1)
+    if not outcome.found:
+        # Still exit 0: done twice, a call finds nothing the second time (as the API answers),
+        # and a script may repeat it. A person who mistyped an id is told so.
+        print(f"dialogue: note: {_nothing_done(outcome)}", file=sys.stderr)
     return 0
+
+
+def _nothing_done(outcome: RewindResult | ForgetResult | RenameResult | CopyResult) -> str:
+    """Why a call that succeeded changed nothing, in words."""
+    conversation = outcome.conversation_id
+    if isinstance(outcome, RewindResult):
+        return (
+            f"conversation {conversation!r} remembers no turn {outcome.before_turn!r}; nothing "
+            "was rewound"
+        )
+    if isinstance(outcome, RenameResult | CopyResult) and (
+        outcome.new_conversation_id == conversation
+    ):
+        return f"{conversation!r} is the conversation's id already; nothing to carry over"
+    return (
+        f"memory holds nothing of conversation {conversation!r}; nothing changed "
+        "(`python -m flows.dialogue conversations` lists what it holds)"
+    )
 
 
 def _ingest(args: argparse.Namespace, settings: Settings, options: SidecarOptions) -> int:

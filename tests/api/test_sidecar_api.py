@@ -1072,7 +1072,12 @@ def test_cli_rewind_forget_rename_and_copy(
     assert out["found"] and out["moved"]["memory"] == 1
     assert client.get(f"{CONVERSATIONS_PATH}/{renamed}/turns").json()["page"]["total"] == 1
     assert run("rename", "--conversation-id", conv, "--new-conversation-id", renamed, *args) == 0
-    assert not json.loads(capsys.readouterr().out)["found"]
+    again = capsys.readouterr()
+    assert not json.loads(again.out)["found"]
+    assert again.err == (
+        f"dialogue: note: memory holds nothing of conversation {conv!r}; nothing changed "
+        "(`python -m flows.dialogue conversations` lists what it holds)\n"
+    )
     taken = _conv()
     assert client.post(COMMIT_PATH, json=_turn(taken, 1, LINES[2])).json()["committed"]
     assert run("rename", "--conversation-id", renamed, "--new-conversation-id", taken, *args) == 2
@@ -1083,8 +1088,11 @@ def test_cli_rewind_forget_rename_and_copy(
     # copy: the conversation is copied and stays (exit 0, found).
     copied = _conv()
     assert run("copy", "--conversation-id", conv, "--new-conversation-id", copied, *args) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["found"] and out["copied"]["memory"] == 1
+    done = capsys.readouterr()
+    out = json.loads(done.out)
+    assert out["found"] and out["copied"]["memory"] == 1 and "note" not in done.err
+    assert run("copy", "--conversation-id", conv, "--new-conversation-id", conv, *args) == 0
+    assert "is the conversation's id already" in capsys.readouterr().err
     for cid in (conv, copied):
         assert client.get(f"{CONVERSATIONS_PATH}/{cid}/turns").json()["page"]["total"] == 1
     assert run("forget", "--conversation-id", conv, "--project-dir", str(tmp_path)) == 0
