@@ -65,6 +65,7 @@ from core.graph_server import exit_cleanly_on_termination, prefer_clients
 from core.heap import freeze_startup_objects
 from core.recall.lexical import english_words
 from core.settings import Settings, load_settings, require_project, require_project_dir
+from core.timex import parse_when
 from kg.dialogue import DialogueRepository
 from tasks.dialogue.lorebook import conversation_lorebook
 from tasks.dialogue.models import (
@@ -763,6 +764,14 @@ def _query(args: argparse.Namespace, settings: Settings, options: SidecarOptions
     if args.speaker:
         message["name"] = args.speaker
     if args.time:
+        if parse_when(args.time) is None:
+            # The API takes an undated time as no time; asked for here, it would be ignored
+            # without a word and "yesterday" left unresolved.
+            raise InvalidInputError(
+                f"--time {args.time!r} names no date",
+                hint='give a date with its year: "1:56 pm on 8 May, 2023", 2023-05-08T13:56, '
+                "or Unix time",
+            )
         message["time"] = args.time
     config = {
         field: value

@@ -110,6 +110,10 @@ def test_cli_query_prints_the_packet_the_api_injects_and_refuses_an_unknown_conv
     assert run("--conversation-id", conv, "--recall-k", "99", QUESTION) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "recall_k" in err
+    # So is a --time that names no date ("yesterday" would be left unresolved without a word).
+    assert run("--conversation-id", conv, "--time", "next Tuesday", QUESTION) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--time 'next Tuesday' names no date" in err
 
     # --window N: asked as a front end showing the last N remembered messages. "Thanks!" names
     # no topic: it asks about the last message shown (the bakery's), as the API does given that
