@@ -117,6 +117,7 @@ def novel_flow(
             rt.settings.project_dir, premise.strip() or None, genre, chapters, acts, characters
         )
         preflight(rt)
+        check_book_length(rt, chapters)
         scenes = scenes_per_chapter or rt.settings.limits.scenes_per_chapter
         phases = PhaseTimer()
         LEDGER.checkpoint("start")
@@ -282,6 +283,23 @@ def run_summary(report: NovelReport, seconds: float) -> dict[str, object]:
         ],
         "flagged_chapters": [c.number for c in report.chapters if c.flagged],
     }
+
+
+def check_book_length(rt: Runtime, chapters: int) -> None:
+    """A --chapters below the chapters the graph holds would export a manuscript, EPUB and DOCX
+    without the later ones while the graph and chapters/ keep them: most often an old command
+    run again. Refused; taking chapters out of a book is a rollback."""
+    past = sorted(
+        c.chapter for c in rt.services().graph_reader.committed_chapters() if c.chapter > chapters
+    )
+    if past:
+        raise InvalidInputError(
+            f"--chapters {chapters} would leave out chapter(s) {', '.join(map(str, past))}, "
+            "which the book holds",
+            hint=f"give --chapters {past[-1]} or more; to take chapters out of the book, roll "
+            f"them back first: python -m kg rollback --chapter {past[0]} --cascade "
+            f"--project-dir {rt.settings.project_dir}",
+        )
 
 
 def preflight(rt: Runtime) -> None:
@@ -467,6 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rt = set_runtime(Runtime(settings))
         try:
             preflight(rt)
+            check_book_length(rt, args.chapters)  # again in the flow, for deployment runs
             started = time.monotonic()
             with project_prefect_settings(settings.project_dir):
                 report = novel_flow(

@@ -218,10 +218,21 @@ def test_another_model_setting_writes_the_next_chapters_and_never_the_written_on
     assert {p.name: p.read_bytes() for p in chapters.glob("chapter_00[12].md")} == {
         name: text for name, (text, _) in written.items()
     }
+    # An old command run again (--chapters 2) would export the book without chapter 3 while
+    # the graph keeps it: refused in one line, nothing asked or changed.
+    three_chapters = (project / "exports" / "manuscript.md").read_bytes()
+    start = len(llm.requests)
+    shorter = novel(project, retuned, *args, "--chapters", "2")
+    assert shorter.returncode == 2 and len(llm.requests) == start, shorter.stderr[-3000:]
+    assert "--chapters 2 would leave out chapter(s) 3" in one_error_line(shorter.stderr)
+    assert (project / "exports" / "manuscript.md").read_bytes() == three_chapters
     # Exact: taking chapter 3 away leaves the graph as the two chapters left it.
     rolled = kg(project, retuned, "rollback", "--chapter", "3")
     assert rolled.returncode == 0, rolled.stderr[-2000:]
     assert export(project, retuned, "three-minus") == two_chapters
+    # The look-alike: once rolled back, the book may end at chapter 2.
+    assert novel(project, retuned, *args, "--chapters", "2").returncode == 0
+    assert "Chapter 3" not in (project / "exports" / "manuscript.md").read_text()
 
 
 # --- the story bible ----------------------------------------------------------------------------
