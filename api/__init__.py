@@ -33,7 +33,14 @@ from api.paths import (
     RETRY_PATH,
     REWIND_PATH,
 )
-from api.security import CORS_ENV, TOKEN_ENV, SidecarSecurity, is_loopback, serve_security
+from api.security import (
+    CORS_ENV,
+    TOKEN_ENV,
+    SidecarSecurity,
+    is_loopback,
+    listening_socket,
+    serve_security,
+)
 from api.statuses import call_status, turn_status
 
 __all__ = [
@@ -56,6 +63,7 @@ __all__ = [
     "call_status",
     "create_app",
     "is_loopback",
+    "listening_socket",
     "serve_security",
     "turn_status",
 ]

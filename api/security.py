@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -119,3 +120,24 @@ def serve_security(
     if origins is None:
         origins = [o.strip() for o in os.environ.get(CORS_ENV, "").split(",") if o.strip()]
     return SidecarSecurity(token, origins)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The socket `serve` listens on, bound before anything starts: a port in use (another
+    sidecar) is then one line and a non-zero exit before the graph starts, not uvicorn's
+    error after it. Bound here and handed to uvicorn, so no other process takes the port
+    between a check and the bind."""
+    address = host.removeprefix("[").removesuffix("]")  # "[::1]", as in a URL
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+    try:
+        sock.bind((address, port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidInputError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="another process serves that port (another sidecar?): stop it, or pass --port",
+        ) from None
+    sock.set_inheritable(True)
+    return sock

@@ -57,7 +57,7 @@ from typing import Any, Literal, TypeVar
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from api import CORS_ENV, TOKEN_ENV, create_app, serve_security
+from api import CORS_ENV, TOKEN_ENV, create_app, listening_socket, serve_security
 from core.cli import add_settings_options, project_prefect_settings, run_main, setup_logging
 from core.embedder import EmbedderUnavailableError, local_embedder
 from core.errors import InvalidInputError
@@ -688,6 +688,7 @@ def _serve(args: argparse.Namespace, settings: Settings, options: SidecarOptions
 
     # Before anything starts: a refused bind costs nothing.
     security = serve_security(args.host, args.token_file, args.cors_origins)
+    sock = listening_socket(args.host, args.port)
     prefer_clients(settings, options.graph_nice)  # before the graph starts (below)
     # uvicorn stops gracefully on SIGTERM and then raises it again under the handler it found:
     # the default one ended the process before `service.close()` (whose gateway writes the
@@ -707,10 +708,26 @@ def _serve(args: argparse.Namespace, settings: Settings, options: SidecarOptions
             "bearer token" if security.token else "none (loopback only)",
             ", ".join(security.cors_origins) or "none",
         )
-        uvicorn.run(create_app(service, security), host=args.host, port=args.port, log_level="info")
+        config = uvicorn.Config(
+            create_app(service, security), host=args.host, port=args.port, log_level="info"
+        )
+        server = uvicorn.Server(config)
+        # uvicorn names its address only for a socket it bound itself; this one is bound above.
+        logging.getLogger("uvicorn.error").info(
+            "Uvicorn running on http://%s:%d (OpenAPI at /docs; Press CTRL+C to quit)",
+            args.host,
+            args.port,
+        )
+        try:
+            server.run(sockets=[sock])
+        except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C is a stop, not an error
+            pass
+        started = server.started
     finally:
+        sock.close()
         service.close()
-    return 0
+    # uvicorn.run's exit when the app did not start (its lifespan failed): 3.
+    return 0 if started else 3
 
 
 def _warm_up_embedder() -> None:

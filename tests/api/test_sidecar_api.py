@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 import uuid
@@ -33,6 +34,7 @@ from api import (
     SidecarSecurity,
     create_app,
     is_loopback,
+    listening_socket,
 )
 from core.cli import run_main
 from core.llm import LLMGateway
@@ -799,6 +801,26 @@ def test_binding_all_interfaces_without_a_token_refuses_to_start(
             ],
         )
     assert "shorter than 16" in capsys.readouterr().err
+
+
+def test_a_port_in_use_refuses_to_start_in_one_line_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit) as exited:
+            run_main(
+                main, "dialogue", ["serve", "--port", str(port), "--project-dir", str(tmp_path)]
+            )
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in err, err
+    assert "--port" in err and not (tmp_path / ".saga").exists()
+    # The look-alike: a free port is bound (and IPv6 loopback as a URL writes it).
+    for host in ("127.0.0.1", "[::1]"):
+        listening_socket(host, 0).close()
 
 
 def test_loopback_detection() -> None:
