@@ -33,7 +33,7 @@ from prompts.initialization.models import (
 from tasks.bible import CHAPTERS_FILE, StoryBible, load_story_bible, sync_story_bible
 from tasks.codex import FLAT_CODEX_CHAPTERS, codex_due, write_codex_or_log
 from tasks.commit import commit_initialization, maintenance_due, record_maintenance
-from tasks.export import chapter_path, restore_chapter_file
+from tasks.export import chapter_path, manuscript_path, restore_chapter_file
 from tasks.initialization import (
     act_ranges,
     extract_outline_relationships,
@@ -141,6 +141,7 @@ def resolve_project(
                 hint="omit --premise (a deployment run: leave `premise` empty) to continue it, or use a new --project-dir",
             )
         return spec
+    refuse_unowned_chapters(project_dir)
     if premise is None or not premise.strip():
         raise InvalidInputError(
             "a new project needs a premise",
@@ -155,6 +156,33 @@ def resolve_project(
     )
     save_project(project_dir, spec)
     return spec
+
+
+def refuse_unowned_chapters(project_dir: Path) -> None:
+    """A new book (or an import) goes where no chapter files are: in a directory where Skald
+    keeps nothing (no graph, content store or project file under `.saga/`; its run lock does
+    not count), ones already there belong to no Skald project (another tool's, a project whose
+    .saga/ was lost), and writing the book would overwrite them. Otherwise they are a killed
+    first run's or import's own, which the same command resumes."""
+    saga = project_dir / ".saga"
+    if any((saga / name).exists() for name in ("graph", "content", PROJECT_FILE)):
+        return
+    found = sorted(
+        str(path.relative_to(project_dir))
+        for path in [
+            *(project_dir / "chapters").glob("chapter_*.md"),
+            manuscript_path(project_dir),
+        ]
+        if path.is_file()
+    )
+    if found:
+        more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+        raise InvalidInputError(
+            f"{project_dir} holds no Skald project but has {found[0]}{more}, which a new book "
+            "would overwrite",
+            hint="use an empty --project-dir; to continue your own chapters, import them: "
+            "python -m flows.novel import --manuscript FILE --project-dir NEW_DIR",
+        )
 
 
 def save_project(project_dir: Path, spec: ProjectSpec) -> None:

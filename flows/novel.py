@@ -37,6 +37,7 @@ from flows.book import (
     ProjectSpec,
     after_chapter,
     follow_imported,
+    refuse_unowned_chapters,
     resolve_project,
     save_project,
     start_book,
@@ -391,6 +392,7 @@ def import_main(argv: Sequence[str]) -> int:
         raise InvalidInputError(
             f"{args.project_dir} already holds a book", hint="import into a new --project-dir"
         )
+    refuse_unowned_chapters(settings.project_dir)
     settings.project_dir.mkdir(parents=True, exist_ok=True)
     with project_writer(settings.project_dir, "python -m flows.novel import"):
         rt = set_runtime(Runtime(settings))

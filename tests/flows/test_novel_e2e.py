@@ -229,6 +229,38 @@ def test_bad_arguments_fail_with_one_line(
     assert llm.request_count == before
 
 
+@pytest.mark.parametrize("command", ["novel", "import"])
+def test_a_new_book_never_overwrites_chapter_files_no_project_wrote(
+    command: str, llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    env = run_env(llm, graph_settings, prefect_home)
+    project = tmp_path / "own"
+    (project / "chapters").mkdir(parents=True)
+    own = "# Chapter 1: Mine\n\nThe writer's own first chapter.\n"
+    (project / "chapters" / "chapter_001.md").write_text(own)
+    manuscript = tmp_path / "book.md"
+    manuscript.write_text("# Harbor\n\nIlse counted the crates.\n")
+    before = llm.request_count
+    if command == "import":
+        # `import` is a subcommand: it comes first.
+        result = subprocess.run(
+            [sys.executable, "-m", "flows.novel", "import", "--project-dir", str(project)]
+            + ["--manuscript", str(manuscript)],
+            env=env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    else:
+        result = novel(project, env, *ARGS)
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and "holds no Skald project but has chapters/chapter_001.md" in lines[0]
+    assert (project / "chapters" / "chapter_001.md").read_text() == own
+    assert llm.request_count == before
+
+
 def test_unreachable_llm_fails_cleanly_and_writes_nothing(
     llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
 ) -> None:

@@ -181,6 +181,25 @@ def test_guidance_files_are_read_by_their_name_and_notes_are_left_alone(tmp_path
     assert guidance_files(tmp_path / "no-such-project") == {}
 
 
+def test_chapter_files_stop_a_new_book_only_where_skald_keeps_nothing(tmp_path: Path) -> None:
+    from flows.book import refuse_unowned_chapters
+
+    refuse_unowned_chapters(tmp_path)  # an empty directory
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "chapters" / "notes.md").write_text("ideas")
+    refuse_unowned_chapters(tmp_path)  # not a chapter file
+    (tmp_path / ".saga").mkdir()
+    (tmp_path / ".saga" / "run.lock").write_text("")
+    (tmp_path / "chapters" / "chapter_001.md").write_text("# Chapter 1\n\nMine.\n")
+    with pytest.raises(InvalidInputError, match="holds no Skald project but has chapters/"):
+        refuse_unowned_chapters(tmp_path)  # a run lock is no project
+    # The look-alikes: a killed first run's or import's own files, beside its store or graph.
+    for kept in ("content", "graph"):
+        (tmp_path / ".saga" / kept).mkdir()
+        refuse_unowned_chapters(tmp_path)
+        (tmp_path / ".saga" / kept).rmdir()
+
+
 def test_guidance_marks_its_chapter_stale_and_nothing_else(tmp_path: Path) -> None:
     steering = Steering(written={1: fingerprint(""), 2: fingerprint("")})
     assert first_stale_chapter(steering, tmp_path, [1, 2, 3]) is None  # 3: no record, no guidance
