@@ -3,8 +3,8 @@ the graph's: one line naming it and what to do, the file not made anew with a pa
 does not hold, and the remedy that line gives opens the graph with its data.
 
 ArcadeDB keeps the root password it was first started with (hashed, in
-data/config/server-users.jsonl); each `python -m kg stats` here starts the project's embedded
-graph in its own process, as a user's command does.
+data/config/server-users.jsonl); each `python -m kg stats` here (`migrate` first: it may start a project) starts the project's
+embedded graph in its own process, as a user's command does.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from tests.conftest import REPO_ROOT
 from tests.support.served_graph import embedded_graph_env
 
 
-def _stats(project: Path) -> subprocess.CompletedProcess[str]:
+def _stats(project: Path, command: str = "stats") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "kg", "stats", "--project-dir", str(project)],
+        [sys.executable, "-m", "kg", command, "--project-dir", str(project)],
         env=embedded_graph_env(),
         cwd=REPO_ROOT,
         capture_output=True,
@@ -38,7 +38,7 @@ def _error_line(result: subprocess.CompletedProcess[str]) -> str:
 def test_a_lost_or_corrupted_password_file_is_named_with_its_remedy(tmp_path: Path) -> None:
     project = tmp_path / "book"
     project.mkdir()
-    created = _stats(project)
+    created = _stats(project, "migrate")  # a command that may start a project's graph
     assert created.returncode == 0, created.stderr[-3000:]
     assert "applied migration" in created.stderr  # a new graph: its schema made once
     graph = project / ".saga" / "graph"
