@@ -7,8 +7,11 @@ finished project leaves every file (and its mtime) as it was.
 from __future__ import annotations
 
 import json
+import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
+from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from core.content import USER_TEXT_ENCODING, ContentRef, write_if_changed
@@ -25,11 +28,34 @@ def chapter_markdown(number: int, title: str, text: str) -> str:
     return f"# {chapter_heading(number, title)}\n\n{text.strip()}\n"
 
 
+def set_aside(project_dir: Path, files: list[Path]) -> Path:
+    """Move chapter files to `chapters/replaced/<UTC time>/`, kept, never deleted; returns the
+    folder. Named by the clock on purpose (setting the same chapter aside twice keeps both):
+    nothing reads it back (chapters are chapters/chapter_*.md, not recursive) and its name is
+    only logged, so it reaches no compared output."""
+    aside = project_dir / "chapters" / "replaced" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    aside.mkdir(parents=True, exist_ok=True)
+    for path in files:
+        shutil.move(str(path), aside / path.name)
+    return aside
+
+
 @plain_task("finalize_chapter")
 def finalize_chapter(services: Services, number: int, title: str, chapter_text: ContentRef) -> str:
-    """Write `chapters/chapter_NNN.md` and show it in the Prefect UI; returns its path."""
+    """Write `chapters/chapter_NNN.md` and show it in the Prefect UI; returns its path. A file
+    there with other text (the writer's hand edits of a chapter rolled back with `kg rollback`
+    and now written again) is set aside first, never overwritten."""
     path = chapter_path(services.settings.project_dir, number)
     markdown = chapter_markdown(number, title, services.content.get_text(chapter_text))
+    if path.is_file() and path.read_bytes() != markdown.encode("utf-8"):
+        aside = set_aside(services.settings.project_dir, [path])
+        get_run_logger().warning(
+            "chapter %d: %s held other text than the chapter written now (edited by hand?); "
+            "kept in %s",
+            number,
+            path.name,
+            aside,
+        )
     write_if_changed(path, markdown)
     create_markdown_artifact(
         key=f"chapter-{number:03d}", markdown=markdown, description=chapter_heading(number, title)

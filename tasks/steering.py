@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
-from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import get_run_logger
@@ -30,6 +28,7 @@ from core.content import USER_TEXT_ENCODING, ContentRef, atomic_write, read_stat
 from core.errors import InvalidInputError
 from prompts import render_text
 from prompts.initialization.models import ChapterOutline
+from tasks.export import set_aside
 from tasks.policy import graph_task
 from tasks.services import Services
 
@@ -196,14 +195,7 @@ def roll_back_chapters_from(services: Services, first: int, reason: str) -> list
         and int(p.stem.removeprefix("chapter_")) >= first
     )
     if files:
-        # A backup folder named by the clock on purpose (redoing the same chapters twice keeps
-        # both old versions): nothing reads it back (chapters are chapters/chapter_*.md, not
-        # recursive) and its name is only logged, so it reaches no compared output.
-        aside = root / "chapters" / "replaced" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        aside.mkdir(parents=True, exist_ok=True)
-        for path in files:
-            shutil.move(str(path), aside / path.name)
-        log.info("%s: previous chapter files kept in %s", reason, aside)
+        log.info("%s: previous chapter files kept in %s", reason, set_aside(root, files))
     steering = load_steering(services.settings.saga_dir)
     steering.written = {n: f for n, f in steering.written.items() if n < first}
     steering.inputs = {n: w for n, w in steering.inputs.items() if n < first}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -320,10 +321,17 @@ def test_redo_from_two_rewrites_chapters_two_and_three_exactly(
     chapters = project / "chapters"
     old = {n: (chapters / f"chapter_00{n}.md").read_text() for n in (1, 2, 3)}
     first_mtime = (chapters / "chapter_001.md").stat().st_mtime_ns
+    polished = old[2] + "\nMara kept the key. (The writer's own line.)\n"
+    (chapters / "chapter_002.md").write_text(polished)
     # The reference: the graph with chapter 1 only.
     assert kg(project, env, "rollback", "--chapter", "2", "--cascade").returncode == 0
     after_one = export(project, env, "after-one")
     assert novel(project, env, "--chapters", "3", *SMALL).returncode == 0  # back from the cache
+    # Written again, chapter 2 does not overwrite the writer's hand edits: they are set aside.
+    assert (chapters / "chapter_002.md").read_text() == old[2]
+    kept = list((chapters / "replaced").glob("*/chapter_*.md"))
+    assert [(p.name, p.read_text()) for p in kept] == [("chapter_002.md", polished)]
+    shutil.rmtree(chapters / "replaced")  # the redo's own set-aside is checked alone below
 
     # The writer edits written chapter 2's plan: nothing is rewritten, and the run says so.
     plans_path = project / "outline" / "chapters.yaml"
