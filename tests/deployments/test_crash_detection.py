@@ -8,7 +8,9 @@ Everything is polled with generous deadlines; nothing asserts a duration.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -176,7 +178,10 @@ def test_a_killed_novel_run_is_marked_crashed_and_a_live_one_is_not(
             sub_flow_waits_on_the_model, "a sub-flow waiting on the model, its heartbeat recorded"
         )
         # The worker and the flow run's process (a session of its own, started by the worker)
-        # die at once, with no word to Prefect.
+        # die at once, with no word to Prefect. The worker is frozen first: still running, it
+        # would see its flow process die and report the run Crashed itself ("Process exited
+        # ... SIGKILL"), which a loaded machine once gave it time to do between the two kills.
+        os.killpg(worker.proc.pid, signal.SIGSTOP)
         kill(descendants(worker.proc.pid))
         worker.kill()
         llm.release()
