@@ -139,5 +139,4 @@ def listening_socket(host: str, port: int) -> socket.socket:
             f"cannot listen on {host}:{port}: {exc.strerror or exc}",
             hint="another process serves that port (another sidecar?): stop it, or pass --port",
         ) from None
-    sock.set_inheritable(True)
     return sock

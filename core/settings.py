@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from core.content import USER_TEXT_ENCODING
 from core.errors import ConfigError, InvalidInputError, first_problem
 
 TierName = Literal["large", "medium", "small", "narrative", "enrichment"]
@@ -449,9 +450,8 @@ class _TomlSource(PydanticBaseSettingsSource):
         if path is None or not path.exists():
             return {}
         try:
-            # utf-8-sig: a file saved with a byte-order mark (Windows editors) reads as without;
-            # tomllib would report an invalid statement at line 1, column 1.
-            data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+            # A byte-order mark would be tomllib's "invalid statement at line 1, column 1".
+            data = tomllib.loads(path.read_text(encoding=USER_TEXT_ENCODING))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(
                 f"cannot read config file {path}: {exc}", hint="fix the TOML syntax"
@@ -514,8 +514,8 @@ def require_project(settings: Settings) -> None:
     """The same for a directory that exists but holds no project (no `.saga/`: the wrong folder,
     `--project-dir .` run from elsewhere), when the graph is the embedded one that lives in the
     project: it would be created there, empty, and the command would answer from it. With
-    NEO4J_URI the graph is elsewhere and the directory only holds settings."""
-    require_project_dir(settings.project_dir)
+    NEO4J_URI the graph is elsewhere and the directory only holds settings. Callers check
+    `require_project_dir` first, before the settings are read."""
     if settings.neo4j_uri is None and not settings.saga_dir.is_dir():
         raise InvalidInputError(
             f"--project-dir {settings.project_dir} holds no Skald project (no .saga/ folder)",

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from core.content import USER_TEXT_ENCODING
 from core.errors import InvalidInputError, first_error
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow, QAItem, load_dialogue
 from tasks.dialogue.sillytavern import is_sillytavern_chat, load_sillytavern_chat
@@ -247,7 +248,7 @@ def longmemeval_spec(
 def load_benchmark_json(path: Path, max_turns: int | None = None) -> list[DialogueSpec]:
     """Every dialogue of a LoCoMo or LongMemEval JSON file, in file order."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is no error
+        data = json.loads(path.read_text(encoding=USER_TEXT_ENCODING))
     except OSError as exc:
         raise InvalidInputError(
             f"cannot read dialogue file {path}: {exc.strerror or exc}"

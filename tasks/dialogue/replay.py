@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from core.content import USER_TEXT_ENCODING
 from core.errors import GraphUnavailableError, InvalidInputError, first_error
 from core.timex import parse_when
 from kg.dialogue import DialogueRepository
@@ -114,8 +115,7 @@ class DialogueSpec(BaseModel):
 def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) -> list[Any]:
     rows: list[Any] = []
     try:
-        # utf-8-sig: a file saved with a byte-order mark (Windows editors) reads as without.
-        handle = path.open(encoding="utf-8-sig")
+        handle = path.open(encoding=USER_TEXT_ENCODING)
     except OSError as exc:
         raise InvalidInputError(
             f"cannot read dialogue file {path}: {exc.strerror or exc}"

@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from core.content import USER_TEXT_ENCODING
 from core.errors import InvalidInputError, first_error
 from tasks.dialogue.models import JS_BLANK_PATTERN, MAX_MESSAGE_CHARS, ChatMessage
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow
@@ -54,7 +55,7 @@ def is_sillytavern_chat(path: Path) -> bool:
     chat's keys, or (a group's chat) a message (a file that cannot be read is no chat: the
     other loaders report it)."""
     try:
-        with path.open(encoding="utf-8-sig") as handle:
+        with path.open(encoding=USER_TEXT_ENCODING) as handle:
             first = handle.readline()
         header = json.loads(first)
     except (OSError, UnicodeDecodeError, ValueError):
@@ -96,7 +97,7 @@ def load_sillytavern_chat(path: Path, max_turns: int | None = None) -> DialogueS
 def _read_lines(path: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     try:
-        handle = path.open(encoding="utf-8-sig")
+        handle = path.open(encoding=USER_TEXT_ENCODING)
     except OSError as exc:
         raise InvalidInputError(f"cannot read chat file {path}: {exc.strerror or exc}") from None
     with handle:
