@@ -71,6 +71,13 @@ from tasks.steering import (
 PROJECT_FILE = "project.json"
 #: The artifacts of a finished initialization (`initialize`).
 INITIALIZED_FILE = "initialized.json"
+#: A new book's shape when the run names none.
+DEFAULT_GENRE = "literary fiction"
+DEFAULT_ACTS = 3
+DEFAULT_CHARACTERS = 4
+#: What `--acts` and `--characters` may ask (ProjectSpec's bounds).
+ACTS_RANGE = (1, 10)
+CHARACTERS_RANGE = (1, 20)
 
 
 class ProjectSpec(BaseModel):
@@ -79,8 +86,8 @@ class ProjectSpec(BaseModel):
     premise: str = Field(min_length=1, max_length=20_000)
     genre: str = Field(min_length=1, max_length=200)
     initial_chapters: int = Field(ge=1)
-    acts: int = Field(ge=1, le=10)
-    characters: int = Field(ge=1, le=20)
+    acts: int = Field(ge=ACTS_RANGE[0], le=ACTS_RANGE[1])
+    characters: int = Field(ge=CHARACTERS_RANGE[0], le=CHARACTERS_RANGE[1])
     imported_from: str = Field("", description="the manuscript an imported project started from")
 
 
@@ -128,31 +135,53 @@ def resolve_project(
     premise: str | None,
     genre: str | None,
     chapters: int,
-    acts: int,
-    characters: int,
+    acts: int | None,
+    characters: int | None,
 ) -> ProjectSpec:
-    """Load the stored project spec, or create it on the first run; reject contradictions."""
+    """Load the stored project spec, or create it on the first run; reject contradictions.
+    `genre`, `acts` and `characters` shape a new book (None or empty: the defaults); given for
+    a book that was started otherwise, they are refused, as another premise is: the book goes
+    on as it was started, and a run that said otherwise must not seem to have applied them."""
+    premise = (premise or "").strip() or None
+    genre = (genre or "").strip() or None
     path = project_dir / ".saga" / PROJECT_FILE
     spec = read_state(path, ProjectSpec, "restore it or start a new --project-dir")
     if spec is not None:
-        if premise is not None and premise.strip() != spec.premise:
+        if premise is not None and premise != spec.premise:
             raise InvalidInputError(
                 f"{project_dir} was started with a different premise",
                 hint="omit --premise (a deployment run: leave `premise` empty) to continue it, or use a new --project-dir",
             )
+        given = {
+            "genre": (genre, spec.genre),
+            "acts": (None if acts is None else min(acts, spec.initial_chapters), spec.acts),
+            "characters": (characters, spec.characters),
+        }
+        differing = [
+            f"{name} {stored!r}, not {wanted!r}"
+            for name, (wanted, stored) in given.items()
+            if wanted is not None and wanted != stored
+        ]
+        if differing:
+            raise InvalidInputError(
+                f"{project_dir} was started with " + " and ".join(differing),
+                hint="--genre, --acts and --characters shape a new book only: omit them to "
+                "continue this one (a deployment run: leave `genre`, `acts` and `characters` "
+                "empty), or use a new --project-dir",
+            )
         return spec
     refuse_unowned_chapters(project_dir)
-    if premise is None or not premise.strip():
+    if premise is None:
         raise InvalidInputError(
             "a new project needs a premise",
             hint="pass --premise TEXT or --premise-file FILE (a deployment run: the `premise` parameter)",
         )
     spec = ProjectSpec(
-        premise=premise.strip(),
-        genre=(genre or "literary fiction").strip(),
+        premise=premise,
+        genre=genre or DEFAULT_GENRE,
         initial_chapters=chapters,
-        acts=min(acts, chapters),
-        characters=characters,
+        acts=min(DEFAULT_ACTS if acts is None else acts, chapters),
+        characters=DEFAULT_CHARACTERS if characters is None else characters,
     )
     save_project(project_dir, spec)
     return spec

@@ -30,6 +30,11 @@ from core.project_lock import project_writer
 from core.settings import load_settings
 from core.stages import LEDGER, stage
 from flows.book import (
+    ACTS_RANGE,
+    CHARACTERS_RANGE,
+    DEFAULT_ACTS,
+    DEFAULT_CHARACTERS,
+    DEFAULT_GENRE,
     PROJECT_FILE,
     Book,
     BookProgress,
@@ -83,9 +88,9 @@ def novel_flow(
     project_dir: str,
     chapters: Annotated[int, Field(ge=1)],
     premise: str = "",
-    genre: str = "literary fiction",
-    acts: Annotated[int, Field(ge=1, le=10)] = 3,
-    characters: Annotated[int, Field(ge=1, le=20)] = 4,
+    genre: str = "",
+    acts: Annotated[int, Field(ge=ACTS_RANGE[0], le=ACTS_RANGE[1])] | None = None,
+    characters: Annotated[int, Field(ge=CHARACTERS_RANGE[0], le=CHARACTERS_RANGE[1])] | None = None,
     scenes_per_chapter: Annotated[int, Field(ge=1, le=20)] | None = None,
     redo_from: Annotated[int, Field(ge=1)] | None = None,
 ) -> NovelReport:
@@ -99,9 +104,12 @@ def novel_flow(
         project_dir: the book's directory (chapters/, outline/, .saga/ ...), on the worker.
         chapters: total chapters to have written; a larger number continues the book.
         premise: the story premise; required for a new project, else empty or the same.
-        genre: the genre of a new project.
-        acts: acts in a new project's global outline.
-        characters: main characters a new project creates.
+        genre: the genre of a new project (empty: literary fiction); for a started book,
+            empty or the same.
+        acts: acts in a new project's global outline (default 3); for a started book, none
+            or the same.
+        characters: main characters a new project creates (default 4); for a started book,
+            none or the same.
         scenes_per_chapter: scenes per chapter (default: settings limits.scenes_per_chapter).
         redo_from: write chapters N.. again with the current story bible and guidance.
     """
@@ -114,9 +122,7 @@ def novel_flow(
         project_runtime(project_dir) as rt,
     ):
         check_writer_files(rt.settings.project_dir)
-        spec = resolve_project(
-            rt.settings.project_dir, premise.strip() or None, genre, chapters, acts, characters
-        )
+        spec = resolve_project(rt.settings.project_dir, premise, genre, chapters, acts, characters)
         preflight(rt)
         check_book_length(rt, chapters)
         scenes = scenes_per_chapter or rt.settings.limits.scenes_per_chapter
@@ -336,13 +342,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="scenes per chapter (default: settings limits.scenes_per_chapter, 3)",
     )
     parser.add_argument(
-        "--genre", default=None, help="genre (new projects; default 'literary fiction')"
+        "--genre", default=None, help=f"genre (new projects; default {DEFAULT_GENRE!r})"
     )
     parser.add_argument(
-        "--acts", type=int, default=3, help="acts in the global outline (new projects)"
+        "--acts",
+        type=int,
+        default=None,
+        help=f"acts in the global outline (new projects; default {DEFAULT_ACTS})",
     )
     parser.add_argument(
-        "--characters", type=int, default=4, help="main characters to create (new projects)"
+        "--characters",
+        type=int,
+        default=None,
+        help=f"main characters to create (new projects; default {DEFAULT_CHARACTERS})",
     )
     parser.add_argument(
         "--redo-from",
@@ -369,7 +381,7 @@ def build_import_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--manuscript", type=Path, required=True, help="the manuscript (markdown, UTF-8)"
     )
-    parser.add_argument("--genre", default="literary fiction", help="the book's genre")
+    parser.add_argument("--genre", default=DEFAULT_GENRE, help="the book's genre")
     add_settings_options(parser)
     return parser
 
@@ -399,7 +411,7 @@ def import_main(argv: Sequence[str]) -> int:
         try:
             preflight(rt)
             with project_prefect_settings(settings.project_dir):
-                report = import_flow(manuscript, args.genre.strip() or "literary fiction")
+                report = import_flow(manuscript, args.genre.strip() or DEFAULT_GENRE)
             spec = ProjectSpec(
                 premise=f"{manuscript.title} (imported from {args.manuscript.name})",
                 genre=args.genre,
@@ -457,10 +469,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return export_main(argv[1:])
     args = build_parser().parse_args(argv)
     check_run_request(args.chapters, args.redo_from)
-    if args.scenes_per_chapter is not None and not 1 <= args.scenes_per_chapter <= 20:
-        raise InvalidInputError(
-            f"--scenes-per-chapter must be between 1 and 20 (got {args.scenes_per_chapter})"
-        )
+    for option, value, (low, high) in (
+        ("--scenes-per-chapter", args.scenes_per_chapter, (1, 20)),
+        ("--acts", args.acts, ACTS_RANGE),
+        ("--characters", args.characters, CHARACTERS_RANGE),
+    ):
+        if value is not None and not low <= value <= high:
+            raise InvalidInputError(f"{option} must be between {low} and {high} (got {value})")
     if args.premise_file is not None:
         try:
             args.premise = args.premise_file.read_text(encoding=USER_TEXT_ENCODING)

@@ -210,6 +210,11 @@ def test_forced_revision_leaves_no_trace(
     [
         (("--premise", PREMISE, "--chapters", "0"), "--chapters must be at least 1"),
         (("--chapters", "2"), "needs a premise"),
+        (("--premise", PREMISE, "--chapters", "1", "--acts", "0"), "--acts must be between 1"),
+        (
+            ("--premise", PREMISE, "--chapters", "1", "--characters", "21"),
+            "--characters must be between 1 and 20 (got 21)",
+        ),
     ],
 )
 def test_bad_arguments_fail_with_one_line(

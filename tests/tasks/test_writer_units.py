@@ -200,6 +200,31 @@ def test_chapter_files_stop_a_new_book_only_where_skald_keeps_nothing(tmp_path: 
         (tmp_path / ".saga" / kept).rmdir()
 
 
+def test_a_started_book_refuses_another_genre_acts_or_characters_and_takes_its_own(
+    tmp_path: Path,
+) -> None:
+    from flows.book import resolve_project
+
+    premise = "A ferry pilot keeps a ledger of the drowned."
+    spec = resolve_project(tmp_path, premise, "gothic", 2, 3, 5)
+    assert (spec.genre, spec.acts, spec.characters) == ("gothic", 2, 5)  # acts <= chapters
+    # Continuing: nothing said, or the same said again (acts as asked at the start), is the book.
+    assert resolve_project(tmp_path, None, None, 9, None, None) == spec
+    assert resolve_project(tmp_path, premise, " gothic ", 9, 3, 5) == spec
+    for genre, acts, characters, said in (
+        ("horror", None, None, "genre 'gothic', not 'horror'"),
+        (None, 1, None, "acts 2, not 1"),
+        (None, None, 4, "characters 5, not 4"),
+        ("horror", None, 4, "genre 'gothic', not 'horror' and characters 5, not 4"),
+    ):
+        with pytest.raises(InvalidInputError) as refused:
+            resolve_project(tmp_path, None, genre, 9, acts, characters)
+        assert str(refused.value).startswith(f"{tmp_path} was started with {said} (")
+    # A new book with nothing said takes the defaults.
+    fresh = resolve_project(tmp_path / "new", premise, None, 5, None, None)
+    assert (fresh.genre, fresh.acts, fresh.characters) == ("literary fiction", 3, 4)
+
+
 def test_guidance_marks_its_chapter_stale_and_nothing_else(tmp_path: Path) -> None:
     steering = Steering(written={1: fingerprint(""), 2: fingerprint("")})
     assert first_stale_chapter(steering, tmp_path, [1, 2, 3]) is None  # 3: no record, no guidance
