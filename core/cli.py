@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
-from core.errors import SkaldError, first_error
+from core.errors import SkaldError, disk_full, disk_full_line, first_error
 
 
 def add_settings_options(parser: argparse.ArgumentParser) -> None:
@@ -128,4 +128,11 @@ def run_main(
             file=sys.stderr,
         )
         code = 130
+    except Exception as exc:
+        full = disk_full(exc)
+        if full is None:
+            raise
+        logging.getLogger("prefect").setLevel(logging.WARNING)
+        print(f"{prog}: error: {disk_full_line(full)}", file=sys.stderr)
+        code = 1
     sys.exit(code)

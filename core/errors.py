@@ -22,6 +22,8 @@ the value.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -244,6 +246,33 @@ def _foreign_failure(exc: BaseException) -> Failure | None:
     if pydantic is not None and isinstance(exc, pydantic.ValidationError):
         return _INVALID
     return None
+
+
+#: A full disk or an exhausted quota: the machine's state, not the input's or the code's.
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_full(exc: BaseException) -> OSError | None:
+    """The full disk (or exhausted quota) behind `exc`: itself, or what it was raised from or
+    while handling (Prefect and our own wrappers keep it there); None when there is none."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_FULL:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def disk_full_line(full: OSError) -> str:
+    """What a command says when the disk filled: what, where, and that nothing is lost."""
+    where = f" writing {full.filename}" if full.filename else ""
+    return (
+        f"{os.strerror(full.errno or errno.ENOSPC).lower()}{where}: free some space on that "
+        "disk, then run the same command again (what finished is kept; what was being written "
+        "is written again)"
+    )
 
 
 # --- Results: an expected failure as a value ---------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 from prefect import get_run_logger
 from prefect.artifacts import create_link_artifact
 
+from core.errors import disk_full
 from kg.codex import CODEX_FILE, build_novel_codex, write_codex
 from tasks.policy import graph_task
 from tasks.services import Services
@@ -68,5 +69,7 @@ def write_codex_or_log(services: Services, when: str) -> str | None:
     try:
         return write_project_codex(services)
     except Exception as exc:
+        if disk_full(exc):
+            raise  # not the codex's failure: the run's next write fails too, so it stops here
         get_run_logger().error("codex %s could not be written (continuing): %s", when, exc)
         return None

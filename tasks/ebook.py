@@ -43,7 +43,7 @@ from prefect import get_run_logger
 from pydantic import BaseModel, Field
 
 from core.content import USER_TEXT_ENCODING, write_if_changed
-from core.errors import ExportError, InvalidInputError
+from core.errors import ExportError, InvalidInputError, disk_full
 from tasks.policy import plain_task
 
 EbookFormat = Literal["epub", "docx"]
@@ -175,5 +175,7 @@ def export_ebooks_or_log(manuscript: str) -> list[str]:
     try:
         return export_ebooks(manuscript)
     except (ExportError, InvalidInputError, OSError) as exc:
+        if disk_full(exc):
+            raise  # not the books' failure: the run's next write fails too, so it stops here
         get_run_logger().error("the EPUB and DOCX could not be written (continuing): %s", exc)
         return []

@@ -552,3 +552,26 @@ def test_a_state_file_reads_as_its_model_and_a_corrupted_one_says_which_and_what
         message = str(caught.value)
         assert str(path) in message and problem in message, message
         assert "\n" not in message and caught.value.hint == "delete it"
+
+
+def test_a_write_that_fills_the_disk_names_its_file_and_leaves_the_old_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    from core.content import atomic_write
+    from core.errors import disk_full
+
+    path = tmp_path / "exports" / "manuscript.md"
+    atomic_write(path, b"# Chapter 1\n")
+
+    def full(fd: int) -> None:  # what the kernel answers when the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as raised:
+        atomic_write(path, b"# Chapter 1\n\n# Chapter 2\n")
+    assert disk_full(raised.value) is raised.value and raised.value.filename == str(path)
+    assert path.read_bytes() == b"# Chapter 1\n"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["manuscript.md"]  # no temp file

@@ -221,3 +221,60 @@ def test_first_problem_names_the_place_and_counts_the_rest() -> None:
     whole = first_problem(_invalid("not a dict"), "sheet")
     assert whole.place == "sheet"
     assert first_problem(_invalid({"name": "A", "age": "x" * 100}), "sheet").got().endswith("...)")
+
+
+def test_a_full_disk_is_found_behind_the_wrappers_and_nothing_else_is_taken_for_one() -> None:
+    import errno
+
+    from core.errors import disk_full
+
+    full = OSError(errno.ENOSPC, "No space left on device", "/book/exports/codex.html")
+    try:
+        try:
+            raise full
+        except OSError as exc:
+            raise RuntimeError("Flow run encountered an exception") from exc
+    except RuntimeError as wrapped:
+        assert disk_full(wrapped) is full
+    quota = OSError(errno.EDQUOT, "Disk quota exceeded")
+    try:
+        try:
+            raise quota
+        except OSError:
+            raise ValueError("while handling it") from None  # context kept, cause suppressed
+    except ValueError as handled:
+        assert disk_full(handled) is quota
+    # The look-alikes: another OSError, and a message that only says so.
+    assert disk_full(PermissionError(errno.EACCES, "Permission denied", "/book")) is None
+    assert disk_full(OSError("[Errno 28] No space left on device")) is None
+    assert disk_full(RuntimeError("No space left on device")) is None
+
+
+def test_a_command_that_fills_the_disk_ends_in_one_line_and_other_failures_stay_loud(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import errno
+
+    from core.cli import run_main
+
+    def fills_the_disk(argv: object) -> int:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", "/book/chapters/chapter_003.md")
+        except OSError as exc:
+            raise RuntimeError("Flow run encountered an exception") from exc
+
+    with pytest.raises(SystemExit) as exited:
+        run_main(fills_the_disk, "novel", [])
+    assert exited.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "novel: error: no space left on device writing /book/chapters/chapter_003.md: free some "
+        "space on that disk, then run the same command again (what finished is kept; what was "
+        "being written is written again)"
+    ]
+
+    def denied(argv: object) -> int:
+        raise PermissionError(errno.EACCES, "Permission denied", "/book")
+
+    with pytest.raises(PermissionError):  # not a full disk: a traceback, as any bug
+        run_main(denied, "novel", [])
