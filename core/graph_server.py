@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import socket
 import sys
@@ -42,6 +43,10 @@ EMBEDDED_DATABASE = "skald"
 
 #: Where ArcadeDB keeps the graph's users and their password hashes.
 GRAPH_USERS = Path("data") / "config" / "server-users.jsonl"
+#: Free disk the embedded graph needs to start: ArcadeDB preallocates every type's and index's
+#: files (a new project's schema took 23-25 MB, measured on a tmpfs), and a write that finds
+#: the disk full fails with a message that does not say so.
+GRAPH_MIN_FREE_MB = 64
 
 
 def embedded_password_hint(root: Path) -> str:
@@ -378,6 +383,7 @@ class EmbeddedArcadeDB:
 
     def _start_server(self, bolt_port: int | None, http_port: int | None) -> GraphEndpoint:
         started = time.monotonic()
+        self._check_free_space()
         password = self._credentials()
         log_dir = self.root / "log"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -443,6 +449,18 @@ class EmbeddedArcadeDB:
             self.root,
             os.getpid(),
         )
+
+    def _check_free_space(self) -> None:
+        """Refuse to start on a disk too full for the graph's files, in words that say so."""
+        existing = next(p for p in (self.root, *self.root.parents) if p.exists())
+        free_mb = shutil.disk_usage(existing).free // 2**20
+        if free_mb < GRAPH_MIN_FREE_MB:
+            raise EmbeddedGraphError(
+                f"only {free_mb} MiB free on the disk holding {self.root}: the embedded graph "
+                f"needs {GRAPH_MIN_FREE_MB} MiB",
+                hint="free some space on that disk and run the same command again, or set "
+                "NEO4J_URI to use a Neo4j server",
+            )
 
     def stop(self) -> None:
         with self._lock:

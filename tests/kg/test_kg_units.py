@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
+from pathlib import Path
 
 import neo4j.time as ntime
 import pytest
@@ -264,3 +265,30 @@ def test_the_latest_version_of_a_relationship_holds_its_slot_and_an_older_one_do
         "mara": ["same-chapter-later", "ilse"],  # slots in the order first seen
         "tobias": ["chapter-0"],
     }
+
+
+def test_the_embedded_graph_refuses_to_start_on_a_disk_too_full_for_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    import core.graph_server as graph_server
+    from core.errors import EmbeddedGraphError
+
+    root = tmp_path / "book" / ".saga" / "graph"  # not made yet: its disk is its parent's
+    free = {"mb": 23}
+
+    def usage(path: object) -> object:
+        assert Path(str(path)) == tmp_path  # the nearest folder that exists
+        return SimpleNamespace(free=free["mb"] << 20)
+
+    monkeypatch.setattr(graph_server.shutil, "disk_usage", usage)
+    graph = graph_server.EmbeddedArcadeDB(root)
+    with pytest.raises(EmbeddedGraphError) as refused:
+        graph._start_server(None, None)
+    assert str(refused.value).startswith(
+        f"only 23 MiB free on the disk holding {root}: the embedded graph needs 64 MiB ("
+    )
+    assert not root.exists()  # nothing started, nothing written
+    free["mb"] = graph_server.GRAPH_MIN_FREE_MB  # the look-alike: just enough
+    graph._check_free_space()
