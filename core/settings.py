@@ -12,7 +12,9 @@ Conventional variables are honoured as their own tools do: `OPENAI_BASE_URL`,
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
@@ -485,6 +487,8 @@ def load_settings(
             f"config file {toml_path} does not exist", hint="check --config / SKALD_CONFIG"
         )
     env_files = [p for p in (Path(".env"), project / ".env") if p.exists()]
+    for env_file in env_files:
+        check_env_file(env_file)
     token = _toml_path.set(toml_path)
     try:
         settings = Settings(
@@ -497,6 +501,38 @@ def load_settings(
     finally:
         _toml_path.reset(token)
     return settings
+
+
+def check_env_file(path: Path) -> None:
+    """Refuse a `.env` file with a line python-dotenv cannot parse (an unclosed quote, a
+    missing `=`): it would skip that line with a warning, so the setting on it is ignored and,
+    say, a run meant for the endpoint the line names goes to the local model. The parser is
+    python-dotenv's own, the one that reads the file for the settings."""
+    from dotenv.parser import parse_stream
+
+    try:
+        text = path.read_text(encoding=USER_TEXT_ENCODING)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}", hint=_ENV_FILE_HINT) from None
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            # The line is not echoed: its value may be a key (OPENAI_API_KEY="sk-...).
+            found = binding.original.string
+            name = _ENV_NAME.match(found)
+            named = f" ({name.group(1)})" if name else ""
+            # The parser's line is where the blank lines before the statement start.
+            line = binding.original.line + found[: len(found) - len(found.lstrip())].count("\n")
+            raise ConfigError(
+                f"{path} line {line}{named} is not NAME=value",
+                hint=_ENV_FILE_HINT,
+            )
+
+
+_ENV_NAME = re.compile(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.]*)")
+_ENV_FILE_HINT = (
+    "write NAME=value with any quote closed, or delete the line; README 'Configuration' lists "
+    "the settings"
+)
 
 
 def require_project_dir(project_dir: Path) -> None:

@@ -134,3 +134,37 @@ def test_a_configured_endpoint_keeps_the_revision_loop(
     settings = load_settings(tmp_path)
     assert settings.embedded_tier("large") and not settings.embedded_tier("narrative")
     assert settings.revision_budget().iterations == 3
+
+
+def test_a_dotenv_line_that_is_no_setting_stops_in_one_line_without_its_value(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "book"
+    project.mkdir()
+    # The look-alikes python-dotenv reads: comments, blank lines, `export`, spaces around `=`,
+    # a quoted value holding '#', a name alone.
+    (project / ".env").write_text(
+        "# my endpoint\n\nexport OPENAI_BASE_URL=http://127.0.0.1:9/v1\n"
+        'SKALD_DEFAULT_MODEL = "model # one"\nSKALD_UNUSED\n'
+    )
+    settings = load_settings(project)
+    assert settings.openai_base_url == "http://127.0.0.1:9/v1"
+    assert settings.default_model == "model # one"
+    for text, said in (
+        ('# keys\n\nOPENAI_API_KEY="sk-secret-123\n', "line 3 (OPENAI_API_KEY)"),
+        (
+            "OPENAI_BASE_URL=http://127.0.0.1:9/v1\nOPENAI_BASE_URL http://x/v1\n",
+            "line 2 (OPENAI_BASE_URL)",
+        ),
+        ("= sk-secret-123\n", "line 1"),
+    ):
+        (project / ".env").write_text(text)
+        with pytest.raises(ConfigError) as refused:
+            load_settings(project)
+        message = str(refused.value)
+        assert message.startswith(f"{project / '.env'} {said} is not NAME=value (")
+        assert "sk-secret" not in message and "http://x" not in message
+    (project / ".env").unlink()
+    (tmp_path / ".env").write_text("OPENAI_BASE_URL 'http://x/v1'\n")  # the current directory's
+    with pytest.raises(ConfigError, match=r"^\.env line 1 \(OPENAI_BASE_URL\) is not NAME=value"):
+        load_settings(project)
