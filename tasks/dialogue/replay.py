@@ -113,7 +113,14 @@ class DialogueSpec(BaseModel):
 
 
 def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) -> list[Any]:
-    rows: list[Any] = []
+    return [row for _, row in _read_jsonl_lines(path, model, limit)]
+
+
+def _read_jsonl_lines(
+    path: Path, model: type[BaseModel], limit: int | None = None
+) -> list[tuple[int, Any]]:
+    """Each non-blank line of `path` as `model`, with its line number."""
+    rows: list[tuple[int, Any]] = []
     try:
         handle = path.open(encoding=USER_TEXT_ENCODING)
     except OSError as exc:
@@ -125,7 +132,7 @@ def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) ->
             if not line.strip():
                 continue
             try:
-                rows.append(model.model_validate_json(line))
+                rows.append((number, model.model_validate_json(line)))
             except ValidationError as exc:
                 where, message = first_error(exc, "line")
                 raise InvalidInputError(
@@ -138,9 +145,11 @@ def _read_jsonl(path: Path, model: type[BaseModel], limit: int | None = None) ->
 
 
 def load_dialogue(path: Path, max_turns: int | None = None) -> DialogueSpec:
-    turns: list[DialogueTurnRow] = _read_jsonl(path, DialogueTurnRow, max_turns)
-    if not turns:
+    lines: list[tuple[int, DialogueTurnRow]] = _read_jsonl_lines(path, DialogueTurnRow, max_turns)
+    if not lines:
         raise InvalidInputError(f"dialogue file {path} holds no turns")
+    check_one_conversation(path, lines)
+    turns = [turn for _, turn in lines]
     name = path.name
     qa_path = (
         path.with_name(name.removesuffix(".turns.jsonl") + ".qa.jsonl")
@@ -157,6 +166,27 @@ def load_dialogue(path: Path, max_turns: int | None = None) -> DialogueSpec:
         qa=qa,
         qa_path=str(qa_path) if qa else None,
     )
+
+
+def check_one_conversation(path: Path, lines: list[tuple[int, DialogueTurnRow]]) -> None:
+    """A transcript file is one conversation, each turn once: a second `conversation_id` would
+    be remembered under the first's, and a `turn_id` given again would be taken for the turn
+    already remembered, its text dropped without a word."""
+    first_line, first = lines[0]
+    seen: dict[int, int] = {}
+    for number, turn in lines:
+        if turn.conversation_id != first.conversation_id:
+            raise InvalidInputError(
+                f"{path}:{number}: conversation_id {turn.conversation_id!r} is not the file's "
+                f"{first.conversation_id!r} (line {first_line})",
+                hint="one conversation per file: split the file by conversation_id",
+            )
+        if turn.turn_id in seen:
+            raise InvalidInputError(
+                f"{path}:{number}: turn_id {turn.turn_id} again (first on line {seen[turn.turn_id]})",
+                hint="give each turn of the file its own turn_id",
+            )
+        seen[turn.turn_id] = number
 
 
 def with_session_times(turns: list[DialogueTurnRow]) -> list[DialogueTurnRow]:

@@ -140,6 +140,34 @@ def test_a_malformed_turn_line_names_its_line_and_where_the_format_is_told(
     assert "'Transcripts as JSONL turns' in Skald's README.md" in line, line
 
 
+def test_a_transcript_with_a_turn_id_twice_or_a_second_conversation_is_refused_by_its_line(
+    tmp_path: Path,
+) -> None:
+    def line(conversation: str, turn: int, text: str) -> str:
+        return json.dumps(
+            {"conversation_id": conversation, "turn_id": turn, "speaker": "Ilse", "text": text}
+        )
+
+    path = tmp_path / "chat.turns.jsonl"
+    for lines, said in (
+        (
+            [line("c", 1, "Hi"), line("c", 2, "I moved to Porto."), "", line("c", 2, "Lisbon.")],
+            f"{path}:4: turn_id 2 again (first on line 2)",
+        ),
+        (
+            [line("c", 1, "Hi"), line("d", 2, "Hello")],
+            f"{path}:2: conversation_id 'd' is not the file's 'c' (line 1)",
+        ),
+    ):
+        path.write_text("\n".join(lines) + "\n")
+        with pytest.raises(InvalidInputError) as raised:
+            load_dialogues(path)
+        assert str(raised.value).startswith(said + " ("), str(raised.value)
+    # The look-alike: turn ids in any order, each once, one conversation.
+    path.write_text("\n".join([line("c", 3, "Hi"), line("c", 1, "Hello"), line("c", 2, "Bye")]))
+    assert [t.turn_id for t in load_dialogues(path)[0].turns] == [3, 1, 2]
+
+
 def test_a_turn_without_a_time_is_dated_by_its_session_and_never_by_the_import(
     tmp_path: Path,
 ) -> None:
