@@ -68,7 +68,9 @@ def _as_of(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="the world as of chapter N (default: the latest chapter; 0: the story bible)",
+        help="the world as of chapter N (default: the latest chapter; 0: the story bible); "
+        "without --out it goes beside the project's own, named by N (codex-chapter-00N.html, "
+        "vault-chapter-00N/)",
     )
 
 
@@ -273,9 +275,20 @@ def _as_of_words(page: CodexPage) -> str:
     return "the story bible" if page.as_of == 0 else f"chapter {page.as_of}"
 
 
+def _as_of_default(settings: Settings, current: Path, page: CodexPage, asked: int | None) -> Path:
+    """Where a view goes without --out: the project's own file (which every run keeps at the
+    latest chapter), or, for a view as of a chapter asked for, one beside it named by that
+    chapter (`codex-chapter-002.html`), so asking for the past never replaces the present."""
+    if asked is None:
+        return settings.project_dir / current
+    return settings.project_dir / current.with_name(
+        f"{current.stem}-chapter-{page.as_of:03d}{current.suffix}"
+    )
+
+
 def _vault(store: GraphStore, settings: Settings, args: argparse.Namespace) -> None:
     page = _novel_page(store, settings, args.as_of_chapter)
-    out = args.out if args.out is not None else settings.project_dir / VAULT_DIR
+    out = args.out or _as_of_default(settings, VAULT_DIR, page, args.as_of_chapter)
     try:
         report = write_vault(vault_notes(page), out)
     except OSError as exc:
@@ -299,7 +312,7 @@ def _codex(store: GraphStore, settings: Settings, args: argparse.Namespace) -> N
         what = f"{page.title}: {page.stats.chapters} committed turns"
     else:
         page = _novel_page(store, settings, args.as_of_chapter)
-        default = settings.project_dir / CODEX_FILE
+        default = _as_of_default(settings, CODEX_FILE, page, args.as_of_chapter)
         what = f"{page.title!r} as of {_as_of_words(page)}"
     out = args.out if args.out is not None else default
     try:

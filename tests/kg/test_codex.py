@@ -546,6 +546,14 @@ def test_kg_codex_writes_the_file_and_refuses_bad_requests_in_one_line(
         "codex of 'The Drowned Letter' as of chapter 3 (6 entities, 5 relationships) "
         f"written to {project / 'exports' / 'codex.html'}"
     )
+    latest = (project / "exports" / "codex.html").read_bytes()
+    past = run_module("kg", "codex", "--project-dir", str(project), "--as-of-chapter", "1", env=env)
+    assert past.returncode == 0, past.stderr[-2000:]
+    assert past.stdout.startswith("codex of 'The Drowned Letter' as of chapter 1 (") and (
+        f"written to {project / 'exports' / 'codex-chapter-001.html'}" in past.stdout
+    )
+    # The project's own codex, kept at the latest chapter by every run, is left as it was.
+    assert (project / "exports" / "codex.html").read_bytes() == latest
     for args, message in (
         (("--as-of-chapter", "-1"), "kg: error: --as-of-chapter must be 0 or more (got -1)"),
         (

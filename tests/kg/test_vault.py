@@ -408,6 +408,17 @@ def test_kg_vault_reports_what_it_did_and_refuses_bad_requests_in_one_line(
         "0 written, 13 unchanged, 1 kept as yours" in again.stdout
         and "kept (you changed it): Index.md" in again.stdout
     )
+    past = _kg("vault", "--project-dir", str(project), "--as-of-chapter", "1", env=env)
+    assert past.returncode == 0, past.stderr[-2000:]
+    assert past.stdout.startswith(
+        f"vault of 'The Drowned Letter' as of chapter 1 in {project / 'exports' / 'vault-chapter-001'}: "
+    )
+    # The project's vault, with the writer's own note in it, is not touched by the past.
+    assert (vault / "Index.md").read_text(encoding="utf-8") == "my index\n"
+    assert (
+        "0 written, 13 unchanged, 1 kept as yours"
+        in _kg("vault", "--project-dir", str(project), env=env).stdout
+    )
     (vault / RECORD_FILE).write_text("{not json", encoding="utf-8")
     a_file = tmp_path / "file.md"
     a_file.write_text("x", encoding="utf-8")
