@@ -73,12 +73,13 @@ def smollm2_gguf() -> Path:
 def local_model_threads() -> int:
     """Threads for the local llama-server: ``LLAMA_ARG_THREADS`` if set, else a measured default.
 
-    On two cores both threads: the pipeline waits on the model while it generates (the graph
-    and Prefect sit idle), and two threads generated 400 tokens 1.6x faster than one (45-50 vs
-    28-29 tokens/s, SmolLM2-135M, quiet 2-core machine). On more cores half of them, at most 4:
-    llama.cpp's threads spin at each step's barrier, so one descheduled thread stalls the rest
-    (with one core busy elsewhere, two threads ran at half the speed of one), and a bigger
-    machine is more likely to be running something else.
+    One thread on two cores or fewer. llama.cpp's threads spin at each step's barrier, so one
+    descheduled thread stalls the rest: beside a test suite on a 2-core machine (load average
+    5.4), two threads generated 0.5-0.7 tokens/s where one made 32-60, and a `make run` there
+    failed, its chapter outlines timing out four times over (2026-12-01). Quiet, two threads
+    are 1.6-1.75x faster (87-106 against 49-64 tokens/s, SmolLM2-135M); the same tokens either
+    way (300 compared). A run that fails on a busy machine costs more than a slower one. On
+    more cores half of them, at most 4: a bigger machine keeps cores free for the rest.
     """
     override = os.environ.get("LLAMA_ARG_THREADS", "").strip()
     if override.isdigit() and int(override) > 0:
@@ -87,7 +88,7 @@ def local_model_threads() -> int:
         log.warning("LLAMA_ARG_THREADS=%r is not a positive whole number: ignored", override)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1
-    return cores if cores <= 2 else min(4, (cores + 1) // 2)
+    return 1 if cores <= 2 else min(4, (cores + 1) // 2)
 
 
 class LlamaServer:
