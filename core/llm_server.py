@@ -77,9 +77,11 @@ def local_model_threads() -> int:
     descheduled thread stalls the rest: beside a test suite on a 2-core machine (load average
     5.4), two threads generated 0.5-0.7 tokens/s where one made 32-60, and a `make run` there
     failed, its chapter outlines timing out four times over (2026-12-01). Quiet, two threads
-    are 1.6-1.75x faster (87-106 against 49-64 tokens/s, SmolLM2-135M); the same tokens either
-    way (300 compared). A run that fails on a busy machine costs more than a slower one. On
-    more cores half of them, at most 4: a bigger machine keeps cores free for the rest.
+    are 1.6-1.75x faster (87-106 against 49-64 tokens/s, SmolLM2-135M). A run that fails on a
+    busy machine costs more than a slower one. The count is part of what a book is written
+    from: the pipeline's requests got other answers with one thread than with two (the first
+    one, the character sheets, already), so a book's bytes follow it as they follow the model.
+    On more cores half of them, at most 4: a bigger machine keeps cores free for the rest.
     """
     override = os.environ.get("LLAMA_ARG_THREADS", "").strip()
     if override.isdigit() and int(override) > 0:
