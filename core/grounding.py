@@ -347,9 +347,10 @@ def _bare_title(title: str) -> str:
     return normalise(bare_chapter_title(title)) or normalise(title)
 
 
-# Models often number the title themselves ("Chapter 3: The Ford"); the heading adds the number.
+# Models often number the title themselves ("Chapter 3: The Ford", "chapter-1" as a slug, seen
+# in make run's outline); the heading adds the number.
 _NUMBERED_TITLE = re.compile(
-    r"^\s*chapter\s+(?:\d+|[ivxlc]+)\b\s*[:.\-\u2013\u2014]?\s*", re.IGNORECASE
+    r"^\s*chapter(?:[\s_\-]+(?:\d+|[ivxlc]+)|\d+)\b\s*[:.\-\u2013\u2014]?\s*", re.IGNORECASE
 )
 
 

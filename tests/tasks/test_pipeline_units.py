@@ -113,6 +113,12 @@ def test_chapter_heading_numbers_a_title_once() -> None:
     assert chapter_heading(2, "The Chapter 7 Problem") == "Chapter 2: The Chapter 7 Problem"
     assert chapter_heading(4, "Chapter 4") == "Chapter 4"
     assert chapter_heading(5, "Chapterhouse") == "Chapter 5: Chapterhouse"
+    # A slug the tiny model gave as a title (make run's outline/chapters.yaml: "chapter-1").
+    assert chapter_heading(1, "chapter-1") == "Chapter 1"
+    assert chapter_heading(2, "Chapter_2: The Ford") == "Chapter 2: The Ford"
+    assert chapter_heading(3, "Chapter3 - Tide") == "Chapter 3: Tide"
+    assert chapter_heading(6, "Chapter Ivy") == "Chapter 6: Chapter Ivy"  # a word, not a numeral
+    assert chapter_heading(7, "Chaptercivic") == "Chapter 7: Chaptercivic"
     # A title the model put in brackets after another chapter's number.
     assert (
         chapter_heading(2, "Chapter 1 (Lysander's life and home)")
