@@ -193,7 +193,10 @@ _INTERNAL = Failure("internal", retryable=False, transient=False)
 _INVALID = Failure("invalid", retryable=False, transient=False)
 # The project's own types, most specific first: the first that `exc` is an instance of decides.
 _OWN: tuple[tuple[type[SkaldError], Failure], ...] = (
-    (LLMTimeoutError, _TIMEOUT),
+    # Retryable by whoever asked, but not automatically: the gateway has waited out the timeout
+    # on each of its attempts already, and a task retried twice over would wait three times as
+    # long (24 minutes on the defaults) before the one line that says to raise the timeout.
+    (LLMTimeoutError, Failure("timeout", retryable=True, transient=False)),
     # A turn past its deadline would run as long again: not retried automatically.
     (DeadlineError, Failure("timeout", retryable=True, transient=False)),
     (LLMFatalError, Failure("llm", retryable=False, transient=False)),

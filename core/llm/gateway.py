@@ -61,6 +61,16 @@ _UNAVAILABLE_HINT = "is the server running? set OPENAI_BASE_URL"
 _EMBEDDING_HINT = "is the server running? set SKALD_EMBEDDING_BASE_URL"
 
 
+def timeout_hint(seconds: float) -> str:
+    """What to do when every attempt timed out: the server answered nothing within the setting's
+    seconds, which a slow model (a large one on a CPU, a reasoning model) needs more than; "is
+    the server running?" would send the user after the wrong thing."""
+    return (
+        f"each attempt waited {seconds:g} s for a whole answer: a slower model needs more, "
+        "e.g. SKALD_LIMITS__LLM_TIMEOUT_S=600 or llm_timeout_s under [limits] in skald.toml"
+    )
+
+
 class LLMGateway:
     """Tiered, health-ordered, validated access to OpenAI-compatible endpoints."""
 
@@ -477,10 +487,13 @@ class LLMGateway:
             )
         else:
             urls = ", ".join(dict.fromkeys(t.endpoint.base_url for t in targets))
-            error = _unavailable(failed.kind == "timeout")(
+            timed_out = failed.kind == "timeout"
+            error = _unavailable(timed_out)(
                 f"LLM endpoint {urls} unavailable after {stats.attempts} attempts ({what}): "
                 f"{failed.reason}",
-                hint=_UNAVAILABLE_HINT,
+                hint=timeout_hint(self.settings.limits.llm_timeout_s)
+                if timed_out
+                else _UNAVAILABLE_HINT,
             )
         stats.outcome = "bad_output" if failed.kind == "bad_output" else "unavailable"
         stats.error = str(error)
@@ -560,7 +573,9 @@ class LLMGateway:
             error = _unavailable(timed_out)(
                 f"embedding endpoint {target.endpoint.base_url} unavailable after {stats.attempts} "
                 f"attempts (model {target.model}): {last_error}",
-                hint=_EMBEDDING_HINT,
+                hint=timeout_hint(self.settings.limits.llm_timeout_s)
+                if timed_out
+                else _EMBEDDING_HINT,
             )
         stats.error = str(error)
         raise error

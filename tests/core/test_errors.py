@@ -102,8 +102,9 @@ def _invalid(data: object) -> ValidationError:
 @pytest.mark.parametrize(
     ("exc", "failure"),
     [
-        # A timed-out request may answer next time; the same turn would run as long again.
-        (LLMTimeoutError("timed out"), _TIMEOUT_AGAIN),
+        # A timed-out request may answer next time, but the gateway's attempts each waited the
+        # whole timeout already; the same turn would run as long again.
+        (LLMTimeoutError("timed out"), Failure("timeout", retryable=True, transient=False)),
         (TurnTimeoutError("deadline"), Failure("timeout", retryable=True, transient=False)),
         (LLMUnavailableError("down"), _LLM_AGAIN),
         (LLMFatalError("HTTP 401"), Failure("llm", retryable=False, transient=False)),
@@ -125,6 +126,7 @@ def _invalid(data: object) -> ValidationError:
         (_invalid({"name": "A"}), _INVALID),
         (ContentIntegrityError("sha mismatch"), _INTERNAL),
         (KeyError("x"), _INTERNAL),
+        (TimeoutError(), _TIMEOUT_AGAIN),  # a bare timeout: nobody waited it out yet
         # A bare connection failure is unexpected (our clients wrap theirs) but may pass.
         (ConnectionRefusedError(), Failure("internal", retryable=True, transient=True)),
     ],
@@ -172,7 +174,7 @@ def test_openai_errors_follow_the_gateways_mapping(exc: openai.OpenAIError, kind
     ("exc", "retried"),
     [
         (LLMUnavailableError("down"), True),
-        (LLMTimeoutError("timed out"), True),
+        (LLMTimeoutError("timed out"), False),  # each of the gateway's attempts waited it out
         (GraphUnavailableError("unreachable"), True),
         (ConnectionResetError(), True),
         (TimeoutError(), True),

@@ -212,12 +212,18 @@ def test_a_request_that_timed_out_raises_the_timeout_type() -> None:
         with pytest.raises(LLMTimeoutError) as caught:
             gateway.text("small", PROMPT, purpose="probe")
         assert classify(caught.value).kind == "timeout"
+        # The server was running: the line says how long was waited and which setting gives more.
+        assert "each attempt waited 0.2 s" in str(caught.value)
+        assert "SKALD_LIMITS__LLM_TIMEOUT_S" in str(caught.value)
+        assert "is the server running" not in str(caught.value)
         # The look-alike: unavailable for another reason is no timeout.
         server.fail_next("http_500")
         with pytest.raises(LLMUnavailableError) as other:
             gateway.text("small", PROMPT, purpose="probe")
         assert not isinstance(other.value, LLMTimeoutError)
         assert classify(other.value).kind == "llm"
+        assert "is the server running" in str(other.value)
+        assert "LLM_TIMEOUT_S" not in str(other.value)
 
 
 def test_preflight_check_and_labels() -> None:
