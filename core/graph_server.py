@@ -195,6 +195,15 @@ class GraphEndpoint:
         return f"{'ArcadeDB (embedded) ' if self.embedded else ''}{self.uri}/{self.database}"
 
 
+def free_space_short(root: Path) -> int | None:
+    """The MiB free on the disk that holds (or will hold) `root`, when under GRAPH_MIN_FREE_MB:
+    too little for the embedded graph to start, and the likely cause of a write it refused.
+    None when there is room."""
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    free_mb = shutil.disk_usage(existing).free // 2**20
+    return free_mb if free_mb < GRAPH_MIN_FREE_MB else None
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -452,9 +461,8 @@ class EmbeddedArcadeDB:
 
     def _check_free_space(self) -> None:
         """Refuse to start on a disk too full for the graph's files, in words that say so."""
-        existing = next(p for p in (self.root, *self.root.parents) if p.exists())
-        free_mb = shutil.disk_usage(existing).free // 2**20
-        if free_mb < GRAPH_MIN_FREE_MB:
+        free_mb = free_space_short(self.root)
+        if free_mb is not None:
             raise EmbeddedGraphError(
                 f"only {free_mb} MiB free on the disk holding {self.root}: the embedded graph "
                 f"needs {GRAPH_MIN_FREE_MB} MiB",

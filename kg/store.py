@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import logging
+import os
 import random
 import threading
 import weakref
@@ -30,6 +32,7 @@ from core.graph_server import (
     EmbeddedArcadeDB,
     GraphEndpoint,
     credentials_hint,
+    free_space_short,
     graph_endpoint,
     owner_exited,
     owner_gone,
@@ -203,6 +206,24 @@ class GraphStore:
             self._forget_lost_owner()
             raise GraphOwnerGoneError(gone) from cause
 
+    def _raise_if_disk_full(self, cause: BaseException) -> None:
+        """A write the embedded graph refused on a disk that filled: said so, not as ArcadeDB
+        says it over Bolt ("TransactionNotFound: Transaction error on commit"). The error
+        carries the full disk as an OSError, so a command ends on core.errors' disk-full line."""
+        root = self.endpoint.root
+        if root is None:
+            return
+        free_mb = free_space_short(root)
+        if free_mb is None:
+            return
+        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(root))
+        full.__cause__ = cause
+        raise GraphWriteError(
+            f"graph write failed and was rolled back: only {free_mb} MiB free on the disk "
+            f"holding {root} ({_one_line(cause)})",
+            hint="free some space on that disk, then send it again",
+        ) from full
+
     def _forget_lost_owner(self) -> None:
         """Drop the connection to a server whose process exited; the next use reconnects."""
         with self._connecting:
@@ -304,6 +325,7 @@ class GraphStore:
                     hint="check the graph server and retry",
                 ) from exc
             if kind == "write":
+                self._raise_if_disk_full(exc)
                 raise GraphWriteError(
                     f"graph write failed and was rolled back: {_one_line(exc)}"
                 ) from exc

@@ -288,10 +288,21 @@ class TurnRun:
     ) -> TurnResult:
         """The gate blocked the turn: its facts are dropped, its text is still remembered (the
         gate governs graph facts only). ROLLED_BACK, not retryable: the same input would be
-        blocked again."""
+        blocked again. If its text cannot be remembered (the graph is down, its disk full), the
+        turn fails as that failure does, retryable: a front end told "blocked, not retryable"
+        would never send it again, and memory would never hold its text."""
         assert base.gate is not None
         known = retrieval.query_vector if commit_embedding is None else None
-        self._remember(acted.messages, known, retrieval.speakers)
+        try:
+            self._remember(acted.messages, known, retrieval.speakers)
+        except SkaldError as exc:
+            log.warning(
+                "turn %s: blocked by the gate (%s) and its text could not be remembered: %s",
+                self.request.key,
+                "; ".join(base.gate.reasons),
+                exc,
+            )
+            raise
         return self.ctx.outcomes.finish_rolled_back(
             base,
             self.trace,
@@ -403,34 +414,32 @@ class TurnRun:
         """Remember the turn's text without its facts (an edit whose slots failed), its
         embedding call kept out of the gateway's records (the turn's trace is finished)."""
         # No retrieval ran to completion: the speakers are those the conversation's index holds.
-        self._remember(self.request.messages, None, sorted(self.index.pinned().speakers))
+        try:
+            self._remember(self.request.messages, None, sorted(self.index.pinned().speakers))
+        except SkaldError as exc:
+            # The turn failed already, retryable: its retry remembers the text with its facts.
+            log.warning("turn %s: its new text could not be remembered: %s", self.request.key, exc)
         self.ctx.outcomes.drop_records(self.trace)
 
     def _remember(
         self, messages: list[Any], vector: list[float] | None, speakers: list[str]
     ) -> None:
-        """Remember a gate-blocked turn's text (its own small transaction, idempotent by key).
-        A failure here is logged, not raised: the turn's outcome is the gate's. `speakers`:
-        those of the rows before it (`row_text`)."""
+        """Remember a turn's text without its facts (its own small transaction, idempotent by
+        key). `speakers`: those of the rows before it (`row_text`)."""
         request = self.request
-        try:
-            if vector is None:  # the retriever's query vector is this row's when it had one
-                vector = list(
-                    self.gateway.embed(
-                        [row_text(messages, speakers)], purpose=self.trace.purpose("remember")
-                    )[0]
-                )
-            row = memory_row(
-                request.conversation_id,
-                request.key,
-                request.turn,
-                messages,
-                embedding=list(vector),
-                embedded_by=self.gateway.embedding_fingerprint(),
+        if vector is None:  # the retriever's query vector is this row's when it had one
+            vector = list(
+                self.gateway.embed(
+                    [row_text(messages, speakers)], purpose=self.trace.purpose("remember")
+                )[0]
             )
-            with self.ctx.write_guard():
-                self.repo.remember(request.conversation_id, [row])
-        except SkaldError as exc:
-            log.warning(
-                "turn %s: blocked by the gate and could not be remembered: %s", request.key, exc
-            )
+        row = memory_row(
+            request.conversation_id,
+            request.key,
+            request.turn,
+            messages,
+            embedding=list(vector),
+            embedded_by=self.gateway.embedding_fingerprint(),
+        )
+        with self.ctx.write_guard():
+            self.repo.remember(request.conversation_id, [row])

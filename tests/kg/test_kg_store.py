@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from neo4j import ManagedTransaction
+from neo4j import exceptions as neo4j_exceptions
 
 from core.errors import GraphUnavailableError, GraphWriteError
 from core.graph_server import GraphEndpoint, free_port, graph_endpoint
@@ -556,3 +557,40 @@ def test_a_change_set_holds_what_changed_not_the_entitys_history(store: GraphSto
     )  # flat: the undo keeps lengths, not the history
     store.rollback_chapter(1, cascade=True)
     assert dumps_export(store.export_data()) == after_outline
+
+
+def _refused_on_commit(tx: ManagedTransaction) -> None:
+    # What ArcadeDB answered over Bolt when a write met a full disk (measured on a full tmpfs
+    # under a running sidecar): nothing in it says "disk".
+    raise neo4j_exceptions.Neo4jError._hydrate_neo4j(
+        code="Neo.ClientError.Transaction.TransactionNotFound",
+        message="Transaction error on commit",
+    )
+
+
+def test_a_write_refused_on_a_full_disk_says_so_and_a_refusal_with_room_does_not(
+    store: GraphStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kg.store as kg_store
+    from core.errors import disk_full
+
+    root = store.endpoint.root
+    if root is None:
+        pytest.skip("a Neo4j server's disk is not this process's to look at")
+    shortage: dict[str, int | None] = {"mb": 3}
+    monkeypatch.setattr(kg_store, "free_space_short", lambda path: shortage["mb"])
+    with pytest.raises(GraphWriteError) as full:
+        store.execute_write(_refused_on_commit)
+    assert str(full.value).startswith(
+        f"graph write failed and was rolled back: only 3 MiB free on the disk holding {root} ("
+    )
+    assert "free some space on that disk" in str(full.value)
+    # A command ends on the disk-full line (core.cli.run_main), naming the graph's folder.
+    cause = disk_full(full.value)
+    assert cause is not None and cause.filename == str(root)
+    # The look-alike: the same refusal with room on the disk is not blamed on it.
+    shortage["mb"] = None
+    with pytest.raises(GraphWriteError) as other:
+        store.execute_write(_refused_on_commit)
+    assert "MiB free" not in str(other.value) and disk_full(other.value) is None
+    assert "TransactionNotFound" in str(other.value)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from core.errors import GraphWriteError
 from core.settings import Settings, load_settings
 from kg import vocabulary as vocab
 from kg.dialogue import (
@@ -464,6 +465,38 @@ def _said(
             "window": [{"role": "user", "name": n, "content": c} for n, c in window],
         }
     )
+
+
+def test_a_blocked_turn_whose_text_cannot_be_remembered_fails_retryable_and_its_retry_keeps_it(
+    service: DialogueService, scripted: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conv = _conv("gate-full")
+    requests = _requests(conv, 2)
+    assert service.commit(requests[0]).committed
+    no_actions = {"entities": [], "actions": [], "bio_patches": [], "facts": []}
+    remember = DialogueRepository.remember
+
+    def disk_full(self: DialogueRepository, conversation_id: str, rows: list[Any]) -> int:
+        raise GraphWriteError("graph write failed and was rolled back: only 3 MiB free")
+
+    # The gate blocks the turn's facts, and its text meets a graph that cannot write: the turn
+    # fails as the graph did, retryable (blocked and not retryable, a front end would never
+    # send it again and memory would never hold it).
+    monkeypatch.setattr(DialogueRepository, "remember", disk_full)
+    scripted.on(schema="TurnExtraction", times=1, respond=no_actions)
+    failed = service.commit(requests[1])
+    assert failed.state == TurnState.ROLLED_BACK and not failed.committed
+    assert (failed.error_kind, failed.retryable) == ("graph", True), failed.reason
+    assert "only 3 MiB free" in (failed.reason or "")
+    repo = DialogueRepository(service.store)
+    assert repo.memory_count(conv) == (1, 1)
+
+    # Sent again once the graph writes: blocked by the gate as before, and remembered.
+    monkeypatch.setattr(DialogueRepository, "remember", remember)
+    scripted.on(schema="TurnExtraction", times=1, respond=no_actions)
+    again = service.commit(requests[1])
+    assert (again.error_kind, again.retryable) == ("gate", False), again.reason
+    assert repo.memory_count(conv) == (2, 2)
 
 
 def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
