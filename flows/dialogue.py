@@ -450,6 +450,15 @@ def _serve_parser(serve: argparse.ArgumentParser) -> None:
         help="LLM call records kept in memory; older ones go to Parquet under "
         "<project>/.saga/runs/sidecar (default 20000)",
     )
+    serve.add_argument(
+        "--flush-call-records-s",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="at most this many seconds between an LLM call and its record on disk under "
+        "<project>/.saga/runs/sidecar, so a server killed with kill -9 loses no older record "
+        "(default 300)",
+    )
     # How much nicer (OS priority, Linux per thread) than the memory queries a front end
     # waits for: SidecarOptions' fields of the same names say why each default is what it is.
     niced = {
@@ -612,6 +621,12 @@ def _options(args: argparse.Namespace) -> SidecarOptions:
         values["allow_request_db"] = True
     if getattr(args, "max_call_records", None) is not None:
         values["max_call_records"] = args.max_call_records
+    if getattr(args, "flush_call_records_s", None) is not None:
+        if args.flush_call_records_s <= 0:
+            raise InvalidInputError(
+                f"--flush-call-records-s must be more than 0 seconds (got {args.flush_call_records_s:g})"
+            )
+        values["flush_call_records_s"] = args.flush_call_records_s
     for knob in ("background_nice", "turn_nice", "graph_nice", "yield_to_queries_ms"):
         if getattr(args, knob, None) is not None:
             values[knob] = getattr(args, knob)

@@ -82,10 +82,13 @@ class LLMGateway:
         retry: RetryPolicy | None = None,
         max_records: int | None = None,
         flush_dir: str | Path | None = None,
+        flush_after_s: float | None = None,
     ) -> None:
         """`max_records`: keep at most this many call records in memory (a long-running
         server); older ones are appended to `flush_dir/llm-calls-<run_id>-<day>-<n>.parquet`
-        (dropped when no directory is given). None keeps every record (batch runs)."""
+        (dropped when no directory is given). None keeps every record (batch runs).
+        `flush_after_s` (with `flush_dir`): a record goes to that folder at most this many
+        seconds after its call, so a server killed with `kill -9` loses no older ones."""
         self.settings = settings
         self.run_id = run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
         self.retry = retry or RetryPolicy()
@@ -100,6 +103,10 @@ class LLMGateway:
         self._flush_dir = Path(flush_dir) if flush_dir is not None else None
         self._flushed_files = 0
         self.flushed_records = 0
+        self._flush_after_s = flush_after_s if self._flush_dir is not None else None
+        # Armed by the first record since the last flush; a daemon thread, so a process that
+        # ends does not wait for it (close() flushes what is left).
+        self._flush_timer: threading.Timer | None = None
         # Records by the tag after "|" in their purpose (a turn's trace id): a turn finds its
         # own calls without scanning every record. Bounded: tags nobody takes age out.
         self._by_tag = LRU(_MAX_OPEN_TAGS)
@@ -267,6 +274,13 @@ class LLMGateway:
         old, self._records = self._records[:cut], self._records[cut:]
         self._flush(old)
 
+    def _flush_pending(self) -> None:
+        """Every record still in memory to the flush directory (the timer's call)."""
+        with self._records_lock:
+            self._flush_timer = None
+            old, self._records = self._records, []
+            self._flush(old)
+
     def _flush(self, old: list[CallRecord]) -> None:
         """`old` (out of memory already) to the next file of `flush_dir`, if one is set.
         Called with _records_lock held."""
@@ -317,6 +331,9 @@ class LLMGateway:
         that stops loses none of its calls (killed, the ones since its last flush)."""
         if self._flush_dir is not None:
             with self._records_lock:
+                if self._flush_timer is not None:
+                    self._flush_timer.cancel()
+                    self._flush_timer = None
                 old, self._records = self._records, []
                 self._flush(old)
         for endpoint in self._router.all_endpoints():
@@ -616,6 +633,10 @@ class LLMGateway:
                 self._by_tag.setdefault(tag, []).append(record)  # the tag now most recent
             if self._max_records is not None and len(self._records) > self._max_records:
                 self._flush_oldest()
+            if self._flush_after_s is not None and self._records and self._flush_timer is None:
+                self._flush_timer = threading.Timer(self._flush_after_s, self._flush_pending)
+                self._flush_timer.daemon = True
+                self._flush_timer.start()
 
 
 def _unavailable(timed_out: bool) -> type[LLMUnavailableError]:

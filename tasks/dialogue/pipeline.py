@@ -154,7 +154,8 @@ class DialogueService:
         call_log: bool = True,
     ) -> None:
         """`call_log`: the gateway it makes writes its LLM call records under
-        `.saga/runs/sidecar` (past `options.max_call_records`, and the rest when it closes); off
+        `.saga/runs/sidecar` (past `options.max_call_records`, at most
+        `options.flush_call_records_s` after each call, and the rest when it closes); off
         for a caller that writes them itself (the regression batch, into its run's folder)."""
         self.settings = settings
         self._call_log = call_log
@@ -209,6 +210,7 @@ class DialogueService:
                     self.settings,
                     max_records=self.options.max_call_records,
                     flush_dir=flush_dir if self._call_log else None,
+                    flush_after_s=self.options.flush_call_records_s,
                 )
             return self._gateway
 

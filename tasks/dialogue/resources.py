@@ -72,6 +72,13 @@ class SidecarOptions(BaseModel):
         "<project>/.saga/runs/sidecar, the rest when the service closes (None: keep all until "
         "then)",
     )
+    flush_call_records_s: float | None = Field(
+        None,
+        gt=0,
+        description="at most this many seconds between an LLM call and its record in Parquet "
+        "under <project>/.saga/runs/sidecar (a server killed with kill -9 loses no older record; "
+        "None: only past max_call_records and when the service closes)",
+    )
     heap_trim_turns: int = Field(
         50,
         ge=1,

@@ -990,6 +990,39 @@ def test_call_records_are_bounded_and_flushed_to_parquet(
         assert len(unbounded.records) == 150
 
 
+def test_call_records_reach_disk_soon_after_their_calls_without_waiting_for_close(
+    settings: Settings, tmp_path: Path
+) -> None:
+    import polars as pl
+
+    soon, late = tmp_path / "soon", tmp_path / "late"
+
+    def flushed(folder: Path) -> list[str]:
+        files = sorted(folder.glob("llm-calls-*.parquet"))
+        return pl.concat([pl.read_parquet(p) for p in files])["purpose"].to_list() if files else []
+
+    # A sidecar killed with kill -9 never closes its gateway: its records must be on disk by
+    # then. With a flush delay they are, a moment after the calls, with nobody closing anything.
+    with (
+        LLMGateway(settings, max_records=20_000, flush_dir=soon, flush_after_s=0.05) as timely,
+        LLMGateway(settings, max_records=20_000, flush_dir=late) as closing,
+    ):
+        for i in range(3):
+            timely.embed([f"text {i}"], purpose=f"dialogue.commit|tag{i}")
+            closing.embed([f"text {i}"], purpose=f"dialogue.commit|tag{i}")
+        deadline = time.monotonic() + 60  # a bound on a loaded machine, not a margin
+        while len(flushed(soon)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert flushed(soon) == [f"dialogue.commit|tag{i}" for i in range(3)]
+        assert timely.records == [] and len(timely.take_records("tag2")) == 1
+        # The look-alike: without the delay, the records wait in memory for the bound or close.
+        assert flushed(late) == [] and len(closing.records) == 3
+        timely.embed(["text 3"], purpose="dialogue.commit|tag3")
+    # Closed: what was left goes too, and nothing is written twice.
+    assert flushed(soon) == [f"dialogue.commit|tag{i}" for i in range(4)]
+    assert flushed(late) == [f"dialogue.commit|tag{i}" for i in range(3)]
+
+
 def test_conversation_locks_are_evicted_and_rolled_back_traces_persisted(
     settings: Settings, scripted: ScriptedLLM
 ) -> None:
