@@ -5,6 +5,13 @@ of Prefect's ephemeral mode, a `uvicorn` child), is spawned by `popen_dying_with
 child asks the kernel (prctl PR_SET_PDEATHSIG) to send it SIGTERM when its parent goes, so
 no `kill -9`, crash or forgotten atexit hook can leave an orphan behind.
 
+Those two servers also sit in a process group of their own (`away_from_terminal`): Ctrl-C in a
+terminal sends SIGINT to the whole foreground group, and a server killed by it under a run
+that is still reporting its end leaves Prefect's client retrying a dead API for minutes per
+state (measured: `python -m flows.novel` still hung 4 minutes after one Ctrl-C, printing
+`ConnectError` tracebacks). Out of the terminal's group they hear only their parent: its
+stop at exit, or the kernel's SIGTERM when it dies.
+
 The kernel ties that signal to the *thread* that forked the child, not to the process. A
 child forked from a short-lived worker thread (a Prefect task thread, say) would be killed
 when that thread ends, so children are forked from the main thread, or from one spawner
@@ -53,22 +60,28 @@ def _die_with_parent(libc: ctypes.CDLL, parent_pid: int) -> None:
         os._exit(1)
 
 
-def _spawn(args: Any, kwargs: dict[str, Any]) -> subprocess.Popen[Any]:
+def _spawn(args: Any, kwargs: dict[str, Any], away_from_terminal: bool) -> subprocess.Popen[Any]:
     preexec = kwargs.pop("preexec_fn", None)
     libc, parent = _libc(), os.getpid()
 
     def preexec_fn() -> None:
         _die_with_parent(libc, parent)
+        if away_from_terminal:
+            os.setpgid(0, 0)
         if preexec is not None:
             preexec()
 
     return subprocess.Popen(args, preexec_fn=preexec_fn, **kwargs)  # noqa: S603 - callers' argv
 
 
-def popen_dying_with_parent(args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
-    """`subprocess.Popen(args, **kwargs)` whose child gets SIGTERM when this process dies."""
+def popen_dying_with_parent(
+    args: Any, *, away_from_terminal: bool = False, **kwargs: Any
+) -> subprocess.Popen[Any]:
+    """`subprocess.Popen(args, **kwargs)` whose child gets SIGTERM when this process dies;
+    `away_from_terminal` puts it in a process group of its own, out of reach of Ctrl-C (for a
+    server this process stops itself; not for a child whose own Ctrl-C handling is wanted)."""
     if threading.current_thread() is threading.main_thread():
-        return _spawn(args, kwargs)
+        return _spawn(args, kwargs, away_from_terminal)
     global _spawner
     with _spawner_lock:
         if _spawner is None:
@@ -78,15 +91,16 @@ def popen_dying_with_parent(args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
                 max_workers=1, thread_name_prefix="skald-spawner"
             )
         spawner = _spawner
-    return spawner.submit(_spawn, args, kwargs).result()
+    return spawner.submit(_spawn, args, kwargs, away_from_terminal).result()
 
 
 class _SubprocessDyingWithParent(types.ModuleType):
-    """The `subprocess` module, except that `Popen` children die with their parent."""
+    """The `subprocess` module, except that `Popen` children die with their parent and sit
+    away from the terminal's Ctrl-C (the module serves only Prefect's API server)."""
 
     def __init__(self) -> None:
         super().__init__("subprocess")
-        self.Popen = popen_dying_with_parent
+        self.Popen = functools.partial(popen_dying_with_parent, away_from_terminal=True)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(subprocess, name)

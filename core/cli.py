@@ -123,6 +123,7 @@ def run_main(
         print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
+        logging.getLogger("prefect").setLevel(logging.WARNING)
         print(
             f"{prog}: interrupted; finished steps are kept, run the same command again to resume",
             file=sys.stderr,

@@ -139,7 +139,12 @@ class LlamaServer:
         started = time.monotonic()
         with log_path.open("ab") as log_file:
             self.process = popen_dying_with_parent(
-                cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+                cmd,
+                away_from_terminal=True,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
             )
         atexit.register(self.stop)
         deadline = started + ready_timeout_s

@@ -75,3 +75,18 @@ def test_the_guard_sees_orphans_of_the_session_but_not_other_processes() -> None
     finally:
         process_guard.kill([process_guard.ProcessInfo(orphan, os.getpid(), "S", "sleep 600")])
     assert process_guard.wait_until_gone({orphan}, deadline_s=0) == []
+
+
+def test_a_server_child_sits_away_from_the_terminals_ctrl_c_and_a_plain_one_does_not() -> None:
+    from core.children import popen_dying_with_parent
+
+    server = popen_dying_with_parent(["sleep", "600"], away_from_terminal=True)
+    plain = popen_dying_with_parent(["sleep", "600"])
+    try:
+        # Ctrl-C reaches the terminal's foreground process group: ours, and the plain child's.
+        assert os.getpgid(plain.pid) == os.getpgid(0)
+        assert os.getpgid(server.pid) == server.pid != os.getpgid(0)
+    finally:
+        for child in (server, plain):
+            child.kill()
+            child.wait()

@@ -8,6 +8,7 @@ tests here run one after another and clean it first.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -367,6 +368,64 @@ def test_sigkill_during_chapter_two_then_resume(
     assert _without_project_paths(resumed) == _without_project_paths(
         export(reference, env, "reference")
     )
+
+
+def _sigint_as_a_terminal_sends_it() -> None:
+    # A pytest-xdist worker may have SIGINT ignored, and an ignored signal stays ignored
+    # across exec; Ctrl-C in a terminal meets the default disposition.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_ends_the_run_with_one_line_and_its_resume_repeats_no_finished_call(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C sends SIGINT to the terminal's whole foreground process group. The run's own
+    children (Prefect's temporary API server) must not die of it under the run: the run then
+    spent minutes retrying the dead API to report its end, printing ConnectError tracebacks."""
+    wipe_graph(graph_settings)
+    args = ("--premise", PREMISE + " (ctrl-c)", *ARGS[2:])
+    env = run_env(llm, graph_settings, prefect_home)
+    reached, release = threading.Event(), threading.Event()
+
+    def held_draft(request: ScriptedRequest) -> str:
+        reached.set()
+        release.wait(timeout=600)  # held until the run is interrupted
+        return scripted_draft(request)
+
+    llm.on(contains="Chapter 2, scene 2 of 2", respond=held_draft, times=1)
+    start = len(llm.requests)
+    project = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.novel", "--project-dir", str(project), *args],
+        env={k: v for k, v in env.items() if k != "PREFECT_API_URL"},  # its own API, as a user's
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the group a terminal's Ctrl-C reaches
+        preexec_fn=_sigint_as_a_terminal_sends_it,
+    )
+    try:
+        assert reached.wait(timeout=300), "chapter 2 never started"
+        children = process_guard.descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=600)  # a bound for a hang, not a margin
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert any("uvicorn" in c.cmdline for c in children), [c.cmdline for c in children]
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "ConnectError" not in stderr and "Error logging to API" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1].startswith("novel: interrupted;"), stderr[-2000:]
+    assert process_guard.wait_until_gone({c.pid for c in children}, deadline_s=60) == []
+    finished_before = {
+        _key(r) for r in llm.requests[start:] if "Chapter 2, scene 2 of 2" not in r.text
+    }
+    resume_start = len(llm.requests)
+    result = novel(project, env, *args)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert not [r for r in llm.requests[resume_start:] if _key(r) in finished_before]
 
 
 def test_a_run_that_fails_leaves_the_log_of_what_its_calls_cost(
