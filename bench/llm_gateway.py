@@ -6,6 +6,12 @@ server with zero latency, so the difference is the gateway's own cost (ordering,
 bookkeeping, record keeping). The two paths run in alternating blocks (ABBA) in one
 process, after a warm-up, so drift in CPU clock or connection state hits both alike.
 
+The gateway asks for streamed answers by default (`limits.llm_stream`), which costs more per
+call than a whole answer against a server with no latency (the events, the chunks put
+together). So the overhead is measured with the gateway asking for whole answers, as the bare
+call does, and a second ABBA run compares the gateway's two ways: streamed over whole, the
+price of streaming where the model's own time is zero (any real model's dwarfs it).
+
 By default the scripted server runs in a child process so its request handling does not
 compete with the client for the GIL; `--in-process` runs it in a thread instead.
 """
@@ -28,7 +34,7 @@ from openai import OpenAI
 from pydantic import BaseModel, Field
 
 from core.llm import NO_API_KEY, LLMGateway, response_format_for
-from core.settings import Settings
+from core.settings import RunLimits, Settings
 from tests.support.scripted_llm import ScriptedLLM
 
 GOAL_RATIO = 1.10
@@ -118,9 +124,16 @@ def _abba(
 
 def run(calls: int, block: int, warmup: int, in_process: bool) -> float:
     with scripted_server(in_process) as base_url:
-        settings = Settings(openai_base_url=base_url, embedding_base_url=base_url)
+        settings = Settings(
+            openai_base_url=base_url,
+            embedding_base_url=base_url,
+            limits=RunLimits(llm_stream=False),
+        )
         tier = settings.tier(TIER)
         gateway = LLMGateway(settings, run_id="bench")
+        streamed_gateway = LLMGateway(
+            settings.model_copy(update={"limits": RunLimits(llm_stream=True)}), run_id="bench"
+        )
         client = OpenAI(
             base_url=base_url,
             api_key=NO_API_KEY,
@@ -144,19 +157,25 @@ def run(calls: int, block: int, warmup: int, in_process: bool) -> float:
         def through_gateway() -> ScenePlan:
             return gateway.structured(TIER, MESSAGES, ScenePlan, purpose="bench")
 
-        assert bare() == through_gateway(), "both paths must return the same object"
+        def streamed() -> ScenePlan:
+            return streamed_gateway.structured(TIER, MESSAGES, ScenePlan, purpose="bench")
+
+        assert bare() == through_gateway() == streamed(), "every path must return the same object"
         for _ in range(warmup):
             bare()
             through_gateway()
+            streamed()
 
         bare_s, gateway_s = _abba(bare, through_gateway, calls, block)
+        whole_s, streamed_s = _abba(through_gateway, streamed, calls, block)
         client.close()
         gateway.close()
+        streamed_gateway.close()
 
     bare_mean, bare_median, bare_p90 = _describe(bare_s)
     gw_mean, gw_median, gw_p90 = _describe(gateway_s)
     ratio = gw_mean / bare_mean
-    records = [r for r in gateway.records if r.purpose == "bench"]
+    records = [r for g in (gateway, streamed_gateway) for r in g.records if r.purpose == "bench"]
     assert all(r.outcome == "ok" and r.attempts == 1 for r in records)
 
     where = "in-process thread" if in_process else "child process"
@@ -180,7 +199,22 @@ def run(calls: int, block: int, warmup: int, in_process: bool) -> float:
         f"ratio gateway/bare: {ratio:.3f} (mean), {gw_median / bare_median:.3f} (median); "
         f"goal <= {GOAL_RATIO:.2f}: {verdict}"
     )
+    _print_streamed(whole_s, streamed_s)
     return ratio
+
+
+def _print_streamed(whole_s: Sequence[float], streamed_s: Sequence[float]) -> None:
+    """The gateway's streamed answers against its whole ones (their own ABBA run)."""
+    whole_mean, whole_median, _ = _describe(whole_s)
+    st_mean, st_median, st_p90 = _describe(streamed_s)
+    print(
+        f"{'LLMGateway, streamed':<28}{st_mean:>10.3f}{st_median:>12.3f}{st_p90:>10.3f}"
+        f"   (its own ABBA run against the whole answers: {whole_mean:.3f} ms mean)"
+    )
+    print(
+        f"ratio streamed/whole: {st_mean / whole_mean:.3f} (mean), "
+        f"{st_median / whole_median:.3f} (median): {st_mean - whole_mean:+.3f} ms per call"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -172,7 +172,17 @@ class RunLimits(BaseModel):
         "depth (tier `enrichment`) before it is extracted, validated and committed",
     )
     llm_max_attempts: int = Field(4, ge=1, le=20)
-    llm_timeout_s: float = Field(120.0, gt=0)
+    llm_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="seconds a chat request may hear nothing from the model (before its first "
+        "token, between two); with llm_stream off, seconds it may take to answer whole",
+    )
+    llm_stream: bool = Field(
+        True,
+        description="ask for chat answers streamed, so llm_timeout_s bounds the model's "
+        "silences and not the whole answer (off: for a proxy that cannot stream)",
+    )
     context_budget: ContextBudget = Field(default_factory=ContextBudget)
 
 

@@ -20,6 +20,16 @@ if TYPE_CHECKING:
     from core.llm.routing import Target
 
 
+_STREAM_HINT = (
+    "set llm_stream = false under [limits] in skald.toml (or SKALD_LIMITS__LLM_STREAM=false)"
+)
+
+
+class NoStreamError(openai.OpenAIError):
+    """A streamed request answered with no event: the server (or a proxy before it) does not
+    stream, and asking again will not change that."""
+
+
 def describe_failure(exc: openai.OpenAIError) -> str:
     if isinstance(exc, openai.APITimeoutError):
         return "request timed out"
@@ -35,6 +45,12 @@ def fatal_error(exc: openai.OpenAIError, target: Target, tier: str, purpose: str
     url, model = target.endpoint.base_url, target.model
     status = getattr(exc, "status_code", None)
     detail = api_detail(exc)
+    if isinstance(exc, NoStreamError) or (status == 400 and "stream" in detail.lower()):
+        what = f"HTTP 400: {detail}" if status == 400 else str(exc)
+        return LLMFatalError(
+            clip_line(f"LLM endpoint {url} cannot stream answers for model {model!r} ({what})"),
+            hint=_STREAM_HINT,
+        )
     if status == 401:
         return LLMFatalError(
             f"LLM endpoint {url} rejected the API key (HTTP 401)", hint="set OPENAI_API_KEY"

@@ -61,12 +61,19 @@ _UNAVAILABLE_HINT = "is the server running? set OPENAI_BASE_URL"
 _EMBEDDING_HINT = "is the server running? set SKALD_EMBEDDING_BASE_URL"
 
 
-def timeout_hint(seconds: float) -> str:
+def timeout_hint(seconds: float, *, streamed: bool = False) -> str:
     """What to do when every attempt timed out: the server answered nothing within the setting's
     seconds, which a slow model (a large one on a CPU, a reasoning model) needs more than; "is
-    the server running?" would send the user after the wrong thing."""
+    the server running?" would send the user after the wrong thing. `streamed`: the seconds
+    bounded each silence (before the first token: the prompt's processing), not the answer."""
+    waited = (
+        f"each attempt heard nothing from the model for {seconds:g} s (a long prompt is read "
+        "before the first token)"
+        if streamed
+        else f"each attempt waited {seconds:g} s for a whole answer"
+    )
     return (
-        f"each attempt waited {seconds:g} s for a whole answer: a slower model needs more, "
+        f"{waited}: a slower model needs more, "
         "e.g. SKALD_LIMITS__LLM_TIMEOUT_S=600 or llm_timeout_s under [limits] in skald.toml"
     )
 
@@ -460,7 +467,12 @@ class LLMGateway:
         for attempt in range(1, max_attempts + 1):
             stats.attempts += 1
             t0 = time.perf_counter()
-            result = yield Call(target, "chat", request.kwargs(target.model, temp, anti_repetition))
+            result = yield Call(
+                target,
+                "chat",
+                request.kwargs(target.model, temp, anti_repetition),
+                stream=self.settings.limits.llm_stream,
+            )
             elapsed = time.perf_counter() - t0
             if isinstance(result, openai.OpenAIError):
                 kind = self._raise_if_fatal(result, stats, target, tier_name)
@@ -508,7 +520,9 @@ class LLMGateway:
             error = _unavailable(timed_out)(
                 f"LLM endpoint {urls} unavailable after {stats.attempts} attempts ({what}): "
                 f"{failed.reason}",
-                hint=timeout_hint(self.settings.limits.llm_timeout_s)
+                hint=timeout_hint(
+                    self.settings.limits.llm_timeout_s, streamed=self.settings.limits.llm_stream
+                )
                 if timed_out
                 else _UNAVAILABLE_HINT,
             )

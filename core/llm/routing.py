@@ -11,6 +11,7 @@ import asyncio
 import threading
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from openai import AsyncOpenAI, DefaultHttpxClient, OpenAI
 
@@ -21,8 +22,11 @@ from core.settings import Settings
 NO_API_KEY = "not-needed"  # local servers ignore the key, but the openai client wants one
 
 
-def _yield_to_queries(_response: object) -> None:
-    QUERIES.yield_to_queries()
+def _yield_to_queries(response: Any) -> None:
+    # A streamed answer has only begun when its headers arrive: core.llm.steps yields once
+    # it has been read whole.
+    if not response.headers.get("content-type", "").startswith("text/event-stream"):
+        QUERIES.yield_to_queries()
 
 
 class Endpoint:

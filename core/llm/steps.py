@@ -7,6 +7,14 @@ the next candidate in health order, honour Retry-After, and count every step in 
 record, and the same logic must serve sync and async callers. A generator that yields its
 I/O keeps that in one readable loop (core.llm.gateway); tenacity would split it into
 callbacks and still need the sync/async pair. `RetryPolicy` holds the timing knobs.
+
+A chat call asks for a streamed answer unless the settings say not (`limits.llm_stream`): the
+client's timeout then bounds each silence of the server (before its first token, between two)
+rather than the whole answer, so a slow model that keeps talking is not cut off and asked
+again from the start. The chunks are put together by the openai package's own accumulator
+(`ChatCompletionStreamState`), and what the driver hands back reads like a whole completion.
+A read timeout or a broken connection in the middle of a stream comes out of the openai
+package (3.57 on) as the `APITimeoutError` or `APIConnectionError` a whole answer's would.
 """
 
 from __future__ import annotations
@@ -20,9 +28,12 @@ from typing import Any, Literal
 
 import openai
 from openai import AsyncOpenAI, OpenAI
+from openai.lib.streaming.chat import ChatCompletionStreamState
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.llm.failures import NoStreamError
 from core.llm.routing import Target
+from core.priority import QUERIES
 
 
 class RetryPolicy(BaseModel):
@@ -53,6 +64,8 @@ class Call:
     target: Target
     kind: Literal["chat", "embed"]
     kwargs: dict[str, Any]
+    #: A chat call whose answer is asked for streamed (see the module's docstring).
+    stream: bool = False
 
 
 @dataclass(slots=True)
@@ -68,6 +81,42 @@ def _create(client: OpenAI | AsyncOpenAI, op: Call) -> Any:
     return client.chat.completions.create if op.kind == "chat" else client.embeddings.create
 
 
+#: The token counts come in the stream's last chunk only when asked for.
+_STREAM_KWARGS: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
+
+
+def _whole(state: ChatCompletionStreamState, chunks: int) -> Any:
+    """The streamed answer as a completion reads (`choices`, `usage`)."""
+    if not chunks:
+        # A whole JSON body, or nothing: no event of a stream (a proxy that buffers the answer
+        # and drops the stream's format answers so).
+        raise NoStreamError("the streamed answer held no event")
+    return state.current_completion_snapshot
+
+
+def _streamed_chat(client: OpenAI, kwargs: dict[str, Any]) -> Any:
+    state = ChatCompletionStreamState()
+    chunks = 0
+    with client.chat.completions.create(**kwargs, **_STREAM_KWARGS) as stream:
+        for chunk in stream:
+            state.handle_chunk(chunk)
+            chunks += 1
+    # What a non-streamed response's hook does as it arrives (core.llm.routing): the answer's
+    # processing waits for the memory queries in flight.
+    QUERIES.yield_to_queries()
+    return _whole(state, chunks)
+
+
+async def _astreamed_chat(client: AsyncOpenAI, kwargs: dict[str, Any]) -> Any:
+    state = ChatCompletionStreamState()
+    chunks = 0
+    async with await client.chat.completions.create(**kwargs, **_STREAM_KWARGS) as stream:
+        async for chunk in stream:
+            state.handle_chunk(chunk)
+            chunks += 1
+    return _whole(state, chunks)
+
+
 def drive(steps: Steps) -> Any:
     """Run `steps` with blocking I/O; the generator's return value is the result."""
     try:
@@ -78,7 +127,12 @@ def drive(steps: Steps) -> Any:
                 op = steps.send(None)
                 continue
             try:
-                result: Any = _create(op.target.endpoint.sync(), op)(**op.kwargs)
+                client = op.target.endpoint.sync()
+                result: Any = (
+                    _streamed_chat(client, op.kwargs)
+                    if op.stream
+                    else _create(client, op)(**op.kwargs)
+                )
             except openai.OpenAIError as exc:
                 result = exc
             op = steps.send(result)
@@ -96,7 +150,12 @@ async def adrive(steps: Steps) -> Any:
                 op = steps.send(None)
                 continue
             try:
-                result: Any = await _create(op.target.endpoint.async_(), op)(**op.kwargs)
+                aclient = op.target.endpoint.async_()
+                result: Any = await (
+                    _astreamed_chat(aclient, op.kwargs)
+                    if op.stream
+                    else _create(aclient, op)(**op.kwargs)
+                )
             except openai.OpenAIError as exc:
                 result = exc
             op = steps.send(result)

@@ -46,8 +46,9 @@ from core.llm import (
     response_format_for,
     summarize_records,
 )
-from core.llm.failures import retry_after_s
+from core.llm.failures import fatal_error, retry_after_s
 from core.llm.records import CALL_RECORD_SCHEMA, CallStats, write_parquet
+from core.llm.routing import Endpoint, Target
 from core.llm.sampling import request_seed
 from core.llm_server import LOCAL_CHAT_MODEL
 from core.settings import RunLimits, Settings
@@ -213,7 +214,7 @@ def test_a_request_that_timed_out_raises_the_timeout_type() -> None:
             gateway.text("small", PROMPT, purpose="probe")
         assert classify(caught.value).kind == "timeout"
         # The server was running: the line says how long was waited and which setting gives more.
-        assert "each attempt waited 0.2 s" in str(caught.value)
+        assert "each attempt heard nothing from the model for 0.2 s" in str(caught.value)
         assert "SKALD_LIMITS__LLM_TIMEOUT_S" in str(caught.value)
         assert "is the server running" not in str(caught.value)
         # The look-alike: unavailable for another reason is no timeout.
@@ -224,6 +225,108 @@ def test_a_request_that_timed_out_raises_the_timeout_type() -> None:
         assert classify(other.value).kind == "llm"
         assert "is the server running" in str(other.value)
         assert "LLM_TIMEOUT_S" not in str(other.value)
+
+
+def test_a_model_that_keeps_talking_longer_than_the_timeout_is_not_cut_off_when_streamed() -> None:
+    # A slow model: 20 pieces of content, 0.25 s apart (about 6 s in all), under a timeout of 3 s.
+    with ScriptedLLM() as server:
+        server.stream_gap_s, server.stream_pieces = 0.25, 20
+        server.on(schema="SceneCard", respond=_CARD)
+        streamed = LLMGateway(_settings(server, llm_max_attempts=1, llm_timeout_s=3.0), retry=FAST)
+        card = streamed.structured("small", PROMPT, SceneCard)
+        assert card == SceneCard.model_validate(_CARD)
+        body = server.requests[-1].body
+        assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+        record = streamed.records[-1]
+        assert (record.attempts, record.outcome) == (1, "ok")
+        # The token counts come from the stream's last chunk, as a whole answer's do.
+        assert (record.prompt_tokens, record.completion_tokens) == _usage_of_whole_answer(server)
+        # The look-alike: the same model asked for a whole answer, which comes as late as the
+        # stream's last chunk, times out.
+        whole = LLMGateway(
+            _settings(server, llm_max_attempts=1, llm_timeout_s=3.0, llm_stream=False), retry=FAST
+        )
+        with pytest.raises(LLMTimeoutError) as caught:
+            whole.structured("small", PROMPT, SceneCard)
+        assert "each attempt waited 3 s for a whole answer" in str(caught.value)
+        assert "stream" not in server.requests[-1].body
+        # Streamed or not, a request carries the same seed: the answer does not depend on it.
+        assert server.requests[-1].body["seed"] == body["seed"]
+
+
+@pytest.mark.parametrize("caller", ["sync", "async"])
+def test_a_stream_that_falls_silent_times_out_and_is_asked_again(caller: str) -> None:
+    # The first chunk of content, then 30 s of silence: the client stops waiting after 0.5 s.
+    with ScriptedLLM(timeout_sleep_s=30.0) as server:
+        server.on(schema="SceneCard", respond=_CARD)
+        server.fail_next("stream_stall")
+        gateway = LLMGateway(_settings(server, llm_max_attempts=2, llm_timeout_s=0.5), retry=FAST)
+        if caller == "sync":
+            card = gateway.structured("small", PROMPT, SceneCard)
+        else:
+            card = asyncio.run(gateway.astructured("small", PROMPT, SceneCard))
+        assert card == SceneCard.model_validate(_CARD)
+        record = gateway.records[-1]
+        assert (record.attempts, record.retries_transient, record.outcome) == (2, 1, "ok")
+        assert server.faults_injected["stream_stall"] == 1
+        # Every attempt silent: the timeout's own error and hint, not "is the server running?".
+        server.fail_next("stream_stall", n=2)
+        with pytest.raises(LLMTimeoutError) as caught:
+            gateway.structured("small", PROMPT, SceneCard)
+        assert "heard nothing from the model for 0.5 s" in str(caught.value)
+
+
+def test_a_server_that_cannot_stream_stops_the_call_with_the_setting_that_turns_streaming_off() -> (
+    None
+):
+    with ScriptedLLM() as server:
+        server.streams = False  # a proxy that buffers the answer and sends it whole
+        server.on(schema="SceneCard", respond=_CARD)
+        gateway = LLMGateway(_settings(server, llm_max_attempts=3), retry=FAST)
+        with pytest.raises(LLMFatalError) as caught:
+            gateway.structured("small", PROMPT, SceneCard)
+        assert "cannot stream answers" in _one_line(caught.value)
+        assert "SKALD_LIMITS__LLM_STREAM=false" in _one_line(caught.value)
+        assert server.request_count == 1  # asking again would not change it
+        # The look-alike: the same server with streaming off answers.
+        whole = LLMGateway(_settings(server, llm_stream=False), retry=FAST)
+        assert whole.structured("small", PROMPT, SceneCard) == SceneCard.model_validate(_CARD)
+
+
+def test_a_400_about_streaming_names_the_setting_and_another_400_does_not() -> None:
+    target = Target("m", Endpoint("http://127.0.0.1:9/v1", "k", 1.0))
+
+    def bad_request(message: str) -> openai.BadRequestError:
+        response = httpx.Response(400, request=httpx.Request("POST", "http://127.0.0.1:9/v1"))
+        body = {"message": message, "type": "invalid_request_error"}
+        return openai.BadRequestError(message, response=response, body=body)  # type: ignore[arg-type]
+
+    streaming = fatal_error(
+        bad_request("Unrecognized request argument supplied: stream_options"), target, "small", ""
+    )
+    assert "cannot stream answers" in str(streaming) and "LLM_STREAM" in str(streaming)
+    other = fatal_error(bad_request("temperature must be at most 2"), target, "small", "")
+    assert "stream" not in str(other).lower() and "retrying will not help" in str(other)
+
+
+_CARD: dict[str, Any] = {
+    "title": "The Ferry at Dusk",
+    "tone": "grim",
+    "beats": [{"summary": "Ilse boards the last ferry alone.", "intensity": 0.4}],
+    "word_target": 900,
+}
+
+
+def _usage_of_whole_answer(server: ScriptedLLM) -> tuple[int, int]:
+    """The token counts the server gives its last request answered whole, at once."""
+    body = {k: v for k, v in server.requests[-1].body.items() if not k.startswith("stream")}
+    gap, server.stream_gap_s = server.stream_gap_s, 0.0
+    try:
+        response = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=30)
+    finally:
+        server.stream_gap_s = gap
+    usage = response.json()["usage"]
+    return usage["prompt_tokens"], usage["completion_tokens"]
 
 
 def test_preflight_check_and_labels() -> None:

@@ -10,11 +10,14 @@ error mapping are exercised for real) and answers from canned rules:
         settings = load_settings(openai_base_url=llm.base_url)
 
 Unscripted json_schema requests get a minimal valid instance generated from the schema,
-plain chat gets "Scripted reply.", and embeddings are a deterministic hashed bag of words,
+plain chat gets "Scripted reply." (as server-sent events when the request asks for a stream:
+the content in a few chunks, the token counts last when `stream_options.include_usage`
+asks for them; `stream_gap_s` paces the chunks), and embeddings are a deterministic hashed bag of words,
 so end-to-end tests script only what they care about. `GET <base_url>/scripted/stats` answers
 the number of requests served (for a server run in another process). Faults ("http_500", "http_429",
 "timeout", "malformed_json", "truncated_json", "schema_invalid", "near_json", "http_401",
-"http_404_model", "http_500_too_large") are injected from a queue (`fail_next`) or at seeded random rates
+"http_404_model", "http_500_too_large", "stream_stall": the first chunk of a streamed answer,
+then silence longer than the client waits) are injected from a queue (`fail_next`) or at seeded random rates
 (`fault_rates`). Run standalone with `python -m tests.support.scripted_llm --port 8089`.
 
 Over 600 lines on purpose: the server, its fault injection and the schema-driven default
@@ -54,6 +57,7 @@ FaultKind = Literal[
     "http_401",
     "http_404_model",
     "http_500_too_large",
+    "stream_stall",
 ]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 # Faults that corrupt the message content: only meaningful for JSON-mode chat requests.
@@ -129,6 +133,11 @@ class _Reply:
     status: int
     payload: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    #: A streamed answer: the server-sent events sent in place of `payload`, with `stall_s` of
+    #: silence after the first piece of content and `gap_s` between the others.
+    events: list[dict[str, Any]] | None = None
+    stall_s: float = 0.0
+    gap_s: float = 0.0
 
 
 class ScriptedLLM:
@@ -147,6 +156,12 @@ class ScriptedLLM:
     ) -> None:
         self.latency_s = latency_s
         self.timeout_sleep_s = timeout_sleep_s
+        #: The pace of a model: seconds between two events of a streamed answer, in how many
+        #: pieces its content comes. An answer not streamed comes whole as late as the last event.
+        self.stream_gap_s = 0.0
+        self.stream_pieces = 4
+        #: False: answer a streamed request whole, as a proxy that buffers answers does.
+        self.streams = True
         self.retry_after = retry_after
         self.embedding_dim = embedding_dim
         self.models = models
@@ -441,6 +456,9 @@ class ScriptedLLM:
         return None
 
     def _chat(self, request: ScriptedRequest, rule: _Rule | None, fault: str | None) -> _Reply:
+        streamed = self.streams and request.body.get("stream") is True
+        if fault == "stream_stall" and not streamed:
+            time.sleep(self.timeout_sleep_s)  # a whole answer's silence: as the "timeout" fault
         finish_reason = "stop"
         if rule is not None and rule.respond is not None:
             produced = rule.respond(request) if callable(rule.respond) else rule.respond
@@ -465,7 +483,7 @@ class ScriptedLLM:
 
         prompt_tokens = _approx_tokens(request.text)
         completion_tokens = _approx_tokens(content)
-        return _Reply(
+        reply = _Reply(
             200,
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -487,6 +505,16 @@ class ScriptedLLM:
                 },
             },
         )
+        options = request.body.get("stream_options")
+        usage = isinstance(options, dict) and options.get("include_usage") is True
+        events = _stream_events(reply.payload, pieces=self.stream_pieces, include_usage=usage)
+        if streamed:
+            reply.events = events
+            reply.stall_s = self.timeout_sleep_s if fault == "stream_stall" else 0.0
+            reply.gap_s = self.stream_gap_s
+        elif self.stream_gap_s > 0:
+            time.sleep(self.stream_gap_s * len(events))
+        return reply
 
     def _embeddings(self, request: ScriptedRequest) -> _Reply:
         raw = request.body.get("input", "")
@@ -532,6 +560,15 @@ def _make_handler(owner: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
         # client's delayed ACK adds ~40 ms to every response.
         disable_nagle_algorithm = True
 
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except ConnectionResetError:
+                # A client that closes a kept-alive connection with bytes of a stream unread
+                # resets it, as it may: a real server shrugs, and so does this one (socketserver
+                # would print a traceback to the stderr of the test that runs it).
+                self.close_connection = True
+
         def do_GET(self) -> None:
             self._serve("GET", {})
 
@@ -554,6 +591,9 @@ def _make_handler(owner: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             self._send(reply)
 
         def _send(self, reply: _Reply) -> None:
+            if reply.events is not None:
+                self._send_events(reply)
+                return
             payload = json.dumps(reply.payload).encode()
             try:
                 self.send_response(reply.status)
@@ -565,6 +605,26 @@ def _make_handler(owner: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(payload)
             except (BrokenPipeError, ConnectionResetError):
                 # The client gave up (a "timeout" fault): nothing left to answer.
+                self.close_connection = True
+
+        def _send_events(self, reply: _Reply) -> None:
+            """Server-sent events in HTTP/1.1 chunks, as an OpenAI-compatible server streams."""
+            lines = [f"data: {json.dumps(event)}\n\n".encode() for event in reply.events or ()]
+            lines.append(b"data: [DONE]\n\n")
+            try:
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for index, line in enumerate(lines):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                    if index == 1 and reply.stall_s > 0:
+                        time.sleep(reply.stall_s)  # the client gives up first
+                    elif reply.gap_s > 0 and index < len(lines) - 1:
+                        time.sleep(reply.gap_s)
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
 
         def log_message(self, format: str, *args: Any) -> None:
@@ -592,7 +652,31 @@ def _describe(path: str, body: dict[str, Any]) -> ScriptedRequest:
 def _applies(kind: str, request: ScriptedRequest) -> bool:
     if kind in JSON_FAULTS:
         return request.path.endswith("/chat/completions") and request.is_json
+    if kind == "stream_stall":
+        return request.path.endswith("/chat/completions")
     return True
+
+
+def _stream_events(
+    completion: dict[str, Any], *, pieces: int, include_usage: bool
+) -> list[dict[str, Any]]:
+    """A whole chat completion as the chunks a server streams: the role, the content in up to
+    `pieces` pieces, the finish reason, then the token counts when asked for."""
+    choice = completion["choices"][0]
+    content: str = choice["message"]["content"]
+    head = {key: completion[key] for key in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    size = max(1, -(-len(content) // max(1, pieces)))
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": content[i : i + size]}) for i in range(0, len(content), size)]
+    events.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        events.append({**head, "choices": [], "usage": completion["usage"]})
+    return events
 
 
 def _check_kind(kind: str) -> None:
