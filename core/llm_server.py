@@ -210,7 +210,8 @@ def _ensure(role: str, settings: Settings, alias: str, extra_args: list[str]) ->
 #: extractions (four runs, four sets; one run's codex held a fact the others did not). One slot
 #: serialises the requests; `make run` took 231-234 s with it against 240-252 s with two slots
 #: (two cores leave the second sequence no core of its own).
-LOCAL_CHAT_ARGS = ("-c", "4096", "-np", "1")
+LOCAL_CHAT_SLOTS = 1
+LOCAL_CHAT_ARGS = ("-c", "4096", "-np", str(LOCAL_CHAT_SLOTS))
 
 
 def local_llm_endpoint(settings: Settings) -> tuple[str, str]:

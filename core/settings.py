@@ -183,6 +183,14 @@ class RunLimits(BaseModel):
         description="ask for chat answers streamed, so llm_timeout_s bounds the model's "
         "silences and not the whole answer (off: for a proxy that cannot stream)",
     )
+    llm_slots: int | None = Field(
+        None,
+        ge=1,
+        description="chat requests one endpoint is sent at once, for a server that answers "
+        "few at a time (llama-server's -np, OLLAMA_NUM_PARALLEL): the others wait in Skald, "
+        "where the wait does not count toward llm_timeout_s; unset: no limit (the embedded "
+        "server: 1, its own)",
+    )
     context_budget: ContextBudget = Field(default_factory=ContextBudget)
 
 

@@ -8,8 +8,10 @@ then latency; untried candidates keep their configured order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,9 @@ from core.priority import QUERIES
 from core.settings import Settings
 
 NO_API_KEY = "not-needed"  # local servers ignore the key, but the openai client wants one
+#: How often a coroutine waiting for a server's slot looks again (a few ms against answers that
+#: take seconds).
+_SLOT_POLL_S = 0.005
 
 
 def _yield_to_queries(response: Any) -> None:
@@ -30,14 +35,23 @@ def _yield_to_queries(response: Any) -> None:
 
 
 class Endpoint:
-    """One base URL + key: a lazily built sync client and one async client per event loop."""
+    """One base URL + key: a lazily built sync client and one async client per event loop.
 
-    __slots__ = ("base_url", "_api_key", "_timeout", "_sync", "_async", "_lock")
+    `slots`: how many chat requests the server answers at once, when it is few (the embedded
+    llama-server has one). The process then sends it no more than that: the others wait here
+    (`serving`, `aserving`), not in the server's queue, where the wait would count as the
+    model's silence toward `llm_timeout_s` and a request queued behind three long ones would
+    time out and be asked again from the back of the queue."""
 
-    def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
+    __slots__ = ("base_url", "_api_key", "_timeout", "_sync", "_async", "_lock", "_slots")
+
+    def __init__(
+        self, base_url: str, api_key: str, timeout: float, slots: int | None = None
+    ) -> None:
         self.base_url = base_url
         self._api_key = api_key
         self._timeout = timeout
+        self._slots = threading.BoundedSemaphore(slots) if slots else None
         self._sync: OpenAI | None = None
         # httpx async pools are bound to the loop that created them (tests and flows
         # may run several loops), so async clients are kept per loop.
@@ -82,6 +96,35 @@ class Endpoint:
                     )
                     self._async[loop] = client
         return client
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Hold one of the server's slots while a chat request is answered (no limit: none)."""
+        slots = self._slots
+        if slots is None:
+            yield
+            return
+        slots.acquire()
+        try:
+            yield
+        finally:
+            slots.release()
+
+    @contextlib.asynccontextmanager
+    async def aserving(self) -> AsyncIterator[None]:
+        """`serving` for a coroutine. The slots are a thread's semaphore, shared with the blocking
+        callers of other threads and event loops, so it is polled rather than awaited: a wait
+        that is cancelled (a turn's deadline) then holds nothing."""
+        slots = self._slots
+        if slots is None:
+            yield
+            return
+        while not slots.acquire(blocking=False):
+            await asyncio.sleep(_SLOT_POLL_S)
+        try:
+            yield
+        finally:
+            slots.release()
 
     def close(self) -> None:
         with self._lock:
@@ -162,12 +205,17 @@ class Router:
         self._embedding: Target | None = None
         self._chains: dict[tuple[str, str | None], tuple[Target, ...]] = {}
 
-    def endpoint(self, base_url: str, api_key: str) -> Endpoint:
+    def endpoint(self, base_url: str, api_key: str, slots: int | None = None) -> Endpoint:
+        """The endpoint of a base URL and key (`slots`: the server's own, when known; else
+        the settings' `limits.llm_slots`)."""
         key = (base_url, api_key)
         with self._lock:
             endpoint = self._endpoints.get(key)
             if endpoint is None:
-                endpoint = Endpoint(base_url, api_key, self.settings.limits.llm_timeout_s)
+                limits = self.settings.limits
+                endpoint = Endpoint(
+                    base_url, api_key, limits.llm_timeout_s, slots or limits.llm_slots
+                )
                 self._endpoints[key] = endpoint
             return endpoint
 
@@ -194,10 +242,14 @@ class Router:
                     settings.default_model,
                 )
             else:
-                from core.llm_server import local_llm_endpoint  # starts a process: only when needed
+                from core.llm_server import (  # starts a process: only when needed
+                    LOCAL_CHAT_SLOTS,
+                    local_llm_endpoint,
+                )
 
                 base_url, model = local_llm_endpoint(settings)
-                self._default = (self.endpoint(base_url, NO_API_KEY), model)
+                endpoint = self.endpoint(base_url, NO_API_KEY, slots=LOCAL_CHAT_SLOTS)
+                self._default = (endpoint, model)
             return self._default
 
     def targets(self, tier_name: str, model: str | None) -> tuple[Target, ...]:

@@ -15,11 +15,14 @@ again from the start. The chunks are put together by the openai package's own ac
 (`ChatCompletionStreamState`), and what the driver hands back reads like a whole completion.
 A read timeout or a broken connection in the middle of a stream comes out of the openai
 package (3.57 on) as the `APITimeoutError` or `APIConnectionError` a whole answer's would.
+A chat request to a server with few slots first waits for one in the process (`Endpoint.serving`,
+core.llm.routing), so what the timeout counts is the model's own silence.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Generator
@@ -126,13 +129,15 @@ def drive(steps: Steps) -> Any:
                 time.sleep(op.seconds)
                 op = steps.send(None)
                 continue
+            endpoint = op.target.endpoint
             try:
-                client = op.target.endpoint.sync()
-                result: Any = (
-                    _streamed_chat(client, op.kwargs)
-                    if op.stream
-                    else _create(client, op)(**op.kwargs)
-                )
+                with endpoint.serving() if op.kind == "chat" else contextlib.nullcontext():
+                    client = endpoint.sync()
+                    result: Any = (
+                        _streamed_chat(client, op.kwargs)
+                        if op.stream
+                        else _create(client, op)(**op.kwargs)
+                    )
             except openai.OpenAIError as exc:
                 result = exc
             op = steps.send(result)
@@ -149,13 +154,15 @@ async def adrive(steps: Steps) -> Any:
                 await asyncio.sleep(op.seconds)
                 op = steps.send(None)
                 continue
+            endpoint = op.target.endpoint
             try:
-                aclient = op.target.endpoint.async_()
-                result: Any = await (
-                    _astreamed_chat(aclient, op.kwargs)
-                    if op.stream
-                    else _create(aclient, op)(**op.kwargs)
-                )
+                async with endpoint.aserving() if op.kind == "chat" else contextlib.nullcontext():
+                    aclient = endpoint.async_()
+                    result: Any = await (
+                        _astreamed_chat(aclient, op.kwargs)
+                        if op.stream
+                        else _create(aclient, op)(**op.kwargs)
+                    )
             except openai.OpenAIError as exc:
                 result = exc
             op = steps.send(result)

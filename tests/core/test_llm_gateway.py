@@ -48,9 +48,9 @@ from core.llm import (
 )
 from core.llm.failures import fatal_error, retry_after_s
 from core.llm.records import CALL_RECORD_SCHEMA, CallStats, write_parquet
-from core.llm.routing import Endpoint, Target
+from core.llm.routing import Endpoint, Router, Target
 from core.llm.sampling import request_seed
-from core.llm_server import LOCAL_CHAT_MODEL
+from core.llm_server import LOCAL_CHAT_ARGS, LOCAL_CHAT_MODEL, LOCAL_CHAT_SLOTS
 from core.settings import RunLimits, Settings
 from tests.conftest import REPO_ROOT
 from tests.support.scripted_llm import ScriptedLLM, hashed_embedding, instance_from_schema
@@ -274,6 +274,67 @@ def test_a_stream_that_falls_silent_times_out_and_is_asked_again(caller: str) ->
         with pytest.raises(LLMTimeoutError) as caught:
             gateway.structured("small", PROMPT, SceneCard)
         assert "heard nothing from the model for 0.5 s" in str(caught.value)
+
+
+@pytest.mark.parametrize("caller", ["sync", "async"])
+def test_requests_queued_for_a_one_slot_server_wait_in_skald_where_the_timeout_does_not_count(
+    caller: str,
+) -> None:
+    # A server with one slot, each answer streamed over about 3 s in 10 pieces 0.25 s apart, a
+    # timeout of 2 s, and two requests sent at once: the second waits about 3 s for the slot.
+    def two_at_once(gateway: LLMGateway) -> list[Any]:
+        if caller == "async":
+
+            async def both() -> list[Any]:
+                calls = [gateway.astructured("small", PROMPT, SceneCard) for _ in range(2)]
+                return await asyncio.gather(*calls, return_exceptions=True)
+
+            return asyncio.run(both())
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(gateway.structured, "small", PROMPT, SceneCard) for _ in "ab"]
+            return [f.exception() or f.result() for f in futures]
+
+    with ScriptedLLM() as server:
+        server.one_slot = True
+        server.stream_gap_s, server.stream_pieces = 0.25, 10
+        server.on(schema="SceneCard", respond=_CARD)
+        limits = {"llm_max_attempts": 1, "llm_timeout_s": 2.0}
+        gated = LLMGateway(_settings(server, llm_slots=1, **limits), retry=FAST)
+        assert two_at_once(gated) == [SceneCard.model_validate(_CARD)] * 2
+        assert server.max_in_flight == 1  # the second waited in the gateway, not on the server
+        # The look-alike: no limit, so the second waits in the server's queue, in silence.
+        server.max_in_flight = 0
+        outcomes = two_at_once(LLMGateway(_settings(server, **limits), retry=FAST))
+        assert server.max_in_flight == 2
+        assert sorted(type(o).__name__ for o in outcomes) == ["LLMTimeoutError", "SceneCard"]
+
+
+def test_the_embedded_server_is_sent_one_chat_request_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The embedded server's address, without starting it.
+    monkeypatch.setattr(
+        "core.llm_server.local_llm_endpoint", lambda _s: ("http://127.0.0.1:9/v1", "local")
+    )
+
+    def slots_free(endpoint: Endpoint) -> int | None:
+        with endpoint.serving():  # one held, as a request in flight holds it
+            if endpoint._slots is None:
+                return None
+            free = 0
+            while endpoint._slots.acquire(blocking=False):
+                free += 1
+            for _ in range(free):
+                endpoint._slots.release()
+            return free
+
+    local, _model = Router(Settings(openai_base_url=None)).default_endpoint()
+    assert LOCAL_CHAT_ARGS[-2:] == ("-np", str(LOCAL_CHAT_SLOTS)) and slots_free(local) == 0
+    # The look-alike: a user's endpoint has no limit unless the settings give one.
+    user = Settings(openai_base_url="http://127.0.0.1:8/v1")
+    assert slots_free(Router(user).default_endpoint()[0]) is None
+    limited = user.model_copy(update={"limits": RunLimits(llm_slots=3)})
+    assert slots_free(Router(limited).default_endpoint()[0]) == 2
 
 
 def test_a_server_that_cannot_stream_stops_the_call_with_the_setting_that_turns_streaming_off() -> (

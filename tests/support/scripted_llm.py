@@ -162,6 +162,10 @@ class ScriptedLLM:
         self.stream_pieces = 4
         #: False: answer a streamed request whole, as a proxy that buffers answers does.
         self.streams = True
+        #: True: answer one chat request at a time, the others queued in silence (a llama-server
+        #: with one slot, as Skald's embedded one).
+        self.one_slot = False
+        self._slot = threading.Lock()
         self.retry_after = retry_after
         self.embedding_dim = embedding_dim
         self.models = models
@@ -580,7 +584,8 @@ def _make_handler(owner: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 self._send(_Reply(400, _error("request body is not JSON", "invalid_request_error")))
                 return
-            with owner.in_flight():
+            one_slot = owner.one_slot and self.path.rstrip("/").endswith("/chat/completions")
+            with owner.in_flight(), owner._slot if one_slot else contextlib.nullcontext():
                 self._serve("POST", body if isinstance(body, dict) else {})
 
         def _serve(self, method: str, body: dict[str, Any]) -> None:
