@@ -22,7 +22,7 @@ Forms resolved (the anchor is the session's date `d`):
 | the other week | the one to three weeks before |
 | N weeks back, a fortnight ago, a month or so ago, a week or two ago, a decade ago; it's been (about) N years since | as "ago" (a fortnight: two weeks; a decade: ten years) |
 | half a year ago, a year and a half ago, two and a half years ago | that month |
-| on Friday, since Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend; Friday alone (a capital, in a sentence that tells what happened or what is to come: "We went hiking Saturday", "See you Tuesday!") | the last one, or the coming one when the clause speaks of the future or is in the present tense and tells nothing past or habitual ("My recital is on Saturday", "Are you free on Friday?"; a present state a past day left, "I'm still sore from the game on Saturday", reads as the coming one too) |
+| on Friday, since Friday, Friday night (morning, ...; no last/next), over / on / at / for the weekend; Friday alone (a capital, in a sentence that tells what happened or what is to come: "We went hiking Saturday", "See you Tuesday!") | the last one, or the coming one when the sentence speaks of the future, or its clause is in the present tense (a timetable's verbs too: "I start on Monday", "The shop opens on Saturday") and tells nothing past or habitual ("My recital is on Saturday", "Are you free on Friday?", "Oren found a flat and I start on Monday"; a present state a past day left, "I'm still sore from the game on Saturday", reads as the coming one too) |
 | last / this / next Christmas (Xmas, Christmas Eve, New Year's Eve or Day, Thanksgiving, Easter, Halloween, Valentine's Day, the Fourth of July); on / for / over / since Christmas; over Memorial Day (Labor Day, Thanksgiving, Easter) weekend | that day (US Thanksgiving); without last/next, the last one or, in a clause about the future, the coming one; its weekend: the days off it makes (Saturday-Monday, Thursday-Sunday, Good Friday-Easter Monday) |
 | last / this past / next / this Friday (and Fri, Tues, Thurs, Wed) | that weekday's date |
 | last / this / next week, N weeks ago, the week before last, the week before / prior, the previous week (end of clause) | that Monday-Sunday week |
@@ -744,13 +744,19 @@ def _weekday(relation: str, weekday: int, anchor: date) -> date:
     return day
 
 
-def _sentence(m: re.Match[str]) -> str:
-    """The sentence a match stands in."""
+def _sentence_bounds(m: re.Match[str]) -> tuple[int, int]:
+    """Where the sentence a match stands in starts and ends in its text."""
     text = m.string
     start = max(text.rfind(c, 0, m.start()) for c in ".!?;") + 1
     after = m.end() - m.group(0).endswith(".")  # "on Friday." keeps its full stop
     ends = [i for i in (text.find(c, after) for c in ".!?;") if i >= 0]
-    return text[start : min(ends, default=len(text))]
+    return start, min(ends, default=len(text))
+
+
+def _sentence(m: re.Match[str]) -> str:
+    """The sentence a match stands in."""
+    start, end = _sentence_bounds(m)
+    return m.string[start:end]
 
 
 def _speaks_of_future(m: re.Match[str]) -> bool:
@@ -759,20 +765,39 @@ def _speaks_of_future(m: re.Match[str]) -> bool:
 
 
 #: A verb in the present tense that, with a day named ahead of it, tells of that day to come:
-#: "My recital is on Saturday", "I'm seeing her on Friday", "We have a game on Sunday".
-_PRESENT_OR_HAVE = re.compile(_PRESENT.pattern + r"|(?i:\b(?:have|has)\b)")
+#: "My recital is on Saturday", "I'm seeing her on Friday", "We have a game on Sunday", and
+#: the verbs of a timetable, which English puts in the simple present for what is planned: "I
+#: start at the aquarium on Monday", "We fly out on Friday", "The course begins on Tuesday".
+_PRESENT_OR_HAVE = re.compile(
+    _PRESENT.pattern + r"|(?i:\b(?:have|has|start|starts|begin|begins|leave|leaves|fly|flies"
+    r"|arrive|arrives|return|returns|move|moves|open|opens)\b)"
+)
+#: Where a sentence's second clause begins: "and" or "but" before its subject ("... found a flat
+#: and I start on Monday"), so that a clause's tense is read apart from the other's. Not "and"
+#: inside a name or a list ("Tom and Jerry's", "my mom and dad").
+_CLAUSE_BREAK = re.compile(r"(?i:,?\s+(?:and|but|so)\s+(?=(?:I|we|he|she|they|you)\b))")
+
+
+def _clause(m: re.Match[str]) -> str:
+    """The clause of the sentence a match stands in (`_CLAUSE_BREAK`)."""
+    start, end = _sentence_bounds(m)
+    breaks = list(_CLAUSE_BREAK.finditer(m.string, start, end))
+    first = max((b.end() for b in breaks if b.end() <= m.start()), default=start)
+    last = min((b.start() for b in breaks if b.start() >= m.end()), default=end)
+    return m.string[first:last]
 
 
 def _ahead_in_the_present(m: re.Match[str]) -> bool:
-    """A day named in a sentence in the present tense that tells nothing past and no habit
+    """A day named in a clause in the present tense that tells nothing past and no habit
     ("My recital is on Saturday", "Are you free on Friday?", "I'm going camping over the
-    weekend"): English says what is planned in the present, so the day is the coming one. Not
-    "We partied on Friday, I'm so tired" (told) nor "I'm usually at my mom's on Friday"."""
-    sentence = _sentence(m)
+    weekend", "We moved last week and I start on Monday"): English says what is planned in the
+    present, so the day is the coming one. Not "We partied on Friday, I'm so tired" (told) nor
+    "I'm usually at my mom's on Friday"."""
+    clause = _clause(m)
     return bool(
-        _PRESENT_OR_HAVE.search(sentence)
-        and not _PAST_TOLD.search(sentence)
-        and not _HABIT.search(sentence)
+        _PRESENT_OR_HAVE.search(clause)
+        and not _PAST_TOLD.search(clause)
+        and not _HABIT.search(clause)
     )
 
 

@@ -363,6 +363,18 @@ def test_the_weekend_and_weekday_forms_follow_the_day_they_were_said() -> None:
         ("I'm so tired, we partied on Friday.", SAID, date(2023, 5, 5)),
         ("It was fun on Friday.", SAID, date(2023, 5, 5)),
         ("I'm usually at my mom's on Friday.", SAID, date(2023, 5, 5)),
+        # A timetable's verbs in the simple present plan too, and the tense is read per clause:
+        # what the first clause tells does not move the second's day ...
+        ("Oren found a flat and I start at the aquarium on Monday.", SAID, date(2023, 5, 15)),
+        ("The shop opens on Saturday.", SAID, date(2023, 5, 13)),
+        ("Sam got the keys, so we're moving in on Friday!", SAID, date(2023, 5, 12)),
+        # ... nor the other way round; an "and" inside a name or between two subjects is no
+        # clause of its own, and a timetable's verb told in the past or as a habit stays past.
+        ("We partied on Friday and I'm so tired.", SAID, date(2023, 5, 5)),
+        ("We went to Tom and Jerry's on Friday.", SAID, date(2023, 5, 5)),
+        ("My mom and I went to the zoo on Friday.", SAID, date(2023, 5, 5)),
+        ("I started on Friday.", SAID, date(2023, 5, 5)),
+        ("I usually leave on Friday.", SAID, date(2023, 5, 5)),
     ],
 )
 def test_a_bare_day_is_the_coming_one_in_a_sentence_about_the_future(
