@@ -104,9 +104,6 @@ def _streamed_chat(client: OpenAI, kwargs: dict[str, Any]) -> Any:
         for chunk in stream:
             state.handle_chunk(chunk)
             chunks += 1
-    # What a non-streamed response's hook does as it arrives (core.llm.routing): the answer's
-    # processing waits for the memory queries in flight.
-    QUERIES.yield_to_queries()
     return _whole(state, chunks)
 
 
@@ -140,6 +137,11 @@ def drive(steps: Steps) -> Any:
                     )
             except openai.OpenAIError as exc:
                 result = exc
+            if op.stream:
+                # What a whole answer's response hook does as it arrives (core.llm.routing), with
+                # the server's slot given back first: the answer's processing waits for the
+                # memory queries in flight.
+                QUERIES.yield_to_queries()
             op = steps.send(result)
     except StopIteration as done:
         return done.value
