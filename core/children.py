@@ -144,3 +144,32 @@ def make_prefect_children_die_with_parent() -> None:
         _patch_prefect_server(module)
     elif not any(isinstance(f, _PatchPrefectServerOnImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _PatchPrefectServerOnImport())
+
+
+def stop_prefect_temporary_server() -> None:
+    """Stop Prefect's temporary API server now, once its clients have sent what they hold.
+
+    A run that ends on one line for the user (an error, Ctrl-C) prints it last. Prefect stops
+    its temporary server only at interpreter exit, after that line, and the server, terminated
+    in the middle of its own background work, may print a traceback ending in CancelledError
+    under it. Stopping it here (SIGTERM, then a wait for it to exit) puts whatever it prints
+    before the line. Only in ephemeral mode (no PREFECT_API_URL): a configured API, or the one a
+    test harness registers under the same instance, belongs to someone else.
+    """
+    module = sys.modules.get(_PREFECT_SERVER_MODULE)
+    if module is None:  # never imported: no temporary server was started
+        return
+    from prefect.settings import get_current_settings
+
+    if get_current_settings().api.url is not None:
+        return
+    server = module.SubprocessASGIServer()  # ephemeral mode's one instance (made if absent)
+    if server.server_process is not None:
+        # Logs and events still queued go out first: sent after the stop they would fail
+        # loudly ("Error logging to API"). Each waits at most 5 s, as Prefect's own flush.
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)
+        EventsWorker.drain_all(timeout=5)
+    server.stop()

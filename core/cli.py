@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
+from core.children import stop_prefect_temporary_server
 from core.errors import SkaldError, disk_full, disk_full_line, first_error
 
 
@@ -107,6 +108,13 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def _before_the_last_line() -> None:
+    """The line that says what happened and what to do stays the terminal's last: Prefect's
+    own shutdown messages are silenced and its temporary API server is stopped before it."""
+    logging.getLogger("prefect").setLevel(logging.WARNING)
+    stop_prefect_temporary_server()
+
+
 def run_main(
     main: Callable[[Sequence[str] | None], int], prog: str, argv: Sequence[str] | None = None
 ) -> NoReturn:
@@ -115,15 +123,14 @@ def run_main(
     try:
         code = main(argv)
     except SkaldError as exc:
-        # Keep our line last: Prefect logs its temporary server's shutdown at exit.
-        logging.getLogger("prefect").setLevel(logging.WARNING)
+        _before_the_last_line()
         print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         code = exc.exit_code
     except ValidationError as exc:
         print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
-        logging.getLogger("prefect").setLevel(logging.WARNING)
+        _before_the_last_line()
         print(
             f"{prog}: interrupted; finished steps are kept, run the same command again to resume",
             file=sys.stderr,
@@ -133,7 +140,7 @@ def run_main(
         full = disk_full(exc)
         if full is None:
             raise
-        logging.getLogger("prefect").setLevel(logging.WARNING)
+        _before_the_last_line()
         print(f"{prog}: error: {disk_full_line(full)}", file=sys.stderr)
         code = 1
     sys.exit(code)
