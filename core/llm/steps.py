@@ -14,7 +14,8 @@ rather than the whole answer, so a slow model that keeps talking is not cut off 
 again from the start. The chunks are put together by the openai package's own accumulator
 (`ChatCompletionStreamState`), and what the driver hands back reads like a whole completion.
 A read timeout or a broken connection in the middle of a stream comes out of the openai
-package (3.57 on) as the `APITimeoutError` or `APIConnectionError` a whole answer's would.
+package (3.57 on) as the `APITimeoutError` or `APIConnectionError` a whole answer's would; a
+stream whose body ends before its finish reason is raised here as the latter.
 A chat request to a server with few slots first waits for one in the process (`Endpoint.serving`,
 core.llm.routing), so what the timeout counts is the model's own silence.
 """
@@ -27,7 +28,7 @@ import random
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import openai
 from openai import AsyncOpenAI, OpenAI
@@ -37,6 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.llm.failures import NoStreamError
 from core.llm.routing import Target
 from core.priority import QUERIES
+
+if TYPE_CHECKING:
+    import httpx2  # the openai package's HTTP client (its fork of httpx)
 
 
 class RetryPolicy(BaseModel):
@@ -88,13 +92,25 @@ def _create(client: OpenAI | AsyncOpenAI, op: Call) -> Any:
 _STREAM_KWARGS: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
 
 
-def _whole(state: ChatCompletionStreamState, chunks: int) -> Any:
+def _whole(state: ChatCompletionStreamState, chunks: int, request: httpx2.Request) -> Any:
     """The streamed answer as a completion reads (`choices`, `usage`)."""
     if not chunks:
         # A whole JSON body, or nothing: no event of a stream (a proxy that buffers the answer
         # and drops the stream's format answers so).
         raise NoStreamError("the streamed answer held no event")
-    return state.current_completion_snapshot
+    completion = state.current_completion_snapshot
+    if not completion.choices or any(c.finish_reason is None for c in completion.choices):
+        # A stream whose body ended before its answer did (a proxy that dropped its upstream
+        # and closed the body properly): the text so far would pass for a whole answer, a
+        # scene cut mid-sentence. Lost like a dropped connection, so asked again like one.
+        raise openai.APIConnectionError(message=_CUT_STREAM, request=request)
+    return completion
+
+
+_CUT_STREAM = (
+    "the streamed answer ended without a finish reason (cut off on its way; if this server "
+    "never sends one, set llm_stream = false under [limits])"
+)
 
 
 def _streamed_chat(client: OpenAI, kwargs: dict[str, Any]) -> Any:
@@ -104,7 +120,7 @@ def _streamed_chat(client: OpenAI, kwargs: dict[str, Any]) -> Any:
         for chunk in stream:
             state.handle_chunk(chunk)
             chunks += 1
-    return _whole(state, chunks)
+    return _whole(state, chunks, stream.response.request)
 
 
 async def _astreamed_chat(client: AsyncOpenAI, kwargs: dict[str, Any]) -> Any:
@@ -114,7 +130,7 @@ async def _astreamed_chat(client: AsyncOpenAI, kwargs: dict[str, Any]) -> Any:
         async for chunk in stream:
             state.handle_chunk(chunk)
             chunks += 1
-    return _whole(state, chunks)
+    return _whole(state, chunks, stream.response.request)
 
 
 def drive(steps: Steps) -> Any:

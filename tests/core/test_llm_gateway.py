@@ -277,6 +277,40 @@ def test_a_stream_that_falls_silent_times_out_and_is_asked_again(caller: str) ->
 
 
 @pytest.mark.parametrize("caller", ["sync", "async"])
+def test_a_stream_cut_before_its_finish_reason_is_asked_again_not_taken_as_the_answer(
+    caller: str,
+) -> None:
+    # Prose has no schema to fail: a stream whose body ends properly after its first piece would
+    # pass for a whole (short) scene.
+    with ScriptedLLM() as server:
+        server.stream_pieces = 4
+        server.on(contains="Write the scene", respond="The storm broke over the lighthouse.")
+        server.fail_next("stream_cut")
+        gateway = LLMGateway(_settings(server, llm_max_attempts=2), retry=FAST)
+        prompt = [{"role": "user", "content": "Write the scene."}]
+        if caller == "sync":
+            text = gateway.text("small", prompt)
+        else:
+            text = asyncio.run(gateway.atext("small", prompt))
+        assert text == "The storm broke over the lighthouse."
+        record = gateway.records[-1]
+        assert (record.attempts, record.retries_transient, record.outcome) == (2, 1, "ok")
+        assert server.faults_injected["stream_cut"] == 1
+        # Cut on every attempt: the call fails, naming the cut and the setting for a server that
+        # never sends a finish reason.
+        server.fail_next("stream_cut", n=2)
+        with pytest.raises(LLMUnavailableError) as caught:
+            gateway.text("small", prompt)
+        assert "ended without a finish reason" in str(caught.value)
+        assert "llm_stream = false" in str(caught.value)
+        # The look-alike: a whole stream, whose last chunk (the token counts) holds no choice at
+        # all, is the answer at the first attempt.
+        assert gateway.text("small", prompt) == "The storm broke over the lighthouse."
+        assert gateway.records[-1].attempts == 1
+        assert server.requests[-1].body["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize("caller", ["sync", "async"])
 def test_requests_queued_for_a_one_slot_server_wait_in_skald_where_the_timeout_does_not_count(
     caller: str,
 ) -> None:

@@ -17,7 +17,9 @@ so end-to-end tests script only what they care about. `GET <base_url>/scripted/s
 the number of requests served (for a server run in another process). Faults ("http_500", "http_429",
 "timeout", "malformed_json", "truncated_json", "schema_invalid", "near_json", "http_401",
 "http_404_model", "http_500_too_large", "stream_stall": the first chunk of a streamed answer,
-then silence longer than the client waits) are injected from a queue (`fail_next`) or at seeded random rates
+then silence longer than the client waits; "stream_cut": the first chunk, then the body's proper
+end, with no finish reason and no [DONE], as a proxy that drops its upstream cleanly; a whole
+answer is sent whole) are injected from a queue (`fail_next`) or at seeded random rates
 (`fault_rates`). Run standalone with `python -m tests.support.scripted_llm --port 8089`.
 
 Over 600 lines on purpose: the server, its fault injection and the schema-driven default
@@ -58,6 +60,7 @@ FaultKind = Literal[
     "http_404_model",
     "http_500_too_large",
     "stream_stall",
+    "stream_cut",
 ]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 # Faults that corrupt the message content: only meaningful for JSON-mode chat requests.
@@ -134,10 +137,12 @@ class _Reply:
     payload: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
     #: A streamed answer: the server-sent events sent in place of `payload`, with `stall_s` of
-    #: silence after the first piece of content and `gap_s` between the others.
+    #: silence after the first piece of content and `gap_s` between the others; `cut` ends the
+    #: body after the first piece.
     events: list[dict[str, Any]] | None = None
     stall_s: float = 0.0
     gap_s: float = 0.0
+    cut: bool = False
 
 
 class ScriptedLLM:
@@ -516,6 +521,7 @@ class ScriptedLLM:
             reply.events = events
             reply.stall_s = self.timeout_sleep_s if fault == "stream_stall" else 0.0
             reply.gap_s = self.stream_gap_s
+            reply.cut = fault == "stream_cut"
         elif self.stream_gap_s > 0:
             time.sleep(self.stream_gap_s * len(events))
         return reply
@@ -615,7 +621,7 @@ def _make_handler(owner: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
         def _send_events(self, reply: _Reply) -> None:
             """Server-sent events in HTTP/1.1 chunks, as an OpenAI-compatible server streams."""
             lines = [f"data: {json.dumps(event)}\n\n".encode() for event in reply.events or ()]
-            lines.append(b"data: [DONE]\n\n")
+            lines = lines[:2] if reply.cut else [*lines, b"data: [DONE]\n\n"]
             try:
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "text/event-stream")
@@ -657,7 +663,7 @@ def _describe(path: str, body: dict[str, Any]) -> ScriptedRequest:
 def _applies(kind: str, request: ScriptedRequest) -> bool:
     if kind in JSON_FAULTS:
         return request.path.endswith("/chat/completions") and request.is_json
-    if kind == "stream_stall":
+    if kind in ("stream_stall", "stream_cut"):
         return request.path.endswith("/chat/completions")
     return True
 
