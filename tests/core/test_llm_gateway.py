@@ -311,6 +311,36 @@ def test_a_stream_cut_before_its_finish_reason_is_asked_again_not_taken_as_the_a
 
 
 @pytest.mark.parametrize("caller", ["sync", "async"])
+def test_streamed_answers_keep_their_connection_alive(caller: str) -> None:
+    # The openai package's sync streams stop reading at [DONE], short of the body's end, and
+    # closed that way a connection cannot be kept: each call would open a new one (a TCP and
+    # TLS handshake against a remote API).
+    with ScriptedLLM() as server:
+        server.on(schema="SceneCard", respond=_CARD)
+        gateway = LLMGateway(_settings(server), retry=FAST)
+
+        async def five() -> None:
+            for _ in range(5):
+                await gateway.astructured("small", PROMPT, SceneCard)
+
+        if caller == "sync":
+            for _ in range(5):
+                gateway.structured("small", PROMPT, SceneCard)
+        else:
+            asyncio.run(five())
+        assert [r.body["stream"] for r in server.requests] == [True] * 5
+        assert [r.outcome for r in gateway.records] == ["ok"] * 5
+        assert server.connections == 1
+        # The look-alike: a stream that stalls before [DONE] is closed as it is (its connection
+        # lost), and the attempt after it, on a new connection, is answered.
+        server.fail_next("stream_stall")
+        stalled = LLMGateway(_settings(server, llm_max_attempts=2, llm_timeout_s=0.5), retry=FAST)
+        stalled.structured("small", PROMPT, SceneCard)
+        assert (stalled.records[-1].attempts, stalled.records[-1].retries_transient) == (2, 1)
+        assert server.connections == 3  # the stalled one's, and the next attempt's
+
+
+@pytest.mark.parametrize("caller", ["sync", "async"])
 def test_requests_queued_for_a_one_slot_server_wait_in_skald_where_the_timeout_does_not_count(
     caller: str,
 ) -> None:

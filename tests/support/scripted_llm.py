@@ -185,6 +185,8 @@ class ScriptedLLM:
         self.counts_by_path: Counter[str] = Counter()
         self.faults_injected: Counter[str] = Counter()
         self.requests: list[ScriptedRequest] = []
+        #: TCP connections accepted: a client that keeps its connections alive opens few.
+        self.connections = 0
         self._server: ThreadingHTTPServer | None = None
         self._bound_port: int | None = None  # kept after stop() so messages can still name it
         self._thread: threading.Thread | None = None
@@ -571,6 +573,8 @@ def _make_handler(owner: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
         disable_nagle_algorithm = True
 
         def handle(self) -> None:
+            with owner._in_flight_changed:
+                owner.connections += 1
             try:
                 super().handle()
             except ConnectionResetError:
