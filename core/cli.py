@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from core.children import stop_prefect_temporary_server
 from core.errors import SkaldError, disk_full, disk_full_line, first_error
+from core.interrupt import tell_threads_on_sigint
 
 
 def add_settings_options(parser: argparse.ArgumentParser) -> None:
@@ -120,6 +121,7 @@ def run_main(
 ) -> NoReturn:
     """Run `main`, turning known failures into one line on stderr and a non-zero exit."""
     quiet_known_failures()
+    restore_sigint = tell_threads_on_sigint()
     try:
         code = main(argv)
     except SkaldError as exc:
@@ -143,4 +145,6 @@ def run_main(
         _before_the_last_line()
         print(f"{prog}: error: {disk_full_line(full)}", file=sys.stderr)
         code = 1
+    finally:
+        restore_sigint()
     sys.exit(code)

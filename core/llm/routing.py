@@ -19,6 +19,7 @@ import httpx2
 from openai import AsyncOpenAI, DefaultHttpxClient, OpenAI
 
 from core.errors import LLMFatalError
+from core.interrupt import stop_if_interrupted
 from core.priority import QUERIES
 from core.settings import Settings
 
@@ -26,6 +27,8 @@ NO_API_KEY = "not-needed"  # local servers ignore the key, but the openai client
 #: How often a coroutine waiting for a server's slot looks again (a few ms against answers that
 #: take seconds).
 _SLOT_POLL_S = 0.005
+#: How often a thread waiting for a slot looks whether the run was interrupted.
+_SLOT_LOOK_S = 0.5
 
 
 #: How long a finished stream's last bytes (the body's end after `[DONE]`) are waited for, as
@@ -154,8 +157,11 @@ class Endpoint:
         if slots is None:
             yield
             return
-        slots.acquire()
+        # Looked at twice a second, so a run interrupted meanwhile does not queue on (core.interrupt).
+        while not slots.acquire(timeout=_SLOT_LOOK_S):
+            stop_if_interrupted()
         try:
+            stop_if_interrupted()
             yield
         finally:
             slots.release()
@@ -171,6 +177,7 @@ class Endpoint:
             return
         while not slots.acquire(blocking=False):
             await asyncio.sleep(_SLOT_POLL_S)
+            stop_if_interrupted()
         try:
             yield
         finally:

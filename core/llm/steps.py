@@ -35,6 +35,7 @@ from openai import AsyncOpenAI, OpenAI
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.interrupt import stop_if_interrupted
 from core.llm.failures import NoStreamError
 from core.llm.routing import Target
 from core.priority import QUERIES
@@ -118,6 +119,7 @@ def _streamed_chat(client: OpenAI, kwargs: dict[str, Any]) -> Any:
     chunks = 0
     with client.chat.completions.create(**kwargs, **_STREAM_KWARGS) as stream:
         for chunk in stream:
+            stop_if_interrupted()
             state.handle_chunk(chunk)
             chunks += 1
     return _whole(state, chunks, stream.response.request)
@@ -128,6 +130,7 @@ async def _astreamed_chat(client: AsyncOpenAI, kwargs: dict[str, Any]) -> Any:
     chunks = 0
     async with await client.chat.completions.create(**kwargs, **_STREAM_KWARGS) as stream:
         async for chunk in stream:
+            stop_if_interrupted()
             state.handle_chunk(chunk)
             chunks += 1
     return _whole(state, chunks, stream.response.request)
@@ -138,6 +141,7 @@ def drive(steps: Steps) -> Any:
     try:
         op = next(steps)
         while True:
+            stop_if_interrupted()
             if type(op) is Sleep:
                 time.sleep(op.seconds)
                 op = steps.send(None)
@@ -168,6 +172,7 @@ async def adrive(steps: Steps) -> Any:
     try:
         op = next(steps)
         while True:
+            stop_if_interrupted()
             if type(op) is Sleep:
                 await asyncio.sleep(op.seconds)
                 op = steps.send(None)

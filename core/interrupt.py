@@ -1,0 +1,47 @@
+"""Ctrl-C for the worker threads: Python raises KeyboardInterrupt in the main thread only.
+
+A run interrupted while its tasks work in threads (a chapter's scenes extracted four at a
+time) ended only once each of them had finished: their LLM calls waited their turn for the
+embedded server's one slot and then ran whole, so one Ctrl-C took 82 s to end `python -m
+flows.novel` on the tiny model (minutes on a large one). While a command runs
+(`core.cli.run_main`), SIGINT also sets `STOPPING`, and the LLM driver (core.llm.steps) raises
+KeyboardInterrupt in its thread instead of starting, queueing for or reading on an answer. An
+interrupted task's step is not cached, so the resumed run asks it again, as the uninterrupted run
+would have. KeyboardInterrupt rather than an error: a task that falls back on an error must not
+finish (and cache) a fallback because of Ctrl-C.
+
+A process whose SIGINT is ignored (a background job of a shell script) or handled by someone
+else is left as it is.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+STOPPING = threading.Event()
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    STOPPING.set()
+    raise KeyboardInterrupt
+
+
+def tell_threads_on_sigint() -> Callable[[], None]:
+    """From the main thread: make SIGINT set `STOPPING` too. Returns what undoes it."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        return lambda: None
+    STOPPING.clear()
+    signal.signal(signal.SIGINT, _on_sigint)
+    return lambda: signal.signal(signal.SIGINT, previous)
+
+
+def stop_if_interrupted() -> None:
+    """Raise KeyboardInterrupt in this thread once the run was interrupted."""
+    if STOPPING.is_set():
+        raise KeyboardInterrupt

@@ -1,0 +1,98 @@
+"""Ctrl-C reaches the LLM calls of worker threads (core.interrupt): queued calls are never sent,
+and the call in flight stops at its next chunk."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from core.interrupt import STOPPING, tell_threads_on_sigint
+from core.llm import LLMGateway, RetryPolicy
+from core.settings import RunLimits, Settings
+from tests.support.scripted_llm import ScriptedLLM
+
+PROMPT = [{"role": "user", "content": "Extract the scene's facts."}]
+
+
+@pytest.fixture
+def sigint_as_a_terminal_has_it() -> Iterator[None]:
+    # A pytest-xdist worker may ignore SIGINT; a command started from a terminal does not.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+        STOPPING.clear()
+
+
+def _three_calls_on_one_slot(
+    server: ScriptedLLM, *, interrupt: bool
+) -> tuple[list[BaseException | None], int]:
+    """Three calls at once to a server taken one request at a time (`llm_slots = 1`), the first
+    held by the server until released, the other two waiting for the slot in Skald; Ctrl-C
+    arrives (if `interrupt`) while the first waits on the model. Returns each call's exception
+    and how many requests the server received."""
+    settings = Settings(
+        openai_base_url=server.base_url,
+        embedding_base_url=server.base_url,
+        limits=RunLimits(llm_slots=1, llm_max_attempts=1),
+    )
+    gateway = LLMGateway(settings, retry=RetryPolicy(backoff_base_s=0.005))
+    before = server.request_count
+    server.hold()
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(gateway.text, "small", PROMPT) for _ in range(3)]
+        deadline = time.monotonic() + 120  # a bound for a hang, not a margin
+        while server.held < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.held == 1, "the first call never reached the server"
+        if interrupt:
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)  # what Ctrl-C does to the main thread
+        server.release()
+        errors = [f.exception(timeout=120) for f in futures]
+    return errors, server.request_count - before
+
+
+def test_ctrl_c_stops_the_calls_of_worker_threads_and_sends_no_queued_one(
+    sigint_as_a_terminal_has_it: None,
+) -> None:
+    restore = tell_threads_on_sigint()
+    try:
+        with ScriptedLLM() as server:
+            # The look-alike first: not interrupted, the three calls are all answered, one at a
+            # time.
+            errors, sent = _three_calls_on_one_slot(server, interrupt=False)
+            assert (errors, sent) == ([None, None, None], 3)
+            assert server.max_in_flight == 1
+            # Interrupted while the first waits on the model: it stops at its answer's first
+            # chunk, and the two waiting for the slot are never sent.
+            errors, sent = _three_calls_on_one_slot(server, interrupt=True)
+            assert [type(e) for e in errors] == [KeyboardInterrupt] * 3
+            assert sent == 1
+            assert STOPPING.is_set()
+    finally:
+        restore()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_command_whose_sigint_is_ignored_keeps_it_ignored() -> None:
+    # A background job of a shell script has SIGINT ignored: Ctrl-C is not for it.
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        restore = tell_threads_on_sigint()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        restore()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        # The true case beside it: the default handler is replaced, then given back.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        restore = tell_threads_on_sigint()
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        restore()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
