@@ -29,13 +29,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 
+import httpx
 import openai
 from openai import OpenAI
 from pydantic import BaseModel, Field
 
 from core.llm import NO_API_KEY, LLMGateway, response_format_for
 from core.settings import RunLimits, Settings
-from tests.support.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import STATS_PATH, ScriptedLLM
 
 GOAL_RATIO = 1.10
 TIER = "small"
@@ -168,6 +169,7 @@ def run(calls: int, block: int, warmup: int, in_process: bool) -> float:
 
         bare_s, gateway_s = _abba(bare, through_gateway, calls, block)
         whole_s, streamed_s = _abba(through_gateway, streamed, calls, block)
+        stats = httpx.get(base_url.rstrip("/") + STATS_PATH, timeout=30).json()
         client.close()
         gateway.close()
         streamed_gateway.close()
@@ -200,6 +202,10 @@ def run(calls: int, block: int, warmup: int, in_process: bool) -> float:
         f"goal <= {GOAL_RATIO:.2f}: {verdict}"
     )
     _print_streamed(whole_s, streamed_s)
+    print(
+        f"connections the server accepted: {stats['connections']} for {stats['requests']} calls "
+        "(three clients that keep theirs alive, and this count's probe, open four)"
+    )
     return ratio
 
 

@@ -14,7 +14,7 @@ plain chat gets "Scripted reply." (as server-sent events when the request asks f
 the content in a few chunks, the token counts last when `stream_options.include_usage`
 asks for them; `stream_gap_s` paces the chunks), and embeddings are a deterministic hashed bag of words,
 so end-to-end tests script only what they care about. `GET <base_url>/scripted/stats` answers
-the number of requests served (for a server run in another process). Faults ("http_500", "http_429",
+the number of requests served and of connections accepted (for a server run in another process). Faults ("http_500", "http_429",
 "timeout", "malformed_json", "truncated_json", "schema_invalid", "near_json", "http_401",
 "http_404_model", "http_500_too_large", "stream_stall": the first chunk of a streamed answer,
 then silence longer than the client waits; "stream_cut": the first chunk, then the body's proper
@@ -365,7 +365,12 @@ class ScriptedLLM:
         if method == "GET" and path.endswith(STATS_PATH):  # a probe, not a request: counts nothing
             with self._lock:
                 return _Reply(
-                    200, {"requests": self.request_count, "by_path": dict(self.counts_by_path)}
+                    200,
+                    {
+                        "requests": self.request_count,
+                        "by_path": dict(self.counts_by_path),
+                        "connections": self.connections,
+                    },
                 )
         request = _describe(path, body)
         with self._lock:
