@@ -201,16 +201,15 @@ def run(calls: int, block: int, warmup: int, in_process: bool) -> float:
         f"ratio gateway/bare: {ratio:.3f} (mean), {gw_median / bare_median:.3f} (median); "
         f"goal <= {GOAL_RATIO:.2f}: {verdict}"
     )
-    _print_streamed(whole_s, streamed_s)
-    print(
-        f"connections the server accepted: {stats['connections']} for {stats['requests']} calls "
-        "(three clients that keep theirs alive, and this count's probe, open four)"
-    )
+    _print_streamed(whole_s, streamed_s, stats)
     return ratio
 
 
-def _print_streamed(whole_s: Sequence[float], streamed_s: Sequence[float]) -> None:
-    """The gateway's streamed answers against its whole ones (their own ABBA run)."""
+def _print_streamed(
+    whole_s: Sequence[float], streamed_s: Sequence[float], stats: dict[str, int]
+) -> None:
+    """The gateway's streamed answers against its whole ones (their own ABBA run), and the
+    connections the server accepted over the whole run (`stats`)."""
     whole_mean, whole_median, _ = _describe(whole_s)
     st_mean, st_median, st_p90 = _describe(streamed_s)
     print(
@@ -220,6 +219,10 @@ def _print_streamed(whole_s: Sequence[float], streamed_s: Sequence[float]) -> No
     print(
         f"ratio streamed/whole: {st_mean / whole_mean:.3f} (mean), "
         f"{st_median / whole_median:.3f} (median): {st_mean - whole_mean:+.3f} ms per call"
+    )
+    print(
+        f"connections the server accepted: {stats['connections']} for {stats['requests']} calls "
+        "(three clients that keep theirs alive, and this count's probe, open four)"
     )
 
 
