@@ -10,8 +10,10 @@ interrupted task's step is not cached, so the resumed run asks it again, as the 
 would have. KeyboardInterrupt rather than an error: a task that falls back on an error must not
 finish (and cache) a fallback because of Ctrl-C.
 
-A process whose SIGINT is ignored (a background job of a shell script) or handled by someone
-else is left as it is.
+SIGTERM and SIGHUP, which end a command through SystemExit
+(`core.graph_server.exit_cleanly_on_termination`), set `STOPPING` as well: a service manager
+waits only so long (systemd: 90 s) before SIGKILL. A process whose SIGINT is ignored (a
+background job of a shell script) or handled by someone else is left as it is.
 """
 
 from __future__ import annotations

@@ -96,3 +96,21 @@ def test_a_command_whose_sigint_is_ignored_keeps_it_ignored() -> None:
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_sigterm_to_a_command_stops_its_worker_threads_too() -> None:
+    # SIGTERM (a service manager's stop) ends the command through SystemExit
+    # (`exit_cleanly_on_termination`); its worker threads must not run their queued calls first.
+    from core.graph_server import exit_cleanly_on_termination
+
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        exit_cleanly_on_termination()
+        assert not STOPPING.is_set()
+        with pytest.raises(SystemExit) as ended:
+            signal.raise_signal(signal.SIGTERM)
+        assert ended.value.code == 143
+        assert STOPPING.is_set()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        STOPPING.clear()
