@@ -17,6 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
 from core.content import ContentRef
+from core.interrupt import stopping_workers_if_torn_down
 from core.phases import Phase, PhaseTimer
 from core.prose import ProseMetrics
 from core.sentences import tail_from_sentence
@@ -297,7 +298,8 @@ def extract_scenes(job: ChapterJob, refs: tuple[ContentRef, ...]) -> tuple[Conte
         extract_scene.submit(job.services, ref, job.number, index, job.book.character_names)
         for index, ref in enumerate(refs, start=1)
     ]
-    return tuple(future.result() for future in futures)
+    with stopping_workers_if_torn_down():
+        return tuple(future.result() for future in futures)
 
 
 def ground_facts(

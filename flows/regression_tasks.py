@@ -24,6 +24,7 @@ from prefect.futures import PrefectFuture, as_completed
 from pydantic import BaseModel
 
 from core.errors import GraphUnavailableError
+from core.interrupt import stopping_workers_if_torn_down
 from tasks.dialogue.ingest import ingest
 from tasks.dialogue.models import TurnConfig
 from tasks.dialogue.pipeline import DialogueService
@@ -112,7 +113,8 @@ def stop_on_interrupt(run_id: str) -> Iterator[None]:
     their next turn: entered inside the task runner, so this runs before the runner's exit
     waits for its threads, and the dialogues do not run on."""
     try:
-        yield
+        with stopping_workers_if_torn_down():  # and the turns in flight stop at their next call
+            yield
     except BaseException:
         _stop_event(run_id).set()
         raise

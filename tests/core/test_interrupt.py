@@ -114,3 +114,21 @@ def test_sigterm_to_a_command_stops_its_worker_threads_too() -> None:
     finally:
         signal.signal(signal.SIGTERM, before)
         STOPPING.clear()
+
+
+def test_a_wait_torn_down_by_a_signal_stops_the_workers_and_an_error_does_not() -> None:
+    from prefect.exceptions import TerminationSignal
+
+    from core.interrupt import stopping_workers_if_torn_down
+
+    try:
+        # The look-alike first: an ordinary error in the wait leaves the workers to finish.
+        with pytest.raises(ValueError), stopping_workers_if_torn_down():
+            raise ValueError("a task failed")
+        assert not STOPPING.is_set()
+        # SIGTERM during a flow run comes as Prefect's TerminationSignal.
+        with pytest.raises(TerminationSignal), stopping_workers_if_torn_down():
+            raise TerminationSignal(signal.SIGTERM)
+        assert STOPPING.is_set()
+    finally:
+        STOPPING.clear()
