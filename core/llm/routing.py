@@ -35,6 +35,9 @@ _SLOT_LOOK_S = 0.5
 #: the openai package's async streams do (0.1 s): a server that sends them late loses only the
 #: connection, never the answer's time.
 _DRAIN_READ_S = 0.1
+#: ... and how much of them: the body's end is a few bytes; a server that goes on talking after
+#: `[DONE]` loses the connection instead.
+_DRAIN_MAX_BYTES = 65_536
 
 
 class _DrainedAfterDone(httpx2.SyncByteStream):
@@ -67,8 +70,11 @@ class _DrainedAfterDone(httpx2.SyncByteStream):
                 timeout = self._request.extensions.get("timeout")
                 if isinstance(timeout, dict):  # httpcore reads it as the rest is read
                     timeout["read"] = _DRAIN_READ_S
-                for _ in self._body:
-                    pass
+                left = _DRAIN_MAX_BYTES
+                for piece in self._body:
+                    left -= len(piece)
+                    if left < 0:
+                        break
         except httpx2.HTTPError:
             pass  # the answer is whole already: only the connection is lost
         finally:
