@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError, EmbeddedGraphError
-from core.interrupt import STOPPING
+from core.interrupt import stop_workers
 from core.priority import lower_threads, process_threads
 from core.settings import Settings
 
@@ -572,7 +572,7 @@ def _raise_exit(signum: int, frame: object) -> None:
     # The worker threads stop too (core.interrupt): the runner that waits for them before the
     # process exits would otherwise wait for their queued LLM calls, past a service manager's
     # patience (systemd sends SIGKILL 90 s after its SIGTERM).
-    STOPPING.set()
+    stop_workers()
     raise SystemExit(_ENDING_SIGNALS[signum])
 
 

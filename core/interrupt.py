@@ -5,7 +5,10 @@ time) ended only once each of them had finished: their LLM calls waited their tu
 embedded server's one slot and then ran whole, so one Ctrl-C took 82 s to end `python -m
 flows.novel` on the tiny model (minutes on a large one). While a command runs
 (`core.cli.run_main`), SIGINT also sets `STOPPING`, and the LLM driver (core.llm.steps) raises
-KeyboardInterrupt in its thread instead of starting, queueing for or reading on an answer. An
+KeyboardInterrupt in its thread instead of starting, queueing for or reading on an answer. A
+call still waiting for its answer's first byte (a large model reads a long prompt for minutes)
+is cut as well: what sets `STOPPING` also runs the callbacks registered with `on_stop`, and the
+LLM endpoints' one shuts their connections down (core.llm.routing). An
 interrupted task's step is not cached, so the resumed run asks it again, as the uninterrupted run
 would have. KeyboardInterrupt rather than an error: a task that falls back on an error must not
 finish (and cache) a fallback because of Ctrl-C.
@@ -25,10 +28,28 @@ from contextlib import contextmanager
 from types import FrameType
 
 STOPPING = threading.Event()
+#: What `stop_workers` runs besides setting `STOPPING` (in registration order, each once per
+#: registration). Run from a signal handler too, so each must be quick and take no lock that
+#: the main thread may hold.
+_ON_STOP: list[Callable[[], None]] = []
+
+
+def on_stop(callback: Callable[[], None]) -> None:
+    """Run `callback` whenever the run is stopped (`stop_workers`), e.g. to cut a blocking wait
+    that no flag can reach."""
+    if callback not in _ON_STOP:
+        _ON_STOP.append(callback)
+
+
+def stop_workers() -> None:
+    """Tell every thread the run is stopping: set `STOPPING` and run the `on_stop` callbacks."""
+    STOPPING.set()
+    for callback in tuple(_ON_STOP):
+        callback()
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    STOPPING.set()
+    stop_workers()
     raise KeyboardInterrupt
 
 
@@ -64,5 +85,5 @@ def stopping_workers_if_torn_down() -> Iterator[None]:
     except Exception:
         raise
     except BaseException:
-        STOPPING.set()
+        stop_workers()
         raise

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ import httpx2
 from openai import AsyncOpenAI, DefaultHttpxClient, OpenAI
 
 from core.errors import LLMFatalError
-from core.interrupt import stop_if_interrupted
+from core.interrupt import on_stop, stop_if_interrupted
 from core.priority import QUERIES
 from core.settings import Settings
 
@@ -81,6 +83,44 @@ class _DrainedAfterDone(httpx2.SyncByteStream):
             self._body.close()
 
 
+#: The sockets the sync clients have opened (a connection's TCP socket, and its TLS one over it).
+_SOCKETS: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+#: Re-entrant: `_cut_connections` may run in a signal handler on a thread that holds it.
+_SOCKETS_LOCK = threading.RLock()
+_OPENED = frozenset({"connection.connect_tcp.complete", "connection.start_tls.complete"})
+
+
+def _note_connection(event: str, info: dict[str, Any]) -> None:
+    """httpcore's `trace` extension: remember each socket a connection opens."""
+    if event in _OPENED:
+        opened = info["return_value"].get_extra_info("socket")
+        if isinstance(opened, socket.socket):
+            with _SOCKETS_LOCK:
+                _SOCKETS.add(opened)
+
+
+def _on_request(request: httpx2.Request) -> None:
+    request.extensions.setdefault("trace", _note_connection)
+
+
+def _cut_connections() -> None:
+    """Shut down every connection of the sync clients (`core.interrupt.on_stop`): a worker
+    thread blocked reading the answer's first byte, which the stop flag cannot reach, then
+    reads the end of its connection at once instead of after the model's whole prefill (a
+    large model reading a long prompt: minutes), and a llama-server sees the client gone and
+    drops the request. The run is ending: connections kept idle in the pools go too."""
+    with _SOCKETS_LOCK:
+        opened = list(_SOCKETS)
+    for connection in opened:
+        with contextlib.suppress(OSError):  # closed already
+            # The plain socket's shutdown even for a TLS one: SSLSocket's own would also drop
+            # its TLS state under the thread reading it.
+            socket.socket.shutdown(connection, socket.SHUT_RDWR)
+
+
+on_stop(_cut_connections)
+
+
 def _on_response(response: httpx2.Response) -> None:
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         # A streamed answer has only begun when its headers arrive: core.llm.steps yields to
@@ -129,10 +169,11 @@ class Endpoint:
                         # after the wait) starts once the memory queries in flight are
                         # answered (core.priority), and a streamed body is read to its end so
                         # its connection is kept. Not on the async clients: the first blocks,
-                        # and their streams read to the end already.
+                        # and their streams read to the end already. Each connection's socket
+                        # is noted, so that a stopped run can cut the calls waiting on it.
                         http_client=DefaultHttpxClient(
                             timeout=self._timeout,
-                            event_hooks={"response": [_on_response]},
+                            event_hooks={"request": [_on_request], "response": [_on_response]},
                         ),
                     )
                 client = self._sync

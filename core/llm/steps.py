@@ -156,6 +156,8 @@ def drive(steps: Steps) -> Any:
                         else _create(client, op)(**op.kwargs)
                     )
             except openai.OpenAIError as exc:
+                # A call the run's stop cut (core.interrupt) failed for that, not the server.
+                stop_if_interrupted()
                 result = exc
             if op.stream:
                 # What a whole answer's response hook does as it arrives (core.llm.routing), with

@@ -1,5 +1,5 @@
 """Ctrl-C reaches the LLM calls of worker threads (core.interrupt): queued calls are never sent,
-and the call in flight stops at its next chunk."""
+and the call in flight stops even before the model's first byte."""
 
 from __future__ import annotations
 
@@ -53,8 +53,12 @@ def _three_calls_on_one_slot(
         if interrupt:
             with pytest.raises(KeyboardInterrupt):
                 signal.raise_signal(signal.SIGINT)  # what Ctrl-C does to the main thread
-        server.release()
-        errors = [f.exception(timeout=120) for f in futures]
+            # Every call ends while the server still holds the first: none waits for the model.
+            errors = [f.exception(timeout=120) for f in futures]
+            server.release()
+        else:
+            server.release()
+            errors = [f.exception(timeout=120) for f in futures]
     return errors, server.request_count - before
 
 
@@ -69,8 +73,8 @@ def test_ctrl_c_stops_the_calls_of_worker_threads_and_sends_no_queued_one(
             errors, sent = _three_calls_on_one_slot(server, interrupt=False)
             assert (errors, sent) == ([None, None, None], 3)
             assert server.max_in_flight == 1
-            # Interrupted while the first waits on the model: it stops at its answer's first
-            # chunk, and the two waiting for the slot are never sent.
+            # Interrupted while the first waits on the model's first byte: its connection is cut,
+            # and the two waiting for the slot are never sent.
             errors, sent = _three_calls_on_one_slot(server, interrupt=True)
             assert [type(e) for e in errors] == [KeyboardInterrupt] * 3
             assert sent == 1
