@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from core.llm.routing import Target
 
 
-_STREAM_HINT = (
+#: What to do about a server whose streams Skald cannot read (also core.llm.steps).
+STREAM_HINT = (
     "set llm_stream = false under [limits] in skald.toml (or SKALD_LIMITS__LLM_STREAM=false)"
 )
 
@@ -49,7 +50,7 @@ def fatal_error(exc: openai.OpenAIError, target: Target, tier: str, purpose: str
         what = f"HTTP 400: {detail}" if status == 400 else str(exc)
         return LLMFatalError(
             clip_line(f"LLM endpoint {url} cannot stream answers for model {model!r} ({what})"),
-            hint=_STREAM_HINT,
+            hint=STREAM_HINT,
         )
     if status == 401:
         return LLMFatalError(

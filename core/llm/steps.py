@@ -36,7 +36,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.interrupt import stop_if_interrupted
-from core.llm.failures import NoStreamError
+from core.llm.failures import STREAM_HINT, NoStreamError
 from core.llm.routing import Target
 from core.priority import QUERIES
 
@@ -110,7 +110,7 @@ def _whole(state: ChatCompletionStreamState, chunks: int, request: httpx2.Reques
 
 _CUT_STREAM = (
     "the streamed answer ended without a finish reason (cut off on its way; if this server "
-    "never sends one, set llm_stream = false under [limits])"
+    f"never sends one, {STREAM_HINT})"
 )
 
 
