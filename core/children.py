@@ -12,6 +12,18 @@ state (measured: `python -m flows.novel` still hung 4 minutes after one Ctrl-C, 
 `ConnectError` tracebacks). Out of the terminal's group they hear only their parent: its
 stop at exit, or the kernel's SIGTERM when it dies.
 
+Prefect's API server must also outlive a SIGTERM sent to every process at once, as a service
+manager does (systemd's default `KillMode=control-group`): killed beside its run, it left the
+run retrying the dead API to report its end, 156 s and exit 1 instead of 143 with a clean end
+(measured). It is started `stopped_by_parent_only`: SIGTERM blocked (a blocked signal stays
+blocked across exec, and neither Python nor uvicorn unblocks it) and SIGINT ignored until
+uvicorn takes it (Python leaves an ignored SIGINT ignored; uvicorn shuts down on SIGINT as on
+SIGTERM, then raises it again under the handler it found: ignored, rather than a
+KeyboardInterrupt traceback on the terminal). Its parent stops it with SIGINT, and the kernel
+SIGKILLs it when its parent dies (a server that hears no SIGTERM has nothing else to end it
+there; its SQLite database survives a kill). A service manager's SIGKILL, after its patience,
+still ends it.
+
 The kernel ties that signal to the *thread* that forked the child, not to the process. A
 child forked from a short-lived worker thread (a Prefect task thread, say) would be killed
 when that thread ends, so children are forked from the main thread, or from one spawner
@@ -51,37 +63,59 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL("libc.so.6", use_errno=True)
 
 
-def _die_with_parent(libc: ctypes.CDLL, parent_pid: int) -> None:
-    # Runs in the child between fork and exec: ask the kernel to SIGTERM it when the parent
+def _die_with_parent(libc: ctypes.CDLL, parent_pid: int, signum: int) -> None:
+    # Runs in the child between fork and exec: ask the kernel to signal it when the parent
     # (thread) dies. If the parent already died before the request, nobody would ever ask.
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+    if libc.prctl(_PR_SET_PDEATHSIG, signum) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent_pid:
         os._exit(1)
 
 
-def _spawn(args: Any, kwargs: dict[str, Any], away_from_terminal: bool) -> subprocess.Popen[Any]:
+class _StoppedByInterrupt(subprocess.Popen):  # type: ignore[type-arg]
+    """A child started `stopped_by_parent_only`: its SIGTERM is blocked, so `terminate` (as
+    Prefect stops its server) sends SIGINT, which uvicorn handles as it handles SIGTERM."""
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGINT)
+
+
+def _spawn(
+    args: Any, kwargs: dict[str, Any], away_from_terminal: bool, stopped_by_parent_only: bool
+) -> subprocess.Popen[Any]:
     preexec = kwargs.pop("preexec_fn", None)
     libc, parent = _libc(), os.getpid()
+    on_parent_death = signal.SIGKILL if stopped_by_parent_only else signal.SIGTERM
 
     def preexec_fn() -> None:
-        _die_with_parent(libc, parent)
+        _die_with_parent(libc, parent, on_parent_death)
         if away_from_terminal:
             os.setpgid(0, 0)
+        if stopped_by_parent_only:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if preexec is not None:
             preexec()
 
-    return subprocess.Popen(args, preexec_fn=preexec_fn, **kwargs)  # noqa: S603 - callers' argv
+    popen = _StoppedByInterrupt if stopped_by_parent_only else subprocess.Popen
+    return popen(args, preexec_fn=preexec_fn, **kwargs)  # noqa: S603 - callers' argv
 
 
 def popen_dying_with_parent(
-    args: Any, *, away_from_terminal: bool = False, **kwargs: Any
+    args: Any,
+    *,
+    away_from_terminal: bool = False,
+    stopped_by_parent_only: bool = False,
+    **kwargs: Any,
 ) -> subprocess.Popen[Any]:
     """`subprocess.Popen(args, **kwargs)` whose child gets SIGTERM when this process dies;
     `away_from_terminal` puts it in a process group of its own, out of reach of Ctrl-C (for a
-    server this process stops itself; not for a child whose own Ctrl-C handling is wanted)."""
+    server this process stops itself; not for a child whose own Ctrl-C handling is wanted);
+    `stopped_by_parent_only` makes it deaf to SIGTERM from anyone: `terminate` sends SIGINT,
+    which it must handle itself, and this process's death SIGKILLs it (for a server that must
+    outlive a SIGTERM sent to this process and it at once; see the module's docstring)."""
     if threading.current_thread() is threading.main_thread():
-        return _spawn(args, kwargs, away_from_terminal)
+        return _spawn(args, kwargs, away_from_terminal, stopped_by_parent_only)
     global _spawner
     with _spawner_lock:
         if _spawner is None:
@@ -91,16 +125,19 @@ def popen_dying_with_parent(
                 max_workers=1, thread_name_prefix="skald-spawner"
             )
         spawner = _spawner
-    return spawner.submit(_spawn, args, kwargs, away_from_terminal).result()
+    return spawner.submit(_spawn, args, kwargs, away_from_terminal, stopped_by_parent_only).result()
 
 
 class _SubprocessDyingWithParent(types.ModuleType):
-    """The `subprocess` module, except that `Popen` children die with their parent and sit
-    away from the terminal's Ctrl-C (the module serves only Prefect's API server)."""
+    """The `subprocess` module, except that `Popen` children die with their parent, sit away
+    from the terminal's Ctrl-C and are stopped by their parent only (the module serves only
+    Prefect's API server)."""
 
     def __init__(self) -> None:
         super().__init__("subprocess")
-        self.Popen = functools.partial(popen_dying_with_parent, away_from_terminal=True)
+        self.Popen = functools.partial(
+            popen_dying_with_parent, away_from_terminal=True, stopped_by_parent_only=True
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(subprocess, name)

@@ -16,7 +16,9 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -376,6 +378,48 @@ def _sigint_as_a_terminal_sends_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@contextmanager
+def _run_held_at(
+    llm: ScriptedLLM,
+    scene: str,
+    project: Path,
+    env: dict[str, str],
+    args: tuple[str, ...],
+    **popen: Any,
+) -> Iterator[tuple[subprocess.Popen[str], list[process_guard.ProcessInfo]]]:
+    """`python -m flows.novel` with Prefect's temporary API server of its own, as a user's run
+    has, its draft of `scene` ("Chapter 2, scene 2 of 2") held once asked: yields the process
+    and its children at that moment, and releases the draft and reaps the process after."""
+    reached, release = threading.Event(), threading.Event()
+
+    def held_draft(request: ScriptedRequest) -> str:
+        reached.set()
+        release.wait(timeout=600)  # held until the run is stopped
+        return scripted_draft(request)
+
+    llm.on(contains=scene, respond=held_draft, times=1)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.novel", "--project-dir", str(project), *args],
+        env={k: v for k, v in env.items() if k != "PREFECT_API_URL"},
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+    hang_bound = threading.Timer(900, proc.kill)  # a bound for a hang, not a margin
+    hang_bound.start()
+    try:
+        assert reached.wait(timeout=300), "chapter 2 never started"
+        yield proc, process_guard.descendants(proc.pid)
+    finally:
+        hang_bound.cancel()
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 def test_ctrl_c_ends_the_run_with_one_line_and_its_resume_repeats_no_finished_call(
     llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
 ) -> None:
@@ -385,32 +429,18 @@ def test_ctrl_c_ends_the_run_with_one_line_and_its_resume_repeats_no_finished_ca
     wipe_graph(graph_settings)
     args = ("--premise", PREMISE + " (ctrl-c)", *ARGS[2:])
     env = run_env(llm, graph_settings, prefect_home)
-    reached, release = threading.Event(), threading.Event()
-
-    def held_draft(request: ScriptedRequest) -> str:
-        reached.set()
-        release.wait(timeout=600)  # held until the run is interrupted
-        return scripted_draft(request)
-
-    llm.on(contains="Chapter 2, scene 2 of 2", respond=held_draft, times=1)
     start = len(llm.requests)
     project = tmp_path / "interrupted"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.novel", "--project-dir", str(project), *args],
-        env={k: v for k, v in env.items() if k != "PREFECT_API_URL"},  # its own API, as a user's
-        cwd=REPO_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    with _run_held_at(
+        llm,
+        "Chapter 2, scene 2 of 2",
+        project,
+        env,
+        args,
         start_new_session=True,  # the group a terminal's Ctrl-C reaches
         preexec_fn=_sigint_as_a_terminal_sends_it,
-    )
-    hang_bound = threading.Timer(600, proc.kill)  # a bound for a hang, not a margin
-    try:
-        assert reached.wait(timeout=300), "chapter 2 never started"
-        children = process_guard.descendants(proc.pid)
+    ) as (proc, children):
         os.killpg(proc.pid, signal.SIGINT)
-        hang_bound.start()
         assert proc.stderr is not None
         lines, servers_at_the_line = [], None
         for line in proc.stderr:
@@ -422,11 +452,6 @@ def test_ctrl_c_ends_the_run_with_one_line_and_its_resume_repeats_no_finished_ca
                     if "uvicorn" in c.cmdline and c.alive
                 ]
         proc.wait()
-    finally:
-        hang_bound.cancel()
-        release.set()
-        if proc.poll() is None:
-            proc.kill()
     stderr = "\n".join(lines)
     assert any("uvicorn" in c.cmdline for c in children), [c.cmdline for c in children]
     assert proc.returncode == 130, stderr[-3000:]
@@ -444,6 +469,33 @@ def test_ctrl_c_ends_the_run_with_one_line_and_its_resume_repeats_no_finished_ca
     result = novel(project, env, *args)
     assert result.returncode == 0, result.stderr[-4000:]
     assert not [r for r in llm.requests[resume_start:] if _key(r) in finished_before]
+
+
+def test_sigterm_to_every_process_of_the_run_ends_it_cleanly(
+    llm: ScriptedLLM, graph_settings: Settings, prefect_home: Path, tmp_path: Path
+) -> None:
+    """A service manager stops a unit by sending SIGTERM to every process in it at once
+    (systemd's default `KillMode=control-group`), Prefect's temporary API server included.
+    That server must outlive it: killed beside the run, it left the run retrying the dead API
+    to report its end (156 s, exit 1, `ConnectError` tracebacks, on the embedded defaults)."""
+    wipe_graph(graph_settings)
+    args = ("--premise", PREMISE + " (service stop)", *ARGS[2:])
+    env = run_env(llm, graph_settings, prefect_home)
+    stopped = tmp_path / "stopped"
+    with _run_held_at(llm, "Chapter 2, scene 1 of 2", stopped, env, args) as (proc, children):
+        for pid in (proc.pid, *(c.pid for c in children)):
+            os.kill(pid, signal.SIGTERM)
+        assert proc.stderr is not None
+        stderr = proc.stderr.read()
+        proc.wait()
+    assert any("uvicorn" in c.cmdline for c in children), [c.cmdline for c in children]
+    # Ended as SIGTERM ends it: Prefect reports the crash, then lets the signal kill the process
+    # (-15) unless the embedded graph's handler turned it into SystemExit (143).
+    assert proc.returncode in (-signal.SIGTERM, 143), stderr[-3000:]
+    assert "Crash detected! Execution was aborted by a termination signal." in stderr
+    for failure in ("ConnectError", "Error logging to API", "Traceback"):
+        assert failure not in stderr, stderr[-3000:]
+    assert process_guard.wait_until_gone({c.pid for c in children}, deadline_s=60) == []
 
 
 def test_a_run_that_fails_leaves_the_log_of_what_its_calls_cost(
