@@ -49,6 +49,7 @@ import subprocess
 import sys
 import threading
 import types
+from pathlib import Path
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
@@ -72,12 +73,28 @@ def _die_with_parent(libc: ctypes.CDLL, parent_pid: int, signum: int) -> None:
         os._exit(1)
 
 
+def _takes_sigint(pid: int) -> bool:
+    """Whether process `pid` has its own SIGINT handler (`SigCgt` in /proc/<pid>/status); True
+    when that cannot be read (the process is gone: sending it anything is moot)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    caught = next(
+        (line.split()[1] for line in status.splitlines() if line.startswith("SigCgt")), "0"
+    )
+    return bool(int(caught, 16) >> (signal.SIGINT - 1) & 1)
+
+
 class _StoppedByInterrupt(subprocess.Popen):  # type: ignore[type-arg]
     """A child started `stopped_by_parent_only`: its SIGTERM is blocked, so `terminate` (as
-    Prefect stops its server) sends SIGINT, which uvicorn handles as it handles SIGTERM."""
+    Prefect stops its server) sends SIGINT, which uvicorn handles as it handles SIGTERM. In its
+    first seconds, before uvicorn takes SIGINT, the signal is still ignored and the server serves
+    nothing yet: it is killed then, or Prefect's stop would wait 5 s for it (a run interrupted
+    right after it started)."""
 
     def terminate(self) -> None:
-        self.send_signal(signal.SIGINT)
+        self.send_signal(signal.SIGINT if _takes_sigint(self.pid) else signal.SIGKILL)
 
 
 def _spawn(

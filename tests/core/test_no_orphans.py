@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import REPO_ROOT, child_pythonpath
 from tests.support import process_guard
@@ -90,3 +91,54 @@ def test_a_server_child_sits_away_from_the_terminals_ctrl_c_and_a_plain_one_does
         for child in (server, plain):
             child.kill()
             child.wait()
+
+
+# A server stand-in: `ready` once it has (or, with "ignore", has not) taken SIGINT as uvicorn does.
+_SERVER = """
+import signal, sys, time
+if sys.argv[1] == "handle":
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _pending(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("ShdPnd")), 16)
+
+
+def test_a_server_stopped_by_its_parent_only_outlives_sigterm_and_stops_on_terminate() -> None:
+    from core.children import popen_dying_with_parent
+
+    servers = {
+        how: popen_dying_with_parent(
+            [sys.executable, "-c", _SERVER, how],
+            away_from_terminal=True,
+            stopped_by_parent_only=True,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for how in ("handle", "ignore")
+    }
+    try:
+        for server in servers.values():
+            assert server.stdout is not None and server.stdout.readline() == "ready\n"
+        # A service manager's SIGTERM stays pending (blocked), so it cannot have ended it.
+        serving = servers["handle"]
+        os.kill(serving.pid, signal.SIGTERM)
+        assert _pending(serving.pid) & (1 << (signal.SIGTERM - 1))
+        assert serving.poll() is None
+        # Its parent's stop is SIGINT, which the server handles: a clean exit.
+        serving.terminate()
+        assert serving.wait(timeout=60) == 0
+        # The look-alike: a server that has not taken SIGINT yet (still starting) would ignore
+        # it, so it is killed instead of waited for.
+        starting = servers["ignore"]
+        starting.terminate()
+        assert starting.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        for server in servers.values():
+            if server.poll() is None:
+                server.kill()
+                server.wait()
