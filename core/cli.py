@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 
 from core.children import stop_prefect_temporary_server
 from core.errors import SkaldError, disk_full, disk_full_line, first_error
-from core.interrupt import tell_threads_on_sigint
+from core.interrupt import end_by_signal_at_exit, tell_threads_on_sigint
 
 
 def add_settings_options(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +138,9 @@ def run_main(
             f"{prog}: interrupted; finished steps are kept, run the same command again to resume",
             file=sys.stderr,
         )
+        # 130 to whoever catches the SystemExit; the process itself ends by SIGINT, so that a
+        # shell script running this command stops too (core.interrupt).
+        end_by_signal_at_exit(signal.SIGINT)
         code = 130
     except Exception as exc:
         full = disk_full(exc)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError, EmbeddedGraphError
-from core.interrupt import stop_workers
+from core.interrupt import end_by_signal_at_exit, stop_workers
 from core.priority import lower_threads, process_threads
 from core.settings import Settings
 
@@ -573,6 +573,9 @@ def _raise_exit(signum: int, frame: object) -> None:
     # process exits would otherwise wait for their queued LLM calls, past a service manager's
     # patience (systemd sends SIGKILL 90 s after its SIGTERM).
     stop_workers()
+    # Once the exit functions have closed the graph, the process ends by the signal itself, as
+    # a service manager and a shell script expect of a stopped command (core.interrupt).
+    end_by_signal_at_exit(signum)
     raise SystemExit(_ENDING_SIGNALS[signum])
 
 

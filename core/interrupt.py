@@ -17,11 +17,25 @@ SIGTERM and SIGHUP, which end a command through SystemExit
 (`core.graph_server.exit_cleanly_on_termination`), set `STOPPING` as well: a service manager
 waits only so long (systemd: 90 s) before SIGKILL. A process whose SIGINT is ignored (a
 background job of a shell script) or handled by someone else is left as it is.
+
+A command stopped by a signal ends by that signal once it has stopped cleanly
+(`end_by_signal_at_exit`), not with the exit status 128 + the signal that a shell shows for it.
+The two differ to whoever waits for the process. A shell script running `for p in ...; do
+python -m flows.novel ...; done` goes on to its next command after a Ctrl-C that the command
+answered with exit 130, and stops when the command died by SIGINT (bash's wait-and-cooperative-
+exit rule; measured). systemd counts a main process that died by SIGTERM as stopped cleanly and
+one that exited 143 as failed (systemd.service(5), SuccessExitStatus=: "programs should perform
+cleanup and kill themselves with the same signal"). Python does this itself for a
+KeyboardInterrupt nobody catches (since 3.8); a command that catches it to print its one line,
+or turns SIGTERM into SystemExit to close the graph's files, must do it itself.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -87,3 +101,47 @@ def stopping_workers_if_torn_down() -> Iterator[None]:
     except BaseException:
         stop_workers()
         raise
+
+
+#: The signal this process ends by once its exit functions have run (`end_by_signal_at_exit`).
+_ENDING_SIGNAL: list[int] = []
+
+
+def end_by_signal_at_exit(signum: int) -> None:
+    """Make this process end by `signum` (its default action) when it exits, after every exit
+    function (the graph's files closed, Prefect's logs sent) and with standard output flushed.
+    The caller then exits as it would have (SystemExit 128 + signum), which is also what
+    happens should the signal not end the process."""
+    if not _ENDING_SIGNAL:
+        # Registered now, so it is the last registered and runs first; it runs the others
+        # itself (atexit runs them last-registered first, and has no hook after them).
+        atexit.register(_end_by_signal)
+    _ENDING_SIGNAL[:] = [signum]
+
+
+def ending_signal() -> int | None:
+    """The signal this process will end by (`end_by_signal_at_exit`), if any."""
+    return _ENDING_SIGNAL[0] if _ENDING_SIGNAL else None
+
+
+def disarm_end_by_signal() -> None:
+    """Exit normally after all (for a process that goes on after catching the SystemExit)."""
+    _ENDING_SIGNAL.clear()
+
+
+def _end_by_signal() -> None:
+    if not _ENDING_SIGNAL:
+        return
+    signum = _ENDING_SIGNAL[0]
+    atexit.unregister(_end_by_signal)
+    # CPython's atexit runs the functions registered before this one here, once; the outer
+    # run then finds none left (atexit has no public way to run them, nor to run last).
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a pipe whose reader has gone
+            pass
+    signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+    os.kill(os.getpid(), signum)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from core.interrupt import disarm_end_by_signal
 from core.settings import Settings, load_settings
 from kg.store import GraphStore
 
@@ -233,6 +234,15 @@ def graph_settings(graph_project: Path) -> Iterator[Settings]:
     settings = load_settings(graph_project)
     graph_endpoint(settings)  # start once, up front
     yield settings
+
+
+@pytest.fixture(autouse=True)
+def _test_process_exits_normally() -> Iterator[None]:
+    """A test that runs a command's signal path in this process (a SIGTERM handler, run_main
+    catching KeyboardInterrupt) arms the command's end by that signal (core.interrupt); the
+    test process itself must still exit as pytest decides."""
+    yield
+    disarm_end_by_signal()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from core.interrupt import STOPPING, tell_threads_on_sigint
+from core.interrupt import (
+    STOPPING,
+    disarm_end_by_signal,
+    ending_signal,
+    tell_threads_on_sigint,
+)
 from core.llm import LLMGateway, RetryPolicy
 from core.settings import RunLimits, Settings
 from tests.support.scripted_llm import ScriptedLLM
@@ -115,9 +120,12 @@ def test_sigterm_to_a_command_stops_its_worker_threads_too() -> None:
             signal.raise_signal(signal.SIGTERM)
         assert ended.value.code == 143
         assert STOPPING.is_set()
+        # ... and the process ends by SIGTERM itself once its exit functions have run.
+        assert ending_signal() == signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, before)
         STOPPING.clear()
+        disarm_end_by_signal()  # this test process exits normally
 
 
 def test_a_wait_torn_down_by_a_signal_stops_the_workers_and_an_error_does_not() -> None:

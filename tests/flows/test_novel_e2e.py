@@ -378,6 +378,10 @@ def _sigint_as_a_terminal_sends_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+#: What the shell script around a run prints when it goes on after the run (`_run_held_at`).
+SCRIPT_WENT_ON = "the-script-went-on-to-its-next-command"
+
+
 @contextmanager
 def _run_held_at(
     llm: ScriptedLLM,
@@ -385,11 +389,14 @@ def _run_held_at(
     project: Path,
     env: dict[str, str],
     args: tuple[str, ...],
+    in_script: bool = False,
     **popen: Any,
 ) -> Iterator[tuple[subprocess.Popen[str], list[process_guard.ProcessInfo]]]:
     """`python -m flows.novel` with Prefect's temporary API server of its own, as a user's run
     has, its draft of `scene` ("Chapter 2, scene 2 of 2") held once asked: yields the process
-    and its children at that moment, and releases the draft and reaps the process after."""
+    and its children at that moment, and releases the draft and reaps the process after.
+    `in_script`: the command is run by a shell script that goes on with `SCRIPT_WENT_ON` (on
+    stderr) after it; the process yielded is the script's shell."""
     reached, release = threading.Event(), threading.Event()
 
     def held_draft(request: ScriptedRequest) -> str:
@@ -398,8 +405,11 @@ def _run_held_at(
         return scripted_draft(request)
 
     llm.on(contains=scene, respond=held_draft, times=1)
+    command = [sys.executable, "-m", "flows.novel", "--project-dir", str(project), *args]
+    if in_script:
+        command = ["bash", "-c", f'"$@"; echo {SCRIPT_WENT_ON} >&2', "bash", *command]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.novel", "--project-dir", str(project), *args],
+        command,
         env={k: v for k, v in env.items() if k != "PREFECT_API_URL"},
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
@@ -425,7 +435,9 @@ def test_ctrl_c_ends_the_run_with_one_line_and_its_resume_repeats_no_finished_ca
 ) -> None:
     """Ctrl-C sends SIGINT to the terminal's whole foreground process group. The run's own
     children (Prefect's temporary API server) must not die of it under the run: the run then
-    spent minutes retrying the dead API to report its end, printing ConnectError tracebacks."""
+    spent minutes retrying the dead API to report its end, printing ConnectError tracebacks.
+    The run is started by a shell script, as batch runs are: after the run's clean stop the
+    script must stop too, not go on to its next command (it did while the run exited 130)."""
     wipe_graph(graph_settings)
     args = ("--premise", PREMISE + " (ctrl-c)", *ARGS[2:])
     env = run_env(llm, graph_settings, prefect_home)
@@ -437,6 +449,7 @@ def test_ctrl_c_ends_the_run_with_one_line_and_its_resume_repeats_no_finished_ca
         project,
         env,
         args,
+        in_script=True,
         start_new_session=True,  # the group a terminal's Ctrl-C reaches
         preexec_fn=_sigint_as_a_terminal_sends_it,
     ) as (proc, children):
@@ -454,7 +467,10 @@ def test_ctrl_c_ends_the_run_with_one_line_and_its_resume_repeats_no_finished_ca
         proc.wait()
     stderr = "\n".join(lines)
     assert any("uvicorn" in c.cmdline for c in children), [c.cmdline for c in children]
-    assert proc.returncode == 130, stderr[-3000:]
+    # The run ended by SIGINT itself (a shell shows 130), so the script stopped too (bash ends
+    # by SIGINT when the command it waited for did).
+    assert SCRIPT_WENT_ON not in stderr, stderr[-3000:]
+    assert proc.returncode == -signal.SIGINT, stderr[-3000:]
     assert "ConnectError" not in stderr and "Error logging to API" not in stderr, stderr[-3000:]
     # The line that says what to do is the terminal's last: the temporary API server, whose
     # stderr is the terminal's too, was stopped before it (stopped at exit, it could print a
@@ -489,9 +505,9 @@ def test_sigterm_to_every_process_of_the_run_ends_it_cleanly(
         stderr = proc.stderr.read()
         proc.wait()
     assert any("uvicorn" in c.cmdline for c in children), [c.cmdline for c in children]
-    # Ended as SIGTERM ends it: Prefect reports the crash, then lets the signal kill the process
-    # (-15) unless the embedded graph's handler turned it into SystemExit (143).
-    assert proc.returncode in (-signal.SIGTERM, 143), stderr[-3000:]
+    # Ended by SIGTERM itself, as a service manager counts a clean stop: Prefect reports the
+    # crash, then the signal ends the process (core.interrupt), not an exit status 143.
+    assert proc.returncode == -signal.SIGTERM, stderr[-3000:]
     assert "Crash detected! Execution was aborted by a termination signal." in stderr
     for failure in ("ConnectError", "Error logging to API", "Traceback"):
         assert failure not in stderr, stderr[-3000:]
