@@ -142,6 +142,7 @@ def _end_by_signal() -> None:
             stream.flush()
         except (OSError, ValueError):  # closed, or a pipe whose reader has gone
             pass
-    signal.signal(signum, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+    if signum != signal.SIGKILL:  # whose action is fixed: it cannot be set or blocked
+        signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
     os.kill(os.getpid(), signum)

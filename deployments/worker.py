@@ -28,10 +28,12 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from core.children import popen_dying_with_parent
 from core.cli import run_main, setup_logging
 from core.errors import InvalidInputError
+from core.interrupt import end_by_signal_at_exit
 
 #: Seconds a stopping worker gives its flow runs to end after SIGTERM before SIGKILL.
 STOP_GRACE_S = 10.0
@@ -96,7 +98,7 @@ def run_worker(pool: str, limit: int, worker_name: str | None, grace: float) -> 
     while child.poll() is None and not stop.wait(0.2):
         pass
     if child.poll() is not None:
-        return child.returncode
+        return ended_by_itself(child)
     # The flow runs first, while their worker still streams their last words: SIGTERM makes
     # Prefect's engine end a run Crashed; then the worker.
     runs = _descendants(child.pid)
@@ -131,6 +133,26 @@ def run_worker(pool: str, limit: int, worker_name: str | None, grace: float) -> 
     child.wait()
     _mark_crashed(flow_run_ids)
     return 0
+
+
+def ended_by_itself(child: subprocess.Popen[Any]) -> int:
+    """The exit status of a Prefect worker that ended while nobody stopped this command. One
+    killed by a signal from outside (the kernel's OOM killer, a `kill` of its pid) ends this
+    command by the same signal, after one line saying so: a service manager then sees what
+    happened to the worker (SIGKILL: a failed unit to restart), where `sys.exit` of its
+    negative returncode gave exit status 256 minus the signal."""
+    code = child.returncode
+    if code >= 0:
+        return code
+    ended_by = signal.Signals(-code)
+    print(
+        f"worker: the Prefect worker (pid {child.pid}) was ended by {ended_by.name} from outside "
+        "this command; start this command again to serve the pool",
+        file=sys.stderr,
+        flush=True,
+    )
+    end_by_signal_at_exit(ended_by)
+    return 128 + ended_by
 
 
 def _wait_gone(pids: list[int], timeout: float) -> None:

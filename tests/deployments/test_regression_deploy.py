@@ -21,7 +21,7 @@ import polars as pl
 
 from tests.conftest import DIALOGUES_DIR, REPO_ROOT, child_pythonpath
 from tests.support.dialogue_script import DialogueScript
-from tests.support.logged_process import LoggedProcess
+from tests.support.logged_process import LoggedProcess, deployments_worker
 from tests.support.prefect_server import PREFECT, api, start_prefect_server
 from tests.support.scripted_llm import ScriptedLLM
 
@@ -133,12 +133,7 @@ def test_two_workers_run_one_uneven_shard_each_on_a_served_graph(
         )
         workers = {}
         for name in ("worker-a", "worker-b"):
-            worker = LoggedProcess(
-                [sys.executable, "-m", "deployments.worker", "--pool", POOL, "--worker-name", name],
-                logs / f"{name}.log",
-                env,
-                new_session=True,
-            )
+            worker = deployments_worker(POOL, name, logs, env)
             procs.append(worker)
             workers[name] = worker
         for worker in workers.values():

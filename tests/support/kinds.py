@@ -49,6 +49,7 @@ MODULE_KINDS: dict[str, frozenset[str]] = {
     "test_sidecar_fuzz": frozenset({"fuzz"}),
     "test_sillytavern_browser": E2E_BROWSER,
     "test_smoke_local_model": E2E,
+    "test_worker": E2E,
 }
 
 #: "module::test function" -> kinds, where a test differs from its module's kind.

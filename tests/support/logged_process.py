@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -78,3 +79,14 @@ class LoggedProcess:
         else:
             self.proc.kill()
         self.proc.wait()
+
+
+def deployments_worker(pool: str, name: str, log_dir: Path, env: dict[str, str]) -> LoggedProcess:
+    """`python -m deployments.worker --pool POOL --worker-name NAME`, as the README runs it, in a
+    session of its own; its log is `<log_dir>/<name>.log`."""
+    return LoggedProcess(
+        [sys.executable, "-m", "deployments.worker", "--pool", pool, "--worker-name", name],
+        log_dir / f"{name}.log",
+        env,
+        new_session=True,
+    )
