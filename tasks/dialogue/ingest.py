@@ -65,6 +65,7 @@ def memory_rows(spec: DialogueSpec, conversation_id: str) -> list[MemoryRow]:
             turn_key(conversation_id, str(turn.turn_id)),
             str(turn.turn_id),
             list(turn.messages) or [_row_message(turn)],
+            said_now=False,
         )
         update: dict[str, object] = {}
         if turn.image_caption:

@@ -159,7 +159,9 @@ def import_turns(
     rows: dict[str, MemoryRow] = {}
     for key, turn in zip(keys, turns, strict=True):
         if key not in rows:
-            row = memory_row(conversation_id, key, str(turn.turn_id), list(turn.messages))
+            row = memory_row(
+                conversation_id, key, str(turn.turn_id), list(turn.messages), said_now=False
+            )
             if turn.session is not None:
                 row = row.model_copy(update={"group": session_group(turn.session)})
             rows[key] = row

@@ -194,7 +194,7 @@ def with_session_times(turns: list[DialogueTurnRow]) -> list[DialogueTurnRow]:
     earlier turn of its session that has one, else of the first later one; a turn without a
     session takes the previous turn's. A transcript that dates each session once (its first
     turn) is then dated throughout, and no turn of it is taken as said on the day it was
-    imported (a memory row without a time is dated when it is stored)."""
+    imported (a transcript's memory row without a time stays undated)."""
     first_in_session: dict[int, str] = {}
     for turn in turns:
         if turn.session is not None and turn.session_time:

@@ -84,11 +84,13 @@ class Retrieval(BaseModel):
     )
 
 
-def said_when(messages: list[ChatMessage]) -> str:
-    """When messages were said: the time the last one that has a time gives, else now (UTC)."""
-    return next((m.time for m in reversed(messages) if m.time), None) or datetime.now(UTC).strftime(
-        "%-I:%M %p on %-d %B, %Y"
-    )
+def said_when(messages: list[ChatMessage], *, said_now: bool = True) -> str:
+    """When messages were said: the time the last one that has a time gives, else now (UTC)
+    for messages being said now, and "" (undated) for a transcript's (`said_now=False`)."""
+    given = next((m.time for m in reversed(messages) if m.time), None)
+    if given or not said_now:
+        return given or ""
+    return datetime.now(UTC).strftime("%-I:%M %p on %-d %B, %Y")
 
 
 def said_day(when: str) -> str:
@@ -388,10 +390,15 @@ def memory_row(
     embedded_by: str = "",
     facts: list[str] | None = None,
     committed: bool = False,
+    said_now: bool = True,
 ) -> MemoryRow:
     """A turn's memory row from its messages (speaker lines, message ids, the turn's time);
-    `embedded_by`: the model that made `embedding` (LLMGateway.embedding_fingerprint)."""
-    when = said_when(messages)
+    `embedded_by`: the model that made `embedding` (LLMGateway.embedding_fingerprint).
+    `said_now=False` for a turn of a transcript (an ingested file, an import): without a time
+    of its own it stays undated rather than dated when stored. Dated so, an old chat log told
+    the model that everything in it was said today, and resolved its "yesterday" to
+    yesterday."""
+    when = said_when(messages, said_now=said_now)
     return MemoryRow(
         key=key,
         conversation_id=conversation_id,

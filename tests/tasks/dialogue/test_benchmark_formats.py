@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -20,10 +21,14 @@ import pytest
 from core.cli import run_main
 from core.errors import InvalidInputError
 from core.settings import Settings
+from core.timex import parse_when
 from flows.regression import main as regression_main
 from tasks.dialogue.benchmarks import detect_layout, load_dialogues
+from tasks.dialogue.ingest import memory_rows
+from tasks.dialogue.models import ChatMessage
 from tasks.dialogue.replay import distinct_sessions, load_dialogue, session_recall
 from tasks.dialogue.report import recall_headline
+from tasks.dialogue.retriever import memory_row
 from tests.conftest import REPO_ROOT, child_pythonpath
 from tests.support.cli import graph_vars
 from tests.support.scripted_llm import ScriptedLLM
@@ -202,6 +207,15 @@ def test_a_turn_without_a_time_is_dated_by_its_session_and_never_by_the_import(
         "2:30 pm on 8 May, 2023",
         None,
     ]
+    # Remembered so (`flows.dialogue ingest`), the turn no time reaches stays undated: dated
+    # when stored, an old chat log's "yesterday" became the day before its import.
+    rows = memory_rows(spec, "c")
+    assert [r.when for r in rows] == [t.session_time or "" for t in spec.turns]
+    assert rows[-1].group == "session 3"
+    # The look-alike: a turn being said now, without a time from its front end, is dated now.
+    before = datetime.now(UTC).date()
+    live = memory_row("c", "c:9", "9", [ChatMessage(role="user", name="Ilse", content="Hi")])
+    assert parse_when(live.when) in {before, datetime.now(UTC).date()}  # a midnight between
 
 
 def test_the_layout_is_read_from_the_file_not_its_name() -> None:
