@@ -293,6 +293,12 @@ class TurnCommitRequest(_Request):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     window: list[ChatMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
     config: TurnConfig = Field(default_factory=TurnConfig)
+    transcript: bool = Field(
+        False,
+        description="the messages were said earlier (a chat log ingested or replayed turn by "
+        "turn): a message without a time stays undated instead of dated when committed, and "
+        "the days it names through the day said ('yesterday') name none",
+    )
 
     @property
     def turn(self) -> str:

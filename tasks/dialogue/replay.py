@@ -254,6 +254,7 @@ def turn_requests(
                 messages=messages,
                 window=before[-window:] if window else [],
                 config=config or TurnConfig(),
+                transcript=True,
             )
         )
         before.extend(messages)

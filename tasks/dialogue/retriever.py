@@ -672,6 +672,7 @@ def retrieve(
     relation_limit: int = 12,
     purpose: str = "",
     query_vectors: QueryVectors | None = None,
+    said_now: bool = True,
 ) -> Retrieval:
     """Memory for a turn's pending `messages`, the front end's `window` (the chat before them)
     shown: the topic is asked as `asked_messages` words it, and the turns the window shows
@@ -694,8 +695,9 @@ def retrieve(
     )
     recalled_turns: list[RecalledTurn] = []
     vector = None
-    # "What did I tell you yesterday?": yesterday as of the message asking.
-    asked_on = parse_when(said_when(asked)) if asked else None
+    # "What did I tell you yesterday?": yesterday as of the message asking (`said_now`
+    # False: a transcript's message without a time was said on no day known).
+    asked_on = parse_when(said_when(asked, said_now=said_now)) if asked else None
     if recall_k > 0 and len(memory) and asked:
         # Nothing remembered yet means nothing to search: the first turn makes no embedding call.
         texts = query_texts(query, memory.speakers)

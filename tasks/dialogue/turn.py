@@ -157,6 +157,7 @@ class TurnRun:
                 relation_limit=self.ctx.relation_limit,
                 purpose=purpose,
                 query_vectors=query_vectors,
+                said_now=not request.transcript,
             ),
         )
 
@@ -348,6 +349,7 @@ class TurnRun:
                     embedded_by=self.gateway.embedding_fingerprint(),
                     facts=plan.facts,
                     committed=True,
+                    said_now=not request.transcript,
                 ),
                 entities=plan.entities,
                 actions=plan.actions,
@@ -440,6 +442,7 @@ class TurnRun:
             messages,
             embedding=list(vector),
             embedded_by=self.gateway.embedding_fingerprint(),
+            said_now=not request.transcript,
         )
         with self.ctx.write_guard():
             self.repo.remember(request.conversation_id, [row])

@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 
 from core.errors import GraphWriteError
 from core.settings import Settings, load_settings
+from core.timex import parse_when
 from kg import vocabulary as vocab
 from kg.dialogue import (
     BioPatchWrite,
@@ -467,6 +469,27 @@ def _said(
     )
 
 
+def _visited_lisbon(quote: str) -> dict[str, Any]:
+    """The extraction of a turn where Caroline says she visited Lisbon (`quote`: her words)."""
+    return {
+        "entities": [{"name": "Lisbon", "kind": "Location", "aliases": [], "quote": quote}],
+        "actions": [
+            {
+                "action": "EVOLVE",
+                "source": "Caroline",
+                "target": "Lisbon",
+                "type": "VISITED",
+                "weight_delta": 0.2,
+                "weight": 0.5,
+                "reason": "a trip",
+                "quote": quote,
+            }
+        ],
+        "bio_patches": [],
+        "facts": [],
+    }
+
+
 def test_a_blocked_turn_whose_text_cannot_be_remembered_fails_retryable_and_its_retry_keeps_it(
     service: DialogueService, scripted: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -578,23 +601,7 @@ def test_the_commit_gate_blocks_identity_conflicts_and_turns_without_actions(
     scripted.on(
         schema="TurnExtraction",
         times=1,
-        respond={
-            "entities": [lisbon],
-            "actions": [
-                {
-                    "action": "EVOLVE",
-                    "source": "Caroline",
-                    "target": "Lisbon",
-                    "type": "VISITED",
-                    "weight_delta": 0.2,
-                    "weight": 0.5,
-                    "reason": "a trip",
-                    "quote": "I finally visited Lisbon last week",
-                }
-            ],
-            "bio_patches": [],
-            "facts": [],
-        },
+        respond=_visited_lisbon("I finally visited Lisbon last week"),
     )
     visited = service.commit(
         _said(conv, 10, "Caroline", "I finally visited Lisbon last week, what a city!", [])
@@ -886,6 +893,41 @@ def test_recall_surfaces_the_turn_that_holds_the_fact(service: DialogueService) 
     assert "D1:3" in [ref for h in hits for ref in h.source_refs]
     # The retriever feeds earlier turns into later injection packets.
     assert results[-1].injection_packet and results[-1].injection_packet.recalled_turns
+
+
+def test_a_transcript_turn_without_a_time_is_committed_undated_and_a_live_one_dated_now(
+    service: DialogueService, scripted: ScriptedLLM
+) -> None:
+    """`ingest --extract` and a replay commit a chat log's turns as `transcript`: a turn no time
+    reaches is stored undated and its "yesterday" names no day. Dated when committed, an old
+    log told the model that everything in it was said today."""
+    conv = _conv("undated")
+    said = "I finally visited Lisbon yesterday, what a city!"
+    asked = "Do you remember where I went yesterday?"
+    results = []
+    nothing = {"entities": [], "actions": [], "bio_patches": [], "facts": []}
+    for turn, text, transcript in ((1, said, True), (2, asked, True), (3, asked, False)):
+        scripted.on(
+            schema="TurnExtraction",
+            times=1,
+            respond=_visited_lisbon("I finally visited Lisbon yesterday") if turn == 1 else nothing,
+        )
+        request = _said(conv, turn, "Caroline", text, []).model_copy(
+            update={"transcript": transcript}
+        )
+        results.append(service.commit(request))
+    assert results[0].committed, results[0].reason
+    # Turns 2 and 3 carry no action: the gate holds them back, and remembers their text.
+    rows = DialogueRepository(service.store).memory_rows(conv, 1, 10)
+    assert [r.turn_id for r in rows] == ["1", "2", "3"]
+    assert [r.when for r in rows[:2]] == ["", ""]
+    today = {datetime.now(UTC).date(), (datetime.now(UTC) - timedelta(minutes=5)).date()}
+    assert parse_when(rows[2].when) in today
+    transcript_packet, live_packet = (r.injection_packet for r in results[1:])
+    assert transcript_packet is not None and said in transcript_packet.text
+    assert "yesterday =" not in transcript_packet.text
+    # The look-alike: a message being said now counts its "yesterday" from today.
+    assert live_packet is not None and "yesterday =" in live_packet.text
 
 
 def test_results_round_trip_as_json(service: DialogueService) -> None:

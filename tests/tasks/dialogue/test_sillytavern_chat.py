@@ -138,6 +138,8 @@ def test_a_front_end_turn_is_committed_with_its_messages_and_the_messages_before
     assert [m.message_id for m in first.messages] == ["0"] and first.window == []
     assert [m.message_id for m in second.messages] == ["3", "4", "5", "6", "7"]
     assert [m.message_id for m in second.window] == ["0"]
+    # A chat log's turns, said earlier: one without a time is stored undated, not dated now.
+    assert first.transcript and second.transcript
 
 
 @pytest.mark.parametrize(
