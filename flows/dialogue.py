@@ -256,7 +256,7 @@ def dialogue_ingest_flow(
         )
     for report in reports:
         log.info(
-            "ingest %s -> %s: %d turns, %d added, %d already there, %.1f turns/s%s",
+            "ingest %s -> %s: %d turns, %d added, %d already there, %.3g turns/s%s",
             report.dialogue_id,
             report.conversation_id,
             report.turns,

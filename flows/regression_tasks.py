@@ -171,7 +171,7 @@ def ingest_dialogue_task(
 ) -> dict[str, Any]:
     report = ingest(_service(run_id), [(spec, conversation_id)], extract=extract)[0]
     get_run_logger().info(
-        "%s: %d turns (%d added, %d already there), %.1f turns/s",
+        "%s: %d turns (%d added, %d already there), %.3g turns/s",
         conversation_id,
         report.turns,
         report.added,

@@ -27,7 +27,7 @@ from core.errors import GraphUnavailableError
 from kg.dialogue import MemoryRow, turn_key
 from tasks.dialogue.models import ChatMessage, TurnCommitRequest, TurnState
 from tasks.dialogue.pipeline import DialogueService
-from tasks.dialogue.remember import BATCH_SIZE, Progress, remember_rows
+from tasks.dialogue.remember import BATCH_SIZE, Progress, remember_rows, remembered_keys
 from tasks.dialogue.replay import DialogueSpec, DialogueTurnRow, turn_requests
 from tasks.dialogue.retriever import memory_row, session_group
 
@@ -118,8 +118,12 @@ def ingest(
         outcomes: dict[str, int] = {}
         rows = memory_rows(spec, conversation_id)
         if extract:
+            # The pipeline remembers each turn it runs, so the pass after it finds them all:
+            # what this run added is what memory did not hold before it.
+            held = remembered_keys(service, [r.key for r in rows])
             outcomes = _extract_conversation(service, spec, conversation_id, progress)
-            added, already = remember_rows(service, conversation_id, rows, batch_size=batch_size)
+            remember_rows(service, conversation_id, rows, batch_size=batch_size)
+            added, already = len(rows) - len(held), len(held)
         else:
             added, already = remember_rows(
                 service, conversation_id, rows, batch_size=batch_size, progress=progress
@@ -133,7 +137,7 @@ def ingest(
             already=already,
             extract_outcomes=outcomes,
             seconds=round(seconds, 3),
-            turns_per_s=round(len(rows) / seconds, 1) if seconds > 0 else 0.0,
+            turns_per_s=round(len(rows) / seconds, 3) if seconds > 0 else 0.0,
         )
 
     if not extract or concurrency <= 1 or len(dialogues) <= 1:

@@ -61,7 +61,7 @@ EMBED_AHEAD = 3
 Progress = Callable[[str, int], None]
 
 
-def _remembered_keys(service: RowWriter, keys: list[str]) -> set[str]:
+def remembered_keys(service: RowWriter, keys: list[str]) -> set[str]:
     """Which of `keys` the graph remembers already (starting the graph if it is not up)."""
     repo = DialogueRepository(service.store)
     present: set[str] = set()
@@ -116,7 +116,7 @@ def remember_rows(
         return batch if present is None else [r for r in batch if r.key not in present]
 
     if present is None and service.store_connected:
-        present = _remembered_keys(
+        present = remembered_keys(
             service, [r.key for r in rows]
         )  # milliseconds on a connected graph
     added = 0
@@ -126,7 +126,7 @@ def remember_rows(
             worker.submit(embed, missing(b)) for b in batches[:EMBED_AHEAD]
         )
         if present is None:
-            present = _remembered_keys(service, [r.key for r in rows])  # starts the graph meanwhile
+            present = remembered_keys(service, [r.key for r in rows])  # starts the graph meanwhile
             for i in range(len(ahead)):
                 if ahead[i].cancel():  # not started yet: embed only what is missing
                     ahead[i] = worker.submit(embed, missing(batches[i]))
@@ -165,7 +165,7 @@ def import_turns(
             if turn.session is not None:
                 row = row.model_copy(update={"group": session_group(turn.session)})
             rows[key] = row
-    held = _remembered_keys(service, list(rows))
+    held = remembered_keys(service, list(rows))
     fresh = [row for key, row in rows.items() if key not in held]
     remember_rows(service, conversation_id, fresh, known=set(speakers), held=set())
     to_add = {row.key for row in fresh}

@@ -31,9 +31,11 @@ from kg.dialogue import (
     TurnWrite,
 )
 from kg.dialogue import cypher as dialogue_cypher
+from tasks.dialogue.ingest import ingest
 from tasks.dialogue.models import TurnCommitRequest, TurnResult, TurnState
 from tasks.dialogue.pipeline import DialogueService, SidecarOptions
-from tests.conftest import REPO_ROOT
+from tasks.dialogue.replay import load_dialogue
+from tests.conftest import DIALOGUES_DIR, REPO_ROOT
 from tests.support.cli import graph_vars
 from tests.support.dialogue_script import (
     DialogueScript,
@@ -928,6 +930,22 @@ def test_a_transcript_turn_without_a_time_is_committed_undated_and_a_live_one_da
     assert "yesterday =" not in transcript_packet.text
     # The look-alike: a message being said now counts its "yesterday" from today.
     assert live_packet is not None and "yesterday =" in live_packet.text
+
+
+def test_an_extracting_ingest_counts_the_turns_it_added_and_its_rerun_adds_none(
+    service: DialogueService,
+) -> None:
+    """`ingest --extract` runs each turn through the pipeline, which remembers it; its report
+    still says the turns this run added (it said 0 added, every turn "already there")."""
+    full = load_dialogue(DIALOGUES_DIR / "locomo-26.turns.jsonl")
+    spec = full.model_copy(update={"turns": full.turns[:4]})
+    conv = _conv("extract-count")
+    (first,) = ingest(service, [(spec, conv)], extract=True)
+    assert (first.turns, first.added, first.already) == (4, 4, 0), first
+    assert sum(first.extract_outcomes.values()) == 4
+    # The look-alike: the same ingest again adds nothing.
+    (again,) = ingest(service, [(spec, conv)], extract=True)
+    assert (again.added, again.already) == (0, 4), again
 
 
 def test_results_round_trip_as_json(service: DialogueService) -> None:
