@@ -88,9 +88,9 @@ def said_when(messages: list[ChatMessage], *, said_now: bool = True) -> str:
     """When messages were said: the time the last one that has a time gives, else now (UTC)
     for messages being said now, and "" (undated) for a transcript's (`said_now=False`)."""
     given = next((m.time for m in reversed(messages) if m.time), None)
-    if given or not said_now:
-        return given or ""
-    return datetime.now(UTC).strftime("%-I:%M %p on %-d %B, %Y")
+    if given:
+        return given
+    return datetime.now(UTC).strftime("%-I:%M %p on %-d %B, %Y") if said_now else ""
 
 
 def said_day(when: str) -> str:
