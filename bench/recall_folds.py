@@ -81,6 +81,12 @@ class Question:
     evidence: set[str]
     prepared: Prepared
     vector: np.ndarray
+    #: Its line in the .qa.jsonl file (from 0) and its words there, before `text`'s respelling:
+    #: what an evidence audit names it by (bench.evidence_audit).
+    number: int = -1
+    published: str = ""
+    #: The evidence an audit cites instead of `evidence`, if it re-cites the question.
+    audited: set[str] | None = None
 
 
 @dataclass
@@ -125,17 +131,18 @@ def _embed(texts: list[str], cache_dir: Path | None, side: str = "passage") -> n
     return vectors
 
 
-def _evidence(spec: DialogueSpec) -> list[tuple[int, str, list[str]]]:
+def _evidence(spec: DialogueSpec) -> list[tuple[int, int, str, list[str]]]:
     """Questions as the regression's whole-dialogue probe asks them (split lists of turns,
-    only evidence that names turns of the dialogue)."""
+    only evidence that names turns of the dialogue): (line number, category, question,
+    evidence)."""
     refs = {row.dia_id for row in spec.turns if row.dia_id}
     out = []
-    for item in spec.qa:
+    for number, item in enumerate(spec.qa):
         evidence = list(
             dict.fromkeys(p for e in item.evidence for p in re.split(r"[;,\s]+", e) if p)
         )
         if evidence and set(evidence) <= refs and item.category in CATEGORIES:
-            out.append((item.category, item.question, evidence))
+            out.append((number, item.category, item.question, evidence))
     return out
 
 
@@ -159,9 +166,8 @@ def load(
     refs = [str((d.meta.get("source_refs") or [d.key])[0]) for d in index.docs]
     names = sorted(memory.speakers)
     # Each question as recall asks it: its typos read as the memory's words.
-    asked = [
-        (c, index.spelled(reword(q, names) if reword else q), e) for c, q, e in _evidence(spec)
-    ]
+    published = _evidence(spec)
+    asked = [(c, index.spelled(reword(q, names) if reword else q), e) for _, c, q, e in published]
     # Each question embedded once, as recall embeds it: its sentences that name a topic,
     # without the speakers' names (core.recall.vector_text); both dense rankings are asked
     # with that vector.
@@ -173,14 +179,18 @@ def load(
         zip(every_part, _embed(every_part, cache_dir, "query") if every_part else [], strict=True)
     )
     dialogue = Dialogue(spec.dialogue_id, index, refs, vectors)
-    for (category, text, evidence), vector, own in zip(asked, question_vectors, parts, strict=True):
+    for (category, text, evidence), vector, own, (number, _, source, _) in zip(
+        asked, question_vectors, parts, published, strict=True
+    ):
         prepared = index.prepare(
             text,
             vector,
             names=names,
             parts=[(p, part_vectors[part_text(p, names)]) for p in own],
         )
-        dialogue.questions.append(Question(category, text, set(evidence), prepared, vector))
+        dialogue.questions.append(
+            Question(category, text, set(evidence), prepared, vector, number, source)
+        )
     return dialogue
 
 
@@ -188,14 +198,22 @@ Reranker = Callable[[Dialogue, Question, list[int]], list[int]]
 
 
 def scores(
-    dialogue: Dialogue, params: RecallParams, rerank: Reranker | None = None, tag: object = None
+    dialogue: Dialogue,
+    params: RecallParams,
+    rerank: Reranker | None = None,
+    tag: object = None,
+    audited: bool = False,
 ) -> list[tuple[int, float, float]]:
-    """(category, recall@5, recall@10) per question under `params` (memoized)."""
-    key = (params, tag)
+    """(category, recall@5, recall@10) per question under `params` (memoized); `audited`:
+    against the evidence an audit cites instead, where it re-cites a question."""
+    key = (params, tag, audited)
     if key in dialogue.cache:
         return dialogue.cache[key]
     out = []
     for question in dialogue.questions:
+        evidence = question.evidence
+        if audited and question.audited is not None:
+            evidence = question.audited
         order = [
             p for p, _, _ in dialogue.index.rank(question.prepared, params)[: 30 if rerank else 10]
         ]
@@ -205,8 +223,8 @@ def scores(
         out.append(
             (
                 question.category,
-                len(question.evidence & set(got[:5])) / len(question.evidence),
-                len(question.evidence & set(got[:10])) / len(question.evidence),
+                len(evidence & set(got[:5])) / len(evidence),
+                len(evidence & set(got[:10])) / len(evidence),
             )
         )
     dialogue.cache[key] = out

@@ -28,6 +28,10 @@ model, the side (query or passage) and the texts), then every configuration is a
 in a package) under the same protocol, the fusion refitted on the same folds: the turns are
 embedded as passages, the questions and their parts as queries, each with the prefixes its
 authors specify. The default is the product's (core.embedder).
+
+`--evidence-audit DIR` also scores the learned fusion's folds against the evidence a published
+audit of LoCoMo's answer key cites where the published evidence is wrong
+(bench/evidence_audit.py): the fusion is fitted on the published evidence either way.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.embedders import CANDIDATES, DEFAULT
+from bench.evidence_audit import AuditEntry, AuditMatch, apply_audit, read_audit
 from bench.recall_folds import (
     ALTERNATIVES,
     CATEGORIES,
@@ -67,6 +72,7 @@ from bench.recall_folds import (
     use_embedder,
 )
 from core.embedder import EmbedderUnavailableError
+from core.errors import InvalidInputError
 from core.recall import DEFAULT_PARAMS, FEATURES, LearnedFusion, RecallParams
 
 Fold = tuple[Dialogue, list[Dialogue], RecallParams]
@@ -211,8 +217,38 @@ def _print_fusions(dialogues: list[Dialogue], fusions: list[LearnedFusion]) -> L
     return consensus
 
 
-def _learned(dialogues: list[Dialogue]) -> dict[str, object]:
-    """The learned fusion, held out: each fold fits it on the other dialogues (`fit_fusion`)."""
+def _against_audit(
+    dialogues: list[Dialogue], fusions: list[LearnedFusion], match: AuditMatch
+) -> dict[str, object]:
+    """Each fold's fusion (fitted on the published evidence) scored against the evidence an
+    audit cites instead (bench.evidence_audit), held out and tuned on."""
+    rows, every = [], []
+    for held_out, fusion in zip(dialogues, fusions, strict=True):
+        params = REFERENCE.model_copy(update={"fusion": fusion, **PRODUCT_PARTS})
+        held = scores(held_out, params, audited=True)
+        tuned = [r for d in dialogues if d is not held_out for r in scores(d, params, audited=True)]
+        every += held
+        rows.append(
+            {
+                "recall_at_10": pooled(held),
+                "recall_at_5": pooled(held, 1),
+                "tuned_on_recall_at_10": pooled(tuned),
+                "tuned_on_recall_at_5": pooled(tuned, 1),
+            }
+        )
+    summary = _summary(rows, every, stdev=False)
+    print(
+        f"\nagainst the evidence audit ({match.disputed} questions of these dialogues disputed, "
+        f"{match.recited} of them re-cited; the fusion still fitted on the published evidence):",
+        end="",
+    )
+    _print_summary(summary, rows)
+    return {"disputed": match.disputed, "recited": match.recited, **summary}
+
+
+def _learned(dialogues: list[Dialogue], audit: AuditMatch | None = None) -> dict[str, object]:
+    """The learned fusion, held out: each fold fits it on the other dialogues (`fit_fusion`);
+    with `audit`, also scored against the evidence it cites (`_against_audit`)."""
     print("\nlearned fusion (core.recall.FEATURES), fitted per fold on the training dialogues:")
     print(
         "fold (held out) | tuned on | tuned-on r@10 | held-out r@10 | held-out r@5 | "
@@ -249,7 +285,14 @@ def _learned(dialogues: list[Dialogue]) -> dict[str, object]:
     summary["parts_always_on_held_out_mean_recall_at_10"] = forced_parts
     summary["held_out_mean_recall_at_10_without_parts"] = round(float(np.mean(without_parts)), 4)
     consensus = _print_fusions(dialogues, fusions)
-    return {"folds": rows, "summary": summary, "consensus": consensus.model_dump()}
+    learned: dict[str, object] = {
+        "folds": rows,
+        "summary": summary,
+        "consensus": consensus.model_dump(),
+    }
+    if audit is not None:
+        learned["against_evidence_audit"] = _against_audit(dialogues, fusions, audit)
+    return learned
 
 
 def _tuned_fold(
@@ -346,10 +389,15 @@ def _alternatives(folds: list[Fold]) -> dict[str, object]:
     return alternatives
 
 
-def run(paths: list[Path], cache_dir: Path | None, learned_only: bool = False) -> dict[str, object]:
-    """The report, in the order printed: the learned fusion held out; then (unless
-    `learned_only`) the reciprocal-rank fusion's folds, their summary, the values chosen, the
-    figures on every dialogue and the alternatives."""
+def run(
+    paths: list[Path],
+    cache_dir: Path | None,
+    learned_only: bool = False,
+    audit: list[AuditEntry] | None = None,
+) -> dict[str, object]:
+    """The report, in the order printed: the learned fusion held out (and against `audit`'s
+    evidence, if given); then (unless `learned_only`) the reciprocal-rank fusion's folds,
+    their summary, the values chosen, the figures on every dialogue and the alternatives."""
     started = time.perf_counter()
     dialogues = [load(path, cache_dir) for path in paths]
     print(
@@ -357,7 +405,7 @@ def run(paths: list[Path], cache_dir: Path | None, learned_only: bool = False) -
         f"categories 1-4 with evidence, loaded in {time.perf_counter() - started:.0f} s",
         flush=True,
     )
-    learned = _learned(dialogues)
+    learned = _learned(dialogues, apply_audit(dialogues, audit) if audit is not None else None)
     if learned_only:
         print(f"\n(done in {time.perf_counter() - started:.0f} s)")
         return {"learned": learned}
@@ -416,12 +464,25 @@ def main() -> None:
         help="only the learned fusion (the product's), without the reciprocal-rank comparison and "
         "the alternatives (minutes instead of half an hour on a busy machine)",
     )
+    parser.add_argument(
+        "--evidence-audit",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also score the learned fusion against the evidence an audit of LoCoMo's answer "
+        "key cites (its errors_conv_*.json files, dial481/locomo-audit's audit/ folder; "
+        "bench/evidence_audit.py)",
+    )
     args = parser.parse_args()
     paths = dialogue_paths(parser, args.dialogues)
+    try:
+        audit = read_audit(args.evidence_audit) if args.evidence_audit else None
+    except InvalidInputError as exc:
+        parser.error(str(exc))
     use_embedder(args.embedder)
     print(f"embedder: {args.embedder}", flush=True)
     try:
-        result = run(paths, args.cache, args.learned_only)
+        result = run(paths, args.cache, args.learned_only, audit)
     except EmbedderUnavailableError as exc:
         raise SystemExit(f"error: {exc}") from None
     if args.json:

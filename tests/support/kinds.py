@@ -54,6 +54,7 @@ MODULE_KINDS: dict[str, frozenset[str]] = {
 
 #: "module::test function" -> kinds, where a test differs from its module's kind.
 TEST_KINDS: dict[str, frozenset[str]] = {
+    "test_evidence_audit::test_the_protocol_refuses_a_bad_audit_folder_in_one_line_before_embedding": E2E,
     "test_codex::test_kg_codex_writes_the_file_and_refuses_bad_requests_in_one_line": E2E,
     "test_codex::test_the_sidecar_codex_shows_a_conversations_entities_relations_and_milestones": E2E_BROWSER,
     "test_crash_detection::test_the_automation_watches_only_runs_that_beat_often_enough": frozenset(
