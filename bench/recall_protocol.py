@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.embedders import CANDIDATES, DEFAULT
-from bench.evidence_audit import AuditEntry, AuditMatch, apply_audit, read_audit
+from bench.evidence_audit import AuditMatch, apply_audit
 from bench.recall_folds import (
     ALTERNATIVES,
     CATEGORIES,
@@ -74,6 +74,7 @@ from bench.recall_folds import (
 from core.embedder import EmbedderUnavailableError
 from core.errors import InvalidInputError
 from core.recall import DEFAULT_PARAMS, FEATURES, LearnedFusion, RecallParams
+from tasks.dialogue.evidence_audit import EvidenceAudit, read_audit
 
 Fold = tuple[Dialogue, list[Dialogue], RecallParams]
 Row = tuple[int, float, float]
@@ -393,7 +394,7 @@ def run(
     paths: list[Path],
     cache_dir: Path | None,
     learned_only: bool = False,
-    audit: list[AuditEntry] | None = None,
+    audit: EvidenceAudit | None = None,
 ) -> dict[str, object]:
     """The report, in the order printed: the learned fusion held out (and against `audit`'s
     evidence, if given); then (unless `learned_only`) the reciprocal-rank fusion's folds,

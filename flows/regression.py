@@ -87,6 +87,7 @@ from flows.regression_tasks import (
     serving,
     stop_on_interrupt,
 )
+from tasks.dialogue.evidence_audit import read_audit
 from tasks.dialogue.pipeline import DialogueService
 from tasks.dialogue.replay import RecallRow, TurnRow
 from tasks.dialogue.report import (
@@ -292,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     params = params_from_args(args)
     plan_dialogues(params)  # fail fast on bad files, before Prefect starts
+    if params.evidence_audit:
+        read_audit(Path(params.evidence_audit))
     summary = run_regression(params)
     if params.mode == "ingest":
         print_ingest_summary(summary)

@@ -119,6 +119,15 @@ def _gate_arguments(gates: argparse._ArgumentGroup) -> None:
         action="store_true",
         help="ingest mode: report recall without gating on it",
     )
+    gates.add_argument(
+        "--evidence-audit",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="ingest mode: also report recall against the evidence a published audit of LoCoMo's "
+        "answer key cites (the errors_conv_*.json files of dial481/locomo-audit's audit/ "
+        "folder); the gates keep the published evidence",
+    )
 
 
 def _turn_arguments(turn: argparse._ArgumentGroup) -> None:
@@ -152,6 +161,7 @@ def params_from_args(args: argparse.Namespace) -> RegressionParams:
         conversation_prefix=args.conversation_prefix,
         shard=args.shard,
         gates=_gate_config(args),
+        evidence_audit=str(args.evidence_audit) if args.evidence_audit else None,
         sidecar=sidecar,
         turn_config=TurnConfig(require_actions=not args.no_require_actions),
     )
@@ -201,6 +211,14 @@ def print_ingest_summary(summary: RegressionSummary) -> None:
     for k in ("10", "5") if at_k["10"]["all"] is not None or not sessions else ():
         cats = ", ".join(f"cat {c} {at_k[k][c]}" for c in ("1", "2", "3", "4"))
         print(f"recall@{k} categories 1-4: {at_k[k]['all']} ({cats})")
+    if audited := data.get("evidence_audit"):
+        at_k = audited["recall_at_k"]
+        cats = ", ".join(f"cat {c} {at_k['10'][c]}" for c in ("1", "2", "3", "4"))
+        print(
+            f"against the evidence audit ({audited['disputed']} questions disputed, "
+            f"{audited['recited']} re-cited): recall@10 {at_k['10']['all']} ({cats}), "
+            f"recall@5 {at_k['5']['all']}"
+        )
     if sessions:
         _print_session_recall(sessions)
     adv = data["adversarial"]

@@ -34,6 +34,7 @@ from tasks.dialogue.replay import ProbeRow
 from tasks.dialogue.report import (
     GateResult,
     adversarial_recall,
+    audited_recall,
     evaluate_recall_gates,
     probe_frame,
     recall_at_k,
@@ -82,6 +83,7 @@ def ingest_mode(
         results.probe,
         results.skipped,
         params.extract,
+        run.audit,
     )
     summary = _summary(run, results)
     _write(params, run, results, ingest_table, report, summary)
@@ -137,7 +139,12 @@ def _probe(
     futures = [
         runner.submit(
             whole_dialogue_probe_task,
-            {"run_id": run.run_id, "spec": spec, "conversation_id": run.conversation(spec)},
+            {
+                "run_id": run.run_id,
+                "spec": spec,
+                "conversation_id": run.conversation(spec),
+                "audit": run.audit,
+            },
         )
         for spec in run.specs
         if spec.qa
@@ -196,6 +203,7 @@ def _write(
             "session_recall_at_k": session_recall_at_k(probe),
             "adversarial": adversarial_recall(probe),
             "questions": {"probed": probe.height, "skipped": results.skipped},
+            **({"evidence_audit": audited_recall(probe, run.audit)} if run.audit else {}),
         },
     )
     (out_dir / "turns.parquet").unlink(missing_ok=True)  # no per-turn replay rows in this mode

@@ -18,11 +18,12 @@ from typing import Any, Literal
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.client.schemas.objects import State
 from prefect.states import Failed
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.errors import InvalidInputError
 from core.settings import Settings
 from tasks.dialogue.benchmarks import dialogue_files, load_dialogues
+from tasks.dialogue.evidence_audit import EvidenceAudit, read_audit
 from tasks.dialogue.models import TurnConfig
 from tasks.dialogue.pipeline import SidecarOptions
 from tasks.dialogue.replay import DialogueSpec
@@ -63,6 +64,11 @@ class RegressionParams(BaseModel):
     conversation_prefix: str | None = Field(None, description="default regression-<run_id>/")
     shard: str | None = Field(None, description="I/N: replay only dialogues i, i+N, ... (0-based)")
     gates: GateConfig = Field(default_factory=GateConfig)
+    evidence_audit: str | None = Field(
+        None,
+        description="ingest mode: also score recall against the evidence this audit of LoCoMo's "
+        "answer key cites (its errors_conv_*.json folder)",
+    )
     sidecar: SidecarOptions = Field(default_factory=SidecarOptions)
     turn_config: TurnConfig = Field(default_factory=TurnConfig)
 
@@ -82,6 +88,12 @@ class RegressionParams(BaseModel):
         if not match or int(match.group(2)) < 1 or int(match.group(1)) >= int(match.group(2)):
             raise ValueError("must be I/N with 0 <= I < N, e.g. 0/4")
         return value
+
+    @model_validator(mode="after")
+    def _audit_in_ingest_mode(self) -> RegressionParams:
+        if self.evidence_audit is not None and self.mode != "ingest":
+            raise ValueError("evidence_audit scores the ingest mode's probe: use mode ingest")
+        return self
 
 
 class RegressionSummary(BaseModel):
@@ -110,6 +122,7 @@ class RegressionRun(BaseModel):
     specs: list[DialogueSpec]
     conversations: dict[str, str]  # dialogue id -> conversation id
     out_dir: Path
+    audit: EvidenceAudit | None = None
 
     def conversation(self, spec: DialogueSpec) -> str:
         return self.conversations[spec.dialogue_id]
@@ -177,6 +190,7 @@ def plan_run(params: RegressionParams, settings: Settings) -> RegressionRun:
         specs=specs,
         conversations={spec.dialogue_id: f"{prefix}{spec.dialogue_id}" for spec in specs},
         out_dir=out_dir,
+        audit=read_audit(Path(params.evidence_audit)) if params.evidence_audit else None,
     )
 
 

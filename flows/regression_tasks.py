@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from core.errors import GraphUnavailableError
 from core.interrupt import stopping_workers_if_torn_down
+from tasks.dialogue.evidence_audit import EvidenceAudit
 from tasks.dialogue.ingest import ingest
 from tasks.dialogue.models import TurnConfig
 from tasks.dialogue.pipeline import DialogueService
@@ -190,5 +191,6 @@ def whole_dialogue_probe_task(
     run_id: str,
     spec: DialogueSpec,
     conversation_id: str,
+    audit: EvidenceAudit | None = None,
 ) -> tuple[list[ProbeRow], dict[str, int]]:
-    return whole_dialogue_probe(_service(run_id), spec, conversation_id, run_id)
+    return whole_dialogue_probe(_service(run_id), spec, conversation_id, run_id, audit)

@@ -32,6 +32,7 @@ from core.content import USER_TEXT_ENCODING
 from core.errors import GraphUnavailableError, InvalidInputError, first_error
 from core.timex import parse_when
 from kg.dialogue import DialogueRepository
+from tasks.dialogue.evidence_audit import EvidenceAudit, corrected
 from tasks.dialogue.models import (
     ChatMessage,
     TurnCommitRequest,
@@ -524,6 +525,13 @@ class ProbeRow(BaseModel):
     session_recall_all_at_5: float | None = None
     session_recall_any_at_10: float | None = None
     session_recall_all_at_10: float | None = None
+    # With an evidence audit (tasks.dialogue.evidence_audit): the error it names for this
+    # question, the evidence it cites instead, and recall against that evidence (the
+    # published recall where it re-cites nothing).
+    audit_error: str | None = None
+    audited_evidence: list[str] | None = None
+    audited_recall_at_5: float | None = None
+    audited_recall_at_10: float | None = None
 
 
 #: Turns read for a session-scored question: deep enough to see 10 distinct sessions.
@@ -574,17 +582,20 @@ def whole_dialogue_probe(
     spec: DialogueSpec,
     conversation_id: str,
     run_id: str,
+    audit: EvidenceAudit | None = None,
 ) -> tuple[list[ProbeRow], dict[str, int]]:
     """Ask every QA item that has evidence; recall@k = share of its evidence turns among the
     first k turns retrieved (each hit is one turn, so k counts turns). A session-scored
     dialogue (LongMemEval) is also scored on the first k distinct sessions (`session_recall`).
+    With `audit`, a turn-scored question is also scored against the evidence the audit cites
+    instead, where it re-cites it (`_audited`).
     Returns the rows and the skipped questions counted by reason (nothing is skipped silently)."""
     refs = {row.dia_id for row in spec.turns if row.dia_id}
     session_of = {row.dia_id: row.session_id for row in spec.turns if row.dia_id and row.session_id}
     depth = min(len(spec.turns), SESSION_PROBE_TURNS) if spec.scoring == "session" else 10
     skipped: dict[str, int] = {}
     rows: list[ProbeRow] = []
-    for item in spec.qa:
+    for number, item in enumerate(spec.qa):
         # Some items list two turns in one string ("D8:6; D9:17"): split them.
         evidence = list(
             dict.fromkeys(p for e in item.evidence for p in re.split(r"[;,\s]+", e) if p)
@@ -614,6 +625,11 @@ def whole_dialogue_probe(
                 session_scores[f"session_recall_any_at_{k}"] = any_k
                 session_scores[f"session_recall_all_at_{k}"] = all_k
             session_scores["retrieved_sessions"] = sessions[:10]
+        audited = (
+            _audited(audit, number, item.question, evidence, refs, retrieved)
+            if audit is not None and spec.scoring != "session"
+            else {}
+        )
         rows.append(
             ProbeRow(
                 run_id=run_id,
@@ -626,6 +642,28 @@ def whole_dialogue_probe(
                 evidence_sessions=item.evidence_sessions,
                 **turn_scores,
                 **session_scores,
+                **audited,
             )
         )
     return rows, skipped
+
+
+def _audited(
+    audit: EvidenceAudit,
+    number: int,
+    question: str,
+    evidence: list[str],
+    refs: set[str],
+    retrieved: list[str],
+) -> dict[str, Any]:
+    """A turn-scored question's ProbeRow fields for `audit`: what it disputes, and recall
+    against the evidence it cites instead (the published evidence where it re-cites none)."""
+    entry = audit.lookup(number, question)
+    recited = corrected(entry, evidence, refs)
+    scored = recited or evidence
+    return {
+        "audit_error": entry.error_type if entry is not None else None,
+        "audited_evidence": recited,
+        "audited_recall_at_5": _recall(scored, retrieved[:5]),
+        "audited_recall_at_10": _recall(scored, retrieved),
+    }

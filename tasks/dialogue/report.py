@@ -21,6 +21,7 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, Field
 
+from tasks.dialogue.evidence_audit import EvidenceAudit
 from tasks.dialogue.replay import ProbeRow, RecallRow, TurnRow
 
 QA_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -321,6 +322,29 @@ def recall_at_k(probe: pl.DataFrame) -> dict[str, dict[str, float | None]]:
     return out
 
 
+def audited_recall(probe: pl.DataFrame, audit: EvidenceAudit) -> dict[str, object]:
+    """Recall@k as `recall_at_k` gives it, against the evidence `audit` cites where it
+    re-cites a question (tasks.dialogue.evidence_audit), and how many questions it disputes
+    and re-cites. Only the questions scored by turns count (not LongMemEval's)."""
+    if "audited_recall_at_10" not in probe.columns:  # no question probed
+        return {
+            "folder": audit.folder,
+            "disputed": 0,
+            "recited": 0,
+            "recall_at_k": recall_at_k(probe),
+        }
+    audited = probe.filter(pl.col("audited_recall_at_10").is_not_null()).with_columns(
+        *(pl.col(f"audited_recall_at_{k}").alias(f"recall_at_{k}") for k in RECALL_KS)
+    )
+    main = audited.filter(pl.col("category").is_in(RECALL_CATEGORIES))
+    return {
+        "folder": audit.folder,
+        "disputed": main.filter(pl.col("audit_error").is_not_null()).height,
+        "recited": main.filter(pl.col("audited_evidence").is_not_null()).height,
+        "recall_at_k": recall_at_k(audited),
+    }
+
+
 def adversarial_recall(probe: pl.DataFrame) -> dict[str, float | int | None]:
     """Category 5 apart: how often the retriever still returns the turns the question leans on."""
     part = probe.filter(pl.col("category") == 5) if probe.height else probe
@@ -480,6 +504,7 @@ def render_ingest_report(
     probe: pl.DataFrame,
     skipped: dict[str, dict[str, int]],
     extract: bool,
+    audit: EvidenceAudit | None = None,
 ) -> str:
     passed = all(g.passed for g in gates)
     # A run of LongMemEval questions only has no LoCoMo figures to show as None.
@@ -505,6 +530,7 @@ def render_ingest_report(
             if (sessions := session_recall_at_k(probe))
             else []
         ),
+        *([_audited_line(audited_recall(probe, audit))] if audit is not None else []),
         "",
         "## Gates",
         "",
@@ -550,6 +576,15 @@ def render_ingest_report(
         "",
     ]
     return "\n".join(lines)
+
+
+def _audited_line(audited: dict[str, Any]) -> str:
+    at_k = audited["recall_at_k"]
+    return (
+        f"- against the evidence audit in `{audited['folder']}` ({audited['disputed']} questions "
+        f"of categories 1-4 disputed, {audited['recited']} re-cited): recall@10 "
+        f"{at_k['10']['all']}; recall@5: {at_k['5']['all']} (the gates use the published evidence)"
+    )
 
 
 def recall_headline(probe: pl.DataFrame) -> str:

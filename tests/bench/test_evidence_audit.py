@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.evidence_audit import apply_audit, read_audit
+from bench.evidence_audit import apply_audit
 from bench.recall_folds import load, scores
 from core.errors import InvalidInputError
 from core.recall import DEFAULT_PARAMS
+from tasks.dialogue.evidence_audit import EvidenceAudit, read_audit
 from tests.conftest import REPO_ROOT, child_pythonpath
 from tests.support.cli import run_module
 
@@ -69,7 +70,7 @@ def test_scores_against_the_audit_change_only_the_questions_it_re_cites(tmp_path
     for n in (2, 3, 4):
         assert audited[numbers.index(n)] == published[numbers.index(n)]
     # Applied again without the entries, nothing is re-cited and the scores are the published.
-    assert apply_audit([dialogue], []).recited == 0
+    assert apply_audit([dialogue], EvidenceAudit(folder="-", entries=[])).recited == 0
     assert scores(dialogue, DEFAULT_PARAMS, audited=True) == published
 
 
@@ -96,6 +97,6 @@ def test_the_protocol_refuses_a_bad_audit_folder_in_one_line_before_embedding(
     )
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1].endswith(
-        f"error: {tmp_path}: no errors_conv_*.json files (the audit folder of dial481/locomo-audit)"
+        f"error: {tmp_path}: no errors_conv_*.json files (the audit/ folder of dial481/locomo-audit)"
     )
     assert "embedder:" not in done.stdout

@@ -339,3 +339,110 @@ def test_a_longmemeval_file_is_scored_as_session_recall_and_gated_on_it(
     report = (tmp_path / ".saga" / "regression" / "lme" / "report.md").read_text()
     assert "## Session recall per question type" in report and "| multi-session | 1 |" in report
     assert "categories 1-4" not in report and "None" not in report
+
+
+def _audit_folder(folder: Path) -> Path:
+    """An evidence audit of locomo-901 in the layout of dial481/locomo-audit's audit/ folder."""
+    qa = [json.loads(line) for line in LOCOMO_JSONL.with_name("locomo-901.qa.jsonl").open()]
+    every_turn = [json.loads(line)["dia_id"] for line in LOCOMO_JSONL.open()]
+
+    def entry(number: int, question: str, correct: list[str]) -> dict[str, object]:
+        return {
+            "question_id": f"locomo_0_qa{number}",
+            "question": question,
+            "golden_answer": "-",
+            "category": qa[number]["category"],
+            "error_type": "WRONG_CITATION",
+            "cited_evidence": qa[number]["evidence"],
+            "correct_evidence": correct,
+            "reasoning": "-",
+        }
+
+    folder.mkdir()
+    entries = [
+        # Re-cited: every turn of the dialogue, so recall@10 is 10/16 whatever the ranking.
+        entry(0, qa[0]["question"].upper(), every_turn),
+        # Disputed, not re-cited: the same turns; a turn the dialogue does not have.
+        entry(1, qa[1]["question"], list(reversed(qa[1]["evidence"]))),
+        entry(4, qa[4]["question"], ["D9:1"]),
+        # Neither: another question's words under this number.
+        entry(2, qa[3]["question"], every_turn),
+    ]
+    (folder / "errors_conv_0.json").write_text(json.dumps(entries), encoding="utf-8")
+    return folder
+
+
+def test_the_batch_scores_recall_against_an_evidence_audit_beside_the_published_evidence(
+    regression_env: None,
+    prefect_api: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    audit = str(_audit_folder(tmp_path / "audit"))
+    runs = {
+        layout: _ingest(tmp_path / layout, path, layout, "--evidence-audit", audit)
+        for layout, path in (("jsonl", LOCOMO_JSONL), ("json", LOCOMO_JSON))
+    }
+    code, summary, probe = runs["jsonl"]
+    assert code == 0
+    rows = {row["question"]: row for row in probe.iter_rows(named=True)}
+    qa = [json.loads(line) for line in LOCOMO_JSONL.with_name("locomo-901.qa.jsonl").open()]
+    first = rows[qa[0]["question"]]
+    assert len(first["audited_evidence"]) == 16 and first["audit_error"] == "WRONG_CITATION"
+    assert (first["audited_recall_at_5"], first["audited_recall_at_10"]) == (5 / 16, 10 / 16)
+    # The look-alikes keep the published evidence and its recall.
+    for number in (1, 2, 3, 4):
+        row = rows[qa[number]["question"]]
+        assert row["audited_evidence"] is None
+        assert row["audited_recall_at_10"] == row["recall_at_10"]
+        assert (row["audit_error"] is not None) == (number in (1, 4))
+    audited = summary["evidence_audit"]
+    assert (audited["folder"], audited["disputed"], audited["recited"]) == (audit, 3, 1)
+    main = probe.filter(pl.col("category") <= 4)
+    assert audited["recall_at_k"]["10"]["all"] == round(main["audited_recall_at_10"].mean(), 4)
+    assert audited["recall_at_k"]["10"]["all"] != summary["recall_at_k"]["10"]["all"]
+    # The gate stays on the published evidence.
+    gates = pl.read_parquet(tmp_path / "jsonl" / ".saga" / "regression" / "jsonl" / "gates.parquet")
+    recall_gate = gates.filter(pl.col("gate").str.starts_with("recall@10")).row(0, named=True)
+    assert recall_gate["value"] == summary["recall_at_k"]["10"]["all"]
+    out = capsys.readouterr().out
+    assert (
+        f"against the evidence audit (3 questions disputed, 1 re-cited): recall@10 "
+        f"{audited['recall_at_k']['10']['all']}"
+    ) in out
+    report = (tmp_path / "jsonl" / ".saga" / "regression" / "jsonl" / "report.md").read_text()
+    assert f"- against the evidence audit in `{audit}` (3 questions" in report
+    # LoCoMo's JSON finds the same questions by their place in the sample's qa list.
+    _, published, probe_json = runs["json"]
+    assert published["evidence_audit"]["recall_at_k"] == audited["recall_at_k"]
+    columns = ["question", "audit_error", "audited_evidence", "audited_recall_at_10"]
+    assert probe_json.select(columns).equals(probe.select(columns))
+
+
+def test_an_evidence_audit_outside_ingest_mode_or_not_an_audit_is_refused_in_one_line(
+    regression_env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    audit = _audit_folder(tmp_path / "audit")
+    for mode, folder, says in (
+        ("replay", audit, "evidence_audit scores the ingest mode's probe"),
+        ("ingest", tmp_path, "no errors_conv_*.json files"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            run_main(
+                regression_main,
+                "regression",
+                [
+                    "--project-dir",
+                    str(tmp_path / "p"),
+                    "--dialogues",
+                    str(LOCOMO_JSONL),
+                    "--mode",
+                    mode,
+                    "--evidence-audit",
+                    str(folder),
+                ],
+            )
+        assert exited.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    assert not (tmp_path / "p" / ".saga").exists()  # refused before anything was written
