@@ -580,10 +580,12 @@ def render_ingest_report(
 
 def _audited_line(audited: dict[str, Any]) -> str:
     at_k = audited["recall_at_k"]
+    categories = ", ".join(f"{QA_CATEGORIES[c]} {at_k['10'][str(c)]}" for c in RECALL_CATEGORIES)
     return (
         f"- against the evidence audit in `{audited['folder']}` ({audited['disputed']} questions "
         f"of categories 1-4 disputed, {audited['recited']} re-cited): recall@10 "
-        f"{at_k['10']['all']}; recall@5: {at_k['5']['all']} (the gates use the published evidence)"
+        f"{at_k['10']['all']} ({categories}); recall@5: {at_k['5']['all']} (the gates use the "
+        "published evidence)"
     )
 
 

@@ -411,7 +411,12 @@ def test_the_batch_scores_recall_against_an_evidence_audit_beside_the_published_
         f"{audited['recall_at_k']['10']['all']}"
     ) in out
     report = (tmp_path / "jsonl" / ".saga" / "regression" / "jsonl" / "report.md").read_text()
-    assert f"- against the evidence audit in `{audit}` (3 questions" in report
+    at_10 = audited["recall_at_k"]["10"]
+    assert (
+        f"- against the evidence audit in `{audit}` (3 questions of categories 1-4 disputed, 1 "
+        f"re-cited): recall@10 {at_10['all']} (multi-hop {at_10['1']}, temporal {at_10['2']}, "
+        f"open-domain {at_10['3']}, single-hop {at_10['4']}); recall@5: "
+    ) in report
     # LoCoMo's JSON finds the same questions by their place in the sample's qa list.
     _, published, probe_json = runs["json"]
     assert published["evidence_audit"]["recall_at_k"] == audited["recall_at_k"]
