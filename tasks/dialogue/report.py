@@ -322,25 +322,30 @@ def recall_at_k(probe: pl.DataFrame) -> dict[str, dict[str, float | None]]:
     return out
 
 
+def _audited(probe: pl.DataFrame) -> pl.DataFrame:
+    """The questions an evidence audit scored (`ProbeRow.audited_recall_at_*` set), with those
+    figures as their `recall_at_*`: empty when the run had no audit."""
+    if "audited_recall_at_10" not in probe.columns:  # no question probed
+        return probe.clear()
+    return probe.filter(pl.col("audited_recall_at_10").is_not_null()).with_columns(
+        *(pl.col(f"audited_recall_at_{k}").alias(f"recall_at_{k}") for k in RECALL_KS)
+    )
+
+
 def audited_recall(probe: pl.DataFrame, audit: EvidenceAudit) -> dict[str, object]:
     """Recall@k as `recall_at_k` gives it, against the evidence `audit` cites where it
     re-cites a question (tasks.dialogue.evidence_audit), and how many questions it disputes
     and re-cites. Only the questions scored by turns count (not LongMemEval's)."""
-    if "audited_recall_at_10" not in probe.columns:  # no question probed
-        return {
-            "folder": audit.folder,
-            "disputed": 0,
-            "recited": 0,
-            "recall_at_k": recall_at_k(probe),
-        }
-    audited = probe.filter(pl.col("audited_recall_at_10").is_not_null()).with_columns(
-        *(pl.col(f"audited_recall_at_{k}").alias(f"recall_at_{k}") for k in RECALL_KS)
-    )
-    main = audited.filter(pl.col("category").is_in(RECALL_CATEGORIES))
+    audited = _audited(probe)
+    main = audited.filter(pl.col("category").is_in(RECALL_CATEGORIES)) if audited.height else None
     return {
         "folder": audit.folder,
-        "disputed": main.filter(pl.col("audit_error").is_not_null()).height,
-        "recited": main.filter(pl.col("audited_evidence").is_not_null()).height,
+        "disputed": main.filter(pl.col("audit_error").is_not_null()).height
+        if main is not None
+        else 0,
+        "recited": main.filter(pl.col("audited_evidence").is_not_null()).height
+        if main is not None
+        else 0,
         "recall_at_k": recall_at_k(audited),
     }
 
@@ -590,12 +595,16 @@ def _audited_line(audited: dict[str, Any]) -> str:
 
 
 def recall_headline(probe: pl.DataFrame) -> str:
-    """The run's recall in a line: LoCoMo's turn recall over categories 1-4 and LongMemEval's
-    session recall, each when the run has questions scored that way."""
+    """The run's recall in a line: LoCoMo's turn recall over categories 1-4 (and against an
+    evidence audit, when the run had one) and LongMemEval's session recall, each when the run
+    has questions scored that way."""
     parts = []
     at_k = recall_at_k(probe)
     if at_k["10"]["all"] is not None:
         parts.append(f"recall@10 (categories 1-4) {at_k['10']['all']}, recall@5 {at_k['5']['all']}")
+    audited = recall_at_k(_audited(probe))
+    if audited["10"]["all"] is not None:
+        parts.append(f"against the evidence audit recall@10 {audited['10']['all']}")
     sessions = session_recall_at_k(probe)
     if sessions is not None:
         ten, five = sessions["10"], sessions["5"]

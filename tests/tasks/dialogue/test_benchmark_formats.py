@@ -417,6 +417,11 @@ def test_the_batch_scores_recall_against_an_evidence_audit_beside_the_published_
         f"re-cited): recall@10 {at_10['all']} (multi-hop {at_10['1']}, temporal {at_10['2']}, "
         f"open-domain {at_10['3']}, single-hop {at_10['4']}); recall@5: "
     ) in report
+    assert recall_headline(probe) == (
+        f"recall@10 (categories 1-4) {summary['recall_at_k']['10']['all']}, recall@5 "
+        f"{summary['recall_at_k']['5']['all']}; against the evidence audit recall@10 "
+        f"{at_10['all']}"
+    )
     # LoCoMo's JSON finds the same questions by their place in the sample's qa list.
     _, published, probe_json = runs["json"]
     assert published["evidence_audit"]["recall_at_k"] == audited["recall_at_k"]
