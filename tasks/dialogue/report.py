@@ -322,11 +322,21 @@ def recall_at_k(probe: pl.DataFrame) -> dict[str, dict[str, float | None]]:
     return out
 
 
+#: `_audited`'s columns when no question was probed.
+_AUDITED_SCHEMA = {
+    "category": pl.Int64,
+    "recall_at_5": pl.Float64,
+    "recall_at_10": pl.Float64,
+    "audit_error": pl.String,
+    "audited_evidence": pl.List(pl.String),
+}
+
+
 def _audited(probe: pl.DataFrame) -> pl.DataFrame:
     """The questions an evidence audit scored (`ProbeRow.audited_recall_at_*` set), with those
     figures as their `recall_at_*`: empty when the run had no audit."""
     if "audited_recall_at_10" not in probe.columns:  # no question probed
-        return probe.clear()
+        return pl.DataFrame(schema=_AUDITED_SCHEMA)
     return probe.filter(pl.col("audited_recall_at_10").is_not_null()).with_columns(
         *(pl.col(f"audited_recall_at_{k}").alias(f"recall_at_{k}") for k in RECALL_KS)
     )
@@ -337,15 +347,11 @@ def audited_recall(probe: pl.DataFrame, audit: EvidenceAudit) -> dict[str, objec
     re-cites a question (tasks.dialogue.evidence_audit), and how many questions it disputes
     and re-cites. Only the questions scored by turns count (not LongMemEval's)."""
     audited = _audited(probe)
-    main = audited.filter(pl.col("category").is_in(RECALL_CATEGORIES)) if audited.height else None
+    main = audited.filter(pl.col("category").is_in(RECALL_CATEGORIES))
     return {
         "folder": audit.folder,
-        "disputed": main.filter(pl.col("audit_error").is_not_null()).height
-        if main is not None
-        else 0,
-        "recited": main.filter(pl.col("audited_evidence").is_not_null()).height
-        if main is not None
-        else 0,
+        "disputed": main.filter(pl.col("audit_error").is_not_null()).height,
+        "recited": main.filter(pl.col("audited_evidence").is_not_null()).height,
         "recall_at_k": recall_at_k(audited),
     }
 
